@@ -1,0 +1,3 @@
+"""gpusched: a GPU scheduler and job runner for shared GPU workstations and servers."""
+
+__version__ = "0.1.0"

@@ -1,0 +1,5 @@
+"""`python -m gpusched` runs the command line."""
+
+from gpusched.entry import main
+
+main()

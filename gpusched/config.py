@@ -1,0 +1,202 @@
+"""Settings: defaults in code, an optional TOML file on top, then the environment; and paths."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import sys
+from dataclasses import dataclass, fields, replace
+from pathlib import Path
+from typing import Any, Callable
+
+from gpusched.errors import ConfigError
+from gpusched.units import parse_duration, parse_size
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - exercised on Python 3.10 only
+    import tomli as tomllib
+
+
+@dataclass(frozen=True)
+class Settings:
+    # [daemon]
+    gpu_poll_interval_s: float = 2.0
+    cancel_grace_s: float = 10.0
+    # [gpus]
+    simulate: str = ""
+    visible_devices: str = "uuid"
+    max_util_pct: float = 90.0
+    mem_headroom_bytes: int = 512 * 2**20
+    exclusive_idle_mem_bytes: int = 2**30
+    # [jobs]
+    master_port_min: int = 29500
+    master_port_max: int = 29999
+
+
+def _choice(*valid: str) -> Callable[[Any], str]:
+    def parse(value: Any) -> str:
+        if value not in valid:
+            raise ValueError(f"{value!r} is not one of: {', '.join(valid)}")
+        return value
+    return parse
+
+
+def _number(low: float, high: float, kind: type = float) -> Callable[[Any], Any]:
+    def parse(value: Any) -> Any:
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise ValueError(f"{value!r} is not a number")
+        if kind is int and not isinstance(value, int):
+            raise ValueError(f"{value!r} is not a whole number")
+        if not low <= value <= high:
+            raise ValueError(f"{value} is outside {low:g}..{high:g}")
+        return kind(value)
+    return parse
+
+
+def _text(value: Any) -> str:
+    if not isinstance(value, str):
+        raise ValueError(f"{value!r} is not a string")
+    return value
+
+
+def _positive_duration(value: Any) -> float:
+    seconds = parse_duration(value)
+    if seconds <= 0:
+        raise ValueError(f"{value!r} must be longer than zero")
+    return seconds
+
+
+# TOML key -> (Settings field, parser, default as written in TOML). One table drives
+# loading, the example file and the test that keeps the two in step.
+KEYS: dict[str, tuple[str, Callable[[Any], Any], Any]] = {
+    "daemon.gpu_poll_interval": ("gpu_poll_interval_s", _positive_duration, "2s"),
+    "daemon.cancel_grace": ("cancel_grace_s", parse_duration, "10s"),
+    "gpus.simulate": ("simulate", _text, ""),
+    "gpus.visible_devices": ("visible_devices", _choice("uuid", "index"), "uuid"),
+    "gpus.max_util_pct": ("max_util_pct", _number(0, 100), 90),
+    "gpus.mem_headroom": ("mem_headroom_bytes", parse_size, "512MiB"),
+    "gpus.exclusive_idle_mem": ("exclusive_idle_mem_bytes", parse_size, "1GiB"),
+    "jobs.master_port_min": ("master_port_min", _number(1024, 65535, int), 29500),
+    "jobs.master_port_max": ("master_port_max", _number(1024, 65535, int), 29999),
+}
+
+
+def settings_from_mapping(data: dict[str, Any], source: str) -> Settings:
+    """Apply a parsed TOML document to the defaults; unknown keys and bad values name the key."""
+    changes: dict[str, Any] = {}
+    for section, table in data.items():
+        if not isinstance(table, dict):
+            raise ConfigError(f"{source}: '{section}' must be a table like [{section}]. "
+                              f"Known keys: {', '.join(KEYS)}")
+        for key, value in table.items():
+            dotted = f"{section}.{key}"
+            if dotted not in KEYS:
+                raise ConfigError(f"{source}: unknown key '{dotted}'. Known keys: {', '.join(KEYS)}")
+            field_name, parse, _ = KEYS[dotted]
+            try:
+                changes[field_name] = parse(value)
+            except ValueError as exc:
+                raise ConfigError(f"{source}: bad value for '{dotted}': {exc}") from None
+    settings = replace(Settings(), **changes)
+    if settings.master_port_min > settings.master_port_max:
+        raise ConfigError(f"{source}: 'jobs.master_port_min' is above 'jobs.master_port_max'")
+    return settings
+
+
+def load_settings(config_path: Path, environ: dict[str, str] | None = None) -> Settings:
+    """Defaults, then the TOML file if it exists, then GPUSCHED_SIMULATE from the environment."""
+    environ = os.environ if environ is None else environ
+    settings = Settings()
+    if config_path.exists():
+        try:
+            data = tomllib.loads(config_path.read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError) as exc:
+            raise ConfigError(f"cannot read config {config_path}: {exc}. Fix its permissions "
+                              "or move it away.") from None
+        except tomllib.TOMLDecodeError as exc:
+            raise ConfigError(f"config {config_path} is not valid TOML: {exc}") from None
+        settings = settings_from_mapping(data, str(config_path))
+    if environ.get("GPUSCHED_SIMULATE"):
+        settings = replace(settings, simulate=environ["GPUSCHED_SIMULATE"])
+    return settings
+
+
+def example_toml() -> str:
+    """The example config: every key with its default, grouped by section."""
+    lines = ["# gpusched configuration. Every key is optional; shown with its default."]
+    section = None
+    for dotted, (_, _, default) in KEYS.items():
+        name, key = dotted.split(".")
+        if name != section:
+            lines += ["", f"[{name}]"]
+            section = name
+        value = f'"{default}"' if isinstance(default, str) else str(default)
+        lines.append(f"{key} = {value}")
+    return "\n".join(lines) + "\n"
+
+
+assert {f.name for f in fields(Settings)} == {v[0] for v in KEYS.values()}
+
+# Unix socket paths are limited to 108 bytes (sun_path); stay well under it.
+_SOCKET_PATH_MAX = 100
+
+
+@dataclass(frozen=True)
+class Paths:
+    state_dir: Path
+    run_dir: Path
+    config_file: Path
+
+    @property
+    def socket(self) -> Path:
+        return self.run_dir / "gpusched.sock"
+
+    @property
+    def db(self) -> Path:
+        return self.state_dir / "queue.db"
+
+    @property
+    def lock(self) -> Path:
+        return self.state_dir / "daemon.lock"
+
+    @property
+    def jobs_dir(self) -> Path:
+        return self.state_dir / "jobs"
+
+    @property
+    def daemon_log(self) -> Path:
+        return self.state_dir / "daemon.log"
+
+
+def resolve_paths(environ: dict[str, str] | None = None) -> Paths:
+    """Where state, socket and config live: GPUSCHED_HOME, else the XDG directories."""
+    env = os.environ if environ is None else environ
+    home = env.get("GPUSCHED_HOME")
+    if home:
+        root = Path(home).expanduser().absolute()
+        state, run, config = root / "state", root / "run", root / "gpusched.toml"
+    else:
+        user_home = Path(env.get("HOME") or Path.home())
+        state = Path(env.get("XDG_STATE_HOME") or user_home / ".local/state") / "gpusched"
+        config = Path(env.get("XDG_CONFIG_HOME") or user_home / ".config") / "gpusched/gpusched.toml"
+        runtime = env.get("XDG_RUNTIME_DIR")
+        run = Path(runtime) / "gpusched" if runtime else state / "run"
+    if env.get("GPUSCHED_CONFIG"):
+        config = Path(env["GPUSCHED_CONFIG"]).expanduser().absolute()
+    if len(str(run / "gpusched.sock")) > _SOCKET_PATH_MAX:
+        # A deep home would overflow sun_path: use a short private directory that the
+        # client derives the same way from the same state directory.
+        digest = hashlib.sha256(str(state).encode()).hexdigest()[:16]
+        run = Path("/tmp") / f"gpusched-{os.getuid()}-{digest}"
+    return Paths(state_dir=state, run_dir=run, config_file=config)
+
+
+def ensure_private_dir(path: Path) -> None:
+    """Create a 0700 directory, or check that an existing one is ours and private."""
+    path.mkdir(mode=0o700, parents=True, exist_ok=True)
+    info = path.lstat()
+    if path.is_symlink() or info.st_uid != os.getuid():
+        raise ConfigError(f"{path} is not a directory owned by you; remove it and try again.")
+    if info.st_mode & 0o077:
+        os.chmod(path, 0o700)

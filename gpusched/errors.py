@@ -1,0 +1,62 @@
+"""The GpuschedError family: one-line messages written for the person at the terminal."""
+
+from __future__ import annotations
+
+
+class GpuschedError(Exception):
+    """An error to show as `Error: <message>` with exit status `exit_code`."""
+
+    exit_code = 1
+
+    def __init__(self, message: str):
+        super().__init__(message)
+        self.message = message
+
+
+class UsageError(GpuschedError):
+    """A bad command line or bad value in a request: exit status 2."""
+
+    exit_code = 2
+
+
+class ConfigError(GpuschedError):
+    """A config file that cannot be read, or a key or value in it that is wrong."""
+
+
+class NotFound(GpuschedError):
+    """A job id that the queue does not have."""
+
+
+class PermissionDenied(GpuschedError):
+    """The caller may not touch this job."""
+
+
+class DaemonUnavailable(GpuschedError):
+    """No daemon answered, and none could be started."""
+
+
+class StoreError(GpuschedError):
+    """The queue file is corrupt, too new, or cannot be opened."""
+
+
+class ProtocolError(GpuschedError):
+    """A frame that is too large, truncated, or not the JSON we expect."""
+
+
+# Reply error kinds on the wire, so the client re-raises the same class.
+ERROR_KINDS: dict[str, type[GpuschedError]] = {
+    "usage": UsageError,
+    "config": ConfigError,
+    "not_found": NotFound,
+    "permission": PermissionDenied,
+    "store": StoreError,
+    "protocol": ProtocolError,
+    "error": GpuschedError,
+}
+
+
+def error_kind(exc: GpuschedError) -> str:
+    for kind, cls in ERROR_KINDS.items():
+        if type(exc) is cls:
+            return kind
+    return "error"

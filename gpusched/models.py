@@ -1,0 +1,169 @@
+"""Plain data the rest of gpusched passes around: jobs, their states, GPUs (stdlib only)."""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field, replace
+
+
+class JobState(str, enum.Enum):
+    PENDING = "pending"
+    RUNNING = "running"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+    LOST = "lost"
+
+    @property
+    def is_final(self) -> bool:
+        return self in FINAL_STATES
+
+
+FINAL_STATES = frozenset({JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED, JobState.LOST})
+
+# Every legal edge. A job runs at most once, so nothing leads back to PENDING or RUNNING
+# from a final state; LOST is for a job whose shim vanished without an exit record.
+TRANSITIONS: dict[JobState, frozenset[JobState]] = {
+    JobState.PENDING: frozenset({JobState.RUNNING, JobState.CANCELLED}),
+    JobState.RUNNING: frozenset(
+        {JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED, JobState.LOST}
+    ),
+    JobState.SUCCEEDED: frozenset(),
+    JobState.FAILED: frozenset(),
+    JobState.CANCELLED: frozenset(),
+    JobState.LOST: frozenset(),
+}
+
+
+class IllegalTransition(ValueError):
+    """A state change that the job state machine does not allow."""
+
+
+@dataclass(frozen=True)
+class Request:
+    """What a job asks of the GPUs. gpu_mem_bytes None means whole GPUs, exclusively."""
+
+    gpus: int = 0
+    gpu_mem_bytes: int | None = None
+
+    @property
+    def is_exclusive(self) -> bool:
+        return self.gpus > 0 and self.gpu_mem_bytes is None
+
+
+@dataclass(frozen=True)
+class Job:
+    id: int
+    command: tuple[str, ...]
+    cwd: str
+    uid: int
+    user: str
+    request: Request = Request()
+    name: str = ""
+    priority: int = 0
+    env: dict[str, str] = field(default_factory=dict, compare=False)
+    state: JobState = JobState.PENDING
+    submitted_at: float = 0.0
+    submit_pid: int | None = None
+    started_at: float | None = None
+    ended_at: float | None = None
+    exit_code: int | None = None
+    signal: int | None = None
+    gpu_uuids: tuple[str, ...] = ()
+    gpu_indices: tuple[int, ...] = ()
+    pending_reason: str = ""
+    master_port: int | None = None
+    # The shim that parents the job: pid plus its start time and the boot id, so that a
+    # restarted daemon never mistakes a recycled pid for its job.
+    shim_pid: int | None = None
+    shim_start_time: float | None = None
+    boot_id: str = ""
+    cancel_requested: bool = False
+    stdout_path: str = ""
+    stderr_path: str = ""
+    end_reason: str = ""
+
+    @property
+    def is_running(self) -> bool:
+        return self.state is JobState.RUNNING
+
+    @property
+    def display_name(self) -> str:
+        return self.name or (self.command[0].rsplit("/", 1)[-1] if self.command else "")
+
+
+def transition(job: Job, new_state: JobState, **changes) -> Job:
+    """The one way a job changes state; refuses edges the state machine lacks."""
+    if new_state not in TRANSITIONS[job.state]:
+        raise IllegalTransition(f"job {job.id}: {job.state.value} -> {new_state.value}")
+    return replace(job, state=new_state, **changes)
+
+
+@dataclass(frozen=True)
+class GpuProcess:
+    """A process holding memory on a GPU. used_mem_bytes None: the driver would not say."""
+
+    pid: int
+    gpu_uuid: str
+    used_mem_bytes: int | None = None
+    user: str | None = None
+    command: str | None = None
+    util_pct: float | None = None
+    # False when the pid belongs to another pid namespace and cannot be seen from here.
+    is_visible: bool = True
+
+
+@dataclass(frozen=True)
+class GpuInfo:
+    """One GPU (or MIG device) as the backend last read it; None fields are unknown (N/A)."""
+
+    index: int
+    uuid: str
+    name: str
+    mem_total_bytes: int
+    mem_used_bytes: int | None = None
+    util_pct: float | None = None
+    is_healthy: bool = True
+    health_reason: str = ""
+    bus_id: str | None = None
+    temperature_c: int | None = None
+    power_w: float | None = None
+    power_limit_w: float | None = None
+    compute_capability: tuple[int, int] | None = None
+    processes: tuple[GpuProcess, ...] = ()
+    # MIG: a parent GPU in MIG mode lists its devices here and is never given out itself.
+    mig_devices: tuple[GpuInfo, ...] = ()
+    parent_index: int | None = None
+    gpu_instance_id: int | None = None
+    compute_instance_id: int | None = None
+
+    @property
+    def mem_free_bytes(self) -> int | None:
+        if self.mem_used_bytes is None:
+            return None
+        return max(0, self.mem_total_bytes - self.mem_used_bytes)
+
+    @property
+    def label(self) -> str:
+        if self.parent_index is not None:
+            return f"{self.parent_index}/{self.gpu_instance_id}"
+        return str(self.index)
+
+
+@dataclass(frozen=True)
+class Inventory:
+    """Every GPU the backend sees at one moment, plus why there are none when so."""
+
+    gpus: tuple[GpuInfo, ...] = ()
+    backend: str = "simulated"
+    problem: str = ""
+    driver_version: str | None = None
+    cuda_version: str | None = None
+    read_at: float = 0.0
+
+    def schedulable(self) -> tuple[GpuInfo, ...]:
+        """The devices jobs can be given: MIG devices stand in for their parent GPU."""
+        out: list[GpuInfo] = []
+        for gpu in self.gpus:
+            out.extend(gpu.mig_devices if gpu.mig_devices else (gpu,))
+        return tuple(out)
