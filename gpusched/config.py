@@ -165,6 +165,11 @@ class Paths:
         return self.state_dir / "jobs"
 
     @property
+    def sim_processes(self) -> Path:
+        """Outside processes on simulated GPUs, declared by hand or by tests."""
+        return self.state_dir / "simulated_processes.toml"
+
+    @property
     def daemon_log(self) -> Path:
         return self.state_dir / "daemon.log"
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import sys
+
 
 class GpuschedError(Exception):
     """An error to show as `Error: <message>` with exit status `exit_code`."""
@@ -60,3 +62,9 @@ def error_kind(exc: GpuschedError) -> str:
         if type(exc) is cls:
             return kind
     return "error"
+
+
+def report_error(exc: GpuschedError) -> int:
+    """Print the one-line form of an error on stderr and return its exit status."""
+    sys.stderr.write(f"Error: {exc.message}\n")
+    return exc.exit_code

@@ -167,3 +167,19 @@ class Inventory:
         for gpu in self.gpus:
             out.extend(gpu.mig_devices if gpu.mig_devices else (gpu,))
         return tuple(out)
+
+
+def job_to_dict(job: Job) -> dict:
+    """A job as stable JSON fields (what `show --json` prints)."""
+    return {
+        "id": job.id, "name": job.display_name, "state": job.state.value,
+        "exit_code": job.exit_code, "signal": job.signal,
+        "gpus": list(job.gpu_uuids), "gpu_indices": list(job.gpu_indices),
+        "gpus_requested": job.request.gpus, "gpu_mem_bytes": job.request.gpu_mem_bytes,
+        "priority": job.priority, "user": job.user, "uid": job.uid,
+        "command": list(job.command), "cwd": job.cwd,
+        "submitted_at": job.submitted_at, "started_at": job.started_at, "ended_at": job.ended_at,
+        "pending_reason": job.pending_reason if job.state is JobState.PENDING else "",
+        "end_reason": job.end_reason, "master_port": job.master_port,
+        "stdout_path": job.stdout_path, "stderr_path": job.stderr_path,
+    }

@@ -1,0 +1,231 @@
+"""The `gpusched` command line: thin typer commands that parse, make one call, and render."""
+
+from __future__ import annotations
+
+import logging
+import sys
+import time
+from pathlib import Path
+from typing import List, Optional
+
+import typer
+from rich.console import Console
+
+from gpusched import __version__, render
+from gpusched.client import Client, start_daemon, wait_for_exit
+from gpusched.config import resolve_paths
+from gpusched.errors import GpuschedError, UsageError, report_error
+from gpusched.submitting import (SubmitOptions, exit_status, print_json, submit_and_report,
+                                 wait_for_jobs)
+
+app = typer.Typer(add_completion=False, no_args_is_help=True, rich_markup_mode=None,
+                  help="Schedule jobs on the GPUs of a shared machine.")
+daemon_app = typer.Typer(no_args_is_help=True, help="Start, stop and inspect the daemon.")
+app.add_typer(daemon_app, name="daemon")
+
+out = Console(highlight=False, soft_wrap=False)
+JSON_HELP = "Print JSON (stable field names) instead of a table."
+
+
+def _version(value: bool) -> None:
+    if value:
+        typer.echo(f"gpusched {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def main_options(
+    version: bool = typer.Option(False, "--version", callback=_version, is_eager=True,
+                                 help="Print the version and exit."),
+) -> None:
+    """Schedule jobs on the GPUs of a shared machine."""
+
+
+@app.command(context_settings={"allow_interspersed_args": False})
+def submit(
+    command: Optional[List[str]] = typer.Argument(None, help="The command, after `--`."),
+    gpus: Optional[int] = typer.Option(None, "--gpus", "-G",
+                                       help="GPUs to give the job (default 0; 1 with --gpu-mem)."),
+    gpu_mem: Optional[str] = typer.Option(None, "--gpu-mem", help="Memory per GPU, e.g. 20G. "
+                                          "Jobs may then share a GPU; without it GPUs are whole."),
+    name: str = typer.Option("", "--name", "-n", help="A name to show in listings."),
+    priority: int = typer.Option(0, "--priority", help="Higher starts first."),
+    cwd: Optional[str] = typer.Option(None, "--cwd", help="Working directory (default: here)."),
+    env: List[str] = typer.Option([], "--env", "-e", help="Set NAME=VALUE for the job."),
+    from_file: Optional[str] = typer.Option(None, "--from-file", "-f",
+                                            help="One job per line of shell commands (- for stdin)."),
+    wait: bool = typer.Option(False, "--wait", "-W", help="Wait, then exit with the job's status."),
+    as_json: bool = typer.Option(False, "--json", help=JSON_HELP),
+) -> None:
+    """Queue a job: `gpusched submit --gpus 1 --gpu-mem 20G -- python train.py`."""
+    opts = SubmitOptions(command=command or [], gpus=gpus, gpu_mem=gpu_mem, name=name,
+                         priority=priority, cwd=cwd, env=env, from_file=from_file, wait=wait,
+                         json=as_json)
+    raise typer.Exit(submit_and_report(opts))
+
+
+@app.command("ls")
+def list_jobs(
+    all_jobs: bool = typer.Option(False, "--all", "-a", help="Include finished jobs."),
+    as_json: bool = typer.Option(False, "--json", help=JSON_HELP),
+) -> None:
+    """List pending and running jobs (and finished ones with --all)."""
+    jobs = Client().call("list", all=all_jobs)["jobs"]
+    if as_json:
+        print_json(jobs)
+    elif jobs:
+        out.print(render.jobs_table(jobs))
+    else:
+        out.print("no jobs" if all_jobs else "no pending or running jobs (--all shows finished ones)")
+
+
+@app.command()
+def show(
+    job_id: int = typer.Argument(..., help="Job id."),
+    as_json: bool = typer.Option(False, "--json", help=JSON_HELP),
+) -> None:
+    """Everything about one job."""
+    job = Client().call("show", ids=[job_id])["jobs"][0]
+    if as_json:
+        print_json(job)
+    else:
+        out.print(render.job_detail(job))
+
+
+@app.command()
+def cancel(job_ids: List[int] = typer.Argument(..., help="Job ids.")) -> None:
+    """Cancel jobs: pending ones never start; running ones get SIGTERM, then SIGKILL."""
+    results = Client().call("cancel", ids=job_ids)["results"]
+    for job_id, outcome in results.items():
+        out.print(f"job {job_id}: {outcome}")
+
+
+@app.command()
+def wait(job_ids: List[int] = typer.Argument(..., help="Job ids.")) -> None:
+    """Wait for jobs to end; exit with the first non-zero job status (0 if all succeeded)."""
+    jobs = wait_for_jobs(Client(), job_ids)
+    raise typer.Exit(next((s for s in map(exit_status, jobs) if s != 0), 0))
+
+
+@app.command()
+def logs(
+    job_id: int = typer.Argument(..., help="Job id."),
+    follow: bool = typer.Option(False, "--follow", "-f", help="Keep printing until the job ends."),
+    stderr: bool = typer.Option(False, "--stderr", help="Show standard error instead of output."),
+) -> None:
+    """Print a job's output."""
+    from gpusched.logs import print_log
+
+    print_log(Client(), job_id, stderr=stderr, follow=follow)
+
+
+@app.command()
+def gpus(as_json: bool = typer.Option(False, "--json", help=JSON_HELP)) -> None:
+    """The GPUs the daemon sees: memory used / reserved / total, utilization, jobs."""
+    result = Client().call("gpus")
+    if as_json:
+        print_json(result)
+        return
+    if result["problem"]:
+        out.print(f"No GPUs: {render.safe(result['problem'])}")
+    if result["gpus"]:
+        out.print(render.gpus_table(result))
+    procs = render.processes_table(result)
+    if procs is not None:
+        out.print()
+        out.print(procs)
+
+
+@app.command()
+def demo(
+    keep_seconds: float = typer.Option(0.0, hidden=True, help="Linger before cleaning up."),
+) -> None:
+    """Try gpusched on 4 simulated GPUs in a temporary home; cleans up after itself."""
+    from gpusched.demo import run_demo
+
+    raise typer.Exit(run_demo(out))
+
+
+@app.command()
+def completions(shell: str = typer.Argument(..., help="bash, zsh or fish.")) -> None:
+    """Print the completion script for a shell."""
+    from gpusched.completions import SHELLS, generate
+
+    if shell not in SHELLS:
+        raise UsageError(f"no completions for {shell!r}; choose one of: {', '.join(SHELLS)}")
+    sys.stdout.write(generate(shell))
+
+
+@daemon_app.command("run")
+def daemon_run() -> None:
+    """Run the daemon in the foreground (for systemd)."""
+    from gpusched.daemon import serve
+
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    serve(resolve_paths())
+
+
+@daemon_app.command("start")
+def daemon_start() -> None:
+    """Start the daemon in the background (any command does so when none runs)."""
+    client = Client()
+    if client.is_running():
+        status = client.call("status")
+        out.print(f"gpusched daemon already running (pid {status['pid']})")
+        return
+    start_daemon(client.paths)
+    client.wait_until_up().close()
+    out.print(f"gpusched daemon started (pid {client.call('status')['pid']})")
+
+
+@daemon_app.command("stop")
+def daemon_stop() -> None:
+    """Stop the daemon; running jobs keep running and are re-adopted at the next start."""
+    client = Client(autostart=False)
+    if not client.is_running():
+        out.print("gpusched daemon is not running")
+        return
+    pid = client.call("status")["pid"]
+    result = client.call("stop")
+    if not wait_for_exit(pid, 30.0):
+        raise GpuschedError(f"the daemon (pid {pid}) did not stop within 30 s")
+    out.print(f"gpusched daemon stopped; {result['running_jobs_left']} running job(s) left running")
+
+
+@daemon_app.command("status")
+def daemon_status(as_json: bool = typer.Option(False, "--json", help=JSON_HELP)) -> None:
+    """Whether the daemon runs, and what it sees. Exit status 3 when it does not run."""
+    client = Client(autostart=False)
+    if not client.is_running():
+        if as_json:
+            print_json({"running": False, "socket": str(client.paths.socket)})
+        else:
+            out.print(f"gpusched daemon is not running (socket {client.paths.socket})")
+        raise typer.Exit(3)
+    status = client.call("status")
+    if as_json:
+        print_json({"running": True, **status})
+    else:
+        out.print("\n".join(render.status_lines(status)), markup=False)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run a command; errors become one line on stderr and an exit status, never a traceback."""
+    command = typer.main.get_command(app)
+    args = sys.argv[1:] if argv is None else list(argv)
+    try:
+        result = command.main(args=args, prog_name="gpusched", standalone_mode=False)
+        return result if isinstance(result, int) else 0
+    except GpuschedError as exc:
+        return report_error(exc)
+    except typer.TyperException as exc:  # click's usage errors: one line, status 2
+        message = exc.format_message().replace("\n", " ")
+        first = next((a for a in args if not a.startswith("-")), "")
+        topic = f"{first} " if first in getattr(command, "commands", {}) else ""
+        sys.stderr.write(f"Error: {message} (see `gpusched {topic}--help`)\n")
+        return getattr(exc, "exit_code", 2)
+    except typer.Abort:
+        sys.stderr.write("Aborted.\n")
+        return 1
+    except KeyboardInterrupt:
+        return 130

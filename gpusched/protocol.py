@@ -1,0 +1,106 @@
+"""The wire: length-prefixed JSON frames over a Unix socket, and the table of commands."""
+
+from __future__ import annotations
+
+import json
+import socket
+import struct
+from dataclasses import dataclass
+from typing import Any
+
+from gpusched.errors import ProtocolError
+
+MAX_FRAME_BYTES = 16 * 2**20  # a --from-file sweep of thousands of lines fits; a flood does not
+READ_TIMEOUT_S = 10.0
+_HEADER = struct.Struct(">I")
+
+
+@dataclass(frozen=True)
+class Command:
+    required: frozenset[str] = frozenset()
+    optional: frozenset[str] = frozenset()
+
+
+def _cmd(required: str = "", optional: str = "") -> Command:
+    return Command(frozenset(required.split()), frozenset(optional.split()))
+
+
+# Every request the daemon answers, with the argument names it accepts. Anything else is
+# refused before a handler sees it.
+COMMANDS: dict[str, Command] = {
+    "ping": _cmd(),
+    "status": _cmd(),
+    "submit": _cmd("jobs", "env cwd"),
+    "list": _cmd("", "all limit"),
+    "show": _cmd("ids"),
+    "cancel": _cmd("ids"),
+    "wait": _cmd("ids", "timeout_s"),
+    "gpus": _cmd(),
+    "stop": _cmd(),
+    # Sent by a job's shim after it wrote the exit record: only a wake-up, the daemon
+    # reads the record itself.
+    "job_exited": _cmd("id"),
+}
+
+
+def check_request(message: Any) -> tuple[str, dict[str, Any]]:
+    """A request's command and arguments, or ProtocolError naming what is wrong."""
+    if not isinstance(message, dict) or not isinstance(message.get("cmd"), str):
+        raise ProtocolError("a request must be a JSON object with a 'cmd' string")
+    name, args = message["cmd"], message.get("args", {})
+    spec = COMMANDS.get(name)
+    if spec is None:
+        raise ProtocolError(f"unknown command {name!r}; known: {', '.join(sorted(COMMANDS))}")
+    if not isinstance(args, dict):
+        raise ProtocolError(f"'{name}': args must be a JSON object")
+    missing = spec.required - args.keys()
+    extra = args.keys() - spec.required - spec.optional
+    if missing or extra:
+        raise ProtocolError(f"'{name}': missing {sorted(missing)}, unexpected {sorted(extra)}")
+    return name, args
+
+
+def encode(message: dict[str, Any]) -> bytes:
+    body = json.dumps(message, separators=(",", ":")).encode()
+    if len(body) > MAX_FRAME_BYTES:
+        raise ProtocolError(f"message of {len(body)} bytes is over the {MAX_FRAME_BYTES}-byte limit")
+    return _HEADER.pack(len(body)) + body
+
+
+def _read_exact(sock: socket.socket, size: int) -> bytes:
+    chunks, remaining = [], size
+    while remaining:
+        chunk = sock.recv(min(remaining, 1 << 20))
+        if not chunk:
+            raise ProtocolError("connection closed in the middle of a message")
+        chunks.append(chunk)
+        remaining -= len(chunk)
+    return b"".join(chunks)
+
+
+def send(sock: socket.socket, message: dict[str, Any]) -> None:
+    sock.sendall(encode(message))
+
+
+def receive(sock: socket.socket) -> dict[str, Any] | None:
+    """One frame, or None when the peer closed cleanly between frames."""
+    first = sock.recv(_HEADER.size)
+    if not first:
+        return None
+    header = first + (_read_exact(sock, _HEADER.size - len(first)) if len(first) < _HEADER.size else b"")
+    (size,) = _HEADER.unpack(header)
+    if size > MAX_FRAME_BYTES:
+        raise ProtocolError(f"message of {size} bytes is over the {MAX_FRAME_BYTES}-byte limit")
+    try:
+        message = json.loads(_read_exact(sock, size))
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ProtocolError(f"message is not JSON: {exc}") from None
+    if not isinstance(message, dict):
+        raise ProtocolError("message is not a JSON object")
+    return message
+
+
+def peer_credentials(sock: socket.socket) -> tuple[int, int, int]:
+    """(pid, uid, gid) of the process at the other end, from the kernel (SO_PEERCRED)."""
+    creds = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
+    return struct.unpack("3i", creds)

@@ -1,0 +1,114 @@
+"""Human output of the listing commands (`ls`, `show`, `gpus`, `daemon status`) with rich."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from rich.markup import escape
+from rich.table import Table
+
+from gpusched.units import duration_human, size_human
+
+_STATE_STYLE = {"pending": "yellow", "running": "green", "succeeded": "bold green",
+                "failed": "red", "cancelled": "magenta", "lost": "red"}
+
+
+def safe(text: str) -> str:
+    """Markup-free and control-free: job names and commands come from users."""
+    cleaned = "".join(ch if ch.isprintable() else repr(ch)[1:-1] for ch in text)
+    return escape(cleaned)
+
+
+def request_human(job: dict[str, Any]) -> str:
+    n = job["gpus_requested"]
+    if n == 0:
+        return "-"
+    if job["gpu_mem_bytes"] is None:
+        return f"{n} GPU" + ("s" if n > 1 else "")
+    return f"{n}x{size_human(job['gpu_mem_bytes'])}"
+
+
+def _state(job: dict[str, Any]) -> str:
+    state = job["state"]
+    text = state
+    if state in ("failed", "succeeded") and job["exit_code"] is not None:
+        text = f"{state} ({job['exit_code']})"
+    elif job["signal"]:
+        text = f"{state} (signal {job['signal']})"
+    return f"[{_STATE_STYLE.get(state, '')}]{text}[/]"
+
+
+def jobs_table(jobs: list[dict[str, Any]]) -> Table:
+    now = time.time()
+    table = Table(box=None, header_style="bold", pad_edge=False)
+    for column in ("ID", "USER", "NAME", "STATE", "REQUEST", "GPUS", "TIME", "REASON / COMMAND"):
+        table.add_column(column, overflow="fold" if column.startswith("REASON") else "ellipsis",
+                         no_wrap=not column.startswith("REASON"))
+    for job in jobs:
+        if job["state"] == "pending":
+            elapsed, detail = now - job["submitted_at"], job["pending_reason"]
+        else:
+            end = job["ended_at"] or now
+            elapsed = end - (job["started_at"] or end)
+            detail = " ".join(job["command"])
+        gpus = ",".join(str(i) for i in job["gpu_indices"]) or "-"
+        table.add_row(str(job["id"]), safe(job["user"]), safe(job["name"]), _state(job),
+                      request_human(job), gpus, duration_human(elapsed), safe(detail))
+    return table
+
+
+def job_detail(job: dict[str, Any]) -> Table:
+    table = Table(box=None, show_header=False, pad_edge=False)
+    table.add_column(style="bold")
+    table.add_column(overflow="fold")
+    for key, value in job.items():
+        if key.endswith("_at") and value:
+            value = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(value))
+        elif isinstance(value, list):
+            value = " ".join(str(v) for v in value)
+        table.add_row(key, safe("" if value is None else str(value)))
+    return table
+
+
+def gpus_table(result: dict[str, Any]) -> Table:
+    table = Table(box=None, header_style="bold", pad_edge=False)
+    for column in ("GPU", "NAME", "MEMORY USED / RESERVED / TOTAL", "UTIL", "HEALTH", "JOBS"):
+        table.add_column(column)
+    for gpu in result["gpus"]:
+        memory = (f"{size_human(gpu['mem_used_bytes'])} / {size_human(gpu['mem_reserved_bytes'])}"
+                  f" / {size_human(gpu['mem_total_bytes'])}")
+        util = "N/A" if gpu["util_pct"] is None else f"{gpu['util_pct']:.0f}%"
+        health = "ok" if gpu["healthy"] else f"[red]{safe(gpu['health_reason'] or 'lost')}[/]"
+        table.add_row(gpu["label"], safe(gpu["name"]), memory, util, health,
+                      ",".join(str(j) for j in gpu["jobs"]) or "-")
+    return table
+
+
+def processes_table(result: dict[str, Any]) -> Table | None:
+    rows = [(gpu["label"], p) for gpu in result["gpus"] for p in gpu["processes"]]
+    if not rows:
+        return None
+    table = Table(box=None, header_style="bold", pad_edge=False)
+    for column in ("GPU", "PID", "USER", "JOB", "GPU MEM", "COMMAND"):
+        table.add_column(column, overflow="ellipsis", no_wrap=True)
+    for label, proc in rows:
+        pid = str(proc["pid"]) if proc["visible"] else f"{proc['pid']} (other namespace)"
+        job = str(proc["job"]) if proc["job"] is not None else "external"
+        table.add_row(label, pid, safe(proc["user"] or "?"), job,
+                      size_human(proc["used_mem_bytes"]), safe(proc["command"] or "?"))
+    return table
+
+
+def status_lines(status: dict[str, Any]) -> list[str]:
+    gpus = f"{status['gpu_count']} GPU(s) via {status['backend']}"
+    if status.get("gpu_problem"):
+        gpus += f" ({status['gpu_problem']})"
+    return [
+        f"gpusched daemon {status['version']} running, pid {status['pid']}, "
+        f"up {duration_human(status['uptime_s'])}",
+        f"GPUs: {gpus}",
+        f"jobs: {status['running']} running, {status['pending']} pending",
+        f"state: {status['state_dir']}",
+        f"socket: {status['socket']}",
+    ]

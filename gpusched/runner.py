@@ -1,0 +1,187 @@
+"""Processes: start a job's shim, read its exit record, signal it, re-adopt it after a restart."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterable, Mapping
+
+import psutil
+
+from gpusched import shim
+from gpusched.models import GpuInfo, Job
+
+SHIM_PATH = shim.__file__
+# Variables the daemon owns in every job's environment; stale copies (from a job that
+# submits jobs) are removed first so a job never inherits its parent's GPUs.
+SCHEDULER_VARS = ("CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER", "NVIDIA_VISIBLE_DEVICES",
+                  "GPUSCHED_JOB_ID", "GPUSCHED_NUM_GPUS", "GPUSCHED_GPU_MEM",
+                  "MASTER_ADDR", "MASTER_PORT")
+
+
+@dataclass(frozen=True)
+class ExitRecord:
+    exit_code: int | None
+    signal: int | None
+    ended_at: float
+    error: str = ""
+
+
+def boot_id() -> str:
+    try:
+        return Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+    except OSError:
+        return ""
+
+
+def job_environment(job: Job, gpus: Iterable[GpuInfo], master_port: int,
+                    visible_devices: str) -> dict[str, str]:
+    """The job's whole environment: what was captured at submit, plus the scheduler's."""
+    gpus = tuple(gpus)
+    env = {k: v for k, v in job.env.items() if k not in SCHEDULER_VARS}
+    # MIG devices can only be named by UUID; whole GPUs by index when the config asks.
+    ids = [g.uuid if visible_devices == "uuid" or g.parent_index is not None else str(g.index)
+           for g in gpus]
+    env.update({
+        "CUDA_VISIBLE_DEVICES": ",".join(ids),
+        "CUDA_DEVICE_ORDER": "PCI_BUS_ID",  # CUDA's default order (fastest first) is not nvidia-smi's
+        "NVIDIA_VISIBLE_DEVICES": ",".join(ids) if ids else "none",
+        "GPUSCHED_JOB_ID": str(job.id),
+        "GPUSCHED_NUM_GPUS": str(len(gpus)),
+        "MASTER_ADDR": "127.0.0.1",
+        "MASTER_PORT": str(master_port),
+    })
+    if job.request.gpu_mem_bytes is not None:
+        env["GPUSCHED_GPU_MEM"] = str(job.request.gpu_mem_bytes)
+    return env
+
+
+def pick_master_port(low: int, high: int, taken: Iterable[int]) -> int:
+    """The lowest port in the range that no running job has and nobody is listening on."""
+    taken = set(taken)
+    for port in range(low, high + 1):
+        if port in taken:
+            continue
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+            try:
+                probe.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+        return port
+    return low + (max(taken, default=low) - low + 1) % (high - low + 1)
+
+
+def job_dir(jobs_root: Path, job_id: int) -> Path:
+    return jobs_root / str(job_id)
+
+
+def start_shim(job: Job, env: Mapping[str, str], jobs_root: Path, socket_path: Path,
+               grace_s: float) -> tuple[int, float]:
+    """Write the job's spec and start its shim in a new session; return (pid, start time)."""
+    directory = job_dir(jobs_root, job.id)
+    directory.mkdir(mode=0o700, parents=True, exist_ok=True)
+    spec = {"job_id": job.id, "command": list(job.command), "env": dict(env), "cwd": job.cwd,
+            "stdout": job.stdout_path, "stderr": job.stderr_path, "grace_s": grace_s,
+            "socket": str(socket_path)}
+    # The spec doubles as the "this job was started" marker for a daemon that dies before
+    # it records the start. Only a daemon crash needs it (a power cut ends the job too),
+    # so the page cache is durable enough and no fsync slows every start.
+    shim.write_atomically(str(directory / shim.SPEC_FILE), spec, durable=False)
+    proc = subprocess.Popen(
+        [sys.executable, "-I", "-S", SHIM_PATH, str(directory)],
+        stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        start_new_session=True, close_fds=True, env={"PATH": os.defpath})
+    try:
+        started = psutil.Process(proc.pid).create_time()
+    except psutil.Error:
+        started = 0.0  # already gone: its exit record says how it ended
+    return proc.pid, started
+
+
+def read_exit_record(jobs_root: Path, job_id: int) -> ExitRecord | None:
+    path = job_dir(jobs_root, job_id) / shim.EXIT_FILE
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    return ExitRecord(data.get("exit_code"), data.get("signal"), float(data.get("ended_at", 0)),
+                      data.get("error", ""))
+
+
+def _shim_process(job: Job) -> psutil.Process | None:
+    """The job's shim if it is still that very process (same pid, start time and boot)."""
+    if not job.shim_pid or job.boot_id != boot_id():
+        return None
+    try:
+        proc = psutil.Process(job.shim_pid)
+        if abs(proc.create_time() - (job.shim_start_time or 0)) > 0.05:
+            return None
+        if proc.status() == psutil.STATUS_ZOMBIE:
+            return None
+        return proc
+    except psutil.Error:
+        return None
+
+
+def is_alive(job: Job) -> bool:
+    return _shim_process(job) is not None
+
+
+def signal_job(job: Job, signum: int = signal.SIGTERM) -> bool:
+    """Send a signal through the shim, which passes it to the job's process group."""
+    proc = _shim_process(job)
+    if proc is None:
+        return False
+    try:
+        proc.send_signal(signum)
+    except psutil.Error:
+        return False
+    return True
+
+
+def pid_owners(running: Iterable[Job]) -> dict[int, int]:
+    """pid -> job id for every process under a running job's shim (one scan of /proc)."""
+    owners = {job.shim_pid: job.id for job in running if job.shim_pid}
+    children: dict[int, list[int]] = {}
+    for proc in psutil.process_iter(["ppid"]):
+        children.setdefault(proc.info["ppid"], []).append(proc.pid)
+    stack = list(owners)
+    while stack:
+        parent = stack.pop()
+        for child in children.get(parent, ()):
+            if child not in owners:
+                owners[child] = owners[parent]
+                stack.append(child)
+    return owners
+
+
+def reap_children() -> None:
+    """Collect exited shims this daemon started, so they do not linger as zombies."""
+    while True:
+        try:
+            pid, _ = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            return
+
+
+def was_started(jobs_root: Path, job_id: int) -> bool:
+    """Whether a start was attempted: the spec is written just before the shim starts."""
+    return (job_dir(jobs_root, job_id) / shim.SPEC_FILE).exists()
+
+
+def find_shim(jobs_root: Path, job_id: int) -> tuple[int, float] | None:
+    """(pid, start time) of a running shim for this job, found by its command line."""
+    target = str(job_dir(jobs_root, job_id))
+    for proc in psutil.process_iter(["cmdline", "create_time"]):
+        cmd = proc.info["cmdline"] or []
+        if len(cmd) >= 2 and cmd[-1] == target and cmd[-2] == SHIM_PATH:
+            return proc.pid, proc.info["create_time"]
+    return None

@@ -1,0 +1,165 @@
+"""The per-job parent: owns the job's session and logs, forwards signals, writes the exit record.
+
+Run as `python -I -S shim.py JOBDIR` by the daemon, in a new session, so that it outlives
+the daemon. It imports only the standard library (and the stdlib-only protocol module),
+because its start-up time is every job's start-up time.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+import time
+
+SPEC_FILE = "spec.json"
+EXIT_FILE = "exit.json"
+# Signals a user (or the daemon) may send to the shim that belong to the job instead.
+FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2,
+             signal.SIGQUIT)
+
+
+def write_atomically(path: str, data: dict, durable: bool = True) -> None:
+    """Write to a temporary name, then rename: a reader sees all of it or nothing.
+
+    durable=True also fsyncs the file and the directory, so the record survives a power
+    cut, not only a crash of this process.
+    """
+    tmp = f"{path}.tmp"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    try:
+        os.write(fd, json.dumps(data).encode())
+        if durable:
+            os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.rename(tmp, path)
+    if durable:
+        dir_fd = os.open(os.path.dirname(path) or ".", os.O_RDONLY)
+        try:
+            os.fsync(dir_fd)
+        finally:
+            os.close(dir_fd)
+
+
+def _open_log(path: str) -> int:
+    return os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW, 0o600)
+
+
+def spawn(spec: dict) -> int:
+    """Fork and exec the job in its own process group; exec errors come back through a pipe."""
+    out_fd, err_fd = _open_log(spec["stdout"]), _open_log(spec["stderr"])
+    read_end, write_end = os.pipe2(os.O_CLOEXEC)
+    pid = os.fork()
+    if pid == 0:  # the child: only async-signal-safe work until exec
+        try:
+            os.close(read_end)
+            os.setpgid(0, 0)
+            for sig in FORWARDED:
+                signal.signal(sig, signal.SIG_DFL)
+            signal.pthread_sigmask(signal.SIG_SETMASK, [])
+            null = os.open(os.devnull, os.O_RDONLY)
+            os.dup2(null, 0)
+            os.dup2(out_fd, 1)
+            os.dup2(err_fd, 2)
+            os.chdir(spec["cwd"])
+            os.execvpe(spec["command"][0], spec["command"], spec["env"])
+        except BaseException as exc:  # noqa: BLE001 - report anything, then die
+            os.write(write_end, f"{type(exc).__name__}: {exc}".encode()[:4000])
+        os._exit(127)
+    os.close(write_end)
+    os.close(out_fd)
+    os.close(err_fd)
+    failure = b""
+    while chunk := os.read(read_end, 4096):
+        failure += chunk
+    os.close(read_end)
+    if failure:
+        os.waitpid(pid, 0)
+        raise OSError(failure.decode(errors="replace"))
+    return pid
+
+
+class Forwarder:
+    """Passes signals on to the job's process group; SIGTERM arms a SIGKILL after the grace."""
+
+    def __init__(self, pgid: int, grace_s: float):
+        self.pgid, self.grace_s = pgid, grace_s
+
+    def __call__(self, signum: int, _frame: object) -> None:
+        try:
+            os.killpg(self.pgid, signum)
+        except ProcessLookupError:
+            return
+        if signum == signal.SIGTERM:
+            signal.setitimer(signal.ITIMER_REAL, max(self.grace_s, 0.001))
+
+    def kill(self, _signum: int = 0, _frame: object = None) -> None:
+        try:
+            os.killpg(self.pgid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
+def wait_for(pid: int) -> tuple[int | None, int | None]:
+    """(exit code, signal) of the job."""
+    while True:
+        try:
+            _, status = os.waitpid(pid, 0)
+        except ChildProcessError:
+            return None, None
+        if os.WIFEXITED(status):
+            return os.WEXITSTATUS(status), None
+        if os.WIFSIGNALED(status):
+            return None, os.WTERMSIG(status)
+
+
+def notify_daemon(spec: dict) -> None:
+    """Best effort: wake the daemon now rather than at its next poll."""
+    try:
+        import socket
+
+        from gpusched import protocol
+
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+            sock.settimeout(2.0)
+            sock.connect(spec["socket"])
+            protocol.send(sock, {"cmd": "job_exited", "args": {"id": spec["job_id"]}})
+            protocol.receive(sock)
+    except Exception:  # noqa: BLE001 - the daemon also polls; a lost wake-up costs a poll
+        pass
+
+
+def run(job_dir: str) -> int:
+    with open(os.path.join(job_dir, SPEC_FILE), encoding="utf-8") as fh:
+        spec = json.load(fh)
+    exit_path = os.path.join(job_dir, EXIT_FILE)
+    # Hold signals until the forwarder exists, so an early cancel is never lost.
+    signal.pthread_sigmask(signal.SIG_BLOCK, FORWARDED)
+    try:
+        pid = spawn(spec)
+    except OSError as exc:
+        with open(spec["stderr"], "a", encoding="utf-8") as log:
+            log.write(f"gpusched: cannot start job: {exc}\n")
+        write_atomically(exit_path, {"exit_code": 127, "signal": None, "ended_at": time.time(),
+                                     "error": f"cannot start: {exc}"})
+        notify_daemon(spec)
+        return 0
+    forward = Forwarder(pid, float(spec.get("grace_s", 10.0)))
+    for sig in FORWARDED:
+        signal.signal(sig, forward)
+    signal.signal(signal.SIGALRM, forward.kill)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, FORWARDED)
+    exit_code, signum = wait_for(pid)
+    forward.kill()  # leftovers in the job's group would hold GPU memory nobody accounts for
+    write_atomically(exit_path, {"exit_code": exit_code, "signal": signum,
+                                 "ended_at": time.time(), "error": ""})
+    notify_daemon(spec)
+    return 0
+
+
+if __name__ == "__main__":
+    # Run by path with -I -S: make the package importable for the protocol module.
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    sys.exit(run(sys.argv[1]))
