@@ -137,6 +137,17 @@ def gpus(as_json: bool = typer.Option(False, "--json", help=JSON_HELP)) -> None:
 
 
 @app.command()
+def top(
+    interval: float = typer.Option(1.0, "--interval", "-i", help="Seconds between refreshes."),
+    once: bool = typer.Option(False, "--once", help="Print one frame and exit."),
+) -> None:
+    """A live view of GPUs, processes and the queue (keys: q p u s ?)."""
+    from gpusched.tui import run_top
+
+    raise typer.Exit(run_top(interval=interval, once=once))
+
+
+@app.command()
 def demo(
     keep_seconds: float = typer.Option(0.0, hidden=True, help="Linger before cleaning up."),
 ) -> None:

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any, Callable
 
 from gpusched import __version__, placement, runner
 from gpusched.errors import GpuschedError, NotFound, PermissionDenied, UsageError
-from gpusched.models import Job, JobState, Request, job_to_dict, transition
+from gpusched.models import Job, JobState, Request, inventory_to_dict, job_to_dict, transition
 from gpusched.protocol import COMMANDS
 from gpusched.server import error_reply
 
@@ -66,7 +66,7 @@ class Handlers:
         self._table: dict[str, Callable[[Call], dict | None]] = {
             "status": self.status, "submit": self.submit, "list": self.list,
             "show": self.show, "cancel": self.cancel, "wait": self.wait, "gpus": self.gpus,
-            "stop": self.stop, "job_exited": lambda call: {},
+            "stop": self.stop, "snapshot": self.snapshot, "job_exited": lambda call: {},
         }
         assert set(self._table) | {"ping"} == set(COMMANDS), "handlers and protocol disagree"
 
@@ -201,6 +201,14 @@ class Handlers:
                                         "job": d.pid_jobs.get(p.pid), "visible": p.is_visible}
                                        for p in gpu.processes]})
         return {"backend": d.inventory.backend, "problem": d.inventory.problem, "gpus": rows}
+
+    def snapshot(self, call: Call) -> dict:
+        d = self.d
+        loads = placement.gpu_loads(d.inventory, d.running(), d.pid_jobs)
+        return {"daemon": self.status(call), "inventory": inventory_to_dict(d.inventory),
+                "reserved_bytes": {uuid: l.promised_bytes for uuid, l in loads.items()},
+                "pid_jobs": {str(pid): job for pid, job in d.pid_jobs.items()},
+                "jobs": [job_to_dict(j) for j in sorted(d.jobs.values(), key=lambda j: j.id)]}
 
     def stop(self, call: Call) -> dict:
         self.d.stopping = True

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass, field, replace
+from dataclasses import asdict, dataclass, field, replace
 
 
 class JobState(str, enum.Enum):
@@ -183,3 +183,23 @@ def job_to_dict(job: Job) -> dict:
         "end_reason": job.end_reason, "master_port": job.master_port,
         "stdout_path": job.stdout_path, "stderr_path": job.stderr_path,
     }
+
+
+def inventory_to_dict(inventory: Inventory) -> dict:
+    """An inventory as plain JSON data (tuples become lists); inventory_from_dict inverts it."""
+    return asdict(inventory)
+
+
+def _gpu_from_dict(data: dict) -> GpuInfo:
+    values = dict(data)
+    values["processes"] = tuple(GpuProcess(**p) for p in values.get("processes", ()))
+    values["mig_devices"] = tuple(_gpu_from_dict(m) for m in values.get("mig_devices", ()))
+    if values.get("compute_capability") is not None:
+        values["compute_capability"] = tuple(values["compute_capability"])
+    return GpuInfo(**values)
+
+
+def inventory_from_dict(data: dict) -> Inventory:
+    values = dict(data)
+    values["gpus"] = tuple(_gpu_from_dict(g) for g in values.get("gpus", ()))
+    return Inventory(**values)

@@ -36,6 +36,8 @@ COMMANDS: dict[str, Command] = {
     "cancel": _cmd("ids"),
     "wait": _cmd("ids", "timeout_s"),
     "gpus": _cmd(),
+    # Everything `gpusched top` draws in one frame: daemon, GPUs, reservations, jobs.
+    "snapshot": _cmd(),
     "stop": _cmd(),
     # Sent by a job's shim after it wrote the exit record: only a wake-up, the daemon
     # reads the record itself.

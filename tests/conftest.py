@@ -1,0 +1,150 @@
+"""Shared fixtures: a real gpusched home in a temporary directory, driven through the real CLI."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+import psutil
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+DEADLINE_S = 60.0  # generous: a loaded 2-core CI machine is slow, and we poll, never sleep
+
+
+def wait_until(predicate: Callable[[], Any], what: str, timeout: float = DEADLINE_S) -> Any:
+    """Poll until predicate() is truthy and return its value, or fail naming `what`."""
+    deadline = time.monotonic() + timeout
+    delay = 0.01
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            pytest.fail(f"timed out after {timeout:.0f} s waiting for {what}")
+        time.sleep(delay)
+        delay = min(delay * 1.5, 0.2)
+
+
+class Home:
+    """One isolated gpusched instance: its own GPUSCHED_HOME, config and daemon."""
+
+    def __init__(self, path: Path, simulate: str = "4x80GiB"):
+        self.path = path
+        self.env = {k: v for k, v in os.environ.items()
+                    if not k.startswith(("GPUSCHED_", "XDG_"))}
+        self.env.update({"GPUSCHED_HOME": str(path), "GPUSCHED_SIMULATE": simulate,
+                         "PYTHONPATH": str(REPO), "NO_COLOR": "1", "COLUMNS": "200"})
+
+    @property
+    def state(self) -> Path:
+        return self.path / "state"
+
+    def run(self, *args: str, check: bool = True, input: str | None = None,
+            timeout: float = DEADLINE_S, cwd: str | Path | None = None,
+            env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+        proc = subprocess.run([sys.executable, "-m", "gpusched", *args], capture_output=True,
+                              text=True, input=input, timeout=timeout, cwd=cwd or self.path,
+                              env={**self.env, **(env or {})})
+        if check and proc.returncode != 0:
+            raise AssertionError(f"gpusched {' '.join(args)} exited {proc.returncode}:\n"
+                                 f"{proc.stdout}\n{proc.stderr}")
+        return proc
+
+    def json(self, command: str, *args: str) -> Any:
+        """A command's --json output (the flag goes first: submit's command ends the options)."""
+        return json.loads(self.run(command, "--json", *args).stdout)
+
+    def submit(self, *args: str) -> int:
+        return self.json("submit", *args)["id"]
+
+    def show(self, job_id: int) -> dict:
+        return self.json("show", str(job_id))
+
+    def jobs(self) -> list[dict]:
+        return self.json("ls", "--all")
+
+    def wait_state(self, job_id: int, *states: str, timeout: float = DEADLINE_S) -> dict:
+        return wait_until(lambda: (j := self.show(job_id))["state"] in states and j,
+                          f"job {job_id} to reach {states}", timeout)
+
+    def write_config(self, text: str) -> None:
+        self.path.mkdir(parents=True, exist_ok=True)
+        (self.path / "gpusched.toml").write_text(text)
+
+    def daemon_pid(self) -> int | None:
+        proc = self.run("daemon", "status", "--json", check=False)
+        return json.loads(proc.stdout).get("pid") if proc.returncode == 0 else None
+
+    def start(self) -> int:
+        self.run("daemon", "start")
+        pid = self.daemon_pid()
+        assert pid
+        return pid
+
+    def kill_daemon(self) -> None:
+        """SIGKILL, as a crash would: jobs keep running."""
+        pid = self.daemon_pid()
+        assert pid
+        os.kill(pid, signal.SIGKILL)
+        wait_until(lambda: not psutil.pid_exists(pid) or
+                   psutil.Process(pid).status() == psutil.STATUS_ZOMBIE, "the daemon to die")
+
+    def processes(self) -> list[psutil.Process]:
+        """Every process of this home: the daemon, shims, and the jobs under them."""
+        mine = []
+        for proc in psutil.process_iter(["cmdline", "environ"]):
+            try:
+                cmd = " ".join(proc.info["cmdline"] or [])
+                env = proc.info["environ"] or {}
+            except psutil.Error:
+                continue
+            if str(self.path) in cmd or env.get("GPUSCHED_HOME") == str(self.path):
+                mine.append(proc)
+        return mine
+
+    def cleanup(self) -> None:
+        self.run("daemon", "stop", check=False, timeout=40)
+        procs = self.processes()
+        for proc in procs:
+            try:
+                procs += proc.children(recursive=True)
+            except psutil.Error:
+                pass
+        for proc in procs:
+            try:
+                proc.kill()
+            except psutil.Error:
+                pass
+        psutil.wait_procs(procs, timeout=10)
+
+
+@pytest.fixture
+def home(tmp_path: Path):
+    """A gpusched home on 4 simulated 80 GiB GPUs; everything it started is killed after."""
+    h = Home(tmp_path / "home")
+    h.path.mkdir()
+    yield h
+    h.cleanup()
+
+
+@pytest.fixture
+def make_home(tmp_path: Path):
+    """Build homes with other simulated GPUs: make_home("1x80GiB")."""
+    homes: list[Home] = []
+
+    def make(simulate: str = "4x80GiB", name: str = "") -> Home:
+        h = Home(tmp_path / (name or f"home{len(homes)}"), simulate)
+        h.path.mkdir()
+        homes.append(h)
+        return h
+
+    yield make
+    for h in homes:
+        h.cleanup()
