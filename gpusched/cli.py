@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import os
 import sys
 import time
 from pathlib import Path
@@ -164,7 +165,7 @@ def completions(shell: str = typer.Argument(..., help="bash, zsh or fish.")) -> 
 
     if shell not in SHELLS:
         raise UsageError(f"no completions for {shell!r}; choose one of: {', '.join(SHELLS)}")
-    sys.stdout.write(generate(shell))
+    sys.stdout.write(generate(shell, typer.main.get_command(app)))
 
 
 @daemon_app.command("run")
@@ -240,3 +241,9 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     except KeyboardInterrupt:
         return 130
+    except Exception as exc:  # noqa: BLE001 - a bug: one line for the user, details on request
+        if os.environ.get("GPUSCHED_DEBUG"):
+            raise
+        sys.stderr.write(f"Error: internal error: {type(exc).__name__}: {exc}. Rerun with "
+                         "GPUSCHED_DEBUG=1 for details and report it.\n")
+        return 1

@@ -102,6 +102,12 @@ def wait_for_exit(pid: int, timeout_s: float) -> bool:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         try:
+            # A daemon this process started is its child: reap it, or it lingers as a zombie.
+            if os.waitpid(pid, os.WNOHANG)[0] == pid:
+                return True
+        except ChildProcessError:
+            pass
+        try:
             os.kill(pid, 0)
         except ProcessLookupError:
             return True

@@ -67,18 +67,28 @@ def _positive_duration(value: Any) -> float:
     return seconds
 
 
-# TOML key -> (Settings field, parser, default as written in TOML). One table drives
-# loading, the example file and the test that keeps the two in step.
-KEYS: dict[str, tuple[str, Callable[[Any], Any], Any]] = {
-    "daemon.gpu_poll_interval": ("gpu_poll_interval_s", _positive_duration, "2s"),
-    "daemon.cancel_grace": ("cancel_grace_s", parse_duration, "10s"),
-    "gpus.simulate": ("simulate", _text, ""),
-    "gpus.visible_devices": ("visible_devices", _choice("uuid", "index"), "uuid"),
-    "gpus.max_util_pct": ("max_util_pct", _number(0, 100), 90),
-    "gpus.mem_headroom": ("mem_headroom_bytes", parse_size, "512MiB"),
-    "gpus.exclusive_idle_mem": ("exclusive_idle_mem_bytes", parse_size, "1GiB"),
-    "jobs.master_port_min": ("master_port_min", _number(1024, 65535, int), 29500),
-    "jobs.master_port_max": ("master_port_max", _number(1024, 65535, int), 29999),
+# TOML key -> (Settings field, parser, default as written in TOML, what it does). One
+# table drives loading, the example file and the test that keeps the two in step.
+KEYS: dict[str, tuple[str, Callable[[Any], Any], Any, str]] = {
+    "daemon.gpu_poll_interval": ("gpu_poll_interval_s", _positive_duration, "2s",
+                                 "How often the daemon reads the GPUs (jobs still start at once)."),
+    "daemon.cancel_grace": ("cancel_grace_s", parse_duration, "10s",
+                            "Between SIGTERM and SIGKILL when a running job is cancelled."),
+    "gpus.simulate": ("simulate", _text, "",
+                      'Simulated GPUs instead of NVML, e.g. "4x80GiB" or '
+                      '"2xH100-80GiB,2xA100-40GiB" (env GPUSCHED_SIMULATE wins).'),
+    "gpus.visible_devices": ("visible_devices", _choice("uuid", "index"), "uuid",
+                             'CUDA_VISIBLE_DEVICES as GPU UUIDs ("uuid") or indices ("index").'),
+    "gpus.max_util_pct": ("max_util_pct", _number(0, 100), 90,
+                          "A GPU this busy (percent) takes no new jobs."),
+    "gpus.mem_headroom": ("mem_headroom_bytes", parse_size, "512MiB",
+                          "Free memory kept on a GPU beyond what a sharing job asks for."),
+    "gpus.exclusive_idle_mem": ("exclusive_idle_mem_bytes", parse_size, "1GiB",
+                                "A whole-GPU job needs a GPU whose other users hold at most this."),
+    "jobs.master_port_min": ("master_port_min", _number(1024, 65535, int), 29500,
+                             "Lowest MASTER_PORT given to a job (torchrun's default is 29500)."),
+    "jobs.master_port_max": ("master_port_max", _number(1024, 65535, int), 29999,
+                             "Highest MASTER_PORT given to a job."),
 }
 
 
@@ -93,7 +103,7 @@ def settings_from_mapping(data: dict[str, Any], source: str) -> Settings:
             dotted = f"{section}.{key}"
             if dotted not in KEYS:
                 raise ConfigError(f"{source}: unknown key '{dotted}'. Known keys: {', '.join(KEYS)}")
-            field_name, parse, _ = KEYS[dotted]
+            field_name, parse, _, _ = KEYS[dotted]
             try:
                 changes[field_name] = parse(value)
             except ValueError as exc:
@@ -126,13 +136,13 @@ def example_toml() -> str:
     """The example config: every key with its default, grouped by section."""
     lines = ["# gpusched configuration. Every key is optional; shown with its default."]
     section = None
-    for dotted, (_, _, default) in KEYS.items():
+    for dotted, (_, _, default, doc) in KEYS.items():
         name, key = dotted.split(".")
         if name != section:
             lines += ["", f"[{name}]"]
             section = name
         value = f'"{default}"' if isinstance(default, str) else str(default)
-        lines.append(f"{key} = {value}")
+        lines += [f"# {doc}", f"{key} = {value}"]
     return "\n".join(lines) + "\n"
 
 
