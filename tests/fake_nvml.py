@@ -68,7 +68,8 @@ class FakeGpu:
     compute_capability: tuple[int, int] = (8, 0)
     processes: list[FakeProcess] = field(default_factory=list)
     mig_capable: bool = False  # MIG mode query answers instead of NOT_SUPPORTED
-    mig_devices: list[FakeGpu] = field(default_factory=list)  # non-empty: MIG mode on
+    mig_devices: list[FakeGpu] = field(default_factory=list)
+    is_mig_mode_on: bool = False  # also on whenever mig_devices is non-empty
     gpu_instance_id: int | None = None
     compute_instance_id: int | None = None
     errors: dict[str, int] = field(default_factory=dict)  # C symbol -> error code
@@ -120,6 +121,10 @@ class _Fail(Exception):
         self.code = code
 
 
+def _or_no_instance(instance_id: int | None) -> int:
+    return _NO_INSTANCE if instance_id is None else instance_id
+
+
 def _address(handle: Any) -> int | None:
     return ctypes.cast(handle, ctypes.c_void_p).value
 
@@ -168,6 +173,7 @@ class FakeNvmlLib:
     def __init__(self, driver: FakeDriver):
         self.driver = driver
         self.calls: list[str] = []
+        self.device_calls: list[tuple[str, str]] = []  # (uuid, symbol) per device call
         self.absent_lookups: list[str] = []
         self.unimplemented: list[str] = []
         self.is_initialized = False
@@ -209,6 +215,7 @@ class FakeNvmlLib:
         gpu = self._gpus.get(_address(handle) or 0)
         if gpu is None:
             raise _Fail(pynvml.NVML_ERROR_INVALID_ARGUMENT)
+        self.device_calls.append((gpu.uuid, name))
         parent = self._parents.get(id(gpu))
         if gpu.is_lost or (parent is not None and parent.is_lost):
             raise _Fail(pynvml.NVML_ERROR_GPU_IS_LOST)
@@ -280,7 +287,7 @@ class _CFunctions:
         mem.free = gpu.mem_total_bytes - mem.used
 
     def nvmlDeviceGetUtilizationRates(self, gpu: FakeGpu, ref: Any) -> None:
-        if gpu.mig_devices or self.lib.is_mig_device(gpu):
+        if gpu.is_mig_mode_on or gpu.mig_devices or self.lib.is_mig_device(gpu):
             raise _Fail(pynvml.NVML_ERROR_NOT_SUPPORTED)
         ref._obj.gpu, ref._obj.memory = gpu.util_pct, gpu.util_pct // 2
 
@@ -316,7 +323,7 @@ class _CFunctions:
     def nvmlDeviceGetMigMode(self, gpu: FakeGpu, current: Any, pending: Any) -> None:
         if not (gpu.mig_capable or gpu.mig_devices):
             raise _Fail(pynvml.NVML_ERROR_NOT_SUPPORTED)
-        current._obj.value = pending._obj.value = int(bool(gpu.mig_devices))
+        current._obj.value = pending._obj.value = int(gpu.is_mig_mode_on or bool(gpu.mig_devices))
 
     def nvmlDeviceGetMaxMigDeviceCount(self, gpu: FakeGpu, ref: Any) -> None:
         if not (gpu.mig_capable or gpu.mig_devices):
@@ -342,7 +349,7 @@ class _CFunctions:
 
     def _processes(self, gpu: FakeGpu, kind: str, count: Any, array: Any) -> int:
         """The INSUFFICIENT_SIZE handshake: a NULL array (or a short one) gets the count."""
-        if gpu.mig_devices:  # a MIG parent wants root to list every instance's processes
+        if gpu.is_mig_mode_on or gpu.mig_devices:  # root only, on a MIG parent
             raise _Fail(pynvml.NVML_ERROR_NO_PERMISSION)
         procs = [p for p in gpu.processes if kind in p.kinds]
         if array is None or count._obj.value < len(procs):
@@ -351,9 +358,8 @@ class _CFunctions:
         for slot, proc in zip(array, procs):
             slot.pid = proc.pid
             slot.usedGpuMemory = 2**64 - 1 if proc.used_mem_bytes is None else proc.used_mem_bytes
-            slot.gpuInstanceId = _NO_INSTANCE if gpu.gpu_instance_id is None else gpu.gpu_instance_id
-            slot.computeInstanceId = (_NO_INSTANCE if gpu.compute_instance_id is None
-                                      else gpu.compute_instance_id)
+            slot.gpuInstanceId = _or_no_instance(gpu.gpu_instance_id)
+            slot.computeInstanceId = _or_no_instance(gpu.compute_instance_id)
         count._obj.value = len(procs)
         return SUCCESS
 

@@ -53,10 +53,10 @@ def test_modern_driver_reads_several_gpu_models(fake_nvml):
                     util_pct=87, temperature_c=61, power_mw=512_345,
                     processes=[FakeProcess(me, 18 * GIB)])
     a100 = make_gpu("A100", 1, mem_used_bytes=0, util_pct=0, temperature_c=30, power_mw=55_000)
-    # A C+G process is in both lists; it must be listed once, with its memory.
+    # A C+G process is in both lists: listed once, with the memory that one list knows.
     l4 = make_gpu("L4", 2, mem_used_bytes=3 * GIB, util_pct=12, temperature_c=44,
-                  power_mw=30_250,
-                  processes=[FakeProcess(me, 2 * GIB, frozenset({"compute", "graphics"}))])
+                  power_mw=30_250, processes=[FakeProcess(me, 2 * GIB, frozenset({"compute"})),
+                                              FakeProcess(me, None, frozenset({"graphics"}))])
     lib = fake_nvml(FakeDriver(gpus=[h100, a100, l4], driver_version="550.54.15",
                                cuda_version=12040))
 
@@ -96,7 +96,8 @@ def test_old_driver_without_v3_process_symbols_falls_back(fake_nvml):
     me = os.getpid()
     gpu = make_gpu("T4", 0, mem_used_bytes=5 * GIB, mem_reserved_bytes=256 * MIB,
                    temperature_c=52,
-                   processes=[FakeProcess(me, 4 * GIB), FakeProcess(1, None, frozenset({"graphics"}))])
+                   processes=[FakeProcess(me, 4 * GIB),
+                              FakeProcess(1, None, frozenset({"graphics"}))])
     lib = fake_nvml(FakeDriver(gpus=[gpu], driver_version="470.256.02", cuda_version=11040,
                                absent=OLD_DRIVER_ABSENT))
 
@@ -111,8 +112,8 @@ def test_old_driver_without_v3_process_symbols_falls_back(fake_nvml):
     assert (gpu0.mem_total_bytes, gpu0.mem_used_bytes) == (15360 * MIB, 5 * GIB + 256 * MIB)
     assert gpu0.temperature_c == 52
     assert set(lib.absent_lookups) == OLD_DRIVER_ABSENT
-    assert {"nvmlDeviceGetComputeRunningProcesses_v2",
-            "nvmlDeviceGetGraphicsRunningProcesses_v2", "nvmlDeviceGetTemperature"} <= set(lib.calls)
+    assert {"nvmlDeviceGetComputeRunningProcesses_v2", "nvmlDeviceGetGraphicsRunningProcesses_v2",
+            "nvmlDeviceGetTemperature"} <= set(lib.calls)
     # pynvml's own unversioned wrapper breaks on this driver: the reason for the fallback.
     handle = pynvml.nvmlDeviceGetHandleByIndex(0)
     with pytest.raises(pynvml.NVMLLibraryMismatchError):
@@ -157,6 +158,19 @@ def test_driver_not_loaded_explains_and_retries_every_30s(fake_nvml):
     backend.close()
 
 
+@pytest.mark.parametrize("code, expected", [
+    (pynvml.NVML_ERROR_LIB_RM_VERSION_MISMATCH, "driver upgrade without a reboot"),
+    (pynvml.NVML_ERROR_NO_PERMISSION, "no permission on /dev/nvidia*"),
+    (pynvml.NVML_ERROR_UNKNOWN, "NVML could not start (NVMLError_Unknown: Unknown Error)"),
+], ids=["rm-version-mismatch", "no-permission", "unknown"])
+def test_other_init_failures_explain_themselves(fake_nvml, code, expected):
+    fake_nvml(FakeDriver(gpus=[make_gpu("L4", 0)], init_result=code))
+
+    inv = NvmlBackend().read()
+
+    assert inv.gpus == () and expected in inv.problem and "GPUSCHED_SIMULATE" in inv.problem
+
+
 def test_zero_gpus_explains(fake_nvml):
     fake_nvml(FakeDriver(gpus=[], driver_version="535.183.01"))
 
@@ -178,7 +192,7 @@ def test_one_gpu_lost_while_others_work(fake_nvml):
     lost_mid = make_gpu("H100", 3, errors={
         "nvmlDeviceGetPowerUsage": pynvml.NVML_ERROR_GPU_IS_LOST})
     good4 = make_gpu("H100", 4, mem_used_bytes=2 * GIB, temperature_c=41)
-    fake_nvml(FakeDriver(gpus=[good0, lost, lost_late, lost_mid, good4]))
+    lib = fake_nvml(FakeDriver(gpus=[good0, lost, lost_late, lost_mid, good4]))
 
     inv = NvmlBackend().read()
 
@@ -194,6 +208,9 @@ def test_one_gpu_lost_while_others_work(fake_nvml):
     assert (inv.gpus[0].mem_used_bytes, inv.gpus[0].temperature_c) == (GIB, 40)
     assert (inv.gpus[4].mem_used_bytes, inv.gpus[4].temperature_c) == (2 * GIB, 41)
     assert [g.uuid for g in inv.schedulable() if g.is_healthy] == [good0.uuid, good4.uuid]
+    # A lost GPU can take seconds per call: it is asked nothing after the failing one.
+    asked_lost_late = [name for uuid, name in lib.device_calls if uuid == lost_late.uuid]
+    assert asked_lost_late[-1] == "nvmlDeviceGetMemoryInfo_v2"
 
 
 def test_power_not_supported_is_none_and_the_rest_is_read(fake_nvml):
@@ -217,7 +234,8 @@ def test_memory_v2_refused_falls_back_to_v1(fake_nvml):
     [gpu0] = NvmlBackend().read().gpus
 
     assert gpu0.is_healthy and gpu0.mem_used_bytes == GIB + MIB
-    assert lib.calls.index("nvmlDeviceGetMemoryInfo_v2") < lib.calls.index("nvmlDeviceGetMemoryInfo")
+    calls = lib.calls
+    assert calls.index("nvmlDeviceGetMemoryInfo_v2") < calls.index("nvmlDeviceGetMemoryInfo")
 
 
 def test_per_process_memory_not_available_is_none(fake_nvml):
@@ -264,6 +282,18 @@ def test_mig_gpu_with_two_instances(fake_nvml):
         (1, mig2.uuid, None)]
     assert inv.gpus[1].mig_devices == ()
     assert [g.uuid for g in inv.schedulable()] == [mig1.uuid, mig2.uuid, other.uuid]
+
+
+def test_mig_mode_without_instances_is_never_given_out(fake_nvml):
+    parent = make_gpu("H100", 0, is_mig_mode_on=True)  # MIG on, no instances created yet
+    fake_nvml(FakeDriver(gpus=[parent, make_gpu("H100", 1)]))
+
+    inv = NvmlBackend().read()
+
+    gpu0 = inv.gpus[0]
+    assert (gpu0.uuid, gpu0.mig_devices, gpu0.is_healthy) == (parent.uuid, (), False)
+    assert "no MIG devices" in gpu0.health_reason
+    assert [g.is_healthy for g in inv.schedulable()] == [False, True]
 
 
 def test_process_from_another_pid_namespace_is_kept_as_not_visible(fake_nvml):

@@ -36,6 +36,8 @@ _FATAL_ERRORS = ("NVML_ERROR_GPU_IS_LOST", "NVML_ERROR_RESET_REQUIRED")
 # The v2 memory call is missing or refused on older drivers and some virtual GPUs.
 _MEMORY_V1_ERRORS = ("NVML_ERROR_FUNCTION_NOT_FOUND", "NVML_ERROR_NOT_SUPPORTED",
                      "NVML_ERROR_ARGUMENT_VERSION_MISMATCH")
+_NO_MIG_DEVICES = ("MIG mode is on but the GPU has no MIG devices; create GPU and compute "
+                   "instances (nvidia-smi mig) to use it")
 _NOT_AVAILABLE = 2**64 - 1  # NVML_VALUE_NOT_AVAILABLE as an unsigned long long
 
 
@@ -215,6 +217,8 @@ def _read_gpu(index: int) -> GpuInfo:
     if _is_mig_enabled(handle, probe):
         # Processes belong to MIG devices; asking the parent needs root in MIG mode.
         gpu = replace(gpu, mig_devices=_read_migs(handle, gpu, probe))
+        if not gpu.mig_devices:  # CUDA cannot use the parent itself: never give it out
+            return replace(gpu, is_healthy=False, health_reason=_NO_MIG_DEVICES)
     else:
         gpu = replace(gpu, processes=_processes(handle, gpu.uuid, probe))
     if probe.lost_reason:
