@@ -14,18 +14,24 @@ _gpusched() {
             'daemon status') path='daemon status' ;;
             'daemon stop') path='daemon stop' ;;
             'demo') path='demo' ;;
+            'drain') path='drain' ;;
             'gpus') path='gpus' ;;
+            'hold') path='hold' ;;
             'logs') path='logs' ;;
             'ls') path='ls' ;;
+            'release') path='release' ;;
+            'resume') path='resume' ;;
             'show') path='show' ;;
+            'simulate') path='simulate' ;;
             'submit') path='submit' ;;
             'top') path='top' ;;
+            'update') path='update' ;;
             'wait') path='wait' ;;
             *) break ;;
         esac
     done
     case "$path" in
-        '') words='cancel completions daemon demo gpus logs ls show submit top wait --help --version' ;;
+        '') words='cancel completions daemon demo drain gpus hold logs ls release resume show simulate submit top update wait --help --version' ;;
         'cancel') words='--help' ;;
         'completions') words='--help' ;;
         'daemon') words='run start status stop --help' ;;
@@ -34,12 +40,18 @@ _gpusched() {
         'daemon status') words='--help --json' ;;
         'daemon stop') words='--help' ;;
         'demo') words='--help' ;;
+        'drain') words='--help' ;;
         'gpus') words='--help --json' ;;
+        'hold') words='--help' ;;
         'logs') words='--help --follow -f --stderr' ;;
-        'ls') words='--help --all -a --json' ;;
+        'ls') words='--help --all -a --expand -r --json' ;;
+        'release') words='--help' ;;
+        'resume') words='--help' ;;
         'show') words='--help --json' ;;
-        'submit') words='--help --gpus -G --gpu-mem --name -n --priority --cwd --env -e --from-file -f --wait -W --json' ;;
+        'simulate') words='--help --gpus --policy --discipline --load --arrivals --seed --json' ;;
+        'submit') words='--help --gpus -G --gpu-mem --name -n --priority --cwd --env -e --from-file -f --wait -W --json --hold --after --dependency -d --kill-on-invalid-dep --array -a --time -t --signal --retries --retry-on --policy --gpu-ids --exclude-gpus --gpu-type --min-gpu-total-mem --min-compute-capability' ;;
         'top') words='--help --interval -i --once' ;;
+        'update') words='--help --priority' ;;
         'wait') words='--help' ;;
     esac
     if [[ $cur == -* || $path == '' || $path == 'daemon' ]]; then

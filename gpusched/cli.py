@@ -57,25 +57,52 @@ def submit(
                                             help="One job per line of shell commands (- for stdin)."),
     wait: bool = typer.Option(False, "--wait", "-W", help="Wait, then exit with the job's status."),
     as_json: bool = typer.Option(False, "--json", help=JSON_HELP),
+    hold: bool = typer.Option(False, "--hold", help="Queue it held: it starts after `release`."),
+    after: List[str] = typer.Option([], "--after", help="Start after these jobs succeed: 3,4."),
+    dependency: List[str] = typer.Option([], "--dependency", "-d",
+                                         help="Slurm form: afterok:3:4,afterany:5,afternotok:6."),
+    kill_on_invalid_dep: bool = typer.Option(False, "--kill-on-invalid-dep",
+                                             help="Cancel the job if its dependency can never be met."),
+    array: Optional[str] = typer.Option(None, "--array", "-a",
+                                        help="One job per index: 0-99, 1,3,5-7; 0-99%8 runs at most 8 at once."),
+    time_limit: Optional[str] = typer.Option(None, "--time", "-t", help="Time limit, e.g. 2h30m."),
+    warn: Optional[str] = typer.Option(None, "--signal",
+                                       help="SIG@SECONDS before the time limit, e.g. USR1@120."),
+    retries: int = typer.Option(0, "--retries", help="Re-queue a failed job up to N times."),
+    retry_on: Optional[str] = typer.Option(None, "--retry-on",
+                                           help="Ends that re-queue: failed,timeout,cancelled,lost."),
+    policy: Optional[str] = typer.Option(None, "--policy", help="Placement policy for this job."),
+    gpu_ids: Optional[str] = typer.Option(None, "--gpu-ids", help="Only these GPUs: 0,2."),
+    exclude_gpus: Optional[str] = typer.Option(None, "--exclude-gpus", help="Never these GPUs: 3."),
+    gpu_type: Optional[str] = typer.Option(None, "--gpu-type", help="Part of the GPU name: H100."),
+    min_gpu_total_mem: Optional[str] = typer.Option(None, "--min-gpu-total-mem",
+                                                    help="Only GPUs with this much memory: 40G."),
+    min_compute_capability: Optional[str] = typer.Option(None, "--min-compute-capability",
+                                                         help="Only GPUs at least this: 8.0."),
 ) -> None:
     """Queue a job: `gpusched submit --gpus 1 --gpu-mem 20G -- python train.py`."""
-    opts = SubmitOptions(command=command or [], gpus=gpus, gpu_mem=gpu_mem, name=name,
-                         priority=priority, cwd=cwd, env=env, from_file=from_file, wait=wait,
-                         json=as_json)
+    opts = SubmitOptions(
+        command=command or [], gpus=gpus, gpu_mem=gpu_mem, name=name, priority=priority, cwd=cwd,
+        env=env, from_file=from_file, wait=wait, json=as_json, hold=hold, after=after,
+        dependency=dependency, kill_on_invalid_dep=kill_on_invalid_dep, array=array,
+        time=time_limit, signal=warn, retries=retries, retry_on=retry_on, policy=policy,
+        gpu_ids=gpu_ids, exclude_gpus=exclude_gpus, gpu_type=gpu_type,
+        min_gpu_total_mem=min_gpu_total_mem, min_compute_capability=min_compute_capability)
     raise typer.Exit(submit_and_report(opts))
 
 
 @app.command("ls")
 def list_jobs(
     all_jobs: bool = typer.Option(False, "--all", "-a", help="Include finished jobs."),
+    expand: bool = typer.Option(False, "--expand", "-r", help="One line per array element."),
     as_json: bool = typer.Option(False, "--json", help=JSON_HELP),
 ) -> None:
-    """List pending and running jobs (and finished ones with --all)."""
+    """List pending and running jobs (and finished ones with --all); arrays fold into one line."""
     jobs = Client().call("list", all=all_jobs)["jobs"]
     if as_json:
         print_json(jobs)
     elif jobs:
-        out.print(render.jobs_table(jobs))
+        out.print(render.jobs_table(jobs if expand else render.fold_arrays(jobs)))
     else:
         out.print("no jobs" if all_jobs else "no pending or running jobs (--all shows finished ones)")
 
@@ -93,12 +120,54 @@ def show(
         out.print(render.job_detail(job))
 
 
-@app.command()
-def cancel(job_ids: List[int] = typer.Argument(..., help="Job ids.")) -> None:
-    """Cancel jobs: pending ones never start; running ones get SIGTERM, then SIGKILL."""
-    results = Client().call("cancel", ids=job_ids)["results"]
+JOB_IDS_HELP = "Job ids; an array's id means all its elements, ARRAY_INDEX (12_3) one."
+
+
+def _change(command: str, job_ids: List[str], **args: object) -> None:
+    results = Client().call(command, ids=job_ids, **args)["results"]
     for job_id, outcome in results.items():
-        out.print(f"job {job_id}: {outcome}")
+        out.print(f"job {job_id}: {outcome}", markup=False)
+
+
+@app.command()
+def cancel(job_ids: List[str] = typer.Argument(..., help=JOB_IDS_HELP)) -> None:
+    """Cancel jobs: pending ones never start; running ones get SIGTERM, then SIGKILL."""
+    _change("cancel", job_ids)
+
+
+@app.command()
+def hold(job_ids: List[str] = typer.Argument(..., help=JOB_IDS_HELP)) -> None:
+    """Keep pending jobs from starting until `release`."""
+    _change("hold", job_ids)
+
+
+@app.command()
+def release(job_ids: List[str] = typer.Argument(..., help=JOB_IDS_HELP)) -> None:
+    """Let held jobs start."""
+    _change("release", job_ids)
+
+
+@app.command()
+def update(
+    job_ids: List[str] = typer.Argument(..., help=JOB_IDS_HELP),
+    priority: Optional[int] = typer.Option(None, "--priority", help="The new priority."),
+) -> None:
+    """Change queued jobs: `gpusched update 12 --priority 10`."""
+    _change("update", job_ids, priority=priority)
+
+
+@app.command()
+def drain() -> None:
+    """Start nothing new; running jobs finish. `gpusched resume` undoes it."""
+    result = Client().call("drain")
+    out.print(f"draining: nothing new starts; {result['running']} job(s) still running")
+
+
+@app.command()
+def resume() -> None:
+    """Start jobs again after `drain`."""
+    Client().call("resume")
+    out.print("resumed: jobs start again")
 
 
 @app.command()
@@ -149,6 +218,24 @@ def top(
 
 
 @app.command()
+def simulate(
+    trace: Path = typer.Argument(..., help="A job trace CSV (docs/scheduling.md has the format)."),
+    gpus: int = typer.Option(8, "--gpus", help="GPUs of the simulated box."),
+    policy: str = typer.Option("pack", "--policy", help="Placement policy."),
+    discipline: str = typer.Option("fifo", "--discipline", help="fifo, backfill, fairshare or sjf."),
+    load: Optional[float] = typer.Option(None, "--load", help="Scale arrivals to this load (0-1)."),
+    arrivals: str = typer.Option("trace", "--arrivals", help="trace (original spacing) or poisson."),
+    seed: int = typer.Option(0, "--seed", help="Random seed for --arrivals poisson."),
+    as_json: bool = typer.Option(False, "--json", help=JSON_HELP),
+) -> None:
+    """Replay a job trace in simulated time through gpusched's own scheduling code."""
+    from gpusched.simulator import simulate_command
+
+    raise typer.Exit(simulate_command(trace, gpus=gpus, policy=policy, discipline=discipline,
+                                      load=load, arrivals=arrivals, seed=seed, as_json=as_json))
+
+
+@app.command()
 def demo(
     keep_seconds: float = typer.Option(0.0, hidden=True, help="Linger before cleaning up."),
 ) -> None:
@@ -185,8 +272,7 @@ def daemon_start() -> None:
         status = client.call("status")
         out.print(f"gpusched daemon already running (pid {status['pid']})")
         return
-    start_daemon(client.paths)
-    client.wait_until_up().close()
+    client.wait_until_up(daemon=start_daemon(client.paths)).close()
     out.print(f"gpusched daemon started (pid {client.call('status')['pid']})")
 
 

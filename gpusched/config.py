@@ -29,6 +29,18 @@ class Settings:
     max_util_pct: float = 90.0
     mem_headroom_bytes: int = 512 * 2**20
     exclusive_idle_mem_bytes: int = 2**30
+    outside: str = "count"
+    outside_ignore_below_bytes: int = 0
+    outside_idle_after_s: float | None = None
+    # [scheduling]
+    policy: str = "pack"
+    discipline: str = "fifo"
+    gpu_weights: tuple[float, ...] = ()
+    gpu_order: tuple[int, ...] = ()
+    fairshare_half_life_s: float = 7 * 86400.0
+    user_weights: tuple[tuple[str, float], ...] = ()
+    max_gpus_per_user: int = 0
+    max_running_per_user: int = 0
     # [jobs]
     master_port_min: int = 29500
     master_port_max: int = 29999
@@ -60,6 +72,24 @@ def _text(value: Any) -> str:
     return value
 
 
+def _optional_duration(value: Any) -> float | None:
+    return None if value in ("", None) else parse_duration(value)
+
+
+def _list_of(kind: type, low: float) -> Callable[[Any], tuple]:
+    def parse(value: Any) -> tuple:
+        if not isinstance(value, list):
+            raise ValueError(f"{value!r} is not a list")
+        return tuple(_number(low, 1e9, kind)(v) for v in value)
+    return parse
+
+
+def _user_weights(value: Any) -> tuple[tuple[str, float], ...]:
+    if not isinstance(value, dict):
+        raise ValueError(f"{value!r} is not a table of user = weight")
+    return tuple((str(user), _number(0.001, 1e6)(w)) for user, w in sorted(value.items()))
+
+
 def _positive_duration(value: Any) -> float:
     seconds = parse_duration(value)
     if seconds <= 0:
@@ -85,6 +115,30 @@ KEYS: dict[str, tuple[str, Callable[[Any], Any], Any, str]] = {
                           "Free memory kept on a GPU beyond what a sharing job asks for."),
     "gpus.exclusive_idle_mem": ("exclusive_idle_mem_bytes", parse_size, "1GiB",
                                 "A whole-GPU job needs a GPU whose other users hold at most this."),
+    "gpus.outside": ("outside", _choice("count", "block"), "count",
+                     'Processes gpusched did not start: "count" their memory, or "block" the GPU.'),
+    "gpus.outside_ignore_below": ("outside_ignore_below_bytes", parse_size, "0MiB",
+                                  "Ignore outside processes holding less than this."),
+    "gpus.outside_idle_after": ("outside_idle_after_s", _optional_duration, "",
+                                'Ignore an outside process idle (0% busy) this long, e.g. "2h"; '
+                                '"" never.'),
+    "scheduling.policy": ("policy", _text, "pack",
+                          "pack, spread, round-robin, weighted-round-robin, order, or a policy "
+                          "from the gpusched.policies entry points."),
+    "scheduling.discipline": ("discipline", _choice("fifo", "backfill", "fairshare", "sjf"),
+                              "fifo", "Queue order: fifo (skip-ahead), backfill, fairshare, sjf."),
+    "scheduling.gpu_weights": ("gpu_weights", _list_of(float, 0.001), [],
+                               "weighted-round-robin: a weight per GPU index, e.g. [2, 1, 1, 1]."),
+    "scheduling.gpu_order": ("gpu_order", _list_of(int, 0), [],
+                             "order: GPU indices in the order to fill them, e.g. [3, 2, 1, 0]."),
+    "scheduling.fairshare_half_life": ("fairshare_half_life_s", _positive_duration, "7d",
+                                       "fairshare: past usage counts half after this long."),
+    "scheduling.user_weights": ("user_weights", _user_weights, {},
+                                "fairshare: shares per user, e.g. { alice = 2 } (default 1)."),
+    "scheduling.max_gpus_per_user": ("max_gpus_per_user", _number(0, 10**6, int), 0,
+                                     "At most this many GPUs held by one user's jobs (0: no limit)."),
+    "scheduling.max_running_per_user": ("max_running_per_user", _number(0, 10**6, int), 0,
+                                        "At most this many running jobs per user (0: no limit)."),
     "jobs.master_port_min": ("master_port_min", _number(1024, 65535, int), 29500,
                              "Lowest MASTER_PORT given to a job (torchrun's default is 29500)."),
     "jobs.master_port_max": ("master_port_max", _number(1024, 65535, int), 29999,
@@ -141,7 +195,7 @@ def example_toml() -> str:
         if name != section:
             lines += ["", f"[{name}]"]
             section = name
-        value = f'"{default}"' if isinstance(default, str) else str(default)
+        value = f'"{default}"' if isinstance(default, str) else str(default)  # [] and {} too
         lines += [f"# {doc}", f"{key} = {value}"]
     return "\n".join(lines) + "\n"
 

@@ -8,17 +8,19 @@ import queue
 import signal
 import threading
 import time
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any
 
 from filelock import FileLock, Timeout
 
-from gpusched import __version__, placement, runner
+from gpusched import __version__, placement, runner, scheduling
 from gpusched.config import Paths, Settings, ensure_private_dir, load_settings
 from gpusched.errors import ConfigError, GpuschedError
 from gpusched.gpus import GpuBackend, open_backend
 from gpusched.handlers import Handlers
-from gpusched.models import Inventory, Job, JobState, transition
+from gpusched.jobcontrol import JobControl
+from gpusched.models import Inventory, Job, JobState
+from gpusched.policies import load_custom_policies, placement_rules
 from gpusched.server import SocketServer, error_reply
 from gpusched.store import Store
 
@@ -49,9 +51,11 @@ class Call:
 class Daemon:
     def __init__(self, paths: Paths, settings: Settings, backend: GpuBackend):
         self.paths, self.settings, self.backend = paths, settings, backend
-        self.rules = placement.PlacementRules(
-            max_util_pct=settings.max_util_pct, mem_headroom_bytes=settings.mem_headroom_bytes,
-            exclusive_idle_mem_bytes=settings.exclusive_idle_mem_bytes)
+        self.rules = placement_rules(settings, load_custom_policies())
+        self.draining = False
+        self.idle_since: dict[int, float] = {}  # outside pid -> since when it shows 0% busy
+        self.control = JobControl(self)
+        self._schedule_needed = True
         self.started_at = time.time()
         self.jobs: dict[int, Job] = {}  # pending and running jobs; finished ones live in the store
         self.inventory = Inventory(backend=backend.name)
@@ -92,7 +96,8 @@ class Daemon:
             server = SocketServer(self.paths.socket, self.dispatch)
             try:
                 self._install_signal_handlers()
-                self.adopt()
+                self.draining = self.store.get_meta("draining") == "1"
+                self.control.adopt()
                 server.start()
                 log.info("gpusched %s daemon started (pid %d, backend %s)",
                          __version__, os.getpid(), self.backend.name)
@@ -120,19 +125,36 @@ class Daemon:
             self._calls.get_nowait().answer(error_reply(GpuschedError("the daemon is stopping")))
 
     # -- the loop -----------------------------------------------------------------------
+    def queue_rules(self) -> scheduling.QueueRules:
+        s = self.settings
+        return scheduling.QueueRules(
+            discipline=s.discipline, user_weights=dict(s.user_weights),
+            max_gpus_per_user=s.max_gpus_per_user or None,
+            max_running_per_user=s.max_running_per_user or None, draining=self.draining)
+
     def loop(self) -> None:
         while not self.stopping:
             calls = self._next_calls()
-            self.reconcile_running()
+            poll_due = time.monotonic() >= self._next_gpu_read
+            self.control.reconcile_running(check_liveness=poll_due)
+            self.control.enforce_limits(time.time())
             for call in calls:
                 self.handlers.handle(call)
-            if self._gpus_dirty or time.monotonic() >= self._next_gpu_read:
+            if self._gpus_dirty or poll_due:
                 self.read_gpus()
-            self.start_ready()
+            # Scheduling passes cost time with a long queue: run one only when something
+            # it depends on changed (a request, a job's end, a GPU reading).
+            if self._schedule_needed or calls:
+                self._schedule_needed = False
+                self.control.start_ready()
             self.answer_waiters()
 
     def _next_calls(self) -> list[Call]:
-        timeout = min(_MAX_SLEEP_S, max(0.0, self._next_gpu_read - time.monotonic()))
+        wake = self._next_gpu_read - time.monotonic()
+        deadline = self.control.next_deadline()
+        if deadline is not None:
+            wake = min(wake, deadline - time.time())
+        timeout = min(_MAX_SLEEP_S, max(0.0, wake))
         calls = []
         try:
             calls.append(self._calls.get(timeout=timeout))
@@ -152,12 +174,16 @@ class Daemon:
         """Store a changed job (inside a write transaction) and keep the active set in step."""
         assert self.store is not None
         self.store.update(job)
+        previous = self.jobs.get(job.id)
         if job.state.is_final:
             self.jobs.pop(job.id, None)
-            # Its memory is free now: read the GPUs again rather than wait for the poll.
-            self._gpus_dirty = self._gpus_dirty or bool(job.gpu_uuids)
         else:
             self.jobs[job.id] = job
+        if previous is not None and previous.state is JobState.RUNNING and not job.is_running:
+            # A run ended: its GPUs are free, so read them again rather than wait for the
+            # poll, and let waiting jobs (and dependents) be considered.
+            self._gpus_dirty = self._gpus_dirty or bool(previous.gpu_uuids)
+            self._schedule_needed = True
 
     def read_gpus(self) -> None:
         running = self.running()
@@ -169,87 +195,11 @@ class Daemon:
                                        problem=f"reading the GPUs failed: {exc}")
         has_processes = any(g.processes for g in self.inventory.schedulable())
         self.pid_jobs = runner.pid_owners(running) if has_processes else {}
+        self.idle_since = placement.track_idle(self.inventory, self.pid_jobs, self.idle_since,
+                                               time.time())
         self._gpus_dirty = False
+        self._schedule_needed = True
         self._next_gpu_read = time.monotonic() + self.settings.gpu_poll_interval_s
-
-    # -- job lifecycle ------------------------------------------------------------------
-    def adopt(self) -> None:
-        """After a (re)start: keep running jobs that still run, settle the rest."""
-        assert self.store is not None
-        self.jobs = {job.id: job for job in self.store.active()}
-        with self.store.write():
-            for job in list(self.jobs.values()):
-                if job.state is JobState.PENDING and runner.was_started(self.paths.jobs_dir, job.id):
-                    self._recover_unrecorded_start(job)
-        self.reconcile_running(check_liveness=True)
-        log.info("adopted %d running jobs", len(self.running()))
-
-    def _recover_unrecorded_start(self, job: Job) -> None:
-        """A previous daemon started this job's shim but died before recording it."""
-        found = runner.find_shim(self.paths.jobs_dir, job.id)
-        pid, started = found if found else (None, None)
-        self.save(transition(job, JobState.RUNNING, shim_pid=pid, shim_start_time=started,
-                             boot_id=self.boot_id, started_at=time.time()))
-
-    def reconcile_running(self, check_liveness: bool = False) -> None:
-        """Record jobs that ended: from their exit record, or as lost if their shim vanished."""
-        runner.reap_children()
-        if not self.running():
-            return
-        check_liveness = check_liveness or time.monotonic() >= self._next_gpu_read
-        assert self.store is not None
-        with self.store.write():
-            for job in self.running():
-                record = runner.read_exit_record(self.paths.jobs_dir, job.id)
-                if record is not None:
-                    self.save(self.finished(job, record))
-                elif check_liveness and not runner.is_alive(job):
-                    # Read again: the shim may have written its record and exited since.
-                    record = runner.read_exit_record(self.paths.jobs_dir, job.id)
-                    self.save(self.finished(job, record) if record else transition(
-                        job, JobState.LOST, ended_at=time.time(),
-                        end_reason="the job's shim vanished without an exit record "
-                                   "(killed, or the machine rebooted)"))
-
-    @staticmethod
-    def finished(job: Job, record: runner.ExitRecord) -> Job:
-        if job.cancel_requested:
-            state = JobState.CANCELLED
-        elif record.exit_code == 0 and not record.error:
-            state = JobState.SUCCEEDED
-        else:
-            state = JobState.FAILED
-        return transition(job, state, exit_code=record.exit_code, signal=record.signal,
-                          ended_at=record.ended_at, end_reason=record.error)
-
-    def start_ready(self) -> None:
-        pending = self.pending()
-        if not pending:
-            return
-        loads = placement.gpu_loads(self.inventory, self.running(), self.pid_jobs)
-        plan = placement.plan(pending, loads, self.inventory, self.rules)
-        assert self.store is not None
-        with self.store.write():
-            for job_id, gpus in plan.starts:
-                self.start(self.jobs[job_id], gpus)
-            for job_id, reason in plan.reasons.items():
-                if self.jobs[job_id].pending_reason != reason:
-                    self.save(replace(self.jobs[job_id], pending_reason=reason))
-
-    def start(self, job: Job, gpus: tuple) -> None:
-        taken = [j.master_port for j in self.running() if j.master_port]
-        port = runner.pick_master_port(self.settings.master_port_min,
-                                       self.settings.master_port_max, taken)
-        env = runner.job_environment(job, gpus, port, self.settings.visible_devices)
-        started_at = time.time()
-        pid, pid_started = runner.start_shim(job, env, self.paths.jobs_dir, self.paths.socket,
-                                             self.settings.cancel_grace_s)
-        self.save(transition(
-            job, JobState.RUNNING, started_at=started_at, gpu_uuids=tuple(g.uuid for g in gpus),
-            gpu_indices=tuple(g.index for g in gpus), master_port=port, pending_reason="",
-            shim_pid=pid, shim_start_time=pid_started, boot_id=self.boot_id))
-        # No GPU read is needed now: until the next one, the new job's whole declared
-        # memory counts as promised (placement.gpu_loads).
 
     def answer_waiters(self) -> None:
         now = time.monotonic()

@@ -23,6 +23,21 @@ OPTIONS = {
     "--from-file": ("from_file", "str"), "-f": ("from_file", "str"),
     "--wait": ("wait", "flag"), "-W": ("wait", "flag"),
     "--json": ("json", "flag"),
+    "--hold": ("hold", "flag"),
+    "--after": ("after", "list"),
+    "--dependency": ("dependency", "list"), "-d": ("dependency", "list"),
+    "--kill-on-invalid-dep": ("kill_on_invalid_dep", "flag"),
+    "--array": ("array", "str"), "-a": ("array", "str"),
+    "--time": ("time", "str"), "-t": ("time", "str"),
+    "--signal": ("signal", "str"),
+    "--retries": ("retries", "int"),
+    "--retry-on": ("retry_on", "str"),
+    "--policy": ("policy", "str"),
+    "--gpu-ids": ("gpu_ids", "str"),
+    "--exclude-gpus": ("exclude_gpus", "str"),
+    "--gpu-type": ("gpu_type", "str"),
+    "--min-gpu-total-mem": ("min_gpu_total_mem", "str"),
+    "--min-compute-capability": ("min_compute_capability", "str"),
 }
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import pwd
 import signal
@@ -9,17 +10,17 @@ import time
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Callable
 
-from gpusched import __version__, placement, runner
+from gpusched import __version__, jobspec, placement, runner
 from gpusched.errors import GpuschedError, NotFound, PermissionDenied, UsageError
-from gpusched.models import Job, JobState, Request, inventory_to_dict, job_to_dict, transition
+from gpusched.models import Job, JobState, inventory_to_dict, job_to_dict, transition
 from gpusched.protocol import COMMANDS
 from gpusched.server import error_reply
+
+log = logging.getLogger("gpusched.handlers")
 
 if TYPE_CHECKING:
     from gpusched.daemon import Call, Daemon
 
-MAX_GPUS_PER_JOB = 64
-MAX_PRIORITY = 10**6
 FINISHED_LISTED = 1000  # `ls --all` shows this many finished jobs unless asked for more
 
 
@@ -30,34 +31,18 @@ def _user_name(uid: int) -> str:
         return str(uid)
 
 
-def _int(spec: dict, key: str, default: int | None, low: int, high: int) -> int | None:
-    value = spec.get(key, default)
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
-        raise UsageError(f"{key.replace('_', '-')} must be a whole number from {low} to {high}, "
-                         f"not {value!r}")
-    return value
-
-
-def parse_job_spec(spec: Any) -> tuple[tuple[str, ...], str, Request, int]:
-    """(command, name, request, priority) from one submitted job, checked."""
-    if not isinstance(spec, dict):
-        raise UsageError("each job must be a JSON object")
-    command = spec.get("command")
-    if (not isinstance(command, list) or not command or not all(isinstance(a, str) for a in command)
-            or not command[0]):
-        raise UsageError("the job has no command; put it after `--`, e.g. "
-                         "`gpusched submit -- python train.py`")
-    name = spec.get("name") or ""
-    if not isinstance(name, str) or len(name) > 200:
-        raise UsageError("the job name must be a string of at most 200 characters")
-    gpus = _int(spec, "gpus", 0, 0, MAX_GPUS_PER_JOB)
-    mem = _int(spec, "gpu_mem_bytes", None, 1, 2**50)
-    if mem is not None and gpus == 0:
-        raise UsageError("--gpu-mem needs at least one GPU; add --gpus 1")
-    priority = _int(spec, "priority", 0, -MAX_PRIORITY, MAX_PRIORITY)
-    return tuple(command), name, Request(gpus, mem), priority
+def _array(spec: dict) -> tuple[tuple[int, ...], int | None]:
+    """The checked array part of a job spec: ((None,), None) for a single job."""
+    array = spec.get("array")
+    if array is None:
+        return (None,), None
+    indices, throttle = array.get("indices"), array.get("throttle")
+    if (not isinstance(indices, list) or not indices or len(indices) > jobspec.MAX_ARRAY_SIZE
+            or not all(isinstance(i, int) and i >= 0 for i in indices)):
+        raise UsageError(f"an array needs 1 to {jobspec.MAX_ARRAY_SIZE} indices of 0 or more")
+    if throttle is not None and (not isinstance(throttle, int) or throttle < 1):
+        raise UsageError("an array's at-most-at-once count must be a positive number")
+    return tuple(indices), throttle
 
 
 class Handlers:
@@ -66,7 +51,9 @@ class Handlers:
         self._table: dict[str, Callable[[Call], dict | None]] = {
             "status": self.status, "submit": self.submit, "list": self.list,
             "show": self.show, "cancel": self.cancel, "wait": self.wait, "gpus": self.gpus,
-            "stop": self.stop, "snapshot": self.snapshot, "job_exited": lambda call: {},
+            "stop": self.stop, "snapshot": self.snapshot, "hold": self.hold,
+            "release": self.release, "update": self.update, "drain": self.drain,
+            "resume": self.resume, "job_exited": lambda call: {},
         }
         assert set(self._table) | {"ping"} == set(COMMANDS), "handlers and protocol disagree"
 
@@ -75,6 +62,10 @@ class Handlers:
             result = self._table[call.name](call)
         except GpuschedError as exc:
             call.answer(error_reply(exc))
+            return
+        except Exception:  # noqa: BLE001 - a bug in one request must not stop the daemon
+            log.exception("request %r failed", call.name)
+            call.answer(error_reply(GpuschedError("the daemon failed on this request; see its log")))
             return
         if result is not None:  # None: answered later (wait)
             call.answer({"ok": True, "result": result})
@@ -93,6 +84,45 @@ class Handlers:
             raise UsageError("give at least one job id")
         return [self.job(i) for i in ids]
 
+    def targets(self, ids: Any) -> list[Job]:
+        """Jobs named for a change: an id, an array's id (every element), or ARRAY_INDEX."""
+        if not isinstance(ids, list) or not ids:
+            raise UsageError("give at least one job id")
+        out: dict[int, Job] = {}
+        for item in ids:
+            text = str(item)
+            base, _, index = text.partition("_")
+            if not base.isdigit() or (index and not index.isdigit()):
+                raise UsageError(f"{text!r} is not a job id (ID, or ARRAY_INDEX like 12_3)")
+            job = self.job(int(base))
+            if index:
+                found = [j for j in self._array_elements(job.id) if j.array_index == int(index)]
+                if not found:
+                    raise NotFound(f"array {base} has no element {index}")
+                out[found[0].id] = found[0]
+            elif job.array_id == job.id:
+                out.update({j.id: j for j in self._array_elements(job.id)})
+            else:
+                out[job.id] = job
+        return [out[i] for i in sorted(out)]
+
+    def _array_elements(self, array_id: int) -> list[Job]:
+        return [j for j in self.d.store.array(array_id)]
+
+    def authorize(self, jobs: list[Job], uid: int, verb: str) -> None:
+        """Refuse the whole request, before touching any job, if one is not the caller's."""
+        for job in jobs:
+            if uid not in (0, job.uid):
+                raise PermissionDenied(f"job {job.id} belongs to {job.user}; only they or root "
+                                       f"may {verb} it")
+
+    def change(self, call: Call, verb: str, apply: Callable[[Job], str]) -> dict:
+        jobs = self.targets(call.args["ids"])
+        self.authorize(jobs, call.creds[1], verb)
+        with self.d.store.write():
+            results = {str(job.id): apply(self.d.jobs.get(job.id, job)) for job in jobs}
+        return {"results": results}
+
     def all_final(self, ids: list[int]) -> bool:
         return not any(i in self.d.jobs for i in ids)
 
@@ -103,7 +133,8 @@ class Handlers:
                 "backend": d.inventory.backend, "gpu_count": len(d.inventory.gpus),
                 "gpu_problem": d.inventory.problem, "state_dir": str(d.paths.state_dir),
                 "socket": str(d.paths.socket), "running": len(d.running()),
-                "pending": len(d.pending())}
+                "pending": len(d.pending()), "draining": d.draining,
+                "policy": d.rules.policy, "discipline": d.queue_rules().discipline}
 
     def submit(self, call: Call) -> dict:
         env, cwd, specs = call.args.get("env", {}), call.args.get("cwd", ""), call.args["jobs"]
@@ -116,28 +147,47 @@ class Handlers:
             raise UsageError("nothing to submit: give a command after `--`, or lines in --from-file")
         pid, uid, _ = call.creds
         now, user = time.time(), _user_name(uid)
-        jobs = []
+        policies = placement.policy_names(self.d.rules)
+        batches = []
         for spec in specs:  # check every job before queueing any: all or nothing
-            command, name, request, priority = parse_job_spec(spec)
-            impossible = placement.impossible_reason(request, self.d.inventory)
+            fields = jobspec.check_job_spec(spec, policies)
+            impossible = placement.impossible_reason(fields["request"], self.d.inventory)
             if impossible:
                 raise UsageError(f"job {impossible}; see `gpusched gpus`")
-            jobs.append(Job(id=0, command=command, cwd=cwd, uid=uid, user=user, request=request,
-                            name=name, priority=priority, env=env, submitted_at=now,
-                            submit_pid=pid, pending_reason="waiting to be placed"))
-        store = self.d.store
-        with store.write():
-            ids = store.insert(jobs)
-            for job_id, job in zip(ids, jobs):
-                directory = runner.job_dir(self.d.paths.jobs_dir, job_id)
-                self.d.save(replace(job, id=job_id, stdout_path=str(directory / "stdout.log"),
-                                    stderr_path=str(directory / "stderr.log")))
-        return {"ids": ids}
+            self._check_dependencies(fields["dependencies"])
+            template = Job(id=0, cwd=cwd, uid=uid, user=user, env=env, submitted_at=now,
+                           submit_pid=pid, pending_reason="waiting to be placed", **fields)
+            batches.append((template, *_array(spec)))
+        with self.d.store.write():
+            ids = [self._insert(template, indices, throttle)
+                   for template, indices, throttle in batches]
+        return {"ids": [i for group in ids for i in group]}
+
+    def _check_dependencies(self, deps: tuple[tuple[str, int], ...]) -> None:
+        # A new job may only depend on jobs that exist, all older than it, so a cycle
+        # cannot form: refusing unknown ids is what keeps the graph acyclic.
+        missing = [i for _, i in deps if i not in self.d.jobs and self.d.store.get(i) is None]
+        if missing:
+            raise UsageError(f"dependency on job {missing[0]}, which does not exist (a job can "
+                             "only depend on jobs already queued, so no cycle can form)")
+
+    def _insert(self, template: Job, indices: tuple, throttle: int | None) -> list[int]:
+        """Queue one job, or one per array index; returns their ids."""
+        store, jobs_dir = self.d.store, self.d.paths.jobs_dir
+        ids = store.insert([template] * len(indices))
+        array_id = ids[0] if indices != (None,) else None
+        for job_id, index in zip(ids, indices):
+            directory = runner.job_dir(jobs_dir, job_id)
+            self.d.save(replace(template, id=job_id, array_id=array_id, array_index=index,
+                                array_throttle=throttle if array_id else None,
+                                stdout_path=str(directory / "stdout.log"),
+                                stderr_path=str(directory / "stderr.log")))
+        return ids
 
     def list(self, call: Call) -> dict:
         jobs = sorted(self.d.jobs.values(), key=lambda j: j.id)
         if call.args.get("all"):
-            limit = _int(call.args, "limit", FINISHED_LISTED, 1, 10**7)
+            limit = jobspec.whole_number(call.args, "limit", FINISHED_LISTED, 1, 10**7)
             jobs = sorted(self.d.store.finished(limit) + jobs, key=lambda j: j.id)
         return {"jobs": [job_to_dict(j) for j in jobs]}
 
@@ -145,17 +195,46 @@ class Handlers:
         return {"jobs": [job_to_dict(j) for j in self.jobs(call.args["ids"])]}
 
     def cancel(self, call: Call) -> dict:
-        _, uid, _ = call.creds
-        jobs = self.jobs(call.args["ids"])
-        for job in jobs:  # refuse the whole request before touching any job
-            if uid not in (0, job.uid):
-                raise PermissionDenied(f"job {job.id} belongs to {job.user}; only they or root "
-                                       "may cancel it")
-        results = {}
+        return self.change(call, "cancel", self._cancel_one)
+
+    def hold(self, call: Call) -> dict:
+        return self.change(call, "hold", lambda job: self._set_held(job, True))
+
+    def release(self, call: Call) -> dict:
+        return self.change(call, "release", lambda job: self._set_held(job, False))
+
+    def update(self, call: Call) -> dict:
+        priority = jobspec.whole_number(call.args, "priority", None, -jobspec.MAX_PRIORITY,
+                                jobspec.MAX_PRIORITY)
+        if priority is None:
+            raise UsageError("nothing to update; give --priority N")
+
+        def apply(job: Job) -> str:
+            if job.state.is_final:
+                return f"already {job.state.value}"
+            self.d.save(replace(job, priority=priority))
+            return f"priority {priority}"
+        return self.change(call, "update", apply)
+
+    def _set_held(self, job: Job, held: bool) -> str:
+        if job.state is not JobState.PENDING:
+            return f"{job.state.value}; only pending jobs can be held or released"
+        self.d.save(replace(job, held=held))
+        return "held" if held else "released"
+
+    def drain(self, call: Call) -> dict:
+        return self._set_draining(call, True)
+
+    def resume(self, call: Call) -> dict:
+        return self._set_draining(call, False)
+
+    def _set_draining(self, call: Call, draining: bool) -> dict:
+        if call.creds[1] not in (0, os.getuid()):
+            raise PermissionDenied("only root or the daemon's owner may drain or resume the queue")
         with self.d.store.write():
-            for job in jobs:
-                results[str(job.id)] = self._cancel_one(job)
-        return {"results": results}
+            self.d.store.set_meta("draining", "1" if draining else "0")
+        self.d.draining = draining
+        return {"draining": draining, "running": len(self.d.running())}
 
     def _cancel_one(self, job: Job) -> str:
         if job.state.is_final:

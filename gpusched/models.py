@@ -12,6 +12,7 @@ class JobState(str, enum.Enum):
     SUCCEEDED = "succeeded"
     FAILED = "failed"
     CANCELLED = "cancelled"
+    TIMEOUT = "timeout"
     LOST = "lost"
 
     @property
@@ -19,19 +20,17 @@ class JobState(str, enum.Enum):
         return self in FINAL_STATES
 
 
-FINAL_STATES = frozenset({JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED, JobState.LOST})
+FINAL_STATES = frozenset({JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED,
+                          JobState.TIMEOUT, JobState.LOST})
 
-# Every legal edge. A job runs at most once, so nothing leads back to PENDING or RUNNING
-# from a final state; LOST is for a job whose shim vanished without an exit record.
+# Every legal edge. Nothing leaves a final state; RUNNING -> PENDING is the one way back,
+# taken only when a job with retries left is re-queued. LOST is for a job whose shim
+# vanished without an exit record.
 TRANSITIONS: dict[JobState, frozenset[JobState]] = {
     JobState.PENDING: frozenset({JobState.RUNNING, JobState.CANCELLED}),
-    JobState.RUNNING: frozenset(
-        {JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED, JobState.LOST}
-    ),
-    JobState.SUCCEEDED: frozenset(),
-    JobState.FAILED: frozenset(),
-    JobState.CANCELLED: frozenset(),
-    JobState.LOST: frozenset(),
+    JobState.RUNNING: frozenset({JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED,
+                                 JobState.TIMEOUT, JobState.LOST, JobState.PENDING}),
+    **{state: frozenset() for state in FINAL_STATES},
 }
 
 
@@ -40,11 +39,36 @@ class IllegalTransition(ValueError):
 
 
 @dataclass(frozen=True)
+class Constraints:
+    """Which GPUs a job may use at all. Empty fields allow everything."""
+
+    gpu_ids: tuple[int, ...] = ()
+    exclude_gpus: tuple[int, ...] = ()
+    gpu_type: str = ""  # a case-insensitive substring of the GPU's name
+    min_gpu_total_mem_bytes: int = 0
+    min_compute_capability: tuple[int, int] | None = None
+
+    def allows(self, gpu: GpuInfo) -> bool:
+        index = gpu.index if gpu.parent_index is None else gpu.parent_index
+        if self.gpu_ids and index not in self.gpu_ids:
+            return False
+        if index in self.exclude_gpus or gpu.mem_total_bytes < self.min_gpu_total_mem_bytes:
+            return False
+        if self.gpu_type and self.gpu_type.lower() not in gpu.name.lower():
+            return False
+        if self.min_compute_capability is not None:
+            return gpu.compute_capability is not None and \
+                gpu.compute_capability >= self.min_compute_capability
+        return True
+
+
+@dataclass(frozen=True)
 class Request:
     """What a job asks of the GPUs. gpu_mem_bytes None means whole GPUs, exclusively."""
 
     gpus: int = 0
     gpu_mem_bytes: int | None = None
+    constraints: Constraints = Constraints()
 
     @property
     def is_exclusive(self) -> bool:
@@ -82,6 +106,22 @@ class Job:
     stdout_path: str = ""
     stderr_path: str = ""
     end_reason: str = ""
+    # Scheduling semantics (Slurm's vocabulary).
+    held: bool = False
+    dependencies: tuple[tuple[str, int], ...] = ()  # ("afterok" | "afterany" | "afternotok", id)
+    kill_on_invalid_dep: bool = False
+    array_id: int | None = None  # the id of the array's first element
+    array_index: int | None = None
+    array_throttle: int | None = None  # at most this many elements of the array at once
+    time_limit_s: float | None = None
+    warn_signal: int | None = None  # sent warn_before_s before the time limit
+    warn_before_s: float = 0.0
+    warned: bool = False
+    timed_out: bool = False
+    retries: int = 0
+    retry_on: tuple[str, ...] = ("failed",)  # end states that re-queue while retries last
+    attempt: int = 1
+    policy: str = ""  # placement policy for this job; "" = the configured one
 
     @property
     def is_running(self) -> bool:
@@ -176,12 +216,18 @@ def job_to_dict(job: Job) -> dict:
         "exit_code": job.exit_code, "signal": job.signal,
         "gpus": list(job.gpu_uuids), "gpu_indices": list(job.gpu_indices),
         "gpus_requested": job.request.gpus, "gpu_mem_bytes": job.request.gpu_mem_bytes,
-        "priority": job.priority, "user": job.user, "uid": job.uid,
+        "priority": job.priority, "user": job.user, "uid": job.uid, "submit_pid": job.submit_pid,
         "command": list(job.command), "cwd": job.cwd,
         "submitted_at": job.submitted_at, "started_at": job.started_at, "ended_at": job.ended_at,
         "pending_reason": job.pending_reason if job.state is JobState.PENDING else "",
         "end_reason": job.end_reason, "master_port": job.master_port,
         "stdout_path": job.stdout_path, "stderr_path": job.stderr_path,
+        "held": job.held, "dependencies": [f"{kind}:{dep}" for kind, dep in job.dependencies],
+        "array_id": job.array_id, "array_index": job.array_index,
+        "array_throttle": job.array_throttle, "time_limit_s": job.time_limit_s,
+        "warn_signal": job.warn_signal, "warn_before_s": job.warn_before_s,
+        "retries": job.retries, "attempt": job.attempt, "policy": job.policy,
+        "constraints": asdict(job.request.constraints),
     }
 
 

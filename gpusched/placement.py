@@ -1,11 +1,11 @@
-"""Pure placement: which pending job starts next, on which GPUs, and why the others wait."""
+"""Pure placement: which GPUs can take a request, which of them a policy prefers, and why not."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from typing import Iterable, Mapping, Sequence
+from typing import Callable, Mapping, Sequence
 
-from gpusched.models import GpuInfo, Inventory, Job, Request
+from gpusched.models import GpuInfo, GpuProcess, Inventory, Job, Request
 
 
 @dataclass(frozen=True)
@@ -14,6 +14,16 @@ class PlacementRules:
     mem_headroom_bytes: int = 512 * 2**20
     # An exclusive job wants an idle card: nothing of ours on it and almost no outside memory.
     exclusive_idle_mem_bytes: int = 2**30
+    policy: str = "pack"
+    # Processes gpusched did not start: "count" their memory, or "block" their GPU.
+    outside: str = "count"
+    outside_ignore_below_bytes: int = 0
+    # A process idle (0% utilization) for this long is ignored, as if it held nothing.
+    outside_idle_after_s: float | None = None
+    gpu_weights: Mapping[int, float] = field(default_factory=dict)  # weighted-round-robin
+    gpu_order: tuple[int, ...] = ()  # the "order" policy: preferred GPU indices first
+    # Extra policies by name (the daemon loads them from the gpusched.policies entry points).
+    custom_policies: Mapping[str, Policy] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -27,29 +37,74 @@ class GpuLoad:
     promised_bytes: int = 0
     # Memory our own jobs hold now; the rest of the used memory belongs to others.
     ours_used_bytes: int = 0
+    # Outside memory the rules let us ignore (small or long-idle processes).
+    ignored_outside_bytes: int = 0
     is_held_exclusively: bool = False
+    blocked_by: str = ""  # why outside processes keep jobs off this GPU ("block" rule)
 
     @property
     def effective_free_bytes(self) -> int:
         used = self.gpu.mem_used_bytes
-        if used is None:  # the driver would not say: trust only what we promised
+        if used is None:  # the driver would not say: trust only what we know
             used = self.ours_used_bytes
-        return self.gpu.mem_total_bytes - used - self.promised_bytes
+        return self.gpu.mem_total_bytes - (used - self.ignored_outside_bytes) - self.promised_bytes
 
     @property
     def outside_used_bytes(self) -> int:
-        return max(0, (self.gpu.mem_used_bytes or 0) - self.ours_used_bytes)
+        used = self.gpu.mem_used_bytes or 0
+        return max(0, used - self.ours_used_bytes - self.ignored_outside_bytes)
 
 
 @dataclass(frozen=True)
-class Plan:
-    starts: tuple[tuple[int, tuple[GpuInfo, ...]], ...] = ()
-    reasons: Mapping[int, str] = field(default_factory=dict)
+class PolicyContext:
+    """What a policy may look at besides the candidates."""
+
+    placements: Mapping[int, int]  # GPU index -> jobs placed on it so far (round-robin)
+    weights: Mapping[int, float]
+    order: tuple[int, ...]
 
 
-def job_order(jobs: Iterable[Job]) -> list[Job]:
-    """Priority first (higher earlier), then submission order."""
-    return sorted(jobs, key=lambda j: (-j.priority, j.id))
+# A placement policy: the candidate GPUs (all can take the request) in the order the
+# policy prefers them. It must be pure: same inputs, same order.
+Policy = Callable[[Request, Sequence[GpuLoad], PolicyContext], Sequence[GpuLoad]]
+
+
+def _pack(request: Request, loads: Sequence[GpuLoad], ctx: PolicyContext) -> list[GpuLoad]:
+    # Best fit: the least free memory that still fits, so big holes stay for big jobs.
+    # On a tie the highest index wins, keeping GPU 0 (the one people's desktops and
+    # stray notebooks use) for last.
+    return sorted(loads, key=lambda l: (l.effective_free_bytes, -l.gpu.index))
+
+
+def _spread(request: Request, loads: Sequence[GpuLoad], ctx: PolicyContext) -> list[GpuLoad]:
+    return sorted(loads, key=lambda l: (-l.effective_free_bytes, l.gpu.util_pct or 0.0,
+                                        -l.gpu.index))
+
+
+def _round_robin(request: Request, loads: Sequence[GpuLoad], ctx: PolicyContext) -> list[GpuLoad]:
+    return sorted(loads, key=lambda l: (ctx.placements.get(l.gpu.index, 0), l.gpu.index))
+
+
+def _weighted(request: Request, loads: Sequence[GpuLoad], ctx: PolicyContext) -> list[GpuLoad]:
+    def key(load: GpuLoad) -> tuple[float, float, int]:
+        weight = ctx.weights.get(load.gpu.index, 1.0)
+        return (ctx.placements.get(load.gpu.index, 0) / weight, -weight, load.gpu.index)
+    return sorted(loads, key=key)
+
+
+def _order(request: Request, loads: Sequence[GpuLoad], ctx: PolicyContext) -> list[GpuLoad]:
+    rank = {index: pos for pos, index in enumerate(ctx.order)}
+    return sorted(loads, key=lambda l: (rank.get(l.gpu.index, len(rank)), l.gpu.index))
+
+
+BUILTIN_POLICIES: dict[str, Policy] = {
+    "pack": _pack, "spread": _spread, "round-robin": _round_robin,
+    "weighted-round-robin": _weighted, "order": _order,
+}
+
+
+def policy_names(rules: PlacementRules) -> list[str]:
+    return [*BUILTIN_POLICIES, *rules.custom_policies]
 
 
 def _declared_bytes(job: Job, gpu: GpuInfo) -> int:
@@ -58,17 +113,45 @@ def _declared_bytes(job: Job, gpu: GpuInfo) -> int:
     return job.request.gpu_mem_bytes
 
 
-def gpu_loads(inventory: Inventory, running: Sequence[Job],
-              pid_jobs: Mapping[int, int]) -> dict[str, GpuLoad]:
+def _is_ignored(proc: GpuProcess, rules: PlacementRules, idle_since: Mapping[int, float],
+                now: float) -> bool:
+    if proc.used_mem_bytes is not None and proc.used_mem_bytes < rules.outside_ignore_below_bytes:
+        return True
+    if rules.outside_idle_after_s is None or proc.pid not in idle_since:
+        return False
+    return now - idle_since[proc.pid] >= rules.outside_idle_after_s
+
+
+def _outside_view(gpu: GpuInfo, pid_jobs: Mapping[int, int], rules: PlacementRules,
+                  idle_since: Mapping[int, float], now: float) -> tuple[int, str]:
+    """(ignored outside bytes, block reason) for the processes gpusched did not start."""
+    ignored, blockers = 0, []
+    for proc in gpu.processes:
+        if proc.pid in pid_jobs:
+            continue
+        if _is_ignored(proc, rules, idle_since, now):
+            ignored += proc.used_mem_bytes or 0
+        elif rules.outside == "block":
+            blockers.append(f"pid {proc.pid} ({proc.user or 'unknown user'})")
+    blocked = f"GPU {gpu.label} is in use by {', '.join(blockers)}" if blockers else ""
+    return ignored, blocked
+
+
+def gpu_loads(inventory: Inventory, running: Sequence[Job], pid_jobs: Mapping[int, int],
+              rules: PlacementRules = PlacementRules(),
+              idle_since: Mapping[int, float] | None = None, now: float = 0.0) -> dict[str, GpuLoad]:
     """Per GPU: our jobs on it, what they use now (by process), and what they still will."""
+    idle_since = idle_since or {}
     observed: dict[tuple[int, str], int] = {}
+    loads = {}
     for gpu in inventory.schedulable():
         for proc in gpu.processes:
             job_id = pid_jobs.get(proc.pid)
             if job_id is not None and proc.used_mem_bytes is not None:
                 key = (job_id, gpu.uuid)
                 observed[key] = observed.get(key, 0) + proc.used_mem_bytes
-    loads = {gpu.uuid: GpuLoad(gpu) for gpu in inventory.schedulable()}
+        ignored, blocked = _outside_view(gpu, pid_jobs, rules, idle_since, now)
+        loads[gpu.uuid] = GpuLoad(gpu, ignored_outside_bytes=ignored, blocked_by=blocked)
     for job in running:
         for uuid in job.gpu_uuids:
             load = loads.get(uuid)
@@ -84,16 +167,31 @@ def gpu_loads(inventory: Inventory, running: Sequence[Job],
     return loads
 
 
-def _usable(load: GpuLoad) -> bool:
-    return load.gpu.is_healthy and not load.is_held_exclusively
+def track_idle(inventory: Inventory, pid_jobs: Mapping[int, int],
+               idle_since: Mapping[int, float], now: float) -> dict[int, float]:
+    """Since when each outside process has shown 0% utilization (for outside_idle_after).
+
+    A process whose utilization is unknown is never taken for idle.
+    """
+    out: dict[int, float] = {}
+    for gpu in inventory.schedulable():
+        for proc in gpu.processes:
+            if proc.pid not in pid_jobs and proc.util_pct == 0:
+                out[proc.pid] = idle_since.get(proc.pid, now)
+    return out
+
+
+def is_usable(load: GpuLoad) -> bool:
+    return load.gpu.is_healthy and not load.is_held_exclusively and not load.blocked_by
 
 
 def _is_busy(load: GpuLoad, rules: PlacementRules) -> bool:
     return load.gpu.util_pct is not None and load.gpu.util_pct >= rules.max_util_pct
 
 
-def _fits(load: GpuLoad, request: Request, rules: PlacementRules) -> bool:
-    if not _usable(load) or _is_busy(load, rules):
+def fits(load: GpuLoad, request: Request, rules: PlacementRules) -> bool:
+    """Whether this GPU can take the request right now."""
+    if not is_usable(load) or _is_busy(load, rules) or not request.constraints.allows(load.gpu):
         return False
     if request.is_exclusive or load.gpu.parent_index is not None:
         # Whole cards and MIG devices are given to one job at a time.
@@ -104,23 +202,24 @@ def _fits(load: GpuLoad, request: Request, rules: PlacementRules) -> bool:
     return load.effective_free_bytes >= request.gpu_mem_bytes + rules.mem_headroom_bytes
 
 
-def _pack_key(load: GpuLoad) -> tuple[int, int]:
-    # Best fit: the least free memory that still fits, so big holes stay for big jobs.
-    # On a tie the highest index wins, keeping GPU 0 (the one people's desktops and
-    # stray notebooks use) for last.
-    return (load.effective_free_bytes, -load.gpu.index)
-
-
-def choose_gpus(request: Request, loads: Mapping[str, GpuLoad],
-                rules: PlacementRules) -> tuple[GpuInfo, ...] | None:
+def choose_gpus(request: Request, loads: Mapping[str, GpuLoad], rules: PlacementRules,
+                placements: Mapping[int, int] | None = None,
+                policy: str = "") -> tuple[GpuInfo, ...] | None:
     """All the GPUs a job asks for, or None: a multi-GPU job gets all or nothing."""
-    fitting = sorted((l for l in loads.values() if _fits(l, request, rules)), key=_pack_key)
+    fitting = [l for l in loads.values() if fits(l, request, rules)]
     if len(fitting) < request.gpus:
         return None
-    return tuple(l.gpu for l in fitting[: request.gpus])
+    name = policy or rules.policy
+    choose = BUILTIN_POLICIES.get(name) or rules.custom_policies[name]
+    ctx = PolicyContext(placements or {}, rules.gpu_weights, rules.gpu_order)
+    ordered = list(choose(request, fitting, ctx))
+    if len(ordered) < request.gpus or any(l.gpu.uuid not in loads for l in ordered):
+        return None  # a custom policy may veto GPUs, never invent them
+    return tuple(l.gpu for l in ordered[: request.gpus])
 
 
-def _take(loads: dict[str, GpuLoad], job: Job, gpus: tuple[GpuInfo, ...]) -> None:
+def take(loads: dict[str, GpuLoad], job: Job, gpus: Sequence[GpuInfo]) -> None:
+    """Count a job just placed on these GPUs, so later choices in the same pass see it."""
     for gpu in gpus:
         load = loads[gpu.uuid]
         loads[gpu.uuid] = replace(
@@ -135,15 +234,17 @@ def _size(num_bytes: int) -> str:
 
 def pending_reason(request: Request, loads: Mapping[str, GpuLoad], inventory: Inventory,
                    rules: PlacementRules) -> str:
-    """Why a job cannot start now, in words a person can act on."""
+    """Why the GPUs cannot take a request now, in words a person can act on."""
     n = request.gpus
     plural = "s" if n != 1 else ""
     if not loads:
         return inventory.problem or "no GPUs are available to gpusched"
-    usable = [l for l in loads.values() if _usable(l)]
+    allowed = [l for l in loads.values() if request.constraints.allows(l.gpu)]
+    usable = [l for l in allowed if is_usable(l)]
     if not usable:
-        return "no GPU can take jobs now (all unhealthy or held whole by running jobs)"
-    fitting = [l for l in usable if _fits(l, request, rules)]
+        blocked = next((l.blocked_by for l in allowed if l.blocked_by), "")
+        return blocked or "no allowed GPU can take jobs now (unhealthy or held whole by jobs)"
+    fitting = [l for l in usable if fits(l, request, rules)]
     fit_labels = ", ".join(f"GPU {l.gpu.label}" for l in sorted(fitting, key=lambda l: l.gpu.index))
     if request.is_exclusive:
         return f"needs {n} whole GPU{plural}; {len(fitting)} free" + (f" ({fit_labels})" if fitting else "")
@@ -156,34 +257,20 @@ def pending_reason(request: Request, loads: Mapping[str, GpuLoad], inventory: In
             f"{_size(max(0, best.effective_free_bytes))}{busy}")
 
 
-def plan(pending: Sequence[Job], loads: Mapping[str, GpuLoad], inventory: Inventory,
-         rules: PlacementRules) -> Plan:
-    """Skip-ahead order: every job that fits starts; one that does not never blocks the rest."""
-    loads = dict(loads)
-    starts: list[tuple[int, tuple[GpuInfo, ...]]] = []
-    reasons: dict[int, str] = {}
-    for job in job_order(pending):
-        if job.request.gpus == 0:
-            starts.append((job.id, ()))
-            continue
-        chosen = choose_gpus(job.request, loads, rules)
-        if chosen is None:
-            reasons[job.id] = pending_reason(job.request, loads, inventory, rules)
-        else:
-            _take(loads, job, chosen)
-            starts.append((job.id, chosen))
-    return Plan(starts=tuple(starts), reasons=reasons)
-
-
 def impossible_reason(request: Request, inventory: Inventory) -> str | None:
     """Why no state of this box could ever run the request (refused at submit), or None."""
     devices = inventory.schedulable()
     if request.gpus == 0 or not devices:
         return None  # CPU jobs always fit; with no GPUs read yet, the job pends with a reason
-    if request.gpus > len(devices):
-        return f"asks for {request.gpus} GPUs; this box has {len(devices)}"
+    allowed = [g for g in devices if request.constraints.allows(g)]
+    if request.gpus > len(allowed):
+        names = ", ".join(f"GPU {g.label}: {g.name}, {_size(g.mem_total_bytes)}" +
+                          (f", sm {g.compute_capability[0]}.{g.compute_capability[1]}"
+                           if g.compute_capability else "") for g in devices)
+        what = "GPUs" if len(allowed) == len(devices) else "GPUs that meet its constraints"
+        return f"asks for {request.gpus} {what}; this box has {len(allowed)} ({names})"
     if request.gpu_mem_bytes is not None:
-        big = sorted((g.mem_total_bytes for g in devices), reverse=True)[request.gpus - 1]
+        big = sorted((g.mem_total_bytes for g in allowed), reverse=True)[request.gpus - 1]
         if request.gpu_mem_bytes > big:
             return (f"asks for {_size(request.gpu_mem_bytes)} on each of {request.gpus} GPU(s); "
                     f"the largest here have {_size(big)}")

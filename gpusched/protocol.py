@@ -34,6 +34,11 @@ COMMANDS: dict[str, Command] = {
     "list": _cmd("", "all limit"),
     "show": _cmd("ids"),
     "cancel": _cmd("ids"),
+    "hold": _cmd("ids"),
+    "release": _cmd("ids"),
+    "update": _cmd("ids", "priority"),
+    "drain": _cmd(),
+    "resume": _cmd(),
     "wait": _cmd("ids", "timeout_s"),
     "gpus": _cmd(),
     # Everything `gpusched top` draws in one frame: daemon, GPUs, reservations, jobs.

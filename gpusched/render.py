@@ -11,7 +11,7 @@ from rich.table import Table
 from gpusched.units import duration_human, size_human
 
 _STATE_STYLE = {"pending": "yellow", "running": "green", "succeeded": "bold green",
-                "failed": "red", "cancelled": "magenta", "lost": "red"}
+                "failed": "red", "cancelled": "magenta", "timeout": "red", "lost": "red"}
 
 
 def safe(text: str) -> str:
@@ -39,6 +39,36 @@ def _state(job: dict[str, Any]) -> str:
     return f"[{_STATE_STYLE.get(state, '')}]{text}[/]"
 
 
+def fold_arrays(jobs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One row per array, like squeue: `12_[0-99%8]` with a count per state."""
+    out: list[dict[str, Any]] = []
+    arrays: dict[int, list[dict[str, Any]]] = {}
+    for job in jobs:
+        if job.get("array_id") is None:
+            out.append(job)
+            continue
+        if job["array_id"] not in arrays:
+            arrays[job["array_id"]] = []
+            out.append({"array_rows": arrays[job["array_id"]]})
+        arrays[job["array_id"]].append(job)
+    return [row if "array_rows" not in row else _folded(row["array_rows"]) for row in out]
+
+
+def _folded(elements: list[dict[str, Any]]) -> dict[str, Any]:
+    first = elements[0]
+    indices = [e["array_index"] for e in elements]
+    throttle = f"%{first['array_throttle']}" if first.get("array_throttle") else ""
+    counts: dict[str, int] = {}
+    for e in elements:
+        counts[e["state"]] = counts.get(e["state"], 0) + 1
+    pending = next((e for e in elements if e["state"] == "pending"), None)
+    return {**first, "id": f"{first['array_id']}_[{min(indices)}-{max(indices)}{throttle}]",
+            "folded": ", ".join(f"{n} {state}" for state, n in counts.items()),
+            "gpu_indices": sorted({i for e in elements if e["state"] == "running"
+                                   for i in e["gpu_indices"]}),
+            "pending_reason": pending["pending_reason"] if pending else ""}
+
+
 def jobs_table(jobs: list[dict[str, Any]]) -> Table:
     now = time.time()
     table = Table(box=None, header_style="bold", pad_edge=False)
@@ -53,7 +83,8 @@ def jobs_table(jobs: list[dict[str, Any]]) -> Table:
             elapsed = end - (job["started_at"] or end)
             detail = " ".join(job["command"])
         gpus = ",".join(str(i) for i in job["gpu_indices"]) or "-"
-        table.add_row(str(job["id"]), safe(job["user"]), safe(job["name"]), _state(job),
+        state = safe(job["folded"]) if "folded" in job else _state(job)
+        table.add_row(str(job["id"]), safe(job["user"]), safe(job["name"]), state,
                       request_human(job), gpus, duration_human(elapsed), safe(detail))
     return table
 

@@ -22,6 +22,8 @@ SHIM_PATH = shim.__file__
 # submits jobs) are removed first so a job never inherits its parent's GPUs.
 SCHEDULER_VARS = ("CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER", "NVIDIA_VISIBLE_DEVICES",
                   "GPUSCHED_JOB_ID", "GPUSCHED_NUM_GPUS", "GPUSCHED_GPU_MEM",
+                  "GPUSCHED_ATTEMPT", "GPUSCHED_ARRAY_ID", "GPUSCHED_ARRAY_INDEX",
+                  "GPUSCHED_TIME_LIMIT_END", "GPUSCHED_WARN_SIGNAL",
                   "MASTER_ADDR", "MASTER_PORT")
 
 
@@ -41,7 +43,7 @@ def boot_id() -> str:
 
 
 def job_environment(job: Job, gpus: Iterable[GpuInfo], master_port: int,
-                    visible_devices: str) -> dict[str, str]:
+                    visible_devices: str, started_at: float) -> dict[str, str]:
     """The job's whole environment: what was captured at submit, plus the scheduler's."""
     gpus = tuple(gpus)
     env = {k: v for k, v in job.env.items() if k not in SCHEDULER_VARS}
@@ -54,11 +56,19 @@ def job_environment(job: Job, gpus: Iterable[GpuInfo], master_port: int,
         "NVIDIA_VISIBLE_DEVICES": ",".join(ids) if ids else "none",
         "GPUSCHED_JOB_ID": str(job.id),
         "GPUSCHED_NUM_GPUS": str(len(gpus)),
+        "GPUSCHED_ATTEMPT": str(job.attempt),
         "MASTER_ADDR": "127.0.0.1",
         "MASTER_PORT": str(master_port),
     })
     if job.request.gpu_mem_bytes is not None:
         env["GPUSCHED_GPU_MEM"] = str(job.request.gpu_mem_bytes)
+    if job.array_id is not None:
+        env["GPUSCHED_ARRAY_ID"] = str(job.array_id)
+        env["GPUSCHED_ARRAY_INDEX"] = str(job.array_index)
+    if job.time_limit_s is not None:
+        env["GPUSCHED_TIME_LIMIT_END"] = f"{started_at + job.time_limit_s:.3f}"
+    if job.warn_signal is not None:
+        env["GPUSCHED_WARN_SIGNAL"] = signal.Signals(job.warn_signal).name
     return env
 
 
@@ -170,6 +180,15 @@ def reap_children() -> None:
             return
         if pid == 0:
             return
+
+
+def clear_run(jobs_root: Path, job_id: int) -> None:
+    """Forget a finished run's spec and exit record before the job is queued again."""
+    for name in (shim.SPEC_FILE, shim.EXIT_FILE):
+        try:
+            (job_dir(jobs_root, job_id) / name).unlink()
+        except FileNotFoundError:
+            pass
 
 
 def was_started(jobs_root: Path, job_id: int) -> bool:

@@ -5,14 +5,14 @@ from __future__ import annotations
 import json
 import sqlite3
 from contextlib import contextmanager
-from dataclasses import fields
+from dataclasses import asdict, fields
 from pathlib import Path
 from typing import Iterable, Iterator
 
 from gpusched.errors import StoreError
-from gpusched.models import Job, JobState, Request
+from gpusched.models import Constraints, Job, JobState, Request
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 
 # Migrations[n] takes a database at version n to n + 1. Version 0 is an empty file.
 MIGRATIONS: list[str] = [
@@ -49,32 +49,67 @@ MIGRATIONS: list[str] = [
     );
     CREATE INDEX jobs_active ON jobs(state) WHERE state IN ('pending', 'running');
     """,
+    # 2: scheduling semantics (hold, dependencies, arrays, time limits, retries, policy,
+    # GPU constraints) and a key/value table for queue-wide state such as draining.
+    """
+    ALTER TABLE jobs ADD COLUMN held INTEGER NOT NULL DEFAULT 0;
+    ALTER TABLE jobs ADD COLUMN dependencies TEXT NOT NULL DEFAULT '[]';
+    ALTER TABLE jobs ADD COLUMN kill_on_invalid_dep INTEGER NOT NULL DEFAULT 0;
+    ALTER TABLE jobs ADD COLUMN array_id INTEGER;
+    ALTER TABLE jobs ADD COLUMN array_index INTEGER;
+    ALTER TABLE jobs ADD COLUMN array_throttle INTEGER;
+    ALTER TABLE jobs ADD COLUMN time_limit_s REAL;
+    ALTER TABLE jobs ADD COLUMN warn_signal INTEGER;
+    ALTER TABLE jobs ADD COLUMN warn_before_s REAL NOT NULL DEFAULT 0;
+    ALTER TABLE jobs ADD COLUMN warned INTEGER NOT NULL DEFAULT 0;
+    ALTER TABLE jobs ADD COLUMN timed_out INTEGER NOT NULL DEFAULT 0;
+    ALTER TABLE jobs ADD COLUMN retries INTEGER NOT NULL DEFAULT 0;
+    ALTER TABLE jobs ADD COLUMN retry_on TEXT NOT NULL DEFAULT '["failed"]';
+    ALTER TABLE jobs ADD COLUMN attempt INTEGER NOT NULL DEFAULT 1;
+    ALTER TABLE jobs ADD COLUMN policy TEXT NOT NULL DEFAULT '';
+    ALTER TABLE jobs ADD COLUMN constraints TEXT NOT NULL DEFAULT '{}';
+    CREATE INDEX jobs_array ON jobs(array_id) WHERE array_id IS NOT NULL;
+    CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+    """,
 ]
 assert len(MIGRATIONS) == SCHEMA_VERSION
 
-_JSON_COLUMNS = {"command", "env", "gpu_uuids", "gpu_indices"}
+# Columns stored as JSON, and whether their value is a tuple in the Job.
+_JSON_TUPLES = {"command": True, "env": False, "gpu_uuids": True, "gpu_indices": True,
+                "dependencies": True, "retry_on": True}
+_BOOLEANS = ("cancel_requested", "held", "kill_on_invalid_dep", "warned", "timed_out")
 _JOB_FIELDS = [f.name for f in fields(Job) if f.name != "request"]
+
+
+def _constraints_from_json(text: str) -> Constraints:
+    data = json.loads(text)
+    for key in ("gpu_ids", "exclude_gpus", "min_compute_capability"):
+        if data.get(key) is not None:
+            data[key] = tuple(data[key])
+    return Constraints(**data)
 
 
 def _row_to_job(row: sqlite3.Row) -> Job:
     values = {key: row[key] for key in row.keys()}
-    for key in _JSON_COLUMNS:
-        values[key] = json.loads(values[key])
-    values["command"] = tuple(values["command"])
-    values["gpu_uuids"] = tuple(values["gpu_uuids"])
-    values["gpu_indices"] = tuple(values["gpu_indices"])
+    for key, is_tuple in _JSON_TUPLES.items():
+        value = json.loads(values[key])
+        values[key] = tuple(tuple(v) if isinstance(v, list) else v for v in value) \
+            if is_tuple else value
+    for key in _BOOLEANS:
+        values[key] = bool(values[key])
     values["state"] = JobState(values["state"])
-    values["cancel_requested"] = bool(values["cancel_requested"])
-    values["request"] = Request(values.pop("gpus"), values.pop("gpu_mem_bytes"))
+    values["request"] = Request(values.pop("gpus"), values.pop("gpu_mem_bytes"),
+                                _constraints_from_json(values.pop("constraints")))
     return Job(**values)
 
 
 def _job_to_row(job: Job) -> dict:
     row = {name: getattr(job, name) for name in _JOB_FIELDS}
     row["gpus"], row["gpu_mem_bytes"] = job.request.gpus, job.request.gpu_mem_bytes
+    row["constraints"] = json.dumps(asdict(job.request.constraints))
     row["state"] = job.state.value
-    for key in _JSON_COLUMNS:
-        row[key] = json.dumps(list(row[key]) if key != "env" else row[key])
+    for key, is_tuple in _JSON_TUPLES.items():
+        row[key] = json.dumps(list(row[key]) if is_tuple else row[key])
     return row
 
 
@@ -85,8 +120,12 @@ def check_file(path: Path) -> int:
     """
     if not path.exists() or path.stat().st_size == 0:
         return 0
+    # A read-only open of a WAL file creates -wal and -shm beside it and leaves them there.
+    # Without a -wal the file is all there is (and the daemon lock keeps writers out), so
+    # open it as immutable: nothing is created. A -wal left by a crash must be read, as is.
+    mode = "mode=ro" if Path(f"{path}-wal").exists() else "immutable=1"
     try:
-        conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+        conn = sqlite3.connect(f"file:{path}?{mode}", uri=True)
         try:
             version = conn.execute("PRAGMA user_version").fetchone()[0]
             result = conn.execute("PRAGMA quick_check").fetchone()[0]
@@ -170,6 +209,27 @@ class Store:
             "SELECT * FROM jobs WHERE state NOT IN ('pending', 'running') "
             "ORDER BY id DESC LIMIT ?", (limit,)).fetchall()
         return [_row_to_job(r) for r in reversed(rows)]
+
+    def array(self, array_id: int) -> list[Job]:
+        rows = self._conn.execute("SELECT * FROM jobs WHERE array_id = ? ORDER BY id", (array_id,))
+        return [_row_to_job(r) for r in rows]
+
+    def get_meta(self, key: str, default: str = "") -> str:
+        row = self._conn.execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
+        return row[0] if row else default
+
+    def set_meta(self, key: str, value: str) -> None:
+        self._conn.execute("INSERT INTO meta (key, value) VALUES (?, ?) "
+                           "ON CONFLICT(key) DO UPDATE SET value = excluded.value", (key, value))
+
+    def states(self, ids: Iterable[int]) -> dict[int, JobState]:
+        """The state of each given job that exists (for dependencies on finished jobs)."""
+        ids = list(ids)
+        if not ids:
+            return {}
+        marks = ",".join("?" * len(ids))
+        rows = self._conn.execute(f"SELECT id, state FROM jobs WHERE id IN ({marks})", ids)
+        return {row[0]: JobState(row[1]) for row in rows}
 
     def close(self) -> None:
         self._conn.close()

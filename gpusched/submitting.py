@@ -8,8 +8,10 @@ import sys
 from dataclasses import dataclass, field
 from typing import Any, Iterable
 
+from gpusched import jobspec
 from gpusched.errors import UsageError
-from gpusched.units import parse_size
+from gpusched.lifecycle import parse_signal_spec
+from gpusched.units import parse_duration, parse_size
 
 
 @dataclass
@@ -26,6 +28,21 @@ class SubmitOptions:
     from_file: str | None = None
     wait: bool = False
     json: bool = False
+    hold: bool = False
+    after: list[str] = field(default_factory=list)
+    dependency: list[str] = field(default_factory=list)
+    kill_on_invalid_dep: bool = False
+    array: str | None = None
+    time: str | None = None
+    signal: str | None = None
+    retries: int = 0
+    retry_on: str | None = None
+    policy: str | None = None
+    gpu_ids: str | None = None
+    exclude_gpus: str | None = None
+    gpu_type: str | None = None
+    min_gpu_total_mem: str | None = None
+    min_compute_capability: str | None = None
 
 
 def _env_pairs(pairs: Iterable[str]) -> dict[str, str]:
@@ -49,6 +66,66 @@ def _from_file_lines(path: str) -> list[str]:
         raise UsageError(f"cannot read --from-file {path}: {exc}") from None
     lines = [line.strip() for line in text.splitlines()]
     return [line for line in lines if line and not line.startswith("#")]
+
+
+def _index_list(text: str | None, option: str) -> list[int]:
+    if not text:
+        return []
+    try:
+        return [int(part) for part in text.split(",") if part.strip()]
+    except ValueError:
+        raise UsageError(f"{option} wants GPU indices like 0,2, not {text!r}") from None
+
+
+def _size(text: str | None, option: str) -> int | None:
+    if text is None:
+        return None
+    try:
+        return parse_size(text)
+    except ValueError as exc:
+        raise UsageError(f"{option}: {exc}") from None
+
+
+def _capability(text: str | None) -> list[int] | None:
+    if not text:
+        return None
+    major, _, minor = text.partition(".")
+    if not major.isdigit() or not (minor or "0").isdigit():
+        raise UsageError(f"--min-compute-capability wants MAJOR.MINOR like 8.0, not {text!r}")
+    return [int(major), int(minor or 0)]
+
+
+def scheduling_fields(opts: SubmitOptions) -> dict[str, Any]:
+    """The Slurm-style options of a job spec: hold, dependencies, arrays, limits, constraints."""
+    spec: dict[str, Any] = {
+        "hold": opts.hold, "kill_on_invalid_dep": opts.kill_on_invalid_dep,
+        "dependencies": [list(d) for d in jobspec.parse_dependencies(opts.after, opts.dependency)],
+        "retries": opts.retries, "policy": opts.policy or "",
+        "constraints": {"gpu_ids": _index_list(opts.gpu_ids, "--gpu-ids"),
+                        "exclude_gpus": _index_list(opts.exclude_gpus, "--exclude-gpus"),
+                        "gpu_type": opts.gpu_type or "",
+                        "min_gpu_total_mem_bytes": _size(opts.min_gpu_total_mem,
+                                                         "--min-gpu-total-mem") or 0,
+                        "min_compute_capability": _capability(opts.min_compute_capability)},
+    }
+    if opts.retry_on:
+        spec["retry_on"] = [r.strip() for r in opts.retry_on.split(",") if r.strip()]
+    if opts.time is not None:
+        try:
+            spec["time_limit_s"] = parse_duration(opts.time)
+        except ValueError as exc:
+            raise UsageError(f"--time: {exc}") from None
+    if opts.signal is not None:
+        if opts.time is None:
+            raise UsageError("--signal warns before the time limit: add --time")
+        try:
+            spec["warn_signal"], spec["warn_before_s"] = parse_signal_spec(opts.signal)
+        except ValueError as exc:
+            raise UsageError(str(exc)) from None
+    if opts.array is not None:
+        indices, throttle = jobspec.parse_array(opts.array)
+        spec["array"] = {"indices": list(indices), "throttle": throttle}
+    return spec
 
 
 def build_request(opts: SubmitOptions) -> dict[str, Any]:
@@ -81,8 +158,9 @@ def build_request(opts: SubmitOptions) -> dict[str, Any]:
     else:
         raise UsageError("no command to run; put it after `--`, e.g. "
                          "`gpusched submit --gpus 1 -- python train.py`")
+    extra = scheduling_fields(opts)
     jobs = [{"command": c, "name": opts.name, "gpus": gpus, "gpu_mem_bytes": gpu_mem_bytes,
-             "priority": opts.priority} for c in commands]
+             "priority": opts.priority, **extra} for c in commands]
     return {"jobs": jobs, "env": env, "cwd": cwd}
 
 

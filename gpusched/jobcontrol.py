@@ -1,0 +1,147 @@
+"""The daemon's hands on jobs: adopt after a restart, notice ends, enforce limits, start."""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import replace
+from typing import TYPE_CHECKING
+
+from gpusched import lifecycle, placement, runner, scheduling
+from gpusched.models import GpuInfo, Job, JobState, transition
+
+if TYPE_CHECKING:
+    from gpusched.daemon import Daemon
+
+log = logging.getLogger("gpusched.jobs")
+
+
+class JobControl:
+    def __init__(self, daemon: Daemon):
+        self.d = daemon
+        self.placements: dict[int, int] = {}  # GPU index -> jobs placed (round-robin)
+        self.usage: dict[str, float] = {}  # fair share: decayed GPU-seconds per user
+        self._usage_at = time.monotonic()
+
+    # -- after a restart ----------------------------------------------------------------
+    def adopt(self) -> None:
+        """Keep running jobs that still run, settle the rest."""
+        d = self.d
+        d.jobs = {job.id: job for job in d.store.active()}
+        with d.store.write():
+            for job in list(d.jobs.values()):
+                if job.state is JobState.PENDING and runner.was_started(d.paths.jobs_dir, job.id):
+                    self._recover_unrecorded_start(job)
+        self.reconcile_running(check_liveness=True)
+        log.info("adopted %d running jobs", len(d.running()))
+
+    def _recover_unrecorded_start(self, job: Job) -> None:
+        """A previous daemon started this job's shim but died before recording it."""
+        found = runner.find_shim(self.d.paths.jobs_dir, job.id)
+        pid, started = found if found else (None, None)
+        self.d.save(transition(job, JobState.RUNNING, shim_pid=pid, shim_start_time=started,
+                               boot_id=self.d.boot_id, started_at=time.time()))
+
+    # -- ends -----------------------------------------------------------------------------
+    def reconcile_running(self, check_liveness: bool = False) -> None:
+        """Record runs that ended: from their exit record, or as lost if their shim vanished."""
+        runner.reap_children()
+        d = self.d
+        if not d.running():
+            return
+        with d.store.write():
+            for job in d.running():
+                record = runner.read_exit_record(d.paths.jobs_dir, job.id)
+                if record is None and check_liveness and not runner.is_alive(job):
+                    # Read again: the shim may have written its record and exited since.
+                    record = runner.read_exit_record(d.paths.jobs_dir, job.id)
+                    if record is None:
+                        self.end(job, JobState.LOST, time.time(), end_reason=(
+                            "the job's shim vanished without an exit record "
+                            "(killed, or the machine rebooted)"))
+                        continue
+                if record is not None:
+                    state = lifecycle.end_state(job, record.exit_code, record.error)
+                    self.end(job, state, record.ended_at, exit_code=record.exit_code,
+                             signal=record.signal, end_reason=record.error)
+
+    def end(self, job: Job, state: JobState, when: float, **record) -> None:
+        ended = lifecycle.finish(job, state, when, **record)
+        if ended.state is JobState.PENDING:
+            runner.clear_run(self.d.paths.jobs_dir, job.id)  # the next attempt starts clean
+            log.info("job %d re-queued (attempt %d)", job.id, ended.attempt)
+        self.d.save(ended)
+
+    # -- time limits ----------------------------------------------------------------------
+    def enforce_limits(self, now: float) -> None:
+        due = []
+        for job in self.d.running():
+            step = lifecycle.next_limit_action(job)
+            if step is not None and step[0] <= now:
+                due.append((job, step[1]))
+        if not due:
+            return
+        with self.d.store.write():
+            for job, action in due:
+                changed, signum = lifecycle.apply_limit_action(job, action)
+                self.d.save(changed)
+                runner.signal_job(changed, signum)
+
+    def next_deadline(self) -> float | None:
+        """When the next time-limit action is due (epoch seconds)."""
+        times = [step[0] for job in self.d.running()
+                 if (step := lifecycle.next_limit_action(job))]
+        return min(times, default=None)
+
+    # -- starts ---------------------------------------------------------------------------
+    def start_ready(self) -> None:
+        d = self.d
+        pending = d.pending()
+        if not pending:
+            return
+        now = time.time()
+        running = d.running()
+        self._decay_usage(running)
+        loads = placement.gpu_loads(d.inventory, running, d.pid_jobs, d.rules,
+                                    d.idle_since, now)
+        plan = scheduling.schedule(pending, running, loads, d.inventory, d.rules,
+                                   d.queue_rules(), now, self._dependency_states(pending),
+                                   self.usage, self.placements)
+        with d.store.write():
+            for job_id, gpus in plan.starts:
+                self.start(d.jobs[job_id], gpus)
+            for job_id, reason in plan.cancels.items():
+                d.save(transition(d.jobs[job_id], JobState.CANCELLED, ended_at=now,
+                                  end_reason=reason))
+            for job_id, reason in plan.reasons.items():
+                if d.jobs[job_id].pending_reason != reason:
+                    d.save(replace(d.jobs[job_id], pending_reason=reason))
+
+    def _dependency_states(self, pending: list[Job]) -> dict[int, JobState]:
+        wanted = {dep for job in pending for _, dep in job.dependencies}
+        states = {i: self.d.jobs[i].state for i in wanted if i in self.d.jobs}
+        states.update(self.d.store.states(wanted - states.keys()))
+        return states
+
+    def _decay_usage(self, running: list[Job]) -> None:
+        now = time.monotonic()
+        self.usage = scheduling.decay_usage(self.usage, running, now - self._usage_at,
+                                            self.d.settings.fairshare_half_life_s)
+        self._usage_at = now
+
+    def start(self, job: Job, gpus: tuple[GpuInfo, ...]) -> None:
+        d = self.d
+        for gpu in gpus:
+            self.placements[gpu.index] = self.placements.get(gpu.index, 0) + 1
+        taken = [j.master_port for j in d.running() if j.master_port]
+        port = runner.pick_master_port(d.settings.master_port_min, d.settings.master_port_max, taken)
+        started_at = time.time()
+        env = runner.job_environment(job, gpus, port, d.settings.visible_devices, started_at)
+        pid, pid_started = runner.start_shim(job, env, d.paths.jobs_dir, d.paths.socket,
+                                             d.settings.cancel_grace_s)
+        # No GPU read is needed now: until the next one, the new job's whole declared
+        # memory counts as promised (placement.gpu_loads).
+        d.save(transition(
+            job, JobState.RUNNING, started_at=started_at, gpu_uuids=tuple(g.uuid for g in gpus),
+            gpu_indices=tuple(g.index for g in gpus), master_port=port, pending_reason="",
+            shim_pid=pid, shim_start_time=pid_started, boot_id=d.boot_id))

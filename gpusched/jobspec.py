@@ -1,0 +1,148 @@
+"""Submitted job specs: Slurm-style option syntax, and the daemon's check of each field."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from gpusched.errors import UsageError
+from gpusched.lifecycle import RETRY_ON_CHOICES
+from gpusched.models import Constraints, Request
+from gpusched.scheduling import DEPENDENCY_KINDS
+
+MAX_GPUS_PER_JOB = 64
+MAX_PRIORITY = 10**6
+MAX_ARRAY_SIZE = 10_000
+_RANGE_RE = re.compile(r"^(\d+)(?:-(\d+)(?::(\d+))?)?$")
+
+
+def parse_array(text: str) -> tuple[tuple[int, ...], int | None]:
+    """'0-99%8', '1,3,5-7', '0-15:4' -> (indices, at-most-at-once)."""
+    spec, _, throttle_text = text.partition("%")
+    indices: list[int] = []
+    for part in spec.split(","):
+        match = _RANGE_RE.match(part.strip())
+        if not match:
+            raise UsageError(f"--array wants ranges like 0-99, 1,3,5-7 or 0-99%8, not {text!r}")
+        first = int(match.group(1))
+        last = int(match.group(2) or first)
+        step = int(match.group(3) or 1)
+        if last < first or step < 1:
+            raise UsageError(f"--array range {part!r} is empty")
+        indices.extend(range(first, last + 1, step))
+        if len(indices) > MAX_ARRAY_SIZE:
+            raise UsageError(f"--array {text!r} has more than {MAX_ARRAY_SIZE} elements")
+    throttle = None
+    if throttle_text:
+        if not throttle_text.isdigit() or int(throttle_text) < 1:
+            raise UsageError(f"--array: the part after % must be a positive count, not {throttle_text!r}")
+        throttle = int(throttle_text)
+    return tuple(sorted(set(indices))), throttle
+
+
+def parse_dependencies(after: list[str], dependency: list[str]) -> list[tuple[str, int]]:
+    """--after 3,4 (afterok) and Slurm's --dependency afterok:3:4,afterany:5."""
+    deps: list[tuple[str, int]] = []
+    for text in after:
+        deps += [("afterok", _job_id(i, "--after")) for i in text.split(",") if i.strip()]
+    for text in dependency:
+        for clause in filter(None, (c.strip() for c in text.split(","))):
+            kind, *ids = clause.split(":")
+            if kind not in DEPENDENCY_KINDS or not ids:
+                raise UsageError(f"--dependency wants KIND:ID[:ID] with KIND one of "
+                                 f"{', '.join(DEPENDENCY_KINDS)}, not {clause!r}")
+            deps += [(kind, _job_id(i, "--dependency")) for i in ids]
+    return deps
+
+
+def _job_id(text: str, option: str) -> int:
+    text = text.strip()
+    if not text.isdigit():
+        raise UsageError(f"{option}: {text!r} is not a job id")
+    return int(text)
+
+
+def whole_number(spec: dict, key: str, default: int | None, low: int, high: int) -> int | None:
+    value = spec.get(key, default)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+        raise UsageError(f"{key.replace('_', '-')} must be a whole number from {low} to {high}, "
+                         f"not {value!r}")
+    return value
+
+
+def _number(spec: dict, key: str, low: float) -> float | None:
+    value = spec.get(key)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value < low:
+        raise UsageError(f"{key.replace('_', '-')} must be a number of at least {low}, not {value!r}")
+    return float(value)
+
+
+def _int_list(spec: dict, key: str) -> tuple[int, ...]:
+    value = spec.get(key) or []
+    if not isinstance(value, list) or not all(isinstance(v, int) and v >= 0 for v in value):
+        raise UsageError(f"{key.replace('_', '-')} must be a list of GPU indices")
+    return tuple(value)
+
+
+def check_constraints(spec: Any) -> Constraints:
+    spec = spec or {}
+    if not isinstance(spec, dict):
+        raise UsageError("constraints must be a JSON object")
+    capability = spec.get("min_compute_capability")
+    if capability is not None and (not isinstance(capability, list) or len(capability) != 2
+                                   or not all(isinstance(v, int) for v in capability)):
+        raise UsageError("--min-compute-capability wants MAJOR.MINOR like 8.0")
+    gpu_type = spec.get("gpu_type") or ""
+    if not isinstance(gpu_type, str):
+        raise UsageError("--gpu-type must be a string")
+    return Constraints(gpu_ids=_int_list(spec, "gpu_ids"),
+                       exclude_gpus=_int_list(spec, "exclude_gpus"), gpu_type=gpu_type,
+                       min_gpu_total_mem_bytes=whole_number(spec, "min_gpu_total_mem_bytes", 0, 0, 2**60),
+                       min_compute_capability=tuple(capability) if capability else None)
+
+
+def check_job_spec(spec: Any, policies: list[str]) -> dict[str, Any]:
+    """The Job fields of one submitted job, every value checked (the daemon trusts no client)."""
+    if not isinstance(spec, dict):
+        raise UsageError("each job must be a JSON object")
+    command = spec.get("command")
+    if (not isinstance(command, list) or not command or not all(isinstance(a, str) for a in command)
+            or not command[0]):
+        raise UsageError("the job has no command; put it after `--`, e.g. "
+                         "`gpusched submit -- python train.py`")
+    name = spec.get("name") or ""
+    if not isinstance(name, str) or len(name) > 200:
+        raise UsageError("the job name must be a string of at most 200 characters")
+    gpus = whole_number(spec, "gpus", 0, 0, MAX_GPUS_PER_JOB)
+    mem = whole_number(spec, "gpu_mem_bytes", None, 1, 2**50)
+    if mem is not None and gpus == 0:
+        raise UsageError("--gpu-mem needs at least one GPU; add --gpus 1")
+    constraints = check_constraints(spec.get("constraints"))
+    if gpus == 0 and constraints != Constraints():
+        raise UsageError("GPU constraints (--gpu-ids, --gpu-type, ...) need --gpus 1 or more")
+    policy = spec.get("policy") or ""
+    if policy and policy not in policies:
+        raise UsageError(f"unknown policy {policy!r}; choose one of: {', '.join(policies)}")
+    retry_on = spec.get("retry_on") or ["failed"]
+    if not isinstance(retry_on, list) or not set(retry_on) <= set(RETRY_ON_CHOICES):
+        raise UsageError(f"--retry-on takes: {', '.join(RETRY_ON_CHOICES)}")
+    deps = spec.get("dependencies") or []
+    if not isinstance(deps, list) or not all(
+            isinstance(d, list) and len(d) == 2 and d[0] in DEPENDENCY_KINDS and
+            isinstance(d[1], int) and not isinstance(d[1], bool) for d in deps):
+        raise UsageError("dependencies must be [KIND, ID] pairs")
+    return {
+        "command": tuple(command), "name": name, "policy": policy,
+        "request": Request(gpus, mem, constraints),
+        "priority": whole_number(spec, "priority", 0, -MAX_PRIORITY, MAX_PRIORITY),
+        "held": bool(spec.get("hold")), "dependencies": tuple((k, i) for k, i in deps),
+        "kill_on_invalid_dep": bool(spec.get("kill_on_invalid_dep")),
+        "time_limit_s": _number(spec, "time_limit_s", 1.0),
+        "warn_signal": whole_number(spec, "warn_signal", None, 1, 64),
+        "warn_before_s": _number(spec, "warn_before_s", 0.0) or 0.0,
+        "retries": whole_number(spec, "retries", 0, 0, 1000), "retry_on": tuple(retry_on),
+    }

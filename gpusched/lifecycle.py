@@ -1,0 +1,75 @@
+"""Pure job lifecycle: how a run ends (state, retries) and when time limits act."""
+
+from __future__ import annotations
+
+import signal
+from dataclasses import replace
+
+from gpusched.models import Job, JobState, transition
+
+RETRY_ON_CHOICES = ("failed", "timeout", "cancelled", "lost")
+WARN = "warn"
+TERMINATE = "terminate"
+
+
+def end_state(job: Job, exit_code: int | None, error: str) -> JobState:
+    """The state a run ended in, from the exit record and what the daemon asked of it."""
+    if job.timed_out:
+        return JobState.TIMEOUT
+    if job.cancel_requested:
+        return JobState.CANCELLED
+    if exit_code == 0 and not error:
+        return JobState.SUCCEEDED
+    return JobState.FAILED
+
+
+def finish(job: Job, state: JobState, now: float, **record) -> Job:
+    """End a run: a final state, or back to the queue while retries last for this end."""
+    if state.value in job.retry_on and job.attempt <= job.retries:
+        return transition(
+            job, JobState.PENDING, attempt=job.attempt + 1, started_at=None, gpu_uuids=(),
+            gpu_indices=(), master_port=None, shim_pid=None, shim_start_time=None,
+            cancel_requested=False, warned=False, timed_out=False,
+            pending_reason=f"re-queued after attempt {job.attempt} ended {state.value}",
+            end_reason="", exit_code=record.get("exit_code"), signal=record.get("signal"))
+    return transition(job, state, ended_at=now, **record)
+
+
+def limit_deadline(job: Job) -> float | None:
+    """When the job's time limit runs out (None: no limit, or not running)."""
+    if job.time_limit_s is None or job.started_at is None:
+        return None
+    return job.started_at + job.time_limit_s
+
+
+def next_limit_action(job: Job) -> tuple[float, str] | None:
+    """(when, what) the daemon must do next about this running job's time limit."""
+    deadline = limit_deadline(job)
+    if deadline is None or job.timed_out:
+        return None
+    if job.warn_signal is not None and not job.warned:
+        return deadline - job.warn_before_s, WARN
+    return deadline, TERMINATE
+
+
+def apply_limit_action(job: Job, action: str) -> tuple[Job, int]:
+    """The job after the action, and the signal to send it."""
+    if action == WARN:
+        return replace(job, warned=True), int(job.warn_signal or signal.SIGUSR1)
+    return replace(job, timed_out=True), int(signal.SIGTERM)
+
+
+def parse_signal_spec(text: str) -> tuple[int, float]:
+    """Slurm's --signal: 'USR1@120', 'SIGUSR2@60', '10@30', 'USR1' (60 s) -> (signal, seconds)."""
+    name, _, before = text.partition("@")
+    name = name.strip().upper()
+    if name.startswith("B:"):  # Slurm's "batch shell only" prefix: our shim signals the group
+        name = name[2:]
+    try:
+        signum = int(name) if name.isdigit() else int(getattr(signal, name if name.startswith("SIG") else f"SIG{name}"))
+        seconds = float(before) if before else 60.0
+    except (AttributeError, ValueError):
+        raise ValueError(f"--signal wants SIGNAL[@SECONDS] like USR1@120, not {text!r}") from None
+    if not 0 < signum < signal.NSIG or seconds < 0:
+        raise ValueError(f"--signal wants SIGNAL[@SECONDS] like USR1@120, not {text!r}")
+    return signum, seconds

@@ -1,0 +1,229 @@
+"""Pure scheduling: which pending jobs may start, in what order, and why the others wait.
+
+The daemon and the trace simulator both call `schedule`, so the simulator measures the
+very decisions the daemon makes.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Mapping, Sequence
+
+from gpusched import placement
+from gpusched.models import GpuInfo, Inventory, Job, JobState
+from gpusched.placement import GpuLoad, PlacementRules
+
+DISCIPLINES = ("fifo", "backfill", "fairshare", "sjf")
+DEPENDENCY_KINDS = ("afterok", "afterany", "afternotok")
+
+
+@dataclass(frozen=True)
+class QueueRules:
+    # fifo: priority, then submission, skipping jobs that do not fit (the default).
+    # backfill: fifo, but a later job may not delay the first blocked job's reserved start.
+    # fairshare: priority, then the user's decayed usage over their weight.
+    # sjf: priority, then the shortest time limit (exact durations make it the oracle).
+    discipline: str = "fifo"
+    user_weights: Mapping[str, float] = field(default_factory=dict)
+    max_gpus_per_user: int | None = None
+    max_running_per_user: int | None = None
+    draining: bool = False
+
+
+@dataclass(frozen=True)
+class Plan:
+    starts: tuple[tuple[int, tuple[GpuInfo, ...]], ...] = ()
+    reasons: Mapping[int, str] = field(default_factory=dict)
+    cancels: Mapping[int, str] = field(default_factory=dict)  # never-satisfiable dependencies
+
+
+def dependency_status(job: Job, states: Mapping[int, JobState]) -> tuple[bool, str]:
+    """(can never be met, reason) for a job's unmet dependencies; ("", False) when all met."""
+    waiting = []
+    for kind, dep in job.dependencies:
+        state = states.get(dep)
+        if state is None:
+            return True, f"dependency {kind}:{dep} can never be met: job {dep} does not exist"
+        if not state.is_final:
+            waiting.append(f"{kind}:{dep}")
+            continue
+        ok = state is JobState.SUCCEEDED
+        if (kind == "afterok" and not ok) or (kind == "afternotok" and ok):
+            return True, f"dependency {kind}:{dep} can never be met: job {dep} ended {state.value}"
+    return False, f"waiting for {', '.join(waiting)}" if waiting else ""
+
+
+def order_key(job: Job, rules: QueueRules, usage: Mapping[str, float]):
+    if rules.discipline == "fairshare":
+        share = usage.get(job.user, 0.0) / rules.user_weights.get(job.user, 1.0)
+        return (-job.priority, share, job.id)
+    if rules.discipline == "sjf":
+        return (-job.priority, job.time_limit_s if job.time_limit_s is not None else math.inf, job.id)
+    return (-job.priority, job.id)
+
+
+def decay_usage(usage: Mapping[str, float], running: Sequence[Job], elapsed_s: float,
+                half_life_s: float) -> dict[str, float]:
+    """Fair-share usage in GPU-seconds: old usage halves every half-life, running jobs add."""
+    factor = 0.5 ** (elapsed_s / half_life_s) if half_life_s > 0 else 0.0
+    out = {user: value * factor for user, value in usage.items() if value * factor > 1e-3}
+    for job in running:
+        out[job.user] = out.get(job.user, 0.0) + max(job.request.gpus, 0) * elapsed_s
+    return out
+
+
+@dataclass
+class _Pass:
+    """Bookkeeping while one scheduling pass places jobs."""
+
+    loads: dict[str, GpuLoad]
+    placements: dict[int, int]
+    user_gpus: dict[str, int]
+    user_jobs: dict[str, int]
+    array_running: dict[int, int]
+    ends: dict[str, float]  # GPU uuid -> when its last job is expected to end
+    # (start, GPUs the reserved job may use, how many it needs, its id)
+    reservation: tuple[float, frozenset[str], int, int] | None = None
+
+
+def _expected_end(job: Job, now: float) -> float:
+    if job.time_limit_s is None:
+        return math.inf
+    return (job.started_at if job.started_at is not None else now) + job.time_limit_s
+
+
+def _new_pass(running: Sequence[Job], loads: Mapping[str, GpuLoad],
+              placements: Mapping[int, int], now: float) -> _Pass:
+    p = _Pass(dict(loads), dict(placements), {}, {}, {}, {})
+    for job in running:
+        _count(p, job, job.gpu_uuids, now)
+    return p
+
+
+def _count(p: _Pass, job: Job, uuids: Sequence[str], now: float) -> None:
+    p.user_gpus[job.user] = p.user_gpus.get(job.user, 0) + job.request.gpus
+    p.user_jobs[job.user] = p.user_jobs.get(job.user, 0) + 1
+    if job.array_id is not None:
+        p.array_running[job.array_id] = p.array_running.get(job.array_id, 0) + 1
+    end = _expected_end(job, now)
+    for uuid in uuids:
+        p.ends[uuid] = max(p.ends.get(uuid, now), end)
+
+
+def _limit_reason(job: Job, p: _Pass, rules: QueueRules) -> str:
+    if rules.draining:
+        return "the queue is draining (`gpusched resume` starts jobs again)"
+    if job.held:
+        return f"held (`gpusched release {job.id}` lets it start)"
+    if job.array_id is not None and job.array_throttle is not None and \
+            p.array_running.get(job.array_id, 0) >= job.array_throttle:
+        return f"array {job.array_id} already runs {job.array_throttle} at once (%{job.array_throttle})"
+    if rules.max_running_per_user is not None and \
+            p.user_jobs.get(job.user, 0) >= rules.max_running_per_user:
+        return f"{job.user} already runs {rules.max_running_per_user} jobs (max_running_per_user)"
+    if rules.max_gpus_per_user is not None and \
+            p.user_gpus.get(job.user, 0) + job.request.gpus > rules.max_gpus_per_user:
+        return (f"{job.user} would hold more than {rules.max_gpus_per_user} GPUs "
+                f"(max_gpus_per_user; holds {p.user_gpus.get(job.user, 0)})")
+    return ""
+
+
+def _reserve(job: Job, p: _Pass, rules: PlacementRules, now: float) -> None:
+    """EASY backfill: the first blocked job is promised the soonest time enough GPUs free up."""
+    allowed = [l for l in p.loads.values()
+               if l.gpu.is_healthy and job.request.constraints.allows(l.gpu)]
+    if len(allowed) < job.request.gpus:
+        return
+    ends = sorted(p.ends.get(l.gpu.uuid, now) for l in allowed)
+    start = ends[job.request.gpus - 1]
+    p.reservation = (start, frozenset(l.gpu.uuid for l in allowed), job.request.gpus, job.id)
+
+
+def _delays_reservation(job: Job, gpus: Sequence[GpuInfo], p: _Pass, now: float) -> bool:
+    """Whether the reserved job would find too few GPUs free at its reserved start.
+
+    A job that ends by then never delays it; a longer one may still take the GPUs that
+    will be spare at that time (EASY's "extra nodes"), not only ones it will never want.
+    """
+    if p.reservation is None:
+        return False
+    start, allowed, need, _ = p.reservation
+    if _expected_end(job, now) <= start:
+        return False
+    taken = {g.uuid for g in gpus}
+    free_at_start = sum(1 for uuid in allowed
+                        if uuid not in taken and p.ends.get(uuid, now) <= start)
+    return free_at_start < need
+
+
+def _choose(job: Job, p: _Pass, rules: PlacementRules,
+            unplaceable: set[tuple]) -> tuple[GpuInfo, ...] | None:
+    """The GPUs for a job now, or None when it does not fit.
+
+    Loads only fill up during a pass, so a request that found too few GPUs once finds too
+    few again: remember it, and a long queue of alike jobs costs one search, not one each.
+    Only built-in policies qualify: a custom one may veto GPUs by placement counts.
+    """
+    if not job.request.gpus:
+        return ()
+    key = (job.request, job.policy or rules.policy)
+    if key in unplaceable:
+        return None
+    chosen = placement.choose_gpus(job.request, p.loads, rules, p.placements, job.policy)
+    if chosen is None and key[1] in placement.BUILTIN_POLICIES:
+        unplaceable.add(key)
+    return chosen
+
+
+def schedule(pending: Sequence[Job], running: Sequence[Job], loads: Mapping[str, GpuLoad],
+             inventory: Inventory, rules: PlacementRules, queue: QueueRules, now: float,
+             dep_states: Mapping[int, JobState] | None = None,
+             usage: Mapping[str, float] | None = None,
+             placements: Mapping[int, int] | None = None, explain: bool = True) -> Plan:
+    """One pass over the queue: every job that may start and fits starts, in order.
+
+    A job that does not fit never blocks the ones behind it (skip-ahead), except under
+    backfill, where they may not push back the first blocked job's reserved start.
+    `explain=False` skips building reasons (the simulator replays thousands of passes).
+    """
+    p = _new_pass(running, loads, placements or {}, now)
+    starts: list[tuple[int, tuple[GpuInfo, ...]]] = []
+    reasons: dict[int, str] = {}
+    cancels: dict[int, str] = {}
+    # With every GPU held whole, no GPU job can start: skip the per-job search (the
+    # simulator's common case on a full box). Placing jobs only ever takes GPUs away.
+    free_any = any(placement.is_usable(l) for l in p.loads.values())
+    unplaceable: set[tuple] = set()
+    for job in sorted(pending, key=lambda j: order_key(j, queue, usage or {})):
+        if job.dependencies:
+            never, why = dependency_status(job, dep_states or {})
+            if never and job.kill_on_invalid_dep:
+                cancels[job.id] = why
+                continue
+            if why:
+                reasons[job.id] = why
+                continue
+        why = _limit_reason(job, p, queue)
+        if why:
+            reasons[job.id] = why
+            continue
+        chosen = _choose(job, p, rules, unplaceable) if free_any or not job.request.gpus else None
+        if chosen is not None and _delays_reservation(job, chosen, p, now):
+            if explain:
+                reasons[job.id] = (f"backfill: would delay job {p.reservation[-1]}, which is "
+                                   "first in line")
+            continue
+        if chosen is None:
+            if queue.discipline == "backfill" and p.reservation is None:
+                _reserve(job, p, rules, now)
+            if explain:
+                reasons[job.id] = placement.pending_reason(job.request, p.loads, inventory, rules)
+            continue
+        placement.take(p.loads, job, chosen)
+        for gpu in chosen:
+            p.placements[gpu.index] = p.placements.get(gpu.index, 0) + 1
+        _count(p, job, [g.uuid for g in chosen], now)
+        starts.append((job.id, chosen))
+    return Plan(tuple(starts), reasons, cancels)
+
