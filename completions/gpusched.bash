@@ -9,12 +9,14 @@ _gpusched() {
             'cancel') path='cancel' ;;
             'completions') path='completions' ;;
             'daemon') path='daemon' ;;
+            'daemon install-service') path='daemon install-service' ;;
             'daemon run') path='daemon run' ;;
             'daemon start') path='daemon start' ;;
             'daemon status') path='daemon status' ;;
             'daemon stop') path='daemon stop' ;;
             'demo') path='demo' ;;
             'drain') path='drain' ;;
+            'env') path='env' ;;
             'gpus') path='gpus' ;;
             'hold') path='hold' ;;
             'logs') path='logs' ;;
@@ -31,16 +33,18 @@ _gpusched() {
         esac
     done
     case "$path" in
-        '') words='cancel completions daemon demo drain gpus hold logs ls release resume show simulate submit top update wait --help --version' ;;
+        '') words='cancel completions daemon demo drain env gpus hold logs ls release resume show simulate submit top update wait --help --version' ;;
         'cancel') words='--help' ;;
         'completions') words='--help' ;;
-        'daemon') words='run start status stop --help' ;;
-        'daemon run') words='--help' ;;
+        'daemon') words='install-service run start status stop --help' ;;
+        'daemon install-service') words='--help --system --user --dir' ;;
+        'daemon run') words='--help --system' ;;
         'daemon start') words='--help' ;;
         'daemon status') words='--help --json' ;;
         'daemon stop') words='--help' ;;
         'demo') words='--help' ;;
         'drain') words='--help' ;;
+        'env') words='--help --json' ;;
         'gpus') words='--help --json' ;;
         'hold') words='--help' ;;
         'logs') words='--help --follow -f --stderr' ;;
@@ -49,7 +53,7 @@ _gpusched() {
         'resume') words='--help' ;;
         'show') words='--help --json' ;;
         'simulate') words='--help --gpus --policy --discipline --load --arrivals --seed --json' ;;
-        'submit') words='--help --gpus -G --gpu-mem --name -n --priority --cwd --env -e --from-file -f --wait -W --json --hold --after --dependency -d --kill-on-invalid-dep --array -a --time -t --signal --retries --retry-on --policy --gpu-ids --exclude-gpus --gpu-type --min-gpu-total-mem --min-compute-capability' ;;
+        'submit') words='--help --gpus -G --gpu-mem --name -n --priority --cwd --env -e --from-file -f --wait -W --json --hold --after --dependency -d --kill-on-invalid-dep --array -a --time -t --signal --retries --retry-on --policy --gpu-ids --exclude-gpus --gpu-type --min-gpu-total-mem --min-compute-capability --cpus -c --mem' ;;
         'top') words='--help --interval -i --once' ;;
         'update') words='--help --priority' ;;
         'wait') words='--help' ;;

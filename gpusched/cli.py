@@ -14,8 +14,7 @@ from rich.console import Console
 
 from gpusched import __version__, render
 from gpusched.client import Client, start_daemon, wait_for_exit
-from gpusched.config import resolve_paths
-from gpusched.errors import GpuschedError, UsageError, report_error
+from gpusched.errors import DaemonUnavailable, GpuschedError, UsageError, report_error
 from gpusched.submitting import (SubmitOptions, exit_status, print_json, submit_and_report,
                                  wait_for_jobs)
 
@@ -24,7 +23,9 @@ app = typer.Typer(add_completion=False, no_args_is_help=True, rich_markup_mode=N
 daemon_app = typer.Typer(no_args_is_help=True, help="Start, stop and inspect the daemon.")
 app.add_typer(daemon_app, name="daemon")
 
-out = Console(highlight=False, soft_wrap=False)
+# Piped into grep or a file, a listing keeps each job on one line instead of folding
+# cells to 80 columns.
+out = Console(highlight=False, soft_wrap=False, width=None if sys.stdout.isatty() else 1000)
 JSON_HELP = "Print JSON (stable field names) instead of a table."
 
 
@@ -79,6 +80,8 @@ def submit(
                                                     help="Only GPUs with this much memory: 40G."),
     min_compute_capability: Optional[str] = typer.Option(None, "--min-compute-capability",
                                                          help="Only GPUs at least this: 8.0."),
+    cpus: int = typer.Option(1, "--cpus", "-c", help="CPU cores the job needs."),
+    mem: Optional[str] = typer.Option(None, "--mem", help="Host memory the job needs, e.g. 16G."),
 ) -> None:
     """Queue a job: `gpusched submit --gpus 1 --gpu-mem 20G -- python train.py`."""
     opts = SubmitOptions(
@@ -87,7 +90,8 @@ def submit(
         dependency=dependency, kill_on_invalid_dep=kill_on_invalid_dep, array=array,
         time=time_limit, signal=warn, retries=retries, retry_on=retry_on, policy=policy,
         gpu_ids=gpu_ids, exclude_gpus=exclude_gpus, gpu_type=gpu_type,
-        min_gpu_total_mem=min_gpu_total_mem, min_compute_capability=min_compute_capability)
+        min_gpu_total_mem=min_gpu_total_mem, min_compute_capability=min_compute_capability,
+        cpus=cpus, mem=mem)
     raise typer.Exit(submit_and_report(opts))
 
 
@@ -189,6 +193,19 @@ def logs(
     print_log(Client(), job_id, stderr=stderr, follow=follow)
 
 
+@app.command("env")
+def job_env(
+    job_id: int = typer.Argument(..., help="Job id."),
+    as_json: bool = typer.Option(False, "--json", help=JSON_HELP),
+) -> None:
+    """The environment a job was submitted with (scheduler variables are set at its start)."""
+    env = Client().call("env", id=job_id)["env"]
+    if as_json:
+        print_json(env)
+    else:
+        sys.stdout.write("".join(f"{k}={v}\n" for k, v in sorted(env.items())))
+
+
 @app.command()
 def gpus(as_json: bool = typer.Option(False, "--json", help=JSON_HELP)) -> None:
     """The GPUs the daemon sees: memory used / reserved / total, utilization, jobs."""
@@ -200,6 +217,7 @@ def gpus(as_json: bool = typer.Option(False, "--json", help=JSON_HELP)) -> None:
         out.print(f"No GPUs: {render.safe(result['problem'])}")
     if result["gpus"]:
         out.print(render.gpus_table(result))
+    out.print(render.host_line(result["host"]), markup=False)
     procs = render.processes_table(result)
     if procs is not None:
         out.print()
@@ -256,12 +274,20 @@ def completions(shell: str = typer.Argument(..., help="bash, zsh or fish.")) -> 
 
 
 @daemon_app.command("run")
-def daemon_run() -> None:
+def daemon_run(
+    system: bool = typer.Option(False, "--system",
+                                help="One daemon for all users (as root): docs/shared-server.md."),
+    user: bool = typer.Option(False, "--user", hidden=True,
+                              help="This user's daemon even if the system config says system."),
+) -> None:
     """Run the daemon in the foreground (for systemd)."""
     from gpusched.daemon import serve
+    from gpusched.modes import daemon_paths
 
+    if system and user:
+        raise UsageError("choose one of --system and --user")
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
-    serve(resolve_paths())
+    serve(daemon_paths(system, user))
 
 
 @daemon_app.command("start")
@@ -272,6 +298,8 @@ def daemon_start() -> None:
         status = client.call("status")
         out.print(f"gpusched daemon already running (pid {status['pid']})")
         return
+    if client.paths.mode != "user":
+        raise DaemonUnavailable(client.not_running_message())
     client.wait_until_up(daemon=start_daemon(client.paths)).close()
     out.print(f"gpusched daemon started (pid {client.call('status')['pid']})")
 
@@ -294,17 +322,41 @@ def daemon_stop() -> None:
 def daemon_status(as_json: bool = typer.Option(False, "--json", help=JSON_HELP)) -> None:
     """Whether the daemon runs, and what it sees. Exit status 3 when it does not run."""
     client = Client(autostart=False)
+    which = client.paths.mode  # user, system, or socket (GPUSCHED_SOCKET)
     if not client.is_running():
         if as_json:
-            print_json({"running": False, "socket": str(client.paths.socket)})
+            print_json({"running": False, "daemon": which, "socket": str(client.paths.socket)})
         else:
-            out.print(f"gpusched daemon is not running (socket {client.paths.socket})")
+            out.print(f"gpusched daemon is not running ({which} daemon, socket "
+                      f"{client.paths.socket})")
         raise typer.Exit(3)
     status = client.call("status")
     if as_json:
-        print_json({"running": True, **status})
+        # The daemon's "running" is its count of running jobs; here "running" says whether
+        # the daemon runs, as in the not-running case, and the counts get their own names.
+        print_json({**status, "running": True, "running_jobs": status["running"],
+                    "pending_jobs": status["pending"], "daemon": which})
     else:
+        out.print(f"using the {which} daemon at {client.paths.socket}", markup=False)
         out.print("\n".join(render.status_lines(status)), markup=False)
+
+
+@daemon_app.command("install-service")
+def daemon_install_service(
+    system: bool = typer.Option(False, "--system", help="The root daemon for all users."),
+    user: bool = typer.Option(False, "--user", help="Your own daemon, under systemd --user."),
+    directory: Optional[Path] = typer.Option(None, "--dir",
+                                             help="Write the unit here instead of systemd's directory."),
+) -> None:
+    """Write the systemd unit and print the commands that enable it."""
+    from gpusched.service import install, next_commands
+
+    if system == user:
+        raise UsageError("choose one of --system and --user")
+    path = install(system, directory)
+    out.print(f"wrote {path}; now run:", markup=False)
+    for command in next_commands(system):
+        out.print(f"  {command}", markup=False)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -5,53 +5,78 @@ Kept free of heavy imports: every CLI call pays for what this module imports.
 
 from __future__ import annotations
 
+import fcntl
 import os
 import socket
 import subprocess
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from gpusched import protocol
-from gpusched.config import Paths, ensure_private_dir, resolve_paths
-from gpusched.errors import ERROR_KINDS, DaemonUnavailable, GpuschedError
+from gpusched import protocol, trust
+from gpusched.config import Paths, ensure_private_dir
+from gpusched.modes import client_paths
+from gpusched.errors import ERROR_KINDS, DaemonUnavailable, GpuschedError, PermissionDenied
 
 START_TIMEOUT_S = 15.0
 
 
 class Client:
     def __init__(self, paths: Paths | None = None, autostart: bool = True):
-        self.paths = paths or resolve_paths()
-        self.autostart = autostart
+        self.paths = paths or client_paths()
+        # Only a user daemon is started on demand: the system one is systemd's to start.
+        self.autostart = autostart and self.paths.mode == "user"
 
     def _connect(self) -> socket.socket:
+        # A socket planted by another user must never receive a request: check the path
+        # before connecting and the listening process's uid before sending.
+        trust.check_socket_path(self.paths)
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
             sock.connect(str(self.paths.socket))
-        except OSError:
+            trust.check_peer(sock, self.paths)
+        except BaseException:
             sock.close()
             raise
         return sock
+
+    def not_running_message(self) -> str:
+        if self.paths.is_system:
+            return (f"the system gpusched daemon ({self.paths.socket}) is not running; ask an "
+                    "admin to start it (`systemctl start gpusched`).")
+        if self.paths.mode == "socket":
+            return f"no gpusched daemon listens on GPUSCHED_SOCKET={self.paths.socket}."
+        return (f"no gpusched daemon is running for {self.paths.state_dir}; start one with "
+                "`gpusched daemon start`.")
 
     def connect(self) -> socket.socket:
         try:
             return self._connect()
         except (FileNotFoundError, ConnectionRefusedError):
             if not self.autostart:
-                raise DaemonUnavailable(f"no gpusched daemon is running for "
-                                        f"{self.paths.state_dir}; start one with "
-                                        "`gpusched daemon start`.") from None
-        start_daemon(self.paths)
-        return self.wait_until_up()
+                raise DaemonUnavailable(self.not_running_message()) from None
+        except PermissionError:
+            raise PermissionDenied(f"cannot connect to the gpusched daemon at {self.paths.socket}: "
+                                   "permission denied (it belongs to another user). Use your own: "
+                                   "unset GPUSCHED_HOME or point it at a directory of yours.") from None
+        return self.wait_until_up(daemon=start_daemon(self.paths))
 
-    def wait_until_up(self, timeout_s: float = START_TIMEOUT_S) -> socket.socket:
+    def wait_until_up(self, timeout_s: float = START_TIMEOUT_S,
+                      daemon: StartedDaemon | None = None) -> socket.socket:
+        """Connect once the daemon listens; fail at once if the one we started gave up."""
         deadline = time.monotonic() + timeout_s
         delay = 0.005
         while True:
             try:
                 return self._connect()
             except (FileNotFoundError, ConnectionRefusedError):
+                # A daemon that lost the lock to a concurrent start exits too; then the
+                # winner holds the lock and comes up, so only an unheld lock means failure.
+                if (daemon is not None and daemon.process.poll() is not None
+                        and not _lock_is_held(self.paths.lock)):
+                    raise DaemonUnavailable(daemon.failure(self.paths)) from None
                 if time.monotonic() > deadline:
                     raise DaemonUnavailable(
                         f"the gpusched daemon did not start within {timeout_s:.0f} s; see "
@@ -85,17 +110,57 @@ class Client:
             return False
 
 
-def start_daemon(paths: Paths, environ: dict[str, str] | None = None) -> None:
+@dataclass(frozen=True)
+class StartedDaemon:
+    """A daemon this process started, and where its part of the shared log begins."""
+
+    process: subprocess.Popen
+    log_offset: int
+
+    def failure(self, paths: Paths) -> str:
+        """Why it exited: the `Error:` line it wrote, else its exit status."""
+        try:
+            with open(paths.daemon_log, "rb") as fh:
+                fh.seek(self.log_offset)
+                lines = fh.read(1 << 20).decode(errors="replace").splitlines()
+        except OSError:
+            lines = []
+        message = next((line[len("Error: "):] for line in reversed(lines)
+                        if line.startswith("Error: ")), "")
+        if message:
+            return f"the gpusched daemon could not start: {message}"
+        return (f"the gpusched daemon exited with status {self.process.returncode} before it "
+                f"was ready; see {paths.daemon_log}")
+
+
+def _lock_is_held(path: Path) -> bool:
+    """Whether a daemon holds the state directory's lock (filelock flocks that file)."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except OSError:
+        return True
+    finally:
+        os.close(fd)  # closing drops the probe's own lock
+    return False
+
+
+def start_daemon(paths: Paths, environ: dict[str, str] | None = None) -> StartedDaemon:
     """Start `gpusched daemon run` in the background, detached, logging to its state dir."""
     ensure_private_dir(paths.state_dir)
     env = dict(os.environ if environ is None else environ)
     log_fd = os.open(paths.daemon_log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
     try:
-        subprocess.Popen([sys.executable, "-m", "gpusched", "daemon", "run"],
-                         stdin=subprocess.DEVNULL, stdout=log_fd, stderr=log_fd,
-                         start_new_session=True, close_fds=True, env=env, cwd="/")
+        offset = os.fstat(log_fd).st_size
+        process = subprocess.Popen([sys.executable, "-m", "gpusched", "daemon", "run", "--user"],
+                                   stdin=subprocess.DEVNULL, stdout=log_fd, stderr=log_fd,
+                                   start_new_session=True, close_fds=True, env=env, cwd="/")
     finally:
         os.close(log_fd)
+    return StartedDaemon(process, offset)
 
 
 def wait_for_exit(pid: int, timeout_s: float) -> bool:

@@ -23,6 +23,8 @@ class Settings:
     # [daemon]
     gpu_poll_interval_s: float = 2.0
     cancel_grace_s: float = 10.0
+    mode: str = "user"
+    max_connections_per_uid: int = 32
     # [gpus]
     simulate: str = ""
     visible_devices: str = "uuid"
@@ -41,9 +43,21 @@ class Settings:
     user_weights: tuple[tuple[str, float], ...] = ()
     max_gpus_per_user: int = 0
     max_running_per_user: int = 0
+    # [host]
+    host_cpus: int = 0
+    reserve_cpus: int = 0
+    reserve_mem_bytes: int = 0
+    cpu_binding: bool = False
+    enforce_mem: bool = False
+    mem_margin_pct: float = 10.0
     # [jobs]
     master_port_min: int = 29500
     master_port_max: int = 29999
+    max_running: int = 0
+    # [system]
+    service_user: str = ""
+    admin_group: str = ""
+    show_commands: str = "own"
 
 
 def _choice(*valid: str) -> Callable[[Any], str]:
@@ -90,6 +104,12 @@ def _user_weights(value: Any) -> tuple[tuple[str, float], ...]:
     return tuple((str(user), _number(0.001, 1e6)(w)) for user, w in sorted(value.items()))
 
 
+def _bool(value: Any) -> bool:
+    if not isinstance(value, bool):
+        raise ValueError(f"{value!r} is not true or false")
+    return value
+
+
 def _positive_duration(value: Any) -> float:
     seconds = parse_duration(value)
     if seconds <= 0:
@@ -104,6 +124,11 @@ KEYS: dict[str, tuple[str, Callable[[Any], Any], Any, str]] = {
                                  "How often the daemon reads the GPUs (jobs still start at once)."),
     "daemon.cancel_grace": ("cancel_grace_s", parse_duration, "10s",
                             "Between SIGTERM and SIGKILL when a running job is cancelled."),
+    "daemon.mode": ("mode", _choice("user", "system"), "user",
+                    '"system": one root daemon for all users (read from /etc/gpusched/gpusched.toml).'),
+    "daemon.max_connections_per_uid": ("max_connections_per_uid", _number(0, 10**6, int), 32,
+                                       "Open connections one user may hold (0: no limit; root and "
+                                       "the daemon's own user are exempt)."),
     "gpus.simulate": ("simulate", _text, "",
                       'Simulated GPUs instead of NVML, e.g. "4x80GiB" or '
                       '"2xH100-80GiB,2xA100-40GiB" (env GPUSCHED_SIMULATE wins).'),
@@ -139,10 +164,33 @@ KEYS: dict[str, tuple[str, Callable[[Any], Any], Any, str]] = {
                                      "At most this many GPUs held by one user's jobs (0: no limit)."),
     "scheduling.max_running_per_user": ("max_running_per_user", _number(0, 10**6, int), 0,
                                         "At most this many running jobs per user (0: no limit)."),
+    "host.cpus": ("host_cpus", _number(0, 100_000, int), 0,
+                  "Cores jobs may use; 0 = those in the daemon's CPU affinity."),
+    "host.reserve_cpus": ("reserve_cpus", _number(0, 100_000, int), 0,
+                          "Cores kept for the system (the lowest-numbered ones)."),
+    "host.reserve_mem": ("reserve_mem_bytes", parse_size, "0MiB",
+                         "Host memory kept for the system."),
+    "host.cpu_binding": ("cpu_binding", _bool, False,
+                         "Pin each job to its own cores with CPU affinity."),
+    "host.enforce_mem": ("enforce_mem", _bool, False,
+                         "Stop a job (state oom) that uses more host memory than --mem + margin."),
+    "host.mem_margin_pct": ("mem_margin_pct", _number(0, 1000), 10,
+                            "How far past its --mem a job may go before it is reported (percent)."),
+    "jobs.max_running": ("max_running", _number(0, 10**6, int), 0,
+                         "At most this many jobs run at once, like `tsp -S` (0: no limit)."),
     "jobs.master_port_min": ("master_port_min", _number(1024, 65535, int), 29500,
                              "Lowest MASTER_PORT given to a job (torchrun's default is 29500)."),
     "jobs.master_port_max": ("master_port_max", _number(1024, 65535, int), 29999,
                              "Highest MASTER_PORT given to a job."),
+    "system.service_user": ("service_user", _text, "",
+                            "System mode: a non-root user the daemon runs as, trusted by clients "
+                            "besides root."),
+    "system.admin_group": ("admin_group", _text, "",
+                           "System mode: members of this group may cancel, hold, update and "
+                           "inspect anyone's jobs."),
+    "system.show_commands": ("show_commands", _choice("own", "all"), "own",
+                             'Whose command lines `ls`, `show` and `top` show: "own" (the '
+                             'owner\'s and to admins) or "all".'),
 }
 
 
@@ -195,7 +243,8 @@ def example_toml() -> str:
         if name != section:
             lines += ["", f"[{name}]"]
             section = name
-        value = f'"{default}"' if isinstance(default, str) else str(default)  # [] and {} too
+        value = (f'"{default}"' if isinstance(default, str) else
+                 str(default).lower() if isinstance(default, bool) else str(default))
         lines += [f"# {doc}", f"{key} = {value}"]
     return "\n".join(lines) + "\n"
 
@@ -211,10 +260,25 @@ class Paths:
     state_dir: Path
     run_dir: Path
     config_file: Path
+    # "user" (one person's daemon), "system" (one root daemon for all users, see
+    # gpusched/modes.py) or "socket" (GPUSCHED_SOCKET named it: never auto-started).
+    mode: str = "user"
+    socket_file: Path | None = None
+    # System mode: jobs' logs go to LOG_ROOT/USER/, owned by the user (None: the job dir).
+    log_root: Path | None = None
+
+    @property
+    def is_system(self) -> bool:
+        return self.mode == "system"
 
     @property
     def socket(self) -> Path:
-        return self.run_dir / "gpusched.sock"
+        return self.socket_file or self.run_dir / "gpusched.sock"
+
+    @property
+    def audit_log(self) -> Path:
+        """Every refused request: who asked (uid, pid), what, and for which job."""
+        return self.state_dir / "audit.log"
 
     @property
     def db(self) -> Path:

@@ -14,10 +14,14 @@ from typing import Any
 from filelock import FileLock, Timeout
 
 from gpusched import __version__, placement, runner, scheduling
+from gpusched.authz import Authz
 from gpusched.config import Paths, Settings, ensure_private_dir, load_settings
 from gpusched.errors import ConfigError, GpuschedError
 from gpusched.gpus import GpuBackend, open_backend
+from gpusched.cgroups import CgroupJobs
 from gpusched.handlers import Handlers
+from gpusched.modes import ensure_public_dir
+from gpusched.host import detect_host
 from gpusched.jobcontrol import JobControl
 from gpusched.models import Inventory, Job, JobState
 from gpusched.policies import load_custom_policies, placement_rules
@@ -52,6 +56,8 @@ class Daemon:
     def __init__(self, paths: Paths, settings: Settings, backend: GpuBackend):
         self.paths, self.settings, self.backend = paths, settings, backend
         self.rules = placement_rules(settings, load_custom_policies())
+        self.host = detect_host(settings)
+        self.cgroups: CgroupJobs | None = None
         self.draining = False
         self.idle_since: dict[int, float] = {}  # outside pid -> since when it shows 0% busy
         self.control = JobControl(self)
@@ -68,6 +74,8 @@ class Daemon:
         self._gpus_dirty = True
         self.store: Store | None = None
         self.handlers = Handlers(self)
+        self.authz = Authz(os.getuid(), paths.audit_log, settings.admin_group,
+                           settings.show_commands)
 
     # -- the connection threads' side -------------------------------------------------
     def dispatch(self, name: str, args: dict[str, Any], creds: tuple[int, int, int]) -> dict:
@@ -82,8 +90,7 @@ class Daemon:
     # -- lifecycle ----------------------------------------------------------------------
     def run(self) -> None:
         """Run in the foreground until stopped; raises GpuschedError if it cannot start."""
-        ensure_private_dir(self.paths.state_dir)
-        ensure_private_dir(self.paths.run_dir)
+        self._prepare_dirs()
         lock = FileLock(str(self.paths.lock), timeout=0)
         try:
             lock.acquire()
@@ -93,10 +100,15 @@ class Daemon:
         try:
             self.store = Store(self.paths.db)
             self.paths.jobs_dir.mkdir(mode=0o700, exist_ok=True)
-            server = SocketServer(self.paths.socket, self.dispatch)
+            # System mode: anyone may connect; who they are comes from SO_PEERCRED.
+            server = SocketServer(self.paths.socket, self.dispatch,
+                                  mode=0o666 if self.paths.is_system else 0o600,
+                                  max_per_uid=self.settings.max_connections_per_uid,
+                                  exempt_uids={0, os.getuid()})
             try:
                 self._install_signal_handlers()
                 self.draining = self.store.get_meta("draining") == "1"
+                self._set_up_cgroups()
                 self.control.adopt()
                 server.start()
                 log.info("gpusched %s daemon started (pid %d, backend %s)",
@@ -105,10 +117,39 @@ class Daemon:
             finally:
                 server.close()
                 self._answer_everyone()
+                server.drain()  # those answers, and the one to `stop`, reach their clients
                 self.store.close()
                 self.backend.close()
         finally:
             lock.release()
+
+    def _set_up_cgroups(self) -> None:
+        """Kernel-enforced memory limits when enforce_mem is on and a cgroup v2 tree is ours."""
+        if not self.settings.enforce_mem:
+            return
+        tree = CgroupJobs.detect()
+        if tree is not None and tree.prepare(os.getpid()):
+            self.cgroups = tree
+
+    def mem_enforcement(self) -> str:
+        """How --mem is enforced, for `daemon status`."""
+        if not self.settings.enforce_mem:
+            return "off (overuse is reported, not stopped)"
+        if self.cgroups:
+            return self.cgroups.describe()
+        return (f"process-tree measurement every {self.settings.gpu_poll_interval_s:g} s "
+                "(no writable cgroup v2 tree)")
+
+    def _prepare_dirs(self) -> None:
+        """State always private; in system mode the socket's and the logs' parents are
+        readable by all and writable by the daemon only."""
+        ensure_private_dir(self.paths.state_dir)
+        if self.paths.is_system:
+            ensure_public_dir(self.paths.run_dir)
+            if self.paths.log_root is not None:
+                ensure_public_dir(self.paths.log_root)
+        else:
+            ensure_private_dir(self.paths.run_dir)
 
     def _install_signal_handlers(self) -> None:
         def stop(_signum: int, _frame: object) -> None:
@@ -130,13 +171,16 @@ class Daemon:
         return scheduling.QueueRules(
             discipline=s.discipline, user_weights=dict(s.user_weights),
             max_gpus_per_user=s.max_gpus_per_user or None,
-            max_running_per_user=s.max_running_per_user or None, draining=self.draining)
+            max_running_per_user=s.max_running_per_user or None, draining=self.draining,
+            host=self.host.capacity(s.max_running))
 
     def loop(self) -> None:
         while not self.stopping:
             calls = self._next_calls()
             poll_due = time.monotonic() >= self._next_gpu_read
             self.control.reconcile_running(check_liveness=poll_due)
+            if poll_due:
+                self.control.check_memory()
             self.control.enforce_limits(time.time())
             for call in calls:
                 self.handlers.handle(call)
@@ -197,6 +241,8 @@ class Daemon:
         self.pid_jobs = runner.pid_owners(running) if has_processes else {}
         self.idle_since = placement.track_idle(self.inventory, self.pid_jobs, self.idle_since,
                                                time.time())
+        if self.pid_jobs:
+            self.control.record_gpu_peaks(placement.job_gpu_peaks(self.inventory, self.pid_jobs))
         self._gpus_dirty = False
         self._schedule_needed = True
         self._next_gpu_read = time.monotonic() + self.settings.gpu_poll_interval_s
@@ -220,8 +266,21 @@ class Daemon:
 def serve(paths: Paths) -> None:
     """`gpusched daemon run`: load the config, open the GPU backend, run until stopped."""
     settings = load_settings(paths.config_file)
+    check_mode(paths, settings)
     try:
         backend = open_backend(settings.simulate, paths.sim_processes)
     except ValueError as exc:
         raise ConfigError(f"gpus.simulate / GPUSCHED_SIMULATE: {exc}") from None
     Daemon(paths, settings, backend).run()
+
+
+def check_mode(paths: Paths, settings: Settings) -> None:
+    """A system config read by a user daemon, or a system daemon that cannot switch users."""
+    if settings.mode == "system" and not paths.is_system:
+        raise ConfigError(f"{paths.config_file}: daemon.mode is \"system\", but this is a user "
+                          "daemon's config; put it in /etc/gpusched/gpusched.toml or run "
+                          "`gpusched daemon run --system` as root.")
+    if paths.is_system and os.geteuid() != 0 and not settings.service_user:
+        raise ConfigError("system mode starts every job as its submitter, which needs root; "
+                          "run `gpusched daemon run --system` as root (the systemd unit does), "
+                          "or set system.service_user for a user with CAP_SETUID and CAP_SETGID.")

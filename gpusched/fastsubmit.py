@@ -38,6 +38,8 @@ OPTIONS = {
     "--gpu-type": ("gpu_type", "str"),
     "--min-gpu-total-mem": ("min_gpu_total_mem", "str"),
     "--min-compute-capability": ("min_compute_capability", "str"),
+    "--cpus": ("cpus", "int"), "-c": ("cpus", "int"),
+    "--mem": ("mem", "str"),
 }
 
 

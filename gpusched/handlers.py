@@ -4,14 +4,18 @@ from __future__ import annotations
 
 import logging
 import os
-import pwd
 import signal
 import time
 from dataclasses import replace
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
+import psutil
+
 from gpusched import __version__, jobspec, placement, runner
-from gpusched.errors import GpuschedError, NotFound, PermissionDenied, UsageError
+from gpusched.authz import HIDDEN, user_name
+from gpusched.errors import GpuschedError, NotFound, UsageError
+from gpusched.job import read_progress_file
 from gpusched.models import Job, JobState, inventory_to_dict, job_to_dict, transition
 from gpusched.protocol import COMMANDS
 from gpusched.server import error_reply
@@ -22,13 +26,6 @@ if TYPE_CHECKING:
     from gpusched.daemon import Call, Daemon
 
 FINISHED_LISTED = 1000  # `ls --all` shows this many finished jobs unless asked for more
-
-
-def _user_name(uid: int) -> str:
-    try:
-        return pwd.getpwuid(uid).pw_name
-    except KeyError:
-        return str(uid)
 
 
 def _array(spec: dict) -> tuple[tuple[int, ...], int | None]:
@@ -54,6 +51,7 @@ class Handlers:
             "stop": self.stop, "snapshot": self.snapshot, "hold": self.hold,
             "release": self.release, "update": self.update, "drain": self.drain,
             "resume": self.resume, "job_exited": lambda call: {},
+            "logs": self.logs, "env": self.env,
         }
         assert set(self._table) | {"ping"} == set(COMMANDS), "handlers and protocol disagree"
 
@@ -109,16 +107,9 @@ class Handlers:
     def _array_elements(self, array_id: int) -> list[Job]:
         return [j for j in self.d.store.array(array_id)]
 
-    def authorize(self, jobs: list[Job], uid: int, verb: str) -> None:
-        """Refuse the whole request, before touching any job, if one is not the caller's."""
-        for job in jobs:
-            if uid not in (0, job.uid):
-                raise PermissionDenied(f"job {job.id} belongs to {job.user}; only they or root "
-                                       f"may {verb} it")
-
     def change(self, call: Call, verb: str, apply: Callable[[Job], str]) -> dict:
         jobs = self.targets(call.args["ids"])
-        self.authorize(jobs, call.creds[1], verb)
+        self.d.authz.require_owner(jobs, call.creds, f"{verb} it", call.name)
         with self.d.store.write():
             results = {str(job.id): apply(self.d.jobs.get(job.id, job)) for job in jobs}
         return {"results": results}
@@ -134,7 +125,18 @@ class Handlers:
                 "gpu_problem": d.inventory.problem, "state_dir": str(d.paths.state_dir),
                 "socket": str(d.paths.socket), "running": len(d.running()),
                 "pending": len(d.pending()), "draining": d.draining,
-                "policy": d.rules.policy, "discipline": d.queue_rules().discipline}
+                "policy": d.rules.policy, "discipline": d.queue_rules().discipline,
+                "host": self.host_usage(), "mem_enforcement": d.mem_enforcement()}
+
+    def host_usage(self) -> dict:
+        """Cores and memory: usable, reserved by running jobs, and used by the whole host."""
+        d, running = self.d, self.d.running()
+        mem = psutil.virtual_memory()
+        return {"cpus": d.host.cpus, "cpus_reserved": sum(j.request.cpus for j in running),
+                "mem_bytes": d.host.mem_bytes,
+                "mem_reserved_bytes": sum(j.request.mem_bytes or 0 for j in running),
+                "mem_used_bytes": mem.total - mem.available,
+                "cpu_used_pct": psutil.cpu_percent(interval=None)}
 
     def submit(self, call: Call) -> dict:
         env, cwd, specs = call.args.get("env", {}), call.args.get("cwd", ""), call.args["jobs"]
@@ -146,12 +148,14 @@ class Handlers:
         if not isinstance(specs, list) or not specs:
             raise UsageError("nothing to submit: give a command after `--`, or lines in --from-file")
         pid, uid, _ = call.creds
-        now, user = time.time(), _user_name(uid)
+        now, user = time.time(), user_name(uid)
         policies = placement.policy_names(self.d.rules)
         batches = []
         for spec in specs:  # check every job before queueing any: all or nothing
             fields = jobspec.check_job_spec(spec, policies)
-            impossible = placement.impossible_reason(fields["request"], self.d.inventory)
+            impossible = (placement.impossible_reason(fields["request"], self.d.inventory) or
+                          placement.host_impossible_reason(fields["request"], self.d.host.cpus,
+                                                           self.d.host.mem_bytes))
             if impossible:
                 raise UsageError(f"job {impossible}; see `gpusched gpus`")
             self._check_dependencies(fields["dependencies"])
@@ -177,22 +181,61 @@ class Handlers:
         ids = store.insert([template] * len(indices))
         array_id = ids[0] if indices != (None,) else None
         for job_id, index in zip(ids, indices):
-            directory = runner.job_dir(jobs_dir, job_id)
+            stdout, stderr = self._log_paths(job_id, template.user)
             self.d.save(replace(template, id=job_id, array_id=array_id, array_index=index,
                                 array_throttle=throttle if array_id else None,
-                                stdout_path=str(directory / "stdout.log"),
-                                stderr_path=str(directory / "stderr.log")))
+                                stdout_path=str(stdout), stderr_path=str(stderr)))
         return ids
+
+    def _log_paths(self, job_id: int, user: str) -> tuple[Path, Path]:
+        """The job directory's logs; in system mode the user's own log directory, so
+        that the user's client reads them directly and root never writes them."""
+        log_root = self.d.paths.log_root
+        if log_root is None:
+            directory = runner.job_dir(self.d.paths.jobs_dir, job_id)
+            return directory / "stdout.log", directory / "stderr.log"
+        return log_root / user / f"{job_id}.stdout.log", log_root / user / f"{job_id}.stderr.log"
 
     def list(self, call: Call) -> dict:
         jobs = sorted(self.d.jobs.values(), key=lambda j: j.id)
         if call.args.get("all"):
             limit = jobspec.whole_number(call.args, "limit", FINISHED_LISTED, 1, 10**7)
             jobs = sorted(self.d.store.finished(limit) + jobs, key=lambda j: j.id)
-        return {"jobs": [job_to_dict(j) for j in jobs]}
+        return {"jobs": self.with_progress(self.d.authz.viewer(call.creds[1]).jobs(jobs))}
 
     def show(self, call: Call) -> dict:
-        return {"jobs": [job_to_dict(j) for j in self.jobs(call.args["ids"])]}
+        jobs = self.d.authz.viewer(call.creds[1]).jobs(self.jobs(call.args["ids"]))
+        return {"jobs": self.with_progress(jobs)}
+
+    def with_progress(self, rows: list[dict]) -> list[dict]:
+        """Each running job's last gpusched.job.progress() report; None for the others.
+
+        One small file read per running job; a report from an earlier attempt is ignored,
+        and so is the message when the caller may not see the job's command.
+        """
+        for row in rows:
+            job, row["progress"] = self.d.jobs.get(row["id"]), None
+            if job is None or not job.is_running or not job.stdout_path:
+                continue
+            report = read_progress_file(str(runner.progress_path(job)), owner_uid=job.uid)
+            if report is None or report["updated_at"] < (job.started_at or 0.0):
+                continue
+            if row["command"] == [HIDDEN]:
+                report["message"] = ""
+            row["progress"] = report
+        return rows
+
+    def logs(self, call: Call) -> dict:
+        """The job, for its owner or an admin, whose client then reads the log files."""
+        job = self.job(call.args["id"])
+        self.d.authz.require_owner([job], call.creds, "read its logs", "logs")
+        return {"job": job_to_dict(job)}
+
+    def env(self, call: Call) -> dict:
+        """The environment the job was submitted with (its owner's or an admin's to see)."""
+        job = self.job(call.args["id"])
+        self.d.authz.require_owner([job], call.creds, "read its environment", "env")
+        return {"id": job.id, "env": dict(job.env)}
 
     def cancel(self, call: Call) -> dict:
         return self.change(call, "cancel", self._cancel_one)
@@ -229,8 +272,7 @@ class Handlers:
         return self._set_draining(call, False)
 
     def _set_draining(self, call: Call, draining: bool) -> dict:
-        if call.creds[1] not in (0, os.getuid()):
-            raise PermissionDenied("only root or the daemon's owner may drain or resume the queue")
+        self.d.authz.require_admin(call.creds, call.name, "drain or resume the queue")
         with self.d.store.write():
             self.d.store.set_meta("draining", "1" if draining else "0")
         self.d.draining = draining
@@ -259,7 +301,8 @@ class Handlers:
 
     def wait_reply(self, call: Call) -> dict:
         jobs = [self.job(i) for i in call.args["ids"]]
-        return {"ok": True, "result": {"jobs": [job_to_dict(j) for j in jobs],
+        viewed = self.with_progress(self.d.authz.viewer(call.creds[1]).jobs(jobs))
+        return {"ok": True, "result": {"jobs": viewed,
                                        "done": all(j.state.is_final for j in jobs)}}
 
     def gpus(self, call: Call) -> dict:
@@ -279,16 +322,23 @@ class Handlers:
                                         "used_mem_bytes": p.used_mem_bytes,
                                         "job": d.pid_jobs.get(p.pid), "visible": p.is_visible}
                                        for p in gpu.processes]})
-        return {"backend": d.inventory.backend, "problem": d.inventory.problem, "gpus": rows}
+        rows = self.d.authz.viewer(call.creds[1]).gpus(rows)
+        return {"backend": d.inventory.backend, "problem": d.inventory.problem, "gpus": rows,
+                "host": self.host_usage()}
 
     def snapshot(self, call: Call) -> dict:
         d = self.d
         loads = placement.gpu_loads(d.inventory, d.running(), d.pid_jobs)
-        return {"daemon": self.status(call), "inventory": inventory_to_dict(d.inventory),
+        viewer = d.authz.viewer(call.creds[1])
+        inventory = inventory_to_dict(d.inventory)
+        inventory["gpus"] = viewer.gpus(inventory["gpus"])
+        return {"daemon": self.status(call), "inventory": inventory,
                 "reserved_bytes": {uuid: l.promised_bytes for uuid, l in loads.items()},
                 "pid_jobs": {str(pid): job for pid, job in d.pid_jobs.items()},
-                "jobs": [job_to_dict(j) for j in sorted(d.jobs.values(), key=lambda j: j.id)]}
+                "jobs": self.with_progress(viewer.jobs(sorted(d.jobs.values(),
+                                                              key=lambda j: j.id)))}
 
     def stop(self, call: Call) -> dict:
+        self.d.authz.require_admin(call.creds, "stop", "stop the daemon", root_only=True)
         self.d.stopping = True
         return {"stopping": True, "running_jobs_left": len(self.d.running())}

@@ -7,7 +7,7 @@ import time
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
-from gpusched import lifecycle, placement, runner, scheduling
+from gpusched import host, lifecycle, placement, runner, scheduling
 from gpusched.models import GpuInfo, Job, JobState, transition
 
 if TYPE_CHECKING:
@@ -61,16 +61,55 @@ class JobControl:
                             "(killed, or the machine rebooted)"))
                         continue
                 if record is not None:
+                    if d.cgroups and d.cgroups.oom_killed(job.id):
+                        job = replace(job, oom_killed=True)
                     state = lifecycle.end_state(job, record.exit_code, record.error)
                     self.end(job, state, record.ended_at, exit_code=record.exit_code,
                              signal=record.signal, end_reason=record.error)
 
     def end(self, job: Job, state: JobState, when: float, **record) -> None:
         ended = lifecycle.finish(job, state, when, **record)
+        if self.d.cgroups:
+            self.d.cgroups.remove(job.id)
         if ended.state is JobState.PENDING:
             runner.clear_run(self.d.paths.jobs_dir, job.id)  # the next attempt starts clean
             log.info("job %d re-queued (attempt %d)", job.id, ended.attempt)
         self.d.save(ended)
+
+    # -- what running jobs use -------------------------------------------------------------
+    def check_memory(self) -> None:
+        """Record each job's host-memory peak; report (and with enforce_mem, stop) overuse."""
+        d = self.d
+        changed = []
+        for job in d.running():
+            rss = runner.tree_rss_bytes(job)
+            if rss is None:
+                continue
+            update = {}
+            if rss > (job.mem_peak_bytes or 0):
+                update["mem_peak_bytes"] = rss
+            limit = lifecycle.mem_limit_bytes(job, d.settings.mem_margin_pct)
+            if limit is not None and rss > limit and not job.mem_over:
+                update["mem_over"] = True
+                runner.append_to_log(job.stderr_path, lifecycle.mem_warning(job, rss, limit))
+            if limit is not None and rss > limit and d.settings.enforce_mem and not job.oom_killed:
+                update["oom_killed"] = True
+                runner.kill_job_now(job)  # the shim records the kill; end_state says oom
+            if update:
+                changed.append(replace(job, **update))
+        self._save_all(changed)
+
+    def record_gpu_peaks(self, observed: dict[int, int]) -> None:
+        """Keep each job's largest GPU memory seen on one of its GPUs (from NVML processes)."""
+        self._save_all([replace(job, gpu_mem_peak_bytes=observed[job.id])
+                        for job in self.d.running()
+                        if observed.get(job.id, 0) > (job.gpu_mem_peak_bytes or 0)])
+
+    def _save_all(self, jobs: list[Job]) -> None:
+        if jobs:
+            with self.d.store.write():
+                for job in jobs:
+                    self.d.save(job)
 
     # -- time limits ----------------------------------------------------------------------
     def enforce_limits(self, now: float) -> None:
@@ -135,10 +174,18 @@ class JobControl:
             self.placements[gpu.index] = self.placements.get(gpu.index, 0) + 1
         taken = [j.master_port for j in d.running() if j.master_port]
         port = runner.pick_master_port(d.settings.master_port_min, d.settings.master_port_max, taken)
+        if d.settings.cpu_binding:
+            busy = [c for j in d.running() for c in j.cpu_ids]
+            job = replace(job, cpu_ids=host.pick_cpus(d.host, job.request.cpus, busy))
+        cgroup = None
+        limit = lifecycle.mem_limit_bytes(job, d.settings.mem_margin_pct)
+        if d.cgroups and d.settings.enforce_mem and limit is not None:
+            cgroup = d.cgroups.create(job.id, limit)
         started_at = time.time()
         env = runner.job_environment(job, gpus, port, d.settings.visible_devices, started_at)
         pid, pid_started = runner.start_shim(job, env, d.paths.jobs_dir, d.paths.socket,
-                                             d.settings.cancel_grace_s)
+                                             d.settings.cancel_grace_s, cgroup,
+                                             run_as=job.uid if d.paths.is_system else None)
         # No GPU read is needed now: until the next one, the new job's whole declared
         # memory counts as promised (placement.gpu_loads).
         d.save(transition(

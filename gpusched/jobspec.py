@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import math
 import re
 from typing import Any
 
 from gpusched.errors import UsageError
-from gpusched.lifecycle import RETRY_ON_CHOICES
+from gpusched.lifecycle import RETRY_ON_CHOICES, WARN_SIGNALS
 from gpusched.models import Constraints, Request
 from gpusched.scheduling import DEPENDENCY_KINDS
 
@@ -29,9 +30,10 @@ def parse_array(text: str) -> tuple[tuple[int, ...], int | None]:
         step = int(match.group(3) or 1)
         if last < first or step < 1:
             raise UsageError(f"--array range {part!r} is empty")
-        indices.extend(range(first, last + 1, step))
-        if len(indices) > MAX_ARRAY_SIZE:
+        # Count before building: a typo like 0-1000000000 must not fill the memory.
+        if len(indices) + (last - first) // step + 1 > MAX_ARRAY_SIZE:
             raise UsageError(f"--array {text!r} has more than {MAX_ARRAY_SIZE} elements")
+        indices.extend(range(first, last + 1, step))
     throttle = None
     if throttle_text:
         if not throttle_text.isdigit() or int(throttle_text) < 1:
@@ -76,7 +78,8 @@ def _number(spec: dict, key: str, low: float) -> float | None:
     value = spec.get(key)
     if value is None:
         return None
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or value < low:
+    if (isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value)
+            or value < low):
         raise UsageError(f"{key.replace('_', '-')} must be a number of at least {low}, not {value!r}")
     return float(value)
 
@@ -118,6 +121,8 @@ def check_job_spec(spec: Any, policies: list[str]) -> dict[str, Any]:
     if not isinstance(name, str) or len(name) > 200:
         raise UsageError("the job name must be a string of at most 200 characters")
     gpus = whole_number(spec, "gpus", 0, 0, MAX_GPUS_PER_JOB)
+    cpus = whole_number(spec, "cpus", 1, 1, 100_000)
+    host_mem = whole_number(spec, "mem_bytes", None, 1, 2**60)
     mem = whole_number(spec, "gpu_mem_bytes", None, 1, 2**50)
     if mem is not None and gpus == 0:
         raise UsageError("--gpu-mem needs at least one GPU; add --gpus 1")
@@ -135,14 +140,18 @@ def check_job_spec(spec: Any, policies: list[str]) -> dict[str, Any]:
             isinstance(d, list) and len(d) == 2 and d[0] in DEPENDENCY_KINDS and
             isinstance(d[1], int) and not isinstance(d[1], bool) for d in deps):
         raise UsageError("dependencies must be [KIND, ID] pairs")
+    warn_signal = whole_number(spec, "warn_signal", None, 1, 64)
+    if warn_signal is not None and warn_signal not in WARN_SIGNALS:
+        raise UsageError(f"warn-signal must be one the job's shim passes on "
+                         f"({', '.join(str(int(s)) for s in WARN_SIGNALS)}), not {warn_signal}")
     return {
         "command": tuple(command), "name": name, "policy": policy,
-        "request": Request(gpus, mem, constraints),
+        "request": Request(gpus, mem, constraints, cpus, host_mem),
         "priority": whole_number(spec, "priority", 0, -MAX_PRIORITY, MAX_PRIORITY),
         "held": bool(spec.get("hold")), "dependencies": tuple((k, i) for k, i in deps),
         "kill_on_invalid_dep": bool(spec.get("kill_on_invalid_dep")),
         "time_limit_s": _number(spec, "time_limit_s", 1.0),
-        "warn_signal": whole_number(spec, "warn_signal", None, 1, 64),
+        "warn_signal": warn_signal,
         "warn_before_s": _number(spec, "warn_before_s", 0.0) or 0.0,
         "retries": whole_number(spec, "retries", 0, 0, 1000), "retry_on": tuple(retry_on),
     }

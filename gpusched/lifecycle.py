@@ -2,20 +2,27 @@
 
 from __future__ import annotations
 
+import math
 import signal
 from dataclasses import replace
 
 from gpusched.models import Job, JobState, transition
 
-RETRY_ON_CHOICES = ("failed", "timeout", "cancelled", "lost")
+RETRY_ON_CHOICES = ("failed", "timeout", "oom", "cancelled", "lost")
 WARN = "warn"
 TERMINATE = "terminate"
+# Warning signals go through the job's shim, which passes on only these (shim.FORWARDED);
+# any other would stay with the shim (ALRM is its SIGKILL timer; KILL or STOP stop it).
+WARN_SIGNALS = (signal.SIGUSR1, signal.SIGUSR2, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT,
+                signal.SIGTERM)
 
 
 def end_state(job: Job, exit_code: int | None, error: str) -> JobState:
     """The state a run ended in, from the exit record and what the daemon asked of it."""
     if job.timed_out:
         return JobState.TIMEOUT
+    if job.oom_killed:
+        return JobState.OOM
     if job.cancel_requested:
         return JobState.CANCELLED
     if exit_code == 0 and not error:
@@ -29,10 +36,23 @@ def finish(job: Job, state: JobState, now: float, **record) -> Job:
         return transition(
             job, JobState.PENDING, attempt=job.attempt + 1, started_at=None, gpu_uuids=(),
             gpu_indices=(), master_port=None, shim_pid=None, shim_start_time=None,
-            cancel_requested=False, warned=False, timed_out=False,
+            cancel_requested=False, warned=False, timed_out=False, oom_killed=False, cpu_ids=(),
             pending_reason=f"re-queued after attempt {job.attempt} ended {state.value}",
             end_reason="", exit_code=record.get("exit_code"), signal=record.get("signal"))
     return transition(job, state, ended_at=now, **record)
+
+
+def mem_limit_bytes(job: Job, margin_pct: float) -> int | None:
+    """Host memory past which a job counts as over its --mem (None: nothing declared)."""
+    if job.request.mem_bytes is None:
+        return None
+    return int(job.request.mem_bytes * (1 + margin_pct / 100))
+
+
+def mem_warning(job: Job, rss_bytes: int, limit_bytes: int) -> str:
+    return (f"job {job.id} uses {rss_bytes / 2**20:.0f} MiB of host memory, over its "
+            f"--mem of {job.request.mem_bytes / 2**20:.0f} MiB plus margin "
+            f"({limit_bytes / 2**20:.0f} MiB)")
 
 
 def limit_deadline(job: Job) -> float | None:
@@ -65,11 +85,14 @@ def parse_signal_spec(text: str) -> tuple[int, float]:
     name = name.strip().upper()
     if name.startswith("B:"):  # Slurm's "batch shell only" prefix: our shim signals the group
         name = name[2:]
+    names = ", ".join(s.name[3:] for s in WARN_SIGNALS)
+    bad = ValueError(f"--signal wants SIGNAL[@SECONDS] like USR1@120 with SIGNAL one of {names}, "
+                     f"not {text!r}")
     try:
-        signum = int(name) if name.isdigit() else int(getattr(signal, name if name.startswith("SIG") else f"SIG{name}"))
+        signum = int(name) if name.isdigit() else int(signal.Signals[name if name.startswith("SIG") else f"SIG{name}"])
         seconds = float(before) if before else 60.0
-    except (AttributeError, ValueError):
-        raise ValueError(f"--signal wants SIGNAL[@SECONDS] like USR1@120, not {text!r}") from None
-    if not 0 < signum < signal.NSIG or seconds < 0:
-        raise ValueError(f"--signal wants SIGNAL[@SECONDS] like USR1@120, not {text!r}")
+    except (KeyError, ValueError):
+        raise bad from None
+    if signum not in WARN_SIGNALS or not math.isfinite(seconds) or seconds < 0:
+        raise bad
     return signum, seconds

@@ -13,6 +13,7 @@ class JobState(str, enum.Enum):
     FAILED = "failed"
     CANCELLED = "cancelled"
     TIMEOUT = "timeout"
+    OOM = "oom"
     LOST = "lost"
 
     @property
@@ -21,7 +22,7 @@ class JobState(str, enum.Enum):
 
 
 FINAL_STATES = frozenset({JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED,
-                          JobState.TIMEOUT, JobState.LOST})
+                          JobState.TIMEOUT, JobState.OOM, JobState.LOST})
 
 # Every legal edge. Nothing leaves a final state; RUNNING -> PENDING is the one way back,
 # taken only when a job with retries left is re-queued. LOST is for a job whose shim
@@ -29,7 +30,8 @@ FINAL_STATES = frozenset({JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLE
 TRANSITIONS: dict[JobState, frozenset[JobState]] = {
     JobState.PENDING: frozenset({JobState.RUNNING, JobState.CANCELLED}),
     JobState.RUNNING: frozenset({JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED,
-                                 JobState.TIMEOUT, JobState.LOST, JobState.PENDING}),
+                                 JobState.TIMEOUT, JobState.OOM, JobState.LOST,
+                                 JobState.PENDING}),
     **{state: frozenset() for state in FINAL_STATES},
 }
 
@@ -69,6 +71,8 @@ class Request:
     gpus: int = 0
     gpu_mem_bytes: int | None = None
     constraints: Constraints = Constraints()
+    cpus: int = 1
+    mem_bytes: int | None = None  # host memory; None: not declared
 
     @property
     def is_exclusive(self) -> bool:
@@ -122,6 +126,12 @@ class Job:
     retry_on: tuple[str, ...] = ("failed",)  # end states that re-queue while retries last
     attempt: int = 1
     policy: str = ""  # placement policy for this job; "" = the configured one
+    # Host resources and what the job was seen to use.
+    cpu_ids: tuple[int, ...] = ()  # cores it is pinned to (cpu_binding), else ()
+    mem_peak_bytes: int | None = None  # host memory of its process tree, at most
+    gpu_mem_peak_bytes: int | None = None  # GPU memory on one of its GPUs, at most
+    mem_over: bool = False  # went past its declared --mem plus the margin
+    oom_killed: bool = False
 
     @property
     def is_running(self) -> bool:
@@ -228,6 +238,9 @@ def job_to_dict(job: Job) -> dict:
         "warn_signal": job.warn_signal, "warn_before_s": job.warn_before_s,
         "retries": job.retries, "attempt": job.attempt, "policy": job.policy,
         "constraints": asdict(job.request.constraints),
+        "cpus": job.request.cpus, "mem_bytes": job.request.mem_bytes,
+        "cpu_ids": list(job.cpu_ids), "mem_peak_bytes": job.mem_peak_bytes,
+        "gpu_mem_peak_bytes": job.gpu_mem_peak_bytes, "mem_over": job.mem_over,
     }
 
 

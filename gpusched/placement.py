@@ -108,9 +108,11 @@ def policy_names(rules: PlacementRules) -> list[str]:
 
 
 def _declared_bytes(job: Job, gpu: GpuInfo) -> int:
+    """What a job may use on a GPU: its whole card, or the larger of its declared memory
+    and the most it was seen to use (a job that outgrew its --gpu-mem will again)."""
     if job.request.gpu_mem_bytes is None:
         return gpu.mem_total_bytes
-    return job.request.gpu_mem_bytes
+    return max(job.request.gpu_mem_bytes, job.gpu_mem_peak_bytes or 0)
 
 
 def _is_ignored(proc: GpuProcess, rules: PlacementRules, idle_since: Mapping[int, float],
@@ -137,19 +139,34 @@ def _outside_view(gpu: GpuInfo, pid_jobs: Mapping[int, int], rules: PlacementRul
     return ignored, blocked
 
 
-def gpu_loads(inventory: Inventory, running: Sequence[Job], pid_jobs: Mapping[int, int],
-              rules: PlacementRules = PlacementRules(),
-              idle_since: Mapping[int, float] | None = None, now: float = 0.0) -> dict[str, GpuLoad]:
-    """Per GPU: our jobs on it, what they use now (by process), and what they still will."""
-    idle_since = idle_since or {}
+def observed_usage(inventory: Inventory, pid_jobs: Mapping[int, int]) -> dict[tuple[int, str], int]:
+    """(job id, GPU uuid) -> GPU memory its processes hold now, as the driver reports it."""
     observed: dict[tuple[int, str], int] = {}
-    loads = {}
     for gpu in inventory.schedulable():
         for proc in gpu.processes:
             job_id = pid_jobs.get(proc.pid)
             if job_id is not None and proc.used_mem_bytes is not None:
                 key = (job_id, gpu.uuid)
                 observed[key] = observed.get(key, 0) + proc.used_mem_bytes
+    return observed
+
+
+def job_gpu_peaks(inventory: Inventory, pid_jobs: Mapping[int, int]) -> dict[int, int]:
+    """Job id -> the most GPU memory it holds now on any one of its GPUs."""
+    peaks: dict[int, int] = {}
+    for (job_id, _), used in observed_usage(inventory, pid_jobs).items():
+        peaks[job_id] = max(peaks.get(job_id, 0), used)
+    return peaks
+
+
+def gpu_loads(inventory: Inventory, running: Sequence[Job], pid_jobs: Mapping[int, int],
+              rules: PlacementRules = PlacementRules(),
+              idle_since: Mapping[int, float] | None = None, now: float = 0.0) -> dict[str, GpuLoad]:
+    """Per GPU: our jobs on it, what they use now (by process), and what they still will."""
+    idle_since = idle_since or {}
+    observed = observed_usage(inventory, pid_jobs)
+    loads = {}
+    for gpu in inventory.schedulable():
         ignored, blocked = _outside_view(gpu, pid_jobs, rules, idle_since, now)
         loads[gpu.uuid] = GpuLoad(gpu, ignored_outside_bytes=ignored, blocked_by=blocked)
     for job in running:
@@ -255,6 +272,16 @@ def pending_reason(request: Request, loads: Mapping[str, GpuLoad], inventory: In
     busy = f", but it is {best.gpu.util_pct:.0f}% busy" if _is_busy(best, rules) else ""
     return (f"{need}; most free is GPU {best.gpu.label} with "
             f"{_size(max(0, best.effective_free_bytes))}{busy}")
+
+
+def host_impossible_reason(request: Request, cpus: int, mem_bytes: int) -> str | None:
+    """Why this host's cores or memory could never hold the request, or None."""
+    if request.cpus > cpus:
+        return f"asks for {request.cpus} CPUs; this box has {cpus} usable"
+    if request.mem_bytes is not None and request.mem_bytes > mem_bytes:
+        return (f"asks for {_size(request.mem_bytes)} of host memory; this box has "
+                f"{_size(mem_bytes)} usable")
+    return None
 
 
 def impossible_reason(request: Request, inventory: Inventory) -> str | None:

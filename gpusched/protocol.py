@@ -47,6 +47,10 @@ COMMANDS: dict[str, Command] = {
     # Sent by a job's shim after it wrote the exit record: only a wake-up, the daemon
     # reads the record itself.
     "job_exited": _cmd("id"),
+    # A job for its owner or an admin only: its log paths (the client reads the files)
+    # and the environment it was submitted with.
+    "logs": _cmd("id"),
+    "env": _cmd("id"),
 }
 
 

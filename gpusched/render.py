@@ -11,7 +11,8 @@ from rich.table import Table
 from gpusched.units import duration_human, size_human
 
 _STATE_STYLE = {"pending": "yellow", "running": "green", "succeeded": "bold green",
-                "failed": "red", "cancelled": "magenta", "timeout": "red", "lost": "red"}
+                "failed": "red", "cancelled": "magenta", "timeout": "red", "oom": "red",
+                "lost": "red"}
 
 
 def safe(text: str) -> str:
@@ -29,6 +30,24 @@ def request_human(job: dict[str, Any]) -> str:
     return f"{n}x{size_human(job['gpu_mem_bytes'])}"
 
 
+def mem_human(job: dict[str, Any]) -> str:
+    """Declared host memory, after the peak seen when there is one; '!' when over."""
+    declared, peak = job.get("mem_bytes"), job.get("mem_peak_bytes")
+    if declared is None:
+        return size_human(peak) if peak else "-"
+    text = size_human(declared) if not peak else f"{size_human(peak)}/{size_human(declared)}"
+    return f"[red]{text}![/]" if job.get("mem_over") else text
+
+
+def host_line(host: dict[str, Any]) -> str:
+    return (f"host: {host['cpus'] - host['cpus_reserved']} of {host['cpus']} CPUs free "
+            f"({host['cpus_reserved']} reserved by jobs, {host['cpu_used_pct']:.0f}% busy); "
+            f"memory {size_human(host['mem_bytes'] - host['mem_reserved_bytes'])} of "
+            f"{size_human(host['mem_bytes'])} free for jobs "
+            f"({size_human(host['mem_reserved_bytes'])} reserved, "
+            f"{size_human(host['mem_used_bytes'])} used on the host)")
+
+
 def _state(job: dict[str, Any]) -> str:
     state = job["state"]
     text = state
@@ -36,7 +55,8 @@ def _state(job: dict[str, Any]) -> str:
         text = f"{state} ({job['exit_code']})"
     elif job["signal"]:
         text = f"{state} (signal {job['signal']})"
-    return f"[{_STATE_STYLE.get(state, '')}]{text}[/]"
+    style = _STATE_STYLE.get(state)
+    return f"[{style}]{text}[/]" if style else text
 
 
 def fold_arrays(jobs: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -72,7 +92,8 @@ def _folded(elements: list[dict[str, Any]]) -> dict[str, Any]:
 def jobs_table(jobs: list[dict[str, Any]]) -> Table:
     now = time.time()
     table = Table(box=None, header_style="bold", pad_edge=False)
-    for column in ("ID", "USER", "NAME", "STATE", "REQUEST", "GPUS", "TIME", "REASON / COMMAND"):
+    for column in ("ID", "USER", "NAME", "STATE", "REQUEST", "GPUS", "CPUS", "MEM", "TIME",
+                   "PROG", "REASON / COMMAND"):
         table.add_column(column, overflow="fold" if column.startswith("REASON") else "ellipsis",
                          no_wrap=not column.startswith("REASON"))
     for job in jobs:
@@ -85,8 +106,20 @@ def jobs_table(jobs: list[dict[str, Any]]) -> Table:
         gpus = ",".join(str(i) for i in job["gpu_indices"]) or "-"
         state = safe(job["folded"]) if "folded" in job else _state(job)
         table.add_row(str(job["id"]), safe(job["user"]), safe(job["name"]), state,
-                      request_human(job), gpus, duration_human(elapsed), safe(detail))
+                      request_human(job), gpus, str(job.get("cpus", 1)), mem_human(job),
+                      duration_human(elapsed), progress_human(job.get("progress")), safe(detail))
     return table
+
+
+def progress_human(progress: dict[str, Any] | None, with_message: bool = False) -> str:
+    """A running job's last gpusched.job.progress() report: "42%" ("-" without one)."""
+    if not progress:
+        return "-"
+    parts = [f"{progress['fraction'] * 100:.0f}%"]
+    if with_message:
+        ago_s = max(0.0, time.time() - progress["updated_at"])
+        parts += [progress["message"], f"({duration_human(ago_s)} ago)"]
+    return safe(" ".join(p for p in parts if p))
 
 
 def job_detail(job: dict[str, Any]) -> Table:
@@ -96,6 +129,9 @@ def job_detail(job: dict[str, Any]) -> Table:
     for key, value in job.items():
         if key.endswith("_at") and value:
             value = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(value))
+        elif key == "progress":
+            table.add_row(key, progress_human(value, with_message=True))
+            continue
         elif isinstance(value, list):
             value = " ".join(str(v) for v in value)
         table.add_row(key, safe("" if value is None else str(value)))
@@ -139,7 +175,11 @@ def status_lines(status: dict[str, Any]) -> list[str]:
         f"gpusched daemon {status['version']} running, pid {status['pid']}, "
         f"up {duration_human(status['uptime_s'])}",
         f"GPUs: {gpus}",
-        f"jobs: {status['running']} running, {status['pending']} pending",
+        f"jobs: {status['running']} running, {status['pending']} pending"
+        + (" (draining)" if status.get("draining") else ""),
+        f"scheduling: policy {status.get('policy')}, discipline {status.get('discipline')}",
+        host_line(status["host"]),
+        f"host memory limits: {status.get('mem_enforcement')}",
         f"state: {status['state_dir']}",
         f"socket: {status['socket']}",
     ]

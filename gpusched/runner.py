@@ -6,6 +6,7 @@ import json
 import os
 import signal
 import socket
+import stat
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -23,8 +24,11 @@ SHIM_PATH = shim.__file__
 SCHEDULER_VARS = ("CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER", "NVIDIA_VISIBLE_DEVICES",
                   "GPUSCHED_JOB_ID", "GPUSCHED_NUM_GPUS", "GPUSCHED_GPU_MEM",
                   "GPUSCHED_ATTEMPT", "GPUSCHED_ARRAY_ID", "GPUSCHED_ARRAY_INDEX",
-                  "GPUSCHED_TIME_LIMIT_END", "GPUSCHED_WARN_SIGNAL",
+                  "GPUSCHED_TIME_LIMIT_END", "GPUSCHED_WARN_SIGNAL", "GPUSCHED_CPUS",
+                  "GPUSCHED_MEM", "GPUSCHED_PROGRESS_FILE",
                   "MASTER_ADDR", "MASTER_PORT")
+
+THREAD_VARS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS")
 
 
 @dataclass(frozen=True)
@@ -62,6 +66,14 @@ def job_environment(job: Job, gpus: Iterable[GpuInfo], master_port: int,
     })
     if job.request.gpu_mem_bytes is not None:
         env["GPUSCHED_GPU_MEM"] = str(job.request.gpu_mem_bytes)
+    env["GPUSCHED_CPUS"] = str(job.request.cpus)
+    # Math libraries start a thread per core of the machine unless told otherwise: eight
+    # jobs each spawning 64 threads is how a shared box grinds to a halt. The job's own
+    # setting (from the submitting environment or --env) wins.
+    for var in THREAD_VARS:
+        env.setdefault(var, str(job.request.cpus))
+    if job.request.mem_bytes is not None:
+        env["GPUSCHED_MEM"] = str(job.request.mem_bytes)
     if job.array_id is not None:
         env["GPUSCHED_ARRAY_ID"] = str(job.array_id)
         env["GPUSCHED_ARRAY_INDEX"] = str(job.array_index)
@@ -69,7 +81,15 @@ def job_environment(job: Job, gpus: Iterable[GpuInfo], master_port: int,
         env["GPUSCHED_TIME_LIMIT_END"] = f"{started_at + job.time_limit_s:.3f}"
     if job.warn_signal is not None:
         env["GPUSCHED_WARN_SIGNAL"] = signal.Signals(job.warn_signal).name
+    if job.stdout_path:
+        env["GPUSCHED_PROGRESS_FILE"] = str(progress_path(job))
     return env
+
+
+def progress_path(job: Job) -> Path:
+    """Where gpusched.job.progress() writes: beside the job's logs, which the job's user
+    can write in both modes (the job directory, or the user's log directory as root)."""
+    return Path(job.stdout_path).parent / f"{job.id}.progress.json"
 
 
 def pick_master_port(low: int, high: int, taken: Iterable[int]) -> int:
@@ -92,13 +112,18 @@ def job_dir(jobs_root: Path, job_id: int) -> Path:
 
 
 def start_shim(job: Job, env: Mapping[str, str], jobs_root: Path, socket_path: Path,
-               grace_s: float) -> tuple[int, float]:
-    """Write the job's spec and start its shim in a new session; return (pid, start time)."""
+               grace_s: float, cgroup: Path | None = None,
+               run_as: int | None = None) -> tuple[int, float]:
+    """Write the job's spec and start its shim in a new session; return (pid, start time).
+
+    run_as (system mode): the shim drops to this uid before the job touches any path.
+    """
     directory = job_dir(jobs_root, job.id)
     directory.mkdir(mode=0o700, parents=True, exist_ok=True)
     spec = {"job_id": job.id, "command": list(job.command), "env": dict(env), "cwd": job.cwd,
             "stdout": job.stdout_path, "stderr": job.stderr_path, "grace_s": grace_s,
-            "socket": str(socket_path)}
+            "socket": str(socket_path), "cpu_ids": list(job.cpu_ids),
+            "cgroup": str(cgroup) if cgroup else "", "run_as": run_as}
     # The spec doubles as the "this job was started" marker for a daemon that dies before
     # it records the start. Only a daemon crash needs it (a power cut ends the job too),
     # so the page cache is durable enough and no fsync slows every start.
@@ -153,6 +178,57 @@ def signal_job(job: Job, signum: int = signal.SIGTERM) -> bool:
     except psutil.Error:
         return False
     return True
+
+
+def tree_rss_bytes(job: Job) -> int | None:
+    """Resident memory of the job's processes (not the shim's), or None if it is gone."""
+    proc = _shim_process(job)
+    if proc is None:
+        return None
+    total = 0
+    try:
+        children = proc.children(recursive=True)
+    except psutil.Error:
+        return None
+    for child in children:
+        try:
+            total += child.memory_info().rss
+        except psutil.Error:
+            pass  # exited between the listing and the reading
+    return total
+
+
+def kill_job_now(job: Job) -> None:
+    """SIGKILL every process under the shim (not the shim, which records the death)."""
+    proc = _shim_process(job)
+    if proc is None:
+        return
+    try:
+        children = proc.children(recursive=True)
+    except psutil.Error:
+        return
+    for child in children:
+        try:
+            child.kill()
+        except psutil.Error:
+            pass
+
+
+def append_to_log(path: str, line: str) -> None:
+    """A note from gpusched in the job's own log, where its owner will look."""
+    try:
+        # The daemon may be root and the log a user's: never through a link, never
+        # blocking on a FIFO put in its place.
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError:
+        return
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode) or info.st_nlink != 1:
+            return
+        os.write(fd, f"gpusched: {line}\n".encode())
+    finally:
+        os.close(fd)
 
 
 def pid_owners(running: Iterable[Job]) -> dict[int, int]:

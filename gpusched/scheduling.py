@@ -19,6 +19,15 @@ DEPENDENCY_KINDS = ("afterok", "afterany", "afternotok")
 
 
 @dataclass(frozen=True)
+class HostCapacity:
+    """What the host offers jobs besides GPUs: cores and memory after the system's reserve."""
+
+    cpus: int
+    mem_bytes: int
+    max_running: int | None = None  # at most this many jobs at once (tsp -S)
+
+
+@dataclass(frozen=True)
 class QueueRules:
     # fifo: priority, then submission, skipping jobs that do not fit (the default).
     # backfill: fifo, but a later job may not delay the first blocked job's reserved start.
@@ -29,6 +38,7 @@ class QueueRules:
     max_gpus_per_user: int | None = None
     max_running_per_user: int | None = None
     draining: bool = False
+    host: HostCapacity | None = None  # None: host resources are not counted (the simulator)
 
 
 @dataclass(frozen=True)
@@ -83,6 +93,9 @@ class _Pass:
     user_jobs: dict[str, int]
     array_running: dict[int, int]
     ends: dict[str, float]  # GPU uuid -> when its last job is expected to end
+    cpus_used: int = 0
+    mem_used_bytes: int = 0
+    running: int = 0
     # (start, GPUs the reserved job may use, how many it needs, its id)
     reservation: tuple[float, frozenset[str], int, int] | None = None
 
@@ -102,6 +115,9 @@ def _new_pass(running: Sequence[Job], loads: Mapping[str, GpuLoad],
 
 
 def _count(p: _Pass, job: Job, uuids: Sequence[str], now: float) -> None:
+    p.cpus_used += job.request.cpus
+    p.mem_used_bytes += job.request.mem_bytes or 0
+    p.running += 1
     p.user_gpus[job.user] = p.user_gpus.get(job.user, 0) + job.request.gpus
     p.user_jobs[job.user] = p.user_jobs.get(job.user, 0) + 1
     if job.array_id is not None:
@@ -126,6 +142,22 @@ def _limit_reason(job: Job, p: _Pass, rules: QueueRules) -> str:
             p.user_gpus.get(job.user, 0) + job.request.gpus > rules.max_gpus_per_user:
         return (f"{job.user} would hold more than {rules.max_gpus_per_user} GPUs "
                 f"(max_gpus_per_user; holds {p.user_gpus.get(job.user, 0)})")
+    return _host_reason(job, p, rules.host) if rules.host else ""
+
+
+def _host_reason(job: Job, p: _Pass, host: HostCapacity) -> str:
+    """Why the host's cores, memory or running-job limit keep the job waiting."""
+    if host.max_running is not None and p.running >= host.max_running:
+        return f"{p.running} jobs are running (max_running = {host.max_running})"
+    free_cpus = host.cpus - p.cpus_used
+    if job.request.cpus > free_cpus:
+        plural = "s" if job.request.cpus != 1 else ""
+        return f"needs {job.request.cpus} CPU{plural}; {max(free_cpus, 0)} of {host.cpus} free"
+    mem = job.request.mem_bytes
+    if mem is not None and mem > host.mem_bytes - p.mem_used_bytes:
+        free = max(host.mem_bytes - p.mem_used_bytes, 0)
+        return (f"needs {mem / 2**30:.1f} GiB of host memory; {free / 2**30:.1f} of "
+                f"{host.mem_bytes / 2**30:.1f} GiB free")
     return ""
 
 

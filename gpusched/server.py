@@ -6,8 +6,9 @@ import logging
 import os
 import socket
 import threading
+import time
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Collection
 
 from gpusched import protocol
 from gpusched.errors import GpuschedError, ProtocolError, error_kind
@@ -23,9 +24,14 @@ def error_reply(exc: GpuschedError) -> dict[str, Any]:
 
 
 class SocketServer:
-    def __init__(self, path: Path, dispatch: Dispatch, mode: int = 0o600):
+    def __init__(self, path: Path, dispatch: Dispatch, mode: int = 0o600, max_per_uid: int = 0,
+                 exempt_uids: Collection[int] = ()):
         self.path = path
         self._dispatch = dispatch
+        # At most this many open connections per uid (0: no limit), so one user cannot take
+        # every thread; the exempt (root, the daemon's user: job shims among them) never wait.
+        self._max_per_uid, self._exempt = max_per_uid, frozenset(exempt_uids)
+        self._per_uid: dict[int, int] = {}
         if path.exists() or path.is_symlink():
             path.unlink()  # a stale socket: the caller holds the daemon lock, so it is ours
         self._sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -40,6 +46,9 @@ class SocketServer:
         self._sock.listen(128)
         self._thread = threading.Thread(target=self._accept_loop, name="accept", daemon=True)
         self._closed = False
+        # Open connections by thread, so that drain() can let their answers out before exit.
+        self._open: dict[threading.Thread, socket.socket] = {}
+        self._open_lock = threading.Lock()
 
     def start(self) -> None:
         self._thread.start()
@@ -56,6 +65,21 @@ class SocketServer:
         except FileNotFoundError:
             pass
 
+    def drain(self, timeout_s: float = 2.0) -> None:
+        """After close(): let connection threads send the answers they were given (the one
+        to `stop` among them) instead of dying with the process. Idle ones are woken by
+        shutting their reading side; sending still works."""
+        with self._open_lock:
+            open_now = dict(self._open)
+        for conn in open_now.values():
+            try:
+                conn.shutdown(socket.SHUT_RD)
+            except OSError:
+                pass
+        deadline = time.monotonic() + timeout_s
+        for thread in open_now:
+            thread.join(max(0.0, deadline - time.monotonic()))
+
     def _accept_loop(self) -> None:
         while not self._closed:
             try:
@@ -64,9 +88,54 @@ class SocketServer:
                 if self._closed:
                     return
                 continue
-            threading.Thread(target=self._serve, args=(conn,), name="conn", daemon=True).start()
+            uid = self._admit(conn)
+            if uid is None:
+                continue
+            thread = threading.Thread(target=self._serve_counted, args=(conn, uid), name="conn",
+                                      daemon=True)
+            with self._open_lock:
+                self._open[thread] = conn
+            thread.start()
+
+    def _admit(self, conn: socket.socket) -> int | None:
+        """Count a new connection against its user's limit; refuse it, with a reply, if over."""
+        try:
+            uid = protocol.peer_credentials(conn)[1]
+        except OSError:
+            conn.close()
+            return None
+        with self._open_lock:
+            count = self._per_uid.get(uid, 0)
+            over = bool(self._max_per_uid) and uid not in self._exempt and count >= self._max_per_uid
+            if not over:
+                self._per_uid[uid] = count + 1
+        if not over:
+            return uid
+        log.warning("refused a connection from uid %d: %d already open", uid, count)
+        conn.settimeout(1.0)
+        self._try_send(conn, error_reply(GpuschedError(
+            f"uid {uid} already has {count} open connections to the daemon (the limit, "
+            "daemon.max_connections_per_uid); wait for some to finish and try again")))
+        conn.close()
+        return None
+
+    def _serve_counted(self, conn: socket.socket, uid: int) -> None:
+        try:
+            self._serve(conn)
+        finally:
+            with self._open_lock:
+                left = self._per_uid.pop(uid, 1) - 1
+                if left:
+                    self._per_uid[uid] = left
 
     def _serve(self, conn: socket.socket) -> None:
+        try:
+            self._serve_frames(conn)
+        finally:
+            with self._open_lock:
+                self._open.pop(threading.current_thread(), None)
+
+    def _serve_frames(self, conn: socket.socket) -> None:
         with conn:
             conn.settimeout(protocol.READ_TIMEOUT_S)
             try:

@@ -47,30 +47,92 @@ def _open_log(path: str) -> int:
     return os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW, 0o600)
 
 
+def apply_host_limits(spec: dict) -> None:
+    """In the job's process before exec: join its memory cgroup, pin it to its cores."""
+    if spec.get("cgroup"):
+        with open(os.path.join(spec["cgroup"], "cgroup.procs"), "w") as procs:
+            procs.write("0")  # "0" moves the writing process itself
+    if spec.get("cpu_ids"):
+        os.sched_setaffinity(0, spec["cpu_ids"])
+
+
+def _identity(spec: dict):  # -> privileges.Identity | None
+    """System mode (the spec names a uid): who the job runs as, and its log directory.
+
+    Runs as root, so it only reads the password and group databases and makes the
+    user's directory in a root-owned parent; it never opens a user-named path.
+    """
+    if spec.get("run_as") is None:
+        return None
+    from gpusched import privileges
+
+    who = privileges.identity_of(int(spec["run_as"]))
+    for log in {os.path.dirname(spec["stdout"]), os.path.dirname(spec["stderr"])}:
+        privileges.prepare_log_dir(log, who)
+    return who
+
+
+def _open_job_log(path: str, who) -> int:
+    if who is None:
+        return _open_log(path)
+    from gpusched import privileges
+
+    return privileges.open_log(path)
+
+
+def _exec_job(spec: dict, who, write_end: int) -> None:
+    """The child: become the user (system mode), enter the cwd, open the logs, exec.
+
+    In that order: nothing user-named is touched as root, and the user's environment
+    reaches only the exec.
+    """
+    dropped = who is None
+    try:
+        os.setpgid(0, 0)
+        apply_host_limits(spec)
+        for sig in FORWARDED:
+            signal.signal(sig, signal.SIG_DFL)
+        signal.pthread_sigmask(signal.SIG_SETMASK, [])
+        if who is not None:
+            from gpusched import privileges
+
+            privileges.drop(who)
+            dropped = True
+        os.chdir(spec["cwd"])
+        out_fd, err_fd = _open_job_log(spec["stdout"], who), _open_job_log(spec["stderr"], who)
+        null = os.open(os.devnull, os.O_RDONLY)
+        os.dup2(null, 0)
+        os.dup2(out_fd, 1)
+        os.dup2(err_fd, 2)
+        os.execvpe(spec["command"][0], spec["command"], spec["env"])
+    except BaseException as exc:  # noqa: BLE001 - report anything, then die
+        message = f"{type(exc).__name__}: {exc}"
+        if dropped:  # only as the user: root never writes into a user's directory
+            _note_in_log(spec["stderr"], who, f"gpusched: cannot start job: {message}\n")
+        os.write(write_end, message.encode()[:4000])
+    os._exit(127)
+
+
+def _note_in_log(path: str, who, line: str) -> None:
+    try:
+        fd = _open_job_log(path, who)
+    except OSError:
+        return
+    try:
+        os.write(fd, line.encode())
+    finally:
+        os.close(fd)
+
+
 def spawn(spec: dict) -> int:
-    """Fork and exec the job in its own process group; exec errors come back through a pipe."""
-    out_fd, err_fd = _open_log(spec["stdout"]), _open_log(spec["stderr"])
+    """Fork and exec the job in its own process group; start errors come back through a pipe."""
+    who = _identity(spec)
     read_end, write_end = os.pipe2(os.O_CLOEXEC)
     pid = os.fork()
-    if pid == 0:  # the child: only async-signal-safe work until exec
-        try:
-            os.close(read_end)
-            os.setpgid(0, 0)
-            for sig in FORWARDED:
-                signal.signal(sig, signal.SIG_DFL)
-            signal.pthread_sigmask(signal.SIG_SETMASK, [])
-            null = os.open(os.devnull, os.O_RDONLY)
-            os.dup2(null, 0)
-            os.dup2(out_fd, 1)
-            os.dup2(err_fd, 2)
-            os.chdir(spec["cwd"])
-            os.execvpe(spec["command"][0], spec["command"], spec["env"])
-        except BaseException as exc:  # noqa: BLE001 - report anything, then die
-            os.write(write_end, f"{type(exc).__name__}: {exc}".encode()[:4000])
-        os._exit(127)
+    if pid == 0:  # the child: the shim is single-threaded, so fork is safe
+        os.close(read_end)
+        _exec_job(spec, who, write_end)
     os.close(write_end)
-    os.close(out_fd)
-    os.close(err_fd)
     failure = b""
     while chunk := os.read(read_end, 4096):
         failure += chunk
@@ -139,9 +201,7 @@ def run(job_dir: str) -> int:
     signal.pthread_sigmask(signal.SIG_BLOCK, FORWARDED)
     try:
         pid = spawn(spec)
-    except OSError as exc:
-        with open(spec["stderr"], "a", encoding="utf-8") as log:
-            log.write(f"gpusched: cannot start job: {exc}\n")
+    except OSError as exc:  # the child noted it in the job's log, as the job's user
         write_atomically(exit_path, {"exit_code": 127, "signal": None, "ended_at": time.time(),
                                      "error": f"cannot start: {exc}"})
         notify_daemon(spec)

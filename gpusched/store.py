@@ -12,7 +12,7 @@ from typing import Iterable, Iterator
 from gpusched.errors import StoreError
 from gpusched.models import Constraints, Job, JobState, Request
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 
 # Migrations[n] takes a database at version n to n + 1. Version 0 is an empty file.
 MIGRATIONS: list[str] = [
@@ -71,13 +71,24 @@ MIGRATIONS: list[str] = [
     CREATE INDEX jobs_array ON jobs(array_id) WHERE array_id IS NOT NULL;
     CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
     """,
+    # 3: host resources (CPUs, host memory) and observed peaks.
+    """
+    ALTER TABLE jobs ADD COLUMN cpus INTEGER NOT NULL DEFAULT 1;
+    ALTER TABLE jobs ADD COLUMN mem_bytes INTEGER;
+    ALTER TABLE jobs ADD COLUMN cpu_ids TEXT NOT NULL DEFAULT '[]';
+    ALTER TABLE jobs ADD COLUMN mem_peak_bytes INTEGER;
+    ALTER TABLE jobs ADD COLUMN gpu_mem_peak_bytes INTEGER;
+    ALTER TABLE jobs ADD COLUMN mem_over INTEGER NOT NULL DEFAULT 0;
+    ALTER TABLE jobs ADD COLUMN oom_killed INTEGER NOT NULL DEFAULT 0;
+    """,
 ]
 assert len(MIGRATIONS) == SCHEMA_VERSION
 
 # Columns stored as JSON, and whether their value is a tuple in the Job.
 _JSON_TUPLES = {"command": True, "env": False, "gpu_uuids": True, "gpu_indices": True,
-                "dependencies": True, "retry_on": True}
-_BOOLEANS = ("cancel_requested", "held", "kill_on_invalid_dep", "warned", "timed_out")
+                "dependencies": True, "retry_on": True, "cpu_ids": True}
+_BOOLEANS = ("cancel_requested", "held", "kill_on_invalid_dep", "warned", "timed_out",
+             "mem_over", "oom_killed")
 _JOB_FIELDS = [f.name for f in fields(Job) if f.name != "request"]
 
 
@@ -99,13 +110,15 @@ def _row_to_job(row: sqlite3.Row) -> Job:
         values[key] = bool(values[key])
     values["state"] = JobState(values["state"])
     values["request"] = Request(values.pop("gpus"), values.pop("gpu_mem_bytes"),
-                                _constraints_from_json(values.pop("constraints")))
+                                _constraints_from_json(values.pop("constraints")),
+                                values.pop("cpus"), values.pop("mem_bytes"))
     return Job(**values)
 
 
 def _job_to_row(job: Job) -> dict:
     row = {name: getattr(job, name) for name in _JOB_FIELDS}
     row["gpus"], row["gpu_mem_bytes"] = job.request.gpus, job.request.gpu_mem_bytes
+    row["cpus"], row["mem_bytes"] = job.request.cpus, job.request.mem_bytes
     row["constraints"] = json.dumps(asdict(job.request.constraints))
     row["state"] = job.state.value
     for key, is_tuple in _JSON_TUPLES.items():

@@ -43,6 +43,8 @@ class SubmitOptions:
     gpu_type: str | None = None
     min_gpu_total_mem: str | None = None
     min_compute_capability: str | None = None
+    cpus: int = 1
+    mem: str | None = None
 
 
 def _env_pairs(pairs: Iterable[str]) -> dict[str, str]:
@@ -98,6 +100,7 @@ def _capability(text: str | None) -> list[int] | None:
 def scheduling_fields(opts: SubmitOptions) -> dict[str, Any]:
     """The Slurm-style options of a job spec: hold, dependencies, arrays, limits, constraints."""
     spec: dict[str, Any] = {
+        "cpus": opts.cpus, "mem_bytes": _size(opts.mem, "--mem"),
         "hold": opts.hold, "kill_on_invalid_dep": opts.kill_on_invalid_dep,
         "dependencies": [list(d) for d in jobspec.parse_dependencies(opts.after, opts.dependency)],
         "retries": opts.retries, "policy": opts.policy or "",

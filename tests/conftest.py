@@ -15,7 +15,8 @@ import psutil
 import pytest
 
 REPO = Path(__file__).resolve().parent.parent
-DEADLINE_S = 60.0  # generous: a loaded 2-core CI machine is slow, and we poll, never sleep
+DEADLINE_S = 60.0
+DEFAULT_HOST_CONFIG = "[host]\ncpus = 64\n"  # generous: a loaded 2-core CI machine is slow, and we poll, never sleep
 
 
 def wait_until(predicate: Callable[[], Any], what: str, timeout: float = DEADLINE_S) -> Any:
@@ -57,9 +58,9 @@ class Home:
                                  f"{proc.stdout}\n{proc.stderr}")
         return proc
 
-    def json(self, command: str, *args: str) -> Any:
+    def json(self, command: str, *args: str, input: str | None = None) -> Any:
         """A command's --json output (the flag goes first: submit's command ends the options)."""
-        return json.loads(self.run(command, "--json", *args).stdout)
+        return json.loads(self.run(command, "--json", *args, input=input).stdout)
 
     def submit(self, *args: str) -> int:
         return self.json("submit", *args)["id"]
@@ -74,8 +75,12 @@ class Home:
         return wait_until(lambda: (j := self.show(job_id))["state"] in states and j,
                           f"job {job_id} to reach {states}", timeout)
 
-    def write_config(self, text: str) -> None:
+    def write_config(self, text: str = "") -> None:
+        """The home's config file. Unless the test sets [host] itself, jobs are not limited
+        by the test machine's few cores (a 2-core CI box would otherwise run two at once)."""
         self.path.mkdir(parents=True, exist_ok=True)
+        if "[host]" not in text:
+            text = f"{text}\n{DEFAULT_HOST_CONFIG}"
         (self.path / "gpusched.toml").write_text(text)
 
     def daemon_pid(self) -> int | None:
@@ -129,7 +134,7 @@ class Home:
 def home(tmp_path: Path):
     """A gpusched home on 4 simulated 80 GiB GPUs; everything it started is killed after."""
     h = Home(tmp_path / "home")
-    h.path.mkdir()
+    h.write_config()
     yield h
     h.cleanup()
 
@@ -141,7 +146,7 @@ def make_home(tmp_path: Path):
 
     def make(simulate: str = "4x80GiB", name: str = "") -> Home:
         h = Home(tmp_path / (name or f"home{len(homes)}"), simulate)
-        h.path.mkdir()
+        h.write_config()
         homes.append(h)
         return h
 

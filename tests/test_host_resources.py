@@ -1,0 +1,190 @@
+"""Host resources: CPU cores, host memory and max_running as schedulable resources."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+
+from conftest import wait_until
+
+from gpusched.cgroups import CgroupJobs, own_cgroup
+from gpusched.host import Host, pick_cpus
+from gpusched.models import Inventory, Job, Request
+from gpusched.placement import PlacementRules, host_impossible_reason
+from gpusched.scheduling import HostCapacity, QueueRules, schedule
+
+# Each job writes when it started and ended, so overlap is judged from the jobs' own clocks.
+TIMED_JOB = ("sh", "-c", "date +%s.%N > start.$GPUSCHED_JOB_ID; sleep 0.3; "
+             "date +%s.%N > end.$GPUSCHED_JOB_ID")
+
+
+def _max_overlap(directory: Path, ids: list[int]) -> int:
+    events = []
+    for job_id in ids:
+        events.append((float((directory / f"start.{job_id}").read_text()), 1))
+        events.append((float((directory / f"end.{job_id}").read_text()), -1))
+    running = peak = 0
+    for _, step in sorted(events):
+        running += step
+        peak = max(peak, running)
+    return peak
+
+
+def test_max_running_caps_concurrent_jobs_at_four(home):
+    home.write_config("[jobs]\nmax_running = 4\n")
+    # One round trip for all 20, so that they really compete for the four slots.
+    ids = home.json("submit", "--gpus", "0", "--from-file", "-", input=f"{TIMED_JOB[2]}\n" * 20)["ids"]
+    for job_id in ids:
+        assert home.wait_state(job_id, "succeeded", "failed")["state"] == "succeeded"
+    assert _max_overlap(home.path, ids) <= 4
+    assert _max_overlap(home.path, ids) >= 2  # the limit, not something else, serialized them
+
+
+def test_jobs_needing_three_of_four_cores_never_overlap(home):
+    home.write_config("[host]\ncpus = 4\n")
+    ids = [home.submit("--cpus", "3", "--", *TIMED_JOB) for _ in range(2)]
+    for job_id in ids:
+        home.wait_state(job_id, "succeeded")
+    assert _max_overlap(home.path, ids) == 1
+
+
+def test_pending_reason_names_the_missing_cores(home):
+    home.write_config("[host]\ncpus = 4\n")
+    blocker = home.submit("--cpus", "3", "--", "sh", "-c", "while [ ! -e go ]; do sleep 0.05; done")
+    home.wait_state(blocker, "running")
+    waiting = home.submit("--cpus", "2", "--", "true")
+    job = wait_until(lambda: (j := home.show(waiting))["pending_reason"] and j, "a pending reason")
+    assert job["pending_reason"] == "needs 2 CPUs; 1 of 4 free"
+    (home.path / "go").touch()
+    home.wait_state(waiting, "succeeded")
+
+
+def test_more_cpus_than_the_box_has_is_refused_naming_its_size(home):
+    home.write_config("[host]\ncpus = 4\n")
+    before = home.jobs()
+    proc = home.run("submit", "--cpus", "64", "--", "true", check=False)
+    assert proc.returncode == 2
+    assert proc.stderr.strip().splitlines() == [
+        "Error: job asks for 64 CPUs; this box has 4 usable; see `gpusched gpus`"]
+    assert home.jobs() == before
+
+
+def test_thread_variables_follow_the_job_cores_unless_set(home):
+    dump = ("sh", "-c", "echo $OMP_NUM_THREADS $MKL_NUM_THREADS $GPUSCHED_CPUS")
+    default = home.submit("--cpus", "3", "--", *dump)
+    own = home.submit("--cpus", "3", "--env", "OMP_NUM_THREADS=7", "--", *dump)
+    for job_id in (default, own):
+        home.wait_state(job_id, "succeeded")
+    assert home.run("logs", str(default)).stdout.split() == ["3", "3", "3"]
+    assert home.run("logs", str(own)).stdout.split() == ["7", "3", "3"]
+
+
+def test_job_over_its_memory_ends_oom_and_others_keep_running(home):
+    home.write_config('[host]\ncpus = 64\nenforce_mem = true\n[daemon]\ngpu_poll_interval = "0.2s"\n')
+    neighbour = home.submit("--", "sh", "-c", "while [ ! -e go ]; do sleep 0.05; done")
+    hog = home.submit("--mem", "50M", "--", sys.executable, "-c",
+                      "import time; x = b'x' * (400 * 2**20); time.sleep(60)")
+    job = home.wait_state(hog, "oom", "failed", "succeeded")
+    assert job["state"] == "oom"
+    assert job["mem_over"] is True and job["mem_peak_bytes"] > 55 * 2**20
+    assert "over its --mem of 50 MiB" in home.run("logs", "--stderr", str(hog)).stdout
+    assert home.show(neighbour)["state"] == "running"
+    (home.path / "go").touch()
+    assert home.wait_state(neighbour, "succeeded")["exit_code"] == 0
+
+
+def test_memory_overuse_is_reported_but_not_stopped_by_default(home):
+    home.write_config('[host]\ncpus = 64\n[daemon]\ngpu_poll_interval = "0.2s"\n')
+    job_id = home.submit("--mem", "20M", "--", sys.executable, "-c",
+                         "import time; x = b'x' * (100 * 2**20); time.sleep(1.5)")
+    wait_until(lambda: home.show(job_id)["mem_over"], "the overuse to be noticed")
+    assert home.wait_state(job_id, "succeeded", "failed", "oom")["state"] == "succeeded"
+
+
+def test_cpu_binding_pins_the_job_to_its_cores(home):
+    home.write_config("[host]\ncpu_binding = true\n")
+    job_id = home.submit("--cpus", "1", "--", sys.executable, "-c",
+                         "import os; print(sorted(os.sched_getaffinity(0)))")
+    job = home.wait_state(job_id, "succeeded")
+    assert len(job["cpu_ids"]) == 1
+    assert home.run("logs", str(job_id)).stdout.strip() == str(job["cpu_ids"])
+    assert job["cpu_ids"][0] in os.sched_getaffinity(0)
+
+
+def test_status_and_gpus_show_host_resources(home):
+    home.write_config("[host]\ncpus = 6\n")
+    home.start()
+    status = json.loads(home.run("daemon", "status", "--json").stdout)
+    assert status["host"]["cpus"] == 6
+    assert status["mem_enforcement"].startswith("off")
+    assert "host: 6 of 6 CPUs free" in home.run("gpus").stdout
+
+
+def _job(job_id: int, cpus: int = 1, mem: int | None = None) -> Job:
+    return Job(id=job_id, command=("true",), cwd="/", uid=0, user="u",
+               request=Request(cpus=cpus, mem_bytes=mem))
+
+
+def test_schedule_counts_cores_memory_and_the_running_limit():
+    host = HostCapacity(cpus=4, mem_bytes=10 * 2**30, max_running=3)
+    pending = [_job(1, cpus=2), _job(2, cpus=2), _job(3, mem=2**30), _job(4)]
+    plan = schedule(pending, [], {}, Inventory(), PlacementRules(), QueueRules(host=host), now=0.0)
+    assert [job_id for job_id, _ in plan.starts] == [1, 2]
+    assert plan.reasons[3] == "needs 1 CPU; 0 of 4 free"
+    running = [_job(9, mem=9 * 2**30)]
+    plan = schedule([_job(5, mem=2 * 2**30), _job(6)], running, {}, Inventory(), PlacementRules(),
+                    QueueRules(host=host), now=0.0)
+    assert plan.reasons[5] == "needs 2.0 GiB of host memory; 1.0 of 10.0 GiB free"
+    assert [job_id for job_id, _ in plan.starts] == [6]
+    plan = schedule([_job(7)], [_job(i) for i in range(10, 13)], {}, Inventory(), PlacementRules(),
+                    QueueRules(host=host), now=0.0)
+    assert plan.reasons[7] == "3 jobs are running (max_running = 3)"
+
+
+def test_host_impossible_reason_names_the_box():
+    assert host_impossible_reason(Request(cpus=8), 4, 2**30) == \
+        "asks for 8 CPUs; this box has 4 usable"
+    assert "this box has 1.0 GiB usable" in host_impossible_reason(Request(mem_bytes=2**31), 4, 2**30)
+    assert host_impossible_reason(Request(cpus=4, mem_bytes=2**30), 4, 2**30) is None
+
+
+def test_pick_cpus_takes_the_lowest_free_cores_and_shares_when_overcounted():
+    host = Host(cpu_ids=(2, 3, 5), cpus=3, mem_bytes=0)
+    assert pick_cpus(host, 2, taken=[2]) == (3, 5)
+    assert pick_cpus(host, 2, taken=[2, 3, 5]) == (2, 3)
+
+
+def _fake_cgroup_tree(tmp_path: Path) -> tuple[Path, Path]:
+    root = tmp_path / "cgroup"
+    base = root / "user.slice/gpusched"
+    base.mkdir(parents=True)
+    (root / "cgroup.controllers").write_text("cpu memory pids\n")
+    (base / "cgroup.controllers").write_text("cpu memory pids\n")
+    proc = tmp_path / "proc-self-cgroup"
+    proc.write_text("0::/user.slice/gpusched\n")
+    return root, proc
+
+
+def test_cgroup_v2_job_limits_against_a_fake_tree(tmp_path):
+    root, proc = _fake_cgroup_tree(tmp_path)
+    tree = CgroupJobs.detect(root, proc)
+    assert tree is not None and tree.base == root / "user.slice/gpusched"
+    assert tree.prepare(pid=4321)
+    assert (tree.base / "daemon/cgroup.procs").read_text() == "4321"
+    assert (tree.base / "cgroup.subtree_control").read_text() == "+memory"
+    job_dir = tree.create(7, 123 * 2**20)
+    assert (job_dir / "memory.max").read_text() == str(123 * 2**20)
+    assert not tree.oom_killed(7)
+    (job_dir / "memory.events").write_text("low 0\nhigh 0\nmax 3\noom 1\noom_kill 1\n")
+    assert tree.oom_killed(7)
+
+
+def test_cgroup_v1_or_no_memory_controller_means_no_cgroup_limits(tmp_path):
+    root, proc = _fake_cgroup_tree(tmp_path)
+    proc.write_text("4:memory:/x\n1:cpu:/\n")  # a v1-only machine has no 0:: line
+    assert own_cgroup(proc) is None and CgroupJobs.detect(root, proc) is None
+    proc.write_text("0::/user.slice/gpusched\n")
+    (root / "user.slice/gpusched/cgroup.controllers").write_text("cpu pids\n")
+    assert CgroupJobs.detect(root, proc) is None
