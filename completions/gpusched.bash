@@ -45,7 +45,7 @@ _gpusched() {
         'demo') words='--help' ;;
         'drain') words='--help' ;;
         'env') words='--help --json' ;;
-        'gpus') words='--help --json' ;;
+        'gpus') words='--help --json --query --format' ;;
         'hold') words='--help' ;;
         'logs') words='--help --follow -f --stderr' ;;
         'ls') words='--help --all -a --expand -r --json' ;;

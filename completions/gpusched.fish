@@ -44,6 +44,8 @@ complete -c gpusched -n '__fish_seen_subcommand_from env' -l help -d 'Show help.
 complete -c gpusched -n '__fish_seen_subcommand_from env' -l json -d 'Print JSON (stable field names) instead of a table.'
 complete -c gpusched -n '__fish_seen_subcommand_from gpus' -l help -d 'Show help.'
 complete -c gpusched -n '__fish_seen_subcommand_from gpus' -l json -d 'Print JSON (stable field names) instead of a table.'
+complete -c gpusched -n '__fish_seen_subcommand_from gpus' -l query -d 'Fields as nvidia-smi --query-gpu names them: index,name,memory.used,...'
+complete -c gpusched -n '__fish_seen_subcommand_from gpus' -l format -d 'With --query: csv[,noheader][,nounits] or json.'
 complete -c gpusched -n '__fish_seen_subcommand_from hold' -l help -d 'Show help.'
 complete -c gpusched -n '__fish_seen_subcommand_from logs' -l help -d 'Show help.'
 complete -c gpusched -n '__fish_seen_subcommand_from logs' -l follow -d 'Keep printing until the job ends.'

@@ -207,9 +207,20 @@ def job_env(
 
 
 @app.command()
-def gpus(as_json: bool = typer.Option(False, "--json", help=JSON_HELP)) -> None:
+def gpus(
+    as_json: bool = typer.Option(False, "--json", help=JSON_HELP),
+    query: Optional[str] = typer.Option(None, "--query", help="Fields as nvidia-smi "
+                                        "--query-gpu names them: index,name,memory.used,..."),
+    fmt: str = typer.Option("csv", "--format", help="With --query: csv[,noheader][,nounits] or json."),
+) -> None:
     """The GPUs the daemon sees: memory used / reserved / total, utilization, jobs."""
+    from gpusched import gpuquery
+
+    fields = gpuquery.parse_query(query) if query is not None else None
     result = Client().call("gpus")
+    if fields is not None:
+        sys.stdout.write(gpuquery.render(result["gpus"], fields, fmt))
+        return
     if as_json:
         print_json(result)
         return

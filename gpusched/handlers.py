@@ -307,16 +307,20 @@ class Handlers:
 
     def gpus(self, call: Call) -> dict:
         d = self.d
-        loads = placement.gpu_loads(d.inventory, d.running(), d.pid_jobs)
+        loads = placement.gpu_loads(d.inventory, d.running(), d.pid_jobs, d.rules, d.idle_since,
+                                    time.time())
         rows = []
         for gpu in d.inventory.schedulable():
             load = loads[gpu.uuid]
             rows.append({"index": gpu.index, "label": gpu.label, "uuid": gpu.uuid,
                          "name": gpu.name, "healthy": gpu.is_healthy,
-                         "health_reason": gpu.health_reason,
+                         "health_reason": gpu.health_reason, "bus_id": gpu.bus_id,
                          "mem_total_bytes": gpu.mem_total_bytes,
                          "mem_used_bytes": gpu.mem_used_bytes,
                          "mem_reserved_bytes": load.promised_bytes, "util_pct": gpu.util_pct,
+                         "temperature_c": gpu.temperature_c, "power_w": gpu.power_w,
+                         "power_limit_w": gpu.power_limit_w,
+                         "compute_capability": gpu.compute_capability,
                          "jobs": list(load.job_ids),
                          "processes": [{"pid": p.pid, "user": p.user, "command": p.command,
                                         "used_mem_bytes": p.used_mem_bytes,
