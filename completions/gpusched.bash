@@ -52,7 +52,7 @@ _gpusched() {
         'release') words='--help' ;;
         'resume') words='--help' ;;
         'show') words='--help --json' ;;
-        'simulate') words='--help --gpus --policy --discipline --load --arrivals --seed --json' ;;
+        'simulate') words='--help --gpus --policy --discipline --load --arrivals --seed --cpus --mem --json' ;;
         'submit') words='--help --gpus -G --gpu-mem --name -n --priority --cwd --env -e --from-file -f --wait -W --json --hold --after --dependency -d --kill-on-invalid-dep --array -a --time -t --signal --retries --retry-on --policy --gpu-ids --exclude-gpus --gpu-type --min-gpu-total-mem --min-compute-capability --cpus -c --mem' ;;
         'top') words='--help --interval -i --once' ;;
         'update') words='--help --priority' ;;

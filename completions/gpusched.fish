@@ -68,6 +68,8 @@ complete -c gpusched -n '__fish_seen_subcommand_from simulate' -l discipline -d 
 complete -c gpusched -n '__fish_seen_subcommand_from simulate' -l load -d 'Scale arrivals to this load (0-1).'
 complete -c gpusched -n '__fish_seen_subcommand_from simulate' -l arrivals -d 'trace (original spacing) or poisson.'
 complete -c gpusched -n '__fish_seen_subcommand_from simulate' -l seed -d 'Random seed for --arrivals poisson.'
+complete -c gpusched -n '__fish_seen_subcommand_from simulate' -l cpus -d 'Cores of the simulated host (count the trace'\''s cpus column).'
+complete -c gpusched -n '__fish_seen_subcommand_from simulate' -l mem -d 'Memory of the simulated host (count the trace'\''s mem_bytes column).'
 complete -c gpusched -n '__fish_seen_subcommand_from simulate' -l json -d 'Print JSON (stable field names) instead of a table.'
 complete -c gpusched -n '__fish_seen_subcommand_from submit' -l help -d 'Show help.'
 complete -c gpusched -n '__fish_seen_subcommand_from submit' -l gpus -d 'GPUs to give the job (default 0; 1 with --gpu-mem).'

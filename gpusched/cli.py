@@ -255,13 +255,18 @@ def simulate(
     load: Optional[float] = typer.Option(None, "--load", help="Scale arrivals to this load (0-1)."),
     arrivals: str = typer.Option("trace", "--arrivals", help="trace (original spacing) or poisson."),
     seed: int = typer.Option(0, "--seed", help="Random seed for --arrivals poisson."),
+    cpus: Optional[int] = typer.Option(None, "--cpus", help="Cores of the simulated host "
+                                       "(count the trace's cpus column)."),
+    mem: Optional[str] = typer.Option(None, "--mem", help="Memory of the simulated host "
+                                      "(count the trace's mem_bytes column)."),
     as_json: bool = typer.Option(False, "--json", help=JSON_HELP),
 ) -> None:
     """Replay a job trace in simulated time through gpusched's own scheduling code."""
     from gpusched.simulator import simulate_command
 
     raise typer.Exit(simulate_command(trace, gpus=gpus, policy=policy, discipline=discipline,
-                                      load=load, arrivals=arrivals, seed=seed, as_json=as_json))
+                                      load=load, arrivals=arrivals, seed=seed, as_json=as_json,
+                                      cpus=cpus, mem=mem))
 
 
 @app.command()

@@ -17,7 +17,8 @@ from gpusched import placement, scheduling, traces
 from gpusched.errors import GpuschedError, UsageError
 from gpusched.models import GpuInfo, Inventory, Job, JobState, Request, transition
 from gpusched.placement import PlacementRules, Policy
-from gpusched.scheduling import QueueRules
+from gpusched.scheduling import HostCapacity, QueueRules
+from gpusched.units import parse_size
 
 GPU_MEM_BYTES = 80 * 2**30  # each simulated GPU: an 80 GiB card, idle, nothing outside
 TAU_S = 10.0  # bounded slowdown ignores how short jobs shorter than this are
@@ -73,7 +74,8 @@ def _as_jobs(trace_jobs: Sequence[traces.TraceJob]) -> list[Job]:
     # below "priority" in scheduling.order_key rely on it. The time limit is the true
     # duration (exact estimates): backfill reserves with it, and sjf becomes the oracle.
     return [Job(id=n, command=(), cwd="", uid=0, user=t.tenant,
-                request=Request(gpus=t.num_gpus, gpu_mem_bytes=t.gpu_mem_bytes),
+                request=Request(gpus=t.num_gpus, gpu_mem_bytes=t.gpu_mem_bytes,
+                                cpus=t.cpus, mem_bytes=t.mem_bytes),
                 submitted_at=t.submit_s, time_limit_s=t.duration_s)
             for n, t in enumerate(trace_jobs)]
 
@@ -209,15 +211,25 @@ def check_choices(gpus: int, policy: str, discipline: str,
 
 def simulate(trace_jobs: Sequence[traces.TraceJob], *, gpus: int, policy: str = "pack",
              discipline: str = "fifo", half_life_s: float = DEFAULT_HALF_LIFE_S,
-             custom_policies: Mapping[str, Policy] | None = None) -> list[JobResult]:
+             custom_policies: Mapping[str, Policy] | None = None,
+             host: HostCapacity | None = None) -> list[JobResult]:
     """Every job's submit, start and end when `gpus` identical GPUs serve the trace.
 
-    Jobs must be in submission order (traces.load_trace sorts them).
+    Jobs must be in submission order (traces.load_trace sorts them). With `host`, CPUs
+    and host memory are scheduled too, exactly as the daemon counts them.
     """
     rules = check_choices(gpus, policy, discipline, custom_policies)
     check_trace_fits(trace_jobs, gpus)
     jobs = _as_jobs(trace_jobs)
-    started = _Replay(jobs, gpus, rules, QueueRules(discipline=discipline), half_life_s).run()
+    if host is not None:
+        too_big = next((t for t in trace_jobs if t.cpus > host.cpus or
+                        (t.mem_bytes or 0) > host.mem_bytes), None)
+        if too_big is not None:
+            raise UsageError(f"trace job {too_big.job_id} needs more CPUs or memory than the "
+                             f"simulated host has ({host.cpus} CPUs, "
+                             f"{host.mem_bytes / 2**30:.1f} GiB)")
+    queue = QueueRules(discipline=discipline, host=host)
+    started = _Replay(jobs, gpus, rules, queue, half_life_s).run()
     return [JobResult(t.job_id, t.tenant, t.num_gpus, t.duration_s, t.submit_s,
                       started[n][0], started[n][0] + t.duration_s, started[n][1])
             for n, t in enumerate(trace_jobs)]
@@ -300,14 +312,29 @@ def _print_table(report: dict) -> None:
                                                for name, value in lines[1:]))
 
 
+def _host(cpus: int | None, mem: str | None) -> HostCapacity | None:
+    """The simulated host's cores and memory; None (not counted) unless either is given."""
+    if cpus is None and mem is None:
+        return None
+    if cpus is not None and cpus < 1:
+        raise UsageError(f"--cpus must be 1 or more, not {cpus}")
+    try:
+        mem_bytes = parse_size(mem) if mem is not None else 2**62
+    except ValueError as exc:
+        raise UsageError(f"--mem: {exc}") from None
+    return HostCapacity(cpus=cpus or 10**6, mem_bytes=mem_bytes)
+
+
 def simulate_command(trace: Path, *, gpus: int, policy: str, discipline: str,
-                     load: float | None, arrivals: str, seed: int, as_json: bool) -> int:
+                     load: float | None, arrivals: str, seed: int, as_json: bool,
+                     cpus: int | None = None, mem: str | None = None) -> int:
     """`gpusched simulate`: replay, then print the metrics as a table or JSON."""
     check_choices(gpus, policy, discipline)  # before reading a large file
     started_s = time.perf_counter()
     prepared = traces.prepare(trace, gpus=gpus, load=load, arrivals=arrivals, seed=seed)
-    results = simulate(prepared.jobs, gpus=gpus, policy=policy, discipline=discipline)
-    settings = {"gpus": gpus, "policy": policy, "discipline": discipline, "load": load,
+    host = _host(cpus, mem)
+    results = simulate(prepared.jobs, gpus=gpus, policy=policy, discipline=discipline, host=host)
+    settings = {"gpus": gpus, "cpus": cpus, "mem": mem, "policy": policy, "discipline": discipline, "load": load,
                 "arrivals": arrivals, "seed": seed if arrivals == "poisson" else None,
                 "elapsed_s": time.perf_counter() - started_s}
     report = _report(prepared, compute_metrics(results, gpus), settings)

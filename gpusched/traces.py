@@ -14,7 +14,7 @@ DAY_S = 86400.0
 PHILLY_COLUMNS = ("job_id", "tenant", "orig_timestamp", "submit_raw_s", "num_gpus",
                   "duration_s", "gpu_time_s")
 HISTORY_COLUMNS = ("job_id", "user", "submit_s", "num_gpus", "duration_s")
-HISTORY_OPTIONAL = ("gpu_mem_bytes",)
+HISTORY_OPTIONAL = ("gpu_mem_bytes", "cpus", "mem_bytes")
 ARRIVALS = ("trace", "poisson")
 
 
@@ -29,6 +29,8 @@ class TraceJob:
     duration_s: float
     gpu_time_s: float
     gpu_mem_bytes: int | None = None  # None: whole GPUs, exclusively (Philly)
+    cpus: int = 1
+    mem_bytes: int | None = None  # host memory; None: not declared
 
 
 @dataclass(frozen=True)
@@ -62,14 +64,20 @@ def _philly_job(row: dict, where: str) -> TraceJob:
                     gpu_time_s=_field(row, "gpu_time_s", where, float, 0))
 
 
+def _optional(row: dict, column: str, where: str, minimum: int) -> int | None:
+    return _field(row, column, where, int, minimum) if (row.get(column) or "").strip() else None
+
+
 def _history_job(row: dict, where: str) -> TraceJob:
-    gpus = _field(row, "num_gpus", where, int, 1)
+    # CPU-only jobs (num_gpus 0) compete for the host's cores and memory only.
+    gpus = _field(row, "num_gpus", where, int, 0)
     duration_s = _field(row, "duration_s", where, float, 0)
-    mem = (row.get("gpu_mem_bytes") or "").strip()
     return TraceJob(job_id=row["job_id"].strip(), tenant=row["user"].strip(),
                     submit_s=_field(row, "submit_s", where, float, 0), num_gpus=gpus,
                     duration_s=duration_s, gpu_time_s=gpus * duration_s,
-                    gpu_mem_bytes=_field(row, "gpu_mem_bytes", where, int, 1) if mem else None)
+                    gpu_mem_bytes=_optional(row, "gpu_mem_bytes", where, 1),
+                    cpus=_optional(row, "cpus", where, 1) or 1,
+                    mem_bytes=_optional(row, "mem_bytes", where, 1))
 
 
 def _pick_format(header: list[str], path: Path):

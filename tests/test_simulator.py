@@ -14,7 +14,8 @@ import pytest
 
 from gpusched import simulator, traces
 from gpusched.errors import GpuschedError, UsageError
-from gpusched.simulator import JobResult
+from gpusched.scheduling import HostCapacity
+from gpusched.simulator import JobResult, simulate
 
 REPO = Path(__file__).resolve().parent.parent
 # CI clones the repo at X/main next to X/shared; the trace is shared, not committed.
@@ -234,7 +235,7 @@ def test_history_times_start_at_the_first_submission(tmp_path):
      "line 2, column num_gpus: 'two' is not a whole number"),
     ("job_id,user,submit_s,num_gpus,duration_s\n1,u,0,1,60\n2,u,5,1,-3\n",
      "line 3, column duration_s: '-3' must be at least 0"),
-    ("job_id,user,submit_s,num_gpus,duration_s\n1,u,0,0,60\n", "column num_gpus: '0' must be at least 1"),
+    ("job_id,user,submit_s,num_gpus,duration_s\n1,u,0,-1,60\n", "column num_gpus: '-1' must be at least 0"),
     ("job_id,user,submit_s,num_gpus,duration_s\n1,u,0,1\n", "line 2: 4 columns where the header has 5"),
     ("job_id,user,submit_s,num_gpus,duration_s\n1,u,0,1,6\n1,u,0,1,6\n", "job 1 appears twice"),
     ("id,who,when\n1,u,0\n", "line 1: unknown trace header (id, who, when)"),
@@ -291,7 +292,7 @@ def test_simulate_cli_prints_stable_json(tmp_path):
     assert {"trace", "jobs", "tenants", "gpus", "policy", "discipline", "load", "arrivals", "seed",
             "arrival_scale", "avg_jct_s", "median_jct_s", "p99_jct_s", "avg_wait_s",
             "avg_bounded_slowdown", "makespan_s", "gpu_utilization", "jain_fairness",
-            "elapsed_s"} == set(report)
+            "elapsed_s", "cpus", "mem"} == set(report)
     assert report["avg_jct_s"] == pytest.approx((100 + 159 + 108) / 3)
     assert (report["jobs"], report["tenants"], report["makespan_s"]) == (3, 2, 160)
 
@@ -330,3 +331,27 @@ def test_math_is_finite_for_a_single_instant_trace(tmp_path):
     path = history(tmp_path, [("a", "u", 0, 1, 0)])
     m = simulator.compute_metrics(simulator.simulate(traces.load_trace(path).jobs, gpus=1), 1)
     assert all(math.isfinite(v) for v in (m.avg_jct_s, m.gpu_utilization, m.jain_fairness))
+
+
+def test_cpus_and_memory_are_scheduled_when_the_trace_has_them(tmp_path):
+    # Two CPU-only jobs of 3 cores on a 4-core host cannot overlap; a 1-core one can.
+    trace = tmp_path / "host.csv"
+    trace.write_text("job_id,user,submit_s,num_gpus,duration_s,cpus,mem_bytes\n"
+                     "a,u,0,0,100,3,\nb,u,0,0,100,3,\nc,u,0,0,100,1,\n"
+                     f"d,u,0,1,100,1,{8 * 2**30}\ne,u,0,1,100,1,{8 * 2**30}\n")
+    jobs = traces.prepare(trace, gpus=2, load=None, arrivals="trace", seed=0).jobs
+    host = HostCapacity(cpus=4, mem_bytes=12 * 2**30)
+    start = {r.job_id: r.start_s for r in simulate(jobs, gpus=2, host=host)}
+    assert start == {"a": 0.0, "c": 0.0, "b": 100.0, "d": 100.0, "e": 200.0}
+    # Without a host, only GPUs count, and two GPUs hold every job at once.
+    assert {r.start_s for r in simulate(jobs, gpus=2)} == {0.0}
+
+
+def test_simulate_cli_counts_host_resources(tmp_path):
+    trace = tmp_path / "host.csv"
+    trace.write_text("job_id,user,submit_s,num_gpus,duration_s,cpus\na,u,0,0,3600,2\n"
+                     "b,u,0,0,3600,2\n")
+    proc = subprocess.run([sys.executable, "-m", "gpusched", "simulate", str(trace), "--gpus", "1",
+                           "--cpus", "2", "--json"], capture_output=True, text=True, check=True)
+    report = json.loads(proc.stdout)
+    assert report["makespan_s"] == pytest.approx(7200.0) and report["cpus"] == 2
