@@ -110,6 +110,9 @@ class Daemon:
                 self.draining = self.store.get_meta("draining") == "1"
                 self._set_up_cgroups()
                 self.control.adopt()
+                # Submit refuses requests no GPU here could ever take: know the GPUs
+                # before the first request, which may come the moment the socket listens.
+                self.read_gpus()
                 server.start()
                 log.info("gpusched %s daemon started (pid %d, backend %s)",
                          __version__, os.getpid(), self.backend.name)

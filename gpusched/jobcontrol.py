@@ -160,6 +160,11 @@ class JobControl:
         wanted = {dep for job in pending for _, dep in job.dependencies}
         states = {i: self.d.jobs[i].state for i in wanted if i in self.d.jobs}
         states.update(self.d.store.states(wanted - states.keys()))
+        for array_id in wanted:
+            elements = self.d.store.array(array_id)
+            if len(elements) > 1:
+                states[array_id] = _array_state(
+                    [self.d.jobs.get(j.id, j).state for j in elements])
         return states
 
     def _decay_usage(self, running: list[Job]) -> None:
@@ -192,3 +197,11 @@ class JobControl:
             job, JobState.RUNNING, started_at=started_at, gpu_uuids=tuple(g.uuid for g in gpus),
             gpu_indices=tuple(g.index for g in gpus), master_port=port, pending_reason="",
             shim_pid=pid, shim_start_time=pid_started, boot_id=d.boot_id))
+
+
+def _array_state(states: list[JobState]) -> JobState:
+    """A dependency on an array means on all of it, as in Slurm: it has ended when every
+    element has, and it succeeded only if every element did."""
+    if not all(s.is_final for s in states):
+        return JobState.RUNNING
+    return JobState.SUCCEEDED if all(s is JobState.SUCCEEDED for s in states) else JobState.FAILED

@@ -229,10 +229,12 @@ def choose_gpus(request: Request, loads: Mapping[str, GpuLoad], rules: Placement
     name = policy or rules.policy
     choose = BUILTIN_POLICIES.get(name) or rules.custom_policies[name]
     ctx = PolicyContext(placements or {}, rules.gpu_weights, rules.gpu_order)
-    ordered = list(choose(request, fitting, ctx))
-    if len(ordered) < request.gpus or any(l.gpu.uuid not in loads for l in ordered):
-        return None  # a custom policy may veto GPUs, never invent them
-    return tuple(l.gpu for l in ordered[: request.gpus])
+    uuids = [l.gpu.uuid for l in choose(request, fitting, ctx)][: request.gpus]
+    # A custom policy may veto GPUs, never invent them or offer one twice.
+    if (len(uuids) < request.gpus or len(set(uuids)) < len(uuids)
+            or not set(uuids) <= {l.gpu.uuid for l in fitting}):
+        return None
+    return tuple(loads[uuid].gpu for uuid in uuids)
 
 
 def take(loads: dict[str, GpuLoad], job: Job, gpus: Sequence[GpuInfo]) -> None:

@@ -7,7 +7,7 @@ from importlib.metadata import entry_points
 
 from gpusched.config import Settings
 from gpusched.errors import ConfigError
-from gpusched.placement import BUILTIN_POLICIES, Policy, PlacementRules
+from gpusched.placement import BUILTIN_POLICIES, GpuLoad, Policy, PlacementRules
 
 log = logging.getLogger("gpusched.policies")
 ENTRY_POINT_GROUP = "gpusched.policies"
@@ -30,8 +30,25 @@ def load_custom_policies() -> dict[str, Policy]:
             log.exception("cannot load policy %r (%s)", entry.name, entry.value)
             continue
         if callable(policy):
-            found[entry.name] = policy
+            found[entry.name] = _guarded(entry.name, policy)
     return found
+
+
+def _guarded(name: str, policy: Policy) -> Policy:
+    """The policy, made safe to call: when it fails it places nothing (the job waits), and
+    the daemon, which calls it in every scheduling pass, goes on."""
+    reported = False
+
+    def run(request, candidates, ctx):
+        nonlocal reported
+        try:
+            return [l for l in policy(request, candidates, ctx) if isinstance(l, GpuLoad)]
+        except Exception:  # noqa: BLE001 - third-party code: any failure means "no GPU"
+            if not reported:  # every pass would fail alike: one traceback is enough
+                log.exception("policy %r failed; jobs that use it wait", name)
+                reported = True
+            return []
+    return run
 
 
 def placement_rules(settings: Settings, custom: dict[str, Policy]) -> PlacementRules:

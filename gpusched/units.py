@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import re
 
 _SIZE_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([a-zA-Z]*)\s*$")
@@ -36,8 +37,8 @@ def parse_size(text: str | int) -> int:
 def parse_duration(text: str | int | float) -> float:
     """'90', '1.5', '2h30m', '45s', '1d' -> seconds."""
     if isinstance(text, (int, float)) and not isinstance(text, bool):
-        if text < 0:
-            raise ValueError(f"duration must not be negative: {text}")
+        if not 0 <= text < math.inf:  # also refuses nan: a limit that never comes is no limit
+            raise ValueError(f"duration must be a finite number of seconds, not {text}")
         return float(text)
     raw = str(text).strip().lower()
     try:
@@ -47,8 +48,8 @@ def parse_duration(text: str | int | float) -> float:
         if not parts or "".join(n + u for n, u in parts) != raw:
             raise ValueError(f"not a duration: {text!r} (use seconds, or e.g. 2h30m, 45s, 1d)")
         return float(sum(float(n) * _DURATION_UNITS[u] for n, u in parts))
-    if seconds < 0:
-        raise ValueError(f"duration must not be negative: {text!r}")
+    if not 0 <= seconds < math.inf:
+        raise ValueError(f"duration must be a finite number of seconds, not {text!r}")
     return seconds
 
 
