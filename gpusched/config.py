@@ -50,6 +50,9 @@ class Settings:
     cpu_binding: bool = False
     enforce_mem: bool = False
     mem_margin_pct: float = 10.0
+    # [top]
+    top_warn_pct: float = 50.0
+    top_crit_pct: float = 80.0
     # [jobs]
     master_port_min: int = 29500
     master_port_max: int = 29999
@@ -176,6 +179,9 @@ KEYS: dict[str, tuple[str, Callable[[Any], Any], Any, str]] = {
                          "Stop a job (state oom) that uses more host memory than --mem + margin."),
     "host.mem_margin_pct": ("mem_margin_pct", _number(0, 1000), 10,
                             "How far past its --mem a job may go before it is reported (percent)."),
+    "top.warn_pct": ("top_warn_pct", _number(0, 100), 50,
+                     "`gpusched top` colours a load from this percent yellow..."),
+    "top.crit_pct": ("top_crit_pct", _number(0, 100), 80, "...and from this percent red."),
     "jobs.max_running": ("max_running", _number(0, 10**6, int), 0,
                          "At most this many jobs run at once, like `tsp -S` (0: no limit)."),
     "jobs.master_port_min": ("master_port_min", _number(1024, 65535, int), 29500,
@@ -211,6 +217,8 @@ def settings_from_mapping(data: dict[str, Any], source: str) -> Settings:
             except ValueError as exc:
                 raise ConfigError(f"{source}: bad value for '{dotted}': {exc}") from None
     settings = replace(Settings(), **changes)
+    if settings.top_warn_pct >= settings.top_crit_pct:
+        raise ConfigError(f"{source}: 'top.warn_pct' must be below 'top.crit_pct'")
     if settings.master_port_min > settings.master_port_max:
         raise ConfigError(f"{source}: 'jobs.master_port_min' is above 'jobs.master_port_max'")
     return settings

@@ -17,7 +17,7 @@ from gpusched.authz import HIDDEN, user_name
 from gpusched.errors import GpuschedError, NotFound, UsageError
 from gpusched.job import read_progress_file
 from gpusched.models import Job, JobState, inventory_to_dict, job_to_dict, transition
-from gpusched.protocol import COMMANDS
+from gpusched.protocol import COMMANDS, LEAN_JOB_FIELDS
 from gpusched.server import error_reply
 
 log = logging.getLogger("gpusched.handlers")
@@ -332,15 +332,17 @@ class Handlers:
 
     def snapshot(self, call: Call) -> dict:
         d = self.d
-        loads = placement.gpu_loads(d.inventory, d.running(), d.pid_jobs)
+        loads = placement.gpu_loads(d.inventory, d.running(), d.pid_jobs, d.rules, d.idle_since,
+                                    time.time())
         viewer = d.authz.viewer(call.creds[1])
         inventory = inventory_to_dict(d.inventory)
         inventory["gpus"] = viewer.gpus(inventory["gpus"])
+        jobs = self.with_progress(viewer.jobs(sorted(d.jobs.values(), key=lambda j: j.id)))
+        if call.args.get("lean"):
+            jobs = [{key: row[key] for key in LEAN_JOB_FIELDS} for row in jobs]
         return {"daemon": self.status(call), "inventory": inventory,
                 "reserved_bytes": {uuid: l.promised_bytes for uuid, l in loads.items()},
-                "pid_jobs": {str(pid): job for pid, job in d.pid_jobs.items()},
-                "jobs": self.with_progress(viewer.jobs(sorted(d.jobs.values(),
-                                                              key=lambda j: j.id)))}
+                "pid_jobs": {str(pid): job for pid, job in d.pid_jobs.items()}, "jobs": jobs}
 
     def stop(self, call: Call) -> dict:
         self.d.authz.require_admin(call.creds, "stop", "stop the daemon", root_only=True)

@@ -42,7 +42,7 @@ COMMANDS: dict[str, Command] = {
     "wait": _cmd("ids", "timeout_s"),
     "gpus": _cmd(),
     # Everything `gpusched top` draws in one frame: daemon, GPUs, reservations, jobs.
-    "snapshot": _cmd(),
+    "snapshot": _cmd("", "lean"),
     "stop": _cmd(),
     # Sent by a job's shim after it wrote the exit record: only a wake-up, the daemon
     # reads the record itself.
@@ -52,6 +52,13 @@ COMMANDS: dict[str, Command] = {
     "logs": _cmd("id"),
     "env": _cmd("id"),
 }
+
+
+# The job fields a `snapshot` with lean=true carries: what `gpusched top` draws. A full
+# job row is several times larger, and top asks every second for every queued job.
+LEAN_JOB_FIELDS = ("id", "name", "user", "uid", "state", "gpus", "gpu_indices",
+                   "gpus_requested", "gpu_mem_bytes", "priority", "command", "submitted_at",
+                   "started_at", "pending_reason", "time_limit_s", "progress")
 
 
 def check_request(message: Any) -> tuple[str, dict[str, Any]]:

@@ -1,0 +1,155 @@
+"""The module boundaries of DESIGN.md, checked by walking every import statement with ast."""
+
+from __future__ import annotations
+
+import ast
+import sys
+from pathlib import Path
+
+import pytest
+
+PACKAGE = Path(__file__).resolve().parent.parent / "gpusched"
+
+
+def module_name(path: Path) -> str:
+    parts = list(path.relative_to(PACKAGE.parent).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+MODULES = {module_name(p): p for p in sorted(PACKAGE.rglob("*.py"))}
+
+
+def imports_of(module: str) -> set[str]:
+    """Every module an import statement names, anywhere in the file (lazy imports too)."""
+    path = MODULES[module]
+    tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+    found: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:  # relative: resolve against this module's package
+                base = package.split(".")
+                base = base[: len(base) - (node.level - 1)]
+                target = ".".join(base + ([node.module] if node.module else []))
+            else:
+                target = node.module or ""
+            found.add(target)
+            # `from gpusched import placement` imports the submodule gpusched.placement
+            found.update(name for a in node.names
+                         if (name := f"{target}.{a.name}") in MODULES)
+    return found
+
+
+def ours(names: set[str]) -> set[str]:
+    return {n for n in names if n == "gpusched" or n.startswith("gpusched.")}
+
+
+def roots(names: set[str]) -> set[str]:
+    return {n.split(".")[0] for n in names}
+
+
+def importers_of(target: str) -> set[str]:
+    return {m for m in MODULES
+            if any(n == target or n.startswith(target + ".") for n in imports_of(m))}
+
+
+def test_the_walk_sees_the_package():
+    # Guards the guard: an empty walk would make every test below pass vacuously.
+    assert {"gpusched.models", "gpusched.placement", "gpusched.cli", "gpusched.shim",
+            "gpusched.gpus.nvml", "gpusched.daemon"} <= set(MODULES)
+    assert "typer" in roots(imports_of("gpusched.cli"))
+    assert "gpusched.models" in imports_of("gpusched.placement")
+    assert "pynvml" in roots(imports_of("gpusched.gpus.nvml"))
+
+
+@pytest.mark.parametrize("module", ["gpusched.models", "gpusched.placement"])
+def test_pure_core_imports_nothing_of_ours_but_models(module):
+    # The bare package (gpusched/__init__.py) holds only the version.
+    assert ours(imports_of(module)) - {"gpusched"} <= {"gpusched.models"}
+
+
+def test_models_imports_only_the_standard_library():
+    assert roots(imports_of("gpusched.models")) <= set(sys.stdlib_module_names) | {"__future__"}
+
+
+def test_only_the_nvml_backend_imports_pynvml():
+    assert importers_of("pynvml") == {"gpusched.gpus.nvml"}
+
+
+def test_only_cli_imports_typer():
+    assert importers_of("typer") <= {"gpusched.cli"}
+    assert importers_of("click") == set()
+
+
+def test_nothing_imports_cli():
+    # entry.py is the console script itself: it hands every command but a fast `submit`
+    # to the cli, so it is the one module that may import it.
+    assert importers_of("gpusched.cli") <= {"gpusched.entry"}
+
+
+def module_level_imports(module: str) -> set[str]:
+    """Imports that run when the module is imported (not those inside functions)."""
+    tree = ast.parse(MODULES[module].read_text(encoding="utf-8"))
+    found: set[str] = set()
+    todo = list(tree.body)
+    while todo:
+        node = todo.pop()
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+            continue
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and not node.level:
+            found.add(node.module or "")
+        todo.extend(ast.iter_child_nodes(node))
+    return found
+
+
+def functions_importing(module: str, target: str) -> set[str]:
+    tree = ast.parse(MODULES[module].read_text(encoding="utf-8"))
+    return {fn.name for fn in ast.walk(tree)
+            if isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef))
+            and any(isinstance(n, ast.Import) and any(a.name.split(".")[0] == target
+                                                      for a in n.names)
+                    for n in ast.walk(fn))}
+
+
+def test_the_scheduler_never_imports_torch():
+    # No module imports torch when it is imported ...
+    for module in MODULES:
+        assert "torch" not in roots(module_level_imports(module)), module
+    # ... and the only lazy imports of it are in the helpers for job authors
+    # (gpusched.job, which runs inside jobs), which no scheduler module calls.
+    lazy = {m: functions_importing(m, "torch") for m in MODULES}
+    lazy = {m: fns for m, fns in lazy.items() if fns}
+    assert set(lazy) <= {"gpusched.job"}
+    for module in MODULES:
+        if module in lazy:
+            continue
+        nodes = list(ast.walk(ast.parse(MODULES[module].read_text(encoding="utf-8"))))
+        names = {n.attr if isinstance(n, ast.Attribute) else n.id
+                 for n in nodes if isinstance(n, (ast.Name, ast.Attribute))}
+        names |= {a.name for n in nodes if isinstance(n, ast.ImportFrom) for a in n.names}
+        for fns in lazy.values():
+            assert not names & fns, f"{module} uses {sorted(names & fns)}"
+
+
+def test_shim_imports_only_the_standard_library_and_protocol():
+    # The shim starts every job, so what it imports (also through protocol) is every
+    # job's start-up time; and it runs with -I -S, without site-packages.
+    # privileges: system mode's drop to the job's user, itself standard library only.
+    allowed_ours = {"gpusched", "gpusched.protocol", "gpusched.errors", "gpusched.privileges"}
+    seen, todo = set(), ["gpusched.shim"]
+    while todo:
+        module = todo.pop()
+        seen.add(module)
+        names = imports_of(module)
+        mine = ours(names) - {"gpusched"}
+        assert mine <= allowed_ours, f"{module} imports {sorted(mine - allowed_ours)}"
+        others = roots(names) - {"gpusched", "__future__"}
+        assert others <= set(sys.stdlib_module_names), f"{module} imports {sorted(others)}"
+        todo += [m for m in ours(names) if m in MODULES and m not in seen]
+    assert {"gpusched", "gpusched.shim", "gpusched.protocol", "gpusched.errors"} <= seen

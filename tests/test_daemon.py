@@ -1,0 +1,491 @@
+"""The daemon end to end: real processes, real SQLite, real sockets, simulated GPUs."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import select
+import shlex
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from conftest import Home, wait_until
+from gpusched import __version__
+from gpusched.client import Client
+from gpusched.config import resolve_paths
+
+GiB = 2**30
+
+
+def gate(path: Path) -> str:
+    """Shell that blocks until `path` exists: the test decides when a job may end."""
+    return f"while [ ! -e {shlex.quote(str(path))} ]; do sleep 0.05; done"
+
+
+def release(*paths: Path) -> None:
+    for path in paths:
+        path.touch()
+
+
+class Api:
+    """Looks at a home's daemon through the client library, in this process.
+
+    The behaviour under test goes through the real CLI; polling does not need a Python
+    start-up per look, which on a loaded 2-core machine is most of a second.
+    """
+
+    def __init__(self, home):
+        self.client = Client(resolve_paths(home.env), autostart=False)
+
+    def show(self, job_id: int) -> dict:
+        return self.client.call("show", ids=[job_id])["jobs"][0]
+
+    def jobs(self) -> list[dict]:
+        return self.client.call("list", all=True)["jobs"]
+
+    def gpus(self) -> list[dict]:
+        return self.client.call("gpus")["gpus"]
+
+    def wait_state(self, job_id: int, *states: str) -> dict:
+        return wait_until(lambda: (j := self.show(job_id))["state"] in states and j,
+                          f"job {job_id} to reach {states}")
+
+
+def by_id(home) -> dict[int, dict]:
+    return {j["id"]: j for j in Api(home).jobs()}
+
+
+def running_ids(home) -> set[int]:
+    return {i for i, j in by_id(home).items() if j["state"] == "running"}
+
+
+def one_error_line(proc: subprocess.CompletedProcess) -> str:
+    assert proc.stderr.startswith("Error: "), proc.stderr
+    assert proc.stderr.count("\n") == 1 and proc.stderr.endswith("\n"), proc.stderr
+    assert "Traceback" not in proc.stderr + proc.stdout
+    return proc.stderr
+
+
+def assert_no_gpu_given_out_twice(jobs: list[dict]) -> None:
+    """No two jobs that held whole GPUs at overlapping times shared one."""
+    started = [j for j in jobs if j["started_at"] and j["gpus"]]
+    for a in started:
+        for b in started:
+            if a["id"] >= b["id"]:
+                continue
+            a_end, b_end = a["ended_at"] or float("inf"), b["ended_at"] or float("inf")
+            if a["started_at"] < b_end and b["started_at"] < a_end:
+                assert not set(a["gpus"]) & set(b["gpus"]), (a, b)
+
+
+# -- placement on real daemons -------------------------------------------------------------
+def test_six_50g_jobs_on_four_80g_gpus(home, tmp_path):
+    api = Api(home)
+    gates = [tmp_path / f"go{i}" for i in range(6)]
+    sweep = tmp_path / "sweep.txt"
+    sweep.write_text("".join(f"{gate(g)}\n" for g in gates))
+    ids = home.json("submit", "--gpus", "1", "--gpu-mem", "50G", "--from-file", str(sweep))["ids"]
+    assert len(ids) == 6
+    wait_until(lambda: len(running_ids(home)) == 4, "4 jobs to run")
+    jobs = by_id(home)
+    running = [jobs[i] for i in ids if jobs[i]["state"] == "running"]
+    pending = [jobs[i] for i in ids if jobs[i]["state"] == "pending"]
+    # Four at once, each on its own GPU; 50 + 50 GiB would not fit on 80.
+    assert sorted(j["gpu_indices"][0] for j in running) == [0, 1, 2, 3]
+    assert len(pending) == 2
+    for job in pending:
+        assert job["pending_reason"] == ("needs 1 GPU with 50.0 GiB free; "
+                                         "most free is GPU 0 with 30.0 GiB")
+        assert job["gpus"] == []
+    # Free one GPU: exactly one waiting job takes it.
+    first = running[0]
+    release(gates[ids.index(first["id"])])
+    api.wait_state(first["id"], "succeeded")
+    wait_until(lambda: len(running_ids(home)) == 4, "a waiting job to take the freed GPU")
+    jobs = by_id(home)
+    newcomer = [jobs[p["id"]] for p in pending if jobs[p["id"]]["state"] == "running"]
+    assert len(newcomer) == 1 and newcomer[0]["gpus"] == first["gpus"]
+    release(*gates)
+    for job_id in ids:
+        assert api.wait_state(job_id, "succeeded", "failed")["state"] == "succeeded"
+    gpu_rows = api.gpus()
+    assert all(g["jobs"] == [] for g in gpu_rows)
+
+
+def test_jobs_share_a_gpu_as_memory_allows_and_whole_gpus_are_never_shared(make_home, tmp_path):
+    home = make_home("1x80GiB")
+    api = Api(home)
+    gates = [tmp_path / f"go{i}" for i in range(4)]
+    ids = [home.submit("--gpu-mem", "30G", "--", "sh", "-c", gate(g)) for g in gates]
+    wait_until(lambda: len(running_ids(home)) == 2, "2 jobs of 30 GiB to run together")
+    jobs = by_id(home)
+    assert [jobs[i]["state"] for i in ids] == ["running", "running", "pending", "pending"]
+    assert jobs[ids[2]]["pending_reason"] == ("needs 1 GPU with 30.0 GiB free; "
+                                              "most free is GPU 0 with 20.0 GiB")
+    (gpu,) = api.gpus()
+    assert sorted(gpu["jobs"]) == ids[:2]
+    release(*gates)
+    for job_id in ids:
+        assert api.wait_state(job_id, "succeeded", "failed")["state"] == "succeeded"
+
+    whole = [tmp_path / "w0", tmp_path / "w1"]
+    x1, x2 = (home.submit("--gpus", "1", "--", "sh", "-c", gate(g)) for g in whole)
+    sharing = home.submit("--gpu-mem", "1G", "--", "true")
+    api.wait_state(x1, "running")
+    jobs = by_id(home)
+    assert jobs[x2]["state"] == "pending"
+    assert "whole" in jobs[x2]["pending_reason"]
+    assert jobs[sharing]["state"] == "pending"  # not even 1 GiB beside a whole-GPU job
+    release(whole[0])
+    api.wait_state(x2, "running")
+    assert by_id(home)[sharing]["state"] == "pending"
+    release(whole[1])
+    api.wait_state(sharing, "succeeded")
+    assert_no_gpu_given_out_twice([j for j in api.jobs() if j["gpu_mem_bytes"] is None])
+
+
+def declare_outside(home, memory: str) -> None:
+    home.state.mkdir(mode=0o700, parents=True, exist_ok=True)
+    path = home.state / "simulated_processes.toml"
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text('[[process]]\ngpu = 0\npid = 4242\nuser = "alice"\n'
+                   f'memory = "{memory}"\nutil = 5\ncommand = "python notebook.py"\n')
+    tmp.rename(path)  # the backend re-reads it: never let it see half a file
+
+
+def test_an_outside_process_keeps_a_job_off_its_gpu(make_home):
+    home = make_home("1x80GiB")
+    api = Api(home)
+    home.write_config('[daemon]\ngpu_poll_interval = "0.2s"\n')
+    declare_outside(home, "70GiB")
+    job_id = home.submit("--gpu-mem", "20G", "--", "true")
+    job = wait_until(lambda: (j := api.show(job_id))["pending_reason"].startswith("needs") and j,
+                     "the job to be considered")
+    assert job["state"] == "pending"
+    assert job["pending_reason"] == ("needs 1 GPU with 20.0 GiB free; "
+                                     "most free is GPU 0 with 10.0 GiB")
+    (gpu,) = api.gpus()
+    assert gpu["mem_used_bytes"] == 70 * GiB and gpu["jobs"] == []
+    assert [(p["pid"], p["user"], p["job"]) for p in gpu["processes"]] == [(4242, "alice", None)]
+    # The notebook lets go of 20 GiB: now 30 GiB are free, enough for 20 GiB plus headroom.
+    declare_outside(home, "50GiB")
+    job = api.wait_state(job_id, "succeeded")
+    assert job["gpu_indices"] == [0]
+
+
+# -- crash safety --------------------------------------------------------------------------
+def test_jobs_survive_a_killed_daemon_and_gpus_stay_reserved(make_home, tmp_path):
+    home = make_home("3x80GiB")
+    api = Api(home)
+    ends = {"ok": "exit 0", "three": "exit 3", "killed": "kill -9 $$"}
+    gates = {name: tmp_path / f"go-{name}" for name in ends}
+    pids = {name: tmp_path / f"pid-{name}" for name in ends}
+    ids = {name: home.submit("--gpus", "1", "--", "sh", "-c",
+                             f"echo $$ > {pids[name]}; {gate(gates[name])}; {end}")
+           for name, end in ends.items()}
+    for job_id in ids.values():
+        api.wait_state(job_id, "running")
+    before = {name: api.show(job_id)["gpus"] for name, job_id in ids.items()}
+    assert len({g for gpus in before.values() for g in gpus}) == 3
+    wait_until(lambda: all(p.exists() and p.read_text().strip() for p in pids.values()),
+               "the jobs to write their pids")
+    old_pid = home.daemon_pid()
+
+    home.kill_daemon()
+    # One job ends while no daemon runs: its shim keeps the exit record for the next one.
+    release(gates["ok"])
+    ok_pid = int(pids["ok"].read_text())
+    wait_until(lambda: not psutil.pid_exists(ok_pid) or
+               psutil.Process(ok_pid).status() == psutil.STATUS_ZOMBIE, "the first job to end")
+    for name in ("three", "killed"):
+        assert psutil.pid_exists(int(pids[name].read_text())), f"job {name} died with the daemon"
+
+    assert home.start() != old_pid
+    ok = api.wait_state(ids["ok"], "succeeded", "failed", "lost")
+    assert (ok["state"], ok["exit_code"], ok["signal"]) == ("succeeded", 0, None)
+    for name in ("three", "killed"):
+        job = api.show(ids[name])
+        assert job["state"] == "running" and job["gpus"] == before[name]
+    # The restarted daemon re-adopted the two running jobs: their GPUs are not free.
+    taker = home.submit("--gpus", "1", "--", "sh", "-c", gate(tmp_path / "go-taker"))
+    waiter = home.submit("--gpus", "1", "--", "true")
+    taker_job = api.wait_state(taker, "running")
+    assert taker_job["gpus"] == before["ok"]
+    assert api.show(waiter)["state"] == "pending"
+    assert "whole" in api.show(waiter)["pending_reason"]
+    gpus = {g["uuid"]: g for g in home.json("gpus")["gpus"]}
+    assert gpus[before["three"][0]]["jobs"] == [ids["three"]]
+    assert gpus[before["killed"][0]]["jobs"] == [ids["killed"]]
+    assert gpus[before["ok"][0]]["jobs"] == [taker]
+
+    release(gates["three"], gates["killed"], tmp_path / "go-taker")
+    three = api.wait_state(ids["three"], "succeeded", "failed", "lost")
+    assert (three["state"], three["exit_code"], three["signal"]) == ("failed", 3, None)
+    killed = api.wait_state(ids["killed"], "succeeded", "failed", "lost")
+    assert (killed["state"], killed["exit_code"], killed["signal"]) == ("failed", None, 9)
+    api.wait_state(waiter, "succeeded")
+    assert_no_gpu_given_out_twice(api.jobs())
+
+
+def corrupt(home) -> None:
+    home.state.mkdir(mode=0o700, parents=True)
+    (home.state / "queue.db").write_bytes(b"definitely not SQLite\n" * 500)
+
+
+def newer(home) -> None:
+    home.run("submit", "--", "true")  # a real queue, left by a newer gpusched below
+    home.run("daemon", "stop")
+    with sqlite3.connect(home.state / "queue.db") as conn:
+        conn.execute("PRAGMA user_version = 999")
+    conn.close()
+
+
+def file_state(home) -> dict[str, str | None]:
+    out = {}
+    for suffix in ("", "-wal", "-shm"):
+        path = home.state / f"queue.db{suffix}"
+        out[suffix] = hashlib.sha256(path.read_bytes()).hexdigest() if path.exists() else None
+    return out
+
+
+@pytest.mark.parametrize("spoil, words, commands", [
+    (corrupt, "is corrupt", [("daemon", "run"), ("daemon", "start"), ("ls",)]),
+    (newer, "schema version 999", [("daemon", "start")]),
+])
+def test_a_bad_queue_file_is_refused_and_left_alone(home, spoil, words, commands):
+    spoil(home)
+    before = file_state(home)
+    assert before[""] is not None
+    for args in commands:
+        proc = home.run(*args, check=False, timeout=60)
+        assert proc.returncode == 1, (args, proc.stderr)
+        line = one_error_line(proc)
+        assert words in line and str(home.state / "queue.db") in line
+    assert file_state(home) == before
+    assert home.run("daemon", "status", check=False).returncode == 3
+
+
+# -- the loop is event driven --------------------------------------------------------------
+def test_jobs_start_at_once_not_at_the_next_gpu_poll(make_home, tmp_path):
+    home = make_home("1x80GiB")
+    api = Api(home)
+    home.write_config('[daemon]\ngpu_poll_interval = "30s"\n')
+    home.start()
+    first = home.submit("--gpus", "1", "--", "sh", "-c", gate(tmp_path / "go"))
+    job = api.wait_state(first, "running")
+    # A behaviour check, not a benchmark: far below the 30 s poll, generous for slow CI.
+    assert job["started_at"] - job["submitted_at"] < 5
+    second = home.submit("--gpus", "1", "--", "true")
+    assert api.show(second)["state"] == "pending"
+    release(tmp_path / "go")
+    ended = api.wait_state(first, "succeeded")
+    started = api.wait_state(second, "running", "succeeded")
+    assert started["started_at"] - ended["ended_at"] < 5
+
+
+# -- stop, restart, cancel -----------------------------------------------------------------
+def test_daemon_stop_leaves_jobs_running_and_the_next_start_adopts_them(make_home, tmp_path):
+    home = make_home("1x80GiB")
+    api = Api(home)
+    pid_file = tmp_path / "pid"
+    job_id = home.submit("--gpus", "1", "--", "sh", "-c",
+                         f"echo $$ > {pid_file}; {gate(tmp_path / 'go')}; exit 4")
+    job = api.wait_state(job_id, "running")
+    wait_until(lambda: pid_file.exists() and pid_file.read_text().strip(), "the job's pid")
+    stopped = home.run("daemon", "stop")
+    assert "1 running job(s) left running" in stopped.stdout
+    assert home.run("daemon", "status", check=False).returncode == 3
+    job_pid = int(pid_file.read_text())
+    assert psutil.pid_exists(job_pid)
+    home.start()
+    adopted = api.show(job_id)
+    assert adopted["state"] == "running" and adopted["gpus"] == job["gpus"]
+    assert adopted["started_at"] == job["started_at"]
+    blocked = home.submit("--gpus", "1", "--", "true")
+    assert api.show(blocked)["state"] == "pending"
+    release(tmp_path / "go")
+    done = api.wait_state(job_id, "failed", "succeeded", "lost")
+    assert (done["state"], done["exit_code"]) == ("failed", 4)
+    api.wait_state(blocked, "succeeded")
+
+
+def test_cancel_pending_and_running_jobs(make_home, tmp_path):
+    home = make_home("2x80GiB")
+    api = Api(home)
+    home.write_config('[daemon]\ncancel_grace = "1s"\n')
+    plain = home.submit("--gpus", "1", "--", "sh", "-c", gate(tmp_path / "never"))
+    ready, log = tmp_path / "ready", tmp_path / "term.log"
+    stubborn = home.submit("--gpus", "1", "--", "sh", "-c",
+                           f"trap 'echo TERM >> {log}' TERM; touch {ready}; "
+                           "while true; do sleep 0.05; done")
+    waiting = home.submit("--gpus", "2", "--", "true")
+    api.wait_state(plain, "running")
+    api.wait_state(stubborn, "running")
+    wait_until(ready.exists, "the stubborn job to trap SIGTERM")
+    assert api.show(waiting)["state"] == "pending"
+
+    out = home.run("cancel", str(waiting)).stdout
+    assert f"job {waiting}: cancelled" in out
+    job = api.show(waiting)
+    assert job["state"] == "cancelled" and job["started_at"] is None and job["gpus"] == []
+
+    out = home.run("cancel", str(plain)).stdout
+    assert f"job {plain}: cancelling" in out
+    job = api.wait_state(plain, "cancelled", "failed", "succeeded")
+    assert (job["state"], job["signal"]) == ("cancelled", signal.SIGTERM)
+
+    asked = time.time()
+    home.run("cancel", str(stubborn))
+    job = api.wait_state(stubborn, "cancelled", "failed", "succeeded")
+    # It ignored SIGTERM (and said so), so it got SIGKILL once the grace period was over.
+    assert (job["state"], job["signal"]) == ("cancelled", signal.SIGKILL)
+    assert "TERM" in log.read_text()
+    assert job["ended_at"] - asked >= 0.9
+
+    again = home.run("cancel", str(plain)).stdout
+    assert f"job {plain}: already cancelled" in again
+    assert all(g["jobs"] == [] for g in api.gpus())
+
+
+@pytest.fixture(scope="module")
+def shared(tmp_path_factory):
+    """One daemon for the tests whose jobs need no GPU: they cannot disturb each other."""
+    home = Home(tmp_path_factory.mktemp("daemon") / "home")
+    home.path.mkdir()
+    home.start()
+    yield home
+    home.cleanup()
+
+
+def test_a_second_daemon_refuses_to_start(shared):
+    home, pid = shared, shared.daemon_pid()
+    proc = home.run("daemon", "run", check=False, timeout=60)
+    assert proc.returncode == 1
+    assert "already runs" in one_error_line(proc)
+    again = home.run("daemon", "start")
+    assert f"already running (pid {pid})" in again.stdout
+    assert home.daemon_pid() == pid
+    assert home.submit("--", "true")  # and the first one still serves
+
+
+# -- waiting and exit statuses -------------------------------------------------------------
+def test_wait_exits_with_the_first_non_zero_status(shared):
+    home, api = shared, Api(shared)
+    ok, three, five, killed = home.run("submit", "-f", "-", input="true\nexit 3\nexit 5\n"
+                                       "kill -9 $$\n").stdout.split()
+    assert home.run("wait", str(ok)).returncode == 0
+    assert home.run("wait", str(ok), str(three), str(five), check=False).returncode == 3
+    assert home.run("wait", str(five), str(three), check=False).returncode == 5
+    assert home.run("wait", str(killed), check=False).returncode == 128 + 9
+    assert api.show(int(three))["state"] == "failed"
+
+
+def test_submit_wait_exits_with_the_jobs_status(shared):
+    home, api = shared, Api(shared)
+    proc = home.run("submit", "--wait", "--", "sh", "-c", "sleep 0.2; exit 7", check=False)
+    assert proc.returncode == 7
+    job_id = int(proc.stdout.strip())
+    job = api.show(job_id)
+    assert (job["state"], job["exit_code"]) == ("failed", 7)
+    assert home.run("submit", "--wait", "--", "true").returncode == 0
+
+
+# -- submitting many -----------------------------------------------------------------------
+def check_sweep(api: Api, ids: list[int], lines: list[str]) -> None:
+    jobs = [api.show(i) for i in ids]
+    assert [j["command"] for j in jobs] == [["/bin/sh", "-c", line] for line in lines]
+    # One request: the daemon stamped every job with the same time and submitting pid.
+    assert len({j["submitted_at"] for j in jobs}) == 1
+    assert len({j["submit_pid"] for j in jobs}) == 1
+    assert ids == list(range(ids[0], ids[0] + len(ids)))
+
+
+def test_submit_from_file_and_stdin(shared, tmp_path):
+    home, api = shared, Api(shared)
+    sweep = tmp_path / "sweep.txt"
+    sweep.write_text("# a sweep\n\necho one\n   echo two   \n# echo skipped\necho three\n")
+    ids = home.json("submit", "--from-file", str(sweep))["ids"]
+    assert len(ids) == 3
+    check_sweep(api, ids, ["echo one", "echo two", "echo three"])
+    for job_id, word in zip(ids, ["one", "two", "three"]):
+        api.wait_state(job_id, "succeeded")
+        assert home.run("logs", str(job_id)).stdout == f"{word}\n"
+
+    proc = home.run("submit", "-f", "-", input="echo a\n#c\necho b\n")
+    stdin_ids = [int(line) for line in proc.stdout.split()]
+    assert len(stdin_ids) == 2
+    check_sweep(api, stdin_ids, ["echo a", "echo b"])
+
+
+# -- logs ----------------------------------------------------------------------------------
+def read_line(proc: subprocess.Popen, timeout: float = 60) -> bytes:
+    """One line of a child's stdout, or fail after `timeout` s (never hang the suite)."""
+    line = b""
+    deadline = time.monotonic() + timeout
+    while not line.endswith(b"\n"):
+        remaining = deadline - time.monotonic()
+        if remaining <= 0 or not select.select([proc.stdout], [], [], remaining)[0]:
+            pytest.fail(f"no line from {proc.args} within {timeout} s (got {line!r})")
+        chunk = os.read(proc.stdout.fileno(), 1)
+        if not chunk:
+            break
+        line += chunk
+    return line
+
+
+def test_logs_stdout_stderr_and_follow(shared, tmp_path):
+    home, api = shared, Api(shared)
+    job_id = home.submit("--", "sh", "-c",
+                         f"echo out1; echo err1 >&2; {gate(tmp_path / 'go')}; echo out2")
+    api.wait_state(job_id, "running")
+    wait_until(lambda: home.run("logs", str(job_id)).stdout == "out1\n", "the first line")
+    assert home.run("logs", "--stderr", str(job_id)).stdout == "err1\n"
+    follow = subprocess.Popen([sys.executable, "-m", "gpusched", "logs", "-f", str(job_id)],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=home.env)
+    try:
+        assert read_line(follow) == b"out1\n"
+        assert follow.poll() is None  # still following a running job
+        release(tmp_path / "go")
+        rest, err = follow.communicate(timeout=60)
+    finally:
+        if follow.poll() is None:
+            follow.kill()
+            follow.wait()
+    assert follow.returncode == 0, err
+    assert rest == b"out2\n"
+    assert api.show(job_id)["state"] == "succeeded"
+
+
+# -- auto-start and status -----------------------------------------------------------------
+def daemon_status(home) -> dict:
+    return json.loads(home.run("daemon", "status", "--json").stdout)
+
+
+def test_any_client_command_starts_the_daemon_and_status_reports_it(make_home):
+    home = make_home("2xH100-80GiB,2xA100-40GiB")
+    proc = home.run("daemon", "status", "--json", check=False)
+    assert proc.returncode == 3 and json.loads(proc.stdout)["running"] is False
+    gpus = home.json("gpus")  # starts the daemon
+    assert gpus["backend"] == "simulated"
+    assert [g["name"] for g in gpus["gpus"]] == ["NVIDIA H100", "NVIDIA H100",
+                                                  "NVIDIA A100", "NVIDIA A100"]
+    status = daemon_status(home)
+    pid = status["pid"]
+    assert status["running"] is True
+    assert (status["running_jobs"], status["pending_jobs"]) == (0, 0)
+    assert psutil.pid_exists(pid) and "daemon" in " ".join(psutil.Process(pid).cmdline())
+    assert status["version"] == __version__
+    assert status["backend"] == "simulated"
+    assert status["gpu_count"] == 4
+    assert 0 <= status["uptime_s"] < 600
+    later = wait_until(lambda: (s := daemon_status(home))["uptime_s"] > status["uptime_s"]
+                       and s, "uptime to grow")
+    assert later["pid"] == pid

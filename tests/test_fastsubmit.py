@@ -1,0 +1,168 @@
+"""The fast `submit` parser and the typer command must read every command line the same way."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+import typer
+from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import strategies as st
+
+from gpusched import cli, fastsubmit
+from gpusched.submitting import SubmitOptions
+
+
+@pytest.fixture
+def typer_parse(monkeypatch):
+    """argv -> the SubmitOptions the typer `submit` command builds (nothing is submitted)."""
+    captured: list[SubmitOptions] = []
+
+    def capture(opts: SubmitOptions) -> int:
+        captured.append(opts)
+        return 0
+
+    monkeypatch.setattr(cli, "submit_and_report", capture)
+    command = typer.main.get_command(cli.app)
+
+    def parse(argv: list[str]) -> SubmitOptions:
+        captured.clear()
+        status = command.main(args=["submit", *argv], prog_name="gpusched", standalone_mode=False)
+        assert status in (0, None)
+        assert len(captured) == 1, f"typer did not run submit for {argv}"
+        return captured[0]
+
+    return parse
+
+
+def assert_same(argv: list[str], typer_parse) -> SubmitOptions:
+    fast = fastsubmit.parse(argv)
+    assert fast is not None, f"the fast path gave up on {argv}"
+    full = typer_parse(argv)
+    # Compare field by field as plain values: a tuple where the other has a list is the
+    # same command line, but a different value is a real disagreement.
+    as_plain = lambda o: {k: list(v) if isinstance(v, (list, tuple)) else v
+                          for k, v in dataclasses.asdict(o).items()}
+    assert as_plain(fast) == as_plain(full), argv
+    return fast
+
+
+TABLE = [
+    ["--", "python", "train.py"],
+    ["python", "train.py", "--lr", "3"],
+    ["--gpus", "2", "--", "python", "train.py", "--gpus", "8"],
+    ["-G", "1", "--gpu-mem", "20G", "--", "python", "-c", "print(1)"],
+    ["--gpus=3", "--gpu-mem=12GiB", "--", "x"],
+    ["--name", "sweep", "-n", "last-wins", "--", "x"],
+    ["--priority", "-5", "--", "x"],
+    ["--priority=7", "x"],
+    ["--gpus", "-1", "--", "x"],
+    ["--gpus", "0", "--", "x"],
+    ["--gpus", "+2", "--", "x"],
+    ["--cwd", "/tmp", "--", "pwd"],
+    ["--env", "A=1", "-e", "B=2=3", "--env=C=", "--", "env"],
+    ["--from-file", "jobs.txt"],
+    ["-f", "-"],
+    ["--from-file=-", "--gpus", "1"],
+    ["--wait", "--json", "--", "true"],
+    ["-W", "--", "sh", "-c", "exit 3"],
+    ["--", "--gpus", "1"],
+    ["--"],
+    [],
+    ["--gpus", "1"],
+    ["-", "x"],
+    ["--json", "--", ""],
+    ["--name", "", "--", "x"],
+    ["--gpu-mem", "12XB", "--", "x"],  # a bad size is the checker's business, not the parser's
+]
+
+
+@pytest.mark.parametrize("argv", TABLE, ids=[" ".join(a) or "(empty)" for a in TABLE])
+def test_both_parsers_agree(argv, typer_parse):
+    assert_same(argv, typer_parse)
+
+
+def test_parsed_values():
+    opts = fastsubmit.parse(["-G", "2", "--gpu-mem", "20G", "-n", "a", "--priority", "-3",
+                             "--cwd", "/tmp", "-e", "A=1", "--env", "B=2", "-W", "--json",
+                             "--", "python", "t.py", "--json"])
+    assert opts == SubmitOptions(command=["python", "t.py", "--json"], gpus=2, gpu_mem="20G",
+                                 name="a", priority=-3, cwd="/tmp", env=["A=1", "B=2"],
+                                 wait=True, json=True)
+
+
+SAMPLES = {"gpu_mem": "20G", "cwd": "/tmp", "from_file": "jobs.txt", "env": "K=V"}
+
+
+def sample_value(field: str, kind: str) -> str:
+    return "3" if kind == "int" else SAMPLES.get(field, "abc")
+
+
+@pytest.mark.parametrize("option", sorted(fastsubmit.OPTIONS))
+def test_every_fast_option_means_the_same_to_typer(option, typer_parse):
+    field, kind = fastsubmit.OPTIONS[option]
+    argv = [option] if kind == "flag" else [option, sample_value(field, kind)]
+    opts = assert_same(argv + ["--", "true"], typer_parse)
+    assert getattr(opts, field) != getattr(SubmitOptions(), field)  # it did set something
+    if option.startswith("--") and kind != "flag":
+        assert_same([f"{option}={sample_value(field, kind)}", "--", "true"], typer_parse)
+
+
+def test_every_typer_option_is_known_to_the_fast_path():
+    command = typer.main.get_command(cli.app).commands["submit"]
+    typer_options = {name for p in command.params for name in getattr(p, "opts", ())
+                     if name.startswith("-") and name != "--help"}
+    assert typer_options == set(fastsubmit.OPTIONS)
+
+
+@pytest.mark.parametrize("argv", [
+    ["--help"], ["--gpus", "1", "--help"], ["-h"], ["--gpuz", "1", "--", "x"], ["--verbose"],
+    ["--gpus", "one", "--", "x"], ["--gpus", "1.5", "--", "x"], ["--priority", "", "--", "x"],
+    ["--gpus"], ["--gpu-mem"], ["--name"], ["-e"], ["--json=yes", "--", "x"], ["-WG", "1", "x"],
+    ["-G1", "--", "x"],
+])
+def test_fast_path_hands_over_what_it_does_not_know(argv):
+    assert fastsubmit.parse(argv) is None
+
+
+@pytest.mark.parametrize("argv", [
+    ["--gpus", "one", "--", "x"], ["--gpuz", "1", "--", "x"], ["--gpus"],
+])
+def test_what_the_fast_path_hands_over_is_a_usage_error_for_typer(argv, typer_parse, capsys):
+    # The full parser then says what is wrong, with exit status 2.
+    assert cli.main(["submit", *argv]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("Error: ") and err.count("\n") == 1
+
+
+# Command lines built from the fast path's own options, values that look like options
+# included, then a command: both parsers must agree on every one.
+def _option_args(option: str) -> st.SearchStrategy[list[str]]:
+    field, kind = fastsubmit.OPTIONS[option]
+    if kind == "flag":
+        return st.just([option])
+    if kind == "int":
+        values = st.integers(-10**6, 10**6).map(str)
+    else:
+        values = st.sampled_from(["x", "20G", "A=1", "-", "--gpus", "a b", "", "=", "é"])
+    return values.map(lambda v: [option, v]) | (
+        values.map(lambda v: [f"{option}={v}"]) if option.startswith("--") else st.nothing())
+
+
+command_lines = st.tuples(
+    st.lists(st.sampled_from(sorted(fastsubmit.OPTIONS)).flatmap(_option_args), max_size=6),
+    st.booleans(),
+    st.lists(st.sampled_from(["python", "train.py", "--lr", "-x", "1", "--", "--gpus"]),
+             min_size=1, max_size=4),
+).map(lambda t: [a for opt in t[0] for a in opt] + (["--"] if t[1] else []) + t[2])
+
+
+# The fixture only swaps in a capturing function; every example starts from a clean capture.
+@settings(max_examples=150, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(command_lines)
+def test_generated_command_lines_agree(typer_parse, argv):
+    # A command line the fast path hands over has nothing to disagree about; assume()
+    # (not return) so that a fast path that gave up on everything fails the health check.
+    assume(fastsubmit.parse(argv) is not None)
+    assert_same(argv, typer_parse)

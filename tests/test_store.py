@@ -1,0 +1,241 @@
+"""The queue file: WAL and synchronous=FULL, ids never reused, migrations, refusing bad files."""
+
+from __future__ import annotations
+
+import hashlib
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+from gpusched.errors import StoreError
+from gpusched.models import Job, JobState, Request, transition
+from gpusched.store import MIGRATIONS, SCHEMA_VERSION, Store, check_file
+
+SIDECARS = ("-wal", "-shm", "-journal")
+
+
+def new_job(**changes) -> Job:
+    values = dict(id=0, command=("python", "train.py"), cwd="/work", uid=1000, user="ada",
+                  request=Request(1, 20 * 2**30), name="train", priority=3,
+                  env={"A": "1", "B": "x=y"}, submitted_at=1700000000.5, submit_pid=4321)
+    values.update(changes)
+    return Job(**values)
+
+
+def add(store: Store, *jobs: Job) -> list[int]:
+    with store.write():
+        return store.insert(jobs)
+
+
+def snapshot(path: Path) -> dict[str, str | None]:
+    """sha256 of the queue file and of each SQLite sidecar (None: absent)."""
+    out = {}
+    for suffix in ("",) + SIDECARS:
+        p = Path(f"{path}{suffix}")
+        out[suffix or "db"] = hashlib.sha256(p.read_bytes()).hexdigest() if p.exists() else None
+    return out
+
+
+@pytest.fixture
+def db(tmp_path: Path) -> Path:
+    return tmp_path / "queue.db"
+
+
+@pytest.fixture
+def store(db: Path):
+    s = Store(db)
+    yield s
+    s.close()
+
+
+def test_wal_and_full_sync(store, db):
+    conn = store._conn  # the pragmas are per connection: check the store's own
+    assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+    assert conn.execute("PRAGMA synchronous").fetchone()[0] == 2  # FULL
+    # WAL mode is stored in the file itself, so any reader sees it.
+    with sqlite3.connect(db) as other:
+        assert other.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+
+
+def test_writes_take_the_write_lock_up_front(store, db):
+    # BEGIN IMMEDIATE: a second writer is refused at BEGIN, not halfway through.
+    with store.write():
+        other = sqlite3.connect(db, timeout=0, isolation_level=None)
+        try:
+            with pytest.raises(sqlite3.OperationalError, match="locked"):
+                other.execute("BEGIN IMMEDIATE")
+        finally:
+            other.close()
+
+
+def test_job_round_trips(store):
+    (job_id,) = add(store, new_job())
+    stored = store.get(job_id)
+    assert stored == new_job(id=job_id)
+    assert stored.env == {"A": "1", "B": "x=y"}  # env is not part of Job equality
+    assert store.get(job_id + 1) is None
+
+
+def test_running_job_round_trips(store):
+    (job_id,) = add(store, new_job())
+    job = transition(store.get(job_id), JobState.RUNNING, started_at=1700000001.0,
+                     gpu_uuids=("GPU-a", "GPU-b"), gpu_indices=(2, 3), master_port=29501,
+                     shim_pid=77, shim_start_time=1700000000.9, boot_id="boot")
+    with store.write():
+        store.update(job)
+    assert store.get(job_id) == job
+    assert store.get(job_id).gpu_indices == (2, 3)
+
+
+def test_ids_are_never_reused_even_after_deleting_the_last_row(store, db):
+    ids = add(store, new_job(), new_job(), new_job())
+    assert ids == sorted(ids) and len(set(ids)) == 3
+    with store.write():
+        store._conn.execute("DELETE FROM jobs WHERE id = ?", (ids[-1],))
+    (after_delete,) = add(store, new_job())
+    assert after_delete > ids[-1]
+    store.close()
+    reopened = Store(db)
+    try:
+        (after_reopen,) = add(reopened, new_job())
+        assert after_reopen > after_delete
+    finally:
+        reopened.close()
+
+
+def test_active_and_finished(store):
+    a, b, c = add(store, new_job(), new_job(), new_job())
+    with store.write():
+        store.update(transition(store.get(b), JobState.CANCELLED, ended_at=1.0))
+    assert [j.id for j in store.active()] == [a, c]
+    assert [j.id for j in store.finished(10)] == [b]
+
+
+def test_a_failed_write_leaves_nothing(store):
+    with pytest.raises(RuntimeError):
+        with store.write():
+            store.insert([new_job()])
+            raise RuntimeError("boom")
+    assert store.active() == []
+
+
+# -- versions and migrations ---------------------------------------------------------------
+@pytest.mark.parametrize("how", ["missing", "empty file"])
+def test_a_new_queue_is_created_at_the_current_version(db, how):
+    if how == "empty file":
+        db.write_bytes(b"")
+    assert check_file(db) == 0
+    Store(db).close()
+    assert check_file(db) == SCHEMA_VERSION
+    with sqlite3.connect(db) as conn:
+        assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
+
+
+def build_at_version(db: Path, version: int) -> None:
+    """A queue file as an older gpusched left it: the first `version` migrations only."""
+    conn = sqlite3.connect(db)
+    conn.execute("PRAGMA journal_mode=WAL")
+    for script in MIGRATIONS[:version]:
+        conn.executescript(script)
+    conn.execute(f"PRAGMA user_version = {version}")
+    if version >= 1:  # a job in the version-1 columns, which every later version keeps
+        conn.execute(
+            "INSERT INTO jobs (name, state, command, cwd, env, uid, user, gpus, gpu_mem_bytes, "
+            "priority, submitted_at) VALUES ('old', 'pending', '[\"true\"]', '/', '{}', 7, 'bob', "
+            "1, NULL, 0, 1.0)")
+    conn.commit()
+    conn.close()
+
+
+@pytest.mark.parametrize("version", range(SCHEMA_VERSION))
+def test_migrates_from_every_older_version(db, version):
+    build_at_version(db, version)
+    assert check_file(db) == version
+    store = Store(db)
+    try:
+        assert store._conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
+        if version >= 1:
+            (old,) = store.active()
+            assert (old.name, old.user, old.command, old.request.gpus) == (
+                "old", "bob", ("true",), 1)
+        (new_id,) = add(store, new_job())
+        assert store.get(new_id) == new_job(id=new_id)
+    finally:
+        store.close()
+
+
+# -- refusing bad files, leaving them byte-identical ---------------------------------------
+def clean_queue(db: Path) -> None:
+    store = Store(db)
+    add(store, new_job(), new_job())
+    store.close()  # the last connection checkpoints and removes -wal and -shm
+
+
+def test_clean_close_leaves_no_sidecars(db):
+    clean_queue(db)
+    assert snapshot(db)["-wal"] is None and snapshot(db)["-shm"] is None
+
+
+def corrupt_garbage(db: Path) -> None:
+    db.write_bytes(b"this is not a database, whatever it once was\n" * 300)
+
+
+def corrupt_header(db: Path) -> None:
+    clean_queue(db)
+    data = bytearray(db.read_bytes())
+    data[:16] = b"SQLite format 2\x00"
+    db.write_bytes(bytes(data))
+
+
+def corrupt_a_page(db: Path) -> None:
+    clean_queue(db)
+    data = bytearray(db.read_bytes())
+    page = int.from_bytes(data[16:18], "big")
+    assert len(data) >= 2 * page
+    data[page:2 * page] = b"\xa5" * page  # the jobs table's root page
+    db.write_bytes(bytes(data))
+
+
+def newer_schema(db: Path) -> None:
+    clean_queue(db)
+    with sqlite3.connect(db) as conn:
+        conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION + 1}")
+    conn.close()
+
+
+@pytest.mark.parametrize("spoil, words", [
+    (corrupt_garbage, "is corrupt"), (corrupt_header, "is corrupt"),
+    (corrupt_a_page, "is corrupt"), (newer_schema, "newer than this gpusched"),
+])
+def test_refuses_a_bad_file_and_leaves_it_byte_identical(db, spoil, words):
+    spoil(db)
+    before = snapshot(db)
+    assert before["-wal"] is None and before["-shm"] is None
+    with pytest.raises(StoreError) as info:
+        Store(db)
+    message = info.value.message
+    assert words in message and str(db) in message and "\n" not in message
+    # Not one byte changed, and no SQLite sidecar appeared beside it.
+    assert snapshot(db) == before
+
+
+def test_newer_schema_left_by_a_crashed_writer_keeps_its_wal(db):
+    # A newer gpusched was killed: its last commit is still in the -wal. Refusing must not
+    # checkpoint that into the file or change the -wal. (The -shm is SQLite's shared-memory
+    # index, which any reader may rebuild; it holds no data.)
+    clean_queue(db)
+    writer = sqlite3.connect(db, isolation_level=None)
+    writer.execute("PRAGMA wal_autocheckpoint = 0")
+    writer.execute(f"PRAGMA user_version = {SCHEMA_VERSION + 1}")
+    # Copy the files while the writer is open: that is what a crash leaves behind.
+    kept = {s: Path(f"{db}{s}").read_bytes() for s in ("", "-wal")}
+    writer.close()
+    for suffix, data in kept.items():
+        Path(f"{db}{suffix}").write_bytes(data)
+    assert kept["-wal"], "the commit should still be in the -wal"
+    before = snapshot(db)
+    with pytest.raises(StoreError, match="newer than this gpusched"):
+        Store(db)
+    after = snapshot(db)
+    assert (after["db"], after["-wal"]) == (before["db"], before["-wal"])
