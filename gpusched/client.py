@@ -8,7 +8,6 @@ from __future__ import annotations
 import fcntl
 import os
 import socket
-import subprocess
 import sys
 import time
 from dataclasses import dataclass
@@ -17,8 +16,8 @@ from typing import Any
 
 from gpusched import protocol, trust
 from gpusched.config import Paths, ensure_private_dir
-from gpusched.modes import client_paths
 from gpusched.errors import ERROR_KINDS, DaemonUnavailable, GpuschedError, PermissionDenied
+from gpusched.modes import client_paths
 
 START_TIMEOUT_S = 15.0
 
@@ -114,7 +113,7 @@ class Client:
 class StartedDaemon:
     """A daemon this process started, and where its part of the shared log begins."""
 
-    process: subprocess.Popen
+    process: Any  # subprocess.Popen
     log_offset: int
 
     def failure(self, paths: Paths) -> str:
@@ -150,6 +149,8 @@ def _lock_is_held(path: Path) -> bool:
 
 def start_daemon(paths: Paths, environ: dict[str, str] | None = None) -> StartedDaemon:
     """Start `gpusched daemon run` in the background, detached, logging to its state dir."""
+    import subprocess  # only when a daemon must be started: every CLI call imports this module
+
     ensure_private_dir(paths.state_dir)
     env = dict(os.environ if environ is None else environ)
     log_fd = os.open(paths.daemon_log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
 import os
 import sys
 from dataclasses import dataclass, fields, replace
@@ -12,10 +11,6 @@ from typing import Any, Callable
 from gpusched.errors import ConfigError
 from gpusched.units import parse_duration, parse_size
 
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover - exercised on Python 3.10 only
-    import tomli as tomllib
 
 
 @dataclass(frozen=True)
@@ -61,6 +56,15 @@ class Settings:
     service_user: str = ""
     admin_group: str = ""
     show_commands: str = "own"
+
+
+def _toml():
+    """tomllib, imported only when a config file exists: `submit` should not pay for it."""
+    if sys.version_info >= (3, 11):
+        import tomllib
+    else:  # pragma: no cover - exercised on Python 3.10 only
+        import tomli as tomllib
+    return tomllib
 
 
 def _choice(*valid: str) -> Callable[[Any], str]:
@@ -230,11 +234,11 @@ def load_settings(config_path: Path, environ: dict[str, str] | None = None) -> S
     settings = Settings()
     if config_path.exists():
         try:
-            data = tomllib.loads(config_path.read_text(encoding="utf-8"))
+            data = _toml().loads(config_path.read_text(encoding="utf-8"))
         except (OSError, UnicodeDecodeError) as exc:
             raise ConfigError(f"cannot read config {config_path}: {exc}. Fix its permissions "
                               "or move it away.") from None
-        except tomllib.TOMLDecodeError as exc:
+        except _toml().TOMLDecodeError as exc:
             raise ConfigError(f"config {config_path} is not valid TOML: {exc}") from None
         settings = settings_from_mapping(data, str(config_path))
     if environ.get("GPUSCHED_SIMULATE"):
@@ -328,6 +332,8 @@ def resolve_paths(environ: dict[str, str] | None = None) -> Paths:
     if len(str(run / "gpusched.sock")) > _SOCKET_PATH_MAX:
         # A deep home would overflow sun_path: use a short private directory that the
         # client derives the same way from the same state directory.
+        import hashlib  # rarely needed, and every CLI call imports this module
+
         digest = hashlib.sha256(str(state).encode()).hexdigest()[:16]
         run = Path("/tmp") / f"gpusched-{os.getuid()}-{digest}"
     return Paths(state_dir=state, run_dir=run, config_file=config)

@@ -20,10 +20,10 @@ from gpusched.errors import ConfigError, GpuschedError
 from gpusched.gpus import GpuBackend, open_backend
 from gpusched.cgroups import CgroupJobs
 from gpusched.handlers import Handlers
-from gpusched.modes import ensure_public_dir
 from gpusched.host import detect_host
 from gpusched.jobcontrol import JobControl
 from gpusched.models import Inventory, Job, JobState
+from gpusched.modes import ensure_public_dir
 from gpusched.policies import load_custom_policies, placement_rules
 from gpusched.server import SocketServer, error_reply
 from gpusched.store import Store
@@ -61,6 +61,7 @@ class Daemon:
         self.draining = False
         self.idle_since: dict[int, float] = {}  # outside pid -> since when it shows 0% busy
         self.control = JobControl(self)
+        self.launcher = runner.Launcher()
         self._schedule_needed = True
         self.started_at = time.time()
         self.jobs: dict[int, Job] = {}  # pending and running jobs; finished ones live in the store
@@ -121,6 +122,7 @@ class Daemon:
                 server.close()
                 self._answer_everyone()
                 server.drain()  # those answers, and the one to `stop`, reach their clients
+                self.launcher.close()  # running shims are in sessions of their own: unaffected
                 self.store.close()
                 self.backend.close()
         finally:
@@ -180,21 +182,25 @@ class Daemon:
     def loop(self) -> None:
         while not self.stopping:
             calls = self._next_calls()
-            poll_due = time.monotonic() >= self._next_gpu_read
-            self.control.reconcile_running(check_liveness=poll_due)
-            if poll_due:
-                self.control.check_memory()
-            self.control.enforce_limits(time.time())
             for call in calls:
-                self.handlers.handle(call)
-            if self._gpus_dirty or poll_due:
-                self.read_gpus()
-            # Scheduling passes cost time with a long queue: run one only when something
-            # it depends on changed (a request, a job's end, a GPU reading).
-            if self._schedule_needed or calls:
-                self._schedule_needed = False
-                self.control.start_ready()
+                self.handlers.handle(call)  # each request commits before it is answered
+            with self.store.write():  # the loop's own changes: one commit per pass
+                self.run_pass(schedule=bool(calls))
             self.answer_waiters()
+
+    def run_pass(self, schedule: bool) -> None:
+        poll_due = time.monotonic() >= self._next_gpu_read
+        self.control.reconcile_running(check_liveness=poll_due)
+        if poll_due:
+            self.control.check_memory()
+        self.control.enforce_limits(time.time())
+        if self._gpus_dirty or poll_due:
+            self.read_gpus()
+        # Scheduling passes cost time with a long queue: run one only when something
+        # it depends on changed (a request, a job's end, a GPU reading).
+        if self._schedule_needed or schedule:
+            self._schedule_needed = False
+            self.control.start_ready()
 
     def _next_calls(self) -> list[Call]:
         wake = self._next_gpu_read - time.monotonic()
@@ -240,8 +246,12 @@ class Daemon:
             log.exception("reading the GPUs failed")
             self.inventory = Inventory(backend=self.backend.name,
                                        problem=f"reading the GPUs failed: {exc}")
-        has_processes = any(g.processes for g in self.inventory.schedulable())
-        self.pid_jobs = runner.pid_owners(running) if has_processes else {}
+        gpu_pids = {p.pid for g in self.inventory.schedulable() for p in g.processes}
+        shims = {job.shim_pid: job.id for job in running if job.shim_pid}
+        # A full process scan only when some GPU process is not a known shim:
+        # it costs tens of milliseconds, and this runs after every job that held a GPU.
+        self.pid_jobs = runner.pid_owners(running) if gpu_pids - shims.keys() else \
+            {pid: shims[pid] for pid in gpu_pids}
         self.idle_since = placement.track_idle(self.inventory, self.pid_jobs, self.idle_since,
                                                time.time())
         if self.pid_jobs:

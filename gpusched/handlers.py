@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any, Callable
 
 import psutil
 
-from gpusched import __version__, jobspec, placement, runner
+from gpusched import __version__, jobspec, placement, runner, syntax
 from gpusched.authz import HIDDEN, user_name
 from gpusched.errors import GpuschedError, NotFound, UsageError
 from gpusched.job import read_progress_file
@@ -34,9 +34,9 @@ def _array(spec: dict) -> tuple[tuple[int, ...], int | None]:
     if array is None:
         return (None,), None
     indices, throttle = array.get("indices"), array.get("throttle")
-    if (not isinstance(indices, list) or not indices or len(indices) > jobspec.MAX_ARRAY_SIZE
+    if (not isinstance(indices, list) or not indices or len(indices) > syntax.MAX_ARRAY_SIZE
             or not all(isinstance(i, int) and i >= 0 for i in indices)):
-        raise UsageError(f"an array needs 1 to {jobspec.MAX_ARRAY_SIZE} indices of 0 or more")
+        raise UsageError(f"an array needs 1 to {syntax.MAX_ARRAY_SIZE} indices of 0 or more")
     if throttle is not None and (not isinstance(throttle, int) or throttle < 1):
         raise UsageError("an array's at-most-at-once count must be a positive number")
     return tuple(indices), throttle

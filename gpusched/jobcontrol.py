@@ -189,7 +189,7 @@ class JobControl:
         started_at = time.time()
         env = runner.job_environment(job, gpus, port, d.settings.visible_devices, started_at)
         pid, pid_started = runner.start_shim(job, env, d.paths.jobs_dir, d.paths.socket,
-                                             d.settings.cancel_grace_s, cgroup,
+                                             d.settings.cancel_grace_s, d.launcher, cgroup,
                                              run_as=job.uid if d.paths.is_system else None)
         # No GPU read is needed now: until the next one, the new job's whole declared
         # memory counts as promised (placement.gpu_loads).

@@ -3,65 +3,14 @@
 from __future__ import annotations
 
 import math
-import re
 from typing import Any
 
 from gpusched.errors import UsageError
-from gpusched.lifecycle import RETRY_ON_CHOICES, WARN_SIGNALS
 from gpusched.models import Constraints, Request
-from gpusched.scheduling import DEPENDENCY_KINDS
+from gpusched.syntax import DEPENDENCY_KINDS, RETRY_ON_CHOICES, WARN_SIGNALS
 
 MAX_GPUS_PER_JOB = 64
 MAX_PRIORITY = 10**6
-MAX_ARRAY_SIZE = 10_000
-_RANGE_RE = re.compile(r"^(\d+)(?:-(\d+)(?::(\d+))?)?$")
-
-
-def parse_array(text: str) -> tuple[tuple[int, ...], int | None]:
-    """'0-99%8', '1,3,5-7', '0-15:4' -> (indices, at-most-at-once)."""
-    spec, _, throttle_text = text.partition("%")
-    indices: list[int] = []
-    for part in spec.split(","):
-        match = _RANGE_RE.match(part.strip())
-        if not match:
-            raise UsageError(f"--array wants ranges like 0-99, 1,3,5-7 or 0-99%8, not {text!r}")
-        first = int(match.group(1))
-        last = int(match.group(2) or first)
-        step = int(match.group(3) or 1)
-        if last < first or step < 1:
-            raise UsageError(f"--array range {part!r} is empty")
-        # Count before building: a typo like 0-1000000000 must not fill the memory.
-        if len(indices) + (last - first) // step + 1 > MAX_ARRAY_SIZE:
-            raise UsageError(f"--array {text!r} has more than {MAX_ARRAY_SIZE} elements")
-        indices.extend(range(first, last + 1, step))
-    throttle = None
-    if throttle_text:
-        if not throttle_text.isdigit() or int(throttle_text) < 1:
-            raise UsageError(f"--array: the part after % must be a positive count, not {throttle_text!r}")
-        throttle = int(throttle_text)
-    return tuple(sorted(set(indices))), throttle
-
-
-def parse_dependencies(after: list[str], dependency: list[str]) -> list[tuple[str, int]]:
-    """--after 3,4 (afterok) and Slurm's --dependency afterok:3:4,afterany:5."""
-    deps: list[tuple[str, int]] = []
-    for text in after:
-        deps += [("afterok", _job_id(i, "--after")) for i in text.split(",") if i.strip()]
-    for text in dependency:
-        for clause in filter(None, (c.strip() for c in text.split(","))):
-            kind, *ids = clause.split(":")
-            if kind not in DEPENDENCY_KINDS or not ids:
-                raise UsageError(f"--dependency wants KIND:ID[:ID] with KIND one of "
-                                 f"{', '.join(DEPENDENCY_KINDS)}, not {clause!r}")
-            deps += [(kind, _job_id(i, "--dependency")) for i in ids]
-    return deps
-
-
-def _job_id(text: str, option: str) -> int:
-    text = text.strip()
-    if not text.isdigit():
-        raise UsageError(f"{option}: {text!r} is not a job id")
-    return int(text)
 
 
 def whole_number(spec: dict, key: str, default: int | None, low: int, high: int) -> int | None:

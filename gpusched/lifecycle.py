@@ -2,19 +2,13 @@
 
 from __future__ import annotations
 
-import math
 import signal
 from dataclasses import replace
 
 from gpusched.models import Job, JobState, transition
 
-RETRY_ON_CHOICES = ("failed", "timeout", "oom", "cancelled", "lost")
 WARN = "warn"
 TERMINATE = "terminate"
-# Warning signals go through the job's shim, which passes on only these (shim.FORWARDED);
-# any other would stay with the shim (ALRM is its SIGKILL timer; KILL or STOP stop it).
-WARN_SIGNALS = (signal.SIGUSR1, signal.SIGUSR2, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT,
-                signal.SIGTERM)
 
 
 def end_state(job: Job, exit_code: int | None, error: str) -> JobState:
@@ -77,22 +71,3 @@ def apply_limit_action(job: Job, action: str) -> tuple[Job, int]:
     if action == WARN:
         return replace(job, warned=True), int(job.warn_signal or signal.SIGUSR1)
     return replace(job, timed_out=True), int(signal.SIGTERM)
-
-
-def parse_signal_spec(text: str) -> tuple[int, float]:
-    """Slurm's --signal: 'USR1@120', 'SIGUSR2@60', '10@30', 'USR1' (60 s) -> (signal, seconds)."""
-    name, _, before = text.partition("@")
-    name = name.strip().upper()
-    if name.startswith("B:"):  # Slurm's "batch shell only" prefix: our shim signals the group
-        name = name[2:]
-    names = ", ".join(s.name[3:] for s in WARN_SIGNALS)
-    bad = ValueError(f"--signal wants SIGNAL[@SECONDS] like USR1@120 with SIGNAL one of {names}, "
-                     f"not {text!r}")
-    try:
-        signum = int(name) if name.isdigit() else int(signal.Signals[name if name.startswith("SIG") else f"SIG{name}"])
-        seconds = float(before) if before else 60.0
-    except (KeyError, ValueError):
-        raise bad from None
-    if signum not in WARN_SIGNALS or not math.isfinite(seconds) or seconds < 0:
-        raise bad
-    return signum, seconds

@@ -260,14 +260,19 @@ def pending_reason(request: Request, loads: Mapping[str, GpuLoad], inventory: In
         return inventory.problem or "no GPUs are available to gpusched"
     allowed = [l for l in loads.values() if request.constraints.allows(l.gpu)]
     usable = [l for l in allowed if is_usable(l)]
+    if request.is_exclusive:
+        need = f"needs {n} whole GPU{plural}"
+    else:
+        need = f"needs {n} GPU{plural} with {_size(request.gpu_mem_bytes)} free"
     if not usable:
         blocked = next((l.blocked_by for l in allowed if l.blocked_by), "")
-        return blocked or "no allowed GPU can take jobs now (unhealthy or held whole by jobs)"
+        held = any(l.is_held_exclusively for l in allowed)
+        return blocked or f"{need}; every allowed GPU is " + (
+            "held whole by a running job" if held else "unhealthy")
     fitting = [l for l in usable if fits(l, request, rules)]
     fit_labels = ", ".join(f"GPU {l.gpu.label}" for l in sorted(fitting, key=lambda l: l.gpu.index))
     if request.is_exclusive:
-        return f"needs {n} whole GPU{plural}; {len(fitting)} free" + (f" ({fit_labels})" if fitting else "")
-    need = f"needs {n} GPU{plural} with {_size(request.gpu_mem_bytes)} free"
+        return f"{need}; {len(fitting)} free" + (f" ({fit_labels})" if fitting else "")
     if fitting:
         return f"{need} each; only {len(fitting)} ha{'s' if len(fitting) == 1 else 've'} it ({fit_labels})"
     best = max(usable, key=lambda l: (l.effective_free_bytes, -l.gpu.index))

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import socket
 import struct
+import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -85,10 +86,19 @@ def encode(message: dict[str, Any]) -> bytes:
     return _HEADER.pack(len(body)) + body
 
 
-def _read_exact(sock: socket.socket, size: int) -> bytes:
+def _recv(sock: socket.socket, size: int, deadline: float | None) -> bytes:
+    if deadline is not None:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise socket.timeout("the message took too long to arrive")
+        sock.settimeout(left)
+    return sock.recv(size)
+
+
+def _read_exact(sock: socket.socket, size: int, deadline: float | None = None) -> bytes:
     chunks, remaining = [], size
     while remaining:
-        chunk = sock.recv(min(remaining, 1 << 20))
+        chunk = _recv(sock, min(remaining, 1 << 20), deadline)
         if not chunk:
             raise ProtocolError("connection closed in the middle of a message")
         chunks.append(chunk)
@@ -100,17 +110,23 @@ def send(sock: socket.socket, message: dict[str, Any]) -> None:
     sock.sendall(encode(message))
 
 
-def receive(sock: socket.socket) -> dict[str, Any] | None:
-    """One frame, or None when the peer closed cleanly between frames."""
-    first = sock.recv(_HEADER.size)
+def receive(sock: socket.socket, timeout_s: float | None = None) -> dict[str, Any] | None:
+    """One frame, or None when the peer closed cleanly between frames.
+
+    timeout_s bounds the whole frame, not each read: a peer that trickles a byte at a
+    time must not hold a connection (and its thread) for ever.
+    """
+    deadline = None if timeout_s is None else time.monotonic() + timeout_s
+    first = _recv(sock, _HEADER.size, deadline)
     if not first:
         return None
-    header = first + (_read_exact(sock, _HEADER.size - len(first)) if len(first) < _HEADER.size else b"")
+    header = first + (_read_exact(sock, _HEADER.size - len(first), deadline)
+                      if len(first) < _HEADER.size else b"")
     (size,) = _HEADER.unpack(header)
     if size > MAX_FRAME_BYTES:
         raise ProtocolError(f"message of {size} bytes is over the {MAX_FRAME_BYTES}-byte limit")
     try:
-        message = json.loads(_read_exact(sock, size))
+        message = json.loads(_read_exact(sock, size, deadline))
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise ProtocolError(f"message is not JSON: {exc}") from None
     if not isinstance(message, dict):

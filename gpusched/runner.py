@@ -18,7 +18,7 @@ import psutil
 from gpusched import shim
 from gpusched.models import GpuInfo, Job
 
-SHIM_PATH = shim.__file__
+LAUNCHER_PATH = str(Path(shim.__file__).with_name("launcher.py"))
 # Variables the daemon owns in every job's environment; stale copies (from a job that
 # submits jobs) are removed first so a job never inherits its parent's GPUs.
 SCHEDULER_VARS = ("CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER", "NVIDIA_VISIBLE_DEVICES",
@@ -111,8 +111,45 @@ def job_dir(jobs_root: Path, job_id: int) -> Path:
     return jobs_root / str(job_id)
 
 
+class Launcher:
+    """The daemon's handle on the shim launcher (gpusched/launcher.py), restarted if it dies."""
+
+    def __init__(self) -> None:
+        self._proc: subprocess.Popen | None = None
+
+    def _start(self) -> subprocess.Popen:
+        # A clean, fixed environment: the launcher and the shims it forks may run as root,
+        # and a user's environment reaches only the job, after any privilege drop.
+        return subprocess.Popen(
+            [sys.executable, "-I", "-S", LAUNCHER_PATH], stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, start_new_session=True,
+            close_fds=True, env={"PATH": os.defpath}, bufsize=0)
+
+    def launch(self, directory: Path) -> int:
+        """Fork a shim for the job in `directory`; its pid."""
+        for attempt in (1, 2):
+            if self._proc is None or self._proc.poll() is not None:
+                self._proc = self._start()
+            try:
+                self._proc.stdin.write(f"{directory}\n".encode())
+                line = self._proc.stdout.readline()
+            except OSError:
+                line = b""
+            if line.strip().isdigit():
+                return int(line)
+            self.close()  # it died between jobs: start a new one and try once more
+        raise OSError("the shim launcher does not answer")
+
+    def close(self) -> None:
+        if self._proc is not None:
+            for pipe in (self._proc.stdin, self._proc.stdout):
+                pipe.close()
+            self._proc.wait()
+            self._proc = None
+
+
 def start_shim(job: Job, env: Mapping[str, str], jobs_root: Path, socket_path: Path,
-               grace_s: float, cgroup: Path | None = None,
+               grace_s: float, launcher: Launcher, cgroup: Path | None = None,
                run_as: int | None = None) -> tuple[int, float]:
     """Write the job's spec and start its shim in a new session; return (pid, start time).
 
@@ -128,15 +165,12 @@ def start_shim(job: Job, env: Mapping[str, str], jobs_root: Path, socket_path: P
     # it records the start. Only a daemon crash needs it (a power cut ends the job too),
     # so the page cache is durable enough and no fsync slows every start.
     shim.write_atomically(str(directory / shim.SPEC_FILE), spec, durable=False)
-    proc = subprocess.Popen(
-        [sys.executable, "-I", "-S", SHIM_PATH, str(directory)],
-        stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-        start_new_session=True, close_fds=True, env={"PATH": os.defpath})
+    pid = launcher.launch(directory)
     try:
-        started = psutil.Process(proc.pid).create_time()
+        started = psutil.Process(pid).create_time()
     except psutil.Error:
         started = 0.0  # already gone: its exit record says how it ended
-    return proc.pid, started
+    return pid, started
 
 
 def read_exit_record(jobs_root: Path, job_id: int) -> ExitRecord | None:
@@ -260,7 +294,7 @@ def reap_children() -> None:
 
 def clear_run(jobs_root: Path, job_id: int) -> None:
     """Forget a finished run's spec and exit record before the job is queued again."""
-    for name in (shim.SPEC_FILE, shim.EXIT_FILE):
+    for name in (shim.SPEC_FILE, shim.EXIT_FILE, shim.PID_FILE):
         try:
             (job_dir(jobs_root, job_id) / name).unlink()
         except FileNotFoundError:
@@ -273,10 +307,14 @@ def was_started(jobs_root: Path, job_id: int) -> bool:
 
 
 def find_shim(jobs_root: Path, job_id: int) -> tuple[int, float] | None:
-    """(pid, start time) of a running shim for this job, found by its command line."""
-    target = str(job_dir(jobs_root, job_id))
-    for proc in psutil.process_iter(["cmdline", "create_time"]):
-        cmd = proc.info["cmdline"] or []
-        if len(cmd) >= 2 and cmd[-1] == target and cmd[-2] == SHIM_PATH:
-            return proc.pid, proc.info["create_time"]
-    return None
+    """(pid, start time) of a running shim for this job, from the pid file it wrote."""
+    directory = job_dir(jobs_root, job_id)
+    try:
+        pid = int((directory / shim.PID_FILE).read_text())
+        proc = psutil.Process(pid)
+        # The shim starts after its spec is written; an older process has a recycled pid.
+        if proc.create_time() + 1.0 < (directory / shim.SPEC_FILE).stat().st_mtime:
+            return None
+        return pid, proc.create_time()
+    except (OSError, ValueError, psutil.Error):
+        return None

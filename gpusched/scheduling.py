@@ -15,7 +15,6 @@ from gpusched.models import GpuInfo, Inventory, Job, JobState
 from gpusched.placement import GpuLoad, PlacementRules
 
 DISCIPLINES = ("fifo", "backfill", "fairshare", "sjf")
-DEPENDENCY_KINDS = ("afterok", "afterany", "afternotok")
 
 
 @dataclass(frozen=True)

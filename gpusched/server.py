@@ -137,11 +137,12 @@ class SocketServer:
 
     def _serve_frames(self, conn: socket.socket) -> None:
         with conn:
-            conn.settimeout(protocol.READ_TIMEOUT_S)
             try:
                 creds = protocol.peer_credentials(conn)
-                while (message := protocol.receive(conn)) is not None:
-                    protocol.send(conn, self._handle(message, creds))
+                while (message := protocol.receive(conn, protocol.READ_TIMEOUT_S)) is not None:
+                    reply = self._handle(message, creds)
+                    conn.settimeout(protocol.READ_TIMEOUT_S)  # a reader that stalls is cut off too
+                    protocol.send(conn, reply)
             except ProtocolError as exc:
                 self._try_send(conn, error_reply(exc))
             except (OSError, socket.timeout):

@@ -1,8 +1,8 @@
 """The per-job parent: owns the job's session and logs, forwards signals, writes the exit record.
 
-Run as `python -I -S shim.py JOBDIR` by the daemon, in a new session, so that it outlives
-the daemon. It imports only the standard library (and the stdlib-only protocol module),
-because its start-up time is every job's start-up time.
+Forked by the shim launcher (gpusched/launcher.py) in a new session, so that it outlives
+the daemon; `python -I -S shim.py JOBDIR` runs one by hand. It imports only the standard
+library (and the stdlib-only protocol module), because it runs for every job.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ import time
 
 SPEC_FILE = "spec.json"
 EXIT_FILE = "exit.json"
+PID_FILE = "shim.pid"  # lets a daemon that died before recording the start find us
 # Signals a user (or the daemon) may send to the shim that belong to the job instead.
 FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2,
              signal.SIGQUIT)
@@ -64,6 +65,7 @@ def _identity(spec: dict):  # -> privileges.Identity | None
     """
     if spec.get("run_as") is None:
         return None
+    import warnings  # noqa: F401 - os.execvpe imports it: load it while root can read it
     from gpusched import privileges
 
     who = privileges.identity_of(int(spec["run_as"]))
@@ -194,6 +196,8 @@ def notify_daemon(spec: dict) -> None:
 
 
 def run(job_dir: str) -> int:
+    with open(os.path.join(job_dir, PID_FILE), "w") as pid_file:
+        pid_file.write(str(os.getpid()))
     with open(os.path.join(job_dir, SPEC_FILE), encoding="utf-8") as fh:
         spec = json.load(fh)
     exit_path = os.path.join(job_dir, EXIT_FILE)

@@ -138,7 +138,8 @@ def check_file(path: Path) -> int:
     # open it as immutable: nothing is created. A -wal left by a crash must be read, as is.
     mode = "mode=ro" if Path(f"{path}-wal").exists() else "immutable=1"
     try:
-        conn = sqlite3.connect(f"file:{path}?{mode}", uri=True)
+        # as_uri() percent-encodes the path, so a '?' or '#' in it is not read as URI syntax.
+        conn = sqlite3.connect(f"{path.absolute().as_uri()}?{mode}", uri=True)
         try:
             version = conn.execute("PRAGMA user_version").fetchone()[0]
             result = conn.execute("PRAGMA quick_check").fetchone()[0]
@@ -166,6 +167,7 @@ class Store:
         # the write lock up front instead of failing halfway through a transaction.
         self._conn = sqlite3.connect(str(path), isolation_level=None, check_same_thread=False)
         self._conn.row_factory = sqlite3.Row
+        self._depth = 0  # nesting of write() calls
         self._conn.execute("PRAGMA journal_mode=WAL")
         self._conn.execute("PRAGMA synchronous=FULL")
         self._conn.execute("PRAGMA busy_timeout=5000")
@@ -180,14 +182,29 @@ class Store:
 
     @contextmanager
     def write(self) -> Iterator[None]:
-        """One write transaction; everything inside commits together or not at all."""
+        """One write transaction; everything inside commits together or not at all.
+
+        Nested uses join the outer transaction, so the daemon's loop can gather a whole
+        pass (ends, limits, starts) into one commit: one fsync instead of one per step.
+        """
+        if self._depth:
+            self._depth += 1
+            try:
+                yield
+            finally:
+                self._depth -= 1
+            return
         self._conn.execute("BEGIN IMMEDIATE")
+        self._depth = 1
         try:
             yield
         except BaseException:
             self._conn.execute("ROLLBACK")
             raise
-        self._conn.execute("COMMIT")
+        else:
+            self._conn.execute("COMMIT")
+        finally:
+            self._depth = 0
 
     def insert(self, jobs: Iterable[Job]) -> list[int]:
         """Add new jobs (their id is ignored) and return the ids the queue gave them."""

@@ -8,9 +8,8 @@ import sys
 from dataclasses import dataclass, field
 from typing import Any, Iterable
 
-from gpusched import jobspec
+from gpusched import syntax
 from gpusched.errors import UsageError
-from gpusched.lifecycle import parse_signal_spec
 from gpusched.units import parse_duration, parse_size
 
 
@@ -102,7 +101,7 @@ def scheduling_fields(opts: SubmitOptions) -> dict[str, Any]:
     spec: dict[str, Any] = {
         "cpus": opts.cpus, "mem_bytes": _size(opts.mem, "--mem"),
         "hold": opts.hold, "kill_on_invalid_dep": opts.kill_on_invalid_dep,
-        "dependencies": [list(d) for d in jobspec.parse_dependencies(opts.after, opts.dependency)],
+        "dependencies": [list(d) for d in syntax.parse_dependencies(opts.after, opts.dependency)],
         "retries": opts.retries, "policy": opts.policy or "",
         "constraints": {"gpu_ids": _index_list(opts.gpu_ids, "--gpu-ids"),
                         "exclude_gpus": _index_list(opts.exclude_gpus, "--exclude-gpus"),
@@ -122,11 +121,11 @@ def scheduling_fields(opts: SubmitOptions) -> dict[str, Any]:
         if opts.time is None:
             raise UsageError("--signal warns before the time limit: add --time")
         try:
-            spec["warn_signal"], spec["warn_before_s"] = parse_signal_spec(opts.signal)
+            spec["warn_signal"], spec["warn_before_s"] = syntax.parse_signal_spec(opts.signal)
         except ValueError as exc:
             raise UsageError(str(exc)) from None
     if opts.array is not None:
-        indices, throttle = jobspec.parse_array(opts.array)
+        indices, throttle = syntax.parse_array(opts.array)
         spec["array"] = {"indices": list(indices), "throttle": throttle}
     return spec
 

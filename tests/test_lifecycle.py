@@ -9,7 +9,7 @@ from dataclasses import replace
 
 import pytest
 
-from gpusched import jobspec, lifecycle, shim
+from gpusched import jobspec, lifecycle, shim, syntax
 from gpusched.errors import UsageError
 from gpusched.lifecycle import TERMINATE, WARN
 from gpusched.models import Constraints, IllegalTransition, Job, JobState, Request
@@ -145,7 +145,7 @@ def test_a_warning_longer_than_the_limit_is_due_at_once():
     ("TERM@30", (signal.SIGTERM, 30.0)),
 ])
 def test_parse_signal_spec(text, expected):
-    assert lifecycle.parse_signal_spec(text) == expected
+    assert syntax.parse_signal_spec(text) == expected
 
 
 @pytest.mark.parametrize("text", [
@@ -157,13 +157,13 @@ def test_parse_signal_spec(text, expected):
 ])
 def test_parse_signal_spec_refuses_bad_input(text):
     with pytest.raises(ValueError, match="--signal"):
-        lifecycle.parse_signal_spec(text)
+        syntax.parse_signal_spec(text)
 
 
 def test_every_warning_signal_is_one_the_shim_forwards():
-    assert set(lifecycle.WARN_SIGNALS) <= set(shim.FORWARDED)
-    for signum in lifecycle.WARN_SIGNALS:
-        assert lifecycle.parse_signal_spec(signal.Signals(signum).name)[0] == signum
+    assert set(syntax.WARN_SIGNALS) <= set(shim.FORWARDED)
+    for signum in syntax.WARN_SIGNALS:
+        assert syntax.parse_signal_spec(signal.Signals(signum).name)[0] == signum
 
 
 # -- --array --------------------------------------------------------------------------------
@@ -179,7 +179,7 @@ def test_every_warning_signal_is_one_the_shim_forwards():
     ("3-3", (3,), None),
 ])
 def test_parse_array(text, indices, throttle):
-    assert jobspec.parse_array(text) == (indices, throttle)
+    assert syntax.parse_array(text) == (indices, throttle)
 
 
 @pytest.mark.parametrize("text, words", [
@@ -198,24 +198,24 @@ def test_parse_array(text, indices, throttle):
 ])
 def test_parse_array_refuses_bad_specs(text, words):
     with pytest.raises(UsageError, match=words):
-        jobspec.parse_array(text)
+        syntax.parse_array(text)
 
 
 def test_a_huge_array_range_is_refused_without_building_it():
     started = time.monotonic()
     with pytest.raises(UsageError, match="more than 10000"):
-        jobspec.parse_array("0-999999999999")
+        syntax.parse_array("0-999999999999")
     assert time.monotonic() - started < 1.0
 
 
 # -- dependencies ---------------------------------------------------------------------------
 def test_parse_dependencies():
-    assert jobspec.parse_dependencies(["3,4", "5"], []) == [
+    assert syntax.parse_dependencies(["3,4", "5"], []) == [
         ("afterok", 3), ("afterok", 4), ("afterok", 5)]
-    assert jobspec.parse_dependencies([], ["afterok:3:4,afterany:5", "afternotok:6"]) == [
+    assert syntax.parse_dependencies([], ["afterok:3:4,afterany:5", "afternotok:6"]) == [
         ("afterok", 3), ("afterok", 4), ("afterany", 5), ("afternotok", 6)]
-    assert jobspec.parse_dependencies([" 3 , 4 "], []) == [("afterok", 3), ("afterok", 4)]
-    assert jobspec.parse_dependencies([], []) == []
+    assert syntax.parse_dependencies([" 3 , 4 "], []) == [("afterok", 3), ("afterok", 4)]
+    assert syntax.parse_dependencies([], []) == []
 
 
 @pytest.mark.parametrize("after, dependency, words", [
@@ -229,7 +229,7 @@ def test_parse_dependencies():
 ])
 def test_parse_dependencies_refuses_bad_input(after, dependency, words):
     with pytest.raises(UsageError, match=words):
-        jobspec.parse_dependencies(after, dependency)
+        syntax.parse_dependencies(after, dependency)
 
 
 # -- check_job_spec -------------------------------------------------------------------------

@@ -141,7 +141,7 @@ def test_busy_and_unhealthy_gpus_take_nothing():
     assert reasons[1] == ("needs 1 GPU with 10.0 GiB free; most free is GPU 0 with 80.0 GiB, "
                           "but it is 95% busy")
     (reason,) = place([job(1)], box(gpu(0, healthy=False)))[1].values()
-    assert reason.startswith("no allowed GPU can take jobs now") and "unhealthy" in reason
+    assert reason == "needs 1 whole GPU; every allowed GPU is unhealthy"
 
 
 def test_utilization_limit_is_a_setting():

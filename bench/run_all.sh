@@ -1,0 +1,19 @@
+#!/bin/sh
+# Run every benchmark in turn. --quick shrinks each to a smoke run (about a minute in all).
+# PYTHON=path/to/venv/bin/python picks the interpreter (default: python3 on PATH, e.g. an
+# activated venv); gpusched is the console script beside it.
+# GPUSCHED_BENCH_SRC=DIR benchmarks gpusched from another checkout instead.
+set -eu
+cd "$(dirname "$0")"
+PYTHON="${PYTHON:-python3}"
+if [ "${1:-}" = "--quick" ]; then
+    "$PYTHON" bench_submit.py --runs 10 --ls-runs 5
+    "$PYTHON" bench_latency.py --runs 10
+    "$PYTHON" bench_throughput.py --jobs 100
+    "$PYTHON" bench_idle.py --seconds 10
+else
+    "$PYTHON" bench_submit.py
+    "$PYTHON" bench_latency.py
+    "$PYTHON" bench_throughput.py
+    "$PYTHON" bench_idle.py
+fi

@@ -1,0 +1,78 @@
+"""The shim launcher: a small process that forks one shim per job, the shim code already loaded.
+
+A fresh Python interpreter per job costs more than the rest of a short job's start
+together; forking this single-threaded process costs about a millisecond. The daemon
+writes a job directory per line on our stdin and reads back the shim's pid per line.
+Each shim gets a session of its own, so it outlives this launcher and the daemon.
+
+Run as `python -I -S launcher.py` (stdlib only, like the shim it forks).
+"""
+
+from __future__ import annotations
+
+import os
+import select
+import signal
+import sys
+
+# Run by path with -I -S: make the package importable for the shim and protocol modules.
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from gpusched import protocol, shim  # noqa: E402  (protocol: the shims' wake-up call)
+
+_REAP_EVERY_S = 1.0
+
+
+def _become_shim(job_dir: str) -> None:
+    """In the forked child: leave the launcher's session and pipes, then run the shim."""
+    code = 1
+    try:
+        os.setsid()
+        null = os.open(os.devnull, os.O_RDWR)
+        for fd in (0, 1, 2):  # the daemon must see EOF on our pipes when we are gone
+            os.dup2(null, fd)
+        os.close(null)
+        os.chdir("/")
+        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+        code = shim.run(job_dir)
+    finally:
+        os._exit(code)
+
+
+def _reap() -> None:
+    while True:
+        try:
+            pid, _ = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            return
+
+
+def serve(requests_fd: int, replies_fd: int) -> None:
+    """One job directory per request line, one pid per reply line, until the daemon closes.
+
+    Raw reads, not a buffered file: select must see every line that has arrived.
+    """
+    pending = b""
+    while True:
+        ready, _, _ = select.select([requests_fd], [], [], _REAP_EVERY_S)
+        _reap()
+        if not ready:
+            continue
+        chunk = os.read(requests_fd, 65536)
+        if not chunk:
+            return  # the daemon is gone; the shims we forked carry on without us
+        pending += chunk
+        while b"\n" in pending:
+            line, pending = pending.split(b"\n", 1)
+            pid = os.fork()
+            if pid == 0:
+                _become_shim(line.decode())
+            os.write(replies_fd, f"{pid}\n".encode())
+
+
+if __name__ == "__main__":
+    assert protocol  # imported so every forked shim has it loaded already
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # a Ctrl-C at the daemon's terminal is for it
+    serve(0, 1)

@@ -1,0 +1,425 @@
+"""System mode: one root daemon for real users made with useradd, driven through the real CLI as them."""
+
+from __future__ import annotations
+
+import json
+import os
+import pwd
+import shutil
+import signal
+import stat
+import subprocess
+import sys
+import sysconfig
+import tempfile
+import uuid
+from pathlib import Path
+
+import psutil
+import pytest
+
+from conftest import DEADLINE_S, REPO, wait_until
+
+TOOLS = ("useradd", "userdel", "groupadd", "groupdel", "setpriv")
+pytestmark = [
+    pytest.mark.skipif(os.geteuid() != 0, reason="system mode tests create users: run as root"),
+    pytest.mark.skipif(not all(shutil.which(t) for t in TOOLS),
+                       reason=f"needs {', '.join(TOOLS)} (util-linux, shadow-utils)"),
+]
+
+
+class User:
+    def __init__(self, name: str):
+        entry = pwd.getpwnam(name)
+        self.name, self.uid, self.gid, self.home = name, entry.pw_uid, entry.pw_gid, entry.pw_dir
+
+    @property
+    def groups(self) -> list[int]:
+        return sorted(set(os.getgrouplist(self.name, self.gid)))
+
+
+@pytest.fixture(scope="module")
+def users():
+    """Two fresh users: A is also in an extra group, so supplementary groups show."""
+    tag = uuid.uuid4().hex[:6]
+    group, names = f"gpsg{tag}", (f"gpsa{tag}", f"gpsb{tag}")
+    subprocess.run(["groupadd", group], check=True)
+    try:
+        subprocess.run(["useradd", "-m", "-G", group, names[0]], check=True)
+        subprocess.run(["useradd", "-m", names[1]], check=True)
+        alice = User(names[0])
+        alice.extra_group = group
+        yield alice, User(names[1])
+    finally:
+        for name in names:
+            subprocess.run(["userdel", "-r", name], capture_output=True)
+        subprocess.run(["groupdel", group], capture_output=True)
+
+
+def _python_for_users() -> tuple[str, str]:
+    """An interpreter that other users may run (this one may sit under /root), and its
+    PYTHONPATH: the repository, then this environment's packages."""
+    path = f"{REPO}:{sysconfig.get_paths()['purelib']}"
+    system_python = shutil.which("python3", path="/usr/local/bin:/usr/bin:/bin") or ""
+    for python in (sys.executable, system_python):
+        if python and _runs_as_nobody(python, path):
+            return python, path
+    pytest.skip("no Python interpreter that an ordinary user may run imports gpusched here")
+
+
+def _runs_as_nobody(python: str, path: str) -> bool:
+    # Through `env`: setpriv's own exec may still resolve the path with root's rights.
+    probe = subprocess.run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups",
+                            "env", python, "-c", "import gpusched.cli, psutil"],
+                           env={"PYTHONPATH": path, "PATH": os.defpath}, capture_output=True)
+    return probe.returncode == 0
+
+
+class SystemRoot:
+    """A system-mode daemon whose /etc, /var and /run live under a temporary directory."""
+
+    def __init__(self, path: Path, simulate: str = "4x80GiB"):
+        self.path = path
+        self.python, self.pythonpath = _python_for_users()
+        self.env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "GPUSCHED_SYSTEM_ROOT": str(path),
+                    "PYTHONPATH": self.pythonpath, "NO_COLOR": "1", "COLUMNS": "200"}
+        self.daemon_env = {**self.env, "GPUSCHED_SIMULATE": simulate}
+        self.daemon_pid = 0
+
+    @property
+    def socket(self) -> Path:
+        return self.path / "run/gpusched/gpusched.sock"
+
+    @property
+    def audit_log(self) -> Path:
+        return self.path / "var/lib/gpusched/audit.log"
+
+    def start(self) -> int:
+        """Start it detached, as systemd would: not our child, so `daemon stop` sees it go."""
+        log = self.path / "daemon.out"
+        subprocess.run(["sh", "-c", f'"$0" -m gpusched daemon run --system >>"$1" 2>&1 &',
+                        sys.executable, str(log)], env=self.daemon_env, check=True, cwd="/",
+                       start_new_session=True, stdin=subprocess.DEVNULL)
+        self.daemon_pid = wait_until(self._status_pid, "the system daemon to answer")
+        return self.daemon_pid
+
+    def _status_pid(self) -> int | None:
+        proc = self.run_as(None, "daemon", "status", "--json", check=False)
+        return json.loads(proc.stdout)["pid"] if proc.returncode == 0 else None
+
+    def wait_gone(self) -> None:
+        pid = self.daemon_pid
+        wait_until(lambda: not psutil.pid_exists(pid) or
+                   psutil.Process(pid).status() == psutil.STATUS_ZOMBIE, "the daemon to exit")
+
+    def kill(self) -> None:
+        os.kill(self.daemon_pid, signal.SIGKILL)
+        self.wait_gone()
+
+    def run_as(self, user: User | None, *args: str, check: bool = True,
+               extra_env: dict[str, str] | None = None,
+               cwd: str | None = None) -> subprocess.CompletedProcess:
+        """`gpusched ARGS` as USER (None: root). extra_env is applied by `env` after the
+        switch, so that nothing of it (LD_PRELOAD...) reaches a root process."""
+        command = [*(f"{k}={v}" for k, v in (extra_env or {}).items()), self.python, "-m",
+                   "gpusched", *args]
+        command = ["env", *command]
+        env = dict(self.env)
+        if user is not None:
+            command = ["setpriv", f"--reuid={user.uid}", f"--regid={user.gid}",
+                       "--init-groups", *command]
+            env.update(HOME=user.home, USER=user.name, LOGNAME=user.name)
+        proc = subprocess.run(command, capture_output=True, text=True, env=env,
+                              cwd=cwd or (user.home if user else "/"), timeout=DEADLINE_S)
+        if check and proc.returncode != 0:
+            raise AssertionError(f"gpusched {' '.join(args)} as {user and user.name} exited "
+                                 f"{proc.returncode}:\n{proc.stdout}\n{proc.stderr}")
+        return proc
+
+    def json_as(self, user: User | None, command: str, *args: str, **kw) -> object:
+        return json.loads(self.run_as(user, command, "--json", *args, **kw).stdout)
+
+    def submit(self, user: User, *args: str, **kw) -> int:
+        return self.json_as(user, "submit", *args, **kw)["id"]
+
+    def show(self, job_id: int) -> dict:
+        return self.json_as(None, "show", str(job_id))
+
+    def wait_state(self, job_id: int, *states: str) -> dict:
+        return wait_until(lambda: (j := self.show(job_id))["state"] in states and j,
+                          f"job {job_id} to reach {states}")
+
+    def audit(self) -> list[dict]:
+        if not self.audit_log.exists():
+            return []
+        return [json.loads(line) for line in self.audit_log.read_text().splitlines()]
+
+    def cleanup(self) -> None:
+        procs = []
+        for proc in psutil.process_iter(["cmdline"]):
+            if any(str(self.path) in part for part in proc.info["cmdline"] or ()):
+                procs.append(proc)
+                try:
+                    procs += proc.children(recursive=True)
+                except psutil.Error:
+                    pass
+        for proc in procs:
+            try:
+                proc.kill()
+            except psutil.Error:
+                pass
+        psutil.wait_procs(procs, timeout=10)
+        shutil.rmtree(self.path, ignore_errors=True)
+
+
+@pytest.fixture
+def make_system(users):
+    """Start system daemons, each in a fresh root that the test users can traverse, with
+    an optional /etc/gpusched/gpusched.toml."""
+    _python_for_users()  # skips before anything is made
+    roots: list[SystemRoot] = []
+
+    def make(config: str = "") -> SystemRoot:
+        # Not under pytest's tmp_path: its parents are 0700 root, which users cannot pass.
+        root = SystemRoot(Path(tempfile.mkdtemp(prefix="gpss-", dir="/tmp")))
+        roots.append(root)
+        os.chmod(root.path, 0o755)
+        if config:
+            (root.path / "etc/gpusched").mkdir(parents=True)
+            (root.path / "etc/gpusched/gpusched.toml").write_text(config)
+        root.start()
+        return root
+
+    yield make
+    for root in roots:
+        root.cleanup()
+
+
+@pytest.fixture
+def system(make_system):
+    return make_system()
+
+
+def _run_uids(system: SystemRoot, job_id: int) -> tuple[int, set[int]] | None:
+    """(the shim's uid, the real uids of the processes under it), found by the job dir."""
+    target = str(system.path / "var/lib/gpusched/jobs" / str(job_id))
+    for proc in psutil.process_iter(["cmdline"]):
+        try:
+            if (proc.info["cmdline"] or [])[-1:] == [target]:
+                children = proc.children(recursive=True)
+                return proc.uids().real, {c.uids().real for c in children}
+        except psutil.Error:
+            pass
+    return None
+
+
+# -- the daemon and its files --------------------------------------------------------------
+
+def test_system_daemon_layout_and_status_says_which(system, users):
+    alice, _ = users
+    run_dir = system.socket.parent
+    assert run_dir.stat().st_uid == 0 and stat.S_IMODE(run_dir.stat().st_mode) == 0o755
+    assert stat.S_IMODE(system.socket.stat().st_mode) == 0o666
+    state = system.path / "var/lib/gpusched"
+    assert state.stat().st_uid == 0 and stat.S_IMODE(state.stat().st_mode) == 0o700
+    out = system.run_as(alice, "daemon", "status").stdout
+    assert f"using the system daemon at {system.socket}" in out
+    status = json.loads(system.run_as(alice, "daemon", "status", "--json").stdout)
+    assert status["daemon"] == "system" and status["running"] is True
+
+
+def test_job_runs_as_its_submitter_with_private_logs(system, users):
+    alice, bob = users
+    job_id = system.submit(alice, "--", "sh", "-c", "id -u; id -g; id -G; echo oops >&2")
+    job = system.wait_state(job_id, "succeeded", "failed")
+    assert job["state"] == "succeeded", job["end_reason"]
+    uid, gid, groups = system.run_as(alice, "logs", str(job_id)).stdout.splitlines()
+    assert (int(uid), int(gid)) == (alice.uid, alice.gid)
+    assert sorted(map(int, groups.split())) == alice.groups
+    assert len(alice.groups) >= 2  # the extra group is there: supplementary groups were set
+
+    log_dir = Path(job["stdout_path"]).parent
+    assert log_dir == system.path / "var/log/gpusched" / alice.name
+    for path in (log_dir, Path(job["stdout_path"]), Path(job["stderr_path"])):
+        info = path.lstat()
+        assert (info.st_uid, info.st_gid) == (alice.uid, alice.gid), path
+        assert not info.st_mode & 0o077, f"{path} is readable by others"
+    assert system.run_as(alice, "logs", "--stderr", str(job_id)).stdout == "oops\n"
+    peek = subprocess.run(["setpriv", f"--reuid={bob.uid}", f"--regid={bob.gid}",
+                           "--init-groups", "cat", job["stdout_path"]], capture_output=True)
+    assert peek.returncode != 0 and b"Permission denied" in peek.stderr
+
+
+def test_job_whose_cwd_its_user_cannot_enter_fails_and_runs_nothing(system, users):
+    alice, bob = users
+    secret = system.path / "secret"
+    secret.mkdir(mode=0o700)  # root's: alice may see it exists, not enter it
+    job_id = system.submit(alice, "--cwd", str(secret), "--", "sh", "-c", "touch entered")
+    job = system.wait_state(job_id, "succeeded", "failed")
+    assert job["state"] == "failed"
+    assert "cannot start" in job["end_reason"] and "Permission denied" in job["end_reason"]
+    assert str(secret) in job["end_reason"]
+    assert not (secret / "entered").exists()  # root never ran it there on alice's behalf
+    note = system.run_as(alice, "logs", "--stderr", str(job_id)).stdout
+    assert "gpusched: cannot start job: PermissionError" in note
+    # The reason names the program: others see that it failed, not with what.
+    assert system.json_as(bob, "show", str(job_id))["end_reason"] == "cannot start: (hidden)"
+
+
+def test_other_users_cannot_touch_a_job_and_every_denial_is_audited(system, users):
+    alice, bob = users
+    running = system.submit(alice, "--", "sleep", "300")
+    held = system.submit(alice, "--hold", "--", "sleep", "300")
+    system.wait_state(running, "running")
+    attempts = [("cancel", str(running)), ("hold", str(held)), ("release", str(held)),
+                ("update", str(held), "--priority", "5"), ("logs", str(running)),
+                ("env", str(running))]
+    for args in attempts:
+        proc = system.run_as(bob, *args, check=False)
+        assert proc.returncode == 1, args
+        assert proc.stderr.startswith(f"Error: job {args[1]} belongs to {alice.name}; only "
+                                      "they or an admin may"), proc.stderr
+    assert system.show(running)["state"] == "running"
+    assert system.show(held)["held"] and system.show(held)["priority"] == 0
+    entries = system.audit()
+    assert [(e["request"], str(e["job"])) for e in entries] == [a[:2] for a in attempts]
+    assert all(e["uid"] == bob.uid and e["user"] == bob.name and e["pid"] > 0 for e in entries)
+    assert stat.S_IMODE(system.audit_log.stat().st_mode) == 0o600
+
+    # Everyone sees the queue; only the owner (and admins) see the command line.
+    seen_by_bob = {j["id"]: j for j in system.json_as(bob, "ls")}
+    assert seen_by_bob[running]["user"] == alice.name
+    assert seen_by_bob[running]["command"] == ["(hidden)"]
+    assert seen_by_bob[running]["name"] == ""
+    assert "sleep" not in json.dumps(system.json_as(bob, "show", str(running)))
+    assert {j["id"]: j for j in system.json_as(alice, "ls")}[running]["command"] == ["sleep", "300"]
+
+    # Root may do all of it.
+    system.run_as(None, "update", str(held), "--priority", "5")
+    assert system.show(held)["priority"] == 5
+    system.run_as(None, "logs", str(running))
+    assert "PATH" in system.json_as(None, "env", str(running))
+    system.run_as(None, "cancel", str(running), str(held))
+    assert system.wait_state(running, "cancelled")["state"] == "cancelled"
+    assert len(system.audit()) == len(attempts)
+
+
+def test_users_ld_preload_and_pythonpath_never_run_as_root(system, users, tmp_path):
+    alice, _ = users
+    if not shutil.which("gcc"):
+        pytest.skip("gcc is not installed: cannot build the LD_PRELOAD probe library")
+    probe_dir = system.path / "probe"
+    probe_dir.mkdir(mode=0o755)
+    marker = probe_dir / "marker"
+    marker.touch(mode=0o666)
+    os.chmod(marker, 0o666)
+    source = probe_dir / "probe.c"
+    source.write_text(
+        '#include <stdio.h>\n#include <unistd.h>\n'
+        '__attribute__((constructor)) static void mark(void) {\n'
+        f'  FILE *f = fopen("{marker}", "a");\n'
+        '  if (f) { fprintf(f, "%d\\n", (int)getuid()); fclose(f); }\n}\n')
+    library = probe_dir / "probe.so"
+    subprocess.run(["gcc", "-shared", "-fPIC", "-o", str(library), str(source)], check=True)
+    (probe_dir / "sitecustomize.py").write_text(
+        f"import os\nwith open({str(marker)!r}, 'a') as f:\n    f.write(f'{{os.getuid()}}\\n')\n")
+    hostile = {"LD_PRELOAD": str(library), "PYTHONSTARTUP": str(probe_dir / "sitecustomize.py"),
+               "PYTHONPATH": f"{probe_dir}:{system.pythonpath}"}
+
+    job_id = system.submit(alice, "--", "sh", "-c", "python3 -c pass || true",
+                           extra_env=hostile)
+    assert system.wait_state(job_id, "succeeded", "failed")["state"] == "succeeded"
+    env = system.json_as(alice, "env", str(job_id))
+    assert env["LD_PRELOAD"] == str(library)  # it was captured, and reached the job
+    writers = marker.read_text().split()
+    assert writers, "the probe never ran: the test would prove nothing"
+    assert set(writers) == {str(alice.uid)}, f"the probe ran as uids {set(writers)}"
+
+
+def test_client_refuses_a_socket_of_another_user(system, users):
+    alice, bob = users
+    fake_dir, out_dir = system.path / "fake", system.path / "fake-out"
+    for path in (fake_dir, out_dir):
+        path.mkdir()
+        os.chown(path, bob.uid, bob.gid)
+    fake_socket, received = fake_dir / "gpusched.sock", out_dir / "received"
+    listener = ("import socket, sys\n"
+                "s = socket.socket(socket.AF_UNIX); s.bind(sys.argv[1]); s.listen()\n"
+                "import os; os.chmod(sys.argv[1], 0o666)\n"
+                "while True:\n"
+                "    c, _ = s.accept(); data = b''\n"
+                "    while chunk := c.recv(65536): data += chunk\n"
+                "    open(sys.argv[2], 'a').write(f'{len(data)}\\n'); c.close()\n")
+    fake = subprocess.Popen(["setpriv", f"--reuid={bob.uid}", f"--regid={bob.gid}",
+                             "--init-groups", system.python, "-c", listener, str(fake_socket),
+                             str(received)], start_new_session=True, env={"PATH": os.defpath})
+    try:
+        wait_until(fake_socket.exists, "the planted socket")
+        proc = system.run_as(alice, "ls", check=False,
+                             extra_env={"GPUSCHED_SOCKET": str(fake_socket)})
+        assert proc.returncode == 1
+        assert proc.stderr.startswith("Error: refusing to talk to the gpusched daemon: its "
+                                      f"socket {fake_socket} belongs to {bob.name}"), proc.stderr
+        # Even when the path looks right, the listening process's uid gives it away.
+        os.chown(fake_socket, 0, 0)
+        os.chown(fake_dir, 0, 0)
+        proc = system.run_as(alice, "submit", "--", "true", check=False,
+                             extra_env={"GPUSCHED_SOCKET": str(fake_socket)})
+        assert proc.returncode == 1
+        assert "the process listening on its socket belongs to" in proc.stderr, proc.stderr
+        wait_until(received.exists, "the fake daemon to see the connection close")
+        assert received.read_text().split() == ["0"]  # connected, but not one byte was sent
+    finally:
+        os.killpg(fake.pid, signal.SIGKILL)
+        fake.wait()
+
+
+def test_restarted_system_daemon_readopts_every_users_running_jobs(system, users):
+    alice, bob = users
+    jobs = {alice: system.submit(alice, "--", "sleep", "300"),
+            bob: system.submit(bob, "--", "sleep", "300")}
+    before = {}
+    for user, job_id in jobs.items():
+        before[job_id] = system.wait_state(job_id, "running")
+        uids = wait_until(lambda: (u := _run_uids(system, job_id)) and u[1] and u,
+                          f"job {job_id}'s processes")
+        assert uids == (0, {user.uid})  # a root shim, the job as its user
+    system.kill()
+    system.start()
+    for job_id in jobs.values():
+        job = system.show(job_id)
+        assert job["state"] == "running", job
+        assert job["started_at"] == before[job_id]["started_at"]
+    # Adopted for real: a cancel reaches each job through its original shim.
+    system.run_as(None, "cancel", *map(str, jobs.values()))
+    for job_id in jobs.values():
+        assert system.wait_state(job_id, "cancelled")["state"] == "cancelled"
+
+
+def test_only_root_stops_the_system_daemon(system, users):
+    alice, _ = users
+    proc = system.run_as(alice, "daemon", "stop", check=False)
+    assert proc.returncode == 1 and "only root" in proc.stderr
+    assert system.audit()[-1]["request"] == "stop"
+    assert "gpusched daemon stopped" in system.run_as(None, "daemon", "stop").stdout
+    system.wait_gone()
+
+
+def test_admin_group_members_act_on_anyones_jobs_and_show_commands_all(make_system, users):
+    alice, bob = users
+    system = make_system(f'[system]\nadmin_group = "{alice.extra_group}"\n'
+                         'show_commands = "all"\n')
+    bobs = system.submit(bob, "--hold", "--", "sleep", "300")
+    alices = system.submit(alice, "--hold", "--", "sleep", "300")
+    # show_commands = "all": everyone sees every command line.
+    assert {j["id"]: j for j in system.json_as(bob, "ls")}[alices]["command"] == ["sleep", "300"]
+    # alice is an admin through the group; bob is not.
+    system.run_as(alice, "update", str(bobs), "--priority", "3")
+    assert system.show(bobs)["priority"] == 3
+    assert "HOME" in system.json_as(alice, "env", str(bobs))
+    assert system.run_as(bob, "cancel", str(alices), check=False).returncode == 1
+    system.run_as(alice, "drain")
+    assert system.run_as(bob, "resume", check=False).stderr.startswith(
+        "Error: only an admin may drain or resume the queue")
+    assert [(e["user"], e["request"]) for e in system.audit()] == [(bob.name, "cancel"),
+                                                                   (bob.name, "resume")]
