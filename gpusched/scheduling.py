@@ -144,6 +144,13 @@ def _limit_reason(job: Job, p: _Pass, rules: QueueRules) -> str:
     return _host_reason(job, p, rules.host) if rules.host else ""
 
 
+def _box_is_full(p: _Pass, queue: QueueRules) -> bool:
+    """Whether max_running is reached, so that no job of any kind can start."""
+    host = queue.host
+    return (host is not None and host.max_running is not None and p.running >= host.max_running
+            and not queue.draining)
+
+
 def _host_reason(job: Job, p: _Pass, host: HostCapacity) -> str:
     """Why the host's cores, memory or running-job limit keep the job waiting."""
     if host.max_running is not None and p.running >= host.max_running:
@@ -226,6 +233,7 @@ def schedule(pending: Sequence[Job], running: Sequence[Job], loads: Mapping[str,
     # simulator's common case on a full box). Placing jobs only ever takes GPUs away.
     free_any = any(placement.is_usable(l) for l in p.loads.values())
     unplaceable: set[tuple] = set()
+    full_reason = ""
     for job in sorted(pending, key=lambda j: order_key(j, queue, usage or {})):
         if job.dependencies:
             never, why = dependency_status(job, dep_states or {})
@@ -235,6 +243,12 @@ def schedule(pending: Sequence[Job], running: Sequence[Job], loads: Mapping[str,
             if why:
                 reasons[job.id] = why
                 continue
+        if _box_is_full(p, queue):
+            # Nothing more can start this pass: the rest share one reason (a long queue
+            # behind max_running is the common case, and it is checked after every end).
+            reasons[job.id] = f"held (`gpusched release {job.id}` lets it start)" if job.held \
+                else full_reason or (full_reason := _host_reason(job, p, queue.host))
+            continue
         why = _limit_reason(job, p, queue)
         if why:
             reasons[job.id] = why

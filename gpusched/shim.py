@@ -37,11 +37,18 @@ def write_atomically(path: str, data: dict, durable: bool = True) -> None:
         os.close(fd)
     os.rename(tmp, path)
     if durable:
-        dir_fd = os.open(os.path.dirname(path) or ".", os.O_RDONLY)
+        make_durable(path, file_synced=True)
+
+
+def make_durable(path: str, file_synced: bool = False) -> None:
+    """fsync a file (unless already done) and its directory, so its rename survives too."""
+    names = ([] if file_synced else [path]) + [os.path.dirname(path) or "."]
+    for name in names:
+        fd = os.open(name, os.O_RDONLY)
         try:
-            os.fsync(dir_fd)
+            os.fsync(fd)
         finally:
-            os.close(dir_fd)
+            os.close(fd)
 
 
 def _open_log(path: str) -> int:
@@ -195,6 +202,18 @@ def notify_daemon(spec: dict) -> None:
         pass
 
 
+def record_exit(exit_path: str, spec: dict, record: dict) -> None:
+    """Write the exit record, wake the daemon, and only then make the record durable.
+
+    A running daemon stores the end in its queue (synchronous) at once, so the record's
+    own fsync matters only while no daemon runs; doing it after the wake-up keeps two
+    disk flushes out of the path from one job's end to the next job's start.
+    """
+    write_atomically(exit_path, record, durable=False)
+    notify_daemon(spec)
+    make_durable(exit_path)
+
+
 def run(job_dir: str) -> int:
     with open(os.path.join(job_dir, PID_FILE), "w") as pid_file:
         pid_file.write(str(os.getpid()))
@@ -206,9 +225,8 @@ def run(job_dir: str) -> int:
     try:
         pid = spawn(spec)
     except OSError as exc:  # the child noted it in the job's log, as the job's user
-        write_atomically(exit_path, {"exit_code": 127, "signal": None, "ended_at": time.time(),
-                                     "error": f"cannot start: {exc}"})
-        notify_daemon(spec)
+        record_exit(exit_path, spec, {"exit_code": 127, "signal": None, "ended_at": time.time(),
+                                      "error": f"cannot start: {exc}"})
         return 0
     forward = Forwarder(pid, float(spec.get("grace_s", 10.0)))
     for sig in FORWARDED:
@@ -217,9 +235,8 @@ def run(job_dir: str) -> int:
     signal.pthread_sigmask(signal.SIG_UNBLOCK, FORWARDED)
     exit_code, signum = wait_for(pid)
     forward.kill()  # leftovers in the job's group would hold GPU memory nobody accounts for
-    write_atomically(exit_path, {"exit_code": exit_code, "signal": signum,
-                                 "ended_at": time.time(), "error": ""})
-    notify_daemon(spec)
+    record_exit(exit_path, spec, {"exit_code": exit_code, "signal": signum,
+                                  "ended_at": time.time(), "error": ""})
     return 0
 
 
