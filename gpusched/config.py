@@ -52,6 +52,7 @@ class Settings:
     master_port_min: int = 29500
     master_port_max: int = 29999
     max_running: int = 0
+    job_env: tuple[tuple[str, str], ...] = ()
     # [system]
     service_user: str = ""
     admin_group: str = ""
@@ -103,6 +104,12 @@ def _list_of(kind: type, low: float) -> Callable[[Any], tuple]:
             raise ValueError(f"{value!r} is not a list")
         return tuple(_number(low, 1e9, kind)(v) for v in value)
     return parse
+
+
+def _env_table(value: Any) -> tuple[tuple[str, str], ...]:
+    if not isinstance(value, dict) or not all(isinstance(v, str) for v in value.values()):
+        raise ValueError(f"{value!r} is not a table of NAME = \"value\" strings")
+    return tuple(sorted(value.items()))
 
 
 def _user_weights(value: Any) -> tuple[tuple[str, float], ...]:
@@ -188,6 +195,9 @@ KEYS: dict[str, tuple[str, Callable[[Any], Any], Any, str]] = {
     "top.crit_pct": ("top_crit_pct", _number(0, 100), 80, "...and from this percent red."),
     "jobs.max_running": ("max_running", _number(0, 10**6, int), 0,
                          "At most this many jobs run at once, like `tsp -S` (0: no limit)."),
+    "jobs.env": ("job_env", _env_table, {},
+                 'Variables every job gets unless its own environment sets them, e.g. '
+                 '{ TF_FORCE_GPU_ALLOW_GROWTH = "true" }.'),
     "jobs.master_port_min": ("master_port_min", _number(1024, 65535, int), 29500,
                              "Lowest MASTER_PORT given to a job (torchrun's default is 29500)."),
     "jobs.master_port_max": ("master_port_max", _number(1024, 65535, int), 29999,

@@ -187,7 +187,8 @@ class JobControl:
         if d.cgroups and d.settings.enforce_mem and limit is not None:
             cgroup = d.cgroups.create(job.id, limit)
         started_at = time.time()
-        env = runner.job_environment(job, gpus, port, d.settings.visible_devices, started_at)
+        env = runner.job_environment(job, gpus, port, d.settings.visible_devices, started_at,
+                                     dict(d.settings.job_env))
         pid, pid_started = runner.start_shim(job, env, d.paths.jobs_dir, d.paths.socket,
                                              d.settings.cancel_grace_s, d.launcher, cgroup,
                                              run_as=job.uid if d.paths.is_system else None)

@@ -26,7 +26,7 @@ SCHEDULER_VARS = ("CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER", "NVIDIA_VISIBLE_D
                   "GPUSCHED_ATTEMPT", "GPUSCHED_ARRAY_ID", "GPUSCHED_ARRAY_INDEX",
                   "GPUSCHED_TIME_LIMIT_END", "GPUSCHED_WARN_SIGNAL", "GPUSCHED_CPUS",
                   "GPUSCHED_MEM", "GPUSCHED_PROGRESS_FILE",
-                  "MASTER_ADDR", "MASTER_PORT")
+                  "MASTER_ADDR", "MASTER_PORT", "PET_MASTER_PORT")
 
 THREAD_VARS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS")
 
@@ -47,10 +47,12 @@ def boot_id() -> str:
 
 
 def job_environment(job: Job, gpus: Iterable[GpuInfo], master_port: int,
-                    visible_devices: str, started_at: float) -> dict[str, str]:
-    """The job's whole environment: what was captured at submit, plus the scheduler's."""
+                    visible_devices: str, started_at: float,
+                    defaults: Mapping[str, str] = {}) -> dict[str, str]:
+    """The job's whole environment: the config's defaults ([jobs] env), what was captured
+    at submit on top, then the scheduler's own variables."""
     gpus = tuple(gpus)
-    env = {k: v for k, v in job.env.items() if k not in SCHEDULER_VARS}
+    env = {k: v for k, v in {**defaults, **job.env}.items() if k not in SCHEDULER_VARS}
     # MIG devices can only be named by UUID; whole GPUs by index when the config asks.
     ids = [g.uuid if visible_devices == "uuid" or g.parent_index is not None else str(g.index)
            for g in gpus]
@@ -63,6 +65,9 @@ def job_environment(job: Job, gpus: Iterable[GpuInfo], master_port: int,
         "GPUSCHED_ATTEMPT": str(job.attempt),
         "MASTER_ADDR": "127.0.0.1",
         "MASTER_PORT": str(master_port),
+        # torchrun takes its --master-port from PET_MASTER_PORT, not MASTER_PORT: with
+        # this, a plain `torchrun` in a job gets the job's own port too.
+        "PET_MASTER_PORT": str(master_port),
     })
     if job.request.gpu_mem_bytes is not None:
         env["GPUSCHED_GPU_MEM"] = str(job.request.gpu_mem_bytes)

@@ -7,6 +7,7 @@ library (and the stdlib-only protocol module), because it runs for every job.
 
 from __future__ import annotations
 
+import ctypes
 import json
 import os
 import signal
@@ -15,6 +16,7 @@ import time
 
 SPEC_FILE = "spec.json"
 EXIT_FILE = "exit.json"
+PR_SET_CHILD_SUBREAPER = 36  # prctl(2)
 PID_FILE = "shim.pid"  # lets a daemon that died before recording the start find us
 # Signals a user (or the daemon) may send to the shim that belong to the job instead.
 FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2,
@@ -152,25 +154,87 @@ def spawn(spec: dict) -> int:
     return pid
 
 
+def become_subreaper() -> None:
+    """Make the job's orphans our children. Some launchers (torchrun among them) start
+    their workers in sessions of their own, out of reach of the job's process group; as
+    a child subreaper the shim still finds them to signal, and to kill when the job ends."""
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+    except (OSError, AttributeError):
+        pass  # not Linux: the process group alone is signalled
+
+
+def descendants(root: int) -> list[int]:
+    """Every process below `root`, from one pass over /proc (only on signals and at the end)."""
+    children: dict[int, list[int]] = {}
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat", "rb") as stat:
+                data = stat.read()
+        except OSError:
+            continue
+        ppid = int(data[data.rindex(b")") + 2:].split()[1])
+        children.setdefault(ppid, []).append(int(name))
+    found, stack = [], [root]
+    while stack:
+        for child in children.get(stack.pop(), ()):
+            found.append(child)
+            stack.append(child)
+    return found
+
+
 class Forwarder:
-    """Passes signals on to the job's process group; SIGTERM arms a SIGKILL after the grace."""
+    """Passes signals on to the job's process group and to any of its processes that left
+    it; SIGTERM arms a SIGKILL of all of them after the grace period."""
 
     def __init__(self, pgid: int, grace_s: float):
         self.pgid, self.grace_s = pgid, grace_s
 
-    def __call__(self, signum: int, _frame: object) -> None:
+    def send(self, signum: int) -> None:
         try:
             os.killpg(self.pgid, signum)
         except ProcessLookupError:
-            return
+            pass
+        for pid in descendants(os.getpid()):
+            try:
+                if os.getpgid(pid) != self.pgid:  # the group has it already
+                    os.kill(pid, signum)
+            except ProcessLookupError:
+                pass
+
+    def __call__(self, signum: int, _frame: object) -> None:
+        self.send(signum)
         if signum == signal.SIGTERM:
             signal.setitimer(signal.ITIMER_REAL, max(self.grace_s, 0.001))
 
     def kill(self, _signum: int = 0, _frame: object = None) -> None:
+        self.send(signal.SIGKILL)
+
+
+def has_children() -> bool:
+    """Whether processes are left under the shim (reaping any that have exited)."""
+    while True:
         try:
-            os.killpg(self.pgid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
+            pid, _ = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return False
+        if pid == 0:
+            return True
+
+
+def end_leftovers(forward: Forwarder) -> None:
+    """Leftovers of a finished job would hold GPU memory nobody accounts for: kill them."""
+    try:
+        os.killpg(forward.pgid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    deadline = time.monotonic() + 10.0  # a process stuck in the kernel must not hold us
+    if has_children():  # orphans outside the group (the common case has none: no /proc scan)
+        forward.kill()
+        while has_children() and time.monotonic() < deadline:
+            time.sleep(0.01)
 
 
 def wait_for(pid: int) -> tuple[int | None, int | None]:
@@ -222,19 +286,20 @@ def run(job_dir: str) -> int:
     exit_path = os.path.join(job_dir, EXIT_FILE)
     # Hold signals until the forwarder exists, so an early cancel is never lost.
     signal.pthread_sigmask(signal.SIG_BLOCK, FORWARDED)
+    become_subreaper()
     try:
         pid = spawn(spec)
     except OSError as exc:  # the child noted it in the job's log, as the job's user
         record_exit(exit_path, spec, {"exit_code": 127, "signal": None, "ended_at": time.time(),
                                       "error": f"cannot start: {exc}"})
         return 0
-    forward = Forwarder(pid, float(spec.get("grace_s", 10.0)))
+    forward = Forwarder(pid, float(spec.get("grace_s", 10.0)))  # the job leads its group
     for sig in FORWARDED:
         signal.signal(sig, forward)
     signal.signal(signal.SIGALRM, forward.kill)
     signal.pthread_sigmask(signal.SIG_UNBLOCK, FORWARDED)
     exit_code, signum = wait_for(pid)
-    forward.kill()  # leftovers in the job's group would hold GPU memory nobody accounts for
+    end_leftovers(forward)
     record_exit(exit_path, spec, {"exit_code": exit_code, "signal": signum,
                                   "ended_at": time.time(), "error": ""})
     return 0

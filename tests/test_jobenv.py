@@ -21,7 +21,7 @@ UUID_RE = re.compile(r"^GPU-[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9
 # Every variable the scheduler owns: a submitter's copy never reaches the job.
 SCHEDULER_KEYS = {"CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER", "NVIDIA_VISIBLE_DEVICES",
                   "GPUSCHED_JOB_ID", "GPUSCHED_NUM_GPUS", "GPUSCHED_GPU_MEM",
-                  "MASTER_ADDR", "MASTER_PORT",
+                  "MASTER_ADDR", "MASTER_PORT", "PET_MASTER_PORT",
                   # added by later features (retries, host resources, arrays, time limits,
                   # progress reports)
                   "GPUSCHED_ATTEMPT", "GPUSCHED_CPUS", "GPUSCHED_MEM", "GPUSCHED_ARRAY_ID",
@@ -83,6 +83,7 @@ def expected(submitted: dict[str, str], job: dict, ids: list[str], mem: int | No
         "GPUSCHED_NUM_GPUS": str(len(ids)),
         "MASTER_ADDR": "127.0.0.1",
         "MASTER_PORT": str(job["master_port"]),
+        "PET_MASTER_PORT": str(job["master_port"]),  # torchrun's name for it
     })
     if mem is not None:
         out["GPUSCHED_GPU_MEM"] = str(mem)
@@ -197,3 +198,12 @@ def test_index_mode_names_gpus_by_index(make_home):
     assert seen == expected(env, job, indices, GiB)
     assert seen["CUDA_VISIBLE_DEVICES"] == ",".join(indices)
     assert all(i.isdigit() for i in seen["CUDA_VISIBLE_DEVICES"].split(","))
+
+
+def test_config_env_defaults_reach_every_job_unless_the_job_sets_them(make_home):
+    home = make_home("1x80GiB")
+    home.write_config('[jobs]\nenv = { TF_FORCE_GPU_ALLOW_GROWTH = "true", MY_FLAG = "cfg" }\n')
+    env = submitter_env(home, MY_FLAG="mine")
+    job, seen = run_env_job(home, env, "--gpus", "0")
+    assert seen == {**expected(env, job, [], None), "TF_FORCE_GPU_ALLOW_GROWTH": "true"}
+    assert seen["MY_FLAG"] == "mine"

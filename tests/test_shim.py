@@ -1,0 +1,38 @@
+"""The shim reaches processes that left the job's process group (torchrun's workers do)."""
+
+import os
+
+import psutil
+
+from conftest import wait_until
+
+# The job starts a child in a session of its own (as torchrun does with its workers),
+# records its pid, and waits for a file before ending.
+ESCAPER = ("sh", "-c", "setsid sleep 300 & echo $! > escaped.pid; "
+           "while [ ! -e end ]; do sleep 0.05; done")
+
+
+def _escaped(home) -> psutil.Process:
+    pid_file = home.path / "escaped.pid"
+    wait_until(lambda: pid_file.exists() and pid_file.read_text().strip(), "the escaped pid")
+    return psutil.Process(int(pid_file.read_text()))
+
+
+def test_a_process_in_its_own_session_dies_when_the_job_ends(home):
+    job_id = home.submit("--", *ESCAPER)
+    escaped = _escaped(home)
+    assert escaped.is_running() and os.getpgid(escaped.pid) == escaped.pid  # its own group
+    (home.path / "end").touch()
+    home.wait_state(job_id, "succeeded")
+    wait_until(lambda: not escaped.is_running() or escaped.status() == psutil.STATUS_ZOMBIE,
+               "the escaped process to be killed")
+
+
+def test_cancel_reaches_a_process_in_its_own_session(home):
+    home.write_config('[daemon]\ncancel_grace = "30s"\n')
+    job_id = home.submit("--", *ESCAPER)
+    escaped = _escaped(home)
+    home.run("cancel", str(job_id))
+    home.wait_state(job_id, "cancelled")
+    wait_until(lambda: not escaped.is_running() or escaped.status() == psutil.STATUS_ZOMBIE,
+               "the escaped process to get SIGTERM")
