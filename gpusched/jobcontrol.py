@@ -45,7 +45,6 @@ class JobControl:
     # -- ends -----------------------------------------------------------------------------
     def reconcile_running(self, check_liveness: bool = False) -> None:
         """Record runs that ended: from their exit record, or as lost if their shim vanished."""
-        runner.reap_children()
         d = self.d
         if not d.running():
             return

@@ -286,17 +286,6 @@ def pid_owners(running: Iterable[Job]) -> dict[int, int]:
     return owners
 
 
-def reap_children() -> None:
-    """Collect exited shims this daemon started, so they do not linger as zombies."""
-    while True:
-        try:
-            pid, _ = os.waitpid(-1, os.WNOHANG)
-        except ChildProcessError:
-            return
-        if pid == 0:
-            return
-
-
 def clear_run(jobs_root: Path, job_id: int) -> None:
     """Forget a finished run's spec and exit record before the job is queued again."""
     for name in (shim.SPEC_FILE, shim.EXIT_FILE, shim.PID_FILE):

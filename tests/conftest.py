@@ -115,19 +115,30 @@ class Home:
         return mine
 
     def cleanup(self) -> None:
+        # Gather the tree first: once the daemon is gone its launcher exits too, and the
+        # shims and jobs it started are no longer below anything of this home's.
+        procs = with_descendants(self.processes())
         self.run("daemon", "stop", check=False, timeout=40)
-        procs = self.processes()
-        for proc in procs:
-            try:
-                procs += proc.children(recursive=True)
-            except psutil.Error:
-                pass
-        for proc in procs:
-            try:
-                proc.kill()
-            except psutil.Error:
-                pass
-        psutil.wait_procs(procs, timeout=10)
+        kill_all(procs + with_descendants(self.processes()))
+
+
+def with_descendants(procs: list[psutil.Process]) -> list[psutil.Process]:
+    out = list(procs)
+    for proc in procs:
+        try:
+            out += proc.children(recursive=True)
+        except psutil.Error:
+            pass
+    return out
+
+
+def kill_all(procs: list[psutil.Process]) -> None:
+    for proc in procs:
+        try:
+            proc.kill()
+        except psutil.Error:
+            pass
+    psutil.wait_procs(procs, timeout=10)
 
 
 @pytest.fixture

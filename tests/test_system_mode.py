@@ -18,7 +18,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from conftest import DEADLINE_S, REPO, wait_until
+from conftest import DEADLINE_S, REPO, kill_all, wait_until, with_descendants
 
 TOOLS = ("useradd", "userdel", "groupadd", "groupdel", "setpriv")
 pytestmark = [
@@ -155,20 +155,9 @@ class SystemRoot:
         return [json.loads(line) for line in self.audit_log.read_text().splitlines()]
 
     def cleanup(self) -> None:
-        procs = []
-        for proc in psutil.process_iter(["cmdline"]):
-            if any(str(self.path) in part for part in proc.info["cmdline"] or ()):
-                procs.append(proc)
-                try:
-                    procs += proc.children(recursive=True)
-                except psutil.Error:
-                    pass
-        for proc in procs:
-            try:
-                proc.kill()
-            except psutil.Error:
-                pass
-        psutil.wait_procs(procs, timeout=10)
+        kill_all(with_descendants([
+            proc for proc in psutil.process_iter(["cmdline"])
+            if any(str(self.path) in part for part in proc.info["cmdline"] or ())]))
         shutil.rmtree(self.path, ignore_errors=True)
 
 
@@ -201,16 +190,14 @@ def system(make_system):
 
 
 def _run_uids(system: SystemRoot, job_id: int) -> tuple[int, set[int]] | None:
-    """(the shim's uid, the real uids of the processes under it), found by the job dir."""
-    target = str(system.path / "var/lib/gpusched/jobs" / str(job_id))
-    for proc in psutil.process_iter(["cmdline"]):
-        try:
-            if (proc.info["cmdline"] or [])[-1:] == [target]:
-                children = proc.children(recursive=True)
-                return proc.uids().real, {c.uids().real for c in children}
-        except psutil.Error:
-            pass
-    return None
+    """(the shim's uid, the real uids of the processes under it), found by the pid file
+    the shim writes in its job directory."""
+    pid_file = system.path / "var/lib/gpusched/jobs" / str(job_id) / "shim.pid"
+    try:
+        proc = psutil.Process(int(pid_file.read_text()))
+        return proc.uids().real, {c.uids().real for c in proc.children(recursive=True)}
+    except (OSError, ValueError, psutil.Error):
+        return None
 
 
 # -- the daemon and its files --------------------------------------------------------------
