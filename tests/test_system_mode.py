@@ -155,9 +155,15 @@ class SystemRoot:
         return [json.loads(line) for line in self.audit_log.read_text().splitlines()]
 
     def cleanup(self) -> None:
-        kill_all(with_descendants([
-            proc for proc in psutil.process_iter(["cmdline"])
-            if any(str(self.path) in part for part in proc.info["cmdline"] or ())]))
+        """Every daemon of this root (started with its GPUSCHED_SYSTEM_ROOT), its launcher,
+        shims and jobs, and any process still running from a path inside it."""
+        mine = []
+        for proc in psutil.process_iter(["cmdline", "environ"]):
+            env = proc.info["environ"] or {}
+            if env.get("GPUSCHED_SYSTEM_ROOT") == str(self.path) or any(
+                    str(self.path) in part for part in proc.info["cmdline"] or ()):
+                mine.append(proc)
+        kill_all(with_descendants(mine))
         shutil.rmtree(self.path, ignore_errors=True)
 
 
