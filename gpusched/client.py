@@ -10,12 +10,11 @@ import os
 import socket
 import sys
 import time
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from gpusched import protocol, trust
-from gpusched.config import Paths, ensure_private_dir
+from gpusched.paths import Paths, ensure_private_dir
 from gpusched.errors import ERROR_KINDS, DaemonUnavailable, GpuschedError, PermissionDenied
 from gpusched.modes import client_paths
 
@@ -109,8 +108,7 @@ class Client:
             return False
 
 
-@dataclass(frozen=True)
-class StartedDaemon:
+class StartedDaemon(NamedTuple):
     """A daemon this process started, and where its part of the shared log begins."""
 
     process: Any  # subprocess.Popen

@@ -15,7 +15,8 @@ from filelock import FileLock, Timeout
 
 from gpusched import __version__, placement, runner, scheduling
 from gpusched.authz import Authz
-from gpusched.config import Paths, Settings, ensure_private_dir, load_settings
+from gpusched.config import Settings, load_settings
+from gpusched.paths import Paths, ensure_private_dir
 from gpusched.errors import ConfigError, GpuschedError
 from gpusched.gpus import GpuBackend, open_backend
 from gpusched.cgroups import CgroupJobs

@@ -12,7 +12,7 @@ from rich.console import Console
 
 from gpusched import render
 from gpusched.client import Client, start_daemon, wait_for_exit
-from gpusched.config import resolve_paths
+from gpusched.paths import resolve_paths
 
 GIB = 2**30
 # (name, gpus, GiB per GPU or None for whole GPUs, seconds): more than 4 GPUs can hold.

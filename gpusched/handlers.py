@@ -177,7 +177,7 @@ class Handlers:
 
     def _insert(self, template: Job, indices: tuple, throttle: int | None) -> list[int]:
         """Queue one job, or one per array index; returns their ids."""
-        store, jobs_dir = self.d.store, self.d.paths.jobs_dir
+        store = self.d.store
         ids = store.insert([template] * len(indices))
         array_id = ids[0] if indices != (None,) else None
         for job_id, index in zip(ids, indices):

@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import os
 import stat
-from dataclasses import replace
 from pathlib import Path
 
-from gpusched.config import Paths, load_settings, resolve_paths
+from gpusched.paths import Paths, resolve_paths
 from gpusched.errors import ConfigError
 
 # Moves the whole system layout (/etc, /var, /run) under another directory, for tests.
@@ -29,7 +28,7 @@ def client_paths(environ: dict[str, str] | None = None) -> Paths:
     env = os.environ if environ is None else environ
     if env.get("GPUSCHED_SOCKET"):
         socket_file = Path(env["GPUSCHED_SOCKET"]).expanduser().absolute()
-        return replace(resolve_paths(env), mode="socket", socket_file=socket_file)
+        return resolve_paths(env)._replace(mode="socket", socket_file=socket_file)
     if not env.get("GPUSCHED_HOME"):
         system = system_paths(env)
         if os.path.lexists(system.socket):
@@ -45,6 +44,8 @@ def daemon_paths(system: bool, user: bool, environ: dict[str, str] | None = None
         return system_paths(env)
     if not user and os.geteuid() == 0 and not env.get("GPUSCHED_HOME"):
         candidate = system_paths(env)
+        from gpusched.config import load_settings  # settings only when a daemon starts
+
         if load_settings(candidate.config_file, {}).mode == "system":
             return candidate
     return resolve_paths(env)

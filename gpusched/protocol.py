@@ -6,8 +6,7 @@ import json
 import socket
 import struct
 import time
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from gpusched.errors import ProtocolError
 
@@ -16,8 +15,7 @@ READ_TIMEOUT_S = 10.0
 _HEADER = struct.Struct(">I")
 
 
-@dataclass(frozen=True)
-class Command:
+class Command(NamedTuple):
     required: frozenset[str] = frozenset()
     optional: frozenset[str] = frozenset()
 

@@ -9,12 +9,13 @@ import stat
 from pathlib import Path
 
 from gpusched import protocol
-from gpusched.config import Paths, load_settings
+from gpusched.paths import Paths
 from gpusched.errors import PermissionDenied
 
 
 def _service_uid(paths: Paths) -> int | None:
     """The uid of `system.service_user` in the system config, if one is set."""
+    from gpusched.config import load_settings  # only for a socket that is not the caller's
     from gpusched.modes import system_paths
 
     config = paths.config_file if paths.is_system else system_paths().config_file

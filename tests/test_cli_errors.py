@@ -17,7 +17,7 @@ import pytest
 
 from conftest import REPO, Home, wait_until
 from gpusched.client import Client
-from gpusched.config import resolve_paths
+from gpusched.paths import resolve_paths
 
 
 def assert_one_error_line(proc: subprocess.CompletedProcess, status: int, *words: str) -> str:

@@ -20,7 +20,7 @@ import pytest
 from conftest import Home, wait_until
 from gpusched import __version__
 from gpusched.client import Client
-from gpusched.config import resolve_paths
+from gpusched.paths import resolve_paths
 
 GiB = 2**30
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 
 import pytest
 import typer
@@ -42,7 +41,7 @@ def assert_same(argv: list[str], typer_parse) -> SubmitOptions:
     # Compare field by field as plain values: a tuple where the other has a list is the
     # same command line, but a different value is a real disagreement.
     as_plain = lambda o: {k: list(v) if isinstance(v, (list, tuple)) else v
-                          for k, v in dataclasses.asdict(o).items()}
+                          for k, v in o.as_dict().items()}
     assert as_plain(fast) == as_plain(full), argv
     return fast
 

@@ -14,7 +14,7 @@ import pytest
 
 from conftest import REPO, Home, wait_until
 from gpusched.client import Client
-from gpusched.config import resolve_paths
+from gpusched.paths import resolve_paths
 
 GiB = 2**30
 UUID_RE = re.compile(r"^GPU-[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")

@@ -20,7 +20,7 @@ import pytest
 
 from conftest import DEADLINE_S, REPO, Home, wait_until
 from gpusched.client import Client
-from gpusched.config import resolve_paths
+from gpusched.paths import resolve_paths
 from gpusched.errors import NotFound
 
 

@@ -13,7 +13,8 @@ import pytest
 
 from conftest import REPO, wait_until
 from gpusched import privileges, protocol, trust
-from gpusched.config import Settings, resolve_paths
+from gpusched.config import Settings
+from gpusched.paths import resolve_paths
 from gpusched.daemon import check_mode
 from gpusched.errors import ConfigError, PermissionDenied
 from gpusched.modes import client_paths, daemon_paths, system_paths

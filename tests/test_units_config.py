@@ -11,7 +11,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from gpusched import config
-from gpusched.config import Settings, example_toml, load_settings, resolve_paths
+from gpusched.config import Settings, example_toml, load_settings
+from gpusched.paths import ensure_private_dir, resolve_paths
 from gpusched.errors import ConfigError
 from gpusched.units import duration_human, parse_duration, parse_size, size_human
 
@@ -233,8 +234,8 @@ def test_deep_home_keeps_the_socket_path_under_the_unix_limit(tmp_path):
 
 def test_private_dir_is_0700(tmp_path):
     target = tmp_path / "a" / "b"
-    config.ensure_private_dir(target)
+    ensure_private_dir(target)
     assert target.stat().st_mode & 0o777 == 0o700
     os.chmod(target, 0o755)
-    config.ensure_private_dir(target)
+    ensure_private_dir(target)
     assert target.stat().st_mode & 0o777 == 0o700
