@@ -489,3 +489,22 @@ def test_any_client_command_starts_the_daemon_and_status_reports_it(make_home):
     later = wait_until(lambda: (s := daemon_status(home))["uptime_s"] > status["uptime_s"]
                        and s, "uptime to grow")
     assert later["pid"] == pid
+
+
+def test_observed_gpu_memory_peak_is_kept_and_counted_in_placement(make_home, tmp_path):
+    """A job that uses more than its --gpu-mem (seen per process, as NVML reports it) keeps
+    its peak in `show`, and placement counts the larger figure from then on."""
+    home = make_home("1x80GiB")
+    home.write_config('[daemon]\ngpu_poll_interval = "0.2s"\n')
+    gate = tmp_path / "go"
+    hungry = home.submit("--gpus", "1", "--gpu-mem", "10G", "--env", "GPUSCHED_SIM_MEM_USED=50G",
+                         "--", "sh", "-c", f"while [ ! -e {gate} ]; do sleep 0.05; done")
+    job = wait_until(lambda: (j := home.show(hungry))["gpu_mem_peak_bytes"] and j,
+                     "the GPU memory peak to be recorded")
+    assert job["gpu_mem_peak_bytes"] == 50 * 2**30
+    # 80 GiB - 50 GiB in use leaves 30: a 40 GiB job must wait.
+    waiting = home.submit("--gpus", "1", "--gpu-mem", "40G", "--", "true")
+    reason = wait_until(lambda: home.show(waiting)["pending_reason"], "a pending reason")
+    assert reason.startswith("needs 1 GPU with 40.0 GiB free; most free is GPU 0 with 30.0 GiB")
+    gate.touch()
+    home.wait_state(waiting, "succeeded")

@@ -347,3 +347,18 @@ def test_planning_is_deterministic_and_order_independent(gpu_spec, requests):
     backward = plan(list(reversed(pending)), loads, inventory, RULES)
     assert dict(forward.starts) == dict(backward.starts)
     assert dict(forward.reasons) == dict(backward.reasons)
+
+
+def test_a_jobs_observed_peak_counts_when_it_is_using_less_now():
+    """Declared 10 GiB, seen at 50 GiB, using 20 GiB now: 30 GiB more may come back."""
+    from gpusched.models import GpuInfo, GpuProcess, Inventory, Job, JobState, Request
+
+    gpu = GpuInfo(index=0, uuid="GPU-a", name="g", mem_total_bytes=80 * GiB,
+                  mem_used_bytes=20 * GiB, util_pct=0.0,
+                  processes=(GpuProcess(pid=4242, gpu_uuid="GPU-a", used_mem_bytes=20 * GiB),))
+    running = Job(id=1, command=("x",), cwd="/", uid=0, user="u", state=JobState.RUNNING,
+                  request=Request(gpus=1, gpu_mem_bytes=10 * GiB), gpu_uuids=("GPU-a",),
+                  gpu_mem_peak_bytes=50 * GiB)
+    loads = gpu_loads(Inventory(gpus=(gpu,)), [running], {4242: 1})
+    assert loads["GPU-a"].promised_bytes == 30 * GiB
+    assert loads["GPU-a"].effective_free_bytes == 30 * GiB
