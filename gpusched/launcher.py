@@ -10,6 +10,7 @@ Run as `python -I -S launcher.py` (stdlib only, like the shim it forks).
 
 from __future__ import annotations
 
+import gc
 import os
 import select
 import signal
@@ -74,5 +75,9 @@ def serve(requests_fd: int, replies_fd: int) -> None:
 
 if __name__ == "__main__":
     assert protocol  # imported so every forked shim has it loaded already
+    # A forked shim copies each memory page it writes to, and a garbage collection pass
+    # writes to every object: the shims allocate no cycles worth collecting.
+    gc.disable()
+    gc.freeze()
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # a Ctrl-C at the daemon's terminal is for it
     serve(0, 1)

@@ -36,3 +36,12 @@ def test_cancel_reaches_a_process_in_its_own_session(home):
     home.wait_state(job_id, "cancelled")
     wait_until(lambda: not escaped.is_running() or escaped.status() == psutil.STATUS_ZOMBIE,
                "the escaped process to get SIGTERM")
+
+
+def test_a_command_that_cannot_start_fails_with_127_and_says_why(home):
+    missing = home.submit("--", "no-such-command-gpusched")
+    job = home.wait_state(missing, "failed")
+    assert job["exit_code"] == 127
+    assert job["end_reason"].startswith("cannot start: FileNotFoundError")
+    assert "gpusched: cannot start job: FileNotFoundError" in home.run(
+        "logs", "--stderr", str(missing)).stdout
