@@ -66,6 +66,7 @@ class Daemon:
         self._schedule_needed = True
         self.started_at = time.time()
         self.jobs: dict[int, Job] = {}  # pending and running jobs; finished ones live in the store
+        self._running: dict[int, Job] = {}  # the running ones among them
         self.inventory = Inventory(backend=backend.name)
         self.pid_jobs: dict[int, int] = {}
         self.boot_id = runner.boot_id()
@@ -218,8 +219,13 @@ class Daemon:
             pass
         return calls
 
+    def load_active(self, jobs: list[Job]) -> None:
+        self.jobs = {job.id: job for job in jobs}
+        self._running = {job.id: job for job in jobs if job.is_running}
+
     def running(self) -> list[Job]:
-        return [j for j in self.jobs.values() if j.state is JobState.RUNNING]
+        # Kept apart from the queue: asked several times a pass, with thousands pending.
+        return list(self._running.values())
 
     def pending(self) -> list[Job]:
         return [j for j in self.jobs.values() if j.state is JobState.PENDING]
@@ -233,6 +239,10 @@ class Daemon:
             self.jobs.pop(job.id, None)
         else:
             self.jobs[job.id] = job
+        if job.is_running:
+            self._running[job.id] = job
+        else:
+            self._running.pop(job.id, None)
         if previous is not None and previous.state is JobState.RUNNING and not job.is_running:
             # A run ended: its GPUs are free, so read them again rather than wait for the
             # poll, and let waiting jobs (and dependents) be considered.

@@ -27,7 +27,7 @@ class JobControl:
     def adopt(self) -> None:
         """Keep running jobs that still run, settle the rest."""
         d = self.d
-        d.jobs = {job.id: job for job in d.store.active()}
+        d.load_active(d.store.active())
         with d.store.write():
             for job in list(d.jobs.values()):
                 if job.state is JobState.PENDING and runner.was_started(d.paths.jobs_dir, job.id):

@@ -179,9 +179,11 @@ def start_shim(job: Job, env: Mapping[str, str], jobs_root: Path, socket_path: P
 
 
 def read_exit_record(jobs_root: Path, job_id: int) -> ExitRecord | None:
-    path = job_dir(jobs_root, job_id) / shim.EXIT_FILE
+    # Plain strings, not Path objects: this runs for every running job on every pass.
+    path = os.path.join(jobs_root, str(job_id), shim.EXIT_FILE)
     try:
-        data = json.loads(path.read_text())
+        with open(path, "rb") as record:
+            data = json.loads(record.read())
     except (OSError, ValueError):
         return None
     return ExitRecord(data.get("exit_code"), data.get("signal"), float(data.get("ended_at", 0)),

@@ -115,14 +115,20 @@ def _row_to_job(row: sqlite3.Row) -> Job:
     return Job(**values)
 
 
-def _job_to_row(job: Job) -> dict:
-    row = {name: getattr(job, name) for name in _JOB_FIELDS}
+# Fixed at submit: an update need not rewrite (nor re-encode) them, the environment above all.
+_SET_AT_SUBMIT = frozenset({"command", "env", "cwd", "uid", "user", "submit_pid", "submitted_at"})
+
+
+def _job_to_row(job: Job, for_update: bool = False) -> dict:
+    fields = [n for n in _JOB_FIELDS if n not in _SET_AT_SUBMIT] if for_update else _JOB_FIELDS
+    row = {name: getattr(job, name) for name in fields}
     row["gpus"], row["gpu_mem_bytes"] = job.request.gpus, job.request.gpu_mem_bytes
     row["cpus"], row["mem_bytes"] = job.request.cpus, job.request.mem_bytes
     row["constraints"] = json.dumps(asdict(job.request.constraints))
     row["state"] = job.state.value
     for key, is_tuple in _JSON_TUPLES.items():
-        row[key] = json.dumps(list(row[key]) if is_tuple else row[key])
+        if key in row:
+            row[key] = json.dumps(list(row[key]) if is_tuple else row[key])
     return row
 
 
@@ -219,7 +225,7 @@ class Store:
         return ids
 
     def update(self, job: Job) -> None:
-        row = _job_to_row(job)
+        row = _job_to_row(job, for_update=True)
         sets = ", ".join(f"{c} = :{c}" for c in row if c != "id")
         self._conn.execute(f"UPDATE jobs SET {sets} WHERE id = :id", row)
 
