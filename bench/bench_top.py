@@ -22,7 +22,6 @@ import pty
 import signal
 import struct
 import subprocess
-import sys
 import tempfile
 import termios
 import threading

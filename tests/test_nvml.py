@@ -15,12 +15,8 @@ import pytest
 from gpusched.gpus import nvml
 from gpusched.gpus.nvml import NvmlBackend
 
-try:  # tests/ may or may not become a package; work either way
-    from tests.fake_nvml import (OLD_DRIVER_ABSENT, FakeDriver, FakeGpu, FakeNvmlGap,
-                                 FakeProcess, fake_nvml, make_gpu, make_mig)
-except ImportError:
-    from fake_nvml import (OLD_DRIVER_ABSENT, FakeDriver, FakeGpu, FakeNvmlGap,  # type: ignore
-                           FakeProcess, fake_nvml, make_gpu, make_mig)
+from fake_nvml import (OLD_DRIVER_ABSENT, FakeDriver, FakeNvmlGap, FakeProcess, fake_nvml,
+                       make_gpu, make_mig)
 
 __all__ = ["fake_nvml"]  # the fixture, imported so that pytest finds it here
 

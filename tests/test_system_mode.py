@@ -97,7 +97,7 @@ class SystemRoot:
     def start(self) -> int:
         """Start it detached, as systemd would: not our child, so `daemon stop` sees it go."""
         log = self.path / "daemon.out"
-        subprocess.run(["sh", "-c", f'"$0" -m gpusched daemon run --system >>"$1" 2>&1 &',
+        subprocess.run(["sh", "-c", '"$0" -m gpusched daemon run --system >>"$1" 2>&1 &',
                         sys.executable, str(log)], env=self.daemon_env, check=True, cwd="/",
                        start_new_session=True, stdin=subprocess.DEVNULL)
         self.daemon_pid = wait_until(self._status_pid, "the system daemon to answer")
