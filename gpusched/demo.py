@@ -49,6 +49,9 @@ def _show(console: Console, client: Client, started: float) -> bool:
 
 def run_demo(console: Console) -> int:
     home = tempfile.mkdtemp(prefix="gpusched-demo-")
+    # A simulated box of 16 cores, so that a small machine's few cores (each job reserves
+    # one) do not hide how the GPUs are shared.
+    Path(home, "gpusched.toml").write_text("[host]\ncpus = 16\n")
     env = {**os.environ, "GPUSCHED_HOME": home, "GPUSCHED_SIMULATE": "4x80GiB"}
     env.pop("GPUSCHED_CONFIG", None)
     paths = resolve_paths(env)
