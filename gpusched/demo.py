@@ -40,7 +40,7 @@ def _submit_all(client: Client, env: dict[str, str], cwd: str) -> list[int]:
 def _show(console: Console, client: Client, started: float) -> bool:
     """Print the queue and the GPUs once; True while jobs are left."""
     jobs = client.call("list", all=True)["jobs"]
-    console.rule(f"t = {time.monotonic() - started:.0f} s")
+    console.print(f"\n-- t = {time.monotonic() - started:.0f} s --")
     console.print(render.jobs_table(jobs))
     console.print()
     console.print(render.gpus_table(client.call("gpus")))
