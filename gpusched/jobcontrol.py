@@ -188,15 +188,23 @@ class JobControl:
         started_at = time.time()
         env = runner.job_environment(job, gpus, port, d.settings.visible_devices, started_at,
                                      dict(d.settings.job_env))
-        pid, pid_started = runner.start_shim(job, env, d.paths.jobs_dir, d.paths.socket,
-                                             d.settings.cancel_grace_s, d.launcher, cgroup,
-                                             run_as=job.uid if d.paths.is_system else None)
+        try:
+            pid, pid_started = runner.start_shim(job, env, d.paths.jobs_dir, d.paths.socket,
+                                                 d.settings.cancel_grace_s, d.launcher, cgroup,
+                                                 run_as=job.uid if d.paths.is_system else None)
+        except OSError as exc:  # no shim (the job dir, the launcher): the job, not the daemon, fails
+            log.exception("cannot start job %d", job.id)
+            pid, pid_started, failure = None, None, f"cannot start its shim: {exc}"
+        else:
+            failure = ""
         # No GPU read is needed now: until the next one, the new job's whole declared
         # memory counts as promised (placement.gpu_loads).
-        d.save(transition(
+        started = transition(
             job, JobState.RUNNING, started_at=started_at, gpu_uuids=tuple(g.uuid for g in gpus),
             gpu_indices=tuple(g.index for g in gpus), master_port=port, pending_reason="",
-            shim_pid=pid, shim_start_time=pid_started, boot_id=d.boot_id))
+            shim_pid=pid, shim_start_time=pid_started, boot_id=d.boot_id)
+        d.save(transition(started, JobState.FAILED, ended_at=time.time(), end_reason=failure)
+               if failure else started)
 
 
 def _array_state(states: list[JobState]) -> JobState:

@@ -45,3 +45,15 @@ def test_a_command_that_cannot_start_fails_with_127_and_says_why(home):
     assert job["end_reason"].startswith("cannot start: FileNotFoundError")
     assert "gpusched: cannot start job: FileNotFoundError" in home.run(
         "logs", "--stderr", str(missing)).stdout
+
+
+def test_a_job_whose_shim_cannot_start_fails_and_the_daemon_carries_on(home):
+    """A job directory that cannot be made (a file in its place) fails that job only."""
+    home.start()
+    jobs_dir = home.state / "jobs"
+    jobs_dir.mkdir(parents=True, exist_ok=True)
+    next_id = 1 + max([j["id"] for j in home.jobs()], default=0)
+    (jobs_dir / str(next_id)).write_text("in the way")
+    job = home.wait_state(home.submit("--", "true"), "failed", "succeeded")
+    assert job["state"] == "failed" and job["end_reason"].startswith("cannot start its shim")
+    assert home.wait_state(home.submit("--", "true"), "succeeded")["exit_code"] == 0
