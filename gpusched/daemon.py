@@ -26,13 +26,15 @@ from gpusched.jobcontrol import JobControl
 from gpusched.models import Inventory, Job, JobState
 from gpusched.modes import ensure_public_dir
 from gpusched.policies import load_custom_policies, placement_rules
-from gpusched.server import SocketServer, error_reply
+from gpusched.server import SocketServer, WakeListener, error_reply
 from gpusched.store import Store
 
 log = logging.getLogger("gpusched.daemon")
 
 # The loop wakes at least this often, so a stop signal or a missed wake-up costs little.
 _MAX_SLEEP_S = 0.5
+# Put on the call queue by the wake socket: it only ends the loop's wait.
+_WAKE = object()
 # A `wait` request is answered after this long at most; the client simply asks again.
 _WAIT_SLICE_S = 30.0
 
@@ -71,7 +73,7 @@ class Daemon:
         self.pid_jobs: dict[int, int] = {}
         self.boot_id = runner.boot_id()
         self.stopping = False
-        self._calls: queue.Queue[Call] = queue.Queue()
+        self._calls: queue.Queue[Any] = queue.Queue()  # Calls, and _WAKE
         self._waiters: list[Call] = []
         self._next_gpu_read = 0.0
         self._gpus_dirty = True
@@ -117,9 +119,13 @@ class Daemon:
                 # before the first request, which may come the moment the socket listens.
                 self.read_gpus()
                 server.start()
+                wake = WakeListener(self.paths.wake_socket, self.wake)
                 log.info("gpusched %s daemon started (pid %d, backend %s)",
                          __version__, os.getpid(), self.backend.name)
-                self.loop()
+                try:
+                    self.loop()
+                finally:
+                    wake.close()
             finally:
                 server.close()
                 self._answer_everyone()
@@ -170,7 +176,9 @@ class Daemon:
         for call in self._waiters:
             call.answer(self.handlers.wait_reply(call))
         while not self._calls.empty():
-            self._calls.get_nowait().answer(error_reply(GpuschedError("the daemon is stopping")))
+            call = self._calls.get_nowait()
+            if call is not _WAKE:
+                call.answer(error_reply(GpuschedError("the daemon is stopping")))
 
     # -- the loop -----------------------------------------------------------------------
     def queue_rules(self) -> scheduling.QueueRules:
@@ -217,7 +225,11 @@ class Daemon:
                 calls.append(self._calls.get_nowait())
         except queue.Empty:
             pass
-        return calls
+        return [call for call in calls if call is not _WAKE]
+
+    def wake(self) -> None:
+        """A job ended (its shim said so): run a pass now rather than at the next timeout."""
+        self._calls.put(_WAKE)
 
     def load_active(self, jobs: list[Job]) -> None:
         self.jobs = {job.id: job for job in jobs}

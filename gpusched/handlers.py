@@ -50,8 +50,7 @@ class Handlers:
             "show": self.show, "cancel": self.cancel, "wait": self.wait, "gpus": self.gpus,
             "stop": self.stop, "snapshot": self.snapshot, "hold": self.hold,
             "release": self.release, "update": self.update, "drain": self.drain,
-            "resume": self.resume, "job_exited": lambda call: {},
-            "logs": self.logs, "env": self.env,
+            "resume": self.resume, "logs": self.logs, "env": self.env,
         }
         assert set(self._table) | {"ping"} == set(COMMANDS), "handlers and protocol disagree"
 

@@ -189,7 +189,7 @@ class JobControl:
         env = runner.job_environment(job, gpus, port, d.settings.visible_devices, started_at,
                                      dict(d.settings.job_env))
         try:
-            pid, pid_started = runner.start_shim(job, env, d.paths.jobs_dir, d.paths.socket,
+            pid, pid_started = runner.start_shim(job, env, d.paths.jobs_dir, d.paths.wake_socket,
                                                  d.settings.cancel_grace_s, d.launcher, cgroup,
                                                  run_as=job.uid if d.paths.is_system else None)
         except OSError as exc:  # no shim (the job dir, the launcher): the job, not the daemon, fails

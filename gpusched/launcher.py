@@ -16,10 +16,10 @@ import select
 import signal
 import sys
 
-# Run by path with -I -S: make the package importable for the shim and protocol modules.
+# Run by path with -I -S: make the package importable for the shim module.
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from gpusched import protocol, shim  # noqa: E402  (protocol: the shims' wake-up call)
+from gpusched import shim  # noqa: E402
 
 _REAP_EVERY_S = 1.0
 
@@ -74,7 +74,6 @@ def serve(requests_fd: int, replies_fd: int) -> None:
 
 
 if __name__ == "__main__":
-    assert protocol  # imported so every forked shim has it loaded already
     # A forked shim copies each memory page it writes to, and a garbage collection pass
     # writes to every object: the shims allocate no cycles worth collecting.
     gc.disable()

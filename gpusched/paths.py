@@ -38,6 +38,11 @@ class Paths(NamedTuple):
         return self.socket_file or self.run_dir / "gpusched.sock"
 
     @property
+    def wake_socket(self) -> Path:
+        """A datagram socket on which a job's shim wakes the daemon when the job ends."""
+        return self.run_dir / "wake.sock"
+
+    @property
     def audit_log(self) -> Path:
         """Every refused request: who asked (uid, pid), what, and for which job."""
         return self.state_dir / "audit.log"

@@ -43,9 +43,6 @@ COMMANDS: dict[str, Command] = {
     # Everything `gpusched top` draws in one frame: daemon, GPUs, reservations, jobs.
     "snapshot": _cmd("", "lean"),
     "stop": _cmd(),
-    # Sent by a job's shim after it wrote the exit record: only a wake-up, the daemon
-    # reads the record itself.
-    "job_exited": _cmd("id"),
     # A job for its owner or an admin only: its log paths (the client reads the files)
     # and the environment it was submitted with.
     "logs": _cmd("id"),

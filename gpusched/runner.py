@@ -153,7 +153,7 @@ class Launcher:
             self._proc = None
 
 
-def start_shim(job: Job, env: Mapping[str, str], jobs_root: Path, socket_path: Path,
+def start_shim(job: Job, env: Mapping[str, str], jobs_root: Path, wake_path: Path,
                grace_s: float, launcher: Launcher, cgroup: Path | None = None,
                run_as: int | None = None) -> tuple[int, float]:
     """Write the job's spec and start its shim in a new session; return (pid, start time).
@@ -164,7 +164,7 @@ def start_shim(job: Job, env: Mapping[str, str], jobs_root: Path, socket_path: P
     directory.mkdir(mode=0o700, parents=True, exist_ok=True)
     spec = {"job_id": job.id, "command": list(job.command), "env": dict(env), "cwd": job.cwd,
             "stdout": job.stdout_path, "stderr": job.stderr_path, "grace_s": grace_s,
-            "socket": str(socket_path), "cpu_ids": list(job.cpu_ids),
+            "wake": str(wake_path), "cpu_ids": list(job.cpu_ids),
             "cgroup": str(cgroup) if cgroup else "", "run_as": run_as}
     # The spec doubles as the "this job was started" marker for a daemon that dies before
     # it records the start. Only a daemon crash needs it (a power cut ends the job too),

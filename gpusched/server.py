@@ -164,3 +164,43 @@ class SocketServer:
             protocol.send(conn, reply)
         except OSError:
             pass
+
+
+class WakeListener:
+    """A datagram socket that job shims poke when a job ends: one thread, no connections.
+
+    A datagram carries nothing the daemon trusts (it reads the exit record itself), so
+    any process that can reach the socket can at most make the loop run a pass early.
+    """
+
+    def __init__(self, path: Path, wake: Callable[[], None]):
+        self.path, self._wake = path, wake
+        if path.exists() or path.is_symlink():
+            path.unlink()  # stale: the caller holds the daemon lock
+        self._sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+        old_umask = os.umask(0o177)
+        try:
+            self._sock.bind(str(path))
+        finally:
+            os.umask(old_umask)
+        self._thread = threading.Thread(target=self._listen, name="wake", daemon=True)
+        self._thread.start()
+
+    def _listen(self) -> None:
+        while True:
+            try:
+                self._sock.recv(64)
+            except OSError:
+                return  # closed
+            self._wake()
+
+    def close(self) -> None:
+        try:
+            self._sock.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+        self._sock.close()
+        try:
+            self.path.unlink()
+        except FileNotFoundError:
+            pass

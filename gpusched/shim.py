@@ -2,7 +2,7 @@
 
 Forked by the shim launcher (gpusched/launcher.py) in a new session, so that it outlives
 the daemon; `python -I -S shim.py JOBDIR` runs one by hand. It imports only the standard
-library (and the stdlib-only protocol module), because it runs for every job.
+library (and, in system mode, the stdlib-only privileges module): it runs for every job.
 """
 
 from __future__ import annotations
@@ -11,6 +11,7 @@ import ctypes
 import json
 import os
 import signal
+import socket
 import sys
 import time
 
@@ -283,18 +284,16 @@ def wait_for(pid: int) -> tuple[int | None, int | None]:
 
 
 def notify_daemon(spec: dict) -> None:
-    """Best effort: wake the daemon now rather than at its next poll."""
+    """Best effort: wake the daemon now rather than at its next pass (half a second).
+
+    One datagram, nothing to wait for: the daemon reads the exit record itself, so the
+    message carries nothing and a lost one costs only that wait.
+    """
     try:
-        import socket
-
-        from gpusched import protocol
-
-        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
-            sock.settimeout(2.0)
-            sock.connect(spec["socket"])
-            protocol.send(sock, {"cmd": "job_exited", "args": {"id": spec["job_id"]}})
-            protocol.receive(sock)
-    except Exception:  # noqa: BLE001 - the daemon also polls; a lost wake-up costs a poll
+        with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as sock:
+            sock.setblocking(False)
+            sock.sendto(b"!", spec["wake"])
+    except OSError:
         pass
 
 
@@ -338,6 +337,6 @@ def run(job_dir: str) -> int:
 
 
 if __name__ == "__main__":
-    # Run by path with -I -S: make the package importable for the protocol module.
+    # Run by path with -I -S: make the package importable (privileges, in system mode).
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     sys.exit(run(sys.argv[1]))
