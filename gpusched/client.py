@@ -177,7 +177,3 @@ def wait_for_exit(pid: int, timeout_s: float) -> bool:
             return True
         time.sleep(0.02)
     return False
-
-
-def read_log(path: str | Path) -> bytes:
-    return Path(path).read_bytes()

@@ -23,6 +23,35 @@ def error_reply(exc: GpuschedError) -> dict[str, Any]:
     return {"ok": False, "error": {"kind": error_kind(exc), "message": exc.message}}
 
 
+def bind_unix(path: Path, kind: int) -> socket.socket:
+    """A Unix socket bound at `path` (0600), replacing a stale one: the caller holds the
+    daemon lock, so whatever is there is a dead daemon's."""
+    if path.exists() or path.is_symlink():
+        path.unlink()
+    sock = socket.socket(socket.AF_UNIX, kind)
+    # Bind under a restrictive umask so the socket is never reachable with wider
+    # permissions, even for an instant.
+    old_umask = os.umask(0o177)
+    try:
+        sock.bind(str(path))
+    finally:
+        os.umask(old_umask)
+    return sock
+
+
+def close_unix(sock: socket.socket, path: Path) -> None:
+    """Stop a bound socket (waking a thread blocked on it) and remove its file."""
+    try:
+        sock.shutdown(socket.SHUT_RDWR)
+    except OSError:
+        pass
+    sock.close()
+    try:
+        path.unlink()
+    except FileNotFoundError:
+        pass
+
+
 class SocketServer:
     def __init__(self, path: Path, dispatch: Dispatch, mode: int = 0o600, max_per_uid: int = 0,
                  exempt_uids: Collection[int] = ()):
@@ -32,16 +61,7 @@ class SocketServer:
         # every thread; the exempt (root, the daemon's user: job shims among them) never wait.
         self._max_per_uid, self._exempt = max_per_uid, frozenset(exempt_uids)
         self._per_uid: dict[int, int] = {}
-        if path.exists() or path.is_symlink():
-            path.unlink()  # a stale socket: the caller holds the daemon lock, so it is ours
-        self._sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        # Bind under a restrictive umask so the socket is never reachable with wider
-        # permissions, even for an instant.
-        old_umask = os.umask(0o177)
-        try:
-            self._sock.bind(str(path))
-        finally:
-            os.umask(old_umask)
+        self._sock = bind_unix(path, socket.SOCK_STREAM)
         os.chmod(path, mode)
         self._sock.listen(128)
         self._thread = threading.Thread(target=self._accept_loop, name="accept", daemon=True)
@@ -55,15 +75,7 @@ class SocketServer:
 
     def close(self) -> None:
         self._closed = True
-        try:
-            self._sock.shutdown(socket.SHUT_RDWR)
-        except OSError:
-            pass
-        self._sock.close()
-        try:
-            self.path.unlink()
-        except FileNotFoundError:
-            pass
+        close_unix(self._sock, self.path)
 
     def drain(self, timeout_s: float = 2.0) -> None:
         """After close(): let connection threads send the answers they were given (the one
@@ -175,14 +187,7 @@ class WakeListener:
 
     def __init__(self, path: Path, wake: Callable[[], None]):
         self.path, self._wake = path, wake
-        if path.exists() or path.is_symlink():
-            path.unlink()  # stale: the caller holds the daemon lock
-        self._sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
-        old_umask = os.umask(0o177)
-        try:
-            self._sock.bind(str(path))
-        finally:
-            os.umask(old_umask)
+        self._sock = bind_unix(path, socket.SOCK_DGRAM)
         self._thread = threading.Thread(target=self._listen, name="wake", daemon=True)
         self._thread.start()
 
@@ -195,12 +200,4 @@ class WakeListener:
             self._wake()
 
     def close(self) -> None:
-        try:
-            self._sock.shutdown(socket.SHUT_RDWR)
-        except OSError:
-            pass
-        self._sock.close()
-        try:
-            self.path.unlink()
-        except FileNotFoundError:
-            pass
+        close_unix(self._sock, self.path)
