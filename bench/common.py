@@ -78,7 +78,9 @@ def interleaved(rounds: int, contenders: dict[str, Callable[[], float]]) -> dict
 
 def _private_tmpdir(prefix: str) -> Path:
     # Under /tmp, not $TMPDIR: Unix socket paths must stay under 108 bytes.
-    return Path(tempfile.mkdtemp(prefix=prefix, dir="/tmp"))
+    # GPUSCHED_BENCH_TMP picks another short directory, to compare filesystems: where
+    # creating a file is slow (ext4 without a journal), every job's log files show.
+    return Path(tempfile.mkdtemp(prefix=prefix, dir=os.environ.get("GPUSCHED_BENCH_TMP", "/tmp")))
 
 
 _SCRATCH: list[Path] = []

@@ -49,6 +49,7 @@ class Call:
     done: threading.Event = field(default_factory=threading.Event)
     reply: dict[str, Any] | None = None
     deadline: float = 0.0  # for `wait`: when to answer even if jobs still run
+    ended: int = 0  # for `wait`: how many of the leading ids are known to have ended
 
     def answer(self, reply: dict[str, Any]) -> None:
         self.reply = reply
@@ -69,6 +70,7 @@ class Daemon:
         self.started_at = time.time()
         self.jobs: dict[int, Job] = {}  # pending and running jobs; finished ones live in the store
         self._running: dict[int, Job] = {}  # the running ones among them
+        self._pending: dict[int, Job] = {}  # and the pending ones
         self.inventory = Inventory(backend=backend.name)
         self.pid_jobs: dict[int, int] = {}
         self.boot_id = runner.boot_id()
@@ -196,6 +198,7 @@ class Daemon:
                 self.handlers.handle(call)  # each request commits before it is answered
             with self.store.write():  # the loop's own changes: one commit per pass
                 self.run_pass(schedule=bool(calls))
+            self.control.launch_started()
             self.answer_waiters()
 
     def run_pass(self, schedule: bool) -> None:
@@ -234,27 +237,36 @@ class Daemon:
     def load_active(self, jobs: list[Job]) -> None:
         self.jobs = {job.id: job for job in jobs}
         self._running = {job.id: job for job in jobs if job.is_running}
+        self._pending = {job.id: job for job in jobs if job.state is JobState.PENDING}
 
     def running(self) -> list[Job]:
         # Kept apart from the queue: asked several times a pass, with thousands pending.
         return list(self._running.values())
 
     def pending(self) -> list[Job]:
-        return [j for j in self.jobs.values() if j.state is JobState.PENDING]
+        return list(self._pending.values())
 
     def save(self, job: Job) -> None:
         """Store a changed job (inside a write transaction) and keep the active set in step."""
         assert self.store is not None
         self.store.update(job)
+        self.remember(job)
+
+    def remember(self, job: Job) -> None:
+        """Keep the active set in step with a job, without a write of its own: for a job
+        just stored, and for what a restart works out again by itself (pending reasons,
+        and shim pids, which the run files hold). The next save stores those too."""
         previous = self.jobs.get(job.id)
         if job.state.is_final:
             self.jobs.pop(job.id, None)
         else:
             self.jobs[job.id] = job
-        if job.is_running:
-            self._running[job.id] = job
-        else:
-            self._running.pop(job.id, None)
+        for subset, belongs in ((self._running, job.is_running),
+                                (self._pending, job.state is JobState.PENDING)):
+            if belongs:
+                subset[job.id] = job
+            else:
+                subset.pop(job.id, None)
         if previous is not None and previous.state is JobState.RUNNING and not job.is_running:
             # A run ended: its GPUs are free, so read them again rather than wait for the
             # poll, and let waiting jobs (and dependents) be considered.
@@ -287,11 +299,19 @@ class Daemon:
         now = time.monotonic()
         still = []
         for call in self._waiters:
-            if now >= call.deadline or self.handlers.all_final(call.args["ids"]):
+            if now >= call.deadline or self._all_ended(call):
                 call.answer(self.handlers.wait_reply(call))
             else:
                 still.append(call)
         self._waiters = still
+
+    def _all_ended(self, call: Call) -> bool:
+        # An ended job stays ended: step past each once, so that waiting on thousands
+        # of jobs (which mostly end in order) costs next to nothing per pass.
+        ids = call.args["ids"]
+        while call.ended < len(ids) and ids[call.ended] not in self.jobs:
+            call.ended += 1
+        return call.ended == len(ids)
 
     def add_waiter(self, call: Call) -> None:
         timeout = float(call.args.get("timeout_s") or _WAIT_SLICE_S)

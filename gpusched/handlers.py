@@ -176,14 +176,17 @@ class Handlers:
 
     def _insert(self, template: Job, indices: tuple, throttle: int | None) -> list[int]:
         """Queue one job, or one per array index; returns their ids."""
-        store = self.d.store
-        ids = store.insert([template] * len(indices))
+        ids = self.d.store.next_ids(len(indices))
         array_id = ids[0] if indices != (None,) else None
+        jobs = []
         for job_id, index in zip(ids, indices):
             stdout, stderr = self._log_paths(job_id, template.user)
-            self.d.save(replace(template, id=job_id, array_id=array_id, array_index=index,
+            jobs.append(replace(template, id=job_id, array_id=array_id, array_index=index,
                                 array_throttle=throttle if array_id else None,
                                 stdout_path=str(stdout), stderr_path=str(stderr)))
+        self.d.store.insert(jobs)
+        for job in jobs:
+            self.d.remember(job)
         return ids
 
     def _log_paths(self, job_id: int, user: str) -> tuple[Path, Path]:
@@ -287,7 +290,8 @@ class Handlers:
         if not job.cancel_requested:
             self.d.save(replace(job, cancel_requested=True))
         # The shim passes SIGTERM to the job's process group and sends SIGKILL after the
-        # grace period; its exit record then ends the job as cancelled.
+        # grace period; its exit record then ends the job as cancelled. A shim being
+        # launched, its pid not known yet, gets it once it is (JobControl._found_shim).
         runner.signal_job(job, signal.SIGTERM)
         return "cancelling"
 
@@ -299,7 +303,9 @@ class Handlers:
         return None
 
     def wait_reply(self, call: Call) -> dict:
-        jobs = [self.job(i) for i in call.args["ids"]]
+        ids = call.args["ids"]
+        stored = self.d.store.many([i for i in ids if i not in self.d.jobs])  # one query
+        jobs = [job for i in ids if (job := self.d.jobs.get(i) or stored.get(i))]
         viewed = self.with_progress(self.d.authz.viewer(call.creds[1]).jobs(jobs))
         return {"ok": True, "result": {"jobs": viewed,
                                        "done": all(j.state.is_final for j in jobs)}}

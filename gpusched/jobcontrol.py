@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import signal
 import time
 from dataclasses import replace
 from typing import TYPE_CHECKING
@@ -14,50 +15,52 @@ if TYPE_CHECKING:
     from gpusched.daemon import Daemon
 
 log = logging.getLogger("gpusched.jobs")
+# A shim is forked within milliseconds of its launch; one whose pid has not appeared in
+# its run file after this long never will (the launcher died with the request unread).
+LAUNCH_TIMEOUT_S = 60.0
 
 
 class JobControl:
     def __init__(self, daemon: Daemon):
         self.d = daemon
         self.placements: dict[int, int] = {}  # GPU index -> jobs placed (round-robin)
+        self.launches: list[dict] = []  # specs of jobs started this pass, for launch_started
         self.usage: dict[str, float] = {}  # fair share: decayed GPU-seconds per user
         self._usage_at = time.monotonic()
 
     # -- after a restart ----------------------------------------------------------------
     def adopt(self) -> None:
-        """Keep running jobs that still run, settle the rest."""
+        """Keep running jobs that still run, settle the rest.
+
+        A job is stored as running before its shim is launched (see start), so a pending
+        job never has a shim, and a running one's shim is found in its run file.
+        """
         d = self.d
         d.load_active(d.store.active())
-        with d.store.write():
-            for job in list(d.jobs.values()):
-                if job.state is JobState.PENDING and runner.was_started(d.paths.jobs_dir, job.id):
-                    self._recover_unrecorded_start(job)
         self.reconcile_running(check_liveness=True)
         log.info("adopted %d running jobs", len(d.running()))
 
-    def _recover_unrecorded_start(self, job: Job) -> None:
-        """A previous daemon started this job's shim but died before recording it."""
-        found = runner.find_shim(self.d.paths.jobs_dir, job.id)
-        pid, started = found if found else (None, None)
-        self.d.save(transition(job, JobState.RUNNING, shim_pid=pid, shim_start_time=started,
-                               boot_id=self.d.boot_id, started_at=time.time()))
-
     # -- ends -----------------------------------------------------------------------------
     def reconcile_running(self, check_liveness: bool = False) -> None:
-        """Record runs that ended: from their exit record, or as lost if their shim vanished."""
+        """Learn new shims' pids; record runs that ended, from their exit record, or as
+        lost if their shim vanished (or never started)."""
         d = self.d
         if not d.running():
             return
         with d.store.write():
             for job in d.running():
-                record = runner.read_exit_record(d.paths.jobs_dir, job.id)
-                if record is None and check_liveness and not runner.is_alive(job):
+                run = runner.read_run(d.paths.jobs_dir, job.id)
+                record = run.exit
+                if record is None and job.shim_pid is None and run.shim is not None:
+                    job = self._found_shim(job, runner.identify_shim(*run.shim))
+                if record is None and check_liveness and not self._is_alive(job):
                     # Read again: the shim may have written its record and exited since.
-                    record = runner.read_exit_record(d.paths.jobs_dir, job.id)
+                    record = runner.read_run(d.paths.jobs_dir, job.id).exit
                     if record is None:
                         self.end(job, JobState.LOST, time.time(), end_reason=(
                             "the job's shim vanished without an exit record "
-                            "(killed, or the machine rebooted)"))
+                            "(killed, or the machine rebooted)" if job.shim_pid else
+                            "its shim never started (the shim launcher died?)"))
                         continue
                 if record is not None:
                     if d.cgroups and d.cgroups.oom_killed(job.id):
@@ -65,6 +68,22 @@ class JobControl:
                     state = lifecycle.end_state(job, record.exit_code, record.error)
                     self.end(job, state, record.ended_at, exit_code=record.exit_code,
                              signal=record.signal, end_reason=record.error)
+
+    def _found_shim(self, job: Job, shim: tuple[int, float]) -> Job:
+        """The launcher wrote a new shim's pid into the run file: keep it (in memory: the
+        run file is where a restarted daemon finds it again), and pass on a cancel that
+        came before it."""
+        job = replace(job, shim_pid=shim[0], shim_start_time=shim[1])
+        self.d.remember(job)
+        if job.cancel_requested:
+            runner.signal_job(job, signal.SIGTERM)
+        return job
+
+    @staticmethod
+    def _is_alive(job: Job) -> bool:
+        if job.shim_pid is None:  # being launched, unless that takes implausibly long
+            return time.time() - (job.started_at or 0.0) < LAUNCH_TIMEOUT_S
+        return runner.is_alive(job)
 
     def end(self, job: Job, state: JobState, when: float, **record) -> None:
         ended = lifecycle.finish(job, state, when, **record)
@@ -153,7 +172,7 @@ class JobControl:
                                   end_reason=reason))
             for job_id, reason in plan.reasons.items():
                 if d.jobs[job_id].pending_reason != reason:
-                    d.save(replace(d.jobs[job_id], pending_reason=reason))
+                    d.remember(replace(d.jobs[job_id], pending_reason=reason))
 
     def _dependency_states(self, pending: list[Job]) -> dict[int, JobState]:
         wanted = {dep for job in pending for _, dep in job.dependencies}
@@ -189,22 +208,42 @@ class JobControl:
         env = runner.job_environment(job, gpus, port, d.settings.visible_devices, started_at,
                                      dict(d.settings.job_env))
         try:
-            pid, pid_started = runner.start_shim(job, env, d.paths.jobs_dir, d.paths.wake_socket,
-                                                 d.settings.cancel_grace_s, d.launcher, cgroup,
-                                                 run_as=job.uid if d.paths.is_system else None)
-        except OSError as exc:  # no shim (the job dir, the launcher): the job, not the daemon, fails
+            spec = runner.prepare_run(job, env, d.paths.jobs_dir, d.paths.wake_socket,
+                                      d.settings.cancel_grace_s, cgroup,
+                                      run_as=job.uid if d.paths.is_system else None)
+        except OSError as exc:  # no job directory: the job, not the daemon, fails
             log.exception("cannot start job %d", job.id)
-            pid, pid_started, failure = None, None, f"cannot start its shim: {exc}"
+            failure = f"cannot start its shim: {exc}"
         else:
             failure = ""
+            self.launches.append(spec)
         # No GPU read is needed now: until the next one, the new job's whole declared
-        # memory counts as promised (placement.gpu_loads).
+        # memory counts as promised (placement.gpu_loads). Its shim's pid comes later,
+        # from the run file (_found_shim).
         started = transition(
             job, JobState.RUNNING, started_at=started_at, gpu_uuids=tuple(g.uuid for g in gpus),
             gpu_indices=tuple(g.index for g in gpus), master_port=port, pending_reason="",
-            shim_pid=pid, shim_start_time=pid_started, boot_id=d.boot_id)
+            boot_id=d.boot_id)
         d.save(transition(started, JobState.FAILED, ended_at=time.time(), end_reason=failure)
                if failure else started)
+
+    def launch_started(self) -> None:
+        """Launch the shims of the jobs started in a pass, once that pass is committed:
+        a job whose shim runs is always stored as running, even if the daemon dies here.
+        Nothing waits for the forks."""
+        specs, self.launches = self.launches, []
+        failed = []
+        for spec in specs:
+            try:
+                self.d.launcher.launch(spec)
+            except OSError as exc:
+                log.exception("cannot launch job %d", spec["job_id"])
+                failed.append((spec["job_id"], f"cannot start its shim: {exc}"))
+        if failed:
+            with self.d.store.write():
+                for job_id, failure in failed:
+                    self.end(self.d.jobs[job_id], JobState.FAILED, time.time(),
+                             end_reason=failure)
 
 
 def _array_state(states: list[JobState]) -> JobState:

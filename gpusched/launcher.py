@@ -2,8 +2,9 @@
 
 A fresh Python interpreter per job costs more than the rest of a short job's start
 together; forking this single-threaded process costs about a millisecond. The daemon
-writes a job directory per line on our stdin and reads back the shim's pid per line.
-Each shim gets a session of its own, so it outlives this launcher and the daemon.
+writes one job's spec per line (JSON) on our stdin and does not wait: each shim records
+its pid in its job's run file, where the daemon (or its successor) reads it. Each shim
+gets a session of its own, so it outlives this launcher and the daemon.
 
 Run as `python -I -S launcher.py` (stdlib only, like the shim it forks).
 """
@@ -11,6 +12,7 @@ Run as `python -I -S launcher.py` (stdlib only, like the shim it forks).
 from __future__ import annotations
 
 import gc
+import json
 import os
 import select
 import signal
@@ -24,7 +26,7 @@ from gpusched import shim  # noqa: E402
 _REAP_EVERY_S = 1.0
 
 
-def _become_shim(job_dir: str) -> None:
+def _become_shim(spec_line: bytes) -> None:
     """In the forked child: leave the launcher's session and pipes, then run the shim."""
     code = 1
     try:
@@ -35,7 +37,7 @@ def _become_shim(job_dir: str) -> None:
         os.close(null)
         os.chdir("/")
         signal.signal(signal.SIGCHLD, signal.SIG_DFL)
-        code = shim.run(job_dir)
+        code = shim.run(json.loads(spec_line))
     finally:
         os._exit(code)
 
@@ -50,8 +52,8 @@ def _reap() -> None:
             return
 
 
-def serve(requests_fd: int, replies_fd: int) -> None:
-    """One job directory per request line, one pid per reply line, until the daemon closes.
+def serve(requests_fd: int) -> None:
+    """One job spec per request line, until the daemon closes the pipe.
 
     Raw reads, not a buffered file: select must see every line that has arrived.
     """
@@ -67,10 +69,18 @@ def serve(requests_fd: int, replies_fd: int) -> None:
         pending += chunk
         while b"\n" in pending:
             line, pending = pending.split(b"\n", 1)
-            pid = os.fork()
-            if pid == 0:
-                _become_shim(line.decode())
-            os.write(replies_fd, f"{pid}\n".encode())
+            launch(line)
+
+
+def launch(spec_line: bytes) -> None:
+    # Forwarded signals stay blocked in the child until the shim can pass them on: a
+    # cancel that comes as soon as the pid is known must not kill the shim itself.
+    signal.pthread_sigmask(signal.SIG_BLOCK, shim.FORWARDED)
+    try:
+        if os.fork() == 0:
+            _become_shim(spec_line)
+    finally:
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, shim.FORWARDED)
 
 
 if __name__ == "__main__":
@@ -79,4 +89,4 @@ if __name__ == "__main__":
     gc.disable()
     gc.freeze()
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # a Ctrl-C at the daemon's terminal is for it
-    serve(0, 1)
+    serve(0)

@@ -127,67 +127,113 @@ class Launcher:
         # and a user's environment reaches only the job, after any privilege drop.
         return subprocess.Popen(
             [sys.executable, "-I", "-S", LAUNCHER_PATH], stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, start_new_session=True,
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
             close_fds=True, env={"PATH": os.defpath}, bufsize=0)
 
-    def launch(self, directory: Path) -> int:
-        """Fork a shim for the job in `directory`; its pid."""
+    def launch(self, spec: dict) -> None:
+        """Have a shim forked for the job, without waiting for it: the shim records its
+        pid in the job's run file (see find_shim)."""
+        line = (json.dumps(spec) + "\n").encode()  # JSON has no raw newline: one line
         for attempt in (1, 2):
             if self._proc is None or self._proc.poll() is not None:
+                self.close()
                 self._proc = self._start()
             try:
-                self._proc.stdin.write(f"{directory}\n".encode())
-                line = self._proc.stdout.readline()
+                self._proc.stdin.write(line)
+                return
             except OSError:
-                line = b""
-            if line.strip().isdigit():
-                return int(line)
-            self.close()  # it died between jobs: start a new one and try once more
-        raise OSError("the shim launcher does not answer")
+                self.close()  # it died between jobs: start a new one and try once more
+        raise OSError("the shim launcher does not take requests")
 
     def close(self) -> None:
         if self._proc is not None:
-            for pipe in (self._proc.stdin, self._proc.stdout):
-                pipe.close()
+            try:
+                self._proc.stdin.close()
+            except OSError:
+                pass  # a launcher that died left a broken pipe
             self._proc.wait()
             self._proc = None
 
 
-def start_shim(job: Job, env: Mapping[str, str], jobs_root: Path, wake_path: Path,
-               grace_s: float, launcher: Launcher, cgroup: Path | None = None,
-               run_as: int | None = None) -> tuple[int, float]:
-    """Write the job's spec and start its shim in a new session; return (pid, start time).
+def prepare_run(job: Job, env: Mapping[str, str], jobs_root: Path, wake_path: Path,
+                grace_s: float, cgroup: Path | None = None, run_as: int | None = None) -> dict:
+    """Make the job's directory and return the spec its shim is launched with.
 
-    run_as (system mode): the shim drops to this uid before the job touches any path.
+    The directory is made here, not by the shim, so that a job that cannot have one
+    fails at once. run_as (system mode): the shim drops to this uid before the job
+    touches any path.
     """
     directory = job_dir(jobs_root, job.id)
     directory.mkdir(mode=0o700, parents=True, exist_ok=True)
-    spec = {"job_id": job.id, "command": list(job.command), "env": dict(env), "cwd": job.cwd,
-            "stdout": job.stdout_path, "stderr": job.stderr_path, "grace_s": grace_s,
-            "wake": str(wake_path), "cpu_ids": list(job.cpu_ids),
-            "cgroup": str(cgroup) if cgroup else "", "run_as": run_as}
-    # The spec doubles as the "this job was started" marker for a daemon that dies before
-    # it records the start. Only a daemon crash needs it (a power cut ends the job too),
-    # so the page cache is durable enough and no fsync slows every start.
-    shim.write_atomically(str(directory / shim.SPEC_FILE), spec, durable=False)
-    pid = launcher.launch(directory)
-    try:
-        started = psutil.Process(pid).create_time()
-    except psutil.Error:
-        started = 0.0  # already gone: its exit record says how it ended
-    return pid, started
+    return {"job_id": job.id, "job_dir": str(directory), "command": list(job.command),
+            "env": dict(env), "cwd": job.cwd, "stdout": job.stdout_path,
+            "stderr": job.stderr_path, "grace_s": grace_s, "wake": str(wake_path),
+            "cpu_ids": list(job.cpu_ids), "cgroup": str(cgroup) if cgroup else "",
+            "run_as": run_as}
 
 
-def read_exit_record(jobs_root: Path, job_id: int) -> ExitRecord | None:
-    # Plain strings, not Path objects: this runs for every running job on every pass.
-    path = os.path.join(jobs_root, str(job_id), shim.EXIT_FILE)
+_TAIL_BYTES = 8192  # holds the short "shim" and "exit" records, whatever the spec's size
+
+
+def _records(data: bytes) -> list[dict]:
+    """The whole lines of a run file (or of its tail), parsed; a partial line is left out."""
+    records = []
+    for line in data.split(b"\n")[:-1]:  # what follows the last newline is not written yet
+        try:
+            record = json.loads(line)
+        except ValueError:
+            continue  # the tail's cut-off first line
+        if isinstance(record, dict):
+            records.append(record)
+    return records
+
+
+@dataclass(frozen=True)
+class RunState:
+    """What a run file says so far."""
+
+    shim: tuple[int, int] | None  # the shim's own record: (pid, shim.start_ticks)
+    exit: ExitRecord | None  # the shim's, once the job has ended
+
+
+def read_run(jobs_root: Path, job_id: int) -> RunState:
+    """The run file's "shim" and "exit" records. Only its tail is read: this runs for every
+    running job on every pass, and the spec before them may be long."""
+    # Plain strings, not Path objects, for the same reason.
+    directory = os.path.join(jobs_root, str(job_id))
     try:
-        with open(path, "rb") as record:
-            data = json.loads(record.read())
-    except (OSError, ValueError):
-        return None
+        with open(os.path.join(directory, shim.RUN_FILE), "rb") as run_file:
+            size = run_file.seek(0, os.SEEK_END)
+            run_file.seek(max(0, size - _TAIL_BYTES))
+            records = _records(run_file.read())
+    except FileNotFoundError:
+        return RunState(None, _legacy_exit_record(directory))
+    except OSError:
+        return RunState(None, None)
+    shim_record = exit_record = None
+    for data in records:
+        try:
+            if data.get("record") == "shim" and shim_record is None:
+                shim_record = int(data["pid"]), int(data["start_ticks"])
+            elif data.get("record") == "exit":
+                exit_record = _exit_record(data)
+        except (KeyError, TypeError, ValueError):
+            continue  # not written by a shim of ours: as if absent
+    return RunState(shim_record, exit_record)
+
+
+def _exit_record(data: dict) -> ExitRecord:
     return ExitRecord(data.get("exit_code"), data.get("signal"), float(data.get("ended_at", 0)),
                       data.get("error", ""))
+
+
+def _legacy_exit_record(directory: str) -> ExitRecord | None:
+    """The exit record of a job whose shim predates run files (it ran across an upgrade)."""
+    try:
+        with open(os.path.join(directory, shim.LEGACY_EXIT_FILE), "rb") as record:
+            return _exit_record(json.loads(record.read()))
+    except (OSError, ValueError, TypeError):
+        return None
 
 
 def _shim_process(job: Job) -> psutil.Process | None:
@@ -289,28 +335,27 @@ def pid_owners(running: Iterable[Job]) -> dict[int, int]:
 
 
 def clear_run(jobs_root: Path, job_id: int) -> None:
-    """Forget a finished run's spec and exit record before the job is queued again."""
-    for name in (shim.SPEC_FILE, shim.EXIT_FILE, shim.PID_FILE):
+    """Forget a finished run's record before the job is queued again."""
+    for name in (shim.RUN_FILE, shim.LEGACY_EXIT_FILE):
         try:
             (job_dir(jobs_root, job_id) / name).unlink()
         except FileNotFoundError:
             pass
 
 
-def was_started(jobs_root: Path, job_id: int) -> bool:
-    """Whether a start was attempted: the spec is written just before the shim starts."""
-    return (job_dir(jobs_root, job_id) / shim.SPEC_FILE).exists()
-
-
 def find_shim(jobs_root: Path, job_id: int) -> tuple[int, float] | None:
-    """(pid, start time) of a running shim for this job, from the pid file it wrote."""
-    directory = job_dir(jobs_root, job_id)
+    """The job's shim as (pid, start time), or None while the launcher has not forked it."""
+    recorded = read_run(jobs_root, job_id).shim
+    return identify_shim(*recorded) if recorded else None
+
+
+def identify_shim(pid: int, ticks: int) -> tuple[int, float]:
+    """(pid, start time) of a shim from its "shim" record: the start time is the process's
+    own (as is_alive compares it) while that process is the shim, and 0.0, which no
+    process matches, once it has ended or its pid went to another process."""
     try:
-        pid = int((directory / shim.PID_FILE).read_text())
-        proc = psutil.Process(pid)
-        # The shim starts after its spec is written; an older process has a recycled pid.
-        if proc.create_time() + 1.0 < (directory / shim.SPEC_FILE).stat().st_mtime:
-            return None
-        return pid, proc.create_time()
-    except (OSError, ValueError, psutil.Error):
-        return None
+        if shim.start_ticks(pid) == ticks:
+            return pid, psutil.Process(pid).create_time()
+    except (OSError, ValueError, IndexError, psutil.Error):
+        pass
+    return pid, 0.0

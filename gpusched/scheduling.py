@@ -214,6 +214,33 @@ def _choose(job: Job, p: _Pass, rules: PlacementRules,
     return chosen
 
 
+def _waits_on_dependencies(job: Job, dep_states: Mapping[int, JobState],
+                           reasons: dict[int, str], cancels: dict[int, str]) -> bool:
+    """Whether the job's dependencies keep it from starting (noting why, or cancelling
+    it when they never can be met and it asked for that)."""
+    if not job.dependencies:
+        return False
+    never, why = dependency_status(job, dep_states)
+    if never and job.kill_on_invalid_dep:
+        cancels[job.id] = why
+        return True
+    if why:
+        reasons[job.id] = why
+    return bool(why)
+
+
+def _explain_full_box(rest: Sequence[Job], p: _Pass, queue: QueueRules,
+                      dep_states: Mapping[int, JobState], reasons: dict[int, str],
+                      cancels: dict[int, str]) -> None:
+    """Reasons for the jobs left when max_running is reached: one shared reason, but a
+    job's own dependencies (and a hold) still come first, as in the main loop."""
+    full_reason = _host_reason(rest[0], p, queue.host)
+    for job in rest:
+        if not _waits_on_dependencies(job, dep_states, reasons, cancels):
+            reasons[job.id] = f"held (`gpusched release {job.id}` lets it start)" \
+                if job.held else full_reason
+
+
 def schedule(pending: Sequence[Job], running: Sequence[Job], loads: Mapping[str, GpuLoad],
              inventory: Inventory, rules: PlacementRules, queue: QueueRules, now: float,
              dep_states: Mapping[int, JobState] | None = None,
@@ -233,21 +260,14 @@ def schedule(pending: Sequence[Job], running: Sequence[Job], loads: Mapping[str,
     # simulator's common case on a full box). Placing jobs only ever takes GPUs away.
     free_any = any(placement.is_usable(l) for l in p.loads.values())
     unplaceable: set[tuple] = set()
-    full_reason = ""
-    for job in sorted(pending, key=lambda j: order_key(j, queue, usage or {})):
-        if job.dependencies:
-            never, why = dependency_status(job, dep_states or {})
-            if never and job.kill_on_invalid_dep:
-                cancels[job.id] = why
-                continue
-            if why:
-                reasons[job.id] = why
-                continue
+    ordered = sorted(pending, key=lambda j: order_key(j, queue, usage or {}))
+    for n, job in enumerate(ordered):
         if _box_is_full(p, queue):
             # Nothing more can start this pass: the rest share one reason (a long queue
             # behind max_running is the common case, and it is checked after every end).
-            reasons[job.id] = f"held (`gpusched release {job.id}` lets it start)" if job.held \
-                else full_reason or (full_reason := _host_reason(job, p, queue.host))
+            _explain_full_box(ordered[n:], p, queue, dep_states or {}, reasons, cancels)
+            break
+        if _waits_on_dependencies(job, dep_states or {}, reasons, cancels):
             continue
         why = _limit_reason(job, p, queue)
         if why:

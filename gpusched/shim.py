@@ -1,8 +1,9 @@
 """The per-job parent: owns the job's session and logs, forwards signals, writes the exit record.
 
 Forked by the shim launcher (gpusched/launcher.py) in a new session, so that it outlives
-the daemon; `python -I -S shim.py JOBDIR` runs one by hand. It imports only the standard
-library (and, in system mode, the stdlib-only privileges module): it runs for every job.
+the daemon; `python -I -S shim.py JOBDIR` runs a job again by hand, from its run file.
+It imports only the standard library (and, in system mode, the stdlib-only privileges
+module): it runs for every job.
 """
 
 from __future__ import annotations
@@ -15,43 +16,75 @@ import socket
 import sys
 import time
 
-SPEC_FILE = "spec.json"
-EXIT_FILE = "exit.json"
+RUN_FILE = "run.jsonl"
+"""A run's record in its job directory, one JSON object per line, each tagged by its
+"record" key, all written by the run's shim:
+
+- "spec": what to run, as the daemon sent it;
+- "shim": the shim's pid and start time (start_ticks), where a daemon (or its
+  successor) finds it;
+- "exit": how the job ended, the shim's last act.
+
+The shim, not the daemon, creates the file: on some filesystems creating a file costs
+most of a millisecond of CPU, and the daemon starts every job in turn while shims run side
+by side. A reader trusts only whole lines: each is written in one write() and ends in a
+newline.
+"""
 PR_SET_CHILD_SUBREAPER = 36  # prctl(2)
-PID_FILE = "shim.pid"  # lets a daemon that died before recording the start find us
+LEGACY_EXIT_FILE = "exit.json"  # what shims before the run file wrote (read on upgrade)
 # Signals a user (or the daemon) may send to the shim that belong to the job instead.
 FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2,
              signal.SIGQUIT)
+MAX_ERROR_CHARS = 2000  # keeps the exit record a short line
 
 
-def write_atomically(path: str, data: dict, durable: bool = True) -> None:
-    """Write to a temporary name, then rename: a reader sees all of it or nothing.
-
-    durable=True also fsyncs the file and the directory, so the record survives a power
-    cut, not only a crash of this process.
-    """
-    tmp = f"{path}.tmp"
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+def append_record(path: str, kind: str, data: dict) -> None:
+    """Add one record line to a run file that exists (in one write, so readers see it whole)."""
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_NOFOLLOW)
     try:
-        os.write(fd, json.dumps(data).encode())
-        if durable:
-            os.fsync(fd)
+        os.write(fd, (json.dumps({"record": kind, **data}) + "\n").encode())
     finally:
         os.close(fd)
-    os.rename(tmp, path)
-    if durable:
-        make_durable(path, file_synced=True)
 
 
-def make_durable(path: str, file_synced: bool = False) -> None:
-    """fsync a file (unless already done) and its directory, so its rename survives too."""
-    names = ([] if file_synced else [path]) + [os.path.dirname(path) or "."]
-    for name in names:
+def make_durable(path: str) -> None:
+    """fsync a file and its directory, so that it and its name survive a power cut."""
+    for name in (path, os.path.dirname(path) or "."):
         fd = os.open(name, os.O_RDONLY)
         try:
             os.fsync(fd)
         finally:
             os.close(fd)
+
+
+def start_ticks(pid: int | str = "self") -> int:
+    """When a process started, in clock ticks since boot (/proc/PID/stat, field 22): with
+    its pid, it names one process for good, and no clock step can change it."""
+    with open(f"/proc/{pid}/stat", "rb") as stat:
+        data = stat.read()
+    return int(data[data.rindex(b")") + 2:].split()[19])
+
+
+def begin_run_file(spec: dict) -> str:
+    """Create the run file with the spec and this shim's own record; its path."""
+    path = os.path.join(spec["job_dir"], RUN_FILE)
+    lines = [{"record": "spec", **spec},
+             {"record": "shim", "pid": os.getpid(), "start_ticks": start_ticks()}]
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
+    try:
+        os.write(fd, "".join(json.dumps(line) + "\n" for line in lines).encode())
+    finally:
+        os.close(fd)
+    return path
+
+
+def read_spec(path: str) -> dict:
+    """The spec at the head of a run file (to run a job's shim again by hand)."""
+    with open(path, "rb") as run_file:
+        first = json.loads(run_file.readline())
+    if first.pop("record", None) != "spec":
+        raise ValueError(f"{path}: the first record is not the job's spec")
+    return first
 
 
 def _open_log(path: str) -> int:
@@ -297,32 +330,29 @@ def notify_daemon(spec: dict) -> None:
         pass
 
 
-def record_exit(exit_path: str, spec: dict, record: dict) -> None:
-    """Write the exit record, wake the daemon, and only then make the record durable.
+def record_exit(run_path: str, spec: dict, record: dict) -> None:
+    """Append the exit record, wake the daemon, and only then make the record durable.
 
     A running daemon stores the end in its queue (synchronous) at once, so the record's
     own fsync matters only while no daemon runs; doing it after the wake-up keeps two
     disk flushes out of the path from one job's end to the next job's start.
     """
-    write_atomically(exit_path, record, durable=False)
+    append_record(run_path, "exit", record)
     notify_daemon(spec)
-    make_durable(exit_path)
+    make_durable(run_path)
 
 
-def run(job_dir: str) -> int:
-    with open(os.path.join(job_dir, PID_FILE), "w") as pid_file:
-        pid_file.write(str(os.getpid()))
-    with open(os.path.join(job_dir, SPEC_FILE), encoding="utf-8") as fh:
-        spec = json.load(fh)
-    exit_path = os.path.join(job_dir, EXIT_FILE)
-    # Hold signals until the forwarder exists, so an early cancel is never lost.
+def run(spec: dict) -> int:
+    # Hold signals until the forwarder exists, so an early cancel is never lost (the
+    # launcher forks us with them blocked already).
     signal.pthread_sigmask(signal.SIG_BLOCK, FORWARDED)
+    run_path = begin_run_file(spec)
     become_subreaper()
     try:
         pid = spawn(spec)
     except OSError as exc:  # the child noted it in the job's log, as the job's user
-        record_exit(exit_path, spec, {"exit_code": 127, "signal": None, "ended_at": time.time(),
-                                      "error": f"cannot start: {exc}"})
+        record_exit(run_path, spec, {"exit_code": 127, "signal": None, "ended_at": time.time(),
+                                     "error": f"cannot start: {exc}"[:MAX_ERROR_CHARS]})
         return 0
     forward = Forwarder(pid, float(spec.get("grace_s", 10.0)))  # the job leads its group
     for sig in FORWARDED:
@@ -331,12 +361,12 @@ def run(job_dir: str) -> int:
     signal.pthread_sigmask(signal.SIG_UNBLOCK, FORWARDED)
     exit_code, signum = wait_for(pid)
     end_leftovers(forward)
-    record_exit(exit_path, spec, {"exit_code": exit_code, "signal": signum,
-                                  "ended_at": time.time(), "error": ""})
+    record_exit(run_path, spec, {"exit_code": exit_code, "signal": signum,
+                                 "ended_at": time.time(), "error": ""})
     return 0
 
 
 if __name__ == "__main__":
     # Run by path with -I -S: make the package importable (privileges, in system mode).
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    sys.exit(run(sys.argv[1]))
+    sys.exit(run(read_spec(os.path.join(sys.argv[1], RUN_FILE))))

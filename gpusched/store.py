@@ -115,6 +115,8 @@ def _row_to_job(row: sqlite3.Row) -> Job:
     return Job(**values)
 
 
+_IDS_PER_QUERY = 500  # under SQLite's oldest limit on bound values (999)
+
 # Fixed at submit: an update need not rewrite (nor re-encode) them, the environment above all.
 _SET_AT_SUBMIT = frozenset({"command", "env", "cwd", "uid", "user", "submit_pid", "submitted_at"})
 
@@ -213,16 +215,26 @@ class Store:
             self._depth = 0
 
     def insert(self, jobs: Iterable[Job]) -> list[int]:
-        """Add new jobs (their id is ignored) and return the ids the queue gave them."""
+        """Add new jobs and return their ids: a job's own id if it has one (from next_ids),
+        the next free one if its id is 0."""
         ids = []
         for job in jobs:
             row = _job_to_row(job)
-            row.pop("id")
+            if not job.id:
+                row.pop("id")
             cols = ", ".join(row)
             marks = ", ".join(f":{c}" for c in row)
             cur = self._conn.execute(f"INSERT INTO jobs ({cols}) VALUES ({marks})", row)
             ids.append(cur.lastrowid)
         return ids
+
+    def next_ids(self, count: int) -> list[int]:
+        """The ids the next `count` new jobs get, so that a job is inserted whole, in one
+        write (inside a write transaction: no other writer can take them meanwhile)."""
+        (last,) = self._conn.execute(
+            "SELECT max(coalesce((SELECT seq FROM sqlite_sequence WHERE name = 'jobs'), 0), "
+            "coalesce((SELECT max(id) FROM jobs), 0))").fetchone()
+        return list(range(last + 1, last + 1 + count))
 
     def update(self, job: Job) -> None:
         row = _job_to_row(job, for_update=True)
@@ -232,6 +244,18 @@ class Store:
     def get(self, job_id: int) -> Job | None:
         row = self._conn.execute("SELECT * FROM jobs WHERE id = ?", (job_id,)).fetchone()
         return _row_to_job(row) if row else None
+
+    def many(self, ids: Iterable[int]) -> dict[int, Job]:
+        """The jobs with these ids that exist."""
+        return {row["id"]: _row_to_job(row) for row in self._rows_by_id("*", ids)}
+
+    def _rows_by_id(self, columns: str, ids: Iterable[int]) -> Iterator[sqlite3.Row]:
+        ids = list(ids)
+        for start in range(0, len(ids), _IDS_PER_QUERY):  # one query per few hundred
+            chunk = ids[start:start + _IDS_PER_QUERY]
+            marks = ",".join("?" * len(chunk))
+            yield from self._conn.execute(f"SELECT {columns} FROM jobs WHERE id IN ({marks})",
+                                          chunk)
 
     def active(self) -> list[Job]:
         """Pending and running jobs, in id order."""
@@ -260,12 +284,7 @@ class Store:
 
     def states(self, ids: Iterable[int]) -> dict[int, JobState]:
         """The state of each given job that exists (for dependencies on finished jobs)."""
-        ids = list(ids)
-        if not ids:
-            return {}
-        marks = ",".join("?" * len(ids))
-        rows = self._conn.execute(f"SELECT id, state FROM jobs WHERE id IN ({marks})", ids)
-        return {row[0]: JobState(row[1]) for row in rows}
+        return {row[0]: JobState(row[1]) for row in self._rows_by_id("id, state", ids)}
 
     def close(self) -> None:
         self._conn.close()

@@ -18,7 +18,7 @@ import psutil
 import pytest
 
 from conftest import Home, wait_until
-from gpusched import __version__
+from gpusched import __version__, runner
 from gpusched.client import Client
 from gpusched.paths import resolve_paths
 
@@ -315,6 +315,35 @@ def test_daemon_stop_leaves_jobs_running_and_the_next_start_adopts_them(make_hom
     done = api.wait_state(job_id, "failed", "succeeded", "lost")
     assert (done["state"], done["exit_code"]) == ("failed", 4)
     api.wait_state(blocked, "succeeded")
+
+
+def test_a_job_whose_shim_is_killed_is_lost_and_its_gpu_freed(make_home, tmp_path):
+    home = make_home("1x80GiB")
+    api = Api(home)
+    home.write_config('[daemon]\ngpu_poll_interval = "1s"\n')  # liveness is checked each poll
+    home.start()
+    job_id = home.submit("--gpus", "1", "--", "sh", "-c", gate(tmp_path / "never"))
+    api.wait_state(job_id, "running")
+    pid, _ = wait_until(lambda: runner.find_shim(home.state / "jobs", job_id), "the shim's pid")
+    os.kill(pid, signal.SIGKILL)
+    lost = api.wait_state(job_id, "lost", "failed", "succeeded")
+    assert lost["state"] == "lost" and "vanished" in lost["end_reason"]
+    api.wait_state(home.submit("--gpus", "1", "--", "true"), "succeeded")
+
+
+def test_jobs_cancelled_the_moment_they_start_end_cancelled(make_home, tmp_path):
+    """A cancel may come before the launcher has forked the shim (its pid not yet known):
+    it is passed on once the shim is there, and the job does not run on."""
+    home = make_home("4x80GiB")
+    api = Api(home)
+    ids = [home.submit("--gpus", "1", "--", "sh", "-c", gate(tmp_path / "never"))
+           for _ in range(4)]
+    for job_id in ids:
+        api.wait_state(job_id, "running")
+    home.run("cancel", *map(str, ids))
+    for job_id in ids:
+        assert api.wait_state(job_id, "cancelled", "failed", "succeeded", "lost")["state"] == \
+            "cancelled"
 
 
 def test_cancel_pending_and_running_jobs(make_home, tmp_path):

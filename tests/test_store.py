@@ -239,3 +239,20 @@ def test_newer_schema_left_by_a_crashed_writer_keeps_its_wal(db):
         Store(db)
     after = snapshot(db)
     assert (after["db"], after["-wal"]) == (before["db"], before["-wal"])
+
+
+def test_jobs_inserted_whole_under_the_ids_next_ids_gave(store):
+    first = add(store, new_job())
+    with store.write():
+        ids = store.next_ids(3)
+        assert store.insert([new_job(id=i, stdout_path=f"/logs/{i}") for i in ids]) == ids
+    assert ids == [first[0] + 1, first[0] + 2, first[0] + 3]
+    assert store.get(ids[2]).stdout_path == f"/logs/{ids[2]}"
+    assert add(store, new_job()) == [ids[-1] + 1]  # automatic ids carry on after them
+
+
+def test_many_fetches_more_jobs_than_one_query_may_name(store):
+    ids = add(store, *[new_job(name=f"j{n}") for n in range(1200)])
+    found = store.many(ids + [10**9])
+    assert sorted(found) == ids and found[ids[-1]].name == "j1199"
+    assert len(store.states(ids)) == 1200

@@ -18,6 +18,8 @@ from pathlib import Path
 import psutil
 import pytest
 
+from gpusched import runner
+
 from conftest import DEADLINE_S, REPO, kill_all, wait_until, with_descendants
 
 TOOLS = ("useradd", "userdel", "groupadd", "groupdel", "setpriv")
@@ -196,13 +198,15 @@ def system(make_system):
 
 
 def _run_uids(system: SystemRoot, job_id: int) -> tuple[int, set[int]] | None:
-    """(the shim's uid, the real uids of the processes under it), found by the pid file
-    the shim writes in its job directory."""
-    pid_file = system.path / "var/lib/gpusched/jobs" / str(job_id) / "shim.pid"
+    """(the shim's uid, the real uids of the processes under it), found by the shim's
+    record in the job's run file."""
+    found = runner.find_shim(system.path / "var/lib/gpusched/jobs", job_id)
+    if found is None:
+        return None
     try:
-        proc = psutil.Process(int(pid_file.read_text()))
+        proc = psutil.Process(found[0])
         return proc.uids().real, {c.uids().real for c in proc.children(recursive=True)}
-    except (OSError, ValueError, psutil.Error):
+    except psutil.Error:
         return None
 
 

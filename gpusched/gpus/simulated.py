@@ -113,10 +113,11 @@ class SimulatedBackend:
             gpu_uuid = _sim_uuid(index, sim)
             mem_used, util, procs = 0, 0.0, []
             for job in running:
-                if gpu_uuid in job.gpu_uuids:
+                # A job uses its GPU once its shim runs (its pid known), not before.
+                if gpu_uuid in job.gpu_uuids and job.shim_pid:
                     mem, job_util = _job_usage(job, sim.mem_total_bytes)
                     mem_used, util = mem_used + mem, util + job_util
-                    procs.append(GpuProcess(pid=job.shim_pid or 0, gpu_uuid=gpu_uuid,
+                    procs.append(GpuProcess(pid=job.shim_pid, gpu_uuid=gpu_uuid,
                                             used_mem_bytes=mem, user=job.user,
                                             command=" ".join(job.command), util_pct=job_util))
             for entry in outside:

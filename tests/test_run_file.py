@@ -1,0 +1,121 @@
+"""A run's record file: written by the job's shim, read by the daemon.
+
+Real shims, run by hand (`python -I -S shim.py JOBDIR`, which takes the spec from the run
+file there), in temporary job directories; no daemon.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import replace
+from pathlib import Path
+
+import psutil
+
+from conftest import wait_until
+from gpusched import runner, shim
+from gpusched.jobcontrol import LAUNCH_TIMEOUT_S, JobControl
+from gpusched.models import Job, JobState
+
+SHIM = Path(shim.__file__)
+
+
+def _spec(tmp_path: Path, command: list[str], env: dict | None = None) -> dict:
+    return {"job_id": 1, "job_dir": str(runner.job_dir(tmp_path / "jobs", 1)), "command": command, "env": env or {"PATH": os.defpath},
+            "cwd": str(tmp_path), "stdout": str(tmp_path / "out.log"),
+            "stderr": str(tmp_path / "err.log"), "grace_s": 1.0,
+            "wake": str(tmp_path / "wake"), "cpu_ids": [], "cgroup": "", "run_as": None}
+
+
+def _write_spec(spec: dict) -> Path:
+    """A run file as a shim that was stopped before its job started would leave it."""
+    directory = Path(spec["job_dir"])
+    directory.mkdir(parents=True, exist_ok=True)
+    run_file = directory / shim.RUN_FILE
+    run_file.write_text(json.dumps({"record": "spec", **spec}) + "\n")
+    return run_file
+
+
+def _run_shim(spec: dict) -> subprocess.Popen:
+    directory = _write_spec(spec).parent
+    return subprocess.Popen([sys.executable, "-I", "-S", str(SHIM), str(directory)],
+                            start_new_session=True)
+
+
+def test_a_shim_records_its_pid_and_the_jobs_end_and_wakes_the_daemon(tmp_path):
+    jobs = tmp_path / "jobs"
+    with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as wake:
+        wake.bind(str(tmp_path / "wake"))
+        wake.settimeout(30)
+        gate = tmp_path / "go"
+        proc = _run_shim(_spec(tmp_path, ["sh", "-c", f"echo hi; until [ -e {gate} ]; "
+                                                            "do sleep 0.05; done; exit 3"]))
+        try:
+            found = wait_until(lambda: runner.find_shim(jobs, 1), "the shim's record")
+            assert found == (proc.pid, psutil.Process(proc.pid).create_time())
+            assert runner.read_run(jobs, 1).exit is None  # still running
+            gate.touch()
+            assert wake.recv(16) == b"!"
+            assert proc.wait(timeout=30) == 0
+        finally:
+            proc.kill()
+            proc.wait()
+    record = runner.read_run(jobs, 1).exit
+    assert (record.exit_code, record.signal, record.error) == (3, None, "")
+    assert (tmp_path / "out.log").read_text() == "hi\n"
+    kinds = [json.loads(line)["record"]
+             for line in (runner.job_dir(jobs, 1) / shim.RUN_FILE).read_text().splitlines()]
+    assert kinds == ["spec", "shim", "exit"]
+    runner.clear_run(jobs, 1)
+    assert not (runner.job_dir(jobs, 1) / shim.RUN_FILE).exists()
+    assert runner.read_run(jobs, 1) == runner.RunState(None, None)
+
+
+def test_the_exit_record_is_found_behind_a_long_spec_and_in_any_order(tmp_path):
+    """A spec far longer than the tail the daemon reads, and a stray "shim" record after
+    the exit record: the daemon finds the exit record all the same."""
+    jobs = tmp_path / "jobs"
+    proc = _run_shim(_spec(tmp_path, ["true"], env={"PATH": os.defpath,
+                                                           "BIG": "x" * 100_000}))
+    assert proc.wait(timeout=30) == 0
+    run_file = runner.job_dir(jobs, 1) / shim.RUN_FILE
+    shim.append_record(str(run_file), "shim", {"pid": 1, "start_ticks": 0})
+    record = runner.read_run(jobs, 1).exit
+    assert (record.exit_code, record.error) == (0, "")
+    # The first record is the real shim's, and it has ended: no process matches it.
+    assert runner.find_shim(jobs, 1) == (proc.pid, 0.0)
+
+
+def test_a_half_written_line_is_not_an_exit_record(tmp_path):
+    jobs = tmp_path / "jobs"
+    run_file = _write_spec(_spec(tmp_path, ["true"]))
+    with run_file.open("a") as fh:
+        fh.write('{"record": "exit", "exit_code": 0, "sig')  # a crash mid-write
+    assert runner.read_run(jobs, 1).exit is None
+    assert runner.find_shim(jobs, 1) is None
+
+
+def test_an_exit_record_of_a_shim_from_before_run_files_is_still_read(tmp_path):
+    """A job that ran across an upgrade: its older shim wrote exit.json."""
+    directory = runner.job_dir(tmp_path, 7)
+    directory.mkdir()
+    (directory / shim.LEGACY_EXIT_FILE).write_text(
+        json.dumps({"exit_code": None, "signal": 9, "ended_at": 12.5, "error": ""}))
+    record = runner.read_run(tmp_path, 7).exit
+    assert (record.exit_code, record.signal, record.ended_at) == (None, 9, 12.5)
+    runner.clear_run(tmp_path, 7)
+    assert runner.read_run(tmp_path, 7).exit is None
+
+
+def test_a_shim_not_forked_within_the_launch_timeout_counts_as_dead():
+    """A job whose launcher died with the request unread: no shim record ever comes."""
+    job = Job(id=1, command=("true",), cwd="/", uid=0, user="root", state=JobState.RUNNING,
+              started_at=time.time())
+    assert JobControl._is_alive(job)  # being launched
+    old = replace(job, started_at=time.time() - LAUNCH_TIMEOUT_S - 1)
+    assert not JobControl._is_alive(old)
