@@ -299,13 +299,14 @@ class Daemon:
         now = time.monotonic()
         still = []
         for call in self._waiters:
-            if now >= call.deadline or self._all_ended(call):
+            if now >= call.deadline or self.all_ended(call):
                 call.answer(self.handlers.wait_reply(call))
             else:
                 still.append(call)
         self._waiters = still
 
-    def _all_ended(self, call: Call) -> bool:
+    def all_ended(self, call: Call) -> bool:
+        """Whether every job a `wait` names has ended."""
         # An ended job stays ended: step past each once, so that waiting on thousands
         # of jobs (which mostly end in order) costs next to nothing per pass.
         ids = call.args["ids"]

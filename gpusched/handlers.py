@@ -113,9 +113,6 @@ class Handlers:
             results = {str(job.id): apply(self.d.jobs.get(job.id, job)) for job in jobs}
         return {"results": results}
 
-    def all_final(self, ids: list[int]) -> bool:
-        return not any(i in self.d.jobs for i in ids)
-
     # -- commands -----------------------------------------------------------------------
     def status(self, call: Call) -> dict:
         d = self.d
@@ -297,7 +294,7 @@ class Handlers:
 
     def wait(self, call: Call) -> dict | None:
         self.jobs(call.args["ids"])  # unknown ids fail now, not after the wait
-        if self.all_final(call.args["ids"]):
+        if self.d.all_ended(call):
             return self.wait_reply(call)["result"]
         self.d.add_waiter(call)
         return None

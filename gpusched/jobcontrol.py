@@ -16,7 +16,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("gpusched.jobs")
 # A shim is forked within milliseconds of its launch; one whose pid has not appeared in
-# its run file after this long never will (the launcher died with the request unread).
+# its run file after this long never will (the launcher, or the daemon between storing
+# the start and sending it, died with the request).
 LAUNCH_TIMEOUT_S = 60.0
 
 
@@ -70,9 +71,9 @@ class JobControl:
                              signal=record.signal, end_reason=record.error)
 
     def _found_shim(self, job: Job, shim: tuple[int, float]) -> Job:
-        """The launcher wrote a new shim's pid into the run file: keep it (in memory: the
-        run file is where a restarted daemon finds it again), and pass on a cancel that
-        came before it."""
+        """A new shim has written its pid into the run file: keep it (in memory: the run
+        file is where a restarted daemon finds it again), and pass on a cancel that came
+        before it."""
         job = replace(job, shim_pid=shim[0], shim_start_time=shim[1])
         self.d.remember(job)
         if job.cancel_requested:

@@ -132,9 +132,9 @@ class Launcher:
 
     def launch(self, spec: dict) -> None:
         """Have a shim forked for the job, without waiting for it: the shim records its
-        pid in the job's run file (see find_shim)."""
+        pid in the job's run file (see read_run)."""
         line = (json.dumps(spec) + "\n").encode()  # JSON has no raw newline: one line
-        for attempt in (1, 2):
+        for _attempt in (1, 2):
             if self._proc is None or self._proc.poll() is not None:
                 self.close()
                 self._proc = self._start()
@@ -341,12 +341,6 @@ def clear_run(jobs_root: Path, job_id: int) -> None:
             (job_dir(jobs_root, job_id) / name).unlink()
         except FileNotFoundError:
             pass
-
-
-def find_shim(jobs_root: Path, job_id: int) -> tuple[int, float] | None:
-    """The job's shim as (pid, start time), or None while the launcher has not forked it."""
-    recorded = read_run(jobs_root, job_id).shim
-    return identify_shim(*recorded) if recorded else None
 
 
 def identify_shim(pid: int, ticks: int) -> tuple[int, float]:

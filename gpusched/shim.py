@@ -38,11 +38,15 @@ FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGUSR1, signa
 MAX_ERROR_CHARS = 2000  # keeps the exit record a short line
 
 
+def record_line(kind: str, data: dict) -> str:
+    return json.dumps({"record": kind, **data}) + "\n"
+
+
 def append_record(path: str, kind: str, data: dict) -> None:
     """Add one record line to a run file that exists (in one write, so readers see it whole)."""
     fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_NOFOLLOW)
     try:
-        os.write(fd, (json.dumps({"record": kind, **data}) + "\n").encode())
+        os.write(fd, record_line(kind, data).encode())
     finally:
         os.close(fd)
 
@@ -68,11 +72,11 @@ def start_ticks(pid: int | str = "self") -> int:
 def begin_run_file(spec: dict) -> str:
     """Create the run file with the spec and this shim's own record; its path."""
     path = os.path.join(spec["job_dir"], RUN_FILE)
-    lines = [{"record": "spec", **spec},
-             {"record": "shim", "pid": os.getpid(), "start_ticks": start_ticks()}]
+    lines = (record_line("spec", spec) +
+             record_line("shim", {"pid": os.getpid(), "start_ticks": start_ticks()}))
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
     try:
-        os.write(fd, "".join(json.dumps(line) + "\n" for line in lines).encode())
+        os.write(fd, lines.encode())
     finally:
         os.close(fd)
     return path

@@ -14,6 +14,8 @@ from typing import Any, Callable
 import psutil
 import pytest
 
+from gpusched import runner
+
 REPO = Path(__file__).resolve().parent.parent
 DEADLINE_S = 60.0
 DEFAULT_HOST_CONFIG = "[host]\ncpus = 64\n"  # generous: a loaded 2-core CI machine is slow, and we poll, never sleep
@@ -31,6 +33,13 @@ def wait_until(predicate: Callable[[], Any], what: str, timeout: float = DEADLIN
             pytest.fail(f"timed out after {timeout:.0f} s waiting for {what}")
         time.sleep(delay)
         delay = min(delay * 1.5, 0.2)
+
+
+def find_shim(jobs_root: Path, job_id: int) -> tuple[int, float] | None:
+    """A job's shim as the daemon sees it: (pid, start time) from its run file's "shim"
+    record, the start time 0.0 once that process is gone; None before the record exists."""
+    recorded = runner.read_run(jobs_root, job_id).shim
+    return runner.identify_shim(*recorded) if recorded else None
 
 
 class Home:

@@ -17,8 +17,8 @@ from pathlib import Path
 import psutil
 import pytest
 
-from conftest import Home, wait_until
-from gpusched import __version__, runner
+from conftest import Home, find_shim, wait_until
+from gpusched import __version__
 from gpusched.client import Client
 from gpusched.paths import resolve_paths
 
@@ -324,7 +324,7 @@ def test_a_job_whose_shim_is_killed_is_lost_and_its_gpu_freed(make_home, tmp_pat
     home.start()
     job_id = home.submit("--gpus", "1", "--", "sh", "-c", gate(tmp_path / "never"))
     api.wait_state(job_id, "running")
-    pid, _ = wait_until(lambda: runner.find_shim(home.state / "jobs", job_id), "the shim's pid")
+    pid, _ = wait_until(lambda: find_shim(home.state / "jobs", job_id), "the shim's pid")
     os.kill(pid, signal.SIGKILL)
     lost = api.wait_state(job_id, "lost", "failed", "succeeded")
     assert lost["state"] == "lost" and "vanished" in lost["end_reason"]

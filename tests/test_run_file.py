@@ -17,7 +17,7 @@ from pathlib import Path
 
 import psutil
 
-from conftest import wait_until
+from conftest import find_shim, wait_until
 from gpusched import runner, shim
 from gpusched.jobcontrol import LAUNCH_TIMEOUT_S, JobControl
 from gpusched.models import Job, JobState
@@ -56,7 +56,7 @@ def test_a_shim_records_its_pid_and_the_jobs_end_and_wakes_the_daemon(tmp_path):
         proc = _run_shim(_spec(tmp_path, ["sh", "-c", f"echo hi; until [ -e {gate} ]; "
                                                             "do sleep 0.05; done; exit 3"]))
         try:
-            found = wait_until(lambda: runner.find_shim(jobs, 1), "the shim's record")
+            found = wait_until(lambda: find_shim(jobs, 1), "the shim's record")
             assert found == (proc.pid, psutil.Process(proc.pid).create_time())
             assert runner.read_run(jobs, 1).exit is None  # still running
             gate.touch()
@@ -88,7 +88,7 @@ def test_the_exit_record_is_found_behind_a_long_spec_and_in_any_order(tmp_path):
     record = runner.read_run(jobs, 1).exit
     assert (record.exit_code, record.error) == (0, "")
     # The first record is the real shim's, and it has ended: no process matches it.
-    assert runner.find_shim(jobs, 1) == (proc.pid, 0.0)
+    assert find_shim(jobs, 1) == (proc.pid, 0.0)
 
 
 def test_a_half_written_line_is_not_an_exit_record(tmp_path):
@@ -97,7 +97,7 @@ def test_a_half_written_line_is_not_an_exit_record(tmp_path):
     with run_file.open("a") as fh:
         fh.write('{"record": "exit", "exit_code": 0, "sig')  # a crash mid-write
     assert runner.read_run(jobs, 1).exit is None
-    assert runner.find_shim(jobs, 1) is None
+    assert find_shim(jobs, 1) is None
 
 
 def test_an_exit_record_of_a_shim_from_before_run_files_is_still_read(tmp_path):

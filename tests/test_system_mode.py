@@ -18,9 +18,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from gpusched import runner
-
-from conftest import DEADLINE_S, REPO, kill_all, wait_until, with_descendants
+from conftest import DEADLINE_S, REPO, find_shim, kill_all, wait_until, with_descendants
 
 TOOLS = ("useradd", "userdel", "groupadd", "groupdel", "setpriv")
 pytestmark = [
@@ -200,7 +198,7 @@ def system(make_system):
 def _run_uids(system: SystemRoot, job_id: int) -> tuple[int, set[int]] | None:
     """(the shim's uid, the real uids of the processes under it), found by the shim's
     record in the job's run file."""
-    found = runner.find_shim(system.path / "var/lib/gpusched/jobs", job_id)
+    found = find_shim(system.path / "var/lib/gpusched/jobs", job_id)
     if found is None:
         return None
     try:
