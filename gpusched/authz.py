@@ -8,7 +8,6 @@ import logging
 import os
 import pwd
 import time
-from pathlib import Path
 from typing import Any, Iterable
 
 from gpusched.errors import PermissionDenied
@@ -30,7 +29,7 @@ class Authz:
     """Decisions for one daemon: root and the daemon's own user are always admins, and so
     are members of `system.admin_group`; everyone else acts only on their own jobs."""
 
-    def __init__(self, owner_uid: int, audit_path: Path, admin_group: str = "",
+    def __init__(self, owner_uid: int, audit_path: str, admin_group: str = "",
                  show_commands: str = "own"):
         self.owner_uid, self.audit_path = owner_uid, audit_path
         self.admin_group, self.show_commands = admin_group, show_commands

@@ -10,13 +10,16 @@ import os
 import socket
 import sys
 import time
-from pathlib import Path
-from typing import Any, NamedTuple
 
 from gpusched import protocol, trust
 from gpusched.paths import Paths, ensure_private_dir
 from gpusched.errors import ERROR_KINDS, DaemonUnavailable, GpuschedError, PermissionDenied
 from gpusched.modes import client_paths
+
+# typing is imported only by type checkers: it costs every CLI call several ms.
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
 START_TIMEOUT_S = 15.0
 
@@ -33,7 +36,7 @@ class Client:
         trust.check_socket_path(self.paths)
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
-            sock.connect(str(self.paths.socket))
+            sock.connect(self.paths.socket)
             trust.check_peer(sock, self.paths)
         except BaseException:
             sock.close()
@@ -108,11 +111,12 @@ class Client:
             return False
 
 
-class StartedDaemon(NamedTuple):
-    """A daemon this process started, and where its part of the shared log begins."""
+class StartedDaemon:
+    """A daemon this process started (a subprocess.Popen), and where its part of the
+    shared log begins."""
 
-    process: Any  # subprocess.Popen
-    log_offset: int
+    def __init__(self, process: Any, log_offset: int):
+        self.process, self.log_offset = process, log_offset
 
     def failure(self, paths: Paths) -> str:
         """Why it exited: the `Error:` line it wrote, else its exit status."""
@@ -130,7 +134,7 @@ class StartedDaemon(NamedTuple):
                 f"was ready; see {paths.daemon_log}")
 
 
-def _lock_is_held(path: Path) -> bool:
+def _lock_is_held(path: str) -> bool:
     """Whether a daemon holds the state directory's lock (filelock flocks that file)."""
     try:
         fd = os.open(path, os.O_RDONLY)

@@ -238,9 +238,10 @@ def settings_from_mapping(data: dict[str, Any], source: str) -> Settings:
     return settings
 
 
-def load_settings(config_path: Path, environ: dict[str, str] | None = None) -> Settings:
+def load_settings(config_path: str | Path, environ: dict[str, str] | None = None) -> Settings:
     """Defaults, then the TOML file if it exists, then GPUSCHED_SIMULATE from the environment."""
     environ = os.environ if environ is None else environ
+    config_path = Path(config_path)
     settings = Settings()
     if config_path.exists():
         try:

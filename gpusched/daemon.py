@@ -106,7 +106,7 @@ class Daemon:
                                 "use `gpusched daemon status`.") from None
         try:
             self.store = Store(self.paths.db)
-            self.paths.jobs_dir.mkdir(mode=0o700, exist_ok=True)
+            os.makedirs(self.paths.jobs_dir, mode=0o700, exist_ok=True)
             # System mode: anyone may connect; who they are comes from SO_PEERCRED.
             server = SocketServer(self.paths.socket, self.dispatch,
                                   mode=0o666 if self.paths.is_system else 0o600,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 
 
@@ -12,7 +13,19 @@ def main() -> None:
 
         status = try_fast_submit(argv[1:])
         if status is not None:
-            sys.exit(status)
+            _exit_now(status)
     from gpusched.cli import main as cli_main
 
     sys.exit(cli_main(argv))
+
+
+def _exit_now(status: int) -> None:
+    """Exit without the interpreter's teardown, which costs a submit about 8 ms (a tenth of
+    it) and has nothing to do here: the fast path holds no files, threads or atexit work,
+    and its socket is closed. Only the standard streams need flushing."""
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):  # a closed pipe: nothing more can be said
+            status = status or 1
+    os._exit(status)

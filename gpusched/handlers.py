@@ -193,7 +193,8 @@ class Handlers:
         if log_root is None:
             directory = runner.job_dir(self.d.paths.jobs_dir, job_id)
             return directory / "stdout.log", directory / "stderr.log"
-        return log_root / user / f"{job_id}.stdout.log", log_root / user / f"{job_id}.stderr.log"
+        user_dir = Path(log_root, user)
+        return user_dir / f"{job_id}.stdout.log", user_dir / f"{job_id}.stderr.log"
 
     def list(self, call: Call) -> dict:
         jobs = sorted(self.d.jobs.values(), key=lambda j: j.id)

@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import os
 import stat
-from pathlib import Path
 
-from gpusched.paths import Paths, resolve_paths
+from gpusched.paths import Paths, absolute, resolve_paths
 from gpusched.errors import ConfigError
 
 # Moves the whole system layout (/etc, /var, /run) under another directory, for tests.
@@ -16,10 +15,11 @@ SYSTEM_ROOT_ENV = "GPUSCHED_SYSTEM_ROOT"
 def system_paths(environ: dict[str, str] | None = None) -> Paths:
     """/var/lib/gpusched, /run/gpusched, /etc/gpusched/gpusched.toml, /var/log/gpusched."""
     env = os.environ if environ is None else environ
-    root = Path(env.get(SYSTEM_ROOT_ENV) or "/").absolute()
-    return Paths(state_dir=root / "var/lib/gpusched", run_dir=root / "run/gpusched",
-                 config_file=root / "etc/gpusched/gpusched.toml", mode="system",
-                 log_root=root / "var/log/gpusched")
+    root = absolute(env.get(SYSTEM_ROOT_ENV) or "/")
+    join = os.path.join
+    return Paths(state_dir=join(root, "var/lib/gpusched"), run_dir=join(root, "run/gpusched"),
+                 config_file=join(root, "etc/gpusched/gpusched.toml"), mode="system",
+                 log_root=join(root, "var/log/gpusched"))
 
 
 def client_paths(environ: dict[str, str] | None = None) -> Paths:
@@ -27,8 +27,8 @@ def client_paths(environ: dict[str, str] | None = None) -> Paths:
     exists, else the user's own daemon (started on demand)."""
     env = os.environ if environ is None else environ
     if env.get("GPUSCHED_SOCKET"):
-        socket_file = Path(env["GPUSCHED_SOCKET"]).expanduser().absolute()
-        return resolve_paths(env)._replace(mode="socket", socket_file=socket_file)
+        return resolve_paths(env)._replace(mode="socket",
+                                           socket_file=absolute(env["GPUSCHED_SOCKET"]))
     if not env.get("GPUSCHED_HOME"):
         system = system_paths(env)
         if os.path.lexists(system.socket):
@@ -51,11 +51,11 @@ def daemon_paths(system: bool, user: bool, environ: dict[str, str] | None = None
     return resolve_paths(env)
 
 
-def ensure_public_dir(path: Path) -> None:
+def ensure_public_dir(path: str) -> None:
     """Create a 0755 directory owned by us (the system socket's and logs' parents), or
     check an existing one: only its owner may add or replace what is in it."""
-    path.mkdir(mode=0o755, parents=True, exist_ok=True)
-    info = path.lstat()
+    os.makedirs(path, mode=0o755, exist_ok=True)
+    info = os.lstat(path)
     if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.geteuid():
         raise ConfigError(f"{path} is not a directory owned by uid {os.geteuid()}; remove it "
                           "and start the daemon again.")

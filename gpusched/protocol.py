@@ -6,18 +6,23 @@ import json
 import socket
 import struct
 import time
-from typing import Any, NamedTuple
+from collections import namedtuple
 
 from gpusched.errors import ProtocolError
+
+# typing is imported only by type checkers: every CLI call imports this module, and
+# typing would cost each several ms.
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
 MAX_FRAME_BYTES = 16 * 2**20  # a --from-file sweep of thousands of lines fits; a flood does not
 READ_TIMEOUT_S = 10.0
 _HEADER = struct.Struct(">I")
 
 
-class Command(NamedTuple):
-    required: frozenset[str] = frozenset()
-    optional: frozenset[str] = frozenset()
+# A command's argument names: those it requires and those it may take (frozensets).
+Command = namedtuple("Command", "required optional")
 
 
 def _cmd(required: str = "", optional: str = "") -> Command:

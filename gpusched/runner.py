@@ -112,8 +112,8 @@ def pick_master_port(low: int, high: int, taken: Iterable[int]) -> int:
     return low + (max(taken, default=low) - low + 1) % (high - low + 1)
 
 
-def job_dir(jobs_root: Path, job_id: int) -> Path:
-    return jobs_root / str(job_id)
+def job_dir(jobs_root: str | Path, job_id: int) -> Path:
+    return Path(jobs_root, str(job_id))
 
 
 class Launcher:
@@ -155,7 +155,7 @@ class Launcher:
             self._proc = None
 
 
-def prepare_run(job: Job, env: Mapping[str, str], jobs_root: Path, wake_path: Path,
+def prepare_run(job: Job, env: Mapping[str, str], jobs_root: str, wake_path: str,
                 grace_s: float, cgroup: Path | None = None, run_as: int | None = None) -> dict:
     """Make the job's directory and return the spec its shim is launched with.
 
@@ -196,7 +196,7 @@ class RunState:
     exit: ExitRecord | None  # the shim's, once the job has ended
 
 
-def read_run(jobs_root: Path, job_id: int) -> RunState:
+def read_run(jobs_root: str | Path, job_id: int) -> RunState:
     """The run file's "shim" and "exit" records. Only its tail is read: this runs for every
     running job on every pass, and the spec before them may be long."""
     # Plain strings, not Path objects, for the same reason.
@@ -334,7 +334,7 @@ def pid_owners(running: Iterable[Job]) -> dict[int, int]:
     return owners
 
 
-def clear_run(jobs_root: Path, job_id: int) -> None:
+def clear_run(jobs_root: str | Path, job_id: int) -> None:
     """Forget a finished run's record before the job is queued again."""
     for name in (shim.RUN_FILE, shim.LEGACY_EXIT_FILE):
         try:

@@ -7,7 +7,6 @@ import os
 import socket
 import threading
 import time
-from pathlib import Path
 from typing import Any, Callable, Collection
 
 from gpusched import protocol
@@ -23,11 +22,11 @@ def error_reply(exc: GpuschedError) -> dict[str, Any]:
     return {"ok": False, "error": {"kind": error_kind(exc), "message": exc.message}}
 
 
-def bind_unix(path: Path, kind: int) -> socket.socket:
+def bind_unix(path: str, kind: int) -> socket.socket:
     """A Unix socket bound at `path` (0600), replacing a stale one: the caller holds the
     daemon lock, so whatever is there is a dead daemon's."""
-    if path.exists() or path.is_symlink():
-        path.unlink()
+    if os.path.lexists(path):
+        os.unlink(path)
     sock = socket.socket(socket.AF_UNIX, kind)
     # Bind under a restrictive umask so the socket is never reachable with wider
     # permissions, even for an instant.
@@ -39,7 +38,7 @@ def bind_unix(path: Path, kind: int) -> socket.socket:
     return sock
 
 
-def close_unix(sock: socket.socket, path: Path) -> None:
+def close_unix(sock: socket.socket, path: str) -> None:
     """Stop a bound socket (waking a thread blocked on it) and remove its file."""
     try:
         sock.shutdown(socket.SHUT_RDWR)
@@ -47,13 +46,13 @@ def close_unix(sock: socket.socket, path: Path) -> None:
         pass
     sock.close()
     try:
-        path.unlink()
+        os.unlink(path)
     except FileNotFoundError:
         pass
 
 
 class SocketServer:
-    def __init__(self, path: Path, dispatch: Dispatch, mode: int = 0o600, max_per_uid: int = 0,
+    def __init__(self, path: str, dispatch: Dispatch, mode: int = 0o600, max_per_uid: int = 0,
                  exempt_uids: Collection[int] = ()):
         self.path = path
         self._dispatch = dispatch
@@ -185,7 +184,7 @@ class WakeListener:
     any process that can reach the socket can at most make the loop run a pass early.
     """
 
-    def __init__(self, path: Path, wake: Callable[[], None]):
+    def __init__(self, path: str, wake: Callable[[], None]):
         self.path, self._wake = path, wake
         self._sock = bind_unix(path, socket.SOCK_DGRAM)
         self._thread = threading.Thread(target=self._listen, name="wake", daemon=True)

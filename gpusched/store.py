@@ -134,11 +134,12 @@ def _job_to_row(job: Job, for_update: bool = False) -> dict:
     return row
 
 
-def check_file(path: Path) -> int:
+def check_file(path: str | Path) -> int:
     """Read-only check before anything writes: the schema version of an intact queue file.
 
     Opening read-only first means a corrupt or newer file is left byte-identical.
     """
+    path = Path(path)
     if not path.exists() or path.stat().st_size == 0:
         return 0
     # A read-only open of a WAL file creates -wal and -shm beside it and leaves them there.
@@ -168,7 +169,8 @@ def check_file(path: Path) -> int:
 class Store:
     """All reads and writes of the queue. Only the daemon opens it for writing."""
 
-    def __init__(self, path: Path):
+    def __init__(self, path: str | Path):
+        path = Path(path)
         version = check_file(path)
         self.path = path
         # isolation_level=None: we issue BEGIN IMMEDIATE ourselves, so every write takes

@@ -5,11 +5,16 @@ from __future__ import annotations
 import json
 import os
 import sys
-from typing import Any, Iterable
 
 from gpusched import syntax
 from gpusched.errors import UsageError
 from gpusched.units import parse_duration, parse_size
+
+# typing is imported only by type checkers: the submit fast path imports this module, and
+# typing would cost every submit several ms.
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any, Iterable
 
 
 class SubmitOptions:

@@ -6,7 +6,6 @@ import os
 import pwd
 import socket
 import stat
-from pathlib import Path
 
 from gpusched import protocol
 from gpusched.paths import Paths
@@ -52,16 +51,17 @@ def check_socket_path(paths: Paths) -> None:
 
     A missing socket raises FileNotFoundError, as connecting would.
     """
-    path: Path = paths.socket
+    path = paths.socket
     info = os.lstat(path)
     if not stat.S_ISSOCK(info.st_mode):
         raise PermissionDenied(f"refusing to talk to the gpusched daemon: {path} is not a socket "
                                "(a link or a file); remove it.")
     require_trusted(info.st_uid, f"its socket {path}", paths)
-    parent = os.lstat(path.parent)
-    require_trusted(parent.st_uid, f"the socket's directory {path.parent}", paths)
+    directory = os.path.dirname(path)
+    parent = os.lstat(directory)
+    require_trusted(parent.st_uid, f"the socket's directory {directory}", paths)
     if parent.st_mode & 0o022 and not parent.st_mode & stat.S_ISVTX:
-        raise PermissionDenied(f"refusing to talk to the gpusched daemon: {path.parent} can be "
+        raise PermissionDenied(f"refusing to talk to the gpusched daemon: {directory} can be "
                                "written by others, so its socket could be replaced; make it 0755 "
                                "or 0700.")
 

@@ -8,6 +8,7 @@ import stat
 import subprocess
 import sys
 import threading
+from pathlib import Path
 
 import pytest
 
@@ -25,23 +26,23 @@ from gpusched.server import SocketServer
 def test_client_uses_the_system_daemon_only_when_its_socket_exists(tmp_path):
     env = {"GPUSCHED_SYSTEM_ROOT": str(tmp_path), "HOME": str(tmp_path / "home")}
     assert client_paths(env).mode == "user"
-    socket_path = system_paths(env).socket
+    socket_path = Path(system_paths(env).socket)
     assert socket_path == tmp_path / "run/gpusched/gpusched.sock"
     socket_path.parent.mkdir(parents=True)
     socket_path.touch()
     assert client_paths(env) == system_paths(env)
-    assert client_paths(env).log_root == tmp_path / "var/log/gpusched"
+    assert client_paths(env).log_root == str(tmp_path / "var/log/gpusched")
     # An explicit home, or an explicit socket, wins over the system daemon.
     assert client_paths({**env, "GPUSCHED_HOME": str(tmp_path / "h")}).mode == "user"
     chosen = client_paths({**env, "GPUSCHED_SOCKET": str(tmp_path / "x.sock")})
-    assert (chosen.mode, chosen.socket) == ("socket", tmp_path / "x.sock")
+    assert (chosen.mode, chosen.socket) == ("socket", str(tmp_path / "x.sock"))
 
 
 def test_daemon_run_is_a_system_daemon_by_flag_or_by_the_system_config(tmp_path):
     env = {"GPUSCHED_SYSTEM_ROOT": str(tmp_path), "HOME": str(tmp_path / "home")}
     assert daemon_paths(True, False, env).is_system
     assert not daemon_paths(False, False, env).is_system
-    config = system_paths(env).config_file
+    config = Path(system_paths(env).config_file)
     config.parent.mkdir(parents=True)
     config.write_text('[daemon]\nmode = "system"\n')
     assert daemon_paths(False, False, env).is_system == (os.geteuid() == 0)
@@ -66,7 +67,7 @@ def _listen(path):
 
 def test_client_refuses_what_is_not_a_socket_and_a_directory_others_can_write(tmp_path):
     paths = resolve_paths({"GPUSCHED_HOME": str(tmp_path)})
-    paths.run_dir.mkdir(parents=True)
+    os.makedirs(paths.run_dir)
     os.symlink("/etc/passwd", paths.socket)
     with pytest.raises(PermissionDenied, match="is not a socket"):
         trust.check_socket_path(paths)

@@ -198,35 +198,36 @@ def test_example_lists_every_key_with_its_default():
 # -- paths ---------------------------------------------------------------------------------
 def test_gpusched_home_holds_everything(tmp_path):
     paths = resolve_paths({"GPUSCHED_HOME": str(tmp_path)})
-    assert paths.state_dir == tmp_path / "state"
-    assert paths.socket == tmp_path / "run" / "gpusched.sock"
-    assert paths.config_file == tmp_path / "gpusched.toml"
-    assert paths.db.parent == paths.lock.parent == paths.state_dir
+    # Plain strings: every CLI call builds these, and pathlib would cost each one.
+    assert paths.state_dir == str(tmp_path / "state")
+    assert paths.socket == str(tmp_path / "run" / "gpusched.sock")
+    assert paths.config_file == str(tmp_path / "gpusched.toml")
+    assert os.path.dirname(paths.db) == os.path.dirname(paths.lock) == paths.state_dir
 
 
 def test_xdg_directories(tmp_path):
     paths = resolve_paths({"HOME": str(tmp_path), "XDG_STATE_HOME": str(tmp_path / "s"),
                            "XDG_CONFIG_HOME": str(tmp_path / "c"),
                            "XDG_RUNTIME_DIR": str(tmp_path / "r")})
-    assert paths.state_dir == tmp_path / "s" / "gpusched"
-    assert paths.config_file == tmp_path / "c" / "gpusched" / "gpusched.toml"
-    assert paths.run_dir == tmp_path / "r" / "gpusched"
+    assert paths.state_dir == str(tmp_path / "s" / "gpusched")
+    assert paths.config_file == str(tmp_path / "c" / "gpusched" / "gpusched.toml")
+    assert paths.run_dir == str(tmp_path / "r" / "gpusched")
     fallback = resolve_paths({"HOME": str(tmp_path)})
-    assert fallback.state_dir == tmp_path / ".local/state/gpusched"
-    assert fallback.config_file == tmp_path / ".config/gpusched/gpusched.toml"
+    assert fallback.state_dir == str(tmp_path / ".local/state/gpusched")
+    assert fallback.config_file == str(tmp_path / ".config/gpusched/gpusched.toml")
 
 
 def test_config_override(tmp_path):
     paths = resolve_paths({"GPUSCHED_HOME": str(tmp_path),
                            "GPUSCHED_CONFIG": str(tmp_path / "x.toml")})
-    assert paths.config_file == tmp_path / "x.toml"
+    assert paths.config_file == str(tmp_path / "x.toml")
 
 
 def test_deep_home_keeps_the_socket_path_under_the_unix_limit(tmp_path):
     deep = tmp_path / ("d" * 60) / ("e" * 60)
     paths = resolve_paths({"GPUSCHED_HOME": str(deep)})
-    assert len(str(paths.socket).encode()) < 108
-    assert paths.state_dir == deep / "state"
+    assert len(paths.socket.encode()) < 108
+    assert paths.state_dir == str(deep / "state")
     # The client derives the same directory from the same home.
     assert resolve_paths({"GPUSCHED_HOME": str(deep)}).socket == paths.socket
     assert resolve_paths({"GPUSCHED_HOME": str(deep) + "x"}).socket != paths.socket

@@ -18,7 +18,7 @@ class GpuBackend(Protocol):
         """Release the library or files the backend holds."""
 
 
-def open_backend(simulate: str, processes_file: Path) -> GpuBackend:
+def open_backend(simulate: str, processes_file: str | Path) -> GpuBackend:
     """Simulated GPUs when `simulate` names some, else NVML (which explains its own absence)."""
     if simulate:
         from gpusched.gpus.simulated import SimulatedBackend

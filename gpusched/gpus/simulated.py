@@ -82,13 +82,13 @@ def _outside_entry(raw: dict[str, Any]) -> dict[str, Any]:
 class SimulatedBackend:
     name = "simulated"
 
-    def __init__(self, gpus: list[SimGpu], processes_file: Path):
+    def __init__(self, gpus: list[SimGpu], processes_file: str | Path):
         self._gpus = gpus
-        self._processes_file = processes_file
+        self._processes_file = Path(processes_file)
         self._outside_cache: tuple[float, list[dict[str, Any]]] = (-1.0, [])
 
     @classmethod
-    def from_spec(cls, spec: str, processes_file: Path) -> SimulatedBackend:
+    def from_spec(cls, spec: str, processes_file: str | Path) -> SimulatedBackend:
         return cls(parse_spec(spec), processes_file)
 
     def _outside(self) -> list[dict[str, Any]]:
