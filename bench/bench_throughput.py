@@ -6,12 +6,14 @@ max_running = 4` (the comparison the issues ask for), and `--gpus 1` jobs on 4 s
 GPUs (whole GPUs: the GPU path, which re-reads the GPUs after every end). At most 4 run
 at once either way, which the benchmark checks from the jobs' start and end times.
 task-spooler: `tsp -S 4`, one `tsp` call per job, then `tsp -l` polled until all finished.
-Both run the same job, `sh -c true` (what a --from-file line `true` becomes).
+Both run the same job, `sh -c true` (what a --from-file line `true` becomes). Each runs
+--rounds times, in turn (the order flips every round); medians are compared.
 """
 
 from __future__ import annotations
 
 import argparse
+import statistics
 import time
 from dataclasses import dataclass
 
@@ -92,25 +94,40 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--jobs", type=int, default=1000, help="jobs per scheduler (default 1000)")
     parser.add_argument("--slots", type=int, default=4, help="jobs at once (default 4)")
+    parser.add_argument("--rounds", type=int, default=3, help="runs of each (default 3)")
     args = parser.parse_args()
 
-    tsp_s = run_tsp(args.jobs, args.slots)
-    runs = {mode: run_gpusched(args.jobs, args.slots, mode) for mode in MODES}
+    contenders = ["tsp", *MODES]
+    tsp_runs: list[float] = []
+    runs: dict[str, list[GpuschedRun]] = {mode: [] for mode in MODES}
+    for n in range(args.rounds):
+        for name in contenders if n % 2 == 0 else contenders[::-1]:
+            if name == "tsp":
+                tsp_runs.append(run_tsp(args.jobs, args.slots))
+            else:
+                runs[name].append(run_gpusched(args.jobs, args.slots, name))
+    tsp_s = statistics.median(tsp_runs)
     rows = []
-    for mode, gs in runs.items():
+    for mode, mode_runs in runs.items():
         label = MODES[mode][0].format(slots=args.slots)
-        rows.append([f"gpusched, {label}", f"{gs.elapsed_s:.2f} s",
-                     f"{args.jobs / gs.elapsed_s:.0f}", str(gs.most_at_once),
-                     ratio(gs.elapsed_s, tsp_s),
-                     "ok" if gs.elapsed_s <= FLOOR_RATIO * tsp_s else "MISSED"])
+        elapsed = statistics.median(r.elapsed_s for r in mode_runs)
+        rows.append([f"gpusched, {label}", f"{elapsed:.2f} s", f"{args.jobs / elapsed:.0f}",
+                     str(max(r.most_at_once for r in mode_runs)), ratio(elapsed, tsp_s),
+                     "ok" if elapsed <= FLOOR_RATIO * tsp_s else "MISSED"])
     rows.append([f"tsp -S {args.slots}, one call per job", f"{tsp_s:.2f} s",
                  f"{args.jobs / tsp_s:.0f}", "", "1.00x", ""])
-    print_table(f"{args.jobs} jobs of `sh -c true`, {args.slots} at a time, submit until all done",
+    print_table(f"{args.jobs} jobs of `sh -c true`, {args.slots} at a time, submit until all "
+                f"done (median of {args.rounds} rounds)",
                 ["scheduler", "total", "jobs/s", "most at once", "ratio to tsp",
                  f"floor <= {FLOOR_RATIO:.0f}x"], rows)
-    for mode, gs in runs.items():
-        print(f"  gpusched ({mode}) CPU per job: daemon {gs.daemon_cpu_s / args.jobs * 1e3:.1f} ms, "
-              f"shim and job {gs.shims_cpu_s / args.jobs * 1e3:.1f} ms")
+    print("  each round, seconds: tsp " + " ".join(f"{s:.2f}" for s in tsp_runs) + "; " +
+          "; ".join(f"gpusched ({mode}) " + " ".join(f"{r.elapsed_s:.2f}" for r in mode_runs)
+                    for mode, mode_runs in runs.items()))
+    for mode, mode_runs in runs.items():
+        daemon = statistics.median(r.daemon_cpu_s for r in mode_runs) / args.jobs * 1e3
+        shims = statistics.median(r.shims_cpu_s for r in mode_runs) / args.jobs * 1e3
+        print(f"  gpusched ({mode}) CPU per job (median): daemon {daemon:.1f} ms, "
+              f"shim and job {shims:.1f} ms")
 
 
 if __name__ == "__main__":

@@ -86,6 +86,14 @@ def _private_tmpdir(prefix: str) -> Path:
 _SCRATCH: list[Path] = []
 
 
+def remove_at_exit(path: Path) -> None:
+    """Delete a run's files when the benchmark ends, not between runs: on ext4 without a
+    journal, creating a file skips over every inode freed in the last 30 s or so, so
+    deleting one run's thousands of files would slow the next run's file creation
+    several-fold, whichever scheduler it is (see bench/README.md)."""
+    atexit.register(shutil.rmtree, path, True)
+
+
 def scratch_dir() -> Path:
     """One temporary directory per benchmark process, removed at exit."""
     if not _SCRATCH:
@@ -228,7 +236,7 @@ class Gpusched:
             self.cli("daemon", "stop")
         except RuntimeError:
             _kill(self.pid)
-        shutil.rmtree(self.home, ignore_errors=True)
+        remove_at_exit(self.home)
 
 
 class TaskSpooler:
@@ -283,4 +291,4 @@ class TaskSpooler:
             self.cli("-K")
         except RuntimeError:
             _kill(self.pid)
-        shutil.rmtree(self.home, ignore_errors=True)
+        remove_at_exit(self.home)

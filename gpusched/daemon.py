@@ -13,7 +13,7 @@ from typing import Any
 
 from filelock import FileLock, Timeout
 
-from gpusched import __version__, placement, runner, scheduling
+from gpusched import __version__, placement, runner, scheduling, shim
 from gpusched.authz import Authz
 from gpusched.config import Settings, load_settings
 from gpusched.paths import Paths, ensure_private_dir
@@ -230,8 +230,12 @@ class Daemon:
             pass
         return [call for call in calls if call is not _WAKE]
 
-    def wake(self) -> None:
-        """A job ended (its shim said so): run a pass now rather than at the next timeout."""
+    def wake(self, message: bytes = b"!") -> None:
+        """A job ended, or could not start (its shim said so): run a pass now rather than
+        at the next timeout."""
+        failure = shim.parse_launch_failure(message)
+        if failure is not None:
+            self.control.launch_failures.put(failure)
         self._calls.put(_WAKE)
 
     def load_active(self, jobs: list[Job]) -> None:

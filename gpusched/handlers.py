@@ -7,7 +7,6 @@ import os
 import signal
 import time
 from dataclasses import replace
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
 import psutil
@@ -180,21 +179,18 @@ class Handlers:
             stdout, stderr = self._log_paths(job_id, template.user)
             jobs.append(replace(template, id=job_id, array_id=array_id, array_index=index,
                                 array_throttle=throttle if array_id else None,
-                                stdout_path=str(stdout), stderr_path=str(stderr)))
+                                stdout_path=stdout, stderr_path=stderr))
         self.d.store.insert(jobs)
         for job in jobs:
             self.d.remember(job)
         return ids
 
-    def _log_paths(self, job_id: int, user: str) -> tuple[Path, Path]:
-        """The job directory's logs; in system mode the user's own log directory, so
+    def _log_paths(self, job_id: int, user: str) -> tuple[str, str]:
+        """Beside the job's run file; in system mode in the user's own log directory, so
         that the user's client reads them directly and root never writes them."""
         log_root = self.d.paths.log_root
-        if log_root is None:
-            directory = runner.job_dir(self.d.paths.jobs_dir, job_id)
-            return directory / "stdout.log", directory / "stderr.log"
-        user_dir = Path(log_root, user)
-        return user_dir / f"{job_id}.stdout.log", user_dir / f"{job_id}.stderr.log"
+        return runner.log_paths(self.d.paths.jobs_dir if log_root is None
+                                else os.path.join(log_root, user), job_id)
 
     def list(self, call: Call) -> dict:
         jobs = sorted(self.d.jobs.values(), key=lambda j: j.id)

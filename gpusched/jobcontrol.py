@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import queue
 import signal
 import time
 from dataclasses import replace
@@ -26,6 +27,9 @@ class JobControl:
         self.d = daemon
         self.placements: dict[int, int] = {}  # GPU index -> jobs placed (round-robin)
         self.launches: list[dict] = []  # specs of jobs started this pass, for launch_started
+        # (job id, reason) from shims that could not create their run file: filled by
+        # the wake socket's thread, emptied by the loop's.
+        self.launch_failures: queue.SimpleQueue[tuple[int, str]] = queue.SimpleQueue()
         self.usage: dict[str, float] = {}  # fair share: decayed GPU-seconds per user
         self._usage_at = time.monotonic()
 
@@ -46,6 +50,7 @@ class JobControl:
         """Learn new shims' pids; record runs that ended, from their exit record, or as
         lost if their shim vanished (or never started)."""
         d = self.d
+        failed_launches = self._take_launch_failures()
         if not d.running():
             return
         with d.store.write():
@@ -54,6 +59,10 @@ class JobControl:
                 record = run.exit
                 if record is None and job.shim_pid is None and run.shim is not None:
                     job = self._found_shim(job, runner.identify_shim(*run.shim))
+                if record is None and run.shim is None and job.id in failed_launches:
+                    self.end(job, JobState.FAILED, time.time(),
+                             end_reason=f"cannot start its shim: {failed_launches[job.id]}")
+                    continue
                 if record is None and check_liveness and not self._is_alive(job):
                     # Read again: the shim may have written its record and exited since.
                     record = runner.read_run(d.paths.jobs_dir, job.id).exit
@@ -69,6 +78,13 @@ class JobControl:
                     state = lifecycle.end_state(job, record.exit_code, record.error)
                     self.end(job, state, record.ended_at, exit_code=record.exit_code,
                              signal=record.signal, end_reason=record.error)
+
+    def _take_launch_failures(self) -> dict[int, str]:
+        failures = {}
+        while not self.launch_failures.empty():
+            job_id, reason = self.launch_failures.get_nowait()
+            failures[job_id] = reason
+        return failures
 
     def _found_shim(self, job: Job, shim: tuple[int, float]) -> Job:
         """A new shim has written its pid into the run file: keep it (in memory: the run
@@ -208,25 +224,16 @@ class JobControl:
         started_at = time.time()
         env = runner.job_environment(job, gpus, port, d.settings.visible_devices, started_at,
                                      dict(d.settings.job_env))
-        try:
-            spec = runner.prepare_run(job, env, d.paths.jobs_dir, d.paths.wake_socket,
-                                      d.settings.cancel_grace_s, cgroup,
-                                      run_as=job.uid if d.paths.is_system else None)
-        except OSError as exc:  # no job directory: the job, not the daemon, fails
-            log.exception("cannot start job %d", job.id)
-            failure = f"cannot start its shim: {exc}"
-        else:
-            failure = ""
-            self.launches.append(spec)
+        self.launches.append(runner.run_spec(job, env, d.paths.jobs_dir, d.paths.wake_socket,
+                                             d.settings.cancel_grace_s, cgroup,
+                                             run_as=job.uid if d.paths.is_system else None))
         # No GPU read is needed now: until the next one, the new job's whole declared
         # memory counts as promised (placement.gpu_loads). Its shim's pid comes later,
         # from the run file (_found_shim).
-        started = transition(
+        d.save(transition(
             job, JobState.RUNNING, started_at=started_at, gpu_uuids=tuple(g.uuid for g in gpus),
             gpu_indices=tuple(g.index for g in gpus), master_port=port, pending_reason="",
-            boot_id=d.boot_id)
-        d.save(transition(started, JobState.FAILED, ended_at=time.time(), end_reason=failure)
-               if failure else started)
+            boot_id=d.boot_id))
 
     def launch_started(self) -> None:
         """Launch the shims of the jobs started in a pass, once that pass is committed:

@@ -112,8 +112,22 @@ def pick_master_port(low: int, high: int, taken: Iterable[int]) -> int:
     return low + (max(taken, default=low) - low + 1) % (high - low + 1)
 
 
-def job_dir(jobs_root: str | Path, job_id: int) -> Path:
-    return Path(jobs_root, str(job_id))
+# A job's files lie side by side in the jobs directory, named by its id: ID.run.jsonl (see
+# shim.RUN_FILE), ID.stdout.log and ID.stderr.log. No directory per job: on some
+# filesystems each one costs the daemon most of a millisecond to make, for every job.
+def run_file(jobs_root: str | Path, job_id: int) -> str:
+    return os.path.join(jobs_root, f"{job_id}.{shim.RUN_FILE}")
+
+
+def log_paths(jobs_root: str | Path, job_id: int) -> tuple[str, str]:
+    """A job's stdout and stderr logs in user mode (system mode keeps them per user)."""
+    return (os.path.join(jobs_root, f"{job_id}.stdout.log"),
+            os.path.join(jobs_root, f"{job_id}.stderr.log"))
+
+
+def _legacy_job_dir(jobs_root: str | Path, job_id: int) -> str:
+    """Where a job started before the flat layout keeps its files (read across an upgrade)."""
+    return os.path.join(jobs_root, str(job_id))
 
 
 class Launcher:
@@ -155,21 +169,16 @@ class Launcher:
             self._proc = None
 
 
-def prepare_run(job: Job, env: Mapping[str, str], jobs_root: str, wake_path: str,
-                grace_s: float, cgroup: Path | None = None, run_as: int | None = None) -> dict:
-    """Make the job's directory and return the spec its shim is launched with.
-
-    The directory is made here, not by the shim, so that a job that cannot have one
-    fails at once. run_as (system mode): the shim drops to this uid before the job
-    touches any path.
-    """
-    directory = job_dir(jobs_root, job.id)
-    directory.mkdir(mode=0o700, parents=True, exist_ok=True)
-    return {"job_id": job.id, "job_dir": str(directory), "command": list(job.command),
-            "env": dict(env), "cwd": job.cwd, "stdout": job.stdout_path,
-            "stderr": job.stderr_path, "grace_s": grace_s, "wake": str(wake_path),
-            "cpu_ids": list(job.cpu_ids), "cgroup": str(cgroup) if cgroup else "",
-            "run_as": run_as}
+def run_spec(job: Job, env: Mapping[str, str], jobs_root: str, wake_path: str,
+             grace_s: float, cgroup: Path | None = None, run_as: int | None = None) -> dict:
+    """The spec a job's shim is launched with. The shim makes every file of the run
+    (see shim.begin_run_file). run_as (system mode): the shim drops to this uid before
+    the job touches any path."""
+    return {"job_id": job.id, "run_file": run_file(jobs_root, job.id),
+            "command": list(job.command), "env": dict(env), "cwd": job.cwd,
+            "stdout": job.stdout_path, "stderr": job.stderr_path, "grace_s": grace_s,
+            "wake": str(wake_path), "cpu_ids": list(job.cpu_ids),
+            "cgroup": str(cgroup) if cgroup else "", "run_as": run_as}
 
 
 _TAIL_BYTES = 8192  # holds the short "shim" and "exit" records, whatever the spec's size
@@ -199,15 +208,10 @@ class RunState:
 def read_run(jobs_root: str | Path, job_id: int) -> RunState:
     """The run file's "shim" and "exit" records. Only its tail is read: this runs for every
     running job on every pass, and the spec before them may be long."""
-    # Plain strings, not Path objects, for the same reason.
-    directory = os.path.join(jobs_root, str(job_id))
     try:
-        with open(os.path.join(directory, shim.RUN_FILE), "rb") as run_file:
-            size = run_file.seek(0, os.SEEK_END)
-            run_file.seek(max(0, size - _TAIL_BYTES))
-            records = _records(run_file.read())
+        records = _tail_records(run_file(jobs_root, job_id))
     except FileNotFoundError:
-        return RunState(None, _legacy_exit_record(directory))
+        records = _legacy_records(_legacy_job_dir(jobs_root, job_id))
     except OSError:
         return RunState(None, None)
     shim_record = exit_record = None
@@ -227,13 +231,25 @@ def _exit_record(data: dict) -> ExitRecord:
                       data.get("error", ""))
 
 
-def _legacy_exit_record(directory: str) -> ExitRecord | None:
-    """The exit record of a job whose shim predates run files (it ran across an upgrade)."""
+def _tail_records(path: str) -> list[dict]:
+    with open(path, "rb") as run:
+        size = run.seek(0, os.SEEK_END)
+        run.seek(max(0, size - _TAIL_BYTES))
+        return _records(run.read())
+
+
+def _legacy_records(directory: str) -> list[dict]:
+    """The records of a job whose shim predates the flat layout: a run file in the job's
+    own directory, or, older still, a lone exit.json (it ran across an upgrade)."""
+    try:
+        return _tail_records(os.path.join(directory, shim.RUN_FILE))
+    except OSError:
+        pass
     try:
         with open(os.path.join(directory, shim.LEGACY_EXIT_FILE), "rb") as record:
-            return _exit_record(json.loads(record.read()))
+            return [{"record": "exit", **json.loads(record.read())}]
     except (OSError, ValueError, TypeError):
-        return None
+        return []
 
 
 def _shim_process(job: Job) -> psutil.Process | None:
@@ -336,9 +352,11 @@ def pid_owners(running: Iterable[Job]) -> dict[int, int]:
 
 def clear_run(jobs_root: str | Path, job_id: int) -> None:
     """Forget a finished run's record before the job is queued again."""
-    for name in (shim.RUN_FILE, shim.LEGACY_EXIT_FILE):
+    directory = _legacy_job_dir(jobs_root, job_id)
+    for path in (run_file(jobs_root, job_id), os.path.join(directory, shim.RUN_FILE),
+                 os.path.join(directory, shim.LEGACY_EXIT_FILE)):
         try:
-            (job_dir(jobs_root, job_id) / name).unlink()
+            os.unlink(path)
         except FileNotFoundError:
             pass
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from operator import attrgetter
 from typing import Mapping, Sequence
 
 from gpusched import placement
@@ -70,6 +71,19 @@ def order_key(job: Job, rules: QueueRules, usage: Mapping[str, float]):
     if rules.discipline == "sjf":
         return (-job.priority, job.time_limit_s if job.time_limit_s is not None else math.inf, job.id)
     return (-job.priority, job.id)
+
+
+def queue_order(pending: Sequence[Job], rules: QueueRules,
+                usage: Mapping[str, float]) -> list[Job]:
+    """The jobs in the order a pass considers them (order_key's)."""
+    if rules.discipline in ("fairshare", "sjf"):
+        return sorted(pending, key=lambda j: order_key(j, rules, usage))
+    # The plain (-priority, id) order as two sorts on attributes, with no Python call
+    # per job: every pass sorts the whole queue, and a queue may hold thousands. The
+    # second sort is stable, reverse=True included, so ids stay in order within a priority.
+    ordered = sorted(pending, key=attrgetter("id"))
+    ordered.sort(key=attrgetter("priority"), reverse=True)
+    return ordered
 
 
 def decay_usage(usage: Mapping[str, float], running: Sequence[Job], elapsed_s: float,
@@ -236,7 +250,9 @@ def _explain_full_box(rest: Sequence[Job], p: _Pass, queue: QueueRules,
     job's own dependencies (and a hold) still come first, as in the main loop."""
     full_reason = _host_reason(rest[0], p, queue.host)
     for job in rest:
-        if not _waits_on_dependencies(job, dep_states, reasons, cancels):
+        if not job.held and not job.dependencies:  # the common case, checked inline
+            reasons[job.id] = full_reason
+        elif not _waits_on_dependencies(job, dep_states, reasons, cancels):
             reasons[job.id] = f"held (`gpusched release {job.id}` lets it start)" \
                 if job.held else full_reason
 
@@ -260,7 +276,7 @@ def schedule(pending: Sequence[Job], running: Sequence[Job], loads: Mapping[str,
     # simulator's common case on a full box). Placing jobs only ever takes GPUs away.
     free_any = any(placement.is_usable(l) for l in p.loads.values())
     unplaceable: set[tuple] = set()
-    ordered = sorted(pending, key=lambda j: order_key(j, queue, usage or {}))
+    ordered = queue_order(pending, queue, usage or {})
     for n, job in enumerate(ordered):
         if _box_is_full(p, queue):
             # Nothing more can start this pass: the rest share one reason (a long queue

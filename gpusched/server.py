@@ -11,6 +11,7 @@ from typing import Any, Callable, Collection
 
 from gpusched import protocol
 from gpusched.errors import GpuschedError, ProtocolError, error_kind
+from gpusched.shim import WAKE_MAX_BYTES
 
 log = logging.getLogger("gpusched.server")
 
@@ -181,10 +182,11 @@ class WakeListener:
     """A datagram socket that job shims poke when a job ends: one thread, no connections.
 
     A datagram carries nothing the daemon trusts (it reads the exit record itself), so
-    any process that can reach the socket can at most make the loop run a pass early.
+    any process that can reach the socket (it is 0600) can at most make the loop run a
+    pass early, or fail a job whose shim has not started (see shim.launch_failure).
     """
 
-    def __init__(self, path: str, wake: Callable[[], None]):
+    def __init__(self, path: str, wake: Callable[[bytes], None]):
         self.path, self._wake = path, wake
         self._sock = bind_unix(path, socket.SOCK_DGRAM)
         self._thread = threading.Thread(target=self._listen, name="wake", daemon=True)
@@ -193,10 +195,10 @@ class WakeListener:
     def _listen(self) -> None:
         while True:
             try:
-                self._sock.recv(64)
+                message = self._sock.recv(WAKE_MAX_BYTES)
             except OSError:
                 return  # closed
-            self._wake()
+            self._wake(message)
 
     def close(self) -> None:
         close_unix(self._sock, self.path)

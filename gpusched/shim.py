@@ -1,7 +1,7 @@
 """The per-job parent: owns the job's session and logs, forwards signals, writes the exit record.
 
 Forked by the shim launcher (gpusched/launcher.py) in a new session, so that it outlives
-the daemon; `python -I -S shim.py JOBDIR` runs a job again by hand, from its run file.
+the daemon; `python -I -S shim.py RUN_FILE` runs a job again by hand, from its run file.
 It imports only the standard library (and, in system mode, the stdlib-only privileges
 module): it runs for every job.
 """
@@ -17,8 +17,8 @@ import sys
 import time
 
 RUN_FILE = "run.jsonl"
-"""A run's record in its job directory, one JSON object per line, each tagged by its
-"record" key, all written by the run's shim:
+"""A run's record (ID.run.jsonl in the jobs directory), one JSON object per line, each
+tagged by its "record" key, all written by the run's shim:
 
 - "spec": what to run, as the daemon sent it;
 - "shim": the shim's pid and start time (start_ticks), where a daemon (or its
@@ -28,10 +28,13 @@ RUN_FILE = "run.jsonl"
 The shim, not the daemon, creates the file: on some filesystems creating a file costs
 most of a millisecond of CPU, and the daemon starts every job in turn while shims run side
 by side. A reader trusts only whole lines: each is written in one write() and ends in a
-newline.
+newline. A shim that cannot create the file says so in its wake-up datagram instead
+(launch_failure).
 """
 PR_SET_CHILD_SUBREAPER = 36  # prctl(2)
 LEGACY_EXIT_FILE = "exit.json"  # what shims before the run file wrote (read on upgrade)
+WAKE_MAX_BYTES = 1024  # the longest wake-up datagram: a launch failure's reason fits
+_LAUNCH_FAILED = b"launch-failed "
 # Signals a user (or the daemon) may send to the shim that belong to the job instead.
 FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2,
              signal.SIGQUIT)
@@ -71,7 +74,8 @@ def start_ticks(pid: int | str = "self") -> int:
 
 def begin_run_file(spec: dict) -> str:
     """Create the run file with the spec and this shim's own record; its path."""
-    path = os.path.join(spec["job_dir"], RUN_FILE)
+    # A spec from before the flat layout (a job run again by hand) names its directory.
+    path = spec.get("run_file") or os.path.join(spec["job_dir"], RUN_FILE)
     lines = (record_line("spec", spec) +
              record_line("shim", {"pid": os.getpid(), "start_ticks": start_ticks()}))
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
@@ -224,14 +228,24 @@ def spawn(spec: dict) -> int:
     return pid
 
 
+def _find_prctl():  # -> the C function, or None
+    try:
+        return ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):
+        return None
+
+
+# Looked up once, in the launcher, rather than in every shim it forks (most of a
+# millisecond each: the lookup writes to pages the fork shares).
+_prctl = _find_prctl()
+
+
 def become_subreaper() -> None:
     """Make the job's orphans our children. Some launchers (torchrun among them) start
     their workers in sessions of their own, out of reach of the job's process group; as
     a child subreaper the shim still finds them to signal, and to kill when the job ends."""
-    try:
-        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
-    except (OSError, AttributeError):
-        pass  # not Linux: the process group alone is signalled
+    if _prctl is not None:  # not Linux: the process group alone is signalled
+        _prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
 
 
 def descendants(root: int) -> list[int]:
@@ -320,18 +334,32 @@ def wait_for(pid: int) -> tuple[int | None, int | None]:
             return None, os.WTERMSIG(status)
 
 
-def notify_daemon(spec: dict) -> None:
+def notify_daemon(spec: dict, message: bytes = b"!") -> None:
     """Best effort: wake the daemon now rather than at its next pass (half a second).
 
     One datagram, nothing to wait for: the daemon reads the exit record itself, so the
-    message carries nothing and a lost one costs only that wait.
+    usual message carries nothing and a lost one costs only that wait.
     """
     try:
         with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as sock:
             sock.setblocking(False)
-            sock.sendto(b"!", spec["wake"])
+            sock.sendto(message[:WAKE_MAX_BYTES], spec["wake"])
     except OSError:
         pass
+
+
+def launch_failure(job_id: int, reason: str) -> bytes:
+    """The wake-up of a shim that could not create its run file, so has no other way to
+    tell: the daemon fails the job unless a run file shows a shim did start it."""
+    return _LAUNCH_FAILED + f"{job_id} {reason}".encode(errors="replace")
+
+
+def parse_launch_failure(message: bytes) -> tuple[int, str] | None:
+    """(job id, reason) of a launch_failure datagram; None for a plain wake-up."""
+    if not message.startswith(_LAUNCH_FAILED):
+        return None
+    job_id, _, reason = message[len(_LAUNCH_FAILED):].decode(errors="replace").partition(" ")
+    return (int(job_id), reason) if job_id.isdigit() else None
 
 
 def record_exit(run_path: str, spec: dict, record: dict) -> None:
@@ -350,7 +378,11 @@ def run(spec: dict) -> int:
     # Hold signals until the forwarder exists, so an early cancel is never lost (the
     # launcher forks us with them blocked already).
     signal.pthread_sigmask(signal.SIG_BLOCK, FORWARDED)
-    run_path = begin_run_file(spec)
+    try:
+        run_path = begin_run_file(spec)
+    except OSError as exc:
+        notify_daemon(spec, launch_failure(spec["job_id"], f"cannot create its run file: {exc}"))
+        return 1
     become_subreaper()
     try:
         pid = spawn(spec)
@@ -373,4 +405,4 @@ def run(spec: dict) -> int:
 if __name__ == "__main__":
     # Run by path with -I -S: make the package importable (privileges, in system mode).
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    sys.exit(run(read_spec(os.path.join(sys.argv[1], RUN_FILE))))
+    sys.exit(run(read_spec(sys.argv[1])))

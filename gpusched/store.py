@@ -117,16 +117,21 @@ def _row_to_job(row: sqlite3.Row) -> Job:
 
 _IDS_PER_QUERY = 500  # under SQLite's oldest limit on bound values (999)
 
-# Fixed at submit: an update need not rewrite (nor re-encode) them, the environment above all.
-_SET_AT_SUBMIT = frozenset({"command", "env", "cwd", "uid", "user", "submit_pid", "submitted_at"})
+# Fixed at submit: an update need not rewrite (nor re-encode) them, the environment above
+# all. The request (GPUs, memory, constraints, CPUs) is fixed too, and stored apart.
+_SET_AT_SUBMIT = frozenset({"command", "env", "cwd", "uid", "user", "submit_pid", "submitted_at",
+                            "dependencies", "retry_on"})
+_UPDATED_FIELDS = [n for n in _JOB_FIELDS if n not in _SET_AT_SUBMIT]
 
 
 def _job_to_row(job: Job, for_update: bool = False) -> dict:
-    fields = [n for n in _JOB_FIELDS if n not in _SET_AT_SUBMIT] if for_update else _JOB_FIELDS
-    row = {name: getattr(job, name) for name in fields}
-    row["gpus"], row["gpu_mem_bytes"] = job.request.gpus, job.request.gpu_mem_bytes
-    row["cpus"], row["mem_bytes"] = job.request.cpus, job.request.mem_bytes
-    row["constraints"] = json.dumps(asdict(job.request.constraints))
+    """The job's columns; for_update: only those that can change after submit (every
+    start and end updates a job, so this runs several times per job)."""
+    row = {name: getattr(job, name) for name in (_UPDATED_FIELDS if for_update else _JOB_FIELDS)}
+    if not for_update:
+        row["gpus"], row["gpu_mem_bytes"] = job.request.gpus, job.request.gpu_mem_bytes
+        row["cpus"], row["mem_bytes"] = job.request.cpus, job.request.mem_bytes
+        row["constraints"] = json.dumps(asdict(job.request.constraints))
     row["state"] = job.state.value
     for key, is_tuple in _JSON_TUPLES.items():
         if key in row:
@@ -239,6 +244,7 @@ class Store:
         return list(range(last + 1, last + 1 + count))
 
     def update(self, job: Job) -> None:
+        """Store what can change after submit; the rest stays as inserted."""
         row = _job_to_row(job, for_update=True)
         sets = ", ".join(f"{c} = :{c}" for c in row if c != "id")
         self._conn.execute(f"UPDATE jobs SET {sets} WHERE id = :id", row)

@@ -1,7 +1,7 @@
 """A run's record file: written by the job's shim, read by the daemon.
 
-Real shims, run by hand (`python -I -S shim.py JOBDIR`, which takes the spec from the run
-file there), in temporary job directories; no daemon.
+Real shims, run by hand (`python -I -S shim.py RUN_FILE`, which takes the spec from the
+run file), in temporary jobs directories; no daemon.
 """
 
 from __future__ import annotations
@@ -26,7 +26,8 @@ SHIM = Path(shim.__file__)
 
 
 def _spec(tmp_path: Path, command: list[str], env: dict | None = None) -> dict:
-    return {"job_id": 1, "job_dir": str(runner.job_dir(tmp_path / "jobs", 1)), "command": command, "env": env or {"PATH": os.defpath},
+    return {"job_id": 1, "run_file": runner.run_file(tmp_path / "jobs", 1), "command": command,
+            "env": env or {"PATH": os.defpath},
             "cwd": str(tmp_path), "stdout": str(tmp_path / "out.log"),
             "stderr": str(tmp_path / "err.log"), "grace_s": 1.0,
             "wake": str(tmp_path / "wake"), "cpu_ids": [], "cgroup": "", "run_as": None}
@@ -34,16 +35,14 @@ def _spec(tmp_path: Path, command: list[str], env: dict | None = None) -> dict:
 
 def _write_spec(spec: dict) -> Path:
     """A run file as a shim that was stopped before its job started would leave it."""
-    directory = Path(spec["job_dir"])
-    directory.mkdir(parents=True, exist_ok=True)
-    run_file = directory / shim.RUN_FILE
+    run_file = Path(spec["run_file"])
+    run_file.parent.mkdir(parents=True, exist_ok=True)
     run_file.write_text(json.dumps({"record": "spec", **spec}) + "\n")
     return run_file
 
 
 def _run_shim(spec: dict) -> subprocess.Popen:
-    directory = _write_spec(spec).parent
-    return subprocess.Popen([sys.executable, "-I", "-S", str(SHIM), str(directory)],
+    return subprocess.Popen([sys.executable, "-I", "-S", str(SHIM), str(_write_spec(spec))],
                             start_new_session=True)
 
 
@@ -68,11 +67,11 @@ def test_a_shim_records_its_pid_and_the_jobs_end_and_wakes_the_daemon(tmp_path):
     record = runner.read_run(jobs, 1).exit
     assert (record.exit_code, record.signal, record.error) == (3, None, "")
     assert (tmp_path / "out.log").read_text() == "hi\n"
-    kinds = [json.loads(line)["record"]
-             for line in (runner.job_dir(jobs, 1) / shim.RUN_FILE).read_text().splitlines()]
+    run_file = jobs / f"1.{shim.RUN_FILE}"  # beside the job's logs, in no directory of its own
+    kinds = [json.loads(line)["record"] for line in run_file.read_text().splitlines()]
     assert kinds == ["spec", "shim", "exit"]
     runner.clear_run(jobs, 1)
-    assert not (runner.job_dir(jobs, 1) / shim.RUN_FILE).exists()
+    assert not run_file.exists()
     assert runner.read_run(jobs, 1) == runner.RunState(None, None)
 
 
@@ -83,8 +82,7 @@ def test_the_exit_record_is_found_behind_a_long_spec_and_in_any_order(tmp_path):
     proc = _run_shim(_spec(tmp_path, ["true"], env={"PATH": os.defpath,
                                                            "BIG": "x" * 100_000}))
     assert proc.wait(timeout=30) == 0
-    run_file = runner.job_dir(jobs, 1) / shim.RUN_FILE
-    shim.append_record(str(run_file), "shim", {"pid": 1, "start_ticks": 0})
+    shim.append_record(runner.run_file(jobs, 1), "shim", {"pid": 1, "start_ticks": 0})
     record = runner.read_run(jobs, 1).exit
     assert (record.exit_code, record.error) == (0, "")
     # The first record is the real shim's, and it has ended: no process matches it.
@@ -100,9 +98,10 @@ def test_a_half_written_line_is_not_an_exit_record(tmp_path):
     assert find_shim(jobs, 1) is None
 
 
-def test_an_exit_record_of_a_shim_from_before_run_files_is_still_read(tmp_path):
-    """A job that ran across an upgrade: its older shim wrote exit.json."""
-    directory = runner.job_dir(tmp_path, 7)
+def test_records_of_shims_from_before_the_flat_layout_are_still_read(tmp_path):
+    """Jobs that ran across an upgrade: older shims kept a directory per job, with a run
+    file in it, or, older still, only an exit.json."""
+    directory = tmp_path / "7"
     directory.mkdir()
     (directory / shim.LEGACY_EXIT_FILE).write_text(
         json.dumps({"exit_code": None, "signal": 9, "ended_at": 12.5, "error": ""}))
@@ -110,6 +109,13 @@ def test_an_exit_record_of_a_shim_from_before_run_files_is_still_read(tmp_path):
     assert (record.exit_code, record.signal, record.ended_at) == (None, 9, 12.5)
     runner.clear_run(tmp_path, 7)
     assert runner.read_run(tmp_path, 7).exit is None
+
+    (tmp_path / "8").mkdir()
+    (tmp_path / "8" / shim.RUN_FILE).write_text(
+        shim.record_line("shim", {"pid": 4242, "start_ticks": 17}) +
+        shim.record_line("exit", {"exit_code": 3, "signal": None, "ended_at": 1.0, "error": ""}))
+    assert runner.read_run(tmp_path, 8) == runner.RunState((4242, 17),
+                                                           runner.ExitRecord(3, None, 1.0, ""))
 
 
 def test_a_shim_not_forked_within_the_launch_timeout_counts_as_dead():

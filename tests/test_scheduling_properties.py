@@ -238,3 +238,18 @@ def test_one_pass_is_a_fixpoint(situation):
     again = (inventory, now_running, [j for j in pending if j.id not in chosen], rules, queue,
              usage, placed)
     assert plan_for(again).starts == ()
+
+
+@SETTINGS
+@given(st.lists(st.tuples(st.integers(-3, 3), st.sampled_from(["ann", "bob", "cy"]),
+                          st.sampled_from([None, 60.0, 3600.0])), max_size=40),
+       st.sampled_from(["fifo", "backfill", "fairshare", "sjf"]), st.randoms())
+def test_the_queue_order_is_order_keys_whatever_the_discipline(specs, discipline, rnd):
+    """queue_order sorts without a Python call per job where it can: same order as order_key."""
+    jobs = [Job(id=i + 1, command=("true",), cwd="/", uid=0, user=user, priority=priority,
+                time_limit_s=limit) for i, (priority, user, limit) in enumerate(specs)]
+    rnd.shuffle(jobs)
+    rules = QueueRules(discipline=discipline, user_weights={"bob": 2.0})
+    usage = {"ann": 50.0, "bob": 50.0}
+    expected = sorted(jobs, key=lambda j: scheduling.order_key(j, rules, usage))
+    assert scheduling.queue_order(jobs, rules, usage) == expected

@@ -5,6 +5,7 @@ import os
 import psutil
 
 from conftest import wait_until
+from gpusched import shim
 
 # The job starts a child in a session of its own (as torchrun does with its workers),
 # records its pid, and waits for a file before ending.
@@ -48,12 +49,14 @@ def test_a_command_that_cannot_start_fails_with_127_and_says_why(home):
 
 
 def test_a_job_whose_shim_cannot_start_fails_and_the_daemon_carries_on(home):
-    """A job directory that cannot be made (a file in its place) fails that job only."""
+    """A run file that cannot be made (a directory in its place) fails that job only, at
+    once: the shim says so in its wake-up, having nowhere else to write it."""
     home.start()
     jobs_dir = home.state / "jobs"
     jobs_dir.mkdir(parents=True, exist_ok=True)
     next_id = 1 + max([j["id"] for j in home.jobs()], default=0)
-    (jobs_dir / str(next_id)).write_text("in the way")
+    (jobs_dir / f"{next_id}.{shim.RUN_FILE}").mkdir()
     job = home.wait_state(home.submit("--", "true"), "failed", "succeeded")
-    assert job["state"] == "failed" and job["end_reason"].startswith("cannot start its shim")
+    assert job["state"] == "failed"
+    assert job["end_reason"].startswith("cannot start its shim: cannot create its run file")
     assert home.wait_state(home.submit("--", "true"), "succeeded")["exit_code"] == 0
