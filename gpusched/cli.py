@@ -13,7 +13,8 @@ from rich.console import Console
 
 from gpusched import __version__, render
 from gpusched.client import Client, start_daemon, wait_for_exit
-from gpusched.errors import DaemonUnavailable, GpuschedError, UsageError, report_error
+from gpusched.errors import (DaemonUnavailable, GpuschedError, UsageError, detach_stdout,
+                             report_error)
 from gpusched.submitting import (SubmitOptions, exit_status, print_json, submit_and_report,
                                  wait_for_jobs)
 
@@ -394,6 +395,9 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     except KeyboardInterrupt:
         return 130
+    except BrokenPipeError:  # the reader of our output left (`gpusched ls | head`): be quiet
+        detach_stdout()
+        return 1
     except Exception as exc:  # noqa: BLE001 - a bug: one line for the user, details on request
         if os.environ.get("GPUSCHED_DEBUG"):
             raise

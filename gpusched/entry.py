@@ -14,6 +14,8 @@ def main() -> None:
         status = try_fast_submit(argv[1:])
         if status is not None:
             _exit_now(status)
+    if sys.stdout is None:  # started with standard output closed: rich and typer need one
+        sys.stdout = open(os.devnull, "w")
     from gpusched.cli import main as cli_main
 
     sys.exit(cli_main(argv))
@@ -26,6 +28,6 @@ def _exit_now(status: int) -> None:
     for stream in (sys.stdout, sys.stderr):
         try:
             stream.flush()
-        except (OSError, ValueError):  # a closed pipe: nothing more can be said
+        except (OSError, ValueError, AttributeError):  # closed, or None: nothing more to say
             status = status or 1
     os._exit(status)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 
 
@@ -68,3 +69,15 @@ def report_error(exc: GpuschedError) -> int:
     """Print the one-line form of an error on stderr and return its exit status."""
     sys.stderr.write(f"Error: {exc.message}\n")
     return exc.exit_code
+
+
+def detach_stdout() -> None:
+    """After standard output failed (closed, or its reader went away, as with `| head`):
+    point it at /dev/null, so that the interpreter's last flush at exit cannot fail again
+    with a traceback."""
+    try:
+        null = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(null, 1)
+        os.close(null)
+    except OSError:
+        pass

@@ -7,7 +7,7 @@ import os
 import sys
 
 from gpusched import syntax
-from gpusched.errors import UsageError
+from gpusched.errors import GpuschedError, UsageError, detach_stdout
 from gpusched.units import parse_duration, parse_size
 
 # typing is imported only by type checkers: the submit fast path imports this module, and
@@ -189,6 +189,12 @@ def wait_for_jobs(client: Any, ids: list[int]) -> list[dict[str, Any]]:
             return result["jobs"]
 
 
+def _jobs_named(ids: list[int]) -> str:
+    if len(ids) == 1:
+        return f"job {ids[0]}"
+    return f"jobs {', '.join(map(str, ids)) if len(ids) <= 5 else f'{ids[0]} to {ids[-1]}'}"
+
+
 def print_json(data: object) -> None:
     sys.stdout.write(json.dumps(data, indent=2) + "\n")
 
@@ -200,11 +206,18 @@ def submit_and_report(opts: SubmitOptions) -> int:
     request = build_request(opts)
     client = Client()
     ids = client.call("submit", **request)["ids"]
-    if opts.json:
-        print_json({"id": ids[0]} if len(ids) == 1 else {"ids": ids})
-    else:
-        sys.stdout.write("\n".join(str(i) for i in ids) + "\n")
-    sys.stdout.flush()
+    try:
+        if opts.json:
+            print_json({"id": ids[0]} if len(ids) == 1 else {"ids": ids})
+        else:
+            sys.stdout.write("\n".join(str(i) for i in ids) + "\n")
+        sys.stdout.flush()
+    except (OSError, AttributeError, ValueError):  # no stdout (closed), or a closed pipe
+        detach_stdout()
+        # The jobs are queued whatever became of the output: name them where it can be read.
+        raise GpuschedError(f"queued {_jobs_named(ids)}, but could not print "
+                            f"{'its id' if len(ids) == 1 else 'their ids'}: standard output "
+                            "is closed") from None
     if not opts.wait:
         return 0
     jobs = wait_for_jobs(client, ids)

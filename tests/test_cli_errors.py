@@ -24,7 +24,7 @@ def assert_one_error_line(proc: subprocess.CompletedProcess, status: int, *words
     assert proc.returncode == status, (proc.returncode, proc.stdout, proc.stderr)
     err = proc.stderr
     assert err.startswith("Error: ") and err.endswith("\n") and err.count("\n") == 1, err
-    assert "Traceback" not in err + proc.stdout
+    assert "Traceback" not in err + (proc.stdout or "")
     for word in words:
         assert word.lower() in err.lower(), (word, err)
     return err
@@ -274,3 +274,31 @@ def test_the_daemon_refuses_to_cancel_another_users_job(stranger, open_home, tmp
     home.run("cancel", str(other))
     assert client.call("show", ids=[other])["jobs"][0]["state"] == "cancelled"
     (tmp_path / "go").touch()
+
+
+def _run_into(stdout: int | None, home: Home, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "gpusched", *args], env=home.env,
+                          stdout=stdout, stderr=subprocess.PIPE, text=True, timeout=60)
+
+
+def test_output_that_cannot_be_written_is_one_line_and_loses_no_job(home):
+    """Standard output closed, or a pipe nobody reads any more (`| head`): submit says on
+    stderr which job it queued; a listing just stops. Never a traceback."""
+    home.start()
+    closed = subprocess.run(["sh", "-c", f'exec "{sys.executable}" -m gpusched submit -- true '
+                                         ">&-"], env=home.env, capture_output=True, text=True,
+                            timeout=60)
+    err = assert_one_error_line(closed, 1, "standard output is closed")
+    queued = [j["id"] for j in queue(home)]
+    assert err == f"Error: queued job {queued[-1]}, but could not print its id: standard " \
+                  "output is closed\n"
+    read_end, write_end = os.pipe()
+    os.close(read_end)  # the reader has left before anything is written
+    try:
+        broken = _run_into(write_end, home, "submit", "--", "true")
+        listing = _run_into(write_end, home, "ls", "--all")
+    finally:
+        os.close(write_end)
+    assert_one_error_line(broken, 1, f"queued job {queued[-1] + 1},")
+    assert (listing.returncode, listing.stderr) == (1, "")
+    assert [j["id"] for j in queue(home)] == queued + [queued[-1] + 1]
