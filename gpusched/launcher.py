@@ -11,6 +11,7 @@ Run as `python -I -S launcher.py` (stdlib only, like the shim it forks).
 
 from __future__ import annotations
 
+import _signal  # signal's C core; see shim.py for why
 import gc
 import json
 import os
@@ -26,7 +27,7 @@ from gpusched import shim  # noqa: E402
 _REAP_EVERY_S = 1.0
 
 
-def _become_shim(spec_line: bytes) -> None:
+def _become_shim(spec: dict, spec_line: bytes) -> None:
     """In the forked child: leave the launcher's session and pipes, then run the shim."""
     code = 1
     try:
@@ -36,8 +37,11 @@ def _become_shim(spec_line: bytes) -> None:
             os.dup2(null, fd)
         os.close(null)
         os.chdir("/")
-        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
-        code = shim.run(json.loads(spec_line))
+        _signal.signal(_signal.SIGCHLD, _signal.SIG_DFL)  # plain ints: see shim.py
+        code = shim.run(spec, spec_line)
+    except BaseException as exc:  # noqa: BLE001 - the daemon would otherwise wait a minute
+        # Ignored by the daemon once the run file shows the shim got going.
+        shim.notify_daemon(spec, shim.launch_failure(spec["job_id"], f"the shim failed: {exc}"))
     finally:
         os._exit(code)
 
@@ -73,14 +77,20 @@ def serve(requests_fd: int) -> None:
 
 
 def launch(spec_line: bytes) -> None:
+    # Parsed here, not in the shim: what a forked child allocates costs it copy-on-write
+    # page faults, and the spec (the job's whole environment) is the largest thing it has.
+    try:
+        spec = json.loads(spec_line)
+    except ValueError:
+        return  # not from a daemon of ours: nothing to run
     # Forwarded signals stay blocked in the child until the shim can pass them on: a
     # cancel that comes as soon as the pid is known must not kill the shim itself.
-    signal.pthread_sigmask(signal.SIG_BLOCK, shim.FORWARDED)
+    _signal.pthread_sigmask(signal.SIG_BLOCK, shim.FORWARDED)
     try:
         if os.fork() == 0:
-            _become_shim(spec_line)
+            _become_shim(spec, spec_line)
     finally:
-        signal.pthread_sigmask(signal.SIG_UNBLOCK, shim.FORWARDED)
+        _signal.pthread_sigmask(signal.SIG_UNBLOCK, shim.FORWARDED)
 
 
 if __name__ == "__main__":
