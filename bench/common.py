@@ -98,7 +98,7 @@ def scratch_dir() -> Path:
     """One temporary directory per benchmark process, removed at exit."""
     if not _SCRATCH:
         _SCRATCH.append(_private_tmpdir("bench-"))
-        atexit.register(shutil.rmtree, _SCRATCH[0], True)
+        remove_at_exit(_SCRATCH[0])
     return _SCRATCH[0]
 
 

@@ -270,9 +270,7 @@ def simulate(
 
 
 @app.command()
-def demo(
-    keep_seconds: float = typer.Option(0.0, hidden=True, help="Linger before cleaning up."),
-) -> None:
+def demo() -> None:
     """Try gpusched on 4 simulated GPUs in a temporary home; cleans up after itself."""
     from gpusched.demo import run_demo
 

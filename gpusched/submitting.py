@@ -192,7 +192,8 @@ def wait_for_jobs(client: Any, ids: list[int]) -> list[dict[str, Any]]:
 def _jobs_named(ids: list[int]) -> str:
     if len(ids) == 1:
         return f"job {ids[0]}"
-    return f"jobs {', '.join(map(str, ids)) if len(ids) <= 5 else f'{ids[0]} to {ids[-1]}'}"
+    listed = ", ".join(map(str, ids)) if len(ids) <= 5 else f"{ids[0]} to {ids[-1]}"
+    return f"jobs {listed}"
 
 
 def print_json(data: object) -> None:

@@ -89,7 +89,8 @@ def _pick_format(header: list[str], path: Path):
     raise GpuschedError(
         f"{path} line 1: unknown trace header ({', '.join(names) or 'empty'}). Use the Philly "
         f"columns ({', '.join(PHILLY_COLUMNS)}) or the history columns "
-        f"({', '.join(HISTORY_COLUMNS)}[, gpu_mem_bytes]); docs/scheduling.md has both.")
+        f"({', '.join(HISTORY_COLUMNS)}, optionally {', '.join(HISTORY_OPTIONAL)}); "
+        "docs/scheduling.md has both.")
 
 
 def _window_s(jobs: list[TraceJob]) -> float:
