@@ -10,8 +10,9 @@ from typing import List, Optional
 
 import typer
 from rich.console import Console
+from typer.core import TyperCommand
 
-from gpusched import __version__, render
+from gpusched import __version__, render, syntax
 from gpusched.client import Client, start_daemon, wait_for_exit
 from gpusched.errors import (DaemonUnavailable, GpuschedError, UsageError, detach_stdout,
                              report_error)
@@ -43,16 +44,29 @@ def main_options(
     """Schedule jobs on the GPUs of a shared machine."""
 
 
-@app.command(context_settings={"allow_interspersed_args": False})
+class SubmitCommand(TyperCommand):
+    """`submit`, which also reads Slurm's `--kill-on-invalid-dep=yes|no`: typer's flags take
+    no value, so the fast path's parser folds that form into the bare flag first."""
+
+    def parse_args(self, ctx, args):  # noqa: ANN001 - click's signature
+        from gpusched.fastsubmit import fold_yes_no
+
+        return super().parse_args(ctx, fold_yes_no(args))
+
+
+@app.command(cls=SubmitCommand, context_settings={"allow_interspersed_args": False})
 def submit(
     command: Optional[List[str]] = typer.Argument(None, help="The command, after `--`."),
-    gpus: Optional[int] = typer.Option(None, "--gpus", "-G",
-                                       help="GPUs to give the job (default 0; 1 with --gpu-mem)."),
+    gpus: Optional[str] = typer.Option(None, "--gpus", "-G",
+                                       help="GPUs to give the job: N, or TYPE:N as in Slurm "
+                                       "(a100:2: two whose name contains a100). Default 0; "
+                                       "1 with --gpu-mem."),
     gpu_mem: Optional[str] = typer.Option(None, "--gpu-mem", help="Memory per GPU, e.g. 20G. "
                                           "Jobs may then share a GPU; without it GPUs are whole."),
-    name: str = typer.Option("", "--name", "-n", help="A name to show in listings."),
+    name: str = typer.Option("", "--name", "--job-name", "-n", help="A name to show in listings."),
     priority: int = typer.Option(0, "--priority", help="Higher starts first."),
-    cwd: Optional[str] = typer.Option(None, "--cwd", help="Working directory (default: here)."),
+    cwd: Optional[str] = typer.Option(None, "--cwd", "--chdir",
+                                      help="Working directory (default: here)."),
     env: List[str] = typer.Option([], "--env", "-e", help="Set NAME=VALUE for the job."),
     from_file: Optional[str] = typer.Option(None, "--from-file", "-f",
                                             help="One job per line of shell commands (- for stdin)."),
@@ -61,14 +75,20 @@ def submit(
     hold: bool = typer.Option(False, "--hold", help="Queue it held: it starts after `release`."),
     after: List[str] = typer.Option([], "--after", help="Start after these jobs succeed: 3,4."),
     dependency: List[str] = typer.Option([], "--dependency", "-d",
-                                         help="Slurm form: afterok:3:4,afterany:5,afternotok:6."),
+                                         help="Slurm form: afterok:3:4,afterany:5,afternotok:6, "
+                                         "after:7 (once 7 started); ids may be ARRAY_INDEX (12_3)."),
     kill_on_invalid_dep: bool = typer.Option(False, "--kill-on-invalid-dep",
-                                             help="Cancel the job if its dependency can never be met."),
+                                             help="Cancel the job if its dependency can never be "
+                                             "met (also Slurm's =yes or =no)."),
     array: Optional[str] = typer.Option(None, "--array", "-a",
-                                        help="One job per index: 0-99, 1,3,5-7; 0-99%8 runs at most 8 at once."),
-    time_limit: Optional[str] = typer.Option(None, "--time", "-t", help="Time limit, e.g. 2h30m."),
+                                        help="One job per index: 0-99, 1,3,5-7, 0-15:4 (a step); 0-99%8 runs at most 8 at once."),
+    time_limit: Optional[str] = typer.Option(None, "--time", "-t",
+                                             help="Time limit as in Slurm: MINUTES (a bare number "
+                                             "is minutes), M:S, H:M:S, D-H, D-H:M, D-H:M:S; or "
+                                             "45s, 2h30m, 1d; 0 or UNLIMITED for none."),
     warn: Optional[str] = typer.Option(None, "--signal",
-                                       help="SIG@SECONDS before the time limit, e.g. USR1@120."),
+                                       help="[B:]SIG[@SECONDS] before the time limit, e.g. "
+                                       "USR1@120 (default 60 s)."),
     retries: int = typer.Option(0, "--retries", help="Re-queue a failed job up to N times."),
     retry_on: Optional[str] = typer.Option(None, "--retry-on",
                                            help="Ends that re-queue: failed,timeout,cancelled,lost."),
@@ -80,8 +100,9 @@ def submit(
                                                     help="Only GPUs with this much memory: 40G."),
     min_compute_capability: Optional[str] = typer.Option(None, "--min-compute-capability",
                                                          help="Only GPUs at least this: 8.0."),
-    cpus: int = typer.Option(1, "--cpus", "-c", help="CPU cores the job needs."),
-    mem: Optional[str] = typer.Option(None, "--mem", help="Host memory the job needs, e.g. 16G."),
+    cpus: int = typer.Option(1, "--cpus", "--cpus-per-task", "-c", help="CPU cores the job needs."),
+    mem: Optional[str] = typer.Option(None, "--mem", help="Host memory the job needs, e.g. 16G "
+                                      "(a bare number is MiB, as in Slurm)."),
 ) -> None:
     """Queue a job: `gpusched submit --gpus 1 --gpu-mem 20G -- python train.py`."""
     opts = SubmitOptions(
