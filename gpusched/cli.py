@@ -132,13 +132,16 @@ def list_jobs(
         out.print("no jobs" if all_jobs else "no pending or running jobs (--all shows finished ones)")
 
 
+JOB_ID_HELP = "Job id, or ARRAY_INDEX (12_3) for one element of an array."
+
+
 @app.command()
 def show(
-    job_id: int = typer.Argument(..., help="Job id."),
+    job_id: str = typer.Argument(..., help=JOB_ID_HELP),
     as_json: bool = typer.Option(False, "--json", help=JSON_HELP),
 ) -> None:
     """Everything about one job."""
-    job = Client().call("show", ids=[job_id])["jobs"][0]
+    job = Client().call("show", ids=[syntax.job_id_text(job_id)])["jobs"][0]
     if as_json:
         print_json(job)
     else:
@@ -149,7 +152,8 @@ JOB_IDS_HELP = "Job ids; an array's id means all its elements, ARRAY_INDEX (12_3
 
 
 def _change(command: str, job_ids: List[str], **args: object) -> None:
-    results = Client().call(command, ids=job_ids, **args)["results"]
+    ids = [syntax.job_id_text(i) for i in job_ids]  # a bad id is refused before any change
+    results = Client().call(command, ids=ids, **args)["results"]
     for job_id, outcome in results.items():
         out.print(f"job {job_id}: {outcome}", markup=False)
 
@@ -196,31 +200,32 @@ def resume() -> None:
 
 
 @app.command()
-def wait(job_ids: List[int] = typer.Argument(..., help="Job ids.")) -> None:
-    """Wait for jobs to end; exit with the first non-zero job status (0 if all succeeded)."""
-    jobs = wait_for_jobs(Client(), job_ids)
+def wait(job_ids: List[str] = typer.Argument(..., help=JOB_IDS_HELP)) -> None:
+    """Wait for jobs (an array's id: all its elements) to end; exit with the first non-zero
+    job status (0 if all succeeded)."""
+    jobs = wait_for_jobs(Client(), [syntax.job_id_text(i) for i in job_ids])
     raise typer.Exit(next((s for s in map(exit_status, jobs) if s != 0), 0))
 
 
 @app.command()
 def logs(
-    job_id: int = typer.Argument(..., help="Job id."),
+    job_id: str = typer.Argument(..., help=JOB_ID_HELP),
     follow: bool = typer.Option(False, "--follow", "-f", help="Keep printing until the job ends."),
     stderr: bool = typer.Option(False, "--stderr", help="Show standard error instead of output."),
 ) -> None:
     """Print a job's output."""
     from gpusched.logs import print_log
 
-    print_log(Client(), job_id, stderr=stderr, follow=follow)
+    print_log(Client(), syntax.job_id_text(job_id), stderr=stderr, follow=follow)
 
 
 @app.command("env")
 def job_env(
-    job_id: int = typer.Argument(..., help="Job id."),
+    job_id: str = typer.Argument(..., help=JOB_ID_HELP),
     as_json: bool = typer.Option(False, "--json", help=JSON_HELP),
 ) -> None:
     """The environment a job was submitted with (scheduler variables are set at its start)."""
-    env = Client().call("env", id=job_id)["env"]
+    env = Client().call("env", id=syntax.job_id_text(job_id))["env"]
     if as_json:
         print_json(env)
     else:
@@ -394,6 +399,13 @@ def daemon_install_service(
         out.print(f"  {command}", markup=False)
 
 
+JOB_ID_COMMANDS = ("show", "logs", "env", "wait", "cancel", "hold", "release", "update")
+
+
+def _is_negative_number(option: object) -> bool:
+    return isinstance(option, str) and option[:1] == "-" and option[1:2].isdigit()
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run a command; errors become one line on stderr and an exit status, never a traceback."""
     command = typer.main.get_command(app)
@@ -406,6 +418,10 @@ def main(argv: list[str] | None = None) -> int:
     except typer.TyperException as exc:  # click's usage errors: one line, status 2
         message = exc.format_message().replace("\n", " ")
         first = next((a for a in args if not a.startswith("-")), "")
+        if first in JOB_ID_COMMANDS and _is_negative_number(getattr(exc, "option_name", None)):
+            # `cancel -1`: to the parser a negative number is an unknown option; say
+            # instead what a job id is.
+            message = f"{exc.option_name!r} is not a job id; give {syntax.JOB_ID_FORMS}"
         topic = f"{first} " if first in getattr(command, "commands", {}) else ""
         sys.stderr.write(f"Error: {message} (see `gpusched {topic}--help`)\n")
         return getattr(exc, "exit_code", 2)
