@@ -53,7 +53,7 @@ _gpusched() {
         'resume') words='--help' ;;
         'show') words='--help --json' ;;
         'simulate') words='--help --gpus --policy --discipline --load --arrivals --seed --cpus --mem --json' ;;
-        'submit') words='--help --gpus -G --gpu-mem --name -n --priority --cwd --env -e --from-file -f --wait -W --json --hold --after --dependency -d --kill-on-invalid-dep --array -a --time -t --signal --retries --retry-on --policy --gpu-ids --exclude-gpus --gpu-type --min-gpu-total-mem --min-compute-capability --cpus -c --mem' ;;
+        'submit') words='--help --gpus -G --gpu-mem --name --job-name -n --priority --cwd --chdir --env -e --from-file -f --wait -W --json --hold --after --dependency -d --kill-on-invalid-dep --array -a --time -t --signal --retries --retry-on --policy --gpu-ids --exclude-gpus --gpu-type --min-gpu-total-mem --min-compute-capability --cpus --cpus-per-task -c --mem' ;;
         'top') words='--help --interval -i --once' ;;
         'update') words='--help --priority' ;;
         'wait') words='--help' ;;

@@ -10,8 +10,9 @@ from typing import List, Optional
 
 import typer
 from rich.console import Console
+from typer.core import TyperCommand
 
-from gpusched import __version__, render
+from gpusched import __version__, render, syntax
 from gpusched.client import Client, start_daemon, wait_for_exit
 from gpusched.errors import (DaemonUnavailable, GpuschedError, UsageError, detach_stdout,
                              report_error)
@@ -43,16 +44,29 @@ def main_options(
     """Schedule jobs on the GPUs of a shared machine."""
 
 
-@app.command(context_settings={"allow_interspersed_args": False})
+class SubmitCommand(TyperCommand):
+    """`submit`, which also reads Slurm's `--kill-on-invalid-dep=yes|no`: typer's flags take
+    no value, so the fast path's parser folds that form into the bare flag first."""
+
+    def parse_args(self, ctx, args):  # noqa: ANN001 - click's signature
+        from gpusched.fastsubmit import fold_yes_no
+
+        return super().parse_args(ctx, fold_yes_no(args))
+
+
+@app.command(cls=SubmitCommand, context_settings={"allow_interspersed_args": False})
 def submit(
     command: Optional[List[str]] = typer.Argument(None, help="The command, after `--`."),
-    gpus: Optional[int] = typer.Option(None, "--gpus", "-G",
-                                       help="GPUs to give the job (default 0; 1 with --gpu-mem)."),
+    gpus: Optional[str] = typer.Option(None, "--gpus", "-G",
+                                       help="GPUs to give the job: N, or TYPE:N as in Slurm "
+                                       "(a100:2: two whose name contains a100). Default 0; "
+                                       "1 with --gpu-mem."),
     gpu_mem: Optional[str] = typer.Option(None, "--gpu-mem", help="Memory per GPU, e.g. 20G. "
                                           "Jobs may then share a GPU; without it GPUs are whole."),
-    name: str = typer.Option("", "--name", "-n", help="A name to show in listings."),
+    name: str = typer.Option("", "--name", "--job-name", "-n", help="A name to show in listings."),
     priority: int = typer.Option(0, "--priority", help="Higher starts first."),
-    cwd: Optional[str] = typer.Option(None, "--cwd", help="Working directory (default: here)."),
+    cwd: Optional[str] = typer.Option(None, "--cwd", "--chdir",
+                                      help="Working directory (default: here)."),
     env: List[str] = typer.Option([], "--env", "-e", help="Set NAME=VALUE for the job."),
     from_file: Optional[str] = typer.Option(None, "--from-file", "-f",
                                             help="One job per line of shell commands (- for stdin)."),
@@ -61,14 +75,20 @@ def submit(
     hold: bool = typer.Option(False, "--hold", help="Queue it held: it starts after `release`."),
     after: List[str] = typer.Option([], "--after", help="Start after these jobs succeed: 3,4."),
     dependency: List[str] = typer.Option([], "--dependency", "-d",
-                                         help="Slurm form: afterok:3:4,afterany:5,afternotok:6."),
+                                         help="Slurm form: afterok:3:4,afterany:5,afternotok:6, "
+                                         "after:7 (once 7 started); ids may be ARRAY_INDEX (12_3)."),
     kill_on_invalid_dep: bool = typer.Option(False, "--kill-on-invalid-dep",
-                                             help="Cancel the job if its dependency can never be met."),
+                                             help="Cancel the job if its dependency can never be "
+                                             "met (also Slurm's =yes or =no)."),
     array: Optional[str] = typer.Option(None, "--array", "-a",
-                                        help="One job per index: 0-99, 1,3,5-7; 0-99%8 runs at most 8 at once."),
-    time_limit: Optional[str] = typer.Option(None, "--time", "-t", help="Time limit, e.g. 2h30m."),
+                                        help="One job per index: 0-99, 1,3,5-7, 0-15:4 (a step); 0-99%8 runs at most 8 at once."),
+    time_limit: Optional[str] = typer.Option(None, "--time", "-t",
+                                             help="Time limit as in Slurm: MINUTES (a bare number "
+                                             "is minutes), M:S, H:M:S, D-H, D-H:M, D-H:M:S; or "
+                                             "45s, 2h30m, 1d; 0 or UNLIMITED for none."),
     warn: Optional[str] = typer.Option(None, "--signal",
-                                       help="SIG@SECONDS before the time limit, e.g. USR1@120."),
+                                       help="[B:]SIG[@SECONDS] before the time limit, e.g. "
+                                       "USR1@120 (default 60 s)."),
     retries: int = typer.Option(0, "--retries", help="Re-queue a failed job up to N times."),
     retry_on: Optional[str] = typer.Option(None, "--retry-on",
                                            help="Ends that re-queue: failed,timeout,cancelled,lost."),
@@ -80,8 +100,9 @@ def submit(
                                                     help="Only GPUs with this much memory: 40G."),
     min_compute_capability: Optional[str] = typer.Option(None, "--min-compute-capability",
                                                          help="Only GPUs at least this: 8.0."),
-    cpus: int = typer.Option(1, "--cpus", "-c", help="CPU cores the job needs."),
-    mem: Optional[str] = typer.Option(None, "--mem", help="Host memory the job needs, e.g. 16G."),
+    cpus: int = typer.Option(1, "--cpus", "--cpus-per-task", "-c", help="CPU cores the job needs."),
+    mem: Optional[str] = typer.Option(None, "--mem", help="Host memory the job needs, e.g. 16G "
+                                      "(a bare number is MiB, as in Slurm)."),
 ) -> None:
     """Queue a job: `gpusched submit --gpus 1 --gpu-mem 20G -- python train.py`."""
     opts = SubmitOptions(
@@ -111,13 +132,16 @@ def list_jobs(
         out.print("no jobs" if all_jobs else "no pending or running jobs (--all shows finished ones)")
 
 
+JOB_ID_HELP = "Job id, or ARRAY_INDEX (12_3) for one element of an array."
+
+
 @app.command()
 def show(
-    job_id: int = typer.Argument(..., help="Job id."),
+    job_id: str = typer.Argument(..., help=JOB_ID_HELP),
     as_json: bool = typer.Option(False, "--json", help=JSON_HELP),
 ) -> None:
     """Everything about one job."""
-    job = Client().call("show", ids=[job_id])["jobs"][0]
+    job = Client().call("show", ids=[syntax.job_id_text(job_id)])["jobs"][0]
     if as_json:
         print_json(job)
     else:
@@ -128,7 +152,8 @@ JOB_IDS_HELP = "Job ids; an array's id means all its elements, ARRAY_INDEX (12_3
 
 
 def _change(command: str, job_ids: List[str], **args: object) -> None:
-    results = Client().call(command, ids=job_ids, **args)["results"]
+    ids = [syntax.job_id_text(i) for i in job_ids]  # a bad id is refused before any change
+    results = Client().call(command, ids=ids, **args)["results"]
     for job_id, outcome in results.items():
         out.print(f"job {job_id}: {outcome}", markup=False)
 
@@ -175,31 +200,32 @@ def resume() -> None:
 
 
 @app.command()
-def wait(job_ids: List[int] = typer.Argument(..., help="Job ids.")) -> None:
-    """Wait for jobs to end; exit with the first non-zero job status (0 if all succeeded)."""
-    jobs = wait_for_jobs(Client(), job_ids)
+def wait(job_ids: List[str] = typer.Argument(..., help=JOB_IDS_HELP)) -> None:
+    """Wait for jobs (an array's id: all its elements) to end; exit with the first non-zero
+    job status (0 if all succeeded)."""
+    jobs = wait_for_jobs(Client(), [syntax.job_id_text(i) for i in job_ids])
     raise typer.Exit(next((s for s in map(exit_status, jobs) if s != 0), 0))
 
 
 @app.command()
 def logs(
-    job_id: int = typer.Argument(..., help="Job id."),
+    job_id: str = typer.Argument(..., help=JOB_ID_HELP),
     follow: bool = typer.Option(False, "--follow", "-f", help="Keep printing until the job ends."),
     stderr: bool = typer.Option(False, "--stderr", help="Show standard error instead of output."),
 ) -> None:
     """Print a job's output."""
     from gpusched.logs import print_log
 
-    print_log(Client(), job_id, stderr=stderr, follow=follow)
+    print_log(Client(), syntax.job_id_text(job_id), stderr=stderr, follow=follow)
 
 
 @app.command("env")
 def job_env(
-    job_id: int = typer.Argument(..., help="Job id."),
+    job_id: str = typer.Argument(..., help=JOB_ID_HELP),
     as_json: bool = typer.Option(False, "--json", help=JSON_HELP),
 ) -> None:
     """The environment a job was submitted with (scheduler variables are set at its start)."""
-    env = Client().call("env", id=job_id)["env"]
+    env = Client().call("env", id=syntax.job_id_text(job_id))["env"]
     if as_json:
         print_json(env)
     else:
@@ -373,6 +399,13 @@ def daemon_install_service(
         out.print(f"  {command}", markup=False)
 
 
+JOB_ID_COMMANDS = ("show", "logs", "env", "wait", "cancel", "hold", "release", "update")
+
+
+def _is_negative_number(option: object) -> bool:
+    return isinstance(option, str) and option[:1] == "-" and option[1:2].isdigit()
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run a command; errors become one line on stderr and an exit status, never a traceback."""
     command = typer.main.get_command(app)
@@ -385,6 +418,10 @@ def main(argv: list[str] | None = None) -> int:
     except typer.TyperException as exc:  # click's usage errors: one line, status 2
         message = exc.format_message().replace("\n", " ")
         first = next((a for a in args if not a.startswith("-")), "")
+        if first in JOB_ID_COMMANDS and _is_negative_number(getattr(exc, "option_name", None)):
+            # `cancel -1`: to the parser a negative number is an unknown option; say
+            # instead what a job id is.
+            message = f"{exc.option_name!r} is not a job id; give {syntax.JOB_ID_FORMS}"
         topic = f"{first} " if first in getattr(command, "commands", {}) else ""
         sys.stderr.write(f"Error: {message} (see `gpusched {topic}--help`)\n")
         return getattr(exc, "exit_code", 2)

@@ -8,17 +8,18 @@ the two parsers in step.
 
 from __future__ import annotations
 
-from gpusched.errors import GpuschedError, report_error
+from gpusched.errors import GpuschedError, UsageError, report_error
 from gpusched.submitting import SubmitOptions, submit_and_report
+from gpusched.syntax import parse_yes_no
 
 # option -> (SubmitOptions field, kind): "int" and "str" take a value, "list" repeats,
-# "flag" takes none.
+# "flag" takes none, "yesno" is a flag that also takes Slurm's =yes or =no.
 OPTIONS = {
-    "--gpus": ("gpus", "int"), "-G": ("gpus", "int"),
+    "--gpus": ("gpus", "str"), "-G": ("gpus", "str"),
     "--gpu-mem": ("gpu_mem", "str"),
-    "--name": ("name", "str"), "-n": ("name", "str"),
+    "--name": ("name", "str"), "--job-name": ("name", "str"), "-n": ("name", "str"),
     "--priority": ("priority", "int"),
-    "--cwd": ("cwd", "str"),
+    "--cwd": ("cwd", "str"), "--chdir": ("cwd", "str"),
     "--env": ("env", "list"), "-e": ("env", "list"),
     "--from-file": ("from_file", "str"), "-f": ("from_file", "str"),
     "--wait": ("wait", "flag"), "-W": ("wait", "flag"),
@@ -26,7 +27,7 @@ OPTIONS = {
     "--hold": ("hold", "flag"),
     "--after": ("after", "list"),
     "--dependency": ("dependency", "list"), "-d": ("dependency", "list"),
-    "--kill-on-invalid-dep": ("kill_on_invalid_dep", "flag"),
+    "--kill-on-invalid-dep": ("kill_on_invalid_dep", "yesno"),
     "--array": ("array", "str"), "-a": ("array", "str"),
     "--time": ("time", "str"), "-t": ("time", "str"),
     "--signal": ("signal", "str"),
@@ -38,7 +39,7 @@ OPTIONS = {
     "--gpu-type": ("gpu_type", "str"),
     "--min-gpu-total-mem": ("min_gpu_total_mem", "str"),
     "--min-compute-capability": ("min_compute_capability", "str"),
-    "--cpus": ("cpus", "int"), "-c": ("cpus", "int"),
+    "--cpus": ("cpus", "int"), "--cpus-per-task": ("cpus", "int"), "-c": ("cpus", "int"),
     "--mem": ("mem", "str"),
 }
 
@@ -59,10 +60,13 @@ def parse(argv: list[str]) -> SubmitOptions | None:
         if name not in OPTIONS:
             return None
         field, kind = OPTIONS[name]
-        if kind == "flag":
-            if has_inline:
+        if kind in ("flag", "yesno"):
+            if has_inline and kind == "flag":
                 return None
-            setattr(opts, field, True)
+            try:
+                setattr(opts, field, parse_yes_no(inline, name) if has_inline else True)
+            except UsageError:
+                return None
             i += 1
             continue
         if has_inline:
@@ -81,6 +85,30 @@ def parse(argv: list[str]) -> SubmitOptions | None:
         else:
             setattr(opts, field, value)
     return opts
+
+
+def fold_yes_no(argv: list[str]) -> list[str]:
+    """The command line with each yes/no option before the command (`--kill-on-invalid-dep`,
+    `--kill-on-invalid-dep=no`) folded into one leading bare flag, or none when the last
+    says no: the form typer's flags read. Raises UsageError for a value not yes or no."""
+    kept, set_flags, i = [], {}, 0
+    while i < len(argv):
+        arg = argv[i]
+        if arg == "--" or not arg.startswith("-") or arg == "-":
+            break  # the command, which keeps its own arguments
+        name, has_inline, inline = arg.partition("=") if arg.startswith("--") else (arg, "", "")
+        kind = OPTIONS.get(name, ("", ""))[1]
+        if not kind:
+            break  # unknown here (a typo, --help, -WG): typer reads it and the rest
+        if kind == "yesno":
+            set_flags[name] = parse_yes_no(inline, name) if has_inline else True
+        else:
+            kept.append(arg)
+            if kind != "flag" and not has_inline and i + 1 < len(argv):
+                i += 1
+                kept.append(argv[i])  # an option's value, even one that looks like an option
+        i += 1
+    return [name for name, on in set_flags.items() if on] + kept + argv[i:]
 
 
 def try_fast_submit(argv: list[str]) -> int | None:

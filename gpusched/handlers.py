@@ -75,35 +75,36 @@ class Handlers:
             raise NotFound(f"no job {job_id}; `gpusched ls --all` lists the jobs")
         return job
 
-    def jobs(self, ids: Any) -> list[Job]:
-        if not isinstance(ids, list) or not ids:
-            raise UsageError("give at least one job id")
-        return [self.job(i) for i in ids]
+    def named(self, item: Any, whole_arrays: bool) -> list[Job]:
+        """The jobs an id names: ID, or ARRAY_INDEX (12_3) for one element of array 12.
+        With whole_arrays, an array's id names every element (the commands that change
+        jobs, and wait); otherwise the one job with that id (show, logs, env)."""
+        base, index = syntax.parse_job_id(item)
+        job = self.job(base)
+        if index is None:
+            if whole_arrays and job.array_id == job.id:
+                return [self.d.jobs.get(j.id, j) for j in self.d.store.array(job.id)]
+            return [job]
+        if job.array_id != job.id:
+            raise NotFound(f"job {base} is not an array, so {base}_{index} names no job")
+        for element in self.d.store.array(base):
+            if element.array_index == index:
+                return [self.d.jobs.get(element.id, element)]
+        raise NotFound(f"array {base} has no element {index}")
 
-    def targets(self, ids: Any) -> list[Job]:
-        """Jobs named for a change: an id, an array's id (every element), or ARRAY_INDEX."""
+    def named_each(self, ids: Any, whole_arrays: bool) -> list[Job]:
+        """Every job the ids name, each once, in the order named."""
         if not isinstance(ids, list) or not ids:
             raise UsageError("give at least one job id")
         out: dict[int, Job] = {}
         for item in ids:
-            text = str(item)
-            base, _, index = text.partition("_")
-            if not base.isdigit() or (index and not index.isdigit()):
-                raise UsageError(f"{text!r} is not a job id (ID, or ARRAY_INDEX like 12_3)")
-            job = self.job(int(base))
-            if index:
-                found = [j for j in self._array_elements(job.id) if j.array_index == int(index)]
-                if not found:
-                    raise NotFound(f"array {base} has no element {index}")
-                out[found[0].id] = found[0]
-            elif job.array_id == job.id:
-                out.update({j.id: j for j in self._array_elements(job.id)})
-            else:
-                out[job.id] = job
-        return [out[i] for i in sorted(out)]
+            for job in self.named(item, whole_arrays):
+                out.setdefault(job.id, job)
+        return list(out.values())
 
-    def _array_elements(self, array_id: int) -> list[Job]:
-        return [j for j in self.d.store.array(array_id)]
+    def targets(self, ids: Any) -> list[Job]:
+        """Jobs named for a change: an id, an array's id (every element), or ARRAY_INDEX."""
+        return sorted(self.named_each(ids, whole_arrays=True), key=lambda j: j.id)
 
     def change(self, call: Call, verb: str, apply: Callable[[Job], str]) -> dict:
         jobs = self.targets(call.args["ids"])
@@ -147,7 +148,7 @@ class Handlers:
         policies = placement.policy_names(self.d.rules)
         batches = []
         for spec in specs:  # check every job before queueing any: all or nothing
-            fields = jobspec.check_job_spec(spec, policies)
+            fields = jobspec.check_job_spec(self._with_element_ids(spec), policies)
             impossible = (placement.impossible_reason(fields["request"], self.d.inventory) or
                           placement.host_impossible_reason(fields["request"], self.d.host.cpus,
                                                            self.d.host.mem_bytes))
@@ -160,7 +161,35 @@ class Handlers:
         with self.d.store.write():
             ids = [self._insert(template, indices, throttle)
                    for template, indices, throttle in batches]
-        return {"ids": [i for group in ids for i in group]}
+        array_ids = [group[0] for (_, indices, _), group in zip(batches, ids) if indices != (None,)]
+        return {"ids": [i for group in ids for i in group], "array_ids": array_ids}
+
+    def _with_element_ids(self, spec: Any) -> Any:
+        """The spec with each dependency on ARRAY_INDEX text ('12_3') turned into one on
+        that element's own job id."""
+        deps = spec.get("dependencies") if isinstance(spec, dict) else None
+        if not isinstance(deps, list):
+            return spec  # check_job_spec says what is wrong with it
+        return {**spec, "dependencies": [
+            [dep[0], self._element_id(dep[1])]
+            if isinstance(dep, list) and len(dep) == 2 and isinstance(dep[1], str) else dep
+            for dep in deps]}
+
+    def _element_id(self, text: str) -> int:
+        base, index = syntax.parse_job_id(text)
+        if index is None:
+            return base
+        try:
+            element = self.named(text, whole_arrays=False)[0]
+        except NotFound as exc:
+            raise UsageError(f"dependency on {text}: {exc.message}") from None
+        # Element 0's id is the array's id, and a dependency on an array's id means the
+        # whole array (JobControl._dependency_states): it cannot name element 0 alone.
+        if element.id == base and len(self.d.store.array(base)) > 1:
+            raise UsageError(f"dependency on {text}: the first element of array {base} has the "
+                             f"array's own id, and a dependency on {base} waits for the whole "
+                             "array; depend on the whole array or on other elements")
+        return element.id
 
     def _check_dependencies(self, deps: tuple[tuple[str, int], ...]) -> None:
         # A new job may only depend on jobs that exist, all older than it, so a cycle
@@ -200,7 +229,8 @@ class Handlers:
         return {"jobs": self.with_progress(self.d.authz.viewer(call.creds[1]).jobs(jobs))}
 
     def show(self, call: Call) -> dict:
-        jobs = self.d.authz.viewer(call.creds[1]).jobs(self.jobs(call.args["ids"]))
+        named = self.named_each(call.args["ids"], whole_arrays=False)
+        jobs = self.d.authz.viewer(call.creds[1]).jobs(named)
         return {"jobs": self.with_progress(jobs)}
 
     def with_progress(self, rows: list[dict]) -> list[dict]:
@@ -223,13 +253,13 @@ class Handlers:
 
     def logs(self, call: Call) -> dict:
         """The job, for its owner or an admin, whose client then reads the log files."""
-        job = self.job(call.args["id"])
+        job = self.named(call.args["id"], whole_arrays=False)[0]
         self.d.authz.require_owner([job], call.creds, "read its logs", "logs")
         return {"job": job_to_dict(job)}
 
     def env(self, call: Call) -> dict:
         """The environment the job was submitted with (its owner's or an admin's to see)."""
-        job = self.job(call.args["id"])
+        job = self.named(call.args["id"], whole_arrays=False)[0]
         self.d.authz.require_owner([job], call.creds, "read its environment", "env")
         return {"id": job.id, "env": dict(job.env)}
 
@@ -290,7 +320,9 @@ class Handlers:
         return "cancelling"
 
     def wait(self, call: Call) -> dict | None:
-        self.jobs(call.args["ids"])  # unknown ids fail now, not after the wait
+        # Ids become job ids now (an array's id all its elements, in order), so that
+        # unknown ids fail now, not after the wait, and each later look is a lookup.
+        call.args["ids"] = [job.id for job in self.named_each(call.args["ids"], whole_arrays=True)]
         if self.d.all_ended(call):
             return self.wait_reply(call)["result"]
         self.d.add_waiter(call)

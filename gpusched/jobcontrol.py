@@ -256,7 +256,10 @@ class JobControl:
 
 def _array_state(states: list[JobState]) -> JobState:
     """A dependency on an array means on all of it, as in Slurm: it has ended when every
-    element has, and it succeeded only if every element did."""
+    element has, and it succeeded only if every element did; it has started (`after`)
+    when no element is pending."""
+    if any(s is JobState.PENDING for s in states):
+        return JobState.PENDING
     if not all(s.is_final for s in states):
         return JobState.RUNNING
     return JobState.SUCCEEDED if all(s is JobState.SUCCEEDED for s in states) else JobState.FAILED

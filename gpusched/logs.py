@@ -18,7 +18,7 @@ def _no_links(path: str, flags: int) -> int:
     return os.open(path, flags | os.O_NOFOLLOW | os.O_NONBLOCK)
 
 
-def print_log(client: Any, job_id: int, stderr: bool = False, follow: bool = False) -> None:
+def print_log(client: Any, job_id: int | str, stderr: bool = False, follow: bool = False) -> None:
     # `logs`, not `show`: the daemon refuses (and audits) anyone but the owner or an admin.
     job = client.call("logs", id=job_id)["job"]
     path = job["stderr_path" if stderr else "stdout_path"]

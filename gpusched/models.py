@@ -112,7 +112,7 @@ class Job:
     end_reason: str = ""
     # Scheduling semantics (Slurm's vocabulary).
     held: bool = False
-    dependencies: tuple[tuple[str, int], ...] = ()  # ("afterok" | "afterany" | "afternotok", id)
+    dependencies: tuple[tuple[str, int], ...] = ()  # (syntax.DEPENDENCY_KINDS, id)
     kill_on_invalid_dep: bool = False
     array_id: int | None = None  # the id of the array's first element
     array_index: int | None = None

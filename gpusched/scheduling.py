@@ -55,6 +55,10 @@ def dependency_status(job: Job, states: Mapping[int, JobState]) -> tuple[bool, s
         state = states.get(dep)
         if state is None:
             return True, f"dependency {kind}:{dep} can never be met: job {dep} does not exist"
+        if kind == "after":  # met once the job started, or ended without starting
+            if state is JobState.PENDING:
+                waiting.append(f"{kind}:{dep}")
+            continue
         if not state.is_final:
             waiting.append(f"{kind}:{dep}")
             continue

@@ -8,7 +8,7 @@ import sys
 
 from gpusched import syntax
 from gpusched.errors import GpuschedError, UsageError, detach_stdout
-from gpusched.units import parse_duration, parse_size
+from gpusched.units import parse_size
 
 # typing is imported only by type checkers: the submit fast path imports this module, and
 # typing would cost every submit several ms.
@@ -102,30 +102,41 @@ def _capability(text: str | None) -> list[int] | None:
     return [int(major), int(minor or 0)]
 
 
+def gpus_and_type(opts: SubmitOptions) -> tuple[int | None, str]:
+    """--gpus N, or Slurm's TYPE:N, beside --gpu-type: (the count or None, the type or "")."""
+    gpu_type = opts.gpu_type or ""
+    if opts.gpus is None:
+        return None, gpu_type
+    count, named_type = syntax.parse_gpus(str(opts.gpus))
+    if named_type and gpu_type and named_type.lower() != gpu_type.lower():
+        raise UsageError(f"--gpus {opts.gpus} and --gpu-type {gpu_type} name different GPU "
+                         "types; give one of them")
+    return count, named_type or gpu_type
+
+
 def scheduling_fields(opts: SubmitOptions) -> dict[str, Any]:
     """The Slurm-style options of a job spec: hold, dependencies, arrays, limits, constraints."""
     spec: dict[str, Any] = {
-        "cpus": opts.cpus, "mem_bytes": _size(opts.mem, "--mem"),
+        "cpus": opts.cpus, "mem_bytes": None if opts.mem is None else syntax.parse_mem(opts.mem),
         "hold": opts.hold, "kill_on_invalid_dep": opts.kill_on_invalid_dep,
         "dependencies": [list(d) for d in syntax.parse_dependencies(opts.after, opts.dependency)],
         "retries": opts.retries, "policy": opts.policy or "",
         "constraints": {"gpu_ids": _index_list(opts.gpu_ids, "--gpu-ids"),
                         "exclude_gpus": _index_list(opts.exclude_gpus, "--exclude-gpus"),
-                        "gpu_type": opts.gpu_type or "",
+                        "gpu_type": gpus_and_type(opts)[1],
                         "min_gpu_total_mem_bytes": _size(opts.min_gpu_total_mem,
                                                          "--min-gpu-total-mem") or 0,
                         "min_compute_capability": _capability(opts.min_compute_capability)},
     }
     if opts.retry_on:
         spec["retry_on"] = [r.strip() for r in opts.retry_on.split(",") if r.strip()]
-    if opts.time is not None:
-        try:
-            spec["time_limit_s"] = parse_duration(opts.time)
-        except ValueError as exc:
-            raise UsageError(f"--time: {exc}") from None
+    time_limit_s = None if opts.time is None else syntax.parse_time_limit(opts.time)
+    if time_limit_s is not None:
+        spec["time_limit_s"] = time_limit_s
     if opts.signal is not None:
-        if opts.time is None:
-            raise UsageError("--signal warns before the time limit: add --time")
+        if time_limit_s is None:
+            raise UsageError("--signal warns before the time limit: add a --time limit "
+                             "(not 0 or UNLIMITED)")
         try:
             spec["warn_signal"], spec["warn_before_s"] = syntax.parse_signal_spec(opts.signal)
         except ValueError as exc:
@@ -138,8 +149,7 @@ def scheduling_fields(opts: SubmitOptions) -> dict[str, Any]:
 
 def build_request(opts: SubmitOptions) -> dict[str, Any]:
     """The `submit` request's arguments: jobs, environment and working directory."""
-    if opts.gpus is not None and opts.gpus < 0:
-        raise UsageError(f"--gpus must be 0 or more, not {opts.gpus}")
+    gpus_asked = gpus_and_type(opts)[0]
     gpu_mem_bytes = None
     if opts.gpu_mem is not None:
         try:
@@ -148,7 +158,7 @@ def build_request(opts: SubmitOptions) -> dict[str, Any]:
             raise UsageError(f"--gpu-mem: {exc}") from None
         if gpu_mem_bytes <= 0:
             raise UsageError(f"--gpu-mem must be more than zero, not {opts.gpu_mem!r}")
-    gpus = opts.gpus if opts.gpus is not None else (1 if gpu_mem_bytes else 0)
+    gpus = gpus_asked if gpus_asked is not None else (1 if gpu_mem_bytes else 0)
     cwd = os.path.abspath(opts.cwd) if opts.cwd else os.getcwd()
     if not os.path.isdir(cwd):
         raise UsageError(f"--cwd {cwd} is not a directory")
@@ -196,6 +206,17 @@ def _jobs_named(ids: list[int]) -> str:
     return f"jobs {listed}"
 
 
+def submit_json(ids: list[int], array_ids: list[int]) -> dict[str, Any]:
+    """`submit --json`: {"id": N} for one job, {"ids": [...]} for several, and the id of
+    the array ("array_id", or "array_ids" when --from-file made one array per line)."""
+    out: dict[str, Any] = {"id": ids[0]} if len(ids) == 1 else {"ids": ids}
+    if len(array_ids) == 1:
+        out["array_id"] = array_ids[0]
+    elif array_ids:
+        out["array_ids"] = array_ids
+    return out
+
+
 def print_json(data: object) -> None:
     sys.stdout.write(json.dumps(data, indent=2) + "\n")
 
@@ -206,10 +227,11 @@ def submit_and_report(opts: SubmitOptions) -> int:
 
     request = build_request(opts)
     client = Client()
-    ids = client.call("submit", **request)["ids"]
+    result = client.call("submit", **request)
+    ids = result["ids"]
     try:
         if opts.json:
-            print_json({"id": ids[0]} if len(ids) == 1 else {"ids": ids})
+            print_json(submit_json(ids, result.get("array_ids", [])))
         else:
             sys.stdout.write("\n".join(str(i) for i in ids) + "\n")
         sys.stdout.flush()

@@ -90,7 +90,7 @@ USAGE = [
     (["submit", "--from-file", "/no/such/file"], "/no/such/file"),
     (["submit", "--priority", "99999999", "--", "true"], "99999999"),
     (["submit", "--bogus", "--", "true"], "--bogus"),
-    (["show", "abc"], "job_id"),
+    (["show", "abc"], "'abc' is not a job id"),
     (["show"], "job_id"),
     (["cancel"], "job_ids"),
     (["frobnicate"], "frobnicate"),

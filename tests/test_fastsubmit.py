@@ -73,6 +73,15 @@ TABLE = [
     ["--json", "--", ""],
     ["--name", "", "--", "x"],
     ["--gpu-mem", "12XB", "--", "x"],  # a bad size is the checker's business, not the parser's
+    ["--gpus", "a100:2", "--", "x"],  # Slurm's TYPE:N
+    ["--gpus", "one", "--", "x"],  # the checker refuses it, not the parser
+    ["--job-name", "a", "--chdir", "/tmp", "--cpus-per-task", "2", "--", "x"],
+    ["--kill-on-invalid-dep=yes", "--", "x"],
+    ["--kill-on-invalid-dep=NO", "x"],
+    ["--kill-on-invalid-dep", "--kill-on-invalid-dep=no", "--", "x"],  # the last one wins
+    ["--kill-on-invalid-dep=no", "--kill-on-invalid-dep", "x"],
+    ["--name", "--kill-on-invalid-dep=no", "--kill-on-invalid-dep", "x"],  # a value, not an option
+    ["--kill-on-invalid-dep", "--", "x", "--kill-on-invalid-dep=no"],  # the command's own
 ]
 
 
@@ -85,12 +94,12 @@ def test_parsed_values():
     opts = fastsubmit.parse(["-G", "2", "--gpu-mem", "20G", "-n", "a", "--priority", "-3",
                              "--cwd", "/tmp", "-e", "A=1", "--env", "B=2", "-W", "--json",
                              "--", "python", "t.py", "--json"])
-    assert opts == SubmitOptions(command=["python", "t.py", "--json"], gpus=2, gpu_mem="20G",
+    assert opts == SubmitOptions(command=["python", "t.py", "--json"], gpus="2", gpu_mem="20G",
                                  name="a", priority=-3, cwd="/tmp", env=["A=1", "B=2"],
                                  wait=True, json=True)
 
 
-SAMPLES = {"gpu_mem": "20G", "cwd": "/tmp", "from_file": "jobs.txt", "env": "K=V"}
+SAMPLES = {"gpu_mem": "20G", "cwd": "/tmp", "from_file": "jobs.txt", "env": "K=V", "gpus": "a100:2"}
 
 
 def sample_value(field: str, kind: str) -> str:
@@ -100,10 +109,13 @@ def sample_value(field: str, kind: str) -> str:
 @pytest.mark.parametrize("option", sorted(fastsubmit.OPTIONS))
 def test_every_fast_option_means_the_same_to_typer(option, typer_parse):
     field, kind = fastsubmit.OPTIONS[option]
-    argv = [option] if kind == "flag" else [option, sample_value(field, kind)]
+    argv = [option] if kind in ("flag", "yesno") else [option, sample_value(field, kind)]
     opts = assert_same(argv + ["--", "true"], typer_parse)
     assert getattr(opts, field) != getattr(SubmitOptions(), field)  # it did set something
-    if option.startswith("--") and kind != "flag":
+    if kind == "yesno":
+        for value in ("yes", "no"):
+            assert_same([f"{option}={value}", "--", "true"], typer_parse)
+    elif option.startswith("--") and kind != "flag":
         assert_same([f"{option}={sample_value(field, kind)}", "--", "true"], typer_parse)
 
 
@@ -116,16 +128,17 @@ def test_every_typer_option_is_known_to_the_fast_path():
 
 @pytest.mark.parametrize("argv", [
     ["--help"], ["--gpus", "1", "--help"], ["-h"], ["--gpuz", "1", "--", "x"], ["--verbose"],
-    ["--gpus", "one", "--", "x"], ["--gpus", "1.5", "--", "x"], ["--priority", "", "--", "x"],
+    ["--priority", "one", "--", "x"], ["--cpus", "1.5", "--", "x"], ["--priority", "", "--", "x"],
     ["--gpus"], ["--gpu-mem"], ["--name"], ["-e"], ["--json=yes", "--", "x"], ["-WG", "1", "x"],
-    ["-G1", "--", "x"],
+    ["-G1", "--", "x"], ["--kill-on-invalid-dep=maybe", "--", "x"], ["--kill-on-invalid-dep="],
 ])
 def test_fast_path_hands_over_what_it_does_not_know(argv):
     assert fastsubmit.parse(argv) is None
 
 
 @pytest.mark.parametrize("argv", [
-    ["--gpus", "one", "--", "x"], ["--gpuz", "1", "--", "x"], ["--gpus"],
+    ["--priority", "one", "--", "x"], ["--gpuz", "1", "--", "x"], ["--gpus"],
+    ["--kill-on-invalid-dep=maybe", "--", "x"],
 ])
 def test_what_the_fast_path_hands_over_is_a_usage_error_for_typer(argv, typer_parse, capsys):
     # The full parser then says what is wrong, with exit status 2.
@@ -140,6 +153,8 @@ def _option_args(option: str) -> st.SearchStrategy[list[str]]:
     field, kind = fastsubmit.OPTIONS[option]
     if kind == "flag":
         return st.just([option])
+    if kind == "yesno":
+        return st.sampled_from([[option], [f"{option}=yes"], [f"{option}=no"], [f"{option}=No"]])
     if kind == "int":
         values = st.integers(-10**6, 10**6).map(str)
     else:

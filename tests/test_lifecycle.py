@@ -189,7 +189,7 @@ def test_parse_array(text, indices, throttle):
     ("1,,2", "--array wants"),
     ("0-5:", "--array wants"),
     ("5-3", "is empty"),
-    ("0-10:0", "is empty"),
+    ("0-10:0", "the step after .:. must be 1 or more"),
     ("0-5%0", "positive count"),
     ("0-5%x", "positive count"),
     ("0-5%-1", "positive count"),
@@ -221,11 +221,11 @@ def test_parse_dependencies():
 @pytest.mark.parametrize("after, dependency, words", [
     (["x"], [], "--after: 'x' is not a job id"),
     (["-3"], [], "is not a job id"),
-    ([], ["after:3"], "KIND one of afterok, afterany, afternotok"),
+    ([], ["before:3"], "KIND one of afterok, afterany, afternotok, after"),
     ([], ["afterok"], "KIND:ID"),
     ([], ["afterok:"], "is not a job id"),
     ([], ["afterok:3:y"], "--dependency: 'y' is not a job id"),
-    ([], ["singleton"], "KIND:ID"),
+    ([], ["singleton"], "singleton .* is not supported"),
 ])
 def test_parse_dependencies_refuses_bad_input(after, dependency, words):
     with pytest.raises(UsageError, match=words):

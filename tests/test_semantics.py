@@ -312,10 +312,10 @@ def test_cancel_takes_an_array_or_one_element(box, tmp_path):
 def test_time_limit_warns_then_terminates_and_kills_a_job_that_ignores_term(box, tmp_path):
     home = box
     t = tmp_path
-    warned = home.submit("--time", "3", "--signal", "USR1@2", *sh(
+    warned = home.submit("--time", "3s", "--signal", "USR1@2", *sh(
         f"trap 'date +%s.%N > {t}/usr1' USR1; trap 'date +%s.%N > {t}/term; exit 143' TERM; "
         f"env > {t}/env; while :; do sleep 0.05; done"))
-    stubborn = home.submit("--time", "2", *sh(
+    stubborn = home.submit("--time", "2s", *sh(
         f"trap '' TERM; touch {t}/stubborn; while :; do sleep 0.05; done"))
 
     job = wait_state(home, warned, "timeout", "failed", "succeeded", timeout=30)
@@ -342,9 +342,9 @@ def test_retries_requeue_failures_only_unless_asked(box, tmp_path):
     record = 'echo "$GPUSCHED_ATTEMPT" >> {}'.format
     failing = home.submit("--retries", "2", *sh(f"{record(t / 'failing')}; exit 3"))
     cancelled = home.submit("--retries", "2", *sh(f"{record(t / 'cancelled')}; {gate(t / 'never')}"))
-    retried = home.submit("--retries", "1", "--retry-on", "timeout", "--time", "1", *sh(
+    retried = home.submit("--retries", "1", "--retry-on", "timeout", "--time", "1s", *sh(
         f'{record(t / "retried")}; [ "$GPUSCHED_ATTEMPT" -ge 2 ] || exec sleep 30'))
-    timed_out = home.submit("--retries", "1", "--time", "1", *sh(
+    timed_out = home.submit("--retries", "1", "--time", "1s", *sh(
         f"{record(t / 'timed_out')}; exec sleep 30"))
 
     job = wait_state(home, failing, "failed")
