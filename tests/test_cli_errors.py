@@ -90,9 +90,9 @@ USAGE = [
     (["submit", "--from-file", "/no/such/file"], "/no/such/file"),
     (["submit", "--priority", "99999999", "--", "true"], "99999999"),
     (["submit", "--bogus", "--", "true"], "--bogus"),
-    (["show", "abc"], "job_id"),
-    (["show"], "job_id"),
-    (["cancel"], "job_ids"),
+    (["show", "abc"], "JOBID"),
+    (["show"], "JOBID"),
+    (["cancel"], "JOBID..."),
     (["frobnicate"], "frobnicate"),
 ]
 NOT_FOUND = [
