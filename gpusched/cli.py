@@ -10,18 +10,18 @@ from typing import List, Optional
 
 import typer
 from rich.console import Console
-from typer.core import TyperCommand
 
 from gpusched import __version__, render, syntax
+from gpusched.clihelp import App, Command
 from gpusched.client import Client, start_daemon, wait_for_exit
 from gpusched.errors import (DaemonUnavailable, GpuschedError, UsageError, detach_stdout,
                              report_error)
 from gpusched.submitting import (SubmitOptions, exit_status, print_json, submit_and_report,
                                  wait_for_jobs)
 
-app = typer.Typer(add_completion=False, no_args_is_help=True, rich_markup_mode=None,
-                  help="Schedule jobs on the GPUs of a shared machine.")
-daemon_app = typer.Typer(no_args_is_help=True, help="Start, stop and inspect the daemon.")
+app = App(add_completion=False, no_args_is_help=True, rich_markup_mode=None)
+daemon_app = App(no_args_is_help=True, help="Start, stop and inspect the daemon.\n\n"
+                 "Example: gpusched daemon status")
 app.add_typer(daemon_app, name="daemon")
 
 # Piped into grep or a file, a listing keeps each job on one line instead of folding
@@ -41,10 +41,18 @@ def main_options(
     version: bool = typer.Option(False, "--version", callback=_version, is_eager=True,
                                  help="Print the version and exit."),
 ) -> None:
-    """Schedule jobs on the GPUs of a shared machine."""
+    """Schedule jobs on the GPUs of a shared machine.
+
+    `gpusched COMMAND -h` tells more about each command.
+
+    \b
+    Examples:
+      gpusched submit --gpus 1 --gpu-mem 20G -- python train.py
+      gpusched ls
+    """
 
 
-class SubmitCommand(TyperCommand):
+class SubmitCommand(Command):
     """`submit`, which also reads Slurm's `--kill-on-invalid-dep=yes|no`: typer's flags take
     no value, so the fast path's parser folds that form into the bare flag first."""
 
@@ -56,7 +64,8 @@ class SubmitCommand(TyperCommand):
 
 @app.command(cls=SubmitCommand, context_settings={"allow_interspersed_args": False})
 def submit(
-    command: Optional[List[str]] = typer.Argument(None, help="The command, after `--`."),
+    command: Optional[List[str]] = typer.Argument(None, metavar="-- COMMAND...",
+                                                  help="The command and its arguments."),
     gpus: Optional[str] = typer.Option(None, "--gpus", "-G",
                                        help="GPUs to give the job: N, or TYPE:N as in Slurm "
                                        "(a100:2: two whose name contains a100). Default 0; "
@@ -104,7 +113,13 @@ def submit(
     mem: Optional[str] = typer.Option(None, "--mem", help="Host memory the job needs, e.g. 16G "
                                       "(a bare number is MiB, as in Slurm)."),
 ) -> None:
-    """Queue a job: `gpusched submit --gpus 1 --gpu-mem 20G -- python train.py`."""
+    """Queue a job and print its id.
+
+    \b
+    Examples:
+      gpusched submit --gpus 1 --gpu-mem 20G -- python train.py
+      gpusched submit --gpus 2 --time 4h --wait -- torchrun train.py
+    """
     opts = SubmitOptions(
         command=command or [], gpus=gpus, gpu_mem=gpu_mem, name=name, priority=priority, cwd=cwd,
         env=env, from_file=from_file, wait=wait, json=as_json, hold=hold, after=after,
@@ -116,18 +131,88 @@ def submit(
     raise typer.Exit(submit_and_report(opts))
 
 
+@app.command()
+def resubmit(
+    job_id: str = typer.Argument(..., metavar="JOBID", help="The job to run again (an "
+                                 "array's id: the whole array; ARRAY_INDEX: one element)."),
+    gpus: Optional[int] = typer.Option(None, "--gpus", "-G", help="GPUs instead of the job's "
+                                       "(0 also drops its --gpu-mem and GPU constraints)."),
+    gpu_mem: Optional[str] = typer.Option(None, "--gpu-mem", help="Memory per GPU instead of "
+                                          "the job's."),
+    name: Optional[str] = typer.Option(None, "--name", "-n", help="Another name."),
+    priority: Optional[int] = typer.Option(None, "--priority", help="Another priority."),
+    time_limit: Optional[str] = typer.Option(None, "--time", "-t", help="Another time limit."),
+    cpus: Optional[int] = typer.Option(None, "--cpus", "-c", help="Other CPU cores."),
+    mem: Optional[str] = typer.Option(None, "--mem", help="Other host memory."),
+    hold: bool = typer.Option(False, "--hold", help="Queue it held: it starts after `release`."),
+    wait: bool = typer.Option(False, "--wait", "-W", help="Wait, then exit with the job's status."),
+    as_json: bool = typer.Option(False, "--json", help="Print the new id as JSON."),
+) -> None:
+    """Run a job again as a new job, and print its id.
+
+    The new job has the old one's spec: command, working directory, the environment it
+    was submitted with, GPUs, memory, limits, constraints, dependencies, retries. The
+    options below change that part of it. Any job may be run again, even one still
+    pending or running (that one is left as it is); only its owner or an admin may, and
+    the new job runs as the old one's user.
+
+    \b
+    Examples:
+      gpusched resubmit 12
+      gpusched resubmit 12 --gpus 2 --time 8h --hold
+    """
+    from gpusched.submitting import resubmit_and_report
+
+    values = {"gpus": gpus, "gpu_mem": gpu_mem, "name": name, "priority": priority,
+              "time": time_limit, "cpus": cpus, "mem": mem, "hold": hold or None}
+    given = [option for option, value in values.items() if value is not None]
+    opts = SubmitOptions(**{k: v for k, v in values.items() if v is not None}, wait=wait,
+                         json=as_json)
+    raise typer.Exit(resubmit_and_report(job_id, opts, given))
+
+
 @app.command("ls")
 def list_jobs(
     all_jobs: bool = typer.Option(False, "--all", "-a", help="Include finished jobs."),
     expand: bool = typer.Option(False, "--expand", "-r", help="One line per array element."),
     as_json: bool = typer.Option(False, "--json", help=JSON_HELP),
+    users: Optional[str] = typer.Option(None, "--user", "-u", help="Only these users' jobs."),
+    me: bool = typer.Option(False, "--me", help="Only your own jobs."),
+    states: Optional[str] = typer.Option(None, "--state", "-t", help="Only jobs in these "
+                                         "states; a finished state implies --all."),
+    names: Optional[str] = typer.Option(None, "--name", "-n", metavar="NAME[,NAME]",
+                                        help="Only jobs of these names; wildcards like 'sweep-*'."),
+    fields: Optional[str] = typer.Option(None, "--format", "-O", metavar="FIELDS",
+                                         help="Plain columns for scripts, one line per job: "
+                                         "jobid,user,state,reason,... (README lists the fields)."),
+    noheader: bool = typer.Option(False, "--noheader", help="With --format: no header line."),
 ) -> None:
-    """List pending and running jobs (and finished ones with --all); arrays fold into one line."""
-    jobs = Client().call("list", all=all_jobs)["jobs"]
+    """List pending and running jobs (finished ones too with --all).
+
+    Arrays fold into one line. States: pending, running, succeeded, failed, cancelled,
+    timeout, oom, lost (Slurm's PD, R, CD, F, CA, TO, OOM, NF too).
+
+    \b
+    Examples:
+      gpusched ls --me --state running
+      gpusched ls --all --name 'sweep-*' --format jobid,state,exitcode --noheader
+    """
+    from gpusched import listing
+
+    if as_json and fields is not None:
+        raise UsageError("choose one of --json and --format")
+    columns = listing.parse_fields(fields) if fields is not None else None
+    filters = listing.request_filters(users, me, states, names)
+    jobs = Client().call("list", all=all_jobs, **filters)["jobs"]
     if as_json:
         print_json(jobs)
+    elif columns is not None:
+        sys.stdout.write(listing.format_rows(jobs, columns, header=not noheader))
     elif jobs:
         out.print(render.jobs_table(jobs if expand else render.fold_arrays(jobs)))
+    elif filters:
+        out.print("no jobs match" + ("" if all_jobs or "states" in filters else
+                                     " (--all looks at finished ones too)"))
     else:
         out.print("no jobs" if all_jobs else "no pending or running jobs (--all shows finished ones)")
 
@@ -137,10 +222,13 @@ JOB_ID_HELP = "Job id, or ARRAY_INDEX (12_3) for one element of an array."
 
 @app.command()
 def show(
-    job_id: str = typer.Argument(..., help=JOB_ID_HELP),
+    job_id: str = typer.Argument(..., metavar="JOBID", help=JOB_ID_HELP),
     as_json: bool = typer.Option(False, "--json", help=JSON_HELP),
 ) -> None:
-    """Everything about one job."""
+    """Everything about one job.
+
+    Example: gpusched show 12
+    """
     job = Client().call("show", ids=[syntax.job_id_text(job_id)])["jobs"][0]
     if as_json:
         print_json(job)
@@ -149,6 +237,7 @@ def show(
 
 
 JOB_IDS_HELP = "Job ids; an array's id means all its elements, ARRAY_INDEX (12_3) one."
+JOB_IDS = "JOBID..."
 
 
 def _change(command: str, job_ids: List[str], **args: object) -> None:
@@ -159,61 +248,89 @@ def _change(command: str, job_ids: List[str], **args: object) -> None:
 
 
 @app.command()
-def cancel(job_ids: List[str] = typer.Argument(..., help=JOB_IDS_HELP)) -> None:
-    """Cancel jobs: pending ones never start; running ones get SIGTERM, then SIGKILL."""
+def cancel(job_ids: List[str] = typer.Argument(..., metavar=JOB_IDS, help=JOB_IDS_HELP)) -> None:
+    """Cancel jobs: pending ones never start, running ones stop.
+
+    A running job gets SIGTERM, then SIGKILL after the daemon's cancel_grace.
+
+    Example: gpusched cancel 12 13_4
+    """
     _change("cancel", job_ids)
 
 
 @app.command()
-def hold(job_ids: List[str] = typer.Argument(..., help=JOB_IDS_HELP)) -> None:
-    """Keep pending jobs from starting until `release`."""
+def hold(job_ids: List[str] = typer.Argument(..., metavar=JOB_IDS, help=JOB_IDS_HELP)) -> None:
+    """Keep pending jobs from starting until `release`.
+
+    Example: gpusched hold 12
+    """
     _change("hold", job_ids)
 
 
 @app.command()
-def release(job_ids: List[str] = typer.Argument(..., help=JOB_IDS_HELP)) -> None:
-    """Let held jobs start."""
+def release(job_ids: List[str] = typer.Argument(..., metavar=JOB_IDS, help=JOB_IDS_HELP)) -> None:
+    """Let held jobs start.
+
+    Example: gpusched release 12
+    """
     _change("release", job_ids)
 
 
 @app.command()
 def update(
-    job_ids: List[str] = typer.Argument(..., help=JOB_IDS_HELP),
+    job_ids: List[str] = typer.Argument(..., metavar=JOB_IDS, help=JOB_IDS_HELP),
     priority: Optional[int] = typer.Option(None, "--priority", help="The new priority."),
 ) -> None:
-    """Change queued jobs: `gpusched update 12 --priority 10`."""
+    """Change queued jobs.
+
+    Example: gpusched update 12 --priority 10
+    """
     _change("update", job_ids, priority=priority)
 
 
 @app.command()
 def drain() -> None:
-    """Start nothing new; running jobs finish. `gpusched resume` undoes it."""
+    """Start nothing new; running jobs finish. `gpusched resume` undoes it.
+
+    Example: gpusched drain
+    """
     result = Client().call("drain")
     out.print(f"draining: nothing new starts; {result['running']} job(s) still running")
 
 
 @app.command()
 def resume() -> None:
-    """Start jobs again after `drain`."""
+    """Start jobs again after `drain`.
+
+    Example: gpusched resume
+    """
     Client().call("resume")
     out.print("resumed: jobs start again")
 
 
 @app.command()
-def wait(job_ids: List[str] = typer.Argument(..., help=JOB_IDS_HELP)) -> None:
-    """Wait for jobs (an array's id: all its elements) to end; exit with the first non-zero
-    job status (0 if all succeeded)."""
+def wait(job_ids: List[str] = typer.Argument(..., metavar=JOB_IDS, help=JOB_IDS_HELP)) -> None:
+    """Wait for jobs to end; exit with the first failure's status.
+
+    An array's id waits for all its elements. The exit status is the first non-zero
+    status among the jobs, 0 if all succeeded.
+
+    Example: gpusched wait 12 13; echo $?
+    """
     jobs = wait_for_jobs(Client(), [syntax.job_id_text(i) for i in job_ids])
     raise typer.Exit(next((s for s in map(exit_status, jobs) if s != 0), 0))
 
 
 @app.command()
 def logs(
-    job_id: str = typer.Argument(..., help=JOB_ID_HELP),
+    job_id: str = typer.Argument(..., metavar="JOBID", help=JOB_ID_HELP),
     follow: bool = typer.Option(False, "--follow", "-f", help="Keep printing until the job ends."),
     stderr: bool = typer.Option(False, "--stderr", help="Show standard error instead of output."),
 ) -> None:
-    """Print a job's output."""
+    """Print a job's output.
+
+    Example: gpusched logs -f 12
+    """
     from gpusched.logs import print_log
 
     print_log(Client(), syntax.job_id_text(job_id), stderr=stderr, follow=follow)
@@ -221,10 +338,15 @@ def logs(
 
 @app.command("env")
 def job_env(
-    job_id: str = typer.Argument(..., help=JOB_ID_HELP),
+    job_id: str = typer.Argument(..., metavar="JOBID", help=JOB_ID_HELP),
     as_json: bool = typer.Option(False, "--json", help=JSON_HELP),
 ) -> None:
-    """The environment a job was submitted with (scheduler variables are set at its start)."""
+    """The environment a job was submitted with.
+
+    The variables gpusched sets for the job itself are added when it starts.
+
+    Example: gpusched env 12
+    """
     env = Client().call("env", id=syntax.job_id_text(job_id))["env"]
     if as_json:
         print_json(env)
@@ -239,7 +361,13 @@ def gpus(
                                         "--query-gpu names them: index,name,memory.used,..."),
     fmt: str = typer.Option("csv", "--format", help="With --query: csv[,noheader][,nounits] or json."),
 ) -> None:
-    """The GPUs the daemon sees: memory used / reserved / total, utilization, jobs."""
+    """The GPUs: memory used and reserved, utilization, jobs.
+
+    \b
+    Examples:
+      gpusched gpus
+      gpusched gpus --query index,memory.used --format csv,noheader
+    """
     from gpusched import gpuquery
 
     fields = gpuquery.parse_query(query) if query is not None else None
@@ -266,7 +394,12 @@ def top(
     interval: float = typer.Option(1.0, "--interval", "-i", help="Seconds between refreshes."),
     once: bool = typer.Option(False, "--once", help="Print one frame and exit."),
 ) -> None:
-    """A live view of GPUs, processes and the queue (keys: q p u s ?)."""
+    """A live view of GPUs, processes and the queue.
+
+    Keys: q quits, p pauses, u shows only your jobs, s changes the sort, ? helps.
+
+    Example: gpusched top --once
+    """
     from gpusched.tui import run_top
 
     raise typer.Exit(run_top(interval=interval, once=once))
@@ -274,7 +407,8 @@ def top(
 
 @app.command()
 def simulate(
-    trace: Path = typer.Argument(..., help="A job trace CSV (docs/scheduling.md has the format)."),
+    trace: Path = typer.Argument(..., metavar="TRACE.csv",
+                                 help="A job trace CSV (docs/scheduling.md has the format)."),
     gpus: int = typer.Option(8, "--gpus", help="GPUs of the simulated box."),
     policy: str = typer.Option("pack", "--policy", help="Placement policy."),
     discipline: str = typer.Option("fifo", "--discipline", help="fifo, backfill, fairshare or sjf."),
@@ -287,7 +421,12 @@ def simulate(
                                       "(count the trace's mem_bytes column)."),
     as_json: bool = typer.Option(False, "--json", help=JSON_HELP),
 ) -> None:
-    """Replay a job trace in simulated time through gpusched's own scheduling code."""
+    """Replay a job trace in simulated time.
+
+    The trace goes through the very placement and queue code the daemon uses.
+
+    Example: gpusched simulate trace.csv --gpus 8 --discipline backfill
+    """
     from gpusched.simulator import simulate_command
 
     raise typer.Exit(simulate_command(trace, gpus=gpus, policy=policy, discipline=discipline,
@@ -297,20 +436,41 @@ def simulate(
 
 @app.command()
 def demo() -> None:
-    """Try gpusched on 4 simulated GPUs in a temporary home; cleans up after itself."""
+    """Try gpusched on 4 simulated GPUs; cleans up after itself.
+
+    The demo runs its own daemon in a temporary home, never yours.
+
+    Example: gpusched demo
+    """
     from gpusched.demo import run_demo
 
     raise typer.Exit(run_demo(out))
 
 
 @app.command()
-def completions(shell: str = typer.Argument(..., help="bash, zsh or fish.")) -> None:
-    """Print the completion script for a shell."""
+def completions(shell: str = typer.Argument(..., metavar="SHELL", help="bash, zsh or fish.")) -> None:
+    """Print the completion script for a shell.
+
+    The README says where to put it for each shell.
+
+    Example: gpusched completions zsh > ~/.zfunc/_gpusched
+    """
     from gpusched.completions import SHELLS, generate
 
     if shell not in SHELLS:
         raise UsageError(f"no completions for {shell!r}; choose one of: {', '.join(SHELLS)}")
     sys.stdout.write(generate(shell, typer.main.get_command(app)))
+
+
+@app.command("_job-ids", hidden=True)
+def job_ids_for_completion(scope: str = typer.Argument("all", metavar="active|all")) -> None:
+    """Job ids for shell completion (the console script answers it without typer).
+
+    Example: gpusched _job-ids active
+    """
+    from gpusched.jobids import print_job_ids
+
+    raise typer.Exit(print_job_ids([scope]))
 
 
 @daemon_app.command("run")
@@ -320,7 +480,10 @@ def daemon_run(
     user: bool = typer.Option(False, "--user", hidden=True,
                               help="This user's daemon even if the system config says system."),
 ) -> None:
-    """Run the daemon in the foreground (for systemd)."""
+    """Run the daemon in the foreground (for systemd).
+
+    Example: gpusched daemon run --system
+    """
     from gpusched.daemon import serve
     from gpusched.modes import daemon_paths
 
@@ -332,7 +495,12 @@ def daemon_run(
 
 @daemon_app.command("start")
 def daemon_start() -> None:
-    """Start the daemon in the background (any command does so when none runs)."""
+    """Start the daemon in the background.
+
+    Any command starts it when none runs; this does only that.
+
+    Example: GPUSCHED_SIMULATE=4x80GiB gpusched daemon start
+    """
     client = Client()
     if client.is_running():
         status = client.call("status")
@@ -346,7 +514,12 @@ def daemon_start() -> None:
 
 @daemon_app.command("stop")
 def daemon_stop() -> None:
-    """Stop the daemon; running jobs keep running and are re-adopted at the next start."""
+    """Stop the daemon; running jobs keep running.
+
+    The next daemon re-adopts them.
+
+    Example: gpusched daemon stop
+    """
     client = Client(autostart=False)
     if not client.is_running():
         out.print("gpusched daemon is not running")
@@ -360,7 +533,12 @@ def daemon_stop() -> None:
 
 @daemon_app.command("status")
 def daemon_status(as_json: bool = typer.Option(False, "--json", help=JSON_HELP)) -> None:
-    """Whether the daemon runs, and what it sees. Exit status 3 when it does not run."""
+    """Whether the daemon runs, and what it sees.
+
+    Exit status 3 when it does not run.
+
+    Example: gpusched daemon status --json
+    """
     client = Client(autostart=False)
     which = client.paths.mode  # user, system, or socket (GPUSCHED_SOCKET)
     if not client.is_running():
@@ -388,7 +566,10 @@ def daemon_install_service(
     directory: Optional[Path] = typer.Option(None, "--dir",
                                              help="Write the unit here instead of systemd's directory."),
 ) -> None:
-    """Write the systemd unit and print the commands that enable it."""
+    """Write the systemd unit and print how to enable it.
+
+    Example: sudo gpusched daemon install-service --system
+    """
     from gpusched.service import install, next_commands
 
     if system == user:

@@ -1,4 +1,4 @@
-"""The console script: `submit` takes a fast path that skips typer's import; all else goes to cli."""
+"""The console script: `submit` and completion's `_job-ids` skip typer's import; all else goes to cli."""
 
 from __future__ import annotations
 
@@ -8,6 +8,10 @@ import sys
 
 def main() -> None:
     argv = sys.argv[1:]
+    if argv[:1] == ["_job-ids"]:  # shell completion, on every Tab press: no typer
+        from gpusched.jobids import print_job_ids
+
+        _exit_now(print_job_ids(argv[1:]))
     if argv[:1] == ["submit"]:
         from gpusched.fastsubmit import try_fast_submit
 

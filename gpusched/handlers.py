@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any, Callable
 
 import psutil
 
-from gpusched import __version__, jobspec, placement, runner, syntax
+from gpusched import __version__, jobspec, listing, placement, runner, syntax
 from gpusched.authz import HIDDEN, user_name
 from gpusched.errors import GpuschedError, NotFound, UsageError
 from gpusched.job import read_progress_file
@@ -50,6 +50,7 @@ class Handlers:
             "stop": self.stop, "snapshot": self.snapshot, "hold": self.hold,
             "release": self.release, "update": self.update, "drain": self.drain,
             "resume": self.resume, "logs": self.logs, "env": self.env,
+            "resubmit": self.resubmit,
         }
         assert set(self._table) | {"ping"} == set(COMMANDS), "handlers and protocol disagree"
 
@@ -144,20 +145,10 @@ class Handlers:
         if not isinstance(specs, list) or not specs:
             raise UsageError("nothing to submit: give a command after `--`, or lines in --from-file")
         pid, uid, _ = call.creds
-        now, user = time.time(), user_name(uid)
-        policies = placement.policy_names(self.d.rules)
-        batches = []
-        for spec in specs:  # check every job before queueing any: all or nothing
-            fields = jobspec.check_job_spec(self._with_element_ids(spec), policies)
-            impossible = (placement.impossible_reason(fields["request"], self.d.inventory) or
-                          placement.host_impossible_reason(fields["request"], self.d.host.cpus,
-                                                           self.d.host.mem_bytes))
-            if impossible:
-                raise UsageError(f"job {impossible}; see `gpusched gpus`")
-            self._check_dependencies(fields["dependencies"])
-            template = Job(id=0, cwd=cwd, uid=uid, user=user, env=env, submitted_at=now,
-                           submit_pid=pid, pending_reason="waiting to be placed", **fields)
-            batches.append((template, *_array(spec)))
+        owner = Job(id=0, command=(), cwd=cwd, uid=uid, user=user_name(uid), env=env,
+                    submitted_at=time.time(), submit_pid=pid)
+        # Check every job before queueing any: all or nothing.
+        batches = [(self._template(spec, owner), *_array(spec)) for spec in specs]
         with self.d.store.write():
             ids = [self._insert(template, indices, throttle)
                    for template, indices, throttle in batches]
@@ -191,6 +182,37 @@ class Handlers:
                              "array; depend on the whole array or on other elements")
         return element.id
 
+    def _template(self, spec: Any, owner: Job) -> Job:
+        """A checked job to queue from a spec, with owner's user, cwd, environment and
+        submission (time and pid)."""
+        fields = jobspec.check_job_spec(self._with_element_ids(spec),
+                                        placement.policy_names(self.d.rules))
+        impossible = (placement.impossible_reason(fields["request"], self.d.inventory) or
+                      placement.host_impossible_reason(fields["request"], self.d.host.cpus,
+                                                       self.d.host.mem_bytes))
+        if impossible:
+            raise UsageError(f"job {impossible}; see `gpusched gpus`")
+        self._check_dependencies(fields["dependencies"])
+        return Job(id=0, cwd=owner.cwd, uid=owner.uid, user=owner.user, env=owner.env,
+                   submitted_at=owner.submitted_at, submit_pid=owner.submit_pid,
+                   pending_reason="waiting to be placed", **fields)
+
+    def resubmit(self, call: Call) -> dict:
+        """A job (an array, an element) queued again as a new one, for its owner or an
+        admin; it runs as the job's user, in its directory, with its environment."""
+        jobs = self.targets([call.args["id"]])
+        self.d.authz.require_owner(jobs, call.creds, "resubmit it", "resubmit")
+        first = jobs[0]
+        spec = jobspec.changed(jobspec.job_spec(first), call.args.get("changes") or {})
+        if first.array_id is not None:  # the array, or one element, as an array again
+            spec["array"] = {"indices": [j.array_index for j in jobs],
+                             "throttle": first.array_throttle if len(jobs) > 1 else None}
+        owner = replace(first, submitted_at=time.time(), submit_pid=call.creds[0])
+        template = self._template(spec, owner)
+        with self.d.store.write():
+            ids = self._insert(template, *_array(spec))
+        return {"ids": ids, "array_ids": ids[:1] if spec.get("array") is not None else []}
+
     def _check_dependencies(self, deps: tuple[tuple[str, int], ...]) -> None:
         # A new job may only depend on jobs that exist, all older than it, so a cycle
         # cannot form: refusing unknown ids is what keeps the graph acyclic.
@@ -223,10 +245,12 @@ class Handlers:
 
     def list(self, call: Call) -> dict:
         jobs = sorted(self.d.jobs.values(), key=lambda j: j.id)
-        if call.args.get("all"):
+        if call.args.get("all") or set(call.args.get("states") or ()) & listing.FINAL:
             limit = jobspec.whole_number(call.args, "limit", FINISHED_LISTED, 1, 10**7)
             jobs = sorted(self.d.store.finished(limit) + jobs, key=lambda j: j.id)
-        return {"jobs": self.with_progress(self.d.authz.viewer(call.creds[1]).jobs(jobs))}
+        # Filtered as the caller sees them: a hidden name must not be found by its pattern.
+        rows = listing.select(self.d.authz.viewer(call.creds[1]).jobs(jobs), call.args)
+        return {"jobs": self.with_progress(rows)}
 
     def show(self, call: Call) -> dict:
         named = self.named_each(call.args["ids"], whole_arrays=False)

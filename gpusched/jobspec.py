@@ -6,7 +6,7 @@ import math
 from typing import Any
 
 from gpusched.errors import UsageError
-from gpusched.models import Constraints, Request
+from gpusched.models import Constraints, Job, Request
 from gpusched.syntax import DEPENDENCY_KINDS, RETRY_ON_CHOICES, WARN_SIGNALS
 
 MAX_GPUS_PER_JOB = 64
@@ -104,3 +104,38 @@ def check_job_spec(spec: Any, policies: list[str]) -> dict[str, Any]:
         "warn_before_s": _number(spec, "warn_before_s", 0.0) or 0.0,
         "retries": whole_number(spec, "retries", 0, 0, 1000), "retry_on": tuple(retry_on),
     }
+
+
+def job_spec(job: Job) -> dict[str, Any]:
+    """The spec that check_job_spec turns back into this job's fields: what `resubmit`
+    queues again. Not held: a hold is asked for anew (`resubmit --hold`)."""
+    request, constraints = job.request, job.request.constraints
+    capability = constraints.min_compute_capability
+    return {
+        "command": list(job.command), "name": job.name, "policy": job.policy,
+        "gpus": request.gpus, "gpu_mem_bytes": request.gpu_mem_bytes, "cpus": request.cpus,
+        "mem_bytes": request.mem_bytes, "priority": job.priority, "hold": False,
+        "constraints": {"gpu_ids": list(constraints.gpu_ids),
+                        "exclude_gpus": list(constraints.exclude_gpus),
+                        "gpu_type": constraints.gpu_type,
+                        "min_gpu_total_mem_bytes": constraints.min_gpu_total_mem_bytes,
+                        "min_compute_capability": list(capability) if capability else None},
+        "retries": job.retries, "retry_on": list(job.retry_on),
+        "dependencies": [[kind, dep] for kind, dep in job.dependencies],
+        "kill_on_invalid_dep": job.kill_on_invalid_dep, "time_limit_s": job.time_limit_s,
+        "warn_signal": job.warn_signal, "warn_before_s": job.warn_before_s,
+    }
+
+
+RESUBMIT_CHANGES = ("gpus", "gpu_mem_bytes", "name", "priority", "time_limit_s", "cpus",
+                    "mem_bytes", "hold")
+
+
+def changed(spec: dict[str, Any], changes: Any) -> dict[str, Any]:
+    """A job's spec with the changes `resubmit` may make (checked again like any spec)."""
+    if not isinstance(changes, dict) or not set(changes) <= set(RESUBMIT_CHANGES):
+        raise UsageError(f"resubmit may change only: {', '.join(RESUBMIT_CHANGES)}")
+    if changes.get("gpus") == 0 and "gpu_mem_bytes" not in changes:
+        # No GPUs now: what only a GPU job may ask for goes with them.
+        spec = {**spec, "gpu_mem_bytes": None, "constraints": None}
+    return {**spec, **changes}

@@ -35,7 +35,8 @@ COMMANDS: dict[str, Command] = {
     "ping": _cmd(),
     "status": _cmd(),
     "submit": _cmd("jobs", "env cwd"),
-    "list": _cmd("", "all limit"),
+    # Filters (lists of user names, states, name patterns) keep the reply small.
+    "list": _cmd("", "all limit users states names"),
     "show": _cmd("ids"),
     "cancel": _cmd("ids"),
     "hold": _cmd("ids"),
@@ -52,6 +53,9 @@ COMMANDS: dict[str, Command] = {
     # and the environment it was submitted with.
     "logs": _cmd("id"),
     "env": _cmd("id"),
+    # A job queued again as a new one, from the spec the daemon keeps: its environment
+    # never travels to the client, which may not see it.
+    "resubmit": _cmd("id", "changes"),
 }
 
 

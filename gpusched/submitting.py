@@ -227,7 +227,12 @@ def submit_and_report(opts: SubmitOptions) -> int:
 
     request = build_request(opts)
     client = Client()
-    result = client.call("submit", **request)
+    return report_queued(client, client.call("submit", **request), opts)
+
+
+def report_queued(client: Any, result: dict[str, Any], opts: SubmitOptions) -> int:
+    """Print the ids of jobs just queued (as JSON with --json); with --wait, wait for them
+    and return the exit status that `submit --wait` gives."""
     ids = result["ids"]
     try:
         if opts.json:
@@ -245,3 +250,21 @@ def submit_and_report(opts: SubmitOptions) -> int:
         return 0
     jobs = wait_for_jobs(client, ids)
     return next((s for s in map(exit_status, jobs) if s != 0), 0)
+
+
+# resubmit's options -> the field of the job's spec each one changes.
+RESUBMIT_FIELDS = {"gpus": "gpus", "gpu_mem": "gpu_mem_bytes", "name": "name",
+                   "priority": "priority", "time": "time_limit_s", "cpus": "cpus",
+                   "mem": "mem_bytes", "hold": "hold"}
+
+
+def resubmit_and_report(job_id: str, opts: SubmitOptions, given: Iterable[str]) -> int:
+    """`gpusched resubmit`: the daemon queues the job again from the spec it keeps, with
+    the given options changed, read exactly as `submit` reads them."""
+    from gpusched.client import Client
+
+    probe = SubmitOptions(**{**opts.as_dict(), "command": ["resubmit"], "cwd": "/", "env": []})
+    spec = build_request(probe)["jobs"][0]
+    changes = {RESUBMIT_FIELDS[option]: spec[RESUBMIT_FIELDS[option]] for option in given}
+    client = Client()
+    return report_queued(client, client.call("resubmit", id=job_id, changes=changes), opts)

@@ -91,8 +91,8 @@ USAGE = [
     (["submit", "--priority", "99999999", "--", "true"], "99999999"),
     (["submit", "--bogus", "--", "true"], "--bogus"),
     (["show", "abc"], "'abc' is not a job id"),
-    (["show"], "job_id"),
-    (["cancel"], "job_ids"),
+    (["show"], "JOBID"),
+    (["cancel"], "JOBID..."),
     (["frobnicate"], "frobnicate"),
 ]
 NOT_FOUND = [

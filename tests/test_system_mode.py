@@ -299,6 +299,37 @@ def test_other_users_cannot_touch_a_job_and_every_denial_is_audited(system, user
     assert len(system.audit()) == len(attempts)
 
 
+def test_only_the_owner_or_an_admin_resubmits_and_the_copy_runs_as_the_owner(system, users):
+    alice, bob = users
+    job_id = system.submit(alice, "--env", "MARK=alices", "--", "sh", "-c", 'echo "$(id -u) $MARK"')
+    assert system.wait_state(job_id, "succeeded")["user"] == alice.name
+    before = system.json_as(None, "ls", "--all")
+    proc = system.run_as(bob, "resubmit", str(job_id), check=False)
+    assert proc.returncode == 1
+    assert proc.stderr == (f"Error: job {job_id} belongs to {alice.name}; only they or an "
+                           "admin may resubmit it\n")
+    assert system.json_as(None, "ls", "--all") == before  # nothing queued
+    assert [(e["request"], e["job"], e["uid"]) for e in system.audit()] == \
+        [("resubmit", job_id, bob.uid)]
+    # The owner may, and so may root; either way the copy is alice's job, run as her.
+    for who in (alice, None):
+        again = int(system.run_as(who, "resubmit", str(job_id)).stdout)
+        job = system.wait_state(again, "succeeded", "failed")
+        assert (job["state"], job["user"]) == ("succeeded", alice.name)
+        assert system.run_as(alice, "logs", str(again)).stdout == f"{alice.uid} alices\n"
+
+
+def test_ls_filters_select_what_the_caller_may_see(system, users):
+    alice, bob = users
+    unnamed = system.submit(alice, "--hold", "--", "sleep", "300")  # named after its program
+    bobs = system.submit(bob, "--hold", "--name", "mine", "--", "true")
+    ids = lambda who, *args: [j["id"] for j in system.json_as(who, "ls", *args)]
+    assert ids(bob, "--user", alice.name) == [unnamed]
+    assert ids(bob, "--me") == [bobs]
+    assert ids(alice, "--name", "sleep") == [unnamed]
+    assert ids(bob, "--name", "sleep") == []  # another user's command stays hidden
+
+
 def test_users_ld_preload_and_pythonpath_never_run_as_root(system, users, tmp_path):
     alice, _ = users
     if not shutil.which("gcc"):
