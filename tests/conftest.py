@@ -35,6 +35,14 @@ def wait_until(predicate: Callable[[], Any], what: str, timeout: float = DEADLIN
         delay = min(delay * 1.5, 0.2)
 
 
+def executable(path: Path, text: str, mode: int = 0o755) -> Path:
+    """A file with `text` (a script, say) and `mode`, its directories made as needed."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+    path.chmod(mode)
+    return path
+
+
 def find_shim(jobs_root: Path, job_id: int) -> tuple[int, float] | None:
     """A job's shim as the daemon sees it: (pid, start time) from its run file's "shim"
     record, the start time 0.0 once that process is gone; None before the record exists."""
