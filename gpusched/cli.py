@@ -16,7 +16,7 @@ from gpusched.clihelp import App, Command
 from gpusched.client import Client, start_daemon, wait_for_exit
 from gpusched.errors import (DaemonUnavailable, GpuschedError, UsageError, detach_stdout,
                              report_error)
-from gpusched.submitting import (SubmitOptions, exit_status, print_json, submit_and_report,
+from gpusched.submitting import (SubmitOptions, ended_status, print_json, submit_and_report,
                                  wait_for_jobs)
 
 app = App(add_completion=False, no_args_is_help=True, rich_markup_mode=None)
@@ -318,7 +318,7 @@ def wait(job_ids: List[str] = typer.Argument(..., metavar=JOB_IDS, help=JOB_IDS_
     Example: gpusched wait 12 13; echo $?
     """
     jobs = wait_for_jobs(Client(), [syntax.job_id_text(i) for i in job_ids])
-    raise typer.Exit(next((s for s in map(exit_status, jobs) if s != 0), 0))
+    raise typer.Exit(ended_status(jobs))
 
 
 @app.command()

@@ -2,8 +2,8 @@
 
 Forked by the shim launcher (gpusched/launcher.py) in a new session, so that it outlives
 the daemon; `python -I -S shim.py RUN_FILE` runs a job again by hand, from its run file.
-It imports only the standard library (and, in system mode, the stdlib-only privileges
-module): it runs for every job.
+It imports only the standard library and stdlib-only modules of ours (jobexec, and in
+system mode privileges): it runs for every job.
 """
 
 from __future__ import annotations
@@ -19,6 +19,11 @@ import signal
 import socket
 import sys
 import time
+
+if __name__ == "__main__":  # run by path with -I -S: make the package importable
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from gpusched import jobexec  # noqa: E402 - standard library only, like this module
 
 RUN_FILE = "run.jsonl"
 """A run's record (ID.run.jsonl in the jobs directory), one JSON object per line, each
@@ -126,7 +131,6 @@ def _identity(spec: dict):  # -> privileges.Identity | None
     """
     if spec.get("run_as") is None:
         return None
-    import warnings  # noqa: F401 - os.execvpe imports it: load it while root can read it
     from gpusched import privileges
 
     who = privileges.identity_of(int(spec["run_as"]))
@@ -161,17 +165,19 @@ def _exec_job(spec: dict, who, write_end: int) -> None:
 
             privileges.drop(who)
             dropped = True
-        os.chdir(spec["cwd"])
+        jobexec.enter_cwd(spec["cwd"])
         out_fd, err_fd = _open_job_log(spec["stdout"], who), _open_job_log(spec["stderr"], who)
         null = os.open(os.devnull, os.O_RDONLY)
         os.dup2(null, 0)
         os.dup2(out_fd, 1)
         os.dup2(err_fd, 2)
-        os.execvpe(spec["command"][0], spec["command"], spec["env"])
+        # Found as the user, in the job's directory, on the job's own PATH.
+        jobexec.start_program(spec["command"], spec["env"],
+                              lambda program: os.execve(program, spec["command"], spec["env"]))
     except BaseException as exc:  # noqa: BLE001 - report anything, then die
-        message = f"{type(exc).__name__}: {exc}"
+        message = jobexec.in_words(exc)
         if dropped:  # only as the user: root never writes into a user's directory
-            _note_in_log(spec["stderr"], who, f"gpusched: cannot start job: {message}\n")
+            _note_in_log(spec["stderr"], who, f"gpusched: cannot start: {message}\n")
         os.write(write_end, message.encode()[:4000])
     os._exit(127)
 
@@ -195,22 +201,26 @@ def _spawn_as_ourselves(spec: dict) -> int:
     applied to the shim first and inherited: the job runs as the shim's own user here.
     """
     try:
-        os.chdir(spec["cwd"])
+        jobexec.enter_cwd(spec["cwd"])
         apply_host_limits(spec)
         out_fd, err_fd = _open_log(spec["stdout"]), _open_log(spec["stderr"])
-        try:
-            return os.posix_spawnp(
-                spec["command"][0], spec["command"], spec["env"], setpgroup=0,
+
+        def spawn_program(program: str) -> int:
+            return os.posix_spawn(
+                program, spec["command"], spec["env"], setpgroup=0,
                 setsigmask=(), setsigdef=(*FORWARDED, signal.SIGCHLD),
                 file_actions=[(os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0),
                               (os.POSIX_SPAWN_DUP2, out_fd, 1), (os.POSIX_SPAWN_DUP2, err_fd, 2)])
+
+        try:  # found on the job's own PATH, from its working directory (entered above)
+            return jobexec.start_program(spec["command"], spec["env"], spawn_program)
         finally:
             os.close(out_fd)
             os.close(err_fd)
     except OSError as exc:
-        message = f"{type(exc).__name__}: {exc}"
-        _note_in_log(spec["stderr"], None, f"gpusched: cannot start job: {message}\n")
-        raise OSError(message) from None
+        message = jobexec.in_words(exc)
+        _note_in_log(spec["stderr"], None, f"gpusched: cannot start: {message}\n")
+        raise jobexec.StartError(message) from None
 
 
 def spawn(spec: dict) -> int:
@@ -234,7 +244,7 @@ def spawn(spec: dict) -> int:
     os.close(read_end)
     if failure:
         os.waitpid(pid, 0)
-        raise OSError(failure.decode(errors="replace"))
+        raise jobexec.StartError(failure.decode(errors="replace"))
     return pid
 
 
@@ -398,8 +408,9 @@ def run(spec: dict, spec_line: bytes | None = None) -> int:
     try:
         pid = spawn(spec)
     except OSError as exc:  # the child noted it in the job's log, as the job's user
+        why = f"cannot start: {jobexec.in_words(exc)}"
         record_exit(run_path, spec, {"exit_code": 127, "signal": None, "ended_at": time.time(),
-                                     "error": f"cannot start: {exc}"[:MAX_ERROR_CHARS]})
+                                     "error": why[:MAX_ERROR_CHARS]})
         return 0
     forward = Forwarder(pid, float(spec.get("grace_s", 10.0)))  # the job leads its group
     for sig in FORWARDED:
@@ -414,6 +425,4 @@ def run(spec: dict, spec_line: bytes | None = None) -> int:
 
 
 if __name__ == "__main__":
-    # Run by path with -I -S: make the package importable (privileges, in system mode).
-    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     sys.exit(run(read_spec(sys.argv[1])))

@@ -147,6 +147,49 @@ def scheduling_fields(opts: SubmitOptions) -> dict[str, Any]:
     return spec
 
 
+def submitting_environment() -> dict[str, str]:
+    """The environment this process was started with, which the job gets.
+
+    Read from /proc/self/environ rather than os.environ: Python changes its own
+    environment as it starts (PEP 538 adds LC_CTYPE=C.UTF-8 under the C locale), and the
+    job must see what the caller's shell exported, nothing more. os.environ where /proc
+    cannot tell (not Linux, or not readable).
+    """
+    try:
+        with open("/proc/self/environ", "rb") as environ:
+            raw = environ.read()
+    except OSError:
+        return dict(os.environ)
+    env: dict[str, str] = {}
+    for item in raw.split(b"\0"):
+        name, sep, value = item.partition(b"=")
+        if sep:  # the first of a repeated name wins, as in os.environ
+            env.setdefault(os.fsdecode(name), os.fsdecode(value))
+    return env
+
+
+def job_cwd(option: str | None) -> str:
+    """The job's working directory: --cwd made absolute, or the current one; it must exist."""
+    if option is None or not os.path.isabs(option):
+        try:
+            here = os.getcwd()
+        except FileNotFoundError:  # deleted under the shell that runs us
+            if option is None:
+                raise UsageError("the current directory no longer exists (was it deleted?), "
+                                 "and a job runs where it is submitted. cd to a directory "
+                                 "that exists, or give --cwd DIR") from None
+            raise UsageError(f"--cwd {option} is relative to the current directory, which no "
+                             "longer exists (was it deleted?). cd to a directory that "
+                             "exists, or give an absolute --cwd") from None
+        option = os.path.join(here, option or "")
+    cwd = os.path.normpath(option)
+    if not os.path.exists(cwd):
+        raise UsageError(f"--cwd {cwd} does not exist. Give a directory that exists")
+    if not os.path.isdir(cwd):
+        raise UsageError(f"--cwd {cwd} is not a directory. Give a directory")
+    return cwd
+
+
 def build_request(opts: SubmitOptions) -> dict[str, Any]:
     """The `submit` request's arguments: jobs, environment and working directory."""
     gpus_asked = gpus_and_type(opts)[0]
@@ -159,10 +202,8 @@ def build_request(opts: SubmitOptions) -> dict[str, Any]:
         if gpu_mem_bytes <= 0:
             raise UsageError(f"--gpu-mem must be more than zero, not {opts.gpu_mem!r}")
     gpus = gpus_asked if gpus_asked is not None else (1 if gpu_mem_bytes else 0)
-    cwd = os.path.abspath(opts.cwd) if opts.cwd else os.getcwd()
-    if not os.path.isdir(cwd):
-        raise UsageError(f"--cwd {cwd} is not a directory")
-    env = dict(os.environ)
+    cwd = job_cwd(opts.cwd)
+    env = submitting_environment()
     env.update(_env_pairs(opts.env))
     if opts.from_file is not None:
         if opts.command:
@@ -217,6 +258,19 @@ def submit_json(ids: list[int], array_ids: list[int]) -> dict[str, Any]:
     return out
 
 
+def ended_status(jobs: list[dict[str, Any]]) -> int:
+    """`wait`'s exit status: the first job's that did not succeed (0 if all did). Jobs that
+    could not start are named on stderr with the reason, which their 127 cannot tell."""
+    unstarted: dict[str, list[int]] = {}
+    for job in jobs:
+        reason = job.get("end_reason") or ""
+        if job.get("state") == "failed" and reason.startswith("cannot start"):
+            unstarted.setdefault(reason, []).append(job["id"])
+    for reason, ids in unstarted.items():  # "cannot start: why" -> "could not start: why"
+        sys.stderr.write(f"Error: {_jobs_named(ids)} could not{reason[len('cannot'):]}\n")
+    return next((s for s in map(exit_status, jobs) if s != 0), 0)
+
+
 def print_json(data: object) -> None:
     sys.stdout.write(json.dumps(data, indent=2) + "\n")
 
@@ -248,8 +302,7 @@ def report_queued(client: Any, result: dict[str, Any], opts: SubmitOptions) -> i
                             "is closed") from None
     if not opts.wait:
         return 0
-    jobs = wait_for_jobs(client, ids)
-    return next((s for s in map(exit_status, jobs) if s != 0), 0)
+    return ended_status(wait_for_jobs(client, ids))
 
 
 # resubmit's options -> the field of the job's spec each one changes.

@@ -18,6 +18,8 @@ from gpusched import runner
 
 REPO = Path(__file__).resolve().parent.parent
 DEADLINE_S = 60.0
+# The console script `pip install` made beside this interpreter: what users type.
+CONSOLE_SCRIPT = Path(sys.executable).parent / "gpusched"
 DEFAULT_HOST_CONFIG = "[host]\ncpus = 64\n"  # generous: a loaded 2-core CI machine is slow, and we poll, never sleep
 
 
@@ -33,6 +35,14 @@ def wait_until(predicate: Callable[[], Any], what: str, timeout: float = DEADLIN
             pytest.fail(f"timed out after {timeout:.0f} s waiting for {what}")
         time.sleep(delay)
         delay = min(delay * 1.5, 0.2)
+
+
+def executable(path: Path, text: str, mode: int = 0o755) -> Path:
+    """A file with `text` (a script, say) and `mode`, its directories made as needed."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+    path.chmod(mode)
+    return path
 
 
 def find_shim(jobs_root: Path, job_id: int) -> tuple[int, float] | None:
@@ -62,6 +72,27 @@ class Home:
         proc = subprocess.run([sys.executable, "-m", "gpusched", *args], capture_output=True,
                               text=True, input=input, timeout=timeout, cwd=cwd or self.path,
                               env={**self.env, **(env or {})})
+        if check and proc.returncode != 0:
+            raise AssertionError(f"gpusched {' '.join(args)} exited {proc.returncode}:\n"
+                                 f"{proc.stdout}\n{proc.stderr}")
+        return proc
+
+    def user_env(self, path: str = "/usr/bin:/bin", **extra: str) -> dict[str, str]:
+        """All that a user's shell (or cron) hands gpusched: PATH, HOME and this home, and
+        PYTHONPATH for the code under test; nothing of the test run's own environment."""
+        return {"PATH": path, "HOME": str(self.path), "GPUSCHED_HOME": str(self.path),
+                "GPUSCHED_SIMULATE": self.env["GPUSCHED_SIMULATE"], "PYTHONPATH": str(REPO),
+                **extra}
+
+    def script(self, *args: str, env: dict[str, str] | None = None,
+               cwd: str | Path | None = None, check: bool = True,
+               timeout: float = DEADLINE_S) -> subprocess.CompletedProcess:
+        """`gpusched ARGS` as a user runs it: the installed console script, with exactly
+        `env` (default: user_env()), from `cwd` (default: the home)."""
+        assert CONSOLE_SCRIPT.exists(), f"no {CONSOLE_SCRIPT}: pip install this checkout first"
+        proc = subprocess.run([str(CONSOLE_SCRIPT), *args], capture_output=True, text=True,
+                              timeout=timeout, cwd=cwd or self.path,
+                              env=self.user_env() if env is None else env)
         if check and proc.returncode != 0:
             raise AssertionError(f"gpusched {' '.join(args)} exited {proc.returncode}:\n"
                                  f"{proc.stdout}\n{proc.stderr}")

@@ -143,8 +143,8 @@ def test_the_scheduler_never_imports_torch():
 def test_shim_imports_only_the_standard_library():
     # The shim starts every job, so what it imports is every job's start-up time; and it
     # runs with -I -S, without site-packages. privileges: system mode's drop to the job's
-    # user, itself standard library only.
-    allowed_ours = {"gpusched", "gpusched.privileges"}
+    # user; jobexec: the job's program found on its PATH. Both standard library only.
+    allowed_ours = {"gpusched", "gpusched.privileges", "gpusched.jobexec"}
     seen, todo = set(), ["gpusched.shim"]
     while todo:
         module = todo.pop()
@@ -155,4 +155,4 @@ def test_shim_imports_only_the_standard_library():
         others = roots(names) - {"gpusched", "__future__"}
         assert others <= set(sys.stdlib_module_names), f"{module} imports {sorted(others)}"
         todo += [m for m in ours(names) if m in MODULES and m not in seen]
-    assert {"gpusched.shim", "gpusched.privileges"} <= seen
+    assert {"gpusched.shim", "gpusched.privileges", "gpusched.jobexec"} <= seen

@@ -30,13 +30,9 @@ SCHEDULER_KEYS = {"CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER", "NVIDIA_VISIBLE_D
 
 
 def submitter_env(home: Home, **extra: str) -> dict[str, str]:
-    """Exactly the environment the submitting process has: nothing inherited by accident.
-
-    LC_ALL is set so that Python does not coerce the C locale into LC_CTYPE (PEP 538),
-    which would add a variable the test did not put there.
-    """
+    """Exactly the environment the submitting process has: nothing inherited by accident."""
     env = {"PATH": os.environ.get("PATH", os.defpath), "HOME": str(home.path),
-           "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8", "PYTHONPATH": str(REPO),
+           "LANG": "C.UTF-8", "PYTHONPATH": str(REPO),
            "GPUSCHED_HOME": str(home.path), "GPUSCHED_SIMULATE": home.env["GPUSCHED_SIMULATE"],
            "ODD_VALUE": "spaces, = signs,\ttabs\nand a newline ✓", "EMPTY": ""}
     env.update(extra)
@@ -123,6 +119,18 @@ def test_environment_is_exactly_the_submitters_plus_the_schedulers(shared):
     assert not {k for k, v in seen.items() if v == "stale"}
     # The job sees the GPUs it was given, in the order it was given them.
     assert seen["CUDA_VISIBLE_DEVICES"].split(",") == job["gpus"]
+
+
+@pytest.mark.parametrize("parser", [[], ["-G0"]], ids=["fast-path", "typer"])
+def test_under_env_i_the_job_gets_only_what_was_exported(shared, parser):
+    """As cron runs it: `env -i PATH=/usr/bin:/bin HOME=$HOME gpusched submit --wait ...`,
+    through the console script. Without a locale Python adds LC_CTYPE=C.UTF-8 to its own
+    environment as it starts (PEP 538): the job must not see it, nor anything else."""
+    env = shared.user_env()
+    assert not {k for k in env if k.startswith(("LC_", "LANG"))}
+    proc = shared.script("submit", *parser, "--wait", "--", "env", "-0", env=env)
+    job = finished(shared, int(proc.stdout))
+    assert job_environment(job) == expected(env, job, [], None)
 
 
 def test_whole_gpu_job_gets_no_gpu_mem_even_if_the_submitter_had_one(shared):

@@ -101,12 +101,15 @@ def check_nightly_eval_passes_the_status_on(home, ckpt: Path, step: int) -> None
 
 
 def job_process_group(home, job_id: int) -> int:
-    """The job's process group: the shim makes the job (here torchrun) its leader."""
+    """The job's process group: the shim makes the job (here torchrun) its leader. Only
+    this home's: another test run on the machine has a job of the same id."""
     def leader() -> int | None:
         for proc in psutil.process_iter(["environ"]):
             try:
                 env = proc.info["environ"] or {}
-                if env.get("GPUSCHED_JOB_ID") == str(job_id) and os.getpgid(proc.pid) == proc.pid:
+                if (env.get("GPUSCHED_JOB_ID") == str(job_id)
+                        and env.get("GPUSCHED_HOME") == str(home.path)
+                        and os.getpgid(proc.pid) == proc.pid):
                     return proc.pid
             except (psutil.Error, ProcessLookupError):
                 continue

@@ -43,9 +43,9 @@ def test_a_command_that_cannot_start_fails_with_127_and_says_why(home):
     missing = home.submit("--", "no-such-command-gpusched")
     job = home.wait_state(missing, "failed")
     assert job["exit_code"] == 127
-    assert job["end_reason"].startswith("cannot start: FileNotFoundError")
-    assert "gpusched: cannot start job: FileNotFoundError" in home.run(
-        "logs", "--stderr", str(missing)).stdout
+    why = "cannot start: no such command 'no-such-command-gpusched' in PATH"
+    assert job["end_reason"].startswith(why)
+    assert f"gpusched: {why}" in home.run("logs", "--stderr", str(missing)).stdout
 
 
 def test_a_job_whose_shim_cannot_start_fails_and_the_daemon_carries_on(home):

@@ -18,7 +18,8 @@ from pathlib import Path
 import psutil
 import pytest
 
-from conftest import DEADLINE_S, REPO, find_shim, kill_all, wait_until, with_descendants
+from conftest import (DEADLINE_S, REPO, executable, find_shim, kill_all, wait_until,
+                      with_descendants)
 
 TOOLS = ("useradd", "userdel", "groupadd", "groupdel", "setpriv")
 pytestmark = [
@@ -252,13 +253,37 @@ def test_job_whose_cwd_its_user_cannot_enter_fails_and_runs_nothing(system, user
     job_id = system.submit(alice, "--cwd", str(secret), "--", "sh", "-c", "touch entered")
     job = system.wait_state(job_id, "succeeded", "failed")
     assert job["state"] == "failed"
-    assert "cannot start" in job["end_reason"] and "Permission denied" in job["end_reason"]
-    assert str(secret) in job["end_reason"]
+    why = f"cannot start: working directory {secret} cannot be entered (permission denied)"
+    assert job["end_reason"] == why
     assert not (secret / "entered").exists()  # root never ran it there on alice's behalf
     note = system.run_as(alice, "logs", "--stderr", str(job_id)).stdout
-    assert "gpusched: cannot start job: PermissionError" in note
+    assert note == f"gpusched: {why}\n"
     # The reason names the program: others see that it failed, not with what.
     assert system.json_as(bob, "show", str(job_id))["end_reason"] == "cannot start: (hidden)"
+
+
+def test_a_bare_command_is_found_on_the_submitters_path_as_the_submitter(system, users):
+    alice, _ = users
+    # First on her PATH, a directory only root may enter, with a program of the same
+    # name: the lookup runs after the drop to alice, so it passes over it as her shell does.
+    roots_bin, her_bin = system.path / "root-bin", system.path / "alice-bin"
+    executable(roots_bin / "hello-tool", "#!/bin/sh\necho root\n")
+    roots_bin.chmod(0o700)
+    executable(her_bin / "hello-tool", '#!/bin/sh\necho "$0 as $(id -u)"\n')
+    path = f"{roots_bin}:{her_bin}:/usr/bin:/bin"
+    job_id = system.submit(alice, "--", "hello-tool", extra_env={"PATH": path})
+    job = system.wait_state(job_id, "succeeded", "failed")
+    assert job["state"] == "succeeded", job["end_reason"]
+    ran = system.run_as(alice, "logs", str(job_id)).stdout
+    assert ran == f"{her_bin}/hello-tool as {alice.uid}\n"
+    # A typo says so in words: at `submit --wait`, in `show` and in her stderr log.
+    typo = system.run_as(alice, "submit", "--wait", "--", "hello-tol", extra_env={"PATH": path},
+                         check=False)
+    typo_id, why = int(typo.stdout), f"no such command 'hello-tol' in PATH ({path})"
+    assert (typo.returncode, typo.stderr) == (127, f"Error: job {typo_id} could not start: {why}\n")
+    assert system.show(typo_id)["end_reason"] == f"cannot start: {why}"
+    assert system.run_as(alice, "logs", "--stderr", str(typo_id)).stdout == (
+        f"gpusched: cannot start: {why}\n")
 
 
 def test_other_users_cannot_touch_a_job_and_every_denial_is_audited(system, users):
