@@ -16,7 +16,7 @@ from gpusched.client import Client, start_daemon, wait_for_exit
 from gpusched.errors import (DaemonUnavailable, GpuschedError, UsageError, detach_stdout,
                              report_error)
 from gpusched.submitting import (SubmitOptions, exit_status, print_json, submit_and_report,
-                                 wait_for_jobs)
+                                 wait_or_explain)
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, rich_markup_mode=None,
                   help="Schedule jobs on the GPUs of a shared machine.")
@@ -177,7 +177,7 @@ def resume() -> None:
 @app.command()
 def wait(job_ids: List[int] = typer.Argument(..., help="Job ids.")) -> None:
     """Wait for jobs to end; exit with the first non-zero job status (0 if all succeeded)."""
-    jobs = wait_for_jobs(Client(), job_ids)
+    jobs = wait_or_explain(Client(), job_ids)
     raise typer.Exit(next((s for s in map(exit_status, jobs) if s != 0), 0))
 
 
