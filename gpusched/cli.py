@@ -106,7 +106,7 @@ def list_jobs(
     if as_json:
         print_json(jobs)
     elif jobs:
-        out.print(render.jobs_table(jobs if expand else render.fold_arrays(jobs)))
+        out.print(render.jobs_table(jobs if expand else render.fold_arrays(jobs), out.width))
     else:
         out.print("no jobs" if all_jobs else "no pending or running jobs (--all shows finished ones)")
 
@@ -117,11 +117,13 @@ def show(
     as_json: bool = typer.Option(False, "--json", help=JSON_HELP),
 ) -> None:
     """Everything about one job."""
+    from gpusched.render_show import job_lines
+
     job = Client().call("show", ids=[job_id])["jobs"][0]
     if as_json:
         print_json(job)
     else:
-        out.print(render.job_detail(job))
+        sys.stdout.write("".join(line + "\n" for line in job_lines(job)))
 
 
 JOB_IDS_HELP = "Job ids; an array's id means all its elements, ARRAY_INDEX (12_3) one."
