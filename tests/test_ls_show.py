@@ -228,19 +228,21 @@ def test_show_of_a_job_is_human_without_reprs_or_padding(home):
     assert all(line == line.rstrip() for line in out.splitlines())
 
 
-def test_end_reason_says_who_cancelled_and_what_a_time_limit_did(home):
+def test_end_reason_says_who_cancelled_and_what_a_time_limit_did(home, tmp_path):
     home.start()
-    running = home.submit("--", "sleep", "300")
-    timed = home.submit("--time", "2s", "--", "sleep", "300")
+    started = tmp_path / "started"
+    # The cancel must find the job itself running, not its shim still starting it.
+    running = home.submit("--", "sh", "-c", f"touch {started}; exec sleep 300")
+    timed = home.submit("--time", "5s", "--", "sleep", "300")
     pending = home.submit("--hold", "--", "sleep", "300")
-    home.wait_state(running, "running")
+    wait_until(started.exists, "the job to start")
     home.run("cancel", str(running), str(pending))
     me = home.show(running)["user"]
     job = home.wait_state(running, "cancelled")
     assert job["end_reason"] == f"cancelled by {me} while running (SIGTERM)"
     assert home.show(pending)["end_reason"] == f"cancelled by {me} before it started"
     job = home.wait_state(timed, "timeout")
-    assert job["end_reason"] == "time limit of 2s reached (SIGTERM)"
+    assert job["end_reason"] == "time limit of 5s reached (SIGTERM)"
     assert f"end_reason=cancelled by {me} while running (SIGTERM)" in \
         home.run("show", str(running)).stdout
 
