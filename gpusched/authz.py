@@ -11,11 +11,9 @@ import time
 from typing import Any, Iterable
 
 from gpusched.errors import PermissionDenied
-from gpusched.models import Job, job_to_dict
+from gpusched.models import HIDDEN, Job, job_to_dict
 
 log = logging.getLogger("gpusched.authz")
-
-HIDDEN = "(hidden)"  # stands in for another user's command line
 
 
 def user_name(uid: int) -> str:

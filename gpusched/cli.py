@@ -17,7 +17,7 @@ from gpusched.client import Client, start_daemon, wait_for_exit
 from gpusched.errors import (DaemonUnavailable, GpuschedError, UsageError, detach_stdout,
                              report_error)
 from gpusched.submitting import (SubmitOptions, ended_status, print_json, submit_and_report,
-                                 wait_for_jobs)
+                                 wait_or_explain)
 
 app = App(add_completion=False, no_args_is_help=True, rich_markup_mode=None)
 daemon_app = App(no_args_is_help=True, help="Start, stop and inspect the daemon.\n\n"
@@ -209,7 +209,7 @@ def list_jobs(
     elif columns is not None:
         sys.stdout.write(listing.format_rows(jobs, columns, header=not noheader))
     elif jobs:
-        out.print(render.jobs_table(jobs if expand else render.fold_arrays(jobs)))
+        out.print(render.jobs_table(jobs if expand else render.fold_arrays(jobs), out.width))
     elif filters:
         out.print("no jobs match" + ("" if all_jobs or "states" in filters else
                                      " (--all looks at finished ones too)"))
@@ -229,11 +229,13 @@ def show(
 
     Example: gpusched show 12
     """
+    from gpusched.render_show import job_lines
+
     job = Client().call("show", ids=[syntax.job_id_text(job_id)])["jobs"][0]
     if as_json:
         print_json(job)
     else:
-        out.print(render.job_detail(job))
+        sys.stdout.write("".join(line + "\n" for line in job_lines(job)))
 
 
 JOB_IDS_HELP = "Job ids; an array's id means all its elements, ARRAY_INDEX (12_3) one."
@@ -317,7 +319,7 @@ def wait(job_ids: List[str] = typer.Argument(..., metavar=JOB_IDS, help=JOB_IDS_
 
     Example: gpusched wait 12 13; echo $?
     """
-    jobs = wait_for_jobs(Client(), [syntax.job_id_text(i) for i in job_ids])
+    jobs = wait_or_explain(Client(), [syntax.job_id_text(i) for i in job_ids])
     raise typer.Exit(ended_status(jobs))
 
 

@@ -41,7 +41,7 @@ def _show(console: Console, client: Client, started: float) -> bool:
     """Print the queue and the GPUs once; True while jobs are left."""
     jobs = client.call("list", all=True)["jobs"]
     console.print(f"\n-- t = {time.monotonic() - started:.0f} s --")
-    console.print(render.jobs_table(jobs))
+    console.print(render.jobs_table(jobs, console.width))
     console.print()
     console.print(render.gpus_table(client.call("gpus")))
     return any(j["state"] in ("pending", "running") for j in jobs)

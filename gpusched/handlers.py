@@ -288,7 +288,8 @@ class Handlers:
         return {"id": job.id, "env": dict(job.env)}
 
     def cancel(self, call: Call) -> dict:
-        return self.change(call, "cancel", self._cancel_one)
+        who = user_name(call.creds[1])
+        return self.change(call, "cancel", lambda job: self._cancel_one(job, who))
 
     def hold(self, call: Call) -> dict:
         return self.change(call, "hold", lambda job: self._set_held(job, True))
@@ -328,15 +329,16 @@ class Handlers:
         self.d.draining = draining
         return {"draining": draining, "running": len(self.d.running())}
 
-    def _cancel_one(self, job: Job) -> str:
+    def _cancel_one(self, job: Job, who: str) -> str:
         if job.state.is_final:
             return f"already {job.state.value}"
         if job.state is JobState.PENDING:
             self.d.save(transition(job, JobState.CANCELLED, ended_at=time.time(),
-                                   end_reason="cancelled before it started"))
+                                   end_reason=f"cancelled by {who} before it started"))
             return "cancelled"
         if not job.cancel_requested:
-            self.d.save(replace(job, cancel_requested=True))
+            # Who asked is kept for the end: lifecycle.end_reason adds how the job went.
+            self.d.save(replace(job, cancel_requested=True, end_reason=f"cancelled by {who}"))
         # The shim passes SIGTERM to the job's process group and sends SIGKILL after the
         # grace period; its exit record then ends the job as cancelled. A shim being
         # launched, its pid not known yet, gets it once it is (JobControl._found_shim).

@@ -76,8 +76,10 @@ class JobControl:
                     if d.cgroups and d.cgroups.oom_killed(job.id):
                         job = replace(job, oom_killed=True)
                     state = lifecycle.end_state(job, record.exit_code, record.error)
+                    reason = lifecycle.end_reason(job, state, record.exit_code, record.signal,
+                                                  record.error)
                     self.end(job, state, record.ended_at, exit_code=record.exit_code,
-                             signal=record.signal, end_reason=record.error)
+                             signal=record.signal, end_reason=reason)
 
     def _take_launch_failures(self) -> dict[int, str]:
         failures = {}

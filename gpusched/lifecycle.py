@@ -6,6 +6,7 @@ import signal
 from dataclasses import replace
 
 from gpusched.models import Job, JobState, transition
+from gpusched.units import duration_human, size_human
 
 WARN = "warn"
 TERMINATE = "terminate"
@@ -22,6 +23,41 @@ def end_state(job: Job, exit_code: int | None, error: str) -> JobState:
     if exit_code == 0 and not error:
         return JobState.SUCCEEDED
     return JobState.FAILED
+
+
+def signal_name(signum: int) -> str:
+    """SIGTERM for 15; `signal 99` for a number with no name."""
+    try:
+        return signal.Signals(signum).name
+    except ValueError:
+        return f"signal {signum}"
+
+
+def end_reason(job: Job, state: JobState, exit_code: int | None, signum: int | None,
+               error: str) -> str:
+    """Why a run ended, in words: the shim's error, else what gpusched did to the job.
+
+    A cancel stores who asked in end_reason while the job still runs (handlers); this
+    adds how the job went: `cancelled by alice while running (SIGTERM)`.
+    """
+    if error:
+        return error
+    if state not in (JobState.CANCELLED, JobState.TIMEOUT, JobState.OOM):
+        return ""
+    if signum == signal.SIGKILL and state is not JobState.OOM:
+        how = " (SIGKILL once the grace period after SIGTERM ran out)"
+    elif signum:
+        how = f" ({signal_name(signum)})"
+    elif exit_code is not None:
+        how = f" (it exited with status {exit_code} after SIGTERM)"
+    else:
+        how = ""
+    if state is JobState.TIMEOUT:
+        return f"time limit of {duration_human(job.time_limit_s)} reached{how}"
+    if state is JobState.OOM:
+        return (f"used more host memory than its --mem of {size_human(job.request.mem_bytes)}"
+                f" (enforce_mem){how}")
+    return f"{job.end_reason or 'cancelled'} while running{how}"
 
 
 def finish(job: Job, state: JobState, now: float, **record) -> Job:

@@ -6,6 +6,9 @@ import enum
 from dataclasses import asdict, dataclass, field, replace
 
 
+HIDDEN = "(hidden)"  # stands in for another user's command line in what a caller sees
+
+
 class JobState(str, enum.Enum):
     PENDING = "pending"
     RUNNING = "running"
@@ -223,6 +226,9 @@ def job_to_dict(job: Job) -> dict:
     """A job as stable JSON fields (what `show --json` prints)."""
     return {
         "id": job.id, "name": job.display_name, "state": job.state.value,
+        # A running job told to stop (SIGTERM sent) that has not ended yet: it may be
+        # ignoring SIGTERM until the grace period's SIGKILL.
+        "cancelling": job.is_running and job.cancel_requested,
         "exit_code": job.exit_code, "signal": job.signal,
         "gpus": list(job.gpu_uuids), "gpu_indices": list(job.gpu_indices),
         "gpus_requested": job.request.gpus, "gpu_mem_bytes": job.request.gpu_mem_bytes,

@@ -1,4 +1,4 @@
-"""Human output of the listing commands (`ls`, `show`, `gpus`, `daemon status`) with rich."""
+"""Human output of the listing commands (`ls`, `gpus`, `daemon status`) with rich."""
 
 from __future__ import annotations
 
@@ -8,17 +8,18 @@ from typing import Any
 from rich.markup import escape
 from rich.table import Table
 
+from gpusched.fitcolumns import Column, Plan, fit_line, fit_widths
+from gpusched.tui_draw import Cell, Frame, command_human, printable
 from gpusched.units import duration_human, size_human
 
 _STATE_STYLE = {"pending": "yellow", "running": "green", "succeeded": "bold green",
                 "failed": "red", "cancelled": "magenta", "timeout": "red", "oom": "red",
-                "lost": "red"}
+                "lost": "red", "cancelling": "magenta"}
 
 
 def safe(text: str) -> str:
     """Markup-free and control-free: job names and commands come from users."""
-    cleaned = "".join(ch if ch.isprintable() else repr(ch)[1:-1] for ch in text)
-    return escape(cleaned)
+    return escape(printable(text))
 
 
 def request_human(job: dict[str, Any]) -> str:
@@ -36,7 +37,7 @@ def mem_human(job: dict[str, Any]) -> str:
     if declared is None:
         return size_human(peak) if peak else "-"
     text = size_human(declared) if not peak else f"{size_human(peak)}/{size_human(declared)}"
-    return f"[red]{text}![/]" if job.get("mem_over") else text
+    return f"{text}!" if job.get("mem_over") else text
 
 
 def host_line(host: dict[str, Any]) -> str:
@@ -48,15 +49,26 @@ def host_line(host: dict[str, Any]) -> str:
             f"{size_human(host['mem_used_bytes'])} used on the host)")
 
 
-def _state(job: dict[str, Any]) -> str:
-    state = job["state"]
-    text = state
-    if state in ("failed", "succeeded") and job["exit_code"] is not None:
-        text = f"{state} ({job['exit_code']})"
-    elif job["signal"]:
-        text = f"{state} (signal {job['signal']})"
-    style = _STATE_STYLE.get(state)
-    return f"[{style}]{text}[/]" if style else text
+def shown_state(job: dict[str, Any]) -> str:
+    """The state people read: `cancelling` for a running job that was cancelled and has
+    not ended yet (it may ignore SIGTERM until the grace period's SIGKILL)."""
+    return "cancelling" if job["state"] == "running" and job.get("cancelling") else job["state"]
+
+
+def state_human(job: dict[str, Any]) -> str:
+    """`ls`'s state: `failed (2)`, `cancelled (signal 15)`, `cancelling`."""
+    state = shown_state(job)
+    if state == "failed" and job["exit_code"] is not None:
+        return f"{state} ({job['exit_code']})"
+    if job["signal"]:
+        return f"{state} (signal {job['signal']})"
+    return state
+
+
+def _state_cell(job: dict[str, Any]) -> Cell:
+    if "folded" in job:
+        return [(printable(job["folded"]), "")]
+    return [(state_human(job), _STATE_STYLE.get(shown_state(job), ""))]
 
 
 def fold_arrays(jobs: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -89,53 +101,55 @@ def _folded(elements: list[dict[str, Any]]) -> dict[str, Any]:
             "pending_reason": pending["pending_reason"] if pending else ""}
 
 
-def jobs_table(jobs: list[dict[str, Any]]) -> Table:
-    now = time.time()
-    table = Table(box=None, header_style="bold", pad_edge=False)
-    for column in ("ID", "USER", "NAME", "STATE", "REQUEST", "GPUS", "CPUS", "MEM", "TIME",
-                   "PROG", "REASON / COMMAND"):
-        table.add_column(column, overflow="fold" if column.startswith("REASON") else "ellipsis",
-                         no_wrap=not column.startswith("REASON"))
-    for job in jobs:
-        if job["state"] == "pending":
-            elapsed, detail = now - job["submitted_at"], job["pending_reason"]
-        else:
-            end = job["ended_at"] or now
-            elapsed = end - (job["started_at"] or end)
-            detail = " ".join(job["command"])
-        gpus = ",".join(str(i) for i in job["gpu_indices"]) or "-"
-        state = safe(job["folded"]) if "folded" in job else _state(job)
-        table.add_row(str(job["id"]), safe(job["user"]), safe(job["name"]), state,
-                      request_human(job), gpus, str(job.get("cpus", 1)), mem_human(job),
-                      duration_human(elapsed), progress_human(job.get("progress")), safe(detail))
-    return table
+# How `ls` gives way on a narrow terminal: free text is cut first and the state last;
+# CPUS, MEM and PROG go before anything is cut hard; the reason is never dropped.
+LS_PLAN = Plan(
+    columns=(Column("ID"), Column("USER", 8, 4, 1), Column("NAME", 12, 6, 1),
+             Column("STATE", 12, 10, 4), Column("REQUEST", 10, 7, 3), Column("GPUS", 7, 4, 2),
+             Column("CPUS", default="1"), Column("MEM", 8, 7, 3, "-"), Column("TIME"),
+             Column("PROG", default="-"), Column("REASON / COMMAND")),
+    secondary=("PROG", "CPUS", "MEM"), last_resort=("GPUS", "TIME", "REQUEST", "USER", "NAME"),
+    last_wanted=20, last_least=8)
 
 
-def progress_human(progress: dict[str, Any] | None, with_message: bool = False) -> str:
+def _ls_cells(job: dict[str, Any], now: float, max_chars: int) -> list[Cell]:
+    if job["state"] == "pending":
+        elapsed, detail = now - job["submitted_at"], job["pending_reason"]
+    else:
+        end = job["ended_at"] or now
+        elapsed = end - (job["started_at"] or end)
+        detail = command_human(job["command"], max_chars)
+    mem = mem_human(job)
+    texts = [str(job["id"]), job["user"], job["name"], None, request_human(job),
+             ",".join(str(i) for i in job["gpu_indices"]) or "-", str(job.get("cpus", 1)),
+             None, duration_human(elapsed), progress_human(job.get("progress")),
+             detail]
+    # Cut before escaping: a field of 100,000 characters costs no more than the width.
+    cells = [[(printable(text[:max_chars]), "")] if text is not None else [] for text in texts]
+    cells[3] = _state_cell(job)
+    cells[7] = [(mem, "red" if job.get("mem_over") else "")]
+    return cells
+
+
+def jobs_table(jobs: list[dict[str, Any]], width: int = 1000, now: float | None = None) -> Frame:
+    """`ls`: one line per job within `width` columns (a pipe gets 1000: one job a line)."""
+    now = time.time() if now is None else now
+    rows = [_ls_cells(job, now, width) for job in jobs]
+    widths, gap = fit_widths(LS_PLAN, rows, width)
+    header = [[(column.header, "bold")] for column in LS_PLAN.columns]
+    return Frame([fit_line(line, widths, gap) for line in [header, *rows]])
+
+
+def progress_human(progress: dict[str, Any] | None, with_message: bool = False,
+                   now: float | None = None) -> str:
     """A running job's last gpusched.job.progress() report: "42%" ("-" without one)."""
     if not progress:
         return "-"
     parts = [f"{progress['fraction'] * 100:.0f}%"]
     if with_message:
-        ago_s = max(0.0, time.time() - progress["updated_at"])
+        ago_s = max(0.0, (time.time() if now is None else now) - progress["updated_at"])
         parts += [progress["message"], f"({duration_human(ago_s)} ago)"]
-    return safe(" ".join(p for p in parts if p))
-
-
-def job_detail(job: dict[str, Any]) -> Table:
-    table = Table(box=None, show_header=False, pad_edge=False)
-    table.add_column(style="bold")
-    table.add_column(overflow="fold")
-    for key, value in job.items():
-        if key.endswith("_at") and value:
-            value = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(value))
-        elif key == "progress":
-            table.add_row(key, progress_human(value, with_message=True))
-            continue
-        elif isinstance(value, list):
-            value = " ".join(str(v) for v in value)
-        table.add_row(key, safe("" if value is None else str(value)))
-    return table
+    return printable(" ".join(p for p in parts if p))
 
 
 def gpus_table(result: dict[str, Any]) -> Table:

@@ -240,6 +240,53 @@ def wait_for_jobs(client: Any, ids: list[int]) -> list[dict[str, Any]]:
             return result["jobs"]
 
 
+def wait_or_explain(client: Any, ids: list[int]) -> list[dict[str, Any]]:
+    """wait_for_jobs; on Ctrl-C, say on stderr that the jobs go on and how to cancel them,
+    then let KeyboardInterrupt end the command (status 130)."""
+    try:
+        return wait_for_jobs(client, ids)
+    except KeyboardInterrupt:
+        sys.stderr.write(_interrupted_note(client, ids) + "\n")
+        raise
+
+
+_NOTE_TIMEOUT_S = 2.0  # leaving a daemon that hangs must not take a second Ctrl-C
+
+
+def _interrupted_note(client: Any, ids: list[int]) -> str:
+    """What became of the jobs a wait was interrupted on: they go on, and how to cancel them."""
+    try:
+        jobs = client.call("show", timeout_s=_NOTE_TIMEOUT_S, ids=ids)["jobs"]
+    except GpuschedError:  # no answer: say what is sure
+        jobs = [{"id": i, "state": "unknown"} for i in ids]
+    live = [j for j in jobs if j["state"] not in _ENDED]
+    if not live:
+        return "Interrupted: stopped waiting."
+    groups = []
+    for state, one, many in _GOING_ON:
+        found = [j["id"] for j in live if j["state"] == state]
+        if found:
+            groups.append(f"{_jobs_named(found)} {one if len(found) == 1 else many}")
+    return (f"Interrupted: stopped waiting; {' and '.join(groups)}. "
+            f"`{_cancel_command(live, ids)}` cancels "
+            f"{'it' if len(live) == 1 else 'them'}.")
+
+
+_ENDED = ("succeeded", "failed", "cancelled", "timeout", "oom", "lost")
+_GOING_ON = (("running", "keeps running", "keep running"),
+             ("pending", "stays queued", "stay queued"),
+             ("unknown", "is still queued or running", "are still queued or running"))
+
+
+def _cancel_command(jobs: list[dict[str, Any]], waited_ids: list[int]) -> str:
+    """`gpusched cancel ...` for these jobs: by the array's id when they are of one array
+    whose first element was waited for (`submit --wait --array`)."""
+    arrays = {j.get("array_id") for j in jobs}
+    if len(jobs) > 1 and len(arrays) == 1 and (array_id := arrays.pop()) in waited_ids:
+        return f"gpusched cancel {array_id}"
+    return "gpusched cancel " + " ".join(str(j["id"]) for j in jobs)
+
+
 def _jobs_named(ids: list[int]) -> str:
     if len(ids) == 1:
         return f"job {ids[0]}"
@@ -302,7 +349,7 @@ def report_queued(client: Any, result: dict[str, Any], opts: SubmitOptions) -> i
                             "is closed") from None
     if not opts.wait:
         return 0
-    return ended_status(wait_for_jobs(client, ids))
+    return ended_status(wait_or_explain(client, ids))
 
 
 # resubmit's options -> the field of the job's spec each one changes.

@@ -72,6 +72,7 @@ class TopJob(NamedTuple):
     time_limit_s: float | None = None
     progress_pct: float | None = None  # the job's last gpusched.job.progress() report
     progress_message: str = ""
+    cancelling: bool = False  # running, told to stop, not ended yet (it may ignore SIGTERM)
 
     @classmethod
     def from_dict(cls, job: Mapping[str, Any]) -> TopJob:
@@ -88,7 +89,8 @@ class TopJob(NamedTuple):
                    pending_reason=job.get("pending_reason") or "",
                    time_limit_s=job.get("time_limit_s"),
                    progress_pct=None if fraction is None else 100.0 * fraction,
-                   progress_message=progress.get("message") or "")
+                   progress_message=progress.get("message") or "",
+                   cancelling=bool(job.get("cancelling")))
 
 
 @dataclass(frozen=True)

@@ -1,17 +1,23 @@
-"""Drawing for `gpusched top`: frames of styled text pieces, and boxed tables cut to width."""
+"""Drawing for `gpusched top` and `ls`: frames of styled text pieces, tables cut to width."""
 
 from __future__ import annotations
 
 import re
+import shlex
 from typing import Iterable, Sequence
 
 from rich.cells import cell_len, set_cell_size
 from rich.console import Console, ConsoleOptions, RenderResult
 from rich.segment import Segment
 
+from gpusched.models import HIDDEN
+
 # Who gets the lines of a short terminal first: pending rows are cut first (the header
 # still counts them all), the GPU rows last.
 PRIORITY = ("gpus", "running", "processes", "pending")
+# ... but however short the terminal, the count of pending jobs and the first one's
+# reason stay: what a person opening top on a full box wants to know first.
+ALWAYS_SHOWN = "pending"
 MIN_ROWS = 3  # rows every panel gets before any panel gets more
 PANEL_OVERHEAD_LINES = 3  # top border, column headers, bottom border
 
@@ -45,6 +51,16 @@ def printable(text: str) -> str:
     The frame is drawn from plain segments, never parsed as markup, so `[red]` stays text.
     """
     return "".join(ch if ch.isprintable() else repr(ch)[1:-1] for ch in text)
+
+
+def command_human(command: Sequence[str], max_chars: int = 4096) -> str:
+    """A job's command as a shell would take it back (shlex.join), cut to max_chars with '…'."""
+    if list(command) == [HIDDEN]:  # another user's, which the daemon did not send
+        return HIDDEN
+    # Words are cut before they are quoted: quoting (and escaping for the terminal) an
+    # argument of 100,000 characters would cost a listing far more than the width it shows.
+    text = shlex.join(word[:max_chars + 1] for word in command[:max_chars])
+    return text if len(text) <= max_chars else text[:max(0, max_chars - 1)] + "…"
 
 
 def c(value: object, style: str = "") -> Cell:
@@ -159,12 +175,16 @@ def rows_within(wanted: int, cap: int, lines_left: int) -> int | None:
 def fit_rows(wanted: dict[str, int], budget: int) -> dict[str, int]:
     """Rows per panel within `budget` lines; a panel missing from the answer is not drawn.
 
-    First every panel gets its first MIN_ROWS rows (the GPU panel all of them), by
-    priority; then the lines left over go to the panels by priority again.
+    The lines for ALWAYS_SHOWN's first row are set aside; then every panel gets its
+    first MIN_ROWS rows (the GPU panel all of them), by priority; then the lines left
+    over go to the panels by priority again.
     """
     shown: dict[str, int] = {}
-    left = budget
+    kept = panel_height(1, wanted[ALWAYS_SHOWN]) if ALWAYS_SHOWN in wanted else 0
+    left = budget - kept
     for name in (n for n in PRIORITY if n in wanted):
+        if name == ALWAYS_SHOWN:
+            left, kept = left + kept, 0
         rows = rows_within(wanted[name], wanted[name] if name == "gpus" else MIN_ROWS, left)
         if rows is not None:
             shown[name] = rows

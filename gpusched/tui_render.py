@@ -23,6 +23,7 @@ COMPACT_MIN_COLS = 80
 SORT_KEYS = ("gpu", "gpu-mem", "cpu", "time")
 _BAR_CELLS = {"full": 10, "compact": 6, "minimal": 5}
 _GIB = 2**30
+COMMAND_MAX_CHARS = 500  # wider than any terminal: the cell is cut to its column anyway
 
 
 def layout_for(width: int) -> str:
@@ -204,7 +205,8 @@ def _job_items(state: str) -> Callable[[Snapshot, ViewState], list[TopJob]]:
 
 
 def _running_columns(jobs: list[TopJob], layout: str) -> tuple[Column, ...]:
-    spec = "ID>|USER<|NAME<1|GPUS<|TIME>"
+    spec = "ID>|USER<|NAME<1" + ("|STATE<" if any(j.cancelling for j in jobs) else "")
+    spec += "|GPUS<|TIME>"
     if layout != "minimal":
         spec += "|GPU MEM USED/ASKED>"
         if layout == "full" or any(j.progress_pct is not None for j in jobs):
@@ -226,13 +228,17 @@ def _running_row(snapshot: Snapshot, view: ViewState, _layout: str, job: TopJob)
     used = _observed_bytes(snapshot, job) if job.gpu_indices else None
     labels = {gpu.uuid: gpu.label for gpu in snapshot.inventory.schedulable()}  # MIG: 1/2
     gpus = [labels.get(uuid, "?") for uuid in job.gpu_uuids] or list(map(str, job.gpu_indices))
-    row = {"ID": job.id, "USER": job.user, "NAME": job.name, "GPUS": ",".join(gpus) or "-",
+    row = {"ID": job.id, "USER": job.user, "NAME": job.name,
+           "STATE": "cancelling" if job.cancelling else "running", "GPUS": ",".join(gpus) or "-",
            "TIME": duration_human(snapshot.now - (job.started_at or snapshot.now)) + limit,
            "GPU MEM USED/ASKED": "-" if used is None else f"{size_human(used)} / {asked}",
            "PROGRESS": "-" if job.progress_pct is None else
            f"{job.progress_pct:.0f}% {job.progress_message}".rstrip(),
-           "COMMAND": " ".join(job.command)}
-    return {**{k: draw.c(v) for k, v in row.items()}, "": _owner_style(job, view)}
+           "COMMAND": draw.command_human(job.command, COMMAND_MAX_CHARS)}
+    cells = {k: draw.c(v) for k, v in row.items()}
+    if job.cancelling:
+        cells["STATE"] = draw.c("cancelling", "magenta")
+    return {**cells, "": _owner_style(job, view)}
 
 
 def _owner_style(job: TopJob, view: ViewState) -> str:

@@ -41,6 +41,30 @@ def test_end_state(exit_code, error, flags, expected):
     assert lifecycle.end_state(running(**flags), exit_code, error) is expected
 
 
+# -- end_reason -----------------------------------------------------------------------------
+@pytest.mark.parametrize("state, exit_code, signum, error, flags, expected", [
+    (JobState.CANCELLED, None, signal.SIGTERM, "", {"end_reason": "cancelled by bob"},
+     "cancelled by bob while running (SIGTERM)"),
+    (JobState.CANCELLED, None, signal.SIGKILL, "", {"end_reason": "cancelled by bob"},
+     "cancelled by bob while running (SIGKILL once the grace period after SIGTERM ran out)"),
+    (JobState.CANCELLED, 0, None, "", {"end_reason": "cancelled by bob"},
+     "cancelled by bob while running (it exited with status 0 after SIGTERM)"),
+    (JobState.CANCELLED, None, signal.SIGTERM, "", {}, "cancelled while running (SIGTERM)"),
+    (JobState.TIMEOUT, None, signal.SIGTERM, "", {"time_limit_s": 60.0},
+     "time limit of 1m00s reached (SIGTERM)"),
+    (JobState.TIMEOUT, None, signal.SIGKILL, "", {"time_limit_s": 5400.0},
+     "time limit of 1h30m reached (SIGKILL once the grace period after SIGTERM ran out)"),
+    (JobState.OOM, None, signal.SIGKILL, "", {"request": Request(mem_bytes=2**30)},
+     "used more host memory than its --mem of 1.0 GiB (enforce_mem) (SIGKILL)"),
+    (JobState.FAILED, 1, None, "", {}, ""),
+    (JobState.SUCCEEDED, 0, None, "", {}, ""),
+    (JobState.FAILED, 127, None, "cannot start: no such command", {},
+     "cannot start: no such command"),
+])
+def test_end_reason_says_what_ended_the_run(state, exit_code, signum, error, flags, expected):
+    assert lifecycle.end_reason(running(**flags), state, exit_code, signum, error) == expected
+
+
 # -- finish and retries -------------------------------------------------------------------
 def test_a_run_without_retries_ends_for_good():
     job = lifecycle.finish(running(), JobState.FAILED, 2000.0, exit_code=3, signal=None,

@@ -39,9 +39,9 @@ class Tmux:
         assert proc.returncode == 0, f"tmux {' '.join(args)}: {proc.stderr}"
         return proc.stdout
 
-    def start(self, cwd: str) -> None:
+    def start(self, cwd: str, columns: int = COLUMNS, lines: int = LINES) -> None:
         shell = ["env", "PS1=$ ", "bash", "--norc", "--noprofile", "-i"]
-        self.cmd("new-session", "-d", "-s", "t", "-x", str(COLUMNS), "-y", str(LINES), "-c", cwd,
+        self.cmd("new-session", "-d", "-s", "t", "-x", str(columns), "-y", str(lines), "-c", cwd,
                  *shell)
         wait_until(lambda: self.screen().rstrip().endswith("$"), "the shell prompt")
 
@@ -160,3 +160,28 @@ def test_ctrl_c_and_sigterm_leave_the_terminal_usable(term):
     top = start_top(term)
     os.kill(top.pid, signal.SIGTERM)
     assert assert_shell_usable_and_tty_sane(term, top) == str(128 + signal.SIGTERM)
+
+
+def test_a_full_box_on_an_80x24_terminal_still_shows_the_first_pending_job(make_home):
+    # Eight GPUs and eight running jobs fill an 80x24 screen; what waits must still show.
+    home = make_home("8x80GiB")
+    home.start()
+    running = [home.submit("--gpus", "1", "--name", f"busy{n}", "--", "sleep", "300")
+               for n in range(8)]
+    for job_id in running:
+        home.wait_state(job_id, "running")
+    waiting = home.submit("--gpus", "2", "--name", "waiter", "--", "true")
+    wait_until(lambda: home.show(waiting)["pending_reason"].startswith("needs"),
+               "the pending reason")
+    tmux = Tmux(home.env)
+    try:
+        tmux.start(str(home.path), columns=80, lines=24)
+        tmux.type_line(f"{shlex.quote(sys.executable)} -m gpusched top --interval 0.5")
+        screen = tmux.wait_for(r"Running \(8\)", "top's first frame")
+        assert "Pending (1)" in screen, screen
+        assert re.search(rf"│ +{waiting} +\S+ +waiter +.* needs 2", screen), screen
+        assert max(len(line) for line in screen.splitlines()) <= 80
+        tmux.keys("q")
+        tmux.wait_for(r"^\$\s*$", "the prompt after top")
+    finally:
+        tmux.kill()

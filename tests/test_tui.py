@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import difflib
 import os
 import re
 from pathlib import Path
@@ -14,9 +13,7 @@ from gpusched.models import GpuInfo, GpuProcess, Inventory
 from gpusched.tui import (DaemonInfo, HostInfo, ProcHost, Snapshot, TopJob, ViewState,
                           apply_key)
 from gpusched.tui_render import SORT_KEYS, layout_for, printable, render, to_text
-
-GOLDEN = Path(__file__).parent / "golden"
-UPDATE_GOLDEN = os.environ.get("GPUSCHED_UPDATE_GOLDEN") == "1"
+from goldens import check_golden
 GIB = 2**30
 NOW = 1_700_000_000.0
 EVIL_NAME = "\x1b[31m[/red]x\x07"
@@ -114,20 +111,6 @@ def coloured(width: int, view: ViewState = ME, **changes) -> str:
     return console.file.getvalue()
 
 
-def check_golden(name: str, text: str) -> None:
-    path = GOLDEN / name
-    if UPDATE_GOLDEN:
-        path.write_text(text, encoding="utf-8")
-        pytest.skip(f"wrote {path}")
-    assert path.exists(), f"{path} is missing; GPUSCHED_UPDATE_GOLDEN=1 pytest {__file__} makes it"
-    expected = path.read_text(encoding="utf-8")
-    if text != expected:
-        diff = "".join(difflib.unified_diff(expected.splitlines(True), text.splitlines(True),
-                                            f"{name} (expected)", f"{name} (rendered)"))
-        pytest.fail(f"frame differs from {path} (GPUSCHED_UPDATE_GOLDEN=1 rewrites it after a "
-                    f"deliberate change):\n{diff}", pytrace=False)
-
-
 @pytest.mark.parametrize("width", [60, 80, 100, 140])
 def test_golden_frame(width):
     check_golden(f"top_{width}.txt", frame(width, 60))
@@ -189,6 +172,42 @@ def test_short_terminal_cuts_pending_rows_first_and_keeps_every_gpu():
     assert "... 2 more" in text.split("Pending (8)")[1]
     assert "Running (3)" in text and "1001" in text and "3003" in text
     assert all(label in text for label in ("│      0 ", "└ 1/2", "│      3 "))
+
+
+def _busy_box(gpu_count: int) -> dict:
+    """A full box: every GPU busy with two processes and a running job of its own."""
+    gpus = tuple(GpuInfo(index=i, uuid=f"GPU-{i}", name="NVIDIA H100 80GB HBM3",
+                         mem_total_bytes=80 * GIB, mem_used_bytes=70 * GIB, util_pct=99.0,
+                         processes=(_proc(5000 + i, f"GPU-{i}", 60, "alice", "python a.py"),
+                                    _proc(6000 + i, f"GPU-{i}", 10, "bob", "jupyter")))
+                 for i in range(gpu_count))
+    running = tuple(_job(100 + i, "running", "alice", 1001, f"run-{i}", gpu_indices=(i,),
+                         gpus_requested=1, started_at=NOW - 60) for i in range(gpu_count))
+    pending = tuple(j for j in _jobs() if j.state == "pending")
+    return {"inventory": Inventory(gpus=gpus, backend="nvml"), "jobs": running + pending,
+            "pid_jobs": MappingProxyType({5000 + i: 100 + i for i in range(gpu_count)})}
+
+
+@pytest.mark.parametrize("gpu_count", [4, 8, 16, 64])
+@pytest.mark.parametrize("width, height", [(80, 24), (100, 30), (60, 20)])
+def test_a_short_terminal_always_shows_the_pending_count_and_the_first_reason(
+        gpu_count, width, height):
+    text = frame(width, height, **_busy_box(gpu_count))
+    assert len(text.splitlines()) <= height
+    pending = text.split("Pending (8)")[1]  # the count, in the panel's title
+    # The first pending job in the order placement considers them (priority 5), its reason.
+    assert re.search(r"^│ +11 +me .* waiting for 30", pending, re.M), text
+    assert re.search(r"^│ \.\.\. [1-7] more", pending, re.M), text
+
+
+def test_a_cancelling_job_says_so_in_the_running_panel():
+    stubborn = _job(20, "running", "me", 1000, "stubborn", gpu_indices=(3,), gpus_requested=1,
+                    started_at=NOW - 30, cancelling=True)
+    for width in (60, 80, 140):
+        text = frame(width, jobs=_jobs() + (stubborn,))
+        assert re.search(r"│ +20 +me +stubborn +cancelling ", text), text
+        assert re.search(r"│ +9 +me +eval +running ", text), text
+    assert " STATE " not in frame(140)  # only while a job is cancelling
 
 
 def test_many_pending_jobs_end_in_a_count():
