@@ -14,7 +14,7 @@ from rich.console import Console
 from gpusched import __version__, render
 from gpusched.client import Client, start_daemon, wait_for_exit
 from gpusched.errors import (DaemonUnavailable, GpuschedError, UsageError, detach_stdout,
-                             report_error)
+                             is_stdout_gone, report_error)
 from gpusched.submitting import (SubmitOptions, exit_status, print_json, submit_and_report,
                                  wait_for_jobs)
 
@@ -128,9 +128,16 @@ JOB_IDS_HELP = "Job ids; an array's id means all its elements, ARRAY_INDEX (12_3
 
 
 def _change(command: str, job_ids: List[str], **args: object) -> None:
-    results = Client().call(command, ids=job_ids, **args)["results"]
-    for job_id, outcome in results.items():
+    """Print what happened to each job; a job that could not be changed is an error line
+    on stderr and makes the exit status 1, the others are changed all the same."""
+    reply = Client().call(command, ids=job_ids, **args)
+    for job_id, outcome in reply["results"].items():
         out.print(f"job {job_id}: {outcome}", markup=False)
+    refused = reply.get("refused") or {}
+    for job_id, why in refused.items():
+        sys.stderr.write(f"Error: job {job_id}: {why}\n")
+    if refused:
+        raise typer.Exit(1)
 
 
 @app.command()
@@ -374,9 +381,23 @@ def daemon_install_service(
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Run a command; errors become one line on stderr and an exit status, never a traceback."""
+    """Run a command; errors become one line on stderr and an exit status, never a traceback.
+
+    When standard output is closed or its reader has left (`gpusched ls | head -1`), the
+    command stops there with status 1 and says nothing more (submit names the jobs it
+    queued, see submitting.py): the same for every command.
+    """
+    status = _run(sys.argv[1:] if argv is None else list(argv))
+    try:
+        sys.stdout.flush()  # output still buffered for a pipe: its failure is ours to report
+    except (OSError, ValueError):
+        detach_stdout()
+        return status or 1
+    return status
+
+
+def _run(args: list[str]) -> int:
     command = typer.main.get_command(app)
-    args = sys.argv[1:] if argv is None else list(argv)
     try:
         result = command.main(args=args, prog_name="gpusched", standalone_mode=False)
         return result if isinstance(result, int) else 0
@@ -393,10 +414,10 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     except KeyboardInterrupt:
         return 130
-    except BrokenPipeError:  # the reader of our output left (`gpusched ls | head`): be quiet
-        detach_stdout()
-        return 1
     except Exception as exc:  # noqa: BLE001 - a bug: one line for the user, details on request
+        if is_stdout_gone(exc):
+            detach_stdout()
+            return 1
         if os.environ.get("GPUSCHED_DEBUG"):
             raise
         sys.stderr.write(f"Error: internal error: {type(exc).__name__}: {exc}. Rerun with "

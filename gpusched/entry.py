@@ -8,14 +8,16 @@ import sys
 
 def main() -> None:
     argv = sys.argv[1:]
+    if sys.stdout is None:  # started with standard output closed
+        from gpusched.errors import stand_in_for_closed_stdout
+
+        stand_in_for_closed_stdout()
     if argv[:1] == ["submit"]:
         from gpusched.fastsubmit import try_fast_submit
 
         status = try_fast_submit(argv[1:])
         if status is not None:
             _exit_now(status)
-    if sys.stdout is None:  # started with standard output closed: rich and typer need one
-        sys.stdout = open(os.devnull, "w")
     from gpusched.cli import main as cli_main
 
     sys.exit(cli_main(argv))

@@ -157,7 +157,8 @@ def test_the_highest_priority_job_takes_a_freed_gpu_and_update_reorders(box, tmp
         assert [show(home, i)["state"] for i in waiting] == ["pending"] * len(waiting)
     (tmp_path / "low").touch()
     wait_state(home, low, "succeeded")
-    assert change(home, "update", low, priority=3) == {str(low): "already succeeded"}
+    assert client(home).call("update", ids=[low], priority=3)["refused"] == {
+        str(low): "already succeeded; only pending and running jobs can be updated"}
 
 
 def test_hold_and_release(box, tmp_path):
@@ -178,7 +179,7 @@ def test_hold_and_release(box, tmp_path):
     waiting = home.submit(*gpu1, *sh(gate(tmp_path / "waiting")))
     assert home.run("hold", str(waiting)).stdout == f"job {waiting}: held\n"
     later = home.submit(*gpu1, *sh(gate(tmp_path / "later")))
-    assert change(home, "hold", blocker) == {
+    assert client(home).call("hold", ids=[blocker])["refused"] == {
         str(blocker): "running; only pending jobs can be held or released"}
     (tmp_path / "blocker").touch()
     wait_state(home, later, "running")
