@@ -10,6 +10,7 @@ _gpusched() {
             'completions') path='completions' ;;
             'daemon') path='daemon' ;;
             'daemon install-service') path='daemon install-service' ;;
+            'daemon restart') path='daemon restart' ;;
             'daemon run') path='daemon run' ;;
             'daemon start') path='daemon start' ;;
             'daemon status') path='daemon status' ;;
@@ -36,8 +37,9 @@ _gpusched() {
         '') words='cancel completions daemon demo drain env gpus hold logs ls release resume show simulate submit top update wait --help --version' ;;
         'cancel') words='--help' ;;
         'completions') words='--help' ;;
-        'daemon') words='install-service run start status stop --help' ;;
+        'daemon') words='install-service restart run start status stop --help' ;;
         'daemon install-service') words='--help --system --user --dir' ;;
+        'daemon restart') words='--help' ;;
         'daemon run') words='--help --system' ;;
         'daemon start') words='--help' ;;
         'daemon status') words='--help --json' ;;

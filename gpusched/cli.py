@@ -321,22 +321,54 @@ def daemon_start() -> None:
         return
     if client.paths.mode != "user":
         raise DaemonUnavailable(client.not_running_message())
-    client.wait_until_up(daemon=start_daemon(client.paths)).close()
-    out.print(f"gpusched daemon started (pid {client.call('status')['pid']})")
+    out.print(f"gpusched daemon started (pid {_start_daemon(client)})")
 
 
 @daemon_app.command("stop")
 def daemon_stop() -> None:
     """Stop the daemon; running jobs keep running and are re-adopted at the next start."""
-    client = Client(autostart=False)
-    if not client.is_running():
+    left = _stop_daemon(Client(autostart=False, check_daemon=False))
+    if left is None:
         out.print("gpusched daemon is not running")
-        return
+    else:
+        out.print(f"gpusched daemon stopped; {left} running job(s) left running")
+
+
+@daemon_app.command("restart")
+def daemon_restart() -> None:
+    """Stop the daemon and start it with this environment and config file (GPUSCHED_SIMULATE,
+    changed settings); running jobs keep running and the new daemon re-adopts them."""
+    client = Client(autostart=False, check_daemon=False)
+    if client.paths.is_system:
+        raise GpuschedError("the system daemon is systemd's to restart: run `sudo systemctl "
+                            "restart gpusched` (running jobs keep running)")
+    if client.paths.mode != "user":
+        raise GpuschedError(f"gpusched does not start the daemon at GPUSCHED_SOCKET="
+                            f"{client.paths.socket}; restart it where it was started")
+    left = _stop_daemon(client)
+    pid = _start_daemon(client)
+    if left is None:
+        out.print(f"gpusched daemon started (pid {pid}); none was running")
+    else:
+        out.print(f"gpusched daemon restarted (pid {pid}); {left} running job(s) kept running")
+
+
+def _start_daemon(client: Client) -> int:
+    """Start the user daemon and wait until it answers; its pid."""
+    client.wait_until_up(daemon=start_daemon(client.paths)).close()
+    return client.call("status")["pid"]
+
+
+def _stop_daemon(client: Client) -> int | None:
+    """Stop the running daemon and wait for it to exit: how many running jobs it left
+    running, or None when none was running."""
+    if not client.is_running():
+        return None
     pid = client.call("status")["pid"]
     result = client.call("stop")
     if not wait_for_exit(pid, 30.0):
         raise GpuschedError(f"the daemon (pid {pid}) did not stop within 30 s")
-    out.print(f"gpusched daemon stopped; {result['running_jobs_left']} running job(s) left running")
+    return result["running_jobs_left"]
 
 
 @daemon_app.command("status")

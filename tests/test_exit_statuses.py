@@ -94,8 +94,8 @@ def commands(home: Home) -> list[list[str]]:
         ["daemon", "status"], ["daemon", "status", "--json"], ["daemon", "start"],
         ["daemon", "install-service", "--user", "--dir", str(home.path)],
         ["--version"], ["--help"], ["submit", "--help"], ["daemon", "--help"],
-        # Last: it stops the daemon (the next command starts it again).
-        ["daemon", "stop"],
+        # Last: they stop the daemon (the next command starts it again).
+        ["daemon", "restart"], ["daemon", "stop"],
     ]
 
 
