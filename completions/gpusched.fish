@@ -47,7 +47,7 @@ complete -c gpusched -n '__fish_seen_subcommand_from env' -l json -d 'Print JSON
 complete -c gpusched -n '__fish_seen_subcommand_from gpus' -l help -d 'Show help.'
 complete -c gpusched -n '__fish_seen_subcommand_from gpus' -l json -d 'Print JSON (stable field names) instead of a table.'
 complete -c gpusched -n '__fish_seen_subcommand_from gpus' -l query -d 'Fields as nvidia-smi --query-gpu names them: index,name,memory.used,...'
-complete -c gpusched -n '__fish_seen_subcommand_from gpus' -l format -d 'With --query: csv[,noheader][,nounits] or json.'
+complete -c gpusched -n '__fish_seen_subcommand_from gpus' -l format -d 'csv[,noheader][,nounits] (the default with --query) or json; without --query, the fields index, uuid, name, memory.total, memory.used, memory.reserved, utilization.gpu, health, jobs.'
 complete -c gpusched -n '__fish_seen_subcommand_from hold' -l help -d 'Show help.'
 complete -c gpusched -n '__fish_seen_subcommand_from logs' -l help -d 'Show help.'
 complete -c gpusched -n '__fish_seen_subcommand_from logs' -l follow -d 'Keep printing until the job ends.'

@@ -11,7 +11,7 @@ from typing import List, Optional
 import typer
 from rich.console import Console
 
-from gpusched import __version__, render
+from gpusched import __version__, gpuquery, render
 from gpusched.client import Client, start_daemon, wait_for_exit
 from gpusched.errors import (DaemonUnavailable, GpuschedError, UsageError, detach_stdout,
                              is_stdout_gone, report_error)
@@ -218,15 +218,17 @@ def gpus(
     as_json: bool = typer.Option(False, "--json", help=JSON_HELP),
     query: Optional[str] = typer.Option(None, "--query", help="Fields as nvidia-smi "
                                         "--query-gpu names them: index,name,memory.used,..."),
-    fmt: str = typer.Option("csv", "--format", help="With --query: csv[,noheader][,nounits] or json."),
+    fmt: Optional[str] = typer.Option(None, "--format", help="csv[,noheader][,nounits] (the "
+                                      "default with --query) or json; without --query, the "
+                                      f"fields {gpuquery.DEFAULT_QUERY.replace(',', ', ')}."),
 ) -> None:
     """The GPUs the daemon sees: memory used / reserved / total, utilization, jobs."""
-    from gpusched import gpuquery
-
+    if query is None and fmt is not None:
+        query = gpuquery.DEFAULT_QUERY
     fields = gpuquery.parse_query(query) if query is not None else None
     result = Client().call("gpus")
     if fields is not None:
-        sys.stdout.write(gpuquery.render(result["gpus"], fields, fmt))
+        sys.stdout.write(gpuquery.render(result["gpus"], fields, fmt or "csv"))
         return
     if as_json:
         print_json(result)

@@ -88,7 +88,7 @@ def commands(home: Home) -> list[list[str]]:
         ["ls"], ["ls", "--json"], ["show", job], ["show", "--json", job],
         ["cancel", job], ["hold", held], ["release", held], ["update", held, "--priority", "1"],
         ["drain"], ["resume"], ["logs", job], ["logs", "--follow", job], ["env", job],
-        ["env", "--json", job], ["gpus"], ["gpus", "--json"],
+        ["env", "--json", job], ["gpus"], ["gpus", "--json"], ["gpus", "--format", "csv"],
         ["gpus", "--query", "index,name"], ["top", "--once"], ["top"],
         ["simulate", str(home.trace)], ["demo"], ["completions", "bash"],
         ["daemon", "status"], ["daemon", "status", "--json"], ["daemon", "start"],
