@@ -47,7 +47,8 @@ def main_options(
 def submit(
     command: Optional[List[str]] = typer.Argument(None, help="The command, after `--`."),
     gpus: Optional[int] = typer.Option(None, "--gpus", "-G",
-                                       help="GPUs to give the job (default 0; 1 with --gpu-mem)."),
+                                       help="GPUs to give the job (default 0; 1 with --gpu-mem "
+                                       "or --gpu-ids and the other GPU constraints)."),
     gpu_mem: Optional[str] = typer.Option(None, "--gpu-mem", help="Memory per GPU, e.g. 20G. "
                                           "Jobs may then share a GPU; without it GPUs are whole."),
     name: str = typer.Option("", "--name", "-n", help="A name to show in listings."),
@@ -73,7 +74,8 @@ def submit(
     retry_on: Optional[str] = typer.Option(None, "--retry-on",
                                            help="Ends that re-queue: failed,timeout,cancelled,lost."),
     policy: Optional[str] = typer.Option(None, "--policy", help="Placement policy for this job."),
-    gpu_ids: Optional[str] = typer.Option(None, "--gpu-ids", help="Only these GPUs: 0,2."),
+    gpu_ids: Optional[str] = typer.Option(None, "--gpu-ids", help="Only these GPUs: 0,2 "
+                                          "(one of them, unless --gpus asks for more)."),
     exclude_gpus: Optional[str] = typer.Option(None, "--exclude-gpus", help="Never these GPUs: 3."),
     gpu_type: Optional[str] = typer.Option(None, "--gpu-type", help="Part of the GPU name: H100."),
     min_gpu_total_mem: Optional[str] = typer.Option(None, "--min-gpu-total-mem",
