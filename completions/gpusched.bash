@@ -11,6 +11,7 @@ _gpusched() {
             'completions') path='completions' ;;
             'daemon') path='daemon' ;;
             'daemon install-service') path='daemon install-service' ;;
+            'daemon restart') path='daemon restart' ;;
             'daemon run') path='daemon run' ;;
             'daemon start') path='daemon start' ;;
             'daemon status') path='daemon status' ;;
@@ -38,8 +39,9 @@ _gpusched() {
         '') words='cancel completions daemon demo drain env gpus hold logs ls release resubmit resume show simulate submit top update wait --help -h --version' values='' ids= args='' ;;
         'cancel') words='--help -h' values='' ids=active args='' ;;
         'completions') words='--help -h' values='' ids= args='bash zsh fish' ;;
-        'daemon') words='install-service run start status stop --help -h' values='' ids= args='' ;;
+        'daemon') words='install-service restart run start status stop --help -h' values='' ids= args='' ;;
         'daemon install-service') words='--help -h --system --user --dir' values='--dir' ids= args='' ;;
+        'daemon restart') words='--help -h' values='' ids= args='' ;;
         'daemon run') words='--help -h --system' values='' ids= args='' ;;
         'daemon start') words='--help -h' values='' ids= args='' ;;
         'daemon status') words='--help -h --json' values='' ids= args='' ;;

@@ -11,11 +11,11 @@ from typing import List, Optional
 import typer
 from rich.console import Console
 
-from gpusched import __version__, render, syntax
+from gpusched import __version__, gpuquery, render, syntax
 from gpusched.clihelp import App, Command
 from gpusched.client import Client, start_daemon, wait_for_exit
 from gpusched.errors import (DaemonUnavailable, GpuschedError, UsageError, detach_stdout,
-                             report_error)
+                             is_stdout_gone, report_error)
 from gpusched.submitting import (SubmitOptions, ended_status, print_json, submit_and_report,
                                  wait_or_explain)
 
@@ -69,7 +69,7 @@ def submit(
     gpus: Optional[str] = typer.Option(None, "--gpus", "-G",
                                        help="GPUs to give the job: N, or TYPE:N as in Slurm "
                                        "(a100:2: two whose name contains a100). Default 0; "
-                                       "1 with --gpu-mem."),
+                                       "1 with --gpu-mem, --gpu-ids or another GPU constraint."),
     gpu_mem: Optional[str] = typer.Option(None, "--gpu-mem", help="Memory per GPU, e.g. 20G. "
                                           "Jobs may then share a GPU; without it GPUs are whole."),
     name: str = typer.Option("", "--name", "--job-name", "-n", help="A name to show in listings."),
@@ -102,7 +102,8 @@ def submit(
     retry_on: Optional[str] = typer.Option(None, "--retry-on",
                                            help="Ends that re-queue: failed,timeout,cancelled,lost."),
     policy: Optional[str] = typer.Option(None, "--policy", help="Placement policy for this job."),
-    gpu_ids: Optional[str] = typer.Option(None, "--gpu-ids", help="Only these GPUs: 0,2."),
+    gpu_ids: Optional[str] = typer.Option(None, "--gpu-ids", help="Only these GPUs: 0,2 "
+                                          "(one of them, unless --gpus asks for more)."),
     exclude_gpus: Optional[str] = typer.Option(None, "--exclude-gpus", help="Never these GPUs: 3."),
     gpu_type: Optional[str] = typer.Option(None, "--gpu-type", help="Part of the GPU name: H100."),
     min_gpu_total_mem: Optional[str] = typer.Option(None, "--min-gpu-total-mem",
@@ -243,10 +244,17 @@ JOB_IDS = "JOBID..."
 
 
 def _change(command: str, job_ids: List[str], **args: object) -> None:
+    """Print what happened to each job; a job that could not be changed is an error line
+    on stderr and makes the exit status 1, the others are changed all the same."""
     ids = [syntax.job_id_text(i) for i in job_ids]  # a bad id is refused before any change
-    results = Client().call(command, ids=ids, **args)["results"]
-    for job_id, outcome in results.items():
+    reply = Client().call(command, ids=ids, **args)
+    for job_id, outcome in reply["results"].items():
         out.print(f"job {job_id}: {outcome}", markup=False)
+    refused = reply.get("refused") or {}
+    for job_id, why in refused.items():
+        sys.stderr.write(f"Error: job {job_id}: {why}\n")
+    if refused:
+        raise typer.Exit(1)
 
 
 @app.command()
@@ -361,7 +369,9 @@ def gpus(
     as_json: bool = typer.Option(False, "--json", help=JSON_HELP),
     query: Optional[str] = typer.Option(None, "--query", help="Fields as nvidia-smi "
                                         "--query-gpu names them: index,name,memory.used,..."),
-    fmt: str = typer.Option("csv", "--format", help="With --query: csv[,noheader][,nounits] or json."),
+    fmt: Optional[str] = typer.Option(None, "--format", help="csv[,noheader][,nounits] (the "
+                                      "default with --query) or json; without --query, the "
+                                      f"fields {gpuquery.DEFAULT_QUERY.replace(',', ', ')}."),
 ) -> None:
     """The GPUs: memory used and reserved, utilization, jobs.
 
@@ -370,12 +380,12 @@ def gpus(
       gpusched gpus
       gpusched gpus --query index,memory.used --format csv,noheader
     """
-    from gpusched import gpuquery
-
+    if query is None and fmt is not None:
+        query = gpuquery.DEFAULT_QUERY
     fields = gpuquery.parse_query(query) if query is not None else None
     result = Client().call("gpus")
     if fields is not None:
-        sys.stdout.write(gpuquery.render(result["gpus"], fields, fmt))
+        sys.stdout.write(gpuquery.render(result["gpus"], fields, fmt or "csv"))
         return
     if as_json:
         print_json(result)
@@ -510,8 +520,7 @@ def daemon_start() -> None:
         return
     if client.paths.mode != "user":
         raise DaemonUnavailable(client.not_running_message())
-    client.wait_until_up(daemon=start_daemon(client.paths)).close()
-    out.print(f"gpusched daemon started (pid {client.call('status')['pid']})")
+    out.print(f"gpusched daemon started (pid {_start_daemon(client)})")
 
 
 @daemon_app.command("stop")
@@ -522,15 +531,53 @@ def daemon_stop() -> None:
 
     Example: gpusched daemon stop
     """
-    client = Client(autostart=False)
-    if not client.is_running():
+    left = _stop_daemon(Client(autostart=False, check_daemon=False))
+    if left is None:
         out.print("gpusched daemon is not running")
-        return
+    else:
+        out.print(f"gpusched daemon stopped; {left} running job(s) left running")
+
+
+@daemon_app.command("restart")
+def daemon_restart() -> None:
+    """Restart the daemon with this environment and config file.
+
+    The new daemon reads GPUSCHED_SIMULATE and the config as they are now; running jobs
+    keep running and the new daemon re-adopts them.
+
+    Example: gpusched daemon restart
+    """
+    client = Client(autostart=False, check_daemon=False)
+    if client.paths.is_system:
+        raise GpuschedError("the system daemon is systemd's to restart: run `sudo systemctl "
+                            "restart gpusched` (running jobs keep running)")
+    if client.paths.mode != "user":
+        raise GpuschedError(f"gpusched does not start the daemon at GPUSCHED_SOCKET="
+                            f"{client.paths.socket}; restart it where it was started")
+    left = _stop_daemon(client)
+    pid = _start_daemon(client)
+    if left is None:
+        out.print(f"gpusched daemon started (pid {pid}); none was running")
+    else:
+        out.print(f"gpusched daemon restarted (pid {pid}); {left} running job(s) kept running")
+
+
+def _start_daemon(client: Client) -> int:
+    """Start the user daemon and wait until it answers; its pid."""
+    client.wait_until_up(daemon=start_daemon(client.paths)).close()
+    return client.call("status")["pid"]
+
+
+def _stop_daemon(client: Client) -> int | None:
+    """Stop the running daemon and wait for it to exit: how many running jobs it left
+    running, or None when none was running."""
+    if not client.is_running():
+        return None
     pid = client.call("status")["pid"]
     result = client.call("stop")
     if not wait_for_exit(pid, 30.0):
         raise GpuschedError(f"the daemon (pid {pid}) did not stop within 30 s")
-    out.print(f"gpusched daemon stopped; {result['running_jobs_left']} running job(s) left running")
+    return result["running_jobs_left"]
 
 
 @daemon_app.command("status")
@@ -590,9 +637,23 @@ def _is_negative_number(option: object) -> bool:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Run a command; errors become one line on stderr and an exit status, never a traceback."""
+    """Run a command; errors become one line on stderr and an exit status, never a traceback.
+
+    When standard output is closed or its reader has left (`gpusched ls | head -1`), the
+    command stops there with status 1 and says nothing more (submit names the jobs it
+    queued, see submitting.py): the same for every command.
+    """
+    status = _run(sys.argv[1:] if argv is None else list(argv))
+    try:
+        sys.stdout.flush()  # output still buffered for a pipe: its failure is ours to report
+    except (OSError, ValueError):
+        detach_stdout()
+        return status or 1
+    return status
+
+
+def _run(args: list[str]) -> int:
     command = typer.main.get_command(app)
-    args = sys.argv[1:] if argv is None else list(argv)
     try:
         result = command.main(args=args, prog_name="gpusched", standalone_mode=False)
         return result if isinstance(result, int) else 0
@@ -613,10 +674,10 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     except KeyboardInterrupt:
         return 130
-    except BrokenPipeError:  # the reader of our output left (`gpusched ls | head`): be quiet
-        detach_stdout()
-        return 1
     except Exception as exc:  # noqa: BLE001 - a bug: one line for the user, details on request
+        if is_stdout_gone(exc):
+            detach_stdout()
+            return 1
         if os.environ.get("GPUSCHED_DEBUG"):
             raise
         sys.stderr.write(f"Error: internal error: {type(exc).__name__}: {exc}. Rerun with "

@@ -11,7 +11,7 @@ import socket
 import sys
 import time
 
-from gpusched import protocol, trust
+from gpusched import drift, protocol, trust
 from gpusched.paths import Paths, ensure_private_dir
 from gpusched.errors import ERROR_KINDS, DaemonUnavailable, GpuschedError, PermissionDenied
 from gpusched.modes import client_paths
@@ -23,9 +23,17 @@ if TYPE_CHECKING:
 
 START_TIMEOUT_S = 15.0
 
+# Whether this process has compared the daemon with its own environment: one warning
+# per command is enough (`wait` and `logs -f` ask many times).
+_compared_daemon = False
+
 
 class Client:
-    def __init__(self, paths: Paths | None = None, autostart: bool = True):
+    def __init__(self, paths: Paths | None = None, autostart: bool = True,
+                 check_daemon: bool | None = None):
+        """check_daemon: warn when the daemon runs with other GPUs or config than this
+        process's environment asks for; by default when the paths come from it too."""
+        self.check_daemon = paths is None if check_daemon is None else check_daemon
         self.paths = paths or client_paths()
         # Only a user daemon is started on demand: the system one is systemd's to start.
         self.autostart = autostart and self.paths.mode == "user"
@@ -97,11 +105,22 @@ class Client:
                                         f"see {self.paths.daemon_log}") from None
         if reply is None:
             raise DaemonUnavailable("the gpusched daemon closed the connection without an answer")
+        if self.check_daemon:
+            self._compare_daemon(reply.get("daemon"))
         if not reply.get("ok"):
             error = reply.get("error") or {}
             cls = ERROR_KINDS.get(error.get("kind"), GpuschedError)
             raise cls(error.get("message", "the daemon refused the request"))
         return reply.get("result")
+
+    def _compare_daemon(self, fingerprint: Any) -> None:
+        global _compared_daemon
+        if _compared_daemon:
+            return
+        _compared_daemon = True
+        line = drift.warning(fingerprint, self.paths, os.environ)
+        if line:
+            sys.stderr.write(line + "\n")
 
     def is_running(self) -> bool:
         try:

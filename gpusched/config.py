@@ -214,17 +214,54 @@ KEYS: dict[str, tuple[str, Callable[[Any], Any], Any, str]] = {
 }
 
 
+def _near_key(section: str, key: str) -> str | None:
+    """The key a typo most likely meant: one near it in its own section (`host.cpu`), the
+    same key in another section, or a near one in any section."""
+    from difflib import get_close_matches
+
+    own = [k.split(".")[1] for k in KEYS if k.startswith(f"{section}.")]
+    near = get_close_matches(key, own, n=1)
+    if near:
+        return f"{section}.{near[0]}"
+    by_name = {k.split(".")[1]: k for k in KEYS}
+    near = get_close_matches(key, by_name, n=1, cutoff=0.8)
+    return by_name[near[0]] if near else None
+
+
+def _unknown_key(section: str, key: str | None, source: str) -> ConfigError:
+    """An unknown section or key (key None: a bare `key = value` outside any section),
+    with the near one when a typo explains it (`host.cpu`, `[hots]`, a key in the wrong
+    section); the valid keys only when nothing is near."""
+    from difflib import get_close_matches
+
+    sections = list(dict.fromkeys(dotted.split(".")[0] for dotted in KEYS))
+    if key is None:  # `cpus = 4` before any [section]
+        near = _near_key("", section)
+        if near:
+            owner, name = near.split(".")
+            return ConfigError(f"'{section}' in {source} is outside any section; did you mean "
+                               f"{name} under [{owner}]?")
+        what = f"'{section}' in {source} is not a known key"
+    elif section not in sections and (near := get_close_matches(section, sections, n=1)):
+        return ConfigError(f"unknown section [{section}] in {source}; did you mean [{near[0]}]?")
+    elif near_key := _near_key(section, key):
+        return ConfigError(f"unknown key '{section}.{key}' in {source}; did you mean "
+                           f"'{near_key}'?")
+    else:
+        what = f"unknown key '{section}.{key}' in {source}"
+    return ConfigError(f"{what}. Known keys: {', '.join(KEYS)}")
+
+
 def settings_from_mapping(data: dict[str, Any], source: str) -> Settings:
     """Apply a parsed TOML document to the defaults; unknown keys and bad values name the key."""
     changes: dict[str, Any] = {}
     for section, table in data.items():
         if not isinstance(table, dict):
-            raise ConfigError(f"{source}: '{section}' must be a table like [{section}]. "
-                              f"Known keys: {', '.join(KEYS)}")
+            raise _unknown_key(section, None, source)
         for key, value in table.items():
             dotted = f"{section}.{key}"
             if dotted not in KEYS:
-                raise ConfigError(f"{source}: unknown key '{dotted}'. Known keys: {', '.join(KEYS)}")
+                raise _unknown_key(section, key, source)
             field_name, parse, _, _ = KEYS[dotted]
             try:
                 changes[field_name] = parse(value)

@@ -13,7 +13,7 @@ from typing import Any
 
 from filelock import FileLock, Timeout
 
-from gpusched import __version__, placement, runner, scheduling, shim
+from gpusched import __version__, drift, placement, runner, scheduling, shim
 from gpusched.authz import Authz
 from gpusched.config import Settings, load_settings
 from gpusched.paths import Paths, ensure_private_dir
@@ -57,8 +57,12 @@ class Call:
 
 
 class Daemon:
-    def __init__(self, paths: Paths, settings: Settings, backend: GpuBackend):
+    def __init__(self, paths: Paths, settings: Settings, backend: GpuBackend,
+                 fingerprint: dict[str, Any] | None = None):
         self.paths, self.settings, self.backend = paths, settings, backend
+        # How this daemon was started (config file, simulated GPUs), in every reply, so
+        # that a client can tell when it would start it otherwise (gpusched/drift.py).
+        self.fingerprint = fingerprint
         self.rules = placement_rules(settings, load_custom_policies())
         self.host = detect_host(settings)
         self.cgroups: CgroupJobs | None = None
@@ -92,7 +96,7 @@ class Daemon:
         self._calls.put(call)
         call.done.wait()
         assert call.reply is not None
-        return call.reply
+        return {**call.reply, "daemon": self.fingerprint}
 
     # -- lifecycle ----------------------------------------------------------------------
     def run(self) -> None:
@@ -326,13 +330,16 @@ class Daemon:
 
 def serve(paths: Paths) -> None:
     """`gpusched daemon run`: load the config, open the GPU backend, run until stopped."""
+    config = drift.config_stamp(paths.config_file)  # before reading it: a later change shows
     settings = load_settings(paths.config_file)
     check_mode(paths, settings)
     try:
         backend = open_backend(settings.simulate, paths.sim_processes)
     except ValueError as exc:
         raise ConfigError(f"gpus.simulate / GPUSCHED_SIMULATE: {exc}") from None
-    Daemon(paths, settings, backend).run()
+    configured = load_settings(paths.config_file, environ={}).simulate
+    Daemon(paths, settings, backend,
+           drift.fingerprint(config, settings.simulate, configured, dict(os.environ))).run()
 
 
 def check_mode(paths: Paths, settings: Settings) -> None:

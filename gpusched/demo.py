@@ -56,10 +56,10 @@ def run_demo(console: Console) -> int:
     env.pop("GPUSCHED_CONFIG", None)
     paths = resolve_paths(env)
     client = Client(paths, autostart=False)  # never start a daemon outside the demo's home
-    console.print(f"Starting a gpusched daemon on 4 simulated 80 GiB GPUs in {home}")
-    start_daemon(paths, environ=env)
     ids: list[int] = []
-    try:
+    try:  # from here on the home is removed whatever happens, a closed stdout included
+        console.print(f"Starting a gpusched daemon on 4 simulated 80 GiB GPUs in {home}")
+        start_daemon(paths, environ=env)
         client.wait_until_up().close()
         ids = _submit_all(client, env, home)
         console.print(f"Submitted {len(ids)} jobs: whole-GPU, memory-sharing (30 GiB each), "

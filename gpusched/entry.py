@@ -8,6 +8,10 @@ import sys
 
 def main() -> None:
     argv = sys.argv[1:]
+    if sys.stdout is None:  # started with standard output closed
+        from gpusched.errors import stand_in_for_closed_stdout
+
+        stand_in_for_closed_stdout()
     if argv[:1] == ["_job-ids"]:  # shell completion, on every Tab press: no typer
         from gpusched.jobids import print_job_ids
 
@@ -18,8 +22,6 @@ def main() -> None:
         status = try_fast_submit(argv[1:])
         if status is not None:
             _exit_now(status)
-    if sys.stdout is None:  # started with standard output closed: rich and typer need one
-        sys.stdout = open(os.devnull, "w")
     from gpusched.cli import main as cli_main
 
     sys.exit(cli_main(argv))

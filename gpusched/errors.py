@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import os
 import sys
 
@@ -69,6 +70,24 @@ def report_error(exc: GpuschedError) -> int:
     """Print the one-line form of an error on stderr and return its exit status."""
     sys.stderr.write(f"Error: {exc.message}\n")
     return exc.exit_code
+
+
+def is_stdout_gone(exc: BaseException) -> bool:
+    """Whether an error is standard output failing: its reader left (EPIPE, as after
+    `| head`) or it is closed (EBADF, as after `>&-`)."""
+    return isinstance(exc, OSError) and exc.errno in (errno.EPIPE, errno.EBADF)
+
+
+def stand_in_for_closed_stdout() -> None:
+    """Started with standard output closed (`>&-`): put /dev/null, opened for reading
+    only, in its place. Writes then fail as they do on a closed descriptor, and every
+    command stops as it does when its reader leaves; and no socket or file opened later
+    can take descriptor 1 and receive what was meant for standard output."""
+    fd = os.open(os.devnull, os.O_RDONLY)
+    if fd != 1:
+        os.dup2(fd, 1)
+        os.close(fd)
+    sys.stdout = open(1, "w", closefd=False)
 
 
 def detach_stdout() -> None:

@@ -22,7 +22,9 @@ def _free_mib(gpu: dict) -> int | None:
 
 # nvidia-smi's field name -> (value from a `gpus` row, unit shown unless "nounits").
 FIELDS: dict[str, tuple[Callable[[dict], Any], str]] = {
-    "index": (lambda g: g["label"], ""),
+    # A number, as in nvidia-smi; a MIG device has its GPU's, and its own label (0/2).
+    "index": (lambda g: g["index"], ""),
+    "label": (lambda g: g["label"], ""),
     "uuid": (lambda g: g["uuid"], ""),
     "name": (lambda g: g["name"], ""),
     "pci.bus_id": (lambda g: g.get("bus_id"), ""),
@@ -40,6 +42,9 @@ FIELDS: dict[str, tuple[Callable[[dict], Any], str]] = {
     "jobs": (lambda g: " ".join(str(j) for j in g["jobs"]), ""),
 }
 FORMATS = ("csv", "json")
+# What `--format` prints without `--query`, as nvidia-smi has a default set.
+DEFAULT_QUERY = ("index,uuid,name,memory.total,memory.used,memory.reserved,utilization.gpu,"
+                 "health,jobs")
 
 
 def parse_query(query: str) -> list[str]:

@@ -41,6 +41,11 @@ def _array(spec: dict) -> tuple[tuple[int, ...], int | None]:
     return tuple(indices), throttle
 
 
+class Refused(Exception):
+    """One job of a change that cannot be made (a running job to hold): reported as
+    refused while the other jobs named are still changed."""
+
+
 class Handlers:
     def __init__(self, daemon: Daemon):
         self.d = daemon
@@ -108,11 +113,19 @@ class Handlers:
         return sorted(self.named_each(ids, whole_arrays=True), key=lambda j: j.id)
 
     def change(self, call: Call, verb: str, apply: Callable[[Job], str]) -> dict:
+        """Apply a change to each job named: what happened to each in "results", and
+        why each job that could not be changed was not in "refused" (the client then
+        exits 1)."""
         jobs = self.targets(call.args["ids"])
         self.d.authz.require_owner(jobs, call.creds, f"{verb} it", call.name)
+        results, refused = {}, {}
         with self.d.store.write():
-            results = {str(job.id): apply(self.d.jobs.get(job.id, job)) for job in jobs}
-        return {"results": results}
+            for job in jobs:
+                try:
+                    results[str(job.id)] = apply(self.d.jobs.get(job.id, job))
+                except Refused as exc:
+                    refused[str(job.id)] = str(exc)
+        return {"results": results, "refused": refused}
 
     # -- commands -----------------------------------------------------------------------
     def status(self, call: Call) -> dict:
@@ -305,14 +318,15 @@ class Handlers:
 
         def apply(job: Job) -> str:
             if job.state.is_final:
-                return f"already {job.state.value}"
+                raise Refused(f"already {job.state.value}; only pending and running jobs "
+                              "can be updated")
             self.d.save(replace(job, priority=priority))
             return f"priority {priority}"
         return self.change(call, "update", apply)
 
     def _set_held(self, job: Job, held: bool) -> str:
         if job.state is not JobState.PENDING:
-            return f"{job.state.value}; only pending jobs can be held or released"
+            raise Refused(f"{job.state.value}; only pending jobs can be held or released")
         self.d.save(replace(job, held=held))
         return "held" if held else "released"
 

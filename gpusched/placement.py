@@ -296,16 +296,37 @@ def impossible_reason(request: Request, inventory: Inventory) -> str | None:
     devices = inventory.schedulable()
     if request.gpus == 0 or not devices:
         return None  # CPU jobs always fit; with no GPUs read yet, the job pends with a reason
+    indices = sorted({g.index for g in devices})  # a MIG device has its GPU's index
+    absent = [i for i in request.constraints.gpu_ids if i not in indices]
+    if absent:
+        return (f"asks for --gpu-ids {','.join(map(str, request.constraints.gpu_ids))}, but "
+                f"this box has no GPU {' or '.join(map(str, absent))}: it has GPUs "
+                f"{_index_ranges(indices)}")
     allowed = [g for g in devices if request.constraints.allows(g)]
     if request.gpus > len(allowed):
-        names = ", ".join(f"GPU {g.label}: {g.name}, {_size(g.mem_total_bytes)}" +
+        names = "; ".join(f"GPU {g.label}: {g.name}, {_size(g.mem_total_bytes)}" +
                           (f", sm {g.compute_capability[0]}.{g.compute_capability[1]}"
                            if g.compute_capability else "") for g in devices)
-        what = "GPUs" if len(allowed) == len(devices) else "GPUs that meet its constraints"
-        return f"asks for {request.gpus} {what}; this box has {len(allowed)} ({names})"
+        if len(allowed) == len(devices):
+            return f"asks for {request.gpus} GPUs; this box has {len(devices)} ({names})"
+        some = f"only {len(allowed)}" if allowed else "none"
+        wanted = "1 GPU that meets" if request.gpus == 1 else f"{request.gpus} GPUs that meet"
+        return (f"asks for {wanted} its constraints; {some} of the {len(devices)} GPUs here "
+                f"{'meets' if len(allowed) == 1 else 'meet'} them ({names})")
     if request.gpu_mem_bytes is not None:
         big = sorted((g.mem_total_bytes for g in allowed), reverse=True)[request.gpus - 1]
         if request.gpu_mem_bytes > big:
             return (f"asks for {_size(request.gpu_mem_bytes)} on each of {request.gpus} GPU(s); "
                     f"the largest here have {_size(big)}")
     return None
+
+
+def _index_ranges(indices: list[int]) -> str:
+    """0-3 for 0,1,2,3; 0, 2-3 for 0,2,3."""
+    runs: list[list[int]] = []
+    for i in indices:
+        if runs and i == runs[-1][1] + 1:
+            runs[-1][1] = i
+        else:
+            runs.append([i, i])
+    return ", ".join(str(a) if a == b else f"{a}-{b}" for a, b in runs)

@@ -52,6 +52,11 @@ class SubmitOptions:
         return f"SubmitOptions({self.as_dict()!r})"
 
 
+# The options that choose among the GPUs (SubmitOptions fields).
+GPU_CONSTRAINT_OPTIONS = ("gpu_ids", "exclude_gpus", "gpu_type", "min_gpu_total_mem",
+                          "min_compute_capability")
+
+
 def _env_pairs(pairs: Iterable[str]) -> dict[str, str]:
     out = {}
     for pair in pairs:
@@ -201,7 +206,10 @@ def build_request(opts: SubmitOptions) -> dict[str, Any]:
             raise UsageError(f"--gpu-mem: {exc}") from None
         if gpu_mem_bytes <= 0:
             raise UsageError(f"--gpu-mem must be more than zero, not {opts.gpu_mem!r}")
-    gpus = gpus_asked if gpus_asked is not None else (1 if gpu_mem_bytes else 0)
+    # Asking for GPU memory or for particular GPUs means a GPU: without --gpus, one (of
+    # the GPUs --gpu-ids names, say); --gpus N asks for more.
+    wants_gpu = gpu_mem_bytes or any(getattr(opts, name) for name in GPU_CONSTRAINT_OPTIONS)
+    gpus = gpus_asked if gpus_asked is not None else (1 if wants_gpu else 0)
     cwd = job_cwd(opts.cwd)
     env = submitting_environment()
     env.update(_env_pairs(opts.env))

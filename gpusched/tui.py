@@ -160,11 +160,12 @@ def run_top(interval: float, once: bool) -> int:
     from gpusched.config import load_settings
     from gpusched.tui_snapshot import SnapshotSource
 
-    source = SnapshotSource()
+    once = once or not sys.stdout.isatty()
+    source = SnapshotSource(check_daemon=once)
     settings = load_settings(source.paths.config_file)
     view = my_view(settings.top_warn_pct, settings.top_crit_pct)
     try:
-        if once or not sys.stdout.isatty():
+        if once:
             return print_once(source, view)
         return live(source, interval, view)
     finally:

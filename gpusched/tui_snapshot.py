@@ -86,12 +86,14 @@ def _gpu_pids(inventory: Inventory) -> set[int]:
 class SnapshotSource:
     """Takes snapshots from the daemon, or straight from the GPU backend when none answers."""
 
-    def __init__(self, paths: Any = None):
+    def __init__(self, paths: Any = None, check_daemon: bool = False):
+        """check_daemon: warn on stderr when the daemon runs with other GPUs or config
+        than this environment asks for (not while a live screen is up)."""
         from gpusched.client import Client
-        from gpusched.modes import client_paths
 
-        self.paths = paths or client_paths()  # the system daemon when one runs
-        self.client = Client(self.paths, autostart=False)  # top only watches: never start one
+        # Without paths, the system daemon when one runs. Top only watches: never start one.
+        self.client = Client(paths, autostart=False, check_daemon=check_daemon)
+        self.paths = self.client.paths
         self.sampler = HostSampler()
         self._backend: Any = None
         self._backend_problem = ""

@@ -7,7 +7,7 @@ import pytest
 from gpusched.errors import UsageError
 from gpusched.gpuquery import parse_query, render
 
-ROW = {"label": "0", "uuid": "GPU-1", "name": "NVIDIA H100", "bus_id": "00000000:18:00.0",
+ROW = {"index": 0, "label": "0", "uuid": "GPU-1", "name": "NVIDIA H100", "bus_id": "00000000:18:00.0",
        "mem_total_bytes": 80 * 2**30, "mem_used_bytes": 2**30, "mem_reserved_bytes": 0,
        "util_pct": 37.4, "temperature_c": None, "power_w": 120.5, "power_limit_w": 700.0,
        "compute_capability": [9, 0], "healthy": True, "health_reason": "", "jobs": [3, 4]}
@@ -32,7 +32,7 @@ def test_json_uses_the_field_names():
 
 @pytest.mark.parametrize("query", ["", "index,bogus"])
 def test_unknown_field_lists_the_valid_ones(query):
-    with pytest.raises(UsageError, match="choose from: index, uuid"):
+    with pytest.raises(UsageError, match="choose from: index, label, uuid"):
         parse_query(query)
 
 

@@ -157,7 +157,8 @@ def test_the_highest_priority_job_takes_a_freed_gpu_and_update_reorders(box, tmp
         assert [show(home, i)["state"] for i in waiting] == ["pending"] * len(waiting)
     (tmp_path / "low").touch()
     wait_state(home, low, "succeeded")
-    assert change(home, "update", low, priority=3) == {str(low): "already succeeded"}
+    assert client(home).call("update", ids=[low], priority=3)["refused"] == {
+        str(low): "already succeeded; only pending and running jobs can be updated"}
 
 
 def test_hold_and_release(box, tmp_path):
@@ -178,7 +179,7 @@ def test_hold_and_release(box, tmp_path):
     waiting = home.submit(*gpu1, *sh(gate(tmp_path / "waiting")))
     assert home.run("hold", str(waiting)).stdout == f"job {waiting}: held\n"
     later = home.submit(*gpu1, *sh(gate(tmp_path / "later")))
-    assert change(home, "hold", blocker) == {
+    assert client(home).call("hold", ids=[blocker])["refused"] == {
         str(blocker): "running; only pending jobs can be held or released"}
     (tmp_path / "blocker").touch()
     wait_state(home, later, "running")
@@ -411,19 +412,22 @@ def test_gpu_constraints_on_a_mixed_box(make_home):
     configure(home)
     # The very first command starts the daemon: even then the GPUs are known at submit.
     error = refused(home, "submit", "--gpus", "1", "--gpu-type", "V100", "--", "true")
-    assert error == ("Error: job asks for 1 GPUs that meet its constraints; this box has 0 "
-                     "(GPU 0: NVIDIA H100, 80.0 GiB, sm 9.0, GPU 1: NVIDIA H100, 80.0 GiB, sm 9.0, "
-                     "GPU 2: NVIDIA A100, 40.0 GiB, sm 8.0, GPU 3: NVIDIA A100, 40.0 GiB, sm 8.0); "
-                     "see `gpusched gpus`\n")
+    assert error == ("Error: job asks for 1 GPU that meets its constraints; none of the 4 GPUs "
+                     "here meet them (GPU 0: NVIDIA H100, 80.0 GiB, sm 9.0; GPU 1: NVIDIA H100, "
+                     "80.0 GiB, sm 9.0; GPU 2: NVIDIA A100, 40.0 GiB, sm 8.0; GPU 3: NVIDIA A100, "
+                     "40.0 GiB, sm 8.0); see `gpusched gpus`\n")
     for args in (["--gpus", "3", "--min-compute-capability", "9.0"],
                  ["--gpus", "1", "--min-gpu-total-mem", "100G"],
-                 ["--gpus", "1", "--gpu-ids", "7"],
                  ["--gpus", "4", "--exclude-gpus", "3"]):
         error = refused(home, "submit", *args, "--", "true")
-        assert "GPUs that meet its constraints; this box has" in error and "NVIDIA A100" in error
+        assert "its constraints; " in error and "of the 4 GPUs here meet them (" in error
+        assert "NVIDIA A100" in error
+    error = refused(home, "submit", "--gpus", "1", "--gpu-ids", "7", "--", "true")
+    assert "this box has no GPU 7: it has GPUs 0-3" in error
     error = refused(home, "submit", "--gpu-mem", "50G", "--gpu-type", "A100", "--", "true")
     assert "asks for 50.0 GiB on each of 1 GPU(s); the largest here have 40.0 GiB" in error
-    assert "need --gpus 1 or more" in refused(home, "submit", "--gpu-type", "A100", "--", "true")
+    assert "need --gpus 1 or more" in refused(home, "submit", "--gpus", "0", "--gpu-type", "A100",
+                                              "--", "true")
 
     cases = {
         ("--gpus", "2", "--gpu-ids", "0,2"): [[0, 2]],
