@@ -15,10 +15,9 @@ import shlex
 import time
 from pathlib import Path
 
-import psutil
 import pytest
 
-from conftest import DEADLINE_S, REPO, Home, wait_until
+from conftest import DEADLINE_S, REPO, Home, is_gone, wait_until
 from gpusched.client import Client
 from gpusched.paths import resolve_paths
 from gpusched.errors import NotFound
@@ -61,8 +60,7 @@ def stop_daemon(home) -> int:
     """Stop the daemon over the socket and wait until its process is gone; returns its pid."""
     pid = client(home).call("status")["pid"]
     client(home).call("stop")
-    wait_until(lambda: not psutil.pid_exists(pid) or
-               psutil.Process(pid).status() == psutil.STATUS_ZOMBIE, "the daemon to stop")
+    wait_until(lambda: is_gone(pid), "the daemon to stop")
     return pid
 
 
