@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import queue
 import signal
+import socket
 import time
 from dataclasses import replace
 from typing import TYPE_CHECKING
@@ -32,6 +33,7 @@ class JobControl:
         self.launch_failures: queue.SimpleQueue[tuple[int, str]] = queue.SimpleQueue()
         self.usage: dict[str, float] = {}  # fair share: decayed GPU-seconds per user
         self._usage_at = time.monotonic()
+        self.port_holds: dict[int, socket.socket] = {}  # job id -> what keeps its MASTER_PORT
 
     # -- after a restart ----------------------------------------------------------------
     def adopt(self) -> None:
@@ -43,6 +45,8 @@ class JobControl:
         d = self.d
         d.load_active(d.store.active())
         self.reconcile_running(check_liveness=True)
+        for job in d.running():
+            self._hold_port(job)
         log.info("adopted %d running jobs", len(d.running()))
 
     # -- ends -----------------------------------------------------------------------------
@@ -106,6 +110,9 @@ class JobControl:
 
     def end(self, job: Job, state: JobState, when: float, **record) -> None:
         ended = lifecycle.finish(job, state, when, **record)
+        hold = self.port_holds.pop(job.id, None)
+        if hold is not None:
+            hold.close()
         if self.d.cgroups:
             self.d.cgroups.remove(job.id)
         if ended.state is JobState.PENDING:
@@ -215,7 +222,10 @@ class JobControl:
         for gpu in gpus:
             self.placements[gpu.index] = self.placements.get(gpu.index, 0) + 1
         taken = [j.master_port for j in d.running() if j.master_port]
-        port = runner.pick_master_port(d.settings.master_port_min, d.settings.master_port_max, taken)
+        port, hold = runner.pick_master_port(d.settings.master_port_min,
+                                             d.settings.master_port_max, taken)
+        if hold is not None:
+            self.port_holds[job.id] = hold
         if d.settings.cpu_binding:
             busy = [c for j in d.running() for c in j.cpu_ids]
             job = replace(job, cpu_ids=host.pick_cpus(d.host, job.request.cpus, busy))
@@ -236,6 +246,15 @@ class JobControl:
             job, JobState.RUNNING, started_at=started_at, gpu_uuids=tuple(g.uuid for g in gpus),
             gpu_indices=tuple(g.index for g in gpus), master_port=port, pending_reason="",
             boot_id=d.boot_id))
+
+    def _hold_port(self, job: Job) -> None:
+        """Keep an adopted job's MASTER_PORT from other daemons, unless something (its
+        own rendezvous, most likely) already has it."""
+        if job.master_port and job.id not in self.port_holds:
+            try:
+                self.port_holds[job.id] = runner.hold_port(job.master_port)
+            except OSError:
+                pass
 
     def launch_started(self) -> None:
         """Launch the shims of the jobs started in a pass, once that pass is committed:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import signal
@@ -97,19 +98,42 @@ def progress_path(job: Job) -> Path:
     return Path(job.stdout_path).parent / f"{job.id}.progress.json"
 
 
-def pick_master_port(low: int, high: int, taken: Iterable[int]) -> int:
-    """The lowest port in the range that no running job has and nobody is listening on."""
+def pick_master_port(low: int, high: int,
+                     taken: Iterable[int]) -> tuple[int, socket.socket | None]:
+    """The lowest port in the range that no running job has and nobody holds, and a
+    socket that keeps it for the job (None when none could be made).
+
+    A port only probed free can be taken by another process (another user's gpusched
+    giving out the same port) in the seconds before the job binds it: EADDRINUSE in
+    its rendezvous. So the probe stays bound, not listening, with SO_REUSEADDR set
+    after the bind: any later bind without SO_REUSEADDR (another daemon's probe) fails,
+    while the job's own server, which sets it (torch's TCPStore does), can still listen.
+    """
     taken = set(taken)
     for port in range(low, high + 1):
         if port in taken:
             continue
-        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
-            try:
-                probe.bind(("127.0.0.1", port))
-            except OSError:
-                continue
-        return port
-    return low + (max(taken, default=low) - low + 1) % (high - low + 1)
+        try:
+            return port, hold_port(port)
+        except OSError as exc:
+            if exc.errno not in (errno.EADDRINUSE, errno.EACCES):
+                break  # out of descriptors, say: give the port without a hold
+    else:
+        port = low + (max(taken, default=low) - low + 1) % (high - low + 1)
+    return port, None
+
+
+def hold_port(port: int) -> socket.socket:
+    """A bound socket that keeps the port from other binds without SO_REUSEADDR; raises
+    OSError (EADDRINUSE) when something else has the port."""
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    try:
+        sock.bind(("0.0.0.0", port))
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    except OSError:
+        sock.close()
+        raise
+    return sock
 
 
 # A job's files lie side by side in the jobs directory, named by its id: ID.run.jsonl (see
