@@ -110,7 +110,9 @@ def submit(
                                                     help="Only GPUs with this much memory: 40G."),
     min_compute_capability: Optional[str] = typer.Option(None, "--min-compute-capability",
                                                          help="Only GPUs at least this: 8.0."),
-    cpus: int = typer.Option(1, "--cpus", "--cpus-per-task", "-c", help="CPU cores the job needs."),
+    cpus: Optional[int] = typer.Option(
+        None, "--cpus", "--cpus-per-task", "-c", help="CPU cores the job needs; it waits for "
+        "them. Without it a GPU job counts one core but never waits for it; 0 needs none."),
     mem: Optional[str] = typer.Option(None, "--mem", help="Host memory the job needs, e.g. 16G "
                                       "(a bare number is MiB, as in Slurm)."),
 ) -> None:

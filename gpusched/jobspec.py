@@ -70,7 +70,11 @@ def check_job_spec(spec: Any, policies: list[str]) -> dict[str, Any]:
     if not isinstance(name, str) or len(name) > 200:
         raise UsageError("the job name must be a string of at most 200 characters")
     gpus = whole_number(spec, "gpus", 0, 0, MAX_GPUS_PER_JOB)
-    cpus = whole_number(spec, "cpus", 1, 1, 100_000)
+    # Cores asked for are a limit; a GPU job that did not ask is counted as using one
+    # but never waits for it; a job without GPUs needs its one core (else a queue of
+    # CPU jobs would all start at once).
+    cpus = whole_number(spec, "cpus", None, 0, 100_000)
+    cpus_required = cpus is not None or gpus == 0
     host_mem = whole_number(spec, "mem_bytes", None, 1, 2**60)
     mem = whole_number(spec, "gpu_mem_bytes", None, 1, 2**50)
     if mem is not None and gpus == 0:
@@ -95,7 +99,8 @@ def check_job_spec(spec: Any, policies: list[str]) -> dict[str, Any]:
                          f"({', '.join(str(int(s)) for s in WARN_SIGNALS)}), not {warn_signal}")
     return {
         "command": tuple(command), "name": name, "policy": policy,
-        "request": Request(gpus, mem, constraints, cpus, host_mem),
+        "request": Request(gpus, mem, constraints, 1 if cpus is None else cpus, host_mem,
+                           cpus_required),
         "priority": whole_number(spec, "priority", 0, -MAX_PRIORITY, MAX_PRIORITY),
         "held": bool(spec.get("hold")), "dependencies": tuple((k, i) for k, i in deps),
         "kill_on_invalid_dep": bool(spec.get("kill_on_invalid_dep")),

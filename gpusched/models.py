@@ -76,6 +76,10 @@ class Request:
     constraints: Constraints = Constraints()
     cpus: int = 1
     mem_bytes: int | None = None  # host memory; None: not declared
+    # Whether the job waits for its cores. A GPU job that did not ask with --cpus is
+    # counted as using its core but never waits for one: on a box with fewer cores than
+    # GPUs, GPU jobs must not queue behind cores they barely use.
+    cpus_required: bool = True
 
     @property
     def is_exclusive(self) -> bool:
@@ -244,7 +248,8 @@ def job_to_dict(job: Job) -> dict:
         "warn_signal": job.warn_signal, "warn_before_s": job.warn_before_s,
         "retries": job.retries, "attempt": job.attempt, "policy": job.policy,
         "constraints": asdict(job.request.constraints),
-        "cpus": job.request.cpus, "mem_bytes": job.request.mem_bytes,
+        "cpus": job.request.cpus, "cpus_required": job.request.cpus_required,
+        "mem_bytes": job.request.mem_bytes,
         "cpu_ids": list(job.cpu_ids), "mem_peak_bytes": job.mem_peak_bytes,
         "gpu_mem_peak_bytes": job.gpu_mem_peak_bytes, "mem_over": job.mem_over,
     }

@@ -72,12 +72,14 @@ def job_environment(job: Job, gpus: Iterable[GpuInfo], master_port: int,
     })
     if job.request.gpu_mem_bytes is not None:
         env["GPUSCHED_GPU_MEM"] = str(job.request.gpu_mem_bytes)
-    env["GPUSCHED_CPUS"] = str(job.request.cpus)
+    # A job of --cpus 0 still runs a thread.
+    threads = str(max(job.request.cpus, 1))
+    env["GPUSCHED_CPUS"] = threads
     # Math libraries start a thread per core of the machine unless told otherwise: eight
     # jobs each spawning 64 threads is how a shared box grinds to a halt. The job's own
     # setting (from the submitting environment or --env) wins.
     for var in THREAD_VARS:
-        env.setdefault(var, str(job.request.cpus))
+        env.setdefault(var, threads)
     if job.request.mem_bytes is not None:
         env["GPUSCHED_MEM"] = str(job.request.mem_bytes)
     if job.array_id is not None:

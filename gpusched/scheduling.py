@@ -173,10 +173,11 @@ def _host_reason(job: Job, p: _Pass, host: HostCapacity) -> str:
     """Why the host's cores, memory or running-job limit keep the job waiting."""
     if host.max_running is not None and p.running >= host.max_running:
         return f"{p.running} jobs are running (max_running = {host.max_running})"
-    free_cpus = host.cpus - p.cpus_used
-    if job.request.cpus > free_cpus:
+    # Below zero when jobs that do not wait for cores hold more than the box has.
+    free_cpus = max(host.cpus - p.cpus_used, 0)
+    if job.request.cpus_required and job.request.cpus > free_cpus:
         plural = "s" if job.request.cpus != 1 else ""
-        return f"needs {job.request.cpus} CPU{plural}; {max(free_cpus, 0)} of {host.cpus} free"
+        return f"needs {job.request.cpus} CPU{plural}; {free_cpus} of {host.cpus} free"
     mem = job.request.mem_bytes
     if mem is not None and mem > host.mem_bytes - p.mem_used_bytes:
         free = max(host.mem_bytes - p.mem_used_bytes, 0)

@@ -31,7 +31,7 @@ class SubmitOptions:
         "after": [], "dependency": [], "kill_on_invalid_dep": False, "array": None,
         "time": None, "signal": None, "retries": 0, "retry_on": None, "policy": None,
         "gpu_ids": None, "exclude_gpus": None, "gpu_type": None, "min_gpu_total_mem": None,
-        "min_compute_capability": None, "cpus": 1, "mem": None,
+        "min_compute_capability": None, "cpus": None, "mem": None,
     }
 
     def __init__(self, **values: Any):
@@ -122,7 +122,7 @@ def gpus_and_type(opts: SubmitOptions) -> tuple[int | None, str]:
 def scheduling_fields(opts: SubmitOptions) -> dict[str, Any]:
     """The Slurm-style options of a job spec: hold, dependencies, arrays, limits, constraints."""
     spec: dict[str, Any] = {
-        "cpus": opts.cpus, "mem_bytes": None if opts.mem is None else syntax.parse_mem(opts.mem),
+        "mem_bytes": None if opts.mem is None else syntax.parse_mem(opts.mem),
         "hold": opts.hold, "kill_on_invalid_dep": opts.kill_on_invalid_dep,
         "dependencies": [list(d) for d in syntax.parse_dependencies(opts.after, opts.dependency)],
         "retries": opts.retries, "policy": opts.policy or "",
@@ -133,6 +133,8 @@ def scheduling_fields(opts: SubmitOptions) -> dict[str, Any]:
                                                          "--min-gpu-total-mem") or 0,
                         "min_compute_capability": _capability(opts.min_compute_capability)},
     }
+    if opts.cpus is not None:  # only cores asked for are a limit (see jobspec)
+        spec["cpus"] = opts.cpus
     if opts.retry_on:
         spec["retry_on"] = [r.strip() for r in opts.retry_on.split(",") if r.strip()]
     time_limit_s = None if opts.time is None else syntax.parse_time_limit(opts.time)

@@ -267,7 +267,9 @@ def test_a_full_job_spec_is_checked_into_job_fields():
                             "min_gpu_total_mem_bytes": 40 * 2**30,
                             "min_compute_capability": [8, 0]}}
     fields = jobspec.check_job_spec(spec, POLICIES)
-    assert fields["request"] == Request(2, 2**30, Constraints((0, 2), (1,), "H100", 40 * 2**30, (8, 0)))
+    # A GPU job that did not ask for cores is counted as using one, and never waits for it.
+    assert fields["request"] == Request(2, 2**30, Constraints((0, 2), (1,), "H100", 40 * 2**30, (8, 0)),
+                                        cpus=1, cpus_required=False)
     assert fields["command"] == ("python", "train.py")
     assert fields["dependencies"] == (("afterok", 3), ("afterany", 4))
     assert fields["held"] and fields["kill_on_invalid_dep"]
@@ -283,6 +285,18 @@ def test_a_minimal_job_spec_gets_the_defaults():
     assert (fields["priority"], fields["held"], fields["dependencies"]) == (0, False, ())
     assert (fields["time_limit_s"], fields["warn_signal"], fields["retries"]) == (None, None, 0)
     assert fields["retry_on"] == ("failed",) and fields["policy"] == ""
+
+
+@pytest.mark.parametrize("spec, cpus, required", [
+    ({}, 1, True),  # a job without GPUs needs its core
+    ({"gpus": 1}, 1, False),
+    ({"gpus": 1, "cpus": 1}, 1, True),
+    ({"gpus": 1, "cpus": 0}, 0, True),
+    ({"cpus": 0}, 0, True),
+])
+def test_cores_are_a_limit_when_asked_for_or_without_gpus(spec, cpus, required):
+    request = jobspec.check_job_spec({"command": ["true"], **spec}, POLICIES)["request"]
+    assert (request.cpus, request.cpus_required) == (cpus, required)
 
 
 @pytest.mark.parametrize("change, words", [
@@ -331,6 +345,7 @@ def test_a_minimal_job_spec_gets_the_defaults():
     ({"time_limit_s": 60, "warn_signal": 10, "warn_before_s": math.nan}, "warn-before-s must be"),
     ({"retries": -1}, "retries must be"),
     ({"retries": 1001}, "retries must be"),
+    ({"cpus": -1}, "cpus must be"),
 ])
 def test_check_job_spec_rejects_bad_values(change, words):
     spec = {"command": ["true"], **change}

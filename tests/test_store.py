@@ -165,6 +165,27 @@ def test_migrates_from_every_older_version(db, version):
         store.close()
 
 
+def test_version_3_jobs_keep_their_cores_as_a_limit_only_when_they_asked(db):
+    """Before version 4 every job stored cores, 1 by default: a GPU job with 1 core did
+    not ask, so it no longer waits for one."""
+    build_at_version(db, 3)
+    conn = sqlite3.connect(db)
+    for gpus, cpus in ((0, 1), (2, 4)):
+        conn.execute(
+            "INSERT INTO jobs (name, state, command, cwd, env, uid, user, gpus, priority, "
+            f"submitted_at, cpus) VALUES ('v3', 'pending', '[\"true\"]', '/', '{{}}', 7, 'bob', "
+            f"{gpus}, 0, 1.0, {cpus})")
+    conn.commit()
+    conn.close()
+    store = Store(db)
+    try:
+        jobs = store.active()
+        assert [(j.request.gpus, j.request.cpus, j.request.cpus_required) for j in jobs] == [
+            (1, 1, False), (0, 1, True), (2, 4, True)]
+    finally:
+        store.close()
+
+
 # -- refusing bad files, leaving them byte-identical ---------------------------------------
 def clean_queue(db: Path) -> None:
     store = Store(db)
