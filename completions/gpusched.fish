@@ -160,6 +160,7 @@ complete -c gpusched -n '__fish_seen_subcommand_from submit' -s t -d 'Time limit
 complete -c gpusched -n '__fish_seen_subcommand_from submit' -l signal -d '[B:]SIG[@SECONDS] before the time limit, e.g. USR1@120 (default 60 s).'
 complete -c gpusched -n '__fish_seen_subcommand_from submit' -l retries -d 'Re-queue a failed job up to N times.'
 complete -c gpusched -n '__fish_seen_subcommand_from submit' -l retry-on -d 'Ends that re-queue: failed,timeout,cancelled,lost.'
+complete -c gpusched -n '__fish_seen_subcommand_from submit' -l retry-delay -d 'Wait before a retry (default 10s), doubling after each failed attempt up to 5m (or the delay, if longer); 0 retries at once.'
 complete -c gpusched -n '__fish_seen_subcommand_from submit' -l policy -d 'Placement policy for this job.'
 complete -c gpusched -n '__fish_seen_subcommand_from submit' -l gpu-ids -d 'Only these GPUs: 0,2 (one of them, unless --gpus asks for more).'
 complete -c gpusched -n '__fish_seen_subcommand_from submit' -l exclude-gpus -d 'Never these GPUs: 3.'

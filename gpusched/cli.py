@@ -101,6 +101,9 @@ def submit(
     retries: int = typer.Option(0, "--retries", help="Re-queue a failed job up to N times."),
     retry_on: Optional[str] = typer.Option(None, "--retry-on",
                                            help="Ends that re-queue: failed,timeout,cancelled,lost."),
+    retry_delay: Optional[str] = typer.Option(
+        None, "--retry-delay", help="Wait before a retry (default 10s), doubling after each "
+        "failed attempt up to 5m (or the delay, if longer); 0 retries at once."),
     policy: Optional[str] = typer.Option(None, "--policy", help="Placement policy for this job."),
     gpu_ids: Optional[str] = typer.Option(None, "--gpu-ids", help="Only these GPUs: 0,2 "
                                           "(one of them, unless --gpus asks for more)."),
@@ -127,7 +130,8 @@ def submit(
         command=command or [], gpus=gpus, gpu_mem=gpu_mem, name=name, priority=priority, cwd=cwd,
         env=env, from_file=from_file, wait=wait, json=as_json, hold=hold, after=after,
         dependency=dependency, kill_on_invalid_dep=kill_on_invalid_dep, array=array,
-        time=time_limit, signal=warn, retries=retries, retry_on=retry_on, policy=policy,
+        time=time_limit, signal=warn, retries=retries, retry_on=retry_on,
+        retry_delay=retry_delay, policy=policy,
         gpu_ids=gpu_ids, exclude_gpus=exclude_gpus, gpu_type=gpu_type,
         min_gpu_total_mem=min_gpu_total_mem, min_compute_capability=min_compute_capability,
         cpus=cpus, mem=mem)

@@ -210,7 +210,10 @@ class Daemon:
         self.control.reconcile_running(check_liveness=poll_due)
         if poll_due:
             self.control.check_memory()
-        self.control.enforce_limits(time.time())
+        now = time.time()
+        self.control.enforce_limits(now)
+        if self.control.retries_due(now):
+            self._schedule_needed = True
         if self._gpus_dirty or poll_due:
             self.read_gpus()
         # Scheduling passes cost time with a long queue: run one only when something

@@ -33,6 +33,7 @@ class JobControl:
         self.launch_failures: queue.SimpleQueue[tuple[int, str]] = queue.SimpleQueue()
         self.usage: dict[str, float] = {}  # fair share: decayed GPU-seconds per user
         self._usage_at = time.monotonic()
+        self.retry_at: dict[int, float] = {}  # re-queued job id -> when it may start
         self.port_holds: dict[int, socket.socket] = {}  # job id -> what keeps its MASTER_PORT
 
     # -- after a restart ----------------------------------------------------------------
@@ -44,6 +45,8 @@ class JobControl:
         """
         d = self.d
         d.load_active(d.store.active())
+        self.retry_at = {job.id: job.eligible_at for job in d.pending()
+                         if job.eligible_at is not None and job.eligible_at > time.time()}
         self.reconcile_running(check_liveness=True)
         for job in d.running():
             self._hold_port(job)
@@ -117,6 +120,7 @@ class JobControl:
             self.d.cgroups.remove(job.id)
         if ended.state is JobState.PENDING:
             runner.clear_run(self.d.paths.jobs_dir, job.id)  # the next attempt starts clean
+            self.retry_at[job.id] = ended.eligible_at
             log.info("job %d re-queued (attempt %d)", job.id, ended.attempt)
         self.d.save(ended)
 
@@ -171,10 +175,17 @@ class JobControl:
                 runner.signal_job(changed, signum)
 
     def next_deadline(self) -> float | None:
-        """When the next time-limit action is due (epoch seconds)."""
+        """When the next time-limit action is due, or a re-queued job may start (epoch s)."""
         times = [step[0] for job in self.d.running()
                  if (step := lifecycle.next_limit_action(job))]
-        return min(times, default=None)
+        return min(times + list(self.retry_at.values()), default=None)
+
+    def retries_due(self, now: float) -> bool:
+        """Whether a re-queued job's delay has run out since the last call: it may start."""
+        due = [job_id for job_id, when in self.retry_at.items() if when <= now]
+        for job_id in due:
+            del self.retry_at[job_id]
+        return bool(due)
 
     # -- starts ---------------------------------------------------------------------------
     def start_ready(self) -> None:
@@ -245,7 +256,7 @@ class JobControl:
         d.save(transition(
             job, JobState.RUNNING, started_at=started_at, gpu_uuids=tuple(g.uuid for g in gpus),
             gpu_indices=tuple(g.index for g in gpus), master_port=port, pending_reason="",
-            boot_id=d.boot_id))
+            eligible_at=None, boot_id=d.boot_id))
 
     def _hold_port(self, job: Job) -> None:
         """Keep an adopted job's MASTER_PORT from other daemons, unless something (its

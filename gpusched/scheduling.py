@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from operator import attrgetter
 from typing import Mapping, Sequence
 
-from gpusched import placement
+from gpusched import lifecycle, placement
 from gpusched.models import GpuInfo, Inventory, Job, JobState
 from gpusched.placement import GpuLoad, PlacementRules
 
@@ -250,13 +250,15 @@ def _waits_on_dependencies(job: Job, dep_states: Mapping[int, JobState],
 
 def _explain_full_box(rest: Sequence[Job], p: _Pass, queue: QueueRules,
                       dep_states: Mapping[int, JobState], reasons: dict[int, str],
-                      cancels: dict[int, str]) -> None:
+                      cancels: dict[int, str], now: float) -> None:
     """Reasons for the jobs left when max_running is reached: one shared reason, but a
     job's own dependencies (and a hold) still come first, as in the main loop."""
     full_reason = _host_reason(rest[0], p, queue.host)
     for job in rest:
-        if not job.held and not job.dependencies:  # the common case, checked inline
+        if not job.held and not job.dependencies and job.eligible_at is None:  # the common case
             reasons[job.id] = full_reason
+        elif lifecycle.is_waiting_to_retry(job, now):
+            reasons[job.id] = lifecycle.retry_reason(job, now)
         elif not _waits_on_dependencies(job, dep_states, reasons, cancels):
             reasons[job.id] = f"held (`gpusched release {job.id}` lets it start)" \
                 if job.held else full_reason
@@ -286,8 +288,11 @@ def schedule(pending: Sequence[Job], running: Sequence[Job], loads: Mapping[str,
         if _box_is_full(p, queue):
             # Nothing more can start this pass: the rest share one reason (a long queue
             # behind max_running is the common case, and it is checked after every end).
-            _explain_full_box(ordered[n:], p, queue, dep_states or {}, reasons, cancels)
+            _explain_full_box(ordered[n:], p, queue, dep_states or {}, reasons, cancels, now)
             break
+        if job.eligible_at is not None and lifecycle.is_waiting_to_retry(job, now):
+            reasons[job.id] = lifecycle.retry_reason(job, now)
+            continue
         if _waits_on_dependencies(job, dep_states or {}, reasons, cancels):
             continue
         why = _limit_reason(job, p, queue)

@@ -82,10 +82,13 @@ MIGRATIONS: list[str] = [
     ALTER TABLE jobs ADD COLUMN oom_killed INTEGER NOT NULL DEFAULT 0;
     """,
     # 4: cores as a limit only when asked for (a GPU job stored with the old default of
-    # one core did not ask).
+    # one core did not ask), and a delay before each retry. (Fair-share usage lives in meta.)
     """
     ALTER TABLE jobs ADD COLUMN cpus_required INTEGER NOT NULL DEFAULT 1;
     UPDATE jobs SET cpus_required = 0 WHERE cpus = 1 AND gpus > 0;
+    ALTER TABLE jobs ADD COLUMN retry_delay_s REAL NOT NULL DEFAULT 10;
+    ALTER TABLE jobs ADD COLUMN eligible_at REAL;
+    ALTER TABLE jobs ADD COLUMN last_attempt_end TEXT NOT NULL DEFAULT '';
     """,
 ]
 assert len(MIGRATIONS) == SCHEMA_VERSION
@@ -127,7 +130,7 @@ _IDS_PER_QUERY = 500  # under SQLite's oldest limit on bound values (999)
 # Fixed at submit: an update need not rewrite (nor re-encode) them, the environment above
 # all. The request (GPUs, memory, constraints, CPUs) is fixed too, and stored apart.
 _SET_AT_SUBMIT = frozenset({"command", "env", "cwd", "uid", "user", "submit_pid", "submitted_at",
-                            "dependencies", "retry_on"})
+                            "dependencies", "retry_on", "retry_delay_s"})
 _UPDATED_FIELDS = [n for n in _JOB_FIELDS if n not in _SET_AT_SUBMIT]
 
 
