@@ -130,6 +130,9 @@ class Daemon:
                          __version__, os.getpid(), self.backend.name)
                 try:
                     self.loop()
+                    with self.store.write():  # a restart goes on from this usage
+                        self.control.usage.account(self.running(), time.time(), self.store,
+                                                   save=True)
                 finally:
                     wake.close()
             finally:
@@ -212,6 +215,7 @@ class Daemon:
             self.control.check_memory()
         now = time.time()
         self.control.enforce_limits(now)
+        self.control.usage.account(self.running(), now, self.store)
         if self.control.retries_due(now):
             self._schedule_needed = True
         if self._gpus_dirty or poll_due:

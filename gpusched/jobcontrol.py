@@ -11,6 +11,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from gpusched import host, lifecycle, placement, runner, scheduling
+from gpusched.fairshare import UsageLedger
 from gpusched.models import GpuInfo, Job, JobState, transition
 
 if TYPE_CHECKING:
@@ -31,8 +32,7 @@ class JobControl:
         # (job id, reason) from shims that could not create their run file: filled by
         # the wake socket's thread, emptied by the loop's.
         self.launch_failures: queue.SimpleQueue[tuple[int, str]] = queue.SimpleQueue()
-        self.usage: dict[str, float] = {}  # fair share: decayed GPU-seconds per user
-        self._usage_at = time.monotonic()
+        self.usage = UsageLedger(daemon.settings.fairshare_half_life_s)
         self.retry_at: dict[int, float] = {}  # re-queued job id -> when it may start
         self.port_holds: dict[int, socket.socket] = {}  # job id -> what keeps its MASTER_PORT
 
@@ -44,6 +44,7 @@ class JobControl:
         job never has a shim, and a running one's shim is found in its run file.
         """
         d = self.d
+        self.usage.load(d.store)
         d.load_active(d.store.active())
         self.retry_at = {job.id: job.eligible_at for job in d.pending()
                          if job.eligible_at is not None and job.eligible_at > time.time()}
@@ -113,6 +114,7 @@ class JobControl:
 
     def end(self, job: Job, state: JobState, when: float, **record) -> None:
         ended = lifecycle.finish(job, state, when, **record)
+        self.usage.run_ended(job, when)
         hold = self.port_holds.pop(job.id, None)
         if hold is not None:
             hold.close()
@@ -195,12 +197,11 @@ class JobControl:
             return
         now = time.time()
         running = d.running()
-        self._decay_usage(running)
         loads = placement.gpu_loads(d.inventory, running, d.pid_jobs, d.rules,
                                     d.idle_since, now)
         plan = scheduling.schedule(pending, running, loads, d.inventory, d.rules,
                                    d.queue_rules(), now, self._dependency_states(pending),
-                                   self.usage, self.placements)
+                                   self.usage.usage, self.placements)
         with d.store.write():
             for job_id, gpus in plan.starts:
                 self.start(d.jobs[job_id], gpus)
@@ -221,12 +222,6 @@ class JobControl:
                 states[array_id] = _array_state(
                     [self.d.jobs.get(j.id, j).state for j in elements])
         return states
-
-    def _decay_usage(self, running: list[Job]) -> None:
-        now = time.monotonic()
-        self.usage = scheduling.decay_usage(self.usage, running, now - self._usage_at,
-                                            self.d.settings.fairshare_half_life_s)
-        self._usage_at = now
 
     def start(self, job: Job, gpus: tuple[GpuInfo, ...]) -> None:
         d = self.d

@@ -181,6 +181,16 @@ def processes_table(result: dict[str, Any]) -> Table | None:
     return table
 
 
+def usage_line(usage: dict[str, float], half_life_s: float | None, shown: int = 5) -> str:
+    """Fair share's count of GPU time per user, most first: "ada 2h10m, bob 4m05s"."""
+    users = sorted(usage, key=lambda user: (-usage[user], user))
+    listed = ", ".join(f"{user} {duration_human(usage[user])}" for user in users[:shown])
+    if len(users) > shown:
+        listed += f" and {len(users) - shown} more"
+    return (f"GPU time used (fair share, halving every {duration_human(half_life_s)}): "
+            f"{listed or 'none yet'}")
+
+
 def status_lines(status: dict[str, Any]) -> list[str]:
     gpus = f"{status['gpu_count']} GPU(s) via {status['backend']}"
     if status.get("gpu_problem"):
@@ -193,6 +203,7 @@ def status_lines(status: dict[str, Any]) -> list[str]:
         + (" (draining)" if status.get("draining") else ""),
         f"scheduling: policy {status.get('policy')}, discipline {status.get('discipline')}",
         host_line(status["host"]),
+        usage_line(status.get("fairshare_usage") or {}, status.get("fairshare_half_life_s")),
         f"host memory limits: {status.get('mem_enforcement')}",
         f"state: {status['state_dir']}",
         f"socket: {status['socket']}",

@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 from operator import attrgetter
-from typing import Mapping, Sequence
+from typing import Iterable, Mapping, Sequence
 
 from gpusched import lifecycle, placement
 from gpusched.models import GpuInfo, Inventory, Job, JobState
@@ -92,12 +92,29 @@ def queue_order(pending: Sequence[Job], rules: QueueRules,
 
 def decay_usage(usage: Mapping[str, float], running: Sequence[Job], elapsed_s: float,
                 half_life_s: float) -> dict[str, float]:
-    """Fair-share usage in GPU-seconds: old usage halves every half-life, running jobs add."""
+    """Fair-share usage in GPU-seconds: old usage halves every half-life, running jobs add
+    their GPUs for the whole time (the simulator's step, from one event to the next)."""
+    return add_usage(usage, ((job.user, max(job.request.gpus, 0) * elapsed_s)
+                             for job in running), elapsed_s, half_life_s)
+
+
+def add_usage(usage: Mapping[str, float], gpu_seconds: Iterable[tuple[str, float]],
+              elapsed_s: float, half_life_s: float) -> dict[str, float]:
+    """Fair-share usage after elapsed_s: the old halves every half-life, then each
+    (user, GPU-seconds) used meanwhile is added."""
     factor = 0.5 ** (elapsed_s / half_life_s) if half_life_s > 0 else 0.0
     out = {user: value * factor for user, value in usage.items() if value * factor > 1e-3}
-    for job in running:
-        out[job.user] = out.get(job.user, 0.0) + max(job.request.gpus, 0) * elapsed_s
+    for user, seconds in gpu_seconds:
+        out[user] = out.get(user, 0.0) + seconds
     return out
+
+
+def run_gpu_seconds(job: Job, since: float, until: float) -> float:
+    """The GPU-seconds a run used from `since` (or its start, if later) to `until`.
+    Negative when `until` comes first: it takes back what was counted for a run that had
+    already ended (its end was noticed later than it happened)."""
+    start = since if job.started_at is None else max(job.started_at, since)
+    return max(job.request.gpus, 0) * (until - start)
 
 
 @dataclass
