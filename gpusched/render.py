@@ -41,7 +41,9 @@ def mem_human(job: dict[str, Any]) -> str:
 
 
 def host_line(host: dict[str, Any]) -> str:
-    return (f"host: {host['cpus'] - host['cpus_reserved']} of {host['cpus']} CPUs free "
+    # GPU jobs that do not wait for cores may hold more than the box has: none are free.
+    cpus_free = max(host["cpus"] - host["cpus_reserved"], 0)
+    return (f"host: {cpus_free} of {host['cpus']} CPUs free "
             f"({host['cpus_reserved']} reserved by jobs, {host['cpu_used_pct']:.0f}% busy); "
             f"memory {size_human(host['mem_bytes'] - host['mem_reserved_bytes'])} of "
             f"{size_human(host['mem_bytes'])} free for jobs "

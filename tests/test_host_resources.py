@@ -71,6 +71,7 @@ def test_gpu_jobs_do_not_queue_behind_cores_unless_they_ask_for_them(home):
     # Each counts as using a core (and gets one thread), but none waited for one.
     status = json.loads(home.run("daemon", "status", "--json").stdout)
     assert (status["host"]["cpus"], status["host"]["cpus_reserved"]) == (2, 4)
+    assert "host: 0 of 2 CPUs free (4 reserved by jobs" in home.run("daemon", "status").stdout
     assert {home.show(i)["cpus_required"] for i in sharing} == {False}
     # A job that asks for cores waits for them; one that asks for none does not.
     asking = home.submit("--gpu-mem", "10G", "--cpus", "2", "--", "true")
