@@ -344,8 +344,10 @@ def test_retries_requeue_failures_only_unless_asked(box, tmp_path):
     failing = home.submit("--retries", "2", *at_once, *sh(f"{record(t / 'failing')}; exit 3"))
     cancelled = home.submit("--retries", "2", *at_once,
                             *sh(f"{record(t / 'cancelled')}; {gate(t / 'never')}"))
-    retried = home.submit("--retries", "1", *at_once, "--retry-on", "timeout", "--time", "1s", *sh(
-        f'{record(t / "retried")}; [ "$GPUSCHED_ATTEMPT" -ge 2 ] || exec sleep 30'))
+    # Its second attempt must end within the time limit too, counted from when the daemon
+    # started it: on a loaded machine the shim and shell take more than a second to start.
+    retried = home.submit("--retries", "1", *at_once, "--retry-on", "timeout", "--time", "10s", *sh(
+        f'{record(t / "retried")}; [ "$GPUSCHED_ATTEMPT" -ge 2 ] || exec sleep 60'))
     timed_out = home.submit("--retries", "1", *at_once, "--time", "1s", *sh(
         f"{record(t / 'timed_out')}; exec sleep 30"))
 
