@@ -101,6 +101,9 @@ def submit(
     retries: int = typer.Option(0, "--retries", help="Re-queue a failed job up to N times."),
     retry_on: Optional[str] = typer.Option(None, "--retry-on",
                                            help="Ends that re-queue: failed,timeout,cancelled,lost."),
+    retry_delay: Optional[str] = typer.Option(
+        None, "--retry-delay", help="Wait before a retry (default 10s), doubling after each "
+        "failed attempt up to 5m (or the delay, if longer); 0 retries at once."),
     policy: Optional[str] = typer.Option(None, "--policy", help="Placement policy for this job."),
     gpu_ids: Optional[str] = typer.Option(None, "--gpu-ids", help="Only these GPUs: 0,2 "
                                           "(one of them, unless --gpus asks for more)."),
@@ -110,7 +113,9 @@ def submit(
                                                     help="Only GPUs with this much memory: 40G."),
     min_compute_capability: Optional[str] = typer.Option(None, "--min-compute-capability",
                                                          help="Only GPUs at least this: 8.0."),
-    cpus: int = typer.Option(1, "--cpus", "--cpus-per-task", "-c", help="CPU cores the job needs."),
+    cpus: Optional[int] = typer.Option(
+        None, "--cpus", "--cpus-per-task", "-c", help="CPU cores the job needs; it waits for "
+        "them. Without it a GPU job counts one core but never waits for it; 0 needs none."),
     mem: Optional[str] = typer.Option(None, "--mem", help="Host memory the job needs, e.g. 16G "
                                       "(a bare number is MiB, as in Slurm)."),
 ) -> None:
@@ -125,7 +130,8 @@ def submit(
         command=command or [], gpus=gpus, gpu_mem=gpu_mem, name=name, priority=priority, cwd=cwd,
         env=env, from_file=from_file, wait=wait, json=as_json, hold=hold, after=after,
         dependency=dependency, kill_on_invalid_dep=kill_on_invalid_dep, array=array,
-        time=time_limit, signal=warn, retries=retries, retry_on=retry_on, policy=policy,
+        time=time_limit, signal=warn, retries=retries, retry_on=retry_on,
+        retry_delay=retry_delay, policy=policy,
         gpu_ids=gpu_ids, exclude_gpus=exclude_gpus, gpu_type=gpu_type,
         min_gpu_total_mem=min_gpu_total_mem, min_compute_capability=min_compute_capability,
         cpus=cpus, mem=mem)

@@ -130,6 +130,9 @@ class Daemon:
                          __version__, os.getpid(), self.backend.name)
                 try:
                     self.loop()
+                    with self.store.write():  # a restart goes on from this usage
+                        self.control.usage.account(self.running(), time.time(), self.store,
+                                                   save=True)
                 finally:
                     wake.close()
             finally:
@@ -210,7 +213,11 @@ class Daemon:
         self.control.reconcile_running(check_liveness=poll_due)
         if poll_due:
             self.control.check_memory()
-        self.control.enforce_limits(time.time())
+        now = time.time()
+        self.control.enforce_limits(now)
+        self.control.usage.account(self.running(), now, self.store)
+        if self.control.retries_due(now):
+            self._schedule_needed = True
         if self._gpus_dirty or poll_due:
             self.read_gpus()
         # Scheduling passes cost time with a long queue: run one only when something

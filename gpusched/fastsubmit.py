@@ -33,6 +33,7 @@ OPTIONS = {
     "--signal": ("signal", "str"),
     "--retries": ("retries", "int"),
     "--retry-on": ("retry_on", "str"),
+    "--retry-delay": ("retry_delay", "str"),
     "--policy": ("policy", "str"),
     "--gpu-ids": ("gpu_ids", "str"),
     "--exclude-gpus": ("exclude_gpus", "str"),

@@ -136,7 +136,9 @@ class Handlers:
                 "socket": str(d.paths.socket), "running": len(d.running()),
                 "pending": len(d.pending()), "draining": d.draining,
                 "policy": d.rules.policy, "discipline": d.queue_rules().discipline,
-                "host": self.host_usage(), "mem_enforcement": d.mem_enforcement()}
+                "host": self.host_usage(), "mem_enforcement": d.mem_enforcement(),
+                "fairshare_usage": d.control.usage.until(d.running(), time.time()),
+                "fairshare_half_life_s": d.settings.fairshare_half_life_s}
 
     def host_usage(self) -> dict:
         """Cores and memory: usable, reserved by running jobs, and used by the whole host."""

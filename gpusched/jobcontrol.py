@@ -5,11 +5,13 @@ from __future__ import annotations
 import logging
 import queue
 import signal
+import socket
 import time
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from gpusched import host, lifecycle, placement, runner, scheduling
+from gpusched.fairshare import UsageLedger
 from gpusched.models import GpuInfo, Job, JobState, transition
 
 if TYPE_CHECKING:
@@ -30,8 +32,9 @@ class JobControl:
         # (job id, reason) from shims that could not create their run file: filled by
         # the wake socket's thread, emptied by the loop's.
         self.launch_failures: queue.SimpleQueue[tuple[int, str]] = queue.SimpleQueue()
-        self.usage: dict[str, float] = {}  # fair share: decayed GPU-seconds per user
-        self._usage_at = time.monotonic()
+        self.usage = UsageLedger(daemon.settings.fairshare_half_life_s)
+        self.retry_at: dict[int, float] = {}  # re-queued job id -> when it may start
+        self.port_holds: dict[int, socket.socket] = {}  # job id -> what keeps its MASTER_PORT
 
     # -- after a restart ----------------------------------------------------------------
     def adopt(self) -> None:
@@ -41,8 +44,13 @@ class JobControl:
         job never has a shim, and a running one's shim is found in its run file.
         """
         d = self.d
+        self.usage.load(d.store)
         d.load_active(d.store.active())
+        self.retry_at = {job.id: job.eligible_at for job in d.pending()
+                         if job.eligible_at is not None and job.eligible_at > time.time()}
         self.reconcile_running(check_liveness=True)
+        for job in d.running():
+            self._hold_port(job)
         log.info("adopted %d running jobs", len(d.running()))
 
     # -- ends -----------------------------------------------------------------------------
@@ -106,10 +114,15 @@ class JobControl:
 
     def end(self, job: Job, state: JobState, when: float, **record) -> None:
         ended = lifecycle.finish(job, state, when, **record)
+        self.usage.run_ended(job, when)
+        hold = self.port_holds.pop(job.id, None)
+        if hold is not None:
+            hold.close()
         if self.d.cgroups:
             self.d.cgroups.remove(job.id)
         if ended.state is JobState.PENDING:
             runner.clear_run(self.d.paths.jobs_dir, job.id)  # the next attempt starts clean
+            self.retry_at[job.id] = ended.eligible_at
             log.info("job %d re-queued (attempt %d)", job.id, ended.attempt)
         self.d.save(ended)
 
@@ -164,10 +177,17 @@ class JobControl:
                 runner.signal_job(changed, signum)
 
     def next_deadline(self) -> float | None:
-        """When the next time-limit action is due (epoch seconds)."""
+        """When the next time-limit action is due, or a re-queued job may start (epoch s)."""
         times = [step[0] for job in self.d.running()
                  if (step := lifecycle.next_limit_action(job))]
-        return min(times, default=None)
+        return min(times + list(self.retry_at.values()), default=None)
+
+    def retries_due(self, now: float) -> bool:
+        """Whether a re-queued job's delay has run out since the last call: it may start."""
+        due = [job_id for job_id, when in self.retry_at.items() if when <= now]
+        for job_id in due:
+            del self.retry_at[job_id]
+        return bool(due)
 
     # -- starts ---------------------------------------------------------------------------
     def start_ready(self) -> None:
@@ -177,12 +197,11 @@ class JobControl:
             return
         now = time.time()
         running = d.running()
-        self._decay_usage(running)
         loads = placement.gpu_loads(d.inventory, running, d.pid_jobs, d.rules,
                                     d.idle_since, now)
         plan = scheduling.schedule(pending, running, loads, d.inventory, d.rules,
                                    d.queue_rules(), now, self._dependency_states(pending),
-                                   self.usage, self.placements)
+                                   self.usage.usage, self.placements)
         with d.store.write():
             for job_id, gpus in plan.starts:
                 self.start(d.jobs[job_id], gpus)
@@ -204,18 +223,15 @@ class JobControl:
                     [self.d.jobs.get(j.id, j).state for j in elements])
         return states
 
-    def _decay_usage(self, running: list[Job]) -> None:
-        now = time.monotonic()
-        self.usage = scheduling.decay_usage(self.usage, running, now - self._usage_at,
-                                            self.d.settings.fairshare_half_life_s)
-        self._usage_at = now
-
     def start(self, job: Job, gpus: tuple[GpuInfo, ...]) -> None:
         d = self.d
         for gpu in gpus:
             self.placements[gpu.index] = self.placements.get(gpu.index, 0) + 1
         taken = [j.master_port for j in d.running() if j.master_port]
-        port = runner.pick_master_port(d.settings.master_port_min, d.settings.master_port_max, taken)
+        port, hold = runner.pick_master_port(d.settings.master_port_min,
+                                             d.settings.master_port_max, taken)
+        if hold is not None:
+            self.port_holds[job.id] = hold
         if d.settings.cpu_binding:
             busy = [c for j in d.running() for c in j.cpu_ids]
             job = replace(job, cpu_ids=host.pick_cpus(d.host, job.request.cpus, busy))
@@ -235,7 +251,16 @@ class JobControl:
         d.save(transition(
             job, JobState.RUNNING, started_at=started_at, gpu_uuids=tuple(g.uuid for g in gpus),
             gpu_indices=tuple(g.index for g in gpus), master_port=port, pending_reason="",
-            boot_id=d.boot_id))
+            eligible_at=None, boot_id=d.boot_id))
+
+    def _hold_port(self, job: Job) -> None:
+        """Keep an adopted job's MASTER_PORT from other daemons, unless something (its
+        own rendezvous, most likely) already has it."""
+        if job.master_port and job.id not in self.port_holds:
+            try:
+                self.port_holds[job.id] = runner.hold_port(job.master_port)
+            except OSError:
+                pass
 
     def launch_started(self) -> None:
         """Launch the shims of the jobs started in a pass, once that pass is committed:

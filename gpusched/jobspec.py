@@ -6,7 +6,7 @@ import math
 from typing import Any
 
 from gpusched.errors import UsageError
-from gpusched.models import Constraints, Job, Request
+from gpusched.models import DEFAULT_RETRY_DELAY_S, Constraints, Job, Request
 from gpusched.syntax import DEPENDENCY_KINDS, RETRY_ON_CHOICES, WARN_SIGNALS
 
 MAX_GPUS_PER_JOB = 64
@@ -70,7 +70,11 @@ def check_job_spec(spec: Any, policies: list[str]) -> dict[str, Any]:
     if not isinstance(name, str) or len(name) > 200:
         raise UsageError("the job name must be a string of at most 200 characters")
     gpus = whole_number(spec, "gpus", 0, 0, MAX_GPUS_PER_JOB)
-    cpus = whole_number(spec, "cpus", 1, 1, 100_000)
+    # Cores asked for are a limit; a GPU job that did not ask is counted as using one
+    # but never waits for it; a job without GPUs needs its one core (else a queue of
+    # CPU jobs would all start at once).
+    cpus = whole_number(spec, "cpus", None, 0, 100_000)
+    cpus_required = cpus is not None or gpus == 0
     host_mem = whole_number(spec, "mem_bytes", None, 1, 2**60)
     mem = whole_number(spec, "gpu_mem_bytes", None, 1, 2**50)
     if mem is not None and gpus == 0:
@@ -89,13 +93,15 @@ def check_job_spec(spec: Any, policies: list[str]) -> dict[str, Any]:
             isinstance(d, list) and len(d) == 2 and d[0] in DEPENDENCY_KINDS and
             isinstance(d[1], int) and not isinstance(d[1], bool) for d in deps):
         raise UsageError("dependencies must be [KIND, ID] pairs")
+    retry_delay_s = _number(spec, "retry_delay_s", 0.0)
     warn_signal = whole_number(spec, "warn_signal", None, 1, 64)
     if warn_signal is not None and warn_signal not in WARN_SIGNALS:
         raise UsageError(f"warn-signal must be one the job's shim passes on "
                          f"({', '.join(str(int(s)) for s in WARN_SIGNALS)}), not {warn_signal}")
     return {
         "command": tuple(command), "name": name, "policy": policy,
-        "request": Request(gpus, mem, constraints, cpus, host_mem),
+        "request": Request(gpus, mem, constraints, 1 if cpus is None else cpus, host_mem,
+                           cpus_required),
         "priority": whole_number(spec, "priority", 0, -MAX_PRIORITY, MAX_PRIORITY),
         "held": bool(spec.get("hold")), "dependencies": tuple((k, i) for k, i in deps),
         "kill_on_invalid_dep": bool(spec.get("kill_on_invalid_dep")),
@@ -103,6 +109,7 @@ def check_job_spec(spec: Any, policies: list[str]) -> dict[str, Any]:
         "warn_signal": warn_signal,
         "warn_before_s": _number(spec, "warn_before_s", 0.0) or 0.0,
         "retries": whole_number(spec, "retries", 0, 0, 1000), "retry_on": tuple(retry_on),
+        "retry_delay_s": DEFAULT_RETRY_DELAY_S if retry_delay_s is None else retry_delay_s,
     }
 
 
@@ -113,7 +120,9 @@ def job_spec(job: Job) -> dict[str, Any]:
     capability = constraints.min_compute_capability
     return {
         "command": list(job.command), "name": job.name, "policy": job.policy,
-        "gpus": request.gpus, "gpu_mem_bytes": request.gpu_mem_bytes, "cpus": request.cpus,
+        "gpus": request.gpus, "gpu_mem_bytes": request.gpu_mem_bytes,
+        # Cores not asked for stay so: a GPU job then still never waits for one.
+        "cpus": request.cpus if request.cpus_required else None,
         "mem_bytes": request.mem_bytes, "priority": job.priority, "hold": False,
         "constraints": {"gpu_ids": list(constraints.gpu_ids),
                         "exclude_gpus": list(constraints.exclude_gpus),
@@ -121,6 +130,7 @@ def job_spec(job: Job) -> dict[str, Any]:
                         "min_gpu_total_mem_bytes": constraints.min_gpu_total_mem_bytes,
                         "min_compute_capability": list(capability) if capability else None},
         "retries": job.retries, "retry_on": list(job.retry_on),
+        "retry_delay_s": job.retry_delay_s,
         "dependencies": [[kind, dep] for kind, dep in job.dependencies],
         "kill_on_invalid_dep": job.kill_on_invalid_dep, "time_limit_s": job.time_limit_s,
         "warn_signal": job.warn_signal, "warn_before_s": job.warn_before_s,

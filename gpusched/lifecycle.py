@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import signal
 from dataclasses import replace
 
@@ -10,6 +11,12 @@ from gpusched.units import duration_human, size_human
 
 WARN = "warn"
 TERMINATE = "terminate"
+# The delay before a retry doubles after each failed attempt, up to this (or up to the
+# job's own --retry-delay, when that is longer).
+RETRY_DELAY_CAP_S = 300.0
+# How a run ended, as a pending reason says it: "retrying after attempt 2 timed out".
+_ENDED = {"failed": "failed", "timeout": "timed out", "cancelled": "was cancelled",
+          "oom": "ran out of memory", "lost": "was lost"}
 
 
 def end_state(job: Job, exit_code: int | None, error: str) -> JobState:
@@ -63,13 +70,32 @@ def end_reason(job: Job, state: JobState, exit_code: int | None, signum: int | N
 def finish(job: Job, state: JobState, now: float, **record) -> Job:
     """End a run: a final state, or back to the queue while retries last for this end."""
     if state.value in job.retry_on and job.attempt <= job.retries:
-        return transition(
+        retry = transition(
             job, JobState.PENDING, attempt=job.attempt + 1, started_at=None, gpu_uuids=(),
             gpu_indices=(), master_port=None, shim_pid=None, shim_start_time=None,
             cancel_requested=False, warned=False, timed_out=False, oom_killed=False, cpu_ids=(),
-            pending_reason=f"re-queued after attempt {job.attempt} ended {state.value}",
+            eligible_at=now + retry_delay_s(job), last_attempt_end=state.value,
             end_reason="", exit_code=record.get("exit_code"), signal=record.get("signal"))
+        return replace(retry, pending_reason=retry_reason(retry, now))
     return transition(job, state, ended_at=now, **record)
+
+
+def retry_delay_s(job: Job) -> float:
+    """How long after this attempt ends the next may start: the job's delay, doubled for
+    each attempt before this one, at most RETRY_DELAY_CAP_S (or the delay itself)."""
+    doubled = job.retry_delay_s * 2.0 ** min(job.attempt - 1, 32)
+    return min(doubled, max(RETRY_DELAY_CAP_S, job.retry_delay_s))
+
+
+def is_waiting_to_retry(job: Job, now: float) -> bool:
+    return job.eligible_at is not None and job.eligible_at > now
+
+
+def retry_reason(job: Job, now: float) -> str:
+    """The pending reason of a re-queued job that may not start yet."""
+    ended = _ENDED.get(job.last_attempt_end, f"ended {job.last_attempt_end}")
+    wait_s = math.ceil(max((job.eligible_at or now) - now, 0.0))
+    return f"retrying after attempt {job.attempt - 1} {ended}; eligible in {wait_s}s"
 
 
 def mem_limit_bytes(job: Job, margin_pct: float) -> int | None:

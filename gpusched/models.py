@@ -39,6 +39,10 @@ TRANSITIONS: dict[JobState, frozenset[JobState]] = {
 }
 
 
+# Before a retry: this long after the first failed attempt, doubling after each further one.
+DEFAULT_RETRY_DELAY_S = 10.0
+
+
 class IllegalTransition(ValueError):
     """A state change that the job state machine does not allow."""
 
@@ -76,6 +80,10 @@ class Request:
     constraints: Constraints = Constraints()
     cpus: int = 1
     mem_bytes: int | None = None  # host memory; None: not declared
+    # Whether the job waits for its cores. A GPU job that did not ask with --cpus is
+    # counted as using its core but never waits for one: on a box with fewer cores than
+    # GPUs, GPU jobs must not queue behind cores they barely use.
+    cpus_required: bool = True
 
     @property
     def is_exclusive(self) -> bool:
@@ -128,6 +136,9 @@ class Job:
     retries: int = 0
     retry_on: tuple[str, ...] = ("failed",)  # end states that re-queue while retries last
     attempt: int = 1
+    retry_delay_s: float = DEFAULT_RETRY_DELAY_S  # before the 2nd attempt; doubles after
+    eligible_at: float | None = None  # a re-queued attempt may not start before this
+    last_attempt_end: str = ""  # the state the previous attempt ended in ("failed", ...)
     policy: str = ""  # placement policy for this job; "" = the configured one
     # Host resources and what the job was seen to use.
     cpu_ids: tuple[int, ...] = ()  # cores it is pinned to (cpu_binding), else ()
@@ -242,9 +253,11 @@ def job_to_dict(job: Job) -> dict:
         "array_id": job.array_id, "array_index": job.array_index,
         "array_throttle": job.array_throttle, "time_limit_s": job.time_limit_s,
         "warn_signal": job.warn_signal, "warn_before_s": job.warn_before_s,
-        "retries": job.retries, "attempt": job.attempt, "policy": job.policy,
+        "retries": job.retries, "attempt": job.attempt, "retry_delay_s": job.retry_delay_s,
+        "eligible_at": job.eligible_at, "policy": job.policy,
         "constraints": asdict(job.request.constraints),
-        "cpus": job.request.cpus, "mem_bytes": job.request.mem_bytes,
+        "cpus": job.request.cpus, "cpus_required": job.request.cpus_required,
+        "mem_bytes": job.request.mem_bytes,
         "cpu_ids": list(job.cpu_ids), "mem_peak_bytes": job.mem_peak_bytes,
         "gpu_mem_peak_bytes": job.gpu_mem_peak_bytes, "mem_over": job.mem_over,
     }

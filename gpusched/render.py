@@ -41,7 +41,9 @@ def mem_human(job: dict[str, Any]) -> str:
 
 
 def host_line(host: dict[str, Any]) -> str:
-    return (f"host: {host['cpus'] - host['cpus_reserved']} of {host['cpus']} CPUs free "
+    # GPU jobs that do not wait for cores may hold more than the box has: none are free.
+    cpus_free = max(host["cpus"] - host["cpus_reserved"], 0)
+    return (f"host: {cpus_free} of {host['cpus']} CPUs free "
             f"({host['cpus_reserved']} reserved by jobs, {host['cpu_used_pct']:.0f}% busy); "
             f"memory {size_human(host['mem_bytes'] - host['mem_reserved_bytes'])} of "
             f"{size_human(host['mem_bytes'])} free for jobs "
@@ -181,6 +183,16 @@ def processes_table(result: dict[str, Any]) -> Table | None:
     return table
 
 
+def usage_line(usage: dict[str, float], half_life_s: float | None, shown: int = 5) -> str:
+    """Fair share's count of GPU time per user, most first: "ada 2h10m, bob 4m05s"."""
+    users = sorted(usage, key=lambda user: (-usage[user], user))
+    listed = ", ".join(f"{user} {duration_human(usage[user])}" for user in users[:shown])
+    if len(users) > shown:
+        listed += f" and {len(users) - shown} more"
+    return (f"GPU time used (fair share, halving every {duration_human(half_life_s)}): "
+            f"{listed or 'none yet'}")
+
+
 def status_lines(status: dict[str, Any]) -> list[str]:
     gpus = f"{status['gpu_count']} GPU(s) via {status['backend']}"
     if status.get("gpu_problem"):
@@ -193,6 +205,7 @@ def status_lines(status: dict[str, Any]) -> list[str]:
         + (" (draining)" if status.get("draining") else ""),
         f"scheduling: policy {status.get('policy')}, discipline {status.get('discipline')}",
         host_line(status["host"]),
+        usage_line(status.get("fairshare_usage") or {}, status.get("fairshare_half_life_s")),
         f"host memory limits: {status.get('mem_enforcement')}",
         f"state: {status['state_dir']}",
         f"socket: {status['socket']}",

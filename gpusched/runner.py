@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import signal
@@ -71,12 +72,14 @@ def job_environment(job: Job, gpus: Iterable[GpuInfo], master_port: int,
     })
     if job.request.gpu_mem_bytes is not None:
         env["GPUSCHED_GPU_MEM"] = str(job.request.gpu_mem_bytes)
-    env["GPUSCHED_CPUS"] = str(job.request.cpus)
+    # A job of --cpus 0 still runs a thread.
+    threads = str(max(job.request.cpus, 1))
+    env["GPUSCHED_CPUS"] = threads
     # Math libraries start a thread per core of the machine unless told otherwise: eight
     # jobs each spawning 64 threads is how a shared box grinds to a halt. The job's own
     # setting (from the submitting environment or --env) wins.
     for var in THREAD_VARS:
-        env.setdefault(var, str(job.request.cpus))
+        env.setdefault(var, threads)
     if job.request.mem_bytes is not None:
         env["GPUSCHED_MEM"] = str(job.request.mem_bytes)
     if job.array_id is not None:
@@ -97,19 +100,42 @@ def progress_path(job: Job) -> Path:
     return Path(job.stdout_path).parent / f"{job.id}.progress.json"
 
 
-def pick_master_port(low: int, high: int, taken: Iterable[int]) -> int:
-    """The lowest port in the range that no running job has and nobody is listening on."""
+def pick_master_port(low: int, high: int,
+                     taken: Iterable[int]) -> tuple[int, socket.socket | None]:
+    """The lowest port in the range that no running job has and nobody holds, and a
+    socket that keeps it for the job (None when none could be made).
+
+    A port only probed free can be taken by another process (another user's gpusched
+    giving out the same port) in the seconds before the job binds it: EADDRINUSE in
+    its rendezvous. So the probe stays bound, not listening, with SO_REUSEADDR set
+    after the bind: any later bind without SO_REUSEADDR (another daemon's probe) fails,
+    while the job's own server, which sets it (torch's TCPStore does), can still listen.
+    """
     taken = set(taken)
     for port in range(low, high + 1):
         if port in taken:
             continue
-        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
-            try:
-                probe.bind(("127.0.0.1", port))
-            except OSError:
-                continue
-        return port
-    return low + (max(taken, default=low) - low + 1) % (high - low + 1)
+        try:
+            return port, hold_port(port)
+        except OSError as exc:
+            if exc.errno not in (errno.EADDRINUSE, errno.EACCES):
+                break  # out of descriptors, say: give the port without a hold
+    else:
+        port = low + (max(taken, default=low) - low + 1) % (high - low + 1)
+    return port, None
+
+
+def hold_port(port: int) -> socket.socket:
+    """A bound socket that keeps the port from other binds without SO_REUSEADDR; raises
+    OSError (EADDRINUSE) when something else has the port."""
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    try:
+        sock.bind(("0.0.0.0", port))
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    except OSError:
+        sock.close()
+        raise
+    return sock
 
 
 # A job's files lie side by side in the jobs directory, named by its id: ID.run.jsonl (see

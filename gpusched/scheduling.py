@@ -9,9 +9,9 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 from operator import attrgetter
-from typing import Mapping, Sequence
+from typing import Iterable, Mapping, Sequence
 
-from gpusched import placement
+from gpusched import lifecycle, placement
 from gpusched.models import GpuInfo, Inventory, Job, JobState
 from gpusched.placement import GpuLoad, PlacementRules
 
@@ -92,12 +92,29 @@ def queue_order(pending: Sequence[Job], rules: QueueRules,
 
 def decay_usage(usage: Mapping[str, float], running: Sequence[Job], elapsed_s: float,
                 half_life_s: float) -> dict[str, float]:
-    """Fair-share usage in GPU-seconds: old usage halves every half-life, running jobs add."""
+    """Fair-share usage in GPU-seconds: old usage halves every half-life, running jobs add
+    their GPUs for the whole time (the simulator's step, from one event to the next)."""
+    return add_usage(usage, ((job.user, max(job.request.gpus, 0) * elapsed_s)
+                             for job in running), elapsed_s, half_life_s)
+
+
+def add_usage(usage: Mapping[str, float], gpu_seconds: Iterable[tuple[str, float]],
+              elapsed_s: float, half_life_s: float) -> dict[str, float]:
+    """Fair-share usage after elapsed_s: the old halves every half-life, then each
+    (user, GPU-seconds) used meanwhile is added."""
     factor = 0.5 ** (elapsed_s / half_life_s) if half_life_s > 0 else 0.0
     out = {user: value * factor for user, value in usage.items() if value * factor > 1e-3}
-    for job in running:
-        out[job.user] = out.get(job.user, 0.0) + max(job.request.gpus, 0) * elapsed_s
+    for user, seconds in gpu_seconds:
+        out[user] = out.get(user, 0.0) + seconds
     return out
+
+
+def run_gpu_seconds(job: Job, since: float, until: float) -> float:
+    """The GPU-seconds a run used from `since` (or its start, if later) to `until`.
+    Negative when `until` comes first: it takes back what was counted for a run that had
+    already ended (its end was noticed later than it happened)."""
+    start = since if job.started_at is None else max(job.started_at, since)
+    return max(job.request.gpus, 0) * (until - start)
 
 
 @dataclass
@@ -173,10 +190,11 @@ def _host_reason(job: Job, p: _Pass, host: HostCapacity) -> str:
     """Why the host's cores, memory or running-job limit keep the job waiting."""
     if host.max_running is not None and p.running >= host.max_running:
         return f"{p.running} jobs are running (max_running = {host.max_running})"
-    free_cpus = host.cpus - p.cpus_used
-    if job.request.cpus > free_cpus:
+    # Below zero when jobs that do not wait for cores hold more than the box has.
+    free_cpus = max(host.cpus - p.cpus_used, 0)
+    if job.request.cpus_required and job.request.cpus > free_cpus:
         plural = "s" if job.request.cpus != 1 else ""
-        return f"needs {job.request.cpus} CPU{plural}; {max(free_cpus, 0)} of {host.cpus} free"
+        return f"needs {job.request.cpus} CPU{plural}; {free_cpus} of {host.cpus} free"
     mem = job.request.mem_bytes
     if mem is not None and mem > host.mem_bytes - p.mem_used_bytes:
         free = max(host.mem_bytes - p.mem_used_bytes, 0)
@@ -249,13 +267,15 @@ def _waits_on_dependencies(job: Job, dep_states: Mapping[int, JobState],
 
 def _explain_full_box(rest: Sequence[Job], p: _Pass, queue: QueueRules,
                       dep_states: Mapping[int, JobState], reasons: dict[int, str],
-                      cancels: dict[int, str]) -> None:
+                      cancels: dict[int, str], now: float) -> None:
     """Reasons for the jobs left when max_running is reached: one shared reason, but a
     job's own dependencies (and a hold) still come first, as in the main loop."""
     full_reason = _host_reason(rest[0], p, queue.host)
     for job in rest:
-        if not job.held and not job.dependencies:  # the common case, checked inline
+        if not job.held and not job.dependencies and job.eligible_at is None:  # the common case
             reasons[job.id] = full_reason
+        elif lifecycle.is_waiting_to_retry(job, now):
+            reasons[job.id] = lifecycle.retry_reason(job, now)
         elif not _waits_on_dependencies(job, dep_states, reasons, cancels):
             reasons[job.id] = f"held (`gpusched release {job.id}` lets it start)" \
                 if job.held else full_reason
@@ -285,8 +305,11 @@ def schedule(pending: Sequence[Job], running: Sequence[Job], loads: Mapping[str,
         if _box_is_full(p, queue):
             # Nothing more can start this pass: the rest share one reason (a long queue
             # behind max_running is the common case, and it is checked after every end).
-            _explain_full_box(ordered[n:], p, queue, dep_states or {}, reasons, cancels)
+            _explain_full_box(ordered[n:], p, queue, dep_states or {}, reasons, cancels, now)
             break
+        if job.eligible_at is not None and lifecycle.is_waiting_to_retry(job, now):
+            reasons[job.id] = lifecycle.retry_reason(job, now)
+            continue
         if _waits_on_dependencies(job, dep_states or {}, reasons, cancels):
             continue
         why = _limit_reason(job, p, queue)

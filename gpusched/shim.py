@@ -391,7 +391,12 @@ def record_exit(run_path: str, spec: dict, record: dict) -> None:
     """
     append_record(run_path, "exit", record)
     notify_daemon(spec)
-    make_durable(run_path)
+    try:
+        make_durable(run_path)
+    except FileNotFoundError:
+        # The daemon has read the record already and cleared the file for a retry. Not a
+        # failure: reported as one, it would fail the next attempt, just launched.
+        pass
 
 
 def run(spec: dict, spec_line: bytes | None = None) -> int:

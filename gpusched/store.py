@@ -12,7 +12,7 @@ from typing import Iterable, Iterator
 from gpusched.errors import StoreError
 from gpusched.models import Constraints, Job, JobState, Request
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 
 # Migrations[n] takes a database at version n to n + 1. Version 0 is an empty file.
 MIGRATIONS: list[str] = [
@@ -81,6 +81,15 @@ MIGRATIONS: list[str] = [
     ALTER TABLE jobs ADD COLUMN mem_over INTEGER NOT NULL DEFAULT 0;
     ALTER TABLE jobs ADD COLUMN oom_killed INTEGER NOT NULL DEFAULT 0;
     """,
+    # 4: cores as a limit only when asked for (a GPU job stored with the old default of
+    # one core did not ask), and a delay before each retry. (Fair-share usage lives in meta.)
+    """
+    ALTER TABLE jobs ADD COLUMN cpus_required INTEGER NOT NULL DEFAULT 1;
+    UPDATE jobs SET cpus_required = 0 WHERE cpus = 1 AND gpus > 0;
+    ALTER TABLE jobs ADD COLUMN retry_delay_s REAL NOT NULL DEFAULT 10;
+    ALTER TABLE jobs ADD COLUMN eligible_at REAL;
+    ALTER TABLE jobs ADD COLUMN last_attempt_end TEXT NOT NULL DEFAULT '';
+    """,
 ]
 assert len(MIGRATIONS) == SCHEMA_VERSION
 
@@ -111,7 +120,8 @@ def _row_to_job(row: sqlite3.Row) -> Job:
     values["state"] = JobState(values["state"])
     values["request"] = Request(values.pop("gpus"), values.pop("gpu_mem_bytes"),
                                 _constraints_from_json(values.pop("constraints")),
-                                values.pop("cpus"), values.pop("mem_bytes"))
+                                values.pop("cpus"), values.pop("mem_bytes"),
+                                bool(values.pop("cpus_required")))
     return Job(**values)
 
 
@@ -120,7 +130,7 @@ _IDS_PER_QUERY = 500  # under SQLite's oldest limit on bound values (999)
 # Fixed at submit: an update need not rewrite (nor re-encode) them, the environment above
 # all. The request (GPUs, memory, constraints, CPUs) is fixed too, and stored apart.
 _SET_AT_SUBMIT = frozenset({"command", "env", "cwd", "uid", "user", "submit_pid", "submitted_at",
-                            "dependencies", "retry_on"})
+                            "dependencies", "retry_on", "retry_delay_s"})
 _UPDATED_FIELDS = [n for n in _JOB_FIELDS if n not in _SET_AT_SUBMIT]
 
 
@@ -131,6 +141,7 @@ def _job_to_row(job: Job, for_update: bool = False) -> dict:
     if not for_update:
         row["gpus"], row["gpu_mem_bytes"] = job.request.gpus, job.request.gpu_mem_bytes
         row["cpus"], row["mem_bytes"] = job.request.cpus, job.request.mem_bytes
+        row["cpus_required"] = job.request.cpus_required
         row["constraints"] = json.dumps(asdict(job.request.constraints))
     row["state"] = job.state.value
     for key, is_tuple in _JSON_TUPLES.items():

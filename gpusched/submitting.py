@@ -8,7 +8,7 @@ import sys
 
 from gpusched import syntax
 from gpusched.errors import GpuschedError, UsageError, detach_stdout
-from gpusched.units import parse_size
+from gpusched.units import parse_duration, parse_size
 
 # typing is imported only by type checkers: the submit fast path imports this module, and
 # typing would cost every submit several ms.
@@ -31,7 +31,7 @@ class SubmitOptions:
         "after": [], "dependency": [], "kill_on_invalid_dep": False, "array": None,
         "time": None, "signal": None, "retries": 0, "retry_on": None, "policy": None,
         "gpu_ids": None, "exclude_gpus": None, "gpu_type": None, "min_gpu_total_mem": None,
-        "min_compute_capability": None, "cpus": 1, "mem": None,
+        "min_compute_capability": None, "cpus": None, "mem": None, "retry_delay": None,
     }
 
     def __init__(self, **values: Any):
@@ -98,6 +98,13 @@ def _size(text: str | None, option: str) -> int | None:
         raise UsageError(f"{option}: {exc}") from None
 
 
+def _duration(text: str, option: str) -> float:
+    try:
+        return parse_duration(text)
+    except ValueError as exc:
+        raise UsageError(f"{option}: {exc}") from None
+
+
 def _capability(text: str | None) -> list[int] | None:
     if not text:
         return None
@@ -122,7 +129,7 @@ def gpus_and_type(opts: SubmitOptions) -> tuple[int | None, str]:
 def scheduling_fields(opts: SubmitOptions) -> dict[str, Any]:
     """The Slurm-style options of a job spec: hold, dependencies, arrays, limits, constraints."""
     spec: dict[str, Any] = {
-        "cpus": opts.cpus, "mem_bytes": None if opts.mem is None else syntax.parse_mem(opts.mem),
+        "mem_bytes": None if opts.mem is None else syntax.parse_mem(opts.mem),
         "hold": opts.hold, "kill_on_invalid_dep": opts.kill_on_invalid_dep,
         "dependencies": [list(d) for d in syntax.parse_dependencies(opts.after, opts.dependency)],
         "retries": opts.retries, "policy": opts.policy or "",
@@ -133,8 +140,12 @@ def scheduling_fields(opts: SubmitOptions) -> dict[str, Any]:
                                                          "--min-gpu-total-mem") or 0,
                         "min_compute_capability": _capability(opts.min_compute_capability)},
     }
+    if opts.cpus is not None:  # only cores asked for are a limit (see jobspec)
+        spec["cpus"] = opts.cpus
     if opts.retry_on:
         spec["retry_on"] = [r.strip() for r in opts.retry_on.split(",") if r.strip()]
+    if opts.retry_delay is not None:
+        spec["retry_delay_s"] = _duration(opts.retry_delay, "--retry-delay")
     time_limit_s = None if opts.time is None else syntax.parse_time_limit(opts.time)
     if time_limit_s is not None:
         spec["time_limit_s"] = time_limit_s

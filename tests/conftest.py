@@ -45,6 +45,16 @@ def executable(path: Path, text: str, mode: int = 0o755) -> Path:
     return path
 
 
+def is_gone(proc: int | psutil.Process) -> bool:
+    """Whether a process has ended: gone, or a zombie not reaped yet. A process reaped
+    between two looks counts as gone (pid_exists() then status() would race the reaper)."""
+    try:
+        proc = psutil.Process(proc) if isinstance(proc, int) else proc
+        return proc.status() == psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return True
+
+
 def find_shim(jobs_root: Path, job_id: int) -> tuple[int, float] | None:
     """A job's shim as the daemon sees it: (pid, start time) from its run file's "shim"
     record, the start time 0.0 once that process is gone; None before the record exists."""
@@ -138,8 +148,7 @@ class Home:
         pid = self.daemon_pid()
         assert pid
         os.kill(pid, signal.SIGKILL)
-        wait_until(lambda: not psutil.pid_exists(pid) or
-                   psutil.Process(pid).status() == psutil.STATUS_ZOMBIE, "the daemon to die")
+        wait_until(lambda: is_gone(pid), "the daemon to die")
 
     def processes(self) -> list[psutil.Process]:
         """Every process of this home: the daemon, shims, and the jobs under them."""

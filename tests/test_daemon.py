@@ -17,7 +17,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from conftest import Home, find_shim, wait_until
+from conftest import Home, find_shim, is_gone, wait_until
 from gpusched import __version__
 from gpusched.client import Client
 from gpusched.paths import resolve_paths
@@ -203,8 +203,7 @@ def test_jobs_survive_a_killed_daemon_and_gpus_stay_reserved(make_home, tmp_path
     # One job ends while no daemon runs: its shim keeps the exit record for the next one.
     release(gates["ok"])
     ok_pid = int(pids["ok"].read_text())
-    wait_until(lambda: not psutil.pid_exists(ok_pid) or
-               psutil.Process(ok_pid).status() == psutil.STATUS_ZOMBIE, "the first job to end")
+    wait_until(lambda: is_gone(ok_pid), "the first job to end")
     for name in ("three", "killed"):
         assert psutil.pid_exists(int(pids[name].read_text())), f"job {name} died with the daemon"
 

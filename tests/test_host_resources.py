@@ -61,6 +61,31 @@ def test_pending_reason_names_the_missing_cores(home):
     home.wait_state(waiting, "succeeded")
 
 
+def test_gpu_jobs_do_not_queue_behind_cores_unless_they_ask_for_them(home):
+    """Four GPUs on a box with two cores: four memory-sharing jobs run at once."""
+    home.write_config("[host]\ncpus = 2\n")
+    gate = "while [ ! -e go ]; do sleep 0.05; done"
+    sharing = [home.submit("--gpu-mem", "10G", "--", "sh", "-c", gate) for _ in range(4)]
+    for job_id in sharing:
+        home.wait_state(job_id, "running")
+    # Each counts as using a core (and gets one thread), but none waited for one.
+    status = json.loads(home.run("daemon", "status", "--json").stdout)
+    assert (status["host"]["cpus"], status["host"]["cpus_reserved"]) == (2, 4)
+    assert "host: 0 of 2 CPUs free (4 reserved by jobs" in home.run("daemon", "status").stdout
+    assert {home.show(i)["cpus_required"] for i in sharing} == {False}
+    # A job that asks for cores waits for them; one that asks for none does not.
+    asking = home.submit("--gpu-mem", "10G", "--cpus", "2", "--", "true")
+    none = home.submit("--gpu-mem", "10G", "--cpus", "0", "--", "sh", "-c",
+                       "echo $GPUSCHED_CPUS $OMP_NUM_THREADS")
+    assert home.wait_state(none, "succeeded")["cpus"] == 0
+    assert home.run("logs", str(none)).stdout.split() == ["1", "1"]
+    job = wait_until(lambda: (j := home.show(asking))["pending_reason"] and j, "a pending reason")
+    assert job["pending_reason"] == "needs 2 CPUs; 0 of 2 free"
+    (home.path / "go").touch()
+    assert home.wait_state(asking, "succeeded")["started_at"] >= max(
+        home.wait_state(i, "succeeded")["ended_at"] for i in sharing)
+
+
 def test_more_cpus_than_the_box_has_is_refused_naming_its_size(home):
     home.write_config("[host]\ncpus = 4\n")
     before = home.jobs()
@@ -141,6 +166,17 @@ def test_schedule_counts_cores_memory_and_the_running_limit():
     plan = schedule([_job(7)], [_job(i) for i in range(10, 13)], {}, Inventory(), PlacementRules(),
                     QueueRules(host=host), now=0.0)
     assert plan.reasons[7] == "3 jobs are running (max_running = 3)"
+
+
+def test_cores_limit_only_the_jobs_that_wait_for_them():
+    host = HostCapacity(cpus=2, mem_bytes=2**40)
+    counted = [Job(id=i, command=("true",), cwd="/", uid=0, user="u",
+                   request=Request(cpus=1, cpus_required=False)) for i in range(1, 5)]
+    pending = counted + [_job(5, cpus=2), _job(6, cpus=0), _job(7, cpus=1)]
+    plan = schedule(pending, [], {}, Inventory(), PlacementRules(), QueueRules(host=host), now=0.0)
+    assert [job_id for job_id, _ in plan.starts] == [1, 2, 3, 4, 6]
+    assert plan.reasons[5] == "needs 2 CPUs; 0 of 2 free"
+    assert plan.reasons[7] == "needs 1 CPU; 0 of 2 free"
 
 
 def test_host_impossible_reason_names_the_box():

@@ -13,7 +13,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from conftest import REPO, wait_until
+from conftest import REPO, find_shim, wait_until
 
 torch = pytest.importorskip("torch")
 
@@ -101,19 +101,19 @@ def check_nightly_eval_passes_the_status_on(home, ckpt: Path, step: int) -> None
 
 
 def job_process_group(home, job_id: int) -> int:
-    """The job's process group: the shim makes the job (here torchrun) its leader. Only
-    this home's: another test run on the machine has a job of the same id."""
+    """The job's process group: the shim makes the job (here torchrun) its leader.
+
+    Found as a child of this home's shim: not by the environment, which torchrun's
+    workers, each the leader of a session of its own, share (and the jobs of other test
+    runs on the machine, but for GPUSCHED_HOME).
+    """
     def leader() -> int | None:
-        for proc in psutil.process_iter(["environ"]):
-            try:
-                env = proc.info["environ"] or {}
-                if (env.get("GPUSCHED_JOB_ID") == str(job_id)
-                        and env.get("GPUSCHED_HOME") == str(home.path)
-                        and os.getpgid(proc.pid) == proc.pid):
-                    return proc.pid
-            except (psutil.Error, ProcessLookupError):
-                continue
-        return None
+        shim = find_shim(home.state / "jobs", job_id)
+        try:
+            children = psutil.Process(shim[0]).children() if shim else []
+            return next((c.pid for c in children if os.getpgid(c.pid) == c.pid), None)
+        except (psutil.Error, ProcessLookupError):
+            return None
     return wait_until(leader, f"job {job_id}'s process group")
 
 

@@ -12,7 +12,9 @@ import pytest
 from gpusched import jobspec, lifecycle, shim, syntax
 from gpusched.errors import UsageError
 from gpusched.lifecycle import TERMINATE, WARN
-from gpusched.models import Constraints, IllegalTransition, Job, JobState, Request
+from gpusched.models import Constraints, IllegalTransition, Inventory, Job, JobState, Request
+from gpusched.placement import PlacementRules
+from gpusched.scheduling import QueueRules, schedule
 
 POLICIES = ["pack", "spread", "round-robin", "weighted-round-robin", "order"]
 
@@ -82,7 +84,10 @@ def test_a_failed_run_is_requeued_while_retries_last():
         job = lifecycle.finish(job, JobState.FAILED, 2000.0 + attempt, exit_code=1, signal=None)
         assert job.state is JobState.PENDING
         assert job.attempt == attempt + 1
-        assert job.pending_reason == f"re-queued after attempt {attempt} ended failed"
+        # The next attempt waits: 10 s after the first failure, doubling after each.
+        delay = 10.0 * 2 ** (attempt - 1)
+        assert job.eligible_at == 2000.0 + attempt + delay
+        assert job.pending_reason == f"retrying after attempt {attempt} failed; eligible in {delay:.0f}s"
         # Everything about the old run is gone, so the next one starts clean.
         assert (job.started_at, job.gpu_uuids, job.gpu_indices, job.shim_pid) == (None, (), (), None)
         assert (job.master_port, job.shim_start_time, job.ended_at) == (None, None, None)
@@ -91,6 +96,27 @@ def test_a_failed_run_is_requeued_while_retries_last():
     job = replace(job, state=JobState.RUNNING, started_at=1003.0)
     final = lifecycle.finish(job, JobState.FAILED, 2003.0, exit_code=1, signal=None)
     assert (final.state, final.attempt, final.ended_at) == (JobState.FAILED, 3, 2003.0)
+
+
+@pytest.mark.parametrize("delay_s, attempt, expected_s", [
+    (10.0, 1, 10.0), (10.0, 2, 20.0), (10.0, 5, 160.0), (10.0, 6, 300.0), (10.0, 1000, 300.0),
+    (1.0, 3, 4.0), (0.0, 4, 0.0), (3600.0, 1, 3600.0), (3600.0, 3, 3600.0),
+])
+def test_the_retry_delay_doubles_up_to_five_minutes_or_its_own_length(delay_s, attempt, expected_s):
+    job = running(retries=1000, attempt=attempt, retry_delay_s=delay_s)
+    assert lifecycle.retry_delay_s(job) == expected_s
+    again = lifecycle.finish(job, JobState.FAILED, 2000.0)
+    assert again.eligible_at == 2000.0 + expected_s
+
+
+def test_a_retry_waits_for_its_time_with_the_reason_counting_down():
+    job = lifecycle.finish(running(retries=1, retry_on=("failed", "timeout")), JobState.TIMEOUT, 2000.0)
+    pending = [job, replace(job, id=8, eligible_at=None)]
+    plan = schedule(pending, [], {}, Inventory(), PlacementRules(), QueueRules(), now=2003.5)
+    assert [job_id for job_id, _ in plan.starts] == [8]
+    assert plan.reasons[7] == "retrying after attempt 1 timed out; eligible in 7s"
+    plan = schedule(pending[:1], [], {}, Inventory(), PlacementRules(), QueueRules(), now=2010.0)
+    assert [job_id for job_id, _ in plan.starts] == [7]
 
 
 @pytest.mark.parametrize("state", [JobState.CANCELLED, JobState.TIMEOUT, JobState.LOST,
@@ -267,7 +293,9 @@ def test_a_full_job_spec_is_checked_into_job_fields():
                             "min_gpu_total_mem_bytes": 40 * 2**30,
                             "min_compute_capability": [8, 0]}}
     fields = jobspec.check_job_spec(spec, POLICIES)
-    assert fields["request"] == Request(2, 2**30, Constraints((0, 2), (1,), "H100", 40 * 2**30, (8, 0)))
+    # A GPU job that did not ask for cores is counted as using one, and never waits for it.
+    assert fields["request"] == Request(2, 2**30, Constraints((0, 2), (1,), "H100", 40 * 2**30, (8, 0)),
+                                        cpus=1, cpus_required=False)
     assert fields["command"] == ("python", "train.py")
     assert fields["dependencies"] == (("afterok", 3), ("afterany", 4))
     assert fields["held"] and fields["kill_on_invalid_dep"]
@@ -283,6 +311,19 @@ def test_a_minimal_job_spec_gets_the_defaults():
     assert (fields["priority"], fields["held"], fields["dependencies"]) == (0, False, ())
     assert (fields["time_limit_s"], fields["warn_signal"], fields["retries"]) == (None, None, 0)
     assert fields["retry_on"] == ("failed",) and fields["policy"] == ""
+    assert fields["retry_delay_s"] == 10.0
+
+
+@pytest.mark.parametrize("spec, cpus, required", [
+    ({}, 1, True),  # a job without GPUs needs its core
+    ({"gpus": 1}, 1, False),
+    ({"gpus": 1, "cpus": 1}, 1, True),
+    ({"gpus": 1, "cpus": 0}, 0, True),
+    ({"cpus": 0}, 0, True),
+])
+def test_cores_are_a_limit_when_asked_for_or_without_gpus(spec, cpus, required):
+    request = jobspec.check_job_spec({"command": ["true"], **spec}, POLICIES)["request"]
+    assert (request.cpus, request.cpus_required) == (cpus, required)
 
 
 @pytest.mark.parametrize("change, words", [
@@ -331,6 +372,9 @@ def test_a_minimal_job_spec_gets_the_defaults():
     ({"time_limit_s": 60, "warn_signal": 10, "warn_before_s": math.nan}, "warn-before-s must be"),
     ({"retries": -1}, "retries must be"),
     ({"retries": 1001}, "retries must be"),
+    ({"retry_delay_s": -1}, "retry-delay-s must be"),
+    ({"retry_delay_s": math.inf}, "retry-delay-s must be"),
+    ({"cpus": -1}, "cpus must be"),
 ])
 def test_check_job_spec_rejects_bad_values(change, words):
     spec = {"command": ["true"], **change}

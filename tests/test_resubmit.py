@@ -6,9 +6,9 @@ import json
 
 from test_cli_errors import assert_one_error_line
 
-SPEC_FIELDS = ("command", "cwd", "gpus_requested", "gpu_mem_bytes", "cpus", "mem_bytes",
-               "priority", "time_limit_s", "warn_signal", "warn_before_s", "retries",
-               "constraints", "dependencies", "policy", "user", "uid")
+SPEC_FIELDS = ("command", "cwd", "gpus_requested", "gpu_mem_bytes", "cpus", "cpus_required",
+               "mem_bytes", "priority", "time_limit_s", "warn_signal", "warn_before_s",
+               "retries", "retry_delay_s", "constraints", "dependencies", "policy", "user", "uid")
 
 
 def test_resubmit_runs_the_job_again_with_its_spec_and_environment(home, tmp_path):
@@ -16,7 +16,8 @@ def test_resubmit_runs_the_job_again_with_its_spec_and_environment(home, tmp_pat
     workdir.mkdir()
     first = home.submit("--gpus", "1", "--gpu-mem", "10G", "--time", "1h", "--signal",
                         "USR1@60", "--cpus", "2", "--mem", "1G", "--priority", "3",
-                        "--gpu-type", "Simulated", "--retries", "1", "--name", "probe",
+                        "--gpu-type", "Simulated", "--retries", "1", "--retry-delay", "3s",
+                        "--name", "probe",
                         "--env", "SECRET=kept", "--cwd", str(workdir), "--",
                         "sh", "-c", 'echo "$SECRET $(pwd) $GPUSCHED_JOB_ID"')
     old = home.wait_state(first, "succeeded", "failed")
@@ -49,6 +50,8 @@ def test_resubmit_changes_what_it_is_told_and_can_hold(home):
     home.run("release", str(again))
     assert home.wait_state(again, "succeeded", "failed")["state"] == "succeeded"
 
+    # Cores it did not ask for stay so: it still never waits for one.
+    assert home.show(int(home.run("resubmit", str(first)).stdout))["cpus_required"] is False
     # --gpus 0 takes what only a GPU job may ask for with the GPUs.
     cpu_only = home.show(int(home.run("resubmit", str(first), "--gpus", "0").stdout))
     assert (cpu_only["gpus_requested"], cpu_only["gpu_mem_bytes"]) == (0, None)

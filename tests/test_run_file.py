@@ -75,6 +75,19 @@ def test_a_shim_records_its_pid_and_the_jobs_end_and_wakes_the_daemon(tmp_path):
     assert runner.read_run(jobs, 1) == runner.RunState(None, None)
 
 
+def test_a_run_file_cleared_for_a_retry_as_the_shim_ends_is_no_failure(tmp_path, monkeypatch):
+    """The daemon may read the exit record and clear the run file for the job's retry as
+    soon as the wake-up arrives, before the shim has flushed the record to disk. That
+    flush failing must not fail the shim: the launcher would report "the shim failed",
+    and the daemon would end the retry it had just launched with that reason."""
+    spec = _spec(tmp_path, ["true"])
+    run_file = _write_spec(spec)
+    monkeypatch.setattr(shim, "notify_daemon", lambda spec, message=b"!": run_file.unlink())
+    shim.record_exit(str(run_file), spec, {"exit_code": 1, "signal": None,
+                                           "ended_at": time.time(), "error": ""})
+    assert not run_file.exists()
+
+
 def test_the_exit_record_is_found_behind_a_long_spec_and_in_any_order(tmp_path):
     """A spec far longer than the tail the daemon reads, and a stray "shim" record after
     the exit record: the daemon finds the exit record all the same."""

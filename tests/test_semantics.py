@@ -11,14 +11,14 @@ from __future__ import annotations
 
 import getpass
 import os
+import re
 import shlex
 import time
 from pathlib import Path
 
-import psutil
 import pytest
 
-from conftest import DEADLINE_S, REPO, Home, wait_until
+from conftest import DEADLINE_S, REPO, Home, is_gone, wait_until
 from gpusched.client import Client
 from gpusched.paths import resolve_paths
 from gpusched.errors import NotFound
@@ -61,8 +61,7 @@ def stop_daemon(home) -> int:
     """Stop the daemon over the socket and wait until its process is gone; returns its pid."""
     pid = client(home).call("status")["pid"]
     client(home).call("stop")
-    wait_until(lambda: not psutil.pid_exists(pid) or
-               psutil.Process(pid).status() == psutil.STATUS_ZOMBIE, "the daemon to stop")
+    wait_until(lambda: is_gone(pid), "the daemon to stop")
     return pid
 
 
@@ -341,11 +340,15 @@ def test_retries_requeue_failures_only_unless_asked(box, tmp_path):
     home = box
     t = tmp_path
     record = 'echo "$GPUSCHED_ATTEMPT" >> {}'.format
-    failing = home.submit("--retries", "2", *sh(f"{record(t / 'failing')}; exit 3"))
-    cancelled = home.submit("--retries", "2", *sh(f"{record(t / 'cancelled')}; {gate(t / 'never')}"))
-    retried = home.submit("--retries", "1", "--retry-on", "timeout", "--time", "1s", *sh(
-        f'{record(t / "retried")}; [ "$GPUSCHED_ATTEMPT" -ge 2 ] || exec sleep 30'))
-    timed_out = home.submit("--retries", "1", "--time", "1s", *sh(
+    at_once = ("--retry-delay", "0")  # which ends retry is the point here, not when
+    failing = home.submit("--retries", "2", *at_once, *sh(f"{record(t / 'failing')}; exit 3"))
+    cancelled = home.submit("--retries", "2", *at_once,
+                            *sh(f"{record(t / 'cancelled')}; {gate(t / 'never')}"))
+    # Its second attempt must end within the time limit too, counted from when the daemon
+    # started it: on a loaded machine the shim and shell take more than a second to start.
+    retried = home.submit("--retries", "1", *at_once, "--retry-on", "timeout", "--time", "10s", *sh(
+        f'{record(t / "retried")}; [ "$GPUSCHED_ATTEMPT" -ge 2 ] || exec sleep 60'))
+    timed_out = home.submit("--retries", "1", *at_once, "--time", "1s", *sh(
         f"{record(t / 'timed_out')}; exec sleep 30"))
 
     job = wait_state(home, failing, "failed")
@@ -363,6 +366,27 @@ def test_retries_requeue_failures_only_unless_asked(box, tmp_path):
     assert job["attempt"] == 1 and (t / "timed_out").read_text().split() == ["1"]
     assert "--retry-on takes: failed, timeout" in refused(
         home, "submit", "--retries", "1", "--retry-on", "sometimes", "--", "true")
+
+
+def test_retries_wait_their_delay_doubling_and_say_when_they_may_start(box, tmp_path):
+    """A job that fails at once does not spend its attempts in a moment."""
+    home = box
+    starts = tmp_path / "starts"  # each attempt writes its start, on the job's own clock
+    failing = home.submit("--retries", "2", "--retry-delay", "1s",
+                          *sh(f"date +%s.%N >> {starts}; exit 3"))
+    later = home.submit("--retries", "1", "--retry-delay", "1m", *sh("exit 4"))
+    job = wait_reason(home, later, "retrying")
+    found = re.fullmatch(r"retrying after attempt 1 failed; eligible in (\d+)s", job["pending_reason"])
+    assert found and 1 <= int(found.group(1)) <= 60, job["pending_reason"]
+    assert job["eligible_at"] > time.time() and job["exit_code"] == 4
+    assert "retrying after attempt 1 failed" in home.run("ls").stdout
+    assert change(home, "cancel", later) == {str(later): "cancelled"}
+
+    job = wait_state(home, failing, "failed")
+    assert (job["attempt"], job["exit_code"]) == (3, 3)
+    first, second, third = map(float, starts.read_text().split())
+    assert second - first >= 1.0  # the delay...
+    assert third - second >= 2.0  # ...doubled after the second failure
 
 
 # -- drain ----------------------------------------------------------------------------------

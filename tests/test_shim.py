@@ -4,18 +4,19 @@ import os
 
 import psutil
 
-from conftest import wait_until
+from conftest import is_gone, wait_until
 from gpusched import shim
 
 # The job starts a child in a session of its own (as torchrun does with its workers),
-# records its pid, and waits for a file before ending.
-ESCAPER = ("sh", "-c", "setsid sleep 300 & echo $! > escaped.pid; "
-           "while [ ! -e end ]; do sleep 0.05; done")
+# and waits for a file before ending. The child writes its own pid once it is in its new
+# session (the job's `$!` would be there before setsid has run), then becomes the sleep.
+ESCAPER = ("sh", "-c", "setsid sh -c 'echo $$ > escaped.tmp && mv escaped.tmp escaped.pid && "
+           "exec sleep 300' & while [ ! -e end ]; do sleep 0.05; done")
 
 
 def _escaped(home) -> psutil.Process:
     pid_file = home.path / "escaped.pid"
-    wait_until(lambda: pid_file.exists() and pid_file.read_text().strip(), "the escaped pid")
+    wait_until(pid_file.exists, "the escaped pid")
     return psutil.Process(int(pid_file.read_text()))
 
 
@@ -25,8 +26,7 @@ def test_a_process_in_its_own_session_dies_when_the_job_ends(home):
     assert escaped.is_running() and os.getpgid(escaped.pid) == escaped.pid  # its own group
     (home.path / "end").touch()
     home.wait_state(job_id, "succeeded")
-    wait_until(lambda: not escaped.is_running() or escaped.status() == psutil.STATUS_ZOMBIE,
-               "the escaped process to be killed")
+    wait_until(lambda: is_gone(escaped), "the escaped process to be killed")
 
 
 def test_cancel_reaches_a_process_in_its_own_session(home):
@@ -35,8 +35,7 @@ def test_cancel_reaches_a_process_in_its_own_session(home):
     escaped = _escaped(home)
     home.run("cancel", str(job_id))
     home.wait_state(job_id, "cancelled")
-    wait_until(lambda: not escaped.is_running() or escaped.status() == psutil.STATUS_ZOMBIE,
-               "the escaped process to get SIGTERM")
+    wait_until(lambda: is_gone(escaped), "the escaped process to get SIGTERM")
 
 
 def test_a_command_that_cannot_start_fails_with_127_and_says_why(home):

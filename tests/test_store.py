@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import sqlite3
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -163,6 +164,37 @@ def test_migrates_from_every_older_version(db, version):
         assert store.get(new_id) == new_job(id=new_id)
     finally:
         store.close()
+
+
+def test_version_3_jobs_keep_their_cores_as_a_limit_only_when_they_asked(db):
+    """Before version 4 every job stored cores, 1 by default: a GPU job with 1 core did
+    not ask, so it no longer waits for one; retries get the default delay."""
+    build_at_version(db, 3)
+    conn = sqlite3.connect(db)
+    for gpus, cpus in ((0, 1), (2, 4)):
+        conn.execute(
+            "INSERT INTO jobs (name, state, command, cwd, env, uid, user, gpus, priority, "
+            f"submitted_at, cpus) VALUES ('v3', 'pending', '[\"true\"]', '/', '{{}}', 7, 'bob', "
+            f"{gpus}, 0, 1.0, {cpus})")
+    conn.commit()
+    conn.close()
+    store = Store(db)
+    try:
+        jobs = store.active()
+        assert [(j.request.gpus, j.request.cpus, j.request.cpus_required) for j in jobs] == [
+            (1, 1, False), (0, 1, True), (2, 4, True)]
+        assert {(j.retry_delay_s, j.eligible_at, j.last_attempt_end) for j in jobs} == {(10.0, None, "")}
+    finally:
+        store.close()
+
+
+def test_a_waiting_retry_round_trips(store):
+    (job_id,) = add(store, new_job(request=Request(1, cpus=0, cpus_required=True), retry_delay_s=2.5))
+    job = replace(store.get(job_id), attempt=2, eligible_at=1700000100.25, last_attempt_end="timeout")
+    with store.write():
+        store.update(job)
+    assert store.get(job_id) == job
+    assert store.get(job_id).request.cpus == 0
 
 
 # -- refusing bad files, leaving them byte-identical ---------------------------------------

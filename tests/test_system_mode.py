@@ -18,7 +18,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from conftest import (DEADLINE_S, REPO, executable, find_shim, kill_all, wait_until,
+from conftest import (DEADLINE_S, REPO, executable, find_shim, is_gone, kill_all, wait_until,
                       with_descendants)
 
 TOOLS = ("useradd", "userdel", "groupadd", "groupdel", "setpriv")
@@ -110,8 +110,7 @@ class SystemRoot:
 
     def wait_gone(self) -> None:
         pid = self.daemon_pid
-        wait_until(lambda: not psutil.pid_exists(pid) or
-                   psutil.Process(pid).status() == psutil.STATUS_ZOMBIE, "the daemon to exit")
+        wait_until(lambda: is_gone(pid), "the daemon to exit")
 
     def kill(self) -> None:
         os.kill(self.daemon_pid, signal.SIGKILL)

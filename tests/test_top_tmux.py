@@ -15,7 +15,7 @@ import uuid
 import psutil
 import pytest
 
-from conftest import DEADLINE_S, wait_until
+from conftest import DEADLINE_S, is_gone, wait_until
 
 TMUX = shutil.which("tmux")
 pytestmark = pytest.mark.skipif(
@@ -109,8 +109,7 @@ def marker() -> tuple[str, str]:
 
 def assert_shell_usable_and_tty_sane(term: Tmux, top: psutil.Process) -> str:
     """Top's exit status, once the shell has run a command typed after top ended."""
-    wait_until(lambda: not top.is_running() or top.status() == psutil.STATUS_ZOMBIE,
-               "top to exit")
+    wait_until(lambda: is_gone(top), "top to exit")
     wait_until(lambda: not term.children(), "the shell to reap top")
     typed, printed = marker()
     term.type_line(f'echo "rc=$?"; stty -a; echo "{typed}"')
