@@ -19,7 +19,7 @@ from pathlib import Path
 from common import (REPO_ROOT, base_env, gpusched_script, interleaved, print_table, ratio,
                     timed_run, verdict)
 
-from gpusched import simulator, traces
+from gpusched.sim import simulator, traces
 
 TRACE = REPO_ROOT.parent / "shared" / "traces" / "philly_p8_2wk.csv"
 TARGET_S = 5.0

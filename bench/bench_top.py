@@ -35,9 +35,9 @@ from rich.console import Console, Group
 from rich.panel import Panel
 from rich.table import Table
 
-from gpusched.models import GpuInfo, GpuProcess, Inventory
-from gpusched.tui import DaemonInfo, HostInfo, ProcHost, Snapshot, TopJob, ViewState
-from gpusched.tui_render import render, to_text
+from gpusched.core.models import GpuInfo, GpuProcess, Inventory
+from gpusched.tui.app import DaemonInfo, HostInfo, ProcHost, Snapshot, TopJob, ViewState
+from gpusched.tui.render import render, to_text
 
 FRAME_TARGET_MS = 20.0
 CPU_TARGET_PCT = 3.0

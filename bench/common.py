@@ -131,7 +131,7 @@ def _path_venv_script(src: Path) -> str:
         (site / "gpusched-bench.pth").write_text(f"{src}\n{_site_packages()}\n")
         # What pip writes for a console script, `import re` and all.
         script.write_text(f"#!{venv}/bin/python\nimport re\nimport sys\n"
-                          "from gpusched.entry import main\n"
+                          "from gpusched.cli.entry import main\n"
                           "sys.argv[0] = re.sub(r'(-script\\.pyw|\\.exe)?$', '', sys.argv[0])\n"
                           "sys.exit(main())\n")
         script.chmod(0o755)

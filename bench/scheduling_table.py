@@ -16,7 +16,8 @@ from pathlib import Path
 
 from common import REPO_ROOT
 
-from gpusched import placement, scheduling, simulator, traces
+from gpusched.core import placement, scheduling
+from gpusched.sim import simulator, traces
 
 TRACE = REPO_ROOT.parent / "shared" / "traces" / "philly_p8_2wk.csv"
 DOC = REPO_ROOT / "docs" / "scheduling.md"

@@ -1,5 +1,5 @@
 """`python -m gpusched` runs the command line."""
 
-from gpusched.entry import main
+from gpusched.cli.entry import main
 
 main()

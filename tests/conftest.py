@@ -14,7 +14,7 @@ from typing import Any, Callable
 import psutil
 import pytest
 
-from gpusched import runner
+from gpusched.proc import runner
 
 REPO = Path(__file__).resolve().parent.parent
 DEADLINE_S = 60.0

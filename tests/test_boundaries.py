@@ -59,21 +59,63 @@ def importers_of(target: str) -> set[str]:
 
 def test_the_walk_sees_the_package():
     # Guards the guard: an empty walk would make every test below pass vacuously.
-    assert {"gpusched.models", "gpusched.placement", "gpusched.cli", "gpusched.shim",
-            "gpusched.gpus.nvml", "gpusched.daemon"} <= set(MODULES)
-    assert "typer" in roots(imports_of("gpusched.cli"))
-    assert "gpusched.models" in imports_of("gpusched.placement")
+    assert {"gpusched.core.models", "gpusched.core.placement", "gpusched.cli.app",
+            "gpusched.proc.shim", "gpusched.gpus.nvml", "gpusched.daemon.loop"} <= set(MODULES)
+    assert "typer" in roots(imports_of("gpusched.cli.app"))
+    assert "gpusched.core.models" in imports_of("gpusched.core.placement")
     assert "pynvml" in roots(imports_of("gpusched.gpus.nvml"))
 
 
-@pytest.mark.parametrize("module", ["gpusched.models", "gpusched.placement"])
-def test_pure_core_imports_nothing_of_ours_but_models(module):
-    # The bare package (gpusched/__init__.py) holds only the version.
-    assert ours(imports_of(module)) - {"gpusched"} <= {"gpusched.models"}
+def package_of(module: str) -> str:
+    """gpusched.core.models -> core; gpusched.job -> job; gpusched -> ''."""
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else ""
 
 
-def test_models_imports_only_the_standard_library():
-    assert roots(imports_of("gpusched.models")) <= set(sys.stdlib_module_names) | {"__future__"}
+# What each layer may import of gpusched (DESIGN.md, "Layout"): its own package, the bare
+# package (the version) and these. Everything may import core.
+ALLOWED = {
+    "core": set(),
+    "gpus": {"core"},
+    "proc": {"core"},
+    "client": {"core"},
+    "sim": {"core"},
+    "tui": {"core", "client"},
+    "daemon": {"core", "gpus", "proc", "client", "job"},
+    "cli": {"core", "gpus", "proc", "client", "daemon", "tui", "sim"},
+    "job": {"core", "proc"},
+    "__main__": {"cli"},
+}
+
+
+@pytest.mark.parametrize("package", sorted(ALLOWED))
+def test_each_layer_imports_only_the_layers_below_it(package):
+    modules = [m for m in MODULES if package_of(m) == package]
+    assert modules, package
+    allowed = ALLOWED[package] | {package, ""}
+    for module in modules:
+        reached = {package_of(n) for n in ours(imports_of(module))}
+        assert reached <= allowed, f"{module} imports {sorted(reached - allowed)}"
+
+
+def test_every_module_is_in_a_layer():
+    assert {package_of(m) for m in MODULES} - {""} <= set(ALLOWED)
+
+
+def test_core_imports_only_the_standard_library():
+    for module in (m for m in MODULES if package_of(m) == "core"):
+        # tomli is tomllib before Python 3.11 (the design card names it as that fallback).
+        outside = roots(imports_of(module)) - {"gpusched", "__future__", "tomli"}
+        assert outside <= set(sys.stdlib_module_names), f"{module} imports {sorted(outside)}"
+
+
+def test_the_pure_core_does_no_io():
+    # Placement, scheduling, lifecycle and the model are pure functions over plain data:
+    # no processes, files, sockets or clocks of the operating system.
+    io = {"os", "socket", "subprocess", "psutil", "sqlite3", "pwd", "time", "threading"}
+    for name in ("models", "placement", "scheduling", "lifecycle"):
+        module = f"gpusched.core.{name}"
+        assert not roots(imports_of(module)) & io, module
 
 
 def test_only_the_nvml_backend_imports_pynvml():
@@ -83,15 +125,15 @@ def test_only_the_nvml_backend_imports_pynvml():
 def test_only_cli_imports_typer():
     # clihelp is the command line's help (how typer's commands print it): part of the CLI,
     # as DESIGN.md's cli/ package, and imported by cli alone.
-    assert importers_of("typer") <= {"gpusched.cli", "gpusched.clihelp"}
-    assert importers_of("gpusched.clihelp") <= {"gpusched.cli"}
+    assert importers_of("typer") <= {"gpusched.cli.app", "gpusched.cli.helpformat"}
+    assert importers_of("gpusched.cli.helpformat") <= {"gpusched.cli.app"}
     assert importers_of("click") == set()
 
 
 def test_nothing_imports_cli():
     # entry.py is the console script itself: it hands every command but a fast `submit`
     # to the cli, so it is the one module that may import it.
-    assert importers_of("gpusched.cli") <= {"gpusched.entry"}
+    assert importers_of("gpusched.cli.app") <= {"gpusched.cli.entry"}
 
 
 def module_level_imports(module: str) -> set[str]:
@@ -144,8 +186,9 @@ def test_shim_imports_only_the_standard_library():
     # The shim starts every job, so what it imports is every job's start-up time; and it
     # runs with -I -S, without site-packages. privileges: system mode's drop to the job's
     # user; jobexec: the job's program found on its PATH. Both standard library only.
-    allowed_ours = {"gpusched", "gpusched.privileges", "gpusched.jobexec"}
-    seen, todo = set(), ["gpusched.shim"]
+    allowed_ours = {"gpusched", "gpusched.proc", "gpusched.proc.privileges",
+                    "gpusched.proc.jobexec"}
+    seen, todo = set(), ["gpusched.proc.shim"]
     while todo:
         module = todo.pop()
         seen.add(module)
@@ -155,4 +198,4 @@ def test_shim_imports_only_the_standard_library():
         others = roots(names) - {"gpusched", "__future__"}
         assert others <= set(sys.stdlib_module_names), f"{module} imports {sorted(others)}"
         todo += [m for m in ours(names) if m in MODULES and m not in seen]
-    assert {"gpusched.shim", "gpusched.privileges", "gpusched.jobexec"} <= seen
+    assert {"gpusched.proc.shim", "gpusched.proc.privileges", "gpusched.proc.jobexec"} <= seen

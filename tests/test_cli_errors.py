@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 
 from conftest import REPO, Home, wait_until
-from gpusched.client import Client
-from gpusched.paths import resolve_paths
+from gpusched.client.connection import Client
+from gpusched.client.paths import resolve_paths
 
 
 def assert_one_error_line(proc: subprocess.CompletedProcess, status: int, *words: str) -> str:
@@ -172,7 +172,7 @@ def test_a_bad_config_is_one_line_naming_the_key_or_file(home):
 # -- another user --------------------------------------------------------------------------
 def _can_run_as(user: pwd.struct_passwd, python: str, env: dict) -> bool:
     probe = subprocess.run(["setpriv", f"--reuid={user.pw_uid}", f"--regid={user.pw_gid}",
-                            "--clear-groups", python, "-c", "import gpusched.cli"],
+                            "--clear-groups", python, "-c", "import gpusched.cli.app"],
                            env=env, cwd="/", capture_output=True, timeout=60)
     return probe.returncode == 0
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from gpusched.completions import SHELLS
+from gpusched.cli.completions import SHELLS
 
 REPO = Path(__file__).resolve().parent.parent
 FILES = {"bash": "completions/gpusched.bash", "zsh": "completions/_gpusched",

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from gpusched.config import KEYS, settings_from_mapping
-from gpusched.errors import ConfigError
+from gpusched.core.config import KEYS, settings_from_mapping
+from gpusched.core.errors import ConfigError
 
 # (config text, the error after the file's path)
 TYPOS = [

@@ -19,8 +19,8 @@ import pytest
 
 from conftest import Home, find_shim, is_gone, wait_until
 from gpusched import __version__
-from gpusched.client import Client
-from gpusched.paths import resolve_paths
+from gpusched.client.connection import Client
+from gpusched.client.paths import resolve_paths
 
 GiB = 2**30
 

@@ -11,8 +11,8 @@ import sys
 from pathlib import Path
 
 from conftest import REPO, Home, wait_until
-from gpusched.client import Client
-from gpusched.paths import resolve_paths
+from gpusched.client.connection import Client
+from gpusched.client.paths import resolve_paths
 
 FIX = "run `gpusched daemon restart` to apply it (running jobs keep running)\n"
 

@@ -12,9 +12,9 @@ import pytest
 import typer
 
 from conftest import Home, wait_until
-from gpusched.cli import app
-from gpusched.client import Client
-from gpusched.paths import resolve_paths
+from gpusched.cli.app import app
+from gpusched.client.connection import Client
+from gpusched.client.paths import resolve_paths
 
 
 def _state(home: Home, job_id: int) -> dict:

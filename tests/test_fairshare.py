@@ -8,9 +8,9 @@ import json
 import pytest
 
 from conftest import wait_until
-from gpusched.fairshare import UsageLedger
-from gpusched.models import Job, JobState, Request
-from gpusched.store import Store
+from gpusched.daemon.fairshare import UsageLedger
+from gpusched.core.models import Job, JobState, Request
+from gpusched.daemon.store import Store
 
 HOUR_S = 3600.0
 

@@ -8,8 +8,9 @@ import typer
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from gpusched import cli, fastsubmit
-from gpusched.submitting import SubmitOptions
+from gpusched.cli import app as cli
+from gpusched.client import fastsubmit
+from gpusched.client.submitting import SubmitOptions
 
 
 @pytest.fixture

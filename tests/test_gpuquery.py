@@ -4,8 +4,8 @@ import json
 
 import pytest
 
-from gpusched.errors import UsageError
-from gpusched.gpuquery import parse_query, render
+from gpusched.core.errors import UsageError
+from gpusched.cli.gpuquery import parse_query, render
 
 ROW = {"index": 0, "label": "0", "uuid": "GPU-1", "name": "NVIDIA H100", "bus_id": "00000000:18:00.0",
        "mem_total_bytes": 80 * 2**30, "mem_used_bytes": 2**30, "mem_reserved_bytes": 0,

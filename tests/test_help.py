@@ -14,8 +14,8 @@ import pytest
 import typer
 
 from conftest import REPO, Home
-from gpusched import cli
-from gpusched.completions import Node, tree
+from gpusched.cli import app as cli
+from gpusched.cli.completions import Node, tree
 
 
 def _commands(node: Node) -> list[tuple[str, ...]]:
@@ -97,7 +97,7 @@ def test_dash_h_after_the_command_belongs_to_the_job(home, through):
     # everything is the job's, `-h` too.
     args = ["submit", "--json", "--", "sh", "-c", 'echo "$@"', "sh", "-h", "--help"]
     if through == "typer":
-        code = "import sys; from gpusched.cli import main; sys.exit(main(sys.argv[1:]))"
+        code = "import sys; from gpusched.cli.app import main; sys.exit(main(sys.argv[1:]))"
         proc = subprocess.run([sys.executable, "-c", code, *args], capture_output=True,
                               text=True, env=home.env, cwd=home.path)
     else:

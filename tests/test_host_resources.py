@@ -9,11 +9,11 @@ from pathlib import Path
 
 from conftest import wait_until
 
-from gpusched.cgroups import CgroupJobs, own_cgroup
-from gpusched.host import Host, pick_cpus
-from gpusched.models import Inventory, Job, Request
-from gpusched.placement import PlacementRules, host_impossible_reason
-from gpusched.scheduling import HostCapacity, QueueRules, schedule
+from gpusched.daemon.cgroups import CgroupJobs, own_cgroup
+from gpusched.daemon.host import Host, pick_cpus
+from gpusched.core.models import Inventory, Job, Request
+from gpusched.core.placement import PlacementRules, host_impossible_reason
+from gpusched.core.scheduling import HostCapacity, QueueRules, schedule
 
 # Each job writes when it started and ended, so overlap is judged from the jobs' own clocks.
 TIMED_JOB = ("sh", "-c", "date +%s.%N > start.$GPUSCHED_JOB_ID; sleep 0.3; "

@@ -7,7 +7,7 @@ import os
 import pytest
 
 from conftest import executable
-from gpusched import jobexec
+from gpusched.proc import jobexec
 
 
 def test_names_with_a_slash_are_used_as_they_are():

@@ -9,12 +9,13 @@ from dataclasses import replace
 
 import pytest
 
-from gpusched import jobspec, lifecycle, shim, syntax
-from gpusched.errors import UsageError
-from gpusched.lifecycle import TERMINATE, WARN
-from gpusched.models import Constraints, IllegalTransition, Inventory, Job, JobState, Request
-from gpusched.placement import PlacementRules
-from gpusched.scheduling import QueueRules, schedule
+from gpusched.core import jobspec, lifecycle, syntax
+from gpusched.proc import shim
+from gpusched.core.errors import UsageError
+from gpusched.core.lifecycle import TERMINATE, WARN
+from gpusched.core.models import Constraints, IllegalTransition, Inventory, Job, JobState, Request
+from gpusched.core.placement import PlacementRules
+from gpusched.core.scheduling import QueueRules, schedule
 
 POLICIES = ["pack", "spread", "round-robin", "weighted-round-robin", "order"]
 

@@ -9,7 +9,7 @@ import pwd
 import pytest
 
 from conftest import Home
-from gpusched import listing
+from gpusched.cli import listing
 from test_cli_errors import assert_one_error_line
 
 ME = pwd.getpwuid(os.getuid()).pw_name
@@ -96,9 +96,9 @@ def test_json_respects_the_filters(queue):
 
 
 def test_the_daemon_checks_the_filters_it_is_sent(queue):
-    from gpusched.client import Client
-    from gpusched.errors import UsageError
-    from gpusched.paths import resolve_paths
+    from gpusched.client.connection import Client
+    from gpusched.core.errors import UsageError
+    from gpusched.client.paths import resolve_paths
 
     client = Client(resolve_paths(queue.env), autostart=False)
     for bad in ({"states": ["done"]}, {"users": "root"}, {"names": []}):

@@ -17,9 +17,9 @@ from rich.console import Console
 
 from conftest import DEADLINE_S, wait_until
 from goldens import check_golden
-from gpusched import render
-from gpusched.models import Constraints, Job, JobState, Request, job_to_dict
-from gpusched.render_show import job_lines
+from gpusched.cli import render
+from gpusched.core.models import Constraints, Job, JobState, Request, job_to_dict
+from gpusched.cli.show import job_lines
 
 GIB = 2**30
 NOW = 1_700_000_000.0

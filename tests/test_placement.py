@@ -8,9 +8,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gpusched.models import GpuInfo, GpuProcess, Inventory, Job, JobState, Request
-from gpusched.placement import PlacementRules, choose_gpus, gpu_loads, impossible_reason
-from gpusched.scheduling import QueueRules, order_key, schedule
+from gpusched.core.models import GpuInfo, GpuProcess, Inventory, Job, JobState, Request
+from gpusched.core.placement import PlacementRules, choose_gpus, gpu_loads, impossible_reason
+from gpusched.core.scheduling import QueueRules, order_key, schedule
 
 GiB = 2**30
 RULES = PlacementRules()  # 90 % utilization limit, 512 MiB headroom, 1 GiB idle for whole GPUs
@@ -351,7 +351,7 @@ def test_planning_is_deterministic_and_order_independent(gpu_spec, requests):
 
 def test_a_jobs_observed_peak_counts_when_it_is_using_less_now():
     """Declared 10 GiB, seen at 50 GiB, using 20 GiB now: 30 GiB more may come back."""
-    from gpusched.models import GpuInfo, GpuProcess, Inventory, Job, JobState, Request
+    from gpusched.core.models import GpuInfo, GpuProcess, Inventory, Job, JobState, Request
 
     gpu = GpuInfo(index=0, uuid="GPU-a", name="g", mem_total_bytes=80 * GiB,
                   mem_used_bytes=20 * GiB, util_pct=0.0,

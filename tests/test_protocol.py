@@ -16,9 +16,9 @@ import time
 import pytest
 
 from conftest import Home
-from gpusched import protocol
-from gpusched.errors import ProtocolError
-from gpusched.server import SocketServer
+from gpusched.client import protocol
+from gpusched.core.errors import ProtocolError
+from gpusched.daemon.server import SocketServer
 
 HEADER = struct.Struct(">I")
 

@@ -111,8 +111,8 @@ def test_resubmit_errors_are_one_line(home):
 def test_a_jobs_spec_checks_back_into_the_same_fields():
     from dataclasses import replace
 
-    from gpusched.jobspec import check_job_spec, job_spec
-    from gpusched.models import Constraints, Job, Request
+    from gpusched.core.jobspec import check_job_spec, job_spec
+    from gpusched.core.models import Constraints, Job, Request
 
     request = Request(2, 5 * 2**30, Constraints((0, 2), (3,), "H100", 2**30, (8, 0)), 4, 2**30)
     job = Job(id=7, command=("python", "train.py"), cwd="/w", uid=1, user="u", request=request,
@@ -124,7 +124,7 @@ def test_a_jobs_spec_checks_back_into_the_same_fields():
 
 
 def test_the_client_sends_only_changes_the_daemon_takes():
-    from gpusched.jobspec import RESUBMIT_CHANGES
-    from gpusched.submitting import RESUBMIT_FIELDS
+    from gpusched.core.jobspec import RESUBMIT_CHANGES
+    from gpusched.client.submitting import RESUBMIT_FIELDS
 
     assert sorted(RESUBMIT_FIELDS.values()) == sorted(RESUBMIT_CHANGES)

@@ -18,9 +18,9 @@ from pathlib import Path
 import psutil
 
 from conftest import find_shim, wait_until
-from gpusched import runner, shim
-from gpusched.jobcontrol import LAUNCH_TIMEOUT_S, JobControl
-from gpusched.models import Job, JobState
+from gpusched.proc import runner, shim
+from gpusched.daemon.jobcontrol import LAUNCH_TIMEOUT_S, JobControl
+from gpusched.core.models import Job, JobState
 
 SHIM = Path(shim.__file__)
 

@@ -9,10 +9,10 @@ from dataclasses import replace
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from gpusched import placement, scheduling
-from gpusched.models import Constraints, GpuInfo, Inventory, Job, JobState, Request, transition
-from gpusched.placement import PlacementRules
-from gpusched.scheduling import QueueRules
+from gpusched.core import placement, scheduling
+from gpusched.core.models import Constraints, GpuInfo, Inventory, Job, JobState, Request, transition
+from gpusched.core.placement import PlacementRules
+from gpusched.core.scheduling import QueueRules
 
 GIB = 2**30
 NOW_S = 10_000.0

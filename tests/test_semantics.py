@@ -19,9 +19,9 @@ from pathlib import Path
 import pytest
 
 from conftest import DEADLINE_S, REPO, Home, is_gone, wait_until
-from gpusched.client import Client
-from gpusched.paths import resolve_paths
-from gpusched.errors import NotFound
+from gpusched.client.connection import Client
+from gpusched.client.paths import resolve_paths
+from gpusched.core.errors import NotFound
 
 
 # -- helpers --------------------------------------------------------------------------------

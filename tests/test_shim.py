@@ -5,7 +5,7 @@ import os
 import psutil
 
 from conftest import is_gone, wait_until
-from gpusched import shim
+from gpusched.proc import shim
 
 # The job starts a child in a session of its own (as torchrun does with its workers),
 # and waits for a file before ending. The child writes its own pid once it is in its new

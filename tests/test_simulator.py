@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from gpusched import simulator, traces
-from gpusched.errors import GpuschedError, UsageError
-from gpusched.scheduling import HostCapacity
-from gpusched.simulator import JobResult, simulate
+from gpusched.sim import simulator, traces
+from gpusched.core.errors import GpuschedError, UsageError
+from gpusched.core.scheduling import HostCapacity
+from gpusched.sim.simulator import JobResult, simulate
 
 REPO = Path(__file__).resolve().parent.parent
 # CI clones the repo at X/main next to X/shared; the trace is shared, not committed.
@@ -312,7 +312,7 @@ def test_simulate_cli_prints_a_table_in_hours(tmp_path):
     (["--gpus", "0"], 2, "Error: --gpus 0: the simulated box needs at least 1 GPU."),
 ])
 def test_simulate_cli_bad_choices_exit_2_in_one_line(tmp_path, capsys, args, status, fragment):
-    from gpusched.cli import main  # in-process: the subprocess test above covers the wiring
+    from gpusched.cli.app import main  # in-process: the subprocess test above covers the wiring
 
     assert main(["simulate", str(synthetic(tmp_path, 3)), *args]) == status
     err = capsys.readouterr().err
@@ -320,7 +320,7 @@ def test_simulate_cli_bad_choices_exit_2_in_one_line(tmp_path, capsys, args, sta
 
 
 def test_simulate_cli_missing_trace_exits_1(tmp_path, capsys):
-    from gpusched.cli import main
+    from gpusched.cli.app import main
 
     assert main(["simulate", str(tmp_path / "none.csv")]) == 1
     err = capsys.readouterr().err

@@ -11,12 +11,13 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from gpusched import fastsubmit, syntax
-from gpusched.errors import UsageError
-from gpusched.jobcontrol import _array_state
-from gpusched.models import Job, JobState
-from gpusched.scheduling import dependency_status
-from gpusched.submitting import submit_json
+from gpusched.client import fastsubmit
+from gpusched.core import syntax
+from gpusched.core.errors import UsageError
+from gpusched.daemon.jobcontrol import _array_state
+from gpusched.core.models import Job, JobState
+from gpusched.core.scheduling import dependency_status
+from gpusched.client.submitting import submit_json
 
 MiB, GiB = 2**20, 2**30
 

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from gpusched.errors import StoreError
-from gpusched.models import Job, JobState, Request, transition
-from gpusched.store import MIGRATIONS, SCHEMA_VERSION, Store, check_file
+from gpusched.core.errors import StoreError
+from gpusched.core.models import Job, JobState, Request, transition
+from gpusched.daemon.store import MIGRATIONS, SCHEMA_VERSION, Store, check_file
 
 SIDECARS = ("-wal", "-shm", "-journal")
 

@@ -71,7 +71,7 @@ def _python_for_users() -> tuple[str, str]:
 def _runs_as_nobody(python: str, path: str) -> bool:
     # Through `env`: setpriv's own exec may still resolve the path with root's rights.
     probe = subprocess.run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups",
-                            "env", python, "-c", "import gpusched.cli, psutil"],
+                            "env", python, "-c", "import gpusched.cli.app, psutil"],
                            env={"PYTHONPATH": path, "PATH": os.defpath}, capture_output=True)
     return probe.returncode == 0
 

@@ -13,13 +13,14 @@ from pathlib import Path
 import pytest
 
 from conftest import REPO, wait_until
-from gpusched import privileges, protocol, trust
-from gpusched.config import Settings
-from gpusched.paths import resolve_paths
-from gpusched.daemon import check_mode
-from gpusched.errors import ConfigError, PermissionDenied
-from gpusched.modes import client_paths, daemon_paths, system_paths
-from gpusched.server import SocketServer
+from gpusched.proc import privileges
+from gpusched.client import protocol, trust
+from gpusched.core.config import Settings
+from gpusched.client.paths import resolve_paths
+from gpusched.daemon.loop import check_mode
+from gpusched.core.errors import ConfigError, PermissionDenied
+from gpusched.client.modes import client_paths, daemon_paths, system_paths
+from gpusched.daemon.server import SocketServer
 
 
 # -- which daemon ----------------------------------------------------------------------------
@@ -195,7 +196,7 @@ def test_install_service_writes_the_unit_and_prints_the_next_commands(tmp_path, 
     if kind == "--system" and proc.returncode == 1 and "others can change" in proc.stderr:
         pytest.skip(f"this Python or checkout is not root's alone: {proc.stderr.strip()}")
     assert proc.returncode == 0, proc.stderr
-    unit = (tmp_path / "gpusched.service").read_text()
+    unit = (tmp_path / "gpusched.cli.service").read_text()
     assert f"ExecStart={sys.executable} -m gpusched daemon run {kind}" in unit
     assert "KillMode=process" in unit and "Restart=on-failure" in unit
     prefix = "systemctl" if kind == "--system" else "systemctl --user"

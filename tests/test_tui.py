@@ -9,10 +9,10 @@ from types import MappingProxyType
 
 import pytest
 
-from gpusched.models import GpuInfo, GpuProcess, Inventory
-from gpusched.tui import (DaemonInfo, HostInfo, ProcHost, Snapshot, TopJob, ViewState,
+from gpusched.core.models import GpuInfo, GpuProcess, Inventory
+from gpusched.tui.app import (DaemonInfo, HostInfo, ProcHost, Snapshot, TopJob, ViewState,
                           apply_key)
-from gpusched.tui_render import SORT_KEYS, layout_for, printable, render, to_text
+from gpusched.tui.render import SORT_KEYS, layout_for, printable, render, to_text
 from goldens import check_golden
 GIB = 2**30
 NOW = 1_700_000_000.0
@@ -281,7 +281,7 @@ def test_snapshot_is_immutable():
 
 
 def test_top_job_reads_the_daemons_job_fields():
-    from gpusched.models import Job, JobState, Request, job_to_dict
+    from gpusched.core.models import Job, JobState, Request, job_to_dict
 
     job = Job(id=3, command=("python", "x.py"), cwd="/", uid=7, user="u", name="n",
               request=Request(2, 5 * GIB), priority=4, state=JobState.PENDING,
@@ -299,7 +299,7 @@ def test_top_job_reads_the_daemons_job_fields():
 def test_host_sampler_reads_this_process_and_tolerates_a_missing_one():
     import psutil
 
-    from gpusched.tui_snapshot import HostSampler
+    from gpusched.tui.snapshot import HostSampler
 
     sampler = HostSampler()
     host = sampler.host()

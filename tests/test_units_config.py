@@ -10,11 +10,11 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from gpusched import config
-from gpusched.config import Settings, example_toml, load_settings
-from gpusched.paths import ensure_private_dir, resolve_paths
-from gpusched.errors import ConfigError
-from gpusched.units import duration_human, parse_duration, parse_size, size_human
+from gpusched.core import config
+from gpusched.core.config import Settings, example_toml, load_settings
+from gpusched.client.paths import ensure_private_dir, resolve_paths
+from gpusched.core.errors import ConfigError
+from gpusched.core.units import duration_human, parse_duration, parse_size, size_human
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -185,7 +185,7 @@ def test_example_file_matches_the_code():
     example = REPO / "gpusched.toml.example"
     assert example.exists(), "gpusched.toml.example is missing: write config.example_toml() to it"
     assert example.read_text(encoding="utf-8") == example_toml(), (
-        "gpusched.toml.example is stale: regenerate it from gpusched.config.example_toml()")
+        "gpusched.toml.example is stale: regenerate it from gpusched.core.config.example_toml()")
 
 
 def test_example_lists_every_key_with_its_default():

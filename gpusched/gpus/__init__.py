@@ -5,7 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Protocol, Sequence
 
-from gpusched.models import Inventory, Job
+from gpusched.core.errors import ConfigError
+from gpusched.core.models import Inventory, Job
 
 
 class GpuBackend(Protocol):
@@ -19,11 +20,17 @@ class GpuBackend(Protocol):
 
 
 def open_backend(simulate: str, processes_file: str | Path) -> GpuBackend:
-    """Simulated GPUs when `simulate` names some, else NVML (which explains its own absence)."""
+    """Simulated GPUs when `simulate` names some, else NVML (which explains its own absence).
+
+    A `simulate` that names no GPUs is a ConfigError naming both places it comes from.
+    """
     if simulate:
         from gpusched.gpus.simulated import SimulatedBackend
 
-        return SimulatedBackend.from_spec(simulate, processes_file)
+        try:
+            return SimulatedBackend.from_spec(simulate, processes_file)
+        except ValueError as exc:
+            raise ConfigError(f"gpus.simulate / GPUSCHED_SIMULATE: {exc}") from None
     from gpusched.gpus.nvml import NvmlBackend
 
     return NvmlBackend()

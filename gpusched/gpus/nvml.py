@@ -8,7 +8,7 @@ from typing import Any, Callable, Sequence
 
 import psutil
 
-from gpusched.models import GpuInfo, GpuProcess, Inventory, Job
+from gpusched.core.models import GpuInfo, GpuProcess, Inventory, Job
 
 try:
     import pynvml

@@ -10,8 +10,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
 
-from gpusched.models import GpuInfo, GpuProcess, Inventory, Job
-from gpusched.units import parse_size
+from gpusched.core.models import GpuInfo, GpuProcess, Inventory, Job
+from gpusched.core.units import parse_size
 
 if sys.version_info >= (3, 11):
     import tomllib

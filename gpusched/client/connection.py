@@ -1,0 +1,202 @@
+"""Talk to the daemon: connect (starting the user daemon if none runs) and turn replies into errors.
+
+Kept free of heavy imports: every CLI call pays for what this module imports.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import socket
+import sys
+import time
+
+from gpusched.client import drift, protocol, trust
+from gpusched.client.paths import Paths, ensure_private_dir
+from gpusched.core.errors import ERROR_KINDS, DaemonUnavailable, GpuschedError, PermissionDenied
+from gpusched.client.modes import client_paths
+
+# typing is imported only by type checkers: it costs every CLI call several ms.
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
+
+START_TIMEOUT_S = 15.0
+
+# Whether this process has compared the daemon with its own environment: one warning
+# per command is enough (`wait` and `logs -f` ask many times).
+_compared_daemon = False
+
+
+class Client:
+    def __init__(self, paths: Paths | None = None, autostart: bool = True,
+                 check_daemon: bool | None = None):
+        """check_daemon: warn when the daemon runs with other GPUs or config than this
+        process's environment asks for; by default when the paths come from it too."""
+        self.check_daemon = paths is None if check_daemon is None else check_daemon
+        self.paths = paths or client_paths()
+        # Only a user daemon is started on demand: the system one is systemd's to start.
+        self.autostart = autostart and self.paths.mode == "user"
+
+    def _connect(self) -> socket.socket:
+        # A socket planted by another user must never receive a request: check the path
+        # before connecting and the listening process's uid before sending.
+        trust.check_socket_path(self.paths)
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            sock.connect(self.paths.socket)
+            trust.check_peer(sock, self.paths)
+        except BaseException:
+            sock.close()
+            raise
+        return sock
+
+    def not_running_message(self) -> str:
+        if self.paths.is_system:
+            return (f"the system gpusched daemon ({self.paths.socket}) is not running; ask an "
+                    "admin to start it (`systemctl start gpusched`).")
+        if self.paths.mode == "socket":
+            return f"no gpusched daemon listens on GPUSCHED_SOCKET={self.paths.socket}."
+        return (f"no gpusched daemon is running for {self.paths.state_dir}; start one with "
+                "`gpusched daemon start`.")
+
+    def connect(self) -> socket.socket:
+        try:
+            return self._connect()
+        except (FileNotFoundError, ConnectionRefusedError):
+            if not self.autostart:
+                raise DaemonUnavailable(self.not_running_message()) from None
+        except PermissionError:
+            raise PermissionDenied(f"cannot connect to the gpusched daemon at {self.paths.socket}: "
+                                   "permission denied (it belongs to another user). Use your own: "
+                                   "unset GPUSCHED_HOME or point it at a directory of yours.") from None
+        return self.wait_until_up(daemon=start_daemon(self.paths))
+
+    def wait_until_up(self, timeout_s: float = START_TIMEOUT_S,
+                      daemon: StartedDaemon | None = None) -> socket.socket:
+        """Connect once the daemon listens; fail at once if the one we started gave up."""
+        deadline = time.monotonic() + timeout_s
+        delay = 0.005
+        while True:
+            try:
+                return self._connect()
+            except (FileNotFoundError, ConnectionRefusedError):
+                # A daemon that lost the lock to a concurrent start exits too; then the
+                # winner holds the lock and comes up, so only an unheld lock means failure.
+                if (daemon is not None and daemon.process.poll() is not None
+                        and not _lock_is_held(self.paths.lock)):
+                    raise DaemonUnavailable(daemon.failure(self.paths)) from None
+                if time.monotonic() > deadline:
+                    raise DaemonUnavailable(
+                        f"the gpusched daemon did not start within {timeout_s:.0f} s; see "
+                        f"{self.paths.daemon_log}") from None
+                time.sleep(delay)
+                delay = min(delay * 2, 0.1)
+
+    def call(self, cmd: str, timeout_s: float | None = 60.0, **args: Any) -> Any:
+        """Send one request and return its result, raising the daemon's error as ours."""
+        with self.connect() as sock:
+            sock.settimeout(timeout_s)
+            try:
+                protocol.send(sock, {"cmd": cmd, "args": args})
+                reply = protocol.receive(sock)
+            except (OSError, socket.timeout) as exc:
+                raise DaemonUnavailable(f"lost the connection to the gpusched daemon ({exc}); "
+                                        f"see {self.paths.daemon_log}") from None
+        if reply is None:
+            raise DaemonUnavailable("the gpusched daemon closed the connection without an answer")
+        if self.check_daemon:
+            self._compare_daemon(reply.get("daemon"))
+        if not reply.get("ok"):
+            error = reply.get("error") or {}
+            cls = ERROR_KINDS.get(error.get("kind"), GpuschedError)
+            raise cls(error.get("message", "the daemon refused the request"))
+        return reply.get("result")
+
+    def _compare_daemon(self, fingerprint: Any) -> None:
+        global _compared_daemon
+        if _compared_daemon:
+            return
+        _compared_daemon = True
+        line = drift.warning(fingerprint, self.paths, os.environ)
+        if line:
+            sys.stderr.write(line + "\n")
+
+    def is_running(self) -> bool:
+        try:
+            self._connect().close()
+            return True
+        except OSError:
+            return False
+
+
+class StartedDaemon:
+    """A daemon this process started (a subprocess.Popen), and where its part of the
+    shared log begins."""
+
+    def __init__(self, process: Any, log_offset: int):
+        self.process, self.log_offset = process, log_offset
+
+    def failure(self, paths: Paths) -> str:
+        """Why it exited: the `Error:` line it wrote, else its exit status."""
+        try:
+            with open(paths.daemon_log, "rb") as fh:
+                fh.seek(self.log_offset)
+                lines = fh.read(1 << 20).decode(errors="replace").splitlines()
+        except OSError:
+            lines = []
+        message = next((line[len("Error: "):] for line in reversed(lines)
+                        if line.startswith("Error: ")), "")
+        if message:
+            return f"the gpusched daemon could not start: {message}"
+        return (f"the gpusched daemon exited with status {self.process.returncode} before it "
+                f"was ready; see {paths.daemon_log}")
+
+
+def _lock_is_held(path: str) -> bool:
+    """Whether a daemon holds the state directory's lock (filelock flocks that file)."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except OSError:
+        return True
+    finally:
+        os.close(fd)  # closing drops the probe's own lock
+    return False
+
+
+def start_daemon(paths: Paths, environ: dict[str, str] | None = None) -> StartedDaemon:
+    """Start `gpusched daemon run` in the background, detached, logging to its state dir."""
+    import subprocess  # only when a daemon must be started: every CLI call imports this module
+
+    ensure_private_dir(paths.state_dir)
+    env = dict(os.environ if environ is None else environ)
+    log_fd = os.open(paths.daemon_log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    try:
+        offset = os.fstat(log_fd).st_size
+        process = subprocess.Popen([sys.executable, "-m", "gpusched", "daemon", "run", "--user"],
+                                   stdin=subprocess.DEVNULL, stdout=log_fd, stderr=log_fd,
+                                   start_new_session=True, close_fds=True, env=env, cwd="/")
+    finally:
+        os.close(log_fd)
+    return StartedDaemon(process, offset)
+
+
+def wait_for_exit(pid: int, timeout_s: float) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            # A daemon this process started is its child: reap it, or it lingers as a zombie.
+            if os.waitpid(pid, os.WNOHANG)[0] == pid:
+                return True
+        except ChildProcessError:
+            pass
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return True
+        time.sleep(0.02)
+    return False

@@ -1,0 +1,58 @@
+"""`gpusched logs`: print a job's log file, and follow it while the job runs."""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from typing import Any
+
+from gpusched.core.errors import GpuschedError
+
+_FOLLOW_POLL_S = 0.2
+
+
+def _no_links(path: str, flags: int) -> int:
+    # Root may read a user's log: never through a link the user put in its place, and
+    # never hanging on a FIFO.
+    return os.open(path, flags | os.O_NOFOLLOW | os.O_NONBLOCK)
+
+
+def pending_note(job: dict[str, Any], follow: bool) -> str:
+    """Said once on stderr for a job that has not started: why it waits, what comes next."""
+    started = ("has not started yet" if job["attempt"] <= 1  # else the log holds earlier runs
+               else f"waits to start attempt {job['attempt']}")
+    reason = f" (pending: {job['pending_reason']})" if job["pending_reason"] else " (pending)"
+    then = ("waiting for it to start, then following its output" if follow else
+            f"`gpusched logs -f {job['id']}` waits for it and follows its output")
+    return f"job {job['id']} {started}{reason}; {then}"
+
+
+def print_log(client: Any, job_id: int | str, stderr: bool = False, follow: bool = False) -> None:
+    # `logs`, not `show`: the daemon refuses (and audits) anyone but the owner or an admin.
+    job = client.call("logs", id=job_id)["job"]
+    path = job["stderr_path" if stderr else "stdout_path"]
+    out = sys.stdout.buffer
+    offset = 0
+    if job["state"] == "pending":
+        sys.stderr.write(pending_note(job, follow) + "\n")
+        sys.stderr.flush()
+    while True:
+        try:
+            with open(path, "rb", opener=_no_links) as fh:
+                fh.seek(offset)
+                chunk = fh.read()
+        except FileNotFoundError:
+            chunk = b""  # not started yet: the shim creates the file
+        except PermissionError:
+            raise GpuschedError(f"cannot read the log of job {job_id} ({path}): it is "
+                                f"{job['user']}'s own file; read it as them or as root") from None
+        except OSError as exc:
+            raise GpuschedError(f"cannot read the log of job {job_id} ({path}): {exc}") from None
+        out.write(chunk)
+        out.flush()
+        offset += len(chunk)
+        if not follow or job["state"] not in ("pending", "running"):
+            return
+        time.sleep(_FOLLOW_POLL_S)
+        job = client.call("logs", id=job_id)["job"]

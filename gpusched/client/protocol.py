@@ -1,0 +1,144 @@
+"""The wire: length-prefixed JSON frames over a Unix socket, and the table of commands."""
+
+from __future__ import annotations
+
+import json
+import socket
+import struct
+import time
+from collections import namedtuple
+
+from gpusched.core.errors import ProtocolError
+
+# typing is imported only by type checkers: every CLI call imports this module, and
+# typing would cost each several ms.
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
+
+MAX_FRAME_BYTES = 16 * 2**20  # a --from-file sweep of thousands of lines fits; a flood does not
+READ_TIMEOUT_S = 10.0
+_HEADER = struct.Struct(">I")
+
+
+# A command's argument names: those it requires and those it may take (frozensets).
+Command = namedtuple("Command", "required optional")
+
+
+def _cmd(required: str = "", optional: str = "") -> Command:
+    return Command(frozenset(required.split()), frozenset(optional.split()))
+
+
+# Every request the daemon answers, with the argument names it accepts. Anything else is
+# refused before a handler sees it.
+COMMANDS: dict[str, Command] = {
+    "ping": _cmd(),
+    "status": _cmd(),
+    "submit": _cmd("jobs", "env cwd"),
+    # Filters (lists of user names, states, name patterns) keep the reply small.
+    "list": _cmd("", "all limit users states names"),
+    "show": _cmd("ids"),
+    "cancel": _cmd("ids"),
+    "hold": _cmd("ids"),
+    "release": _cmd("ids"),
+    "update": _cmd("ids", "priority"),
+    "drain": _cmd(),
+    "resume": _cmd(),
+    "wait": _cmd("ids", "timeout_s"),
+    "gpus": _cmd(),
+    # Everything `gpusched top` draws in one frame: daemon, GPUs, reservations, jobs.
+    "snapshot": _cmd("", "lean"),
+    "stop": _cmd(),
+    # A job for its owner or an admin only: its log paths (the client reads the files)
+    # and the environment it was submitted with.
+    "logs": _cmd("id"),
+    "env": _cmd("id"),
+    # A job queued again as a new one, from the spec the daemon keeps: its environment
+    # never travels to the client, which may not see it.
+    "resubmit": _cmd("id", "changes"),
+}
+
+
+# The job fields a `snapshot` with lean=true carries: what `gpusched top` draws. A full
+# job row is several times larger, and top asks every second for every queued job.
+LEAN_JOB_FIELDS = ("id", "name", "user", "uid", "state", "gpus", "gpu_indices",
+                   "gpus_requested", "gpu_mem_bytes", "priority", "command", "submitted_at",
+                   "started_at", "pending_reason", "time_limit_s", "progress", "cancelling")
+
+
+def check_request(message: Any) -> tuple[str, dict[str, Any]]:
+    """A request's command and arguments, or ProtocolError naming what is wrong."""
+    if not isinstance(message, dict) or not isinstance(message.get("cmd"), str):
+        raise ProtocolError("a request must be a JSON object with a 'cmd' string")
+    name, args = message["cmd"], message.get("args", {})
+    spec = COMMANDS.get(name)
+    if spec is None:
+        raise ProtocolError(f"unknown command {name!r}; known: {', '.join(sorted(COMMANDS))}")
+    if not isinstance(args, dict):
+        raise ProtocolError(f"'{name}': args must be a JSON object")
+    missing = spec.required - args.keys()
+    extra = args.keys() - spec.required - spec.optional
+    if missing or extra:
+        raise ProtocolError(f"'{name}': missing {sorted(missing)}, unexpected {sorted(extra)}")
+    return name, args
+
+
+def encode(message: dict[str, Any]) -> bytes:
+    body = json.dumps(message, separators=(",", ":")).encode()
+    if len(body) > MAX_FRAME_BYTES:
+        raise ProtocolError(f"message of {len(body)} bytes is over the {MAX_FRAME_BYTES}-byte limit")
+    return _HEADER.pack(len(body)) + body
+
+
+def _recv(sock: socket.socket, size: int, deadline: float | None) -> bytes:
+    if deadline is not None:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise socket.timeout("the message took too long to arrive")
+        sock.settimeout(left)
+    return sock.recv(size)
+
+
+def _read_exact(sock: socket.socket, size: int, deadline: float | None = None) -> bytes:
+    chunks, remaining = [], size
+    while remaining:
+        chunk = _recv(sock, min(remaining, 1 << 20), deadline)
+        if not chunk:
+            raise ProtocolError("connection closed in the middle of a message")
+        chunks.append(chunk)
+        remaining -= len(chunk)
+    return b"".join(chunks)
+
+
+def send(sock: socket.socket, message: dict[str, Any]) -> None:
+    sock.sendall(encode(message))
+
+
+def receive(sock: socket.socket, timeout_s: float | None = None) -> dict[str, Any] | None:
+    """One frame, or None when the peer closed cleanly between frames.
+
+    timeout_s bounds the whole frame, not each read: a peer that trickles a byte at a
+    time must not hold a connection (and its thread) for ever.
+    """
+    deadline = None if timeout_s is None else time.monotonic() + timeout_s
+    first = _recv(sock, _HEADER.size, deadline)
+    if not first:
+        return None
+    header = first + (_read_exact(sock, _HEADER.size - len(first), deadline)
+                      if len(first) < _HEADER.size else b"")
+    (size,) = _HEADER.unpack(header)
+    if size > MAX_FRAME_BYTES:
+        raise ProtocolError(f"message of {size} bytes is over the {MAX_FRAME_BYTES}-byte limit")
+    try:
+        message = json.loads(_read_exact(sock, size, deadline))
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ProtocolError(f"message is not JSON: {exc}") from None
+    if not isinstance(message, dict):
+        raise ProtocolError("message is not a JSON object")
+    return message
+
+
+def peer_credentials(sock: socket.socket) -> tuple[int, int, int]:
+    """(pid, uid, gid) of the process at the other end, from the kernel (SO_PEERCRED)."""
+    creds = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
+    return struct.unpack("3i", creds)

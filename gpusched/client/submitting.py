@@ -1,0 +1,389 @@
+"""Turn `submit` options into the daemon's request, and its replies into exit statuses."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+from gpusched.core import syntax
+from gpusched.core.errors import GpuschedError, UsageError, detach_stdout
+from gpusched.core.units import parse_duration, parse_size
+
+# typing is imported only by type checkers: the submit fast path imports this module, and
+# typing would cost every submit several ms.
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any, Iterable
+
+
+class SubmitOptions:
+    """Everything `gpusched submit` accepts, before it is checked.
+
+    A plain class, not a dataclass: the submit fast path imports this module, and the
+    dataclasses machinery alone would cost every submit about 15 ms of start-up.
+    """
+
+    # Each option and its default; the lists are copied per instance.
+    DEFAULTS: dict = {
+        "command": [], "gpus": None, "gpu_mem": None, "name": "", "priority": 0, "cwd": None,
+        "env": [], "from_file": None, "wait": False, "json": False, "hold": False,
+        "after": [], "dependency": [], "kill_on_invalid_dep": False, "array": None,
+        "time": None, "signal": None, "retries": 0, "retry_on": None, "policy": None,
+        "gpu_ids": None, "exclude_gpus": None, "gpu_type": None, "min_gpu_total_mem": None,
+        "min_compute_capability": None, "cpus": None, "mem": None, "retry_delay": None,
+    }
+
+    def __init__(self, **values: Any):
+        unknown = values.keys() - self.DEFAULTS.keys()
+        if unknown:
+            raise TypeError(f"unknown submit options: {sorted(unknown)}")
+        for name, default in self.DEFAULTS.items():
+            value = values.get(name, default)
+            setattr(self, name, list(value) if isinstance(default, list) else value)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {name: getattr(self, name) for name in self.DEFAULTS}
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, SubmitOptions) and self.as_dict() == other.as_dict()
+
+    def __repr__(self) -> str:
+        return f"SubmitOptions({self.as_dict()!r})"
+
+
+# The options that choose among the GPUs (SubmitOptions fields).
+GPU_CONSTRAINT_OPTIONS = ("gpu_ids", "exclude_gpus", "gpu_type", "min_gpu_total_mem",
+                          "min_compute_capability")
+
+
+def _env_pairs(pairs: Iterable[str]) -> dict[str, str]:
+    out = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise UsageError(f"--env wants NAME=VALUE, not {pair!r}")
+        out[key] = value
+    return out
+
+
+def _from_file_lines(path: str) -> list[str]:
+    try:
+        if path == "-":
+            text = sys.stdin.read()
+        else:
+            with open(path, encoding="utf-8") as fh:
+                text = fh.read()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise UsageError(f"cannot read --from-file {path}: {exc}") from None
+    lines = [line.strip() for line in text.splitlines()]
+    return [line for line in lines if line and not line.startswith("#")]
+
+
+def _index_list(text: str | None, option: str) -> list[int]:
+    if not text:
+        return []
+    try:
+        return [int(part) for part in text.split(",") if part.strip()]
+    except ValueError:
+        raise UsageError(f"{option} wants GPU indices like 0,2, not {text!r}") from None
+
+
+def _size(text: str | None, option: str) -> int | None:
+    if text is None:
+        return None
+    try:
+        return parse_size(text)
+    except ValueError as exc:
+        raise UsageError(f"{option}: {exc}") from None
+
+
+def _duration(text: str, option: str) -> float:
+    try:
+        return parse_duration(text)
+    except ValueError as exc:
+        raise UsageError(f"{option}: {exc}") from None
+
+
+def _capability(text: str | None) -> list[int] | None:
+    if not text:
+        return None
+    major, _, minor = text.partition(".")
+    if not major.isdigit() or not (minor or "0").isdigit():
+        raise UsageError(f"--min-compute-capability wants MAJOR.MINOR like 8.0, not {text!r}")
+    return [int(major), int(minor or 0)]
+
+
+def gpus_and_type(opts: SubmitOptions) -> tuple[int | None, str]:
+    """--gpus N, or Slurm's TYPE:N, beside --gpu-type: (the count or None, the type or "")."""
+    gpu_type = opts.gpu_type or ""
+    if opts.gpus is None:
+        return None, gpu_type
+    count, named_type = syntax.parse_gpus(str(opts.gpus))
+    if named_type and gpu_type and named_type.lower() != gpu_type.lower():
+        raise UsageError(f"--gpus {opts.gpus} and --gpu-type {gpu_type} name different GPU "
+                         "types; give one of them")
+    return count, named_type or gpu_type
+
+
+def scheduling_fields(opts: SubmitOptions) -> dict[str, Any]:
+    """The Slurm-style options of a job spec: hold, dependencies, arrays, limits, constraints."""
+    spec: dict[str, Any] = {
+        "mem_bytes": None if opts.mem is None else syntax.parse_mem(opts.mem),
+        "hold": opts.hold, "kill_on_invalid_dep": opts.kill_on_invalid_dep,
+        "dependencies": [list(d) for d in syntax.parse_dependencies(opts.after, opts.dependency)],
+        "retries": opts.retries, "policy": opts.policy or "",
+        "constraints": {"gpu_ids": _index_list(opts.gpu_ids, "--gpu-ids"),
+                        "exclude_gpus": _index_list(opts.exclude_gpus, "--exclude-gpus"),
+                        "gpu_type": gpus_and_type(opts)[1],
+                        "min_gpu_total_mem_bytes": _size(opts.min_gpu_total_mem,
+                                                         "--min-gpu-total-mem") or 0,
+                        "min_compute_capability": _capability(opts.min_compute_capability)},
+    }
+    if opts.cpus is not None:  # only cores asked for are a limit (see jobspec)
+        spec["cpus"] = opts.cpus
+    if opts.retry_on:
+        spec["retry_on"] = [r.strip() for r in opts.retry_on.split(",") if r.strip()]
+    if opts.retry_delay is not None:
+        spec["retry_delay_s"] = _duration(opts.retry_delay, "--retry-delay")
+    time_limit_s = None if opts.time is None else syntax.parse_time_limit(opts.time)
+    if time_limit_s is not None:
+        spec["time_limit_s"] = time_limit_s
+    if opts.signal is not None:
+        if time_limit_s is None:
+            raise UsageError("--signal warns before the time limit: add a --time limit "
+                             "(not 0 or UNLIMITED)")
+        try:
+            spec["warn_signal"], spec["warn_before_s"] = syntax.parse_signal_spec(opts.signal)
+        except ValueError as exc:
+            raise UsageError(str(exc)) from None
+    if opts.array is not None:
+        indices, throttle = syntax.parse_array(opts.array)
+        spec["array"] = {"indices": list(indices), "throttle": throttle}
+    return spec
+
+
+def submitting_environment() -> dict[str, str]:
+    """The environment this process was started with, which the job gets.
+
+    Read from /proc/self/environ rather than os.environ: Python changes its own
+    environment as it starts (PEP 538 adds LC_CTYPE=C.UTF-8 under the C locale), and the
+    job must see what the caller's shell exported, nothing more. os.environ where /proc
+    cannot tell (not Linux, or not readable).
+    """
+    try:
+        with open("/proc/self/environ", "rb") as environ:
+            raw = environ.read()
+    except OSError:
+        return dict(os.environ)
+    env: dict[str, str] = {}
+    for item in raw.split(b"\0"):
+        name, sep, value = item.partition(b"=")
+        if sep:  # the first of a repeated name wins, as in os.environ
+            env.setdefault(os.fsdecode(name), os.fsdecode(value))
+    return env
+
+
+def job_cwd(option: str | None) -> str:
+    """The job's working directory: --cwd made absolute, or the current one; it must exist."""
+    if option is None or not os.path.isabs(option):
+        try:
+            here = os.getcwd()
+        except FileNotFoundError:  # deleted under the shell that runs us
+            if option is None:
+                raise UsageError("the current directory no longer exists (was it deleted?), "
+                                 "and a job runs where it is submitted. cd to a directory "
+                                 "that exists, or give --cwd DIR") from None
+            raise UsageError(f"--cwd {option} is relative to the current directory, which no "
+                             "longer exists (was it deleted?). cd to a directory that "
+                             "exists, or give an absolute --cwd") from None
+        option = os.path.join(here, option or "")
+    cwd = os.path.normpath(option)
+    if not os.path.exists(cwd):
+        raise UsageError(f"--cwd {cwd} does not exist. Give a directory that exists")
+    if not os.path.isdir(cwd):
+        raise UsageError(f"--cwd {cwd} is not a directory. Give a directory")
+    return cwd
+
+
+def build_request(opts: SubmitOptions) -> dict[str, Any]:
+    """The `submit` request's arguments: jobs, environment and working directory."""
+    gpus_asked = gpus_and_type(opts)[0]
+    gpu_mem_bytes = None
+    if opts.gpu_mem is not None:
+        try:
+            gpu_mem_bytes = parse_size(opts.gpu_mem)
+        except ValueError as exc:
+            raise UsageError(f"--gpu-mem: {exc}") from None
+        if gpu_mem_bytes <= 0:
+            raise UsageError(f"--gpu-mem must be more than zero, not {opts.gpu_mem!r}")
+    # Asking for GPU memory or for particular GPUs means a GPU: without --gpus, one (of
+    # the GPUs --gpu-ids names, say); --gpus N asks for more.
+    wants_gpu = gpu_mem_bytes or any(getattr(opts, name) for name in GPU_CONSTRAINT_OPTIONS)
+    gpus = gpus_asked if gpus_asked is not None else (1 if wants_gpu else 0)
+    cwd = job_cwd(opts.cwd)
+    env = submitting_environment()
+    env.update(_env_pairs(opts.env))
+    if opts.from_file is not None:
+        if opts.command:
+            raise UsageError("give either --from-file or a command after `--`, not both")
+        # Each line is a shell command, as a sweep file would hold it.
+        commands = [["/bin/sh", "-c", line] for line in _from_file_lines(opts.from_file)]
+        if not commands:
+            raise UsageError(f"--from-file {opts.from_file} has no commands")
+    elif opts.command:
+        commands = [list(opts.command)]
+    else:
+        raise UsageError("no command to run; put it after `--`, e.g. "
+                         "`gpusched submit --gpus 1 -- python train.py`")
+    extra = scheduling_fields(opts)
+    jobs = [{"command": c, "name": opts.name, "gpus": gpus, "gpu_mem_bytes": gpu_mem_bytes,
+             "priority": opts.priority, **extra} for c in commands]
+    return {"jobs": jobs, "env": env, "cwd": cwd}
+
+
+def exit_status(job: dict[str, Any]) -> int:
+    """A finished job as a shell exit status: its code, 128+signal, or 1 if it has neither."""
+    if job.get("exit_code") is not None:
+        return int(job["exit_code"])
+    if job.get("signal"):
+        return 128 + int(job["signal"])
+    return 0 if job.get("state") == "succeeded" else 1
+
+
+def wait_for_jobs(client: Any, ids: list[int]) -> list[dict[str, Any]]:
+    """Block until every job ended; the daemon answers in slices, so ask again until done."""
+    while True:
+        result = client.call("wait", timeout_s=None, ids=ids)
+        if result["done"]:
+            return result["jobs"]
+
+
+def wait_or_explain(client: Any, ids: list[int]) -> list[dict[str, Any]]:
+    """wait_for_jobs; on Ctrl-C, say on stderr that the jobs go on and how to cancel them,
+    then let KeyboardInterrupt end the command (status 130)."""
+    try:
+        return wait_for_jobs(client, ids)
+    except KeyboardInterrupt:
+        sys.stderr.write(_interrupted_note(client, ids) + "\n")
+        raise
+
+
+_NOTE_TIMEOUT_S = 2.0  # leaving a daemon that hangs must not take a second Ctrl-C
+
+
+def _interrupted_note(client: Any, ids: list[int]) -> str:
+    """What became of the jobs a wait was interrupted on: they go on, and how to cancel them."""
+    try:
+        jobs = client.call("show", timeout_s=_NOTE_TIMEOUT_S, ids=ids)["jobs"]
+    except GpuschedError:  # no answer: say what is sure
+        jobs = [{"id": i, "state": "unknown"} for i in ids]
+    live = [j for j in jobs if j["state"] not in _ENDED]
+    if not live:
+        return "Interrupted: stopped waiting."
+    groups = []
+    for state, one, many in _GOING_ON:
+        found = [j["id"] for j in live if j["state"] == state]
+        if found:
+            groups.append(f"{_jobs_named(found)} {one if len(found) == 1 else many}")
+    return (f"Interrupted: stopped waiting; {' and '.join(groups)}. "
+            f"`{_cancel_command(live, ids)}` cancels "
+            f"{'it' if len(live) == 1 else 'them'}.")
+
+
+_ENDED = ("succeeded", "failed", "cancelled", "timeout", "oom", "lost")
+_GOING_ON = (("running", "keeps running", "keep running"),
+             ("pending", "stays queued", "stay queued"),
+             ("unknown", "is still queued or running", "are still queued or running"))
+
+
+def _cancel_command(jobs: list[dict[str, Any]], waited_ids: list[int]) -> str:
+    """`gpusched cancel ...` for these jobs: by the array's id when they are of one array
+    whose first element was waited for (`submit --wait --array`)."""
+    arrays = {j.get("array_id") for j in jobs}
+    if len(jobs) > 1 and len(arrays) == 1 and (array_id := arrays.pop()) in waited_ids:
+        return f"gpusched cancel {array_id}"
+    return "gpusched cancel " + " ".join(str(j["id"]) for j in jobs)
+
+
+def _jobs_named(ids: list[int]) -> str:
+    if len(ids) == 1:
+        return f"job {ids[0]}"
+    listed = ", ".join(map(str, ids)) if len(ids) <= 5 else f"{ids[0]} to {ids[-1]}"
+    return f"jobs {listed}"
+
+
+def submit_json(ids: list[int], array_ids: list[int]) -> dict[str, Any]:
+    """`submit --json`: {"id": N} for one job, {"ids": [...]} for several, and the id of
+    the array ("array_id", or "array_ids" when --from-file made one array per line)."""
+    out: dict[str, Any] = {"id": ids[0]} if len(ids) == 1 else {"ids": ids}
+    if len(array_ids) == 1:
+        out["array_id"] = array_ids[0]
+    elif array_ids:
+        out["array_ids"] = array_ids
+    return out
+
+
+def ended_status(jobs: list[dict[str, Any]]) -> int:
+    """`wait`'s exit status: the first job's that did not succeed (0 if all did). Jobs that
+    could not start are named on stderr with the reason, which their 127 cannot tell."""
+    unstarted: dict[str, list[int]] = {}
+    for job in jobs:
+        reason = job.get("end_reason") or ""
+        if job.get("state") == "failed" and reason.startswith("cannot start"):
+            unstarted.setdefault(reason, []).append(job["id"])
+    for reason, ids in unstarted.items():  # "cannot start: why" -> "could not start: why"
+        sys.stderr.write(f"Error: {_jobs_named(ids)} could not{reason[len('cannot'):]}\n")
+    return next((s for s in map(exit_status, jobs) if s != 0), 0)
+
+
+def print_json(data: object) -> None:
+    sys.stdout.write(json.dumps(data, indent=2) + "\n")
+
+
+def submit_and_report(opts: SubmitOptions) -> int:
+    """`gpusched submit`, for the typer command and the fast path alike: one round trip."""
+    from gpusched.client.connection import Client
+
+    request = build_request(opts)
+    client = Client()
+    return report_queued(client, client.call("submit", **request), opts)
+
+
+def report_queued(client: Any, result: dict[str, Any], opts: SubmitOptions) -> int:
+    """Print the ids of jobs just queued (as JSON with --json); with --wait, wait for them
+    and return the exit status that `submit --wait` gives."""
+    ids = result["ids"]
+    try:
+        if opts.json:
+            print_json(submit_json(ids, result.get("array_ids", [])))
+        else:
+            sys.stdout.write("\n".join(str(i) for i in ids) + "\n")
+        sys.stdout.flush()
+    except (OSError, AttributeError, ValueError):  # no stdout (closed), or a closed pipe
+        detach_stdout()
+        # The jobs are queued whatever became of the output: name them where it can be read.
+        raise GpuschedError(f"queued {_jobs_named(ids)}, but could not print "
+                            f"{'its id' if len(ids) == 1 else 'their ids'}: standard output "
+                            "is closed") from None
+    if not opts.wait:
+        return 0
+    return ended_status(wait_or_explain(client, ids))
+
+
+# resubmit's options -> the field of the job's spec each one changes.
+RESUBMIT_FIELDS = {"gpus": "gpus", "gpu_mem": "gpu_mem_bytes", "name": "name",
+                   "priority": "priority", "time": "time_limit_s", "cpus": "cpus",
+                   "mem": "mem_bytes", "hold": "hold"}
+
+
+def resubmit_and_report(job_id: str, opts: SubmitOptions, given: Iterable[str]) -> int:
+    """`gpusched resubmit`: the daemon queues the job again from the spec it keeps, with
+    the given options changed, read exactly as `submit` reads them."""
+    from gpusched.client.connection import Client
+
+    probe = SubmitOptions(**{**opts.as_dict(), "command": ["resubmit"], "cwd": "/", "env": []})
+    spec = build_request(probe)["jobs"][0]
+    changes = {RESUBMIT_FIELDS[option]: spec[RESUBMIT_FIELDS[option]] for option in given}
+    client = Client()
+    return report_queued(client, client.call("resubmit", id=job_id, changes=changes), opts)

@@ -1,0 +1,312 @@
+"""Settings: defaults in code, an optional TOML file on top, then the environment; and paths."""
+
+from __future__ import annotations
+
+import os
+import sys
+from dataclasses import dataclass, fields, replace
+from pathlib import Path
+from typing import Any, Callable
+
+from gpusched.core.errors import ConfigError
+from gpusched.core.units import parse_duration, parse_size
+
+
+
+@dataclass(frozen=True)
+class Settings:
+    # [daemon]
+    gpu_poll_interval_s: float = 2.0
+    cancel_grace_s: float = 10.0
+    mode: str = "user"
+    max_connections_per_uid: int = 32
+    # [gpus]
+    simulate: str = ""
+    visible_devices: str = "uuid"
+    max_util_pct: float = 90.0
+    mem_headroom_bytes: int = 512 * 2**20
+    exclusive_idle_mem_bytes: int = 2**30
+    outside: str = "count"
+    outside_ignore_below_bytes: int = 0
+    outside_idle_after_s: float | None = None
+    # [scheduling]
+    policy: str = "pack"
+    discipline: str = "fifo"
+    gpu_weights: tuple[float, ...] = ()
+    gpu_order: tuple[int, ...] = ()
+    fairshare_half_life_s: float = 7 * 86400.0
+    user_weights: tuple[tuple[str, float], ...] = ()
+    max_gpus_per_user: int = 0
+    max_running_per_user: int = 0
+    # [host]
+    host_cpus: int = 0
+    reserve_cpus: int = 0
+    reserve_mem_bytes: int = 0
+    cpu_binding: bool = False
+    enforce_mem: bool = False
+    mem_margin_pct: float = 10.0
+    # [top]
+    top_warn_pct: float = 50.0
+    top_crit_pct: float = 80.0
+    # [jobs]
+    master_port_min: int = 29500
+    master_port_max: int = 29999
+    max_running: int = 0
+    job_env: tuple[tuple[str, str], ...] = ()
+    # [system]
+    service_user: str = ""
+    admin_group: str = ""
+    show_commands: str = "own"
+
+
+def _toml():
+    """tomllib, imported only when a config file exists: `submit` should not pay for it."""
+    if sys.version_info >= (3, 11):
+        import tomllib
+    else:  # pragma: no cover - exercised on Python 3.10 only
+        import tomli as tomllib
+    return tomllib
+
+
+def _choice(*valid: str) -> Callable[[Any], str]:
+    def parse(value: Any) -> str:
+        if value not in valid:
+            raise ValueError(f"{value!r} is not one of: {', '.join(valid)}")
+        return value
+    return parse
+
+
+def _number(low: float, high: float, kind: type = float) -> Callable[[Any], Any]:
+    def parse(value: Any) -> Any:
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise ValueError(f"{value!r} is not a number")
+        if kind is int and not isinstance(value, int):
+            raise ValueError(f"{value!r} is not a whole number")
+        if not low <= value <= high:
+            raise ValueError(f"{value} is outside {low:g}..{high:g}")
+        return kind(value)
+    return parse
+
+
+def _text(value: Any) -> str:
+    if not isinstance(value, str):
+        raise ValueError(f"{value!r} is not a string")
+    return value
+
+
+def _optional_duration(value: Any) -> float | None:
+    return None if value in ("", None) else parse_duration(value)
+
+
+def _list_of(kind: type, low: float) -> Callable[[Any], tuple]:
+    def parse(value: Any) -> tuple:
+        if not isinstance(value, list):
+            raise ValueError(f"{value!r} is not a list")
+        return tuple(_number(low, 1e9, kind)(v) for v in value)
+    return parse
+
+
+def _env_table(value: Any) -> tuple[tuple[str, str], ...]:
+    if not isinstance(value, dict) or not all(isinstance(v, str) for v in value.values()):
+        raise ValueError(f"{value!r} is not a table of NAME = \"value\" strings")
+    return tuple(sorted(value.items()))
+
+
+def _user_weights(value: Any) -> tuple[tuple[str, float], ...]:
+    if not isinstance(value, dict):
+        raise ValueError(f"{value!r} is not a table of user = weight")
+    return tuple((str(user), _number(0.001, 1e6)(w)) for user, w in sorted(value.items()))
+
+
+def _bool(value: Any) -> bool:
+    if not isinstance(value, bool):
+        raise ValueError(f"{value!r} is not true or false")
+    return value
+
+
+def _positive_duration(value: Any) -> float:
+    seconds = parse_duration(value)
+    if seconds <= 0:
+        raise ValueError(f"{value!r} must be longer than zero")
+    return seconds
+
+
+# TOML key -> (Settings field, parser, default as written in TOML, what it does). One
+# table drives loading, the example file and the test that keeps the two in step.
+KEYS: dict[str, tuple[str, Callable[[Any], Any], Any, str]] = {
+    "daemon.gpu_poll_interval": ("gpu_poll_interval_s", _positive_duration, "2s",
+                                 "How often the daemon reads the GPUs (jobs still start at once)."),
+    "daemon.cancel_grace": ("cancel_grace_s", parse_duration, "10s",
+                            "Between SIGTERM and SIGKILL when a running job is cancelled."),
+    "daemon.mode": ("mode", _choice("user", "system"), "user",
+                    '"system": one root daemon for all users (read from /etc/gpusched/gpusched.toml).'),
+    "daemon.max_connections_per_uid": ("max_connections_per_uid", _number(0, 10**6, int), 32,
+                                       "Open connections one user may hold (0: no limit; root and "
+                                       "the daemon's own user are exempt)."),
+    "gpus.simulate": ("simulate", _text, "",
+                      'Simulated GPUs instead of NVML, e.g. "4x80GiB" or '
+                      '"2xH100-80GiB,2xA100-40GiB" (env GPUSCHED_SIMULATE wins).'),
+    "gpus.visible_devices": ("visible_devices", _choice("uuid", "index"), "uuid",
+                             'CUDA_VISIBLE_DEVICES as GPU UUIDs ("uuid") or indices ("index").'),
+    "gpus.max_util_pct": ("max_util_pct", _number(0, 100), 90,
+                          "A GPU this busy (percent) takes no new jobs."),
+    "gpus.mem_headroom": ("mem_headroom_bytes", parse_size, "512MiB",
+                          "Free memory kept on a GPU beyond what a sharing job asks for."),
+    "gpus.exclusive_idle_mem": ("exclusive_idle_mem_bytes", parse_size, "1GiB",
+                                "A whole-GPU job needs a GPU whose other users hold at most this."),
+    "gpus.outside": ("outside", _choice("count", "block"), "count",
+                     'Processes gpusched did not start: "count" their memory, or "block" the GPU.'),
+    "gpus.outside_ignore_below": ("outside_ignore_below_bytes", parse_size, "0MiB",
+                                  "Ignore outside processes holding less than this."),
+    "gpus.outside_idle_after": ("outside_idle_after_s", _optional_duration, "",
+                                'Ignore an outside process idle (0% busy) this long, e.g. "2h"; '
+                                '"" never.'),
+    "scheduling.policy": ("policy", _text, "pack",
+                          "pack, spread, round-robin, weighted-round-robin, order, or a policy "
+                          "from the gpusched.policies entry points."),
+    "scheduling.discipline": ("discipline", _choice("fifo", "backfill", "fairshare", "sjf"),
+                              "fifo", "Queue order: fifo (skip-ahead), backfill, fairshare, sjf."),
+    "scheduling.gpu_weights": ("gpu_weights", _list_of(float, 0.001), [],
+                               "weighted-round-robin: a weight per GPU index, e.g. [2, 1, 1, 1]."),
+    "scheduling.gpu_order": ("gpu_order", _list_of(int, 0), [],
+                             "order: GPU indices in the order to fill them, e.g. [3, 2, 1, 0]."),
+    "scheduling.fairshare_half_life": ("fairshare_half_life_s", _positive_duration, "7d",
+                                       "fairshare: past usage counts half after this long."),
+    "scheduling.user_weights": ("user_weights", _user_weights, {},
+                                "fairshare: shares per user, e.g. { alice = 2 } (default 1)."),
+    "scheduling.max_gpus_per_user": ("max_gpus_per_user", _number(0, 10**6, int), 0,
+                                     "At most this many GPUs held by one user's jobs (0: no limit)."),
+    "scheduling.max_running_per_user": ("max_running_per_user", _number(0, 10**6, int), 0,
+                                        "At most this many running jobs per user (0: no limit)."),
+    "host.cpus": ("host_cpus", _number(0, 100_000, int), 0,
+                  "Cores jobs may use; 0 = those in the daemon's CPU affinity."),
+    "host.reserve_cpus": ("reserve_cpus", _number(0, 100_000, int), 0,
+                          "Cores kept for the system (the lowest-numbered ones)."),
+    "host.reserve_mem": ("reserve_mem_bytes", parse_size, "0MiB",
+                         "Host memory kept for the system."),
+    "host.cpu_binding": ("cpu_binding", _bool, False,
+                         "Pin each job to its own cores with CPU affinity."),
+    "host.enforce_mem": ("enforce_mem", _bool, False,
+                         "Stop a job (state oom) that uses more host memory than --mem + margin."),
+    "host.mem_margin_pct": ("mem_margin_pct", _number(0, 1000), 10,
+                            "How far past its --mem a job may go before it is reported (percent)."),
+    "top.warn_pct": ("top_warn_pct", _number(0, 100), 50,
+                     "`gpusched top` colours a load from this percent yellow..."),
+    "top.crit_pct": ("top_crit_pct", _number(0, 100), 80, "...and from this percent red."),
+    "jobs.max_running": ("max_running", _number(0, 10**6, int), 0,
+                         "At most this many jobs run at once, like `tsp -S` (0: no limit)."),
+    "jobs.env": ("job_env", _env_table, {},
+                 'Variables every job gets unless its own environment sets them, e.g. '
+                 '{ TF_FORCE_GPU_ALLOW_GROWTH = "true" }.'),
+    "jobs.master_port_min": ("master_port_min", _number(1024, 65535, int), 29500,
+                             "Lowest MASTER_PORT given to a job (torchrun's default is 29500)."),
+    "jobs.master_port_max": ("master_port_max", _number(1024, 65535, int), 29999,
+                             "Highest MASTER_PORT given to a job."),
+    "system.service_user": ("service_user", _text, "",
+                            "System mode: a non-root user the daemon runs as, trusted by clients "
+                            "besides root."),
+    "system.admin_group": ("admin_group", _text, "",
+                           "System mode: members of this group may cancel, hold, update and "
+                           "inspect anyone's jobs."),
+    "system.show_commands": ("show_commands", _choice("own", "all"), "own",
+                             'Whose command lines `ls`, `show` and `top` show: "own" (the '
+                             'owner\'s and to admins) or "all".'),
+}
+
+
+def _near_key(section: str, key: str) -> str | None:
+    """The key a typo most likely meant: one near it in its own section (`host.cpu`), the
+    same key in another section, or a near one in any section."""
+    from difflib import get_close_matches
+
+    own = [k.split(".")[1] for k in KEYS if k.startswith(f"{section}.")]
+    near = get_close_matches(key, own, n=1)
+    if near:
+        return f"{section}.{near[0]}"
+    by_name = {k.split(".")[1]: k for k in KEYS}
+    near = get_close_matches(key, by_name, n=1, cutoff=0.8)
+    return by_name[near[0]] if near else None
+
+
+def _unknown_key(section: str, key: str | None, source: str) -> ConfigError:
+    """An unknown section or key (key None: a bare `key = value` outside any section),
+    with the near one when a typo explains it (`host.cpu`, `[hots]`, a key in the wrong
+    section); the valid keys only when nothing is near."""
+    from difflib import get_close_matches
+
+    sections = list(dict.fromkeys(dotted.split(".")[0] for dotted in KEYS))
+    if key is None:  # `cpus = 4` before any [section]
+        near = _near_key("", section)
+        if near:
+            owner, name = near.split(".")
+            return ConfigError(f"'{section}' in {source} is outside any section; did you mean "
+                               f"{name} under [{owner}]?")
+        what = f"'{section}' in {source} is not a known key"
+    elif section not in sections and (near := get_close_matches(section, sections, n=1)):
+        return ConfigError(f"unknown section [{section}] in {source}; did you mean [{near[0]}]?")
+    elif near_key := _near_key(section, key):
+        return ConfigError(f"unknown key '{section}.{key}' in {source}; did you mean "
+                           f"'{near_key}'?")
+    else:
+        what = f"unknown key '{section}.{key}' in {source}"
+    return ConfigError(f"{what}. Known keys: {', '.join(KEYS)}")
+
+
+def settings_from_mapping(data: dict[str, Any], source: str) -> Settings:
+    """Apply a parsed TOML document to the defaults; unknown keys and bad values name the key."""
+    changes: dict[str, Any] = {}
+    for section, table in data.items():
+        if not isinstance(table, dict):
+            raise _unknown_key(section, None, source)
+        for key, value in table.items():
+            dotted = f"{section}.{key}"
+            if dotted not in KEYS:
+                raise _unknown_key(section, key, source)
+            field_name, parse, _, _ = KEYS[dotted]
+            try:
+                changes[field_name] = parse(value)
+            except ValueError as exc:
+                raise ConfigError(f"{source}: bad value for '{dotted}': {exc}") from None
+    settings = replace(Settings(), **changes)
+    if settings.top_warn_pct >= settings.top_crit_pct:
+        raise ConfigError(f"{source}: 'top.warn_pct' must be below 'top.crit_pct'")
+    if settings.master_port_min > settings.master_port_max:
+        raise ConfigError(f"{source}: 'jobs.master_port_min' is above 'jobs.master_port_max'")
+    return settings
+
+
+def load_settings(config_path: str | Path, environ: dict[str, str] | None = None) -> Settings:
+    """Defaults, then the TOML file if it exists, then GPUSCHED_SIMULATE from the environment."""
+    environ = os.environ if environ is None else environ
+    config_path = Path(config_path)
+    settings = Settings()
+    if config_path.exists():
+        try:
+            data = _toml().loads(config_path.read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError) as exc:
+            raise ConfigError(f"cannot read config {config_path}: {exc}. Fix its permissions "
+                              "or move it away.") from None
+        except _toml().TOMLDecodeError as exc:
+            raise ConfigError(f"config {config_path} is not valid TOML: {exc}") from None
+        settings = settings_from_mapping(data, str(config_path))
+    if environ.get("GPUSCHED_SIMULATE"):
+        settings = replace(settings, simulate=environ["GPUSCHED_SIMULATE"])
+    return settings
+
+
+def example_toml() -> str:
+    """The example config: every key with its default, grouped by section."""
+    lines = ["# gpusched configuration. Every key is optional; shown with its default."]
+    section = None
+    for dotted, (_, _, default, doc) in KEYS.items():
+        name, key = dotted.split(".")
+        if name != section:
+            lines += ["", f"[{name}]"]
+            section = name
+        value = (f'"{default}"' if isinstance(default, str) else
+                 str(default).lower() if isinstance(default, bool) else str(default))
+        lines += [f"# {doc}", f"{key} = {value}"]
+    return "\n".join(lines) + "\n"
+
+
+assert {f.name for f in fields(Settings)} == {v[0] for v in KEYS.values()}

@@ -1,0 +1,332 @@
+"""Pure placement: which GPUs can take a request, which of them a policy prefers, and why not."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from typing import Callable, Mapping, Sequence
+
+from gpusched.core.models import GpuInfo, GpuProcess, Inventory, Job, Request
+
+
+@dataclass(frozen=True)
+class PlacementRules:
+    max_util_pct: float = 90.0
+    mem_headroom_bytes: int = 512 * 2**20
+    # An exclusive job wants an idle card: nothing of ours on it and almost no outside memory.
+    exclusive_idle_mem_bytes: int = 2**30
+    policy: str = "pack"
+    # Processes gpusched did not start: "count" their memory, or "block" their GPU.
+    outside: str = "count"
+    outside_ignore_below_bytes: int = 0
+    # A process idle (0% utilization) for this long is ignored, as if it held nothing.
+    outside_idle_after_s: float | None = None
+    gpu_weights: Mapping[int, float] = field(default_factory=dict)  # weighted-round-robin
+    gpu_order: tuple[int, ...] = ()  # the "order" policy: preferred GPU indices first
+    # Extra policies by name (the daemon loads them from the gpusched.policies entry points).
+    custom_policies: Mapping[str, Policy] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class GpuLoad:
+    """One schedulable GPU with what gpusched has promised on it."""
+
+    gpu: GpuInfo
+    job_ids: tuple[int, ...] = ()
+    # Memory promised to our running jobs that they have not allocated yet: NVML cannot
+    # see it, but a job placed seconds ago will take it (task-spooler's lesson).
+    promised_bytes: int = 0
+    # Memory our own jobs hold now; the rest of the used memory belongs to others.
+    ours_used_bytes: int = 0
+    # Outside memory the rules let us ignore (small or long-idle processes).
+    ignored_outside_bytes: int = 0
+    is_held_exclusively: bool = False
+    blocked_by: str = ""  # why outside processes keep jobs off this GPU ("block" rule)
+
+    @property
+    def effective_free_bytes(self) -> int:
+        used = self.gpu.mem_used_bytes
+        if used is None:  # the driver would not say: trust only what we know
+            used = self.ours_used_bytes
+        return self.gpu.mem_total_bytes - (used - self.ignored_outside_bytes) - self.promised_bytes
+
+    @property
+    def outside_used_bytes(self) -> int:
+        used = self.gpu.mem_used_bytes or 0
+        return max(0, used - self.ours_used_bytes - self.ignored_outside_bytes)
+
+
+@dataclass(frozen=True)
+class PolicyContext:
+    """What a policy may look at besides the candidates."""
+
+    placements: Mapping[int, int]  # GPU index -> jobs placed on it so far (round-robin)
+    weights: Mapping[int, float]
+    order: tuple[int, ...]
+
+
+# A placement policy: the candidate GPUs (all can take the request) in the order the
+# policy prefers them. It must be pure: same inputs, same order.
+Policy = Callable[[Request, Sequence[GpuLoad], PolicyContext], Sequence[GpuLoad]]
+
+
+def _pack(request: Request, loads: Sequence[GpuLoad], ctx: PolicyContext) -> list[GpuLoad]:
+    # Best fit: the least free memory that still fits, so big holes stay for big jobs.
+    # On a tie the highest index wins, keeping GPU 0 (the one people's desktops and
+    # stray notebooks use) for last.
+    return sorted(loads, key=lambda l: (l.effective_free_bytes, -l.gpu.index))
+
+
+def _spread(request: Request, loads: Sequence[GpuLoad], ctx: PolicyContext) -> list[GpuLoad]:
+    return sorted(loads, key=lambda l: (-l.effective_free_bytes, l.gpu.util_pct or 0.0,
+                                        -l.gpu.index))
+
+
+def _round_robin(request: Request, loads: Sequence[GpuLoad], ctx: PolicyContext) -> list[GpuLoad]:
+    return sorted(loads, key=lambda l: (ctx.placements.get(l.gpu.index, 0), l.gpu.index))
+
+
+def _weighted(request: Request, loads: Sequence[GpuLoad], ctx: PolicyContext) -> list[GpuLoad]:
+    def key(load: GpuLoad) -> tuple[float, float, int]:
+        weight = ctx.weights.get(load.gpu.index, 1.0)
+        return (ctx.placements.get(load.gpu.index, 0) / weight, -weight, load.gpu.index)
+    return sorted(loads, key=key)
+
+
+def _order(request: Request, loads: Sequence[GpuLoad], ctx: PolicyContext) -> list[GpuLoad]:
+    rank = {index: pos for pos, index in enumerate(ctx.order)}
+    return sorted(loads, key=lambda l: (rank.get(l.gpu.index, len(rank)), l.gpu.index))
+
+
+BUILTIN_POLICIES: dict[str, Policy] = {
+    "pack": _pack, "spread": _spread, "round-robin": _round_robin,
+    "weighted-round-robin": _weighted, "order": _order,
+}
+
+
+def policy_names(rules: PlacementRules) -> list[str]:
+    return [*BUILTIN_POLICIES, *rules.custom_policies]
+
+
+def _declared_bytes(job: Job, gpu: GpuInfo) -> int:
+    """What a job may use on a GPU: its whole card, or the larger of its declared memory
+    and the most it was seen to use (a job that outgrew its --gpu-mem will again)."""
+    if job.request.gpu_mem_bytes is None:
+        return gpu.mem_total_bytes
+    return max(job.request.gpu_mem_bytes, job.gpu_mem_peak_bytes or 0)
+
+
+def _is_ignored(proc: GpuProcess, rules: PlacementRules, idle_since: Mapping[int, float],
+                now: float) -> bool:
+    if proc.used_mem_bytes is not None and proc.used_mem_bytes < rules.outside_ignore_below_bytes:
+        return True
+    if rules.outside_idle_after_s is None or proc.pid not in idle_since:
+        return False
+    return now - idle_since[proc.pid] >= rules.outside_idle_after_s
+
+
+def _outside_view(gpu: GpuInfo, pid_jobs: Mapping[int, int], rules: PlacementRules,
+                  idle_since: Mapping[int, float], now: float) -> tuple[int, str]:
+    """(ignored outside bytes, block reason) for the processes gpusched did not start."""
+    ignored, blockers = 0, []
+    for proc in gpu.processes:
+        if proc.pid in pid_jobs:
+            continue
+        if _is_ignored(proc, rules, idle_since, now):
+            ignored += proc.used_mem_bytes or 0
+        elif rules.outside == "block":
+            blockers.append(f"pid {proc.pid} ({proc.user or 'unknown user'})")
+    blocked = f"GPU {gpu.label} is in use by {', '.join(blockers)}" if blockers else ""
+    return ignored, blocked
+
+
+def observed_usage(inventory: Inventory, pid_jobs: Mapping[int, int]) -> dict[tuple[int, str], int]:
+    """(job id, GPU uuid) -> GPU memory its processes hold now, as the driver reports it."""
+    observed: dict[tuple[int, str], int] = {}
+    for gpu in inventory.schedulable():
+        for proc in gpu.processes:
+            job_id = pid_jobs.get(proc.pid)
+            if job_id is not None and proc.used_mem_bytes is not None:
+                key = (job_id, gpu.uuid)
+                observed[key] = observed.get(key, 0) + proc.used_mem_bytes
+    return observed
+
+
+def job_gpu_peaks(inventory: Inventory, pid_jobs: Mapping[int, int]) -> dict[int, int]:
+    """Job id -> the most GPU memory it holds now on any one of its GPUs."""
+    peaks: dict[int, int] = {}
+    for (job_id, _), used in observed_usage(inventory, pid_jobs).items():
+        peaks[job_id] = max(peaks.get(job_id, 0), used)
+    return peaks
+
+
+def gpu_loads(inventory: Inventory, running: Sequence[Job], pid_jobs: Mapping[int, int],
+              rules: PlacementRules = PlacementRules(),
+              idle_since: Mapping[int, float] | None = None, now: float = 0.0) -> dict[str, GpuLoad]:
+    """Per GPU: our jobs on it, what they use now (by process), and what they still will."""
+    idle_since = idle_since or {}
+    observed = observed_usage(inventory, pid_jobs)
+    loads = {}
+    for gpu in inventory.schedulable():
+        ignored, blocked = _outside_view(gpu, pid_jobs, rules, idle_since, now)
+        loads[gpu.uuid] = GpuLoad(gpu, ignored_outside_bytes=ignored, blocked_by=blocked)
+    for job in running:
+        for uuid in job.gpu_uuids:
+            load = loads.get(uuid)
+            if load is None:
+                continue
+            used = observed.get((job.id, uuid), 0)
+            loads[uuid] = replace(
+                load, job_ids=load.job_ids + (job.id,),
+                promised_bytes=load.promised_bytes + max(0, _declared_bytes(job, load.gpu) - used),
+                ours_used_bytes=load.ours_used_bytes + used,
+                is_held_exclusively=load.is_held_exclusively or job.request.is_exclusive
+                or load.gpu.parent_index is not None)
+    return loads
+
+
+def track_idle(inventory: Inventory, pid_jobs: Mapping[int, int],
+               idle_since: Mapping[int, float], now: float) -> dict[int, float]:
+    """Since when each outside process has shown 0% utilization (for outside_idle_after).
+
+    A process whose utilization is unknown is never taken for idle.
+    """
+    out: dict[int, float] = {}
+    for gpu in inventory.schedulable():
+        for proc in gpu.processes:
+            if proc.pid not in pid_jobs and proc.util_pct == 0:
+                out[proc.pid] = idle_since.get(proc.pid, now)
+    return out
+
+
+def is_usable(load: GpuLoad) -> bool:
+    return load.gpu.is_healthy and not load.is_held_exclusively and not load.blocked_by
+
+
+def _is_busy(load: GpuLoad, rules: PlacementRules) -> bool:
+    return load.gpu.util_pct is not None and load.gpu.util_pct >= rules.max_util_pct
+
+
+def fits(load: GpuLoad, request: Request, rules: PlacementRules) -> bool:
+    """Whether this GPU can take the request right now."""
+    if not is_usable(load) or _is_busy(load, rules) or not request.constraints.allows(load.gpu):
+        return False
+    if request.is_exclusive or load.gpu.parent_index is not None:
+        # Whole cards and MIG devices are given to one job at a time.
+        if load.job_ids:
+            return False
+    if request.is_exclusive:
+        return load.outside_used_bytes <= rules.exclusive_idle_mem_bytes
+    return load.effective_free_bytes >= request.gpu_mem_bytes + rules.mem_headroom_bytes
+
+
+def choose_gpus(request: Request, loads: Mapping[str, GpuLoad], rules: PlacementRules,
+                placements: Mapping[int, int] | None = None,
+                policy: str = "") -> tuple[GpuInfo, ...] | None:
+    """All the GPUs a job asks for, or None: a multi-GPU job gets all or nothing."""
+    fitting = [l for l in loads.values() if fits(l, request, rules)]
+    if len(fitting) < request.gpus:
+        return None
+    name = policy or rules.policy
+    choose = BUILTIN_POLICIES.get(name) or rules.custom_policies[name]
+    ctx = PolicyContext(placements or {}, rules.gpu_weights, rules.gpu_order)
+    uuids = [l.gpu.uuid for l in choose(request, fitting, ctx)][: request.gpus]
+    # A custom policy may veto GPUs, never invent them or offer one twice.
+    if (len(uuids) < request.gpus or len(set(uuids)) < len(uuids)
+            or not set(uuids) <= {l.gpu.uuid for l in fitting}):
+        return None
+    return tuple(loads[uuid].gpu for uuid in uuids)
+
+
+def take(loads: dict[str, GpuLoad], job: Job, gpus: Sequence[GpuInfo]) -> None:
+    """Count a job just placed on these GPUs, so later choices in the same pass see it."""
+    for gpu in gpus:
+        load = loads[gpu.uuid]
+        loads[gpu.uuid] = replace(
+            load, job_ids=load.job_ids + (job.id,),
+            promised_bytes=load.promised_bytes + _declared_bytes(job, gpu),
+            is_held_exclusively=job.request.is_exclusive or gpu.parent_index is not None)
+
+
+def _size(num_bytes: int) -> str:
+    return f"{num_bytes / 2**30:.1f} GiB"
+
+
+def pending_reason(request: Request, loads: Mapping[str, GpuLoad], inventory: Inventory,
+                   rules: PlacementRules) -> str:
+    """Why the GPUs cannot take a request now, in words a person can act on."""
+    n = request.gpus
+    plural = "s" if n != 1 else ""
+    if not loads:
+        return inventory.problem or "no GPUs are available to gpusched"
+    allowed = [l for l in loads.values() if request.constraints.allows(l.gpu)]
+    usable = [l for l in allowed if is_usable(l)]
+    if request.is_exclusive:
+        need = f"needs {n} whole GPU{plural}"
+    else:
+        need = f"needs {n} GPU{plural} with {_size(request.gpu_mem_bytes)} free"
+    if not usable:
+        blocked = next((l.blocked_by for l in allowed if l.blocked_by), "")
+        held = any(l.is_held_exclusively for l in allowed)
+        return blocked or f"{need}; every allowed GPU is " + (
+            "held whole by a running job" if held else "unhealthy")
+    fitting = [l for l in usable if fits(l, request, rules)]
+    fit_labels = ", ".join(f"GPU {l.gpu.label}" for l in sorted(fitting, key=lambda l: l.gpu.index))
+    if request.is_exclusive:
+        return f"{need}; {len(fitting)} free" + (f" ({fit_labels})" if fitting else "")
+    if fitting:
+        return f"{need} each; only {len(fitting)} ha{'s' if len(fitting) == 1 else 've'} it ({fit_labels})"
+    best = max(usable, key=lambda l: (l.effective_free_bytes, -l.gpu.index))
+    busy = f", but it is {best.gpu.util_pct:.0f}% busy" if _is_busy(best, rules) else ""
+    return (f"{need}; most free is GPU {best.gpu.label} with "
+            f"{_size(max(0, best.effective_free_bytes))}{busy}")
+
+
+def host_impossible_reason(request: Request, cpus: int, mem_bytes: int) -> str | None:
+    """Why this host's cores or memory could never hold the request, or None."""
+    if request.cpus > cpus:
+        return f"asks for {request.cpus} CPUs; this box has {cpus} usable"
+    if request.mem_bytes is not None and request.mem_bytes > mem_bytes:
+        return (f"asks for {_size(request.mem_bytes)} of host memory; this box has "
+                f"{_size(mem_bytes)} usable")
+    return None
+
+
+def impossible_reason(request: Request, inventory: Inventory) -> str | None:
+    """Why no state of this box could ever run the request (refused at submit), or None."""
+    devices = inventory.schedulable()
+    if request.gpus == 0 or not devices:
+        return None  # CPU jobs always fit; with no GPUs read yet, the job pends with a reason
+    indices = sorted({g.index for g in devices})  # a MIG device has its GPU's index
+    absent = [i for i in request.constraints.gpu_ids if i not in indices]
+    if absent:
+        return (f"asks for --gpu-ids {','.join(map(str, request.constraints.gpu_ids))}, but "
+                f"this box has no GPU {' or '.join(map(str, absent))}: it has GPUs "
+                f"{_index_ranges(indices)}")
+    allowed = [g for g in devices if request.constraints.allows(g)]
+    if request.gpus > len(allowed):
+        names = "; ".join(f"GPU {g.label}: {g.name}, {_size(g.mem_total_bytes)}" +
+                          (f", sm {g.compute_capability[0]}.{g.compute_capability[1]}"
+                           if g.compute_capability else "") for g in devices)
+        if len(allowed) == len(devices):
+            return f"asks for {request.gpus} GPUs; this box has {len(devices)} ({names})"
+        some = f"only {len(allowed)}" if allowed else "none"
+        wanted = "1 GPU that meets" if request.gpus == 1 else f"{request.gpus} GPUs that meet"
+        return (f"asks for {wanted} its constraints; {some} of the {len(devices)} GPUs here "
+                f"{'meets' if len(allowed) == 1 else 'meet'} them ({names})")
+    if request.gpu_mem_bytes is not None:
+        big = sorted((g.mem_total_bytes for g in allowed), reverse=True)[request.gpus - 1]
+        if request.gpu_mem_bytes > big:
+            return (f"asks for {_size(request.gpu_mem_bytes)} on each of {request.gpus} GPU(s); "
+                    f"the largest here have {_size(big)}")
+    return None
+
+
+def _index_ranges(indices: list[int]) -> str:
+    """0-3 for 0,1,2,3; 0, 2-3 for 0,2,3."""
+    runs: list[list[int]] = []
+    for i in indices:
+        if runs and i == runs[-1][1] + 1:
+            runs[-1][1] = i
+        else:
+            runs.append([i, i])
+    return ", ".join(str(a) if a == b else f"{a}-{b}" for a, b in runs)

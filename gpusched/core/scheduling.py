@@ -1,0 +1,337 @@
+"""Pure scheduling: which pending jobs may start, in what order, and why the others wait.
+
+The daemon and the trace simulator both call `schedule`, so the simulator measures the
+very decisions the daemon makes.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from operator import attrgetter
+from typing import Iterable, Mapping, Sequence
+
+from gpusched.core import lifecycle, placement
+from gpusched.core.models import GpuInfo, Inventory, Job, JobState
+from gpusched.core.placement import GpuLoad, PlacementRules
+
+DISCIPLINES = ("fifo", "backfill", "fairshare", "sjf")
+
+
+@dataclass(frozen=True)
+class HostCapacity:
+    """What the host offers jobs besides GPUs: cores and memory after the system's reserve."""
+
+    cpus: int
+    mem_bytes: int
+    max_running: int | None = None  # at most this many jobs at once (tsp -S)
+
+
+@dataclass(frozen=True)
+class QueueRules:
+    # fifo: priority, then submission, skipping jobs that do not fit (the default).
+    # backfill: fifo, but a later job may not delay the first blocked job's reserved start.
+    # fairshare: priority, then the user's decayed usage over their weight.
+    # sjf: priority, then the shortest time limit (exact durations make it the oracle).
+    discipline: str = "fifo"
+    user_weights: Mapping[str, float] = field(default_factory=dict)
+    max_gpus_per_user: int | None = None
+    max_running_per_user: int | None = None
+    draining: bool = False
+    host: HostCapacity | None = None  # None: host resources are not counted (the simulator)
+
+
+@dataclass(frozen=True)
+class Plan:
+    starts: tuple[tuple[int, tuple[GpuInfo, ...]], ...] = ()
+    reasons: Mapping[int, str] = field(default_factory=dict)
+    cancels: Mapping[int, str] = field(default_factory=dict)  # never-satisfiable dependencies
+
+
+def dependency_status(job: Job, states: Mapping[int, JobState]) -> tuple[bool, str]:
+    """(can never be met, reason) for a job's unmet dependencies; ("", False) when all met."""
+    waiting = []
+    for kind, dep in job.dependencies:
+        state = states.get(dep)
+        if state is None:
+            return True, f"dependency {kind}:{dep} can never be met: job {dep} does not exist"
+        if kind == "after":  # met once the job started, or ended without starting
+            if state is JobState.PENDING:
+                waiting.append(f"{kind}:{dep}")
+            continue
+        if not state.is_final:
+            waiting.append(f"{kind}:{dep}")
+            continue
+        ok = state is JobState.SUCCEEDED
+        if (kind == "afterok" and not ok) or (kind == "afternotok" and ok):
+            return True, f"dependency {kind}:{dep} can never be met: job {dep} ended {state.value}"
+    return False, f"waiting for {', '.join(waiting)}" if waiting else ""
+
+
+def order_key(job: Job, rules: QueueRules, usage: Mapping[str, float]):
+    if rules.discipline == "fairshare":
+        share = usage.get(job.user, 0.0) / rules.user_weights.get(job.user, 1.0)
+        return (-job.priority, share, job.id)
+    if rules.discipline == "sjf":
+        return (-job.priority, job.time_limit_s if job.time_limit_s is not None else math.inf, job.id)
+    return (-job.priority, job.id)
+
+
+def queue_order(pending: Sequence[Job], rules: QueueRules,
+                usage: Mapping[str, float]) -> list[Job]:
+    """The jobs in the order a pass considers them (order_key's)."""
+    if rules.discipline in ("fairshare", "sjf"):
+        return sorted(pending, key=lambda j: order_key(j, rules, usage))
+    # The plain (-priority, id) order as two sorts on attributes, with no Python call
+    # per job: every pass sorts the whole queue, and a queue may hold thousands. The
+    # second sort is stable, reverse=True included, so ids stay in order within a priority.
+    ordered = sorted(pending, key=attrgetter("id"))
+    ordered.sort(key=attrgetter("priority"), reverse=True)
+    return ordered
+
+
+def decay_usage(usage: Mapping[str, float], running: Sequence[Job], elapsed_s: float,
+                half_life_s: float) -> dict[str, float]:
+    """Fair-share usage in GPU-seconds: old usage halves every half-life, running jobs add
+    their GPUs for the whole time (the simulator's step, from one event to the next)."""
+    return add_usage(usage, ((job.user, max(job.request.gpus, 0) * elapsed_s)
+                             for job in running), elapsed_s, half_life_s)
+
+
+def add_usage(usage: Mapping[str, float], gpu_seconds: Iterable[tuple[str, float]],
+              elapsed_s: float, half_life_s: float) -> dict[str, float]:
+    """Fair-share usage after elapsed_s: the old halves every half-life, then each
+    (user, GPU-seconds) used meanwhile is added."""
+    factor = 0.5 ** (elapsed_s / half_life_s) if half_life_s > 0 else 0.0
+    out = {user: value * factor for user, value in usage.items() if value * factor > 1e-3}
+    for user, seconds in gpu_seconds:
+        out[user] = out.get(user, 0.0) + seconds
+    return out
+
+
+def run_gpu_seconds(job: Job, since: float, until: float) -> float:
+    """The GPU-seconds a run used from `since` (or its start, if later) to `until`.
+    Negative when `until` comes first: it takes back what was counted for a run that had
+    already ended (its end was noticed later than it happened)."""
+    start = since if job.started_at is None else max(job.started_at, since)
+    return max(job.request.gpus, 0) * (until - start)
+
+
+@dataclass
+class _Pass:
+    """Bookkeeping while one scheduling pass places jobs."""
+
+    loads: dict[str, GpuLoad]
+    placements: dict[int, int]
+    user_gpus: dict[str, int]
+    user_jobs: dict[str, int]
+    array_running: dict[int, int]
+    ends: dict[str, float]  # GPU uuid -> when its last job is expected to end
+    cpus_used: int = 0
+    mem_used_bytes: int = 0
+    running: int = 0
+    # (start, GPUs the reserved job may use, how many it needs, its id)
+    reservation: tuple[float, frozenset[str], int, int] | None = None
+
+
+def _expected_end(job: Job, now: float) -> float:
+    if job.time_limit_s is None:
+        return math.inf
+    return (job.started_at if job.started_at is not None else now) + job.time_limit_s
+
+
+def _new_pass(running: Sequence[Job], loads: Mapping[str, GpuLoad],
+              placements: Mapping[int, int], now: float) -> _Pass:
+    p = _Pass(dict(loads), dict(placements), {}, {}, {}, {})
+    for job in running:
+        _count(p, job, job.gpu_uuids, now)
+    return p
+
+
+def _count(p: _Pass, job: Job, uuids: Sequence[str], now: float) -> None:
+    p.cpus_used += job.request.cpus
+    p.mem_used_bytes += job.request.mem_bytes or 0
+    p.running += 1
+    p.user_gpus[job.user] = p.user_gpus.get(job.user, 0) + job.request.gpus
+    p.user_jobs[job.user] = p.user_jobs.get(job.user, 0) + 1
+    if job.array_id is not None:
+        p.array_running[job.array_id] = p.array_running.get(job.array_id, 0) + 1
+    end = _expected_end(job, now)
+    for uuid in uuids:
+        p.ends[uuid] = max(p.ends.get(uuid, now), end)
+
+
+def _limit_reason(job: Job, p: _Pass, rules: QueueRules) -> str:
+    if rules.draining:
+        return "the queue is draining (`gpusched resume` starts jobs again)"
+    if job.held:
+        return f"held (`gpusched release {job.id}` lets it start)"
+    if job.array_id is not None and job.array_throttle is not None and \
+            p.array_running.get(job.array_id, 0) >= job.array_throttle:
+        return f"array {job.array_id} already runs {job.array_throttle} at once (%{job.array_throttle})"
+    if rules.max_running_per_user is not None and \
+            p.user_jobs.get(job.user, 0) >= rules.max_running_per_user:
+        return f"{job.user} already runs {rules.max_running_per_user} jobs (max_running_per_user)"
+    if rules.max_gpus_per_user is not None and \
+            p.user_gpus.get(job.user, 0) + job.request.gpus > rules.max_gpus_per_user:
+        return (f"{job.user} would hold more than {rules.max_gpus_per_user} GPUs "
+                f"(max_gpus_per_user; holds {p.user_gpus.get(job.user, 0)})")
+    return _host_reason(job, p, rules.host) if rules.host else ""
+
+
+def _box_is_full(p: _Pass, queue: QueueRules) -> bool:
+    """Whether max_running is reached, so that no job of any kind can start."""
+    host = queue.host
+    return (host is not None and host.max_running is not None and p.running >= host.max_running
+            and not queue.draining)
+
+
+def _host_reason(job: Job, p: _Pass, host: HostCapacity) -> str:
+    """Why the host's cores, memory or running-job limit keep the job waiting."""
+    if host.max_running is not None and p.running >= host.max_running:
+        return f"{p.running} jobs are running (max_running = {host.max_running})"
+    # Below zero when jobs that do not wait for cores hold more than the box has.
+    free_cpus = max(host.cpus - p.cpus_used, 0)
+    if job.request.cpus_required and job.request.cpus > free_cpus:
+        plural = "s" if job.request.cpus != 1 else ""
+        return f"needs {job.request.cpus} CPU{plural}; {free_cpus} of {host.cpus} free"
+    mem = job.request.mem_bytes
+    if mem is not None and mem > host.mem_bytes - p.mem_used_bytes:
+        free = max(host.mem_bytes - p.mem_used_bytes, 0)
+        return (f"needs {mem / 2**30:.1f} GiB of host memory; {free / 2**30:.1f} of "
+                f"{host.mem_bytes / 2**30:.1f} GiB free")
+    return ""
+
+
+def _reserve(job: Job, p: _Pass, rules: PlacementRules, now: float) -> None:
+    """EASY backfill: the first blocked job is promised the soonest time enough GPUs free up."""
+    allowed = [l for l in p.loads.values()
+               if l.gpu.is_healthy and job.request.constraints.allows(l.gpu)]
+    if len(allowed) < job.request.gpus:
+        return
+    ends = sorted(p.ends.get(l.gpu.uuid, now) for l in allowed)
+    start = ends[job.request.gpus - 1]
+    p.reservation = (start, frozenset(l.gpu.uuid for l in allowed), job.request.gpus, job.id)
+
+
+def _delays_reservation(job: Job, gpus: Sequence[GpuInfo], p: _Pass, now: float) -> bool:
+    """Whether the reserved job would find too few GPUs free at its reserved start.
+
+    A job that ends by then never delays it; a longer one may still take the GPUs that
+    will be spare at that time (EASY's "extra nodes"), not only ones it will never want.
+    """
+    if p.reservation is None:
+        return False
+    start, allowed, need, _ = p.reservation
+    if _expected_end(job, now) <= start:
+        return False
+    taken = {g.uuid for g in gpus}
+    free_at_start = sum(1 for uuid in allowed
+                        if uuid not in taken and p.ends.get(uuid, now) <= start)
+    return free_at_start < need
+
+
+def _choose(job: Job, p: _Pass, rules: PlacementRules,
+            unplaceable: set[tuple]) -> tuple[GpuInfo, ...] | None:
+    """The GPUs for a job now, or None when it does not fit.
+
+    Loads only fill up during a pass, so a request that found too few GPUs once finds too
+    few again: remember it, and a long queue of alike jobs costs one search, not one each.
+    Only built-in policies qualify: a custom one may veto GPUs by placement counts.
+    """
+    if not job.request.gpus:
+        return ()
+    key = (job.request, job.policy or rules.policy)
+    if key in unplaceable:
+        return None
+    chosen = placement.choose_gpus(job.request, p.loads, rules, p.placements, job.policy)
+    if chosen is None and key[1] in placement.BUILTIN_POLICIES:
+        unplaceable.add(key)
+    return chosen
+
+
+def _waits_on_dependencies(job: Job, dep_states: Mapping[int, JobState],
+                           reasons: dict[int, str], cancels: dict[int, str]) -> bool:
+    """Whether the job's dependencies keep it from starting (noting why, or cancelling
+    it when they never can be met and it asked for that)."""
+    if not job.dependencies:
+        return False
+    never, why = dependency_status(job, dep_states)
+    if never and job.kill_on_invalid_dep:
+        cancels[job.id] = why
+        return True
+    if why:
+        reasons[job.id] = why
+    return bool(why)
+
+
+def _explain_full_box(rest: Sequence[Job], p: _Pass, queue: QueueRules,
+                      dep_states: Mapping[int, JobState], reasons: dict[int, str],
+                      cancels: dict[int, str], now: float) -> None:
+    """Reasons for the jobs left when max_running is reached: one shared reason, but a
+    job's own dependencies (and a hold) still come first, as in the main loop."""
+    full_reason = _host_reason(rest[0], p, queue.host)
+    for job in rest:
+        if not job.held and not job.dependencies and job.eligible_at is None:  # the common case
+            reasons[job.id] = full_reason
+        elif lifecycle.is_waiting_to_retry(job, now):
+            reasons[job.id] = lifecycle.retry_reason(job, now)
+        elif not _waits_on_dependencies(job, dep_states, reasons, cancels):
+            reasons[job.id] = f"held (`gpusched release {job.id}` lets it start)" \
+                if job.held else full_reason
+
+
+def schedule(pending: Sequence[Job], running: Sequence[Job], loads: Mapping[str, GpuLoad],
+             inventory: Inventory, rules: PlacementRules, queue: QueueRules, now: float,
+             dep_states: Mapping[int, JobState] | None = None,
+             usage: Mapping[str, float] | None = None,
+             placements: Mapping[int, int] | None = None, explain: bool = True) -> Plan:
+    """One pass over the queue: every job that may start and fits starts, in order.
+
+    A job that does not fit never blocks the ones behind it (skip-ahead), except under
+    backfill, where they may not push back the first blocked job's reserved start.
+    `explain=False` skips building reasons (the simulator replays thousands of passes).
+    """
+    p = _new_pass(running, loads, placements or {}, now)
+    starts: list[tuple[int, tuple[GpuInfo, ...]]] = []
+    reasons: dict[int, str] = {}
+    cancels: dict[int, str] = {}
+    # With every GPU held whole, no GPU job can start: skip the per-job search (the
+    # simulator's common case on a full box). Placing jobs only ever takes GPUs away.
+    free_any = any(placement.is_usable(l) for l in p.loads.values())
+    unplaceable: set[tuple] = set()
+    ordered = queue_order(pending, queue, usage or {})
+    for n, job in enumerate(ordered):
+        if _box_is_full(p, queue):
+            # Nothing more can start this pass: the rest share one reason (a long queue
+            # behind max_running is the common case, and it is checked after every end).
+            _explain_full_box(ordered[n:], p, queue, dep_states or {}, reasons, cancels, now)
+            break
+        if job.eligible_at is not None and lifecycle.is_waiting_to_retry(job, now):
+            reasons[job.id] = lifecycle.retry_reason(job, now)
+            continue
+        if _waits_on_dependencies(job, dep_states or {}, reasons, cancels):
+            continue
+        why = _limit_reason(job, p, queue)
+        if why:
+            reasons[job.id] = why
+            continue
+        chosen = _choose(job, p, rules, unplaceable) if free_any or not job.request.gpus else None
+        if chosen is not None and _delays_reservation(job, chosen, p, now):
+            if explain:
+                reasons[job.id] = (f"backfill: would delay job {p.reservation[-1]}, which is "
+                                   "first in line")
+            continue
+        if chosen is None:
+            if queue.discipline == "backfill" and p.reservation is None:
+                _reserve(job, p, rules, now)
+            if explain:
+                reasons[job.id] = placement.pending_reason(job.request, p.loads, inventory, rules)
+            continue
+        placement.take(p.loads, job, chosen)
+        for gpu in chosen:
+            p.placements[gpu.index] = p.placements.get(gpu.index, 0) + 1
+        _count(p, job, [g.uuid for g in chosen], now)
+        starts.append((job.id, chosen))
+    return Plan(tuple(starts), reasons, cancels)
+

@@ -1,0 +1,209 @@
+"""Slurm's syntax: job ids and `submit`'s options (stdlib only: the submit fast path imports it)."""
+
+from __future__ import annotations
+
+import re
+import signal
+
+from gpusched.core.errors import UsageError
+from gpusched.core.units import parse_duration, parse_size
+
+MAX_ARRAY_SIZE = 10_000
+MAX_JOB_ID = 2**63 - 1  # SQLite's largest integer
+# "after" is met once the job has started (or ended without starting), as in Slurm.
+DEPENDENCY_KINDS = ("afterok", "afterany", "afternotok", "after")
+RETRY_ON_CHOICES = ("failed", "timeout", "oom", "cancelled", "lost")
+# Warning signals go through the job's shim, which passes on only these (shim.FORWARDED);
+# any other would stay with the shim (ALRM is its SIGKILL timer; KILL or STOP stop it).
+WARN_SIGNALS = (signal.SIGUSR1, signal.SIGUSR2, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT,
+                signal.SIGTERM)
+_RANGE_RE = re.compile(r"([0-9]+)(?:-([0-9]+)(?::([0-9]+))?)?")
+_JOB_ID_RE = re.compile(r"([0-9]+)(?:_([0-9]+))?")
+JOB_ID_FORMS = "an ID like 12, or ARRAY_INDEX like 12_3 for one element of array 12"
+# Slurm's --time: M, M:S, H:M:S, D-H, D-H:M, D-H:M:S; and gpusched's own 45s, 2h30m, 1d.
+_SLURM_TIME_RE = re.compile(r"(?:([0-9]+)-)?([0-9]+(?::[0-9]+){0,2})")
+_UNIT_TIME_RE = re.compile(r"(?:[0-9]+(?:\.[0-9]+)?[dhms])+")
+TIME_FORMS = ("minutes (90), M:S, H:M:S, D-H, D-H:M or D-H:M:S as in Slurm, or units "
+              "(45s, 2h30m, 1d); 0 or UNLIMITED for no limit")
+NO_TIME_LIMIT = ("0", "UNLIMITED", "INFINITE")
+_GPUS_RE = re.compile(r"(?:([^:,\s]+):)?([0-9]+)")
+_BARE_NUMBER_RE = re.compile(r"[0-9]+(?:\.[0-9]+)?")
+
+
+def parse_job_id(text: object) -> tuple[int, int | None]:
+    """'12' -> (12, None); '12_3' -> (12, 3): a job (or whole array), or one array element.
+
+    Anything else is refused, never read as something nearby: '12_' (what a script's
+    `cancel ${ARRAY}_${INDEX}` sends when INDEX is empty) must not name the whole array,
+    and '4_7' must not be 47, as Python's int() would read it.
+    """
+    if isinstance(text, int) and not isinstance(text, bool):
+        text = str(text)  # a number from an older client; the pattern refuses negatives
+    match = _JOB_ID_RE.fullmatch(text) if isinstance(text, str) else None
+    if match is None or int(match.group(1)) > MAX_JOB_ID or int(match.group(2) or 0) > MAX_JOB_ID:
+        raise UsageError(f"{text!r} is not a job id; give {JOB_ID_FORMS}")
+    index = match.group(2)
+    return int(match.group(1)), None if index is None else int(index)
+
+
+def job_id_text(text: object) -> str:
+    """A checked job id in its plain form ('012_3' -> '12_3'), as the CLI sends it."""
+    base, index = parse_job_id(text)
+    return str(base) if index is None else f"{base}_{index}"
+
+
+def parse_array(text: str) -> tuple[tuple[int, ...], int | None]:
+    """'0-99%8', '1,3,5-7', '0-15:4' -> (indices, at-most-at-once)."""
+    spec, _, throttle_text = text.partition("%")
+    indices: list[int] = []
+    for part in spec.split(","):
+        match = _RANGE_RE.fullmatch(part.strip())
+        if not match:
+            raise UsageError(f"--array wants ranges like 0-99, 1,3,5-7 or 0-99%8, not {text!r}")
+        first = int(match.group(1))
+        last = int(match.group(2) or first)
+        step = int(match.group(3) or 1)
+        if step < 1:
+            raise UsageError(f"--array range {part!r}: the step after ':' must be 1 or more")
+        if last < first:
+            raise UsageError(f"--array range {part!r} is empty")
+        # Count before building: a typo like 0-1000000000 must not fill the memory.
+        if len(indices) + (last - first) // step + 1 > MAX_ARRAY_SIZE:
+            raise UsageError(f"--array {text!r} has more than {MAX_ARRAY_SIZE} elements")
+        indices.extend(range(first, last + 1, step))
+    throttle = None
+    if throttle_text:
+        if not throttle_text.isdigit() or int(throttle_text) < 1:
+            raise UsageError(f"--array: the part after % must be a positive count, not {throttle_text!r}")
+        throttle = int(throttle_text)
+    return tuple(sorted(set(indices))), throttle
+
+
+def parse_dependencies(after: list[str], dependency: list[str]) -> list[tuple[str, int | str]]:
+    """--after 3,4 (afterok) and Slurm's --dependency afterok:3:4,afterany:5,after:6.
+
+    An id is a number, or ARRAY_INDEX text ('12_3') that the daemon turns into the
+    element's own job id.
+    """
+    deps: list[tuple[str, int | str]] = []
+    for text in after:
+        deps += [("afterok", _dependency_id(i, "--after")) for i in text.split(",") if i.strip()]
+    for text in dependency:
+        _refuse_unsupported_dependency(text)
+        for clause in filter(None, (c.strip() for c in text.split(","))):
+            kind, *ids = clause.split(":")
+            kind = kind.strip().lower()
+            if kind not in DEPENDENCY_KINDS or not ids:
+                raise UsageError(f"--dependency wants KIND:ID[:ID] with KIND one of "
+                                 f"{', '.join(DEPENDENCY_KINDS)}, not {clause!r}")
+            deps += [(kind, _dependency_id(i, "--dependency")) for i in ids]
+    return deps
+
+
+def _refuse_unsupported_dependency(text: str) -> None:
+    """Slurm forms gpusched does not implement, each refused in its own words."""
+    if "?" in text:
+        raise UsageError(f"--dependency {text!r}: '?' (any one of them) is not supported; "
+                         "gpusched waits for every dependency, separated by ','")
+    if "+" in text:
+        raise UsageError(f"--dependency {text!r}: a delay after the start (after:ID+MINUTES) "
+                         "is not supported; use after:ID")
+    if any(c.strip().lower() == "singleton" for c in text.split(",")):
+        raise UsageError("--dependency singleton (one job of a name at a time) is not "
+                         "supported; chain the jobs with --after ID")
+
+
+def _dependency_id(text: str, option: str) -> int | str:
+    try:
+        base, index = parse_job_id(text.strip())
+    except UsageError as exc:
+        raise UsageError(f"{option}: {exc.message}") from None
+    return base if index is None else f"{base}_{index}"
+
+
+def parse_time_limit(text: str) -> float | None:
+    """Slurm's --time -> seconds; None for no limit (0, UNLIMITED or INFINITE, as in Slurm).
+
+    A bare number is minutes, as in Slurm. Unlike Slurm, which rounds up to whole minutes,
+    seconds count as given (the limit is enforced to the second).
+    """
+    raw = text.strip()
+    if raw.upper() in NO_TIME_LIMIT:
+        return None
+    slurm = _SLURM_TIME_RE.fullmatch(raw)
+    if slurm:
+        days, clock = slurm.group(1), [int(p) for p in slurm.group(2).split(":")]
+        if days is None:  # M, M:S or H:M:S
+            hours, minutes, seconds = clock if len(clock) == 3 else [0, *clock, 0][:3]
+        else:  # D-H, D-H:M or D-H:M:S
+            hours, minutes, seconds = (clock + [0, 0])[:3]
+        total = int(days or 0) * 86400 + hours * 3600 + minutes * 60 + seconds
+    elif _UNIT_TIME_RE.fullmatch(raw.lower()):
+        total = parse_duration(raw)
+    else:
+        raise UsageError(f"--time {text!r} is not a time limit; use {TIME_FORMS}")
+    if total == 0:
+        return None
+    if total < 1:
+        raise UsageError(f"--time {text!r} is under the shortest limit, 1 s")
+    return float(total)
+
+
+def parse_gpus(text: str) -> tuple[int, str]:
+    """Slurm's --gpus [TYPE:]N: '2' -> (2, ''); 'a100:2' -> (2, 'a100'), 2 GPUs whose name
+    contains a100 (as --gpu-type a100)."""
+    match = _GPUS_RE.fullmatch(text.strip())
+    if match:
+        return int(match.group(2)), match.group(1) or ""
+    if re.fullmatch(r"-[0-9]+", text.strip()):
+        raise UsageError(f"--gpus must be 0 or more, not {text}")
+    if "," in text:
+        raise UsageError(f"--gpus {text!r} names several GPU types; a job takes one: TYPE:N")
+    raise UsageError(f"--gpus wants N or TYPE:N like 2 or a100:2, not {text!r}")
+
+
+def parse_mem(text: str) -> int:
+    """Slurm's --mem -> bytes: a bare number is MiB, as in Slurm; else a size (16G, 512M)."""
+    raw = text.strip()
+    try:
+        mem_bytes = parse_size(f"{raw}M" if _BARE_NUMBER_RE.fullmatch(raw) else raw)
+    except ValueError:
+        raise UsageError(f"--mem wants a size like 16G or 512M (a bare number is MiB, as in "
+                         f"Slurm), not {text!r}") from None
+    if mem_bytes == 0:
+        raise UsageError(f"--mem {text}: Slurm's 0 (all of a node's memory) is not supported; "
+                         "give a size like 16G")
+    return mem_bytes
+
+
+def parse_yes_no(text: str, option: str) -> bool:
+    """Slurm's yes|no option values (--kill-on-invalid-dep=yes)."""
+    value = text.strip().lower()
+    if value not in ("yes", "no"):
+        raise UsageError(f"{option} takes yes or no, not {text!r}")
+    return value == "yes"
+
+
+def parse_signal_spec(text: str) -> tuple[int, float]:
+    """Slurm's --signal [{R|B}:]SIG[@SECONDS]: 'USR1@120', 'B:SIGUSR2@60', '10@30', 'USR1'
+    (60 s before, as in Slurm) -> (signal, seconds)."""
+    name, _, before = text.partition("@")
+    name = name.strip().upper()
+    # Slurm's R: (reservations) and B: (batch shell only) have no meaning here: the shim
+    # signals the job's whole process group.
+    prefix, colon, rest = name.partition(":")
+    if colon and prefix in ("R", "B", "RB", "BR"):
+        name = rest
+    names = ", ".join(s.name[3:] for s in WARN_SIGNALS)
+    bad = ValueError(f"--signal wants [B:]SIGNAL[@SECONDS] like USR1@120 with SIGNAL one of "
+                     f"{names}, not {text!r}")
+    if before and not _BARE_NUMBER_RE.fullmatch(before.strip()):
+        raise bad
+    try:
+        signum = int(name) if re.fullmatch("[0-9]+", name) else \
+            int(signal.Signals[name if name.startswith("SIG") else f"SIG{name}"])
+    except KeyError:
+        raise bad from None
+    if signum not in WARN_SIGNALS:
+        raise bad
+    return signum, float(before) if before else 60.0

@@ -1,0 +1,129 @@
+"""Who may act on a job (its owner or an admin; deny by default), what others see, and the audit log."""
+
+from __future__ import annotations
+
+import grp
+import json
+import logging
+import os
+import pwd
+import time
+from typing import Any, Iterable
+
+from gpusched.core.errors import PermissionDenied
+from gpusched.core.models import HIDDEN, Job, job_to_dict
+
+log = logging.getLogger("gpusched.daemon.authz")
+
+
+def user_name(uid: int) -> str:
+    try:
+        return pwd.getpwuid(uid).pw_name
+    except KeyError:
+        return str(uid)
+
+
+class Authz:
+    """Decisions for one daemon: root and the daemon's own user are always admins, and so
+    are members of `system.admin_group`; everyone else acts only on their own jobs."""
+
+    def __init__(self, owner_uid: int, audit_path: str, admin_group: str = "",
+                 show_commands: str = "own"):
+        self.owner_uid, self.audit_path = owner_uid, audit_path
+        self.admin_group, self.show_commands = admin_group, show_commands
+
+    def is_admin(self, uid: int) -> bool:
+        if uid in (0, self.owner_uid):
+            return True
+        if not self.admin_group:
+            return False
+        # Asked anew each time: a user removed from the group loses the right at once.
+        try:
+            group_gid = grp.getgrnam(self.admin_group).gr_gid
+            entry = pwd.getpwuid(uid)
+        except KeyError:
+            return False
+        return group_gid in os.getgrouplist(entry.pw_name, entry.pw_gid)
+
+    def require_owner(self, jobs: Iterable[Job], creds: tuple[int, int, int], action: str,
+                      request: str) -> None:
+        """Refuse the whole request, before touching any job, if one is not the caller's.
+
+        action completes "only they or an admin may ...", e.g. "cancel it".
+        """
+        uid = creds[1]
+        strangers = [job for job in jobs if job.uid != uid]
+        if strangers and not self.is_admin(uid):
+            job = strangers[0]
+            self.audit(creds, request, job.id, "not the owner")
+            raise PermissionDenied(f"job {job.id} belongs to {job.user}; only they or an admin "
+                                   f"may {action}")
+
+    def require_admin(self, creds: tuple[int, int, int], request: str, what: str,
+                      root_only: bool = False) -> None:
+        uid = creds[1]
+        allowed = uid in (0, self.owner_uid) if root_only else self.is_admin(uid)
+        if not allowed:
+            self.audit(creds, request, None, "not an admin")
+            who = "root or the daemon's user" if root_only else "an admin"
+            raise PermissionDenied(f"only {who} may {what}")
+
+    def audit(self, creds: tuple[int, int, int], request: str, job_id: int | None,
+              reason: str) -> None:
+        """One JSON line per denial; the file is the daemon's own (0600)."""
+        pid, uid, _ = creds
+        entry = {"time": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "uid": uid,
+                 "user": user_name(uid), "pid": pid, "request": request, "job": job_id,
+                 "denied": reason}
+        log.warning("denied %s of job %s to uid %d (pid %d): %s", request, job_id, uid, pid, reason)
+        try:
+            fd = os.open(self.audit_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW,
+                         0o600)
+        except OSError:
+            log.exception("cannot write the audit log %s", self.audit_path)
+            return
+        try:
+            os.write(fd, (json.dumps(entry) + "\n").encode())
+        finally:
+            os.close(fd)
+
+    # -- what a caller sees -----------------------------------------------------------------
+    def viewer(self, uid: int) -> Viewer:
+        sees_all = self.show_commands == "all" or self.is_admin(uid)
+        return Viewer(uid, sees_all)
+
+
+class Viewer:
+    """One caller's view of the queue: other users' command lines hidden unless allowed."""
+
+    def __init__(self, uid: int, sees_all: bool):
+        self.uid, self.sees_all = uid, sees_all
+        self._name = user_name(uid)
+
+    def job(self, job: Job) -> dict[str, Any]:
+        data = job_to_dict(job)
+        if self.sees_all or job.uid == self.uid:
+            return data
+        data["command"] = [HIDDEN]
+        if not job.name:  # the default name is the program's name: part of the command
+            data["name"] = ""
+        if (data.get("end_reason") or "").startswith("cannot start:"):  # it names the program
+            data["end_reason"] = f"cannot start: {HIDDEN}"
+        return data
+
+    def jobs(self, jobs: Iterable[Job]) -> list[dict[str, Any]]:
+        return [self.job(j) for j in jobs]
+
+    def gpus(self, gpus: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """GPU dicts (inventory or `gpus` rows) with other users' process commands hidden."""
+        if self.sees_all:
+            return gpus
+        out = []
+        for gpu in gpus:
+            gpu = dict(gpu)
+            gpu["processes"] = [p if p.get("user") == self._name else {**p, "command": HIDDEN}
+                                for p in gpu.get("processes", ())]
+            if gpu.get("mig_devices"):
+                gpu["mig_devices"] = self.gpus(gpu["mig_devices"])
+            out.append(gpu)
+        return out

@@ -1,0 +1,46 @@
+"""The host's cores and memory that jobs may use, and which cores a pinned job gets."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Iterable
+
+import psutil
+
+from gpusched.core.config import Settings
+from gpusched.core.scheduling import HostCapacity
+
+
+@dataclass(frozen=True)
+class Host:
+    cpu_ids: tuple[int, ...]  # real cores jobs may be pinned to
+    cpus: int  # cores counted in scheduling (host.cpus overrides the detected number)
+    mem_bytes: int
+
+    def capacity(self, max_running: int) -> HostCapacity:
+        return HostCapacity(self.cpus, self.mem_bytes, max_running or None)
+
+
+def detect_host(settings: Settings) -> Host:
+    """Cores in the daemon's own CPU affinity (as taskset or a cgroup cpuset leave them) and
+    total memory, minus the system's reserve."""
+    try:
+        affinity = sorted(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        affinity = list(range(os.cpu_count() or 1))
+    usable = affinity[settings.reserve_cpus:] or affinity[-1:]
+    cpus = settings.host_cpus or len(usable)
+    mem = max(psutil.virtual_memory().total - settings.reserve_mem_bytes, 0)
+    return Host(tuple(usable), cpus, mem)
+
+
+def pick_cpus(host: Host, count: int, taken: Iterable[int]) -> tuple[int, ...]:
+    """The lowest free cores for a pinned job; when host.cpus counts more cores than exist
+    (an override), pinned jobs share the real ones round the ring."""
+    taken_set = set(taken)
+    free = [c for c in host.cpu_ids if c not in taken_set]
+    if len(free) >= count:
+        return tuple(free[:count])
+    ring = free + [c for c in host.cpu_ids if c in taken_set]
+    return tuple(ring[i % len(ring)] for i in range(count))

@@ -1,0 +1,204 @@
+"""The daemon's socket: accept connections, read frames with a timeout, hand requests over."""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import threading
+import time
+from typing import Any, Callable, Collection
+
+from gpusched.client import protocol
+from gpusched.core.errors import GpuschedError, ProtocolError, error_kind
+from gpusched.proc.shim import WAKE_MAX_BYTES
+
+log = logging.getLogger("gpusched.daemon.server")
+
+# (command, args, (pid, uid, gid)) -> reply. Called on a connection thread; it may block.
+Dispatch = Callable[[str, dict[str, Any], tuple[int, int, int]], dict[str, Any]]
+
+
+def error_reply(exc: GpuschedError) -> dict[str, Any]:
+    return {"ok": False, "error": {"kind": error_kind(exc), "message": exc.message}}
+
+
+def bind_unix(path: str, kind: int) -> socket.socket:
+    """A Unix socket bound at `path` (0600), replacing a stale one: the caller holds the
+    daemon lock, so whatever is there is a dead daemon's."""
+    if os.path.lexists(path):
+        os.unlink(path)
+    sock = socket.socket(socket.AF_UNIX, kind)
+    # Bind under a restrictive umask so the socket is never reachable with wider
+    # permissions, even for an instant.
+    old_umask = os.umask(0o177)
+    try:
+        sock.bind(str(path))
+    finally:
+        os.umask(old_umask)
+    return sock
+
+
+def close_unix(sock: socket.socket, path: str) -> None:
+    """Stop a bound socket (waking a thread blocked on it) and remove its file."""
+    try:
+        sock.shutdown(socket.SHUT_RDWR)
+    except OSError:
+        pass
+    sock.close()
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass
+
+
+class SocketServer:
+    def __init__(self, path: str, dispatch: Dispatch, mode: int = 0o600, max_per_uid: int = 0,
+                 exempt_uids: Collection[int] = ()):
+        self.path = path
+        self._dispatch = dispatch
+        # At most this many open connections per uid (0: no limit), so one user cannot take
+        # every thread; the exempt (root, the daemon's user: job shims among them) never wait.
+        self._max_per_uid, self._exempt = max_per_uid, frozenset(exempt_uids)
+        self._per_uid: dict[int, int] = {}
+        self._sock = bind_unix(path, socket.SOCK_STREAM)
+        os.chmod(path, mode)
+        self._sock.listen(128)
+        self._thread = threading.Thread(target=self._accept_loop, name="accept", daemon=True)
+        self._closed = False
+        # Open connections by thread, so that drain() can let their answers out before exit.
+        self._open: dict[threading.Thread, socket.socket] = {}
+        self._open_lock = threading.Lock()
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def close(self) -> None:
+        self._closed = True
+        close_unix(self._sock, self.path)
+
+    def drain(self, timeout_s: float = 2.0) -> None:
+        """After close(): let connection threads send the answers they were given (the one
+        to `stop` among them) instead of dying with the process. Idle ones are woken by
+        shutting their reading side; sending still works."""
+        with self._open_lock:
+            open_now = dict(self._open)
+        for conn in open_now.values():
+            try:
+                conn.shutdown(socket.SHUT_RD)
+            except OSError:
+                pass
+        deadline = time.monotonic() + timeout_s
+        for thread in open_now:
+            thread.join(max(0.0, deadline - time.monotonic()))
+
+    def _accept_loop(self) -> None:
+        while not self._closed:
+            try:
+                conn, _ = self._sock.accept()
+            except OSError:
+                if self._closed:
+                    return
+                continue
+            uid = self._admit(conn)
+            if uid is None:
+                continue
+            thread = threading.Thread(target=self._serve_counted, args=(conn, uid), name="conn",
+                                      daemon=True)
+            with self._open_lock:
+                self._open[thread] = conn
+            thread.start()
+
+    def _admit(self, conn: socket.socket) -> int | None:
+        """Count a new connection against its user's limit; refuse it, with a reply, if over."""
+        try:
+            uid = protocol.peer_credentials(conn)[1]
+        except OSError:
+            conn.close()
+            return None
+        with self._open_lock:
+            count = self._per_uid.get(uid, 0)
+            over = bool(self._max_per_uid) and uid not in self._exempt and count >= self._max_per_uid
+            if not over:
+                self._per_uid[uid] = count + 1
+        if not over:
+            return uid
+        log.warning("refused a connection from uid %d: %d already open", uid, count)
+        conn.settimeout(1.0)
+        self._try_send(conn, error_reply(GpuschedError(
+            f"uid {uid} already has {count} open connections to the daemon (the limit, "
+            "daemon.max_connections_per_uid); wait for some to finish and try again")))
+        conn.close()
+        return None
+
+    def _serve_counted(self, conn: socket.socket, uid: int) -> None:
+        try:
+            self._serve(conn)
+        finally:
+            with self._open_lock:
+                left = self._per_uid.pop(uid, 1) - 1
+                if left:
+                    self._per_uid[uid] = left
+
+    def _serve(self, conn: socket.socket) -> None:
+        try:
+            self._serve_frames(conn)
+        finally:
+            with self._open_lock:
+                self._open.pop(threading.current_thread(), None)
+
+    def _serve_frames(self, conn: socket.socket) -> None:
+        with conn:
+            try:
+                creds = protocol.peer_credentials(conn)
+                while (message := protocol.receive(conn, protocol.READ_TIMEOUT_S)) is not None:
+                    reply = self._handle(message, creds)
+                    conn.settimeout(protocol.READ_TIMEOUT_S)  # a reader that stalls is cut off too
+                    protocol.send(conn, reply)
+            except ProtocolError as exc:
+                self._try_send(conn, error_reply(exc))
+            except (OSError, socket.timeout):
+                pass  # the client went away or stalled; nothing is half-applied
+
+    def _handle(self, message: Any, creds: tuple[int, int, int]) -> dict[str, Any]:
+        try:
+            name, args = protocol.check_request(message)
+            return self._dispatch(name, args, creds)
+        except GpuschedError as exc:
+            return error_reply(exc)
+        except Exception:  # noqa: BLE001 - one bad request must not kill the daemon
+            log.exception("request %r failed", message.get("cmd") if isinstance(message, dict) else None)
+            return error_reply(GpuschedError("the daemon failed on this request; see its log"))
+
+    @staticmethod
+    def _try_send(conn: socket.socket, reply: dict[str, Any]) -> None:
+        try:
+            protocol.send(conn, reply)
+        except OSError:
+            pass
+
+
+class WakeListener:
+    """A datagram socket that job shims poke when a job ends: one thread, no connections.
+
+    A datagram carries nothing the daemon trusts (it reads the exit record itself), so
+    any process that can reach the socket (it is 0600) can at most make the loop run a
+    pass early, or fail a job whose shim has not started (see shim.launch_failure).
+    """
+
+    def __init__(self, path: str, wake: Callable[[bytes], None]):
+        self.path, self._wake = path, wake
+        self._sock = bind_unix(path, socket.SOCK_DGRAM)
+        self._thread = threading.Thread(target=self._listen, name="wake", daemon=True)
+        self._thread.start()
+
+    def _listen(self) -> None:
+        while True:
+            try:
+                message = self._sock.recv(WAKE_MAX_BYTES)
+            except OSError:
+                return  # closed
+            self._wake(message)
+
+    def close(self) -> None:
+        close_unix(self._sock, self.path)

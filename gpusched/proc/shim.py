@@ -1,0 +1,433 @@
+"""The per-job parent: owns the job's session and logs, forwards signals, writes the exit record.
+
+Forked by the shim launcher (gpusched/proc/launcher.py) in a new session, so that it outlives
+the daemon; `python -I -S shim.py RUN_FILE` runs a job again by hand, from its run file.
+It imports only the standard library and stdlib-only modules of ours (jobexec, and in
+system mode privileges): it runs for every job.
+"""
+
+from __future__ import annotations
+
+# The signal module's Python wrappers turn every signal number into an enum member; in a
+# freshly forked shim that machinery costs about 0.35 ms of copy-on-write page faults, for
+# every job. Its C core takes and returns plain numbers.
+import _signal
+import ctypes
+import json
+import os
+import signal
+import socket
+import sys
+import time
+
+if __name__ == "__main__":  # run by path with -I -S: make the package importable
+    sys.path.insert(0, os.path.abspath(os.path.join(__file__, "..", "..", "..")))
+
+from gpusched.proc import jobexec  # noqa: E402 - standard library only, like this module
+
+RUN_FILE = "run.jsonl"
+"""A run's record (ID.run.jsonl in the jobs directory), one JSON object per line, each
+tagged by its "record" key, all written by the run's shim:
+
+- "spec": what to run, as the daemon sent it;
+- "shim": the shim's pid and start time (start_ticks), where a daemon (or its
+  successor) finds it;
+- "exit": how the job ended, the shim's last act.
+
+The shim, not the daemon, creates the file: on some filesystems creating a file costs
+most of a millisecond of CPU, and the daemon starts every job in turn while shims run side
+by side. A reader trusts only whole lines: each is written in one write() and ends in a
+newline. A shim that cannot create the file says so in its wake-up datagram instead
+(launch_failure).
+"""
+PR_SET_CHILD_SUBREAPER = 36  # prctl(2)
+LEGACY_EXIT_FILE = "exit.json"  # what shims before the run file wrote (read on upgrade)
+WAKE_MAX_BYTES = 1024  # the longest wake-up datagram: a launch failure's reason fits
+_LAUNCH_FAILED = b"launch-failed "
+# Signals a user (or the daemon) may send to the shim that belong to the job instead.
+FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2,
+             signal.SIGQUIT)
+MAX_ERROR_CHARS = 2000  # keeps the exit record a short line
+
+
+def record_line(kind: str, data: dict) -> str:
+    return json.dumps({"record": kind, **data}) + "\n"
+
+
+def append_record(path: str, kind: str, data: dict) -> None:
+    """Add one record line to a run file that exists (in one write, so readers see it whole)."""
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_NOFOLLOW)
+    try:
+        os.write(fd, record_line(kind, data).encode())
+    finally:
+        os.close(fd)
+
+
+def make_durable(path: str) -> None:
+    """fsync a file and its directory, so that it and its name survive a power cut."""
+    for name in (path, os.path.dirname(path) or "."):
+        fd = os.open(name, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+
+def start_ticks(pid: int | str = "self") -> int:
+    """When a process started, in clock ticks since boot (/proc/PID/stat, field 22): with
+    its pid, it names one process for good, and no clock step can change it."""
+    with open(f"/proc/{pid}/stat", "rb") as stat:
+        data = stat.read()
+    return int(data[data.rindex(b")") + 2:].split()[19])
+
+
+def begin_run_file(spec: dict, spec_line: bytes | None = None) -> str:
+    """Create the run file with the spec and this shim's own record; its path.
+
+    spec_line: the spec as the launcher received it (one JSON object), written as it is
+    rather than encoded again.
+    """
+    # A spec from before the flat layout (a job run again by hand) names its directory.
+    path = spec.get("run_file") or os.path.join(spec["job_dir"], RUN_FILE)
+    spec_record = (b'{"record": "spec", ' + spec_line.strip()[1:] + b"\n" if spec_line
+                   else record_line("spec", spec).encode())
+    lines = spec_record + record_line(
+        "shim", {"pid": os.getpid(), "start_ticks": start_ticks()}).encode()
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
+    try:
+        os.write(fd, lines)
+    finally:
+        os.close(fd)
+    return path
+
+
+def read_spec(path: str) -> dict:
+    """The spec at the head of a run file (to run a job's shim again by hand)."""
+    with open(path, "rb") as run_file:
+        first = json.loads(run_file.readline())
+    if first.pop("record", None) != "spec":
+        raise ValueError(f"{path}: the first record is not the job's spec")
+    return first
+
+
+def _open_log(path: str) -> int:
+    return os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW, 0o600)
+
+
+def apply_host_limits(spec: dict) -> None:
+    """In the job's process before exec: join its memory cgroup, pin it to its cores."""
+    if spec.get("cgroup"):
+        with open(os.path.join(spec["cgroup"], "cgroup.procs"), "w") as procs:
+            procs.write("0")  # "0" moves the writing process itself
+    if spec.get("cpu_ids"):
+        os.sched_setaffinity(0, spec["cpu_ids"])
+
+
+def _identity(spec: dict):  # -> privileges.Identity | None
+    """System mode (the spec names a uid): who the job runs as, and its log directory.
+
+    Runs as root, so it only reads the password and group databases and makes the
+    user's directory in a root-owned parent; it never opens a user-named path.
+    """
+    if spec.get("run_as") is None:
+        return None
+    from gpusched.proc import privileges
+
+    who = privileges.identity_of(int(spec["run_as"]))
+    for log in {os.path.dirname(spec["stdout"]), os.path.dirname(spec["stderr"])}:
+        privileges.prepare_log_dir(log, who)
+    return who
+
+
+def _open_job_log(path: str, who) -> int:
+    if who is None:
+        return _open_log(path)
+    from gpusched.proc import privileges
+
+    return privileges.open_log(path)
+
+
+def _exec_job(spec: dict, who, write_end: int) -> None:
+    """The child: become the user (system mode), enter the cwd, open the logs, exec.
+
+    In that order: nothing user-named is touched as root, and the user's environment
+    reaches only the exec.
+    """
+    dropped = who is None
+    try:
+        os.setpgid(0, 0)
+        apply_host_limits(spec)
+        for sig in FORWARDED:
+            signal.signal(sig, signal.SIG_DFL)
+        signal.pthread_sigmask(signal.SIG_SETMASK, [])
+        if who is not None:
+            from gpusched.proc import privileges
+
+            privileges.drop(who)
+            dropped = True
+        jobexec.enter_cwd(spec["cwd"])
+        out_fd, err_fd = _open_job_log(spec["stdout"], who), _open_job_log(spec["stderr"], who)
+        null = os.open(os.devnull, os.O_RDONLY)
+        os.dup2(null, 0)
+        os.dup2(out_fd, 1)
+        os.dup2(err_fd, 2)
+        # Found as the user, in the job's directory, on the job's own PATH.
+        jobexec.start_program(spec["command"], spec["env"],
+                              lambda program: os.execve(program, spec["command"], spec["env"]))
+    except BaseException as exc:  # noqa: BLE001 - report anything, then die
+        message = jobexec.in_words(exc)
+        if dropped:  # only as the user: root never writes into a user's directory
+            _note_in_log(spec["stderr"], who, f"gpusched: cannot start: {message}\n")
+        os.write(write_end, message.encode()[:4000])
+    os._exit(127)
+
+
+def _note_in_log(path: str, who, line: str) -> None:
+    try:
+        fd = _open_job_log(path, who)
+    except OSError:
+        return
+    try:
+        os.write(fd, line.encode())
+    finally:
+        os.close(fd)
+
+
+def _spawn_as_ourselves(spec: dict) -> int:
+    """User mode: posix_spawn the job in its own process group.
+
+    Unlike fork, posix_spawn shares our memory until the exec instead of copying every
+    page Python touches (a few milliseconds a job). The cwd, cgroup and CPU pinning are
+    applied to the shim first and inherited: the job runs as the shim's own user here.
+    """
+    try:
+        jobexec.enter_cwd(spec["cwd"])
+        apply_host_limits(spec)
+        out_fd, err_fd = _open_log(spec["stdout"]), _open_log(spec["stderr"])
+
+        def spawn_program(program: str) -> int:
+            return os.posix_spawn(
+                program, spec["command"], spec["env"], setpgroup=0,
+                setsigmask=(), setsigdef=(*FORWARDED, signal.SIGCHLD),
+                file_actions=[(os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0),
+                              (os.POSIX_SPAWN_DUP2, out_fd, 1), (os.POSIX_SPAWN_DUP2, err_fd, 2)])
+
+        try:  # found on the job's own PATH, from its working directory (entered above)
+            return jobexec.start_program(spec["command"], spec["env"], spawn_program)
+        finally:
+            os.close(out_fd)
+            os.close(err_fd)
+    except OSError as exc:
+        message = jobexec.in_words(exc)
+        _note_in_log(spec["stderr"], None, f"gpusched: cannot start: {message}\n")
+        raise jobexec.StartError(message) from None
+
+
+def spawn(spec: dict) -> int:
+    """Start the job in its own process group; start errors are raised as OSError.
+
+    System mode forks: the child drops to the user before it touches any user path, and
+    its errors come back through a pipe.
+    """
+    who = _identity(spec)
+    if who is None:
+        return _spawn_as_ourselves(spec)
+    read_end, write_end = os.pipe2(os.O_CLOEXEC)
+    pid = os.fork()
+    if pid == 0:  # the child: the shim is single-threaded, so fork is safe
+        os.close(read_end)
+        _exec_job(spec, who, write_end)
+    os.close(write_end)
+    failure = b""
+    while chunk := os.read(read_end, 4096):
+        failure += chunk
+    os.close(read_end)
+    if failure:
+        os.waitpid(pid, 0)
+        raise jobexec.StartError(failure.decode(errors="replace"))
+    return pid
+
+
+def _find_prctl():  # -> the C function, or None
+    try:
+        return ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):
+        return None
+
+
+# Looked up once, in the launcher, rather than in every shim it forks (most of a
+# millisecond each: the lookup writes to pages the fork shares).
+_prctl = _find_prctl()
+
+
+def become_subreaper() -> None:
+    """Make the job's orphans our children. Some launchers (torchrun among them) start
+    their workers in sessions of their own, out of reach of the job's process group; as
+    a child subreaper the shim still finds them to signal, and to kill when the job ends."""
+    if _prctl is not None:  # not Linux: the process group alone is signalled
+        _prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+
+
+def descendants(root: int) -> list[int]:
+    """Every process below `root`, from one pass over /proc (only on signals and at the end)."""
+    children: dict[int, list[int]] = {}
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat", "rb") as stat:
+                data = stat.read()
+        except OSError:
+            continue
+        ppid = int(data[data.rindex(b")") + 2:].split()[1])
+        children.setdefault(ppid, []).append(int(name))
+    found, stack = [], [root]
+    while stack:
+        for child in children.get(stack.pop(), ()):
+            found.append(child)
+            stack.append(child)
+    return found
+
+
+class Forwarder:
+    """Passes signals on to the job's process group and to any of its processes that left
+    it; SIGTERM arms a SIGKILL of all of them after the grace period."""
+
+    def __init__(self, pgid: int, grace_s: float):
+        self.pgid, self.grace_s = pgid, grace_s
+
+    def send(self, signum: int) -> None:
+        try:
+            os.killpg(self.pgid, signum)
+        except ProcessLookupError:
+            pass
+        for pid in descendants(os.getpid()):
+            try:
+                if os.getpgid(pid) != self.pgid:  # the group has it already
+                    os.kill(pid, signum)
+            except ProcessLookupError:
+                pass
+
+    def __call__(self, signum: int, _frame: object) -> None:
+        self.send(signum)
+        if signum == signal.SIGTERM:
+            signal.setitimer(signal.ITIMER_REAL, max(self.grace_s, 0.001))
+
+    def kill(self, _signum: int = 0, _frame: object = None) -> None:
+        self.send(signal.SIGKILL)
+
+
+def has_children() -> bool:
+    """Whether processes are left under the shim (reaping any that have exited)."""
+    while True:
+        try:
+            pid, _ = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return False
+        if pid == 0:
+            return True
+
+
+def end_leftovers(forward: Forwarder) -> None:
+    """Leftovers of a finished job would hold GPU memory nobody accounts for: kill them."""
+    try:
+        os.killpg(forward.pgid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    deadline = time.monotonic() + 10.0  # a process stuck in the kernel must not hold us
+    if has_children():  # orphans outside the group (the common case has none: no /proc scan)
+        forward.kill()
+        while has_children() and time.monotonic() < deadline:
+            time.sleep(0.01)
+
+
+def wait_for(pid: int) -> tuple[int | None, int | None]:
+    """(exit code, signal) of the job."""
+    while True:
+        try:
+            _, status = os.waitpid(pid, 0)
+        except ChildProcessError:
+            return None, None
+        if os.WIFEXITED(status):
+            return os.WEXITSTATUS(status), None
+        if os.WIFSIGNALED(status):
+            return None, os.WTERMSIG(status)
+
+
+def notify_daemon(spec: dict, message: bytes = b"!") -> None:
+    """Best effort: wake the daemon now rather than at its next pass (half a second).
+
+    One datagram, nothing to wait for: the daemon reads the exit record itself, so the
+    usual message carries nothing and a lost one costs only that wait.
+    """
+    try:
+        with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as sock:
+            sock.setblocking(False)
+            sock.sendto(message[:WAKE_MAX_BYTES], spec["wake"])
+    except OSError:
+        pass
+
+
+def launch_failure(job_id: int, reason: str) -> bytes:
+    """The wake-up of a shim that could not create its run file, so has no other way to
+    tell: the daemon fails the job unless a run file shows a shim did start it."""
+    return _LAUNCH_FAILED + f"{job_id} {reason}".encode(errors="replace")
+
+
+def parse_launch_failure(message: bytes) -> tuple[int, str] | None:
+    """(job id, reason) of a launch_failure datagram; None for a plain wake-up."""
+    if not message.startswith(_LAUNCH_FAILED):
+        return None
+    job_id, _, reason = message[len(_LAUNCH_FAILED):].decode(errors="replace").partition(" ")
+    return (int(job_id), reason) if job_id.isdigit() else None
+
+
+def record_exit(run_path: str, spec: dict, record: dict) -> None:
+    """Append the exit record, wake the daemon, and only then make the record durable.
+
+    A running daemon stores the end in its queue (synchronous) at once, so the record's
+    own fsync matters only while no daemon runs; doing it after the wake-up keeps two
+    disk flushes out of the path from one job's end to the next job's start.
+    """
+    append_record(run_path, "exit", record)
+    notify_daemon(spec)
+    try:
+        make_durable(run_path)
+    except FileNotFoundError:
+        # The daemon has read the record already and cleared the file for a retry. Not a
+        # failure: reported as one, it would fail the next attempt, just launched.
+        pass
+
+
+def run(spec: dict, spec_line: bytes | None = None) -> int:
+    """Run the job of `spec` (spec_line: the same as the launcher received it)."""
+    # Hold signals until the forwarder exists, so an early cancel is never lost (the
+    # launcher forks us with them blocked already).
+    _signal.pthread_sigmask(signal.SIG_BLOCK, FORWARDED)
+    try:
+        run_path = begin_run_file(spec, spec_line)
+    except OSError as exc:
+        notify_daemon(spec, launch_failure(spec["job_id"], f"cannot create its run file: {exc}"))
+        return 1
+    become_subreaper()
+    try:
+        pid = spawn(spec)
+    except OSError as exc:  # the child noted it in the job's log, as the job's user
+        why = f"cannot start: {jobexec.in_words(exc)}"
+        record_exit(run_path, spec, {"exit_code": 127, "signal": None, "ended_at": time.time(),
+                                     "error": why[:MAX_ERROR_CHARS]})
+        return 0
+    forward = Forwarder(pid, float(spec.get("grace_s", 10.0)))  # the job leads its group
+    for sig in FORWARDED:
+        _signal.signal(sig, forward)
+    _signal.signal(signal.SIGALRM, forward.kill)
+    _signal.pthread_sigmask(signal.SIG_UNBLOCK, FORWARDED)
+    exit_code, signum = wait_for(pid)
+    end_leftovers(forward)
+    record_exit(run_path, spec, {"exit_code": exit_code, "signal": signum,
+                                 "ended_at": time.time(), "error": ""})
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(run(read_spec(sys.argv[1])))

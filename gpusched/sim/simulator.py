@@ -1,0 +1,346 @@
+"""Trace simulator: replays jobs in simulated time through the daemon's own scheduling code."""
+
+from __future__ import annotations
+
+import heapq
+import json
+import math
+import statistics
+import sys
+import time
+from collections import Counter
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Mapping, Sequence
+
+from gpusched.core import placement, scheduling
+from gpusched.sim import traces
+from gpusched.core.errors import GpuschedError, UsageError
+from gpusched.core.models import GpuInfo, Inventory, Job, JobState, Request, transition
+from gpusched.core.placement import PlacementRules, Policy
+from gpusched.core.scheduling import HostCapacity, QueueRules
+from gpusched.core.units import parse_size
+
+GPU_MEM_BYTES = 80 * 2**30  # each simulated GPU: an 80 GiB card, idle, nothing outside
+TAU_S = 10.0  # bounded slowdown ignores how short jobs shorter than this are
+DEFAULT_HALF_LIFE_S = traces.DAY_S  # fair-share usage halves every day
+
+
+@dataclass(frozen=True)
+class JobResult:
+    job_id: str
+    tenant: str
+    num_gpus: int
+    duration_s: float
+    submit_s: float
+    start_s: float
+    end_s: float
+    gpu_indices: tuple[int, ...] = ()  # where it ran; empty when not known
+
+    @property
+    def jct_s(self) -> float:
+        return self.end_s - self.submit_s
+
+    @property
+    def wait_s(self) -> float:
+        return self.start_s - self.submit_s
+
+    @property
+    def bounded_slowdown(self) -> float:
+        return max(1.0, self.jct_s / max(self.duration_s, TAU_S))
+
+
+@dataclass(frozen=True)
+class Metrics:
+    jobs: int
+    tenants: int
+    avg_jct_s: float
+    median_jct_s: float
+    p99_jct_s: float
+    avg_wait_s: float
+    avg_bounded_slowdown: float
+    makespan_s: float
+    gpu_utilization: float
+    jain_fairness: float
+
+
+def simulated_box(gpus: int) -> Inventory:
+    return Inventory(tuple(GpuInfo(index=i, uuid=f"GPU-sim-{i}", name="Simulated 80GB",
+                                   mem_total_bytes=GPU_MEM_BYTES, mem_used_bytes=0, util_pct=0.0)
+                           for i in range(gpus)))
+
+
+def _as_jobs(trace_jobs: Sequence[traces.TraceJob]) -> list[Job]:
+    # Job ids follow submission order, as the daemon's do: FIFO and every tie-break
+    # below "priority" in scheduling.order_key rely on it. The time limit is the true
+    # duration (exact estimates): backfill reserves with it, and sjf becomes the oracle.
+    return [Job(id=n, command=(), cwd="", uid=0, user=t.tenant,
+                request=Request(gpus=t.num_gpus, gpu_mem_bytes=t.gpu_mem_bytes,
+                                cpus=t.cpus, mem_bytes=t.mem_bytes),
+                submitted_at=t.submit_s, time_limit_s=t.duration_s)
+            for n, t in enumerate(trace_jobs)]
+
+
+def check_trace_fits(trace_jobs: Sequence[traces.TraceJob], gpus: int) -> None:
+    """Refuse jobs that no state of the simulated box could run (they would wait forever)."""
+    for job in trace_jobs:
+        if job.num_gpus > gpus:
+            raise UsageError(f"job {job.job_id} asks for {job.num_gpus} GPUs; the simulated "
+                             f"box has {gpus}. Use --gpus {job.num_gpus} or more.")
+        usable_bytes = GPU_MEM_BYTES - PlacementRules().mem_headroom_bytes
+        if job.gpu_mem_bytes is not None and job.gpu_mem_bytes > usable_bytes:
+            raise GpuschedError(f"job {job.job_id} asks for {job.gpu_mem_bytes} bytes per GPU; "
+                                f"simulated GPUs can give {usable_bytes} (80 GiB less the "
+                                "headroom). Fix its gpu_mem_bytes, or leave it empty for "
+                                "a whole GPU.")
+    if any(a.submit_s > b.submit_s for a, b in zip(trace_jobs, trace_jobs[1:])):
+        raise GpuschedError("trace jobs are not in submission order; load them with "
+                            "traces.load_trace, which sorts them.")
+
+
+class _Replay:
+    """The simulation state between events; `run` is the event loop."""
+
+    def __init__(self, jobs: list[Job], gpus: int, rules: PlacementRules, queue: QueueRules,
+                 half_life_s: float):
+        self.jobs, self.rules, self.queue, self.half_life_s = jobs, rules, queue, half_life_s
+        self.inventory = simulated_box(gpus)
+        self.gpus = gpus
+        self.pending: list[Job] = []
+        self.running: dict[int, Job] = {}
+        self.ends: list[tuple[float, int]] = []  # heap of (expected end, job id)
+        self.usage: dict[str, float] = {}
+        self.placements: dict[int, int] = {}  # GPU index -> jobs placed on it (round-robin)
+        self.busy_gpus = 0
+        self.pending_sizes: Counter[int] = Counter()
+        # Whole-GPU jobs on identical idle cards fit exactly when enough GPUs are free,
+        # so a pass can be skipped when none could; shared-memory jobs always get one.
+        self.count_only = all(j.request.is_exclusive for j in jobs)
+        self.started: dict[int, tuple[float, tuple[int, ...]]] = {}
+
+    def run(self) -> dict[int, tuple[float, tuple[int, ...]]]:
+        # Semantics (these reproduce the trace README's reference rows): at each instant,
+        # first every job that ends by then leaves, then every job submitted by then joins
+        # the queue, then one scheduling pass starts whatever may start. One pass is a
+        # fixpoint: nothing frees up during a pass, and skip-ahead already tried every job.
+        arrival, last_s = 0, 0.0
+        while arrival < len(self.jobs) or self.ends:
+            next_arrival_s = self.jobs[arrival].submitted_at if arrival < len(self.jobs) else math.inf
+            now = min(next_arrival_s, self.ends[0][0] if self.ends else math.inf)
+            if self.queue.discipline == "fairshare":
+                running = list(self.running.values())
+                self.usage = scheduling.decay_usage(self.usage, running, now - last_s,
+                                                    self.half_life_s)
+            last_s = now
+            self.finish_until(now)
+            while arrival < len(self.jobs) and self.jobs[arrival].submitted_at <= now:
+                self.pending.append(self.jobs[arrival])
+                self.pending_sizes[self.jobs[arrival].request.gpus] += 1
+                arrival += 1
+            if self.could_start():
+                self.start_ready(now)
+        if self.pending:  # check_trace_fits should have refused it
+            raise GpuschedError(f"job {self.pending[0].id} could never start on this box.")
+        return self.started
+
+    def finish_until(self, now: float) -> None:
+        while self.ends and self.ends[0][0] <= now:
+            _, job_id = heapq.heappop(self.ends)
+            self.busy_gpus -= self.running.pop(job_id).request.gpus
+
+    def could_start(self) -> bool:
+        if not self.pending:
+            return False
+        if not self.count_only:
+            return True
+        smallest = min(size for size, count in self.pending_sizes.items() if count)
+        return smallest <= self.gpus - self.busy_gpus
+
+    def start_ready(self, now: float) -> None:
+        running = list(self.running.values())
+        loads = placement.gpu_loads(self.inventory, running, {}, self.rules)
+        plan = scheduling.schedule(self.pending, running, loads, self.inventory, self.rules,
+                                   self.queue, now, usage=self.usage,
+                                   placements=self.placements, explain=False)
+        if not plan.starts:
+            return
+        chosen = dict(plan.starts)
+        still: list[Job] = []
+        for job in self.pending:
+            gpus = chosen.get(job.id)
+            if gpus is None:
+                still.append(job)
+                continue
+            self.launch(job, gpus, now)
+        self.pending = still
+
+    def launch(self, job: Job, gpus: Sequence[GpuInfo], now: float) -> None:
+        job = transition(job, JobState.RUNNING, started_at=now,
+                         gpu_uuids=tuple(g.uuid for g in gpus),
+                         gpu_indices=tuple(g.index for g in gpus))
+        self.running[job.id] = job
+        heapq.heappush(self.ends, (now + job.time_limit_s, job.id))
+        self.busy_gpus += job.request.gpus
+        self.pending_sizes[job.request.gpus] -= 1
+        for gpu in gpus:
+            self.placements[gpu.index] = self.placements.get(gpu.index, 0) + 1
+        self.started[job.id] = (now, job.gpu_indices)
+
+
+def _rules(policy: str, custom: Mapping[str, Policy] | None) -> PlacementRules:
+    custom = dict(custom or {})
+    if policy not in placement.BUILTIN_POLICIES and policy not in custom:
+        from gpusched.core.policies import load_custom_policies  # only when a plug-in is named
+
+        custom = {**load_custom_policies(), **custom}
+    names = [*placement.BUILTIN_POLICIES, *custom]
+    if policy not in names:
+        raise UsageError(f"unknown policy {policy!r}. Choose one of: {', '.join(names)}.")
+    return PlacementRules(policy=policy, custom_policies=custom)
+
+
+def check_choices(gpus: int, policy: str, discipline: str,
+                  custom_policies: Mapping[str, Policy] | None = None) -> PlacementRules:
+    """The placement rules for a run; a bad GPU count or name is a UsageError."""
+    if gpus < 1:
+        raise UsageError(f"--gpus {gpus}: the simulated box needs at least 1 GPU.")
+    if discipline not in scheduling.DISCIPLINES:
+        raise UsageError(f"unknown discipline {discipline!r}. Choose one of: "
+                         f"{', '.join(scheduling.DISCIPLINES)}.")
+    return _rules(policy, custom_policies)
+
+
+def simulate(trace_jobs: Sequence[traces.TraceJob], *, gpus: int, policy: str = "pack",
+             discipline: str = "fifo", half_life_s: float = DEFAULT_HALF_LIFE_S,
+             custom_policies: Mapping[str, Policy] | None = None,
+             host: HostCapacity | None = None) -> list[JobResult]:
+    """Every job's submit, start and end when `gpus` identical GPUs serve the trace.
+
+    Jobs must be in submission order (traces.load_trace sorts them). With `host`, CPUs
+    and host memory are scheduled too, exactly as the daemon counts them.
+    """
+    rules = check_choices(gpus, policy, discipline, custom_policies)
+    check_trace_fits(trace_jobs, gpus)
+    jobs = _as_jobs(trace_jobs)
+    if host is not None:
+        too_big = next((t for t in trace_jobs if t.cpus > host.cpus or
+                        (t.mem_bytes or 0) > host.mem_bytes), None)
+        if too_big is not None:
+            raise UsageError(f"trace job {too_big.job_id} needs more CPUs or memory than the "
+                             f"simulated host has ({host.cpus} CPUs, "
+                             f"{host.mem_bytes / 2**30:.1f} GiB)")
+    queue = QueueRules(discipline=discipline, host=host)
+    started = _Replay(jobs, gpus, rules, queue, half_life_s).run()
+    return [JobResult(t.job_id, t.tenant, t.num_gpus, t.duration_s, t.submit_s,
+                      started[n][0], started[n][0] + t.duration_s, started[n][1])
+            for n, t in enumerate(trace_jobs)]
+
+
+def percentile(values: Sequence[float], pct: float) -> float:
+    """Nearest-rank percentile: the smallest value with at least pct% of values at or below."""
+    ordered = sorted(values)
+    return ordered[max(0, math.ceil(pct / 100 * len(ordered)) - 1)]
+
+
+def jain_index(values: Sequence[float]) -> float:
+    """Jain's fairness index: 1 when all are equal, 1/n when one value holds everything."""
+    squares = sum(v * v for v in values)
+    return sum(values) ** 2 / (len(values) * squares) if squares else 1.0
+
+
+def busy_gpu_s(results: Sequence[JobResult]) -> float:
+    """GPU-seconds in which a GPU ran at least one job: jobs sharing a card count once."""
+    if any(len(r.gpu_indices) != r.num_gpus for r in results):
+        return sum(r.num_gpus * r.duration_s for r in results)
+    spans: dict[int, list[tuple[float, float]]] = {}
+    for r in results:
+        for index in r.gpu_indices:
+            spans.setdefault(index, []).append((r.start_s, r.end_s))
+    busy_s = 0.0
+    for intervals in spans.values():
+        covered_to = -math.inf
+        for start_s, end_s in sorted(intervals):
+            busy_s += max(0.0, end_s - max(start_s, covered_to))
+            covered_to = max(covered_to, end_s)
+    return busy_s
+
+
+def compute_metrics(results: Sequence[JobResult], gpus: int) -> Metrics:
+    """Averages over jobs; makespan runs from the first submission to the last end."""
+    if not results:
+        raise GpuschedError("no jobs were simulated. Give a trace with at least one job.")
+    jcts = [r.jct_s for r in results]
+    makespan_s = max(r.end_s for r in results) - min(r.submit_s for r in results)
+    busy_s = busy_gpu_s(results)
+    by_tenant: dict[str, list[float]] = {}
+    for r in results:
+        by_tenant.setdefault(r.tenant, []).append(r.bounded_slowdown)
+    return Metrics(
+        jobs=len(results), tenants=len(by_tenant),
+        avg_jct_s=statistics.fmean(jcts), median_jct_s=statistics.median(jcts),
+        p99_jct_s=percentile(jcts, 99), avg_wait_s=statistics.fmean(r.wait_s for r in results),
+        avg_bounded_slowdown=statistics.fmean(r.bounded_slowdown for r in results),
+        makespan_s=makespan_s,
+        gpu_utilization=busy_s / (gpus * makespan_s) if makespan_s > 0 else 0.0,
+        jain_fairness=jain_index([statistics.fmean(v) for v in by_tenant.values()]))
+
+
+def _report(trace: traces.Trace, metrics: Metrics, settings: dict) -> dict:
+    return {"trace": trace.source, **settings, "arrival_scale": trace.arrival_scale,
+            **asdict(metrics)}
+
+
+def _print_table(report: dict) -> None:
+    load = f"load {report['load']:g} (arrivals x{report['arrival_scale']:.3f})" \
+        if report["load"] is not None else "original load"
+    seed = f", seed {report['seed']}" if report["arrivals"] == "poisson" else ""
+    lines = [
+        f"{report['trace']}: {report['jobs']} jobs, {report['tenants']} tenants on "
+        f"{report['gpus']} GPUs; policy {report['policy']}, discipline {report['discipline']}, "
+        f"{load}, {report['arrivals']} arrivals{seed}",
+        ("average JCT", f"{report['avg_jct_s'] / 3600:.3f} h"),
+        ("median JCT", f"{report['median_jct_s'] / 3600:.3f} h"),
+        ("p99 JCT", f"{report['p99_jct_s'] / 3600:.3f} h"),
+        ("average wait", f"{report['avg_wait_s'] / 3600:.3f} h"),
+        (f"avg bounded slowdown (tau {TAU_S:g} s)", f"{report['avg_bounded_slowdown']:.3f}"),
+        ("makespan", f"{report['makespan_s'] / 3600:.3f} h"),
+        ("GPU utilization", f"{report['gpu_utilization'] * 100:.1f} %"),
+        ("Jain fairness (bounded slowdown by tenant)", f"{report['jain_fairness']:.3f}"),
+        ("simulated in", f"{report['elapsed_s']:.2f} s"),
+    ]
+    width = max(len(name) for name, _ in lines[1:])
+    sys.stdout.write(lines[0] + "\n" + "".join(f"  {name:<{width}}  {value:>10}\n"
+                                               for name, value in lines[1:]))
+
+
+def _host(cpus: int | None, mem: str | None) -> HostCapacity | None:
+    """The simulated host's cores and memory; None (not counted) unless either is given."""
+    if cpus is None and mem is None:
+        return None
+    if cpus is not None and cpus < 1:
+        raise UsageError(f"--cpus must be 1 or more, not {cpus}")
+    try:
+        mem_bytes = parse_size(mem) if mem is not None else 2**62
+    except ValueError as exc:
+        raise UsageError(f"--mem: {exc}") from None
+    return HostCapacity(cpus=cpus or 10**6, mem_bytes=mem_bytes)
+
+
+def simulate_command(trace: Path, *, gpus: int, policy: str, discipline: str,
+                     load: float | None, arrivals: str, seed: int, as_json: bool,
+                     cpus: int | None = None, mem: str | None = None) -> int:
+    """`gpusched simulate`: replay, then print the metrics as a table or JSON."""
+    check_choices(gpus, policy, discipline)  # before reading a large file
+    started_s = time.perf_counter()
+    prepared = traces.prepare(trace, gpus=gpus, load=load, arrivals=arrivals, seed=seed)
+    host = _host(cpus, mem)
+    results = simulate(prepared.jobs, gpus=gpus, policy=policy, discipline=discipline, host=host)
+    settings = {"gpus": gpus, "cpus": cpus, "mem": mem, "policy": policy, "discipline": discipline, "load": load,
+                "arrivals": arrivals, "seed": seed if arrivals == "poisson" else None,
+                "elapsed_s": time.perf_counter() - started_s}
+    report = _report(prepared, compute_metrics(results, gpus), settings)
+    if as_json:
+        sys.stdout.write(json.dumps(report, indent=2) + "\n")
+    else:
+        _print_table(report)
+    return 0
