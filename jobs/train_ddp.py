@@ -11,6 +11,7 @@ or alone as `python jobs/train_ddp.py` (one process). jobs/README.md explains th
 from __future__ import annotations
 
 import argparse
+import atexit
 import os
 import sys
 import time
@@ -225,5 +226,17 @@ def main(argv: list[str] | None = None) -> int:
     return status
 
 
+def leave(status: int) -> None:
+    """Exit with the run's status, after Python's own exit work (atexit: gpusched.job's last
+    progress report) but without the C++ teardown that follows it. With the process group
+    destroyed and the checkpoint written the run is over; yet torch's distributed threads
+    can abort the interpreter's teardown on a busy machine ("terminate called without an
+    active exception", SIGABRT), which torchrun reports as a failed run."""
+    atexit._run_exitfuncs()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(status)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    leave(main())
