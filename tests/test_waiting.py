@@ -14,10 +14,17 @@ import psutil
 from conftest import DEADLINE_S, wait_until
 
 
+def as_at_a_terminal() -> None:
+    """In the child: SIGINT as a terminal's shell leaves it. A test run started in the
+    background of a non-interactive shell (as CI may) inherits it ignored, and Python
+    keeps an ignored SIGINT ignored, so no Ctrl-C would reach the command."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def gpusched(home, *args: str) -> subprocess.Popen:
     return subprocess.Popen([sys.executable, "-m", "gpusched", *args], stdin=subprocess.DEVNULL,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env=home.env, cwd=home.path)
+                            env=home.env, cwd=home.path, preexec_fn=as_at_a_terminal)
 
 
 def read_line(stream, what: str) -> str:
