@@ -80,7 +80,7 @@ ALLOWED = {
     "proc": {"core"},
     "client": {"core"},
     "sim": {"core"},
-    "tui": {"core", "client"},
+    "tui": {"core", "client", "proc"},  # proc: its formats only (see below)
     "daemon": {"core", "gpus", "proc", "client", "job"},
     "cli": {"core", "gpus", "proc", "client", "daemon", "tui", "sim"},
     "job": {"core", "proc"},
@@ -96,6 +96,13 @@ def test_each_layer_imports_only_the_layers_below_it(package):
     for module in modules:
         reached = {package_of(n) for n in ours(imports_of(module))}
         assert reached <= allowed, f"{module} imports {sorted(reached - allowed)}"
+
+
+def test_the_tui_reads_only_the_formats_of_proc():
+    # top parses /proc/PID/stat with the shim's parser; it never starts or signals a job.
+    for module in (m for m in MODULES if package_of(m) == "tui"):
+        reached = {n for n in ours(imports_of(module)) if package_of(n) == "proc"}
+        assert reached <= {"gpusched.proc", "gpusched.proc.runfile"}, module
 
 
 def test_every_module_is_in_a_layer():
@@ -185,9 +192,11 @@ def test_the_scheduler_never_imports_torch():
 def test_shim_imports_only_the_standard_library():
     # The shim starts every job, so what it imports is every job's start-up time; and it
     # runs with -I -S, without site-packages. privileges: system mode's drop to the job's
-    # user; jobexec: the job's program found on its PATH. Both standard library only.
+    # user; jobexec: the job's program found on its PATH; runfile: the formats it writes.
+    # All standard library only, and none loads the costly modules below.
     allowed_ours = {"gpusched", "gpusched.proc", "gpusched.proc.privileges",
-                    "gpusched.proc.jobexec"}
+                    "gpusched.proc.jobexec", "gpusched.proc.runfile"}
+    costly = {"dataclasses", "typing", "pathlib"}
     seen, todo = set(), ["gpusched.proc.shim"]
     while todo:
         module = todo.pop()
@@ -197,5 +206,6 @@ def test_shim_imports_only_the_standard_library():
         assert mine <= allowed_ours, f"{module} imports {sorted(mine - allowed_ours)}"
         others = roots(names) - {"gpusched", "__future__"}
         assert others <= set(sys.stdlib_module_names), f"{module} imports {sorted(others)}"
+        assert not others & costly, f"{module} imports {sorted(others & costly)}"
         todo += [m for m in ours(names) if m in MODULES and m not in seen]
-    assert {"gpusched.proc.shim", "gpusched.proc.privileges", "gpusched.proc.jobexec"} <= seen
+    assert allowed_ours - {"gpusched", "gpusched.proc"} | {"gpusched.proc.shim"} <= seen

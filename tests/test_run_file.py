@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -18,7 +19,7 @@ from pathlib import Path
 import psutil
 
 from conftest import find_shim, wait_until
-from gpusched.proc import runner, shim
+from gpusched.proc import runfile, shim
 from gpusched.daemon.jobcontrol import LAUNCH_TIMEOUT_S, JobControl
 from gpusched.core.models import Job, JobState
 
@@ -26,7 +27,7 @@ SHIM = Path(shim.__file__)
 
 
 def _spec(tmp_path: Path, command: list[str], env: dict | None = None) -> dict:
-    return {"job_id": 1, "run_file": runner.run_file(tmp_path / "jobs", 1), "command": command,
+    return {"job_id": 1, "run_file": runfile.run_file(tmp_path / "jobs", 1), "command": command,
             "env": env or {"PATH": os.defpath},
             "cwd": str(tmp_path), "stdout": str(tmp_path / "out.log"),
             "stderr": str(tmp_path / "err.log"), "grace_s": 1.0,
@@ -57,22 +58,22 @@ def test_a_shim_records_its_pid_and_the_jobs_end_and_wakes_the_daemon(tmp_path):
         try:
             found = wait_until(lambda: find_shim(jobs, 1), "the shim's record")
             assert found == (proc.pid, psutil.Process(proc.pid).create_time())
-            assert runner.read_run(jobs, 1).exit is None  # still running
+            assert runfile.read_run(jobs, 1).exit is None  # still running
             gate.touch()
             assert wake.recv(16) == b"!"
             assert proc.wait(timeout=30) == 0
         finally:
             proc.kill()
             proc.wait()
-    record = runner.read_run(jobs, 1).exit
+    record = runfile.read_run(jobs, 1).exit
     assert (record.exit_code, record.signal, record.error) == (3, None, "")
     assert (tmp_path / "out.log").read_text() == "hi\n"
-    run_file = jobs / f"1.{shim.RUN_FILE}"  # beside the job's logs, in no directory of its own
+    run_file = jobs / "1.run.jsonl"  # beside the job's logs, in no directory of its own
     kinds = [json.loads(line)["record"] for line in run_file.read_text().splitlines()]
     assert kinds == ["spec", "shim", "exit"]
-    runner.clear_run(jobs, 1)
+    runfile.clear_run(jobs, 1)
     assert not run_file.exists()
-    assert runner.read_run(jobs, 1) == runner.RunState(None, None)
+    assert runfile.read_run(jobs, 1) == runfile.RunState(None, None)
 
 
 def test_a_run_file_cleared_for_a_retry_as_the_shim_ends_is_no_failure(tmp_path, monkeypatch):
@@ -83,8 +84,7 @@ def test_a_run_file_cleared_for_a_retry_as_the_shim_ends_is_no_failure(tmp_path,
     spec = _spec(tmp_path, ["true"])
     run_file = _write_spec(spec)
     monkeypatch.setattr(shim, "notify_daemon", lambda spec, message=b"!": run_file.unlink())
-    shim.record_exit(str(run_file), spec, {"exit_code": 1, "signal": None,
-                                           "ended_at": time.time(), "error": ""})
+    shim.record_exit(str(run_file), spec, runfile.ExitRecord(1, None, time.time()))
     assert not run_file.exists()
 
 
@@ -95,8 +95,8 @@ def test_the_exit_record_is_found_behind_a_long_spec_and_in_any_order(tmp_path):
     proc = _run_shim(_spec(tmp_path, ["true"], env={"PATH": os.defpath,
                                                            "BIG": "x" * 100_000}))
     assert proc.wait(timeout=30) == 0
-    shim.append_record(runner.run_file(jobs, 1), "shim", {"pid": 1, "start_ticks": 0})
-    record = runner.read_run(jobs, 1).exit
+    runfile.append_record(runfile.run_file(jobs, 1), "shim", {"pid": 1, "start_ticks": 0})
+    record = runfile.read_run(jobs, 1).exit
     assert (record.exit_code, record.error) == (0, "")
     # The first record is the real shim's, and it has ended: no process matches it.
     assert find_shim(jobs, 1) == (proc.pid, 0.0)
@@ -107,28 +107,40 @@ def test_a_half_written_line_is_not_an_exit_record(tmp_path):
     run_file = _write_spec(_spec(tmp_path, ["true"]))
     with run_file.open("a") as fh:
         fh.write('{"record": "exit", "exit_code": 0, "sig')  # a crash mid-write
-    assert runner.read_run(jobs, 1).exit is None
+    assert runfile.read_run(jobs, 1).exit is None
     assert find_shim(jobs, 1) is None
 
 
-def test_records_of_shims_from_before_the_flat_layout_are_still_read(tmp_path):
-    """Jobs that ran across an upgrade: older shims kept a directory per job, with a run
-    file in it, or, older still, only an exit.json."""
-    directory = tmp_path / "7"
-    directory.mkdir()
-    (directory / shim.LEGACY_EXIT_FILE).write_text(
-        json.dumps({"exit_code": None, "signal": 9, "ended_at": 12.5, "error": ""}))
-    record = runner.read_run(tmp_path, 7).exit
-    assert (record.exit_code, record.signal, record.ended_at) == (None, 9, 12.5)
-    runner.clear_run(tmp_path, 7)
-    assert runner.read_run(tmp_path, 7).exit is None
+def test_proc_stat_is_read_past_a_process_name_with_spaces_and_parentheses(tmp_path):
+    """A job names its processes as it likes (here through a link's name); the shim finds
+    its descendants, the daemon its shim, and `top` CPU and memory, by the fields after it."""
+    odd = tmp_path / "a) (b c"
+    odd.symlink_to(shutil.which("sleep"))
+    proc = subprocess.Popen([str(odd), "300"])
+    try:
+        found = psutil.Process(proc.pid)
+        # Asleep in sleep(1) itself, past the exec and the loader: it has memory, CPU time.
+        wait_until(lambda: found.name() == "a) (b c" and found.status() == "sleeping",
+                   "the process to take its odd name and sleep")
+        stat = runfile.read_proc_stat(proc.pid)
+        assert stat.ppid == os.getpid()
+        started_at = psutil.boot_time() + stat.start_ticks / os.sysconf("SC_CLK_TCK")
+        assert abs(started_at - found.create_time()) < 0.05
+        # Resident, and less than its address space (the field before, in bytes).
+        assert 0 < stat.rss_pages * os.sysconf("SC_PAGE_SIZE") < found.memory_info().vms
+        ticks = os.sysconf("SC_CLK_TCK")
+        cpu = found.cpu_times()
+        assert (stat.utime_ticks / ticks, stat.stime_ticks / ticks) == (cpu.user, cpu.system)
+        assert runfile.read_proc_stat().ppid == os.getppid()  # "self"
+    finally:
+        proc.kill()
+        proc.wait()
 
-    (tmp_path / "8").mkdir()
-    (tmp_path / "8" / shim.RUN_FILE).write_text(
-        shim.record_line("shim", {"pid": 4242, "start_ticks": 17}) +
-        shim.record_line("exit", {"exit_code": 3, "signal": None, "ended_at": 1.0, "error": ""}))
-    assert runner.read_run(tmp_path, 8) == runner.RunState((4242, 17),
-                                                           runner.ExitRecord(3, None, 1.0, ""))
+
+def test_a_launch_failure_datagram_names_its_job_and_a_plain_wake_does_not():
+    reason = "cannot create its run file: [Errno 21] Is a directory: '/x/3.run.jsonl'"
+    assert runfile.parse_launch_failure(runfile.launch_failure(3, reason)) == (3, reason)
+    assert runfile.parse_launch_failure(runfile.WAKE) is None
 
 
 def test_a_shim_not_forked_within_the_launch_timeout_counts_as_dead():

@@ -5,7 +5,7 @@ import os
 import psutil
 
 from conftest import is_gone, wait_until
-from gpusched.proc import shim
+from gpusched.proc import runfile
 
 # The job starts a child in a session of its own (as torchrun does with its workers),
 # and waits for a file before ending. The child writes its own pid once it is in its new
@@ -54,7 +54,7 @@ def test_a_job_whose_shim_cannot_start_fails_and_the_daemon_carries_on(home):
     jobs_dir = home.state / "jobs"
     jobs_dir.mkdir(parents=True, exist_ok=True)
     next_id = 1 + max([j["id"] for j in home.jobs()], default=0)
-    (jobs_dir / f"{next_id}.{shim.RUN_FILE}").mkdir()
+    os.mkdir(runfile.run_file(jobs_dir, next_id))
     job = home.wait_state(home.submit("--", "true"), "failed", "succeeded")
     assert job["state"] == "failed"
     assert job["end_reason"].startswith("cannot start its shim: cannot create its run file")

@@ -14,7 +14,7 @@ import psutil
 from gpusched import __version__
 from gpusched.core import jobspec, placement, syntax
 from gpusched.core import jobfilter
-from gpusched.proc import runner
+from gpusched.proc import runfile, runner
 from gpusched.daemon.authz import HIDDEN, user_name
 from gpusched.core.errors import GpuschedError, NotFound, UsageError
 from gpusched.job import read_progress_file
@@ -258,8 +258,8 @@ class Handlers:
         """Beside the job's run file; in system mode in the user's own log directory, so
         that the user's client reads them directly and root never writes them."""
         log_root = self.d.paths.log_root
-        return runner.log_paths(self.d.paths.jobs_dir if log_root is None
-                                else os.path.join(log_root, user), job_id)
+        return runfile.log_paths(self.d.paths.jobs_dir if log_root is None
+                                 else os.path.join(log_root, user), job_id)
 
     def list(self, call: Call) -> dict:
         jobs = sorted(self.d.jobs.values(), key=lambda j: j.id)
@@ -285,7 +285,8 @@ class Handlers:
             job, row["progress"] = self.d.jobs.get(row["id"]), None
             if job is None or not job.is_running or not job.stdout_path:
                 continue
-            report = read_progress_file(str(runner.progress_path(job)), owner_uid=job.uid)
+            report = read_progress_file(runfile.progress_path(job.stdout_path, job.id),
+                                        owner_uid=job.uid)
             if report is None or report["updated_at"] < (job.started_at or 0.0):
                 continue
             if row["command"] == [HIDDEN]:

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 
 from gpusched.daemon import host
 from gpusched.core import lifecycle, placement, scheduling
-from gpusched.proc import runner
+from gpusched.proc import runfile, runner
 from gpusched.daemon.fairshare import UsageLedger
 from gpusched.core.models import GpuInfo, Job, JobState, transition
 
@@ -65,7 +65,7 @@ class JobControl:
             return
         with d.store.write():
             for job in d.running():
-                run = runner.read_run(d.paths.jobs_dir, job.id)
+                run = runfile.read_run(d.paths.jobs_dir, job.id)
                 record = run.exit
                 if record is None and job.shim_pid is None and run.shim is not None:
                     job = self._found_shim(job, runner.identify_shim(*run.shim))
@@ -75,7 +75,7 @@ class JobControl:
                     continue
                 if record is None and check_liveness and not self._is_alive(job):
                     # Read again: the shim may have written its record and exited since.
-                    record = runner.read_run(d.paths.jobs_dir, job.id).exit
+                    record = runfile.read_run(d.paths.jobs_dir, job.id).exit
                     if record is None:
                         self.end(job, JobState.LOST, time.time(), end_reason=(
                             "the job's shim vanished without an exit record "
@@ -123,7 +123,7 @@ class JobControl:
         if self.d.cgroups:
             self.d.cgroups.remove(job.id)
         if ended.state is JobState.PENDING:
-            runner.clear_run(self.d.paths.jobs_dir, job.id)  # the next attempt starts clean
+            runfile.clear_run(self.d.paths.jobs_dir, job.id)  # the next attempt starts clean
             self.retry_at[job.id] = ended.eligible_at
             log.info("job %d re-queued (attempt %d)", job.id, ended.attempt)
         self.d.save(ended)
@@ -244,9 +244,9 @@ class JobControl:
         started_at = time.time()
         env = runner.job_environment(job, gpus, port, d.settings.visible_devices, started_at,
                                      dict(d.settings.job_env))
-        self.launches.append(runner.run_spec(job, env, d.paths.jobs_dir, d.paths.wake_socket,
-                                             d.settings.cancel_grace_s, cgroup,
-                                             run_as=job.uid if d.paths.is_system else None))
+        self.launches.append(runfile.run_spec(job, env, d.paths.jobs_dir, d.paths.wake_socket,
+                                              d.settings.cancel_grace_s, cgroup,
+                                              run_as=job.uid if d.paths.is_system else None))
         # No GPU read is needed now: until the next one, the new job's whole declared
         # memory counts as promised (placement.gpu_loads). Its shim's pid comes later,
         # from the run file (_found_shim).

@@ -16,7 +16,7 @@ from filelock import FileLock, Timeout
 from gpusched import __version__
 from gpusched.client import drift
 from gpusched.core import placement, scheduling
-from gpusched.proc import runner, shim
+from gpusched.proc import runfile, runner
 from gpusched.daemon.authz import Authz
 from gpusched.core.config import Settings, load_settings
 from gpusched.client.paths import Paths, ensure_private_dir
@@ -244,10 +244,10 @@ class Daemon:
             pass
         return [call for call in calls if call is not _WAKE]
 
-    def wake(self, message: bytes = b"!") -> None:
+    def wake(self, message: bytes = runfile.WAKE) -> None:
         """A job ended, or could not start (its shim said so): run a pass now rather than
         at the next timeout."""
-        failure = shim.parse_launch_failure(message)
+        failure = runfile.parse_launch_failure(message)
         if failure is not None:
             self.control.launch_failures.put(failure)
         self._calls.put(_WAKE)

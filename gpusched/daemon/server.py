@@ -11,7 +11,7 @@ from typing import Any, Callable, Collection
 
 from gpusched.client import protocol
 from gpusched.core.errors import GpuschedError, ProtocolError, error_kind
-from gpusched.proc.shim import WAKE_MAX_BYTES
+from gpusched.proc.runfile import WAKE_MAX_BYTES
 
 log = logging.getLogger("gpusched.daemon.server")
 
@@ -183,7 +183,7 @@ class WakeListener:
 
     A datagram carries nothing the daemon trusts (it reads the exit record itself), so
     any process that can reach the socket (it is 0600) can at most make the loop run a
-    pass early, or fail a job whose shim has not started (see shim.launch_failure).
+    pass early, or fail a job whose shim has not started (see runfile.launch_failure).
     """
 
     def __init__(self, path: str, wake: Callable[[bytes], None]):

@@ -22,7 +22,7 @@ import sys
 # Run by path with -I -S: make the package importable for the shim module.
 sys.path.insert(0, os.path.abspath(os.path.join(__file__, "..", "..", "..")))
 
-from gpusched.proc import shim  # noqa: E402
+from gpusched.proc import runfile, shim  # noqa: E402
 
 _REAP_EVERY_S = 1.0
 
@@ -41,7 +41,7 @@ def _become_shim(spec: dict, spec_line: bytes) -> None:
         code = shim.run(spec, spec_line)
     except BaseException as exc:  # noqa: BLE001 - the daemon would otherwise wait a minute
         # Ignored by the daemon once the run file shows the shim got going.
-        shim.notify_daemon(spec, shim.launch_failure(spec["job_id"], f"the shim failed: {exc}"))
+        shim.notify_daemon(spec, runfile.launch_failure(spec["job_id"], f"the shim failed: {exc}"))
     finally:
         os._exit(code)
 

@@ -1,4 +1,4 @@
-"""Processes: start a job's shim, read its exit record, signal it, re-adopt it after a restart."""
+"""Processes: start a job's shim, signal it, measure it, re-adopt it after a restart."""
 
 from __future__ import annotations
 
@@ -10,13 +10,12 @@ import socket
 import stat
 import subprocess
 import sys
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Mapping
 
 import psutil
 
-from gpusched.proc import shim
+from gpusched.proc import runfile, shim
 from gpusched.core.models import GpuInfo, Job
 
 LAUNCHER_PATH = str(Path(shim.__file__).with_name("launcher.py"))
@@ -30,14 +29,6 @@ SCHEDULER_VARS = ("CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER", "NVIDIA_VISIBLE_D
                   "MASTER_ADDR", "MASTER_PORT", "PET_MASTER_PORT")
 
 THREAD_VARS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS")
-
-
-@dataclass(frozen=True)
-class ExitRecord:
-    exit_code: int | None
-    signal: int | None
-    ended_at: float
-    error: str = ""
 
 
 def boot_id() -> str:
@@ -90,14 +81,8 @@ def job_environment(job: Job, gpus: Iterable[GpuInfo], master_port: int,
     if job.warn_signal is not None:
         env["GPUSCHED_WARN_SIGNAL"] = signal.Signals(job.warn_signal).name
     if job.stdout_path:
-        env["GPUSCHED_PROGRESS_FILE"] = str(progress_path(job))
+        env["GPUSCHED_PROGRESS_FILE"] = runfile.progress_path(job.stdout_path, job.id)
     return env
-
-
-def progress_path(job: Job) -> Path:
-    """Where gpusched.job.progress() writes: beside the job's logs, which the job's user
-    can write in both modes (the job directory, or the user's log directory as root)."""
-    return Path(job.stdout_path).parent / f"{job.id}.progress.json"
 
 
 def pick_master_port(low: int, high: int,
@@ -138,24 +123,6 @@ def hold_port(port: int) -> socket.socket:
     return sock
 
 
-# A job's files lie side by side in the jobs directory, named by its id: ID.run.jsonl (see
-# shim.RUN_FILE), ID.stdout.log and ID.stderr.log. No directory per job: on some
-# filesystems each one costs the daemon most of a millisecond to make, for every job.
-def run_file(jobs_root: str | Path, job_id: int) -> str:
-    return os.path.join(jobs_root, f"{job_id}.{shim.RUN_FILE}")
-
-
-def log_paths(jobs_root: str | Path, job_id: int) -> tuple[str, str]:
-    """A job's stdout and stderr logs in user mode (system mode keeps them per user)."""
-    return (os.path.join(jobs_root, f"{job_id}.stdout.log"),
-            os.path.join(jobs_root, f"{job_id}.stderr.log"))
-
-
-def _legacy_job_dir(jobs_root: str | Path, job_id: int) -> str:
-    """Where a job started before the flat layout keeps its files (read across an upgrade)."""
-    return os.path.join(jobs_root, str(job_id))
-
-
 class Launcher:
     """The daemon's handle on the shim launcher (gpusched/proc/launcher.py), restarted if it dies."""
 
@@ -172,7 +139,7 @@ class Launcher:
 
     def launch(self, spec: dict) -> None:
         """Have a shim forked for the job, without waiting for it: the shim records its
-        pid in the job's run file (see read_run)."""
+        pid in the job's run file (see runfile.read_run)."""
         line = (json.dumps(spec) + "\n").encode()  # JSON has no raw newline: one line
         for _attempt in (1, 2):
             if self._proc is None or self._proc.poll() is not None:
@@ -193,89 +160,6 @@ class Launcher:
                 pass  # a launcher that died left a broken pipe
             self._proc.wait()
             self._proc = None
-
-
-def run_spec(job: Job, env: Mapping[str, str], jobs_root: str, wake_path: str,
-             grace_s: float, cgroup: Path | None = None, run_as: int | None = None) -> dict:
-    """The spec a job's shim is launched with. The shim makes every file of the run
-    (see shim.begin_run_file). run_as (system mode): the shim drops to this uid before
-    the job touches any path."""
-    return {"job_id": job.id, "run_file": run_file(jobs_root, job.id),
-            "command": list(job.command), "env": dict(env), "cwd": job.cwd,
-            "stdout": job.stdout_path, "stderr": job.stderr_path, "grace_s": grace_s,
-            "wake": str(wake_path), "cpu_ids": list(job.cpu_ids),
-            "cgroup": str(cgroup) if cgroup else "", "run_as": run_as}
-
-
-_TAIL_BYTES = 8192  # holds the short "shim" and "exit" records, whatever the spec's size
-
-
-def _records(data: bytes) -> list[dict]:
-    """The whole lines of a run file (or of its tail), parsed; a partial line is left out."""
-    records = []
-    for line in data.split(b"\n")[:-1]:  # what follows the last newline is not written yet
-        try:
-            record = json.loads(line)
-        except ValueError:
-            continue  # the tail's cut-off first line
-        if isinstance(record, dict):
-            records.append(record)
-    return records
-
-
-@dataclass(frozen=True)
-class RunState:
-    """What a run file says so far."""
-
-    shim: tuple[int, int] | None  # the shim's own record: (pid, shim.start_ticks)
-    exit: ExitRecord | None  # the shim's, once the job has ended
-
-
-def read_run(jobs_root: str | Path, job_id: int) -> RunState:
-    """The run file's "shim" and "exit" records. Only its tail is read: this runs for every
-    running job on every pass, and the spec before them may be long."""
-    try:
-        records = _tail_records(run_file(jobs_root, job_id))
-    except FileNotFoundError:
-        records = _legacy_records(_legacy_job_dir(jobs_root, job_id))
-    except OSError:
-        return RunState(None, None)
-    shim_record = exit_record = None
-    for data in records:
-        try:
-            if data.get("record") == "shim" and shim_record is None:
-                shim_record = int(data["pid"]), int(data["start_ticks"])
-            elif data.get("record") == "exit":
-                exit_record = _exit_record(data)
-        except (KeyError, TypeError, ValueError):
-            continue  # not written by a shim of ours: as if absent
-    return RunState(shim_record, exit_record)
-
-
-def _exit_record(data: dict) -> ExitRecord:
-    return ExitRecord(data.get("exit_code"), data.get("signal"), float(data.get("ended_at", 0)),
-                      data.get("error", ""))
-
-
-def _tail_records(path: str) -> list[dict]:
-    with open(path, "rb") as run:
-        size = run.seek(0, os.SEEK_END)
-        run.seek(max(0, size - _TAIL_BYTES))
-        return _records(run.read())
-
-
-def _legacy_records(directory: str) -> list[dict]:
-    """The records of a job whose shim predates the flat layout: a run file in the job's
-    own directory, or, older still, a lone exit.json (it ran across an upgrade)."""
-    try:
-        return _tail_records(os.path.join(directory, shim.RUN_FILE))
-    except OSError:
-        pass
-    try:
-        with open(os.path.join(directory, shim.LEGACY_EXIT_FILE), "rb") as record:
-            return [{"record": "exit", **json.loads(record.read())}]
-    except (OSError, ValueError, TypeError):
-        return []
 
 
 def _shim_process(job: Job) -> psutil.Process | None:
@@ -376,23 +260,12 @@ def pid_owners(running: Iterable[Job]) -> dict[int, int]:
     return owners
 
 
-def clear_run(jobs_root: str | Path, job_id: int) -> None:
-    """Forget a finished run's record before the job is queued again."""
-    directory = _legacy_job_dir(jobs_root, job_id)
-    for path in (run_file(jobs_root, job_id), os.path.join(directory, shim.RUN_FILE),
-                 os.path.join(directory, shim.LEGACY_EXIT_FILE)):
-        try:
-            os.unlink(path)
-        except FileNotFoundError:
-            pass
-
-
 def identify_shim(pid: int, ticks: int) -> tuple[int, float]:
     """(pid, start time) of a shim from its "shim" record: the start time is the process's
     own (as is_alive compares it) while that process is the shim, and 0.0, which no
     process matches, once it has ended or its pid went to another process."""
     try:
-        if shim.start_ticks(pid) == ticks:
+        if runfile.read_proc_stat(pid).start_ticks == ticks:
             return pid, psutil.Process(pid).create_time()
     except (OSError, ValueError, IndexError, psutil.Error):
         pass

@@ -2,8 +2,8 @@
 
 Forked by the shim launcher (gpusched/proc/launcher.py) in a new session, so that it outlives
 the daemon; `python -I -S shim.py RUN_FILE` runs a job again by hand, from its run file.
-It imports only the standard library and stdlib-only modules of ours (jobexec, and in
-system mode privileges): it runs for every job.
+It imports only the standard library and stdlib-only modules of ours (runfile, the formats
+it writes; jobexec; and in system mode privileges): it runs for every job.
 """
 
 from __future__ import annotations
@@ -13,7 +13,6 @@ from __future__ import annotations
 # every job. Its C core takes and returns plain numbers.
 import _signal
 import ctypes
-import json
 import os
 import signal
 import socket
@@ -23,44 +22,12 @@ import time
 if __name__ == "__main__":  # run by path with -I -S: make the package importable
     sys.path.insert(0, os.path.abspath(os.path.join(__file__, "..", "..", "..")))
 
-from gpusched.proc import jobexec  # noqa: E402 - standard library only, like this module
+from gpusched.proc import jobexec, runfile  # noqa: E402 - standard library only, like this module
 
-RUN_FILE = "run.jsonl"
-"""A run's record (ID.run.jsonl in the jobs directory), one JSON object per line, each
-tagged by its "record" key, all written by the run's shim:
-
-- "spec": what to run, as the daemon sent it;
-- "shim": the shim's pid and start time (start_ticks), where a daemon (or its
-  successor) finds it;
-- "exit": how the job ended, the shim's last act.
-
-The shim, not the daemon, creates the file: on some filesystems creating a file costs
-most of a millisecond of CPU, and the daemon starts every job in turn while shims run side
-by side. A reader trusts only whole lines: each is written in one write() and ends in a
-newline. A shim that cannot create the file says so in its wake-up datagram instead
-(launch_failure).
-"""
 PR_SET_CHILD_SUBREAPER = 36  # prctl(2)
-LEGACY_EXIT_FILE = "exit.json"  # what shims before the run file wrote (read on upgrade)
-WAKE_MAX_BYTES = 1024  # the longest wake-up datagram: a launch failure's reason fits
-_LAUNCH_FAILED = b"launch-failed "
 # Signals a user (or the daemon) may send to the shim that belong to the job instead.
 FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2,
              signal.SIGQUIT)
-MAX_ERROR_CHARS = 2000  # keeps the exit record a short line
-
-
-def record_line(kind: str, data: dict) -> str:
-    return json.dumps({"record": kind, **data}) + "\n"
-
-
-def append_record(path: str, kind: str, data: dict) -> None:
-    """Add one record line to a run file that exists (in one write, so readers see it whole)."""
-    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_NOFOLLOW)
-    try:
-        os.write(fd, record_line(kind, data).encode())
-    finally:
-        os.close(fd)
 
 
 def make_durable(path: str) -> None:
@@ -71,43 +38,6 @@ def make_durable(path: str) -> None:
             os.fsync(fd)
         finally:
             os.close(fd)
-
-
-def start_ticks(pid: int | str = "self") -> int:
-    """When a process started, in clock ticks since boot (/proc/PID/stat, field 22): with
-    its pid, it names one process for good, and no clock step can change it."""
-    with open(f"/proc/{pid}/stat", "rb") as stat:
-        data = stat.read()
-    return int(data[data.rindex(b")") + 2:].split()[19])
-
-
-def begin_run_file(spec: dict, spec_line: bytes | None = None) -> str:
-    """Create the run file with the spec and this shim's own record; its path.
-
-    spec_line: the spec as the launcher received it (one JSON object), written as it is
-    rather than encoded again.
-    """
-    # A spec from before the flat layout (a job run again by hand) names its directory.
-    path = spec.get("run_file") or os.path.join(spec["job_dir"], RUN_FILE)
-    spec_record = (b'{"record": "spec", ' + spec_line.strip()[1:] + b"\n" if spec_line
-                   else record_line("spec", spec).encode())
-    lines = spec_record + record_line(
-        "shim", {"pid": os.getpid(), "start_ticks": start_ticks()}).encode()
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
-    try:
-        os.write(fd, lines)
-    finally:
-        os.close(fd)
-    return path
-
-
-def read_spec(path: str) -> dict:
-    """The spec at the head of a run file (to run a job's shim again by hand)."""
-    with open(path, "rb") as run_file:
-        first = json.loads(run_file.readline())
-    if first.pop("record", None) != "spec":
-        raise ValueError(f"{path}: the first record is not the job's spec")
-    return first
 
 
 def _open_log(path: str) -> int:
@@ -275,11 +205,9 @@ def descendants(root: int) -> list[int]:
         if not name.isdigit():
             continue
         try:
-            with open(f"/proc/{name}/stat", "rb") as stat:
-                data = stat.read()
+            ppid = runfile.read_proc_stat(name).ppid
         except OSError:
             continue
-        ppid = int(data[data.rindex(b")") + 2:].split()[1])
         children.setdefault(ppid, []).append(int(name))
     found, stack = [], [root]
     while stack:
@@ -354,7 +282,7 @@ def wait_for(pid: int) -> tuple[int | None, int | None]:
             return None, os.WTERMSIG(status)
 
 
-def notify_daemon(spec: dict, message: bytes = b"!") -> None:
+def notify_daemon(spec: dict, message: bytes = runfile.WAKE) -> None:
     """Best effort: wake the daemon now rather than at its next pass (half a second).
 
     One datagram, nothing to wait for: the daemon reads the exit record itself, so the
@@ -363,33 +291,19 @@ def notify_daemon(spec: dict, message: bytes = b"!") -> None:
     try:
         with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as sock:
             sock.setblocking(False)
-            sock.sendto(message[:WAKE_MAX_BYTES], spec["wake"])
+            sock.sendto(message[:runfile.WAKE_MAX_BYTES], spec["wake"])
     except OSError:
         pass
 
 
-def launch_failure(job_id: int, reason: str) -> bytes:
-    """The wake-up of a shim that could not create its run file, so has no other way to
-    tell: the daemon fails the job unless a run file shows a shim did start it."""
-    return _LAUNCH_FAILED + f"{job_id} {reason}".encode(errors="replace")
-
-
-def parse_launch_failure(message: bytes) -> tuple[int, str] | None:
-    """(job id, reason) of a launch_failure datagram; None for a plain wake-up."""
-    if not message.startswith(_LAUNCH_FAILED):
-        return None
-    job_id, _, reason = message[len(_LAUNCH_FAILED):].decode(errors="replace").partition(" ")
-    return (int(job_id), reason) if job_id.isdigit() else None
-
-
-def record_exit(run_path: str, spec: dict, record: dict) -> None:
+def record_exit(run_path: str, spec: dict, record: runfile.ExitRecord) -> None:
     """Append the exit record, wake the daemon, and only then make the record durable.
 
     A running daemon stores the end in its queue (synchronous) at once, so the record's
     own fsync matters only while no daemon runs; doing it after the wake-up keeps two
     disk flushes out of the path from one job's end to the next job's start.
     """
-    append_record(run_path, "exit", record)
+    runfile.append_exit(run_path, record)
     notify_daemon(spec)
     try:
         make_durable(run_path)
@@ -405,17 +319,17 @@ def run(spec: dict, spec_line: bytes | None = None) -> int:
     # launcher forks us with them blocked already).
     _signal.pthread_sigmask(signal.SIG_BLOCK, FORWARDED)
     try:
-        run_path = begin_run_file(spec, spec_line)
+        run_path = runfile.begin_run_file(spec, spec_line)
     except OSError as exc:
-        notify_daemon(spec, launch_failure(spec["job_id"], f"cannot create its run file: {exc}"))
+        notify_daemon(spec, runfile.launch_failure(spec["job_id"],
+                                                   f"cannot create its run file: {exc}"))
         return 1
     become_subreaper()
     try:
         pid = spawn(spec)
     except OSError as exc:  # the child noted it in the job's log, as the job's user
         why = f"cannot start: {jobexec.in_words(exc)}"
-        record_exit(run_path, spec, {"exit_code": 127, "signal": None, "ended_at": time.time(),
-                                     "error": why[:MAX_ERROR_CHARS]})
+        record_exit(run_path, spec, runfile.ExitRecord(127, None, time.time(), why))
         return 0
     forward = Forwarder(pid, float(spec.get("grace_s", 10.0)))  # the job leads its group
     for sig in FORWARDED:
@@ -424,10 +338,9 @@ def run(spec: dict, spec_line: bytes | None = None) -> int:
     _signal.pthread_sigmask(signal.SIG_UNBLOCK, FORWARDED)
     exit_code, signum = wait_for(pid)
     end_leftovers(forward)
-    record_exit(run_path, spec, {"exit_code": exit_code, "signal": signum,
-                                 "ended_at": time.time(), "error": ""})
+    record_exit(run_path, spec, runfile.ExitRecord(exit_code, signum, time.time()))
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(run(read_spec(sys.argv[1])))
+    sys.exit(run(runfile.read_spec(sys.argv[1])))

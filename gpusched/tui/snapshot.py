@@ -11,6 +11,7 @@ from typing import Any, Callable
 import psutil
 
 from gpusched.core.models import Inventory, inventory_from_dict
+from gpusched.proc import runfile
 from gpusched.tui.app import DaemonInfo, HostInfo, ProcHost, Snapshot, TopJob
 
 DAEMON_TIMEOUT_S = 5.0  # a hung daemon must not freeze the screen for longer
@@ -27,13 +28,11 @@ def read_proc_stat(pid: int, boot_time: float) -> tuple[float, int, float] | Non
     None if it is gone. psutil reads two files in ~100 µs a process, and top looks at
     every GPU process every second: this is a quarter of that."""
     try:
-        with open(f"/proc/{pid}/stat", "rb") as stat_file:
-            data = stat_file.read()
-        fields = data[data.rindex(b")") + 2:].split()  # the name in (...) may hold spaces
-        return ((int(fields[11]) + int(fields[12])) / _CLOCK_TICKS, int(fields[21]) * _PAGE_BYTES,
-                boot_time + int(fields[19]) / _CLOCK_TICKS)
+        stat = runfile.read_proc_stat(pid)
     except (OSError, ValueError, IndexError):
         return None
+    return ((stat.utime_ticks + stat.stime_ticks) / _CLOCK_TICKS, stat.rss_pages * _PAGE_BYTES,
+            boot_time + stat.start_ticks / _CLOCK_TICKS)
 
 
 class HostSampler:

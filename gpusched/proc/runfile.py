@@ -1,0 +1,219 @@
+"""The formats between a job's shim and the daemon: the run file, the wake datagram, /proc/PID/stat.
+
+The shim writes them and the daemon (and `top`, for /proc) reads them; both sides import
+this module, so a format is written down once. Standard library only, and nothing costly
+to import (no dataclasses, typing or pathlib): the shim loads it, and the shim starts
+every job.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections import namedtuple
+
+# -- a job's files ----------------------------------------------------------------------------
+# They lie side by side in the jobs directory, named by the job's id: ID.run.jsonl,
+# ID.stdout.log, ID.stderr.log and ID.progress.json. No directory per job: on some
+# filesystems each one costs the daemon most of a millisecond to make, for every job.
+
+RUN_FILE = "run.jsonl"
+"""A run's record (ID.run.jsonl), one JSON object per line, each tagged by its "record"
+key, all written by the run's shim:
+
+- "spec" (SPEC): what to run, as the daemon sent it (run_spec);
+- "shim" (SHIM): the shim's pid and start time (start_ticks), where a daemon (or its
+  successor) finds it;
+- "exit" (EXIT): how the job ended (ExitRecord), the shim's last act.
+
+The shim, not the daemon, creates the file: on some filesystems creating a file costs
+most of a millisecond of CPU, and the daemon starts every job in turn while shims run side
+by side. A reader trusts only whole lines: each is written in one write() and ends in a
+newline. A shim that cannot create the file says so in its wake-up datagram instead
+(launch_failure).
+"""
+SPEC, SHIM, EXIT = "spec", "shim", "exit"
+MAX_ERROR_CHARS = 2000  # keeps the exit record a short line
+
+
+def run_file(jobs_root: str | os.PathLike, job_id: int) -> str:
+    return os.path.join(jobs_root, f"{job_id}.{RUN_FILE}")
+
+
+def log_paths(jobs_root: str | os.PathLike, job_id: int) -> tuple[str, str]:
+    """A job's stdout and stderr logs in user mode (system mode keeps them per user)."""
+    return (os.path.join(jobs_root, f"{job_id}.stdout.log"),
+            os.path.join(jobs_root, f"{job_id}.stderr.log"))
+
+
+def progress_path(stdout_path: str, job_id: int) -> str:
+    """Where gpusched.job.progress() writes: beside the job's logs, which the job's user
+    can write in both modes (the jobs directory, or the user's log directory as root)."""
+    return os.path.join(os.path.dirname(stdout_path), f"{job_id}.progress.json")
+
+
+# Job (gpusched.core.models) is named in this annotation only, never imported: that would
+# load the core into every shim. Annotations are not evaluated (see the __future__ import).
+def run_spec(job: Job, env: dict[str, str], jobs_root: str, wake_path: str, grace_s: float,
+             cgroup: os.PathLike | None = None, run_as: int | None = None) -> dict:
+    """The spec a job's shim is launched with, its run file's first record. The shim
+    makes every file of the run (see begin_run_file). run_as (system mode): the shim
+    drops to this uid before the job touches any path."""
+    return {"job_id": job.id, "run_file": run_file(jobs_root, job.id),
+            "command": list(job.command), "env": dict(env), "cwd": job.cwd,
+            "stdout": job.stdout_path, "stderr": job.stderr_path, "grace_s": grace_s,
+            "wake": str(wake_path), "cpu_ids": list(job.cpu_ids),
+            "cgroup": str(cgroup) if cgroup else "", "run_as": run_as}
+
+
+# -- the shim writes --------------------------------------------------------------------------
+
+def record_line(kind: str, data: dict) -> str:
+    return json.dumps({"record": kind, **data}) + "\n"
+
+
+def append_record(path: str, kind: str, data: dict) -> None:
+    """Add one record line to a run file that exists (in one write, so readers see it whole)."""
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_NOFOLLOW)
+    try:
+        os.write(fd, record_line(kind, data).encode())
+    finally:
+        os.close(fd)
+
+
+def begin_run_file(spec: dict, spec_line: bytes | None = None) -> str:
+    """Create the run file with the spec and this shim's own record; its path.
+
+    spec_line: the spec as the launcher received it (one JSON object), written as it is
+    rather than encoded again.
+    """
+    path = spec["run_file"]
+    spec_record = (b'{"record": "spec", ' + spec_line.strip()[1:] + b"\n" if spec_line
+                   else record_line(SPEC, spec).encode())
+    lines = spec_record + record_line(
+        SHIM, {"pid": os.getpid(), "start_ticks": read_proc_stat().start_ticks}).encode()
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
+    try:
+        os.write(fd, lines)
+    finally:
+        os.close(fd)
+    return path
+
+
+def read_spec(path: str) -> dict:
+    """The spec at the head of a run file (to run a job's shim again by hand)."""
+    with open(path, "rb") as run:
+        first = json.loads(run.readline())
+    if first.pop("record", None) != SPEC:
+        raise ValueError(f"{path}: the first record is not the job's spec")
+    return first
+
+
+# A named tuple, not a dataclass: dataclasses would cost the shim's launcher an import of
+# inspect and more. exit_code is None when a signal ended the job; error is why it could
+# not start ("" when it did).
+ExitRecord = namedtuple("ExitRecord", "exit_code signal ended_at error", defaults=("",))
+
+
+def append_exit(path: str, record: ExitRecord) -> None:
+    """The shim's last record: how the job ended."""
+    append_record(path, EXIT, {**record._asdict(), "error": record.error[:MAX_ERROR_CHARS]})
+
+
+# -- the daemon reads -------------------------------------------------------------------------
+
+_TAIL_BYTES = 8192  # holds the short "shim" and "exit" records, whatever the spec's size
+
+RunState = namedtuple("RunState", "shim exit")
+RunState.__doc__ = """What a run file says so far: shim, the shim's own record as (pid,
+start_ticks); exit, an ExitRecord once the job has ended. Either is None until written."""
+
+
+def read_run(jobs_root: str | os.PathLike, job_id: int) -> RunState:
+    """The run file's "shim" and "exit" records. Only its tail is read: this runs for every
+    running job on every pass, and the spec before them may be long."""
+    try:
+        records = _tail_records(run_file(jobs_root, job_id))
+    except OSError:
+        return RunState(None, None)
+    shim_record = exit_record = None
+    for data in records:
+        try:
+            if data.get("record") == SHIM and shim_record is None:
+                shim_record = int(data["pid"]), int(data["start_ticks"])
+            elif data.get("record") == EXIT:
+                exit_record = ExitRecord(data.get("exit_code"), data.get("signal"),
+                                         float(data.get("ended_at", 0)), data.get("error", ""))
+        except (KeyError, TypeError, ValueError):
+            continue  # not written by a shim of ours: as if absent
+    return RunState(shim_record, exit_record)
+
+
+def _tail_records(path: str) -> list[dict]:
+    """The whole lines of the file's tail, parsed; a partial line is left out."""
+    with open(path, "rb") as run:
+        size = run.seek(0, os.SEEK_END)
+        run.seek(max(0, size - _TAIL_BYTES))
+        data = run.read()
+    records = []
+    for line in data.split(b"\n")[:-1]:  # what follows the last newline is not written yet
+        try:
+            record = json.loads(line)
+        except ValueError:
+            continue  # the tail's cut-off first line
+        if isinstance(record, dict):
+            records.append(record)
+    return records
+
+
+def clear_run(jobs_root: str | os.PathLike, job_id: int) -> None:
+    """Forget a finished run's record before the job is queued again."""
+    try:
+        os.unlink(run_file(jobs_root, job_id))
+    except FileNotFoundError:
+        pass
+
+
+# -- the wake datagram ------------------------------------------------------------------------
+# A shim sends one to the daemon's wake socket when its job ends, so that the daemon runs a
+# pass now rather than at its next timeout. It carries nothing the daemon trusts: the
+# daemon reads the exit record itself.
+
+WAKE = b"!"  # the plain wake-up
+WAKE_MAX_BYTES = 1024  # the longest datagram: a launch failure's reason fits
+_LAUNCH_FAILED = b"launch-failed "
+
+
+def launch_failure(job_id: int, reason: str) -> bytes:
+    """The wake-up of a shim that could not create its run file, so has no other way to
+    tell: the daemon fails the job unless a run file shows a shim did start it."""
+    return _LAUNCH_FAILED + f"{job_id} {reason}".encode(errors="replace")
+
+
+def parse_launch_failure(message: bytes) -> tuple[int, str] | None:
+    """(job id, reason) of a launch_failure datagram; None for a plain wake-up."""
+    if not message.startswith(_LAUNCH_FAILED):
+        return None
+    job_id, _, reason = message[len(_LAUNCH_FAILED):].decode(errors="replace").partition(" ")
+    return (int(job_id), reason) if job_id.isdigit() else None
+
+
+# -- /proc/PID/stat ---------------------------------------------------------------------------
+
+# The fields of proc(5)'s /proc/PID/stat that gpusched reads, in clock ticks and pages.
+ProcStat = namedtuple("ProcStat", "ppid utime_ticks stime_ticks start_ticks rss_pages")
+ProcStat.start_ticks.__doc__ = """When the process started, in clock ticks since boot: with
+its pid, it names one process for good, and no clock step can change it."""
+
+
+def read_proc_stat(pid: int | str = "self") -> ProcStat:
+    """One read of /proc/PID/stat; OSError when the process is gone, ValueError (or
+    IndexError) for what is not a stat line."""
+    with open(f"/proc/{pid}/stat", "rb") as stat:
+        data = stat.read()
+    # Fields from the 3rd (state) on: the name before them, in (...), may hold spaces
+    # and parentheses, so the split starts after the last ")".
+    fields = data[data.rindex(b")") + 2:].split()
+    return ProcStat(ppid=int(fields[1]), utime_ticks=int(fields[11]),
+                    stime_ticks=int(fields[12]), start_ticks=int(fields[19]),
+                    rss_pages=int(fields[21]))
