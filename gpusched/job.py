@@ -18,7 +18,9 @@ import time
 from dataclasses import dataclass
 from typing import Callable, Mapping
 
-PROGRESS_FILE_VAR = "GPUSCHED_PROGRESS_FILE"
+from gpusched.proc import jobenv
+
+PROGRESS_FILE_VAR = jobenv.PROGRESS_FILE
 PROGRESS_MAX_BYTES = 4096  # the reader refuses anything larger: a progress file is tiny
 MESSAGE_MAX_CHARS = 200
 PROGRESS_MIN_INTERVAL_S = 1.0
@@ -78,19 +80,19 @@ class JobInfo:
 def info(environ: Mapping[str, str] | None = None) -> JobInfo:
     """What this job was given; outside gpusched every field is None or empty."""
     env = os.environ if environ is None else environ
-    visible = env.get("CUDA_VISIBLE_DEVICES", "")
+    visible = env.get(jobenv.CUDA_VISIBLE_DEVICES, "")
     gpu_ids = tuple(g for g in visible.split(",") if g)
     return JobInfo(
-        job_id=_int_or_none(env.get("GPUSCHED_JOB_ID")),
-        array_index=_int_or_none(env.get("GPUSCHED_ARRAY_INDEX")),
-        attempt=_int_or_none(env.get("GPUSCHED_ATTEMPT")),
-        num_gpus=_int_or_none(env.get("GPUSCHED_NUM_GPUS")) or len(gpu_ids),
+        job_id=_int_or_none(env.get(jobenv.JOB_ID)),
+        array_index=_int_or_none(env.get(jobenv.ARRAY_INDEX)),
+        attempt=_int_or_none(env.get(jobenv.ATTEMPT)),
+        num_gpus=_int_or_none(env.get(jobenv.NUM_GPUS)) or len(gpu_ids),
         gpu_ids=gpu_ids,
-        gpu_mem_bytes=_int_or_none(env.get("GPUSCHED_GPU_MEM")),
-        time_limit_end=_float_or_none(env.get("GPUSCHED_TIME_LIMIT_END")),
-        warn_signal=_signal_or_none(env.get("GPUSCHED_WARN_SIGNAL")),
-        master_addr=env.get("MASTER_ADDR") or None,
-        master_port=_int_or_none(env.get("MASTER_PORT")),
+        gpu_mem_bytes=_int_or_none(env.get(jobenv.GPU_MEM)),
+        time_limit_end=_float_or_none(env.get(jobenv.TIME_LIMIT_END)),
+        warn_signal=_signal_or_none(env.get(jobenv.WARN_SIGNAL)),
+        master_addr=env.get(jobenv.MASTER_ADDR) or None,
+        master_port=_int_or_none(env.get(jobenv.MASTER_PORT)),
     )
 
 

@@ -15,6 +15,7 @@ import pytest
 from conftest import REPO, Home, wait_until
 from gpusched.client.connection import Client
 from gpusched.client.paths import resolve_paths
+from gpusched.proc import jobenv
 
 GiB = 2**30
 UUID_RE = re.compile(r"^GPU-[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")
@@ -94,6 +95,18 @@ def expected(submitted: dict[str, str], job: dict, ids: list[str], mem: int | No
     for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):
         out.setdefault(var, "1")
     return out
+
+
+def test_the_readme_lists_exactly_the_variables_gpusched_sets():
+    """README.md's "What a job sees" table is what job authors read; jobenv.VARIABLES is
+    what the daemon sets and gpusched.job reads."""
+    section = (REPO / "README.md").read_text(encoding="utf-8").split("\n## What a job sees\n")[1]
+    section = section.split("\n## ")[0]
+    first_cells = [row.split("|")[1] for row in section.splitlines() if row.startswith("| `")]
+    listed = [name for cell in first_cells for name in re.findall(r"`([A-Z_]+)`", cell)]
+    assert sorted(listed) == sorted(jobenv.VARIABLES)
+    # The scheduler's own ones are those this file's end-to-end tests expect replaced.
+    assert set(jobenv.SCHEDULER_VARS) == SCHEDULER_KEYS
 
 
 @pytest.fixture(scope="module")

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 
 from gpusched.daemon import host
 from gpusched.core import lifecycle, placement, scheduling
-from gpusched.proc import runfile, runner
+from gpusched.proc import jobenv, runfile, runner
 from gpusched.daemon.fairshare import UsageLedger
 from gpusched.core.models import GpuInfo, Job, JobState, transition
 
@@ -242,7 +242,7 @@ class JobControl:
         if d.cgroups and d.settings.enforce_mem and limit is not None:
             cgroup = d.cgroups.create(job.id, limit)
         started_at = time.time()
-        env = runner.job_environment(job, gpus, port, d.settings.visible_devices, started_at,
+        env = jobenv.job_environment(job, gpus, port, d.settings.visible_devices, started_at,
                                      dict(d.settings.job_env))
         self.launches.append(runfile.run_spec(job, env, d.paths.jobs_dir, d.paths.wake_socket,
                                               d.settings.cancel_grace_s, cgroup,

@@ -11,24 +11,14 @@ import stat
 import subprocess
 import sys
 from pathlib import Path
-from typing import Iterable, Mapping
+from typing import Iterable
 
 import psutil
 
 from gpusched.proc import runfile, shim
-from gpusched.core.models import GpuInfo, Job
+from gpusched.core.models import Job
 
 LAUNCHER_PATH = str(Path(shim.__file__).with_name("launcher.py"))
-# Variables the daemon owns in every job's environment; stale copies (from a job that
-# submits jobs) are removed first so a job never inherits its parent's GPUs.
-SCHEDULER_VARS = ("CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER", "NVIDIA_VISIBLE_DEVICES",
-                  "GPUSCHED_JOB_ID", "GPUSCHED_NUM_GPUS", "GPUSCHED_GPU_MEM",
-                  "GPUSCHED_ATTEMPT", "GPUSCHED_ARRAY_ID", "GPUSCHED_ARRAY_INDEX",
-                  "GPUSCHED_TIME_LIMIT_END", "GPUSCHED_WARN_SIGNAL", "GPUSCHED_CPUS",
-                  "GPUSCHED_MEM", "GPUSCHED_PROGRESS_FILE",
-                  "MASTER_ADDR", "MASTER_PORT", "PET_MASTER_PORT")
-
-THREAD_VARS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS")
 
 
 def boot_id() -> str:
@@ -36,53 +26,6 @@ def boot_id() -> str:
         return Path("/proc/sys/kernel/random/boot_id").read_text().strip()
     except OSError:
         return ""
-
-
-def job_environment(job: Job, gpus: Iterable[GpuInfo], master_port: int,
-                    visible_devices: str, started_at: float,
-                    defaults: Mapping[str, str] = {}) -> dict[str, str]:
-    """The job's whole environment: the config's defaults ([jobs] env), what was captured
-    at submit on top, then the scheduler's own variables."""
-    gpus = tuple(gpus)
-    env = {k: v for k, v in {**defaults, **job.env}.items() if k not in SCHEDULER_VARS}
-    # MIG devices can only be named by UUID; whole GPUs by index when the config asks.
-    ids = [g.uuid if visible_devices == "uuid" or g.parent_index is not None else str(g.index)
-           for g in gpus]
-    env.update({
-        "CUDA_VISIBLE_DEVICES": ",".join(ids),
-        "CUDA_DEVICE_ORDER": "PCI_BUS_ID",  # CUDA's default order (fastest first) is not nvidia-smi's
-        "NVIDIA_VISIBLE_DEVICES": ",".join(ids) if ids else "none",
-        "GPUSCHED_JOB_ID": str(job.id),
-        "GPUSCHED_NUM_GPUS": str(len(gpus)),
-        "GPUSCHED_ATTEMPT": str(job.attempt),
-        "MASTER_ADDR": "127.0.0.1",
-        "MASTER_PORT": str(master_port),
-        # torchrun takes its --master-port from PET_MASTER_PORT, not MASTER_PORT: with
-        # this, a plain `torchrun` in a job gets the job's own port too.
-        "PET_MASTER_PORT": str(master_port),
-    })
-    if job.request.gpu_mem_bytes is not None:
-        env["GPUSCHED_GPU_MEM"] = str(job.request.gpu_mem_bytes)
-    # A job of --cpus 0 still runs a thread.
-    threads = str(max(job.request.cpus, 1))
-    env["GPUSCHED_CPUS"] = threads
-    # Math libraries start a thread per core of the machine unless told otherwise: eight
-    # jobs each spawning 64 threads is how a shared box grinds to a halt. The job's own
-    # setting (from the submitting environment or --env) wins.
-    for var in THREAD_VARS:
-        env.setdefault(var, threads)
-    if job.request.mem_bytes is not None:
-        env["GPUSCHED_MEM"] = str(job.request.mem_bytes)
-    if job.array_id is not None:
-        env["GPUSCHED_ARRAY_ID"] = str(job.array_id)
-        env["GPUSCHED_ARRAY_INDEX"] = str(job.array_index)
-    if job.time_limit_s is not None:
-        env["GPUSCHED_TIME_LIMIT_END"] = f"{started_at + job.time_limit_s:.3f}"
-    if job.warn_signal is not None:
-        env["GPUSCHED_WARN_SIGNAL"] = signal.Signals(job.warn_signal).name
-    if job.stdout_path:
-        env["GPUSCHED_PROGRESS_FILE"] = runfile.progress_path(job.stdout_path, job.id)
-    return env
 
 
 def pick_master_port(low: int, high: int,
