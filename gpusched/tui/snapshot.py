@@ -23,7 +23,7 @@ _CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 _PAGE_BYTES = os.sysconf("SC_PAGE_SIZE")
 
 
-def read_proc_stat(pid: int, boot_time: float) -> tuple[float, int, float] | None:
+def process_usage(pid: int, boot_time: float) -> tuple[float, int, float] | None:
     """(CPU seconds, RSS bytes, start time) of a process from one read of /proc/PID/stat;
     None if it is gone. psutil reads two files in ~100 µs a process, and top looks at
     every GPU process every second: this is a quarter of that."""
@@ -64,7 +64,7 @@ class HostSampler:
         return seen
 
     def _process(self, pid: int) -> ProcHost:
-        stat = read_proc_stat(pid, self._boot_time)
+        stat = process_usage(pid, self._boot_time)
         if stat is None:
             return ProcHost()
         cpu_s, rss_bytes, started_at = stat
