@@ -1,25 +1,20 @@
-"""Processes: start a job's shim, read its exit record, signal it, re-adopt it after a restart."""
+"""A job's run: its environment, its shim's spec, its files, and its run file's records.
+
+The calls on processes (launching, signalling, measuring) live in gpusched/proc/seam.py.
+"""
 
 from __future__ import annotations
 
-import errno
 import json
 import os
 import signal
-import socket
-import stat
-import subprocess
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Mapping
 
-import psutil
-
 from gpusched.proc import shim
 from gpusched.core.models import GpuInfo, Job
 
-LAUNCHER_PATH = str(Path(shim.__file__).with_name("launcher.py"))
 # Variables the daemon owns in every job's environment; stale copies (from a job that
 # submits jobs) are removed first so a job never inherits its parent's GPUs.
 SCHEDULER_VARS = ("CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER", "NVIDIA_VISIBLE_DEVICES",
@@ -38,13 +33,6 @@ class ExitRecord:
     signal: int | None
     ended_at: float
     error: str = ""
-
-
-def boot_id() -> str:
-    try:
-        return Path("/proc/sys/kernel/random/boot_id").read_text().strip()
-    except OSError:
-        return ""
 
 
 def job_environment(job: Job, gpus: Iterable[GpuInfo], master_port: int,
@@ -100,44 +88,6 @@ def progress_path(job: Job) -> Path:
     return Path(job.stdout_path).parent / f"{job.id}.progress.json"
 
 
-def pick_master_port(low: int, high: int,
-                     taken: Iterable[int]) -> tuple[int, socket.socket | None]:
-    """The lowest port in the range that no running job has and nobody holds, and a
-    socket that keeps it for the job (None when none could be made).
-
-    A port only probed free can be taken by another process (another user's gpusched
-    giving out the same port) in the seconds before the job binds it: EADDRINUSE in
-    its rendezvous. So the probe stays bound, not listening, with SO_REUSEADDR set
-    after the bind: any later bind without SO_REUSEADDR (another daemon's probe) fails,
-    while the job's own server, which sets it (torch's TCPStore does), can still listen.
-    """
-    taken = set(taken)
-    for port in range(low, high + 1):
-        if port in taken:
-            continue
-        try:
-            return port, hold_port(port)
-        except OSError as exc:
-            if exc.errno not in (errno.EADDRINUSE, errno.EACCES):
-                break  # out of descriptors, say: give the port without a hold
-    else:
-        port = low + (max(taken, default=low) - low + 1) % (high - low + 1)
-    return port, None
-
-
-def hold_port(port: int) -> socket.socket:
-    """A bound socket that keeps the port from other binds without SO_REUSEADDR; raises
-    OSError (EADDRINUSE) when something else has the port."""
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    try:
-        sock.bind(("0.0.0.0", port))
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    except OSError:
-        sock.close()
-        raise
-    return sock
-
-
 # A job's files lie side by side in the jobs directory, named by its id: ID.run.jsonl (see
 # shim.RUN_FILE), ID.stdout.log and ID.stderr.log. No directory per job: on some
 # filesystems each one costs the daemon most of a millisecond to make, for every job.
@@ -154,45 +104,6 @@ def log_paths(jobs_root: str | Path, job_id: int) -> tuple[str, str]:
 def _legacy_job_dir(jobs_root: str | Path, job_id: int) -> str:
     """Where a job started before the flat layout keeps its files (read across an upgrade)."""
     return os.path.join(jobs_root, str(job_id))
-
-
-class Launcher:
-    """The daemon's handle on the shim launcher (gpusched/proc/launcher.py), restarted if it dies."""
-
-    def __init__(self) -> None:
-        self._proc: subprocess.Popen | None = None
-
-    def _start(self) -> subprocess.Popen:
-        # A clean, fixed environment: the launcher and the shims it forks may run as root,
-        # and a user's environment reaches only the job, after any privilege drop.
-        return subprocess.Popen(
-            [sys.executable, "-I", "-S", LAUNCHER_PATH], stdin=subprocess.PIPE,
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
-            close_fds=True, env={"PATH": os.defpath}, bufsize=0)
-
-    def launch(self, spec: dict) -> None:
-        """Have a shim forked for the job, without waiting for it: the shim records its
-        pid in the job's run file (see read_run)."""
-        line = (json.dumps(spec) + "\n").encode()  # JSON has no raw newline: one line
-        for _attempt in (1, 2):
-            if self._proc is None or self._proc.poll() is not None:
-                self.close()
-                self._proc = self._start()
-            try:
-                self._proc.stdin.write(line)
-                return
-            except OSError:
-                self.close()  # it died between jobs: start a new one and try once more
-        raise OSError("the shim launcher does not take requests")
-
-    def close(self) -> None:
-        if self._proc is not None:
-            try:
-                self._proc.stdin.close()
-            except OSError:
-                pass  # a launcher that died left a broken pipe
-            self._proc.wait()
-            self._proc = None
 
 
 def run_spec(job: Job, env: Mapping[str, str], jobs_root: str, wake_path: str,
@@ -278,104 +189,6 @@ def _legacy_records(directory: str) -> list[dict]:
         return []
 
 
-def _shim_process(job: Job) -> psutil.Process | None:
-    """The job's shim if it is still that very process (same pid, start time and boot)."""
-    if not job.shim_pid or job.boot_id != boot_id():
-        return None
-    try:
-        proc = psutil.Process(job.shim_pid)
-        if abs(proc.create_time() - (job.shim_start_time or 0)) > 0.05:
-            return None
-        if proc.status() == psutil.STATUS_ZOMBIE:
-            return None
-        return proc
-    except psutil.Error:
-        return None
-
-
-def is_alive(job: Job) -> bool:
-    return _shim_process(job) is not None
-
-
-def signal_job(job: Job, signum: int = signal.SIGTERM) -> bool:
-    """Send a signal through the shim, which passes it to the job's process group."""
-    proc = _shim_process(job)
-    if proc is None:
-        return False
-    try:
-        proc.send_signal(signum)
-    except psutil.Error:
-        return False
-    return True
-
-
-def tree_rss_bytes(job: Job) -> int | None:
-    """Resident memory of the job's processes (not the shim's), or None if it is gone."""
-    proc = _shim_process(job)
-    if proc is None:
-        return None
-    total = 0
-    try:
-        children = proc.children(recursive=True)
-    except psutil.Error:
-        return None
-    for child in children:
-        try:
-            total += child.memory_info().rss
-        except psutil.Error:
-            pass  # exited between the listing and the reading
-    return total
-
-
-def kill_job_now(job: Job) -> None:
-    """SIGKILL every process under the shim (not the shim, which records the death)."""
-    proc = _shim_process(job)
-    if proc is None:
-        return
-    try:
-        children = proc.children(recursive=True)
-    except psutil.Error:
-        return
-    for child in children:
-        try:
-            child.kill()
-        except psutil.Error:
-            pass
-
-
-def append_to_log(path: str, line: str) -> None:
-    """A note from gpusched in the job's own log, where its owner will look."""
-    try:
-        # The daemon may be root and the log a user's: never through a link, never
-        # blocking on a FIFO put in its place.
-        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_NOFOLLOW | os.O_NONBLOCK)
-    except OSError:
-        return
-    try:
-        info = os.fstat(fd)
-        if not stat.S_ISREG(info.st_mode) or info.st_nlink != 1:
-            return
-        os.write(fd, f"gpusched: {line}\n".encode())
-    finally:
-        os.close(fd)
-
-
-def pid_owners(running: Iterable[Job]) -> dict[int, int]:
-    """pid -> job id for every process under a running job's shim (one scan of /proc)."""
-    owners = {job.shim_pid: job.id for job in running if job.shim_pid}
-    children: dict[int, list[int]] = {}
-    for proc in psutil.process_iter(["ppid"]):
-        children.setdefault(proc.info["ppid"], []).append(proc.pid)
-    stack = list(owners)
-    while stack:
-        parent = stack.pop()
-        for child in children.get(parent, ()):
-            if child not in owners:
-                owners[child] = owners[parent]
-                stack.append(child)
-    return owners
-
-
 def clear_run(jobs_root: str | Path, job_id: int) -> None:
     """Forget a finished run's record before the job is queued again."""
     directory = _legacy_job_dir(jobs_root, job_id)
@@ -385,15 +198,3 @@ def clear_run(jobs_root: str | Path, job_id: int) -> None:
             os.unlink(path)
         except FileNotFoundError:
             pass
-
-
-def identify_shim(pid: int, ticks: int) -> tuple[int, float]:
-    """(pid, start time) of a shim from its "shim" record: the start time is the process's
-    own (as is_alive compares it) while that process is the shim, and 0.0, which no
-    process matches, once it has ended or its pid went to another process."""
-    try:
-        if shim.start_ticks(pid) == ticks:
-            return pid, psutil.Process(pid).create_time()
-    except (OSError, ValueError, IndexError, psutil.Error):
-        pass
-    return pid, 0.0
