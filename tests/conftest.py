@@ -14,7 +14,8 @@ from typing import Any, Callable
 import psutil
 import pytest
 
-from gpusched.proc import runfile, runner
+from gpusched.proc import runfile
+from gpusched.proc.seam import ProcessSeam
 
 REPO = Path(__file__).resolve().parent.parent
 DEADLINE_S = 60.0
@@ -59,7 +60,7 @@ def find_shim(jobs_root: Path, job_id: int) -> tuple[int, float] | None:
     """A job's shim as the daemon sees it: (pid, start time) from its run file's "shim"
     record, the start time 0.0 once that process is gone; None before the record exists."""
     recorded = runfile.read_run(jobs_root, job_id).shim
-    return runner.identify_shim(*recorded) if recorded else None
+    return ProcessSeam.identify_shim(*recorded) if recorded else None
 
 
 class Home:

@@ -46,8 +46,7 @@ def _job(user: str, gpus: int, started_at: float) -> Job:
 
 def test_the_ledger_counts_each_run_to_its_end_and_decays_the_rest(tmp_path):
     store = Store(tmp_path / "queue.db")
-    ledger = UsageLedger(half_life_s=HOUR_S)
-    ledger.at = 1000.0  # the last count
+    ledger = UsageLedger(half_life_s=HOUR_S, now=1000.0)  # the last count
     ada, bob = _job("ada", 2, 900.0), _job("bob", 1, 1700.0)
     with store.write():
         ledger.account([ada], 1600.0, store)  # ada's 2 GPUs from the last count on
@@ -60,7 +59,7 @@ def test_the_ledger_counts_each_run_to_its_end_and_decays_the_rest(tmp_path):
     assert ledger.usage["ada"] == pytest.approx((2 * 600 * decay + 2 * 400) * 0.5 + 2 * HOUR_S)
     assert ledger.usage["bob"] == pytest.approx(100 * 0.5)
 
-    restarted = UsageLedger(half_life_s=HOUR_S)
+    restarted = UsageLedger(half_life_s=HOUR_S, now=0.0)
     restarted.load(store)
     assert (restarted.at, restarted.usage) == (ledger.at, ledger.usage)
     store.close()

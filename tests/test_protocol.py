@@ -130,8 +130,7 @@ def test_peer_credentials_come_from_the_kernel(pair):
 # -- the read timeout, on a real socket server in this process -----------------------------
 def test_a_silent_client_is_disconnected_and_others_are_served(tmp_path, monkeypatch):
     monkeypatch.setattr(protocol, "READ_TIMEOUT_S", 0.3)
-    server = SocketServer(tmp_path / "s.sock",
-                          lambda name, args, creds: {"ok": True, "result": {"pid": creds[0]}})
+    server = SocketServer(tmp_path / "s.sock", lambda name, args, creds: {"pid": creds[0]})
     server.start()
     try:
         silent = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -168,7 +167,7 @@ def test_answers_given_while_stopping_still_go_out(tmp_path):
     def dispatch(name, args, creds):
         entered.set()
         answer_now.wait(30)
-        return {"ok": True, "result": {"stopping": True}}
+        return {"stopping": True}
 
     server = SocketServer(tmp_path / "s.sock", dispatch)
     server.start()
@@ -197,7 +196,7 @@ def test_answers_given_while_stopping_still_go_out(tmp_path):
 def test_a_stale_socket_file_is_replaced(tmp_path):
     path = tmp_path / "s.sock"
     path.write_text("stale")
-    server = SocketServer(path, lambda *a: {"ok": True, "result": None})
+    server = SocketServer(path, lambda *a: None)
     try:
         assert stat.S_ISSOCK(path.stat().st_mode)
         assert stat.S_IMODE(path.stat().st_mode) == 0o600

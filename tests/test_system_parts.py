@@ -139,7 +139,7 @@ def test_connections_per_uid_are_capped_and_freed_when_they_close(tmp_path):
 
     def dispatch(name, args, creds):
         release.wait(10)
-        return {"ok": True, "result": name}
+        return name
 
     path = tmp_path / "s.sock"
     server = SocketServer(path, dispatch, max_per_uid=1)
@@ -148,14 +148,14 @@ def test_connections_per_uid_are_capped_and_freed_when_they_close(tmp_path):
         first = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         first.settimeout(10)
         first.connect(str(path))
-        protocol.send(first, {"cmd": "ping"})  # held open by the blocked dispatch
+        protocol.send(first, {"cmd": "status"})  # held open by the blocked dispatch
         with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as second:
             second.settimeout(10)
             second.connect(str(path))
             reply = protocol.receive(second)
         assert reply["ok"] is False and "max_connections_per_uid" in reply["error"]["message"]
         release.set()
-        assert protocol.receive(first)["result"] == "ping"
+        assert protocol.receive(first)["result"] == "status"
         first.close()
         # Once the first connection's thread has ended, the uid may connect again.
         wait_until(lambda: _ping(path)["ok"], "a connection slot to free up")
@@ -166,7 +166,7 @@ def test_connections_per_uid_are_capped_and_freed_when_they_close(tmp_path):
 
 def test_exempt_uids_are_never_capped(tmp_path):
     path = tmp_path / "s.sock"
-    server = SocketServer(path, lambda *a: {"ok": True, "result": None}, max_per_uid=1,
+    server = SocketServer(path, lambda *a: None, max_per_uid=1,
                           exempt_uids={os.getuid()})
     server.start()
     try:

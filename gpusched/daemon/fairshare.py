@@ -20,10 +20,10 @@ SAVE_INTERVAL_S = 60.0
 
 
 class UsageLedger:
-    def __init__(self, half_life_s: float):
+    def __init__(self, half_life_s: float, now: float):
         self.half_life_s = half_life_s
         self.usage: dict[str, float] = {}  # decayed GPU-seconds per user, as of self.at
-        self.at = time.time()
+        self.at = now
         self._ended: list[tuple[str, float]] = []  # (user, GPU-s) of runs ended since self.at
         self._save_due = 0.0  # monotonic
 

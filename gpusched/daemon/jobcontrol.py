@@ -5,19 +5,14 @@ from __future__ import annotations
 import logging
 import queue
 import signal
-import socket
-import time
 from dataclasses import replace
-from typing import TYPE_CHECKING
 
 from gpusched.daemon import host
 from gpusched.core import lifecycle, placement, scheduling
-from gpusched.proc import jobenv, runfile, runner
-from gpusched.daemon.fairshare import UsageLedger
+from gpusched.proc import jobenv, runfile
+from gpusched.proc.seam import ProcessSeam
 from gpusched.core.models import GpuInfo, Job, JobState, transition
-
-if TYPE_CHECKING:
-    from gpusched.daemon.loop import Daemon
+from gpusched.daemon.state import DaemonState, Setup
 
 log = logging.getLogger("gpusched.jobs")
 # A shim is forked within milliseconds of its launch; one whose pid has not appeared in
@@ -27,16 +22,14 @@ LAUNCH_TIMEOUT_S = 60.0
 
 
 class JobControl:
-    def __init__(self, daemon: Daemon):
-        self.d = daemon
+    def __init__(self, state: DaemonState, setup: Setup, seam: ProcessSeam):
+        self.state, self.setup, self.seam = state, setup, seam
         self.placements: dict[int, int] = {}  # GPU index -> jobs placed (round-robin)
         self.launches: list[dict] = []  # specs of jobs started this pass, for launch_started
         # (job id, reason) from shims that could not create their run file: filled by
         # the wake socket's thread, emptied by the loop's.
         self.launch_failures: queue.SimpleQueue[tuple[int, str]] = queue.SimpleQueue()
-        self.usage = UsageLedger(daemon.settings.fairshare_half_life_s)
         self.retry_at: dict[int, float] = {}  # re-queued job id -> when it may start
-        self.port_holds: dict[int, socket.socket] = {}  # job id -> what keeps its MASTER_PORT
 
     # -- after a restart ----------------------------------------------------------------
     def adopt(self) -> None:
@@ -45,45 +38,47 @@ class JobControl:
         A job is stored as running before its shim is launched (see start), so a pending
         job never has a shim, and a running one's shim is found in its run file.
         """
-        d = self.d
-        self.usage.load(d.store)
-        d.load_active(d.store.active())
-        self.retry_at = {job.id: job.eligible_at for job in d.pending()
-                         if job.eligible_at is not None and job.eligible_at > time.time()}
+        state = self.state
+        state.usage.load(state.store)
+        state.load_active(state.store.active())
+        now = self.setup.clock.time()
+        self.retry_at = {job.id: job.eligible_at for job in state.pending()
+                         if job.eligible_at is not None and job.eligible_at > now}
         self.reconcile_running(check_liveness=True)
-        for job in d.running():
-            self._hold_port(job)
-        log.info("adopted %d running jobs", len(d.running()))
+        for job in state.running():
+            if job.master_port:
+                self.seam.hold_port(job.id, job.master_port)
+        log.info("adopted %d running jobs", len(state.running()))
 
     # -- ends -----------------------------------------------------------------------------
     def reconcile_running(self, check_liveness: bool = False) -> None:
         """Learn new shims' pids; record runs that ended, from their exit record, or as
         lost if their shim vanished (or never started)."""
-        d = self.d
+        state, jobs_dir = self.state, self.setup.paths.jobs_dir
         failed_launches = self._take_launch_failures()
-        if not d.running():
+        if not state.running():
             return
-        with d.store.write():
-            for job in d.running():
-                run = runfile.read_run(d.paths.jobs_dir, job.id)
+        with state.store.write():
+            for job in state.running():
+                run = runfile.read_run(jobs_dir, job.id)
                 record = run.exit
                 if record is None and job.shim_pid is None and run.shim is not None:
-                    job = self._found_shim(job, runner.identify_shim(*run.shim))
+                    job = self._found_shim(job, self.seam.identify_shim(*run.shim))
                 if record is None and run.shim is None and job.id in failed_launches:
-                    self.end(job, JobState.FAILED, time.time(),
+                    self.end(job, JobState.FAILED, self.setup.clock.time(),
                              end_reason=f"cannot start its shim: {failed_launches[job.id]}")
                     continue
                 if record is None and check_liveness and not self._is_alive(job):
                     # Read again: the shim may have written its record and exited since.
-                    record = runfile.read_run(d.paths.jobs_dir, job.id).exit
+                    record = runfile.read_run(jobs_dir, job.id).exit
                     if record is None:
-                        self.end(job, JobState.LOST, time.time(), end_reason=(
+                        self.end(job, JobState.LOST, self.setup.clock.time(), end_reason=(
                             "the job's shim vanished without an exit record "
                             "(killed, or the machine rebooted)" if job.shim_pid else
                             "its shim never started (the shim launcher died?)"))
                         continue
                 if record is not None:
-                    if d.cgroups and d.cgroups.oom_killed(job.id):
+                    if self.setup.cgroups and self.setup.cgroups.oom_killed(job.id):
                         job = replace(job, oom_killed=True)
                     state = lifecycle.end_state(job, record.exit_code, record.error)
                     reason = lifecycle.end_reason(job, state, record.exit_code, record.signal,
@@ -103,50 +98,47 @@ class JobControl:
         file is where a restarted daemon finds it again), and pass on a cancel that came
         before it."""
         job = replace(job, shim_pid=shim[0], shim_start_time=shim[1])
-        self.d.remember(job)
+        self.state.remember(job)
         if job.cancel_requested:
-            runner.signal_job(job, signal.SIGTERM)
+            self.seam.signal_job(job, signal.SIGTERM)
         return job
 
-    @staticmethod
-    def _is_alive(job: Job) -> bool:
+    def _is_alive(self, job: Job) -> bool:
         if job.shim_pid is None:  # being launched, unless that takes implausibly long
-            return time.time() - (job.started_at or 0.0) < LAUNCH_TIMEOUT_S
-        return runner.is_alive(job)
+            return self.setup.clock.time() - (job.started_at or 0.0) < LAUNCH_TIMEOUT_S
+        return self.seam.is_alive(job)
 
-    def end(self, job: Job, state: JobState, when: float, **record) -> None:
-        ended = lifecycle.finish(job, state, when, **record)
-        self.usage.run_ended(job, when)
-        hold = self.port_holds.pop(job.id, None)
-        if hold is not None:
-            hold.close()
-        if self.d.cgroups:
-            self.d.cgroups.remove(job.id)
+    def end(self, job: Job, end_state: JobState, when: float, **record) -> None:
+        ended = lifecycle.finish(job, end_state, when, **record)
+        self.state.usage.run_ended(job, when)
+        self.seam.release_port(job.id)
+        if self.setup.cgroups:
+            self.setup.cgroups.remove(job.id)
         if ended.state is JobState.PENDING:
-            runfile.clear_run(self.d.paths.jobs_dir, job.id)  # the next attempt starts clean
+            runfile.clear_run(self.setup.paths.jobs_dir, job.id)  # the next attempt starts clean
             self.retry_at[job.id] = ended.eligible_at
             log.info("job %d re-queued (attempt %d)", job.id, ended.attempt)
-        self.d.save(ended)
+        self.state.save(ended)
 
     # -- what running jobs use -------------------------------------------------------------
     def check_memory(self) -> None:
         """Record each job's host-memory peak; report (and with enforce_mem, stop) overuse."""
-        d = self.d
+        settings = self.setup.settings
         changed = []
-        for job in d.running():
-            rss = runner.tree_rss_bytes(job)
+        for job in self.state.running():
+            rss = self.seam.tree_rss_bytes(job)
             if rss is None:
                 continue
             update = {}
             if rss > (job.mem_peak_bytes or 0):
                 update["mem_peak_bytes"] = rss
-            limit = lifecycle.mem_limit_bytes(job, d.settings.mem_margin_pct)
+            limit = lifecycle.mem_limit_bytes(job, settings.mem_margin_pct)
             if limit is not None and rss > limit and not job.mem_over:
                 update["mem_over"] = True
-                runner.append_to_log(job.stderr_path, lifecycle.mem_warning(job, rss, limit))
-            if limit is not None and rss > limit and d.settings.enforce_mem and not job.oom_killed:
+                self.seam.append_to_log(job.stderr_path, lifecycle.mem_warning(job, rss, limit))
+            if limit is not None and rss > limit and settings.enforce_mem and not job.oom_killed:
                 update["oom_killed"] = True
-                runner.kill_job_now(job)  # the shim records the kill; end_state says oom
+                self.seam.kill_job_now(job)  # the shim records the kill; end_state says oom
             if update:
                 changed.append(replace(job, **update))
         self._save_all(changed)
@@ -154,33 +146,33 @@ class JobControl:
     def record_gpu_peaks(self, observed: dict[int, int]) -> None:
         """Keep each job's largest GPU memory seen on one of its GPUs (from NVML processes)."""
         self._save_all([replace(job, gpu_mem_peak_bytes=observed[job.id])
-                        for job in self.d.running()
+                        for job in self.state.running()
                         if observed.get(job.id, 0) > (job.gpu_mem_peak_bytes or 0)])
 
     def _save_all(self, jobs: list[Job]) -> None:
         if jobs:
-            with self.d.store.write():
+            with self.state.store.write():
                 for job in jobs:
-                    self.d.save(job)
+                    self.state.save(job)
 
     # -- time limits ----------------------------------------------------------------------
     def enforce_limits(self, now: float) -> None:
         due = []
-        for job in self.d.running():
+        for job in self.state.running():
             step = lifecycle.next_limit_action(job)
             if step is not None and step[0] <= now:
                 due.append((job, step[1]))
         if not due:
             return
-        with self.d.store.write():
+        with self.state.store.write():
             for job, action in due:
                 changed, signum = lifecycle.apply_limit_action(job, action)
-                self.d.save(changed)
-                runner.signal_job(changed, signum)
+                self.state.save(changed)
+                self.seam.signal_job(changed, signum)
 
     def next_deadline(self) -> float | None:
         """When the next time-limit action is due, or a re-queued job may start (epoch s)."""
-        times = [step[0] for job in self.d.running()
+        times = [step[0] for job in self.state.running()
                  if (step := lifecycle.next_limit_action(job))]
         return min(times + list(self.retry_at.values()), default=None)
 
@@ -193,76 +185,66 @@ class JobControl:
 
     # -- starts ---------------------------------------------------------------------------
     def start_ready(self) -> None:
-        d = self.d
-        pending = d.pending()
+        state, rules = self.state, self.setup.rules
+        pending = state.pending()
         if not pending:
             return
-        now = time.time()
-        running = d.running()
-        loads = placement.gpu_loads(d.inventory, running, d.pid_jobs, d.rules,
-                                    d.idle_since, now)
-        plan = scheduling.schedule(pending, running, loads, d.inventory, d.rules,
-                                   d.queue_rules(), now, self._dependency_states(pending),
-                                   self.usage.usage, self.placements)
-        with d.store.write():
+        now = self.setup.clock.time()
+        running = state.running()
+        loads = placement.gpu_loads(state.inventory, running, state.pid_jobs, rules,
+                                    state.idle_since, now)
+        plan = scheduling.schedule(pending, running, loads, state.inventory, rules,
+                                   self.setup.queue_rules(state.draining), now,
+                                   self._dependency_states(pending), state.usage.usage,
+                                   self.placements)
+        with state.store.write():
             for job_id, gpus in plan.starts:
-                self.start(d.jobs[job_id], gpus)
+                self.start(state.jobs[job_id], gpus)
             for job_id, reason in plan.cancels.items():
-                d.save(transition(d.jobs[job_id], JobState.CANCELLED, ended_at=now,
-                                  end_reason=reason))
+                state.save(transition(state.jobs[job_id], JobState.CANCELLED, ended_at=now,
+                                      end_reason=reason))
             for job_id, reason in plan.reasons.items():
-                if d.jobs[job_id].pending_reason != reason:
-                    d.remember(replace(d.jobs[job_id], pending_reason=reason))
+                if state.jobs[job_id].pending_reason != reason:
+                    state.remember(replace(state.jobs[job_id], pending_reason=reason))
 
     def _dependency_states(self, pending: list[Job]) -> dict[int, JobState]:
+        active, store = self.state.jobs, self.state.store
         wanted = {dep for job in pending for _, dep in job.dependencies}
-        states = {i: self.d.jobs[i].state for i in wanted if i in self.d.jobs}
-        states.update(self.d.store.states(wanted - states.keys()))
+        states = {i: active[i].state for i in wanted if i in active}
+        states.update(store.states(wanted - states.keys()))
         for array_id in wanted:
-            elements = self.d.store.array(array_id)
+            elements = store.array(array_id)
             if len(elements) > 1:
-                states[array_id] = _array_state(
-                    [self.d.jobs.get(j.id, j).state for j in elements])
+                states[array_id] = _array_state([active.get(j.id, j).state for j in elements])
         return states
 
     def start(self, job: Job, gpus: tuple[GpuInfo, ...]) -> None:
-        d = self.d
+        settings, paths, running = self.setup.settings, self.setup.paths, self.state.running()
         for gpu in gpus:
             self.placements[gpu.index] = self.placements.get(gpu.index, 0) + 1
-        taken = [j.master_port for j in d.running() if j.master_port]
-        port, hold = runner.pick_master_port(d.settings.master_port_min,
-                                             d.settings.master_port_max, taken)
-        if hold is not None:
-            self.port_holds[job.id] = hold
-        if d.settings.cpu_binding:
-            busy = [c for j in d.running() for c in j.cpu_ids]
-            job = replace(job, cpu_ids=host.pick_cpus(d.host, job.request.cpus, busy))
+        taken = [j.master_port for j in running if j.master_port]
+        port = self.seam.pick_master_port(job.id, settings.master_port_min,
+                                          settings.master_port_max, taken)
+        if settings.cpu_binding:
+            busy = [c for j in running for c in j.cpu_ids]
+            job = replace(job, cpu_ids=host.pick_cpus(self.setup.host, job.request.cpus, busy))
         cgroup = None
-        limit = lifecycle.mem_limit_bytes(job, d.settings.mem_margin_pct)
-        if d.cgroups and d.settings.enforce_mem and limit is not None:
-            cgroup = d.cgroups.create(job.id, limit)
-        started_at = time.time()
-        env = jobenv.job_environment(job, gpus, port, d.settings.visible_devices, started_at,
-                                     dict(d.settings.job_env))
-        self.launches.append(runfile.run_spec(job, env, d.paths.jobs_dir, d.paths.wake_socket,
-                                              d.settings.cancel_grace_s, cgroup,
-                                              run_as=job.uid if d.paths.is_system else None))
+        limit = lifecycle.mem_limit_bytes(job, settings.mem_margin_pct)
+        if self.setup.cgroups and settings.enforce_mem and limit is not None:
+            cgroup = self.setup.cgroups.create(job.id, limit)
+        started_at = self.setup.clock.time()
+        env = jobenv.job_environment(job, gpus, port, settings.visible_devices, started_at,
+                                     dict(settings.job_env))
+        self.launches.append(runfile.run_spec(job, env, paths.jobs_dir, paths.wake_socket,
+                                              settings.cancel_grace_s, cgroup,
+                                              run_as=job.uid if paths.is_system else None))
         # No GPU read is needed now: until the next one, the new job's whole declared
         # memory counts as promised (placement.gpu_loads). Its shim's pid comes later,
         # from the run file (_found_shim).
-        d.save(transition(
+        self.state.save(transition(
             job, JobState.RUNNING, started_at=started_at, gpu_uuids=tuple(g.uuid for g in gpus),
             gpu_indices=tuple(g.index for g in gpus), master_port=port, pending_reason="",
-            eligible_at=None, boot_id=d.boot_id))
-
-    def _hold_port(self, job: Job) -> None:
-        """Keep an adopted job's MASTER_PORT from other daemons, unless something (its
-        own rendezvous, most likely) already has it."""
-        if job.master_port and job.id not in self.port_holds:
-            try:
-                self.port_holds[job.id] = runner.hold_port(job.master_port)
-            except OSError:
-                pass
+            eligible_at=None, boot_id=self.seam.boot_id))
 
     def launch_started(self) -> None:
         """Launch the shims of the jobs started in a pass, once that pass is committed:
@@ -272,14 +254,14 @@ class JobControl:
         failed = []
         for spec in specs:
             try:
-                self.d.launcher.launch(spec)
+                self.seam.launch(spec)
             except OSError as exc:
                 log.exception("cannot launch job %d", spec["job_id"])
                 failed.append((spec["job_id"], f"cannot start its shim: {exc}"))
         if failed:
-            with self.d.store.write():
+            with self.state.store.write():
                 for job_id, failure in failed:
-                    self.end(self.d.jobs[job_id], JobState.FAILED, time.time(),
+                    self.end(self.state.jobs[job_id], JobState.FAILED, self.setup.clock.time(),
                              end_reason=failure)
 
 

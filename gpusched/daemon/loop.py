@@ -15,8 +15,9 @@ from filelock import FileLock, Timeout
 
 from gpusched import __version__
 from gpusched.client import drift
-from gpusched.core import placement, scheduling
-from gpusched.proc import runfile, runner
+from gpusched.core import placement
+from gpusched.proc import runfile
+from gpusched.proc.seam import ProcessSeam
 from gpusched.daemon.authz import Authz
 from gpusched.core.config import Settings, load_settings
 from gpusched.client.paths import Paths, ensure_private_dir
@@ -26,10 +27,12 @@ from gpusched.daemon.cgroups import CgroupJobs
 from gpusched.daemon.handlers import Handlers
 from gpusched.daemon.host import detect_host
 from gpusched.daemon.jobcontrol import JobControl
-from gpusched.core.models import Inventory, Job, JobState
+from gpusched.core.models import Inventory
 from gpusched.client.modes import ensure_public_dir
 from gpusched.core.policies import load_custom_policies, placement_rules
-from gpusched.daemon.server import SocketServer, WakeListener, error_reply
+from gpusched.daemon.request import Request, Waiter
+from gpusched.daemon.server import SocketServer, WakeListener
+from gpusched.daemon.state import DaemonState, Setup
 from gpusched.daemon.store import Store
 
 log = logging.getLogger("gpusched.daemon.loop")
@@ -38,68 +41,64 @@ log = logging.getLogger("gpusched.daemon.loop")
 _MAX_SLEEP_S = 0.5
 # Put on the call queue by the wake socket: it only ends the loop's wait.
 _WAKE = object()
-# A `wait` request is answered after this long at most; the client simply asks again.
-_WAIT_SLICE_S = 30.0
 
 
 @dataclass
 class Call:
     """A request from a connection thread, answered by the loop thread."""
 
-    name: str
-    args: dict[str, Any]
-    creds: tuple[int, int, int]
+    request: Request
     done: threading.Event = field(default_factory=threading.Event)
-    reply: dict[str, Any] | None = None
-    deadline: float = 0.0  # for `wait`: when to answer even if jobs still run
-    ended: int = 0  # for `wait`: how many of the leading ids are known to have ended
+    result: Any = None
+    error: GpuschedError | None = None
+    waiter: Waiter | None = None  # a `wait` answered later
 
-    def answer(self, reply: dict[str, Any]) -> None:
-        self.reply = reply
+    def answer(self, result: Any) -> None:
+        self.result = result
+        self.done.set()
+
+    def fail(self, error: GpuschedError) -> None:
+        self.error = error
         self.done.set()
 
 
 class Daemon:
+    """The loop, and how it starts and stops. The state it works on (DaemonState), the
+    requests (Handlers) and the hands on jobs (JobControl) are made by attach(); the
+    processes outside it are reached through `seam`, the time through `clock` (the time
+    module, or in tests a clock they move)."""
+
     def __init__(self, paths: Paths, settings: Settings, backend: GpuBackend,
-                 fingerprint: dict[str, Any] | None = None):
+                 fingerprint: dict[str, Any] | None = None, seam: ProcessSeam | None = None,
+                 clock: Any = time):
         self.paths, self.settings, self.backend = paths, settings, backend
         # How this daemon was started (config file, simulated GPUs), in every reply, so
         # that a client can tell when it would start it otherwise (gpusched/client/drift.py).
         self.fingerprint = fingerprint
+        self.seam = seam or ProcessSeam()
+        self.clock = clock
+        self.started_at = clock.time()
         self.rules = placement_rules(settings, load_custom_policies())
         self.host = detect_host(settings)
-        self.cgroups: CgroupJobs | None = None
-        self.draining = False
-        self.idle_since: dict[int, float] = {}  # outside pid -> since when it shows 0% busy
-        self.control = JobControl(self)
-        self.launcher = runner.Launcher()
-        self._schedule_needed = True
-        self.started_at = time.time()
-        self.jobs: dict[int, Job] = {}  # pending and running jobs; finished ones live in the store
-        self._running: dict[int, Job] = {}  # the running ones among them
-        self._pending: dict[int, Job] = {}  # and the pending ones
-        self.inventory = Inventory(backend=backend.name)
-        self.pid_jobs: dict[int, int] = {}
-        self.boot_id = runner.boot_id()
-        self.stopping = False
+        self.authz = Authz(os.getuid(), paths.audit_log, settings.admin_group,
+                           settings.show_commands)
         self._calls: queue.Queue[Any] = queue.Queue()  # Calls, and _WAKE
         self._waiters: list[Call] = []
         self._next_gpu_read = 0.0
-        self._gpus_dirty = True
-        self.store: Store | None = None
-        self.handlers = Handlers(self)
-        self.authz = Authz(os.getuid(), paths.audit_log, settings.admin_group,
-                           settings.show_commands)
+        # Made by attach(), once the store is open:
+        self.state: DaemonState
+        self.control: JobControl
+        self.handlers: Handlers
 
     # -- the connection threads' side -------------------------------------------------
-    def dispatch(self, name: str, args: dict[str, Any], creds: tuple[int, int, int]) -> dict:
-        if name == "ping":
-            return {"ok": True, "result": {"pid": os.getpid()}}
-        call = Call(name, args, creds)
+    def dispatch(self, name: str, args: dict[str, Any], creds: tuple[int, int, int]) -> Any:
+        """A request's result, from the loop thread; raises its GpuschedError."""
+        call = Call(Request(name, args, creds))
         self._calls.put(call)
         call.done.wait()
-        assert call.reply is not None
-        return {**call.reply, "daemon": self.fingerprint}
+        if call.error is not None:
+            raise call.error
+        return call.result
 
     # -- lifecycle ----------------------------------------------------------------------
     def run(self) -> None:
@@ -112,58 +111,64 @@ class Daemon:
             raise GpuschedError(f"a gpusched daemon already runs for {self.paths.state_dir}; "
                                 "use `gpusched daemon status`.") from None
         try:
-            self.store = Store(self.paths.db)
-            os.makedirs(self.paths.jobs_dir, mode=0o700, exist_ok=True)
+            store = Store(self.paths.db)
             # System mode: anyone may connect; who they are comes from SO_PEERCRED.
             server = SocketServer(self.paths.socket, self.dispatch,
                                   mode=0o666 if self.paths.is_system else 0o600,
                                   max_per_uid=self.settings.max_connections_per_uid,
-                                  exempt_uids={0, os.getuid()})
+                                  exempt_uids={0, os.getuid()}, stamp=self.fingerprint)
             try:
+                self.attach(store)
                 self._install_signal_handlers()
-                self.draining = self.store.get_meta("draining") == "1"
-                self._set_up_cgroups()
-                self.control.adopt()
                 # Submit refuses requests no GPU here could ever take: know the GPUs
                 # before the first request, which may come the moment the socket listens.
-                self.read_gpus()
+                self.take_over()
                 server.start()
                 wake = WakeListener(self.paths.wake_socket, self.wake)
                 log.info("gpusched %s daemon started (pid %d, backend %s)",
                          __version__, os.getpid(), self.backend.name)
                 try:
                     self.loop()
-                    with self.store.write():  # a restart goes on from this usage
-                        self.control.usage.account(self.running(), time.time(), self.store,
-                                                   save=True)
+                    self.save_usage()
                 finally:
                     wake.close()
             finally:
                 server.close()
                 self._answer_everyone()
                 server.drain()  # those answers, and the one to `stop`, reach their clients
-                self.launcher.close()  # running shims are in sessions of their own: unaffected
-                self.store.close()
+                self.seam.close()  # running shims are in sessions of their own: unaffected
+                store.close()
                 self.backend.close()
         finally:
             lock.release()
 
-    def _set_up_cgroups(self) -> None:
+    def attach(self, store: Store) -> None:
+        """The state on this store, and the parts that act on it, each given it explicitly."""
+        os.makedirs(self.paths.jobs_dir, mode=0o700, exist_ok=True)
+        setup = Setup(self.paths, self.settings, self.rules, self.host, self.authz,
+                      self._set_up_cgroups(), self.started_at, self.clock)
+        self.state = DaemonState(store, setup, self.backend.name)
+        self.control = JobControl(self.state, setup, self.seam)
+        self.handlers = Handlers(self.state, setup, self.seam)
+
+    def take_over(self) -> None:
+        """Re-adopt the jobs still running from before, and read the GPUs."""
+        self.control.adopt()
+        self.read_gpus()
+
+    def save_usage(self) -> None:
+        with self.state.store.write():  # a restart goes on from this usage
+            self.state.usage.account(self.state.running(), self.clock.time(), self.state.store,
+                                     save=True)
+
+    def _set_up_cgroups(self) -> CgroupJobs | None:
         """Kernel-enforced memory limits when enforce_mem is on and a cgroup v2 tree is ours."""
         if not self.settings.enforce_mem:
-            return
+            return None
         tree = CgroupJobs.detect()
         if tree is not None and tree.prepare(os.getpid()):
-            self.cgroups = tree
-
-    def mem_enforcement(self) -> str:
-        """How --mem is enforced, for `daemon status`."""
-        if not self.settings.enforce_mem:
-            return "off (overuse is reported, not stopped)"
-        if self.cgroups:
-            return self.cgroups.describe()
-        return (f"process-tree measurement every {self.settings.gpu_poll_interval_s:g} s "
-                "(no writable cgroup v2 tree)")
+            return tree
+        return None
 
     def _prepare_dirs(self) -> None:
         """State always private; in system mode the socket's and the logs' parents are
@@ -178,7 +183,7 @@ class Daemon:
 
     def _install_signal_handlers(self) -> None:
         def stop(_signum: int, _frame: object) -> None:
-            self.stopping = True
+            self.state.stopping = True
 
         if threading.current_thread() is threading.main_thread():
             signal.signal(signal.SIGTERM, stop)
@@ -186,54 +191,64 @@ class Daemon:
 
     def _answer_everyone(self) -> None:
         for call in self._waiters:
-            call.answer(self.handlers.wait_reply(call))
+            call.answer(call.waiter.result())
         while not self._calls.empty():
             call = self._calls.get_nowait()
             if call is not _WAKE:
-                call.answer(error_reply(GpuschedError("the daemon is stopping")))
+                call.fail(GpuschedError("the daemon is stopping"))
 
     # -- the loop -----------------------------------------------------------------------
-    def queue_rules(self) -> scheduling.QueueRules:
-        s = self.settings
-        return scheduling.QueueRules(
-            discipline=s.discipline, user_weights=dict(s.user_weights),
-            max_gpus_per_user=s.max_gpus_per_user or None,
-            max_running_per_user=s.max_running_per_user or None, draining=self.draining,
-            host=self.host.capacity(s.max_running))
-
     def loop(self) -> None:
-        while not self.stopping:
-            calls = self._next_calls()
-            for call in calls:
-                self.handlers.handle(call)  # each request commits before it is answered
-            with self.store.write():  # the loop's own changes: one commit per pass
-                self.run_pass(schedule=bool(calls))
-            self.control.launch_started()
-            self.answer_waiters()
+        while not self.state.stopping:
+            self.step(self._next_calls())
+
+    def step(self, calls: list[Call]) -> None:
+        """One turn of the loop: the requests, then a pass, then the shims of the jobs it
+        started, then the waits it ended."""
+        for call in calls:
+            self.handle(call)  # each request commits before it is answered
+        with self.state.store.write():  # the loop's own changes: one commit per pass
+            self.run_pass(schedule=bool(calls))
+        self.control.launch_started()
+        self.answer_waiters()
+
+    def handle(self, call: Call) -> None:
+        try:
+            outcome = self.handlers.handle(call.request)
+        except GpuschedError as exc:
+            call.fail(exc)
+        except Exception:  # noqa: BLE001 - a bug in one request must not stop the daemon
+            log.exception("request %r failed", call.request.name)
+            call.fail(GpuschedError("the daemon failed on this request; see its log"))
+        else:
+            if isinstance(outcome, Waiter):
+                call.waiter = outcome
+                self._waiters.append(call)
+            else:
+                call.answer(outcome)
 
     def run_pass(self, schedule: bool) -> None:
-        poll_due = time.monotonic() >= self._next_gpu_read
+        poll_due = self.clock.monotonic() >= self._next_gpu_read
         self.control.reconcile_running(check_liveness=poll_due)
         if poll_due:
             self.control.check_memory()
-        now = time.time()
+        now = self.clock.time()
         self.control.enforce_limits(now)
-        self.control.usage.account(self.running(), now, self.store)
+        self.state.usage.account(self.state.running(), now, self.state.store)
         if self.control.retries_due(now):
-            self._schedule_needed = True
-        if self._gpus_dirty or poll_due:
+            self.state.schedule_needed = True
+        if self.state.gpus_dirty or poll_due:
             self.read_gpus()
         # Scheduling passes cost time with a long queue: run one only when something
         # it depends on changed (a request, a job's end, a GPU reading).
-        if self._schedule_needed or schedule:
-            self._schedule_needed = False
+        if self.state.take_schedule_needed() or schedule:
             self.control.start_ready()
 
     def _next_calls(self) -> list[Call]:
-        wake = self._next_gpu_read - time.monotonic()
+        wake = self._next_gpu_read - self.clock.monotonic()
         deadline = self.control.next_deadline()
         if deadline is not None:
-            wake = min(wake, deadline - time.time())
+            wake = min(wake, deadline - self.clock.time())
         timeout = min(_MAX_SLEEP_S, max(0.0, wake))
         calls = []
         try:
@@ -252,90 +267,39 @@ class Daemon:
             self.control.launch_failures.put(failure)
         self._calls.put(_WAKE)
 
-    def load_active(self, jobs: list[Job]) -> None:
-        self.jobs = {job.id: job for job in jobs}
-        self._running = {job.id: job for job in jobs if job.is_running}
-        self._pending = {job.id: job for job in jobs if job.state is JobState.PENDING}
-
-    def running(self) -> list[Job]:
-        # Kept apart from the queue: asked several times a pass, with thousands pending.
-        return list(self._running.values())
-
-    def pending(self) -> list[Job]:
-        return list(self._pending.values())
-
-    def save(self, job: Job) -> None:
-        """Store a changed job (inside a write transaction) and keep the active set in step."""
-        assert self.store is not None
-        self.store.update(job)
-        self.remember(job)
-
-    def remember(self, job: Job) -> None:
-        """Keep the active set in step with a job, without a write of its own: for a job
-        just stored, and for what a restart works out again by itself (pending reasons,
-        and shim pids, which the run files hold). The next save stores those too."""
-        previous = self.jobs.get(job.id)
-        if job.state.is_final:
-            self.jobs.pop(job.id, None)
-        else:
-            self.jobs[job.id] = job
-        for subset, belongs in ((self._running, job.is_running),
-                                (self._pending, job.state is JobState.PENDING)):
-            if belongs:
-                subset[job.id] = job
-            else:
-                subset.pop(job.id, None)
-        if previous is not None and previous.state is JobState.RUNNING and not job.is_running:
-            # A run ended: its GPUs are free, so read them again rather than wait for the
-            # poll, and let waiting jobs (and dependents) be considered.
-            self._gpus_dirty = self._gpus_dirty or bool(previous.gpu_uuids)
-            self._schedule_needed = True
-
     def read_gpus(self) -> None:
-        running = self.running()
+        state = self.state
+        running = state.running()
         try:
-            self.inventory = self.backend.read(running)
+            state.inventory = self.backend.read(running)
         except Exception as exc:  # noqa: BLE001 - a backend failure must not stop the queue
             log.exception("reading the GPUs failed")
-            self.inventory = Inventory(backend=self.backend.name,
-                                       problem=f"reading the GPUs failed: {exc}")
-        gpu_pids = {p.pid for g in self.inventory.schedulable() for p in g.processes}
+            state.inventory = Inventory(backend=self.backend.name,
+                                        problem=f"reading the GPUs failed: {exc}")
+        gpu_pids = {p.pid for g in state.inventory.schedulable() for p in g.processes}
         shims = {job.shim_pid: job.id for job in running if job.shim_pid}
         # A full process scan only when some GPU process is not a known shim:
         # it costs tens of milliseconds, and this runs after every job that held a GPU.
-        self.pid_jobs = runner.pid_owners(running) if gpu_pids - shims.keys() else \
+        state.pid_jobs = self.seam.pid_owners(running) if gpu_pids - shims.keys() else \
             {pid: shims[pid] for pid in gpu_pids}
-        self.idle_since = placement.track_idle(self.inventory, self.pid_jobs, self.idle_since,
-                                               time.time())
-        if self.pid_jobs:
-            self.control.record_gpu_peaks(placement.job_gpu_peaks(self.inventory, self.pid_jobs))
-        self._gpus_dirty = False
-        self._schedule_needed = True
-        self._next_gpu_read = time.monotonic() + self.settings.gpu_poll_interval_s
+        state.idle_since = placement.track_idle(state.inventory, state.pid_jobs,
+                                                state.idle_since, self.clock.time())
+        if state.pid_jobs:
+            self.control.record_gpu_peaks(placement.job_gpu_peaks(state.inventory,
+                                                                  state.pid_jobs))
+        state.gpus_dirty = False
+        state.schedule_needed = True
+        self._next_gpu_read = self.clock.monotonic() + self.settings.gpu_poll_interval_s
 
     def answer_waiters(self) -> None:
-        now = time.monotonic()
+        now = self.clock.monotonic()
         still = []
         for call in self._waiters:
-            if now >= call.deadline or self.all_ended(call):
-                call.answer(self.handlers.wait_reply(call))
+            if now >= call.waiter.deadline or call.waiter.all_ended(self.state.jobs):
+                call.answer(call.waiter.result())
             else:
                 still.append(call)
         self._waiters = still
-
-    def all_ended(self, call: Call) -> bool:
-        """Whether every job a `wait` names has ended."""
-        # An ended job stays ended: step past each once, so that waiting on thousands
-        # of jobs (which mostly end in order) costs next to nothing per pass.
-        ids = call.args["ids"]
-        while call.ended < len(ids) and ids[call.ended] not in self.jobs:
-            call.ended += 1
-        return call.ended == len(ids)
-
-    def add_waiter(self, call: Call) -> None:
-        timeout = float(call.args.get("timeout_s") or _WAIT_SLICE_S)
-        call.deadline = time.monotonic() + min(max(timeout, 0.0), _WAIT_SLICE_S)
-        self._waiters.append(call)
 
 
 def serve(paths: Paths) -> None:

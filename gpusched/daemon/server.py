@@ -15,12 +15,25 @@ from gpusched.proc.runfile import WAKE_MAX_BYTES
 
 log = logging.getLogger("gpusched.daemon.server")
 
-# (command, args, (pid, uid, gid)) -> reply. Called on a connection thread; it may block.
-Dispatch = Callable[[str, dict[str, Any], tuple[int, int, int]], dict[str, Any]]
+# (command, args, (pid, uid, gid)) -> the command's result, or GpuschedError raised.
+# Called on a connection thread; it may block.
+Dispatch = Callable[[str, dict[str, Any], tuple[int, int, int]], Any]
+# Commands the server answers itself, on the connection's thread: a liveness check must
+# not wait behind the loop.
+SERVER_COMMANDS = frozenset({"ping"})
 
 
-def error_reply(exc: GpuschedError) -> dict[str, Any]:
-    return {"ok": False, "error": {"kind": error_kind(exc), "message": exc.message}}
+def reply(result: Any = None, error: GpuschedError | None = None,
+          daemon: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The envelope of every reply the daemon sends: {"ok": true, "result": ...} or
+    {"ok": false, "error": {"kind", "message"}}; with the answers to dispatched commands,
+    how the daemon was started ("daemon", see gpusched/client/drift.py)."""
+    out: dict[str, Any] = ({"ok": False, "error": {"kind": error_kind(error),
+                                                   "message": error.message}}
+                           if error is not None else {"ok": True, "result": result})
+    if daemon is not None:
+        out["daemon"] = daemon
+    return out
 
 
 def bind_unix(path: str, kind: int) -> socket.socket:
@@ -54,9 +67,9 @@ def close_unix(sock: socket.socket, path: str) -> None:
 
 class SocketServer:
     def __init__(self, path: str, dispatch: Dispatch, mode: int = 0o600, max_per_uid: int = 0,
-                 exempt_uids: Collection[int] = ()):
+                 exempt_uids: Collection[int] = (), stamp: dict[str, Any] | None = None):
         self.path = path
-        self._dispatch = dispatch
+        self._dispatch, self._stamp = dispatch, stamp
         # At most this many open connections per uid (0: no limit), so one user cannot take
         # every thread; the exempt (root, the daemon's user: job shims among them) never wait.
         self._max_per_uid, self._exempt = max_per_uid, frozenset(exempt_uids)
@@ -125,7 +138,7 @@ class SocketServer:
             return uid
         log.warning("refused a connection from uid %d: %d already open", uid, count)
         conn.settimeout(1.0)
-        self._try_send(conn, error_reply(GpuschedError(
+        self._try_send(conn, reply(error=GpuschedError(
             f"uid {uid} already has {count} open connections to the daemon (the limit, "
             "daemon.max_connections_per_uid); wait for some to finish and try again")))
         conn.close()
@@ -152,28 +165,33 @@ class SocketServer:
             try:
                 creds = protocol.peer_credentials(conn)
                 while (message := protocol.receive(conn, protocol.READ_TIMEOUT_S)) is not None:
-                    reply = self._handle(message, creds)
+                    answer = self._handle(message, creds)
                     conn.settimeout(protocol.READ_TIMEOUT_S)  # a reader that stalls is cut off too
-                    protocol.send(conn, reply)
+                    protocol.send(conn, answer)
             except ProtocolError as exc:
-                self._try_send(conn, error_reply(exc))
+                self._try_send(conn, reply(error=exc))
             except (OSError, socket.timeout):
                 pass  # the client went away or stalled; nothing is half-applied
 
     def _handle(self, message: Any, creds: tuple[int, int, int]) -> dict[str, Any]:
         try:
             name, args = protocol.check_request(message)
-            return self._dispatch(name, args, creds)
+            if name in SERVER_COMMANDS:
+                return reply({"pid": os.getpid()})
+            try:
+                return reply(self._dispatch(name, args, creds), daemon=self._stamp)
+            except GpuschedError as exc:
+                return reply(error=exc, daemon=self._stamp)
         except GpuschedError as exc:
-            return error_reply(exc)
+            return reply(error=exc)
         except Exception:  # noqa: BLE001 - one bad request must not kill the daemon
             log.exception("request %r failed", message.get("cmd") if isinstance(message, dict) else None)
-            return error_reply(GpuschedError("the daemon failed on this request; see its log"))
+            return reply(error=GpuschedError("the daemon failed on this request; see its log"))
 
     @staticmethod
-    def _try_send(conn: socket.socket, reply: dict[str, Any]) -> None:
+    def _try_send(conn: socket.socket, answer: dict[str, Any]) -> None:
         try:
-            protocol.send(conn, reply)
+            protocol.send(conn, answer)
         except OSError:
             pass
 

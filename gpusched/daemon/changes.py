@@ -1,0 +1,102 @@
+"""The requests that change jobs or the queue: cancel, hold, release, update, drain, resume, stop."""
+
+from __future__ import annotations
+
+import signal
+from dataclasses import replace
+from typing import Callable
+
+from gpusched.core import jobspec
+from gpusched.core.errors import UsageError
+from gpusched.core.models import Job, JobState, transition
+from gpusched.daemon.authz import user_name
+from gpusched.daemon.request import Request, targets
+from gpusched.daemon.state import DaemonState, Setup
+from gpusched.proc.seam import ProcessSeam
+
+
+class Refused(Exception):
+    """One job of a change that cannot be made (a running job to hold): reported as
+    refused while the other jobs named are still changed."""
+
+
+class Changes:
+    def __init__(self, state: DaemonState, setup: Setup, seam: ProcessSeam):
+        self.state, self.setup, self.seam = state, setup, seam
+
+    def change(self, req: Request, verb: str, apply: Callable[[Job], str]) -> dict:
+        """Apply a change to each job named: what happened to each in "results", and
+        why each job that could not be changed was not in "refused" (the client then
+        exits 1)."""
+        jobs = targets(self.state, req.args["ids"])
+        self.setup.authz.require_owner(jobs, req.creds, f"{verb} it", req.name)
+        results, refused = {}, {}
+        with self.state.store.write():
+            for job in jobs:
+                try:
+                    results[str(job.id)] = apply(self.state.jobs.get(job.id, job))
+                except Refused as exc:
+                    refused[str(job.id)] = str(exc)
+        return {"results": results, "refused": refused}
+
+    def cancel(self, req: Request) -> dict:
+        who = user_name(req.creds[1])
+        return self.change(req, "cancel", lambda job: self._cancel_one(job, who))
+
+    def _cancel_one(self, job: Job, who: str) -> str:
+        if job.state.is_final:
+            return f"already {job.state.value}"
+        if job.state is JobState.PENDING:
+            self.state.save(transition(job, JobState.CANCELLED, ended_at=self.setup.clock.time(),
+                                       end_reason=f"cancelled by {who} before it started"))
+            return "cancelled"
+        if not job.cancel_requested:
+            # Who asked is kept for the end: lifecycle.end_reason adds how the job went.
+            self.state.save(replace(job, cancel_requested=True, end_reason=f"cancelled by {who}"))
+        # The shim passes SIGTERM to the job's process group and sends SIGKILL after the
+        # grace period; its exit record then ends the job as cancelled. A shim being
+        # launched, its pid not known yet, gets it once it is (JobControl._found_shim).
+        self.seam.signal_job(job, signal.SIGTERM)
+        return "cancelling"
+
+    def hold(self, req: Request) -> dict:
+        return self.change(req, "hold", lambda job: self._set_held(job, True))
+
+    def release(self, req: Request) -> dict:
+        return self.change(req, "release", lambda job: self._set_held(job, False))
+
+    def _set_held(self, job: Job, held: bool) -> str:
+        if job.state is not JobState.PENDING:
+            raise Refused(f"{job.state.value}; only pending jobs can be held or released")
+        self.state.save(replace(job, held=held))
+        return "held" if held else "released"
+
+    def update(self, req: Request) -> dict:
+        priority = jobspec.whole_number(req.args, "priority", None, -jobspec.MAX_PRIORITY,
+                                        jobspec.MAX_PRIORITY)
+        if priority is None:
+            raise UsageError("nothing to update; give --priority N")
+
+        def apply(job: Job) -> str:
+            if job.state.is_final:
+                raise Refused(f"already {job.state.value}; only pending and running jobs "
+                              "can be updated")
+            self.state.save(replace(job, priority=priority))
+            return f"priority {priority}"
+        return self.change(req, "update", apply)
+
+    def drain(self, req: Request) -> dict:
+        return self._set_draining(req, True)
+
+    def resume(self, req: Request) -> dict:
+        return self._set_draining(req, False)
+
+    def _set_draining(self, req: Request, draining: bool) -> dict:
+        self.setup.authz.require_admin(req.creds, req.name, "drain or resume the queue")
+        self.state.set_draining(draining)
+        return {"draining": draining, "running": len(self.state.running())}
+
+    def stop(self, req: Request) -> dict:
+        self.setup.authz.require_admin(req.creds, "stop", "stop the daemon", root_only=True)
+        self.state.stopping = True
+        return {"stopping": True, "running_jobs_left": len(self.state.running())}

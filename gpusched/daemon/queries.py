@@ -1,0 +1,151 @@
+"""The requests that only look: status, ls, show, logs, env, wait, gpus, snapshot."""
+
+from __future__ import annotations
+
+import os
+
+import psutil
+
+from gpusched import __version__
+from gpusched.core import jobfilter, jobspec, placement
+from gpusched.core.models import HIDDEN, inventory_to_dict, job_to_dict
+from gpusched.client.protocol import LEAN_JOB_FIELDS
+from gpusched.daemon.request import WAIT_SLICE_S, Request, Waiter, named, named_each
+from gpusched.daemon.state import DaemonState, Setup
+from gpusched.job import read_progress_file
+from gpusched.proc import runfile
+
+FINISHED_LISTED = 1000  # `ls --all` shows this many finished jobs unless asked for more
+
+
+class Queries:
+    def __init__(self, state: DaemonState, setup: Setup):
+        self.state, self.setup = state, setup
+
+    def status(self, req: Request) -> dict:
+        state, setup = self.state, self.setup
+        now = setup.clock.time()
+        return {"pid": os.getpid(), "uptime_s": now - setup.started_at, "version": __version__,
+                "backend": state.inventory.backend, "gpu_count": len(state.inventory.gpus),
+                "gpu_problem": state.inventory.problem, "state_dir": str(setup.paths.state_dir),
+                "socket": str(setup.paths.socket), "running": len(state.running()),
+                "pending": len(state.pending()), "draining": state.draining,
+                "policy": setup.rules.policy,
+                "discipline": setup.queue_rules(state.draining).discipline,
+                "host": self.host_usage(), "mem_enforcement": setup.mem_enforcement(),
+                "fairshare_usage": state.usage.until(state.running(), now),
+                "fairshare_half_life_s": setup.settings.fairshare_half_life_s}
+
+    def host_usage(self) -> dict:
+        """Cores and memory: usable, reserved by running jobs, and used by the whole host."""
+        host, running = self.setup.host, self.state.running()
+        mem = psutil.virtual_memory()
+        return {"cpus": host.cpus, "cpus_reserved": sum(j.request.cpus for j in running),
+                "mem_bytes": host.mem_bytes,
+                "mem_reserved_bytes": sum(j.request.mem_bytes or 0 for j in running),
+                "mem_used_bytes": mem.total - mem.available,
+                "cpu_used_pct": psutil.cpu_percent(interval=None)}
+
+    def list(self, req: Request) -> dict:
+        state = self.state
+        jobs = sorted(state.jobs.values(), key=lambda j: j.id)
+        if req.args.get("all") or set(req.args.get("states") or ()) & jobfilter.FINAL:
+            limit = jobspec.whole_number(req.args, "limit", FINISHED_LISTED, 1, 10**7)
+            jobs = sorted(state.store.finished(limit) + jobs, key=lambda j: j.id)
+        # Filtered as the caller sees them: a hidden name must not be found by its pattern.
+        rows = jobfilter.select(self.setup.authz.viewer(req.creds[1]).jobs(jobs), req.args)
+        return {"jobs": self.with_progress(rows)}
+
+    def show(self, req: Request) -> dict:
+        jobs = named_each(self.state, req.args["ids"], whole_arrays=False)
+        return {"jobs": self.with_progress(self.setup.authz.viewer(req.creds[1]).jobs(jobs))}
+
+    def with_progress(self, rows: list[dict]) -> list[dict]:
+        """Each running job's last gpusched.job.progress() report; None for the others.
+
+        One small file read per running job; a report from an earlier attempt is ignored,
+        and so is the message when the caller may not see the job's command.
+        """
+        for row in rows:
+            job, row["progress"] = self.state.jobs.get(row["id"]), None
+            if job is None or not job.is_running or not job.stdout_path:
+                continue
+            report = read_progress_file(runfile.progress_path(job.stdout_path, job.id),
+                                        owner_uid=job.uid)
+            if report is None or report["updated_at"] < (job.started_at or 0.0):
+                continue
+            if row["command"] == [HIDDEN]:
+                report["message"] = ""
+            row["progress"] = report
+        return rows
+
+    def logs(self, req: Request) -> dict:
+        """The job, for its owner or an admin, whose client then reads the log files."""
+        job = named(self.state, req.args["id"], whole_arrays=False)[0]
+        self.setup.authz.require_owner([job], req.creds, "read its logs", "logs")
+        return {"job": job_to_dict(job)}
+
+    def env(self, req: Request) -> dict:
+        """The environment the job was submitted with (its owner's or an admin's to see)."""
+        job = named(self.state, req.args["id"], whole_arrays=False)[0]
+        self.setup.authz.require_owner([job], req.creds, "read its environment", "env")
+        return {"id": job.id, "env": dict(job.env)}
+
+    def wait(self, req: Request) -> dict | Waiter:
+        """The jobs named, once all have ended: now, or through a Waiter the loop answers."""
+        # Ids become job ids now (an array's id all its elements, in order), so that
+        # unknown ids fail now, not after the wait, and each later look is a lookup.
+        ids = [job.id for job in named_each(self.state, req.args["ids"], whole_arrays=True)]
+        timeout = float(req.args.get("timeout_s") or WAIT_SLICE_S)
+        deadline = self.setup.clock.monotonic() + min(max(timeout, 0.0), WAIT_SLICE_S)
+        waiter = Waiter(ids, lambda: self._waited(ids, req.creds[1]), deadline)
+        return waiter.result() if waiter.all_ended(self.state.jobs) else waiter
+
+    def _waited(self, ids: list[int], uid: int) -> dict:
+        state = self.state
+        stored = state.store.many([i for i in ids if i not in state.jobs])  # one query
+        jobs = [job for i in ids if (job := state.jobs.get(i) or stored.get(i))]
+        viewed = self.with_progress(self.setup.authz.viewer(uid).jobs(jobs))
+        return {"jobs": viewed, "done": all(j.state.is_final for j in jobs)}
+
+    def gpus(self, req: Request) -> dict:
+        state = self.state
+        rows = []
+        for gpu, load in self._loads():
+            rows.append({"index": gpu.index, "label": gpu.label, "uuid": gpu.uuid,
+                         "name": gpu.name, "healthy": gpu.is_healthy,
+                         "health_reason": gpu.health_reason, "bus_id": gpu.bus_id,
+                         "mem_total_bytes": gpu.mem_total_bytes,
+                         "mem_used_bytes": gpu.mem_used_bytes,
+                         "mem_reserved_bytes": load.promised_bytes, "util_pct": gpu.util_pct,
+                         "temperature_c": gpu.temperature_c, "power_w": gpu.power_w,
+                         "power_limit_w": gpu.power_limit_w,
+                         "compute_capability": gpu.compute_capability,
+                         "jobs": list(load.job_ids),
+                         "processes": [{"pid": p.pid, "user": p.user, "command": p.command,
+                                        "used_mem_bytes": p.used_mem_bytes,
+                                        "job": state.pid_jobs.get(p.pid),
+                                        "visible": p.is_visible}
+                                       for p in gpu.processes]})
+        rows = self.setup.authz.viewer(req.creds[1]).gpus(rows)
+        return {"backend": state.inventory.backend, "problem": state.inventory.problem,
+                "gpus": rows, "host": self.host_usage()}
+
+    def _loads(self) -> list:
+        """(GPU, its load: jobs on it and memory promised to them) for each schedulable GPU."""
+        state = self.state
+        loads = placement.gpu_loads(state.inventory, state.running(), state.pid_jobs,
+                                    self.setup.rules, state.idle_since, self.setup.clock.time())
+        return [(gpu, loads[gpu.uuid]) for gpu in state.inventory.schedulable()]
+
+    def snapshot(self, req: Request) -> dict:
+        state = self.state
+        viewer = self.setup.authz.viewer(req.creds[1])
+        inventory = inventory_to_dict(state.inventory)
+        inventory["gpus"] = viewer.gpus(inventory["gpus"])
+        jobs = self.with_progress(viewer.jobs(sorted(state.jobs.values(), key=lambda j: j.id)))
+        if req.args.get("lean"):
+            jobs = [{key: row[key] for key in LEAN_JOB_FIELDS} for row in jobs]
+        return {"daemon": self.status(req), "inventory": inventory,
+                "reserved_bytes": {gpu.uuid: load.promised_bytes for gpu, load in self._loads()},
+                "pid_jobs": {str(pid): job for pid, job in state.pid_jobs.items()}, "jobs": jobs}

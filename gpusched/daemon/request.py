@@ -1,0 +1,81 @@
+"""A request as the handlers see it, the jobs its ids name, and a `wait` answered later."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable, Mapping
+
+from gpusched.core import syntax
+from gpusched.core.errors import NotFound, UsageError
+from gpusched.core.models import Job
+from gpusched.daemon.state import DaemonState
+
+# A `wait` request is answered after this long at most; the client simply asks again.
+WAIT_SLICE_S = 30.0
+
+
+@dataclass(frozen=True)
+class Request:
+    name: str
+    args: dict[str, Any]
+    creds: tuple[int, int, int]  # (pid, uid, gid) of the caller, from SO_PEERCRED
+
+
+class Waiter:
+    """A `wait` whose jobs still run: the loop answers it with result() once every job it
+    names has ended, or at its deadline (a monotonic time), whichever comes first."""
+
+    def __init__(self, ids: list[int], result: Callable[[], dict], deadline: float):
+        self.ids, self.result, self.deadline = ids, result, deadline
+        self._ended = 0  # how many of the leading ids are known to have ended
+
+    def all_ended(self, active: Mapping[int, Job]) -> bool:
+        """Whether every job named has ended (left the active jobs)."""
+        # An ended job stays ended: step past each once, so that waiting on thousands
+        # of jobs (which mostly end in order) costs next to nothing per pass.
+        while self._ended < len(self.ids) and self.ids[self._ended] not in active:
+            self._ended += 1
+        return self._ended == len(self.ids)
+
+
+def find_job(state: DaemonState, job_id: Any) -> Job:
+    if isinstance(job_id, bool) or not isinstance(job_id, int):
+        raise UsageError(f"job ids are whole numbers, not {job_id!r}")
+    job = state.find(job_id)
+    if job is None:
+        raise NotFound(f"no job {job_id}; `gpusched ls --all` lists the jobs")
+    return job
+
+
+def named(state: DaemonState, item: Any, whole_arrays: bool) -> list[Job]:
+    """The jobs an id names: ID, or ARRAY_INDEX (12_3) for one element of array 12.
+    With whole_arrays, an array's id names every element (the commands that change
+    jobs, and wait); otherwise the one job with that id (show, logs, env)."""
+    base, index = syntax.parse_job_id(item)
+    job = find_job(state, base)
+    if index is None:
+        if whole_arrays and job.array_id == job.id:
+            return [state.jobs.get(j.id, j) for j in state.store.array(job.id)]
+        return [job]
+    if job.array_id != job.id:
+        raise NotFound(f"job {base} is not an array, so {base}_{index} names no job")
+    for element in state.store.array(base):
+        if element.array_index == index:
+            return [state.jobs.get(element.id, element)]
+    raise NotFound(f"array {base} has no element {index}")
+
+
+def named_each(state: DaemonState, ids: Any, whole_arrays: bool) -> list[Job]:
+    """Every job the ids name, each once, in the order named."""
+    if not isinstance(ids, list) or not ids:
+        raise UsageError("give at least one job id")
+    out: dict[int, Job] = {}
+    for item in ids:
+        for job in named(state, item, whole_arrays):
+            out.setdefault(job.id, job)
+    return list(out.values())
+
+
+def targets(state: DaemonState, ids: Any) -> list[Job]:
+    """Jobs named for a change: an id, an array's id (every element), or ARRAY_INDEX."""
+    return sorted(named_each(state, ids, whole_arrays=True), key=lambda j: j.id)

@@ -1,0 +1,127 @@
+"""The daemon's one state: the active jobs, the store, fair-share usage, the GPUs as last read,
+and the flags; and the setup it runs with. Request handling and job control are given both."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from gpusched.client.paths import Paths
+from gpusched.core import scheduling
+from gpusched.core.config import Settings
+from gpusched.core.models import Inventory, Job, JobState
+from gpusched.core.placement import PlacementRules
+from gpusched.daemon.authz import Authz
+from gpusched.daemon.cgroups import CgroupJobs
+from gpusched.daemon.fairshare import UsageLedger
+from gpusched.daemon.host import Host
+from gpusched.daemon.store import Store
+
+
+@dataclass(frozen=True)
+class Setup:
+    """What a daemon runs with, fixed from its start to its stop."""
+
+    paths: Paths
+    settings: Settings
+    rules: PlacementRules
+    host: Host
+    authz: Authz
+    cgroups: CgroupJobs | None  # kernel-enforced memory limits, when enforce_mem found a tree
+    started_at: float
+    # time() and monotonic(): the time module, or in tests a clock they move by hand.
+    clock: Any = time
+
+    def queue_rules(self, draining: bool) -> scheduling.QueueRules:
+        s = self.settings
+        return scheduling.QueueRules(
+            discipline=s.discipline, user_weights=dict(s.user_weights),
+            max_gpus_per_user=s.max_gpus_per_user or None,
+            max_running_per_user=s.max_running_per_user or None, draining=draining,
+            host=self.host.capacity(s.max_running))
+
+    def mem_enforcement(self) -> str:
+        """How --mem is enforced, for `daemon status`."""
+        if not self.settings.enforce_mem:
+            return "off (overuse is reported, not stopped)"
+        if self.cgroups:
+            return self.cgroups.describe()
+        return (f"process-tree measurement every {self.settings.gpu_poll_interval_s:g} s "
+                "(no writable cgroup v2 tree)")
+
+
+class DaemonState:
+    """The pending and running jobs (finished ones live in the store only), kept in step
+    with the store; the GPUs as the loop last read them; and what the loop must do next."""
+
+    def __init__(self, store: Store, setup: Setup, backend_name: str):
+        self.store = store
+        self.jobs: dict[int, Job] = {}  # pending and running jobs
+        self._running: dict[int, Job] = {}  # the running ones among them
+        self._pending: dict[int, Job] = {}  # and the pending ones
+        self.usage = UsageLedger(setup.settings.fairshare_half_life_s, setup.clock.time())
+        # The GPUs as last read, which processes on them belong to which job, and since
+        # when each outside process has shown 0% busy.
+        self.inventory = Inventory(backend=backend_name)
+        self.pid_jobs: dict[int, int] = {}
+        self.idle_since: dict[int, float] = {}
+        self.draining = store.get_meta("draining") == "1"
+        self.stopping = False
+        self.schedule_needed = True  # something a scheduling pass depends on changed
+        self.gpus_dirty = True  # a run that held GPUs ended: read them before the poll
+
+    # -- the active jobs ----------------------------------------------------------------
+    def load_active(self, jobs: list[Job]) -> None:
+        self.jobs = {job.id: job for job in jobs}
+        self._running = {job.id: job for job in jobs if job.is_running}
+        self._pending = {job.id: job for job in jobs if job.state is JobState.PENDING}
+
+    def running(self) -> list[Job]:
+        # Kept apart from the queue: asked several times a pass, with thousands pending.
+        return list(self._running.values())
+
+    def pending(self) -> list[Job]:
+        return list(self._pending.values())
+
+    def find(self, job_id: int) -> Job | None:
+        """A job, active or finished."""
+        return self.jobs.get(job_id) or self.store.get(job_id)
+
+    def save(self, job: Job) -> None:
+        """Store a changed job (inside a write transaction) and keep the active set in step."""
+        self.store.update(job)
+        self.remember(job)
+
+    def remember(self, job: Job) -> None:
+        """Keep the active set in step with a job, without a write of its own: for a job
+        just stored, and for what a restart works out again by itself (pending reasons,
+        and shim pids, which the run files hold). The next save stores those too."""
+        previous = self.jobs.get(job.id)
+        if job.state.is_final:
+            self.jobs.pop(job.id, None)
+        else:
+            self.jobs[job.id] = job
+        for subset, belongs in ((self._running, job.is_running),
+                                (self._pending, job.state is JobState.PENDING)):
+            if belongs:
+                subset[job.id] = job
+            else:
+                subset.pop(job.id, None)
+        if previous is not None and previous.state is JobState.RUNNING and not job.is_running:
+            # A run ended: its GPUs are free, so read them again rather than wait for the
+            # poll, and let waiting jobs (and dependents) be considered.
+            self.gpus_dirty = self.gpus_dirty or bool(previous.gpu_uuids)
+            self.schedule_needed = True
+
+    # -- flags ----------------------------------------------------------------------------
+    def set_draining(self, draining: bool) -> None:
+        """Start nothing new (or again), stored first so that a restart keeps it."""
+        with self.store.write():
+            self.store.set_meta("draining", "1" if draining else "0")
+        self.draining = draining
+
+    def take_schedule_needed(self) -> bool:
+        """Whether a scheduling pass is due for the state's own reasons; clears the flag."""
+        needed, self.schedule_needed = self.schedule_needed, False
+        return needed

@@ -1,0 +1,142 @@
+"""The requests that queue jobs: submit and resubmit, all or nothing."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import replace
+from typing import Any
+
+from gpusched.core import jobspec, placement, syntax
+from gpusched.core.errors import NotFound, UsageError
+from gpusched.core.models import Job
+from gpusched.daemon.authz import user_name
+from gpusched.daemon.request import Request, named, targets
+from gpusched.daemon.state import DaemonState, Setup
+from gpusched.proc import runfile
+
+
+def _array(spec: dict) -> tuple[tuple[int, ...], int | None]:
+    """The checked array part of a job spec: ((None,), None) for a single job."""
+    array = spec.get("array")
+    if array is None:
+        return (None,), None
+    indices, throttle = array.get("indices"), array.get("throttle")
+    if (not isinstance(indices, list) or not indices or len(indices) > syntax.MAX_ARRAY_SIZE
+            or not all(isinstance(i, int) and i >= 0 for i in indices)):
+        raise UsageError(f"an array needs 1 to {syntax.MAX_ARRAY_SIZE} indices of 0 or more")
+    if throttle is not None and (not isinstance(throttle, int) or throttle < 1):
+        raise UsageError("an array's at-most-at-once count must be a positive number")
+    return tuple(indices), throttle
+
+
+class Submits:
+    def __init__(self, state: DaemonState, setup: Setup):
+        self.state, self.setup = state, setup
+
+    def submit(self, req: Request) -> dict:
+        env, cwd, specs = req.args.get("env", {}), req.args.get("cwd", ""), req.args["jobs"]
+        if not isinstance(env, dict) or not all(
+                isinstance(k, str) and isinstance(v, str) for k, v in env.items()):
+            raise UsageError("the job environment must map names to strings")
+        if not isinstance(cwd, str) or not os.path.isabs(cwd):
+            raise UsageError(f"the working directory must be an absolute path, not {cwd!r}")
+        if not isinstance(specs, list) or not specs:
+            raise UsageError("nothing to submit: give a command after `--`, or lines in --from-file")
+        pid, uid, _ = req.creds
+        owner = Job(id=0, command=(), cwd=cwd, uid=uid, user=user_name(uid), env=env,
+                    submitted_at=self.setup.clock.time(), submit_pid=pid)
+        # Check every job before queueing any: all or nothing.
+        batches = [(self._template(spec, owner), *_array(spec)) for spec in specs]
+        with self.state.store.write():
+            ids = [self._insert(template, indices, throttle)
+                   for template, indices, throttle in batches]
+        array_ids = [group[0] for (_, indices, _), group in zip(batches, ids) if indices != (None,)]
+        return {"ids": [i for group in ids for i in group], "array_ids": array_ids}
+
+    def _with_element_ids(self, spec: Any) -> Any:
+        """The spec with each dependency on ARRAY_INDEX text ('12_3') turned into one on
+        that element's own job id."""
+        deps = spec.get("dependencies") if isinstance(spec, dict) else None
+        if not isinstance(deps, list):
+            return spec  # check_job_spec says what is wrong with it
+        return {**spec, "dependencies": [
+            [dep[0], self._element_id(dep[1])]
+            if isinstance(dep, list) and len(dep) == 2 and isinstance(dep[1], str) else dep
+            for dep in deps]}
+
+    def _element_id(self, text: str) -> int:
+        base, index = syntax.parse_job_id(text)
+        if index is None:
+            return base
+        try:
+            element = named(self.state, text, whole_arrays=False)[0]
+        except NotFound as exc:
+            raise UsageError(f"dependency on {text}: {exc.message}") from None
+        # Element 0's id is the array's id, and a dependency on an array's id means the
+        # whole array (JobControl._dependency_states): it cannot name element 0 alone.
+        if element.id == base and len(self.state.store.array(base)) > 1:
+            raise UsageError(f"dependency on {text}: the first element of array {base} has the "
+                             f"array's own id, and a dependency on {base} waits for the whole "
+                             "array; depend on the whole array or on other elements")
+        return element.id
+
+    def _template(self, spec: Any, owner: Job) -> Job:
+        """A checked job to queue from a spec, with owner's user, cwd, environment and
+        submission (time and pid)."""
+        fields = jobspec.check_job_spec(self._with_element_ids(spec),
+                                        placement.policy_names(self.setup.rules))
+        impossible = (placement.impossible_reason(fields["request"], self.state.inventory) or
+                      placement.host_impossible_reason(fields["request"], self.setup.host.cpus,
+                                                       self.setup.host.mem_bytes))
+        if impossible:
+            raise UsageError(f"job {impossible}; see `gpusched gpus`")
+        self._check_dependencies(fields["dependencies"])
+        return Job(id=0, cwd=owner.cwd, uid=owner.uid, user=owner.user, env=owner.env,
+                   submitted_at=owner.submitted_at, submit_pid=owner.submit_pid,
+                   pending_reason="waiting to be placed", **fields)
+
+    def resubmit(self, req: Request) -> dict:
+        """A job (an array, an element) queued again as a new one, for its owner or an
+        admin; it runs as the job's user, in its directory, with its environment."""
+        jobs = targets(self.state, [req.args["id"]])
+        self.setup.authz.require_owner(jobs, req.creds, "resubmit it", "resubmit")
+        first = jobs[0]
+        spec = jobspec.changed(jobspec.job_spec(first), req.args.get("changes") or {})
+        if first.array_id is not None:  # the array, or one element, as an array again
+            spec["array"] = {"indices": [j.array_index for j in jobs],
+                             "throttle": first.array_throttle if len(jobs) > 1 else None}
+        owner = replace(first, submitted_at=self.setup.clock.time(), submit_pid=req.creds[0])
+        template = self._template(spec, owner)
+        with self.state.store.write():
+            ids = self._insert(template, *_array(spec))
+        return {"ids": ids, "array_ids": ids[:1] if spec.get("array") is not None else []}
+
+    def _check_dependencies(self, deps: tuple[tuple[str, int], ...]) -> None:
+        # A new job may only depend on jobs that exist, all older than it, so a cycle
+        # cannot form: refusing unknown ids is what keeps the graph acyclic.
+        missing = [i for _, i in deps if i not in self.state.jobs and self.state.store.get(i) is None]
+        if missing:
+            raise UsageError(f"dependency on job {missing[0]}, which does not exist (a job can "
+                             "only depend on jobs already queued, so no cycle can form)")
+
+    def _insert(self, template: Job, indices: tuple, throttle: int | None) -> list[int]:
+        """Queue one job, or one per array index; returns their ids."""
+        ids = self.state.store.next_ids(len(indices))
+        array_id = ids[0] if indices != (None,) else None
+        jobs = []
+        for job_id, index in zip(ids, indices):
+            stdout, stderr = self._log_paths(job_id, template.user)
+            jobs.append(replace(template, id=job_id, array_id=array_id, array_index=index,
+                                array_throttle=throttle if array_id else None,
+                                stdout_path=stdout, stderr_path=stderr))
+        self.state.store.insert(jobs)
+        for job in jobs:
+            self.state.remember(job)
+        return ids
+
+    def _log_paths(self, job_id: int, user: str) -> tuple[str, str]:
+        """Beside the job's run file; in system mode in the user's own log directory, so
+        that the user's client reads them directly and root never writes them."""
+        log_root = self.setup.paths.log_root
+        return runfile.log_paths(self.setup.paths.jobs_dir if log_root is None
+                                 else os.path.join(log_root, user), job_id)
