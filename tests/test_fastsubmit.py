@@ -9,6 +9,7 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from gpusched.cli import app as cli
+from gpusched.cli import submit_cmds
 from gpusched.client import fastsubmit
 from gpusched.client.submitting import SubmitOptions
 
@@ -22,7 +23,7 @@ def typer_parse(monkeypatch):
         captured.append(opts)
         return 0
 
-    monkeypatch.setattr(cli, "submit_and_report", capture)
+    monkeypatch.setattr(submit_cmds, "submit_and_report", capture)
     command = typer.main.get_command(cli.app)
 
     def parse(argv: list[str]) -> SubmitOptions:
