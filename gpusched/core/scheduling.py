@@ -46,6 +46,9 @@ class Plan:
     starts: tuple[tuple[int, tuple[GpuInfo, ...]], ...] = ()
     reasons: Mapping[int, str] = field(default_factory=dict)
     cancels: Mapping[int, str] = field(default_factory=dict)  # never-satisfiable dependencies
+    # GPU index -> jobs placed on it, this pass's starts included: the round-robin
+    # counter to pass to the next pass once the starts are made.
+    placements: Mapping[int, int] = field(default_factory=dict)
 
 
 def dependency_status(job: Job, states: Mapping[int, JobState]) -> tuple[bool, str]:
@@ -333,5 +336,5 @@ def schedule(pending: Sequence[Job], running: Sequence[Job], loads: Mapping[str,
             p.placements[gpu.index] = p.placements.get(gpu.index, 0) + 1
         _count(p, job, [g.uuid for g in chosen], now)
         starts.append((job.id, chosen))
-    return Plan(tuple(starts), reasons, cancels)
+    return Plan(tuple(starts), reasons, cancels, p.placements)
 

@@ -204,6 +204,7 @@ class JobControl:
         plan = scheduling.schedule(pending, running, loads, d.inventory, d.rules,
                                    d.queue_rules(), now, self._dependency_states(pending),
                                    self.usage.usage, self.placements)
+        self.placements = dict(plan.placements)
         with d.store.write():
             for job_id, gpus in plan.starts:
                 self.start(d.jobs[job_id], gpus)
@@ -227,8 +228,6 @@ class JobControl:
 
     def start(self, job: Job, gpus: tuple[GpuInfo, ...]) -> None:
         d = self.d
-        for gpu in gpus:
-            self.placements[gpu.index] = self.placements.get(gpu.index, 0) + 1
         taken = [j.master_port for j in d.running() if j.master_port]
         port, hold = runner.pick_master_port(d.settings.master_port_min,
                                              d.settings.master_port_max, taken)

@@ -164,6 +164,7 @@ class _Replay:
                                    placements=self.placements, explain=False)
         if not plan.starts:
             return
+        self.placements = dict(plan.placements)
         chosen = dict(plan.starts)
         still: list[Job] = []
         for job in self.pending:
@@ -182,8 +183,6 @@ class _Replay:
         heapq.heappush(self.ends, (now + job.time_limit_s, job.id))
         self.busy_gpus += job.request.gpus
         self.pending_sizes[job.request.gpus] -= 1
-        for gpu in gpus:
-            self.placements[gpu.index] = self.placements.get(gpu.index, 0) + 1
         self.started[job.id] = (now, job.gpu_indices)
 
 
