@@ -11,6 +11,7 @@ import typer
 from gpusched.cli.common import JSON_HELP, out
 from gpusched.cli.helpformat import App
 from gpusched.core.errors import UsageError
+from gpusched.core.models import DISCIPLINES
 
 app = App()
 
@@ -20,8 +21,11 @@ def simulate(
     trace: Path = typer.Argument(..., metavar="TRACE.csv",
                                  help="A job trace CSV (docs/scheduling.md has the format)."),
     gpus: int = typer.Option(8, "--gpus", help="GPUs of the simulated box."),
+    # The daemon's defaults (Settings'): the policy is written out, since importing the
+    # placement code for it would slow every command; a test keeps it in step.
     policy: str = typer.Option("pack", "--policy", help="Placement policy."),
-    discipline: str = typer.Option("fifo", "--discipline", help="fifo, backfill, fairshare or sjf."),
+    discipline: str = typer.Option(DISCIPLINES[0], "--discipline",
+                                   help=f"{', '.join(DISCIPLINES[:-1])} or {DISCIPLINES[-1]}."),
     load: Optional[float] = typer.Option(None, "--load", help="Scale arrivals to this load (0-1)."),
     arrivals: str = typer.Option("trace", "--arrivals", help="trace (original spacing) or poisson."),
     seed: int = typer.Option(0, "--seed", help="Random seed for --arrivals poisson."),

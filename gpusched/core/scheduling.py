@@ -12,10 +12,9 @@ from operator import attrgetter
 from typing import Iterable, Mapping, Sequence
 
 from gpusched.core import lifecycle, placement
-from gpusched.core.models import GpuInfo, Inventory, Job, JobState
+# DISCIPLINES, the names QueueRules.discipline takes, lives in models for the command line.
+from gpusched.core.models import DISCIPLINES, GpuInfo, Inventory, Job, JobState
 from gpusched.core.placement import GpuLoad, PlacementRules
-
-DISCIPLINES = ("fifo", "backfill", "fairshare", "sjf")
 
 
 @dataclass(frozen=True)
@@ -33,7 +32,7 @@ class QueueRules:
     # backfill: fifo, but a later job may not delay the first blocked job's reserved start.
     # fairshare: priority, then the user's decayed usage over their weight.
     # sjf: priority, then the shortest time limit (exact durations make it the oracle).
-    discipline: str = "fifo"
+    discipline: str = DISCIPLINES[0]
     user_weights: Mapping[str, float] = field(default_factory=dict)
     max_gpus_per_user: int | None = None
     max_running_per_user: int | None = None

@@ -14,10 +14,12 @@ from pathlib import Path
 from typing import Mapping, Sequence
 
 from gpusched.core import placement, scheduling
+from gpusched.core.config import Settings
 from gpusched.sim import traces
 from gpusched.core.errors import GpuschedError, UsageError
 from gpusched.core.models import GpuInfo, Inventory, Job, JobState, Request, transition
 from gpusched.core.placement import PlacementRules, Policy
+from gpusched.core.policies import placement_rules
 from gpusched.core.scheduling import HostCapacity, QueueRules
 from gpusched.core.units import parse_size
 
@@ -81,13 +83,14 @@ def _as_jobs(trace_jobs: Sequence[traces.TraceJob]) -> list[Job]:
             for n, t in enumerate(trace_jobs)]
 
 
-def check_trace_fits(trace_jobs: Sequence[traces.TraceJob], gpus: int) -> None:
+def check_trace_fits(trace_jobs: Sequence[traces.TraceJob], gpus: int,
+                     rules: PlacementRules) -> None:
     """Refuse jobs that no state of the simulated box could run (they would wait forever)."""
     for job in trace_jobs:
         if job.num_gpus > gpus:
             raise UsageError(f"job {job.job_id} asks for {job.num_gpus} GPUs; the simulated "
                              f"box has {gpus}. Use --gpus {job.num_gpus} or more.")
-        usable_bytes = GPU_MEM_BYTES - PlacementRules().mem_headroom_bytes
+        usable_bytes = GPU_MEM_BYTES - rules.mem_headroom_bytes
         if job.gpu_mem_bytes is not None and job.gpu_mem_bytes > usable_bytes:
             raise GpuschedError(f"job {job.job_id} asks for {job.gpu_mem_bytes} bytes per GPU; "
                                 f"simulated GPUs can give {usable_bytes} (80 GiB less the "
@@ -195,7 +198,8 @@ def _rules(policy: str, custom: Mapping[str, Policy] | None) -> PlacementRules:
     names = [*placement.BUILTIN_POLICIES, *custom]
     if policy not in names:
         raise UsageError(f"unknown policy {policy!r}. Choose one of: {', '.join(names)}.")
-    return PlacementRules(policy=policy, custom_policies=custom)
+    # The daemon's defaults for everything else, built as the daemon builds them.
+    return placement_rules(Settings(policy=policy), custom)
 
 
 def check_choices(gpus: int, policy: str, discipline: str,
@@ -209,8 +213,8 @@ def check_choices(gpus: int, policy: str, discipline: str,
     return _rules(policy, custom_policies)
 
 
-def simulate(trace_jobs: Sequence[traces.TraceJob], *, gpus: int, policy: str = "pack",
-             discipline: str = "fifo", half_life_s: float = DEFAULT_HALF_LIFE_S,
+def simulate(trace_jobs: Sequence[traces.TraceJob], *, gpus: int, policy: str = Settings.policy,
+             discipline: str = Settings.discipline, half_life_s: float = DEFAULT_HALF_LIFE_S,
              custom_policies: Mapping[str, Policy] | None = None,
              host: HostCapacity | None = None) -> list[JobResult]:
     """Every job's submit, start and end when `gpus` identical GPUs serve the trace.
@@ -219,7 +223,7 @@ def simulate(trace_jobs: Sequence[traces.TraceJob], *, gpus: int, policy: str = 
     and host memory are scheduled too, exactly as the daemon counts them.
     """
     rules = check_choices(gpus, policy, discipline, custom_policies)
-    check_trace_fits(trace_jobs, gpus)
+    check_trace_fits(trace_jobs, gpus, rules)
     jobs = _as_jobs(trace_jobs)
     if host is not None:
         too_big = next((t for t in trace_jobs if t.cpus > host.cpus or

@@ -11,15 +11,11 @@ from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Callable, Mapping, NamedTuple
 
 from gpusched import __version__
+from gpusched.core.config import Settings, load_settings
 from gpusched.core.models import Inventory
 
 if TYPE_CHECKING:
     from gpusched.tui.snapshot import SnapshotSource
-
-# Load colours: below WARN_PCT green, below CRIT_PCT yellow, else red (the defaults of
-# the config's top.warn_pct / top.crit_pct).
-WARN_PCT = 50.0
-CRIT_PCT = 80.0
 
 
 def _frozen_map() -> Mapping[Any, Any]:
@@ -120,8 +116,9 @@ class ViewState:
     only_mine: bool = False
     sort_index: int = 0
     show_help: bool = False
-    warn_pct: float = WARN_PCT
-    crit_pct: float = CRIT_PCT
+    # Load colours: below warn_pct green, below crit_pct yellow, else red.
+    warn_pct: float = Settings.top_warn_pct
+    crit_pct: float = Settings.top_crit_pct
     quit: bool = field(default=False, compare=False)
 
 
@@ -142,13 +139,15 @@ def apply_key(view: ViewState, key: str, sort_count: int) -> ViewState:
     return view
 
 
-def my_view(warn_pct: float = WARN_PCT, crit_pct: float = CRIT_PCT) -> ViewState:
+def my_view(settings: Settings) -> ViewState:
+    """The view for whoever runs top, with the config's load colours."""
     uid = os.getuid()
     try:
         user = pwd.getpwuid(uid).pw_name
     except KeyError:
         user = str(uid)
-    return ViewState(my_uid=uid, my_user=user, warn_pct=warn_pct, crit_pct=crit_pct)
+    return ViewState(my_uid=uid, my_user=user, warn_pct=settings.top_warn_pct,
+                     crit_pct=settings.top_crit_pct)
 
 
 def run_top(interval: float, once: bool, open_backend: Callable[[str, str], Any]) -> int:
@@ -160,13 +159,12 @@ def run_top(interval: float, once: bool, open_backend: Callable[[str, str], Any]
 
     if not interval >= 0.1:  # also refuses NaN; a smaller interval would only burn CPU
         raise UsageError(f"--interval must be at least 0.1 seconds, not {interval}")
-    from gpusched.core.config import load_settings
     from gpusched.tui.snapshot import SnapshotSource
 
     once = once or not sys.stdout.isatty()
     source = SnapshotSource(open_backend, check_daemon=once)
     settings = load_settings(source.paths.config_file)
-    view = my_view(settings.top_warn_pct, settings.top_crit_pct)
+    view = my_view(settings)
     try:
         if once:
             return print_once(source, view)
