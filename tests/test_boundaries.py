@@ -214,3 +214,10 @@ def test_the_command_line_modules_stay_small():
     for module in cli_modules():
         lines = MODULES[module].read_text(encoding="utf-8").count("\n")
         assert lines <= 300, f"{module} has {lines} lines"
+
+
+def test_a_users_name_is_looked_up_in_one_place():
+    # core.users names a uid for everyone. The others read a whole password entry: the
+    # shim's identity for the job (stdlib only), and the admin group's members.
+    readers = {m for m in MODULES if "getpwuid(" in MODULES[m].read_text(encoding="utf-8")}
+    assert readers <= {"gpusched.core.users", "gpusched.proc.privileges", "gpusched.daemon.authz"}

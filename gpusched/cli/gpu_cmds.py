@@ -12,6 +12,7 @@ from gpusched.cli.common import JSON_HELP, out
 from gpusched.cli.helpformat import App
 from gpusched.client.connection import Client
 from gpusched.client.submitting import print_json
+from gpusched.tui.draw import printable
 
 app = App()
 
@@ -43,7 +44,7 @@ def gpus(
         print_json(result)
         return
     if result["problem"]:
-        out.print(f"No GPUs: {render.safe(result['problem'])}")
+        out.print(f"No GPUs: {printable(result['problem'])}", markup=False)
     if result["gpus"]:
         out.print(render.gpus_table(result))
     out.print(render.host_line(result["host"]), markup=False)

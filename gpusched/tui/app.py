@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import pwd
 import sys
 import time
 from dataclasses import dataclass, field, replace
@@ -13,6 +12,7 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping, NamedTuple
 from gpusched import __version__
 from gpusched.core.config import Settings, load_settings
 from gpusched.core.models import Inventory
+from gpusched.core.users import current_user_name
 
 if TYPE_CHECKING:
     from gpusched.tui.snapshot import SnapshotSource
@@ -141,12 +141,7 @@ def apply_key(view: ViewState, key: str, sort_count: int) -> ViewState:
 
 def my_view(settings: Settings) -> ViewState:
     """The view for whoever runs top, with the config's load colours."""
-    uid = os.getuid()
-    try:
-        user = pwd.getpwuid(uid).pw_name
-    except KeyError:
-        user = str(uid)
-    return ViewState(my_uid=uid, my_user=user, warn_pct=settings.top_warn_pct,
+    return ViewState(my_uid=os.getuid(), my_user=current_user_name(), warn_pct=settings.top_warn_pct,
                      crit_pct=settings.top_crit_pct)
 
 
