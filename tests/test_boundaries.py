@@ -221,3 +221,48 @@ def test_a_users_name_is_looked_up_in_one_place():
     # shim's identity for the job (stdlib only), and the admin group's members.
     readers = {m for m in MODULES if "getpwuid(" in MODULES[m].read_text(encoding="utf-8")}
     assert readers <= {"gpusched.core.users", "gpusched.proc.privileges", "gpusched.daemon.authz"}
+
+
+def import_cycles() -> list[set[str]]:
+    """Groups of our modules that import each other, round a cycle (Tarjan's SCCs)."""
+    graph = {m: {n for n in ours(imports_of(m)) if n in MODULES and n != m} for m in MODULES}
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    found: list[set[str]] = []
+
+    def visit(module: str) -> None:
+        index[module] = low[module] = len(index)
+        stack.append(module)
+        for other in graph[module]:
+            if other not in index:
+                visit(other)
+                low[module] = min(low[module], low[other])
+            elif other in stack:
+                low[module] = min(low[module], index[other])
+        if low[module] == index[module]:
+            group = set()
+            while not group or module not in group:
+                group.add(stack.pop())
+            if len(group) > 1:
+                found.append(group)
+
+    for module in graph:
+        if module not in index:
+            visit(module)
+    return found
+
+
+def test_the_tui_modules_import_each_other_without_a_cycle():
+    # The snapshot types live in tui.model, which imports no other tui module: the
+    # snapshot source, the render and the loop all build on it.
+    assert not [group for group in import_cycles() if any(package_of(m) == "tui" for m in group)]
+    assert not {m for m in ours(imports_of("gpusched.tui.model")) if package_of(m) == "tui"}
+
+
+def test_the_simulator_only_computes():
+    # `gpusched simulate` prints the metrics (cli/simulate.py); sim/ writes nothing out.
+    for module in (m for m in MODULES if package_of(m) == "sim"):
+        text = MODULES[module].read_text(encoding="utf-8")
+        assert not {"sys", "json", "rich"} & roots(imports_of(module)), module
+        assert "print(" not in text and "stdout" not in text, module

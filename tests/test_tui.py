@@ -10,8 +10,8 @@ from types import MappingProxyType
 import pytest
 
 from gpusched.core.models import GpuInfo, GpuProcess, Inventory
-from gpusched.tui.app import (DaemonInfo, HostInfo, ProcHost, Snapshot, TopJob, ViewState,
-                          apply_key)
+from gpusched.tui.model import (DaemonInfo, HostInfo, ProcHost, Snapshot, TopJob, ViewState,
+                                apply_key)
 from gpusched.tui.render import SORT_KEYS, layout_for, printable, render, to_text
 from goldens import check_golden
 GIB = 2**30

@@ -41,7 +41,7 @@ def simulate(
 
     Example: gpusched simulate trace.csv --gpus 8 --discipline backfill
     """
-    from gpusched.sim.simulator import simulate_command
+    from gpusched.cli.simulate import simulate_command
 
     raise typer.Exit(simulate_command(trace, gpus=gpus, policy=policy, discipline=discipline,
                                       load=load, arrivals=arrivals, seed=seed, as_json=as_json,

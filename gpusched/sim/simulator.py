@@ -3,14 +3,10 @@
 from __future__ import annotations
 
 import heapq
-import json
 import math
 import statistics
-import sys
-import time
 from collections import Counter
-from dataclasses import asdict, dataclass
-from pathlib import Path
+from dataclasses import dataclass
 from typing import Mapping, Sequence
 
 from gpusched.core import placement, scheduling
@@ -21,7 +17,6 @@ from gpusched.core.models import GpuInfo, Inventory, Job, JobState, Request, tra
 from gpusched.core.placement import PlacementRules, Policy
 from gpusched.core.policies import placement_rules
 from gpusched.core.scheduling import HostCapacity, QueueRules
-from gpusched.core.units import parse_size
 
 GPU_MEM_BYTES = 80 * 2**30  # each simulated GPU: an 80 GiB card, idle, nothing outside
 TAU_S = 10.0  # bounded slowdown ignores how short jobs shorter than this are
@@ -286,64 +281,3 @@ def compute_metrics(results: Sequence[JobResult], gpus: int) -> Metrics:
         makespan_s=makespan_s,
         gpu_utilization=busy_s / (gpus * makespan_s) if makespan_s > 0 else 0.0,
         jain_fairness=jain_index([statistics.fmean(v) for v in by_tenant.values()]))
-
-
-def _report(trace: traces.Trace, metrics: Metrics, settings: dict) -> dict:
-    return {"trace": trace.source, **settings, "arrival_scale": trace.arrival_scale,
-            **asdict(metrics)}
-
-
-def _print_table(report: dict) -> None:
-    load = f"load {report['load']:g} (arrivals x{report['arrival_scale']:.3f})" \
-        if report["load"] is not None else "original load"
-    seed = f", seed {report['seed']}" if report["arrivals"] == "poisson" else ""
-    lines = [
-        f"{report['trace']}: {report['jobs']} jobs, {report['tenants']} tenants on "
-        f"{report['gpus']} GPUs; policy {report['policy']}, discipline {report['discipline']}, "
-        f"{load}, {report['arrivals']} arrivals{seed}",
-        ("average JCT", f"{report['avg_jct_s'] / 3600:.3f} h"),
-        ("median JCT", f"{report['median_jct_s'] / 3600:.3f} h"),
-        ("p99 JCT", f"{report['p99_jct_s'] / 3600:.3f} h"),
-        ("average wait", f"{report['avg_wait_s'] / 3600:.3f} h"),
-        (f"avg bounded slowdown (tau {TAU_S:g} s)", f"{report['avg_bounded_slowdown']:.3f}"),
-        ("makespan", f"{report['makespan_s'] / 3600:.3f} h"),
-        ("GPU utilization", f"{report['gpu_utilization'] * 100:.1f} %"),
-        ("Jain fairness (bounded slowdown by tenant)", f"{report['jain_fairness']:.3f}"),
-        ("simulated in", f"{report['elapsed_s']:.2f} s"),
-    ]
-    width = max(len(name) for name, _ in lines[1:])
-    sys.stdout.write(lines[0] + "\n" + "".join(f"  {name:<{width}}  {value:>10}\n"
-                                               for name, value in lines[1:]))
-
-
-def _host(cpus: int | None, mem: str | None) -> HostCapacity | None:
-    """The simulated host's cores and memory; None (not counted) unless either is given."""
-    if cpus is None and mem is None:
-        return None
-    if cpus is not None and cpus < 1:
-        raise UsageError(f"--cpus must be 1 or more, not {cpus}")
-    try:
-        mem_bytes = parse_size(mem) if mem is not None else 2**62
-    except ValueError as exc:
-        raise UsageError(f"--mem: {exc}") from None
-    return HostCapacity(cpus=cpus or 10**6, mem_bytes=mem_bytes)
-
-
-def simulate_command(trace: Path, *, gpus: int, policy: str, discipline: str,
-                     load: float | None, arrivals: str, seed: int, as_json: bool,
-                     cpus: int | None = None, mem: str | None = None) -> int:
-    """`gpusched simulate`: replay, then print the metrics as a table or JSON."""
-    check_choices(gpus, policy, discipline)  # before reading a large file
-    started_s = time.perf_counter()
-    prepared = traces.prepare(trace, gpus=gpus, load=load, arrivals=arrivals, seed=seed)
-    host = _host(cpus, mem)
-    results = simulate(prepared.jobs, gpus=gpus, policy=policy, discipline=discipline, host=host)
-    settings = {"gpus": gpus, "cpus": cpus, "mem": mem, "policy": policy, "discipline": discipline, "load": load,
-                "arrivals": arrivals, "seed": seed if arrivals == "poisson" else None,
-                "elapsed_s": time.perf_counter() - started_s}
-    report = _report(prepared, compute_metrics(results, gpus), settings)
-    if as_json:
-        sys.stdout.write(json.dumps(report, indent=2) + "\n")
-    else:
-        _print_table(report)
-    return 0

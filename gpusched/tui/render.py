@@ -16,7 +16,7 @@ from gpusched.core.units import duration_human, size_human
 
 if TYPE_CHECKING:
     from gpusched.core.models import GpuInfo, GpuProcess
-    from gpusched.tui.app import Snapshot, TopJob, ViewState
+    from gpusched.tui.model import Snapshot, TopJob, ViewState
 
 FULL_MIN_COLS = 140
 COMPACT_MIN_COLS = 80
