@@ -1,4 +1,6 @@
-"""The `gpusched` command line: thin typer commands that parse, make one call, and render."""
+"""The `gpusched` command line: the typer app, gathering the commands of the *_cmds.py
+modules (thin commands that parse, make one call, and render), and main(), which turns
+every error into one line on stderr and an exit status."""
 
 from __future__ import annotations
 

@@ -51,7 +51,7 @@ class Plan:
 
 
 def dependency_status(job: Job, states: Mapping[int, JobState]) -> tuple[bool, str]:
-    """(can never be met, reason) for a job's unmet dependencies; ("", False) when all met."""
+    """(can never be met, reason) for a job's unmet dependencies; (False, "") when all met."""
     waiting = []
     for kind, dep in job.dependencies:
         state = states.get(dep)
