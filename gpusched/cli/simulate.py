@@ -9,9 +9,9 @@ import time
 from dataclasses import asdict
 from pathlib import Path
 
+from gpusched.client.submitting import size_option
 from gpusched.core.errors import UsageError
 from gpusched.core.scheduling import HostCapacity
-from gpusched.core.units import parse_size
 from gpusched.sim import traces
 from gpusched.sim.simulator import TAU_S, Metrics, check_choices, compute_metrics, simulate
 
@@ -50,11 +50,8 @@ def _host(cpus: int | None, mem: str | None) -> HostCapacity | None:
         return None
     if cpus is not None and cpus < 1:
         raise UsageError(f"--cpus must be 1 or more, not {cpus}")
-    try:
-        mem_bytes = parse_size(mem) if mem is not None else 2**62
-    except ValueError as exc:
-        raise UsageError(f"--mem: {exc}") from None
-    return HostCapacity(cpus=cpus or 10**6, mem_bytes=mem_bytes)
+    mem_bytes = size_option(mem, "--mem")
+    return HostCapacity(cpus=cpus or 10**6, mem_bytes=2**62 if mem_bytes is None else mem_bytes)
 
 
 def simulate_command(trace: Path, *, gpus: int, policy: str, discipline: str,

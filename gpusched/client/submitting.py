@@ -55,7 +55,8 @@ def _index_list(text: str | None, option: str) -> list[int]:
         raise UsageError(f"{option} wants GPU indices like 0,2, not {text!r}") from None
 
 
-def _size(text: str | None, option: str) -> int | None:
+def size_option(text: str | None, option: str) -> int | None:
+    """An option's size in bytes (None if not given); a bad one is a UsageError naming it."""
     if text is None:
         return None
     try:
@@ -102,8 +103,8 @@ def scheduling_fields(opts: SubmitOptions) -> dict[str, Any]:
         "constraints": {"gpu_ids": _index_list(opts.gpu_ids, "--gpu-ids"),
                         "exclude_gpus": _index_list(opts.exclude_gpus, "--exclude-gpus"),
                         "gpu_type": gpus_and_type(opts)[1],
-                        "min_gpu_total_mem_bytes": _size(opts.min_gpu_total_mem,
-                                                         "--min-gpu-total-mem") or 0,
+                        "min_gpu_total_mem_bytes": size_option(opts.min_gpu_total_mem,
+                                                               "--min-gpu-total-mem") or 0,
                         "min_compute_capability": _capability(opts.min_compute_capability)},
     }
     if opts.cpus is not None:  # only cores asked for are a limit (see jobspec)
@@ -175,14 +176,9 @@ def job_cwd(option: str | None) -> str:
 def build_request(opts: SubmitOptions) -> dict[str, Any]:
     """The `submit` request's arguments: jobs, environment and working directory."""
     gpus_asked = gpus_and_type(opts)[0]
-    gpu_mem_bytes = None
-    if opts.gpu_mem is not None:
-        try:
-            gpu_mem_bytes = parse_size(opts.gpu_mem)
-        except ValueError as exc:
-            raise UsageError(f"--gpu-mem: {exc}") from None
-        if gpu_mem_bytes <= 0:
-            raise UsageError(f"--gpu-mem must be more than zero, not {opts.gpu_mem!r}")
+    gpu_mem_bytes = size_option(opts.gpu_mem, "--gpu-mem")
+    if gpu_mem_bytes is not None and gpu_mem_bytes <= 0:
+        raise UsageError(f"--gpu-mem must be more than zero, not {opts.gpu_mem!r}")
     # Asking for GPU memory or for particular GPUs means a GPU: without --gpus, one (of
     # the GPUs --gpu-ids names, say); --gpus N asks for more.
     wants_gpu = gpu_mem_bytes or any(getattr(opts, name) for name in GPU_CONSTRAINT_OPTIONS)
