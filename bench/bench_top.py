@@ -36,7 +36,7 @@ from rich.panel import Panel
 from rich.table import Table
 
 from gpusched.core.models import GpuInfo, GpuProcess, Inventory
-from gpusched.tui.app import DaemonInfo, HostInfo, ProcHost, Snapshot, TopJob, ViewState
+from gpusched.tui.model import DaemonInfo, HostInfo, ProcHost, Snapshot, TopJob, ViewState
 from gpusched.tui.render import render, to_text
 
 FRAME_TARGET_MS = 20.0

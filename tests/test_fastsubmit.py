@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 import typer
@@ -9,8 +13,11 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from gpusched.cli import app as cli
+from gpusched.cli import submit_cmds
 from gpusched.client import fastsubmit
-from gpusched.client.submitting import SubmitOptions
+from gpusched.client.options import RESUBMIT, SUBMIT, SubmitOptions
+
+REPO = Path(__file__).resolve().parent.parent
 
 
 @pytest.fixture
@@ -22,7 +29,7 @@ def typer_parse(monkeypatch):
         captured.append(opts)
         return 0
 
-    monkeypatch.setattr(cli, "submit_and_report", capture)
+    monkeypatch.setattr(submit_cmds, "submit_and_report", capture)
     command = typer.main.get_command(cli.app)
 
     def parse(argv: list[str]) -> SubmitOptions:
@@ -125,6 +132,49 @@ def test_every_typer_option_is_known_to_the_fast_path():
     typer_options = {name for p in command.params for name in getattr(p, "opts", ())
                      if name.startswith("-") and name != "--help"}
     assert typer_options == set(fastsubmit.OPTIONS)
+
+
+def _typer_rows(command_name: str) -> list[tuple]:
+    """The typer command's options as rows of the options table (field, flags, kind,
+    default, help), in the order its help lists them. A yes/no option is a typer flag
+    (SubmitCommand folds Slurm's =yes and =no into it)."""
+    command = typer.main.get_command(cli.app).commands[command_name]
+    rows = []
+    for p in command.params:
+        if p.param_type_name != "option" or p.name == "help":
+            continue
+        value_type = p.type_descriptor.annotation  # str for an Optional[str] too
+        kind = ("list" if p.multiple else "int" if value_type is int else
+                "flag" if p.is_flag else "str")
+        default = list(p.default) if p.multiple else p.default
+        rows.append((p.name, tuple(p.opts + p.secondary_opts), kind, default, p.help))
+    return rows
+
+
+@pytest.mark.parametrize("command, table", [("submit", SUBMIT), ("resubmit", RESUBMIT)])
+def test_the_typer_commands_have_exactly_the_tables_options(command, table):
+    as_typer_reads = [(field, flags, "flag" if kind == "yesno" else kind, default, help_text)
+                      for field, flags, kind, default, help_text in table]
+    assert _typer_rows(command) == as_typer_reads
+
+
+def test_resubmit_takes_a_subset_of_submits_options():
+    submit = {field: flags for field, flags, _, _, _ in SUBMIT}
+    for field, flags, kind, default, _ in RESUBMIT:
+        assert set(flags) <= set(submit[field]), field
+        assert default is (False if kind == "flag" else None), field  # "not given"
+
+
+def test_the_fast_path_imports_nothing_heavy():
+    # Every submit pays for what the fast path imports: no typer or rich, and none of the
+    # standard library's slow ones. -S: without site, which imports some of them itself.
+    code = ("import sys; from gpusched.client import fastsubmit, connection; "
+            "print(' '.join(sys.modules))")
+    loaded = subprocess.run([sys.executable, "-S", "-c", code], capture_output=True, text=True,
+                            check=True, env={**os.environ, "PYTHONPATH": str(REPO)}).stdout.split()
+    assert "gpusched.client.options" in loaded
+    heavy = {"typer", "click", "rich", "typing", "dataclasses", "pathlib", "inspect"}
+    assert not heavy & {name.split(".")[0] for name in loaded}
 
 
 @pytest.mark.parametrize("argv", [

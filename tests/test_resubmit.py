@@ -125,6 +125,6 @@ def test_a_jobs_spec_checks_back_into_the_same_fields():
 
 def test_the_client_sends_only_changes_the_daemon_takes():
     from gpusched.core.jobspec import RESUBMIT_CHANGES
-    from gpusched.client.submitting import RESUBMIT_FIELDS
+    from gpusched.client.options import RESUBMIT_FIELDS
 
     assert sorted(RESUBMIT_FIELDS.values()) == sorted(RESUBMIT_CHANGES)

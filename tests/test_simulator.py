@@ -355,3 +355,15 @@ def test_simulate_cli_counts_host_resources(tmp_path):
                            "--cpus", "2", "--json"], capture_output=True, text=True, check=True)
     report = json.loads(proc.stdout)
     assert report["makespan_s"] == pytest.approx(7200.0) and report["cpus"] == 2
+
+
+def test_simulate_starts_from_the_daemons_defaults_and_names_every_discipline(capsys):
+    from gpusched.cli.app import main
+    from gpusched.core.config import Settings
+    from gpusched.core.scheduling import DISCIPLINES
+
+    assert main(["simulate", "--help"]) == 0
+    text = " ".join(capsys.readouterr().out.split())
+    assert f"Placement policy. [default: {Settings().policy}]" in text
+    names = f"{', '.join(DISCIPLINES[:-1])} or {DISCIPLINES[-1]}."
+    assert f"{names} [default: {Settings().discipline}]" in text

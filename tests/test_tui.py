@@ -10,8 +10,8 @@ from types import MappingProxyType
 import pytest
 
 from gpusched.core.models import GpuInfo, GpuProcess, Inventory
-from gpusched.tui.app import (DaemonInfo, HostInfo, ProcHost, Snapshot, TopJob, ViewState,
-                          apply_key)
+from gpusched.tui.model import (DaemonInfo, HostInfo, ProcHost, Snapshot, TopJob, ViewState,
+                                apply_key)
 from gpusched.tui.render import SORT_KEYS, layout_for, printable, render, to_text
 from goldens import check_golden
 GIB = 2**30
@@ -19,6 +19,17 @@ NOW = 1_700_000_000.0
 EVIL_NAME = "\x1b[31m[/red]x\x07"
 ME = ViewState(my_uid=1000, my_user="me")
 
+
+
+def test_top_colours_loads_by_the_configs_percentages():
+    from gpusched.core.config import Settings
+    from gpusched.tui.app import my_view
+
+    defaults = Settings()
+    assert (ViewState().warn_pct, ViewState().crit_pct) == (defaults.top_warn_pct,
+                                                           defaults.top_crit_pct)
+    view = my_view(Settings(top_warn_pct=10.0, top_crit_pct=20.0))
+    assert (view.warn_pct, view.crit_pct, view.my_uid) == (10.0, 20.0, os.getuid())
 
 def _proc(pid: int, gpu: str, gib: float, user: str | None, command: str | None,
           visible: bool = True) -> GpuProcess:

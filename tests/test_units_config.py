@@ -180,6 +180,34 @@ def test_unreadable_config_names_the_file(tmp_path, make_unreadable):
     assert info.value.message.startswith(f"cannot read config {path}")
 
 
+# -- one set of defaults -------------------------------------------------------------------
+def test_the_daemon_and_the_simulator_build_placement_rules_alike():
+    # The [gpus] and [scheduling] defaults are placement's own, and policies.placement_rules
+    # is the one way from settings to rules, for the daemon and the simulator alike.
+    from gpusched.core.placement import BUILTIN_POLICIES, PlacementRules
+    from gpusched.core.policies import placement_rules
+    from gpusched.sim import simulator
+
+    assert placement_rules(Settings(), {}) == PlacementRules()
+    for policy in BUILTIN_POLICIES:
+        assert simulator.check_choices(4, policy, "fifo") == \
+            placement_rules(Settings(policy=policy), {})
+
+
+def test_the_config_takes_exactly_the_schedulers_disciplines(tmp_path):
+    from gpusched.core.scheduling import DISCIPLINES, QueueRules
+
+    assert Settings().discipline == QueueRules().discipline == DISCIPLINES[0]
+    path = tmp_path / "gpusched.toml"
+    for name in DISCIPLINES:
+        path.write_text(f'[scheduling]\ndiscipline = "{name}"\n')
+        assert load_settings(path, {}).discipline == name
+    path.write_text('[scheduling]\ndiscipline = "lifo"\n')
+    with pytest.raises(ConfigError) as info:
+        load_settings(path, {})
+    assert info.value.message.endswith(f"'lifo' is not one of: {', '.join(DISCIPLINES)}")
+
+
 # -- the example file ----------------------------------------------------------------------
 def test_example_file_matches_the_code():
     example = REPO / "gpusched.toml.example"

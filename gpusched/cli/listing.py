@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import pwd
 import shlex
 import time
@@ -10,6 +9,7 @@ from typing import Any, Callable
 
 from gpusched.core.errors import UsageError
 from gpusched.core.jobfilter import COMPACT, items, parse_states
+from gpusched.core.users import current_user_name
 
 # -- --format ----------------------------------------------------------------------------
 
@@ -146,13 +146,6 @@ def format_rows(jobs: list[dict[str, Any]], fields: list[str], header: bool = Tr
     return "\n".join(lines) + "\n"
 
 
-def current_user() -> str:
-    try:
-        return pwd.getpwuid(os.getuid()).pw_name
-    except KeyError:
-        return str(os.getuid())
-
-
 def request_filters(users: str | None, me: bool, states: str | None,
                     names: str | None) -> dict[str, list[str]]:
     """`ls` options as the `list` request's filters, checked before the daemon is asked."""
@@ -167,7 +160,7 @@ def request_filters(users: str | None, me: bool, states: str | None,
     if users is not None and not wanted:
         raise UsageError(f"--user wants user names like alice,bob, not {users!r}")
     if wanted or me:
-        args["users"] = wanted + ([current_user()] if me else [])
+        args["users"] = wanted + ([current_user_name()] if me else [])
     if states is not None:
         args["states"] = parse_states(states)
     if names is not None:

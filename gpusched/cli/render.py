@@ -5,30 +5,16 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from rich.markup import escape
 from rich.table import Table
+from rich.text import Text
 
 from gpusched.cli.columns import Column, Plan, fit_line, fit_widths
-from gpusched.tui.draw import Cell, Frame, command_human, printable
+from gpusched.tui.draw import Cell, Frame, command_human, printable, request_human
 from gpusched.core.units import duration_human, size_human
 
 _STATE_STYLE = {"pending": "yellow", "running": "green", "succeeded": "bold green",
                 "failed": "red", "cancelled": "magenta", "timeout": "red", "oom": "red",
                 "lost": "red", "cancelling": "magenta"}
-
-
-def safe(text: str) -> str:
-    """Markup-free and control-free: job names and commands come from users."""
-    return escape(printable(text))
-
-
-def request_human(job: dict[str, Any]) -> str:
-    n = job["gpus_requested"]
-    if n == 0:
-        return "-"
-    if job["gpu_mem_bytes"] is None:
-        return f"{n} GPU" + ("s" if n > 1 else "")
-    return f"{n}x{size_human(job['gpu_mem_bytes'])}"
 
 
 def mem_human(job: dict[str, Any]) -> str:
@@ -122,7 +108,8 @@ def _ls_cells(job: dict[str, Any], now: float, max_chars: int) -> list[Cell]:
         elapsed = end - (job["started_at"] or end)
         detail = command_human(job["command"], max_chars)
     mem = mem_human(job)
-    texts = [str(job["id"]), job["user"], job["name"], None, request_human(job),
+    texts = [str(job["id"]), job["user"], job["name"], None,
+             request_human(job["gpus_requested"], job["gpu_mem_bytes"]),
              ",".join(str(i) for i in job["gpu_indices"]) or "-", str(job.get("cpus", 1)),
              None, duration_human(elapsed), progress_human(job.get("progress")),
              detail]
@@ -154,6 +141,12 @@ def progress_human(progress: dict[str, Any] | None, with_message: bool = False,
     return printable(" ".join(p for p in parts if p))
 
 
+def _plain(text: str) -> Text:
+    """A cell of text from elsewhere (GPU names, commands): printable, and never read as
+    markup, so `[red]` stays text."""
+    return Text(printable(text))
+
+
 def gpus_table(result: dict[str, Any]) -> Table:
     table = Table(box=None, header_style="bold", pad_edge=False)
     for column in ("GPU", "NAME", "MEMORY USED / RESERVED / TOTAL", "UTIL", "HEALTH", "JOBS"):
@@ -162,8 +155,9 @@ def gpus_table(result: dict[str, Any]) -> Table:
         memory = (f"{size_human(gpu['mem_used_bytes'])} / {size_human(gpu['mem_reserved_bytes'])}"
                   f" / {size_human(gpu['mem_total_bytes'])}")
         util = "N/A" if gpu["util_pct"] is None else f"{gpu['util_pct']:.0f}%"
-        health = "ok" if gpu["healthy"] else f"[red]{safe(gpu['health_reason'] or 'lost')}[/]"
-        table.add_row(gpu["label"], safe(gpu["name"]), memory, util, health,
+        health = Text("ok") if gpu["healthy"] else \
+            Text(printable(gpu["health_reason"] or "lost"), style="red")
+        table.add_row(gpu["label"], _plain(gpu["name"]), memory, util, health,
                       ",".join(str(j) for j in gpu["jobs"]) or "-")
     return table
 
@@ -178,8 +172,8 @@ def processes_table(result: dict[str, Any]) -> Table | None:
     for label, proc in rows:
         pid = str(proc["pid"]) if proc["visible"] else f"{proc['pid']} (other namespace)"
         job = str(proc["job"]) if proc["job"] is not None else "external"
-        table.add_row(label, pid, safe(proc["user"] or "?"), job,
-                      size_human(proc["used_mem_bytes"]), safe(proc["command"] or "?"))
+        table.add_row(label, pid, _plain(proc["user"] or "?"), job,
+                      size_human(proc["used_mem_bytes"]), _plain(proc["command"] or "?"))
     return table
 
 

@@ -1,48 +1,20 @@
 """`gpusched submit` without importing typer (about 100 ms), for scripts that submit often.
 
-It accepts exactly the options of the typer `submit` command; anything it does not
-recognize (help, a typo, a bad number) returns None and the full command line parser
-takes over, so errors and help read the same either way. tests/test_fastsubmit.py keeps
-the two parsers in step.
+It accepts exactly the options of the typer `submit` command, both built from the table
+in options.py; anything it does not recognize (help, a typo, a bad number) returns None
+and the full command line parser takes over, so errors and help read the same either
+way. tests/test_fastsubmit.py keeps the two parsers in step.
 """
 
 from __future__ import annotations
 
 from gpusched.core.errors import GpuschedError, UsageError, report_error
-from gpusched.client.submitting import SubmitOptions, submit_and_report
+from gpusched.client.options import SUBMIT, SubmitOptions, flags_of
+from gpusched.client.submitting import submit_and_report
 from gpusched.core.syntax import parse_yes_no
 
-# option -> (SubmitOptions field, kind): "int" and "str" take a value, "list" repeats,
-# "flag" takes none, "yesno" is a flag that also takes Slurm's =yes or =no.
-OPTIONS = {
-    "--gpus": ("gpus", "str"), "-G": ("gpus", "str"),
-    "--gpu-mem": ("gpu_mem", "str"),
-    "--name": ("name", "str"), "--job-name": ("name", "str"), "-n": ("name", "str"),
-    "--priority": ("priority", "int"),
-    "--cwd": ("cwd", "str"), "--chdir": ("cwd", "str"),
-    "--env": ("env", "list"), "-e": ("env", "list"),
-    "--from-file": ("from_file", "str"), "-f": ("from_file", "str"),
-    "--wait": ("wait", "flag"), "-W": ("wait", "flag"),
-    "--json": ("json", "flag"),
-    "--hold": ("hold", "flag"),
-    "--after": ("after", "list"),
-    "--dependency": ("dependency", "list"), "-d": ("dependency", "list"),
-    "--kill-on-invalid-dep": ("kill_on_invalid_dep", "yesno"),
-    "--array": ("array", "str"), "-a": ("array", "str"),
-    "--time": ("time", "str"), "-t": ("time", "str"),
-    "--signal": ("signal", "str"),
-    "--retries": ("retries", "int"),
-    "--retry-on": ("retry_on", "str"),
-    "--retry-delay": ("retry_delay", "str"),
-    "--policy": ("policy", "str"),
-    "--gpu-ids": ("gpu_ids", "str"),
-    "--exclude-gpus": ("exclude_gpus", "str"),
-    "--gpu-type": ("gpu_type", "str"),
-    "--min-gpu-total-mem": ("min_gpu_total_mem", "str"),
-    "--min-compute-capability": ("min_compute_capability", "str"),
-    "--cpus": ("cpus", "int"), "--cpus-per-task": ("cpus", "int"), "-c": ("cpus", "int"),
-    "--mem": ("mem", "str"),
-}
+# option -> (SubmitOptions field, kind), from the one table of submit's options.
+OPTIONS = flags_of(SUBMIT)
 
 
 def parse(argv: list[str]) -> SubmitOptions | None:

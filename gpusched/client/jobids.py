@@ -6,8 +6,6 @@ two seconds, and prints nothing at all when anything goes wrong.
 
 from __future__ import annotations
 
-import os
-import pwd
 import sys
 
 SCOPES = ("active", "all")  # active: your pending and running jobs; all: every job you see
@@ -17,11 +15,9 @@ TIMEOUT_S = 2.0
 def _request(scope: str) -> dict:
     if scope == "all":
         return {"all": True}
-    try:
-        me = pwd.getpwuid(os.getuid()).pw_name
-    except KeyError:
-        me = str(os.getuid())
-    return {"users": [me], "states": ["pending", "running"]}
+    from gpusched.core.users import current_user_name
+
+    return {"users": [current_user_name()], "states": ["pending", "running"]}
 
 
 def print_job_ids(argv: list[str]) -> int:

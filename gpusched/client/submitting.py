@@ -6,6 +6,7 @@ import json
 import os
 import sys
 
+from gpusched.client.options import RESUBMIT_FIELDS, SubmitOptions
 from gpusched.core import syntax
 from gpusched.core.errors import GpuschedError, UsageError, detach_stdout
 from gpusched.core.units import parse_duration, parse_size
@@ -15,41 +16,6 @@ from gpusched.core.units import parse_duration, parse_size
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any, Iterable
-
-
-class SubmitOptions:
-    """Everything `gpusched submit` accepts, before it is checked.
-
-    A plain class, not a dataclass: the submit fast path imports this module, and the
-    dataclasses machinery alone would cost every submit about 15 ms of start-up.
-    """
-
-    # Each option and its default; the lists are copied per instance.
-    DEFAULTS: dict = {
-        "command": [], "gpus": None, "gpu_mem": None, "name": "", "priority": 0, "cwd": None,
-        "env": [], "from_file": None, "wait": False, "json": False, "hold": False,
-        "after": [], "dependency": [], "kill_on_invalid_dep": False, "array": None,
-        "time": None, "signal": None, "retries": 0, "retry_on": None, "policy": None,
-        "gpu_ids": None, "exclude_gpus": None, "gpu_type": None, "min_gpu_total_mem": None,
-        "min_compute_capability": None, "cpus": None, "mem": None, "retry_delay": None,
-    }
-
-    def __init__(self, **values: Any):
-        unknown = values.keys() - self.DEFAULTS.keys()
-        if unknown:
-            raise TypeError(f"unknown submit options: {sorted(unknown)}")
-        for name, default in self.DEFAULTS.items():
-            value = values.get(name, default)
-            setattr(self, name, list(value) if isinstance(default, list) else value)
-
-    def as_dict(self) -> dict[str, Any]:
-        return {name: getattr(self, name) for name in self.DEFAULTS}
-
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, SubmitOptions) and self.as_dict() == other.as_dict()
-
-    def __repr__(self) -> str:
-        return f"SubmitOptions({self.as_dict()!r})"
 
 
 # The options that choose among the GPUs (SubmitOptions fields).
@@ -89,7 +55,8 @@ def _index_list(text: str | None, option: str) -> list[int]:
         raise UsageError(f"{option} wants GPU indices like 0,2, not {text!r}") from None
 
 
-def _size(text: str | None, option: str) -> int | None:
+def size_option(text: str | None, option: str) -> int | None:
+    """An option's size in bytes (None if not given); a bad one is a UsageError naming it."""
     if text is None:
         return None
     try:
@@ -136,8 +103,8 @@ def scheduling_fields(opts: SubmitOptions) -> dict[str, Any]:
         "constraints": {"gpu_ids": _index_list(opts.gpu_ids, "--gpu-ids"),
                         "exclude_gpus": _index_list(opts.exclude_gpus, "--exclude-gpus"),
                         "gpu_type": gpus_and_type(opts)[1],
-                        "min_gpu_total_mem_bytes": _size(opts.min_gpu_total_mem,
-                                                         "--min-gpu-total-mem") or 0,
+                        "min_gpu_total_mem_bytes": size_option(opts.min_gpu_total_mem,
+                                                               "--min-gpu-total-mem") or 0,
                         "min_compute_capability": _capability(opts.min_compute_capability)},
     }
     if opts.cpus is not None:  # only cores asked for are a limit (see jobspec)
@@ -209,14 +176,9 @@ def job_cwd(option: str | None) -> str:
 def build_request(opts: SubmitOptions) -> dict[str, Any]:
     """The `submit` request's arguments: jobs, environment and working directory."""
     gpus_asked = gpus_and_type(opts)[0]
-    gpu_mem_bytes = None
-    if opts.gpu_mem is not None:
-        try:
-            gpu_mem_bytes = parse_size(opts.gpu_mem)
-        except ValueError as exc:
-            raise UsageError(f"--gpu-mem: {exc}") from None
-        if gpu_mem_bytes <= 0:
-            raise UsageError(f"--gpu-mem must be more than zero, not {opts.gpu_mem!r}")
+    gpu_mem_bytes = size_option(opts.gpu_mem, "--gpu-mem")
+    if gpu_mem_bytes is not None and gpu_mem_bytes <= 0:
+        raise UsageError(f"--gpu-mem must be more than zero, not {opts.gpu_mem!r}")
     # Asking for GPU memory or for particular GPUs means a GPU: without --gpus, one (of
     # the GPUs --gpu-ids names, say); --gpus N asks for more.
     wants_gpu = gpu_mem_bytes or any(getattr(opts, name) for name in GPU_CONSTRAINT_OPTIONS)
@@ -369,12 +331,6 @@ def report_queued(client: Any, result: dict[str, Any], opts: SubmitOptions) -> i
     if not opts.wait:
         return 0
     return ended_status(wait_or_explain(client, ids))
-
-
-# resubmit's options -> the field of the job's spec each one changes.
-RESUBMIT_FIELDS = {"gpus": "gpus", "gpu_mem": "gpu_mem_bytes", "name": "name",
-                   "priority": "priority", "time": "time_limit_s", "cpus": "cpus",
-                   "mem": "mem_bytes", "hold": "hold"}
 
 
 def resubmit_and_report(job_id: str, opts: SubmitOptions, given: Iterable[str]) -> int:

@@ -10,6 +10,7 @@ import stat
 from gpusched.client import protocol
 from gpusched.client.paths import Paths
 from gpusched.core.errors import PermissionDenied
+from gpusched.core.users import user_name
 
 
 def _service_uid(paths: Paths) -> int | None:
@@ -26,10 +27,8 @@ def _service_uid(paths: Paths) -> int | None:
 
 
 def _owner_name(uid: int) -> str:
-    try:
-        return f"{pwd.getpwuid(uid).pw_name} (uid {uid})"
-    except KeyError:
-        return f"uid {uid}"
+    name = user_name(uid, unknown="")
+    return f"{name} (uid {uid})" if name else f"uid {uid}"
 
 
 def require_trusted(uid: int, what: str, paths: Paths) -> None:

@@ -1,4 +1,4 @@
-"""Settings: defaults in code, an optional TOML file on top, then the environment; and paths."""
+"""Settings: defaults in code, an optional TOML file on top, then the environment."""
 
 from __future__ import annotations
 
@@ -9,8 +9,14 @@ from pathlib import Path
 from typing import Any, Callable
 
 from gpusched.core.errors import ConfigError
+from gpusched.core.models import DISCIPLINES
+from gpusched.core.placement import BUILTIN_POLICIES, PlacementRules
+from gpusched.core.scheduling import QueueRules
 from gpusched.core.units import parse_duration, parse_size
 
+# Placement's own defaults, which the [gpus] and [scheduling] settings start from:
+# policies.placement_rules turns the settings back into PlacementRules.
+_PLACEMENT = PlacementRules()
 
 
 @dataclass(frozen=True)
@@ -23,17 +29,17 @@ class Settings:
     # [gpus]
     simulate: str = ""
     visible_devices: str = "uuid"
-    max_util_pct: float = 90.0
-    mem_headroom_bytes: int = 512 * 2**20
-    exclusive_idle_mem_bytes: int = 2**30
-    outside: str = "count"
-    outside_ignore_below_bytes: int = 0
-    outside_idle_after_s: float | None = None
+    max_util_pct: float = _PLACEMENT.max_util_pct
+    mem_headroom_bytes: int = _PLACEMENT.mem_headroom_bytes
+    exclusive_idle_mem_bytes: int = _PLACEMENT.exclusive_idle_mem_bytes
+    outside: str = _PLACEMENT.outside
+    outside_ignore_below_bytes: int = _PLACEMENT.outside_ignore_below_bytes
+    outside_idle_after_s: float | None = _PLACEMENT.outside_idle_after_s
     # [scheduling]
-    policy: str = "pack"
-    discipline: str = "fifo"
-    gpu_weights: tuple[float, ...] = ()
-    gpu_order: tuple[int, ...] = ()
+    policy: str = _PLACEMENT.policy
+    discipline: str = QueueRules.discipline
+    gpu_weights: tuple[float, ...] = ()  # PlacementRules.gpu_weights by GPU index
+    gpu_order: tuple[int, ...] = _PLACEMENT.gpu_order
     fairshare_half_life_s: float = 7 * 86400.0
     user_weights: tuple[tuple[str, float], ...] = ()
     max_gpus_per_user: int = 0
@@ -162,10 +168,10 @@ KEYS: dict[str, tuple[str, Callable[[Any], Any], Any, str]] = {
                                 'Ignore an outside process idle (0% busy) this long, e.g. "2h"; '
                                 '"" never.'),
     "scheduling.policy": ("policy", _text, "pack",
-                          "pack, spread, round-robin, weighted-round-robin, order, or a policy "
-                          "from the gpusched.policies entry points."),
-    "scheduling.discipline": ("discipline", _choice("fifo", "backfill", "fairshare", "sjf"),
-                              "fifo", "Queue order: fifo (skip-ahead), backfill, fairshare, sjf."),
+                          f"{', '.join(BUILTIN_POLICIES)}, or a policy from the "
+                          "gpusched.policies entry points."),
+    "scheduling.discipline": ("discipline", _choice(*DISCIPLINES), "fifo",
+                              f"Queue order: {', '.join(DISCIPLINES)} (fifo skips ahead)."),
     "scheduling.gpu_weights": ("gpu_weights", _list_of(float, 0.001), [],
                                "weighted-round-robin: a weight per GPU index, e.g. [2, 1, 1, 1]."),
     "scheduling.gpu_order": ("gpu_order", _list_of(int, 0), [],

@@ -8,6 +8,10 @@ from dataclasses import asdict, dataclass, field, replace
 
 HIDDEN = "(hidden)"  # stands in for another user's command line in what a caller sees
 
+# The queue disciplines (scheduling.QueueRules); the first is the default. Here, not in
+# scheduling, so that the command line names them without importing the scheduler.
+DISCIPLINES = ("fifo", "backfill", "fairshare", "sjf")
+
 
 class JobState(str, enum.Enum):
     PENDING = "pending"

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-from importlib.metadata import entry_points
 
 from gpusched.core.config import Settings
 from gpusched.core.errors import ConfigError
@@ -19,6 +18,8 @@ def load_custom_policies() -> dict[str, Policy]:
     One that fails to load is logged and skipped, so a broken plug-in cannot stop the
     daemon unless the config asks for it (then placement_rules names it).
     """
+    from importlib.metadata import entry_points  # a slow import: only when policies are loaded
+
     found: dict[str, Policy] = {}
     for entry in entry_points(group=ENTRY_POINT_GROUP):
         if entry.name in BUILTIN_POLICIES:

@@ -12,10 +12,9 @@ from operator import attrgetter
 from typing import Iterable, Mapping, Sequence
 
 from gpusched.core import lifecycle, placement
-from gpusched.core.models import GpuInfo, Inventory, Job, JobState
+# DISCIPLINES, the names QueueRules.discipline takes, lives in models for the command line.
+from gpusched.core.models import DISCIPLINES, GpuInfo, Inventory, Job, JobState
 from gpusched.core.placement import GpuLoad, PlacementRules
-
-DISCIPLINES = ("fifo", "backfill", "fairshare", "sjf")
 
 
 @dataclass(frozen=True)
@@ -33,7 +32,7 @@ class QueueRules:
     # backfill: fifo, but a later job may not delay the first blocked job's reserved start.
     # fairshare: priority, then the user's decayed usage over their weight.
     # sjf: priority, then the shortest time limit (exact durations make it the oracle).
-    discipline: str = "fifo"
+    discipline: str = DISCIPLINES[0]
     user_weights: Mapping[str, float] = field(default_factory=dict)
     max_gpus_per_user: int | None = None
     max_running_per_user: int | None = None
@@ -46,10 +45,13 @@ class Plan:
     starts: tuple[tuple[int, tuple[GpuInfo, ...]], ...] = ()
     reasons: Mapping[int, str] = field(default_factory=dict)
     cancels: Mapping[int, str] = field(default_factory=dict)  # never-satisfiable dependencies
+    # GPU index -> jobs placed on it, this pass's starts included: the round-robin
+    # counter to pass to the next pass once the starts are made.
+    placements: Mapping[int, int] = field(default_factory=dict)
 
 
 def dependency_status(job: Job, states: Mapping[int, JobState]) -> tuple[bool, str]:
-    """(can never be met, reason) for a job's unmet dependencies; ("", False) when all met."""
+    """(can never be met, reason) for a job's unmet dependencies; (False, "") when all met."""
     waiting = []
     for kind, dep in job.dependencies:
         state = states.get(dep)
@@ -333,5 +335,5 @@ def schedule(pending: Sequence[Job], running: Sequence[Job], loads: Mapping[str,
             p.placements[gpu.index] = p.placements.get(gpu.index, 0) + 1
         _count(p, job, [g.uuid for g in chosen], now)
         starts.append((job.id, chosen))
-    return Plan(tuple(starts), reasons, cancels)
+    return Plan(tuple(starts), reasons, cancels, p.placements)
 

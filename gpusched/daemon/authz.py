@@ -12,15 +12,9 @@ from typing import Any, Iterable
 
 from gpusched.core.errors import PermissionDenied
 from gpusched.core.models import HIDDEN, Job, job_to_dict
+from gpusched.core.users import user_name
 
 log = logging.getLogger("gpusched.daemon.authz")
-
-
-def user_name(uid: int) -> str:
-    try:
-        return pwd.getpwuid(uid).pw_name
-    except KeyError:
-        return str(uid)
 
 
 class Authz:

@@ -197,6 +197,7 @@ class JobControl:
                                    self.setup.queue_rules(state.draining), now,
                                    self._dependency_states(pending), state.usage.usage,
                                    self.placements)
+        self.placements = dict(plan.placements)
         with state.store.write():
             for job_id, gpus in plan.starts:
                 self.start(state.jobs[job_id], gpus)
@@ -220,8 +221,6 @@ class JobControl:
 
     def start(self, job: Job, gpus: tuple[GpuInfo, ...]) -> None:
         settings, paths, running = self.setup.settings, self.setup.paths, self.state.running()
-        for gpu in gpus:
-            self.placements[gpu.index] = self.placements.get(gpu.index, 0) + 1
         taken = [j.master_port for j in running if j.master_port]
         port = self.seam.pick_master_port(job.id, settings.master_port_min,
                                           settings.master_port_max, taken)

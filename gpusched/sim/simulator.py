@@ -3,23 +3,20 @@
 from __future__ import annotations
 
 import heapq
-import json
 import math
 import statistics
-import sys
-import time
 from collections import Counter
-from dataclasses import asdict, dataclass
-from pathlib import Path
+from dataclasses import dataclass
 from typing import Mapping, Sequence
 
 from gpusched.core import placement, scheduling
+from gpusched.core.config import Settings
 from gpusched.sim import traces
 from gpusched.core.errors import GpuschedError, UsageError
 from gpusched.core.models import GpuInfo, Inventory, Job, JobState, Request, transition
 from gpusched.core.placement import PlacementRules, Policy
+from gpusched.core.policies import placement_rules
 from gpusched.core.scheduling import HostCapacity, QueueRules
-from gpusched.core.units import parse_size
 
 GPU_MEM_BYTES = 80 * 2**30  # each simulated GPU: an 80 GiB card, idle, nothing outside
 TAU_S = 10.0  # bounded slowdown ignores how short jobs shorter than this are
@@ -81,13 +78,14 @@ def _as_jobs(trace_jobs: Sequence[traces.TraceJob]) -> list[Job]:
             for n, t in enumerate(trace_jobs)]
 
 
-def check_trace_fits(trace_jobs: Sequence[traces.TraceJob], gpus: int) -> None:
+def check_trace_fits(trace_jobs: Sequence[traces.TraceJob], gpus: int,
+                     rules: PlacementRules) -> None:
     """Refuse jobs that no state of the simulated box could run (they would wait forever)."""
     for job in trace_jobs:
         if job.num_gpus > gpus:
             raise UsageError(f"job {job.job_id} asks for {job.num_gpus} GPUs; the simulated "
                              f"box has {gpus}. Use --gpus {job.num_gpus} or more.")
-        usable_bytes = GPU_MEM_BYTES - PlacementRules().mem_headroom_bytes
+        usable_bytes = GPU_MEM_BYTES - rules.mem_headroom_bytes
         if job.gpu_mem_bytes is not None and job.gpu_mem_bytes > usable_bytes:
             raise GpuschedError(f"job {job.job_id} asks for {job.gpu_mem_bytes} bytes per GPU; "
                                 f"simulated GPUs can give {usable_bytes} (80 GiB less the "
@@ -164,6 +162,7 @@ class _Replay:
                                    placements=self.placements, explain=False)
         if not plan.starts:
             return
+        self.placements = dict(plan.placements)
         chosen = dict(plan.starts)
         still: list[Job] = []
         for job in self.pending:
@@ -182,8 +181,6 @@ class _Replay:
         heapq.heappush(self.ends, (now + job.time_limit_s, job.id))
         self.busy_gpus += job.request.gpus
         self.pending_sizes[job.request.gpus] -= 1
-        for gpu in gpus:
-            self.placements[gpu.index] = self.placements.get(gpu.index, 0) + 1
         self.started[job.id] = (now, job.gpu_indices)
 
 
@@ -196,7 +193,8 @@ def _rules(policy: str, custom: Mapping[str, Policy] | None) -> PlacementRules:
     names = [*placement.BUILTIN_POLICIES, *custom]
     if policy not in names:
         raise UsageError(f"unknown policy {policy!r}. Choose one of: {', '.join(names)}.")
-    return PlacementRules(policy=policy, custom_policies=custom)
+    # The daemon's defaults for everything else, built as the daemon builds them.
+    return placement_rules(Settings(policy=policy), custom)
 
 
 def check_choices(gpus: int, policy: str, discipline: str,
@@ -210,8 +208,8 @@ def check_choices(gpus: int, policy: str, discipline: str,
     return _rules(policy, custom_policies)
 
 
-def simulate(trace_jobs: Sequence[traces.TraceJob], *, gpus: int, policy: str = "pack",
-             discipline: str = "fifo", half_life_s: float = DEFAULT_HALF_LIFE_S,
+def simulate(trace_jobs: Sequence[traces.TraceJob], *, gpus: int, policy: str = Settings.policy,
+             discipline: str = Settings.discipline, half_life_s: float = DEFAULT_HALF_LIFE_S,
              custom_policies: Mapping[str, Policy] | None = None,
              host: HostCapacity | None = None) -> list[JobResult]:
     """Every job's submit, start and end when `gpus` identical GPUs serve the trace.
@@ -220,7 +218,7 @@ def simulate(trace_jobs: Sequence[traces.TraceJob], *, gpus: int, policy: str = 
     and host memory are scheduled too, exactly as the daemon counts them.
     """
     rules = check_choices(gpus, policy, discipline, custom_policies)
-    check_trace_fits(trace_jobs, gpus)
+    check_trace_fits(trace_jobs, gpus, rules)
     jobs = _as_jobs(trace_jobs)
     if host is not None:
         too_big = next((t for t in trace_jobs if t.cpus > host.cpus or
@@ -283,64 +281,3 @@ def compute_metrics(results: Sequence[JobResult], gpus: int) -> Metrics:
         makespan_s=makespan_s,
         gpu_utilization=busy_s / (gpus * makespan_s) if makespan_s > 0 else 0.0,
         jain_fairness=jain_index([statistics.fmean(v) for v in by_tenant.values()]))
-
-
-def _report(trace: traces.Trace, metrics: Metrics, settings: dict) -> dict:
-    return {"trace": trace.source, **settings, "arrival_scale": trace.arrival_scale,
-            **asdict(metrics)}
-
-
-def _print_table(report: dict) -> None:
-    load = f"load {report['load']:g} (arrivals x{report['arrival_scale']:.3f})" \
-        if report["load"] is not None else "original load"
-    seed = f", seed {report['seed']}" if report["arrivals"] == "poisson" else ""
-    lines = [
-        f"{report['trace']}: {report['jobs']} jobs, {report['tenants']} tenants on "
-        f"{report['gpus']} GPUs; policy {report['policy']}, discipline {report['discipline']}, "
-        f"{load}, {report['arrivals']} arrivals{seed}",
-        ("average JCT", f"{report['avg_jct_s'] / 3600:.3f} h"),
-        ("median JCT", f"{report['median_jct_s'] / 3600:.3f} h"),
-        ("p99 JCT", f"{report['p99_jct_s'] / 3600:.3f} h"),
-        ("average wait", f"{report['avg_wait_s'] / 3600:.3f} h"),
-        (f"avg bounded slowdown (tau {TAU_S:g} s)", f"{report['avg_bounded_slowdown']:.3f}"),
-        ("makespan", f"{report['makespan_s'] / 3600:.3f} h"),
-        ("GPU utilization", f"{report['gpu_utilization'] * 100:.1f} %"),
-        ("Jain fairness (bounded slowdown by tenant)", f"{report['jain_fairness']:.3f}"),
-        ("simulated in", f"{report['elapsed_s']:.2f} s"),
-    ]
-    width = max(len(name) for name, _ in lines[1:])
-    sys.stdout.write(lines[0] + "\n" + "".join(f"  {name:<{width}}  {value:>10}\n"
-                                               for name, value in lines[1:]))
-
-
-def _host(cpus: int | None, mem: str | None) -> HostCapacity | None:
-    """The simulated host's cores and memory; None (not counted) unless either is given."""
-    if cpus is None and mem is None:
-        return None
-    if cpus is not None and cpus < 1:
-        raise UsageError(f"--cpus must be 1 or more, not {cpus}")
-    try:
-        mem_bytes = parse_size(mem) if mem is not None else 2**62
-    except ValueError as exc:
-        raise UsageError(f"--mem: {exc}") from None
-    return HostCapacity(cpus=cpus or 10**6, mem_bytes=mem_bytes)
-
-
-def simulate_command(trace: Path, *, gpus: int, policy: str, discipline: str,
-                     load: float | None, arrivals: str, seed: int, as_json: bool,
-                     cpus: int | None = None, mem: str | None = None) -> int:
-    """`gpusched simulate`: replay, then print the metrics as a table or JSON."""
-    check_choices(gpus, policy, discipline)  # before reading a large file
-    started_s = time.perf_counter()
-    prepared = traces.prepare(trace, gpus=gpus, load=load, arrivals=arrivals, seed=seed)
-    host = _host(cpus, mem)
-    results = simulate(prepared.jobs, gpus=gpus, policy=policy, discipline=discipline, host=host)
-    settings = {"gpus": gpus, "cpus": cpus, "mem": mem, "policy": policy, "discipline": discipline, "load": load,
-                "arrivals": arrivals, "seed": seed if arrivals == "poisson" else None,
-                "elapsed_s": time.perf_counter() - started_s}
-    report = _report(prepared, compute_metrics(results, gpus), settings)
-    if as_json:
-        sys.stdout.write(json.dumps(report, indent=2) + "\n")
-    else:
-        _print_table(report)
-    return 0

@@ -1,4 +1,5 @@
-"""`gpusched top`: snapshot model, pure rendering, drawing primitives, the snapshot
-source, keys and the Live loop. It never imports gpus (but for the snapshot
-source's fallback), the store or the daemon.
+"""`gpusched top`: the snapshot model, pure rendering, drawing primitives (ls uses
+them too), the snapshot source, keys and the Live loop. It imports core and
+client only: never gpus (the command line hands the snapshot source its GPU
+backend opener), the store or the daemon.
 """

@@ -1,154 +1,25 @@
-"""`gpusched top`: immutable snapshots from the daemon (or the GPUs) and the Live loop."""
+"""`gpusched top`: the Live loop, or one frame with --once, over snapshots from the daemon
+(or the GPUs)."""
 
 from __future__ import annotations
 
 import os
-import pwd
 import sys
 import time
-from dataclasses import dataclass, field, replace
-from types import MappingProxyType
-from typing import TYPE_CHECKING, Any, Callable, Mapping, NamedTuple
+from typing import TYPE_CHECKING, Any, Callable
 
-from gpusched import __version__
-from gpusched.core.models import Inventory
+from gpusched.core.config import Settings, load_settings
+from gpusched.core.users import current_user_name
+from gpusched.tui.model import ViewState, apply_key
 
 if TYPE_CHECKING:
     from gpusched.tui.snapshot import SnapshotSource
 
-# Load colours: below WARN_PCT green, below CRIT_PCT yellow, else red (the defaults of
-# the config's top.warn_pct / top.crit_pct).
-WARN_PCT = 50.0
-CRIT_PCT = 80.0
 
-
-def _frozen_map() -> Mapping[Any, Any]:
-    return MappingProxyType({})
-
-
-@dataclass(frozen=True)
-class HostInfo:
-    hostname: str = ""
-    cpu_pct: float | None = None
-    mem_used_bytes: int | None = None
-    mem_total_bytes: int | None = None
-    load_avg: tuple[float, float, float] | None = None
-
-
-@dataclass(frozen=True)
-class ProcHost:
-    """The host side of a GPU process; None fields could not be read (N/A)."""
-
-    cpu_pct: float | None = None
-    rss_bytes: int | None = None
-    started_at: float | None = None
-
-
-@dataclass(frozen=True)
-class DaemonInfo:
-    pid: int
-    uptime_s: float
-    version: str
-
-
-class TopJob(NamedTuple):
-    """The fields of a pending or running job that top shows (a tuple: 1,000 are built
-    per frame, and a frozen dataclass takes several times as long to make)."""
-
-    id: int
-    name: str
-    user: str
-    uid: int
-    state: str
-    gpu_indices: tuple[int, ...] = ()
-    gpu_uuids: tuple[str, ...] = ()
-    gpus_requested: int = 0
-    gpu_mem_bytes: int | None = None
-    priority: int = 0
-    command: tuple[str, ...] = ()
-    submitted_at: float = 0.0
-    started_at: float | None = None
-    pending_reason: str = ""
-    time_limit_s: float | None = None
-    progress_pct: float | None = None  # the job's last gpusched.job.progress() report
-    progress_message: str = ""
-    cancelling: bool = False  # running, told to stop, not ended yet (it may ignore SIGTERM)
-
-    @classmethod
-    def from_dict(cls, job: Mapping[str, Any]) -> TopJob:
-        progress = job.get("progress") or {}
-        fraction = progress.get("fraction")
-        return cls(id=job["id"], name=job.get("name") or "", user=job.get("user") or "?",
-                   uid=job.get("uid", -1), state=job["state"],
-                   gpu_indices=tuple(job.get("gpu_indices") or ()),
-                   gpu_uuids=tuple(job.get("gpus") or ()),
-                   gpus_requested=job.get("gpus_requested", 0),
-                   gpu_mem_bytes=job.get("gpu_mem_bytes"), priority=job.get("priority", 0),
-                   command=tuple(job.get("command") or ()),
-                   submitted_at=job.get("submitted_at") or 0.0, started_at=job.get("started_at"),
-                   pending_reason=job.get("pending_reason") or "",
-                   time_limit_s=job.get("time_limit_s"),
-                   progress_pct=None if fraction is None else 100.0 * fraction,
-                   progress_message=progress.get("message") or "",
-                   cancelling=bool(job.get("cancelling")))
-
-
-@dataclass(frozen=True)
-class Snapshot:
-    """Everything one frame shows, read at one moment; render() needs nothing else."""
-
-    now: float
-    inventory: Inventory
-    host: HostInfo = HostInfo()
-    utc_offset_s: int = 0  # local time = now + offset, so frames never ask the host's zone
-    version: str = __version__
-    daemon: DaemonInfo | None = None
-    banner: str = ""
-    reserved_bytes: Mapping[str, int] = field(default_factory=_frozen_map)
-    pid_jobs: Mapping[int, int] = field(default_factory=_frozen_map)
-    jobs: tuple[TopJob, ...] = ()
-    proc_host: Mapping[int, ProcHost] = field(default_factory=_frozen_map)
-
-
-@dataclass(frozen=True)
-class ViewState:
-    """What the keys change; my_uid/my_user decide what is dimmed and what `u` keeps."""
-
-    my_uid: int = -1
-    my_user: str = ""
-    paused: bool = False
-    only_mine: bool = False
-    sort_index: int = 0
-    show_help: bool = False
-    warn_pct: float = WARN_PCT
-    crit_pct: float = CRIT_PCT
-    quit: bool = field(default=False, compare=False)
-
-
-def apply_key(view: ViewState, key: str, sort_count: int) -> ViewState:
-    """The view after one key press; unknown keys change nothing."""
-    if key in ("q", "Q"):
-        return replace(view, quit=True)
-    if key == "p":
-        return replace(view, paused=not view.paused)
-    if key == "u":
-        return replace(view, only_mine=not view.only_mine)
-    if key == "s":
-        return replace(view, sort_index=(view.sort_index + 1) % sort_count)
-    if key in ("?", "h"):
-        return replace(view, show_help=not view.show_help)
-    if key == "\x1b" and view.show_help:  # Esc closes the help, as in most viewers
-        return replace(view, show_help=False)
-    return view
-
-
-def my_view(warn_pct: float = WARN_PCT, crit_pct: float = CRIT_PCT) -> ViewState:
-    uid = os.getuid()
-    try:
-        user = pwd.getpwuid(uid).pw_name
-    except KeyError:
-        user = str(uid)
-    return ViewState(my_uid=uid, my_user=user, warn_pct=warn_pct, crit_pct=crit_pct)
+def my_view(settings: Settings) -> ViewState:
+    """The view for whoever runs top, with the config's load colours."""
+    return ViewState(my_uid=os.getuid(), my_user=current_user_name(),
+                     warn_pct=settings.top_warn_pct, crit_pct=settings.top_crit_pct)
 
 
 def run_top(interval: float, once: bool, open_backend: Callable[[str, str], Any]) -> int:
@@ -160,13 +31,12 @@ def run_top(interval: float, once: bool, open_backend: Callable[[str, str], Any]
 
     if not interval >= 0.1:  # also refuses NaN; a smaller interval would only burn CPU
         raise UsageError(f"--interval must be at least 0.1 seconds, not {interval}")
-    from gpusched.core.config import load_settings
     from gpusched.tui.snapshot import SnapshotSource
 
     once = once or not sys.stdout.isatty()
     source = SnapshotSource(open_backend, check_daemon=once)
     settings = load_settings(source.paths.config_file)
-    view = my_view(settings.top_warn_pct, settings.top_crit_pct)
+    view = my_view(settings)
     try:
         if once:
             return print_once(source, view)

@@ -11,6 +11,7 @@ from rich.console import Console, ConsoleOptions, RenderResult
 from rich.segment import Segment
 
 from gpusched.core.models import HIDDEN
+from gpusched.core.units import size_human
 
 # Who gets the lines of a short terminal first: pending rows are cut first (the header
 # still counts them all), the GPU rows last.
@@ -61,6 +62,15 @@ def command_human(command: Sequence[str], max_chars: int = 4096) -> str:
     # argument of 100,000 characters would cost a listing far more than the width it shows.
     text = shlex.join(word[:max_chars + 1] for word in command[:max_chars])
     return text if len(text) <= max_chars else text[:max(0, max_chars - 1)] + "…"
+
+
+def request_human(gpus: int, gpu_mem_bytes: int | None, no_gpu: str = "-") -> str:
+    """What a job asks of the GPUs: `2 GPUs` (whole ones), `2x20.0 GiB`, or `no_gpu`."""
+    if gpus == 0:
+        return no_gpu
+    if gpu_mem_bytes is None:
+        return f"{gpus} GPU" + ("s" if gpus > 1 else "")
+    return f"{gpus}x{size_human(gpu_mem_bytes)}"
 
 
 def c(value: object, style: str = "") -> Cell:

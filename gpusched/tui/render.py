@@ -16,7 +16,7 @@ from gpusched.core.units import duration_human, size_human
 
 if TYPE_CHECKING:
     from gpusched.core.models import GpuInfo, GpuProcess
-    from gpusched.tui.app import Snapshot, TopJob, ViewState
+    from gpusched.tui.model import Snapshot, TopJob, ViewState
 
 FULL_MIN_COLS = 140
 COMPACT_MIN_COLS = 80
@@ -245,16 +245,8 @@ def _owner_style(job: TopJob, view: ViewState) -> str:
     return "" if job.uid == view.my_uid else "dim"
 
 
-def _request(job: TopJob) -> str:
-    if job.gpus_requested == 0:
-        return "no GPU"
-    if job.gpu_mem_bytes is None:
-        return f"{job.gpus_requested} GPU" + ("s" if job.gpus_requested > 1 else "")
-    return f"{job.gpus_requested}x{size_human(job.gpu_mem_bytes)}"
-
-
 def _pending_row(snapshot: Snapshot, view: ViewState, _layout: str, job: TopJob) -> dict:
-    row = {"ID": job.id, "USER": job.user, "NAME": job.name, "REQUEST": _request(job),
+    row = {"ID": job.id, "USER": job.user, "NAME": job.name, "REQUEST": draw.request_human(job.gpus_requested, job.gpu_mem_bytes, "no GPU"),
            "PRIO": job.priority, "WAITED": duration_human(snapshot.now - job.submitted_at),
            "REASON": job.pending_reason or "-"}
     return {**{k: draw.c(v) for k, v in row.items()}, "": _owner_style(job, view)}

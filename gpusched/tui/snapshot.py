@@ -12,7 +12,7 @@ import psutil
 
 from gpusched.core.models import Inventory, inventory_from_dict
 from gpusched.proc import runfile
-from gpusched.tui.app import DaemonInfo, HostInfo, ProcHost, Snapshot, TopJob
+from gpusched.tui.model import DaemonInfo, HostInfo, ProcHost, Snapshot, TopJob
 
 DAEMON_TIMEOUT_S = 5.0  # a hung daemon must not freeze the screen for longer
 FIRST_CPU_SAMPLE_S = 0.1  # the host's CPU % needs two readings; the first frame waits this

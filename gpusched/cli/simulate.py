@@ -1,0 +1,74 @@
+"""`gpusched simulate`: replay a trace with the simulator and print its metrics, as a table
+or as JSON. The simulator itself (sim/) only computes."""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from dataclasses import asdict
+from pathlib import Path
+
+from gpusched.client.submitting import size_option
+from gpusched.core.errors import UsageError
+from gpusched.core.scheduling import HostCapacity
+from gpusched.sim import traces
+from gpusched.sim.simulator import TAU_S, Metrics, check_choices, compute_metrics, simulate
+
+
+def _report(trace: traces.Trace, metrics: Metrics, settings: dict) -> dict:
+    return {"trace": trace.source, **settings, "arrival_scale": trace.arrival_scale,
+            **asdict(metrics)}
+
+
+def _print_table(report: dict) -> None:
+    load = f"load {report['load']:g} (arrivals x{report['arrival_scale']:.3f})" \
+        if report["load"] is not None else "original load"
+    seed = f", seed {report['seed']}" if report["arrivals"] == "poisson" else ""
+    lines = [
+        f"{report['trace']}: {report['jobs']} jobs, {report['tenants']} tenants on "
+        f"{report['gpus']} GPUs; policy {report['policy']}, discipline {report['discipline']}, "
+        f"{load}, {report['arrivals']} arrivals{seed}",
+        ("average JCT", f"{report['avg_jct_s'] / 3600:.3f} h"),
+        ("median JCT", f"{report['median_jct_s'] / 3600:.3f} h"),
+        ("p99 JCT", f"{report['p99_jct_s'] / 3600:.3f} h"),
+        ("average wait", f"{report['avg_wait_s'] / 3600:.3f} h"),
+        (f"avg bounded slowdown (tau {TAU_S:g} s)", f"{report['avg_bounded_slowdown']:.3f}"),
+        ("makespan", f"{report['makespan_s'] / 3600:.3f} h"),
+        ("GPU utilization", f"{report['gpu_utilization'] * 100:.1f} %"),
+        ("Jain fairness (bounded slowdown by tenant)", f"{report['jain_fairness']:.3f}"),
+        ("simulated in", f"{report['elapsed_s']:.2f} s"),
+    ]
+    width = max(len(name) for name, _ in lines[1:])
+    sys.stdout.write(lines[0] + "\n" + "".join(f"  {name:<{width}}  {value:>10}\n"
+                                               for name, value in lines[1:]))
+
+
+def _host(cpus: int | None, mem: str | None) -> HostCapacity | None:
+    """The simulated host's cores and memory; None (not counted) unless either is given."""
+    if cpus is None and mem is None:
+        return None
+    if cpus is not None and cpus < 1:
+        raise UsageError(f"--cpus must be 1 or more, not {cpus}")
+    mem_bytes = size_option(mem, "--mem")
+    return HostCapacity(cpus=cpus or 10**6, mem_bytes=2**62 if mem_bytes is None else mem_bytes)
+
+
+def simulate_command(trace: Path, *, gpus: int, policy: str, discipline: str,
+                     load: float | None, arrivals: str, seed: int, as_json: bool,
+                     cpus: int | None = None, mem: str | None = None) -> int:
+    """`gpusched simulate`: replay, then print the metrics as a table or JSON."""
+    check_choices(gpus, policy, discipline)  # before reading a large file
+    started_s = time.perf_counter()
+    prepared = traces.prepare(trace, gpus=gpus, load=load, arrivals=arrivals, seed=seed)
+    host = _host(cpus, mem)
+    results = simulate(prepared.jobs, gpus=gpus, policy=policy, discipline=discipline, host=host)
+    settings = {"gpus": gpus, "cpus": cpus, "mem": mem, "policy": policy, "discipline": discipline, "load": load,
+                "arrivals": arrivals, "seed": seed if arrivals == "poisson" else None,
+                "elapsed_s": time.perf_counter() - started_s}
+    report = _report(prepared, compute_metrics(results, gpus), settings)
+    if as_json:
+        sys.stdout.write(json.dumps(report, indent=2) + "\n")
+    else:
+        _print_table(report)
+    return 0

@@ -1,0 +1,95 @@
+"""`gpusched submit` and `resubmit`: queue a job, or one again, and print its id.
+
+Their options are declared once, in client/options.py (the submit fast path reads the
+same table); the typer signatures here are built from it.
+"""
+
+from __future__ import annotations
+
+import inspect
+from typing import Any, Callable, List, Optional
+
+import typer
+
+from gpusched.cli.helpformat import App, Command
+from gpusched.client.options import RESUBMIT, RESUBMIT_FIELDS, SUBMIT, SubmitOptions
+from gpusched.client.submitting import submit_and_report
+
+app = App()
+_TYPES = {"str": str, "int": int, "list": List[str], "flag": bool, "yesno": bool}
+
+
+def with_options(rows: tuple) -> Callable[[Callable], Callable]:
+    """Give a command whose options come as **options the signature typer reads: its own
+    parameters, then a keyword parameter per row of an options table, named as the
+    SubmitOptions field."""
+    def decorate(command: Callable) -> Callable:
+        params = [p for p in inspect.signature(command, eval_str=True).parameters.values()
+                  if p.kind is not inspect.Parameter.VAR_KEYWORD]
+        for field, flags, kind, default, help_text in rows:
+            option = typer.Option(list(default) if kind == "list" else default, *flags,
+                                  help=help_text)
+            annotation = _TYPES[kind] if default is not None else Optional[_TYPES[kind]]
+            params.append(inspect.Parameter(field, inspect.Parameter.KEYWORD_ONLY,
+                                            default=option, annotation=annotation))
+        command.__signature__ = inspect.Signature(params)
+        command.__annotations__ = {p.name: p.annotation for p in params}
+        return command
+    return decorate
+
+
+class SubmitCommand(Command):
+    """`submit`, which also reads Slurm's `--kill-on-invalid-dep=yes|no`: typer's flags take
+    no value, so the fast path's parser folds that form into the bare flag first."""
+
+    def parse_args(self, ctx, args):  # noqa: ANN001 - click's signature
+        from gpusched.client.fastsubmit import fold_yes_no
+
+        return super().parse_args(ctx, fold_yes_no(args))
+
+
+@app.command(cls=SubmitCommand, context_settings={"allow_interspersed_args": False})
+@with_options(SUBMIT)
+def submit(
+    command: Optional[List[str]] = typer.Argument(None, metavar="-- COMMAND...",
+                                                  help="The command and its arguments."),
+    **options: Any,
+) -> None:
+    """Queue a job and print its id.
+
+    \b
+    Examples:
+      gpusched submit --gpus 1 --gpu-mem 20G -- python train.py
+      gpusched submit --gpus 2 --time 4h --wait -- torchrun train.py
+    """
+    opts = SubmitOptions(command=command or [], **options)
+    raise typer.Exit(submit_and_report(opts))
+
+
+@app.command()
+@with_options(RESUBMIT)
+def resubmit(
+    job_id: str = typer.Argument(..., metavar="JOBID", help="The job to run again (an "
+                                 "array's id: the whole array; ARRAY_INDEX: one element)."),
+    **options: Any,
+) -> None:
+    """Run a job again as a new job, and print its id.
+
+    The new job has the old one's spec: command, working directory, the environment it
+    was submitted with, GPUs, memory, limits, constraints, dependencies, retries. The
+    options below change that part of it. Any job may be run again, even one still
+    pending or running (that one is left as it is); only its owner or an admin may, and
+    the new job runs as the old one's user.
+
+    \b
+    Examples:
+      gpusched resubmit 12
+      gpusched resubmit 12 --gpus 2 --time 8h --hold
+    """
+    from gpusched.client.submitting import resubmit_and_report
+
+    # Not given: None, or False for a flag (0 and "" are values someone gave).
+    given = [name for name, value in options.items()
+             if name in RESUBMIT_FIELDS and value is not None and value is not False]
+    opts = SubmitOptions(**{k: v for k, v in options.items() if v is not None})
+    raise typer.Exit(resubmit_and_report(job_id, opts, given))

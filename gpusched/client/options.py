@@ -1,0 +1,135 @@
+"""The options of `submit` and `resubmit`, in one table, and SubmitOptions, which holds them.
+
+The submit fast path's parser, SubmitOptions and the typer commands are all built from
+the tables here, so an option is declared once. Plain tuples and classes, no typing or
+dataclasses: the fast path imports this module on every submit.
+"""
+
+from __future__ import annotations
+
+# typing is imported only by type checkers (it would cost every submit several ms).
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
+
+# What an option's value is: "str" and "int" take one, "list" takes one each time it is
+# given, "flag" takes none, "yesno" is a flag that also takes Slurm's =yes or =no.
+KINDS = ("str", "int", "list", "flag", "yesno")
+
+# `submit`'s options, in the order its --help lists them:
+# (SubmitOptions field, flags, kind, default, help).
+SUBMIT = (
+    ("gpus", ("--gpus", "-G"), "str", None,
+     "GPUs to give the job: N, or TYPE:N as in Slurm (a100:2: two whose name contains "
+     "a100). Default 0; 1 with --gpu-mem, --gpu-ids or another GPU constraint."),
+    ("gpu_mem", ("--gpu-mem",), "str", None,
+     "Memory per GPU, e.g. 20G. Jobs may then share a GPU; without it GPUs are whole."),
+    ("name", ("--name", "--job-name", "-n"), "str", "", "A name to show in listings."),
+    ("priority", ("--priority",), "int", 0, "Higher starts first."),
+    ("cwd", ("--cwd", "--chdir"), "str", None, "Working directory (default: here)."),
+    ("env", ("--env", "-e"), "list", [], "Set NAME=VALUE for the job."),
+    ("from_file", ("--from-file", "-f"), "str", None,
+     "One job per line of shell commands (- for stdin)."),
+    ("wait", ("--wait", "-W"), "flag", False, "Wait, then exit with the job's status."),
+    ("json", ("--json",), "flag", False, "Print JSON (stable field names) instead of a table."),
+    ("hold", ("--hold",), "flag", False, "Queue it held: it starts after `release`."),
+    ("after", ("--after",), "list", [], "Start after these jobs succeed: 3,4."),
+    ("dependency", ("--dependency", "-d"), "list", [],
+     "Slurm form: afterok:3:4,afterany:5,afternotok:6, after:7 (once 7 started); ids may be "
+     "ARRAY_INDEX (12_3)."),
+    ("kill_on_invalid_dep", ("--kill-on-invalid-dep",), "yesno", False,
+     "Cancel the job if its dependency can never be met (also Slurm's =yes or =no)."),
+    ("array", ("--array", "-a"), "str", None,
+     "One job per index: 0-99, 1,3,5-7, 0-15:4 (a step); 0-99%8 runs at most 8 at once."),
+    ("time", ("--time", "-t"), "str", None,
+     "Time limit as in Slurm: MINUTES (a bare number is minutes), M:S, H:M:S, D-H, D-H:M, "
+     "D-H:M:S; or 45s, 2h30m, 1d; 0 or UNLIMITED for none."),
+    ("signal", ("--signal",), "str", None,
+     "[B:]SIG[@SECONDS] before the time limit, e.g. USR1@120 (default 60 s)."),
+    ("retries", ("--retries",), "int", 0, "Re-queue a failed job up to N times."),
+    ("retry_on", ("--retry-on",), "str", None, "Ends that re-queue: failed,timeout,cancelled,lost."),
+    ("retry_delay", ("--retry-delay",), "str", None,
+     "Wait before a retry (default 10s), doubling after each failed attempt up to 5m (or the "
+     "delay, if longer); 0 retries at once."),
+    ("policy", ("--policy",), "str", None, "Placement policy for this job."),
+    ("gpu_ids", ("--gpu-ids",), "str", None,
+     "Only these GPUs: 0,2 (one of them, unless --gpus asks for more)."),
+    ("exclude_gpus", ("--exclude-gpus",), "str", None, "Never these GPUs: 3."),
+    ("gpu_type", ("--gpu-type",), "str", None, "Part of the GPU name: H100."),
+    ("min_gpu_total_mem", ("--min-gpu-total-mem",), "str", None,
+     "Only GPUs with this much memory: 40G."),
+    ("min_compute_capability", ("--min-compute-capability",), "str", None,
+     "Only GPUs at least this: 8.0."),
+    ("cpus", ("--cpus", "--cpus-per-task", "-c"), "int", None,
+     "CPU cores the job needs; it waits for them. Without it a GPU job counts one core but "
+     "never waits for it; 0 needs none."),
+    ("mem", ("--mem",), "str", None,
+     "Host memory the job needs, e.g. 16G (a bare number is MiB, as in Slurm)."),
+)
+
+# `resubmit`'s options, a subset of submit's: (SubmitOptions field, its flags, kind and
+# help where they differ from submit's, else None; the field of the job's spec it changes,
+# None for one that changes nothing in it). Each defaults to "not given".
+_RESUBMIT_CHANGES = (
+    ("gpus", None, "int", "GPUs instead of the job's (0 also drops its --gpu-mem and GPU "
+     "constraints).", "gpus"),
+    ("gpu_mem", None, None, "Memory per GPU instead of the job's.", "gpu_mem_bytes"),
+    ("name", ("--name", "-n"), None, "Another name.", "name"),
+    ("priority", None, None, "Another priority.", "priority"),
+    ("time", None, None, "Another time limit.", "time_limit_s"),
+    ("cpus", ("--cpus", "-c"), None, "Other CPU cores.", "cpus"),
+    ("mem", None, None, "Other host memory.", "mem_bytes"),
+    ("hold", None, None, None, "hold"),
+    ("wait", None, None, None, None),
+    ("json", None, None, "Print the new id as JSON.", None),
+)
+
+
+def _resubmit_rows() -> tuple:
+    by_field = {row[0]: row for row in SUBMIT}
+    rows = []
+    for field, flags, kind, help_text, _ in _RESUBMIT_CHANGES:
+        _, submit_flags, submit_kind, _, submit_help = by_field[field]
+        kind = kind or submit_kind
+        rows.append((field, flags or submit_flags, kind, False if kind == "flag" else None,
+                     help_text or submit_help))
+    return tuple(rows)
+
+
+# resubmit's options as rows of the same shape as SUBMIT's.
+RESUBMIT = _resubmit_rows()
+# resubmit's options -> the field of the job's spec each one changes.
+RESUBMIT_FIELDS = {field: spec for field, _, _, _, spec in _RESUBMIT_CHANGES if spec}
+
+
+def flags_of(rows: tuple) -> dict[str, tuple[str, str]]:
+    """Each flag of the rows -> (its field, its kind)."""
+    return {flag: (field, kind) for field, flags, kind, _, _ in rows for flag in flags}
+
+
+class SubmitOptions:
+    """Everything `gpusched submit` accepts, before it is checked.
+
+    A plain class, not a dataclass: the submit fast path imports this module, and the
+    dataclasses machinery alone would cost every submit about 15 ms of start-up.
+    """
+
+    # Each option and its default; the lists are copied per instance.
+    DEFAULTS: dict = {"command": [], **{row[0]: row[3] for row in SUBMIT}}
+
+    def __init__(self, **values: Any):
+        unknown = values.keys() - self.DEFAULTS.keys()
+        if unknown:
+            raise TypeError(f"unknown submit options: {sorted(unknown)}")
+        for name, default in self.DEFAULTS.items():
+            value = values.get(name, default)
+            setattr(self, name, list(value) if isinstance(default, list) else value)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {name: getattr(self, name) for name in self.DEFAULTS}
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, SubmitOptions) and self.as_dict() == other.as_dict()
+
+    def __repr__(self) -> str:
+        return f"SubmitOptions({self.as_dict()!r})"
