@@ -7,12 +7,14 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any, Callable
 
 import psutil
 import pytest
+from filelock import FileLock
 
 from gpusched.proc import runfile
 from gpusched.proc.seam import ProcessSeam
@@ -36,6 +38,14 @@ def wait_until(predicate: Callable[[], Any], what: str, timeout: float = DEADLIN
             pytest.fail(f"timed out after {timeout:.0f} s waiting for {what}")
         time.sleep(delay)
         delay = min(delay * 1.5, 0.2)
+
+
+def accounts(*argv: str, check: bool = True) -> subprocess.CompletedProcess:
+    """useradd, userdel, groupadd or groupdel, one at a time on this machine: the suite runs
+    in several processes (pytest -n), and these tools give up when another holds
+    /etc/passwd's lock for long."""
+    with FileLock(os.path.join(tempfile.gettempdir(), "gpusched-tests-accounts.lock")):
+        return subprocess.run(argv, check=check, capture_output=True, text=True)
 
 
 def executable(path: Path, text: str, mode: int = 0o755) -> Path:

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO, Home, wait_until
+from conftest import REPO, Home, accounts, wait_until
 from gpusched.client.connection import Client
 from gpusched.client.paths import resolve_paths
 
@@ -183,8 +183,8 @@ def stranger():
     if os.geteuid() != 0 or not shutil.which("useradd") or not shutil.which("setpriv"):
         pytest.skip("needs root, useradd and setpriv to act as another user")
     name = f"gst{uuid.uuid4().hex[:8]}"
-    subprocess.run(["useradd", "--no-create-home", "--home-dir", "/nonexistent",
-                    "--shell", "/usr/sbin/nologin", name], check=True, capture_output=True)
+    accounts("useradd", "--no-create-home", "--home-dir", "/nonexistent",
+             "--shell", "/usr/sbin/nologin", name)
     try:
         user = pwd.getpwnam(name)
         # The test interpreter may live where others cannot reach (/root/.pyenv here);
@@ -200,7 +200,7 @@ def stranger():
             pytest.skip(f"no Python that user {name} can run gpusched with")
         yield user, python, env
     finally:
-        subprocess.run(["userdel", name], capture_output=True)
+        accounts("userdel", name, check=False)
 
 
 @pytest.fixture

@@ -18,8 +18,8 @@ from pathlib import Path
 import psutil
 import pytest
 
-from conftest import (DEADLINE_S, REPO, executable, find_shim, is_gone, kill_all, wait_until,
-                      with_descendants)
+from conftest import (DEADLINE_S, REPO, accounts, executable, find_shim, is_gone, kill_all,
+                      wait_until, with_descendants)
 
 TOOLS = ("useradd", "userdel", "groupadd", "groupdel", "setpriv")
 pytestmark = [
@@ -44,17 +44,17 @@ def users():
     """Two fresh users: A is also in an extra group, so supplementary groups show."""
     tag = uuid.uuid4().hex[:6]
     group, names = f"gpsg{tag}", (f"gpsa{tag}", f"gpsb{tag}")
-    subprocess.run(["groupadd", group], check=True)
+    accounts("groupadd", group)
     try:
-        subprocess.run(["useradd", "-m", "-G", group, names[0]], check=True)
-        subprocess.run(["useradd", "-m", names[1]], check=True)
+        accounts("useradd", "-m", "-G", group, names[0])
+        accounts("useradd", "-m", names[1])
         alice = User(names[0])
         alice.extra_group = group
         yield alice, User(names[1])
     finally:
         for name in names:
-            subprocess.run(["userdel", "-r", name], capture_output=True)
-        subprocess.run(["groupdel", group], capture_output=True)
+            accounts("userdel", "-r", name, check=False)
+        accounts("groupdel", group, check=False)
 
 
 def _python_for_users() -> tuple[str, str]:
