@@ -80,7 +80,8 @@ class FakeShims:
         spec, pid = self.launched[job_id], _FAKE_PID_BASE + len(self.launches)
         with open(spec["run_file"], "w") as run:
             run.write(runfile.record_line("spec", spec) +
-                      runfile.record_line("shim", {"pid": pid, "start_ticks": pid}))
+                      runfile.record_line("shim", {"pid": pid, "start_ticks": pid,
+                                                   "run": spec.get("run")}))
         self.alive[job_id] = pid
         return pid
 
@@ -88,7 +89,8 @@ class FakeShims:
              error: str = "") -> None:
         """The job ended: its shim writes the exit record and is gone."""
         runfile.append_record(self.launched[job_id]["run_file"], "exit", {
-            "exit_code": code, "signal": signum, "ended_at": self.clock.time(), "error": error})
+            "exit_code": code, "signal": signum, "ended_at": self.clock.time(), "error": error,
+            "run": self.launched[job_id].get("run")})
         del self.alive[job_id]
 
     def vanish(self, job_id: int) -> None:

@@ -51,7 +51,10 @@ def list_jobs(
         raise UsageError("choose one of --json and --format")
     columns = listing.parse_fields(fields) if fields is not None else None
     filters = listing.request_filters(users, me, states, names)
-    jobs = Client().call("list", all=all_jobs, **filters)["jobs"]
+    reply = Client().call("list", all=all_jobs, **filters)
+    jobs, writes = reply["jobs"], render.write_problem_line(reply.get("write_problem"))
+    if writes:  # on stderr: --json and --format output stay what scripts read
+        sys.stderr.write(f"Warning: {writes}\n")
     if as_json:
         print_json(jobs)
     elif columns is not None:

@@ -187,16 +187,27 @@ def usage_line(usage: dict[str, float], half_life_s: float | None, shown: int = 
             f"{listed or 'none yet'}")
 
 
+def write_problem_line(problem: dict[str, Any] | None) -> str | None:
+    """Why the daemon cannot write its queue (from `status` or `ls`), or None."""
+    if not problem:
+        return None
+    since = time.strftime("%H:%M:%S", time.localtime(problem.get("since") or time.time()))
+    return (f"the queue cannot be written since {since}: {problem['cause']}; submits and "
+            f"changes are refused until it can. {problem['remedy']}.")
+
+
 def status_lines(status: dict[str, Any]) -> list[str]:
     gpus = f"{status['gpu_count']} GPU(s) via {status['backend']}"
     if status.get("gpu_problem"):
         gpus += f" ({status['gpu_problem']})"
+    writes = write_problem_line(status.get("write_problem"))
     return [
         f"gpusched daemon {status['version']} running, pid {status['pid']}, "
         f"up {duration_human(status['uptime_s'])}",
         f"GPUs: {gpus}",
         f"jobs: {status['running']} running, {status['pending']} pending"
         + (" (draining)" if status.get("draining") else ""),
+        *([f"writes: FAILING: {writes}"] if writes else []),
         f"scheduling: policy {status.get('policy')}, discipline {status.get('discipline')}",
         host_line(status["host"]),
         usage_line(status.get("fairshare_usage") or {}, status.get("fairshare_half_life_s")),

@@ -43,6 +43,22 @@ class StoreError(GpuschedError):
     """The queue file is corrupt, too new, or cannot be opened."""
 
 
+class StoreWriteError(GpuschedError):
+    """A write to the queue failed (the disk is full, another process holds its lock, an
+    I/O error): an error for the request that asked for it, never for the daemon."""
+
+    def __init__(self, cause: str, remedy: str, undone: str = ""):
+        # cause: what went wrong, in words, with SQLite's own; remedy: what to do about it;
+        # undone: what the refusal means for the request ("nothing was queued").
+        super().__init__(f"the queue cannot be written: {cause}. {remedy}"
+                         + (f"; {undone}." if undone else "."))
+        self.cause, self.remedy = cause, remedy
+
+    def saying(self, undone: str) -> "StoreWriteError":
+        """The same failure, ending with what it means for one request."""
+        return StoreWriteError(self.cause, self.remedy, undone)
+
+
 class ProtocolError(GpuschedError):
     """A frame that is too large, truncated, or not the JSON we expect."""
 

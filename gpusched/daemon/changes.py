@@ -31,7 +31,7 @@ class Changes:
         jobs = targets(self.state, req.args["ids"])
         self.setup.authz.require_owner(jobs, req.creds, f"{verb} it", req.name)
         results, refused = {}, {}
-        with self.state.store.write():
+        with self.state.write():
             for job in jobs:
                 try:
                     results[str(job.id)] = apply(self.state.jobs.get(job.id, job))
@@ -56,7 +56,8 @@ class Changes:
         # The shim passes SIGTERM to the job's process group and sends SIGKILL after the
         # grace period; its exit record then ends the job as cancelled. A shim being
         # launched, its pid not known yet, gets it once it is (JobControl._found_shim).
-        self.seam.signal_job(job, signal.SIGTERM)
+        # Only once the cancel is stored: a refused cancel must not stop the job.
+        self.state.after_commit(lambda: self.seam.signal_job(job, signal.SIGTERM))
         return "cancelling"
 
     def hold(self, req: Request) -> dict:

@@ -38,6 +38,14 @@ class UsageLedger:
         except (ValueError, TypeError, KeyError, AttributeError):
             log.warning("ignoring unreadable fair-share usage in the queue file: %.200s", text)
 
+    def snapshot(self) -> tuple:
+        """The ledger as it is, to restore if a write that changes it fails."""
+        return dict(self.usage), self.at, list(self._ended), self._save_due
+
+    def restore(self, snapshot: tuple) -> None:
+        usage, self.at, ended, self._save_due = snapshot
+        self.usage, self._ended = dict(usage), list(ended)
+
     def run_ended(self, job: Job, when: float) -> None:
         """Count a run's last stretch, up to its end (it may have been running unseen)."""
         self._ended.append((job.user, scheduling.run_gpu_seconds(job, self.at, when)))

@@ -11,6 +11,7 @@ from gpusched.daemon import host
 from gpusched.core import lifecycle, placement, scheduling
 from gpusched.proc import jobenv, runfile
 from gpusched.proc.seam import ProcessSeam
+from gpusched.core.errors import StoreWriteError
 from gpusched.core.models import GpuInfo, Job, JobState, transition
 from gpusched.daemon.state import DaemonState, Setup
 
@@ -44,7 +45,10 @@ class JobControl:
         now = self.setup.clock.time()
         self.retry_at = {job.id: job.eligible_at for job in state.pending()
                          if job.eligible_at is not None and job.eligible_at > now}
-        self.reconcile_running(check_liveness=True)
+        try:
+            self.reconcile_running(check_liveness=True)
+        except StoreWriteError:
+            pass  # in the log (WriteHealth); the loop's passes try again
         for job in state.running():
             if job.master_port:
                 self.seam.hold_port(job.id, job.master_port)
@@ -55,12 +59,13 @@ class JobControl:
         """Learn new shims' pids; record runs that ended, from their exit record, or as
         lost if their shim vanished (or never started)."""
         state, jobs_dir = self.state, self.setup.paths.jobs_dir
-        failed_launches = self._take_launch_failures()
         if not state.running():
+            self._take_launch_failures()
             return
-        with state.store.write():
+        with state.write():
+            failed_launches = self._take_launch_failures()
             for job in state.running():
-                run = runfile.read_run(jobs_dir, job.id)
+                run = runfile.read_run(jobs_dir, job.id, runfile.run_token(job))
                 record = run.exit
                 if record is None and job.shim_pid is None and run.shim is not None:
                     job = self._found_shim(job, self.seam.identify_shim(*run.shim))
@@ -70,7 +75,7 @@ class JobControl:
                     continue
                 if record is None and check_liveness and not self._is_alive(job):
                     # Read again: the shim may have written its record and exited since.
-                    record = runfile.read_run(jobs_dir, job.id).exit
+                    record = runfile.read_run(jobs_dir, job.id, runfile.run_token(job)).exit
                     if record is None:
                         self.end(job, JobState.LOST, self.setup.clock.time(), end_reason=(
                             "the job's shim vanished without an exit record "
@@ -91,6 +96,8 @@ class JobControl:
         while not self.launch_failures.empty():
             job_id, reason = self.launch_failures.get_nowait()
             failures[job_id] = reason
+        # Kept for the next pass if this one's write fails.
+        self.state.on_rollback(lambda: [self.launch_failures.put(f) for f in failures.items()])
         return failures
 
     def _found_shim(self, job: Job, shim: tuple[int, float]) -> Job:
@@ -100,7 +107,7 @@ class JobControl:
         job = replace(job, shim_pid=shim[0], shim_start_time=shim[1])
         self.state.remember(job)
         if job.cancel_requested:
-            self.seam.signal_job(job, signal.SIGTERM)
+            self._signal_after_commit(job, signal.SIGTERM)
         return job
 
     def _is_alive(self, job: Job) -> bool:
@@ -109,16 +116,21 @@ class JobControl:
         return self.seam.is_alive(job)
 
     def end(self, job: Job, end_state: JobState, when: float, **record) -> None:
+        """Store a run's end (inside a write); its port, cgroup and run file are let go
+        once that commits: until then the run file is the only record of the end."""
         ended = lifecycle.finish(job, end_state, when, **record)
         self.state.usage.run_ended(job, when)
-        self.seam.release_port(job.id)
-        if self.setup.cgroups:
-            self.setup.cgroups.remove(job.id)
-        if ended.state is JobState.PENDING:
-            runfile.clear_run(self.setup.paths.jobs_dir, job.id)  # the next attempt starts clean
-            self.retry_at[job.id] = ended.eligible_at
-            log.info("job %d re-queued (attempt %d)", job.id, ended.attempt)
         self.state.save(ended)
+        self.state.after_commit(lambda: self._let_go(ended))
+
+    def _let_go(self, ended: Job) -> None:
+        self.seam.release_port(ended.id)
+        if self.setup.cgroups:
+            self.setup.cgroups.remove(ended.id)
+        if ended.state is JobState.PENDING:
+            runfile.clear_run(self.setup.paths.jobs_dir, ended.id)  # the next attempt starts clean
+            self.retry_at[ended.id] = ended.eligible_at
+            log.info("job %d re-queued (attempt %d)", ended.id, ended.attempt)
 
     # -- what running jobs use -------------------------------------------------------------
     def check_memory(self) -> None:
@@ -151,7 +163,7 @@ class JobControl:
 
     def _save_all(self, jobs: list[Job]) -> None:
         if jobs:
-            with self.state.store.write():
+            with self.state.write():
                 for job in jobs:
                     self.state.save(job)
 
@@ -164,11 +176,14 @@ class JobControl:
                 due.append((job, step[1]))
         if not due:
             return
-        with self.state.store.write():
+        with self.state.write():
             for job, action in due:
                 changed, signum = lifecycle.apply_limit_action(job, action)
                 self.state.save(changed)
-                self.seam.signal_job(changed, signum)
+                self._signal_after_commit(changed, signum)
+
+    def _signal_after_commit(self, job: Job, signum: int) -> None:
+        self.state.after_commit(lambda: self.seam.signal_job(job, signum))
 
     def next_deadline(self) -> float | None:
         """When the next time-limit action is due, or a re-queued job may start (epoch s)."""
@@ -198,7 +213,7 @@ class JobControl:
                                    self._dependency_states(pending), state.usage.usage,
                                    self.placements)
         self.placements = dict(plan.placements)
-        with state.store.write():
+        with state.write():
             for job_id, gpus in plan.starts:
                 self.start(state.jobs[job_id], gpus)
             for job_id, reason in plan.cancels.items():
@@ -234,16 +249,26 @@ class JobControl:
         started_at = self.setup.clock.time()
         env = jobenv.job_environment(job, gpus, port, settings.visible_devices, started_at,
                                      dict(settings.job_env))
-        self.launches.append(runfile.run_spec(job, env, paths.jobs_dir, paths.wake_socket,
-                                              settings.cancel_grace_s, cgroup,
-                                              run_as=job.uid if paths.is_system else None))
         # No GPU read is needed now: until the next one, the new job's whole declared
         # memory counts as promised (placement.gpu_loads). Its shim's pid comes later,
         # from the run file (_found_shim).
-        self.state.save(transition(
+        started = transition(
             job, JobState.RUNNING, started_at=started_at, gpu_uuids=tuple(g.uuid for g in gpus),
             gpu_indices=tuple(g.index for g in gpus), master_port=port, pending_reason="",
-            eligible_at=None, boot_id=self.seam.boot_id))
+            eligible_at=None, boot_id=self.seam.boot_id)
+        spec = runfile.run_spec(started, env, paths.jobs_dir, paths.wake_socket,
+                                settings.cancel_grace_s, cgroup,
+                                run_as=job.uid if paths.is_system else None)
+        self.state.save(started)
+        # Launched only once the start is stored (launch_started); if storing it fails,
+        # what was taken for it is given back and a later pass tries again.
+        self.state.after_commit(lambda: self.launches.append(spec))
+        self.state.on_rollback(lambda: self._take_back(job.id, cgroup))
+
+    def _take_back(self, job_id: int, cgroup: object) -> None:
+        self.seam.release_port(job_id)
+        if cgroup is not None:
+            self.setup.cgroups.remove(job_id)
 
     def launch_started(self) -> None:
         """Launch the shims of the jobs started in a pass, once that pass is committed:
@@ -256,12 +281,16 @@ class JobControl:
                 self.seam.launch(spec)
             except OSError as exc:
                 log.exception("cannot launch job %d", spec["job_id"])
-                failed.append((spec["job_id"], f"cannot start its shim: {exc}"))
+                failed.append((spec["job_id"], str(exc)))
         if failed:
-            with self.state.store.write():
-                for job_id, failure in failed:
-                    self.end(self.state.jobs[job_id], JobState.FAILED, self.setup.clock.time(),
-                             end_reason=failure)
+            try:
+                with self.state.write():
+                    for job_id, failure in failed:
+                        self.end(self.state.jobs[job_id], JobState.FAILED,
+                                 self.setup.clock.time(), end_reason=f"cannot start its shim: {failure}")
+            except StoreWriteError:
+                for failure in failed:  # a later pass ends them (reconcile_running)
+                    self.launch_failures.put(failure)
 
 
 def _array_state(states: list[JobState]) -> JobState:

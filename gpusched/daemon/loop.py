@@ -21,7 +21,7 @@ from gpusched.proc.seam import ProcessSeam
 from gpusched.daemon.authz import Authz
 from gpusched.core.config import Settings, load_settings
 from gpusched.client.paths import Paths, ensure_private_dir
-from gpusched.core.errors import ConfigError, GpuschedError
+from gpusched.core.errors import ConfigError, GpuschedError, StoreWriteError
 from gpusched.gpus import GpuBackend, open_backend
 from gpusched.daemon.cgroups import CgroupJobs
 from gpusched.daemon.handlers import Handlers
@@ -157,9 +157,12 @@ class Daemon:
         self.read_gpus()
 
     def save_usage(self) -> None:
-        with self.state.store.write():  # a restart goes on from this usage
-            self.state.usage.account(self.state.running(), self.clock.time(), self.state.store,
-                                     save=True)
+        try:
+            with self.state.write():  # a restart goes on from this usage
+                self.state.usage.account(self.state.running(), self.clock.time(),
+                                         self.state.store, save=True)
+        except StoreWriteError:
+            pass  # in the log; a restart counts running jobs from the last usage stored
 
     def _set_up_cgroups(self) -> CgroupJobs | None:
         """Kernel-enforced memory limits when enforce_mem is on and a cgroup v2 tree is ours."""
@@ -204,12 +207,17 @@ class Daemon:
 
     def step(self, calls: list[Call]) -> None:
         """One turn of the loop: the requests, then a pass, then the shims of the jobs it
-        started, then the waits it ended."""
+        started, then the waits it ended. While writes to the queue fail, passes (which
+        write) wait for the next retry; requests are answered all the same."""
         for call in calls:
             self.handle(call)  # each request commits before it is answered
-        with self.state.store.write():  # the loop's own changes: one commit per pass
-            self.run_pass(schedule=bool(calls))
-        self.control.launch_started()
+        if self.state.writes.retry_due():
+            try:
+                with self.state.write():  # the loop's own changes: one commit per pass
+                    self.run_pass(schedule=bool(calls) or self.state.writes.failing)
+                self.control.launch_started()
+            except StoreWriteError:
+                pass  # nothing of the pass happened; said once in the log (WriteHealth)
         self.answer_waiters()
 
     def handle(self, call: Call) -> None:
@@ -234,7 +242,10 @@ class Daemon:
             self.control.check_memory()
         now = self.clock.time()
         self.control.enforce_limits(now)
-        self.state.usage.account(self.state.running(), now, self.state.store)
+        # A retry after failed writes writes the usage, if nothing else: a commit is the
+        # only proof that writes work again.
+        self.state.usage.account(self.state.running(), now, self.state.store,
+                                 save=self.state.writes.failing)
         if self.control.retries_due(now):
             self.state.schedule_needed = True
         if self.state.gpus_dirty or poll_due:

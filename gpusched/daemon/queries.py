@@ -34,7 +34,8 @@ class Queries:
                 "discipline": setup.queue_rules(state.draining).discipline,
                 "host": self.host_usage(), "mem_enforcement": setup.mem_enforcement(),
                 "fairshare_usage": state.usage.until(state.running(), now),
-                "fairshare_half_life_s": setup.settings.fairshare_half_life_s}
+                "fairshare_half_life_s": setup.settings.fairshare_half_life_s,
+                "write_problem": state.writes.to_dict()}
 
     def host_usage(self) -> dict:
         """Cores and memory: usable, reserved by running jobs, and used by the whole host."""
@@ -54,7 +55,7 @@ class Queries:
             jobs = sorted(state.store.finished(limit) + jobs, key=lambda j: j.id)
         # Filtered as the caller sees them: a hidden name must not be found by its pattern.
         rows = jobfilter.select(self.setup.authz.viewer(req.creds[1]).jobs(jobs), req.args)
-        return {"jobs": self.with_progress(rows)}
+        return {"jobs": self.with_progress(rows), "write_problem": state.writes.to_dict()}
 
     def show(self, req: Request) -> dict:
         jobs = named_each(self.state, req.args["ids"], whole_arrays=False)

@@ -4,12 +4,14 @@ and the flags; and the setup it runs with. Request handling and job control are 
 from __future__ import annotations
 
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Callable, Iterator
 
 from gpusched.client.paths import Paths
 from gpusched.core import scheduling
 from gpusched.core.config import Settings
+from gpusched.core.errors import StoreWriteError
 from gpusched.core.models import Inventory, Job, JobState
 from gpusched.core.placement import PlacementRules
 from gpusched.daemon.authz import Authz
@@ -17,6 +19,7 @@ from gpusched.daemon.cgroups import CgroupJobs
 from gpusched.daemon.fairshare import UsageLedger
 from gpusched.daemon.host import Host
 from gpusched.daemon.store import Store
+from gpusched.daemon.writefail import WriteHealth
 
 
 @dataclass(frozen=True)
@@ -70,6 +73,12 @@ class DaemonState:
         self.stopping = False
         self.schedule_needed = True  # something a scheduling pass depends on changed
         self.gpus_dirty = True  # a run that held GPUs ended: read them before the poll
+        self.writes = WriteHealth(setup.clock)
+        # While a write() runs: each job it changed as it was before (None: not active),
+        # and what to do once it commits, or if it fails.
+        self._undo: dict[int, Job | None] | None = None
+        self._on_commit: list[Callable[[], None]] = []
+        self._on_rollback: list[Callable[[], None]] = []
 
     # -- the active jobs ----------------------------------------------------------------
     def load_active(self, jobs: list[Job]) -> None:
@@ -96,28 +105,77 @@ class DaemonState:
     def remember(self, job: Job) -> None:
         """Keep the active set in step with a job, without a write of its own: for a job
         just stored, and for what a restart works out again by itself (pending reasons,
-        and shim pids, which the run files hold). The next save stores those too."""
+        and shim pids, which the run files hold). The next save stores those too.
+        Inside write(), the change is undone if the write fails."""
         previous = self.jobs.get(job.id)
-        if job.state.is_final:
-            self.jobs.pop(job.id, None)
-        else:
-            self.jobs[job.id] = job
-        for subset, belongs in ((self._running, job.is_running),
-                                (self._pending, job.state is JobState.PENDING)):
-            if belongs:
-                subset[job.id] = job
-            else:
-                subset.pop(job.id, None)
+        if self._undo is not None:
+            self._undo.setdefault(job.id, previous)
+        self._place(job.id, None if job.state.is_final else job)
         if previous is not None and previous.state is JobState.RUNNING and not job.is_running:
             # A run ended: its GPUs are free, so read them again rather than wait for the
             # poll, and let waiting jobs (and dependents) be considered.
             self.gpus_dirty = self.gpus_dirty or bool(previous.gpu_uuids)
             self.schedule_needed = True
 
+    def _place(self, job_id: int, job: Job | None) -> None:
+        """The active version of a job, or None: it is not active."""
+        for subset, belongs in ((self.jobs, job is not None),
+                                (self._running, job is not None and job.is_running),
+                                (self._pending, job is not None and job.state is JobState.PENDING)):
+            if belongs:
+                subset[job_id] = job
+            else:
+                subset.pop(job_id, None)
+
+    # -- writes ---------------------------------------------------------------------------
+    @contextmanager
+    def write(self, undone: str = "nothing was changed") -> Iterator[None]:
+        """One write transaction of the store and of this state together. Nothing it
+        changes in memory (jobs, fair-share usage) outlives a failed commit, and what waits
+        for the commit (after_commit: signals, launches) happens only after it. A failed
+        write raises StoreWriteError ending in `undone`. Nested uses join the outer one."""
+        if self._undo is not None:
+            yield
+            return
+        self._undo, self._on_commit, self._on_rollback = {}, [], []
+        usage, changes = self.usage.snapshot(), self.store.total_changes
+        try:
+            with self.store.write():
+                yield
+        except BaseException as exc:
+            undo, on_rollback, self._undo = self._undo, self._on_rollback, None
+            for job_id, job in undo.items():
+                self._place(job_id, job)
+            self.usage.restore(usage)
+            for action in on_rollback:
+                action()
+            if isinstance(exc, StoreWriteError):
+                self.writes.failed(exc)
+                raise exc.saying(undone) from None
+            raise
+        on_commit, self._undo = self._on_commit, None
+        if self.store.total_changes != changes:
+            self.writes.worked()
+        for action in on_commit:
+            action()
+
+    def after_commit(self, action: Callable[[], None]) -> None:
+        """Do this once the write under way commits (now, outside a write): what must not
+        happen for a change that is not stored (a signal, a launch, a file removed)."""
+        if self._undo is None:
+            action()
+        else:
+            self._on_commit.append(action)
+
+    def on_rollback(self, action: Callable[[], None]) -> None:
+        """Undo this if the write under way fails (a port held, a cgroup made for a start)."""
+        if self._undo is not None:
+            self._on_rollback.append(action)
+
     # -- flags ----------------------------------------------------------------------------
     def set_draining(self, draining: bool) -> None:
         """Start nothing new (or again), stored first so that a restart keeps it."""
-        with self.store.write():
+        with self.write():
             self.store.set_meta("draining", "1" if draining else "0")
         self.draining = draining
 

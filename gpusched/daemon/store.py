@@ -11,6 +11,7 @@ from typing import Iterable, Iterator
 
 from gpusched.core.errors import StoreError
 from gpusched.core.models import Constraints, Job, JobState, Request
+from gpusched.daemon.writefail import is_write_failure, write_error
 
 SCHEMA_VERSION = 4
 
@@ -212,6 +213,8 @@ class Store:
 
         Nested uses join the outer transaction, so the daemon's loop can gather a whole
         pass (ends, limits, starts) into one commit: one fsync instead of one per step.
+        A write that fails (the disk is full, the lock is held elsewhere) is rolled back
+        and raised as StoreWriteError, in words for the person who asked.
         """
         if self._depth:
             self._depth += 1
@@ -220,17 +223,35 @@ class Store:
             finally:
                 self._depth -= 1
             return
-        self._conn.execute("BEGIN IMMEDIATE")
+        try:
+            self._conn.execute("BEGIN IMMEDIATE")
+        except sqlite3.Error as exc:
+            raise write_error(exc, self.path) from None
         self._depth = 1
         try:
             yield
-        except BaseException:
-            self._conn.execute("ROLLBACK")
-            raise
-        else:
             self._conn.execute("COMMIT")
+        except BaseException as exc:
+            self._roll_back()
+            if is_write_failure(exc):
+                raise write_error(exc, self.path) from None
+            raise
         finally:
             self._depth = 0
+
+    def _roll_back(self) -> None:
+        # SQLite rolls back by itself after some errors (a full disk, an I/O error); after
+        # others (a busy COMMIT) the transaction is still open and must be ended here.
+        if self._conn.in_transaction:
+            try:
+                self._conn.execute("ROLLBACK")
+            except sqlite3.Error:
+                pass  # nothing was committed either way
+
+    @property
+    def total_changes(self) -> int:
+        """Rows written since the store opened: whether a transaction wrote anything."""
+        return self._conn.total_changes
 
     def insert(self, jobs: Iterable[Job]) -> list[int]:
         """Add new jobs and return their ids: a job's own id if it has one (from next_ids),
@@ -246,13 +267,19 @@ class Store:
             ids.append(cur.lastrowid)
         return ids
 
+    # The highest id next_ids has handed out: a transaction that handed it out and then
+    # failed does not give it back, so no later job has an id a refused one had.
+    _last_id_given = 0
+
     def next_ids(self, count: int) -> list[int]:
         """The ids the next `count` new jobs get, so that a job is inserted whole, in one
         write (inside a write transaction: no other writer can take them meanwhile)."""
         (last,) = self._conn.execute(
             "SELECT max(coalesce((SELECT seq FROM sqlite_sequence WHERE name = 'jobs'), 0), "
             "coalesce((SELECT max(id) FROM jobs), 0))").fetchone()
-        return list(range(last + 1, last + 1 + count))
+        first = max(last, self._last_id_given) + 1
+        self._last_id_given = first + count - 1
+        return list(range(first, first + count))
 
     def update(self, job: Job) -> None:
         """Store what can change after submit; the rest stays as inserted."""

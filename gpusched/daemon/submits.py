@@ -47,7 +47,7 @@ class Submits:
                     submitted_at=self.setup.clock.time(), submit_pid=pid)
         # Check every job before queueing any: all or nothing.
         batches = [(self._template(spec, owner), *_array(spec)) for spec in specs]
-        with self.state.store.write():
+        with self.state.write(undone="nothing was queued"):
             ids = [self._insert(template, indices, throttle)
                    for template, indices, throttle in batches]
         array_ids = [group[0] for (_, indices, _), group in zip(batches, ids) if indices != (None,)]
@@ -107,7 +107,7 @@ class Submits:
                              "throttle": first.array_throttle if len(jobs) > 1 else None}
         owner = replace(first, submitted_at=self.setup.clock.time(), submit_pid=req.creds[0])
         template = self._template(spec, owner)
-        with self.state.store.write():
+        with self.state.write(undone="nothing was queued"):
             ids = self._insert(template, *_array(spec))
         return {"ids": ids, "array_ids": ids[:1] if spec.get("array") is not None else []}
 

@@ -26,6 +26,10 @@ key, all written by the run's shim:
   successor) finds it;
 - "exit" (EXIT): how the job ended (ExitRecord), the shim's last act.
 
+Every record carries the run's token (run_token, under "run"): the daemon reads only
+records of the run it started, so a file left by another run of that id (one that
+crashed, or an id given again after a lost queue) is never taken for this one's.
+
 The shim, not the daemon, creates the file: on some filesystems creating a file costs
 most of a millisecond of CPU, and the daemon starts every job in turn while shims run side
 by side. A reader trusts only whole lines: each is written in one write() and ends in a
@@ -54,12 +58,17 @@ def progress_path(stdout_path: str, job_id: int) -> str:
 
 # Job (gpusched.core.models) is named in this annotation only, never imported: that would
 # load the core into every shim. Annotations are not evaluated (see the __future__ import).
+def run_token(job: Job) -> str:
+    """Names one run of one job: its id, attempt and start time."""
+    return f"{job.id}.{job.attempt}.{job.started_at!r}"
+
+
 def run_spec(job: Job, env: dict[str, str], jobs_root: str, wake_path: str, grace_s: float,
              cgroup: os.PathLike | None = None, run_as: int | None = None) -> dict:
     """The spec a job's shim is launched with, its run file's first record. The shim
     makes every file of the run (see begin_run_file). run_as (system mode): the shim
     drops to this uid before the job touches any path."""
-    return {"job_id": job.id, "run_file": run_file(jobs_root, job.id),
+    return {"job_id": job.id, "run": run_token(job), "run_file": run_file(jobs_root, job.id),
             "command": list(job.command), "env": dict(env), "cwd": job.cwd,
             "stdout": job.stdout_path, "stderr": job.stderr_path, "grace_s": grace_s,
             "wake": str(wake_path), "cpu_ids": list(job.cpu_ids),
@@ -90,8 +99,9 @@ def begin_run_file(spec: dict, spec_line: bytes | None = None) -> str:
     path = spec["run_file"]
     spec_record = (b'{"record": "spec", ' + spec_line.strip()[1:] + b"\n" if spec_line
                    else record_line(SPEC, spec).encode())
-    lines = spec_record + record_line(
-        SHIM, {"pid": os.getpid(), "start_ticks": read_proc_stat().start_ticks}).encode()
+    lines = spec_record + record_line(SHIM, {
+        "pid": os.getpid(), "start_ticks": read_proc_stat().start_ticks,
+        "run": spec.get("run")}).encode()
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
     try:
         os.write(fd, lines)
@@ -115,9 +125,10 @@ def read_spec(path: str) -> dict:
 ExitRecord = namedtuple("ExitRecord", "exit_code signal ended_at error", defaults=("",))
 
 
-def append_exit(path: str, record: ExitRecord) -> None:
-    """The shim's last record: how the job ended."""
-    append_record(path, EXIT, {**record._asdict(), "error": record.error[:MAX_ERROR_CHARS]})
+def append_exit(path: str, record: ExitRecord, run: str | None = None) -> None:
+    """The shim's last record: how the job ended (run: the spec's run token)."""
+    append_record(path, EXIT, {**record._asdict(), "error": record.error[:MAX_ERROR_CHARS],
+                               "run": run})
 
 
 # -- the daemon reads -------------------------------------------------------------------------
@@ -129,15 +140,19 @@ RunState.__doc__ = """What a run file says so far: shim, the shim's own record a
 start_ticks); exit, an ExitRecord once the job has ended. Either is None until written."""
 
 
-def read_run(jobs_root: str | os.PathLike, job_id: int) -> RunState:
-    """The run file's "shim" and "exit" records. Only its tail is read: this runs for every
-    running job on every pass, and the spec before them may be long."""
+def read_run(jobs_root: str | os.PathLike, job_id: int, run: str | None = None) -> RunState:
+    """The run file's "shim" and "exit" records; with `run` (run_token), only those of
+    that run (a record without a token, from a shim older than tokens, counts too). Only
+    its tail is read: this runs for every running job on every pass, and the spec before
+    them may be long."""
     try:
         records = _tail_records(run_file(jobs_root, job_id))
     except OSError:
         return RunState(None, None)
     shim_record = exit_record = None
     for data in records:
+        if run is not None and data.get("run") not in (None, run):
+            continue  # another run's, left in the file
         try:
             if data.get("record") == SHIM and shim_record is None:
                 shim_record = int(data["pid"]), int(data["start_ticks"])

@@ -303,7 +303,7 @@ def record_exit(run_path: str, spec: dict, record: runfile.ExitRecord) -> None:
     own fsync matters only while no daemon runs; doing it after the wake-up keeps two
     disk flushes out of the path from one job's end to the next job's start.
     """
-    runfile.append_exit(run_path, record)
+    runfile.append_exit(run_path, record, spec.get("run"))
     notify_daemon(spec)
     try:
         make_durable(run_path)
