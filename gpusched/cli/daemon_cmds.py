@@ -118,6 +118,8 @@ def _stop_daemon(client: Client) -> int | None:
 def daemon_status(as_json: bool = typer.Option(False, "--json", help=JSON_HELP)) -> None:
     """Whether the daemon runs, and what it sees.
 
+    A "writes: FAILING" line says why the daemon cannot write its queue (a full disk,
+    a lock held by another process): submits and changes are refused until it can.
     Exit status 3 when it does not run.
 
     Example: gpusched daemon status --json
