@@ -96,9 +96,12 @@ class JobControl:
         while not self.launch_failures.empty():
             job_id, reason = self.launch_failures.get_nowait()
             failures[job_id] = reason
-        # Kept for the next pass if this one's write fails.
-        self.state.on_rollback(lambda: [self.launch_failures.put(f) for f in failures.items()])
+        self.state.on_rollback(lambda: self._put_back(failures))  # for the next pass
         return failures
+
+    def _put_back(self, failures: dict[int, str]) -> None:
+        for failure in failures.items():
+            self.launch_failures.put(failure)
 
     def _found_shim(self, job: Job, shim: tuple[int, float]) -> Job:
         """A new shim has written its pid into the run file: keep it (in memory: the run
@@ -275,22 +278,22 @@ class JobControl:
         a job whose shim runs is always stored as running, even if the daemon dies here.
         Nothing waits for the forks."""
         specs, self.launches = self.launches, []
-        failed = []
+        failed: dict[int, str] = {}  # job id -> why its shim could not be launched
         for spec in specs:
             try:
                 self.seam.launch(spec)
             except OSError as exc:
                 log.exception("cannot launch job %d", spec["job_id"])
-                failed.append((spec["job_id"], str(exc)))
+                failed[spec["job_id"]] = str(exc)
         if failed:
             try:
                 with self.state.write():
-                    for job_id, failure in failed:
-                        self.end(self.state.jobs[job_id], JobState.FAILED,
-                                 self.setup.clock.time(), end_reason=f"cannot start its shim: {failure}")
+                    now = self.setup.clock.time()
+                    for job_id, why in failed.items():
+                        self.end(self.state.jobs[job_id], JobState.FAILED, now,
+                                 end_reason=f"cannot start its shim: {why}")
             except StoreWriteError:
-                for failure in failed:  # a later pass ends them (reconcile_running)
-                    self.launch_failures.put(failure)
+                self._put_back(failed)  # a later pass ends them (reconcile_running)
 
 
 def _array_state(states: list[JobState]) -> JobState:
