@@ -27,7 +27,16 @@ SCHEDULER_KEYS = {"CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER", "NVIDIA_VISIBLE_D
                   # progress reports)
                   "GPUSCHED_ATTEMPT", "GPUSCHED_CPUS", "GPUSCHED_MEM", "GPUSCHED_ARRAY_ID",
                   "GPUSCHED_ARRAY_INDEX", "GPUSCHED_TIME_LIMIT_END", "GPUSCHED_WARN_SIGNAL",
-                  "GPUSCHED_PROGRESS_FILE"}
+                  "GPUSCHED_PROGRESS_FILE", "GPUSCHED_RUN_TOKEN"}
+
+
+class RunToken(str):
+    """Equal to any run token: 32 hex digits, random for each attempt."""
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, str) and re.fullmatch(r"[0-9a-f]{32}", other) is not None
+
+    __hash__ = str.__hash__
 
 
 def submitter_env(home: Home, **extra: str) -> dict[str, str]:
@@ -81,6 +90,7 @@ def expected(submitted: dict[str, str], job: dict, ids: list[str], mem: int | No
         "MASTER_ADDR": "127.0.0.1",
         "MASTER_PORT": str(job["master_port"]),
         "PET_MASTER_PORT": str(job["master_port"]),  # torchrun's name for it
+        "GPUSCHED_RUN_TOKEN": RunToken(),  # finds the job's processes if its shim dies
     })
     if mem is not None:
         out["GPUSCHED_GPU_MEM"] = str(mem)
