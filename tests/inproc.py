@@ -72,6 +72,10 @@ class FakeShims:
         self.children: dict[int, list[int]] = {}  # job id -> pids under its shim
         self.ports: dict[int, int] = {}  # job id -> the MASTER_PORT held for it
         self.hold_forks = False  # launches wait for fork(job_id)
+        # A job's processes as the seam finds them without its shim, by run token: pid ->
+        # whether it ignores SIGTERM; and (pid, signal) for each signal sent to one.
+        self.marked: dict[str, dict[int, bool]] = {}
+        self.process_signals: list[tuple[int, int]] = []
         self.refuse_launches = False  # the launcher cannot be asked: OSError
 
     # -- what the test does ----------------------------------------------------------
@@ -96,6 +100,16 @@ class FakeShims:
     def vanish(self, job_id: int) -> None:
         """The shim dies without a record (SIGKILL, a reboot)."""
         del self.alive[job_id]
+
+    def leave_running(self, job_id: int, pid: int, ignores_term: bool = False) -> None:
+        """A process of the job's (by its run token) that runs on if its shim dies: it
+        ends on SIGTERM (unless it ignores it), on SIGKILL, or by end_process."""
+        token = self.launched[job_id]["env"].get("GPUSCHED_RUN_TOKEN", "")
+        self.marked.setdefault(token, {})[pid] = ignores_term
+
+    def end_process(self, pid: int) -> None:
+        for pids in self.marked.values():
+            pids.pop(pid, None)
 
     def signalled(self, job_id: int) -> list[int]:
         return [s for j, s in self.signals if j == job_id]
@@ -130,6 +144,16 @@ class FakeShims:
     def kill_job_now(self, job: Job) -> None:
         if self._live(job):
             self.killed.append(job.id)
+
+    def job_processes(self, marks: Any) -> dict[int, int]:
+        return {pid: pid for pid in self.marked.get(marks.token, {})}
+
+    def signal_processes(self, found: dict[int, int], signum: int) -> None:
+        for pid in found:
+            self.process_signals.append((pid, signum))
+            ignores = next((m[pid] for m in self.marked.values() if pid in m), None)
+            if ignores is not None and (signum == signal.SIGKILL or not ignores):
+                self.end_process(pid)
 
     def identify_shim(self, pid: int, ticks: int) -> tuple[int, float]:
         live = pid in self.alive.values()

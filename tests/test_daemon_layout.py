@@ -32,6 +32,8 @@ def test_processes_are_reached_through_the_seam_only():
     # psutil in the daemon: its own host figures (status), never a job's processes.
     assert importers_of("gpusched.proc.seam") <= {"gpusched.daemon.loop",
                                                   "gpusched.daemon.jobcontrol",
+                                                  # job control's part for dead shims
+                                                  "gpusched.daemon.shimloss",
                                                   "gpusched.daemon.changes",
                                                   "gpusched.daemon.handlers"}
     for module in importers_of("psutil"):

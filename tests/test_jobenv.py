@@ -27,7 +27,7 @@ SCHEDULER_KEYS = {"CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER", "NVIDIA_VISIBLE_D
                   # progress reports)
                   "GPUSCHED_ATTEMPT", "GPUSCHED_CPUS", "GPUSCHED_MEM", "GPUSCHED_ARRAY_ID",
                   "GPUSCHED_ARRAY_INDEX", "GPUSCHED_TIME_LIMIT_END", "GPUSCHED_WARN_SIGNAL",
-                  "GPUSCHED_PROGRESS_FILE"}
+                  "GPUSCHED_PROGRESS_FILE", "GPUSCHED_RUN_TOKEN"}
 
 
 def submitter_env(home: Home, **extra: str) -> dict[str, str]:
@@ -81,6 +81,8 @@ def expected(submitted: dict[str, str], job: dict, ids: list[str], mem: int | No
         "MASTER_ADDR": "127.0.0.1",
         "MASTER_PORT": str(job["master_port"]),
         "PET_MASTER_PORT": str(job["master_port"]),  # torchrun's name for it
+        # Names this attempt; finds the job's processes if its shim dies.
+        "GPUSCHED_RUN_TOKEN": f"{job['id']}.{job['attempt']}.{job['started_at']!r}",
     })
     if mem is not None:
         out["GPUSCHED_GPU_MEM"] = str(mem)

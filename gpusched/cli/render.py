@@ -106,7 +106,9 @@ def _ls_cells(job: dict[str, Any], now: float, max_chars: int) -> list[Cell]:
     else:
         end = job["ended_at"] or now
         elapsed = end - (job["started_at"] or end)
-        detail = command_human(job["command"], max_chars)
+        # A job whose shim died says what is being done instead: its processes stopped.
+        detail = job["end_reason"] if job.get("shim_lost") else \
+            command_human(job["command"], max_chars)
     mem = mem_human(job)
     texts = [str(job["id"]), job["user"], job["name"], None,
              request_human(job["gpus_requested"], job["gpu_mem_bytes"]),

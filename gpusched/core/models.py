@@ -7,6 +7,9 @@ from dataclasses import asdict, dataclass, field, replace
 
 
 HIDDEN = "(hidden)"  # stands in for another user's command line in what a caller sees
+# The end_reason of a running job whose shim died, while the processes it left are being
+# stopped (daemon/shimloss.py): the job keeps its GPUs until they are gone.
+SHIM_LOST_REASON = "its shim died; stopping its processes"
 
 # The queue disciplines (scheduling.QueueRules); the first is the default. Here, not in
 # scheduling, so that the command line names them without importing the scheduler.
@@ -244,6 +247,9 @@ def job_to_dict(job: Job) -> dict:
         # A running job told to stop (SIGTERM sent) that has not ended yet: it may be
         # ignoring SIGTERM until the grace period's SIGKILL.
         "cancelling": job.is_running and job.cancel_requested,
+        # A running job whose shim died: end_reason says which of its processes are
+        # being stopped; it ends `lost` once they are gone.
+        "shim_lost": job.is_running and job.end_reason.startswith(SHIM_LOST_REASON),
         "exit_code": job.exit_code, "signal": job.signal,
         "gpus": list(job.gpu_uuids), "gpu_indices": list(job.gpu_indices),
         "gpus_requested": job.request.gpus, "gpu_mem_bytes": job.request.gpu_mem_bytes,

@@ -13,6 +13,7 @@ from gpusched.proc import jobenv, runfile
 from gpusched.proc.seam import ProcessSeam
 from gpusched.core.errors import StoreWriteError
 from gpusched.core.models import GpuInfo, Job, JobState, transition
+from gpusched.daemon.shimloss import ShimLoss
 from gpusched.daemon.state import DaemonState, Setup
 
 log = logging.getLogger("gpusched.jobs")
@@ -31,6 +32,7 @@ class JobControl:
         # the wake socket's thread, emptied by the loop's.
         self.launch_failures: queue.SimpleQueue[tuple[int, str]] = queue.SimpleQueue()
         self.retry_at: dict[int, float] = {}  # re-queued job id -> when it may start
+        self.shim_loss = ShimLoss(setup, seam)
 
     # -- after a restart ----------------------------------------------------------------
     def adopt(self) -> None:
@@ -57,7 +59,7 @@ class JobControl:
     # -- ends -----------------------------------------------------------------------------
     def reconcile_running(self, check_liveness: bool = False) -> None:
         """Learn new shims' pids; record runs that ended, from their exit record, or as
-        lost if their shim vanished (or never started)."""
+        lost if their shim vanished (once what it left running is gone) or never started."""
         state, jobs_dir = self.state, self.setup.paths.jobs_dir
         if not state.running():
             self._take_launch_failures()
@@ -73,14 +75,12 @@ class JobControl:
                     self.end(job, JobState.FAILED, self.setup.clock.time(),
                              end_reason=f"cannot start its shim: {failed_launches[job.id]}")
                     continue
-                if record is None and check_liveness and not self._is_alive(job):
+                looked_at = check_liveness or self.shim_loss.is_stopping(job.id)
+                if record is None and looked_at and not self._is_alive(job):
                     # Read again: the shim may have written its record and exited since.
                     record = runfile.read_run(jobs_dir, job.id, runfile.run_token(job)).exit
                     if record is None:
-                        self.end(job, JobState.LOST, self.setup.clock.time(), end_reason=(
-                            "the job's shim vanished without an exit record "
-                            "(killed, or the machine rebooted)" if job.shim_pid else
-                            "its shim never started (the shim launcher died?)"))
+                        self._shim_lost(job)
                         continue
                 if record is not None:
                     if self.setup.cgroups and self.setup.cgroups.oom_killed(job.id):
@@ -112,6 +112,20 @@ class JobControl:
         if job.cancel_requested:
             self._signal_after_commit(job, signal.SIGTERM)
         return job
+
+    def _shim_lost(self, job: Job) -> None:
+        """The job's shim is gone without an exit record: the job is lost, but its GPUs
+        stay its own while processes it left run on (daemon/shimloss.py)."""
+        now = self.setup.clock.time()
+        if job.shim_pid is None:
+            self.end(job, JobState.LOST, now,
+                     end_reason="its shim never started (the shim launcher died?)")
+            return
+        stopping = self.shim_loss.stop_leftovers(job)
+        if stopping is None:
+            self.end(job, JobState.LOST, now, end_reason=self.shim_loss.lost_reason(job))
+        elif stopping.end_reason != job.end_reason:
+            self.state.save(stopping)
 
     def _is_alive(self, job: Job) -> bool:
         if job.shim_pid is None:  # being launched, unless that takes implausibly long
@@ -192,6 +206,8 @@ class JobControl:
         """When the next time-limit action is due, or a re-queued job may start (epoch s)."""
         times = [step[0] for job in self.state.running()
                  if (step := lifecycle.next_limit_action(job))]
+        kill_at = self.shim_loss.next_deadline()
+        times += [kill_at] if kill_at is not None else []
         return min(times + list(self.retry_at.values()), default=None)
 
     def retries_due(self, now: float) -> bool:
@@ -249,16 +265,18 @@ class JobControl:
         limit = lifecycle.mem_limit_bytes(job, settings.mem_margin_pct)
         if self.setup.cgroups and settings.enforce_mem and limit is not None:
             cgroup = self.setup.cgroups.create(job.id, limit)
-        started_at = self.setup.clock.time()
-        env = jobenv.job_environment(job, gpus, port, settings.visible_devices, started_at,
-                                     dict(settings.job_env))
         # No GPU read is needed now: until the next one, the new job's whole declared
         # memory counts as promised (placement.gpu_loads). Its shim's pid comes later,
         # from the run file (_found_shim).
         started = transition(
-            job, JobState.RUNNING, started_at=started_at, gpu_uuids=tuple(g.uuid for g in gpus),
-            gpu_indices=tuple(g.index for g in gpus), master_port=port, pending_reason="",
-            eligible_at=None, boot_id=self.seam.boot_id)
+            job, JobState.RUNNING, started_at=self.setup.clock.time(),
+            gpu_uuids=tuple(g.uuid for g in gpus), gpu_indices=tuple(g.index for g in gpus),
+            master_port=port, pending_reason="", eligible_at=None, boot_id=self.seam.boot_id)
+        # The run's token names its run-file records and marks its processes, so that
+        # they are found should its shim die.
+        env = jobenv.job_environment(started, gpus, port, settings.visible_devices,
+                                     started.started_at, runfile.run_token(started),
+                                     dict(settings.job_env))
         spec = runfile.run_spec(started, env, paths.jobs_dir, paths.wake_socket,
                                 settings.cancel_grace_s, cgroup,
                                 run_as=job.uid if paths.is_system else None)

@@ -46,6 +46,9 @@ ARRAY_INDEX = _variable("GPUSCHED_ARRAY_INDEX", "this element's index in its --a
 TIME_LIMIT_END = _variable("GPUSCHED_TIME_LIMIT_END", "when --time runs out, in epoch seconds")
 WARN_SIGNAL = _variable("GPUSCHED_WARN_SIGNAL", "the signal --signal sends before the limit")
 PROGRESS_FILE = _variable("GPUSCHED_PROGRESS_FILE", "where gpusched.job.progress() reports")
+RUN_TOKEN = _variable(
+    "GPUSCHED_RUN_TOKEN", "names this attempt (id.attempt.start time): how gpusched finds "
+    "the job's processes (and stops them) if its shim dies")
 
 # Math libraries start a thread per core of the machine unless told otherwise: eight jobs
 # each spawning 64 threads is how a shared box grinds to a halt. These are only defaults:
@@ -57,10 +60,11 @@ SCHEDULER_VARS = tuple(name for name in VARIABLES if name not in THREAD_VARS)
 
 
 def job_environment(job: Job, gpus: Iterable[GpuInfo], master_port: int,
-                    visible_devices: str, started_at: float,
+                    visible_devices: str, started_at: float, run_token: str,
                     defaults: Mapping[str, str] = {}) -> dict[str, str]:
     """The job's whole environment: the config's defaults ([jobs] env), what was captured
-    at submit on top, then the scheduler's own variables."""
+    at submit on top, then the scheduler's own variables. run_token: new for each attempt
+    (proc/leftovers.py)."""
     gpus = tuple(gpus)
     env = {k: v for k, v in {**defaults, **job.env}.items() if k not in SCHEDULER_VARS}
     # MIG devices can only be named by UUID; whole GPUs by index when the config asks.
@@ -78,6 +82,7 @@ def job_environment(job: Job, gpus: Iterable[GpuInfo], master_port: int,
         # torchrun takes its --master-port from PET_MASTER_PORT, not MASTER_PORT: with
         # this, a plain `torchrun` in a job gets the job's own port too.
         PET_MASTER_PORT: str(master_port),
+        RUN_TOKEN: run_token,
     })
     if job.request.gpu_mem_bytes is not None:
         env[GPU_MEM] = str(job.request.gpu_mem_bytes)

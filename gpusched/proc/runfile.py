@@ -216,9 +216,12 @@ def parse_launch_failure(message: bytes) -> tuple[int, str] | None:
 # -- /proc/PID/stat ---------------------------------------------------------------------------
 
 # The fields of proc(5)'s /proc/PID/stat that gpusched reads, in clock ticks and pages.
-ProcStat = namedtuple("ProcStat", "ppid utime_ticks stime_ticks start_ticks rss_pages")
+ProcStat = namedtuple("ProcStat",
+                      "ppid utime_ticks stime_ticks start_ticks rss_pages state session")
 ProcStat.start_ticks.__doc__ = """When the process started, in clock ticks since boot: with
 its pid, it names one process for good, and no clock step can change it."""
+ProcStat.state.__doc__ = """One letter: R, S, D, ..., Z for a zombie (ended, not reaped yet)."""
+ProcStat.session.__doc__ = """The id of the process's session: its leader's pid."""
 
 
 def read_proc_stat(pid: int | str = "self") -> ProcStat:
@@ -231,4 +234,4 @@ def read_proc_stat(pid: int | str = "self") -> ProcStat:
     fields = data[data.rindex(b")") + 2:].split()
     return ProcStat(ppid=int(fields[1]), utime_ticks=int(fields[11]),
                     stime_ticks=int(fields[12]), start_ticks=int(fields[19]),
-                    rss_pages=int(fields[21]))
+                    rss_pages=int(fields[21]), state=fields[0].decode(), session=int(fields[3]))

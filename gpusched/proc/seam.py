@@ -21,7 +21,7 @@ from typing import Iterable
 import psutil
 
 from gpusched.core.models import Job
-from gpusched.proc import runfile, shim
+from gpusched.proc import leftovers, runfile, shim
 
 LAUNCHER_PATH = str(Path(shim.__file__).with_name("launcher.py"))
 
@@ -162,6 +162,17 @@ class ProcessSeam:
                 child.kill()
             except psutil.Error:
                 pass
+
+    # -- a job whose shim died ------------------------------------------------------------
+    @staticmethod
+    def job_processes(marks: leftovers.JobMarks) -> dict[int, int]:
+        """pid -> start ticks of the job's live processes, found without its shim."""
+        return leftovers.find(marks)
+
+    @staticmethod
+    def signal_processes(found: dict[int, int], signum: int) -> None:
+        """Signal job_processes' result, skipping any pid that went to another process."""
+        leftovers.signal_all(found, signum)
 
     @staticmethod
     def identify_shim(pid: int, ticks: int) -> tuple[int, float]:
