@@ -7,7 +7,7 @@ import os
 import subprocess
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator
+from typing import Callable, Iterator
 
 from reliability.harness import Figures, Home, is_gone, poll
 from reliability.jobwatch import ENDED
@@ -99,40 +99,35 @@ class Run:
         fig.info[f"{key}_refused"] = len(self.refused)
 
 
-def _state_full(fig: Figures) -> None:
-    home = Home("dfstate")
-    with small_disk(home.state) as why:
+def _state_full(home: Home, run: Run) -> None:
+    filler = fill(home.state, 64 * 1024)
+    big_env = "x" * 4096  # each job's stored environment eats the last space
+    for n in range(12):
+        run.submit(f"s{n}", "exit 0", "--env", f"PAD={big_env}")
+    filler.unlink()
+
+
+def _logs_full(home: Home, run: Run) -> None:
+    for n in range(6):  # each writes 1 MiB of output: the 2 MiB fill at once, then the rest
+        run.submit(f"l{n}", "head -c 1048576 /dev/zero", "--gpus", "0")
+    filler = fill(home.state / "jobs", 0)
+    for n in range(6, 12):
+        run.submit(f"l{n}", "echo hello", "--gpus", "0")
+    filler.unlink()
+
+
+def _scenario(fig: Figures, key: str, small_dir: str,
+              submits: Callable[[Home, Run], None]) -> None:
+    """A home whose SMALL_DIR (under the state directory) is the small disk."""
+    home = Home(f"df{key}")
+    with small_disk(home.state / small_dir) as why:
         if why:
             fig.skipped = why
             return
         try:
-            run = Run(home, fig, "state")
+            run = Run(home, fig, key)
             run.pid = home.start()
-            filler = fill(home.state, 64 * 1024)
-            big_env = "x" * 4096  # each job's stored environment eats the last space
-            for n in range(12):
-                run.submit(f"s{n}", "exit 0", "--env", f"PAD={big_env}")
-            filler.unlink()
-            run.check()
-        finally:
-            home.close()
-
-
-def _logs_full(fig: Figures) -> None:
-    home = Home("dflogs")
-    with small_disk(home.state / "jobs") as why:
-        if why:
-            fig.skipped = why
-            return
-        try:
-            run = Run(home, fig, "logs")
-            run.pid = home.start()
-            for n in range(6):  # each writes 1 MiB of output: the 2 MiB fill at once, then the rest
-                run.submit(f"l{n}", "head -c 1048576 /dev/zero", "--gpus", "0")
-            filler = fill(home.state / "jobs", 0)
-            for n in range(6, 12):
-                run.submit(f"l{n}", "echo hello", "--gpus", "0")
-            filler.unlink()
+            submits(home, run)
             run.check()
         finally:
             home.close()
@@ -143,7 +138,7 @@ def measure() -> Figures:
     for key in ("state", "logs"):
         for what in ("daemon_crashes", "hung_jobs", "acked_lost", "refused_ran", "reads_failed"):
             fig.counts[f"{key}_{what}"] = 0
-    _state_full(fig)
+    _scenario(fig, "state", "", _state_full)
     if not fig.skipped:
-        _logs_full(fig)
+        _scenario(fig, "logs", "jobs", _logs_full)
     return fig
