@@ -1,0 +1,1 @@
+"""The parts of bench/reliability.py: one module per kind of trouble, each returning figures."""

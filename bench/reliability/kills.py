@@ -1,0 +1,108 @@
+"""SIGKILL rounds: the daemon killed under awkward running jobs, and one job's shim killed;
+every exit status kept, no process left without its job, no GPU given twice."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+
+from reliability.harness import Figures, Home, poll
+from reliability.jobwatch import ENDED, LeaseWatch, job_processes, orphans
+
+# (name, shell command, state, exit code, signal): what each job must be recorded with.
+AWKWARD = (
+    ("ignores-term", "trap '' TERM; sleep 2; exit 3", "failed", 3, None),
+    ("forks", "sleep 1 & sleep 2 & wait; exit 0", "succeeded", 0, None),
+    ("escapes", "setsid sleep 30 & sleep 1; exit 0", "succeeded", 0, None),
+    ("chatty", "head -c 20000000 /dev/zero | tr '\\0' x; sleep 1", "succeeded", 0, None),
+    ("exits-7", "sleep 1; exit 7", "failed", 7, None),
+    ("kills-itself", "sleep 1; kill -KILL $$", "failed", None, 9),
+    ("terms-itself", "sleep 2; kill -TERM $$", "failed", None, 15),
+    ("quick", "exit 0", "succeeded", 0, None),
+)
+SHIM_VICTIM = ("shim-killed", "sleep 20; exit 0")  # outlives a slow restart
+
+
+def _submit(home: Home, name: str, command: str) -> int | None:
+    proc = home.cli("submit", "--gpus", "1", "--name", name, "--", "sh", "-c", command)
+    return int(proc.stdout) if proc.returncode == 0 and proc.stdout.strip().isdigit() else None
+
+
+def _shim_pid(home: Home, job_id: int) -> int | None:
+    """The pid the job's shim wrote in its run file (a line {"record": "shim", "pid": N})."""
+    try:
+        lines = (home.state / "jobs" / f"{job_id}.run.jsonl").read_text().splitlines()
+    except OSError:
+        return None
+    for line in lines:
+        if '"shim"' in line and line.endswith("}"):
+            return json.loads(line).get("pid")
+    return None
+
+
+def _kill_shim(home: Home, job_id: int) -> bool:
+    """SIGKILL the shim of a running job, once its job's processes run."""
+    pid = poll(lambda: job_processes(home).get(job_id) and _shim_pid(home, job_id), 60)
+    try:
+        os.kill(pid, signal.SIGKILL) if pid else None
+    except ProcessLookupError:
+        return False
+    return bool(pid)
+
+
+def _round(home: Home, fig: Figures) -> None:
+    expected = {}
+    victim = _submit(home, *SHIM_VICTIM)
+    for name, command, *want in AWKWARD:
+        job_id = _submit(home, name, command)
+        if job_id is None:
+            fig.fail("exit_status_lost", f"{name}: submit refused")
+            continue
+        expected[job_id] = (name, *want)
+    poll(lambda: len(job_processes(home)) >= 3, 60)
+    if victim is not None and not _kill_shim(home, victim):
+        fig.notes.append(f"could not find job {victim}'s shim to kill")
+    home.kill_daemon()
+    # Let jobs end while no daemon watches; then the next one must find their records.
+    running = set(job_processes(home))
+    poll(lambda: not running & set(job_processes(home)) - {victim}, 10)
+    home.start()
+    done = poll(lambda: (jobs := home.jobs()) is not None and all(
+        j["state"] in ENDED for j in jobs if j["id"] in expected) and jobs, 90)
+    jobs = done or home.jobs() or []
+    by_id = {job["id"]: job for job in jobs}
+    for job_id, (name, state, code, sig) in expected.items():
+        job = by_id.get(job_id, {})
+        got = (job.get("state"), job.get("exit_code"), job.get("signal"))
+        fig.info["exit_statuses"] = fig.info.get("exit_statuses", 0) + 1
+        if got != (state, code, sig):
+            fig.fail("exit_status_lost", f"{name}: wanted {(state, code, sig)}, got {got}")
+    left = orphans(home, jobs)
+    fig.fail("orphans", f"{left}" if left else "", by=sum(map(len, left.values())))
+    for pids in left.values():
+        for pid in pids:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+
+
+def measure(rounds: int) -> Figures:
+    fig = Figures(f"SIGKILL rounds ({rounds}, {len(AWKWARD)} awkward jobs + a killed shim "
+                  "each, 4 whole GPUs)")
+    fig.counts.update(exit_status_lost=0, orphans=0, double_leases=0)
+    home = Home("kills", simulate="4x80GiB")
+    watch = LeaseWatch(home)
+    try:
+        home.start()
+        watch.start()
+        for _ in range(rounds):
+            _round(home, fig)
+    finally:
+        watch.stop()
+        fig.fail("double_leases", "; ".join(f"GPU {g[:12]}: jobs {sorted(ids)}"
+                                            for g, ids in sorted(watch.double)),
+                 by=len(watch.double))
+        home.close()
+    return fig
