@@ -28,8 +28,11 @@ def _what(key: str) -> str:
 
 
 def whole_number(spec: dict, key: str, default: int | None, low: int, high: int) -> int | None:
-    value = spec.get(key, default)
-    return None if value is None else values.whole_number(value, _what(key), low, high)
+    """spec[key] checked; null, as a missing key, is the default."""
+    value = spec.get(key)
+    if value is None:
+        return default
+    return values.whole_number(value, _what(key), low, high)
 
 
 def _number(spec: dict, key: str, low: float) -> float | None:
