@@ -253,56 +253,54 @@ def stored(box: Box) -> tuple:
     return rows, dict(box.daemon.state.jobs)
 
 
-def test_any_request_is_answered_and_a_refused_one_changes_nothing(tmp_path, failures):
+@pytest.fixture
+def handle(tmp_path, failures):
+    """A request through the socket server's envelope to a seeded daemon, checked: its
+    reply is a result or a one-line refusal, nothing raised inside, and a refusal left
+    the queue as it was."""
     box = seeded_box(tmp_path / "box")
     server = SocketServer(str(tmp_path / "s.sock"), dispatcher(box))
-    try:
-        # What the fuzzers found, kept as examples: each raised inside the daemon.
-        @FUZZ
-        @given(requests())
-        @example({"cmd": "list", "args": {"limit": None, "states": ["succeeded"]}})
-        @example({"cmd": "list", "args": {"states": [["x"]]}})
-        @example({"cmd": "wait", "args": {"ids": [1], "timeout_s": "x"}})
-        @example({"cmd": "cancel", "args": {"ids": ["9" * 5000]}})
-        @example({"cmd": "submit", "args": {"jobs": [{"command": ["x"]}], "cwd": "/\ud800"}})
-        def request(message: dict) -> None:
-            box.send("status")  # a scheduling pass first: the request's own is then a no-op
-            before, failures.records[:] = stored(box), []
-            reply = server._handle(message, ME)
-            assert not failures.records, failures.records[0].getMessage()
-            assert_reply(reply)
-            if not reply["ok"]:
-                assert stored(box) == before, message
 
-        request()
-    finally:
-        server.close()
-        box.close()
+    def check(message: dict) -> None:
+        box.send("status")  # a scheduling pass first: the request's own is then a no-op
+        before, failures.records[:] = stored(box), []
+        reply = server._handle(message, ME)
+        assert not failures.records, failures.records[0].getMessage()
+        assert_reply(reply)
+        if not reply["ok"]:
+            assert stored(box) == before, message
+
+    yield check
+    server.close()
+    box.close()
 
 
-def test_job_specs_alone_are_answered_and_refusals_queue_nothing(tmp_path, failures):
+# What the fuzzers found, kept as examples: each raised inside the daemon.
+def test_any_request_is_answered_and_a_refused_one_changes_nothing(handle):
+    @FUZZ
+    @given(requests())
+    @example({"cmd": "list", "args": {"limit": None, "states": ["succeeded"]}})
+    @example({"cmd": "list", "args": {"states": [["x"]]}})
+    @example({"cmd": "wait", "args": {"ids": [1], "timeout_s": "x"}})
+    @example({"cmd": "cancel", "args": {"ids": ["9" * 5000]}})
+    @example({"cmd": "submit", "args": {"jobs": [{"command": ["x"]}], "cwd": "/\ud800"}})
+    def request(message: dict) -> None:
+        handle(message)
+
+    request()
+
+
+def test_job_specs_alone_are_answered_and_refusals_queue_nothing(handle):
     """The submit request's jobs, the richest argument, on their own."""
-    box = seeded_box(tmp_path / "box")
-    server = SocketServer(str(tmp_path / "s.sock"), dispatcher(box))
-    try:
-        @FUZZ
-        @given(st.lists(job_specs(), min_size=1, max_size=3))
-        @example([{**GOOD_SPEC, "gpus": None}])
-        @example([{**GOOD_SPEC, "array": 5}])
-        @example([{**GOOD_SPEC, "array": {"indices": [2**70]}}])
-        @example([{**GOOD_SPEC, "retry_on": [[1]]}])
-        @example([{**GOOD_SPEC, "dependencies": [["afterok", 2**70]]}])
-        @example([{**GOOD_SPEC, "name": "\ud800"}])
-        def submit(jobs: list) -> None:
-            box.send("status")
-            before, failures.records[:] = stored(box), []
-            reply = server._handle({"cmd": "submit", "args": {"jobs": jobs, "cwd": "/"}}, ME)
-            assert not failures.records, failures.records[0].getMessage()
-            assert_reply(reply)
-            if not reply["ok"]:
-                assert stored(box) == before, jobs
+    @FUZZ
+    @given(st.lists(job_specs(), min_size=1, max_size=3))
+    @example([{**GOOD_SPEC, "gpus": None}])
+    @example([{**GOOD_SPEC, "array": 5}])
+    @example([{**GOOD_SPEC, "array": {"indices": [2**70]}}])
+    @example([{**GOOD_SPEC, "retry_on": [[1]]}])
+    @example([{**GOOD_SPEC, "dependencies": [["afterok", 2**70]]}])
+    @example([{**GOOD_SPEC, "name": "\ud800"}])
+    def submit(jobs: list) -> None:
+        handle({"cmd": "submit", "args": {"jobs": jobs, "cwd": "/"}})
 
-        submit()
-    finally:
-        server.close()
-        box.close()
+    submit()
