@@ -39,8 +39,10 @@ def parse_job_id(text: object) -> tuple[int, int | None]:
     `cancel ${ARRAY}_${INDEX}` sends when INDEX is empty) must not name the whole array,
     and '4_7' must not be 47, as Python's int() would read it.
     """
-    if isinstance(text, int) and not isinstance(text, bool) and 0 <= text <= MAX_JOB_ID:
-        return text, None  # a number from an older client
+    if isinstance(text, int) and not isinstance(text, bool):
+        if 0 <= text <= MAX_JOB_ID:
+            return text, None  # a number from an older client
+        text = str(text)  # named as the text it would be (JSON has no int str() refuses)
     match = _JOB_ID_RE.fullmatch(text) if isinstance(text, str) else None
     if match is not None:
         base, index = _id_number(match.group(1)), _id_number(match.group(2) or "0")
