@@ -8,13 +8,14 @@ import struct
 import time
 from collections import namedtuple
 
-from gpusched.core.errors import ProtocolError
+from gpusched.core import syntax, values
+from gpusched.core.errors import ProtocolError, UsageError
 
 # typing is imported only by type checkers: every CLI call imports this module, and
 # typing would cost each several ms.
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from typing import Any
+    from typing import Any, Callable
 
 MAX_FRAME_BYTES = 16 * 2**20  # a --from-file sweep of thousands of lines fits; a flood does not
 READ_TIMEOUT_S = 10.0
@@ -66,20 +67,67 @@ LEAN_JOB_FIELDS = ("id", "name", "user", "uid", "state", "gpus", "gpu_indices",
                    "started_at", "pending_reason", "time_limit_s", "progress", "cancelling")
 
 
+def _job_ids(value: Any) -> list:
+    return values.list_of(value, "ids", syntax.parse_job_id, nonempty=True)
+
+
+def _names(what: str) -> Callable[[Any], list]:
+    return lambda value: values.list_of(value, what, lambda v: values.text(v, f"each of {what}"),
+                                        nonempty=True)
+
+
+def _environment(value: Any) -> dict:
+    """Names and values a job's exec() can take: a name is not empty and has no '='."""
+    for name, setting in values.mapping(value, "env").items():
+        if not name or "=" in name:
+            raise UsageError(f"env: {values.shown(name)} is not an environment variable "
+                             "name (empty, or with '=')")
+        values.text(name, "an environment variable's name", os_text=True)
+        values.text(setting, f"the environment variable {values.shown(name)}", os_text=True)
+    return value
+
+
+# How each argument's value is checked before a handler sees it: its kind and bounds
+# (what it means, a job id that exists, is for the handler). A null optional argument
+# is one not given.
+ARGUMENTS: dict[str, Callable[[Any], Any]] = {
+    "jobs": lambda v: values.list_of(v, "jobs", lambda job: values.mapping(job, "each job"),
+                                     nonempty=True),
+    "env": _environment,
+    "cwd": lambda v: values.text(v, "the working directory (cwd)"),
+    "all": lambda v: values.flag(v, "all"),
+    "lean": lambda v: values.flag(v, "lean"),
+    "limit": lambda v: values.whole_number(v, "limit", 1, 10**7),
+    "users": _names("users"), "states": _names("states"), "names": _names("names"),
+    "ids": _job_ids,
+    "id": syntax.parse_job_id,
+    "priority": lambda v: values.whole_number(v, "priority", -syntax.MAX_PRIORITY,
+                                              syntax.MAX_PRIORITY),
+    "timeout_s": lambda v: values.number(v, "timeout_s", 0, 10**9),
+    "changes": lambda v: values.mapping(v, "changes"),
+}
+
+
 def check_request(message: Any) -> tuple[str, dict[str, Any]]:
-    """A request's command and arguments, or ProtocolError naming what is wrong."""
+    """A request's command and arguments, or ProtocolError naming what is wrong (or the
+    UsageError of an argument's reader: a value of the wrong kind)."""
     if not isinstance(message, dict) or not isinstance(message.get("cmd"), str):
         raise ProtocolError("a request must be a JSON object with a 'cmd' string")
     name, args = message["cmd"], message.get("args", {})
     spec = COMMANDS.get(name)
     if spec is None:
-        raise ProtocolError(f"unknown command {name!r}; known: {', '.join(sorted(COMMANDS))}")
+        raise ProtocolError(f"unknown command {values.shown(name)}; known: "
+                            f"{', '.join(sorted(COMMANDS))}")
     if not isinstance(args, dict):
         raise ProtocolError(f"'{name}': args must be a JSON object")
     missing = spec.required - args.keys()
     extra = args.keys() - spec.required - spec.optional
     if missing or extra:
-        raise ProtocolError(f"'{name}': missing {sorted(missing)}, unexpected {sorted(extra)}")
+        raise ProtocolError(f"'{name}': missing {sorted(missing)}, "
+                            f"unexpected {values.shown(sorted(extra))}")
+    for key, value in args.items():
+        if value is not None or key in spec.required:
+            ARGUMENTS[key](value)
     return name, args
 
 
@@ -133,6 +181,8 @@ def receive(sock: socket.socket, timeout_s: float | None = None) -> dict[str, An
         message = json.loads(_read_exact(sock, size, deadline))
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise ProtocolError(f"message is not JSON: {exc}") from None
+    except ValueError:  # Python reads no integer of over 4300 digits (int_max_str_digits)
+        raise ProtocolError("message has an integer of more than 4300 digits") from None
     if not isinstance(message, dict):
         raise ProtocolError("message is not a JSON object")
     return message

@@ -2,73 +2,126 @@
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
+from gpusched.core import values
 from gpusched.core.errors import UsageError
 from gpusched.core.models import DEFAULT_RETRY_DELAY_S, Constraints, Job, Request
-from gpusched.core.syntax import DEPENDENCY_KINDS, RETRY_ON_CHOICES, WARN_SIGNALS
+from gpusched.core.syntax import (DEPENDENCY_KINDS, MAX_ARRAY_SIZE, MAX_JOB_ID, MAX_PRIORITY,
+                                  RETRY_ON_CHOICES, WARN_SIGNALS)
 
 MAX_GPUS_PER_JOB = 64
-MAX_PRIORITY = 10**6
+MAX_GPU_INDEX = 1023
+MAX_DURATION_S = 100 * 365 * 86400.0  # a time limit or retry delay: a century at most
+# The fields of a job spec (what the CLI's build_request and job_spec() write): any other
+# is refused, so that a misspelt field is not ignored in silence.
+SPEC_FIELDS = ("command", "name", "gpus", "gpu_mem_bytes", "cpus", "mem_bytes", "priority",
+               "hold", "kill_on_invalid_dep", "dependencies", "retries", "retry_on",
+               "retry_delay_s", "policy", "constraints", "time_limit_s", "warn_signal",
+               "warn_before_s", "array")
+CONSTRAINT_FIELDS = ("gpu_ids", "exclude_gpus", "gpu_type", "min_gpu_total_mem_bytes",
+                     "min_compute_capability")
+
+
+def _what(key: str) -> str:
+    return key.replace("_", "-")
 
 
 def whole_number(spec: dict, key: str, default: int | None, low: int, high: int) -> int | None:
-    value = spec.get(key, default)
+    """spec[key] checked; null, as a missing key, is the default."""
+    value = spec.get(key)
     if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
-        raise UsageError(f"{key.replace('_', '-')} must be a whole number from {low} to {high}, "
-                         f"not {value!r}")
-    return value
+        return default
+    return values.whole_number(value, _what(key), low, high)
 
 
 def _number(spec: dict, key: str, low: float) -> float | None:
     value = spec.get(key)
-    if value is None:
-        return None
-    if (isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value)
-            or value < low):
-        raise UsageError(f"{key.replace('_', '-')} must be a number of at least {low}, not {value!r}")
-    return float(value)
+    return None if value is None else values.number(value, _what(key), low, MAX_DURATION_S)
 
 
-def _int_list(spec: dict, key: str) -> tuple[int, ...]:
+def _flag(spec: dict, key: str) -> bool:
+    value = spec.get(key)
+    return False if value is None else values.flag(value, _what(key))
+
+
+def _gpu_indices(spec: dict, key: str) -> tuple[int, ...]:
     value = spec.get(key) or []
-    if not isinstance(value, list) or not all(isinstance(v, int) and v >= 0 for v in value):
-        raise UsageError(f"{key.replace('_', '-')} must be a list of GPU indices")
+    if not isinstance(value, list) or not all(values.is_whole(v, 0, MAX_GPU_INDEX) for v in value):
+        raise UsageError(f"{_what(key)} must be a list of GPU indices (0 to {MAX_GPU_INDEX}), "
+                         f"not {values.shown(value)}")
     return tuple(value)
 
 
 def check_constraints(spec: Any) -> Constraints:
-    spec = spec or {}
-    if not isinstance(spec, dict):
-        raise UsageError("constraints must be a JSON object")
+    spec = values.mapping(spec or {}, "constraints", CONSTRAINT_FIELDS)
     capability = spec.get("min_compute_capability")
     if capability is not None and (not isinstance(capability, list) or len(capability) != 2
-                                   or not all(isinstance(v, int) for v in capability)):
-        raise UsageError("--min-compute-capability wants MAJOR.MINOR like 8.0")
+                                   or not all(values.is_whole(v, 0, 1000) for v in capability)):
+        raise UsageError("--min-compute-capability wants MAJOR.MINOR like 8.0, not "
+                         f"{values.shown(capability)}")
     gpu_type = spec.get("gpu_type") or ""
-    if not isinstance(gpu_type, str):
-        raise UsageError("--gpu-type must be a string")
-    return Constraints(gpu_ids=_int_list(spec, "gpu_ids"),
-                       exclude_gpus=_int_list(spec, "exclude_gpus"), gpu_type=gpu_type,
+    if not values.is_text(gpu_type):
+        raise UsageError(f"--gpu-type must be a string, not {values.shown(gpu_type)}")
+    return Constraints(gpu_ids=_gpu_indices(spec, "gpu_ids"),
+                       exclude_gpus=_gpu_indices(spec, "exclude_gpus"), gpu_type=gpu_type,
                        min_gpu_total_mem_bytes=whole_number(spec, "min_gpu_total_mem_bytes", 0, 0, 2**60),
                        min_compute_capability=tuple(capability) if capability else None)
 
 
+def check_array(spec: dict) -> tuple[tuple[int | None, ...], int | None]:
+    """The checked array part of a job spec, (indices, at-most-at-once); ((None,), None)
+    for a single job."""
+    array = spec.get("array")
+    if array is None:
+        return (None,), None
+    array = values.mapping(array, "array", ("indices", "throttle"))
+    indices, throttle = array.get("indices"), array.get("throttle")
+    if (not isinstance(indices, list) or not 0 < len(indices) <= MAX_ARRAY_SIZE
+            or not all(values.is_whole(i, 0, MAX_JOB_ID) for i in indices)
+            or len(set(indices)) != len(indices)):
+        raise UsageError(f"an array needs 1 to {MAX_ARRAY_SIZE} different indices of 0 or "
+                         f"more, not {values.shown(indices)}")
+    if throttle is not None and not values.is_whole(throttle, 1, MAX_JOB_ID):
+        raise UsageError("an array's at-most-at-once count must be a positive number, not "
+                         f"{values.shown(throttle)}")
+    return tuple(indices), throttle
+
+
+def _command(spec: dict) -> tuple[str, ...]:
+    command = spec.get("command")
+    if (not isinstance(command, list) or not command or not command[0]
+            or not all(values.is_text(a, os_text=True) for a in command)):
+        raise UsageError("the job has no command (a list of strings without NUL characters); "
+                         "put it after `--`, e.g. `gpusched submit -- python train.py`")
+    return tuple(command)
+
+
+def _dependencies(spec: dict) -> tuple[tuple[str, int], ...]:
+    deps = spec.get("dependencies") or []
+    if not isinstance(deps, list) or not all(
+            isinstance(d, list) and len(d) == 2 and isinstance(d[0], str)
+            and d[0] in DEPENDENCY_KINDS and values.is_whole(d[1], 0, MAX_JOB_ID) for d in deps):
+        raise UsageError(f"dependencies must be [KIND, ID] pairs, not {values.shown(deps)}")
+    return tuple((kind, job_id) for kind, job_id in deps)
+
+
+def _retry_on(spec: dict) -> tuple[str, ...]:
+    retry_on = spec.get("retry_on") or ["failed"]
+    if not isinstance(retry_on, list) or not all(
+            isinstance(r, str) and r in RETRY_ON_CHOICES for r in retry_on):
+        raise UsageError(f"--retry-on takes: {', '.join(RETRY_ON_CHOICES)}; not "
+                         f"{values.shown(retry_on)}")
+    return tuple(retry_on)
+
+
 def check_job_spec(spec: Any, policies: list[str]) -> dict[str, Any]:
     """The Job fields of one submitted job, every value checked (the daemon trusts no client)."""
-    if not isinstance(spec, dict):
-        raise UsageError("each job must be a JSON object")
-    command = spec.get("command")
-    if (not isinstance(command, list) or not command or not all(isinstance(a, str) for a in command)
-            or not command[0]):
-        raise UsageError("the job has no command; put it after `--`, e.g. "
-                         "`gpusched submit -- python train.py`")
+    spec = values.mapping(spec, "each job", SPEC_FIELDS)
     name = spec.get("name") or ""
-    if not isinstance(name, str) or len(name) > 200:
-        raise UsageError("the job name must be a string of at most 200 characters")
+    if not values.is_text(name) or len(name) > 200:
+        raise UsageError("the job name must be a string of at most 200 characters without NUL "
+                         f"characters, not {values.shown(name)}")
     gpus = whole_number(spec, "gpus", 0, 0, MAX_GPUS_PER_JOB)
     # Cores asked for are a limit; a GPU job that did not ask is counted as using one
     # but never waits for it; a job without GPUs needs its one core (else a queue of
@@ -82,33 +135,25 @@ def check_job_spec(spec: Any, policies: list[str]) -> dict[str, Any]:
     constraints = check_constraints(spec.get("constraints"))
     if gpus == 0 and constraints != Constraints():
         raise UsageError("GPU constraints (--gpu-ids, --gpu-type, ...) need --gpus 1 or more")
-    policy = spec.get("policy") or ""
-    if policy and policy not in policies:
-        raise UsageError(f"unknown policy {policy!r}; choose one of: {', '.join(policies)}")
-    retry_on = spec.get("retry_on") or ["failed"]
-    if not isinstance(retry_on, list) or not set(retry_on) <= set(RETRY_ON_CHOICES):
-        raise UsageError(f"--retry-on takes: {', '.join(RETRY_ON_CHOICES)}")
-    deps = spec.get("dependencies") or []
-    if not isinstance(deps, list) or not all(
-            isinstance(d, list) and len(d) == 2 and d[0] in DEPENDENCY_KINDS and
-            isinstance(d[1], int) and not isinstance(d[1], bool) for d in deps):
-        raise UsageError("dependencies must be [KIND, ID] pairs")
+    policy = spec.get("policy")
+    if policy not in (None, ""):
+        values.choice(policy, "policy", policies)
     retry_delay_s = _number(spec, "retry_delay_s", 0.0)
     warn_signal = whole_number(spec, "warn_signal", None, 1, 64)
     if warn_signal is not None and warn_signal not in WARN_SIGNALS:
         raise UsageError(f"warn-signal must be one the job's shim passes on "
                          f"({', '.join(str(int(s)) for s in WARN_SIGNALS)}), not {warn_signal}")
     return {
-        "command": tuple(command), "name": name, "policy": policy,
+        "command": _command(spec), "name": name, "policy": policy or "",
         "request": Request(gpus, mem, constraints, 1 if cpus is None else cpus, host_mem,
                            cpus_required),
         "priority": whole_number(spec, "priority", 0, -MAX_PRIORITY, MAX_PRIORITY),
-        "held": bool(spec.get("hold")), "dependencies": tuple((k, i) for k, i in deps),
-        "kill_on_invalid_dep": bool(spec.get("kill_on_invalid_dep")),
+        "held": _flag(spec, "hold"), "dependencies": _dependencies(spec),
+        "kill_on_invalid_dep": _flag(spec, "kill_on_invalid_dep"),
         "time_limit_s": _number(spec, "time_limit_s", 1.0),
         "warn_signal": warn_signal,
         "warn_before_s": _number(spec, "warn_before_s", 0.0) or 0.0,
-        "retries": whole_number(spec, "retries", 0, 0, 1000), "retry_on": tuple(retry_on),
+        "retries": whole_number(spec, "retries", 0, 0, 1000), "retry_on": _retry_on(spec),
         "retry_delay_s": DEFAULT_RETRY_DELAY_S if retry_delay_s is None else retry_delay_s,
     }
 

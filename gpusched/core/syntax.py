@@ -7,9 +7,11 @@ import signal
 
 from gpusched.core.errors import UsageError
 from gpusched.core.units import parse_duration, parse_size
+from gpusched.core.values import shown
 
 MAX_ARRAY_SIZE = 10_000
 MAX_JOB_ID = 2**63 - 1  # SQLite's largest integer
+MAX_PRIORITY = 10**6
 # "after" is met once the job has started (or ended without starting), as in Slurm.
 DEPENDENCY_KINDS = ("afterok", "afterany", "afternotok", "after")
 RETRY_ON_CHOICES = ("failed", "timeout", "oom", "cancelled", "lost")
@@ -38,12 +40,24 @@ def parse_job_id(text: object) -> tuple[int, int | None]:
     and '4_7' must not be 47, as Python's int() would read it.
     """
     if isinstance(text, int) and not isinstance(text, bool):
-        text = str(text)  # a number from an older client; the pattern refuses negatives
+        if 0 <= text <= MAX_JOB_ID:
+            return text, None  # a number from an older client
+        text = str(text)  # named as the text it would be (JSON has no int str() refuses)
     match = _JOB_ID_RE.fullmatch(text) if isinstance(text, str) else None
-    if match is None or int(match.group(1)) > MAX_JOB_ID or int(match.group(2) or 0) > MAX_JOB_ID:
-        raise UsageError(f"{text!r} is not a job id; give {JOB_ID_FORMS}")
-    index = match.group(2)
-    return int(match.group(1)), None if index is None else int(index)
+    if match is not None:
+        base, index = _id_number(match.group(1)), _id_number(match.group(2) or "0")
+        if base is not None and index is not None:
+            return base, None if match.group(2) is None else index
+    raise UsageError(f"{shown(text)} is not a job id; give {JOB_ID_FORMS}")
+
+
+def _id_number(digits: str) -> int | None:
+    """Digits as an id up to MAX_JOB_ID, or None. Counted before int() reads them: it
+    refuses more than 4300 digits (ValueError)."""
+    digits = digits.lstrip("0") or "0"
+    if len(digits) > len(str(MAX_JOB_ID)) or int(digits) > MAX_JOB_ID:
+        return None
+    return int(digits)
 
 
 def job_id_text(text: object) -> str:

@@ -9,24 +9,11 @@ from typing import Any
 from gpusched.core import jobspec, placement, syntax
 from gpusched.core.errors import NotFound, UsageError
 from gpusched.core.models import Job
+from gpusched.core.values import shown
 from gpusched.daemon.authz import user_name
 from gpusched.daemon.request import Request, named, targets
 from gpusched.daemon.state import DaemonState, Setup
 from gpusched.proc import runfile
-
-
-def _array(spec: dict) -> tuple[tuple[int, ...], int | None]:
-    """The checked array part of a job spec: ((None,), None) for a single job."""
-    array = spec.get("array")
-    if array is None:
-        return (None,), None
-    indices, throttle = array.get("indices"), array.get("throttle")
-    if (not isinstance(indices, list) or not indices or len(indices) > syntax.MAX_ARRAY_SIZE
-            or not all(isinstance(i, int) and i >= 0 for i in indices)):
-        raise UsageError(f"an array needs 1 to {syntax.MAX_ARRAY_SIZE} indices of 0 or more")
-    if throttle is not None and (not isinstance(throttle, int) or throttle < 1):
-        raise UsageError("an array's at-most-at-once count must be a positive number")
-    return tuple(indices), throttle
 
 
 class Submits:
@@ -34,19 +21,15 @@ class Submits:
         self.state, self.setup = state, setup
 
     def submit(self, req: Request) -> dict:
-        env, cwd, specs = req.args.get("env", {}), req.args.get("cwd", ""), req.args["jobs"]
-        if not isinstance(env, dict) or not all(
-                isinstance(k, str) and isinstance(v, str) for k, v in env.items()):
-            raise UsageError("the job environment must map names to strings")
-        if not isinstance(cwd, str) or not os.path.isabs(cwd):
-            raise UsageError(f"the working directory must be an absolute path, not {cwd!r}")
-        if not isinstance(specs, list) or not specs:
-            raise UsageError("nothing to submit: give a command after `--`, or lines in --from-file")
+        # The kinds of values were checked with the request (protocol.ARGUMENTS).
+        env, cwd, specs = req.args.get("env") or {}, req.args.get("cwd") or "", req.args["jobs"]
+        if not os.path.isabs(cwd):
+            raise UsageError(f"the working directory must be an absolute path, not {shown(cwd)}")
         pid, uid, _ = req.creds
         owner = Job(id=0, command=(), cwd=cwd, uid=uid, user=user_name(uid), env=env,
                     submitted_at=self.setup.clock.time(), submit_pid=pid)
         # Check every job before queueing any: all or nothing.
-        batches = [(self._template(spec, owner), *_array(spec)) for spec in specs]
+        batches = [(self._template(spec, owner), *jobspec.check_array(spec)) for spec in specs]
         with self.state.write(undone="nothing was queued"):
             ids = [self._insert(template, indices, throttle)
                    for template, indices, throttle in batches]
@@ -108,7 +91,7 @@ class Submits:
         owner = replace(first, submitted_at=self.setup.clock.time(), submit_pid=req.creds[0])
         template = self._template(spec, owner)
         with self.state.write(undone="nothing was queued"):
-            ids = self._insert(template, *_array(spec))
+            ids = self._insert(template, *jobspec.check_array(spec))
         return {"ids": ids, "array_ids": ids[:1] if spec.get("array") is not None else []}
 
     def _check_dependencies(self, deps: tuple[tuple[str, int], ...]) -> None:
