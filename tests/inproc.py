@@ -13,8 +13,10 @@ from __future__ import annotations
 import json
 import os
 import signal
+import sqlite3
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 import pytest
 
@@ -181,6 +183,46 @@ class FakeShims:
         self.ports.pop(job_id, None)
 
 
+DISK_FULL = ("database or disk is full", "SQLITE_FULL", 13)
+LOCKED = ("database is locked", "SQLITE_BUSY", 5)
+
+
+class FailingCommits:
+    """A store's connection whose COMMIT fails while `failure` is set, for the transactions
+    that `only` accepts (their statements, in order): what a full disk or a lock held
+    elsewhere does to a write."""
+
+    def __init__(self, conn: sqlite3.Connection):
+        self._conn = conn
+        self.failure: tuple[str, str, int] | None = None
+        self.only = lambda statements: True
+        self.failed_commits = 0
+        self._statements: list[str] = []
+
+    def execute(self, sql: str, *args):
+        if sql == "BEGIN IMMEDIATE":
+            self._statements = []
+        elif sql == "COMMIT" and self.failure and self.only(self._statements):
+            self.failed_commits += 1
+            message, name, code = self.failure
+            exc = sqlite3.OperationalError(message)
+            exc.sqlite_errorname, exc.sqlite_errorcode = name, code
+            raise exc
+        else:
+            self._statements.append(sql.split()[0].upper())
+        return self._conn.execute(sql, *args)
+
+    def __getattr__(self, name: str):
+        return getattr(self._conn, name)
+
+
+def failing(box: Box) -> FailingCommits:
+    store = box.daemon.state.store
+    if not isinstance(store._conn, FailingCommits):
+        store._conn = FailingCommits(store._conn)
+    return store._conn
+
+
 class Box:
     """One daemon in this process, on a home in a temporary directory."""
 
@@ -296,6 +338,16 @@ class Box:
         before = path.stat().st_mtime_ns if path.exists() else 0
         path.write_text("\n".join(blocks))
         os.utime(path, ns=(before + 10**9, before + 10**9))
+
+    @contextmanager
+    def failing_writes(self, failure: tuple[str, str, int] = DISK_FULL) -> Iterator[None]:
+        """Every commit to the queue fails (a full disk, by default) until the block ends."""
+        commits = failing(self)
+        commits.failure = failure
+        try:
+            yield
+        finally:
+            commits.failure = None
 
     def close(self) -> None:
         self.stop(crash=True)

@@ -9,54 +9,13 @@ tests/test_write_failures.py."""
 from __future__ import annotations
 
 import logging
-import sqlite3
 from pathlib import Path
 
 import pytest
 
 from gpusched.core.errors import GpuschedError
 from gpusched.proc import runfile
-from inproc import Box, make_box, box  # noqa: F401 - fixtures
-
-DISK_FULL = ("database or disk is full", "SQLITE_FULL", 13)
-LOCKED = ("database is locked", "SQLITE_BUSY", 5)
-
-
-class FailingCommits:
-    """A store's connection whose COMMIT fails while `failure` is set, for the transactions
-    that `only` accepts (their statements, in order): what a full disk or a lock held
-    elsewhere does to a write."""
-
-    def __init__(self, conn: sqlite3.Connection):
-        self._conn = conn
-        self.failure: tuple[str, str, int] | None = None
-        self.only = lambda statements: True
-        self.failed_commits = 0
-        self._statements: list[str] = []
-
-    def execute(self, sql: str, *args):
-        if sql == "BEGIN IMMEDIATE":
-            self._statements = []
-        elif sql == "COMMIT" and self.failure and self.only(self._statements):
-            self.failed_commits += 1
-            message, name, code = self.failure
-            exc = sqlite3.OperationalError(message)
-            exc.sqlite_errorname, exc.sqlite_errorcode = name, code
-            raise exc
-        else:
-            self._statements.append(sql.split()[0].upper())
-        return self._conn.execute(sql, *args)
-
-    def __getattr__(self, name: str):
-        return getattr(self._conn, name)
-
-
-def failing(box: Box) -> FailingCommits:
-    store = box.daemon.state.store
-    if not isinstance(store._conn, FailingCommits):
-        store._conn = FailingCommits(store._conn)
-    return store._conn
-
+from inproc import DISK_FULL, LOCKED, Box, failing, make_box, box  # noqa: F401 - fixtures
 
 def updates_only(statements: list[str]) -> bool:
     """The loop's passes (and changes): they update jobs; a submit only inserts."""
