@@ -18,7 +18,7 @@ from filelock import FileLock, Timeout
 from gpusched.client.paths import Paths
 from gpusched.core.errors import GpuschedError
 from gpusched.core.models import Job
-from gpusched.daemon import storecheck
+from gpusched.daemon import storecheck, walcheck
 from gpusched.daemon.rows import DamagedRow, row_to_job
 from gpusched.daemon.store import MIGRATIONS, Store
 
@@ -67,6 +67,8 @@ def _repair(paths: Paths) -> Repair:
         raise GpuschedError(f"--repair leaves this to you: {verdict.message}")
     result = Repair(problem=_PROBLEMS.get(verdict.kind, "damaged rows"))
     rows, meta, last_id = _salvage(db, result)
+    if verdict.kind == "wal":
+        last_id = max(last_id, _ids_only_in_damaged_wal(db, {row["id"] for row in rows}, result))
     jobs = []
     for row in rows:
         try:
@@ -103,6 +105,32 @@ def _salvage(db: str, result: Repair) -> tuple[list[sqlite3.Row], list[tuple[str
             return rows, meta, last_id
     except (sqlite3.DatabaseError, OSError):
         return [], [], 0  # not a database at all: only the jobs' files tell the ids
+
+
+def _ids_only_in_damaged_wal(db: str, saved: set[int], result: Repair) -> int:
+    """The ids of jobs that only the damaged part of the -wal holds: named as lost, and
+    never given out again. Their rows are not saved: after damage, a row that decodes may
+    still hold a wrong command."""
+    wal = walcheck.resummed(_read(db + "-wal"))
+    if wal is None:
+        return 0
+    try:
+        with storecheck.reading(db, wal) as conn:
+            ids = {r[0] for r in conn.execute("SELECT id FROM jobs")}
+            last_id = _last_id(conn)
+    except sqlite3.DatabaseError:
+        return 0
+    for job_id in sorted(ids - saved):
+        result.left_out[job_id] = "it was only in the damaged part of the -wal"
+    return max([last_id, *ids])
+
+
+def _read(path: str) -> bytes:
+    try:
+        with open(path, "rb") as fh:
+            return fh.read()
+    except OSError:
+        return b""
 
 
 def _last_id(conn: sqlite3.Connection) -> int:

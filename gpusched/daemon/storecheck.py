@@ -88,8 +88,8 @@ def inspect(path: str, migrations: Sequence[str], jobs_dir: str | None = None,
     if problem_words:
         return Verdict("wal", f"queue file {path}: {problem_words}. gpusched left the files "
                        "untouched, as opening them would silently drop acknowledged jobs. "
-                       f"Put back the original -wal if you have it; else {DOCTOR}, and "
-                       f"{REPAIR}.")
+                       "Put back the original -wal if you have it; else run `gpusched doctor` "
+                       f"to see what can be saved; {REPAIR}.")
     return _check_contents(path, migrations, jobs_dir, integrity)
 
 
@@ -165,8 +165,9 @@ def _new_queue(path: str, how: str, jobs_dir: str | None) -> Verdict:
             evidence.append(f"{path}{suffix} is still there")
     if not evidence:
         return Verdict("new")
-    return Verdict("earlier_queue", f"queue file {path} {how}, but {' and '.join(evidence)}: a "
-                   "new queue would give their ids to new jobs. gpusched left everything "
+    risk = "a new queue would give their ids to new jobs" if jobs else "they may hold its jobs"
+    return Verdict("earlier_queue", f"queue file {path} {how}, but {' and '.join(evidence)}: "
+                   f"{risk}. gpusched left everything "
                    f"untouched. Put back the queue file if you have it; else run `gpusched "
                    "doctor --repair`, which starts a new queue whose ids continue above them.")
 
@@ -180,11 +181,12 @@ def _corrupt(path: str, lines: list[str]) -> Verdict:
 
 
 @contextmanager
-def reading(path: str) -> Iterator[sqlite3.Connection]:
+def reading(path: str, wal: bytes | None = None) -> Iterator[sqlite3.Connection]:
     """A connection that reads the queue (and its -wal) without touching any of its files:
-    the file itself, immutable, when it has no sidecar; else a private copy of it."""
+    the file itself, immutable, when it has no sidecar; else a private copy of it.
+    wal: read with this log in place of the queue's own."""
     sidecars = [s for s in SIDECARS if os.path.exists(path + s)]
-    if not sidecars:
+    if not sidecars and wal is None:
         # as_uri-style quoting: a '?' or '#' in the path is not read as URI syntax.
         from pathlib import Path
 
@@ -197,7 +199,10 @@ def reading(path: str) -> Iterator[sqlite3.Connection]:
     with tempfile.TemporaryDirectory(prefix="gpusched-check-") as scratch:
         copy = os.path.join(scratch, "queue.db")
         shutil.copyfile(path, copy)
-        if "-wal" in sidecars:  # not the -shm: SQLite rebuilds the index from the log
+        if wal is not None:
+            with open(copy + "-wal", "wb") as fh:
+                fh.write(wal)
+        elif "-wal" in sidecars:  # not the -shm: SQLite rebuilds the index from the log
             shutil.copyfile(path + "-wal", copy + "-wal")
         conn = sqlite3.connect(copy)
         try:

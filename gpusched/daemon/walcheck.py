@@ -92,6 +92,29 @@ def read_wal(data: bytes, db_page_bytes: int) -> WalLog:
     return WalLog(len(data), (salt1, salt2), page_bytes, frames, valid)
 
 
+def resummed(data: bytes) -> bytes | None:
+    """The log with every frame of its own (matching salts) given a right checksum, so
+    that SQLite replays them all; None if its header is not a WAL header. For finding the
+    ids a damaged log held: what it holds after the damage is not to be trusted as jobs."""
+    if len(data) < WAL_HEADER_BYTES:
+        return None
+    magic, version, page_bytes, _seq, salt1, salt2 = struct.unpack(">6I", data[:24])
+    order = _WAL_MAGIC.get(magic)
+    if order is None or version != _WAL_VERSION:
+        return None
+    out = bytearray(data)
+    sums = _checksum(data[:24], order, 0, 0)
+    out[24:32] = struct.pack(">2I", *sums)
+    frame_bytes = FRAME_HEADER_BYTES + page_bytes
+    for start in range(WAL_HEADER_BYTES, len(data) - frame_bytes + 1, frame_bytes):
+        if struct.unpack(">2I", data[start + 8:start + 16]) != (salt1, salt2):
+            break
+        sums = _checksum(data[start:start + 8] + data[start + 24:start + frame_bytes], order,
+                         *sums)
+        out[start + 16:start + 24] = struct.pack(">2I", *sums)
+    return bytes(out)
+
+
 def read_index(data: bytes) -> WalIndex:
     """The -shm's header, if both copies of it agree (SQLite's own test of a whole header)."""
     if len(data) < _SHM_HEADER_BYTES or data[0:48] != data[48:96]:
