@@ -11,6 +11,8 @@ import stat
 from pathlib import Path
 from typing import Callable
 
+import pytest
+
 from conftest import Home, wait_until
 
 SUFFIXES = ("", "-wal", "-shm")
@@ -50,6 +52,19 @@ def build_homes(home: Home, clean: Path, crashed: Path) -> None:
     home.kill_daemon()
     assert (home.state / "queue.db-wal").stat().st_size > 0
     shutil.copytree(home.state, crashed, symlinks=True)
+
+
+@pytest.fixture(scope="module")
+def bases(tmp_path_factory):
+    """A real daemon's home, stopped cleanly and killed: built once per test module."""
+    root = tmp_path_factory.mktemp("bases")
+    home = Home(root / "home", "2x80GiB")
+    home.write_config()
+    try:
+        build_homes(home, root / "clean", root / "crashed")
+    finally:
+        home.cleanup()
+    return {"clean": root / "clean", "crashed": root / "crashed"}
 
 
 def place(base: Path, home: Home) -> Path:

@@ -9,22 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from queue_damage import (bad_page, build_homes, fingerprint, missing, place, sql,
-                          wal_frame_damaged)
-
-
-@pytest.fixture(scope="module")
-def bases(tmp_path_factory):
-    from conftest import Home
-
-    root = tmp_path_factory.mktemp("bases")
-    home = Home(root / "home", "2x80GiB")
-    home.write_config()
-    try:
-        build_homes(home, root / "clean", root / "crashed")
-    finally:
-        home.cleanup()
-    return {"clean": root / "clean", "crashed": root / "crashed"}
+from queue_damage import (bad_page, bases, fingerprint, missing, place,  # noqa: F401 (bases: a fixture)
+                          sql, wal_frame_damaged)
 
 
 def spoil_rows(db: Path) -> None:
