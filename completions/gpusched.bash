@@ -17,6 +17,7 @@ _gpusched() {
             'daemon status') path='daemon status' ;;
             'daemon stop') path='daemon stop' ;;
             'demo') path='demo' ;;
+            'doctor') path='doctor' ;;
             'drain') path='drain' ;;
             'env') path='env' ;;
             'gpus') path='gpus' ;;
@@ -36,7 +37,7 @@ _gpusched() {
         esac
     done
     case "$path" in
-        '') words='cancel completions daemon demo drain env gpus hold logs ls release resubmit resume show simulate submit top update wait --help -h --version' values='' ids= args='' ;;
+        '') words='cancel completions daemon demo doctor drain env gpus hold logs ls release resubmit resume show simulate submit top update wait --help -h --version' values='' ids= args='' ;;
         'cancel') words='--help -h' values='' ids=active args='' ;;
         'completions') words='--help -h' values='' ids= args='bash zsh fish' ;;
         'daemon') words='install-service restart run start status stop --help -h' values='' ids= args='' ;;
@@ -47,6 +48,7 @@ _gpusched() {
         'daemon status') words='--help -h --json' values='' ids= args='' ;;
         'daemon stop') words='--help -h' values='' ids= args='' ;;
         'demo') words='--help -h' values='' ids= args='' ;;
+        'doctor') words='--help -h --repair --system --json' values='' ids= args='' ;;
         'drain') words='--help -h' values='' ids= args='' ;;
         'env') words='--help -h --json' values='' ids=all args='' ;;
         'gpus') words='--help -h --json --query --format' values='--query --format' ids= args='' ;;

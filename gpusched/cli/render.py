@@ -216,4 +216,12 @@ def status_lines(status: dict[str, Any]) -> list[str]:
         f"host memory limits: {status.get('mem_enforcement')}",
         f"state: {status['state_dir']}",
         f"socket: {status['socket']}",
-    ]
+    ] + damaged_lines(status.get("damaged_jobs") or [])
+
+
+def damaged_lines(damaged: list[dict[str, Any]]) -> list[str]:
+    """Quarantined rows: skipped, never run; what is wrong with each."""
+    if not damaged:
+        return []
+    lines = [f"damaged jobs: {len(damaged)} skipped and never run (`gpusched doctor` tells more)"]
+    return lines + [f"  job {d['id']}: {d['reason']}" for d in damaged]

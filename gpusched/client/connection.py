@@ -84,7 +84,7 @@ class Client:
                 # A daemon that lost the lock to a concurrent start exits too; then the
                 # winner holds the lock and comes up, so only an unheld lock means failure.
                 if (daemon is not None and daemon.process.poll() is not None
-                        and not _lock_is_held(self.paths.lock)):
+                        and not lock_is_held(self.paths.lock)):
                     raise DaemonUnavailable(daemon.failure(self.paths)) from None
                 if time.monotonic() > deadline:
                     raise DaemonUnavailable(
@@ -153,7 +153,7 @@ class StartedDaemon:
                 f"was ready; see {paths.daemon_log}")
 
 
-def _lock_is_held(path: str) -> bool:
+def lock_is_held(path: str) -> bool:
     """Whether a daemon holds the state directory's lock (filelock flocks that file)."""
     try:
         fd = os.open(path, os.O_RDONLY)

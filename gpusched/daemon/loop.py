@@ -111,7 +111,7 @@ class Daemon:
             raise GpuschedError(f"a gpusched daemon already runs for {self.paths.state_dir}; "
                                 "use `gpusched daemon status`.") from None
         try:
-            store = Store(self.paths.db)
+            store = Store(self.paths.db, self.paths.jobs_dir)
             # System mode: anyone may connect; who they are comes from SO_PEERCRED.
             server = SocketServer(self.paths.socket, self.dispatch,
                                   mode=0o666 if self.paths.is_system else 0o600,

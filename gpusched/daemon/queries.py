@@ -35,7 +35,9 @@ class Queries:
                 "host": self.host_usage(), "mem_enforcement": setup.mem_enforcement(),
                 "fairshare_usage": state.usage.until(state.running(), now),
                 "fairshare_half_life_s": setup.settings.fairshare_half_life_s,
-                "write_problem": state.writes.to_dict()}
+                "write_problem": state.writes.to_dict(),
+                "damaged_jobs": [{"id": i, "reason": r}
+                                 for i, r in sorted(state.store.damaged.items())]}
 
     def host_usage(self) -> dict:
         """Cores and memory: usable, reserved by running jobs, and used by the whole host."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import sqlite3
 from contextlib import contextmanager
 from dataclasses import asdict, fields
@@ -10,8 +11,12 @@ from pathlib import Path
 from typing import Iterable, Iterator
 
 from gpusched.core.errors import StoreError
-from gpusched.core.models import Constraints, Job, JobState, Request
+from gpusched.daemon import storecheck
+from gpusched.core.models import Job, JobState
+from gpusched.daemon.rows import JSON_TUPLES, STATES, DamagedRow, row_to_job
 from gpusched.daemon.writefail import is_write_failure, write_error
+
+log = logging.getLogger("gpusched.daemon.store")
 
 SCHEMA_VERSION = 4
 
@@ -94,36 +99,7 @@ MIGRATIONS: list[str] = [
 ]
 assert len(MIGRATIONS) == SCHEMA_VERSION
 
-# Columns stored as JSON, and whether their value is a tuple in the Job.
-_JSON_TUPLES = {"command": True, "env": False, "gpu_uuids": True, "gpu_indices": True,
-                "dependencies": True, "retry_on": True, "cpu_ids": True}
-_BOOLEANS = ("cancel_requested", "held", "kill_on_invalid_dep", "warned", "timed_out",
-             "mem_over", "oom_killed")
 _JOB_FIELDS = [f.name for f in fields(Job) if f.name != "request"]
-
-
-def _constraints_from_json(text: str) -> Constraints:
-    data = json.loads(text)
-    for key in ("gpu_ids", "exclude_gpus", "min_compute_capability"):
-        if data.get(key) is not None:
-            data[key] = tuple(data[key])
-    return Constraints(**data)
-
-
-def _row_to_job(row: sqlite3.Row) -> Job:
-    values = {key: row[key] for key in row.keys()}
-    for key, is_tuple in _JSON_TUPLES.items():
-        value = json.loads(values[key])
-        values[key] = tuple(tuple(v) if isinstance(v, list) else v for v in value) \
-            if is_tuple else value
-    for key in _BOOLEANS:
-        values[key] = bool(values[key])
-    values["state"] = JobState(values["state"])
-    values["request"] = Request(values.pop("gpus"), values.pop("gpu_mem_bytes"),
-                                _constraints_from_json(values.pop("constraints")),
-                                values.pop("cpus"), values.pop("mem_bytes"),
-                                bool(values.pop("cpus_required")))
-    return Job(**values)
 
 
 _IDS_PER_QUERY = 500  # under SQLite's oldest limit on bound values (999)
@@ -145,51 +121,28 @@ def _job_to_row(job: Job, for_update: bool = False) -> dict:
         row["cpus_required"] = job.request.cpus_required
         row["constraints"] = json.dumps(asdict(job.request.constraints))
     row["state"] = job.state.value
-    for key, is_tuple in _JSON_TUPLES.items():
+    for key, is_tuple in JSON_TUPLES.items():
         if key in row:
             row[key] = json.dumps(list(row[key]) if is_tuple else row[key])
     return row
 
 
-def check_file(path: str | Path) -> int:
-    """Read-only check before anything writes: the schema version of an intact queue file.
-
-    Opening read-only first means a corrupt or newer file is left byte-identical.
-    """
-    path = Path(path)
-    if not path.exists() or path.stat().st_size == 0:
-        return 0
-    # A read-only open of a WAL file creates -wal and -shm beside it and leaves them there.
-    # Without a -wal the file is all there is (and the daemon lock keeps writers out), so
-    # open it as immutable: nothing is created. A -wal left by a crash must be read, as is.
-    mode = "mode=ro" if Path(f"{path}-wal").exists() else "immutable=1"
-    try:
-        # as_uri() percent-encodes the path, so a '?' or '#' in it is not read as URI syntax.
-        conn = sqlite3.connect(f"{path.absolute().as_uri()}?{mode}", uri=True)
-        try:
-            version = conn.execute("PRAGMA user_version").fetchone()[0]
-            result = conn.execute("PRAGMA quick_check").fetchone()[0]
-        finally:
-            conn.close()
-    except sqlite3.DatabaseError as exc:
-        raise StoreError(f"queue file {path} is corrupt ({exc}); gpusched left it untouched. "
-                         "Move it aside to start with an empty queue.") from None
-    if result != "ok":
-        raise StoreError(f"queue file {path} is corrupt ({result}); gpusched left it untouched. "
-                         "Move it aside to start with an empty queue.")
-    if version > SCHEMA_VERSION:
-        raise StoreError(f"queue file {path} has schema version {version}, newer than this "
-                         f"gpusched understands ({SCHEMA_VERSION}); upgrade gpusched.")
-    return version
+def check_file(path: str | Path, jobs_dir: str | None = None) -> int:
+    """Read-only check before anything writes: the schema version of a queue file gpusched
+    may open (0: a new queue); StoreError, leaving every file byte-identical, if not."""
+    return storecheck.require_trusted(str(path), MIGRATIONS, jobs_dir)
 
 
 class Store:
     """All reads and writes of the queue. Only the daemon opens it for writing."""
 
-    def __init__(self, path: str | Path):
+    def __init__(self, path: str | Path, jobs_dir: str | None = None):
+        """jobs_dir: where the jobs' files are, so that a missing queue file beside them is
+        taken for damage, not for a new queue (their ids would be given out again)."""
         path = Path(path)
-        version = check_file(path)
+        version = check_file(path, jobs_dir)
         self.path = path
+        self.damaged: dict[int, str] = {}  # quarantined rows: id -> what is wrong
         # isolation_level=None: we issue BEGIN IMMEDIATE ourselves, so every write takes
         # the write lock up front instead of failing halfway through a transaction.
         self._conn = sqlite3.connect(str(path), isolation_level=None, check_same_thread=False)
@@ -198,14 +151,25 @@ class Store:
         self._conn.execute("PRAGMA journal_mode=WAL")
         self._conn.execute("PRAGMA synchronous=FULL")
         self._conn.execute("PRAGMA busy_timeout=5000")
-        self._migrate(version)
+        try:
+            self._migrate(version)
+        except StoreError:
+            self._conn.close()
+            raise
+        self._find_bad_states()
 
     def _migrate(self, version: int) -> None:
         for target in range(version, SCHEMA_VERSION):
-            with self.write():
-                for statement in filter(str.strip, MIGRATIONS[target].split(";")):
-                    self._conn.execute(statement)
-                self._conn.execute(f"PRAGMA user_version = {target + 1}")
+            try:
+                with self.write():
+                    for statement in filter(str.strip, MIGRATIONS[target].split(";")):
+                        self._conn.execute(statement)
+                    self._conn.execute(f"PRAGMA user_version = {target + 1}")
+            except sqlite3.Error as exc:  # rolled back: the file is as it was
+                raise StoreError(
+                    f"queue file {self.path} has the old schema version {target}, and updating "
+                    f"it to version {target + 1} failed ({exc}); gpusched rolled the update "
+                    f"back. {storecheck.DOCTOR}; {storecheck.REPAIR}.") from None
 
     @contextmanager
     def write(self) -> Iterator[None]:
@@ -281,19 +245,62 @@ class Store:
         self._last_id_given = first + count - 1
         return list(range(first, first + count))
 
+    def reserve_ids(self, last_id: int) -> None:
+        """Never give out an id up to last_id (a repaired queue carries on the old one's)."""
+        self._conn.execute("INSERT OR IGNORE INTO sqlite_sequence (name, seq) "
+                           "SELECT 'jobs', 0 WHERE NOT EXISTS "
+                           "(SELECT 1 FROM sqlite_sequence WHERE name = 'jobs')")
+        self._conn.execute("UPDATE sqlite_sequence SET seq = max(seq, ?) WHERE name = 'jobs'",
+                           (last_id,))
+
     def update(self, job: Job) -> None:
         """Store what can change after submit; the rest stays as inserted."""
         row = _job_to_row(job, for_update=True)
         sets = ", ".join(f"{c} = :{c}" for c in row if c != "id")
         self._conn.execute(f"UPDATE jobs SET {sets} WHERE id = :id", row)
 
+    # -- reading: a row that does not decode is quarantined, never fatal -----------------
+    def _jobs(self, rows: Iterable[sqlite3.Row]) -> list[Job]:
+        """The rows that decode, as jobs; the others are quarantined and left out."""
+        jobs = []
+        for row in rows:
+            try:
+                jobs.append(row_to_job(row))
+            except DamagedRow as damage:
+                self.quarantine(damage.job_id, damage.reason)
+        return jobs
+
+    def quarantine(self, job_id: int, reason: str) -> None:
+        """Remember a damaged row (for `daemon status`) and log it once."""
+        if job_id not in self.damaged:
+            self.damaged[job_id] = reason
+            log.warning("job %s in %s is damaged (%s): it is skipped and never run; "
+                        "`gpusched doctor` tells more", job_id, self.path, reason)
+
+    def _find_bad_states(self) -> None:
+        # Cheap in SQL, and such a row is in neither the active set nor a state's listing.
+        marks = ",".join("?" * len(STATES))
+        for job_id, state in self._conn.execute(
+                f"SELECT id, state FROM jobs WHERE state NOT IN ({marks}) OR state IS NULL",
+                STATES):
+            self.quarantine(job_id, f"state {state!r} is not a job state")
+
     def get(self, job_id: int) -> Job | None:
+        """The job with this id, None if there is none; StoreError if its row is damaged."""
         row = self._conn.execute("SELECT * FROM jobs WHERE id = ?", (job_id,)).fetchone()
-        return _row_to_job(row) if row else None
+        if row is None:
+            return None
+        try:
+            return row_to_job(row)
+        except DamagedRow as damage:
+            self.quarantine(damage.job_id, damage.reason)
+            raise StoreError(f"job {job_id} is damaged in the queue ({damage.reason}); gpusched "
+                             "skips it and never runs it. Run `gpusched doctor` to see what "
+                             "can be saved.") from None
 
     def many(self, ids: Iterable[int]) -> dict[int, Job]:
-        """The jobs with these ids that exist."""
-        return {row["id"]: _row_to_job(row) for row in self._rows_by_id("*", ids)}
+        """The jobs with these ids that exist (damaged ones left out)."""
+        return {job.id: job for job in self._jobs(self._rows_by_id("*", ids))}
 
     def _rows_by_id(self, columns: str, ids: Iterable[int]) -> Iterator[sqlite3.Row]:
         ids = list(ids)
@@ -307,18 +314,18 @@ class Store:
         """Pending and running jobs, in id order."""
         rows = self._conn.execute(
             "SELECT * FROM jobs WHERE state IN ('pending', 'running') ORDER BY id")
-        return [_row_to_job(r) for r in rows]
+        return self._jobs(rows)
 
     def finished(self, limit: int) -> list[Job]:
         """The most recently submitted finished jobs, oldest first."""
         rows = self._conn.execute(
             "SELECT * FROM jobs WHERE state NOT IN ('pending', 'running') "
             "ORDER BY id DESC LIMIT ?", (limit,)).fetchall()
-        return [_row_to_job(r) for r in reversed(rows)]
+        return self._jobs(reversed(rows))
 
     def array(self, array_id: int) -> list[Job]:
         rows = self._conn.execute("SELECT * FROM jobs WHERE array_id = ? ORDER BY id", (array_id,))
-        return [_row_to_job(r) for r in rows]
+        return self._jobs(rows)
 
     def get_meta(self, key: str, default: str = "") -> str:
         row = self._conn.execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
@@ -330,7 +337,8 @@ class Store:
 
     def states(self, ids: Iterable[int]) -> dict[int, JobState]:
         """The state of each given job that exists (for dependencies on finished jobs)."""
-        return {row[0]: JobState(row[1]) for row in self._rows_by_id("id, state", ids)}
+        return {row[0]: JobState(row[1]) for row in self._rows_by_id("id, state", ids)
+                if row[1] in STATES}  # a damaged one is as unknown
 
     def close(self) -> None:
         self._conn.close()
