@@ -51,7 +51,8 @@ def list_jobs(
         raise UsageError("choose one of --json and --format")
     columns = listing.parse_fields(fields) if fields is not None else None
     filters = listing.request_filters(users, me, states, names)
-    jobs = Client().call("list", all=all_jobs, **filters)["jobs"]
+    # However many: the daemon sends them a page at a time, gathered here.
+    jobs = Client().call_paged("list", all=all_jobs, **filters)["jobs"]
     if as_json:
         print_json(jobs)
     elif columns is not None:

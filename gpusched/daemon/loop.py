@@ -116,7 +116,8 @@ class Daemon:
             server = SocketServer(self.paths.socket, self.dispatch,
                                   mode=0o666 if self.paths.is_system else 0o600,
                                   max_per_uid=self.settings.max_connections_per_uid,
-                                  exempt_uids={0, os.getuid()}, stamp=self.fingerprint)
+                                  exempt_uids={0, os.getuid()}, stamp=self.fingerprint,
+                                  max_json_depth=self.settings.limit_json_depth)
             try:
                 self.attach(store)
                 self._install_signal_handlers()

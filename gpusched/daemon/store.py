@@ -282,12 +282,12 @@ class Store:
             "SELECT * FROM jobs WHERE state IN ('pending', 'running') ORDER BY id")
         return [_row_to_job(r) for r in rows]
 
-    def finished(self, limit: int) -> list[Job]:
-        """The most recently submitted finished jobs, oldest first."""
+    def finished(self, after_id: int, count: int) -> list[Job]:
+        """Up to `count` finished jobs with ids after `after_id`, in id order (a page of `ls --all`)."""
         rows = self._conn.execute(
-            "SELECT * FROM jobs WHERE state NOT IN ('pending', 'running') "
-            "ORDER BY id DESC LIMIT ?", (limit,)).fetchall()
-        return [_row_to_job(r) for r in reversed(rows)]
+            "SELECT * FROM jobs WHERE id > ? AND state NOT IN ('pending', 'running') "
+            "ORDER BY id LIMIT ?", (after_id, count))
+        return [_row_to_job(r) for r in rows]
 
     def array(self, array_id: int) -> list[Job]:
         rows = self._conn.execute("SELECT * FROM jobs WHERE array_id = ? ORDER BY id", (array_id,))

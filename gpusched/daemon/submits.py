@@ -6,7 +6,7 @@ import os
 from dataclasses import replace
 from typing import Any
 
-from gpusched.core import jobspec, placement, syntax
+from gpusched.core import jobspec, limits, placement, syntax
 from gpusched.core.errors import NotFound, UsageError
 from gpusched.core.models import Job
 from gpusched.daemon.authz import user_name
@@ -34,6 +34,7 @@ class Submits:
         self.state, self.setup = state, setup
 
     def submit(self, req: Request) -> dict:
+        limits.check_submit(req.args, limits.from_settings(self.setup.settings))
         env, cwd, specs = req.args.get("env", {}), req.args.get("cwd", ""), req.args["jobs"]
         if not isinstance(env, dict) or not all(
                 isinstance(k, str) and isinstance(v, str) for k, v in env.items()):
@@ -106,6 +107,7 @@ class Submits:
             spec["array"] = {"indices": [j.array_index for j in jobs],
                              "throttle": first.array_throttle if len(jobs) > 1 else None}
         owner = replace(first, submitted_at=self.setup.clock.time(), submit_pid=req.creds[0])
+        limits.check_spec(spec, limits.from_settings(self.setup.settings))
         template = self._template(spec, owner)
         with self.state.store.write():
             ids = self._insert(template, *_array(spec))
