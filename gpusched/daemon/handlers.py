@@ -37,7 +37,8 @@ class Handlers:
             "handlers and protocol disagree"
 
     def handle(self, request: Request) -> Any | Waiter:
-        """The request's result (each request commits before it returns), or a Waiter;
+        """The request's result (each request commits before it returns), a Waiter, or
+        a Batched request (daemon/batches.py) the loop goes on with;
         raises GpuschedError for a request refused."""
         limits.check_ids(request.args.get("ids"), self._limits)
         return self._table[request.name](request)

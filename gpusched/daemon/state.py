@@ -70,6 +70,9 @@ class DaemonState:
         self.stopping = False
         self.schedule_needed = True  # something a scheduling pass depends on changed
         self.gpus_dirty = True  # a run that held GPUs ended: read them before the poll
+        # Ids of submits being stored in batches (daemon/batches.py): not acknowledged
+        # yet, so no request may see or touch them.
+        self.incoming: list[range] = []
 
     # -- the active jobs ----------------------------------------------------------------
     def load_active(self, jobs: list[Job]) -> None:
@@ -86,6 +89,8 @@ class DaemonState:
 
     def find(self, job_id: int) -> Job | None:
         """A job, active or finished."""
+        if any(job_id in ids for ids in self.incoming):
+            return None
         return self.jobs.get(job_id) or self.store.get(job_id)
 
     def save(self, job: Job) -> None:
@@ -113,6 +118,13 @@ class DaemonState:
             # poll, and let waiting jobs (and dependents) be considered.
             self.gpus_dirty = self.gpus_dirty or bool(previous.gpu_uuids)
             self.schedule_needed = True
+
+    def remember_new(self, jobs: list[Job]) -> None:
+        """remember() for many jobs just queued (all pending), in a few dict updates."""
+        new = {job.id: job for job in jobs}
+        self.jobs.update(new)
+        self._pending.update(new)
+        self.schedule_needed = True
 
     # -- flags ----------------------------------------------------------------------------
     def set_draining(self, draining: bool) -> None:

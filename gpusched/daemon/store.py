@@ -305,5 +305,32 @@ class Store:
         """The state of each given job that exists (for dependencies on finished jobs)."""
         return {row[0]: JobState(row[1]) for row in self._rows_by_id("id, state", ids)}
 
+    def array_ids(self, array_id: int) -> list[int]:
+        rows = self._conn.execute("SELECT id FROM jobs WHERE array_id = ? ORDER BY id",
+                                  (array_id,))
+        return [row[0] for row in rows]
+
+    # -- submits done in batches (daemon/batches.py) ------------------------------------
+    def reserve_ids(self, last_id: int) -> None:
+        """No later job gets an id up to last_id, even before rows with them exist:
+        sqlite_sequence is AUTOINCREMENT's own counter, which SQLite lets us raise."""
+        raised = self._conn.execute("UPDATE sqlite_sequence SET seq = max(seq, ?) "
+                                    "WHERE name = 'jobs'", (last_id,)).rowcount
+        if not raised:
+            self._conn.execute("INSERT INTO sqlite_sequence (name, seq) VALUES ('jobs', ?)",
+                               (last_id,))
+
+    def meta_starting(self, prefix: str) -> dict[str, str]:
+        rows = self._conn.execute("SELECT key, value FROM meta WHERE substr(key, 1, ?) = ?",
+                                  (len(prefix), prefix))
+        return {key: value for key, value in rows}
+
+    def delete_meta(self, key: str) -> None:
+        self._conn.execute("DELETE FROM meta WHERE key = ?", (key,))
+
+    def delete_jobs(self, first_id: int, last_id: int) -> None:
+        """Remove the rows of a submit that never completed; their ids stay used."""
+        self._conn.execute("DELETE FROM jobs WHERE id BETWEEN ? AND ?", (first_id, last_id))
+
     def close(self) -> None:
         self._conn.close()
