@@ -274,6 +274,8 @@ class Box:
         protocol.check_request({"cmd": name, "args": args})
         call = Call(Request(name, args, creds))
         self.daemon.step([call])
+        while call.batched is not None and not call.done.is_set():
+            self.daemon.step([])  # a big submit or change: a batch per turn, to the end
         return call
 
     def call(self, name: str, creds: tuple[int, int, int] = ME, **args: Any) -> Any:

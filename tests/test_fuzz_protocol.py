@@ -85,7 +85,8 @@ def job_specs(draw) -> dict:
 # A good value for each argument of each command (ids name the box's seeded jobs).
 GOOD_ARGS = {
     "jobs": st.lists(job_specs(), min_size=1, max_size=2), "env": st.just({"A": "b"}),
-    "cwd": st.just("/"), "all": st.booleans(), "lean": st.booleans(), "limit": st.just(5),
+    "cwd": st.just("/"), "all": st.booleans(), "lean": st.booleans(), "after": st.integers(0, 5),
+    "page_bytes": st.sampled_from([1024, 2**20]),
     "users": st.just(["nobody"]), "states": st.just(["pending", "succeeded"]),
     "names": st.just(["*"]), "ids": st.lists(st.sampled_from([1, 2, "2_1", "3"]), min_size=1),
     "id": st.sampled_from([1, "2_0", 3]), "priority": st.just(3), "timeout_s": st.just(0.5),
@@ -279,7 +280,7 @@ def handle(tmp_path, failures):
 def test_any_request_is_answered_and_a_refused_one_changes_nothing(handle):
     @FUZZ
     @given(requests())
-    @example({"cmd": "list", "args": {"limit": None, "states": ["succeeded"]}})
+    @example({"cmd": "list", "args": {"after": None, "states": ["succeeded"]}})
     @example({"cmd": "list", "args": {"states": [["x"]]}})
     @example({"cmd": "wait", "args": {"ids": [1], "timeout_s": "x"}})
     @example({"cmd": "cancel", "args": {"ids": ["9" * 5000]}})

@@ -125,13 +125,13 @@ def test_a_refused_hold_value_is_not_taken_for_true(daemon_home):
 
 
 def test_a_null_argument_or_field_is_one_not_given(daemon_home):
-    """Null where a default exists is that default: {"gpus": null} and a `list` with
-    {"limit": null} once raised inside the daemon."""
+    """Null where a default exists is that default: {"gpus": null} and a `list` with a
+    null page argument once raised inside the daemon."""
     reply = ask(daemon_home, "submit", **submit(gpus=None, hold=True))
     assert reply["ok"], reply
     (job_id,) = reply["result"]["ids"]
     assert ask(daemon_home, "show", ids=[job_id])["result"]["jobs"][0]["gpus_requested"] == 0
-    reply = ask(daemon_home, "list", limit=None, states=["cancelled", "pending"])
+    reply = ask(daemon_home, "list", after=None, states=["cancelled", "pending"])
     assert reply["ok"], reply
     assert job_id in [job["id"] for job in reply["result"]["jobs"]]
     assert ask(daemon_home, "cancel", ids=[job_id])["ok"]

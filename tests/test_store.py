@@ -110,7 +110,7 @@ def test_active_and_finished(store):
     with store.write():
         store.update(transition(store.get(b), JobState.CANCELLED, ended_at=1.0))
     assert [j.id for j in store.active()] == [a, c]
-    assert [j.id for j in store.finished(10)] == [b]
+    assert [j.id for j in store.finished(0, 10)] == [b]
 
 
 def test_a_failed_write_leaves_nothing(store):

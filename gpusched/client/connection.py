@@ -98,7 +98,7 @@ class Client:
         with self.connect() as sock:
             sock.settimeout(timeout_s)
             try:
-                protocol.send(sock, {"cmd": cmd, "args": args})
+                protocol.send(sock, {"cmd": cmd, "args": args}, allow_nan=False)
                 reply = protocol.receive(sock)
             except (OSError, socket.timeout) as exc:
                 raise DaemonUnavailable(f"lost the connection to the gpusched daemon ({exc}); "
@@ -112,6 +112,18 @@ class Client:
             cls = ERROR_KINDS.get(error.get("kind"), GpuschedError)
             raise cls(error.get("message", "the daemon refused the request"))
         return reply.get("result")
+
+    def call_paged(self, cmd: str, timeout_s: float | None = 60.0,
+                   **args: Any) -> dict[str, Any]:
+        """A request whose reply comes in pages (list, show, wait): asked again from
+        each reply's "next" until the last; the last reply, with every page's jobs."""
+        jobs: list = []
+        while True:
+            result = self.call(cmd, timeout_s=timeout_s, **args)
+            jobs += result["jobs"]
+            if result.get("next") is None:
+                return {**result, "jobs": jobs}
+            args["after"] = result["next"]
 
     def _compare_daemon(self, fingerprint: Any) -> None:
         global _compared_daemon

@@ -37,15 +37,18 @@ COMMANDS: dict[str, Command] = {
     "status": _cmd(),
     "submit": _cmd("jobs", "env cwd"),
     # Filters (lists of user names, states, name patterns) keep the reply small.
-    "list": _cmd("", "all limit users states names"),
-    "show": _cmd("ids"),
+    # Replies that grow with the queue come in pages (daemon/pages.py): "after" is where
+    # the page starts (a job id for list, a position among the ids named for show and
+    # wait), "page_bytes" about how large it may be; each reply says where the next starts.
+    "list": _cmd("", "all users states names after page_bytes"),
+    "show": _cmd("ids", "after page_bytes"),
     "cancel": _cmd("ids"),
     "hold": _cmd("ids"),
     "release": _cmd("ids"),
     "update": _cmd("ids", "priority"),
     "drain": _cmd(),
     "resume": _cmd(),
-    "wait": _cmd("ids", "timeout_s"),
+    "wait": _cmd("ids", "timeout_s after page_bytes"),
     "gpus": _cmd(),
     # Everything `gpusched top` draws in one frame: daemon, GPUs, reservations, jobs.
     "snapshot": _cmd("", "lean"),
@@ -97,7 +100,9 @@ ARGUMENTS: dict[str, Callable[[Any], Any]] = {
     "cwd": lambda v: values.text(v, "the working directory (cwd)"),
     "all": lambda v: values.flag(v, "all"),
     "lean": lambda v: values.flag(v, "lean"),
-    "limit": lambda v: values.whole_number(v, "limit", 1, 10**7),
+    # Where a page starts, and about how large it may be (daemon/pages.py sets the bounds).
+    "after": lambda v: values.whole_number(v, "after", 0, 2**63 - 1),
+    "page_bytes": lambda v: values.whole_number(v, "page_bytes", 1, 2**31),
     "users": _names("users"), "states": _names("states"), "names": _names("names"),
     "ids": _job_ids,
     "id": syntax.parse_job_id,
@@ -131,8 +136,14 @@ def check_request(message: Any) -> tuple[str, dict[str, Any]]:
     return name, args
 
 
-def encode(message: dict[str, Any]) -> bytes:
-    body = json.dumps(message, separators=(",", ":")).encode()
+def encode(message: dict[str, Any], allow_nan: bool = True) -> bytes:
+    """The frame for a message. allow_nan=False (a request): NaN and infinities, which
+    standard JSON lacks and no argument means, are refused before sending."""
+    try:
+        body = json.dumps(message, separators=(",", ":"), allow_nan=allow_nan).encode()
+    except ValueError:
+        raise ProtocolError("a request cannot carry NaN or an infinite number; give a finite "
+                            "one") from None
     if len(body) > MAX_FRAME_BYTES:
         raise ProtocolError(f"message of {len(body)} bytes is over the {MAX_FRAME_BYTES}-byte limit")
     return _HEADER.pack(len(body)) + body
@@ -158,15 +169,17 @@ def _read_exact(sock: socket.socket, size: int, deadline: float | None = None) -
     return b"".join(chunks)
 
 
-def send(sock: socket.socket, message: dict[str, Any]) -> None:
-    sock.sendall(encode(message))
+def send(sock: socket.socket, message: dict[str, Any], allow_nan: bool = True) -> None:
+    sock.sendall(encode(message, allow_nan))
 
 
-def receive(sock: socket.socket, timeout_s: float | None = None) -> dict[str, Any] | None:
+def receive(sock: socket.socket, timeout_s: float | None = None,
+            max_depth: int | None = None) -> dict[str, Any] | None:
     """One frame, or None when the peer closed cleanly between frames.
 
     timeout_s bounds the whole frame, not each read: a peer that trickles a byte at a
-    time must not hold a connection (and its thread) for ever.
+    time must not hold a connection (and its thread) for ever. max_depth (the daemon's
+    limits.json_depth) refuses a deeply nested frame before it is decoded.
     """
     deadline = None if timeout_s is None else time.monotonic() + timeout_s
     first = _recv(sock, _HEADER.size, deadline)
@@ -177,8 +190,13 @@ def receive(sock: socket.socket, timeout_s: float | None = None) -> dict[str, An
     (size,) = _HEADER.unpack(header)
     if size > MAX_FRAME_BYTES:
         raise ProtocolError(f"message of {size} bytes is over the {MAX_FRAME_BYTES}-byte limit")
+    body = _read_exact(sock, size, deadline)
+    if max_depth is not None:
+        from gpusched.core.limits import check_depth  # the daemon's side only
+
+        check_depth(body, max_depth)
     try:
-        message = json.loads(_read_exact(sock, size, deadline))
+        message = json.loads(body)
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise ProtocolError(f"message is not JSON: {exc}") from None
     except ValueError:  # Python reads no integer of over 4300 digits (int_max_str_digits)

@@ -7,7 +7,7 @@ import os
 import sys
 
 from gpusched.client.options import RESUBMIT_FIELDS, SubmitOptions
-from gpusched.core import syntax
+from gpusched.core import limits, syntax
 from gpusched.core.errors import GpuschedError, UsageError, detach_stdout
 from gpusched.core.units import parse_duration, parse_size
 
@@ -201,7 +201,23 @@ def build_request(opts: SubmitOptions) -> dict[str, Any]:
     extra = scheduling_fields(opts)
     jobs = [{"command": c, "name": opts.name, "gpus": gpus, "gpu_mem_bytes": gpu_mem_bytes,
              "priority": opts.priority, **extra} for c in commands]
-    return {"jobs": jobs, "env": env, "cwd": cwd}
+    request = {"jobs": jobs, "env": env, "cwd": cwd}
+    check_limits(request)
+    return request
+
+
+def check_limits(request: dict[str, Any]) -> None:
+    """Refuse, before sending, a submit over the daemon's limits (which enforces them
+    anyway). Checked against the defaults first; only a request over one of those reads
+    the config, which may have raised it."""
+    try:
+        limits.check_submit(request, limits.DEFAULT)
+    except UsageError:
+        from gpusched.client.modes import client_paths
+        from gpusched.core.config import load_settings
+
+        limits.check_submit(request, limits.from_settings(
+            load_settings(client_paths().config_file, environ={})))
 
 
 def exit_status(job: dict[str, Any]) -> int:
@@ -216,7 +232,7 @@ def exit_status(job: dict[str, Any]) -> int:
 def wait_for_jobs(client: Any, ids: list[int]) -> list[dict[str, Any]]:
     """Block until every job ended; the daemon answers in slices, so ask again until done."""
     while True:
-        result = client.call("wait", timeout_s=None, ids=ids)
+        result = client.call_paged("wait", timeout_s=None, ids=ids)
         if result["done"]:
             return result["jobs"]
 
@@ -237,7 +253,7 @@ _NOTE_TIMEOUT_S = 2.0  # leaving a daemon that hangs must not take a second Ctrl
 def _interrupted_note(client: Any, ids: list[int]) -> str:
     """What became of the jobs a wait was interrupted on: they go on, and how to cancel them."""
     try:
-        jobs = client.call("show", timeout_s=_NOTE_TIMEOUT_S, ids=ids)["jobs"]
+        jobs = client.call_paged("show", timeout_s=_NOTE_TIMEOUT_S, ids=ids)["jobs"]
     except GpuschedError:  # no answer: say what is sure
         jobs = [{"id": i, "state": "unknown"} for i in ids]
     live = [j for j in jobs if j["state"] not in _ENDED]

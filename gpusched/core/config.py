@@ -8,6 +8,7 @@ from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Any, Callable
 
+from gpusched.core import limits
 from gpusched.core.errors import ConfigError
 from gpusched.core.models import DISCIPLINES
 from gpusched.core.placement import BUILTIN_POLICIES, PlacementRules
@@ -63,6 +64,13 @@ class Settings:
     service_user: str = ""
     admin_group: str = ""
     show_commands: str = "own"
+    # [limits] (core/limits.py: what each bounds, and the defaults)
+    limit_command_bytes: int = limits.DEFAULT.command_bytes
+    limit_cwd_bytes: int = limits.DEFAULT.cwd_bytes
+    limit_env_bytes: int = limits.DEFAULT.env_bytes
+    limit_name_bytes: int = limits.DEFAULT.name_bytes
+    limit_jobs: int = limits.DEFAULT.jobs
+    limit_json_depth: int = limits.DEFAULT.json_depth
 
 
 def _toml():
@@ -218,6 +226,22 @@ KEYS: dict[str, tuple[str, Callable[[Any], Any], Any, str]] = {
                              'Whose command lines `ls`, `show` and `top` show: "own" (the '
                              'owner\'s and to admins) or "all".'),
 }
+
+
+def _size_up_to(high: int) -> Callable[[Any], int]:
+    def parse(value: Any) -> int:
+        size = parse_size(value)
+        if not 1 <= size <= high:
+            raise ValueError(f"{value!r} is outside 1B..{high // 1024}KiB")
+        return size
+    return parse
+
+
+# The [limits] table: sizes are written as sizes ("128KiB"), counts as numbers; the
+# lowest depth still lets every real request through (a submit nests six levels).
+for _key, (_field, _default, _high, _doc) in limits.CONFIG.items():
+    KEYS[f"limits.{_key}"] = (_field, _size_up_to(_high) if isinstance(_default, str) else
+                              _number(8 if _key == "json_depth" else 1, _high, int), _default, _doc)
 
 
 def _near_key(section: str, key: str) -> str | None:

@@ -163,11 +163,17 @@ def _count(p: _Pass, job: Job, uuids: Sequence[str], now: float) -> None:
         p.ends[uuid] = max(p.ends.get(uuid, now), end)
 
 
+def held_reason(job_id: int) -> str:
+    """Why a held job waits: also set when it is queued, so that the first pass over
+    100,000 held elements has no reason to change."""
+    return f"held (`gpusched release {job_id}` lets it start)"
+
+
 def _limit_reason(job: Job, p: _Pass, rules: QueueRules) -> str:
     if rules.draining:
         return "the queue is draining (`gpusched resume` starts jobs again)"
     if job.held:
-        return f"held (`gpusched release {job.id}` lets it start)"
+        return held_reason(job.id)
     if job.array_id is not None and job.array_throttle is not None and \
             p.array_running.get(job.array_id, 0) >= job.array_throttle:
         return f"array {job.array_id} already runs {job.array_throttle} at once (%{job.array_throttle})"
@@ -279,8 +285,7 @@ def _explain_full_box(rest: Sequence[Job], p: _Pass, queue: QueueRules,
         elif lifecycle.is_waiting_to_retry(job, now):
             reasons[job.id] = lifecycle.retry_reason(job, now)
         elif not _waits_on_dependencies(job, dep_states, reasons, cancels):
-            reasons[job.id] = f"held (`gpusched release {job.id}` lets it start)" \
-                if job.held else full_reason
+            reasons[job.id] = held_reason(job.id) if job.held else full_reason
 
 
 def schedule(pending: Sequence[Job], running: Sequence[Job], loads: Mapping[str, GpuLoad],

@@ -9,7 +9,9 @@ from gpusched.core.errors import UsageError
 from gpusched.core.units import parse_duration, parse_size
 from gpusched.core.values import shown
 
-MAX_ARRAY_SIZE = 10_000
+# The most that limits.jobs may allow: an --array past it is refused before its indices
+# are listed; the configured limits.jobs (100,000 by default) refuses at submit.
+MAX_ARRAY_SIZE = 1_000_000
 MAX_JOB_ID = 2**63 - 1  # SQLite's largest integer
 MAX_PRIORITY = 10**6
 # "after" is met once the job has started (or ended without starting), as in Slurm.

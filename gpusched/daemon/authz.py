@@ -98,9 +98,12 @@ class Viewer:
         data = job_to_dict(job)
         if self.sees_all or job.uid == self.uid:
             return data
+        # What the job is and where it works tells as much as its command: its name (the
+        # default one is the program's), directory, log paths, environment and the pid
+        # of the shell that submitted it.
         data["command"] = [HIDDEN]
-        if not job.name:  # the default name is the program's name: part of the command
-            data["name"] = ""
+        data["name"] = ""
+        data.update(cwd=HIDDEN, stdout_path=HIDDEN, stderr_path=HIDDEN, submit_pid=None)
         if (data.get("end_reason") or "").startswith("cannot start:"):  # it names the program
             data["end_reason"] = f"cannot start: {HIDDEN}"
         return data

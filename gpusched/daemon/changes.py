@@ -9,6 +9,7 @@ from typing import Callable
 from gpusched.core import jobspec
 from gpusched.core.errors import UsageError
 from gpusched.core.models import Job, JobState, transition
+from gpusched.daemon import batches
 from gpusched.daemon.authz import user_name
 from gpusched.daemon.request import Request, targets
 from gpusched.daemon.state import DaemonState, Setup
@@ -24,20 +25,22 @@ class Changes:
     def __init__(self, state: DaemonState, setup: Setup, seam: ProcessSeam):
         self.state, self.setup, self.seam = state, setup, seam
 
-    def change(self, req: Request, verb: str, apply: Callable[[Job], str]) -> dict:
+    def change(self, req: Request, verb: str,
+               apply: Callable[[Job], str]) -> dict | batches.BatchedChange:
         """Apply a change to each job named: what happened to each in "results", and
         why each job that could not be changed was not in "refused" (the client then
         exits 1)."""
         jobs = targets(self.state, req.args["ids"])
         self.setup.authz.require_owner(jobs, req.creds, f"{verb} it", req.name)
-        results, refused = {}, {}
-        with self.state.write():
-            for job in jobs:
-                try:
-                    results[str(job.id)] = apply(self.state.jobs.get(job.id, job))
-                except Refused as exc:
-                    refused[str(job.id)] = str(exc)
-        return {"results": results, "refused": refused}
+
+        def outcome(job: Job) -> tuple[str, bool]:
+            try:
+                return apply(job), False
+            except Refused as exc:
+                return str(exc), True
+        # Thousands of jobs (a big array) are changed a batch per turn of the loop.
+        work = batches.BatchedChange(self.state, jobs, outcome)
+        return work if len(jobs) > batches.BIG_JOBS else work.run_all()
 
     def cancel(self, req: Request) -> dict:
         who = user_name(req.creds[1])

@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Any, Callable
 
 from gpusched.client.protocol import COMMANDS
+from gpusched.core import limits
 from gpusched.daemon.changes import Changes
 from gpusched.daemon.queries import Queries
 from gpusched.daemon.request import Request, Waiter
@@ -22,6 +23,7 @@ class Handlers:
     def __init__(self, state: DaemonState, setup: Setup, seam: ProcessSeam):
         queries, changes, submits = Queries(state, setup), Changes(state, setup, seam), \
             Submits(state, setup)
+        self._limits = limits.from_settings(setup.settings)
         self._table: dict[str, Callable[[Request], Any]] = {
             "status": queries.status, "list": queries.list, "show": queries.show,
             "wait": queries.wait, "gpus": queries.gpus, "snapshot": queries.snapshot,
@@ -35,6 +37,8 @@ class Handlers:
             "handlers and protocol disagree"
 
     def handle(self, request: Request) -> Any | Waiter:
-        """The request's result (each request commits before it returns), or a Waiter;
+        """The request's result (each request commits before it returns), a Waiter, or
+        a Batched request (daemon/batches.py) the loop goes on with;
         raises GpuschedError for a request refused."""
+        limits.check_ids(request.args.get("ids"), self._limits)
         return self._table[request.name](request)

@@ -23,6 +23,7 @@ from gpusched.core.config import Settings, load_settings
 from gpusched.client.paths import Paths, ensure_private_dir
 from gpusched.core.errors import ConfigError, GpuschedError, StoreWriteError
 from gpusched.gpus import GpuBackend, open_backend
+from gpusched.daemon.batches import Batched, purge_incomplete, step_oldest
 from gpusched.daemon.cgroups import CgroupJobs
 from gpusched.daemon.handlers import Handlers
 from gpusched.daemon.host import detect_host
@@ -52,6 +53,7 @@ class Call:
     result: Any = None
     error: GpuschedError | None = None
     waiter: Waiter | None = None  # a `wait` answered later
+    batched: Batched | None = None  # a request done a batch per turn, answered when done
 
     def answer(self, result: Any) -> None:
         self.result = result
@@ -84,6 +86,7 @@ class Daemon:
                            settings.show_commands)
         self._calls: queue.Queue[Any] = queue.Queue()  # Calls, and _WAKE
         self._waiters: list[Call] = []
+        self._batched: list[Call] = []  # oldest first; one batch per turn
         self._next_gpu_read = 0.0
         # Made by attach(), once the store is open:
         self.state: DaemonState
@@ -116,7 +119,8 @@ class Daemon:
             server = SocketServer(self.paths.socket, self.dispatch,
                                   mode=0o666 if self.paths.is_system else 0o600,
                                   max_per_uid=self.settings.max_connections_per_uid,
-                                  exempt_uids={0, os.getuid()}, stamp=self.fingerprint)
+                                  exempt_uids={0, os.getuid()}, stamp=self.fingerprint,
+                                  max_json_depth=self.settings.limit_json_depth)
             try:
                 self.attach(store)
                 self._install_signal_handlers()
@@ -147,6 +151,7 @@ class Daemon:
         os.makedirs(self.paths.jobs_dir, mode=0o700, exist_ok=True)
         setup = Setup(self.paths, self.settings, self.rules, self.host, self.authz,
                       self._set_up_cgroups(), self.started_at, self.clock)
+        purge_incomplete(store)  # submits a crash cut short were never acknowledged
         self.state = DaemonState(store, setup, self.backend.name)
         self.control = JobControl(self.state, setup, self.seam)
         self.handlers = Handlers(self.state, setup, self.seam)
@@ -195,6 +200,11 @@ class Daemon:
     def _answer_everyone(self) -> None:
         for call in self._waiters:
             call.answer(call.waiter.result())
+        for call in self._batched:
+            call.batched.abandon()
+            call.fail(GpuschedError("the daemon stopped before this request was done; "
+                                    "nothing of a submit was queued, a change may be partly "
+                                    "made: run it again"))
         while not self._calls.empty():
             call = self._calls.get_nowait()
             if call is not _WAKE:
@@ -211,6 +221,7 @@ class Daemon:
         write) wait for the next retry; requests are answered all the same."""
         for call in calls:
             self.handle(call)  # each request commits before it is answered
+        self.step_batched()
         if self.state.writes.retry_due():
             try:
                 with self.state.write():  # the loop's own changes: one commit per pass
@@ -232,8 +243,16 @@ class Daemon:
             if isinstance(outcome, Waiter):
                 call.waiter = outcome
                 self._waiters.append(call)
+            elif isinstance(outcome, Batched):
+                call.batched = outcome
+                self._batched.append(call)
             else:
                 call.answer(outcome)
+
+    def step_batched(self) -> None:
+        """One batch of the oldest request done in batches; answered once it is done."""
+        if self._batched:
+            step_oldest(self._batched)
 
     def run_pass(self, schedule: bool) -> None:
         poll_due = self.clock.monotonic() >= self._next_gpu_read
@@ -260,7 +279,7 @@ class Daemon:
         deadline = self.control.next_deadline()
         if deadline is not None:
             wake = min(wake, deadline - self.clock.time())
-        timeout = min(_MAX_SLEEP_S, max(0.0, wake))
+        timeout = 0.0 if self._batched else min(_MAX_SLEEP_S, max(0.0, wake))
         calls = []
         try:
             calls.append(self._calls.get(timeout=timeout))

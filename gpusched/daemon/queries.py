@@ -7,15 +7,14 @@ import os
 import psutil
 
 from gpusched import __version__
-from gpusched.core import jobfilter, jobspec, placement
+from gpusched.core import jobfilter, placement
 from gpusched.core.models import HIDDEN, inventory_to_dict, job_to_dict
 from gpusched.client.protocol import LEAN_JOB_FIELDS
+from gpusched.daemon import pages
 from gpusched.daemon.request import WAIT_SLICE_S, Request, Waiter, named, named_each
 from gpusched.daemon.state import DaemonState, Setup
 from gpusched.job import read_progress_file
 from gpusched.proc import runfile
-
-FINISHED_LISTED = 1000  # `ls --all` shows this many finished jobs unless asked for more
 
 
 class Queries:
@@ -50,18 +49,25 @@ class Queries:
                 "cpu_used_pct": psutil.cpu_percent(interval=None)}
 
     def list(self, req: Request) -> dict:
+        """One page of the jobs the caller may see that pass the filters, in id order
+        (pages.py): all of them, pending, running and (with all, or a finished state
+        asked for) finished, however many."""
         state = self.state
-        jobs = sorted(state.jobs.values(), key=lambda j: j.id)
-        if req.args.get("all") or set(req.args.get("states") or ()) & jobfilter.FINAL:
-            limit = jobspec.whole_number(req.args, "limit", FINISHED_LISTED, 1, 10**7)
-            jobs = sorted(state.store.finished(limit) + jobs, key=lambda j: j.id)
+        finished = (state.store.finished if req.args.get("all")
+                    or set(req.args.get("states") or ()) & jobfilter.FINAL else None)
+        jobs, horizon = pages.list_candidates(state.jobs, finished, pages.start(req.args))
+        viewer = self.setup.authz.viewer(req.creds[1])
         # Filtered as the caller sees them: a hidden name must not be found by its pattern.
-        rows = jobfilter.select(self.setup.authz.viewer(req.creds[1]).jobs(jobs), req.args)
-        return {"jobs": self.with_progress(rows), "write_problem": state.writes.to_dict()}
+        page = pages.list_page(
+            jobs, horizon, lambda some: self.with_progress(jobfilter.select(viewer.jobs(some),
+                                                                            req.args)),
+            pages.budget(req.args))
+        return {**page, "write_problem": state.writes.to_dict()}
 
     def show(self, req: Request) -> dict:
         jobs = named_each(self.state, req.args["ids"], whole_arrays=False)
-        return {"jobs": self.with_progress(self.setup.authz.viewer(req.creds[1]).jobs(jobs))}
+        viewer = self.setup.authz.viewer(req.creds[1])
+        return pages.by_position(jobs, req.args, lambda some: self.with_progress(viewer.jobs(some)))
 
     def with_progress(self, rows: list[dict]) -> list[dict]:
         """Each running job's last gpusched.job.progress() report; None for the others.
@@ -95,21 +101,30 @@ class Queries:
         return {"id": job.id, "env": dict(job.env)}
 
     def wait(self, req: Request) -> dict | Waiter:
-        """The jobs named, once all have ended: now, or through a Waiter the loop answers."""
+        """The jobs named, once all have ended: now, or through a Waiter the loop answers.
+        The jobs come a page at a time (pages.py); the client asks for the next page."""
         # Ids become job ids now (an array's id all its elements, in order), so that
         # unknown ids fail now, not after the wait, and each later look is a lookup.
         ids = [job.id for job in named_each(self.state, req.args["ids"], whole_arrays=True)]
-        timeout = float(req.args.get("timeout_s") or WAIT_SLICE_S)
-        deadline = self.setup.clock.monotonic() + min(max(timeout, 0.0), WAIT_SLICE_S)
-        waiter = Waiter(ids, lambda: self._waited(ids, req.creds[1]), deadline)
+        # A finite number of 0 or more (protocol.ARGUMENTS): a NaN deadline would never come.
+        timeout = req.args.get("timeout_s")
+        deadline = self.setup.clock.monotonic() + min(timeout or WAIT_SLICE_S, WAIT_SLICE_S)
+        waiter = Waiter(ids, lambda: self._waited(ids, req), deadline)
         return waiter.result() if waiter.all_ended(self.state.jobs) else waiter
 
-    def _waited(self, ids: list[int], uid: int) -> dict:
+    def _waited(self, ids: list[int], req: Request) -> dict:
         state = self.state
-        stored = state.store.many([i for i in ids if i not in state.jobs])  # one query
-        jobs = [job for i in ids if (job := state.jobs.get(i) or stored.get(i))]
-        viewed = self.with_progress(self.setup.authz.viewer(uid).jobs(jobs))
-        return {"jobs": viewed, "done": all(j.state.is_final for j in jobs)}
+        viewer = self.setup.authz.viewer(req.creds[1])
+
+        def rows_of(some: list[int]) -> list[dict]:
+            stored = state.store.many([i for i in some if i not in state.jobs])  # one query
+            return self.with_progress(viewer.jobs(
+                [job for i in some if (job := state.jobs.get(i) or stored.get(i))]))
+        # An ended job has left the active ones: done once none named is still there.
+        # Until then the jobs are not sent: the client only asks again.
+        if any(i in state.jobs for i in ids):
+            return {"jobs": [], "next": None, "done": False}
+        return {**pages.by_position(ids, req.args, rows_of), "done": True}
 
     def gpus(self, req: Request) -> dict:
         state = self.state
@@ -146,9 +161,16 @@ class Queries:
         viewer = self.setup.authz.viewer(req.creds[1])
         inventory = inventory_to_dict(state.inventory)
         inventory["gpus"] = viewer.gpus(inventory["gpus"])
-        jobs = self.with_progress(viewer.jobs(sorted(state.jobs.values(), key=lambda j: j.id)))
-        if req.args.get("lean"):
-            jobs = [{key: row[key] for key in LEAN_JOB_FIELDS} for row in jobs]
+        # Running jobs first, then pending ones, as many as fit in a page: top draws a
+        # screenful, and a queue of 100,000 must not make its frame too large to send.
+        active = sorted(state.jobs.values(), key=lambda j: (not j.is_running, j.id))
+        lean = req.args.get("lean")
+
+        def rows_of(some: list) -> list[dict]:
+            rows = self.with_progress(viewer.jobs(some))
+            return [{key: row[key] for key in LEAN_JOB_FIELDS} for row in rows] if lean else rows
+        jobs, _ = pages.fill(pages.lazy(active, rows_of), pages.MAX_PAGE_BYTES)
         return {"daemon": self.status(req), "inventory": inventory,
                 "reserved_bytes": {gpu.uuid: load.promised_bytes for gpu, load in self._loads()},
-                "pid_jobs": {str(pid): job for pid, job in state.pid_jobs.items()}, "jobs": jobs}
+                "pid_jobs": {str(pid): job for pid, job in state.pid_jobs.items()}, "jobs": jobs,
+                "jobs_left_out": len(active) - len(jobs)}

@@ -55,7 +55,11 @@ def named(state: DaemonState, item: Any, whole_arrays: bool) -> list[Job]:
     job = find_job(state, base)
     if index is None:
         if whole_arrays and job.array_id == job.id:
-            return [state.jobs.get(j.id, j) for j in state.store.array(job.id)]
+            # The active elements from memory: decoding 100,000 rows would hold the loop
+            # for seconds. Only ended ones are read from the store.
+            ids = state.store.array_ids(job.id)
+            stored = state.store.many([i for i in ids if i not in state.jobs])
+            return [state.jobs.get(i) or stored[i] for i in ids]
         return [job]
     if job.array_id != job.id:
         raise NotFound(f"job {base} is not an array, so {base}_{index} names no job")

@@ -67,13 +67,17 @@ def close_unix(sock: socket.socket, path: str) -> None:
 
 class SocketServer:
     def __init__(self, path: str, dispatch: Dispatch, mode: int = 0o600, max_per_uid: int = 0,
-                 exempt_uids: Collection[int] = (), stamp: dict[str, Any] | None = None):
-        self.path = path
+                 exempt_uids: Collection[int] = (), stamp: dict[str, Any] | None = None,
+                 max_json_depth: int | None = None):
+        self.path, self._max_json_depth = path, max_json_depth
         self._dispatch, self._stamp = dispatch, stamp
         # At most this many open connections per uid (0: no limit), so one user cannot take
         # every thread; the exempt (root, the daemon's user: job shims among them) never wait.
         self._max_per_uid, self._exempt = max_per_uid, frozenset(exempt_uids)
         self._per_uid: dict[int, int] = {}
+        # Connections inside a `wait` are counted apart, with a limit of their own: a user
+        # waiting on many jobs must still be able to ask anything else.
+        self._waiting_per_uid: dict[int, int] = {}
         self._sock = bind_unix(path, socket.SOCK_STREAM)
         os.chmod(path, mode)
         self._sock.listen(128)
@@ -164,14 +168,38 @@ class SocketServer:
         with conn:
             try:
                 creds = protocol.peer_credentials(conn)
-                while (message := protocol.receive(conn, protocol.READ_TIMEOUT_S)) is not None:
-                    answer = self._handle(message, creds)
+                while (message := protocol.receive(conn, protocol.READ_TIMEOUT_S,
+                                                         self._max_json_depth)) is not None:
+                    answer = self._handle_counted(message, creds)
                     conn.settimeout(protocol.READ_TIMEOUT_S)  # a reader that stalls is cut off too
                     protocol.send(conn, answer)
             except ProtocolError as exc:
                 self._try_send(conn, reply(error=exc))
             except (OSError, socket.timeout):
                 pass  # the client went away or stalled; nothing is half-applied
+
+    def _handle_counted(self, message: Any, creds: tuple[int, int, int]) -> dict[str, Any]:
+        """_handle; a `wait` moves its connection from the user's open connections to
+        their waiting ones while the daemon holds it (up to WAIT_SLICE_S)."""
+        uid = creds[1]
+        if (not isinstance(message, dict) or message.get("cmd") != "wait"
+                or not self._max_per_uid or uid in self._exempt):
+            return self._handle(message, creds)
+        with self._open_lock:
+            waiting = self._waiting_per_uid.get(uid, 0)
+            if waiting < self._max_per_uid:
+                self._waiting_per_uid[uid] = waiting + 1
+                self._per_uid[uid] -= 1
+        if waiting >= self._max_per_uid:
+            return reply(error=GpuschedError(
+                f"uid {uid} already waits on {waiting} connections (the limit, "
+                "daemon.max_connections_per_uid); wait for some to finish and try again"))
+        try:
+            return self._handle(message, creds)
+        finally:
+            with self._open_lock:
+                self._waiting_per_uid[uid] -= 1
+                self._per_uid[uid] = self._per_uid.get(uid, 0) + 1
 
     def _handle(self, message: Any, creds: tuple[int, int, int]) -> dict[str, Any]:
         try:

@@ -79,6 +79,9 @@ class DaemonState:
         self._undo: dict[int, Job | None] | None = None
         self._on_commit: list[Callable[[], None]] = []
         self._on_rollback: list[Callable[[], None]] = []
+        # Ids of submits being stored in batches (daemon/batches.py): not acknowledged
+        # yet, so no request may see or touch them.
+        self.incoming: list[range] = []
 
     # -- the active jobs ----------------------------------------------------------------
     def load_active(self, jobs: list[Job]) -> None:
@@ -95,6 +98,8 @@ class DaemonState:
 
     def find(self, job_id: int) -> Job | None:
         """A job, active or finished."""
+        if any(job_id in ids for ids in self.incoming):
+            return None
         return self.jobs.get(job_id) or self.store.get(job_id)
 
     def save(self, job: Job) -> None:
@@ -171,6 +176,12 @@ class DaemonState:
         """Undo this if the write under way fails (a port held, a cgroup made for a start)."""
         if self._undo is not None:
             self._on_rollback.append(action)
+    def remember_new(self, jobs: list[Job]) -> None:
+        """remember() for many jobs just queued (all pending), in a few dict updates."""
+        new = {job.id: job for job in jobs}
+        self.jobs.update(new)
+        self._pending.update(new)
+        self.schedule_needed = True
 
     # -- flags ----------------------------------------------------------------------------
     def set_draining(self, draining: bool) -> None:

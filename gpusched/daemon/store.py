@@ -246,7 +246,8 @@ class Store:
         return list(range(first, first + count))
 
     def reserve_ids(self, last_id: int) -> None:
-        """Never give out an id up to last_id (a repaired queue carries on the old one's)."""
+        """Never give out an id up to last_id, even before rows with them exist (a repaired
+        queue carries on the old one's ids; a submit stored in batches reserves its own)."""
         self._conn.execute("INSERT OR IGNORE INTO sqlite_sequence (name, seq) "
                            "SELECT 'jobs', 0 WHERE NOT EXISTS "
                            "(SELECT 1 FROM sqlite_sequence WHERE name = 'jobs')")
@@ -316,12 +317,12 @@ class Store:
             "SELECT * FROM jobs WHERE state IN ('pending', 'running') ORDER BY id")
         return self._jobs(rows)
 
-    def finished(self, limit: int) -> list[Job]:
-        """The most recently submitted finished jobs, oldest first."""
+    def finished(self, after_id: int, count: int) -> list[Job]:
+        """Up to `count` finished jobs with ids after `after_id`, in id order (a page of `ls --all`)."""
         rows = self._conn.execute(
-            "SELECT * FROM jobs WHERE state NOT IN ('pending', 'running') "
-            "ORDER BY id DESC LIMIT ?", (limit,)).fetchall()
-        return self._jobs(reversed(rows))
+            "SELECT * FROM jobs WHERE id > ? AND state NOT IN ('pending', 'running') "
+            "ORDER BY id LIMIT ?", (after_id, count))
+        return self._jobs(rows)
 
     def array(self, array_id: int) -> list[Job]:
         rows = self._conn.execute("SELECT * FROM jobs WHERE array_id = ? ORDER BY id", (array_id,))
@@ -339,6 +340,24 @@ class Store:
         """The state of each given job that exists (for dependencies on finished jobs)."""
         return {row[0]: JobState(row[1]) for row in self._rows_by_id("id, state", ids)
                 if row[1] in STATES}  # a damaged one is as unknown
+
+    def array_ids(self, array_id: int) -> list[int]:
+        rows = self._conn.execute("SELECT id FROM jobs WHERE array_id = ? ORDER BY id",
+                                  (array_id,))
+        return [row[0] for row in rows]
+
+    # -- submits done in batches (daemon/batches.py) ------------------------------------
+    def meta_starting(self, prefix: str) -> dict[str, str]:
+        rows = self._conn.execute("SELECT key, value FROM meta WHERE substr(key, 1, ?) = ?",
+                                  (len(prefix), prefix))
+        return {key: value for key, value in rows}
+
+    def delete_meta(self, key: str) -> None:
+        self._conn.execute("DELETE FROM meta WHERE key = ?", (key,))
+
+    def delete_jobs(self, first_id: int, last_id: int) -> None:
+        """Remove the rows of a submit that never completed; their ids stay used."""
+        self._conn.execute("DELETE FROM jobs WHERE id BETWEEN ? AND ?", (first_id, last_id))
 
     def close(self) -> None:
         self._conn.close()

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import os
 from dataclasses import replace
-from typing import Any
+from typing import Any, Iterator
 
-from gpusched.core import jobspec, placement, syntax
+from gpusched.core import jobspec, limits, placement, scheduling, syntax
 from gpusched.core.errors import NotFound, UsageError
 from gpusched.core.models import Job
 from gpusched.core.values import shown
+from gpusched.daemon import batches
 from gpusched.daemon.authz import user_name
 from gpusched.daemon.request import Request, named, targets
 from gpusched.daemon.state import DaemonState, Setup
@@ -21,6 +22,7 @@ class Submits:
         self.state, self.setup = state, setup
 
     def submit(self, req: Request) -> dict:
+        limits.check_submit(req.args, limits.from_settings(self.setup.settings))
         # The kinds of values were checked with the request (protocol.ARGUMENTS).
         env, cwd, specs = req.args.get("env") or {}, req.args.get("cwd") or "", req.args["jobs"]
         if not os.path.isabs(cwd):
@@ -29,12 +31,32 @@ class Submits:
         owner = Job(id=0, command=(), cwd=cwd, uid=uid, user=user_name(uid), env=env,
                     submitted_at=self.setup.clock.time(), submit_pid=pid)
         # Check every job before queueing any: all or nothing.
-        batches = [(self._template(spec, owner), *jobspec.check_array(spec)) for spec in specs]
+        groups = [(self._template(spec, owner), *jobspec.check_array(spec)) for spec in specs]
+        count = sum(len(indices) for _, indices, _ in groups)
+        if count > batches.BIG_JOBS:  # stored a batch per turn of the loop
+            return batches.BatchedSubmit(self.state, count, lambda ids: self._jobs_of(groups, ids),
+                                         lambda ids: self._result(groups, ids))
         with self.state.write(undone="nothing was queued"):
-            ids = [self._insert(template, indices, throttle)
-                   for template, indices, throttle in batches]
-        array_ids = [group[0] for (_, indices, _), group in zip(batches, ids) if indices != (None,)]
-        return {"ids": [i for group in ids for i in group], "array_ids": array_ids}
+            ids = [i for template, indices, throttle in groups
+                   for i in self._insert(template, indices, throttle)]
+        return self._result(groups, ids)
+
+    @staticmethod
+    def _result(groups: list, ids: list[int]) -> dict:
+        """The reply to a submit: every id, and each array's (its first element's)."""
+        array_ids, at = [], 0
+        for _, indices, _ in groups:
+            if indices != (None,):
+                array_ids.append(ids[at])
+            at += len(indices)
+        return {"ids": ids, "array_ids": array_ids}
+
+    def _jobs_of(self, groups: list, ids: list[int]) -> Iterator[Job]:
+        """The jobs of a submit's groups (a job, or an array), given all their ids in order."""
+        at = 0
+        for template, indices, throttle in groups:
+            yield from self._jobs_for(template, indices, throttle, ids[at:at + len(indices)])
+            at += len(indices)
 
     def _with_element_ids(self, spec: Any) -> Any:
         """The spec with each dependency on ARRAY_INDEX text ('12_3') turned into one on
@@ -89,6 +111,7 @@ class Submits:
             spec["array"] = {"indices": [j.array_index for j in jobs],
                              "throttle": first.array_throttle if len(jobs) > 1 else None}
         owner = replace(first, submitted_at=self.setup.clock.time(), submit_pid=req.creds[0])
+        limits.check_spec(spec, limits.from_settings(self.setup.settings))
         template = self._template(spec, owner)
         with self.state.write(undone="nothing was queued"):
             ids = self._insert(template, *jobspec.check_array(spec))
@@ -105,17 +128,23 @@ class Submits:
     def _insert(self, template: Job, indices: tuple, throttle: int | None) -> list[int]:
         """Queue one job, or one per array index; returns their ids."""
         ids = self.state.store.next_ids(len(indices))
-        array_id = ids[0] if indices != (None,) else None
-        jobs = []
-        for job_id, index in zip(ids, indices):
-            stdout, stderr = self._log_paths(job_id, template.user)
-            jobs.append(replace(template, id=job_id, array_id=array_id, array_index=index,
-                                array_throttle=throttle if array_id else None,
-                                stdout_path=stdout, stderr_path=stderr))
+        jobs = list(self._jobs_for(template, indices, throttle, ids))
         self.state.store.insert(jobs)
         for job in jobs:
             self.state.remember(job)
         return ids
+
+    def _jobs_for(self, template: Job, indices: tuple, throttle: int | None,
+                  ids: list[int]) -> Iterator[Job]:
+        """The job, or one per array index, with these ids."""
+        array_id = ids[0] if indices != (None,) else None
+        for job_id, index in zip(ids, indices):
+            stdout, stderr = self._log_paths(job_id, template.user)
+            yield replace(template, id=job_id, array_id=array_id, array_index=index,
+                          array_throttle=throttle if array_id else None,
+                          stdout_path=stdout, stderr_path=stderr,
+                          pending_reason=scheduling.held_reason(job_id) if template.held
+                          else template.pending_reason)
 
     def _log_paths(self, job_id: int, user: str) -> tuple[str, str]:
         """Beside the job's run file; in system mode in the user's own log directory, so

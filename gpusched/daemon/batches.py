@@ -1,0 +1,185 @@
+"""Submits and changes too large for one turn of the loop, done a batch per turn.
+
+A 100,000-job submit or cancel must not stop the daemon from answering anyone else: the
+loop gives such a request about TURN_BUDGET_S per turn and answers other requests (and
+runs its pass) between batches. The reply comes once everything has committed.
+
+A batched submit reserves its ids first and marks them incomplete in the store (a meta
+row, in the same commit as the reservation); its rows are never loaded, shown or run
+until the last batch has committed and one more commit removes the mark. A daemon that
+dies in between removes the rows at start-up (purge_incomplete): the submit was never
+acknowledged, and its ids are not reused. A batched change is idempotent, each batch
+committed as it goes.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import time
+from typing import Any, Callable, Iterator
+
+from gpusched.core.errors import GpuschedError
+from gpusched.core.models import Job
+from gpusched.daemon.state import DaemonState
+from gpusched.daemon.store import Store
+
+log = logging.getLogger("gpusched.daemon.batches")
+
+BIG_JOBS = 2000  # a submit or change of more jobs than this goes in batches
+# Loop time a batched request's work takes per turn; its commit and the loop's pass come
+# on top, within the loop's goal of 100 ms a turn.
+TURN_BUDGET_S = 0.03
+_CHUNK = 50  # jobs between two looks at the clock (a few ms, even on a loaded machine)
+_INCOMPLETE = "incomplete_submit:"
+_NOT_QUEUED = "nothing of this submit was queued"  # meta key prefix: first id -> last id of a submit
+
+
+def purge_incomplete(store: Store) -> None:
+    """At start-up: remove the rows of submits that never completed (never acknowledged)."""
+    marks = store.meta_starting(_INCOMPLETE)
+    if not marks:
+        return
+    with store.write():
+        for key, last in marks.items():
+            first = int(key[len(_INCOMPLETE):])
+            store.delete_jobs(first, int(last))
+            store.delete_meta(key)
+            log.warning("removed jobs %d-%s of a submit that never completed", first, last)
+
+
+class Batched:
+    """A request done over several turns: step() does one turn's part and returns the
+    result once the whole request is done (else None); abandon() when the daemon stops."""
+
+    def step(self) -> Any:
+        raise NotImplementedError
+
+    def abandon(self) -> None:
+        pass
+
+
+def step_oldest(calls: list) -> None:
+    """One turn of the first of the loop's batched calls (loop.Call, with .batched): it is
+    answered, and leaves the list, once done or failed (a failed batch fails only it)."""
+    call = calls[0]
+    try:
+        result = call.batched.step()
+    except Exception as exc:  # noqa: BLE001 - one request's failure must not stop the loop
+        if not isinstance(exc, GpuschedError):
+            log.exception("request %r failed in a batch", call.request.name)
+            exc = GpuschedError("the daemon failed on this request; see its log")
+        call.batched.abandon()
+        calls.pop(0)
+        call.fail(exc)
+        return
+    if result is not None:
+        calls.pop(0)
+        call.answer(result)
+
+
+def _for_a_turn(items: Iterator, work: Callable[[list], None]) -> bool:
+    """work() on chunks of items for about TURN_BUDGET_S; whether items are left."""
+    deadline = time.monotonic() + TURN_BUDGET_S
+    while True:
+        chunk = list(itertools.islice(items, _CHUNK))
+        if chunk:
+            work(chunk)
+        if len(chunk) < _CHUNK:
+            return False
+        if time.monotonic() >= deadline:
+            return True
+
+
+class BatchedSubmit(Batched):
+    """Jobs stored a batch per turn, acknowledged (and known to the scheduler) at once
+    when all have committed. make_jobs(ids) yields the jobs with those ids, in order."""
+
+    def __init__(self, state: DaemonState, count: int,
+                 make_jobs: Callable[[list[int]], Iterator[Job]],
+                 result_of: Callable[[list[int]], dict]):
+        self.state, self.count = state, count
+        self._make_jobs, self._result_of = make_jobs, result_of
+        self._ids: range | None = None
+        self._left: Iterator[Job] = iter(())
+        self._stored: list[Job] = []
+
+    def step(self) -> dict | None:
+        if self._ids is None:
+            self._reserve()
+            return None
+        with self.state.write(undone=_NOT_QUEUED):
+            more = _for_a_turn(self._left, self._insert)
+        if more:
+            return None
+        with self.state.write(undone=_NOT_QUEUED):  # the one commit that makes it real
+            self.state.store.delete_meta(self._mark)
+        self.state.incoming.remove(self._ids)
+        self.state.remember_new(self._stored)
+        return self._result_of(list(self._ids))
+
+    def _reserve(self) -> None:
+        store = self.state.store
+        with self.state.write(undone=_NOT_QUEUED):
+            ids = store.next_ids(self.count)
+            store.reserve_ids(ids[-1])
+            store.set_meta(self._mark_for(ids[0]), str(ids[-1]))
+        self._ids = range(ids[0], ids[-1] + 1)
+        self.state.incoming.append(self._ids)
+        self._left = self._make_jobs(ids)
+
+    @staticmethod
+    def _mark_for(first_id: int) -> str:
+        return f"{_INCOMPLETE}{first_id}"
+
+    @property
+    def _mark(self) -> str:
+        return self._mark_for(self._ids[0])
+
+    def _insert(self, jobs: list[Job]) -> None:
+        self.state.store.insert(jobs)
+        self._stored += jobs
+
+    def abandon(self) -> None:
+        """Remove what was stored (else the next start-up does): it was never acknowledged."""
+        if self._ids is None:
+            return
+        store = self.state.store
+        try:
+            with store.write():
+                store.delete_jobs(self._ids[0], self._ids[-1])
+                store.delete_meta(self._mark)
+        except Exception:  # noqa: BLE001 - the mark stays: start-up removes them
+            log.exception("could not remove the incomplete submit of jobs %d-%d",
+                          self._ids[0], self._ids[-1])
+            return
+        self.state.incoming.remove(self._ids)
+
+
+class BatchedChange(Batched):
+    """A change (cancel, hold, release, update) applied a batch of jobs per turn.
+    apply(job) returns (outcome, refused): what happened, or why it could not."""
+
+    def __init__(self, state: DaemonState, jobs: list[Job],
+                 apply: Callable[[Job], tuple[str, bool]]):
+        self.state, self._apply = state, apply
+        self._left = iter(jobs)
+        self.results: dict[str, str] = {}
+        self.refused: dict[str, str] = {}
+
+    def step(self) -> dict | None:
+        with self.state.write():
+            more = _for_a_turn(self._left, self._apply_each)
+        return None if more else {"results": self.results, "refused": self.refused}
+
+    def run_all(self) -> dict:
+        """The whole change in one commit: for a few jobs."""
+        with self.state.write():
+            self._apply_each(list(self._left))
+        return {"results": self.results, "refused": self.refused}
+
+    def _apply_each(self, jobs: list[Job]) -> None:
+        for job in jobs:
+            # The job as it is now: an earlier batch, or the loop, may have changed it.
+            outcome, refused = self._apply(self.state.jobs.get(job.id, job))
+            (self.refused if refused else self.results)[str(job.id)] = outcome

@@ -1,0 +1,90 @@
+"""Replies that grow with the queue (ls, show, wait) cut into pages no frame limit can refuse.
+
+A page holds rows up to a byte budget (at least one row, so it always moves on) and
+says where the next one starts ("next": a job id for `list`, a position in the ids
+named for `show` and `wait`; null on the last page). The client asks again from there.
+"""
+
+from __future__ import annotations
+
+import bisect
+import json
+from typing import Any, Callable, Iterable
+
+from gpusched.core import jobspec
+from gpusched.core.models import Job
+from gpusched.core.syntax import MAX_JOB_ID
+
+# One page is about this many bytes of JSON unless the client asks for less; the most it
+# may ask for keeps a page with one oversized last row (a 2 MiB command, escaped six times
+# over in JSON) under the 16 MiB frame.
+PAGE_BYTES = 2**20
+MAX_PAGE_BYTES = 2 * 2**20
+# Rows one `list` page looks at, shown or filtered out: a filter that matches few jobs
+# among a million finished ones must not keep the loop busy for seconds in one request.
+SCAN_ROWS = 2000
+
+
+def budget(args: dict) -> int:
+    return jobspec.whole_number(args, "page_bytes", PAGE_BYTES, 1024, MAX_PAGE_BYTES)
+
+
+def start(args: dict, high: int = MAX_JOB_ID) -> int:
+    """Where the page starts: after this job id (`list`), or at this position."""
+    return jobspec.whole_number(args, "after", 0, 0, high)
+
+
+def fill(rows: Iterable[dict], budget_bytes: int) -> tuple[list[dict], bool]:
+    """The rows that fit in the budget (at least one), and whether some were left out."""
+    page, used = [], 0
+    for row in rows:
+        size = len(json.dumps(row, separators=(",", ":"))) + 1
+        if page and used + size > budget_bytes:
+            return page, True
+        page.append(row)
+        used += size
+    return page, False
+
+
+def by_position(items: list, args: dict, rows_of: Callable[[list], list[dict]]) -> dict:
+    """One page of the rows for items (jobs named, in order) from position args["after"]."""
+    first = start(args, high=max(len(items), 0))
+    rows = lazy(items[first:], rows_of)
+    page, more = fill(rows, budget(args))
+    return {"jobs": page, "next": first + len(page) if more else None}
+
+
+def lazy(items: list, rows_of: Callable[[list], list[dict]], chunk: int = 200) -> Iterable[dict]:
+    """rows_of(items), made a few hundred at a time: a page stops long before 100,000 are."""
+    for at in range(0, len(items), chunk):
+        yield from rows_of(items[at:at + chunk])
+
+
+def list_candidates(active: dict[int, Job], finished: Callable[[int, int], list[Job]] | None,
+                    after: int) -> tuple[list[Job], int | None]:
+    """The jobs with ids after `after`, in id order, that one `list` page looks at: up to
+    SCAN_ROWS active ones and as many finished ones (finished(after, count) reads them
+    from the store); and the last id looked at when more are left beyond (else None)."""
+    ids = sorted(active)
+    ids = ids[bisect.bisect_right(ids, after):]
+    horizon = ids[SCAN_ROWS - 1] if len(ids) > SCAN_ROWS else None
+    jobs = [active[i] for i in ids[:SCAN_ROWS]]
+    if finished is not None:
+        done = finished(after, SCAN_ROWS)
+        if len(done) == SCAN_ROWS:
+            horizon = min(horizon or MAX_JOB_ID, done[-1].id)
+        jobs += done
+    jobs.sort(key=lambda j: j.id)
+    if horizon is not None:
+        jobs = [j for j in jobs if j.id <= horizon]
+    return jobs, horizon
+
+
+def list_page(jobs: list[Job], horizon: int | None, rows_of: Callable[[list[Job]], list[dict]],
+              budget_bytes: int) -> dict[str, Any]:
+    """The page of rows (rows_of: viewed, filtered) for the candidate jobs; "next" is the
+    last id this page covered when more may follow."""
+    page, more = fill(lazy(jobs, rows_of), budget_bytes)
+    if more:
+        return {"jobs": page, "next": page[-1]["id"]}
+    return {"jobs": page, "next": horizon}
