@@ -4,7 +4,8 @@ memory, fair share, wait and stop.
 
 The clock moves only when a test says, so a time limit or a retry delay costs nothing;
 the jobs' own view of the same features (the signals they get, the attempts they see)
-is tested end to end in test_semantics.py and test_daemon.py.
+is tested end to end in test_semantics.py, test_daemon.py, test_host_resources.py,
+test_shim.py and test_fairshare.py.
 """
 
 from __future__ import annotations
