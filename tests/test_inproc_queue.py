@@ -59,10 +59,12 @@ def test_jobs_share_a_gpu_as_memory_allows_and_whole_gpus_are_never_shared(make_
     sharing = box.submit("--gpu-mem", "1G", "--", "true")
     assert box.states(x1, x2, sharing) == ["running", "pending", "pending"]
     assert "whole" in box.show(x2)["pending_reason"]  # not even 1 GiB beside a whole-GPU job
+    assert box.call("gpus")["gpus"][0]["jobs"] == [x1]
     box.exit(x1)
     assert box.states(x2, sharing) == ["running", "pending"]
+    assert box.call("gpus")["gpus"][0]["jobs"] == [x2]  # never two whole-GPU jobs at once
     box.exit(x2)
-    assert box.show(sharing)["state"] == "running"
+    assert box.exit(sharing)["state"] == "succeeded"
 
 
 def test_observed_gpu_memory_peak_is_kept_and_counted_in_placement(make_box):
@@ -78,7 +80,7 @@ def test_observed_gpu_memory_peak_is_kept_and_counted_in_placement(make_box):
     assert box.show(waiting)["pending_reason"].startswith(
         "needs 1 GPU with 40.0 GiB free; most free is GPU 0 with 30.0 GiB")
     box.exit(hungry)
-    assert box.show(waiting)["state"] == "running"
+    assert box.exit(waiting)["state"] == "succeeded"
 
 
 # -- priorities, hold and release --------------------------------------------------------------
@@ -171,6 +173,8 @@ def test_dependencies_order_starts_and_say_when_they_can_never_be_met(box):
     with pytest.raises(UsageError, match=f"job {next_id}, which does not exist"):
         box.submit("-d", f"afterany:{next_id}", "--", "true")
     assert max(j["id"] for j in box.call("list", all=True)["jobs"]) == next_id - 1
+    with pytest.raises(UsageError, match="KIND one of afterok, afterany, afternotok"):
+        box.submit("-d", f"before:{ok}", "--", "true")
 
 
 def test_a_dependency_on_an_array_waits_for_every_element(box):
@@ -285,6 +289,8 @@ def test_jobs_needing_three_of_four_cores_never_overlap_and_say_why(make_box):
     assert box.show(small)["pending_reason"] == "needs 2 CPUs; 1 of 4 free"
     box.exit(first)
     assert box.states(second, small) == ["running", "pending"]
+    box.exit(second)
+    assert box.show(small)["state"] == "running"
     with pytest.raises(UsageError, match=r"^job asks for 64 CPUs; this box has 4 usable; "
                                          r"see `gpusched gpus`$"):
         box.submit("--cpus", "64", "--", "true")
@@ -304,6 +310,8 @@ def test_gpu_jobs_do_not_queue_behind_cores_unless_they_ask_for_them(make_box):
     asking = box.submit("--gpu-mem", "10G", "--cpus", "2", "--", "true")
     none = box.submit("--gpu-mem", "10G", "--cpus", "0", "--", "true")
     assert box.show(none)["state"] == "running" and box.show(none)["cpus"] == 0
+    none_env = box.shims.launched[none]["env"]  # it still runs a thread
+    assert (none_env["GPUSCHED_CPUS"], none_env["OMP_NUM_THREADS"]) == ("1", "1")
     assert box.show(asking)["pending_reason"] == "needs 2 CPUs; 0 of 2 free"
     for job_id in sharing[:-1]:
         box.exit(job_id)

@@ -4,7 +4,8 @@ memory, fair share, wait and stop.
 
 The clock moves only when a test says, so a time limit or a retry delay costs nothing;
 the jobs' own view of the same features (the signals they get, the attempts they see)
-is tested end to end in test_semantics.py and test_daemon.py.
+is tested end to end in test_semantics.py, test_daemon.py, test_host_resources.py,
+test_shim.py and test_fairshare.py.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import signal
 
 import pytest
 
-from gpusched.core.errors import NotFound
+from gpusched.core.errors import NotFound, UsageError
 from gpusched.daemon.jobcontrol import LAUNCH_TIMEOUT_S
 from gpusched.proc import runfile
 from inproc import ME, box, make_box  # noqa: F401 - fixtures
@@ -81,6 +82,7 @@ def test_retries_requeue_failures_only_unless_asked(box):
                          "--", "true")
     timed_out = box.submit("--retries", "1", *at_once, "--time", "1s", "--", "true")
 
+    assert box.shims.launched[failing]["env"]["GPUSCHED_ATTEMPT"] == "1"
     for attempt in (1, 2):
         job = box.exit(failing, 3)  # eligible again at once: the same pass starts it
         assert (job["state"], job["attempt"]) == ("running", attempt + 1)
@@ -93,6 +95,7 @@ def test_retries_requeue_failures_only_unless_asked(box):
     assert box.call("cancel", ids=[cancelled])["results"] == {str(cancelled): "cancelling"}
     job = box.exit(cancelled, None, TERM)
     assert (job["state"], job["attempt"]) == ("cancelled", 1)
+    assert box.shims.launches.count(cancelled) == 1
 
     box.step(1.0)  # timed_out's 1 s limit
     assert box.exit(timed_out, None, TERM)["state"] == "timeout"
@@ -103,6 +106,8 @@ def test_retries_requeue_failures_only_unless_asked(box):
     job = box.exit(retried, 0)
     assert (job["state"], job["attempt"]) == ("succeeded", 2)
     assert box.shims.launches.count(retried) == 2 and box.shims.launches.count(timed_out) == 1
+    with pytest.raises(UsageError, match="--retry-on takes: failed, timeout"):
+        box.submit("--retries", "1", "--retry-on", "sometimes", "--", "true")
 
 
 def test_retries_wait_their_delay_doubling_and_say_when_they_may_start(box):
@@ -136,7 +141,7 @@ def test_a_retry_waiting_its_delay_keeps_it_across_a_restart(box):
 
 # -- cancel ----------------------------------------------------------------------------------
 def test_cancel_pending_and_running_jobs(make_box):
-    box = make_box("2x80GiB")
+    box = make_box("2x80GiB", '[daemon]\ncancel_grace = "1s"\n')
     me = getpass.getuser()
     plain = box.submit("--gpus", "1", "--", "true")
     stubborn = box.submit("--gpus", "1", "--", "true")
@@ -157,7 +162,9 @@ def test_cancel_pending_and_running_jobs(make_box):
     assert job["end_reason"] == f"cancelled by {me} while running (SIGTERM)"
 
     assert box.call("cancel", ids=[stubborn])["results"] == {str(stubborn): "cancelling"}
+    assert box.shims.signalled(stubborn) == [TERM]
     # It ignored SIGTERM, so its shim sent SIGKILL once the grace period was over.
+    assert box.shims.launched[stubborn]["grace_s"] == 1.0
     job = box.exit(stubborn, None, KILL)
     assert (job["state"], job["signal"]) == ("cancelled", KILL)
     assert box.call("cancel", ids=[plain])["results"] == {str(plain): "already cancelled"}
@@ -186,39 +193,48 @@ def test_only_the_owner_or_an_admin_changes_a_job(box):
 
 
 # -- ends, restarts, lost shims ----------------------------------------------------------------
-def test_jobs_survive_a_daemon_restart_and_their_gpus_stay_reserved(make_box):
-    box = make_box("3x80GiB")
-    ok, three, vanished = (box.submit("--gpus", "1", "--", "true") for _ in range(3))
+@pytest.mark.parametrize("crash", [True, False], ids=["killed", "stopped"])
+def test_jobs_survive_a_daemon_restart_and_their_gpus_stay_reserved(make_box, crash):
+    box = make_box("4x80GiB")
+    ok, three, killed, vanished = ids = [box.submit("--gpus", "1", "--", "true") for _ in range(4)]
     box.step()
-    before = {i: box.show(i) for i in (ok, three, vanished)}
-    assert len({g for job in before.values() for g in job["gpus"]}) == 3
+    before = {i: box.show(i) for i in ids}
+    assert len({g for job in before.values() for g in job["gpus"]}) == 4
     held_ports = dict(box.shims.ports)
 
-    box.stop(crash=True)
+    box.stop(crash)
     # While no daemon runs, one job ends (its shim keeps the exit record for the next
     # daemon), and one shim dies without a record.
     box.shims.exit(ok, 0)
     box.shims.vanish(vanished)
-    box.shims.ports.clear()  # the ports the dead daemon held are free again
+    box.shims.ports.clear()  # the ports the old daemon held are free again
     box.start()
     job = box.show(ok)
     assert (job["state"], job["exit_code"], job["signal"]) == ("succeeded", 0, None)
     job = box.show(vanished)
     assert job["state"] == "lost" and "vanished" in job["end_reason"]
-    job = box.show(three)
-    assert (job["state"], job["gpus"], job["started_at"]) == (
-        "running", before[three]["gpus"], before[three]["started_at"])
-    assert box.shims.ports == {three: held_ports[three]}  # its MASTER_PORT is kept again
+    for adopted in (three, killed):
+        job = box.show(adopted)
+        assert (job["state"], job["gpus"], job["started_at"]) == (
+            "running", before[adopted]["gpus"], before[adopted]["started_at"])
+    # Their MASTER_PORTs are kept again.
+    assert box.shims.ports == {i: held_ports[i] for i in (three, killed)}
 
-    # The restarted daemon re-adopted the running job: its GPU is not free.
+    # The restarted daemon re-adopted the running jobs: their GPUs are not free.
     taker, other = (box.submit("--gpus", "1", "--", "true") for _ in range(2))
     waiter = box.submit("--gpus", "1", "--", "true")
     assert box.states(taker, other, waiter) == ["running", "running", "pending"]
     assert "whole" in box.show(waiter)["pending_reason"]
     gpus = {g["uuid"]: g["jobs"] for g in box.call("gpus")["gpus"]}
-    assert gpus[before[three]["gpus"][0]] == [three]
-    assert box.exit(three, 3)["state"] == "failed"
+    assert {gpus[before[i]["gpus"][0]][0] for i in (ok, vanished)} == {taker, other}
+    assert [gpus[before[i]["gpus"][0]] for i in (three, killed)] == [[three], [killed]]
+    job = box.exit(three, 3)
+    assert (job["state"], job["exit_code"], job["signal"]) == ("failed", 3, None)
+    job = box.exit(killed, None, KILL)
+    assert (job["state"], job["exit_code"], job["signal"]) == ("failed", None, KILL)
     assert box.show(waiter)["state"] == "running"
+    # taker, other and waiter; no GPU given out twice.
+    assert sorted(len(g["jobs"]) for g in box.call("gpus")["gpus"]) == [0, 1, 1, 1]
 
 
 def test_a_job_whose_shim_vanishes_is_lost_and_its_gpu_freed(make_box):
@@ -290,6 +306,8 @@ def test_job_over_its_memory_ends_oom_and_others_keep_running(make_box):
     box.shims.rss_bytes[hog] = 400 * 2**20
     poll(box)
     assert box.shims.killed == [hog]  # its processes, not its shim, which records the end
+    assert box.shims.notes == [(box.show(hog)["stderr_path"], f"job {hog} uses 400 MiB of host "
+                                "memory, over its --mem of 50 MiB plus margin (55 MiB)")]
     job = box.exit(hog, None, KILL)
     assert (job["state"], job["mem_over"], job["mem_peak_bytes"]) == ("oom", True, 400 * 2**20)
     assert job["end_reason"] == "used more host memory than its --mem of 50.0 MiB (enforce_mem) (SIGKILL)"

@@ -49,7 +49,8 @@ def test_a_command_that_cannot_start_fails_with_127_and_says_why(home):
 
 def test_a_job_whose_shim_cannot_start_fails_and_the_daemon_carries_on(home):
     """A run file that cannot be made (a directory in its place) fails that job only, at
-    once: the shim says so in its wake-up, having nowhere else to write it."""
+    once: the real shim says so in its wake-up, having nowhere else to write it, and the
+    launcher goes on to start the next job (the daemon's side is in test_inproc_runs.py)."""
     home.start()
     jobs_dir = home.state / "jobs"
     jobs_dir.mkdir(parents=True, exist_ok=True)
