@@ -97,6 +97,18 @@ def empty(s: Path) -> None:
     (s / "queue.db").write_bytes(b"")
 
 
+def missing_with_no_job_files(s: Path) -> None:
+    """Lost with nothing else of it left but the note that a queue was made here (a queue
+    of held jobs leaves no job files)."""
+    shutil.rmtree(s / "jobs")
+    missing(s)
+
+
+def empty_with_no_job_files(s: Path) -> None:
+    shutil.rmtree(s / "jobs")
+    empty(s)
+
+
 def empty_beside_wal(s: Path) -> None:
     (s / "queue.db").write_bytes(b"")
     shutil.rmtree(s / "jobs")  # only the -wal tells that there was a queue
@@ -195,6 +207,10 @@ VARIANTS: list[tuple[str, str, Callable[[Path], None], str]] = [
     ("missing beside earlier jobs", "clean", missing, "is missing, but"),
     ("empty (0 bytes) beside earlier jobs", "clean", empty, "is empty (0 bytes), but"),
     ("empty beside a -wal", "crashed", empty_beside_wal, "-wal is still there"),
+    ("missing, no job files left", "clean", missing_with_no_job_files,
+     "queue.db.created says a queue was made here"),
+    ("empty, no job files left", "clean", empty_with_no_job_files,
+     "queue.db.created says a queue was made here"),
     ("a dangling symlink", "clean", dangling_link, "which does not exist"),
     ("a symlink to a queue", "clean", link_to_queue, "is a symbolic link"),
     ("a directory", "clean", directory, "is a directory, not a regular file"),

@@ -1,9 +1,7 @@
 """bench/reliability.py at its CI size: every figure that counts a failure reads 0.
 
 The script drives real daemons through the console script; this test only runs it once
-(`--small --json`) and checks each count. Counts that issue 14's open points still make
-non-zero are marked xfail (not strict) with the point that fixes them: remove a mark once
-that fix is in.
+(`--small --json`) and checks each count.
 """
 
 from __future__ import annotations
@@ -28,39 +26,11 @@ FIGURES = [
       for what in ("daemon_crashes", "hung_jobs", "acked_lost", "refused_ran", "reads_failed")],
     ("corrupt", "started_on_damage"), ("corrupt", "file_changed"),
     ("corrupt", "unclear_refusal"), ("corrupt", "bad_row_fatal"),
-    ("corrupt", "old_schema_failed"),
+    ("corrupt", "intact_refused"),
     ("malformed", "exceptions"), ("malformed", "no_reply"), ("malformed", "accepted"),
     ("malformed", "daemon_deaths"), ("malformed", "listing_broken"),
     ("unauthorized", "successes"),
 ]
-
-# The counts issue 14's open points make non-zero today, and the point that fixes each.
-OPEN = {
-    ("kills", "double_leases"): "issue 14 point 8: a SIGKILLed shim's GPU is given on "
-                                "while its job's processes run",
-    ("kills", "orphans"): "issue 14 point 8: a SIGKILLed shim's job processes keep running",
-    ("diskfull", "state_daemon_crashes"): "issue 14 point 2: a failed SQLite write kills "
-                                          "the daemon",
-    ("diskfull", "state_reads_failed"): "issue 14 point 2: after a failed write no command "
-                                        "works, `ls` included",
-    ("diskfull", "state_refused_ran"): "issue 14 point 1: a refused submit still runs",
-    ("corrupt", "started_on_damage"): "issue 14 point 5: a damaged queue silently becomes "
-                                      "an empty one",
-    ("corrupt", "file_changed"): "issue 14 point 5: the damaged queue is written to",
-    ("corrupt", "unclear_refusal"): "issue 14 point 6: misleading messages about the queue "
-                                    "file",
-    ("corrupt", "bad_row_fatal"): "issue 14 point 7: one bad row breaks `ls --all` or "
-                                  "start-up",
-    ("malformed", "exceptions"): "issue 14 point 10: malformed requests raise inside the "
-                                 "daemon",
-    ("malformed", "no_reply"): "issue 14 points 9 and 10: a NaN wait timeout never returns",
-    ("malformed", "accepted"): "issue 14 points 3 and 10: no size limits; bad values stored",
-    ("malformed", "listing_broken"): "issue 14 point 3: one user's huge job breaks `ls` for "
-                                     "everyone",
-    ("unauthorized", "successes"): "issue 14 point 12: others see a job's cwd, log paths, "
-                                   "submit_pid and name",
-}
-
 
 @pytest.fixture(scope="module")
 def figures() -> dict:
@@ -78,9 +48,7 @@ def test_the_script_reports_every_count(figures):
 
 
 @pytest.mark.parametrize("part,count", [
-    pytest.param(*figure, marks=[pytest.mark.xfail(reason=OPEN[figure], strict=False)]
-                 if figure in OPEN else [], id=f"{figure[0]}-{figure[1]}")
-    for figure in FIGURES])
+    pytest.param(*figure, id=f"{figure[0]}-{figure[1]}") for figure in FIGURES])
 def test_failure_count_is_zero(figures, part, count):
     fig = figures[part]
     if fig["skipped"]:

@@ -1,5 +1,6 @@
 """Damaged queue files: the daemon refuses what it cannot trust and leaves it byte-identical,
-migrates an old schema, and quarantines a bad row instead of dying of it."""
+opens what is intact (an old schema it migrates, a stray -shm that lost nothing), and
+quarantines a bad row instead of dying of it."""
 
 from __future__ import annotations
 
@@ -54,7 +55,8 @@ def make_sources() -> tuple[Path, Path]:
         home.cli("daemon", "stop")
         clean = home.path / "clean"
         clean.mkdir()
-        shutil.copy2(home.db, clean / "queue.db")
+        for name in ("queue.db", "queue.db.created"):  # the note that a queue was made here
+            shutil.copy2(home.state / name, clean / name)
         home.start()
         for name in CRASH_JOBS:
             home.cli("submit", "--hold", "--name", name, "--", "true")
@@ -114,7 +116,7 @@ def _judge(name: str, expect: str, started: subprocess.CompletedProcess,
         if changed:
             fig.fail("file_changed", f"{name}: the queue's files changed")
     elif listed is None or not set(GOOD_JOBS) <= names:
-        key = "bad_row_fatal" if expect == "quarantine" else "old_schema_failed"
+        key = "bad_row_fatal" if expect == "quarantine" else "intact_refused"
         why = " / ".join(lines)[:160] or f"listed {sorted(names)}"
         fig.fail(key, f"{name}: {why}")
 
@@ -122,7 +124,7 @@ def _judge(name: str, expect: str, started: subprocess.CompletedProcess,
 def measure() -> Figures:
     fig = Figures("corrupt queue")
     fig.counts.update(started_on_damage=0, file_changed=0, unclear_refusal=0, bad_row_fatal=0,
-                      old_schema_failed=0)
+                      intact_refused=0)
     clean, crashed = make_sources()
     chosen = variants.build_all(clean, crashed, random.Random(14))
     if python_for_others() is None:

@@ -18,6 +18,7 @@ from typing import Iterator
 import psutil
 from filelock import FileLock
 
+from gpusched.core.models import HIDDEN
 from reliability.harness import Figures, kill_all, poll, python_for_others, with_descendants
 
 TOOLS = ("useradd", "userdel", "setpriv")
@@ -112,7 +113,9 @@ def _leaks(shown: str) -> bool:
     except ValueError:
         return False
     jobs = jobs if isinstance(jobs, list) else [jobs]
-    return any(any(job.get(key) for key in PRIVATE) or job.get("name") == "alice-secret-name"
+    # A hidden field reads HIDDEN (or null): it says nothing.
+    return any(any(job.get(key) not in (None, "", HIDDEN) for key in PRIVATE)
+               or job.get("name") == "alice-secret-name"
                or "s3cr3t" in json.dumps(job.get("command")) for job in jobs)
 
 

@@ -76,12 +76,19 @@ def build_all(clean: Path, crashed: Path, rng: random.Random) -> list[tuple[str,
         wal[middle:middle + 512] = rng.randbytes(512)
         (state / "queue.db-wal").write_bytes(bytes(wal))
 
+    def empty(state: Path) -> None:
+        """Emptied, beside the note that a queue was made here (its jobs were all held,
+        so no job files are left to tell)."""
+        _copy(clean, "queue.db.created")(state)
+        (state / "queue.db").write_bytes(b"")
+
     def shm_only(state: Path) -> None:
         _copy(clean, "queue.db")(state)
         (state / "queue.db-shm").write_bytes(b"\0" * 32768)
 
     return [
-        ("empty", "refuse", lambda s: (s / "queue.db").write_bytes(b"")),
+        ("empty", "refuse", empty),
+        ("missing", "refuse", _copy(clean, "queue.db.created")),
         ("truncated", "refuse", _bytes(lambda d: d[:len(d) // 2], clean)),
         ("random bytes", "refuse", lambda s: (s / "queue.db").write_bytes(noise)),
         ("garbage header", "refuse", _bytes(lambda d: noise[:100] + d[100:], clean)),
@@ -93,12 +100,12 @@ def build_all(clean: Path, crashed: Path, rng: random.Random) -> list[tuple[str,
         ("unreadable", "refuse", _copy(clean, "queue.db")),
         ("deleted -wal after crash", "refuse", _copy(crashed, "queue.db", "queue.db-shm")),
         ("corrupt -wal", "refuse", corrupt_wal),
-        ("-shm without -wal", "refuse", shm_only),
+        ("-shm without -wal, nothing in it lost", "open", shm_only),
         ("newer schema", "refuse", _sql(clean, "PRAGMA user_version = 99")),
         ("schema version reset", "refuse", _sql(clean, "PRAGMA user_version = 0")),
         ("foreign database", "refuse", _sql(clean, "DROP TABLE jobs",
                                             "CREATE TABLE notes (x TEXT)")),
-        ("old schema (v1)", "migrate", _old_schema),
+        ("old schema (v1)", "open", _old_schema),
         ("bad row state", "quarantine", _sql(clean, "INSERT INTO jobs (name, state, command, "
                                              "cwd, env, uid, user, gpus, submitted_at) VALUES "
                                              "('bad', 'bogus', '[\"true\"]', '/', '{}', 0, "

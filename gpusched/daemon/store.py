@@ -156,6 +156,7 @@ class Store:
         except StoreError:
             self._conn.close()
             raise
+        storecheck.mark_created(str(path))
         self._find_bad_states()
 
     def _migrate(self, version: int) -> None:

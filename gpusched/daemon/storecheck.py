@@ -16,6 +16,7 @@ import shutil
 import sqlite3
 import stat
 import tempfile
+import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Iterator, Sequence
@@ -27,6 +28,9 @@ log = logging.getLogger("gpusched.daemon.storecheck")
 
 SQLITE_MAGIC = b"SQLite format 3\x00"
 SIDECARS = ("-wal", "-shm")
+# queue.db.created, written once a queue exists: a queue file lost or emptied later is then
+# told from a new home even when its jobs never left a file (held jobs, say).
+CREATED = ".created"
 DOCTOR = "Run `gpusched doctor` to see what can be saved"
 REPAIR = "`gpusched doctor --repair` copies it into a new queue and keeps this file"
 
@@ -160,16 +164,37 @@ def _new_queue(path: str, how: str, jobs_dir: str | None) -> Verdict:
     if jobs:
         evidence.append(f"{jobs_dir} holds the files of {len(jobs)} earlier job(s), up to id "
                         f"{max(jobs)}")
-    for suffix in SIDECARS:
-        if os.path.lexists(path + suffix):
-            evidence.append(f"{path}{suffix} is still there")
+    sidecars = [path + suffix for suffix in SIDECARS if os.path.lexists(path + suffix)]
+    evidence += [f"{sidecar} is still there" for sidecar in sidecars]
+    if os.path.lexists(path + CREATED):
+        evidence.append(f"{path}{CREATED} says a queue was made here")
     if not evidence:
         return Verdict("new")
-    risk = "a new queue would give their ids to new jobs" if jobs else "they may hold its jobs"
+    if jobs:
+        risk = "a new queue would give their ids to new jobs"
+    elif sidecars:
+        risk = "they may hold its jobs"
+    else:
+        risk = "a new queue would lose its jobs and give their ids again"
     return Verdict("earlier_queue", f"queue file {path} {how}, but {' and '.join(evidence)}: "
                    f"{risk}. gpusched left everything "
                    f"untouched. Put back the queue file if you have it; else run `gpusched "
                    "doctor --repair`, which starts a new queue whose ids continue above them.")
+
+
+def mark_created(path: str) -> None:
+    """Note beside a queue just opened that one exists here (once; see CREATED)."""
+    marker = path + CREATED
+    if os.path.lexists(marker):
+        return
+    try:
+        with open(marker + ".tmp", "w", encoding="utf-8") as out:
+            out.write(f"a gpusched queue was made here on {time.strftime('%Y-%m-%d %H:%M:%S %z')}\n")
+            out.flush()
+            os.fsync(out.fileno())
+        os.replace(marker + ".tmp", marker)
+    except OSError as exc:  # a full disk: the queue works without it, and the next start retries
+        log.warning("could not write %s (%s)", marker, exc)
 
 
 def _corrupt(path: str, lines: list[str]) -> Verdict:
