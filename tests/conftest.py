@@ -17,6 +17,7 @@ import pytest
 from filelock import FileLock
 
 from gpusched.proc import runfile
+from processes import home_processes, kill_all, with_descendants  # noqa: F401 - for the tests
 from gpusched.proc.seam import ProcessSeam
 
 REPO = Path(__file__).resolve().parent.parent
@@ -163,16 +164,7 @@ class Home:
 
     def processes(self) -> list[psutil.Process]:
         """Every process of this home: the daemon, shims, and the jobs under them."""
-        mine = []
-        for proc in psutil.process_iter(["cmdline", "environ"]):
-            try:
-                cmd = " ".join(proc.info["cmdline"] or [])
-                env = proc.info["environ"] or {}
-            except psutil.Error:
-                continue
-            if str(self.path) in cmd or env.get("GPUSCHED_HOME") == str(self.path):
-                mine.append(proc)
-        return mine
+        return home_processes(str(self.path))
 
     def cleanup(self) -> None:
         # Gather the tree first: once the daemon is gone its launcher exits too, and the
@@ -180,25 +172,6 @@ class Home:
         procs = with_descendants(self.processes())
         self.run("daemon", "stop", check=False, timeout=40)
         kill_all(procs + with_descendants(self.processes()))
-
-
-def with_descendants(procs: list[psutil.Process]) -> list[psutil.Process]:
-    out = list(procs)
-    for proc in procs:
-        try:
-            out += proc.children(recursive=True)
-        except psutil.Error:
-            pass
-    return out
-
-
-def kill_all(procs: list[psutil.Process]) -> None:
-    for proc in procs:
-        try:
-            proc.kill()
-        except psutil.Error:
-            pass
-    psutil.wait_procs(procs, timeout=10)
 
 
 @pytest.fixture

@@ -20,6 +20,9 @@ import psutil
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from common import _private_tmpdir, base_env, gpusched_script, remove_at_exit  # noqa: E402
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tests"))
+from processes import home_processes, kill_all, with_descendants  # noqa: E402,F401 - the tests' own clean-up
+
 DEADLINE_S = 60.0
 HOST_CONFIG = "[host]\ncpus = 64\n"  # jobs never wait for this machine's few cores
 # How the CLI says that the daemon went away during a request: the request may or may
@@ -141,16 +144,7 @@ class Home:
 
     def processes(self) -> list[psutil.Process]:
         """Every process of this home: the daemon, its launcher, shims and jobs."""
-        mine = []
-        for proc in psutil.process_iter(["cmdline", "environ"]):
-            try:
-                cmd = " ".join(proc.info["cmdline"] or [])
-                env = proc.info["environ"] or {}
-            except psutil.Error:
-                continue
-            if str(self.path) in cmd or env.get("GPUSCHED_HOME") == str(self.path):
-                mine.append(proc)
-        return mine
+        return home_processes(str(self.path))
 
     def close(self) -> None:
         """Stop the daemon and every process of this home; its files go at exit."""
@@ -159,25 +153,6 @@ class Home:
             self.cli("daemon", "stop", timeout_s=40)
             kill_all(procs + with_descendants(self.processes()))
         remove_at_exit(self.path)
-
-
-def with_descendants(procs: list[psutil.Process]) -> list[psutil.Process]:
-    out = list(procs)
-    for proc in procs:
-        try:
-            out += proc.children(recursive=True)
-        except psutil.Error:
-            pass
-    return out
-
-
-def kill_all(procs: list[psutil.Process]) -> None:
-    for proc in procs:
-        try:
-            proc.kill()
-        except psutil.Error:
-            pass
-    psutil.wait_procs(procs, timeout=10)
 
 
 def lost_connection(proc: subprocess.CompletedProcess) -> bool:
