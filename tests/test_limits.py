@@ -162,16 +162,18 @@ def small_server(tmp_path: Path, monkeypatch):
     `wait` blocks until released, and whose idle connections are cut after 1 s."""
     monkeypatch.setattr(protocol, "READ_TIMEOUT_S", 1.0)
     release = threading.Event()
+    held: list[str] = []  # one entry per `wait` handed over, so counted as waiting
 
     def dispatch(name, args, creds):
         if name == "wait":
-            release.wait(30)
+            held.append(name)
+            release.wait(120)
         return {"answered": name}
 
     path = str(tmp_path / "s.sock")
     server = SocketServer(path, dispatch, max_per_uid=4, exempt_uids=())
     server.start()
-    yield path, release
+    yield path, release, held
     release.set()
     server.close()
     server.drain()
@@ -191,23 +193,23 @@ def _ask(path: str, cmd: str) -> dict:
 
 
 def test_connections_waiting_on_jobs_do_not_lock_their_user_out(small_server):
-    path, release = small_server
+    path, release, held = small_server
     waits = [threading.Thread(target=_ask, args=(path, "wait")) for _ in range(4)]
     for thread in waits:
         thread.start()
+    wait_until(lambda: len(held) == 4, "the four waits to be held")
     # Four waits held, the user's limit: anything else is still answered...
-    assert wait_until(lambda: _ask(path, "status").get("ok"), "status beside 4 waits")
+    assert _ask(path, "status").get("ok")
     # ...and a fifth wait is told the limit in one line, not queued for ever.
-    fifth = wait_until(lambda: (r := _ask(path, "wait")) and not r["ok"] and r,
-                       "the fifth wait to be refused")
-    assert "already waits on 4 connections" in fifth["error"]["message"]
+    fifth = _ask(path, "wait")
+    assert fifth["ok"] is False and "already waits on 4 connections" in fifth["error"]["message"]
     release.set()
     for thread in waits:
         thread.join(30)
 
 
 def test_a_flood_of_idle_connections_is_cut_by_the_read_timeout(small_server):
-    path, _ = small_server
+    path, _, _ = small_server
     idle = []
     for _ in range(4):
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
