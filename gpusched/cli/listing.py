@@ -5,11 +5,15 @@ from __future__ import annotations
 import pwd
 import shlex
 import time
-from typing import Any, Callable
 
 from gpusched.core.errors import UsageError
-from gpusched.core.jobfilter import COMPACT, items, parse_states
 from gpusched.core.users import current_user_name
+
+# No typing, and jobfilter (which imports the job model) only when an option needs it:
+# the fast command path imports this module for every `ls`.
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any, Callable
 
 # -- --format ----------------------------------------------------------------------------
 
@@ -70,6 +74,12 @@ def _array_id(job: dict) -> str:
     return f"{job['array_id']}_{job['array_index']}"
 
 
+def _compact(state: str) -> str:
+    from gpusched.core.jobfilter import COMPACT
+
+    return COMPACT.get(state, state)
+
+
 def _progress(job: dict) -> str:
     progress = job.get("progress")
     return f"{progress['fraction'] * 100:.0f}%" if progress else "N/A"
@@ -85,7 +95,7 @@ FIELDS: dict[str, Callable[[dict, float], Any]] = {
     "username": lambda j, now: j["user"],
     "userid": lambda j, now: j["uid"],
     "state": lambda j, now: j["state"],
-    "statecompact": lambda j, now: COMPACT.get(j["state"], j["state"]),
+    "statecompact": lambda j, now: _compact(j["state"]),
     "reason": lambda j, now: _reason(j),
     "exitcode": lambda j, now: _exit_code(j),
     "priority": lambda j, now: j["priority"],
@@ -114,6 +124,8 @@ DEFAULT_FORMAT = "jobid,username,name,state,gpus,gpuids,timeused,reason"
 
 def parse_fields(text: str) -> list[str]:
     """'JobID,user,State' -> ['jobid', 'username', 'state']; a wrong one names the valid ones."""
+    from gpusched.core.jobfilter import items
+
     fields = []
     for item in items(text):
         name = ALIASES.get(item.lower(), item.lower())
@@ -149,6 +161,10 @@ def format_rows(jobs: list[dict[str, Any]], fields: list[str], header: bool = Tr
 def request_filters(users: str | None, me: bool, states: str | None,
                     names: str | None) -> dict[str, list[str]]:
     """`ls` options as the `list` request's filters, checked before the daemon is asked."""
+    if users is None and not me and states is None and names is None:
+        return {}  # a plain `ls` needs nothing of jobfilter's
+    from gpusched.core.jobfilter import items, parse_states
+
     args: dict[str, list[str]] = {}
     wanted = items(users) if users is not None else []
     for name in wanted:

@@ -175,3 +175,12 @@ def process_rows(result: dict[str, Any]) -> list[list[str]]:
             rows.append([gpu["label"], pid, printable(proc["user"] or "?"), job,
                          size_human(proc["used_mem_bytes"]), printable(proc["command"] or "?")])
     return rows
+
+
+def write_problem_line(problem: dict[str, Any] | None) -> str | None:
+    """Why the daemon cannot write its queue (from `status` or `ls`), or None."""
+    if not problem:
+        return None
+    since = time.strftime("%H:%M:%S", time.localtime(problem.get("since") or time.time()))
+    return (f"the queue cannot be written since {since}: {problem['cause']}; submits and "
+            f"changes are refused until it can. {problem['remedy']}.")

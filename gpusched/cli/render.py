@@ -13,7 +13,9 @@ from rich.text import Text
 
 from gpusched.cli.lsview import (GPU_COLUMNS, PROCESS_COLUMNS, fold_arrays,  # noqa: F401
                                  gpu_row, host_line, ls_lines, mem_human, process_rows,
-                                 progress_human, shown_state, state_human)
+                                 progress_human, shown_state, state_human,
+                                 write_problem_line)
+from gpusched.cli.common import out
 from gpusched.tui.draw import Frame
 from gpusched.core.units import duration_human
 
@@ -21,6 +23,37 @@ def _plain(text: str) -> Text:
     """A cell of text from elsewhere (GPU names, commands), already printable: never read
     as markup, so `[red]` stays text."""
     return Text(text)
+
+
+class RichOutput:
+    """Output of the commands that the fast path also runs (cli/jobviews.py), with rich:
+    the typer commands print through it, and plainout.Screen hands it what it cannot draw
+    exactly."""
+
+    @property
+    def width(self) -> int:
+        return out.width
+
+    def text(self, line: str) -> None:
+        out.print(line, markup=False)
+
+    def blank(self) -> None:
+        out.print()
+
+    def lines(self, lines: list) -> None:
+        out.print(Frame(lines))
+
+    def gpus(self, result: dict[str, Any]) -> None:
+        out.print(gpus_table(result))
+
+    def processes(self, result: dict[str, Any]) -> bool:
+        """The table of processes, after a blank line; False when there are none."""
+        table = processes_table(result)
+        if table is None:
+            return False
+        out.print()
+        out.print(table)
+        return True
 
 
 def jobs_table(jobs: list[dict[str, Any]], width: int = 1000, now: float | None = None) -> Frame:
@@ -59,15 +92,6 @@ def usage_line(usage: dict[str, float], half_life_s: float | None, shown: int = 
         listed += f" and {len(users) - shown} more"
     return (f"GPU time used (fair share, halving every {duration_human(half_life_s)}): "
             f"{listed or 'none yet'}")
-
-
-def write_problem_line(problem: dict[str, Any] | None) -> str | None:
-    """Why the daemon cannot write its queue (from `status` or `ls`), or None."""
-    if not problem:
-        return None
-    since = time.strftime("%H:%M:%S", time.localtime(problem.get("since") or time.time()))
-    return (f"the queue cannot be written since {since}: {problem['cause']}; submits and "
-            f"changes are refused until it can. {problem['remedy']}.")
 
 
 def status_lines(status: dict[str, Any]) -> list[str]:
