@@ -28,12 +28,16 @@ def print_json(data: object) -> None:
 def list_jobs(output: Any, all_jobs: bool, expand: bool, as_json: bool, users: str | None,
               me: bool, states: str | None, names: str | None, fields: str | None,
               noheader: bool) -> int:
-    from gpusched.cli import listing, lsview
+    from gpusched.cli import lsview
 
     if as_json and fields is not None:
         raise UsageError("choose one of --json and --format")
-    columns = listing.parse_fields(fields) if fields is not None else None
-    filters = listing.request_filters(users, me, states, names)
+    columns, filters = None, {}
+    if fields is not None or users is not None or me or states is not None or names is not None:
+        from gpusched.cli import listing  # checks and columns: not needed by a plain `ls`
+
+        columns = listing.parse_fields(fields) if fields is not None else None
+        filters = listing.request_filters(users, me, states, names)
     # However many: the daemon sends them a page at a time, gathered here.
     reply = Client().call_paged("list", all=all_jobs, **filters)
     jobs, writes = reply["jobs"], lsview.write_problem_line(reply.get("write_problem"))
@@ -42,7 +46,9 @@ def list_jobs(output: Any, all_jobs: bool, expand: bool, as_json: bool, users: s
     if as_json:
         print_json(jobs)
     elif columns is not None:
-        sys.stdout.write(listing.format_rows(jobs, columns, header=not noheader))
+        from gpusched.cli.listing import format_rows
+
+        sys.stdout.write(format_rows(jobs, columns, header=not noheader))
     elif jobs:
         output.lines(lsview.ls_lines(jobs if expand else lsview.fold_arrays(jobs), output.width))
     elif filters:

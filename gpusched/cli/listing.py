@@ -7,6 +7,7 @@ import shlex
 import time
 
 from gpusched.core.errors import UsageError
+from gpusched.core.syntax import items
 from gpusched.core.users import current_user_name
 
 # No typing, and jobfilter (which imports the job model) only when an option needs it:
@@ -124,8 +125,6 @@ DEFAULT_FORMAT = "jobid,username,name,state,gpus,gpuids,timeused,reason"
 
 def parse_fields(text: str) -> list[str]:
     """'JobID,user,State' -> ['jobid', 'username', 'state']; a wrong one names the valid ones."""
-    from gpusched.core.jobfilter import items
-
     fields = []
     for item in items(text):
         name = ALIASES.get(item.lower(), item.lower())
@@ -161,10 +160,6 @@ def format_rows(jobs: list[dict[str, Any]], fields: list[str], header: bool = Tr
 def request_filters(users: str | None, me: bool, states: str | None,
                     names: str | None) -> dict[str, list[str]]:
     """`ls` options as the `list` request's filters, checked before the daemon is asked."""
-    if users is None and not me and states is None and names is None:
-        return {}  # a plain `ls` needs nothing of jobfilter's
-    from gpusched.core.jobfilter import items, parse_states
-
     args: dict[str, list[str]] = {}
     wanted = items(users) if users is not None else []
     for name in wanted:
@@ -178,6 +173,8 @@ def request_filters(users: str | None, me: bool, states: str | None,
     if wanted or me:
         args["users"] = wanted + ([current_user_name()] if me else [])
     if states is not None:
+        from gpusched.core.jobfilter import parse_states  # the job model: only for --state
+
         args["states"] = parse_states(states)
     if names is not None:
         args["names"] = items(names)

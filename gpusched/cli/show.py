@@ -6,6 +6,7 @@ import time
 
 from gpusched.cli.lsview import progress_human, shown_state
 from gpusched.client.textcells import command_human, printable
+from gpusched.core.syntax import signal_name
 from gpusched.core.units import duration_human, size_human
 
 # No typing, no rich: the fast command path prints `show` with this module.
@@ -26,11 +27,7 @@ def local_time(epoch_s: float | None) -> str:
 
 
 def _signal(signum: int | None) -> str:
-    if not signum:
-        return "-"
-    from gpusched.core.lifecycle import signal_name  # the job model: only for a signal
-
-    return signal_name(signum)
+    return signal_name(signum) if signum else "-"
 
 
 def _or_dash(value: Any, human: Callable[[Any], str] = str) -> str:
