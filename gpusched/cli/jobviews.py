@@ -49,15 +49,24 @@ def list_jobs(output: Any, all_jobs: bool, expand: bool, as_json: bool, users: s
         from gpusched.cli.listing import format_rows
 
         sys.stdout.write(format_rows(jobs, columns, header=not noheader))
-    elif jobs:
+    else:
+        draw_jobs(output, jobs, expand, bool(filters), all_jobs or "states" in filters)
+    return 0
+
+
+def draw_jobs(output: Any, jobs: list[dict], expand: bool, filtered: bool,
+              finished_too: bool) -> None:
+    """`ls`'s table, or what it says when no job is listed."""
+    from gpusched.cli import lsview
+
+    if jobs:
         output.lines(lsview.ls_lines(jobs if expand else lsview.fold_arrays(jobs), output.width))
-    elif filters:
-        output.text("no jobs match" + ("" if all_jobs or "states" in filters else
+    elif filtered:
+        output.text("no jobs match" + ("" if finished_too else
                                        " (--all looks at finished ones too)"))
     else:
-        output.text("no jobs" if all_jobs else
+        output.text("no jobs" if finished_too else
                     "no pending or running jobs (--all shows finished ones)")
-    return 0
 
 
 def show(output: Any, job_id: str, as_json: bool) -> int:
@@ -99,8 +108,7 @@ def logs(output: Any, job_id: str, follow: bool, stderr: bool) -> int:
 
 
 def gpus(output: Any, as_json: bool, query: str | None, fmt: str | None) -> int:
-    from gpusched.cli import gpuquery, lsview
-    from gpusched.client.textcells import printable
+    from gpusched.cli import gpuquery
 
     if query is None and fmt is not None:
         query = gpuquery.DEFAULT_QUERY
@@ -112,13 +120,21 @@ def gpus(output: Any, as_json: bool, query: str | None, fmt: str | None) -> int:
     if as_json:
         print_json(result)
         return 0
+    draw_gpus(output, result)
+    return 0
+
+
+def draw_gpus(output: Any, result: dict) -> None:
+    """`gpus`'s tables and host line."""
+    from gpusched.cli import lsview
+    from gpusched.client.textcells import printable
+
     if result["problem"]:
         output.text(f"No GPUs: {printable(result['problem'])}")
     if result["gpus"]:
         output.gpus(result)
     output.text(lsview.host_line(result["host"]))
     output.processes(result)
-    return 0
 
 
 def cancel(output: Any, job_ids: list[str]) -> int:

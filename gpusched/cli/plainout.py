@@ -93,9 +93,11 @@ class Screen:
 
     def rich(self) -> Any:
         if self._rich is None:
+            from gpusched.cli.common import console_for, out
             from gpusched.cli.render import RichOutput
 
-            self._rich = RichOutput()
+            self._rich = RichOutput(out if self.stream is sys.stdout else
+                                    console_for(self.stream))
         return self._rich
 
     def _styled(self, text: str, style: str) -> str:

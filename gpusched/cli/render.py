@@ -8,6 +8,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
@@ -30,29 +31,32 @@ class RichOutput:
     the typer commands print through it, and plainout.Screen hands it what it cannot draw
     exactly."""
 
+    def __init__(self, console: Console | None = None):
+        self.console = out if console is None else console
+
     @property
     def width(self) -> int:
-        return out.width
+        return self.console.width
 
     def text(self, line: str) -> None:
-        out.print(line, markup=False)
+        self.console.print(line, markup=False)
 
     def blank(self) -> None:
-        out.print()
+        self.console.print()
 
     def lines(self, lines: list) -> None:
-        out.print(Frame(lines))
+        self.console.print(Frame(lines))
 
     def gpus(self, result: dict[str, Any]) -> None:
-        out.print(gpus_table(result))
+        self.console.print(gpus_table(result))
 
     def processes(self, result: dict[str, Any]) -> bool:
         """The table of processes, after a blank line; False when there are none."""
         table = processes_table(result)
         if table is None:
             return False
-        out.print()
-        out.print(table)
+        self.console.print()
+        self.console.print(table)
         return True
 
 
