@@ -6,11 +6,11 @@ from __future__ import annotations
 
 import inspect
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
 
-import click
 import pytest
 import typer
 from hypothesis import HealthCheck, given, settings
@@ -48,7 +48,7 @@ def typer_parse():
                                standalone_mode=False)
         except (typer.Exit, SystemExit):  # --help
             return None
-        except click.exceptions.ClickException:  # a usage error
+        except typer.TyperException:  # a usage error (click's, as typer names it)
             return None
         assert len(captured) == 1, f"typer did not run {command} for {argv}"
         return captured[0]
@@ -146,3 +146,75 @@ def test_the_fast_path_imports_nothing_heavy(home):
         assert "gpusched" in loaded, args
         assert not heavy & loaded, (args, heavy & loaded)
     assert "typer" in imported_after_start("ls", env={**env, "GPUSCHED_NO_FAST_PATH": "1"})
+
+
+def both_paths(home, *args: str, env: dict[str, str] | None = None,
+               same=lambda out: out) -> tuple:
+    """(stdout, stderr, exit status) of `gpusched ARGS` on the fast path, which must be
+    the typer path's (both seen through `same`)."""
+    fast = home.run(*args, check=False, env=env)
+    full = home.run(*args, check=False, env={**(env or {}), "GPUSCHED_NO_FAST_PATH": "1"})
+    assert (same(fast.stdout), fast.stderr, fast.returncode) == \
+        (same(full.stdout), full.stderr, full.returncode), args
+    return fast.stdout, fast.stderr, fast.returncode
+
+
+def timeless(listing: str) -> str:
+    """`ls` with its durations blanked: a pending job's grows between the two runs."""
+    return re.sub(r" +", " ", re.sub(r"\b\d+[smhd](\d\d[smh])?\b", "T", listing))
+
+
+def hostless(listing: str) -> str:
+    """`gpus` without its host line, whose CPU and memory use changes between the runs."""
+    return re.sub(r"(?m)^host: .*$", "host", listing)
+
+
+def test_the_real_cli_answers_the_same_on_both_paths(home):
+    home.start()
+    ended = home.submit("--name", "ended", "--", "sh", "-c", "echo out; echo err >&2; exit 3")
+    home.wait_state(ended, "failed")
+    cancelled = home.submit("--hold", "--", "true")
+    home.run("cancel", str(cancelled))
+    blocker = home.submit("--hold", "--name", "blocker", "--", "true")
+    waiting = home.submit("--after", str(blocker), "--name", "waiting", "--", "true")
+    home.run("submit", "--array", "0-3", "--hold", "--name", "sweep", "--", "true")
+    for args in (["ls"], ["ls", "--all", "-r"], ["ls", "--me"], ["ls", "--state", "PD"]):
+        assert "waiting" in both_paths(home, *args, same=timeless)[0]
+    ended_only = ["ls", "--state", "failed,cancelled"]  # their times stand still
+    same = [
+        ended_only, ["ls", "--json", *ended_only[1:]],
+        ["ls", "--all", "--format", "jobid,name,state,exitcode", "--noheader"],
+        ["ls", "--name", "nomatch"], ["ls", "--all", "--name", "x"],
+        ["show", str(ended)], ["show", str(ended), "--json"],
+        ["gpus", "--query", "index,name,memory.total"], ["gpus", "--format", "csv"],
+        ["wait", str(ended)], ["wait", str(cancelled), str(ended)], ["logs", str(ended)],
+        ["logs", "--stderr", str(ended)], ["cancel", str(cancelled)],
+        ["hold", str(waiting)], ["hold", str(waiting)], ["release", str(waiting)],
+        ["release", str(ended)], ["hold", str(ended), str(waiting)],
+        # errors: the daemon's, the checks', and the parser's (which typer reads for both)
+        ["show", "999"], ["show", "x"], ["cancel", "0"], ["ls", "--state", "bogus"],
+        ["ls", "--user", "no-such-user-here"], ["ls", "--json", "--format", "jobid"],
+        ["ls", "--bogus"], ["ls", "-h"], ["show"], ["cancel", "-1"], ["gpus", "--query", "x"],
+    ]
+    for args in same:
+        both_paths(home, *args)
+    out, _, status = both_paths(home, "wait", str(ended))
+    assert status == 3 and out == ""
+    assert both_paths(home, "logs", str(ended))[0] == "out\n"
+    # In colour (FORCE_COLOR), narrow enough to cut columns, on a dumb terminal.
+    for env in ({"FORCE_COLOR": "1", "NO_COLOR": ""}, {"COLUMNS": "40"}, {"TERM": "dumb"}):
+        both_paths(home, *ended_only, env=env)
+        assert "host" in both_paths(home, "gpus", env=env, same=hostless)[0]
+    coloured = both_paths(home, *ended_only, env={"FORCE_COLOR": "1", "NO_COLOR": ""})[0]
+    assert coloured.startswith("\x1b[1mID\x1b[0m") and "\x1b[31mfailed (3)" in coloured
+
+
+def test_gpus_and_wait_through_the_console_script(home):
+    # As a user's shell starts it: the installed script, the user's own environment.
+    home.start()
+    job = home.submit("--", "true")
+    home.wait_state(job, "succeeded")
+    for args in (["gpus"], ["wait", str(job)], ["ls", "--all"]):
+        fast = home.script(*args)
+        full = home.script(*args, env=home.user_env(GPUSCHED_NO_FAST_PATH="1"))
+        assert (hostless(fast.stdout), fast.stderr) == (hostless(full.stdout), full.stderr), args
