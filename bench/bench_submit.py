@@ -3,8 +3,9 @@
 Each sample is the wall time of the real console script as a subprocess, from spawn to
 exit. Before each sample the previous job is waited for (untimed), so the job's own
 start-up does not compete with the client on a small machine. Timed alongside, for
-contrast: `gpusched ls` through typer (GPUSCHED_NO_FAST_PATH=1), the same submit as a wheel install would run it
-(when this checkout is installed editable), and a bare interpreter start.
+contrast: `gpusched ls` through typer (GPUSCHED_NO_FAST_PATH=1), the same submit as a
+wheel install would run it (when this checkout is installed editable), and a bare
+interpreter start.
 """
 
 from __future__ import annotations
