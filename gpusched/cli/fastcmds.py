@@ -10,12 +10,9 @@ print through plainout.Screen. GPUSCHED_NO_FAST_PATH=1 turns this path off (entr
 
 from __future__ import annotations
 
-import os
-import sys
-
 from gpusched.cli.cmdoptions import FAST_COMMANDS
 from gpusched.client.options import flags_of
-from gpusched.core.errors import GpuschedError, detach_stdout, is_stdout_gone, report_error
+from gpusched.core.errors import GpuschedError, report_error, report_unexpected
 
 
 def parse(command: str, argv: list[str]) -> dict | None:
@@ -43,13 +40,17 @@ def parse(command: str, argv: list[str]) -> dict | None:
             if has_inline:
                 return None
             values[field] = True
-        elif has_inline:
-            values[field] = inline
-        elif i < len(argv) and not argv[i].startswith("-"):
-            values[field] = argv[i]
-            i += 1
         else:
-            return None  # no value, or one that looks like an option: click decides
+            if has_inline:
+                value = inline
+            elif i < len(argv) and not argv[i].startswith("-"):
+                value, i = argv[i], i + 1
+            else:
+                return None  # no value, or one that looks like an option: click decides
+            try:  # click reads an int as int() does; a bad one is its usage error
+                values[field] = int(value) if kind == "int" else value
+            except ValueError:
+                return None
     wanted = {"": len(positional) == 0, "one": len(positional) == 1,
               "many": len(positional) >= 1}[arguments]
     if not wanted:
@@ -78,11 +79,4 @@ def try_fast_command(command: str, argv: list[str]) -> int | None:
     except KeyboardInterrupt:
         return 130
     except Exception as exc:  # noqa: BLE001 - as cli/app.py: one line, never a traceback
-        if is_stdout_gone(exc):
-            detach_stdout()
-            return 1
-        if os.environ.get("GPUSCHED_DEBUG"):
-            raise
-        sys.stderr.write(f"Error: internal error: {type(exc).__name__}: {exc}. Rerun with "
-                         "GPUSCHED_DEBUG=1 for details and report it.\n")
-        return 1
+        return report_unexpected(exc)
