@@ -3,8 +3,9 @@
 Each sample is the wall time of the real console script as a subprocess, from spawn to
 exit. Before each sample the previous job is waited for (untimed), so the job's own
 start-up does not compete with the client on a small machine. Timed alongside, for
-contrast: `gpusched ls` (the typer path), the same submit as a wheel install would run it
-(when this checkout is installed editable), and a bare interpreter start.
+contrast: `gpusched ls` through typer (GPUSCHED_NO_FAST_PATH=1), the same submit as a
+wheel install would run it (when this checkout is installed editable), and a bare
+interpreter start.
 """
 
 from __future__ import annotations
@@ -53,7 +54,8 @@ def main() -> None:
         interleaved(3, contenders)  # fill the byte-code caches, untimed
         submit = interleaved(args.runs, contenders)
         listing = interleaved(args.ls_runs, {
-            "gs": lambda: timed_run([gpusched_script(), "ls"], gs.env)[0],
+            "gs": lambda: timed_run([gpusched_script(), "ls"],
+                                    {**gs.env, "GPUSCHED_NO_FAST_PATH": "1"})[0],
             "ts": lambda: timed_run([TSP, "-l"], ts.env)[0]})
 
     gs_ms, ts_ms = median_ms(submit["gs"]), median_ms(submit["ts"])

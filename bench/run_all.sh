@@ -8,11 +8,13 @@ cd "$(dirname "$0")"
 PYTHON="${PYTHON:-python3}"
 if [ "${1:-}" = "--quick" ]; then
     "$PYTHON" bench_submit.py --runs 10 --ls-runs 5
+    "$PYTHON" bench_commands.py --runs 5
     "$PYTHON" bench_latency.py --runs 10
     "$PYTHON" bench_throughput.py --jobs 100 --rounds 1
     "$PYTHON" bench_idle.py --seconds 10
 else
     "$PYTHON" bench_submit.py
+    "$PYTHON" bench_commands.py
     "$PYTHON" bench_latency.py
     "$PYTHON" bench_throughput.py
     "$PYTHON" bench_idle.py

@@ -4,7 +4,6 @@ every error into one line on stderr and an exit status."""
 
 from __future__ import annotations
 
-import os
 import sys
 
 import typer
@@ -13,7 +12,7 @@ from gpusched import __version__
 from gpusched.cli import daemon_cmds, doctor_cmds, gpu_cmds, job_cmds, submit_cmds, tool_cmds
 from gpusched.cli.helpformat import App
 from gpusched.core import syntax
-from gpusched.core.errors import GpuschedError, detach_stdout, is_stdout_gone, report_error
+from gpusched.core.errors import GpuschedError, detach_stdout, report_error, report_unexpected
 
 app = App(add_completion=False, no_args_is_help=True, rich_markup_mode=None)
 
@@ -92,11 +91,4 @@ def _run(args: list[str]) -> int:
     except KeyboardInterrupt:
         return 130
     except Exception as exc:  # noqa: BLE001 - a bug: one line for the user, details on request
-        if is_stdout_gone(exc):
-            detach_stdout()
-            return 1
-        if os.environ.get("GPUSCHED_DEBUG"):
-            raise
-        sys.stderr.write(f"Error: internal error: {type(exc).__name__}: {exc}. Rerun with "
-                         "GPUSCHED_DEBUG=1 for details and report it.\n")
-        return 1
+        return report_unexpected(exc)

@@ -1,29 +1,29 @@
 """Fit a listing to a terminal's width: one line per row, never wrapped. The last column is
-the one the listing is for (`ls`'s reason): the others hide and shrink before it is cut."""
+the one the listing is for (`ls`'s reason): the others hide and shrink before it is cut.
+
+No rich and no typing here: the fast command path lays out `ls` with it."""
 
 from __future__ import annotations
 
-from typing import Callable, NamedTuple, Sequence
+from collections import namedtuple
 
-from gpusched.tui.draw import Cell, Line, cell_width, clip
+from gpusched.client.textcells import Cell, Line, cell_width, clip
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Callable, Sequence
 
-class Column(NamedTuple):
-    header: str
-    soft_min: int = 0  # cut this far first (0: never cut)
-    hard_min: int = 0  # and this far once the secondary columns are hidden
-    rank: int = 0  # among the columns that may be cut, lower ranks are cut first
-    default: str | None = None  # when every row shows this, a short terminal hides it
+# header; soft_min: cut this far first (0: never cut); hard_min: and this far once the
+# secondary columns are hidden; rank: among the columns that may be cut, lower ranks are
+# cut first; default: when every row shows this, a short terminal hides it.
+Column = namedtuple("Column", "header soft_min hard_min rank default",
+                    defaults=(0, 0, 0, None))
 
-
-class Plan(NamedTuple):
-    """How a table gives way on a narrow terminal."""
-
-    columns: tuple[Column, ...]
-    secondary: tuple[str, ...]  # hidden, in this order, before any column is cut hard
-    last_resort: tuple[str, ...]  # hidden only when the last column would get < last_least
-    last_wanted: int  # the last column gets this (or a third of the width) if it can
-    last_least: int  # and never less than this: the line runs past the edge instead
+# How a table gives way on a narrow terminal: columns; secondary: hidden, in this order,
+# before any column is cut hard; last_resort: hidden only when the last column would get
+# less than last_least; last_wanted: the last column gets this (or a third of the width)
+# if it can; last_least: and never less: the line runs past the edge instead.
+Plan = namedtuple("Plan", "columns secondary last_resort last_wanted last_least")
 
 
 def _text(cell: Cell) -> str:

@@ -3,13 +3,20 @@
 from __future__ import annotations
 
 import sys
+from typing import TextIO
 
 from rich.console import Console
 
-# Piped into grep or a file, a listing keeps each job on one line instead of folding
-# cells to 80 columns.
-out = Console(highlight=False, soft_wrap=False, width=None if sys.stdout.isatty() else 1000)
-JSON_HELP = "Print JSON (stable field names) instead of a table."
-JOB_ID_HELP = "Job id, or ARRAY_INDEX (12_3) for one element of an array."
-JOB_IDS_HELP = "Job ids; an array's id means all its elements, ARRAY_INDEX (12_3) one."
-JOB_IDS = "JOBID..."
+from gpusched.cli.cmdoptions import JOB_ID_HELP, JOB_IDS, JOB_IDS_HELP, JSON_HELP  # noqa: F401
+
+
+def console_for(stream: TextIO | None = None) -> Console:
+    """The console the commands print to: standard output, or `stream` (tests).
+
+    Piped into grep or a file, a listing keeps each job on one line instead of folding
+    cells to 80 columns (cli/plainout.py draws the same without rich)."""
+    tty = (sys.stdout if stream is None else stream).isatty()
+    return Console(highlight=False, soft_wrap=False, width=None if tty else 1000, file=stream)
+
+
+out = console_for()

@@ -1,4 +1,6 @@
-"""The console script: `submit` and completion's `_job-ids` skip typer's import; all else goes to cli."""
+"""The console script: `submit`, the everyday commands of cli/fastcmds.py and completion's
+`_job-ids` skip typer's import; all else goes to cli. GPUSCHED_NO_FAST_PATH=1 sends every
+command through typer (for debugging, and for tests that compare the two paths)."""
 
 from __future__ import annotations
 
@@ -16,15 +18,28 @@ def main() -> None:
         from gpusched.client.jobids import print_job_ids
 
         _exit_now(print_job_ids(argv[1:]))
+    if os.environ.get("GPUSCHED_NO_FAST_PATH", "") in ("", "0"):
+        _try_fast_path(argv)
+    from gpusched.cli.app import main as cli_main
+
+    sys.exit(cli_main(argv))
+
+
+def _try_fast_path(argv: list[str]) -> None:
+    """Run the command here and exit, if a fast path reads its command line; else return."""
+    from gpusched.cli.cmdoptions import FAST_COMMANDS
+
+    status = None
     if argv[:1] == ["submit"]:
         from gpusched.client.fastsubmit import try_fast_submit
 
         status = try_fast_submit(argv[1:])
-        if status is not None:
-            _exit_now(status)
-    from gpusched.cli.app import main as cli_main
+    elif argv[:1] and argv[0] in FAST_COMMANDS:
+        from gpusched.cli.fastcmds import try_fast_command
 
-    sys.exit(cli_main(argv))
+        status = try_fast_command(argv[0], argv[1:])
+    if status is not None:
+        _exit_now(status)
 
 
 def _exit_now(status: int) -> None:

@@ -2,30 +2,22 @@
 
 from __future__ import annotations
 
-import sys
-from typing import Optional
+from typing import Any
 
 import typer
 
-from gpusched.cli import gpuquery, render
-from gpusched.cli.common import JSON_HELP, out
+from gpusched.cli import jobviews
+from gpusched.cli.cmdoptions import GPUS
 from gpusched.cli.helpformat import App
-from gpusched.client.connection import Client
-from gpusched.client.submitting import print_json
-from gpusched.tui.draw import printable
+from gpusched.cli.render import RichOutput
+from gpusched.cli.submit_cmds import with_options
 
 app = App()
 
 
 @app.command()
-def gpus(
-    as_json: bool = typer.Option(False, "--json", help=JSON_HELP),
-    query: Optional[str] = typer.Option(None, "--query", help="Fields as nvidia-smi "
-                                        "--query-gpu names them: index,name,memory.used,..."),
-    fmt: Optional[str] = typer.Option(None, "--format", help="csv[,noheader][,nounits] (the "
-                                      "default with --query) or json; without --query, the "
-                                      f"fields {gpuquery.DEFAULT_QUERY.replace(',', ', ')}."),
-) -> None:
+@with_options(GPUS)
+def gpus(**options: Any) -> None:
     """The GPUs: memory used and reserved, utilization, jobs.
 
     \b
@@ -33,25 +25,7 @@ def gpus(
       gpusched gpus
       gpusched gpus --query index,memory.used --format csv,noheader
     """
-    if query is None and fmt is not None:
-        query = gpuquery.DEFAULT_QUERY
-    fields = gpuquery.parse_query(query) if query is not None else None
-    result = Client().call("gpus")
-    if fields is not None:
-        sys.stdout.write(gpuquery.render(result["gpus"], fields, fmt or "csv"))
-        return
-    if as_json:
-        print_json(result)
-        return
-    if result["problem"]:
-        out.print(f"No GPUs: {printable(result['problem'])}", markup=False)
-    if result["gpus"]:
-        out.print(render.gpus_table(result))
-    out.print(render.host_line(result["host"]), markup=False)
-    procs = render.processes_table(result)
-    if procs is not None:
-        out.print()
-        out.print(procs)
+    raise typer.Exit(jobviews.gpus(RichOutput(), **options))
 
 
 @app.command()

@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 import json
-from typing import Any, Callable
 
+from gpusched.cli.cmdoptions import GPUS_DEFAULT_QUERY
 from gpusched.core.errors import UsageError
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # typing is not imported on the fast command path
+    from typing import Any, Callable
 
 _MIB = 2**20
 
@@ -42,9 +46,7 @@ FIELDS: dict[str, tuple[Callable[[dict], Any], str]] = {
     "jobs": (lambda g: " ".join(str(j) for j in g["jobs"]), ""),
 }
 FORMATS = ("csv", "json")
-# What `--format` prints without `--query`, as nvidia-smi has a default set.
-DEFAULT_QUERY = ("index,uuid,name,memory.total,memory.used,memory.reserved,utilization.gpu,"
-                 "health,jobs")
+DEFAULT_QUERY = GPUS_DEFAULT_QUERY
 
 
 def parse_query(query: str) -> list[str]:

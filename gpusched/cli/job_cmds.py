@@ -1,40 +1,30 @@
 """The commands on jobs and the queue: ls, show, cancel, hold, release, update, drain,
-resume, wait, logs, env."""
+resume, wait, logs, env. What the fast command path also runs lives in jobviews.py, and
+those commands' options in cmdoptions.py."""
 
 from __future__ import annotations
 
 import sys
-from typing import List, Optional
+from typing import Any, List, Optional
 
 import typer
 
-from gpusched.cli import render
+from gpusched.cli import jobviews
+from gpusched.cli.cmdoptions import LOGS, LS, SHOW
 from gpusched.cli.common import JOB_ID_HELP, JOB_IDS, JOB_IDS_HELP, JSON_HELP, out
 from gpusched.cli.helpformat import App
+from gpusched.cli.render import RichOutput
+from gpusched.cli.submit_cmds import with_options
 from gpusched.client.connection import Client
-from gpusched.client.submitting import ended_status, print_json, wait_or_explain
+from gpusched.client.submitting import print_json
 from gpusched.core import syntax
-from gpusched.core.errors import UsageError
 
 app = App()
 
 
 @app.command("ls")
-def list_jobs(
-    all_jobs: bool = typer.Option(False, "--all", "-a", help="Include finished jobs."),
-    expand: bool = typer.Option(False, "--expand", "-r", help="One line per array element."),
-    as_json: bool = typer.Option(False, "--json", help=JSON_HELP),
-    users: Optional[str] = typer.Option(None, "--user", "-u", help="Only these users' jobs."),
-    me: bool = typer.Option(False, "--me", help="Only your own jobs."),
-    states: Optional[str] = typer.Option(None, "--state", "-t", help="Only jobs in these "
-                                         "states; a finished state implies --all."),
-    names: Optional[str] = typer.Option(None, "--name", "-n", metavar="NAME[,NAME]",
-                                        help="Only jobs of these names; wildcards like 'sweep-*'."),
-    fields: Optional[str] = typer.Option(None, "--format", "-O", metavar="FIELDS",
-                                         help="Plain columns for scripts, one line per job: "
-                                         "jobid,user,state,reason,... (README lists the fields)."),
-    noheader: bool = typer.Option(False, "--noheader", help="With --format: no header line."),
-) -> None:
+@with_options(LS)
+def list_jobs(**options: Any) -> None:
     """List pending and running jobs (finished ones too with --all).
 
     Arrays fold into one line. States: pending, running, succeeded, failed, cancelled,
@@ -45,59 +35,18 @@ def list_jobs(
       gpusched ls --me --state running
       gpusched ls --all --name 'sweep-*' --format jobid,state,exitcode --noheader
     """
-    from gpusched.cli import listing
+    raise typer.Exit(jobviews.list_jobs(RichOutput(), **options))
 
-    if as_json and fields is not None:
-        raise UsageError("choose one of --json and --format")
-    columns = listing.parse_fields(fields) if fields is not None else None
-    filters = listing.request_filters(users, me, states, names)
-    # However many: the daemon sends them a page at a time, gathered here.
-    reply = Client().call_paged("list", all=all_jobs, **filters)
-    jobs, writes = reply["jobs"], render.write_problem_line(reply.get("write_problem"))
-    if writes:  # on stderr: --json and --format output stay what scripts read
-        sys.stderr.write(f"Warning: {writes}\n")
-    if as_json:
-        print_json(jobs)
-    elif columns is not None:
-        sys.stdout.write(listing.format_rows(jobs, columns, header=not noheader))
-    elif jobs:
-        out.print(render.jobs_table(jobs if expand else render.fold_arrays(jobs), out.width))
-    elif filters:
-        out.print("no jobs match" + ("" if all_jobs or "states" in filters else
-                                     " (--all looks at finished ones too)"))
-    else:
-        out.print("no jobs" if all_jobs else "no pending or running jobs (--all shows finished ones)")
 
 @app.command()
-def show(
-    job_id: str = typer.Argument(..., metavar="JOBID", help=JOB_ID_HELP),
-    as_json: bool = typer.Option(False, "--json", help=JSON_HELP),
-) -> None:
+@with_options(SHOW)
+def show(job_id: str = typer.Argument(..., metavar="JOBID", help=JOB_ID_HELP),
+         **options: Any) -> None:
     """Everything about one job.
 
     Example: gpusched show 12
     """
-    from gpusched.cli.show import job_lines
-
-    job = Client().call("show", ids=[syntax.job_id_text(job_id)])["jobs"][0]
-    if as_json:
-        print_json(job)
-    else:
-        sys.stdout.write("".join(line + "\n" for line in job_lines(job)))
-
-
-def _change(command: str, job_ids: List[str], **args: object) -> None:
-    """Print what happened to each job; a job that could not be changed is an error line
-    on stderr and makes the exit status 1, the others are changed all the same."""
-    ids = [syntax.job_id_text(i) for i in job_ids]  # a bad id is refused before any change
-    reply = Client().call(command, ids=ids, **args)
-    for job_id, outcome in reply["results"].items():
-        out.print(f"job {job_id}: {outcome}", markup=False)
-    refused = reply.get("refused") or {}
-    for job_id, why in refused.items():
-        sys.stderr.write(f"Error: job {job_id}: {why}\n")
-    if refused:
-        raise typer.Exit(1)
+    raise typer.Exit(jobviews.show(RichOutput(), job_id, **options))
 
 
 @app.command()
@@ -108,7 +57,7 @@ def cancel(job_ids: List[str] = typer.Argument(..., metavar=JOB_IDS, help=JOB_ID
 
     Example: gpusched cancel 12 13_4
     """
-    _change("cancel", job_ids)
+    raise typer.Exit(jobviews.cancel(RichOutput(), job_ids))
 
 
 @app.command()
@@ -117,7 +66,7 @@ def hold(job_ids: List[str] = typer.Argument(..., metavar=JOB_IDS, help=JOB_IDS_
 
     Example: gpusched hold 12
     """
-    _change("hold", job_ids)
+    raise typer.Exit(jobviews.hold(RichOutput(), job_ids))
 
 
 @app.command()
@@ -126,7 +75,7 @@ def release(job_ids: List[str] = typer.Argument(..., metavar=JOB_IDS, help=JOB_I
 
     Example: gpusched release 12
     """
-    _change("release", job_ids)
+    raise typer.Exit(jobviews.release(RichOutput(), job_ids))
 
 
 @app.command()
@@ -138,7 +87,7 @@ def update(
 
     Example: gpusched update 12 --priority 10
     """
-    _change("update", job_ids, priority=priority)
+    raise typer.Exit(jobviews.change(RichOutput(), "update", job_ids, priority=priority))
 
 
 @app.command()
@@ -170,23 +119,18 @@ def wait(job_ids: List[str] = typer.Argument(..., metavar=JOB_IDS, help=JOB_IDS_
 
     Example: gpusched wait 12 13; echo $?
     """
-    jobs = wait_or_explain(Client(), [syntax.job_id_text(i) for i in job_ids])
-    raise typer.Exit(ended_status(jobs))
+    raise typer.Exit(jobviews.wait(RichOutput(), job_ids))
 
 
 @app.command()
-def logs(
-    job_id: str = typer.Argument(..., metavar="JOBID", help=JOB_ID_HELP),
-    follow: bool = typer.Option(False, "--follow", "-f", help="Keep printing until the job ends."),
-    stderr: bool = typer.Option(False, "--stderr", help="Show standard error instead of output."),
-) -> None:
+@with_options(LOGS)
+def logs(job_id: str = typer.Argument(..., metavar="JOBID", help=JOB_ID_HELP),
+         **options: Any) -> None:
     """Print a job's output.
 
     Example: gpusched logs -f 12
     """
-    from gpusched.client.logs import print_log
-
-    print_log(Client(), syntax.job_id_text(job_id), stderr=stderr, follow=follow)
+    raise typer.Exit(jobviews.logs(RichOutput(), job_id, **options))
 
 
 @app.command("env")

@@ -5,11 +5,16 @@ from __future__ import annotations
 import pwd
 import shlex
 import time
-from typing import Any, Callable
 
 from gpusched.core.errors import UsageError
-from gpusched.core.jobfilter import COMPACT, items, parse_states
+from gpusched.core.syntax import items
 from gpusched.core.users import current_user_name
+
+# No typing, and jobfilter (which imports the job model) only when an option needs it:
+# the fast command path imports this module for every `ls`.
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any, Callable
 
 # -- --format ----------------------------------------------------------------------------
 
@@ -70,6 +75,12 @@ def _array_id(job: dict) -> str:
     return f"{job['array_id']}_{job['array_index']}"
 
 
+def _compact(state: str) -> str:
+    from gpusched.core.jobfilter import COMPACT
+
+    return COMPACT.get(state, state)
+
+
 def _progress(job: dict) -> str:
     progress = job.get("progress")
     return f"{progress['fraction'] * 100:.0f}%" if progress else "N/A"
@@ -85,7 +96,7 @@ FIELDS: dict[str, Callable[[dict, float], Any]] = {
     "username": lambda j, now: j["user"],
     "userid": lambda j, now: j["uid"],
     "state": lambda j, now: j["state"],
-    "statecompact": lambda j, now: COMPACT.get(j["state"], j["state"]),
+    "statecompact": lambda j, now: _compact(j["state"]),
     "reason": lambda j, now: _reason(j),
     "exitcode": lambda j, now: _exit_code(j),
     "priority": lambda j, now: j["priority"],
@@ -162,6 +173,8 @@ def request_filters(users: str | None, me: bool, states: str | None,
     if wanted or me:
         args["users"] = wanted + ([current_user_name()] if me else [])
     if states is not None:
+        from gpusched.core.jobfilter import parse_states  # the job model: only for --state
+
         args["states"] = parse_states(states)
     if names is not None:
         args["names"] = items(names)

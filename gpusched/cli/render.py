@@ -1,181 +1,90 @@
-"""Human output of the listing commands (`ls`, `gpus`, `daemon status`) with rich."""
+"""Human output of the listing commands (`ls`, `gpus`, `daemon status`) with rich.
+
+The lines and cells themselves come from lsview.py, which the fast command path draws
+without rich; the names it defines are imported back here for the modules that use them."""
 
 from __future__ import annotations
 
 import time
 from typing import Any
 
+from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from gpusched.cli.columns import Column, Plan, fit_line, fit_widths
-from gpusched.tui.draw import Cell, Frame, command_human, printable, request_human
-from gpusched.core.units import duration_human, size_human
+from gpusched.cli.lsview import (GPU_COLUMNS, PROCESS_COLUMNS, fold_arrays,  # noqa: F401
+                                 gpu_row, host_line, ls_lines, mem_human, process_rows,
+                                 progress_human, shown_state, state_human,
+                                 write_problem_line)
+from gpusched.cli.common import out
+from gpusched.tui.draw import Frame
+from gpusched.core.units import duration_human
 
-_STATE_STYLE = {"pending": "yellow", "running": "green", "succeeded": "bold green",
-                "failed": "red", "cancelled": "magenta", "timeout": "red", "oom": "red",
-                "lost": "red", "cancelling": "magenta"}
-
-
-def mem_human(job: dict[str, Any]) -> str:
-    """Declared host memory, after the peak seen when there is one; '!' when over."""
-    declared, peak = job.get("mem_bytes"), job.get("mem_peak_bytes")
-    if declared is None:
-        return size_human(peak) if peak else "-"
-    text = size_human(declared) if not peak else f"{size_human(peak)}/{size_human(declared)}"
-    return f"{text}!" if job.get("mem_over") else text
+def _plain(text: str) -> Text:
+    """A cell of text from elsewhere (GPU names, commands), already printable: never read
+    as markup, so `[red]` stays text."""
+    return Text(text)
 
 
-def host_line(host: dict[str, Any]) -> str:
-    # GPU jobs that do not wait for cores may hold more than the box has: none are free.
-    cpus_free = max(host["cpus"] - host["cpus_reserved"], 0)
-    return (f"host: {cpus_free} of {host['cpus']} CPUs free "
-            f"({host['cpus_reserved']} reserved by jobs, {host['cpu_used_pct']:.0f}% busy); "
-            f"memory {size_human(host['mem_bytes'] - host['mem_reserved_bytes'])} of "
-            f"{size_human(host['mem_bytes'])} free for jobs "
-            f"({size_human(host['mem_reserved_bytes'])} reserved, "
-            f"{size_human(host['mem_used_bytes'])} used on the host)")
+class RichOutput:
+    """Output of the commands that the fast path also runs (cli/jobviews.py), with rich:
+    the typer commands print through it, and plainout.Screen hands it what it cannot draw
+    exactly."""
 
+    def __init__(self, console: Console | None = None):
+        self.console = out if console is None else console
 
-def shown_state(job: dict[str, Any]) -> str:
-    """The state people read: `cancelling` for a running job that was cancelled and has
-    not ended yet (it may ignore SIGTERM until the grace period's SIGKILL)."""
-    return "cancelling" if job["state"] == "running" and job.get("cancelling") else job["state"]
+    @property
+    def width(self) -> int:
+        return self.console.width
 
+    def text(self, line: str) -> None:
+        self.console.print(line, markup=False)
 
-def state_human(job: dict[str, Any]) -> str:
-    """`ls`'s state: `failed (2)`, `cancelled (signal 15)`, `cancelling`."""
-    state = shown_state(job)
-    if state == "failed" and job["exit_code"] is not None:
-        return f"{state} ({job['exit_code']})"
-    if job["signal"]:
-        return f"{state} (signal {job['signal']})"
-    return state
+    def blank(self) -> None:
+        self.console.print()
 
+    def lines(self, lines: list) -> None:
+        self.console.print(Frame(lines))
 
-def _state_cell(job: dict[str, Any]) -> Cell:
-    if "folded" in job:
-        return [(printable(job["folded"]), "")]
-    return [(state_human(job), _STATE_STYLE.get(shown_state(job), ""))]
+    def gpus(self, result: dict[str, Any]) -> None:
+        self.console.print(gpus_table(result))
 
-
-def fold_arrays(jobs: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """One row per array, like squeue: `12_[0-99%8]` with a count per state."""
-    out: list[dict[str, Any]] = []
-    arrays: dict[int, list[dict[str, Any]]] = {}
-    for job in jobs:
-        if job.get("array_id") is None:
-            out.append(job)
-            continue
-        if job["array_id"] not in arrays:
-            arrays[job["array_id"]] = []
-            out.append({"array_rows": arrays[job["array_id"]]})
-        arrays[job["array_id"]].append(job)
-    return [row if "array_rows" not in row else _folded(row["array_rows"]) for row in out]
-
-
-def _folded(elements: list[dict[str, Any]]) -> dict[str, Any]:
-    first = elements[0]
-    indices = [e["array_index"] for e in elements]
-    throttle = f"%{first['array_throttle']}" if first.get("array_throttle") else ""
-    counts: dict[str, int] = {}
-    for e in elements:
-        counts[e["state"]] = counts.get(e["state"], 0) + 1
-    pending = next((e for e in elements if e["state"] == "pending"), None)
-    return {**first, "id": f"{first['array_id']}_[{min(indices)}-{max(indices)}{throttle}]",
-            "folded": ", ".join(f"{n} {state}" for state, n in counts.items()),
-            "gpu_indices": sorted({i for e in elements if e["state"] == "running"
-                                   for i in e["gpu_indices"]}),
-            "pending_reason": pending["pending_reason"] if pending else ""}
-
-
-# How `ls` gives way on a narrow terminal: free text is cut first and the state last;
-# CPUS, MEM and PROG go before anything is cut hard; the reason is never dropped.
-LS_PLAN = Plan(
-    columns=(Column("ID"), Column("USER", 8, 4, 1), Column("NAME", 12, 6, 1),
-             Column("STATE", 12, 10, 4), Column("REQUEST", 10, 7, 3), Column("GPUS", 7, 4, 2),
-             Column("CPUS", default="1"), Column("MEM", 8, 7, 3, "-"), Column("TIME"),
-             Column("PROG", default="-"), Column("REASON / COMMAND")),
-    secondary=("PROG", "CPUS", "MEM"), last_resort=("GPUS", "TIME", "REQUEST", "USER", "NAME"),
-    last_wanted=20, last_least=8)
-
-
-def _ls_cells(job: dict[str, Any], now: float, max_chars: int) -> list[Cell]:
-    if job["state"] == "pending":
-        elapsed, detail = now - job["submitted_at"], job["pending_reason"]
-    else:
-        end = job["ended_at"] or now
-        elapsed = end - (job["started_at"] or end)
-        # A job whose shim died says what is being done instead: its processes stopped.
-        detail = job["end_reason"] if job.get("shim_lost") else \
-            command_human(job["command"], max_chars)
-    mem = mem_human(job)
-    texts = [str(job["id"]), job["user"], job["name"], None,
-             request_human(job["gpus_requested"], job["gpu_mem_bytes"]),
-             ",".join(str(i) for i in job["gpu_indices"]) or "-", str(job.get("cpus", 1)),
-             None, duration_human(elapsed), progress_human(job.get("progress")),
-             detail]
-    # Cut before escaping: a field of 100,000 characters costs no more than the width.
-    cells = [[(printable(text[:max_chars]), "")] if text is not None else [] for text in texts]
-    cells[3] = _state_cell(job)
-    cells[7] = [(mem, "red" if job.get("mem_over") else "")]
-    return cells
+    def processes(self, result: dict[str, Any]) -> bool:
+        """The table of processes, after a blank line; False when there are none."""
+        table = processes_table(result)
+        if table is None:
+            return False
+        self.console.print()
+        self.console.print(table)
+        return True
 
 
 def jobs_table(jobs: list[dict[str, Any]], width: int = 1000, now: float | None = None) -> Frame:
     """`ls`: one line per job within `width` columns (a pipe gets 1000: one job a line)."""
-    now = time.time() if now is None else now
-    rows = [_ls_cells(job, now, width) for job in jobs]
-    widths, gap = fit_widths(LS_PLAN, rows, width)
-    header = [[(column.header, "bold")] for column in LS_PLAN.columns]
-    return Frame([fit_line(line, widths, gap) for line in [header, *rows]])
-
-
-def progress_human(progress: dict[str, Any] | None, with_message: bool = False,
-                   now: float | None = None) -> str:
-    """A running job's last gpusched.job.progress() report: "42%" ("-" without one)."""
-    if not progress:
-        return "-"
-    parts = [f"{progress['fraction'] * 100:.0f}%"]
-    if with_message:
-        ago_s = max(0.0, (time.time() if now is None else now) - progress["updated_at"])
-        parts += [progress["message"], f"({duration_human(ago_s)} ago)"]
-    return printable(" ".join(p for p in parts if p))
-
-
-def _plain(text: str) -> Text:
-    """A cell of text from elsewhere (GPU names, commands): printable, and never read as
-    markup, so `[red]` stays text."""
-    return Text(printable(text))
+    return Frame(ls_lines(jobs, width, now))
 
 
 def gpus_table(result: dict[str, Any]) -> Table:
     table = Table(box=None, header_style="bold", pad_edge=False)
-    for column in ("GPU", "NAME", "MEMORY USED / RESERVED / TOTAL", "UTIL", "HEALTH", "JOBS"):
+    for column in GPU_COLUMNS:
         table.add_column(column)
     for gpu in result["gpus"]:
-        memory = (f"{size_human(gpu['mem_used_bytes'])} / {size_human(gpu['mem_reserved_bytes'])}"
-                  f" / {size_human(gpu['mem_total_bytes'])}")
-        util = "N/A" if gpu["util_pct"] is None else f"{gpu['util_pct']:.0f}%"
-        health = Text("ok") if gpu["healthy"] else \
-            Text(printable(gpu["health_reason"] or "lost"), style="red")
-        table.add_row(gpu["label"], _plain(gpu["name"]), memory, util, health,
-                      ",".join(str(j) for j in gpu["jobs"]) or "-")
+        label, (name, _), memory, util, (health, style), jobs = gpu_row(gpu)
+        table.add_row(label[0], _plain(name), memory[0], util[0], Text(health, style=style),
+                      jobs[0])
     return table
 
 
 def processes_table(result: dict[str, Any]) -> Table | None:
-    rows = [(gpu["label"], p) for gpu in result["gpus"] for p in gpu["processes"]]
+    rows = process_rows(result)
     if not rows:
         return None
     table = Table(box=None, header_style="bold", pad_edge=False)
-    for column in ("GPU", "PID", "USER", "JOB", "GPU MEM", "COMMAND"):
+    for column in PROCESS_COLUMNS:
         table.add_column(column, overflow="ellipsis", no_wrap=True)
-    for label, proc in rows:
-        pid = str(proc["pid"]) if proc["visible"] else f"{proc['pid']} (other namespace)"
-        job = str(proc["job"]) if proc["job"] is not None else "external"
-        table.add_row(label, pid, _plain(proc["user"] or "?"), job,
-                      size_human(proc["used_mem_bytes"]), _plain(proc["command"] or "?"))
+    for label, pid, user, job, mem, command in rows:
+        table.add_row(label, pid, _plain(user), job, mem, _plain(command))
     return table
 
 
@@ -187,15 +96,6 @@ def usage_line(usage: dict[str, float], half_life_s: float | None, shown: int = 
         listed += f" and {len(users) - shown} more"
     return (f"GPU time used (fair share, halving every {duration_human(half_life_s)}): "
             f"{listed or 'none yet'}")
-
-
-def write_problem_line(problem: dict[str, Any] | None) -> str | None:
-    """Why the daemon cannot write its queue (from `status` or `ls`), or None."""
-    if not problem:
-        return None
-    since = time.strftime("%H:%M:%S", time.localtime(problem.get("since") or time.time()))
-    return (f"the queue cannot be written since {since}: {problem['cause']}; submits and "
-            f"changes are refused until it can. {problem['remedy']}.")
 
 
 def status_lines(status: dict[str, Any]) -> list[str]:

@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import time
-from typing import Any, Callable
 
-from gpusched.core.lifecycle import signal_name
-from gpusched.cli.render import progress_human, shown_state
-from gpusched.tui.draw import command_human, printable
+from gpusched.cli.lsview import progress_human, shown_state
+from gpusched.client.textcells import command_human, printable
+from gpusched.core.syntax import signal_name
 from gpusched.core.units import duration_human, size_human
+
+# No typing, no rich: the fast command path prints `show` with this module.
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any, Callable
 
 INDENT = "   "
 # `show` prints a whole command line (`show --json` has it too): only an absurd one is cut.

@@ -21,14 +21,14 @@ _TYPES = {"str": str, "int": int, "list": List[str], "flag": bool, "yesno": bool
 
 def with_options(rows: tuple) -> Callable[[Callable], Callable]:
     """Give a command whose options come as **options the signature typer reads: its own
-    parameters, then a keyword parameter per row of an options table, named as the
-    SubmitOptions field."""
+    parameters, then a keyword parameter per row of an options table, named as the row's
+    field (a SubmitOptions field for submit's); a row's sixth item is its metavar."""
     def decorate(command: Callable) -> Callable:
         params = [p for p in inspect.signature(command, eval_str=True).parameters.values()
                   if p.kind is not inspect.Parameter.VAR_KEYWORD]
-        for field, flags, kind, default, help_text in rows:
+        for field, flags, kind, default, help_text, *metavar in rows:
             option = typer.Option(list(default) if kind == "list" else default, *flags,
-                                  help=help_text)
+                                  help=help_text, metavar=metavar[0] if metavar else None)
             annotation = _TYPES[kind] if default is not None else Optional[_TYPES[kind]]
             params.append(inspect.Parameter(field, inspect.Parameter.KEYWORD_ONLY,
                                             default=option, annotation=annotation))

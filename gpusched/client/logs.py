@@ -5,9 +5,12 @@ from __future__ import annotations
 import os
 import sys
 import time
-from typing import Any
 
 from gpusched.core.errors import GpuschedError
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # typing is not imported on the fast command path
+    from typing import Any
 
 _FOLLOW_POLL_S = 0.2
 

@@ -104,7 +104,7 @@ RESUBMIT_FIELDS = {field: spec for field, _, _, _, spec in _RESUBMIT_CHANGES if 
 
 def flags_of(rows: tuple) -> dict[str, tuple[str, str]]:
     """Each flag of the rows -> (its field, its kind)."""
-    return {flag: (field, kind) for field, flags, kind, _, _ in rows for flag in flags}
+    return {flag: (field, kind) for field, flags, kind, *_ in rows for flag in flags}
 
 
 class SubmitOptions:

@@ -88,6 +88,19 @@ def report_error(exc: GpuschedError) -> int:
     return exc.exit_code
 
 
+def report_unexpected(exc: Exception) -> int:
+    """A bug, or standard output gone: one line for the user (details with GPUSCHED_DEBUG=1,
+    which raises it again), never a traceback; returns the exit status."""
+    if is_stdout_gone(exc):
+        detach_stdout()
+        return 1
+    if os.environ.get("GPUSCHED_DEBUG"):
+        raise exc
+    sys.stderr.write(f"Error: internal error: {type(exc).__name__}: {exc}. Rerun with "
+                     "GPUSCHED_DEBUG=1 for details and report it.\n")
+    return 1
+
+
 def is_stdout_gone(exc: BaseException) -> bool:
     """Whether an error is standard output failing: its reader left (EPIPE, as after
     `| head`) or it is closed (EBADF, as after `>&-`)."""

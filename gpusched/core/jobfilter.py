@@ -7,10 +7,14 @@ with it before asking.
 from __future__ import annotations
 
 import fnmatch
-from typing import Any
 
 from gpusched.core.errors import UsageError
 from gpusched.core.models import FINAL_STATES, JobState
+from gpusched.core.syntax import items
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
 STATES = tuple(s.value for s in JobState)
 FINAL = frozenset(s.value for s in FINAL_STATES)
@@ -20,10 +24,6 @@ SLURM_STATES = {"pd": "pending", "r": "running", "completed": "succeeded", "cd":
                 "node_fail": "lost", "nf": "lost"}
 COMPACT = {"pending": "PD", "running": "R", "succeeded": "CD", "failed": "F",
            "cancelled": "CA", "timeout": "TO", "oom": "OOM", "lost": "NF"}
-
-
-def items(text: str) -> list[str]:
-    return [part.strip() for part in text.split(",") if part.strip()]
 
 
 def parse_states(text: str) -> list[str]:

@@ -7,6 +7,7 @@ import signal
 from dataclasses import replace
 
 from gpusched.core.models import Job, JobState, transition
+from gpusched.core.syntax import signal_name
 from gpusched.core.units import duration_human, size_human
 
 WARN = "warn"
@@ -30,14 +31,6 @@ def end_state(job: Job, exit_code: int | None, error: str) -> JobState:
     if exit_code == 0 and not error:
         return JobState.SUCCEEDED
     return JobState.FAILED
-
-
-def signal_name(signum: int) -> str:
-    """SIGTERM for 15; `signal 99` for a number with no name."""
-    try:
-        return signal.Signals(signum).name
-    except ValueError:
-        return f"signal {signum}"
 
 
 def end_reason(job: Job, state: JobState, exit_code: int | None, signum: int | None,

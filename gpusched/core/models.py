@@ -5,8 +5,8 @@ from __future__ import annotations
 import enum
 from dataclasses import asdict, dataclass, field, replace
 
+from gpusched.core.values import HIDDEN  # noqa: F401 - where the daemon reads it
 
-HIDDEN = "(hidden)"  # stands in for another user's command line in what a caller sees
 # The end_reason of a running job whose shim died, while the processes it left are being
 # stopped (daemon/shimloss.py): the job keeps its GPUs until they are gone.
 SHIM_LOST_REASON = "its shim died; stopping its processes"

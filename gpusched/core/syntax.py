@@ -223,3 +223,16 @@ def parse_signal_spec(text: str) -> tuple[int, float]:
     if signum not in WARN_SIGNALS:
         raise bad
     return signum, float(before) if before else 60.0
+
+
+def signal_name(signum: int) -> str:
+    """SIGTERM for 15; `signal 99` for a number with no name."""
+    try:
+        return signal.Signals(signum).name
+    except ValueError:
+        return f"signal {signum}"
+
+
+def items(text: str) -> list[str]:
+    """'a, b,,c' -> ['a', 'b', 'c']: a comma-separated option's items."""
+    return [part.strip() for part in text.split(",") if part.strip()]

@@ -14,6 +14,8 @@ import math
 
 from gpusched.core.errors import UsageError
 
+HIDDEN = "(hidden)"  # stands in for another user's command line in what a caller sees
+
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any, Callable, Collection

@@ -3,15 +3,15 @@
 from __future__ import annotations
 
 import re
-import shlex
 from typing import Iterable, Sequence
 
 from rich.cells import cell_len, set_cell_size
 from rich.console import Console, ConsoleOptions, RenderResult
 from rich.segment import Segment
 
-from gpusched.core.models import HIDDEN
-from gpusched.core.units import size_human
+# The text helpers live where the fast command path can use them without rich.
+from gpusched.client.textcells import (Cell, Line, Seg, cell_width, clip,  # noqa: F401
+                                       command_human, printable, request_human, text_width)
 
 # Who gets the lines of a short terminal first: pending rows are cut first (the header
 # still counts them all), the GPU rows last.
@@ -22,9 +22,6 @@ ALWAYS_SHOWN = "pending"
 MIN_ROWS = 3  # rows every panel gets before any panel gets more
 PANEL_OVERHEAD_LINES = 3  # top border, column headers, bottom border
 
-Seg = tuple[str, str]  # text, style
-Cell = list[Seg]
-Line = list[Seg]
 Row = tuple[list[Cell], str]  # cells, and a style for the whole row (dim: someone else's)
 Column = tuple[str, str, int]  # header, justify, share of the spare width (0: its own width)
 
@@ -46,58 +43,8 @@ class Frame:
             yield Segment.line()
 
 
-def printable(text: str) -> str:
-    """Control characters and escape sequences shown as escapes (\\x1b[31m), never sent raw.
-
-    The frame is drawn from plain segments, never parsed as markup, so `[red]` stays text.
-    """
-    return "".join(ch if ch.isprintable() else repr(ch)[1:-1] for ch in text)
-
-
-def command_human(command: Sequence[str], max_chars: int = 4096) -> str:
-    """A job's command as a shell would take it back (shlex.join), cut to max_chars with '…'."""
-    if list(command) == [HIDDEN]:  # another user's, which the daemon did not send
-        return HIDDEN
-    # Words are cut before they are quoted: quoting (and escaping for the terminal) an
-    # argument of 100,000 characters would cost a listing far more than the width it shows.
-    text = shlex.join(word[:max_chars + 1] for word in command[:max_chars])
-    return text if len(text) <= max_chars else text[:max(0, max_chars - 1)] + "…"
-
-
-def request_human(gpus: int, gpu_mem_bytes: int | None, no_gpu: str = "-") -> str:
-    """What a job asks of the GPUs: `2 GPUs` (whole ones), `2x20.0 GiB`, or `no_gpu`."""
-    if gpus == 0:
-        return no_gpu
-    if gpu_mem_bytes is None:
-        return f"{gpus} GPU" + ("s" if gpus > 1 else "")
-    return f"{gpus}x{size_human(gpu_mem_bytes)}"
-
-
 def c(value: object, style: str = "") -> Cell:
     return [(printable(str(value)), style)]
-
-
-def text_width(text: str) -> int:
-    return len(text) if text.isascii() else cell_len(text)  # the common case, fast
-
-
-def cell_width(cell: Cell) -> int:
-    return sum(text_width(text) for text, _ in cell)
-
-
-def clip(cell: Cell, width: int) -> Cell:
-    """The cell cut to `width` columns, an ellipsis marking the cut."""
-    if cell_width(cell) <= width:
-        return cell
-    out, left = [], width
-    for text, style in cell:
-        if text_width(text) < left:
-            out.append((text, style))
-            left -= text_width(text)
-        else:
-            out.append((set_cell_size(text, max(0, left - 1)) + "…"[: left], style))
-            break
-    return out
 
 
 def pad(cell: Cell, width: int, justify: str = "left") -> Cell:

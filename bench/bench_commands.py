@@ -1,0 +1,81 @@
+"""The everyday commands (`ls`, `show`, `gpus`, `wait`, `cancel`, `logs`, `hold`,
+`release`, `submit`) against `python -c pass`, the floor of any Python command line.
+
+Each sample is the wall time of the console script as a subprocess, from spawn to exit,
+as a wheel install starts it (common.plain_install_gpusched, when this checkout is
+installed editable), and `python -c pass` with the same interpreter. Samples are
+interleaved (every command once per round, the order reversed every other round), so
+the machine's load falls on all alike; the table gives medians and each command's ratio
+to the floor, against the target: at most 2x (submit: 1.5x). One row more, for
+contrast: `ls` through the typer command (GPUSCHED_NO_FAST_PATH=1).
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from common import (Gpusched, gpusched_script, interleaved, median_ms, plain_install_gpusched,
+                    print_table, ratio, script_python, timed_run, verdict)
+
+TARGET_RATIO = 2.0
+SUBMIT_TARGET_RATIO = 1.5
+
+
+def prepare(gs: Gpusched, script: str) -> dict[str, list[str]]:
+    """A few jobs in every state a listing shows, and each command's arguments."""
+    def submit(*args: str) -> str:
+        return timed_run([script, "submit", *args], gs.env)[1].strip()
+
+    ended = submit("--name", "ended", "--", "echo", "hello")
+    gs.wait([int(ended)])
+    cancelled = submit("--hold", "--", "true")
+    gs.cli("cancel", cancelled)
+    blocker = submit("--hold", "--name", "blocker", "--", "true")
+    # Pending on its dependency, which never starts: hold and release leave it pending.
+    waiting = submit("--after", blocker, "--name", "waiting", "--", "true")
+    submit("--array", "0-3", "--hold", "--", "true")
+    return {"ls": ["ls"], "show": ["show", ended], "gpus": ["gpus"], "wait": ["wait", ended],
+            "cancel": ["cancel", cancelled], "logs": ["logs", ended],
+            "hold": ["hold", waiting], "release": ["release", waiting]}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", type=int, default=25, help="samples per command (default 25)")
+    args = parser.parse_args()
+
+    script = plain_install_gpusched() or gpusched_script()
+    python = script_python(script)
+    with Gpusched(simulate="4x80GiB") as gs, Gpusched(simulate="4x80GiB") as queue:
+        commands = prepare(gs, script)
+
+        def run(argv: list[str], env: dict[str, str]) -> callable:
+            return lambda: timed_run(argv, env)[0]
+
+        contenders = {"python -c pass": run([python, "-c", "pass"], gs.env)}
+        contenders.update({" ".join(argv[:1]): run([script, *argv], gs.env)
+                           for argv in commands.values()})
+        # Held, so that no job starts between samples; in a queue of its own, so that
+        # the jobs it adds do not lengthen the `ls` above.
+        contenders["submit"] = run([script, "submit", "--hold", "--", "true"], queue.env)
+        contenders["ls (typer path)"] = run([script, "ls"],
+                                            {**gs.env, "GPUSCHED_NO_FAST_PATH": "1"})
+        interleaved(2, contenders)  # fill the byte-code caches, untimed
+        samples = interleaved(args.runs, contenders)
+
+    floor_ms = median_ms(samples["python -c pass"])
+    rows = [["python -c pass (the floor)", f"{floor_ms:.1f} ms", "1.00x", "", ""]]
+    for name, times in samples.items():
+        if name == "python -c pass":
+            continue
+        ms = median_ms(times)
+        target = SUBMIT_TARGET_RATIO if name == "submit" else TARGET_RATIO
+        shown_target = "" if "typer" in name else f"<= {target:.1f}x"
+        rows.append([f"gpusched {name}", f"{ms:.1f} ms", ratio(ms, floor_ms), shown_target,
+                     verdict(ms / floor_ms, target) if shown_target else ""])
+    print_table(f"everyday commands, median wall time ({args.runs} runs each, interleaved)",
+                ["command", "median", "ratio to floor", "target", "verdict"], rows)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,149 @@
+"""What `ls`, `show`, `gpus`, `wait`, `cancel`, `hold`, `release` and `logs` do, for the
+typer commands and the fast command path alike: each asks the daemon once and prints
+through an output (render.RichOutput or plainout.Screen), and returns the exit status.
+
+No typer or rich here, and heavy modules only where an option needs them: the fast path
+runs these on every call.
+"""
+
+from __future__ import annotations
+
+import sys
+
+from gpusched.client.connection import Client
+from gpusched.core import syntax
+from gpusched.core.errors import UsageError
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
+
+
+def print_json(data: object) -> None:
+    from gpusched.client.submitting import print_json as write
+
+    write(data)
+
+
+def list_jobs(output: Any, all_jobs: bool, expand: bool, as_json: bool, users: str | None,
+              me: bool, states: str | None, names: str | None, fields: str | None,
+              noheader: bool) -> int:
+    from gpusched.cli import lsview
+
+    if as_json and fields is not None:
+        raise UsageError("choose one of --json and --format")
+    columns, filters = None, {}
+    if fields is not None or users is not None or me or states is not None or names is not None:
+        from gpusched.cli import listing  # checks and columns: not needed by a plain `ls`
+
+        columns = listing.parse_fields(fields) if fields is not None else None
+        filters = listing.request_filters(users, me, states, names)
+    # However many: the daemon sends them a page at a time, gathered here.
+    reply = Client().call_paged("list", all=all_jobs, **filters)
+    jobs, writes = reply["jobs"], lsview.write_problem_line(reply.get("write_problem"))
+    if writes:  # on stderr: --json and --format output stay what scripts read
+        sys.stderr.write(f"Warning: {writes}\n")
+    if as_json:
+        print_json(jobs)
+    elif columns is not None:
+        from gpusched.cli.listing import format_rows
+
+        sys.stdout.write(format_rows(jobs, columns, header=not noheader))
+    else:
+        draw_jobs(output, jobs, expand, bool(filters), all_jobs or "states" in filters)
+    return 0
+
+
+def draw_jobs(output: Any, jobs: list[dict], expand: bool, filtered: bool,
+              finished_too: bool) -> None:
+    """`ls`'s table, or what it says when no job is listed."""
+    from gpusched.cli import lsview
+
+    if jobs:
+        output.lines(lsview.ls_lines(jobs if expand else lsview.fold_arrays(jobs), output.width))
+    elif filtered:
+        output.text("no jobs match" + ("" if finished_too else
+                                       " (--all looks at finished ones too)"))
+    else:
+        output.text("no jobs" if finished_too else
+                    "no pending or running jobs (--all shows finished ones)")
+
+
+def show(output: Any, job_id: str, as_json: bool) -> int:
+    from gpusched.cli.show import job_lines
+
+    job = Client().call("show", ids=[syntax.job_id_text(job_id)])["jobs"][0]
+    if as_json:
+        print_json(job)
+    else:
+        sys.stdout.write("".join(line + "\n" for line in job_lines(job)))
+    return 0
+
+
+def change(output: Any, command: str, job_ids: list[str], **args: object) -> int:
+    """Print what happened to each job; a job that could not be changed is an error line
+    on stderr and makes the exit status 1, the others are changed all the same."""
+    ids = [syntax.job_id_text(i) for i in job_ids]  # a bad id is refused before any change
+    reply = Client().call(command, ids=ids, **args)
+    for job_id, outcome in reply["results"].items():
+        output.text(f"job {job_id}: {outcome}")
+    refused = reply.get("refused") or {}
+    for job_id, why in refused.items():
+        sys.stderr.write(f"Error: job {job_id}: {why}\n")
+    return 1 if refused else 0
+
+
+def wait(output: Any, job_ids: list[str]) -> int:
+    from gpusched.client.submitting import ended_status, wait_or_explain
+
+    jobs = wait_or_explain(Client(), [syntax.job_id_text(i) for i in job_ids])
+    return ended_status(jobs)
+
+
+def logs(output: Any, job_id: str, follow: bool, stderr: bool) -> int:
+    from gpusched.client.logs import print_log
+
+    print_log(Client(), syntax.job_id_text(job_id), stderr=stderr, follow=follow)
+    return 0
+
+
+def gpus(output: Any, as_json: bool, query: str | None, fmt: str | None) -> int:
+    from gpusched.cli import gpuquery
+
+    if query is None and fmt is not None:
+        query = gpuquery.DEFAULT_QUERY
+    fields = gpuquery.parse_query(query) if query is not None else None
+    result = Client().call("gpus")
+    if fields is not None:
+        sys.stdout.write(gpuquery.render(result["gpus"], fields, fmt or "csv"))
+        return 0
+    if as_json:
+        print_json(result)
+        return 0
+    draw_gpus(output, result)
+    return 0
+
+
+def draw_gpus(output: Any, result: dict) -> None:
+    """`gpus`'s tables and host line."""
+    from gpusched.cli import lsview
+    from gpusched.client.textcells import printable
+
+    if result["problem"]:
+        output.text(f"No GPUs: {printable(result['problem'])}")
+    if result["gpus"]:
+        output.gpus(result)
+    output.text(lsview.host_line(result["host"]))
+    output.processes(result)
+
+
+def cancel(output: Any, job_ids: list[str]) -> int:
+    return change(output, "cancel", job_ids)
+
+
+def hold(output: Any, job_ids: list[str]) -> int:
+    return change(output, "hold", job_ids)
+
+
+def release(output: Any, job_ids: list[str]) -> int:
+    return change(output, "release", job_ids)
