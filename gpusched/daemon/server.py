@@ -232,7 +232,7 @@ class WakeListener:
     pass early, or fail a job whose shim has not started (see runfile.launch_failure).
     """
 
-    def __init__(self, path: str, wake: Callable[[bytes], None]):
+    def __init__(self, path: str, wake: Callable[[bytes, Any], None]):
         self.path, self._wake = path, wake
         self._sock = bind_unix(path, socket.SOCK_DGRAM)
         self._thread = threading.Thread(target=self._listen, name="wake", daemon=True)
@@ -241,10 +241,17 @@ class WakeListener:
     def _listen(self) -> None:
         while True:
             try:
-                message = self._sock.recv(WAKE_MAX_BYTES)
+                message, sender = self._sock.recvfrom(WAKE_MAX_BYTES)
             except OSError:
                 return  # closed
-            self._wake(message)
+            self._wake(message, sender)
+
+    def answer(self, address: Any, message: bytes) -> None:
+        """Best effort, never blocking: a sender that is gone or full goes without."""
+        try:
+            self._sock.sendto(message, socket.MSG_DONTWAIT, address)
+        except OSError:
+            pass
 
     def close(self) -> None:
         close_unix(self._sock, self.path)
