@@ -230,6 +230,7 @@ class WakeListener:
     A datagram carries nothing the daemon trusts (it reads the exit record itself), so
     any process that can reach the socket (it is 0600) can at most make the loop run a
     pass early, or fail a job whose shim has not started (see runfile.launch_failure).
+    The loop answers a shim's report of its job's end from this socket (daemon/endacks.py).
     """
 
     def __init__(self, path: str, wake: Callable[[bytes, Any], None]):
