@@ -22,7 +22,6 @@ import psutil
 from common import (Gpusched, TaskSpooler, gpusched_script, print_table, ratio, scratch_dir,
                     timed_run)
 
-FLOOR_RATIO = 2.0  # this issue's floor; the goal is 1.0 (no slower than task-spooler)
 
 
 def most_at_once(jobs: list[dict]) -> int:
@@ -35,12 +34,14 @@ def most_at_once(jobs: list[dict]) -> int:
     return peak
 
 
-# (label, submit flags, config): each keeps at most SLOTS jobs running. Every job reserves
-# a core (--cpus 1), so the host is told it has enough for SLOTS whatever this box has.
+# (label, submit flags, config, target ratio to tsp: issue 15's; the goal is 1.0): each
+# keeps at most SLOTS jobs running. Every job reserves a core (--cpus 1), so the host is
+# told it has enough for SLOTS whatever this box has.
 MODES = {
     "max_running": ("--gpus 0, max_running = {slots}", ["--gpus", "0"],
-                    "[host]\ncpus = 64\n[jobs]\nmax_running = {slots}\n"),
-    "gpus": ("--gpus 1 on {slots} simulated GPUs", ["--gpus", "1"], "[host]\ncpus = 64\n"),
+                    "[host]\ncpus = 64\n[jobs]\nmax_running = {slots}\n", 1.3),
+    "gpus": ("--gpus 1 on {slots} simulated GPUs", ["--gpus", "1"], "[host]\ncpus = 64\n",
+             1.5),
 }
 
 
@@ -49,6 +50,7 @@ class GpuschedRun:
     elapsed_s: float
     most_at_once: int
     daemon_cpu_s: float  # the daemon's own CPU time
+    launcher_cpu_s: float  # the shim launcher's own: it forks every shim
     shims_cpu_s: float  # the launcher's reaped children: the shims and the jobs under them
 
 
@@ -58,26 +60,26 @@ def _cpu_s(proc: psutil.Process, children: bool = False) -> float:
 
 
 def run_gpusched(count: int, slots: int, mode: str) -> GpuschedRun:
-    _, flags, config = MODES[mode]
+    _, flags, config, _ = MODES[mode]
     lines = scratch_dir() / "jobs.txt"
     lines.write_text("true\n" * count)
     with Gpusched(f"{slots}x80GiB", config=config.format(slots=slots)) as gs:
         daemon = psutil.Process(gs.pid)
         timed_run([gpusched_script(), "submit", "--wait", "--", "true"], gs.env)  # warm up
         launcher = daemon.children()[0]  # forks every job's shim, and reaps them
-        before = (_cpu_s(daemon), _cpu_s(launcher, children=True))
+        before = (_cpu_s(daemon), _cpu_s(launcher), _cpu_s(launcher, children=True))
         start = time.perf_counter()
         _, out = timed_run([gpusched_script(), "submit", *flags, "--from-file", str(lines)],
                            gs.env)
         jobs = gs.wait([int(i) for i in out.split()])
         elapsed = time.perf_counter() - start
         time.sleep(1.5)  # the launcher reaps the last shims within a second
-        after = (_cpu_s(daemon), _cpu_s(launcher, children=True))
+        after = (_cpu_s(daemon), _cpu_s(launcher), _cpu_s(launcher, children=True))
     failed = [j["id"] for j in jobs if j["state"] != "succeeded"]
     if failed:
         raise RuntimeError(f"gpusched jobs did not succeed: {failed[:10]}")
     return GpuschedRun(elapsed, most_at_once(jobs), daemon_cpu_s=after[0] - before[0],
-                       shims_cpu_s=after[1] - before[1])
+                       launcher_cpu_s=after[1] - before[1], shims_cpu_s=after[2] - before[2])
 
 
 def run_tsp(count: int, slots: int) -> float:
@@ -109,25 +111,27 @@ def main() -> None:
     tsp_s = statistics.median(tsp_runs)
     rows = []
     for mode, mode_runs in runs.items():
-        label = MODES[mode][0].format(slots=args.slots)
+        label, _, _, target = MODES[mode]
         elapsed = statistics.median(r.elapsed_s for r in mode_runs)
-        rows.append([f"gpusched, {label}", f"{elapsed:.2f} s", f"{args.jobs / elapsed:.0f}",
-                     str(max(r.most_at_once for r in mode_runs)), ratio(elapsed, tsp_s),
-                     "ok" if elapsed <= FLOOR_RATIO * tsp_s else "MISSED"])
+        rows.append([f"gpusched, {label.format(slots=args.slots)}", f"{elapsed:.2f} s",
+                     f"{args.jobs / elapsed:.0f}", str(max(r.most_at_once for r in mode_runs)),
+                     ratio(elapsed, tsp_s),
+                     f"<= {target}x " + ("ok" if elapsed <= target * tsp_s else "MISSED")])
     rows.append([f"tsp -S {args.slots}, one call per job", f"{tsp_s:.2f} s",
                  f"{args.jobs / tsp_s:.0f}", "", "1.00x", ""])
     print_table(f"{args.jobs} jobs of `sh -c true`, {args.slots} at a time, submit until all "
                 f"done (median of {args.rounds} rounds)",
                 ["scheduler", "total", "jobs/s", "most at once", "ratio to tsp",
-                 f"floor <= {FLOOR_RATIO:.0f}x"], rows)
+                 "target (issue 15)"], rows)
     print("  each round, seconds: tsp " + " ".join(f"{s:.2f}" for s in tsp_runs) + "; " +
           "; ".join(f"gpusched ({mode}) " + " ".join(f"{r.elapsed_s:.2f}" for r in mode_runs)
                     for mode, mode_runs in runs.items()))
     for mode, mode_runs in runs.items():
-        daemon = statistics.median(r.daemon_cpu_s for r in mode_runs) / args.jobs * 1e3
-        shims = statistics.median(r.shims_cpu_s for r in mode_runs) / args.jobs * 1e3
+        daemon, launcher, shims = (
+            statistics.median(getattr(r, field) for r in mode_runs) / args.jobs * 1e3
+            for field in ("daemon_cpu_s", "launcher_cpu_s", "shims_cpu_s"))
         print(f"  gpusched ({mode}) CPU per job (median): daemon {daemon:.1f} ms, "
-              f"shim and job {shims:.1f} ms")
+              f"launcher {launcher:.1f} ms, shim and job {shims:.1f} ms")
 
 
 if __name__ == "__main__":

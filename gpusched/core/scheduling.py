@@ -13,7 +13,7 @@ from typing import Iterable, Mapping, Sequence
 
 from gpusched.core import lifecycle, placement
 # DISCIPLINES, the names QueueRules.discipline takes, lives in models for the command line.
-from gpusched.core.models import DISCIPLINES, GpuInfo, Inventory, Job, JobState
+from gpusched.core.models import DISCIPLINES, GpuInfo, Inventory, Job, JobState, Request
 from gpusched.core.placement import GpuLoad, PlacementRules
 
 
@@ -258,6 +258,16 @@ def _choose(job: Job, p: _Pass, rules: PlacementRules,
     return chosen
 
 
+def _gpu_reason(request: Request, p: _Pass, inventory: Inventory, rules: PlacementRules,
+                known: dict[Request, str]) -> str:
+    """placement.pending_reason, worked out once per request until the loads change: a
+    long queue of alike jobs on a full box is asked after every end, one job at a time."""
+    why = known.get(request)
+    if why is None:
+        why = known[request] = placement.pending_reason(request, p.loads, inventory, rules)
+    return why
+
+
 def _waits_on_dependencies(job: Job, dep_states: Mapping[int, JobState],
                            reasons: dict[int, str], cancels: dict[int, str]) -> bool:
     """Whether the job's dependencies keep it from starting (noting why, or cancelling
@@ -307,6 +317,7 @@ def schedule(pending: Sequence[Job], running: Sequence[Job], loads: Mapping[str,
     # simulator's common case on a full box). Placing jobs only ever takes GPUs away.
     free_any = any(placement.is_usable(l) for l in p.loads.values())
     unplaceable: set[tuple] = set()
+    gpu_reasons: dict[Request, str] = {}  # request -> why the GPUs cannot take it now
     ordered = queue_order(pending, queue, usage or {})
     for n, job in enumerate(ordered):
         if _box_is_full(p, queue):
@@ -333,8 +344,9 @@ def schedule(pending: Sequence[Job], running: Sequence[Job], loads: Mapping[str,
             if queue.discipline == "backfill" and p.reservation is None:
                 _reserve(job, p, rules, now)
             if explain:
-                reasons[job.id] = placement.pending_reason(job.request, p.loads, inventory, rules)
+                reasons[job.id] = _gpu_reason(job.request, p, inventory, rules, gpu_reasons)
             continue
+        gpu_reasons.clear()  # the loads change: reasons worked out before may not hold
         placement.take(p.loads, job, chosen)
         for gpu in chosen:
             p.placements[gpu.index] = p.placements.get(gpu.index, 0) + 1

@@ -25,6 +25,7 @@ from gpusched.core.errors import ConfigError, GpuschedError, StoreWriteError
 from gpusched.gpus import GpuBackend, open_backend
 from gpusched.daemon.batches import Batched, purge_incomplete, step_oldest
 from gpusched.daemon.cgroups import CgroupJobs
+from gpusched.daemon.endacks import EndReports
 from gpusched.daemon.handlers import Handlers
 from gpusched.daemon.host import detect_host
 from gpusched.daemon.jobcontrol import JobControl
@@ -88,6 +89,8 @@ class Daemon:
         self._waiters: list[Call] = []
         self._batched: list[Call] = []  # oldest first; one batch per turn
         self._next_gpu_read = 0.0
+        self._end_reports = EndReports()
+        self._answer_shim: Any = None  # sends on the wake socket, once it is open
         # Made by attach(), once the store is open:
         self.state: DaemonState
         self.control: JobControl
@@ -129,6 +132,7 @@ class Daemon:
                 self.take_over()
                 server.start()
                 wake = WakeListener(self.paths.wake_socket, self.wake)
+                self._answer_shim = wake.answer
                 log.info("gpusched %s daemon started (pid %d, backend %s)",
                          __version__, os.getpid(), self.backend.name)
                 try:
@@ -230,6 +234,8 @@ class Daemon:
             except StoreWriteError:
                 pass  # nothing of the pass happened; said once in the log (WriteHealth)
         self.answer_waiters()
+        if self._answer_shim is not None:
+            self._end_reports.answer(self.state.jobs, self._answer_shim)
 
     def handle(self, call: Call) -> None:
         try:
@@ -289,9 +295,10 @@ class Daemon:
             pass
         return [call for call in calls if call is not _WAKE]
 
-    def wake(self, message: bytes = runfile.WAKE) -> None:
+    def wake(self, message: bytes = runfile.WAKE, sender: Any = None) -> None:
         """A job ended, or could not start (its shim said so): run a pass now rather than
         at the next timeout."""
+        self._end_reports.report(sender)
         failure = runfile.parse_launch_failure(message)
         if failure is not None:
             self.control.launch_failures.put(failure)

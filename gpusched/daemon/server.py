@@ -230,9 +230,10 @@ class WakeListener:
     A datagram carries nothing the daemon trusts (it reads the exit record itself), so
     any process that can reach the socket (it is 0600) can at most make the loop run a
     pass early, or fail a job whose shim has not started (see runfile.launch_failure).
+    The loop answers a shim's report of its job's end from this socket (daemon/endacks.py).
     """
 
-    def __init__(self, path: str, wake: Callable[[bytes], None]):
+    def __init__(self, path: str, wake: Callable[[bytes, Any], None]):
         self.path, self._wake = path, wake
         self._sock = bind_unix(path, socket.SOCK_DGRAM)
         self._thread = threading.Thread(target=self._listen, name="wake", daemon=True)
@@ -241,10 +242,17 @@ class WakeListener:
     def _listen(self) -> None:
         while True:
             try:
-                message = self._sock.recv(WAKE_MAX_BYTES)
+                message, sender = self._sock.recvfrom(WAKE_MAX_BYTES)
             except OSError:
                 return  # closed
-            self._wake(message)
+            self._wake(message, sender)
+
+    def answer(self, address: Any, message: bytes) -> None:
+        """Best effort, never blocking: a sender that is gone or full goes without."""
+        try:
+            self._sock.sendto(message, socket.MSG_DONTWAIT, address)
+        except OSError:
+            pass
 
     def close(self) -> None:
         close_unix(self._sock, self.path)

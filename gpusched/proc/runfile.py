@@ -205,6 +205,27 @@ def launch_failure(job_id: int, reason: str) -> bytes:
     return _LAUNCH_FAILED + f"{job_id} {reason}".encode(errors="replace")
 
 
+# A shim sends its job's end wake-up from a socket named for its run (in Linux's abstract
+# namespace: no file to make), and waits a moment for STORED, sent from the daemon's wake
+# socket once the end is committed to its queue: then the run file need not be flushed
+# to disk as well (two fsyncs a job, which would hold up every other job's files).
+STORED = b"stored"
+_END_ADDRESS = b"\0gpusched-end "
+
+
+def end_address(pid: int, run: str) -> bytes:
+    """The address a shim reports its job's end from: its pid (unique) and the run's token."""
+    return _END_ADDRESS + f"{pid} {run}".encode()
+
+
+def ended_run(address: object) -> str | None:
+    """The run token of a shim's end address; None for any other sender."""
+    if not isinstance(address, bytes) or not address.startswith(_END_ADDRESS):
+        return None
+    _, _, run = address[len(_END_ADDRESS):].decode(errors="replace").partition(" ")
+    return run or None
+
+
 def parse_launch_failure(message: bytes) -> tuple[int, str] | None:
     """(job id, reason) of a launch_failure datagram; None for a plain wake-up."""
     if not message.startswith(_LAUNCH_FAILED):
