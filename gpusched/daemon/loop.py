@@ -28,6 +28,7 @@ from gpusched.daemon.cgroups import CgroupJobs
 from gpusched.daemon.handlers import Handlers
 from gpusched.daemon.host import detect_host
 from gpusched.daemon.jobcontrol import JobControl
+from gpusched.daemon.metrics import serve_metrics
 from gpusched.core.models import Inventory
 from gpusched.client.modes import ensure_public_dir
 from gpusched.core.policies import load_custom_policies, placement_rules
@@ -90,6 +91,7 @@ class Daemon:
         self._next_gpu_read = 0.0
         # Made by attach(), once the store is open:
         self.state: DaemonState
+        self.setup: Setup
         self.control: JobControl
         self.handlers: Handlers
 
@@ -128,6 +130,7 @@ class Daemon:
                 # before the first request, which may come the moment the socket listens.
                 self.take_over()
                 server.start()
+                metrics = serve_metrics(self.state, self.setup)
                 wake = WakeListener(self.paths.wake_socket, self.wake)
                 log.info("gpusched %s daemon started (pid %d, backend %s)",
                          __version__, os.getpid(), self.backend.name)
@@ -136,6 +139,7 @@ class Daemon:
                     self.save_usage()
                 finally:
                     wake.close()
+                    metrics.close()
             finally:
                 server.close()
                 self._answer_everyone()
@@ -152,7 +156,7 @@ class Daemon:
         setup = Setup(self.paths, self.settings, self.rules, self.host, self.authz,
                       self._set_up_cgroups(), self.started_at, self.clock)
         purge_incomplete(store)  # submits a crash cut short were never acknowledged
-        self.state = DaemonState(store, setup, self.backend.name)
+        self.state, self.setup = DaemonState(store, setup, self.backend.name), setup
         self.control = JobControl(self.state, setup, self.seam)
         self.handlers = Handlers(self.state, setup, self.seam)
 
@@ -213,7 +217,9 @@ class Daemon:
     # -- the loop -----------------------------------------------------------------------
     def loop(self) -> None:
         while not self.state.stopping:
-            self.step(self._next_calls())
+            calls = self._next_calls()
+            with self.state.telemetry.turn(self.clock.monotonic):  # the loop lag, for /metrics
+                self.step(calls)
 
     def step(self, calls: list[Call]) -> None:
         """One turn of the loop: the requests, then a pass, then the shims of the jobs it
@@ -306,6 +312,7 @@ class Daemon:
             log.exception("reading the GPUs failed")
             state.inventory = Inventory(backend=self.backend.name,
                                         problem=f"reading the GPUs failed: {exc}")
+        state.telemetry.gpus_read(state.inventory, self.clock.time())
         gpu_pids = {p.pid for g in state.inventory.schedulable() for p in g.processes}
         shims = {job.shim_pid: job.id for job in running if job.shim_pid}
         # A full process scan only when some GPU process is not a known shim:
