@@ -26,6 +26,7 @@ FROZEN = {
     "gpusched_gpu_memory_total_bytes": ("gauge", GPU),
     "gpusched_gpu_memory_used_bytes": ("gauge", GPU),
     "gpusched_gpu_memory_reserved_bytes": ("gauge", GPU),
+    "gpusched_gpu_memory_outside_bytes": ("gauge", GPU),
     "gpusched_gpu_jobs_running": ("gauge", GPU),
     "gpusched_gpu_utilization_ratio": ("gauge", GPU),
     "gpusched_gpu_temperature_celsius": ("gauge", GPU),

@@ -94,6 +94,10 @@ class GpuschedCollector:
             per_gpu("gpusched_gpu_memory_reserved_bytes", "GPU memory gpusched promised to "
                     "its running jobs that they have not allocated yet.",
                     lambda g: float(loads[g.uuid].promised_bytes) if g.uuid in loads else None),
+            per_gpu("gpusched_gpu_memory_outside_bytes", "GPU memory held by processes "
+                    "gpusched did not start, less what [gpus] outside_ignore_below and "
+                    "outside_idle_after let it ignore.",
+                    lambda g: float(loads[g.uuid].outside_used_bytes) if g.uuid in loads else None),
             per_gpu("gpusched_gpu_jobs_running", "gpusched jobs running on this GPU.",
                     lambda g: float(len(loads[g.uuid].job_ids)) if g.uuid in loads else None),
             per_gpu("gpusched_gpu_utilization_ratio", "Fraction of the last sample period a "
