@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import sys
 import urllib.request
 from pathlib import Path
 from typing import Any
@@ -80,7 +81,7 @@ def serving_home(root: Path, max_job_series: int = 64) -> tuple[Home, str]:
     home.start()
     url = metrics_url(home)
     home.submit("--gpus", "1", "--gpu-mem", "20GiB", "--name", SECRET_NAME, "--",
-                "python3", "-c", PROGRESS_JOB, SECRET_ARG)
+                sys.executable, "-c", PROGRESS_JOB, SECRET_ARG)
     home.submit("--gpus", "1", "--", "sleep", "600")
     home.submit("--gpus", "2", "--", "sleep", "600")  # waits for both GPUs
     wait_until(lambda: scrape(url).value("gpusched_job_progress_ratio") is not None,
