@@ -84,6 +84,10 @@ def serving_home(root: Path, max_job_series: int = 64) -> tuple[Home, str]:
                 sys.executable, "-c", PROGRESS_JOB, SECRET_ARG)
     home.submit("--gpus", "1", "--", "sleep", "600")
     home.submit("--gpus", "2", "--", "sleep", "600")  # waits for both GPUs
-    wait_until(lambda: scrape(url).value("gpusched_job_progress_ratio") is not None,
-               "the running job's progress in a scrape")
+
+    def settled() -> bool:
+        m = scrape(url)
+        return (m.value("gpusched_job_progress_ratio") is not None
+                and m.value("gpusched_jobs", state="running") == 2)
+    wait_until(settled, "two running jobs and one's progress in a scrape")
     return home, url

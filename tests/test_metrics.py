@@ -152,9 +152,10 @@ def test_a_taken_port_leaves_the_daemon_running_and_says_why(home):
         assert home.wait_state(job, "succeeded")
 
 
-@pytest.mark.parametrize("listen", ["19400", "localhost:", "127.0.0.1:99999", "host:port"])
+@pytest.mark.parametrize("listen", ['"19400"', '"localhost:"', '"127.0.0.1:99999"',
+                                    '"host:port"', "19400"])
 def test_a_bad_listen_address_is_one_line_naming_the_key(home: Home, listen: str):
-    home.write_config(f'[metrics]\nlisten = "{listen}"\n')
+    home.write_config(f'[metrics]\nlisten = {listen}\n')
     proc = home.run("daemon", "start", check=False)
     assert proc.returncode == 1
     lines = proc.stderr.strip().splitlines()

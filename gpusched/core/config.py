@@ -151,6 +151,8 @@ def parse_listen(value: str) -> tuple[str, int]:
 
 
 def _listen(value: Any) -> str:
+    if isinstance(value, int) and not isinstance(value, bool):  # a bare port
+        raise ValueError(f"{value!r} is not a string; write \"127.0.0.1:{value}\"")
     if _text(value):
         parse_listen(value)
     return value
