@@ -59,6 +59,24 @@ def test_wait_and_run_times_are_the_clock_s(make_box):
     assert m.value("gpusched_job_run_seconds_bucket", le="+Inf") == 2
 
 
+def test_a_retry_is_another_start_but_not_another_wait_or_end(make_box):
+    box = make_box("1x80GiB")
+    job = box.submit("--retries", "1", "--retry-delay", "0", "--gpus", "1", "--", "false")
+    box.step()
+    box.exit(job, 1, seconds=30)  # failed: queued again
+    box.step()
+    assert box.running() == {job}
+    m = scrape_box(box)
+    assert m.value("gpusched_jobs_started_total") == 2
+    assert m.value("gpusched_job_wait_seconds_count") == 1
+    assert m.value("gpusched_jobs_ended_total", state="failed") == 0
+    assert m.value("gpusched_job_run_seconds_count") == 0
+    box.exit(job, 1, seconds=20)
+    m = scrape_box(box)
+    assert m.value("gpusched_jobs_ended_total", state="failed") == 1
+    assert m.value("gpusched_job_run_seconds_sum") == pytest.approx(20.0)
+
+
 def test_every_queue_state_is_present_and_counted_by_user(make_box):
     box = make_box("1x80GiB")
     m = scrape_box(box)

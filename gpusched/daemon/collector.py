@@ -137,10 +137,10 @@ class GpuschedCollector:
                      counts.started),
             _counter("gpusched_jobs_ended_total", "Jobs that reached a final state, by state.",
                      None, ("state",), [((s,), counts.ended[s]) for s in END_STATES]),
-            _histogram("gpusched_job_wait_seconds", "From submit to start, at each start.",
+            _histogram("gpusched_job_wait_seconds", "From submit to a job's first start.",
                        counts.wait),
-            _histogram("gpusched_job_run_seconds", "From start to end, for each job that "
-                       "ended after it started.", counts.run),
+            _histogram("gpusched_job_run_seconds", "From start to end of the runs that "
+                       "ended a job (not those a retry followed).", counts.run),
         ]
 
     # -- running jobs -----------------------------------------------------------------------

@@ -91,7 +91,8 @@ class Telemetry:
                 c.submitted += 1
             elif after.state is JobState.RUNNING:
                 c.started += 1
-                if after.started_at is not None:
+                # The queue wait is the first start's: a retry's would count its earlier runs.
+                if after.started_at is not None and after.attempt == 1:
                     c.wait.observe(max(0.0, after.started_at - after.submitted_at))
             elif after.state.is_final:
                 c.ended[after.state.value] += 1
