@@ -19,7 +19,7 @@ from prometheus_client.core import (CounterMetricFamily, GaugeMetricFamily,
 from gpusched import __version__
 from gpusched.core import placement
 from gpusched.core.models import Job, JobState
-from gpusched.daemon.queries import progress_of
+from gpusched.daemon.progress import progress_of
 from gpusched.daemon.state import DaemonState, Setup
 from gpusched.daemon.telemetry import END_STATES, Counts, Histogram
 

@@ -8,13 +8,12 @@ import psutil
 
 from gpusched import __version__
 from gpusched.core import jobfilter, placement
-from gpusched.core.models import HIDDEN, Job, inventory_to_dict, job_to_dict
+from gpusched.core.models import HIDDEN, inventory_to_dict, job_to_dict
 from gpusched.client.protocol import LEAN_JOB_FIELDS
 from gpusched.daemon import pages
+from gpusched.daemon.progress import progress_of
 from gpusched.daemon.request import WAIT_SLICE_S, Request, Waiter, named, named_each
 from gpusched.daemon.state import DaemonState, Setup
-from gpusched.job import read_progress_file
-from gpusched.proc import runfile
 
 
 class Queries:
@@ -167,13 +166,3 @@ class Queries:
                 "reserved_bytes": {gpu.uuid: load.promised_bytes for gpu, load in self._loads()},
                 "pid_jobs": {str(pid): job for pid, job in state.pid_jobs.items()}, "jobs": jobs,
                 "jobs_left_out": len(active) - len(jobs)}
-
-
-def progress_of(job: Job | None) -> dict | None:
-    """A running job's last gpusched.job.progress() report, one small file read; None for
-    other jobs, and for a report from an earlier attempt."""
-    if job is None or not job.is_running or not job.stdout_path:
-        return None
-    report = read_progress_file(runfile.progress_path(job.stdout_path, job.id),
-                                owner_uid=job.uid)
-    return None if report is None or report["updated_at"] < (job.started_at or 0.0) else report
