@@ -18,7 +18,7 @@ from prometheus_client.core import (CounterMetricFamily, GaugeMetricFamily,
 
 from gpusched import __version__
 from gpusched.core import placement
-from gpusched.core.models import Job, JobState
+from gpusched.core.models import GpuInfo, Job, JobState
 from gpusched.daemon.progress import progress_of
 from gpusched.daemon.state import DaemonState, Setup
 from gpusched.daemon.telemetry import END_STATES, Counts, Histogram
@@ -46,7 +46,6 @@ class GpuschedCollector:
 
     def __init__(self, state: DaemonState, setup: Setup):
         self.state, self.setup = state, setup
-        self._seen: dict[str, str] = {}
 
     def collect(self) -> Iterator[Metric]:
         began = time.perf_counter()
@@ -67,12 +66,6 @@ class GpuschedCollector:
         gpus = inventory.schedulable()
         loads = placement.gpu_loads(inventory, running, pid_jobs, setup.rules,
                                     state.idle_since, setup.clock.time())
-        known = counts.known_gpus
-        present = {gpu.label for gpu in gpus}
-        up = [((g.label, g.uuid if g.is_healthy else known.get(g.label, g.uuid)),
-               float(g.is_healthy)) for g in gpus]
-        up += [((label, uuid), 0.0) for label, uuid in sorted(known.items())
-               if label not in present]
         healthy = [g for g in gpus if g.is_healthy]
 
         def per_gpu(name: str, doc: str, value) -> GaugeMetricFamily:
@@ -86,7 +79,8 @@ class GpuschedCollector:
             _gauge("gpusched_gpus_detected", "GPUs (or MIG devices) the last read found.",
                    rows=[((), float(len(gpus)))]),
             _gauge("gpusched_gpu_up", "1 if the last read of this GPU worked; 0 once it is "
-                   "lost or gone (kept at 0 until the daemon restarts).", GPU_LABELS, up),
+                   "lost or gone (kept at 0 until the daemon restarts).", GPU_LABELS,
+                   _up_rows(gpus, counts.known_gpus)),
             per_gpu("gpusched_gpu_memory_total_bytes", "GPU memory in all.",
                     lambda g: float(g.mem_total_bytes)),
             per_gpu("gpusched_gpu_memory_used_bytes", "GPU memory in use, by any process.",
@@ -204,6 +198,16 @@ class GpuschedCollector:
                    "(a full disk, say): nothing new starts.",
                    rows=[((), float(state.writes.failing))]),
         ]
+
+
+def _up_rows(gpus: tuple[GpuInfo, ...], known: dict[str, str]) -> list:
+    """gpusched_gpu_up: each GPU read, then each GPU seen before and gone since, at 0;
+    a GPU that stopped answering under the uuid it had when it last answered."""
+    present = {gpu.label for gpu in gpus}
+    rows = [((g.label, g.uuid if g.is_healthy else known.get(g.label, g.uuid)),
+             float(g.is_healthy)) for g in gpus]
+    return rows + [((label, uuid), 0.0) for label, uuid in sorted(known.items())
+                   if label not in present]
 
 
 def _counter(name: str, doc: str, value: float | None, labels: Iterable[str] = (),
