@@ -120,7 +120,8 @@ def daemon_status(as_json: bool = typer.Option(False, "--json", help=JSON_HELP))
 
     A "writes: FAILING" line says why the daemon cannot write its queue (a full disk,
     a lock held by another process): submits and changes are refused until it can.
-    Exit status 3 when it does not run.
+    The "metrics:" line says where Prometheus metrics are served ([metrics] listen in
+    the config), "off", or why they cannot be. Exit status 3 when it does not run.
 
     Example: gpusched daemon status --json
     """

@@ -116,6 +116,7 @@ def status_lines(status: dict[str, Any]) -> list[str]:
         f"host memory limits: {status.get('mem_enforcement')}",
         f"state: {status['state_dir']}",
         f"socket: {status['socket']}",
+        f"metrics: {status.get('metrics', 'off')}",
     ] + damaged_lines(status.get("damaged_jobs") or [])
 
 

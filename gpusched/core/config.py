@@ -71,6 +71,9 @@ class Settings:
     limit_name_bytes: int = limits.DEFAULT.name_bytes
     limit_jobs: int = limits.DEFAULT.jobs
     limit_json_depth: int = limits.DEFAULT.json_depth
+    # [metrics]
+    metrics_listen: str = ""
+    metrics_max_job_series: int = 64
 
 
 def _toml():
@@ -135,6 +138,23 @@ def _user_weights(value: Any) -> tuple[tuple[str, float], ...]:
 def _bool(value: Any) -> bool:
     if not isinstance(value, bool):
         raise ValueError(f"{value!r} is not true or false")
+    return value
+
+
+def parse_listen(value: str) -> tuple[str, int]:
+    """"HOST:PORT" (an IPv6 host in brackets: "[::1]:19400") as (host, port)."""
+    host, sep, port = value.rpartition(":")
+    if not sep or not host or not port.isdigit() or int(port) > 65535:
+        raise ValueError(f"{value!r} is not HOST:PORT with a port in 0..65535 (0: any free one), "
+                         "e.g. \"127.0.0.1:19400\"")
+    return host.strip("[]"), int(port)
+
+
+def _listen(value: Any) -> str:
+    if isinstance(value, int) and not isinstance(value, bool):  # a bare port
+        raise ValueError(f"{value!r} is not a string; write \"127.0.0.1:{value}\"")
+    if _text(value):
+        parse_listen(value)
     return value
 
 
@@ -225,6 +245,12 @@ KEYS: dict[str, tuple[str, Callable[[Any], Any], Any, str]] = {
     "system.show_commands": ("show_commands", _choice("own", "all"), "own",
                              'Whose command lines `ls`, `show` and `top` show: "own" (the '
                              'owner\'s and to admins) or "all".'),
+    "metrics.listen": ("metrics_listen", _listen, "",
+                       'Serve Prometheus metrics at http://HOST:PORT/metrics, e.g. '
+                       '"127.0.0.1:19400" (docs/monitoring.md); "" off.'),
+    "metrics.max_job_series": ("metrics_max_job_series", _number(0, 100_000, int), 64,
+                               "Running jobs given per-job series; the rest are counted in "
+                               "gpusched_metrics_job_series_dropped."),
 }
 
 

@@ -29,6 +29,7 @@ from gpusched.daemon.endacks import EndReports
 from gpusched.daemon.handlers import Handlers
 from gpusched.daemon.host import detect_host
 from gpusched.daemon.jobcontrol import JobControl
+from gpusched.daemon.metrics import serve_metrics
 from gpusched.core.models import Inventory
 from gpusched.client.modes import ensure_public_dir
 from gpusched.core.policies import load_custom_policies, placement_rules
@@ -93,6 +94,7 @@ class Daemon:
         self._answer_shim: Any = None  # sends on the wake socket, once it is open
         # Made by attach(), once the store is open:
         self.state: DaemonState
+        self.setup: Setup
         self.control: JobControl
         self.handlers: Handlers
 
@@ -131,6 +133,7 @@ class Daemon:
                 # before the first request, which may come the moment the socket listens.
                 self.take_over()
                 server.start()
+                metrics = serve_metrics(self.state, self.setup)
                 wake = WakeListener(self.paths.wake_socket, self.wake)
                 self._answer_shim = wake.answer
                 log.info("gpusched %s daemon started (pid %d, backend %s)",
@@ -140,6 +143,7 @@ class Daemon:
                     self.save_usage()
                 finally:
                     wake.close()
+                    metrics.close()
             finally:
                 server.close()
                 self._answer_everyone()
@@ -156,7 +160,7 @@ class Daemon:
         setup = Setup(self.paths, self.settings, self.rules, self.host, self.authz,
                       self._set_up_cgroups(), self.started_at, self.clock)
         purge_incomplete(store)  # submits a crash cut short were never acknowledged
-        self.state = DaemonState(store, setup, self.backend.name)
+        self.state, self.setup = DaemonState(store, setup, self.backend.name), setup
         self.control = JobControl(self.state, setup, self.seam)
         self.handlers = Handlers(self.state, setup, self.seam)
 
@@ -217,7 +221,9 @@ class Daemon:
     # -- the loop -----------------------------------------------------------------------
     def loop(self) -> None:
         while not self.state.stopping:
-            self.step(self._next_calls())
+            calls = self._next_calls()
+            with self.state.telemetry.turn(self.clock.monotonic):  # the loop lag, for /metrics
+                self.step(calls)
 
     def step(self, calls: list[Call]) -> None:
         """One turn of the loop: the requests, then a pass, then the shims of the jobs it
@@ -313,6 +319,7 @@ class Daemon:
             log.exception("reading the GPUs failed")
             state.inventory = Inventory(backend=self.backend.name,
                                         problem=f"reading the GPUs failed: {exc}")
+        state.telemetry.gpus_read(state.inventory, self.clock.time())
         gpu_pids = {p.pid for g in state.inventory.schedulable() for p in g.processes}
         shims = {job.shim_pid: job.id for job in running if job.shim_pid}
         # A full process scan only when some GPU process is not a known shim:

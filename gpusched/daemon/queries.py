@@ -11,10 +11,9 @@ from gpusched.core import jobfilter, placement
 from gpusched.core.models import HIDDEN, inventory_to_dict, job_to_dict
 from gpusched.client.protocol import LEAN_JOB_FIELDS
 from gpusched.daemon import pages
+from gpusched.daemon.progress import progress_of
 from gpusched.daemon.request import WAIT_SLICE_S, Request, Waiter, named, named_each
 from gpusched.daemon.state import DaemonState, Setup
-from gpusched.job import read_progress_file
-from gpusched.proc import runfile
 
 
 class Queries:
@@ -34,7 +33,7 @@ class Queries:
                 "host": self.host_usage(), "mem_enforcement": setup.mem_enforcement(),
                 "fairshare_usage": state.usage.until(state.running(), now),
                 "fairshare_half_life_s": setup.settings.fairshare_half_life_s,
-                "write_problem": state.writes.to_dict(),
+                "write_problem": state.writes.to_dict(), "metrics": state.metrics_status,
                 "damaged_jobs": [{"id": i, "reason": r}
                                  for i, r in sorted(state.store.damaged.items())]}
 
@@ -76,16 +75,9 @@ class Queries:
         and so is the message when the caller may not see the job's command.
         """
         for row in rows:
-            job, row["progress"] = self.state.jobs.get(row["id"]), None
-            if job is None or not job.is_running or not job.stdout_path:
-                continue
-            report = read_progress_file(runfile.progress_path(job.stdout_path, job.id),
-                                        owner_uid=job.uid)
-            if report is None or report["updated_at"] < (job.started_at or 0.0):
-                continue
-            if row["command"] == [HIDDEN]:
+            row["progress"] = report = progress_of(self.state.jobs.get(row["id"]))
+            if report is not None and row["command"] == [HIDDEN]:
                 report["message"] = ""
-            row["progress"] = report
         return rows
 
     def logs(self, req: Request) -> dict:

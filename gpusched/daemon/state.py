@@ -19,6 +19,7 @@ from gpusched.daemon.cgroups import CgroupJobs
 from gpusched.daemon.fairshare import UsageLedger
 from gpusched.daemon.host import Host
 from gpusched.daemon.store import Store
+from gpusched.daemon.telemetry import Telemetry
 from gpusched.daemon.writefail import WriteHealth
 
 
@@ -74,6 +75,8 @@ class DaemonState:
         self.schedule_needed = True  # something a scheduling pass depends on changed
         self.gpus_dirty = True  # a run that held GPUs ended: read them before the poll
         self.writes = WriteHealth(setup.clock)
+        self.telemetry = Telemetry()  # counted for /metrics (daemon/metrics.py)
+        self.metrics_status = "off"  # where /metrics is served, for `daemon status`
         # While a write() runs: each job it changed as it was before (None: not active),
         # and what to do once it commits, or if it fails.
         self._undo: dict[int, Job | None] | None = None
@@ -116,6 +119,8 @@ class DaemonState:
         if self._undo is not None:
             self._undo.setdefault(job.id, previous)
         self._place(job.id, None if job.state.is_final else job)
+        if previous is None or previous.state is not job.state:  # counted once stored
+            self.after_commit(lambda: self.telemetry.job_changed(previous, job))
         if previous is not None and previous.state is JobState.RUNNING and not job.is_running:
             # A run ended: its GPUs are free, so read them again rather than wait for the
             # poll, and let waiting jobs (and dependents) be considered.
@@ -182,6 +187,7 @@ class DaemonState:
         self.jobs.update(new)
         self._pending.update(new)
         self.schedule_needed = True
+        self.after_commit(lambda: self.telemetry.jobs_submitted(len(new)))
 
     # -- flags ----------------------------------------------------------------------------
     def set_draining(self, draining: bool) -> None:
