@@ -34,6 +34,8 @@ def list_jobs(
                                          help="Plain columns for scripts, one line per job: "
                                          "jobid,user,state,reason,... (README lists the fields)."),
     noheader: bool = typer.Option(False, "--noheader", help="With --format: no header line."),
+    last: Optional[int] = typer.Option(None, "--last", metavar="N", help="Only the N most "
+                                       "recent matching jobs (the highest ids), oldest first."),
 ) -> None:
     """List pending and running jobs (finished ones too with --all).
 
@@ -44,6 +46,7 @@ def list_jobs(
     Examples:
       gpusched ls --me --state running
       gpusched ls --all --name 'sweep-*' --format jobid,state,exitcode --noheader
+      gpusched ls --all --last 20
     """
     from gpusched.cli import listing
 
@@ -52,7 +55,7 @@ def list_jobs(
     columns = listing.parse_fields(fields) if fields is not None else None
     filters = listing.request_filters(users, me, states, names)
     # However many: the daemon sends them a page at a time, gathered here.
-    reply = Client().call_paged("list", all=all_jobs, **filters)
+    reply = Client().call_paged("list", all=all_jobs, last=last, **filters)
     jobs, writes = reply["jobs"], render.write_problem_line(reply.get("write_problem"))
     if writes:  # on stderr: --json and --format output stay what scripts read
         sys.stderr.write(f"Warning: {writes}\n")

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import bisect
 import json
-from typing import Any, Callable, Iterable
+from typing import Any, Callable, Iterable, Iterator
 
 from gpusched.core import jobspec
 from gpusched.core.models import Job
@@ -32,6 +32,11 @@ def budget(args: dict) -> int:
 def start(args: dict, high: int = MAX_JOB_ID) -> int:
     """Where the page starts: after this job id (`list`), or at this position."""
     return jobspec.whole_number(args, "after", 0, 0, high)
+
+
+def last(args: dict) -> int | None:
+    """How many of the newest matching jobs a `list` keeps (None: all)."""
+    return jobspec.whole_number(args, "last", None, 1, MAX_JOB_ID)
 
 
 def fill(rows: Iterable[dict], budget_bytes: int) -> tuple[list[dict], bool]:
@@ -88,3 +93,41 @@ def list_page(jobs: list[Job], horizon: int | None, rows_of: Callable[[list[Job]
     if more:
         return {"jobs": page, "next": page[-1]["id"]}
     return {"jobs": page, "next": horizon}
+
+
+def newest_first(active: dict[int, Job], finished: Callable[[int, int], list[Job]] | None,
+                 chunk: int) -> Iterator[list[Job]]:
+    """Every job (the active ones, and finished ones read from the store by
+    finished(top_id, count) when given) in chunks, highest ids first: each chunk reads
+    at most `chunk` rows of each kind, so a caller that stops early reads only the top."""
+    ids, top = sorted(active), MAX_JOB_ID
+    while True:
+        at = bisect.bisect_right(ids, top)
+        newer = [active[i] for i in ids[max(0, at - chunk):at]]
+        older = finished(top, chunk) if finished is not None else []
+        # Where both kinds are known complete: below the higher of the two cut-offs, one
+        # kind may hold more than this chunk read, so those wait for the next chunk.
+        floor = max(newer[0].id if at > chunk else 0,
+                    older[-1].id if len(older) == chunk else 0)
+        jobs = sorted((j for j in newer + older if j.id >= floor), key=lambda j: -j.id)
+        if jobs:
+            yield jobs
+        if not floor:
+            return
+        top, chunk = floor - 1, min(chunk * 2, SCAN_ROWS)
+
+
+def last_after(active: dict[int, Job], finished: Callable[[int, int], list[Job]] | None,
+               matching: Callable[[list[Job]], list[dict]], count: int, after: int) -> int:
+    """Where a `list` page with "last" starts: the id just below the count-th newest
+    matching job, or `after` if that is higher (a later page). It reads jobs newest first
+    and stops there, however many older ones the store holds."""
+    found = 0
+    for jobs in newest_first(active, finished, min(max(count, 64), SCAN_ROWS)):
+        ids = [row["id"] for row in matching(jobs)]  # still newest first
+        if found + len(ids) >= count:
+            return max(after, ids[count - found - 1] - 1)
+        found += len(ids)
+        if jobs[-1].id <= after:  # the newest `count` reach below this page's start
+            break
+    return after

@@ -51,17 +51,24 @@ class Queries:
     def list(self, req: Request) -> dict:
         """One page of the jobs the caller may see that pass the filters, in id order
         (pages.py): all of them, pending, running and (with all, or a finished state
-        asked for) finished, however many."""
+        asked for) finished, however many; or with "last" only the newest that many."""
         state = self.state
-        finished = (state.store.finished if req.args.get("all")
-                    or set(req.args.get("states") or ()) & jobfilter.FINAL else None)
-        jobs, horizon = pages.list_candidates(state.jobs, finished, pages.start(req.args))
+        with_finished = bool(req.args.get("all")
+                             or set(req.args.get("states") or ()) & jobfilter.FINAL)
         viewer = self.setup.authz.viewer(req.creds[1])
-        # Filtered as the caller sees them: a hidden name must not be found by its pattern.
-        page = pages.list_page(
-            jobs, horizon, lambda some: self.with_progress(jobfilter.select(viewer.jobs(some),
-                                                                            req.args)),
-            pages.budget(req.args))
+
+        def matching(some: list) -> list[dict]:
+            # Filtered as the caller sees them: a hidden name must not be found by its pattern.
+            return jobfilter.select(viewer.jobs(some), req.args)
+        after, last = pages.start(req.args), pages.last(req.args)
+        if last is not None:  # each page finds the newest `last` again: pages stay stateless
+            after = pages.last_after(
+                state.jobs, state.store.finished_down_from if with_finished else None,
+                matching, last, after)
+        jobs, horizon = pages.list_candidates(
+            state.jobs, state.store.finished if with_finished else None, after)
+        page = pages.list_page(jobs, horizon, lambda some: self.with_progress(matching(some)),
+                               pages.budget(req.args))
         return {**page, "write_problem": state.writes.to_dict()}
 
     def show(self, req: Request) -> dict:
