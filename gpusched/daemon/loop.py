@@ -28,6 +28,7 @@ from gpusched.daemon.cgroups import CgroupJobs
 from gpusched.daemon.handlers import Handlers
 from gpusched.daemon.host import detect_host
 from gpusched.daemon.jobcontrol import JobControl
+from gpusched.daemon.memtrim import MemoryTrim
 from gpusched.core.models import Inventory
 from gpusched.client.modes import ensure_public_dir
 from gpusched.core.policies import load_custom_policies, placement_rules
@@ -86,6 +87,7 @@ class Daemon:
                            settings.show_commands)
         self._calls: queue.Queue[Any] = queue.Queue()  # Calls, and _WAKE
         self._waiters: list[Call] = []
+        self.memory = MemoryTrim()
         self._batched: list[Call] = []  # oldest first; one batch per turn
         self._next_gpu_read = 0.0
         # Made by attach(), once the store is open:
@@ -230,6 +232,7 @@ class Daemon:
             except StoreWriteError:
                 pass  # nothing of the pass happened; said once in the log (WriteHealth)
         self.answer_waiters()
+        self.memory.note(len(self.state.jobs), self.state.compact)
 
     def handle(self, call: Call) -> None:
         try:

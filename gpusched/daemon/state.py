@@ -89,6 +89,11 @@ class DaemonState:
         self._running = {job.id: job for job in jobs if job.is_running}
         self._pending = {job.id: job for job in jobs if job.state is JobState.PENDING}
 
+    def compact(self) -> None:
+        """Rebuild the job tables: a dict keeps the size of the most it ever held."""
+        self.jobs, self._running, self._pending = (dict(self.jobs), dict(self._running),
+                                                   dict(self._pending))
+
     def running(self) -> list[Job]:
         # Kept apart from the queue: asked several times a pass, with thousands pending.
         return list(self._running.values())
