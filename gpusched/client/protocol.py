@@ -52,7 +52,8 @@ COMMANDS: dict[str, Command] = {
     "wait": _cmd("ids", "timeout_s after page_bytes"),
     "gpus": _cmd(),
     # Everything `gpusched top` draws in one frame: daemon, GPUs, reservations, jobs.
-    "snapshot": _cmd("", "lean"),
+    # "pending_version": the last reply's; the pending jobs come again only if it moved.
+    "snapshot": _cmd("", "lean pending_version"),
     "stop": _cmd(),
     # A job for its owner or an admin only: its log paths (the client reads the files)
     # and the environment it was submitted with.
@@ -101,6 +102,7 @@ ARGUMENTS: dict[str, Callable[[Any], Any]] = {
     "cwd": lambda v: values.text(v, "the working directory (cwd)"),
     "all": lambda v: values.flag(v, "all"),
     "lean": lambda v: values.flag(v, "lean"),
+    "pending_version": lambda v: values.text(v, "pending_version"),
     # Where a page starts, and about how large it may be (daemon/pages.py sets the bounds).
     "after": lambda v: values.whole_number(v, "after", 0, 2**63 - 1),
     "page_bytes": lambda v: values.whole_number(v, "page_bytes", 1, 2**31),

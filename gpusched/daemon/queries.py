@@ -170,7 +170,12 @@ class Queries:
         inventory["gpus"] = viewer.gpus(inventory["gpus"])
         # Running jobs first, then pending ones, as many as fit in a page: top draws a
         # screenful, and a queue of 100,000 must not make its frame too large to send.
-        active = sorted(state.jobs.values(), key=lambda j: (not j.is_running, j.id))
+        # The pending ones only when they changed since the caller's last snapshot: top
+        # asks every second, and sending (and reading) a thousand rows is most of a frame.
+        version = state.pending_version
+        same = req.args.get("pending_version") == version
+        active = sorted(state.running() if same else state.jobs.values(),
+                        key=lambda j: (not j.is_running, j.id))
         lean = req.args.get("lean")
 
         def rows_of(some: list) -> list[dict]:
@@ -180,4 +185,5 @@ class Queries:
         return {"daemon": self.status(req), "inventory": inventory,
                 "reserved_bytes": {gpu.uuid: load.promised_bytes for gpu, load in self._loads()},
                 "pid_jobs": {str(pid): job for pid, job in state.pid_jobs.items()}, "jobs": jobs,
-                "jobs_left_out": len(active) - len(jobs)}
+                "jobs_left_out": len(active) - len(jobs), "pending_version": version,
+                "pending_same": same}
