@@ -8,6 +8,7 @@ named for `show` and `wait`; null on the last page). The client asks again from 
 from __future__ import annotations
 
 import bisect
+import collections
 import json
 from typing import Any, Callable, Iterable, Iterator
 
@@ -117,17 +118,23 @@ def newest_first(active: dict[int, Job], finished: Callable[[int, int], list[Job
         top, chunk = floor - 1, min(chunk * 2, SCAN_ROWS)
 
 
-def last_after(active: dict[int, Job], finished: Callable[[int, int], list[Job]] | None,
-               matching: Callable[[list[Job]], list[dict]], count: int, after: int) -> int:
-    """Where a `list` page with "last" starts: the id just below the count-th newest
-    matching job, or `after` if that is higher (a later page). It reads jobs newest first
-    and stops there, however many older ones the store holds."""
-    found = 0
+def last_candidates(active: dict[int, Job], finished: Callable[[int, int], list[Job]] | None,
+                    matching: Callable[[list[Job]], list[dict]], count: int,
+                    after: int) -> tuple[list[Job], int | None]:
+    """list_candidates() for a `list` with "last": the jobs from the count-th newest match
+    on (or from `after`, if higher: a later page), in id order, and the horizon. The jobs
+    are read newest first, once, down to there, however many older ones the store holds."""
+    found, walked = 0, collections.deque(maxlen=SCAN_ROWS + 1)
     for jobs in newest_first(active, finished, min(max(count, 64), SCAN_ROWS)):
+        walked.extend(jobs)  # the lowest ids are the last walked: the ones this page needs
         ids = [row["id"] for row in matching(jobs)]  # still newest first
         if found + len(ids) >= count:
-            return max(after, ids[count - found - 1] - 1)
+            after = max(after, ids[count - found - 1] - 1)
+            break
         found += len(ids)
         if jobs[-1].id <= after:  # the newest `count` reach below this page's start
             break
-    return after
+    jobs = sorted((job for job in walked if job.id > after), key=lambda j: j.id)
+    if len(jobs) > SCAN_ROWS:
+        return jobs[:SCAN_ROWS], jobs[SCAN_ROWS - 1].id
+    return jobs, None

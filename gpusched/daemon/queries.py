@@ -61,12 +61,13 @@ class Queries:
             # Filtered as the caller sees them: a hidden name must not be found by its pattern.
             return jobfilter.select(viewer.jobs(some), req.args)
         after, last = pages.start(req.args), pages.last(req.args)
-        if last is not None:  # each page finds the newest `last` again: pages stay stateless
-            after = pages.last_after(
+        if last is None:
+            jobs, horizon = pages.list_candidates(
+                state.jobs, state.store.finished if with_finished else None, after)
+        else:  # each page finds the newest `last` again: pages stay stateless
+            jobs, horizon = pages.last_candidates(
                 state.jobs, state.store.finished_down_from if with_finished else None,
                 matching, last, after)
-        jobs, horizon = pages.list_candidates(
-            state.jobs, state.store.finished if with_finished else None, after)
         page = pages.list_page(jobs, horizon, lambda some: self.with_progress(matching(some)),
                                pages.budget(req.args))
         return {**page, "write_problem": state.writes.to_dict()}
