@@ -114,3 +114,22 @@ def test_pages_of_a_long_last_hold_exactly_the_newest(box):
 def test_the_daemon_refuses_a_bad_last(box, value):
     with pytest.raises(UsageError, match="last"):
         box.call("list", last=value)
+
+
+def test_ls_sends_last_only_when_given(monkeypatch, capsys):
+    """A daemon older than --last refuses arguments it does not know: a plain `ls`
+    must keep working against it while the new client is installed."""
+    from gpusched.cli import job_cmds
+
+    sent = []
+
+    class Recorder:
+        def call_paged(self, cmd, **args):
+            sent.append(args)
+            return {"jobs": [], "next": None}
+    monkeypatch.setattr(job_cmds, "Client", Recorder)
+    options = dict(all_jobs=True, expand=False, as_json=True, users=None, me=False,
+                   states=None, names=None, fields=None, noheader=False)
+    job_cmds.list_jobs(**options, last=None)
+    job_cmds.list_jobs(**options, last=5)
+    assert "last" not in sent[0] and sent[1]["last"] == 5

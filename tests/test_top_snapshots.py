@@ -58,7 +58,9 @@ def test_top_keeps_the_pending_jobs_it_has_and_sees_changes(home, monkeypatch):
     def counting(cmd, **args):
         reply = call(cmd, **args)
         sent.append(len(reply["jobs"]))
+        versions.append(args.get("pending_version", "not sent"))
         return reply
+    versions: list = []
     monkeypatch.setattr(source.client, "call", counting)
     try:
         frames = [source.take() for _ in range(3)]
@@ -66,6 +68,8 @@ def test_top_keeps_the_pending_jobs_it_has_and_sees_changes(home, monkeypatch):
             assert [(j.id, j.state) for j in frame.jobs] == (
                 [(running, "running")] + [(i, "pending") for i in queued])
         assert sent == [4, 1, 1]  # the queue once, then only the running job
+        # Not sent at all at first: a daemon older than pending_version refuses it.
+        assert versions[0] == "not sent" and versions[1] == versions[2] != "not sent"
         home.run("cancel", str(queued[1]))
         frame = source.take()
         assert [j.id for j in frame.jobs] == [running, queued[0], queued[2]]

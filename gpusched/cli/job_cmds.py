@@ -54,8 +54,10 @@ def list_jobs(
         raise UsageError("choose one of --json and --format")
     columns = listing.parse_fields(fields) if fields is not None else None
     filters = listing.request_filters(users, me, states, names)
+    # Sent only when given: a daemon older than --last refuses arguments it does not know.
+    only = {"last": last} if last is not None else {}
     # However many: the daemon sends them a page at a time, gathered here.
-    reply = Client().call_paged("list", all=all_jobs, last=last, **filters)
+    reply = Client().call_paged("list", all=all_jobs, **only, **filters)
     jobs, writes = reply["jobs"], render.write_problem_line(reply.get("write_problem"))
     if writes:  # on stderr: --json and --format output stay what scripts read
         sys.stderr.write(f"Warning: {writes}\n")

@@ -109,8 +109,10 @@ class SnapshotSource:
         from gpusched.core.errors import DaemonUnavailable, GpuschedError
 
         try:
-            reply = self.client.call("snapshot", timeout_s=DAEMON_TIMEOUT_S, lean=True,
-                                     pending_version=self._pending_version)
+            # The version only once the daemon gave one: an older daemon refuses it.
+            known = ({"pending_version": self._pending_version}
+                     if self._pending_version is not None else {})
+            reply = self.client.call("snapshot", timeout_s=DAEMON_TIMEOUT_S, lean=True, **known)
         except DaemonUnavailable:
             return self._from_backend(NO_DAEMON_BANNER)
         except GpuschedError as exc:
