@@ -19,6 +19,6 @@ else
     "$PYTHON" bench_latency.py
     "$PYTHON" bench_throughput.py
     "$PYTHON" bench_idle.py --seconds 20
-    "$PYTHON" bench_top.py all --runs 50 --seconds 20
+    "$PYTHON" bench_top.py all --runs 20 --seconds 20
     "$PYTHON" bench_big_store.py
 fi
