@@ -1,5 +1,6 @@
 #!/bin/sh
-# Run every benchmark in turn. --quick shrinks each to a smoke run (about a minute in all).
+# Run every benchmark in turn: under 5 minutes in all (about 4 on 2 cores). --quick
+# shrinks each to a smoke run (about a minute and a half in all).
 # PYTHON=path/to/venv/bin/python picks the interpreter (default: python3 on PATH, e.g. an
 # activated venv); gpusched is the console script beside it.
 # GPUSCHED_BENCH_SRC=DIR benchmarks gpusched from another checkout instead.
@@ -13,11 +14,15 @@ if [ "${1:-}" = "--quick" ]; then
     "$PYTHON" bench_throughput.py --jobs 100 --rounds 1
     "$PYTHON" bench_idle.py --seconds 10
     "$PYTHON" bench_scrape.py --runs 30
+    "$PYTHON" bench_top.py all --runs 20 --seconds 10 --warmup 3
+    "$PYTHON" bench_big_store.py --jobs 20000 --runs 5 --idle-seconds 5
 else
     "$PYTHON" bench_submit.py
     "$PYTHON" bench_commands.py
     "$PYTHON" bench_latency.py
     "$PYTHON" bench_throughput.py
-    "$PYTHON" bench_idle.py
+    "$PYTHON" bench_idle.py --seconds 20
     "$PYTHON" bench_scrape.py
+    "$PYTHON" bench_top.py all --runs 20 --seconds 20
+    "$PYTHON" bench_big_store.py
 fi

@@ -54,7 +54,7 @@ _gpusched() {
         'gpus') words='--help -h --json --query --format' values='--query --format' ids= args='' ;;
         'hold') words='--help -h' values='' ids=active args='' ;;
         'logs') words='--help -h --follow -f --stderr' values='' ids=all args='' ;;
-        'ls') words='--help -h --all -a --expand -r --json --user -u --me --state -t --name -n --format -O --noheader' values='--user -u --state -t --name -n --format -O' ids= args='' ;;
+        'ls') words='--help -h --all -a --expand -r --json --user -u --me --state -t --name -n --format -O --noheader --last' values='--user -u --state -t --name -n --format -O --last' ids= args='' ;;
         'release') words='--help -h' values='' ids=active args='' ;;
         'resubmit') words='--help -h --gpus -G --gpu-mem --name -n --priority --time -t --cpus -c --mem --hold --wait -W --json' values='--gpus -G --gpu-mem --name -n --priority --time -t --cpus -c --mem' ids=all args='' ;;
         'resume') words='--help -h' values='' ids= args='' ;;

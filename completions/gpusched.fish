@@ -98,6 +98,7 @@ complete -c gpusched -n '__fish_seen_subcommand_from ls' -s n -d 'Only jobs of t
 complete -c gpusched -n '__fish_seen_subcommand_from ls' -l format -d 'Plain columns for scripts, one line per job: jobid,user,state,reason,... (README lists the fields).'
 complete -c gpusched -n '__fish_seen_subcommand_from ls' -s O -d 'Plain columns for scripts, one line per job: jobid,user,state,reason,... (README lists the fields).'
 complete -c gpusched -n '__fish_seen_subcommand_from ls' -l noheader -d 'With --format: no header line.'
+complete -c gpusched -n '__fish_seen_subcommand_from ls' -l last -d 'Only the N most recent matching jobs (the highest ids), oldest first.'
 complete -c gpusched -f -n '__fish_seen_subcommand_from release' -a '(gpusched _job-ids active 2>/dev/null)'
 complete -c gpusched -n '__fish_seen_subcommand_from release' -l help -d 'Show help.'
 complete -c gpusched -n '__fish_seen_subcommand_from release' -s h -d 'Show help.'

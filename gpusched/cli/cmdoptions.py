@@ -32,6 +32,8 @@ LS = (
     ("fields", ("--format", "-O"), "str", None, "Plain columns for scripts, one line per job: "
      "jobid,user,state,reason,... (README lists the fields).", "FIELDS"),
     ("noheader", ("--noheader",), "flag", False, "With --format: no header line."),
+    ("last", ("--last",), "int", None,
+     "Only the N most recent matching jobs (the highest ids), oldest first.", "N"),
 )
 SHOW = (_JSON,)
 GPUS = (

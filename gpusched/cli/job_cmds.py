@@ -34,6 +34,7 @@ def list_jobs(**options: Any) -> None:
     Examples:
       gpusched ls --me --state running
       gpusched ls --all --name 'sweep-*' --format jobid,state,exitcode --noheader
+      gpusched ls --all --last 20
     """
     raise typer.Exit(jobviews.list_jobs(RichOutput(), **options))
 

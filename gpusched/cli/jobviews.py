@@ -27,19 +27,23 @@ def print_json(data: object) -> None:
 
 def list_jobs(output: Any, all_jobs: bool, expand: bool, as_json: bool, users: str | None,
               me: bool, states: str | None, names: str | None, fields: str | None,
-              noheader: bool) -> int:
+              noheader: bool, last: int | None = None) -> int:
     from gpusched.cli import lsview
 
     if as_json and fields is not None:
         raise UsageError("choose one of --json and --format")
+    if last is not None and last < 1:
+        raise UsageError(f"--last takes a number of jobs, 1 or more, not {last}")
     columns, filters = None, {}
     if fields is not None or users is not None or me or states is not None or names is not None:
         from gpusched.cli import listing  # checks and columns: not needed by a plain `ls`
 
         columns = listing.parse_fields(fields) if fields is not None else None
         filters = listing.request_filters(users, me, states, names)
+    # Sent only when given: a daemon older than --last refuses arguments it does not know.
+    only = {"last": last} if last is not None else {}
     # However many: the daemon sends them a page at a time, gathered here.
-    reply = Client().call_paged("list", all=all_jobs, **filters)
+    reply = Client().call_paged("list", all=all_jobs, **only, **filters)
     jobs, writes = reply["jobs"], lsview.write_problem_line(reply.get("write_problem"))
     if writes:  # on stderr: --json and --format output stay what scripts read
         sys.stderr.write(f"Warning: {writes}\n")

@@ -5,7 +5,6 @@ without rich; the names it defines are imported back here for the modules that u
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 from rich.console import Console

@@ -40,7 +40,8 @@ COMMANDS: dict[str, Command] = {
     # Replies that grow with the queue come in pages (daemon/pages.py): "after" is where
     # the page starts (a job id for list, a position among the ids named for show and
     # wait), "page_bytes" about how large it may be; each reply says where the next starts.
-    "list": _cmd("", "all users states names after page_bytes"),
+    # "last" keeps only the N matching jobs with the highest ids (still in id order).
+    "list": _cmd("", "all users states names last after page_bytes"),
     "show": _cmd("ids", "after page_bytes"),
     "cancel": _cmd("ids"),
     "hold": _cmd("ids"),
@@ -51,7 +52,8 @@ COMMANDS: dict[str, Command] = {
     "wait": _cmd("ids", "timeout_s after page_bytes"),
     "gpus": _cmd(),
     # Everything `gpusched top` draws in one frame: daemon, GPUs, reservations, jobs.
-    "snapshot": _cmd("", "lean"),
+    # "pending_version": the last reply's; the pending jobs come again only if it moved.
+    "snapshot": _cmd("", "lean pending_version"),
     "stop": _cmd(),
     # A job for its owner or an admin only: its log paths (the client reads the files)
     # and the environment it was submitted with.
@@ -100,9 +102,11 @@ ARGUMENTS: dict[str, Callable[[Any], Any]] = {
     "cwd": lambda v: values.text(v, "the working directory (cwd)"),
     "all": lambda v: values.flag(v, "all"),
     "lean": lambda v: values.flag(v, "lean"),
+    "pending_version": lambda v: values.text(v, "pending_version"),
     # Where a page starts, and about how large it may be (daemon/pages.py sets the bounds).
     "after": lambda v: values.whole_number(v, "after", 0, 2**63 - 1),
     "page_bytes": lambda v: values.whole_number(v, "page_bytes", 1, 2**31),
+    "last": lambda v: values.whole_number(v, "last", 1, 2**63 - 1),
     "users": _names("users"), "states": _names("states"), "names": _names("names"),
     "ids": _job_ids,
     "id": syntax.parse_job_id,

@@ -29,6 +29,7 @@ from gpusched.daemon.endacks import EndReports
 from gpusched.daemon.handlers import Handlers
 from gpusched.daemon.host import detect_host
 from gpusched.daemon.jobcontrol import JobControl
+from gpusched.daemon.memtrim import MemoryTrim
 from gpusched.daemon.metrics import serve_metrics
 from gpusched.core.models import Inventory
 from gpusched.client.modes import ensure_public_dir
@@ -88,6 +89,7 @@ class Daemon:
                            settings.show_commands)
         self._calls: queue.Queue[Any] = queue.Queue()  # Calls, and _WAKE
         self._waiters: list[Call] = []
+        self.memory = MemoryTrim()
         self._batched: list[Call] = []  # oldest first; one batch per turn
         self._next_gpu_read = 0.0
         self._end_reports = EndReports()
@@ -242,6 +244,7 @@ class Daemon:
         self.answer_waiters()
         if self._answer_shim is not None:
             self._end_reports.answer(self.state.jobs, self._answer_shim)
+        self.memory.note(len(self.state.jobs), self.state.compact)
 
     def handle(self, call: Call) -> None:
         try:

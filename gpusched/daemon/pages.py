@@ -8,8 +8,9 @@ named for `show` and `wait`; null on the last page). The client asks again from 
 from __future__ import annotations
 
 import bisect
+import collections
 import json
-from typing import Any, Callable, Iterable
+from typing import Any, Callable, Iterable, Iterator
 
 from gpusched.core import jobspec
 from gpusched.core.models import Job
@@ -32,6 +33,11 @@ def budget(args: dict) -> int:
 def start(args: dict, high: int = MAX_JOB_ID) -> int:
     """Where the page starts: after this job id (`list`), or at this position."""
     return jobspec.whole_number(args, "after", 0, 0, high)
+
+
+def last(args: dict) -> int | None:
+    """How many of the newest matching jobs a `list` keeps (None: all)."""
+    return jobspec.whole_number(args, "last", None, 1, MAX_JOB_ID)
 
 
 def fill(rows: Iterable[dict], budget_bytes: int) -> tuple[list[dict], bool]:
@@ -88,3 +94,47 @@ def list_page(jobs: list[Job], horizon: int | None, rows_of: Callable[[list[Job]
     if more:
         return {"jobs": page, "next": page[-1]["id"]}
     return {"jobs": page, "next": horizon}
+
+
+def newest_first(active: dict[int, Job], finished: Callable[[int, int], list[Job]] | None,
+                 chunk: int) -> Iterator[list[Job]]:
+    """Every job (the active ones, and finished ones read from the store by
+    finished(top_id, count) when given) in chunks, highest ids first: each chunk reads
+    at most `chunk` rows of each kind, so a caller that stops early reads only the top."""
+    ids, top = sorted(active), MAX_JOB_ID
+    while True:
+        at = bisect.bisect_right(ids, top)
+        newer = [active[i] for i in ids[max(0, at - chunk):at]]
+        older = finished(top, chunk) if finished is not None else []
+        # Where both kinds are known complete: below the higher of the two cut-offs, one
+        # kind may hold more than this chunk read, so those wait for the next chunk.
+        floor = max(newer[0].id if at > chunk else 0,
+                    older[-1].id if len(older) == chunk else 0)
+        jobs = sorted((j for j in newer + older if j.id >= floor), key=lambda j: -j.id)
+        if jobs:
+            yield jobs
+        if not floor:
+            return
+        top, chunk = floor - 1, min(chunk * 2, SCAN_ROWS)
+
+
+def last_candidates(active: dict[int, Job], finished: Callable[[int, int], list[Job]] | None,
+                    matching: Callable[[list[Job]], list[dict]], count: int,
+                    after: int) -> tuple[list[Job], int | None]:
+    """list_candidates() for a `list` with "last": the jobs from the count-th newest match
+    on (or from `after`, if higher: a later page), in id order, and the horizon. The jobs
+    are read newest first, once, down to there, however many older ones the store holds."""
+    found, walked = 0, collections.deque(maxlen=SCAN_ROWS + 1)
+    for jobs in newest_first(active, finished, min(max(count, 64), SCAN_ROWS)):
+        walked.extend(jobs)  # the lowest ids are the last walked: the ones this page needs
+        ids = [row["id"] for row in matching(jobs)]  # still newest first
+        if found + len(ids) >= count:
+            after = max(after, ids[count - found - 1] - 1)
+            break
+        found += len(ids)
+        if jobs[-1].id <= after:  # the newest `count` reach below this page's start
+            break
+    jobs = sorted((job for job in walked if job.id > after), key=lambda j: j.id)
+    if len(jobs) > SCAN_ROWS:
+        return jobs[:SCAN_ROWS], jobs[SCAN_ROWS - 1].id
+    return jobs, None

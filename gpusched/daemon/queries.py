@@ -50,17 +50,25 @@ class Queries:
     def list(self, req: Request) -> dict:
         """One page of the jobs the caller may see that pass the filters, in id order
         (pages.py): all of them, pending, running and (with all, or a finished state
-        asked for) finished, however many."""
+        asked for) finished, however many; or with "last" only the newest that many."""
         state = self.state
-        finished = (state.store.finished if req.args.get("all")
-                    or set(req.args.get("states") or ()) & jobfilter.FINAL else None)
-        jobs, horizon = pages.list_candidates(state.jobs, finished, pages.start(req.args))
+        with_finished = bool(req.args.get("all")
+                             or set(req.args.get("states") or ()) & jobfilter.FINAL)
         viewer = self.setup.authz.viewer(req.creds[1])
-        # Filtered as the caller sees them: a hidden name must not be found by its pattern.
-        page = pages.list_page(
-            jobs, horizon, lambda some: self.with_progress(jobfilter.select(viewer.jobs(some),
-                                                                            req.args)),
-            pages.budget(req.args))
+
+        def matching(some: list) -> list[dict]:
+            # Filtered as the caller sees them: a hidden name must not be found by its pattern.
+            return jobfilter.select(viewer.jobs(some), req.args)
+        after, last = pages.start(req.args), pages.last(req.args)
+        if last is None:
+            jobs, horizon = pages.list_candidates(
+                state.jobs, state.store.finished if with_finished else None, after)
+        else:  # each page finds the newest `last` again: pages stay stateless
+            jobs, horizon = pages.last_candidates(
+                state.jobs, state.store.finished_down_from if with_finished else None,
+                matching, last, after)
+        page = pages.list_page(jobs, horizon, lambda some: self.with_progress(matching(some)),
+                               pages.budget(req.args))
         return {**page, "write_problem": state.writes.to_dict()}
 
     def show(self, req: Request) -> dict:
@@ -155,7 +163,12 @@ class Queries:
         inventory["gpus"] = viewer.gpus(inventory["gpus"])
         # Running jobs first, then pending ones, as many as fit in a page: top draws a
         # screenful, and a queue of 100,000 must not make its frame too large to send.
-        active = sorted(state.jobs.values(), key=lambda j: (not j.is_running, j.id))
+        # The pending ones only when they changed since the caller's last snapshot: top
+        # asks every second, and sending (and reading) a thousand rows is most of a frame.
+        version = state.pending_version
+        same = req.args.get("pending_version") == version
+        active = sorted(state.running() if same else state.jobs.values(),
+                        key=lambda j: (not j.is_running, j.id))
         lean = req.args.get("lean")
 
         def rows_of(some: list) -> list[dict]:
@@ -165,4 +178,5 @@ class Queries:
         return {"daemon": self.status(req), "inventory": inventory,
                 "reserved_bytes": {gpu.uuid: load.promised_bytes for gpu, load in self._loads()},
                 "pid_jobs": {str(pid): job for pid, job in state.pid_jobs.items()}, "jobs": jobs,
-                "jobs_left_out": len(active) - len(jobs)}
+                "jobs_left_out": len(active) - len(jobs), "pending_version": version,
+                "pending_same": same}

@@ -3,6 +3,7 @@ and the flags; and the setup it runs with. Request handling and job control are 
 
 from __future__ import annotations
 
+import secrets
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -85,12 +86,26 @@ class DaemonState:
         # Ids of submits being stored in batches (daemon/batches.py): not acknowledged
         # yet, so no request may see or touch them.
         self.incoming: list[range] = []
+        # Moves with every change to the pending jobs, so that `top` gets them (maybe
+        # thousands) again only when they changed; the random part tells daemons apart.
+        self._pending_nonce, self._pending_changes = secrets.token_hex(4), 0
 
     # -- the active jobs ----------------------------------------------------------------
     def load_active(self, jobs: list[Job]) -> None:
         self.jobs = {job.id: job for job in jobs}
+        self._pending_changes += 1
         self._running = {job.id: job for job in jobs if job.is_running}
         self._pending = {job.id: job for job in jobs if job.state is JobState.PENDING}
+
+    @property
+    def pending_version(self) -> str:
+        """A name for the pending jobs as they are now: another once any of them changed."""
+        return f"{self._pending_nonce}.{self._pending_changes}"
+
+    def compact(self) -> None:
+        """Rebuild the job tables: a dict keeps the size of the most it ever held."""
+        self.jobs, self._running, self._pending = (dict(self.jobs), dict(self._running),
+                                                   dict(self._pending))
 
     def running(self) -> list[Job]:
         # Kept apart from the queue: asked several times a pass, with thousands pending.
@@ -129,6 +144,8 @@ class DaemonState:
 
     def _place(self, job_id: int, job: Job | None) -> None:
         """The active version of a job, or None: it is not active."""
+        if job_id in self._pending or (job is not None and job.state is JobState.PENDING):
+            self._pending_changes += 1
         for subset, belongs in ((self.jobs, job is not None),
                                 (self._running, job is not None and job.is_running),
                                 (self._pending, job is not None and job.state is JobState.PENDING)):
@@ -186,6 +203,7 @@ class DaemonState:
         new = {job.id: job for job in jobs}
         self.jobs.update(new)
         self._pending.update(new)
+        self._pending_changes += 1
         self.schedule_needed = True
         self.after_commit(lambda: self.telemetry.jobs_submitted(len(new)))
 

@@ -325,6 +325,14 @@ class Store:
             "ORDER BY id LIMIT ?", (after_id, count))
         return self._jobs(rows)
 
+    def finished_down_from(self, top_id: int, count: int) -> list[Job]:
+        """Up to `count` finished jobs with ids up to `top_id`, newest first (`ls --last`):
+        a walk down the primary key that reads only the rows it returns."""
+        rows = self._conn.execute(
+            "SELECT * FROM jobs WHERE id <= ? AND state NOT IN ('pending', 'running') "
+            "ORDER BY id DESC LIMIT ?", (top_id, count))
+        return self._jobs(rows)
+
     def array(self, array_id: int) -> list[Job]:
         rows = self._conn.execute("SELECT * FROM jobs WHERE array_id = ? ORDER BY id", (array_id,))
         return self._jobs(rows)

@@ -100,12 +100,19 @@ class SnapshotSource:
         self._open = open_backend
         self._backend: Any = None
         self._backend_problem = ""
+        # The pending jobs of the last snapshot, and the daemon's name for them: asked
+        # again, the daemon sends them only if they changed.
+        self._pending: tuple[TopJob, ...] = ()
+        self._pending_version: str | None = None
 
     def take(self) -> Snapshot:
         from gpusched.core.errors import DaemonUnavailable, GpuschedError
 
         try:
-            reply = self.client.call("snapshot", timeout_s=DAEMON_TIMEOUT_S, lean=True)
+            # The version only once the daemon gave one: an older daemon refuses it.
+            known = ({"pending_version": self._pending_version}
+                     if self._pending_version is not None else {})
+            reply = self.client.call("snapshot", timeout_s=DAEMON_TIMEOUT_S, lean=True, **known)
         except DaemonUnavailable:
             return self._from_backend(NO_DAEMON_BANNER)
         except GpuschedError as exc:
@@ -127,8 +134,17 @@ class SnapshotSource:
             reserved_bytes=MappingProxyType(dict(reply.get("reserved_bytes") or {})),
             pid_jobs=MappingProxyType({int(pid): job_id for pid, job_id
                                        in (reply.get("pid_jobs") or {}).items()}),
-            jobs=tuple(TopJob.from_dict(j) for j in reply.get("jobs") or ()))
+            jobs=self._jobs(reply))
 
+    def _jobs(self, reply: dict[str, Any]) -> tuple[TopJob, ...]:
+        """The running jobs of the reply, then its pending ones, or those of the last
+        snapshot when the daemon says they are the same (an older daemon never does)."""
+        jobs = tuple(TopJob.from_dict(j) for j in reply.get("jobs") or ())
+        if reply.get("pending_same"):
+            return jobs + self._pending
+        self._pending = tuple(job for job in jobs if job.state != "running")
+        self._pending_version = reply.get("pending_version")
+        return jobs
     def _from_backend(self, banner: str) -> Snapshot:
         backend = self._open_backend()
         if backend is None:
