@@ -60,6 +60,8 @@ COMMANDS: dict[str, Command] = {
     # A job queued again as a new one, from the spec the daemon keeps: its environment
     # never travels to the client, which may not see it.
     "resubmit": _cmd("id", "changes"),
+    # Finished jobs past [jobs] keep_finished(_count) removed now, or only counted.
+    "gc": _cmd("", "dry_run"),
 }
 
 
@@ -100,6 +102,7 @@ ARGUMENTS: dict[str, Callable[[Any], Any]] = {
     "cwd": lambda v: values.text(v, "the working directory (cwd)"),
     "all": lambda v: values.flag(v, "all"),
     "lean": lambda v: values.flag(v, "lean"),
+    "dry_run": lambda v: values.flag(v, "dry_run"),
     # Where a page starts, and about how large it may be (daemon/pages.py sets the bounds).
     "after": lambda v: values.whole_number(v, "after", 0, 2**63 - 1),
     "page_bytes": lambda v: values.whole_number(v, "page_bytes", 1, 2**31),

@@ -32,6 +32,7 @@ from gpusched.core.models import Inventory
 from gpusched.client.modes import ensure_public_dir
 from gpusched.core.policies import load_custom_policies, placement_rules
 from gpusched.daemon.request import Request, Waiter
+from gpusched.daemon.retention import Retention
 from gpusched.daemon.server import SocketServer, WakeListener
 from gpusched.daemon.state import DaemonState, Setup
 from gpusched.daemon.store import Store
@@ -92,6 +93,7 @@ class Daemon:
         self.state: DaemonState
         self.control: JobControl
         self.handlers: Handlers
+        self.retention: Retention
 
     # -- the connection threads' side -------------------------------------------------
     def dispatch(self, name: str, args: dict[str, Any], creds: tuple[int, int, int]) -> Any:
@@ -155,6 +157,7 @@ class Daemon:
         self.state = DaemonState(store, setup, self.backend.name)
         self.control = JobControl(self.state, setup, self.seam)
         self.handlers = Handlers(self.state, setup, self.seam)
+        self.retention = Retention(self.state, setup)
 
     def take_over(self) -> None:
         """Re-adopt the jobs still running from before, and read the GPUs."""
@@ -222,6 +225,7 @@ class Daemon:
         for call in calls:
             self.handle(call)  # each request commits before it is answered
         self.step_batched()
+        self.retention.step()  # old finished jobs removed, a little per turn
         if self.state.writes.retry_due():
             try:
                 with self.state.write():  # the loop's own changes: one commit per pass
@@ -279,7 +283,8 @@ class Daemon:
         deadline = self.control.next_deadline()
         if deadline is not None:
             wake = min(wake, deadline - self.clock.time())
-        timeout = 0.0 if self._batched else min(_MAX_SLEEP_S, max(0.0, wake))
+        busy = self._batched or self.retention.busy
+        timeout = 0.0 if busy else min(_MAX_SLEEP_S, max(0.0, wake))
         calls = []
         try:
             calls.append(self._calls.get(timeout=timeout))

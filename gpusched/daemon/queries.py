@@ -11,6 +11,7 @@ from gpusched.core import jobfilter, placement
 from gpusched.core.models import HIDDEN, inventory_to_dict, job_to_dict
 from gpusched.client.protocol import LEAN_JOB_FIELDS
 from gpusched.daemon import pages
+from gpusched.daemon.retention import removed_summary
 from gpusched.daemon.request import WAIT_SLICE_S, Request, Waiter, named, named_each
 from gpusched.daemon.state import DaemonState, Setup
 from gpusched.job import read_progress_file
@@ -34,6 +35,7 @@ class Queries:
                 "host": self.host_usage(), "mem_enforcement": setup.mem_enforcement(),
                 "fairshare_usage": state.usage.until(state.running(), now),
                 "fairshare_half_life_s": setup.settings.fairshare_half_life_s,
+                "removed_jobs": removed_summary(state.store),
                 "write_problem": state.writes.to_dict(),
                 "damaged_jobs": [{"id": i, "reason": r}
                                  for i, r in sorted(state.store.damaged.items())]}
