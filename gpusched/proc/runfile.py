@@ -117,15 +117,18 @@ def run_token(job: Job) -> str:
 
 
 def run_spec(job: Job, env: dict[str, str], jobs_root: str, wake_path: str, grace_s: float,
-             cgroup: os.PathLike | None = None, run_as: int | None = None) -> dict:
+             cgroup: os.PathLike | None = None, run_as: int | None = None,
+             max_log_bytes: int = 0) -> dict:
     """The spec a job's shim is launched with, its run file's first record. The shim
     makes every file of the run (see begin_run_file). run_as (system mode): the shim
-    drops to this uid before the job touches any path."""
+    drops to this uid before the job touches any path. max_log_bytes: each log's cap
+    (0: none; proc/logcap.py)."""
     return {"job_id": job.id, "run": run_token(job), "run_file": run_file(jobs_root, job.id),
             "command": list(job.command), "env": dict(env), "cwd": job.cwd,
             "stdout": job.stdout_path, "stderr": job.stderr_path, "grace_s": grace_s,
             "wake": str(wake_path), "cpu_ids": list(job.cpu_ids),
-            "cgroup": str(cgroup) if cgroup else "", "run_as": run_as}
+            "cgroup": str(cgroup) if cgroup else "", "run_as": run_as,
+            **({"max_log_bytes": max_log_bytes} if max_log_bytes else {})}
 
 
 # -- the shim writes --------------------------------------------------------------------------

@@ -133,7 +133,7 @@ def _spawn_as_ourselves(spec: dict) -> int:
     try:
         jobexec.enter_cwd(spec["cwd"])
         apply_host_limits(spec)
-        out_fd, err_fd = _open_log(spec["stdout"]), _open_log(spec["stderr"])
+        out_fd, err_fd = _job_outputs(spec)
 
         def spawn_program(program: str) -> int:
             return os.posix_spawn(
@@ -151,6 +151,22 @@ def _spawn_as_ourselves(spec: dict) -> int:
         message = jobexec.in_words(exc)
         _note_in_log(spec["stderr"], None, f"gpusched: cannot start: {message}\n")
         raise jobexec.StartError(message) from None
+
+
+def _log_cap(spec: dict):  # -> the logcap module for a job whose logs are capped, or None
+    if not spec.get("max_log_bytes"):
+        return None
+    from gpusched.proc import logcap  # threads: only for a job that needs them
+
+    return logcap
+
+
+def _job_outputs(spec: dict) -> tuple[int, int]:
+    """The job's stdout and stderr: its log files, or pipes to them when they are capped."""
+    cap = _log_cap(spec)
+    if cap is None:
+        return _open_log(spec["stdout"]), _open_log(spec["stderr"])
+    return cap.outputs(spec, _open_log)
 
 
 def spawn(spec: dict) -> int:
@@ -331,6 +347,9 @@ def run(spec: dict, spec_line: bytes | None = None) -> int:
         why = f"cannot start: {jobexec.in_words(exc)}"
         record_exit(run_path, spec, runfile.ExitRecord(127, None, time.time(), why))
         return 0
+    cap = _log_cap(spec)
+    if cap is not None:
+        cap.start()  # copying the job's output, now that nothing forks any more
     forward = Forwarder(pid, float(spec.get("grace_s", 10.0)))  # the job leads its group
     for sig in FORWARDED:
         _signal.signal(sig, forward)
@@ -338,6 +357,8 @@ def run(spec: dict, spec_line: bytes | None = None) -> int:
     _signal.pthread_sigmask(signal.SIG_UNBLOCK, FORWARDED)
     exit_code, signum = wait_for(pid)
     end_leftovers(forward)
+    if cap is not None:
+        cap.finish()  # the last of the output in the logs before the end is recorded
     record_exit(run_path, spec, runfile.ExitRecord(exit_code, signum, time.time()))
     return 0
 
