@@ -12,6 +12,7 @@ library only: the shim imports this module when a job has a cap.
 from __future__ import annotations
 
 import os
+import socket
 import threading
 
 from gpusched.core import logmark
@@ -33,6 +34,42 @@ def outputs(spec: dict, open_log) -> tuple[int, int]:
         _pumps.append(threading.Thread(target=_copy, args=(read_end, log), daemon=True))
         ends.append(write_end)
     return ends[0], ends[1]
+
+
+class Handoff:
+    """System mode: the job's child opens its logs as the job's user (root never opens a
+    user-named path) and hands them to the shim over a socket, before it execs the job
+    with pipes for its output. Made before the fork; in_child and in_parent after it."""
+
+    def __init__(self, spec: dict):
+        self.cap = int(spec["max_log_bytes"])
+        self.pipes = [os.pipe2(os.O_CLOEXEC) for _ in range(2)]  # (read end, write end)
+        self.parent_sock, self.child_sock = socket.socketpair()
+
+    def in_child(self, out_fd: int, err_fd: int) -> tuple[int, int]:
+        """Send the logs; the pipes' write ends, for the job's stdout and stderr."""
+        socket.send_fds(self.child_sock, [b"logs"], [out_fd, err_fd])
+        os.close(out_fd)
+        os.close(err_fd)
+        return self.pipes[0][1], self.pipes[1][1]
+
+    def in_parent(self) -> None:
+        """The logs from the child (unless it failed before sending them), each copied
+        from its pipe once start() runs."""
+        self.child_sock.close()
+        for _, write_end in self.pipes:
+            os.close(write_end)
+        _, fds, _, _ = socket.recv_fds(self.parent_sock, 16, 2)
+        self.parent_sock.close()
+        if len(fds) != 2:
+            for fd in fds:
+                os.close(fd)
+            for read_end, _ in self.pipes:
+                os.close(read_end)
+            return
+        for (read_end, _), log_fd in zip(self.pipes, fds):
+            _pumps.append(threading.Thread(target=_copy, daemon=True,
+                                           args=(read_end, CappedLog(log_fd, self.cap))))
 
 
 def start() -> None:

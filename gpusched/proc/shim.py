@@ -77,7 +77,7 @@ def _open_job_log(path: str, who) -> int:
     return privileges.open_log(path)
 
 
-def _exec_job(spec: dict, who, write_end: int) -> None:
+def _exec_job(spec: dict, who, write_end: int, handoff=None) -> None:
     """The child: become the user (system mode), enter the cwd, open the logs, exec.
 
     In that order: nothing user-named is touched as root, and the user's environment
@@ -97,6 +97,8 @@ def _exec_job(spec: dict, who, write_end: int) -> None:
             dropped = True
         jobexec.enter_cwd(spec["cwd"])
         out_fd, err_fd = _open_job_log(spec["stdout"], who), _open_job_log(spec["stderr"], who)
+        if handoff is not None:  # capped: the logs go to the shim, the job writes to pipes
+            out_fd, err_fd = handoff.in_child(out_fd, err_fd)
         null = os.open(os.devnull, os.O_RDONLY)
         os.dup2(null, 0)
         os.dup2(out_fd, 1)
@@ -178,12 +180,16 @@ def spawn(spec: dict) -> int:
     who = _identity(spec)
     if who is None:
         return _spawn_as_ourselves(spec)
+    cap = _log_cap(spec)
+    handoff = cap.Handoff(spec) if cap is not None else None
     read_end, write_end = os.pipe2(os.O_CLOEXEC)
     pid = os.fork()
     if pid == 0:  # the child: the shim is single-threaded, so fork is safe
         os.close(read_end)
-        _exec_job(spec, who, write_end)
+        _exec_job(spec, who, write_end, handoff)
     os.close(write_end)
+    if handoff is not None:
+        handoff.in_parent()
     failure = b""
     while chunk := os.read(read_end, 4096):
         failure += chunk
