@@ -11,9 +11,11 @@ if [ "${1:-}" = "--quick" ]; then
     "$PYTHON" bench_latency.py --runs 10
     "$PYTHON" bench_throughput.py --jobs 100 --rounds 1
     "$PYTHON" bench_idle.py --seconds 10
+    "$PYTHON" bench_retention.py --jobs 20000
 else
     "$PYTHON" bench_submit.py
     "$PYTHON" bench_latency.py
     "$PYTHON" bench_throughput.py
     "$PYTHON" bench_idle.py
+    "$PYTHON" bench_retention.py
 fi

@@ -34,8 +34,11 @@ log = logging.getLogger("gpusched.daemon.retention")
 
 SUMMARY_KEY = "removed_jobs"  # meta: usage of the jobs removed, by user and final state
 SWEEP_INTERVAL_S = 600.0
-WINDOW_IDS = 1000  # ids one query looks at (a window of the primary key: no full scan)
-WINDOWS_PER_TURN = 4  # at most this many a turn, even on a fast machine: a turn stays short
+WINDOW_IDS = 500  # ids one query looks at (a window of the primary key: no full scan)
+WINDOWS_PER_TURN = 8  # at most this many a turn, even on a fast machine: a turn stays short
+# Jobs removed in one turn at most: the commit, and their files after it, come on top of
+# the time the windows took.
+REMOVALS_PER_TURN = 250
 
 
 class Sweep(Batched):
@@ -65,10 +68,13 @@ class Sweep(Batched):
         chosen: list[sqlite3.Row] = []
         with nullcontext() if self.dry_run else self.state.write(
                 undone="no finished job was removed"):
-            while self._next_id <= self._last_id and windows and time.monotonic() < deadline:
+            while (self._next_id <= self._last_id and windows and len(chosen) < REMOVALS_PER_TURN
+                   and time.monotonic() < deadline):
                 windows -= 1
-                rows = store.finished_between(self._next_id, self._next_id + WINDOW_IDS - 1)
-                self._next_id += WINDOW_IDS
+                # No more ids than may still go this turn: each is at most one removal.
+                ids = min(WINDOW_IDS, REMOVALS_PER_TURN - len(chosen))
+                rows = store.finished_between(self._next_id, self._next_id + ids - 1)
+                self._next_id += ids
                 chosen += [row for row in rows if self._goes(row, keep)]
             if chosen and not self.dry_run:
                 store.delete_ids([row["id"] for row in chosen])
@@ -93,13 +99,12 @@ class Sweep(Batched):
 
     def _count(self, rows: list[sqlite3.Row]) -> None:
         report, paths = self.report, self.setup.paths
-        for row in rows:
-            files = job_files(paths.jobs_dir, paths.log_root, row)
-            report["bytes"] += remove_files(files, really=not self.dry_run)
-            ended = row["ended_at"]
-            if ended is not None:
-                report["oldest_ended_at"] = min(ended, report["oldest_ended_at"] or ended)
-                report["newest_ended_at"] = max(ended, report["newest_ended_at"] or ended)
+        files = [path for row in rows for path in job_files(paths.jobs_dir, paths.log_root, row)]
+        report["bytes"] += remove_files(files, really=not self.dry_run)
+        ended = [row["ended_at"] for row in rows if row["ended_at"] is not None]
+        for key, pick in (("oldest_ended_at", min), ("newest_ended_at", max)):
+            earlier = [] if report[key] is None else [report[key]]
+            report[key] = pick(ended + earlier) if ended or earlier else None
         report["jobs"] += len(rows)
         if rows and not self.dry_run:
             _remove_empty_dirs(paths.jobs_dir, {row["id"] for row in rows})
@@ -167,22 +172,27 @@ def job_files(jobs_dir: str, log_root: str | None, row: sqlite3.Row) -> list[str
 
 
 def remove_files(paths: list[str], really: bool = True) -> int:
-    """Their size in bytes, removing them (really) through a directory opened without
-    following links: in system mode a user's log directory is the user's own, and
-    whatever the user puts there, root removes nothing outside it."""
-    freed = 0
+    """Their size in bytes, removing them (really) through their directories opened
+    without following links, each once: in system mode a user's log directory is the
+    user's own, and whatever the user puts there, root removes nothing outside it."""
+    by_folder: dict[str, list[str]] = {}
     for path in paths:
         folder, name = os.path.split(path)
+        by_folder.setdefault(folder, []).append(name)
+    freed = 0
+    for folder, names in by_folder.items():
         try:
             dir_fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
         except OSError:
             continue
         try:
-            freed += os.stat(name, dir_fd=dir_fd, follow_symlinks=False).st_size
-            if really:
-                os.unlink(name, dir_fd=dir_fd)
-        except OSError:
-            pass  # gone already, or not ours to remove
+            for name in names:
+                try:
+                    freed += os.stat(name, dir_fd=dir_fd, follow_symlinks=False).st_size
+                    if really:
+                        os.unlink(name, dir_fd=dir_fd)
+                except OSError:
+                    pass  # gone already, or not ours to remove
         finally:
             os.close(dir_fd)
     return freed
