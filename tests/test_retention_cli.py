@@ -119,6 +119,8 @@ def test_a_lost_queue_beside_subdirectories_of_job_files_is_refused(home):
     give their ids again."""
     ended(home, home.submit("--", "true"))
     home.run("daemon", "stop")
+    jobs = home.state / "jobs"
+    assert [p.name for p in jobs.iterdir()] == ["0000"]  # no file of it flat in jobs/
     (home.state / "queue.db").unlink()
     for sidecar in home.state.glob("queue.db*"):
         sidecar.unlink()
