@@ -154,3 +154,17 @@ def test_a_home_with_flat_files_of_an_older_version_keeps_its_running_job(make_b
     box.step()
     assert box.show(job_id)["state"] == "running"  # re-adopted, not lost
     assert box.exit(job_id, 4)["exit_code"] == 4
+
+
+def test_a_pass_that_could_remove_nothing_is_skipped_until_a_job_is_old(make_box,
+                                                                        monkeypatch):
+    box = make_box(config='[jobs]\nkeep_finished = "1h"\n')
+    kept = ran(box)
+    sweep_due(box)  # a whole pass: the oldest job it kept ended just now
+    steps = []
+    step = retention.Sweep.step
+    monkeypatch.setattr(retention.Sweep, "step", lambda self: steps.append(1) or step(self))
+    box.step(retention.SWEEP_INTERVAL_S)
+    assert steps == []  # nothing could be old yet: the ids are not even read
+    sweep_due(box, HOUR_S)
+    assert steps and kept not in listed(box)

@@ -54,6 +54,7 @@ class Sweep(Batched):
         keep_s = settings.keep_finished_s
         self._cutoff = None if keep_s is None else setup.clock.time() - keep_s
         self._next_id = 1
+        self.oldest_kept_ended_at: float | None = None  # of the finished jobs left
         self.report = {"dry_run": dry_run, "jobs": 0, "bytes": 0, "oldest_ended_at": None,
                        "newest_ended_at": None, "kept_for_dependents": 0,
                        "keep_finished_s": keep_s, "keep_finished_count": count}
@@ -85,14 +86,24 @@ class Sweep(Batched):
             return None
         return {**self.report, "removed_so_far": removed_summary(store)}
 
+    def can_skip(self, oldest_kept_ended_at: float | None) -> bool:
+        """Whether nothing can be old enough to go: no finished job past the count, and
+        the oldest one an earlier pass left still inside keep_finished."""
+        return (self._excess == 0 and oldest_kept_ended_at is not None
+                and (self._cutoff is None or self._cutoff < oldest_kept_ended_at))
+
     def _goes(self, row: sqlite3.Row, keep: tuple[set, set]) -> bool:
-        old = self._excess > 0 or (self._cutoff is not None and row["ended_at"] is not None
-                                   and row["ended_at"] < self._cutoff)
-        if not old:
-            return False
+        ended = row["ended_at"]
+        old = self._excess > 0 or (self._cutoff is not None and ended is not None
+                                   and ended < self._cutoff)
         depended_on, busy_arrays = keep
-        if row["id"] in depended_on or row["array_id"] in busy_arrays:
+        if old and (row["id"] in depended_on or row["array_id"] in busy_arrays):
             self.report["kept_for_dependents"] += 1
+            old = False
+        if not old:
+            if ended is not None and (self.oldest_kept_ended_at is None
+                                      or ended < self.oldest_kept_ended_at):
+                self.oldest_kept_ended_at = ended
             return False
         self._excess -= 1
         return True
@@ -224,8 +235,22 @@ class Retention:
         self.state, self.setup = state, setup
         self._sweep: Sweep | None = None
         self._due = setup.clock.monotonic()
+        # The oldest end among the finished jobs the last whole pass kept: until it is
+        # past keep_finished (or the count is), a pass would only read, and is skipped.
+        self._oldest_kept: float | None = None
         settings = setup.settings
         self.enabled = settings.keep_finished_s is not None or settings.keep_finished_count > 0
+
+    def _start(self) -> bool:
+        """A pass, when one is due and could remove anything."""
+        if self.setup.clock.monotonic() < self._due:
+            return False
+        self._due = self.setup.clock.monotonic() + SWEEP_INTERVAL_S
+        sweep = Sweep(self.state, self.setup)
+        if sweep.can_skip(self._oldest_kept):
+            return False
+        self._sweep = sweep
+        return True
 
     @property
     def busy(self) -> bool:
@@ -235,12 +260,9 @@ class Retention:
     def step(self) -> None:
         if not self.enabled or self.state.writes.failing:
             return
-        if self._sweep is None:
-            if self.setup.clock.monotonic() < self._due:
-                return
-            self._due = self.setup.clock.monotonic() + SWEEP_INTERVAL_S
-            self._sweep = Sweep(self.state, self.setup)
         try:
+            if self._sweep is None and not self._start():
+                return
             report = self._sweep.step()
         except StoreWriteError:
             self._sweep = None  # said in the log (WriteHealth); tried again when next due
@@ -251,7 +273,7 @@ class Retention:
             self._sweep = None
             return
         if report is not None:
-            self._sweep = None
+            self._oldest_kept, self._sweep = self._sweep.oldest_kept_ended_at, None
             if report["jobs"]:
                 log.info("removed %d finished job(s) and %d bytes of their files",
                          report["jobs"], report["bytes"])
