@@ -33,7 +33,8 @@ class Handlers:
             "update": changes.update, "drain": changes.drain, "resume": changes.resume,
             "stop": changes.stop,
             "submit": submits.submit, "resubmit": submits.resubmit,
-            "gc": lambda req: retention.gc_request(state, setup, req),
+            "gc": lambda req: retention.gc_request(state, setup, req.creds,
+                                                   bool(req.args.get("dry_run"))),
         }
         assert set(self._table) | SERVER_COMMANDS == set(COMMANDS), \
             "handlers and protocol disagree"

@@ -25,7 +25,6 @@ from contextlib import nullcontext
 
 from gpusched.core.errors import StoreWriteError
 from gpusched.daemon.batches import TURN_BUDGET_S, Batched
-from gpusched.daemon.request import Request
 from gpusched.daemon.state import DaemonState, Setup
 from gpusched.daemon.store import Store
 from gpusched.proc import runfile
@@ -218,12 +217,13 @@ def _remove_empty_dirs(jobs_dir: str, ids: set[int]) -> None:
             pass  # not empty: other jobs' files are there
 
 
-def gc_request(state: DaemonState, setup: Setup, req: Request) -> Sweep:
+def gc_request(state: DaemonState, setup: Setup, creds: tuple[int, int, int],
+               dry_run: bool) -> Sweep:
     """`gpusched gc [--dry-run]`: a sweep now, answered when done (admins only in system
     mode; in user mode the daemon's user is its admin)."""
-    what = "see what gc would remove" if req.args.get("dry_run") else "remove finished jobs"
-    setup.authz.require_admin(req.creds, "gc", what)
-    return Sweep(state, setup, dry_run=bool(req.args.get("dry_run")))
+    setup.authz.require_admin(creds, "gc", "see what gc would remove" if dry_run
+                              else "remove finished jobs")
+    return Sweep(state, setup, dry_run=dry_run)
 
 
 # -- the daemon's own sweeps ------------------------------------------------------------------
