@@ -16,6 +16,7 @@ if [ "${1:-}" = "--quick" ]; then
     "$PYTHON" bench_scrape.py --runs 30
     "$PYTHON" bench_top.py all --runs 20 --seconds 10 --warmup 3
     "$PYTHON" bench_big_store.py --jobs 20000 --runs 5 --idle-seconds 5
+    "$PYTHON" bench_retention.py --jobs 20000
 else
     "$PYTHON" bench_submit.py
     "$PYTHON" bench_commands.py
@@ -25,4 +26,5 @@ else
     "$PYTHON" bench_scrape.py
     "$PYTHON" bench_top.py all --runs 20 --seconds 20
     "$PYTHON" bench_big_store.py
+    "$PYTHON" bench_retention.py
 fi

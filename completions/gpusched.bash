@@ -20,6 +20,7 @@ _gpusched() {
             'doctor') path='doctor' ;;
             'drain') path='drain' ;;
             'env') path='env' ;;
+            'gc') path='gc' ;;
             'gpus') path='gpus' ;;
             'hold') path='hold' ;;
             'logs') path='logs' ;;
@@ -37,7 +38,7 @@ _gpusched() {
         esac
     done
     case "$path" in
-        '') words='cancel completions daemon demo doctor drain env gpus hold logs ls release resubmit resume show simulate submit top update wait --help -h --version' values='' ids= args='' ;;
+        '') words='cancel completions daemon demo doctor drain env gc gpus hold logs ls release resubmit resume show simulate submit top update wait --help -h --version' values='' ids= args='' ;;
         'cancel') words='--help -h' values='' ids=active args='' ;;
         'completions') words='--help -h' values='' ids= args='bash zsh fish' ;;
         'daemon') words='install-service restart run start status stop --help -h' values='' ids= args='' ;;
@@ -51,6 +52,7 @@ _gpusched() {
         'doctor') words='--help -h --repair --system --json' values='' ids= args='' ;;
         'drain') words='--help -h' values='' ids= args='' ;;
         'env') words='--help -h --json' values='' ids=all args='' ;;
+        'gc') words='--help -h --dry-run -n --json' values='' ids= args='' ;;
         'gpus') words='--help -h --json --query --format' values='--query --format' ids= args='' ;;
         'hold') words='--help -h' values='' ids=active args='' ;;
         'logs') words='--help -h --follow -f --stderr' values='' ids=all args='' ;;

@@ -84,6 +84,7 @@ class FakeShims:
     def fork(self, job_id: int) -> int:
         """The job's shim starts: its run file with the spec and its own record."""
         spec, pid = self.launched[job_id], _FAKE_PID_BASE + len(self.launches)
+        os.makedirs(os.path.dirname(spec["run_file"]), exist_ok=True)  # as the shim does
         with open(spec["run_file"], "w") as run:
             run.write(runfile.record_line("spec", spec) +
                       runfile.record_line("shim", {"pid": pid, "start_ticks": pid,

@@ -94,7 +94,7 @@ def commands(home: Home) -> list[list[str]]:
         ["simulate", str(home.trace)], ["demo"], ["completions", "bash"],
         ["daemon", "status"], ["daemon", "status", "--json"], ["daemon", "start"],
         ["daemon", "install-service", "--user", "--dir", str(home.path)],
-        ["doctor"], ["doctor", "--json"],
+        ["doctor"], ["doctor", "--json"], ["gc", "--dry-run"], ["gc", "--dry-run", "--json"],
         ["--version"], ["--help"], ["submit", "--help"], ["daemon", "--help"],
         # Last: they stop the daemon (the next command starts it again).
         ["daemon", "restart"], ["daemon", "stop"],

@@ -86,7 +86,7 @@ def job_specs(draw) -> dict:
 GOOD_ARGS = {
     "jobs": st.lists(job_specs(), min_size=1, max_size=2), "env": st.just({"A": "b"}),
     "cwd": st.just("/"), "all": st.booleans(), "lean": st.booleans(), "after": st.integers(0, 5),
-    "pending_version": st.sampled_from(["", "x.1"]),
+    "pending_version": st.sampled_from(["", "x.1"]), "dry_run": st.booleans(),
     "page_bytes": st.sampled_from([1024, 2**20]), "last": st.integers(1, 5),
     "users": st.just(["nobody"]), "states": st.just(["pending", "succeeded"]),
     "names": st.just(["*"]), "ids": st.lists(st.sampled_from([1, 2, "2_1", "3"]), min_size=1),

@@ -193,6 +193,7 @@ def test_status_and_ls_say_why_writes_fail_and_the_log_says_it_once(box, caplog)
 
 def test_a_stale_run_file_of_another_run_is_never_read_as_this_ones(box):
     stale = {"job_id": 1, "run": "1.1.1.0", "run_file": runfile.run_file(box.paths.jobs_dir, 1)}
+    Path(stale["run_file"]).parent.mkdir(exist_ok=True)
     Path(stale["run_file"]).write_text(
         runfile.record_line("spec", stale) +
         runfile.record_line("shim", {"pid": 1, "start_ticks": 1, "run": stale["run"]}) +

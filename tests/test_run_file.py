@@ -65,7 +65,7 @@ def test_a_shim_records_its_pid_and_the_jobs_end_and_wakes_the_daemon(tmp_path):
     record = runfile.read_run(jobs, 1).exit
     assert (record.exit_code, record.signal, record.error) == (3, None, "")
     assert (tmp_path / "out.log").read_text() == "hi\n"
-    run_file = jobs / "1.run.jsonl"  # beside the job's logs, in no directory of its own
+    run_file = jobs / "0000" / "1.run.jsonl"  # in its id range's directory, none of its own
     kinds = [json.loads(line)["record"] for line in run_file.read_text().splitlines()]
     assert kinds == ["spec", "shim", "exit"]
     runfile.clear_run(jobs, 1)

@@ -55,7 +55,7 @@ def test_a_job_whose_shim_cannot_start_fails_and_the_daemon_carries_on(home):
     jobs_dir = home.state / "jobs"
     jobs_dir.mkdir(parents=True, exist_ok=True)
     next_id = 1 + max([j["id"] for j in home.jobs()], default=0)
-    os.mkdir(runfile.run_file(jobs_dir, next_id))
+    os.makedirs(runfile.run_file(jobs_dir, next_id))
     job = home.wait_state(home.submit("--", "true"), "failed", "succeeded")
     assert job["state"] == "failed"
     assert job["end_reason"].startswith("cannot start its shim: cannot create its run file")

@@ -6,6 +6,7 @@ import os
 import sys
 import time
 
+from gpusched.core import logmark
 from gpusched.core.errors import GpuschedError
 
 TYPE_CHECKING = False
@@ -31,20 +32,34 @@ def pending_note(job: dict[str, Any], follow: bool) -> str:
     return f"job {job['id']} {started}{reason}; {then}"
 
 
+def _read_on(fh: Any, shown: int) -> tuple[bytes, int]:
+    """What follows the `shown` bytes of output already printed, and the new count. A log
+    capped by [jobs] max_log_size may have been trimmed since: its mark line says how
+    many bytes went (core/logmark.py), which places `shown` in what is left; the
+    whole of it (mark line first) when nothing was printed yet or more went than was."""
+    dropped, mark_bytes = logmark.read_mark(fh.read(logmark.MARK_MAX_BYTES))
+    if shown and shown >= dropped:
+        fh.seek(mark_bytes + shown - dropped)
+        chunk = fh.read()
+        return chunk, shown + len(chunk)
+    fh.seek(0)
+    chunk = fh.read()
+    return chunk, dropped + len(chunk) - mark_bytes
+
+
 def print_log(client: Any, job_id: int | str, stderr: bool = False, follow: bool = False) -> None:
     # `logs`, not `show`: the daemon refuses (and audits) anyone but the owner or an admin.
     job = client.call("logs", id=job_id)["job"]
     path = job["stderr_path" if stderr else "stdout_path"]
     out = sys.stdout.buffer
-    offset = 0
+    shown = 0  # bytes of the job's output shown so far, counting any dropped before
     if job["state"] == "pending":
         sys.stderr.write(pending_note(job, follow) + "\n")
         sys.stderr.flush()
     while True:
         try:
             with open(path, "rb", opener=_no_links) as fh:
-                fh.seek(offset)
-                chunk = fh.read()
+                chunk, shown = _read_on(fh, shown)
         except FileNotFoundError:
             chunk = b""  # not started yet: the shim creates the file
         except PermissionError:
@@ -54,7 +69,6 @@ def print_log(client: Any, job_id: int | str, stderr: bool = False, follow: bool
             raise GpuschedError(f"cannot read the log of job {job_id} ({path}): {exc}") from None
         out.write(chunk)
         out.flush()
-        offset += len(chunk)
         if not follow or job["state"] not in ("pending", "running"):
             return
         time.sleep(_FOLLOW_POLL_S)

@@ -62,6 +62,8 @@ COMMANDS: dict[str, Command] = {
     # A job queued again as a new one, from the spec the daemon keeps: its environment
     # never travels to the client, which may not see it.
     "resubmit": _cmd("id", "changes"),
+    # Finished jobs past [jobs] keep_finished(_count) removed now, or only counted.
+    "gc": _cmd("", "dry_run"),
 }
 
 
@@ -103,6 +105,7 @@ ARGUMENTS: dict[str, Callable[[Any], Any]] = {
     "all": lambda v: values.flag(v, "all"),
     "lean": lambda v: values.flag(v, "lean"),
     "pending_version": lambda v: values.text(v, "pending_version"),
+    "dry_run": lambda v: values.flag(v, "dry_run"),
     # Where a page starts, and about how large it may be (daemon/pages.py sets the bounds).
     "after": lambda v: values.whole_number(v, "after", 0, 2**63 - 1),
     "page_bytes": lambda v: values.whole_number(v, "page_bytes", 1, 2**31),

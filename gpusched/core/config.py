@@ -60,6 +60,9 @@ class Settings:
     master_port_max: int = 29999
     max_running: int = 0
     job_env: tuple[tuple[str, str], ...] = ()
+    keep_finished_s: float | None = 30 * 86400.0  # None: kept however old
+    keep_finished_count: int = 100_000  # 0: however many
+    max_log_size_bytes: int = 0  # 0: logs grow without a cap
     # [system]
     service_user: str = ""
     admin_group: str = ""
@@ -113,6 +116,10 @@ def _text(value: Any) -> str:
 
 def _optional_duration(value: Any) -> float | None:
     return None if value in ("", None) else parse_duration(value)
+
+
+def _optional_size(value: Any) -> int:
+    return 0 if value in ("", None) else _size_up_to(2**62)(value)
 
 
 def _list_of(kind: type, low: float) -> Callable[[Any], tuple]:
@@ -232,6 +239,15 @@ KEYS: dict[str, tuple[str, Callable[[Any], Any], Any, str]] = {
     "jobs.env": ("job_env", _env_table, {},
                  'Variables every job gets unless its own environment sets them, e.g. '
                  '{ TF_FORCE_GPU_ALLOW_GROWTH = "true" }.'),
+    "jobs.keep_finished": ("keep_finished_s", _optional_duration, "30d",
+                           "Finished jobs that ended longer ago than this are removed, with "
+                           "their files; their usage stays in a summary (\"\": keep them)."),
+    "jobs.keep_finished_count": ("keep_finished_count", _number(0, 10**9, int), 100000,
+                                 "At most this many finished jobs are kept, the newest (0: "
+                                 "no limit)."),
+    "jobs.max_log_size": ("max_log_size_bytes", _optional_size, "",
+                          "A job's log beyond this size loses its oldest part, and says so "
+                          "(\"\": no cap), e.g. \"100M\"."),
     "jobs.master_port_min": ("master_port_min", _number(1024, 65535, int), 29500,
                              "Lowest MASTER_PORT given to a job (torchrun's default is 29500)."),
     "jobs.master_port_max": ("master_port_max", _number(1024, 65535, int), 29999,

@@ -194,7 +194,7 @@ def check_job_files(report: Report, paths: Paths) -> None:
         report.add(NOTE, "jobs", f"{paths.jobs_dir} holds files of job(s) {_ids(orphans)} that "
                    "the queue no longer has (kept logs; safe to delete)")
     running = [i for i, s in rows.job_states.items() if s == "running"]
-    lost = sorted(i for i in running if not os.path.exists(runfile.run_file(paths.jobs_dir, i)))
+    lost = sorted(i for i in running if not os.path.exists(runfile.run_file_found(paths.jobs_dir, i)))
     if lost:
         report.add(PROBLEM, "jobs", f"running job(s) {_ids(lost)} have no run file in "
                    f"{paths.jobs_dir}: the daemon cannot find their processes and will mark "

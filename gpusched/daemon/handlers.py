@@ -10,6 +10,7 @@ from typing import Any, Callable
 
 from gpusched.client.protocol import COMMANDS
 from gpusched.core import limits
+from gpusched.daemon import retention
 from gpusched.daemon.changes import Changes
 from gpusched.daemon.queries import Queries
 from gpusched.daemon.request import Request, Waiter
@@ -32,6 +33,8 @@ class Handlers:
             "update": changes.update, "drain": changes.drain, "resume": changes.resume,
             "stop": changes.stop,
             "submit": submits.submit, "resubmit": submits.resubmit,
+            "gc": lambda req: retention.gc_request(state, setup, req.creds,
+                                                   bool(req.args.get("dry_run"))),
         }
         assert set(self._table) | SERVER_COMMANDS == set(COMMANDS), \
             "handlers and protocol disagree"

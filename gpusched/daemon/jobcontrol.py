@@ -279,7 +279,8 @@ class JobControl:
                                      dict(settings.job_env))
         spec = runfile.run_spec(started, env, paths.jobs_dir, paths.wake_socket,
                                 settings.cancel_grace_s, cgroup,
-                                run_as=job.uid if paths.is_system else None)
+                                run_as=job.uid if paths.is_system else None,
+                                max_log_bytes=settings.max_log_size_bytes)
         self.state.save(started)
         # Launched only once the start is stored (launch_started); if storing it fails,
         # what was taken for it is given back and a later pass tries again.

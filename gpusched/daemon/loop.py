@@ -35,6 +35,7 @@ from gpusched.core.models import Inventory
 from gpusched.client.modes import ensure_public_dir
 from gpusched.core.policies import load_custom_policies, placement_rules
 from gpusched.daemon.request import Request, Waiter
+from gpusched.daemon.retention import Retention
 from gpusched.daemon.server import SocketServer, WakeListener
 from gpusched.daemon.state import DaemonState, Setup
 from gpusched.daemon.store import Store
@@ -99,6 +100,7 @@ class Daemon:
         self.setup: Setup
         self.control: JobControl
         self.handlers: Handlers
+        self.retention: Retention
 
     # -- the connection threads' side -------------------------------------------------
     def dispatch(self, name: str, args: dict[str, Any], creds: tuple[int, int, int]) -> Any:
@@ -165,6 +167,7 @@ class Daemon:
         self.state, self.setup = DaemonState(store, setup, self.backend.name), setup
         self.control = JobControl(self.state, setup, self.seam)
         self.handlers = Handlers(self.state, setup, self.seam)
+        self.retention = Retention(self.state, setup)
 
     def take_over(self) -> None:
         """Re-adopt the jobs still running from before, and read the GPUs."""
@@ -234,6 +237,7 @@ class Daemon:
         for call in calls:
             self.handle(call)  # each request commits before it is answered
         self.step_batched()
+        self.retention.step()  # old finished jobs removed, a little per turn
         if self.state.writes.retry_due():
             try:
                 with self.state.write():  # the loop's own changes: one commit per pass
@@ -294,7 +298,8 @@ class Daemon:
         deadline = self.control.next_deadline()
         if deadline is not None:
             wake = min(wake, deadline - self.clock.time())
-        timeout = 0.0 if self._batched else min(_MAX_SLEEP_S, max(0.0, wake))
+        busy = self._batched or self.retention.busy
+        timeout = 0.0 if busy else min(_MAX_SLEEP_S, max(0.0, wake))
         calls = []
         try:
             calls.append(self._calls.get(timeout=timeout))

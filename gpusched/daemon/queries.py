@@ -12,6 +12,7 @@ from gpusched.core.models import HIDDEN, inventory_to_dict, job_to_dict
 from gpusched.client.protocol import LEAN_JOB_FIELDS
 from gpusched.daemon import pages
 from gpusched.daemon.progress import progress_of
+from gpusched.daemon.retention import removed_summary
 from gpusched.daemon.request import WAIT_SLICE_S, Request, Waiter, named, named_each
 from gpusched.daemon.state import DaemonState, Setup
 
@@ -33,6 +34,7 @@ class Queries:
                 "host": self.host_usage(), "mem_enforcement": setup.mem_enforcement(),
                 "fairshare_usage": state.usage.until(state.running(), now),
                 "fairshare_half_life_s": setup.settings.fairshare_half_life_s,
+                "removed_jobs": removed_summary(state.store),
                 "write_problem": state.writes.to_dict(), "metrics": state.metrics_status,
                 "damaged_jobs": [{"id": i, "reason": r}
                                  for i, r in sorted(state.store.damaged.items())]}

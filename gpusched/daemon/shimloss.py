@@ -91,7 +91,7 @@ class ShimLoss:
         if shim is None:
             return {}  # the shim writes this record before it starts the job
         try:
-            spec = runfile.read_spec(runfile.run_file(jobs_dir, job.id))
+            spec = runfile.read_spec(runfile.run_file_found(jobs_dir, job.id))
         except (OSError, ValueError):
             spec = {}  # found by its session alone
         return self.seam.job_processes(leftovers.marks_of(spec, shim, job.uid))

@@ -102,7 +102,8 @@ assert len(MIGRATIONS) == SCHEMA_VERSION
 _JOB_FIELDS = [f.name for f in fields(Job) if f.name != "request"]
 
 
-_IDS_PER_QUERY = 500  # under SQLite's oldest limit on bound values (999)
+_IDS_PER_QUERY = 500
+_FINAL = sorted(state.value for state in JobState if state.is_final)  # under SQLite's oldest limit on bound values (999)
 
 # Fixed at submit: an update need not rewrite (nor re-encode) them, the environment above
 # all. The request (GPUs, memory, constraints, CPUs) is fixed too, and stored apart.
@@ -354,6 +355,30 @@ class Store:
         rows = self._conn.execute("SELECT id FROM jobs WHERE array_id = ? ORDER BY id",
                                   (array_id,))
         return [row[0] for row in rows]
+
+    # -- retention (daemon/retention.py) --------------------------------------------------
+    def finished_extent(self) -> tuple[int, int]:
+        """How many finished jobs the queue holds, and the highest id of any job."""
+        finals = ",".join("?" * len(_FINAL))
+        (count,) = self._conn.execute(f"SELECT count(*) FROM jobs WHERE state IN ({finals})",
+                                      _FINAL).fetchone()
+        (last,) = self._conn.execute("SELECT coalesce(max(id), 0) FROM jobs").fetchone()
+        return count, last
+
+    def finished_between(self, first_id: int, last_id: int) -> list[sqlite3.Row]:
+        """The finished jobs with ids first_id..last_id, in id order: the columns retention
+        weighs and sums up (a row, not a Job: a damaged column elsewhere does not matter)."""
+        finals = ",".join("?" * len(_FINAL))
+        return self._conn.execute(
+            "SELECT id, state, user, started_at, ended_at, gpu_uuids, cpus, array_id, "
+            f"stdout_path, stderr_path FROM jobs WHERE id BETWEEN ? AND ? AND state IN ({finals}) "
+            "ORDER BY id", (first_id, last_id, *_FINAL)).fetchall()
+
+    def delete_ids(self, ids: list[int]) -> None:
+        for start in range(0, len(ids), _IDS_PER_QUERY):
+            chunk = ids[start:start + _IDS_PER_QUERY]
+            self._conn.execute(f"DELETE FROM jobs WHERE id IN ({','.join('?' * len(chunk))})",
+                               chunk)
 
     # -- submits done in batches (daemon/batches.py) ------------------------------------
     def meta_starting(self, prefix: str) -> dict[str, str]:

@@ -23,6 +23,7 @@ from typing import Iterator, Sequence
 
 from gpusched.core.errors import StoreError
 from gpusched.daemon.walcheck import wal_problem
+from gpusched.proc import runfile
 
 log = logging.getLogger("gpusched.daemon.storecheck")
 
@@ -145,16 +146,7 @@ def _read(path: str, limit: int = -1) -> bytes | None:
 
 def earlier_jobs(jobs_dir: str | None) -> dict[int, list[str]]:
     """The files of jobs in the jobs directory (ID.run.jsonl, ID.stdout.log, ...), by id."""
-    found: dict[int, list[str]] = {}
-    try:
-        names = os.listdir(jobs_dir) if jobs_dir else []
-    except OSError:
-        return found
-    for name in names:
-        head = name.split(".", 1)[0]
-        if head.isdigit() and "." in name:
-            found.setdefault(int(head), []).append(name)
-    return found
+    return runfile.job_files(jobs_dir) if jobs_dir else {}
 
 
 def _new_queue(path: str, how: str, jobs_dir: str | None) -> Verdict:

@@ -150,5 +150,6 @@ class Submits:
         """Beside the job's run file; in system mode in the user's own log directory, so
         that the user's client reads them directly and root never writes them."""
         log_root = self.setup.paths.log_root
-        return runfile.log_paths(self.setup.paths.jobs_dir if log_root is None
-                                 else os.path.join(log_root, user), job_id)
+        if log_root is None:
+            return runfile.log_paths(self.setup.paths.jobs_dir, job_id)
+        return runfile.log_paths(os.path.join(log_root, user), job_id, flat=True)

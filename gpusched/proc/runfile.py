@@ -13,9 +13,48 @@ import os
 from collections import namedtuple
 
 # -- a job's files ----------------------------------------------------------------------------
-# They lie side by side in the jobs directory, named by the job's id: ID.run.jsonl,
-# ID.stdout.log, ID.stderr.log and ID.progress.json. No directory per job: on some
-# filesystems each one costs the daemon most of a millisecond to make, for every job.
+# They lie in the jobs directory, named by the job's id: ID.run.jsonl, ID.stdout.log,
+# ID.stderr.log and ID.progress.json, in a subdirectory per range of IDS_PER_DIR ids
+# (jobs/0000/ holds jobs 0-999, jobs/0001/ jobs 1000-1999, ...), so that no directory grows
+# past a few thousand names however many jobs a home has seen. No directory per job: on
+# some filesystems each one costs the daemon most of a millisecond to make, for every job;
+# one per thousand jobs costs nothing. Homes made before the subdirectories keep their
+# jobs' files flat in the jobs directory: run_file_found and job_files find those too.
+
+IDS_PER_DIR = 1000
+
+
+def job_dir(jobs_root: str | os.PathLike, job_id: int) -> str:
+    """The one place a job's files go: its id range's subdirectory of jobs_root. Every
+    path of a job's files is made from this; the shim makes the directory when missing."""
+    return os.path.join(jobs_root, f"{job_id // IDS_PER_DIR:04d}")
+
+
+def is_range_dir(name: str) -> bool:
+    """Whether a name in a jobs directory is one of job_dir's subdirectories."""
+    return len(name) >= 4 and name.isdigit()
+
+
+def job_files(jobs_root: str | os.PathLike) -> dict[int, list[str]]:
+    """The files of jobs under jobs_root (ID.run.jsonl, ID.stdout.log, ...) as paths, by
+    id: in the id-range subdirectories, and flat in jobs_root (homes of older versions)."""
+    found: dict[int, list[str]] = {}
+    _add_job_files(str(jobs_root), found, subdirs=True)
+    return found
+
+
+def _add_job_files(folder: str, found: dict[int, list[str]], subdirs: bool) -> None:
+    try:
+        names = os.listdir(folder)
+    except OSError:
+        return
+    for name in names:
+        head = name.split(".", 1)[0]
+        if head.isdigit() and "." in name:
+            found.setdefault(int(head), []).append(os.path.join(folder, name))
+        elif subdirs and is_range_dir(name):
+            _add_job_files(os.path.join(folder, name), found, subdirs=False)
+
 
 RUN_FILE = "run.jsonl"
 """A run's record (ID.run.jsonl), one JSON object per line, each tagged by its "record"
@@ -41,13 +80,27 @@ MAX_ERROR_CHARS = 2000  # keeps the exit record a short line
 
 
 def run_file(jobs_root: str | os.PathLike, job_id: int) -> str:
-    return os.path.join(jobs_root, f"{job_id}.{RUN_FILE}")
+    """Where a new run's file goes (in the job's id-range subdirectory)."""
+    return os.path.join(job_dir(jobs_root, job_id), f"{job_id}.{RUN_FILE}")
 
 
-def log_paths(jobs_root: str | os.PathLike, job_id: int) -> tuple[str, str]:
-    """A job's stdout and stderr logs in user mode (system mode keeps them per user)."""
-    return (os.path.join(jobs_root, f"{job_id}.stdout.log"),
-            os.path.join(jobs_root, f"{job_id}.stderr.log"))
+def run_file_found(jobs_root: str | os.PathLike, job_id: int) -> str:
+    """Where a run's file is: run_file, or flat in jobs_root for a run a version before
+    the subdirectories started (re-adopted after an upgrade); run_file if neither is."""
+    path = run_file(jobs_root, job_id)
+    if os.path.lexists(path):
+        return path
+    flat = os.path.join(jobs_root, f"{job_id}.{RUN_FILE}")
+    return flat if os.path.lexists(flat) else path
+
+
+def log_paths(jobs_root: str | os.PathLike, job_id: int, flat: bool = False) -> tuple[str, str]:
+    """A job's stdout and stderr logs: in its id-range subdirectory of jobs_root, or
+    (flat) in log_root itself: system mode keeps them flat per user, in a directory the
+    user owns, where only the user makes anything."""
+    folder = jobs_root if flat else job_dir(jobs_root, job_id)
+    return (os.path.join(folder, f"{job_id}.stdout.log"),
+            os.path.join(folder, f"{job_id}.stderr.log"))
 
 
 def progress_path(stdout_path: str, job_id: int) -> str:
@@ -64,15 +117,18 @@ def run_token(job: Job) -> str:
 
 
 def run_spec(job: Job, env: dict[str, str], jobs_root: str, wake_path: str, grace_s: float,
-             cgroup: os.PathLike | None = None, run_as: int | None = None) -> dict:
+             cgroup: os.PathLike | None = None, run_as: int | None = None,
+             max_log_bytes: int = 0) -> dict:
     """The spec a job's shim is launched with, its run file's first record. The shim
     makes every file of the run (see begin_run_file). run_as (system mode): the shim
-    drops to this uid before the job touches any path."""
+    drops to this uid before the job touches any path. max_log_bytes: each log's cap
+    (0: none; proc/logcap.py)."""
     return {"job_id": job.id, "run": run_token(job), "run_file": run_file(jobs_root, job.id),
             "command": list(job.command), "env": dict(env), "cwd": job.cwd,
             "stdout": job.stdout_path, "stderr": job.stderr_path, "grace_s": grace_s,
             "wake": str(wake_path), "cpu_ids": list(job.cpu_ids),
-            "cgroup": str(cgroup) if cgroup else "", "run_as": run_as}
+            "cgroup": str(cgroup) if cgroup else "", "run_as": run_as,
+            **({"max_log_bytes": max_log_bytes} if max_log_bytes else {})}
 
 
 # -- the shim writes --------------------------------------------------------------------------
@@ -102,7 +158,12 @@ def begin_run_file(spec: dict, spec_line: bytes | None = None) -> str:
     lines = spec_record + record_line(SHIM, {
         "pid": os.getpid(), "start_ticks": read_proc_stat().start_ticks,
         "run": spec.get("run")}).encode()
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
+    flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW
+    try:
+        fd = os.open(path, flags, 0o600)
+    except FileNotFoundError:  # the first job of its id range: make the range's directory
+        os.makedirs(os.path.dirname(path), 0o700, exist_ok=True)
+        fd = os.open(path, flags, 0o600)
     try:
         os.write(fd, lines)
     finally:
@@ -146,7 +207,7 @@ def read_run(jobs_root: str | os.PathLike, job_id: int, run: str | None = None) 
     its tail is read: this runs for every running job on every pass, and the spec before
     them may be long."""
     try:
-        records = _tail_records(run_file(jobs_root, job_id))
+        records = _tail_records(run_file_found(jobs_root, job_id))
     except OSError:
         return RunState(None, None)
     shim_record = exit_record = None
@@ -184,7 +245,7 @@ def _tail_records(path: str) -> list[dict]:
 def clear_run(jobs_root: str | os.PathLike, job_id: int) -> None:
     """Forget a finished run's record before the job is queued again."""
     try:
-        os.unlink(run_file(jobs_root, job_id))
+        os.unlink(run_file_found(jobs_root, job_id))
     except FileNotFoundError:
         pass
 

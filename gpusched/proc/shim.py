@@ -77,7 +77,7 @@ def _open_job_log(path: str, who) -> int:
     return privileges.open_log(path)
 
 
-def _exec_job(spec: dict, who, write_end: int) -> None:
+def _exec_job(spec: dict, who, write_end: int, handoff=None) -> None:
     """The child: become the user (system mode), enter the cwd, open the logs, exec.
 
     In that order: nothing user-named is touched as root, and the user's environment
@@ -97,6 +97,8 @@ def _exec_job(spec: dict, who, write_end: int) -> None:
             dropped = True
         jobexec.enter_cwd(spec["cwd"])
         out_fd, err_fd = _open_job_log(spec["stdout"], who), _open_job_log(spec["stderr"], who)
+        if handoff is not None:  # capped: the logs go to the shim, the job writes to pipes
+            out_fd, err_fd = handoff.in_child(out_fd, err_fd)
         null = os.open(os.devnull, os.O_RDONLY)
         os.dup2(null, 0)
         os.dup2(out_fd, 1)
@@ -133,7 +135,7 @@ def _spawn_as_ourselves(spec: dict) -> int:
     try:
         jobexec.enter_cwd(spec["cwd"])
         apply_host_limits(spec)
-        out_fd, err_fd = _open_log(spec["stdout"]), _open_log(spec["stderr"])
+        out_fd, err_fd = _job_outputs(spec)
 
         def spawn_program(program: str) -> int:
             return os.posix_spawn(
@@ -153,6 +155,22 @@ def _spawn_as_ourselves(spec: dict) -> int:
         raise jobexec.StartError(message) from None
 
 
+def _log_cap(spec: dict):  # -> the logcap module for a job whose logs are capped, or None
+    if not spec.get("max_log_bytes"):
+        return None
+    from gpusched.proc import logcap  # threads: only for a job that needs them
+
+    return logcap
+
+
+def _job_outputs(spec: dict) -> tuple[int, int]:
+    """The job's stdout and stderr: its log files, or pipes to them when they are capped."""
+    cap = _log_cap(spec)
+    if cap is None:
+        return _open_log(spec["stdout"]), _open_log(spec["stderr"])
+    return cap.outputs(spec, _open_log)
+
+
 def spawn(spec: dict) -> int:
     """Start the job in its own process group; start errors are raised as OSError.
 
@@ -162,12 +180,16 @@ def spawn(spec: dict) -> int:
     who = _identity(spec)
     if who is None:
         return _spawn_as_ourselves(spec)
+    cap = _log_cap(spec)
+    handoff = cap.Handoff(spec) if cap is not None else None
     read_end, write_end = os.pipe2(os.O_CLOEXEC)
     pid = os.fork()
     if pid == 0:  # the child: the shim is single-threaded, so fork is safe
         os.close(read_end)
-        _exec_job(spec, who, write_end)
+        _exec_job(spec, who, write_end, handoff)
     os.close(write_end)
+    if handoff is not None:
+        handoff.in_parent()
     failure = b""
     while chunk := os.read(read_end, 4096):
         failure += chunk
@@ -370,6 +392,9 @@ def run(spec: dict, spec_line: bytes | None = None) -> int:
         why = f"cannot start: {jobexec.in_words(exc)}"
         record_exit(run_path, spec, runfile.ExitRecord(127, None, time.time(), why))
         return 0
+    cap = _log_cap(spec)
+    if cap is not None:
+        cap.start()  # copying the job's output, now that nothing forks any more
     forward = Forwarder(pid, float(spec.get("grace_s", 10.0)))  # the job leads its group
     for sig in FORWARDED:
         _signal.signal(sig, forward)
@@ -377,6 +402,8 @@ def run(spec: dict, spec_line: bytes | None = None) -> int:
     _signal.pthread_sigmask(signal.SIG_UNBLOCK, FORWARDED)
     exit_code, signum = wait_for(pid)
     end_leftovers(forward)
+    if cap is not None:
+        cap.finish()  # the last of the output in the logs before the end is recorded
     record_exit(run_path, spec, runfile.ExitRecord(exit_code, signum, time.time()))
     return 0
 

@@ -1,0 +1,134 @@
+"""[jobs] max_log_size: with a cap, the shim reads the job's output through pipes and keeps
+each log under it, dropping the oldest part and saying so in a line at the log's head.
+
+Without a cap the job writes its logs itself, straight to the files (the fast path).
+With one, a thread of the shim per log copies what the job writes; when the log passes
+the cap it is rewritten in place to its newest half under a mark line (core/logmark.py)
+that counts every byte dropped, so nothing but the oldest part is lost and `logs -f`
+keeps its place. The shim outlives the daemon, and so does the copying. Standard
+library only: the shim imports this module when a job has a cap.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import threading
+
+from gpusched.core import logmark
+
+_CHUNK_BYTES = 1 << 16
+_FINISH_S = 10.0  # a process that escaped the job's end may hold a pipe open: not for ever
+_pumps: list[threading.Thread] = []
+
+
+def outputs(spec: dict, open_log) -> tuple[int, int]:
+    """For a job with a cap (spec["max_log_bytes"]): pipes for its stdout and stderr,
+    whose other ends the shim's threads copy into the log files (open_log(path)) once
+    start() runs, after the job is spawned. The caller closes both."""
+    cap = int(spec["max_log_bytes"])
+    ends = []
+    for path in (spec["stdout"], spec["stderr"]):
+        log = CappedLog(open_log(path), cap)  # made, and checked, as an uncapped log is
+        read_end, write_end = os.pipe2(os.O_CLOEXEC)
+        _pumps.append(threading.Thread(target=_copy, args=(read_end, log), daemon=True))
+        ends.append(write_end)
+    return ends[0], ends[1]
+
+
+class Handoff:
+    """System mode: the job's child opens its logs as the job's user (root never opens a
+    user-named path) and hands them to the shim over a socket, before it execs the job
+    with pipes for its output. Made before the fork; in_child and in_parent after it."""
+
+    def __init__(self, spec: dict):
+        self.cap = int(spec["max_log_bytes"])
+        self.pipes = [os.pipe2(os.O_CLOEXEC) for _ in range(2)]  # (read end, write end)
+        self.parent_sock, self.child_sock = socket.socketpair()
+
+    def in_child(self, out_fd: int, err_fd: int) -> tuple[int, int]:
+        """Send the logs; the pipes' write ends, for the job's stdout and stderr."""
+        socket.send_fds(self.child_sock, [b"logs"], [out_fd, err_fd])
+        os.close(out_fd)
+        os.close(err_fd)
+        return self.pipes[0][1], self.pipes[1][1]
+
+    def in_parent(self) -> None:
+        """The logs from the child (unless it failed before sending them), each copied
+        from its pipe once start() runs."""
+        self.child_sock.close()
+        for _, write_end in self.pipes:
+            os.close(write_end)
+        _, fds, _, _ = socket.recv_fds(self.parent_sock, 16, 2)
+        self.parent_sock.close()
+        if len(fds) != 2:
+            for fd in fds:
+                os.close(fd)
+            for read_end, _ in self.pipes:
+                os.close(read_end)
+            return
+        for (read_end, _), log_fd in zip(self.pipes, fds):
+            _pumps.append(threading.Thread(target=_copy, daemon=True,
+                                           args=(read_end, CappedLog(log_fd, self.cap))))
+
+
+def start() -> None:
+    """Copying starts (threads only once the job is spawned: nothing forks after)."""
+    for pump in _pumps:
+        pump.start()
+
+
+def finish() -> None:
+    """Once the job and its leftovers are gone: wait for the last of their output."""
+    for pump in _pumps:
+        if pump.is_alive():
+            pump.join(_FINISH_S)
+
+
+def _copy(read_end: int, log: CappedLog) -> None:
+    try:
+        while chunk := os.read(read_end, _CHUNK_BYTES):
+            try:
+                log.write(chunk)
+            except OSError:
+                pass  # a full disk: the output is lost, but the job must not get SIGPIPE
+    finally:
+        os.close(read_end)
+        os.close(log.fd)
+
+
+class CappedLog:
+    """A log file that never grows past cap_bytes (its mark line aside)."""
+
+    def __init__(self, fd: int, cap_bytes: int):
+        # fd was opened for appending; pread needs it readable, so reopen it read-write
+        # through /proc: the same file, whatever has become of its path since.
+        self.fd = os.open(f"/proc/self/fd/{fd}", os.O_RDWR | os.O_CLOEXEC)
+        os.close(fd)
+        self.cap_bytes = cap_bytes
+        self.cap = max(cap_bytes, 2 * logmark.MARK_MAX_BYTES)  # room for the mark line
+        self.size = os.fstat(self.fd).st_size  # a retry's log goes on after the last run's
+
+    def write(self, data: bytes) -> None:
+        view = memoryview(data)
+        while view:
+            written = os.pwrite(self.fd, view, self.size)
+            self.size += written
+            view = view[written:]
+        if self.size > self.cap:
+            self.trim()
+
+    def trim(self) -> None:
+        """Keep the newest half, from a line's start when one is near, under a mark line
+        counting every byte dropped so far (earlier trims' too)."""
+        dropped, mark_bytes = logmark.read_mark(os.pread(self.fd, logmark.MARK_MAX_BYTES, 0))
+        keep = self.cap // 2
+        kept = os.pread(self.fd, keep, self.size - keep)
+        line_start = kept.find(b"\n", 0, min(len(kept) - 1, 4096))
+        if line_start >= 0:
+            kept = kept[line_start + 1:]
+        dropped += self.size - mark_bytes - len(kept)
+        text = logmark.mark_line(dropped, self.cap_bytes) + kept
+        os.pwrite(self.fd, text, 0)
+        os.ftruncate(self.fd, len(text))
+        self.size = len(text)
