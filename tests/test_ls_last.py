@@ -12,7 +12,7 @@ from conftest import Home
 from gpusched.core.errors import UsageError
 from gpusched.core.models import Job, JobState
 from gpusched.daemon.store import Store
-from inproc import ME, box, make_box  # noqa: F401 - fixtures
+from inproc import ME, FakeClock, box, make_box  # noqa: F401 - fixtures
 from test_cli_errors import assert_one_error_line
 
 USER = pwd.getpwuid(os.getuid()).pw_name
@@ -57,10 +57,14 @@ def test_a_bad_last_is_one_error_line(queue, value):
     assert_one_error_line(queue.script("ls", "--last", "many", check=False), 2, "--last")
 
 
+# The in-process daemon's clock: jobs that ended just now, which retention keeps.
+NOW = FakeClock().time()
+
+
 def finished_jobs(first_id: int, count: int) -> list[Job]:
     """Rows as the daemon stores a job that ran and succeeded."""
     return [Job(id=i, command=("true",), cwd="/", uid=ME[1], user=USER, name=f"job-{i}",
-                state=JobState.SUCCEEDED, submitted_at=1.0, started_at=2.0, ended_at=3.0,
+                state=JobState.SUCCEEDED, submitted_at=NOW - 3, started_at=NOW - 2, ended_at=NOW - 1,
                 exit_code=0) for i in range(first_id, first_id + count)]
 
 
