@@ -417,7 +417,9 @@ def test_client_refuses_a_socket_of_another_user(system, users):
                              extra_env={"GPUSCHED_SOCKET": str(fake_socket)})
         assert proc.returncode == 1
         assert "the process listening on its socket belongs to" in proc.stderr, proc.stderr
-        wait_until(received.exists, "the fake daemon to see the connection close")
+        # The line is written after the file is made: wait for the line, not the file.
+        wait_until(lambda: received.exists() and received.read_text().endswith("\n"),
+                   "the fake daemon to see the connection close")
         assert received.read_text().split() == ["0"]  # connected, but not one byte was sent
     finally:
         os.killpg(fake.pid, signal.SIGKILL)

@@ -103,9 +103,12 @@ class DaemonState:
         return f"{self._pending_nonce}.{self._pending_changes}"
 
     def compact(self) -> None:
-        """Rebuild the job tables: a dict keeps the size of the most it ever held."""
-        self.jobs, self._running, self._pending = (dict(self.jobs), dict(self._running),
-                                                   dict(self._pending))
+        """Rebuild the job tables, which keep the size of the most they ever held. In
+        place: job control, retention and /metrics hold these very dicts."""
+        for table in (self.jobs, self._running, self._pending):
+            kept = dict(table)
+            table.clear()  # frees the large table; update() sizes a new one to fit
+            table.update(kept)
 
     def running(self) -> list[Job]:
         # Kept apart from the queue: asked several times a pass, with thousands pending.
