@@ -50,14 +50,13 @@ class _ScannerContext:
 _scan_once = _json.make_scanner(_ScannerContext()) if _json else None
 
 
-def _json_error(*_: object) -> None:
-    """Stands in for json's `default` hook: a value JSON cannot hold sends the message
-    to json, which raises its own error for it."""
-    raise _NotPlain
-
-
 class _NotPlain(Exception):
-    pass
+    """A value JSON cannot hold: json.dumps is asked instead, and raises its own error."""
+
+
+def _json_error(*_: object) -> None:
+    """Stands in for json's `default` hook (the encoder calls it for such a value)."""
+    raise _NotPlain
 
 
 def _encoder(allow_nan: bool) -> Any:
