@@ -16,7 +16,7 @@ import time
 import pytest
 
 from conftest import Home
-from gpusched.client import protocol
+from gpusched.client import protocol, wire
 from gpusched.core.errors import ProtocolError
 from gpusched.daemon.server import SocketServer
 
@@ -57,7 +57,7 @@ def test_a_frame_is_length_prefixed_json(pair):
 
 
 def test_frames_over_the_cap_are_refused_both_ways(pair, monkeypatch):
-    monkeypatch.setattr(protocol, "MAX_FRAME_BYTES", 1000)
+    monkeypatch.setattr(wire, "MAX_FRAME_BYTES", 1000)
     with pytest.raises(ProtocolError, match="over the 1000-byte limit"):
         protocol.encode({"blob": "x" * 1000})
     a, b = pair

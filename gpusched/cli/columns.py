@@ -5,9 +5,8 @@ No rich and no typing here: the fast command path lays out `ls` with it."""
 
 from __future__ import annotations
 
-from collections import namedtuple
-
 from gpusched.client.textcells import Cell, Line, cell_width, clip
+from gpusched.core.record import Record
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -16,14 +15,17 @@ if TYPE_CHECKING:
 # header; soft_min: cut this far first (0: never cut); hard_min: and this far once the
 # secondary columns are hidden; rank: among the columns that may be cut, lower ranks are
 # cut first; default: when every row shows this, a short terminal hides it.
-Column = namedtuple("Column", "header soft_min hard_min rank default",
-                    defaults=(0, 0, 0, None))
+class Column(Record):
+    __slots__ = ("header", "soft_min", "hard_min", "rank", "default")
+    _defaults = {"soft_min": 0, "hard_min": 0, "rank": 0, "default": None}
+
 
 # How a table gives way on a narrow terminal: columns; secondary: hidden, in this order,
 # before any column is cut hard; last_resort: hidden only when the last column would get
 # less than last_least; last_wanted: the last column gets this (or a third of the width)
 # if it can; last_least: and never less: the line runs past the edge instead.
-Plan = namedtuple("Plan", "columns secondary last_resort last_wanted last_least")
+class Plan(Record):
+    __slots__ = ("columns", "secondary", "last_resort", "last_wanted", "last_least")
 
 
 def _text(cell: Cell) -> str:

@@ -27,17 +27,18 @@ def main() -> None:
 
 def _try_fast_path(argv: list[str]) -> None:
     """Run the command here and exit, if a fast path reads its command line; else return."""
-    from gpusched.cli.cmdoptions import FAST_COMMANDS
-
     status = None
-    if argv[:1] == ["submit"]:
+    if argv[:1] == ["submit"]:  # the commonest in scripts: not even the commands' table
         from gpusched.client.fastsubmit import try_fast_submit
 
         status = try_fast_submit(argv[1:])
-    elif argv[:1] and argv[0] in FAST_COMMANDS:
-        from gpusched.cli.fastcmds import try_fast_command
+    elif argv:
+        from gpusched.cli.cmdoptions import FAST_COMMANDS
 
-        status = try_fast_command(argv[0], argv[1:])
+        if argv[0] in FAST_COMMANDS:
+            from gpusched.cli.fastcmds import try_fast_command
+
+            status = try_fast_command(argv[0], argv[1:])
     if status is not None:
         _exit_now(status)
 

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import pwd
-import shlex
 import time
 
+from gpusched.client.textcells import shell_quote
 from gpusched.core.errors import UsageError
 from gpusched.core.syntax import items
 from gpusched.core.users import current_user_name
@@ -115,7 +115,7 @@ FIELDS: dict[str, Callable[[dict, float], Any]] = {
     "dependency": lambda j, now: ",".join(j["dependencies"]),
     "progress": lambda j, now: _progress(j),
     "workdir": lambda j, now: j["cwd"],
-    "command": lambda j, now: shlex.join(j["command"]),
+    "command": lambda j, now: " ".join(map(shell_quote, j["command"])),
 }
 ALIASES = {"user": "username", "uid": "userid", "id": "jobid", "st": "statecompact",
            "numcpus": "cpus", "mem": "minmemory", "time": "timeused", "nodelist": "gpuids",

@@ -7,11 +7,10 @@ from __future__ import annotations
 
 import fcntl
 import os
-import socket
 import sys
 import time
 
-from gpusched.client import drift, protocol, trust
+from gpusched.client import drift, trust, wire
 from gpusched.client.paths import Paths, ensure_private_dir
 from gpusched.core.errors import ERROR_KINDS, DaemonUnavailable, GpuschedError, PermissionDenied
 from gpusched.client.modes import client_paths
@@ -38,13 +37,13 @@ class Client:
         # Only a user daemon is started on demand: the system one is systemd's to start.
         self.autostart = autostart and self.paths.mode == "user"
 
-    def _connect(self) -> socket.socket:
+    def _connect(self) -> Any:
+        """A connected socket (wire.connect_unix's: close it when done)."""
         # A socket planted by another user must never receive a request: check the path
         # before connecting and the listening process's uid before sending.
         trust.check_socket_path(self.paths)
-        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        sock = wire.connect_unix(self.paths.socket)
         try:
-            sock.connect(self.paths.socket)
             trust.check_peer(sock, self.paths)
         except BaseException:
             sock.close()
@@ -60,7 +59,7 @@ class Client:
         return (f"no gpusched daemon is running for {self.paths.state_dir}; start one with "
                 "`gpusched daemon start`.")
 
-    def connect(self) -> socket.socket:
+    def connect(self) -> Any:
         try:
             return self._connect()
         except (FileNotFoundError, ConnectionRefusedError):
@@ -73,7 +72,7 @@ class Client:
         return self.wait_until_up(daemon=start_daemon(self.paths))
 
     def wait_until_up(self, timeout_s: float = START_TIMEOUT_S,
-                      daemon: StartedDaemon | None = None) -> socket.socket:
+                      daemon: StartedDaemon | None = None) -> Any:
         """Connect once the daemon listens; fail at once if the one we started gave up."""
         deadline = time.monotonic() + timeout_s
         delay = 0.005
@@ -95,14 +94,16 @@ class Client:
 
     def call(self, cmd: str, timeout_s: float | None = 60.0, **args: Any) -> Any:
         """Send one request and return its result, raising the daemon's error as ours."""
-        with self.connect() as sock:
+        sock = self.connect()
+        try:
             sock.settimeout(timeout_s)
-            try:
-                protocol.send(sock, {"cmd": cmd, "args": args}, allow_nan=False)
-                reply = protocol.receive(sock)
-            except (OSError, socket.timeout) as exc:
-                raise DaemonUnavailable(f"lost the connection to the gpusched daemon ({exc}); "
-                                        f"see {self.paths.daemon_log}") from None
+            wire.send(sock, {"cmd": cmd, "args": args}, allow_nan=False)
+            reply = wire.receive(sock)
+        except OSError as exc:  # TimeoutError too
+            raise DaemonUnavailable(f"lost the connection to the gpusched daemon ({exc}); "
+                                    f"see {self.paths.daemon_log}") from None
+        finally:
+            sock.close()
         if reply is None:
             raise DaemonUnavailable("the gpusched daemon closed the connection without an answer")
         if self.check_daemon:

@@ -10,18 +10,14 @@ from __future__ import annotations
 
 import os
 import stat
-from collections import namedtuple
 
 from gpusched.core.errors import ConfigError
+from gpusched.core.record import Record
 
 # Unix socket paths are limited to 108 bytes (sun_path); stay well under it.
 _SOCKET_PATH_MAX = 100
 
-_PathsBase = namedtuple("_PathsBase", "state_dir run_dir config_file mode socket_file log_root",
-                        defaults=("user", None, None))
-
-
-class Paths(_PathsBase):
+class Paths(Record):
     """Where one gpusched instance keeps its state, socket and config (absolute strings).
 
     mode: "user" (one person's daemon), "system" (one root daemon for all users, see
@@ -30,7 +26,8 @@ class Paths(_PathsBase):
     logs go to LOG_ROOT/USER/, owned by the user (None: the job's directory).
     """
 
-    __slots__ = ()
+    __slots__ = ("state_dir", "run_dir", "config_file", "mode", "socket_file", "log_root")
+    _defaults = {"mode": "user", "socket_file": None, "log_root": None}
 
     @property
     def is_system(self) -> bool:

@@ -1,13 +1,13 @@
-"""The wire: length-prefixed JSON frames over a Unix socket, and the table of commands."""
+"""The table of commands the daemon answers, and the checks of a request's arguments.
+
+The frames themselves (length-prefixed JSON over a Unix socket) are wire.py's, named here
+too for the daemon and the tests.
+"""
 
 from __future__ import annotations
 
-import json
-import socket
-import struct
-import time
-from collections import namedtuple
-
+from gpusched.client.wire import (MAX_FRAME_BYTES, encode, peer_credentials,  # noqa: F401
+                                  receive, send)
 from gpusched.core import syntax, values
 from gpusched.core.errors import ProtocolError, UsageError
 
@@ -17,13 +17,16 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any, Callable
 
-MAX_FRAME_BYTES = 16 * 2**20  # a --from-file sweep of thousands of lines fits; a flood does not
 READ_TIMEOUT_S = 10.0
-_HEADER = struct.Struct(">I")
 
 
-# A command's argument names: those it requires and those it may take (frozensets).
-Command = namedtuple("Command", "required optional")
+class Command:
+    """A command's argument names: those it requires and those it may take (frozensets)."""
+
+    __slots__ = ("required", "optional")
+
+    def __init__(self, required: frozenset, optional: frozenset):
+        self.required, self.optional = required, optional
 
 
 def _cmd(required: str = "", optional: str = "") -> Command:
@@ -141,79 +144,3 @@ def check_request(message: Any) -> tuple[str, dict[str, Any]]:
         if value is not None or key in spec.required:
             ARGUMENTS[key](value)
     return name, args
-
-
-def encode(message: dict[str, Any], allow_nan: bool = True) -> bytes:
-    """The frame for a message. allow_nan=False (a request): NaN and infinities, which
-    standard JSON lacks and no argument means, are refused before sending."""
-    try:
-        body = json.dumps(message, separators=(",", ":"), allow_nan=allow_nan).encode()
-    except ValueError:
-        raise ProtocolError("a request cannot carry NaN or an infinite number; give a finite "
-                            "one") from None
-    if len(body) > MAX_FRAME_BYTES:
-        raise ProtocolError(f"message of {len(body)} bytes is over the {MAX_FRAME_BYTES}-byte limit")
-    return _HEADER.pack(len(body)) + body
-
-
-def _recv(sock: socket.socket, size: int, deadline: float | None) -> bytes:
-    if deadline is not None:
-        left = deadline - time.monotonic()
-        if left <= 0:
-            raise socket.timeout("the message took too long to arrive")
-        sock.settimeout(left)
-    return sock.recv(size)
-
-
-def _read_exact(sock: socket.socket, size: int, deadline: float | None = None) -> bytes:
-    chunks, remaining = [], size
-    while remaining:
-        chunk = _recv(sock, min(remaining, 1 << 20), deadline)
-        if not chunk:
-            raise ProtocolError("connection closed in the middle of a message")
-        chunks.append(chunk)
-        remaining -= len(chunk)
-    return b"".join(chunks)
-
-
-def send(sock: socket.socket, message: dict[str, Any], allow_nan: bool = True) -> None:
-    sock.sendall(encode(message, allow_nan))
-
-
-def receive(sock: socket.socket, timeout_s: float | None = None,
-            max_depth: int | None = None) -> dict[str, Any] | None:
-    """One frame, or None when the peer closed cleanly between frames.
-
-    timeout_s bounds the whole frame, not each read: a peer that trickles a byte at a
-    time must not hold a connection (and its thread) for ever. max_depth (the daemon's
-    limits.json_depth) refuses a deeply nested frame before it is decoded.
-    """
-    deadline = None if timeout_s is None else time.monotonic() + timeout_s
-    first = _recv(sock, _HEADER.size, deadline)
-    if not first:
-        return None
-    header = first + (_read_exact(sock, _HEADER.size - len(first), deadline)
-                      if len(first) < _HEADER.size else b"")
-    (size,) = _HEADER.unpack(header)
-    if size > MAX_FRAME_BYTES:
-        raise ProtocolError(f"message of {size} bytes is over the {MAX_FRAME_BYTES}-byte limit")
-    body = _read_exact(sock, size, deadline)
-    if max_depth is not None:
-        from gpusched.core.limits import check_depth  # the daemon's side only
-
-        check_depth(body, max_depth)
-    try:
-        message = json.loads(body)
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise ProtocolError(f"message is not JSON: {exc}") from None
-    except ValueError:  # Python reads no integer of over 4300 digits (int_max_str_digits)
-        raise ProtocolError("message has an integer of more than 4300 digits") from None
-    if not isinstance(message, dict):
-        raise ProtocolError("message is not a JSON object")
-    return message
-
-
-def peer_credentials(sock: socket.socket) -> tuple[int, int, int]:
-    """(pid, uid, gid) of the process at the other end, from the kernel (SO_PEERCRED)."""
-    creds = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
-    return struct.unpack("3i", creds)

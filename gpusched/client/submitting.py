@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 
@@ -316,6 +315,8 @@ def ended_status(jobs: list[dict[str, Any]]) -> int:
 
 
 def print_json(data: object) -> None:
+    import json  # only for --json: json imports re, which costs every command 4 ms
+
     sys.stdout.write(json.dumps(data, indent=2) + "\n")
 
 

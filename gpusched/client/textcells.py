@@ -9,8 +9,6 @@ and a listing must measure a cell exactly as rich draws it.
 
 from __future__ import annotations
 
-import shlex
-
 from gpusched.core.units import size_human
 from gpusched.core.values import HIDDEN
 
@@ -31,13 +29,27 @@ def printable(text: str) -> str:
     return "".join(ch if ch.isprintable() else repr(ch)[1:-1] for ch in text)
 
 
+# The characters shlex.quote leaves unquoted ([\w@%+=:,./-] in ASCII).
+_SHELL_SAFE = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789"
+                        "_@%+=:,./-")
+
+
+def shell_quote(word: str) -> str:
+    """shlex.quote(word), without shlex, which imports re: a listing quotes every command."""
+    if not word:
+        return "''"
+    if _SHELL_SAFE.issuperset(word):
+        return word
+    return "'" + word.replace("'", "'\"'\"'") + "'"
+
+
 def command_human(command: Sequence[str], max_chars: int = 4096) -> str:
     """A job's command as a shell would take it back (shlex.join), cut to max_chars with '…'."""
     if list(command) == [HIDDEN]:  # another user's, which the daemon did not send
         return HIDDEN
     # Words are cut before they are quoted: quoting (and escaping for the terminal) an
     # argument of 100,000 characters would cost a listing far more than the width it shows.
-    text = shlex.join(word[:max_chars + 1] for word in command[:max_chars])
+    text = " ".join(shell_quote(word[:max_chars + 1]) for word in command[:max_chars])
     return text if len(text) <= max_chars else text[:max(0, max_chars - 1)] + "…"
 
 

@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import os
 import pwd
-import socket
 import stat
 
-from gpusched.client import protocol
+from gpusched.client import wire
 from gpusched.client.paths import Paths
 from gpusched.core.errors import PermissionDenied
 from gpusched.core.users import user_name
@@ -65,8 +64,8 @@ def check_socket_path(paths: Paths) -> None:
                                "or 0700.")
 
 
-def check_peer(sock: socket.socket, paths: Paths) -> None:
+def check_peer(sock: object, paths: Paths) -> None:
     """After connecting, before sending: the process listening is a trusted uid's (the kernel
     says so, which no race between the path check and connect can fake)."""
-    require_trusted(protocol.peer_credentials(sock)[1], "the process listening on its socket",
+    require_trusted(wire.peer_credentials(sock)[1], "the process listening on its socket",
                     paths)

@@ -1,12 +1,15 @@
-"""Slurm's syntax: job ids and `submit`'s options (stdlib only: the submit fast path imports it)."""
+"""Slurm's syntax: job ids and `submit`'s options (stdlib only: the submit fast path imports it).
+
+Read with str methods, not re, and with signal's C half: every command imports this
+module, and re or signal (which imports enum) would cost each about 4 ms.
+"""
 
 from __future__ import annotations
 
-import re
-import signal
+import _signal
 
 from gpusched.core.errors import UsageError
-from gpusched.core.units import parse_duration, parse_size
+from gpusched.core.units import duration_parts, number_end, parse_duration, parse_size
 from gpusched.core.values import shown
 
 # The most that limits.jobs may allow: an --array past it is refused before its indices
@@ -19,19 +22,23 @@ DEPENDENCY_KINDS = ("afterok", "afterany", "afternotok", "after")
 RETRY_ON_CHOICES = ("failed", "timeout", "oom", "cancelled", "lost")
 # Warning signals go through the job's shim, which passes on only these (shim.FORWARDED);
 # any other would stay with the shim (ALRM is its SIGKILL timer; KILL or STOP stop it).
-WARN_SIGNALS = (signal.SIGUSR1, signal.SIGUSR2, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT,
-                signal.SIGTERM)
-_RANGE_RE = re.compile(r"([0-9]+)(?:-([0-9]+)(?::([0-9]+))?)?")
-_JOB_ID_RE = re.compile(r"([0-9]+)(?:_([0-9]+))?")
+WARN_SIGNAL_NAMES = ("USR1", "USR2", "INT", "HUP", "QUIT", "TERM")
+WARN_SIGNALS = tuple(getattr(_signal, f"SIG{name}") for name in WARN_SIGNAL_NAMES)
 JOB_ID_FORMS = "an ID like 12, or ARRAY_INDEX like 12_3 for one element of array 12"
 # Slurm's --time: M, M:S, H:M:S, D-H, D-H:M, D-H:M:S; and gpusched's own 45s, 2h30m, 1d.
-_SLURM_TIME_RE = re.compile(r"(?:([0-9]+)-)?([0-9]+(?::[0-9]+){0,2})")
-_UNIT_TIME_RE = re.compile(r"(?:[0-9]+(?:\.[0-9]+)?[dhms])+")
 TIME_FORMS = ("minutes (90), M:S, H:M:S, D-H, D-H:M or D-H:M:S as in Slurm, or units "
               "(45s, 2h30m, 1d); 0 or UNLIMITED for no limit")
 NO_TIME_LIMIT = ("0", "UNLIMITED", "INFINITE")
-_GPUS_RE = re.compile(r"(?:([^:,\s]+):)?([0-9]+)")
-_BARE_NUMBER_RE = re.compile(r"[0-9]+(?:\.[0-9]+)?")
+
+
+def is_digits(text: str) -> bool:
+    """Whether text is one or more of 0-9 (str.isdigit alone takes other scripts' digits)."""
+    return text.isascii() and text.isdigit()
+
+
+def is_bare_number(text: str) -> bool:
+    """12 or 1.5: digits 0-9, with a fraction or not."""
+    return text != "" and number_end(text, ascii_only=True) == len(text)
 
 
 def parse_job_id(text: object) -> tuple[int, int | None]:
@@ -45,11 +52,11 @@ def parse_job_id(text: object) -> tuple[int, int | None]:
         if 0 <= text <= MAX_JOB_ID:
             return text, None  # a number from an older client
         text = str(text)  # named as the text it would be (JSON has no int str() refuses)
-    match = _JOB_ID_RE.fullmatch(text) if isinstance(text, str) else None
-    if match is not None:
-        base, index = _id_number(match.group(1)), _id_number(match.group(2) or "0")
+    base_text, underscore, index_text = text.partition("_") if isinstance(text, str) else ("",) * 3
+    if is_digits(base_text) and (is_digits(index_text) or not underscore):
+        base, index = _id_number(base_text), _id_number(index_text or "0")
         if base is not None and index is not None:
-            return base, None if match.group(2) is None else index
+            return base, index if underscore else None
     raise UsageError(f"{shown(text)} is not a job id; give {JOB_ID_FORMS}")
 
 
@@ -73,12 +80,10 @@ def parse_array(text: str) -> tuple[tuple[int, ...], int | None]:
     spec, _, throttle_text = text.partition("%")
     indices: list[int] = []
     for part in spec.split(","):
-        match = _RANGE_RE.fullmatch(part.strip())
-        if not match:
+        bounds = _array_range(part.strip())
+        if bounds is None:
             raise UsageError(f"--array wants ranges like 0-99, 1,3,5-7 or 0-99%8, not {text!r}")
-        first = int(match.group(1))
-        last = int(match.group(2) or first)
-        step = int(match.group(3) or 1)
+        first, last, step = bounds
         if step < 1:
             raise UsageError(f"--array range {part!r}: the step after ':' must be 1 or more")
         if last < first:
@@ -93,6 +98,16 @@ def parse_array(text: str) -> tuple[tuple[int, ...], int | None]:
             raise UsageError(f"--array: the part after % must be a positive count, not {throttle_text!r}")
         throttle = int(throttle_text)
     return tuple(sorted(set(indices))), throttle
+
+
+def _array_range(text: str) -> tuple[int, int, int] | None:
+    """'3' -> (3, 3, 1), '0-99' -> (0, 99, 1), '0-15:4' -> (0, 15, 4); None otherwise."""
+    first, dash, rest = text.partition("-")
+    last, colon, step = rest.partition(":")
+    if not (is_digits(first) and (is_digits(last) or not dash)
+            and (is_digits(step) or not colon)):
+        return None
+    return int(first), int(last) if dash else int(first), int(step) if colon else 1
 
 
 def parse_dependencies(after: list[str], dependency: list[str]) -> list[tuple[str, int | str]]:
@@ -146,15 +161,17 @@ def parse_time_limit(text: str) -> float | None:
     raw = text.strip()
     if raw.upper() in NO_TIME_LIMIT:
         return None
-    slurm = _SLURM_TIME_RE.fullmatch(raw)
-    if slurm:
-        days, clock = slurm.group(1), [int(p) for p in slurm.group(2).split(":")]
+    days, dash, clock_text = raw.rpartition("-") if "-" in raw else (None, "", raw)
+    clock_parts = clock_text.split(":")
+    if (days is None or is_digits(days)) and len(clock_parts) <= 3 \
+            and all(map(is_digits, clock_parts)):
+        clock = [int(p) for p in clock_parts]
         if days is None:  # M, M:S or H:M:S
             hours, minutes, seconds = clock if len(clock) == 3 else [0, *clock, 0][:3]
         else:  # D-H, D-H:M or D-H:M:S
             hours, minutes, seconds = (clock + [0, 0])[:3]
         total = int(days or 0) * 86400 + hours * 3600 + minutes * 60 + seconds
-    elif _UNIT_TIME_RE.fullmatch(raw.lower()):
+    elif duration_parts(raw.lower(), ascii_only=True):
         total = parse_duration(raw)
     else:
         raise UsageError(f"--time {text!r} is not a time limit; use {TIME_FORMS}")
@@ -168,10 +185,11 @@ def parse_time_limit(text: str) -> float | None:
 def parse_gpus(text: str) -> tuple[int, str]:
     """Slurm's --gpus [TYPE:]N: '2' -> (2, ''); 'a100:2' -> (2, 'a100'), 2 GPUs whose name
     contains a100 (as --gpu-type a100)."""
-    match = _GPUS_RE.fullmatch(text.strip())
-    if match:
-        return int(match.group(2)), match.group(1) or ""
-    if re.fullmatch(r"-[0-9]+", text.strip()):
+    gpu_type, colon, count = text.strip().rpartition(":")
+    if is_digits(count) and not (colon and not gpu_type) and not any(
+            c in ":," or c.isspace() for c in gpu_type):
+        return int(count), gpu_type
+    if text.strip().startswith("-") and is_digits(text.strip()[1:]):
         raise UsageError(f"--gpus must be 0 or more, not {text}")
     if "," in text:
         raise UsageError(f"--gpus {text!r} names several GPU types; a job takes one: TYPE:N")
@@ -182,7 +200,7 @@ def parse_mem(text: str) -> int:
     """Slurm's --mem -> bytes: a bare number is MiB, as in Slurm; else a size (16G, 512M)."""
     raw = text.strip()
     try:
-        mem_bytes = parse_size(f"{raw}M" if _BARE_NUMBER_RE.fullmatch(raw) else raw)
+        mem_bytes = parse_size(f"{raw}M" if is_bare_number(raw) else raw)
     except ValueError:
         raise UsageError(f"--mem wants a size like 16G or 512M (a bare number is MiB, as in "
                          f"Slurm), not {text!r}") from None
@@ -210,13 +228,15 @@ def parse_signal_spec(text: str) -> tuple[int, float]:
     prefix, colon, rest = name.partition(":")
     if colon and prefix in ("R", "B", "RB", "BR"):
         name = rest
-    names = ", ".join(s.name[3:] for s in WARN_SIGNALS)
+    names = ", ".join(WARN_SIGNAL_NAMES)
     bad = ValueError(f"--signal wants [B:]SIGNAL[@SECONDS] like USR1@120 with SIGNAL one of "
                      f"{names}, not {text!r}")
-    if before and not _BARE_NUMBER_RE.fullmatch(before.strip()):
+    if before and not is_bare_number(before.strip()):
         raise bad
+    import signal  # signal's names: only for --signal
+
     try:
-        signum = int(name) if re.fullmatch("[0-9]+", name) else \
+        signum = int(name) if is_digits(name) else \
             int(signal.Signals[name if name.startswith("SIG") else f"SIG{name}"])
     except KeyError:
         raise bad from None
@@ -227,6 +247,8 @@ def parse_signal_spec(text: str) -> tuple[int, float]:
 
 def signal_name(signum: int) -> str:
     """SIGTERM for 15; `signal 99` for a number with no name."""
+    import signal  # its names: not on every command's path
+
     try:
         return signal.Signals(signum).name
     except ValueError:
