@@ -8,7 +8,9 @@ interleaved (every command once per round, the order reversed every other round)
 the machine's load falls on all alike; the table gives medians and each command's ratio
 to the floor, against the target: at most 2x (submit: 1.5x). Two rows more, for
 contrast: `ls` through the typer command (GPUSCHED_NO_FAST_PATH=1), and `python -c
-'import re, sys'`, what the console script pip writes imports before gpusched's own code.
+'import re, sys'`, what the console script of an older pip (23.2, as Python 3.11's venv
+brings) imports before gpusched's own code. The script timed is the one the pip of this
+venv writes (common.console_script_body).
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from common import (Gpusched, gpusched_script, interleaved, median_ms, plain_ins
 
 TARGET_RATIO = 2.0
 SUBMIT_TARGET_RATIO = 1.5
-SCRIPT_OWN = "python -c 'import re' (pip's script)"
+SCRIPT_OWN = "python -c 'import re, sys' (older pip's script)"
 
 
 def prepare(gs: Gpusched, script: str) -> dict[str, list[str]]:
@@ -62,7 +64,8 @@ def main() -> None:
         contenders["submit"] = run([script, "submit", "--hold", "--", "true"], queue.env)
         contenders["ls (typer path)"] = run([script, "ls"],
                                             {**gs.env, "GPUSCHED_NO_FAST_PATH": "1"})
-        # What pip's console script imports for itself before gpusched's own code.
+        # What an older pip's console script imports for itself before gpusched's code
+        # (common.OLD_PIP_SCRIPT); the script timed above is the one this venv's pip writes.
         contenders[SCRIPT_OWN] = run([python, "-c", "import re, sys"], gs.env)
         interleaved(2, contenders)  # fill the byte-code caches, untimed
         samples = interleaved(args.runs, contenders)

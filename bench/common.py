@@ -129,13 +129,30 @@ def _path_venv_script(src: Path) -> str:
                         str(venv)], check=True)
         site = next(venv.glob("lib/python*/site-packages"))
         (site / "gpusched-bench.pth").write_text(f"{src}\n{_site_packages()}\n")
-        # What pip writes for a console script, `import re` and all.
-        script.write_text(f"#!{venv}/bin/python\nimport re\nimport sys\n"
-                          "from gpusched.cli.entry import main\n"
-                          "sys.argv[0] = re.sub(r'(-script\\.pyw|\\.exe)?$', '', sys.argv[0])\n"
-                          "sys.exit(main())\n")
+        script.write_text(f"#!{venv}/bin/python\n{console_script_body()}")
         script.chmod(0o755)
     return str(script)
+
+
+# What an older pip (such as 23.2, which Python 3.11's venv brings) writes for a console
+# script: it imports re, and with it enum, functools and collections, before any of
+# gpusched's code.
+OLD_PIP_SCRIPT = ("import re\nimport sys\nfrom gpusched.cli.entry import main\n"
+                  "if __name__ == '__main__':\n"
+                  "    sys.argv[0] = re.sub(r'(-script\\.pyw|\\.exe)?$', '', sys.argv[0])\n"
+                  "    sys.exit(main())\n")
+
+
+def console_script_body() -> str:
+    """The console script as the pip that installed this venv wrote it (its first line,
+    the interpreter, left out): a wheel installed by that pip starts the same way."""
+    beside = Path(sys.executable).with_name("gpusched")
+    try:
+        lines = beside.read_text(encoding="utf-8").splitlines(keepends=True)
+    except OSError:
+        return OLD_PIP_SCRIPT
+    body = "".join(line for line in lines[1:] if not line.startswith("# -*-"))
+    return body if "gpusched.cli.entry" in body else OLD_PIP_SCRIPT
 
 
 @functools.cache
