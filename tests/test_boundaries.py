@@ -202,8 +202,8 @@ def test_shim_imports_only_the_standard_library():
     # user; jobexec: the job's program found on its PATH; runfile: the formats it writes.
     # All standard library only, and none loads the costly modules below.
     allowed_ours = {"gpusched", "gpusched.proc", "gpusched.proc.privileges",
-                    "gpusched.proc.jobexec", "gpusched.proc.runfile", "gpusched.proc.logcap",
-                    "gpusched.core", "gpusched.core.logmark"}
+                    "gpusched.proc.jobexec", "gpusched.proc.jobtree", "gpusched.proc.runfile",
+                    "gpusched.proc.logcap", "gpusched.core", "gpusched.core.logmark"}
     costly = {"dataclasses", "typing", "pathlib"}
     seen, todo = set(), ["gpusched.proc.shim"]
     while todo:

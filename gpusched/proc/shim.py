@@ -3,7 +3,8 @@
 Forked by the shim launcher (gpusched/proc/launcher.py) in a new session, so that it outlives
 the daemon; `python -I -S shim.py RUN_FILE` runs a job again by hand, from its run file.
 It imports only the standard library and stdlib-only modules of ours (runfile, the formats
-it writes; jobexec; and in system mode privileges): it runs for every job.
+it writes; jobexec; jobtree, the job's processes; logcap for a capped log; and in system
+mode privileges): it runs for every job.
 """
 
 from __future__ import annotations
@@ -12,7 +13,6 @@ from __future__ import annotations
 # freshly forked shim that machinery costs about 0.35 ms of copy-on-write page faults, for
 # every job. Its C core takes and returns plain numbers.
 import _signal
-import ctypes
 import os
 import signal
 import socket
@@ -22,9 +22,8 @@ import time
 if __name__ == "__main__":  # run by path with -I -S: make the package importable
     sys.path.insert(0, os.path.abspath(os.path.join(__file__, "..", "..", "..")))
 
-from gpusched.proc import jobexec, runfile  # noqa: E402 - standard library only, like this module
+from gpusched.proc import jobexec, jobtree, runfile  # noqa: E402 - standard library only, like this module
 
-PR_SET_CHILD_SUBREAPER = 36  # prctl(2)
 # Signals a user (or the daemon) may send to the shim that belong to the job instead.
 FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2,
              signal.SIGQUIT)
@@ -200,110 +199,6 @@ def spawn(spec: dict) -> int:
     return pid
 
 
-def _find_prctl():  # -> the C function, or None
-    try:
-        return ctypes.CDLL(None, use_errno=True).prctl
-    except (OSError, AttributeError):
-        return None
-
-
-# Looked up once, in the launcher, rather than in every shim it forks (most of a
-# millisecond each: the lookup writes to pages the fork shares).
-_prctl = _find_prctl()
-
-
-def become_subreaper() -> None:
-    """Make the job's orphans our children. Some launchers (torchrun among them) start
-    their workers in sessions of their own, out of reach of the job's process group; as
-    a child subreaper the shim still finds them to signal, and to kill when the job ends."""
-    if _prctl is not None:  # not Linux: the process group alone is signalled
-        _prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
-
-
-def descendants(root: int) -> list[int]:
-    """Every process below `root`, from one pass over /proc (only on signals and at the end)."""
-    children: dict[int, list[int]] = {}
-    for name in os.listdir("/proc"):
-        if not name.isdigit():
-            continue
-        try:
-            ppid = runfile.read_proc_stat(name).ppid
-        except OSError:
-            continue
-        children.setdefault(ppid, []).append(int(name))
-    found, stack = [], [root]
-    while stack:
-        for child in children.get(stack.pop(), ()):
-            found.append(child)
-            stack.append(child)
-    return found
-
-
-class Forwarder:
-    """Passes signals on to the job's process group and to any of its processes that left
-    it; SIGTERM arms a SIGKILL of all of them after the grace period."""
-
-    def __init__(self, pgid: int, grace_s: float):
-        self.pgid, self.grace_s = pgid, grace_s
-
-    def send(self, signum: int) -> None:
-        try:
-            os.killpg(self.pgid, signum)
-        except ProcessLookupError:
-            pass
-        for pid in descendants(os.getpid()):
-            try:
-                if os.getpgid(pid) != self.pgid:  # the group has it already
-                    os.kill(pid, signum)
-            except ProcessLookupError:
-                pass
-
-    def __call__(self, signum: int, _frame: object) -> None:
-        self.send(signum)
-        if signum == signal.SIGTERM:
-            signal.setitimer(signal.ITIMER_REAL, max(self.grace_s, 0.001))
-
-    def kill(self, _signum: int = 0, _frame: object = None) -> None:
-        self.send(signal.SIGKILL)
-
-
-def has_children() -> bool:
-    """Whether processes are left under the shim (reaping any that have exited)."""
-    while True:
-        try:
-            pid, _ = os.waitpid(-1, os.WNOHANG)
-        except ChildProcessError:
-            return False
-        if pid == 0:
-            return True
-
-
-def end_leftovers(forward: Forwarder) -> None:
-    """Leftovers of a finished job would hold GPU memory nobody accounts for: kill them."""
-    try:
-        os.killpg(forward.pgid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
-    deadline = time.monotonic() + 10.0  # a process stuck in the kernel must not hold us
-    if has_children():  # orphans outside the group (the common case has none: no /proc scan)
-        forward.kill()
-        while has_children() and time.monotonic() < deadline:
-            time.sleep(0.01)
-
-
-def wait_for(pid: int) -> tuple[int | None, int | None]:
-    """(exit code, signal) of the job."""
-    while True:
-        try:
-            _, status = os.waitpid(pid, 0)
-        except ChildProcessError:
-            return None, None
-        if os.WIFEXITED(status):
-            return os.WEXITSTATUS(status), None
-        if os.WIFSIGNALED(status):
-            return None, os.WTERMSIG(status)
-
-
 # How long a shim waits for the daemon to say it stored the job's end before it makes the
 # exit record durable itself. A daemon answers within its pass (milliseconds); one that
 # is stopped, or cannot write its queue, never does.
@@ -385,7 +280,7 @@ def run(spec: dict, spec_line: bytes | None = None) -> int:
         notify_daemon(spec, runfile.launch_failure(spec["job_id"],
                                                    f"cannot create its run file: {exc}"))
         return 1
-    become_subreaper()
+    jobtree.become_subreaper()
     try:
         pid = spawn(spec)
     except OSError as exc:  # the child noted it in the job's log, as the job's user
@@ -395,13 +290,13 @@ def run(spec: dict, spec_line: bytes | None = None) -> int:
     cap = _log_cap(spec)
     if cap is not None:
         cap.start()  # copying the job's output, now that nothing forks any more
-    forward = Forwarder(pid, float(spec.get("grace_s", 10.0)))  # the job leads its group
+    forward = jobtree.Forwarder(pid, float(spec.get("grace_s", 10.0)))  # the job leads its group
     for sig in FORWARDED:
         _signal.signal(sig, forward)
     _signal.signal(signal.SIGALRM, forward.kill)
     _signal.pthread_sigmask(signal.SIG_UNBLOCK, FORWARDED)
-    exit_code, signum = wait_for(pid)
-    end_leftovers(forward)
+    exit_code, signum = jobtree.wait_for(pid)
+    jobtree.end_leftovers(forward)
     if cap is not None:
         cap.finish()  # the last of the output in the logs before the end is recorded
     record_exit(run_path, spec, runfile.ExitRecord(exit_code, signum, time.time()))

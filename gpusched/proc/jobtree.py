@@ -1,0 +1,120 @@
+"""The job's process tree, as its shim sees it: orphans adopted (child subreaper), signals
+passed on to the whole tree, leftovers killed when the job ends, the job's exit status.
+
+Standard library only, like the shim (gpusched/proc/shim.py), which runs it for every job.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import signal
+import time
+
+from gpusched.proc import runfile
+
+PR_SET_CHILD_SUBREAPER = 36  # prctl(2)
+
+
+def _find_prctl():  # -> the C function, or None
+    try:
+        return ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):
+        return None
+
+
+# Looked up once, in the launcher, rather than in every shim it forks (most of a
+# millisecond each: the lookup writes to pages the fork shares).
+_prctl = _find_prctl()
+
+
+def become_subreaper() -> None:
+    """Make the job's orphans our children. Some launchers (torchrun among them) start
+    their workers in sessions of their own, out of reach of the job's process group; as
+    a child subreaper the shim still finds them to signal, and to kill when the job ends."""
+    if _prctl is not None:  # not Linux: the process group alone is signalled
+        _prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+
+
+def descendants(root: int) -> list[int]:
+    """Every process below `root`, from one pass over /proc (only on signals and at the end)."""
+    children: dict[int, list[int]] = {}
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            ppid = runfile.read_proc_stat(name).ppid
+        except OSError:
+            continue
+        children.setdefault(ppid, []).append(int(name))
+    found, stack = [], [root]
+    while stack:
+        for child in children.get(stack.pop(), ()):
+            found.append(child)
+            stack.append(child)
+    return found
+
+
+class Forwarder:
+    """Passes signals on to the job's process group and to any of its processes that left
+    it; SIGTERM arms a SIGKILL of all of them after the grace period."""
+
+    def __init__(self, pgid: int, grace_s: float):
+        self.pgid, self.grace_s = pgid, grace_s
+
+    def send(self, signum: int) -> None:
+        try:
+            os.killpg(self.pgid, signum)
+        except ProcessLookupError:
+            pass
+        for pid in descendants(os.getpid()):
+            try:
+                if os.getpgid(pid) != self.pgid:  # the group has it already
+                    os.kill(pid, signum)
+            except ProcessLookupError:
+                pass
+
+    def __call__(self, signum: int, _frame: object) -> None:
+        self.send(signum)
+        if signum == signal.SIGTERM:
+            signal.setitimer(signal.ITIMER_REAL, max(self.grace_s, 0.001))
+
+    def kill(self, _signum: int = 0, _frame: object = None) -> None:
+        self.send(signal.SIGKILL)
+
+
+def has_children() -> bool:
+    """Whether processes are left under the shim (reaping any that have exited)."""
+    while True:
+        try:
+            pid, _ = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return False
+        if pid == 0:
+            return True
+
+
+def end_leftovers(forward: Forwarder) -> None:
+    """Leftovers of a finished job would hold GPU memory nobody accounts for: kill them."""
+    try:
+        os.killpg(forward.pgid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    deadline = time.monotonic() + 10.0  # a process stuck in the kernel must not hold us
+    if has_children():  # orphans outside the group (the common case has none: no /proc scan)
+        forward.kill()
+        while has_children() and time.monotonic() < deadline:
+            time.sleep(0.01)
+
+
+def wait_for(pid: int) -> tuple[int | None, int | None]:
+    """(exit code, signal) of the job."""
+    while True:
+        try:
+            _, status = os.waitpid(pid, 0)
+        except ChildProcessError:
+            return None, None
+        if os.WIFEXITED(status):
+            return os.WEXITSTATUS(status), None
+        if os.WIFSIGNALED(status):
+            return None, os.WTERMSIG(status)
