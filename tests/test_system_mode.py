@@ -105,8 +105,14 @@ class SystemRoot:
         return self.daemon_pid
 
     def _status_pid(self) -> int | None:
+        """The system daemon's pid once it answers. Until its socket exists, root's
+        commands go to root's own user daemon, if one runs on this machine: that one's
+        answer must not count, or the test's users would go to daemons of their own."""
         proc = self.run_as(None, "daemon", "status", "--json", check=False)
-        return json.loads(proc.stdout)["pid"] if proc.returncode == 0 else None
+        if proc.returncode != 0:
+            return None
+        status = json.loads(proc.stdout)
+        return status["pid"] if status["daemon"] == "system" else None
 
     def wait_gone(self) -> None:
         pid = self.daemon_pid
