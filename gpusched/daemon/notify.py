@@ -189,7 +189,7 @@ def hook_env(event: dict) -> dict[str, str]:
         return "" if value is None else str(int(value) if isinstance(value, float) else value)
 
     env = {"PATH": os.environ.get("PATH", "/usr/local/bin:/usr/bin:/bin"),
-           "LANG": os.environ.get("LANG", "C.UTF-8"),
+           "LANG": os.environ.get("LANG", "C.UTF-8"), "HOME": os.environ.get("HOME", "/"),
            "GPUSCHED_EVENT": event["event"], "GPUSCHED_HOSTNAME": event["host"],
            "GPUSCHED_VERSION": event["gpusched_version"],
            "GPUSCHED_JOB_GPUS": ",".join(map(str, job["gpus"])),

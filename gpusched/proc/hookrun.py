@@ -9,6 +9,8 @@ import subprocess
 from dataclasses import dataclass
 from typing import Callable
 
+from gpusched.proc.privileges import identity_of
+
 OUTPUT_KEPT_BYTES = 4096  # of the hook's output, for the notification log
 ENV_VALUE_MAX_BYTES = 4096  # a job name or path beyond this is cut (env is not for content)
 
@@ -36,18 +38,15 @@ def run_hook(argv: tuple[str, ...], env: dict[str, str], stdin_bytes: bytes,
     that user's groups and nothing else of root's. running(pid, True/False) is told when
     it starts and ends, so that a stopping daemon can kill it."""
     drop = {}
-    if as_uid is not None and os.geteuid() == 0 and as_uid != 0:
-        import pwd
-
-        entry = pwd.getpwuid(as_uid)
-        drop = {"user": as_uid, "group": entry.pw_gid,
-                "extra_groups": os.getgrouplist(entry.pw_name, entry.pw_gid)}
     try:
+        if as_uid is not None and os.geteuid() == 0 and as_uid != 0:
+            who = identity_of(as_uid)
+            drop = {"user": who.uid, "group": who.gid, "extra_groups": list(who.groups)}
         proc = subprocess.Popen(list(argv), shell=False, env=clean_env(env), cwd=cwd,
                                 stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                 stderr=subprocess.STDOUT, start_new_session=True,
                                 close_fds=True, **drop)
-    except (OSError, ValueError, KeyError, subprocess.SubprocessError) as exc:
+    except (OSError, ValueError, subprocess.SubprocessError) as exc:  # PrivilegeError too
         return HookResult(f"cannot run: {exc}", "")
     running(proc.pid, True)
     try:
