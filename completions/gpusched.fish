@@ -161,6 +161,7 @@ complete -c gpusched -n '__fish_seen_subcommand_from submit' -l from-file -d 'On
 complete -c gpusched -n '__fish_seen_subcommand_from submit' -s f -d 'One job per line of shell commands (- for stdin).'
 complete -c gpusched -n '__fish_seen_subcommand_from submit' -l wait -d 'Wait, then exit with the job'\''s status.'
 complete -c gpusched -n '__fish_seen_subcommand_from submit' -s W -d 'Wait, then exit with the job'\''s status.'
+complete -c gpusched -n '__fish_seen_subcommand_from submit' -l notify -d 'When the job ends, tell this desktop (notify-send) or ring this terminal'\''s bell.'
 complete -c gpusched -n '__fish_seen_subcommand_from submit' -l json -d 'Print JSON (stable field names) instead of a table.'
 complete -c gpusched -n '__fish_seen_subcommand_from submit' -l hold -d 'Queue it held: it starts after `release`.'
 complete -c gpusched -n '__fish_seen_subcommand_from submit' -l after -d 'Start after these jobs succeed: 3,4.'
@@ -202,3 +203,4 @@ complete -c gpusched -n '__fish_seen_subcommand_from usage' -l json -d 'Print JS
 complete -c gpusched -f -n '__fish_seen_subcommand_from wait' -a '(gpusched _job-ids all 2>/dev/null)'
 complete -c gpusched -n '__fish_seen_subcommand_from wait' -l help -d 'Show help.'
 complete -c gpusched -n '__fish_seen_subcommand_from wait' -s h -d 'Show help.'
+complete -c gpusched -n '__fish_seen_subcommand_from wait' -l notify -d 'When they end, tell this desktop (notify-send) or ring this terminal'\''s bell.'
