@@ -19,9 +19,11 @@ import time
 from typing import Any, Callable
 
 from gpusched import __version__
+from gpusched.core.errors import ConfigError
 from gpusched.core.models import Job, JobState
 from gpusched.core.notifyconf import END_EVENTS, NotifyRule
 from gpusched.daemon import webhook
+from gpusched.daemon.usernotify import user_rules
 from gpusched.proc.hookrun import kill_session, run_hook
 
 log = logging.getLogger("gpusched.daemon.notify")
@@ -48,26 +50,32 @@ class Notifier:
     queues one delivery; tests replace it to see the decisions."""
 
     def __init__(self, rules: tuple[NotifyRule, ...], log_path: str, clock: Any = time,
-                 site_uid: int | None = None):
+                 site_uid: int | None = None, user_hooks: bool = False):
         self.rules, self.log_path, self.clock = rules, log_path, clock
         self.site_uid = site_uid  # whom site hooks run as (a root daemon only)
+        # System mode with a root daemon: each job's owner may have entries of their own
+        # (daemon/usernotify.py), run as the owner. dispatch() gets None for those.
+        self.user_hooks = user_hooks
         self.host = socket.gethostname()
         self._pending_rules = [r for r in rules if r.wants("pending_longer_than")]
         self._told_pending: set[tuple[int, float]] = set()  # (job id, threshold) told
-        self._queue: queue.Queue[tuple[NotifyRule, dict]] = queue.Queue(MAX_QUEUED)
+        self._queue: queue.Queue[tuple[NotifyRule | None, dict]] = queue.Queue(MAX_QUEUED)
         self._workers: list[threading.Thread] = []
         self._running_pids: set[int] = set()
         self._closed = False
         self._lock = threading.Lock()
-        self.dispatch: Callable[[NotifyRule, dict], None] = self._to_pool
+        self.dispatch: Callable[[NotifyRule | None, dict], None] = self._to_pool
 
     def job_changed(self, before: Job | None, after: Job) -> None:
-        if not self.rules:
+        if not self.rules and not self.user_hooks:
             return
         for event in events_of(before, after):
+            body = event_body(event, after, self.clock.time(), self.host)
             for rule in self.rules:
                 if rule.wants(event):
-                    self.dispatch(rule, event_body(event, after, self.clock.time(), self.host))
+                    self.dispatch(rule, body)
+            if self.user_hooks:
+                self.dispatch(None, body)  # the owner's file is read off the loop
 
     def check_pending(self, pending: list[Job]) -> None:
         """Tell, once per job and threshold, of each job pending longer than a rule's
@@ -97,7 +105,7 @@ class Notifier:
             kill_session(pid)
 
     # -- delivery (pool threads) ----------------------------------------------------------
-    def _to_pool(self, rule: NotifyRule, event: dict) -> None:
+    def _to_pool(self, rule: NotifyRule | None, event: dict) -> None:
         if self._closed:
             return
         with self._lock:
@@ -118,21 +126,41 @@ class Notifier:
             rule, event = self._queue.get()
             self._deliver(rule, event)
 
-    def _deliver(self, rule: NotifyRule, event: dict) -> None:
+    def _deliver(self, rule: NotifyRule | None, event: dict) -> None:
         try:
-            event = {**event, "log_tail": log_tail(event["job"]["log"], rule.log_lines,
-                                                   event["job"]["uid"])}
+            if rule is None:
+                self._deliver_owners(event)
+                return
             if rule.command:
-                result = run_hook(rule.command, hook_env(event), json.dumps(event).encode(),
-                                  rule.timeout_s, as_uid=self.site_uid, running=self._running)
-                detail = result.output.strip().splitlines()[-1:] if not result.ok else []
-                self._write_log(event, rule.command[0], " ".join([result.outcome, *detail]))
+                self._run(rule, event, self.site_uid, "/", None)
             if rule.url:
+                event = with_log_tail(event, rule.log_lines)
                 outcome = webhook.post(rule.url, {**event, "text": chat_text(event)},
                                        rule.timeout_s, rule.retries)
                 self._write_log(event, webhook.redacted(rule.url), outcome)
         except Exception:  # noqa: BLE001 - a bad hook must not take the pool down
             log.exception("notification for job %s failed", event["job"]["id"])
+
+    def _deliver_owners(self, event: dict) -> None:
+        """The job owner's own entries for this event, run as the owner from their home."""
+        uid = event["job"]["uid"]
+        try:
+            path, rules = user_rules(uid)
+        except ConfigError as exc:
+            self._write_log(event, f"uid {uid}'s entries", exc.message)
+            return
+        home = os.path.dirname(os.path.dirname(os.path.dirname(path)))
+        for rule in rules:
+            if rule.wants(event["event"]):
+                self._run(rule, event, uid, home, home)
+
+    def _run(self, rule: NotifyRule, event: dict, as_uid: int | None, cwd: str,
+             home: str | None) -> None:
+        event = with_log_tail(event, rule.log_lines)
+        result = run_hook(rule.command, hook_env(event, home), json.dumps(event).encode(),
+                          rule.timeout_s, as_uid=as_uid, cwd=cwd, running=self._running)
+        detail = result.output.strip().splitlines()[-1:] if not result.ok else []
+        self._write_log(event, rule.command[0], " ".join([result.outcome, *detail]))
 
     def _running(self, pid: int, started: bool) -> None:
         with self._lock:
@@ -147,6 +175,14 @@ class Notifier:
                 out.write(line + "\n")
         except OSError as exc:
             log.warning("cannot write %s: %s", self.log_path, exc)
+
+
+def make_notifier(settings: Any, paths: Any, clock: Any) -> Notifier:
+    """The daemon's notifier: the config's entries, and in system mode with a root daemon
+    the job owners' own entries too."""
+    root_system = paths.is_system and os.geteuid() == 0
+    return Notifier(settings.notify, paths.notify_log, clock,
+                    site_uid(settings, paths.is_system), user_hooks=root_system)
 
 
 def site_uid(settings: Any, is_system: bool) -> int | None:
@@ -181,15 +217,21 @@ def event_body(event: str, job: Job, now_s: float, host: str) -> dict:
     }
 
 
-def hook_env(event: dict) -> dict[str, str]:
-    """A hook's environment: a few basics and the job's facts, never its log."""
+def with_log_tail(event: dict, lines: int) -> dict:
+    job = event["job"]
+    return {**event, "log_tail": log_tail(job["log"], lines, job["uid"])}
+
+
+def hook_env(event: dict, home: str | None = None) -> dict[str, str]:
+    """A hook's environment: a few basics and the job's facts, never its log. home: the
+    user's a hook runs as (None: the daemon's)."""
     job = event["job"]
 
     def text(value: Any) -> str:
         return "" if value is None else str(int(value) if isinstance(value, float) else value)
 
     env = {"PATH": os.environ.get("PATH", "/usr/local/bin:/usr/bin:/bin"),
-           "LANG": os.environ.get("LANG", "C.UTF-8"), "HOME": os.environ.get("HOME", "/"),
+           "LANG": os.environ.get("LANG", "C.UTF-8"), "HOME": home or os.environ.get("HOME", "/"),
            "GPUSCHED_EVENT": event["event"], "GPUSCHED_HOSTNAME": event["host"],
            "GPUSCHED_VERSION": event["gpusched_version"],
            "GPUSCHED_JOB_GPUS": ",".join(map(str, job["gpus"])),

@@ -19,7 +19,7 @@ from gpusched.daemon.authz import Authz
 from gpusched.daemon.cgroups import CgroupJobs
 from gpusched.daemon.fairshare import UsageLedger
 from gpusched.daemon.host import Host
-from gpusched.daemon.notify import Notifier, site_uid
+from gpusched.daemon.notify import make_notifier
 from gpusched.daemon.store import Store
 from gpusched.daemon.telemetry import Telemetry
 from gpusched.daemon.writefail import WriteHealth
@@ -79,8 +79,7 @@ class DaemonState:
         self.writes = WriteHealth(setup.clock)
         self.telemetry = Telemetry()  # counted for /metrics (daemon/metrics.py)
         self.metrics_status = "off"  # where /metrics is served, for `daemon status`
-        self.notifier = Notifier(setup.settings.notify, setup.paths.notify_log, setup.clock,
-                                 site_uid(setup.settings, setup.paths.is_system))
+        self.notifier = make_notifier(setup.settings, setup.paths, setup.clock)
         # While a write() runs: each job it changed as it was before (None: not active),
         # and what to do once it commits, or if it fails.
         self._undo: dict[int, Job | None] | None = None
