@@ -133,3 +133,24 @@ def test_a_shell_string_command_is_refused_with_the_argv_form(home):
     proc = home.run("daemon", "start", check=False)
     assert proc.returncode == 1 and "Traceback" not in proc.stderr
     assert "write it as an argv list, e.g. ['notify-send', 'done']" in proc.stderr
+
+
+def test_a_job_pending_too_long_is_told_once(make_home, tmp_path):
+    home = make_home("1x80GiB")
+    out = tmp_path / "out"
+    out.mkdir()
+    hook = executable(tmp_path / "record.sh", RECORDER)
+    gate = tmp_path / "gate"
+    home.write_config(f'[[notify]]\nevents = ["pending_longer_than"]\n'
+                      f'pending_longer_than = "1s"\ncommand = ["{hook}", "{out}"]\n')
+    blocker = home.submit("--gpus", "1", "--", "sh", "-c", f"while [ ! -e {gate} ]; do "
+                          "sleep 0.1; done")
+    waiting = home.submit("--gpus", "1", "--", "true")
+    wait_until(lambda: f"job {waiting} pending_longer_than" in notify_log(home),
+               "the pending job's notification")
+    event = json.loads((out / "stdin-pending_longer_than").read_text())
+    assert event["job"]["id"] == waiting and event["job"]["state"] == "pending"
+    gate.touch()
+    home.wait_state(waiting, "succeeded")
+    assert notify_log(home).count("pending_longer_than") == 1
+    assert f"job {blocker} " not in notify_log(home)
