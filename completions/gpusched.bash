@@ -33,12 +33,13 @@ _gpusched() {
             'submit') path='submit' ;;
             'top') path='top' ;;
             'update') path='update' ;;
+            'usage') path='usage' ;;
             'wait') path='wait' ;;
             *) break ;;
         esac
     done
     case "$path" in
-        '') words='cancel completions daemon demo doctor drain env gc gpus hold logs ls release resubmit resume show simulate submit top update wait --help -h --version' values='' ids= args='' ;;
+        '') words='cancel completions daemon demo doctor drain env gc gpus hold logs ls release resubmit resume show simulate submit top update usage wait --help -h --version' values='' ids= args='' ;;
         'cancel') words='--help -h' values='' ids=active args='' ;;
         'completions') words='--help -h' values='' ids= args='bash zsh fish' ;;
         'daemon') words='install-service restart run start status stop --help -h' values='' ids= args='' ;;
@@ -62,10 +63,11 @@ _gpusched() {
         'resume') words='--help -h' values='' ids= args='' ;;
         'show') words='--help -h --json' values='' ids=all args='' ;;
         'simulate') words='--help -h --gpus --policy --discipline --load --arrivals --seed --cpus --mem --json' values='--gpus --policy --discipline --load --arrivals --seed --cpus --mem' ids= args='' ;;
-        'submit') words='--help -h --gpus -G --gpu-mem --name --job-name -n --priority --cwd --chdir --env -e --from-file -f --wait -W --json --hold --after --dependency -d --kill-on-invalid-dep --array -a --time -t --signal --retries --retry-on --retry-delay --policy --gpu-ids --exclude-gpus --gpu-type --min-gpu-total-mem --min-compute-capability --cpus --cpus-per-task -c --mem' values='--gpus -G --gpu-mem --name --job-name -n --priority --cwd --chdir --env -e --from-file -f --after --dependency -d --array -a --time -t --signal --retries --retry-on --retry-delay --policy --gpu-ids --exclude-gpus --gpu-type --min-gpu-total-mem --min-compute-capability --cpus --cpus-per-task -c --mem' ids= args='' ;;
+        'submit') words='--help -h --gpus -G --gpu-mem --name --job-name -n --priority --cwd --chdir --env -e --from-file -f --wait -W --notify --json --hold --after --dependency -d --kill-on-invalid-dep --array -a --time -t --signal --retries --retry-on --retry-delay --policy --gpu-ids --exclude-gpus --gpu-type --min-gpu-total-mem --min-compute-capability --cpus --cpus-per-task -c --mem' values='--gpus -G --gpu-mem --name --job-name -n --priority --cwd --chdir --env -e --from-file -f --after --dependency -d --array -a --time -t --signal --retries --retry-on --retry-delay --policy --gpu-ids --exclude-gpus --gpu-type --min-gpu-total-mem --min-compute-capability --cpus --cpus-per-task -c --mem' ids= args='' ;;
         'top') words='--help -h --interval -i --once' values='--interval -i' ids= args='' ;;
         'update') words='--help -h --priority' values='--priority' ids=active args='' ;;
-        'wait') words='--help -h' values='' ids=all args='' ;;
+        'usage') words='--help -h --since --by --json' values='--since --by' ids= args='' ;;
+        'wait') words='--help -h --notify' values='' ids=all args='' ;;
     esac
     if [[ $cur == -* || $path == '' || $path == 'daemon' ]]; then
         COMPREPLY=($(compgen -W "$words" -- "$cur"))

@@ -64,7 +64,9 @@ def test_the_usage_of_removed_jobs_is_kept_by_user_and_state(make_box):
     user = box.show(ran(box))["user"]
     assert removed["jobs"] == 2
     assert removed["by_user"][user]["succeeded"] == {"jobs": 1, "run_s": 100.0,
-                                                    "gpu_s": 200.0, "core_s": 400.0}
+                                                    "gpu_s": 200.0, "core_s": 400.0,
+                                                    "mem_byte_s": 0.0, "waited": 1,
+                                                    "wait_s": 0.0}
     assert removed["by_user"][user]["failed"]["gpu_s"] == 50.0
     box.restart()  # stored, not only in memory
     assert box.call("status")["removed_jobs"] == removed

@@ -48,10 +48,15 @@ LOGS = (
     ("stderr", ("--stderr",), "flag", False, "Show standard error instead of output."),
 )
 
+WAIT = (
+    ("notify", ("--notify",), "flag", False,
+     "When they end, tell this desktop (notify-send) or ring this terminal's bell."),
+)
+
 # Each command of the fast path -> (its arguments: "" none, "one" job id, "many" job ids;
 # its options).
 FAST_COMMANDS = {
-    "ls": ("", LS), "show": ("one", SHOW), "gpus": ("", GPUS), "wait": ("many", ()),
+    "ls": ("", LS), "show": ("one", SHOW), "gpus": ("", GPUS), "wait": ("many", WAIT),
     "cancel": ("many", ()), "hold": ("many", ()), "release": ("many", ()),
     "logs": ("one", LOGS),
 }

@@ -10,7 +10,7 @@ from typing import Any, List, Optional
 import typer
 
 from gpusched.cli import jobviews
-from gpusched.cli.cmdoptions import LOGS, LS, SHOW
+from gpusched.cli.cmdoptions import LOGS, LS, SHOW, WAIT
 from gpusched.cli.common import JOB_ID_HELP, JOB_IDS, JOB_IDS_HELP, JSON_HELP, out
 from gpusched.cli.helpformat import App
 from gpusched.cli.render import RichOutput
@@ -112,15 +112,18 @@ def resume() -> None:
 
 
 @app.command()
-def wait(job_ids: List[str] = typer.Argument(..., metavar=JOB_IDS, help=JOB_IDS_HELP)) -> None:
+@with_options(WAIT)
+def wait(job_ids: List[str] = typer.Argument(..., metavar=JOB_IDS, help=JOB_IDS_HELP),
+         **options: Any) -> None:
     """Wait for jobs to end; exit with the first failure's status.
 
     An array's id waits for all its elements. The exit status is the first non-zero
-    status among the jobs, 0 if all succeeded.
+    status among the jobs, 0 if all succeeded. With --notify, notify-send tells the
+    desktop when they end (where a session bus is), else the terminal's bell rings.
 
     Example: gpusched wait 12 13; echo $?
     """
-    raise typer.Exit(jobviews.wait(RichOutput(), job_ids))
+    raise typer.Exit(jobviews.wait(RichOutput(), job_ids, **options))
 
 
 @app.command()

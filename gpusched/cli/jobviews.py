@@ -97,10 +97,14 @@ def change(output: Any, command: str, job_ids: list[str], **args: object) -> int
     return 1 if refused else 0
 
 
-def wait(output: Any, job_ids: list[str]) -> int:
+def wait(output: Any, job_ids: list[str], notify: bool = False) -> int:
     from gpusched.client.submitting import ended_status, wait_or_explain
 
     jobs = wait_or_explain(Client(), [syntax.job_id_text(i) for i in job_ids])
+    if notify:
+        from gpusched.client.desktop import tell_ended
+
+        tell_ended(jobs)
     return ended_status(jobs)
 
 

@@ -31,6 +31,8 @@ SUBMIT = (
     ("from_file", ("--from-file", "-f"), "str", None,
      "One job per line of shell commands (- for stdin)."),
     ("wait", ("--wait", "-W"), "flag", False, "Wait, then exit with the job's status."),
+    ("notify", ("--notify",), "flag", False,
+     "When the job ends, tell this desktop (notify-send) or ring this terminal's bell."),
     ("json", ("--json",), "flag", False, "Print JSON (stable field names) instead of a table."),
     ("hold", ("--hold",), "flag", False, "Queue it held: it starts after `release`."),
     ("after", ("--after",), "list", [], "Start after these jobs succeed: 3,4."),

@@ -65,6 +65,11 @@ class Paths(Record):
         return os.path.join(self.state_dir, "simulated_processes.toml")
 
     @property
+    def notify_log(self) -> str:
+        """One line per notification hook run or webhook post, and how it went."""
+        return os.path.join(self.state_dir, "notify.log")
+
+    @property
     def daemon_log(self) -> str:
         return os.path.join(self.state_dir, "daemon.log")
 

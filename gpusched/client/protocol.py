@@ -67,6 +67,8 @@ COMMANDS: dict[str, Command] = {
     "resubmit": _cmd("id", "changes"),
     # Finished jobs past [jobs] keep_finished(_count) removed now, or only counted.
     "gc": _cmd("", "dry_run"),
+    # GPU time, memory, ends and waits per user or name, over since_s seconds (none: all).
+    "usage": _cmd("", "since_s by"),
 }
 
 
@@ -120,6 +122,8 @@ ARGUMENTS: dict[str, Callable[[Any], Any]] = {
                                               syntax.MAX_PRIORITY),
     "timeout_s": lambda v: values.number(v, "timeout_s", 0, 10**9),
     "changes": lambda v: values.mapping(v, "changes"),
+    "since_s": lambda v: values.number(v, "since_s", 0, 10**11),
+    "by": lambda v: values.text(v, "by"),
 }
 
 

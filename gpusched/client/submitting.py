@@ -345,9 +345,18 @@ def report_queued(client: Any, result: dict[str, Any], opts: SubmitOptions) -> i
         raise GpuschedError(f"queued {_jobs_named(ids)}, but could not print "
                             f"{'its id' if len(ids) == 1 else 'their ids'}: standard output "
                             "is closed") from None
+    if opts.notify and not opts.wait:
+        from gpusched.client.desktop import watch_in_background
+
+        watch_in_background(ids)
     if not opts.wait:
         return 0
-    return ended_status(wait_or_explain(client, ids))
+    jobs = wait_or_explain(client, ids)
+    if opts.notify:
+        from gpusched.client.desktop import tell_ended
+
+        tell_ended(jobs)
+    return ended_status(jobs)
 
 
 def resubmit_and_report(job_id: str, opts: SubmitOptions, given: Iterable[str]) -> int:

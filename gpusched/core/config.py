@@ -11,6 +11,8 @@ from typing import Any, Callable
 from gpusched.core import limits
 from gpusched.core.errors import ConfigError
 from gpusched.core.models import DISCIPLINES
+from gpusched.core.notifyconf import NotifyRule, parse_rules
+from gpusched.core.notifyconf import example as notify_example
 from gpusched.core.placement import BUILTIN_POLICIES, PlacementRules
 from gpusched.core.scheduling import QueueRules
 from gpusched.core.units import parse_duration, parse_size
@@ -77,6 +79,8 @@ class Settings:
     # [metrics]
     metrics_listen: str = ""
     metrics_max_job_series: int = 64
+    # [[notify]] (core/notifyconf.py): an array of tables, not keys of one table
+    notify: tuple[NotifyRule, ...] = ()
 
 
 def _toml():
@@ -328,6 +332,9 @@ def settings_from_mapping(data: dict[str, Any], source: str) -> Settings:
     """Apply a parsed TOML document to the defaults; unknown keys and bad values name the key."""
     changes: dict[str, Any] = {}
     for section, table in data.items():
+        if section == "notify":
+            changes["notify"] = parse_rules(table, source)
+            continue
         if not isinstance(table, dict):
             raise _unknown_key(section, None, source)
         for key, value in table.items():
@@ -378,7 +385,8 @@ def example_toml() -> str:
         value = (f'"{default}"' if isinstance(default, str) else
                  str(default).lower() if isinstance(default, bool) else str(default))
         lines += [f"# {doc}", f"{key} = {value}"]
+    lines += notify_example()
     return "\n".join(lines) + "\n"
 
 
-assert {f.name for f in fields(Settings)} == {v[0] for v in KEYS.values()}
+assert {f.name for f in fields(Settings)} == {v[0] for v in KEYS.values()} | {"notify"}

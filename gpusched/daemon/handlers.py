@@ -17,6 +17,7 @@ from gpusched.daemon.request import Request, Waiter
 from gpusched.daemon.server import SERVER_COMMANDS
 from gpusched.daemon.state import DaemonState, Setup
 from gpusched.daemon.submits import Submits
+from gpusched.daemon.usage import usage_request
 from gpusched.proc.seam import ProcessSeam
 
 
@@ -35,6 +36,7 @@ class Handlers:
             "submit": submits.submit, "resubmit": submits.resubmit,
             "gc": lambda req: retention.gc_request(state, setup, req.creds,
                                                    bool(req.args.get("dry_run"))),
+            "usage": lambda req: usage_request(state, setup, req.args),
         }
         assert set(self._table) | SERVER_COMMANDS == set(COMMANDS), \
             "handlers and protocol disagree"

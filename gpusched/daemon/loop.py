@@ -148,6 +148,7 @@ class Daemon:
                 finally:
                     wake.close()
                     metrics.close()
+                    self.state.notifier.close()
             finally:
                 server.close()
                 self._answer_everyone()
@@ -278,6 +279,7 @@ class Daemon:
         self.control.reconcile_running(check_liveness=poll_due)
         if poll_due:
             self.control.check_memory()
+            self.state.notifier.check_pending(self.state.pending())
         now = self.clock.time()
         self.control.enforce_limits(now)
         # A retry after failed writes writes the usage, if nothing else: a commit is the

@@ -27,6 +27,7 @@ from gpusched.core.errors import StoreWriteError
 from gpusched.daemon.batches import TURN_BUDGET_S, Batched
 from gpusched.daemon.state import DaemonState, Setup
 from gpusched.daemon.store import Store
+from gpusched.daemon.usagerow import row_usage
 from gpusched.proc import runfile
 
 log = logging.getLogger("gpusched.daemon.retention")
@@ -151,17 +152,20 @@ def removed_summary(store: Store) -> dict:
 
 
 def add_to_summary(summary: dict, rows: list[sqlite3.Row]) -> dict:
+    """Add removed rows to the summary: per user and final state, jobs and sums of what
+    daemon/usagerow.py measures (the sums an older daemon wrote lack the newer keys)."""
     for row in rows:
-        run_s = 0.0
-        if row["started_at"] is not None and row["ended_at"] is not None:
-            run_s = max(0.0, row["ended_at"] - row["started_at"])
-        gpus = len(json.loads(row["gpu_uuids"] or "[]"))
+        used = row_usage(row)
         sums = summary["by_user"].setdefault(row["user"], {}).setdefault(
             row["state"], {"jobs": 0, "run_s": 0.0, "gpu_s": 0.0, "core_s": 0.0})
         sums["jobs"] += 1
-        sums["run_s"] += run_s
-        sums["gpu_s"] += run_s * gpus
-        sums["core_s"] += run_s * (row["cpus"] or 0)
+        sums["run_s"] += used["run_s"]
+        sums["gpu_s"] += used["gpu_s"]
+        sums["core_s"] += used["run_s"] * (row["cpus"] or 0)
+        sums["mem_byte_s"] = sums.get("mem_byte_s", 0.0) + used["mem_byte_s"]
+        if used["wait_s"] >= 0:
+            sums["waited"] = sums.get("waited", 0) + 1
+            sums["wait_s"] = sums.get("wait_s", 0.0) + used["wait_s"]
         summary["jobs"] = summary.get("jobs", 0) + 1
     return summary
 

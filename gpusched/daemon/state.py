@@ -19,6 +19,7 @@ from gpusched.daemon.authz import Authz
 from gpusched.daemon.cgroups import CgroupJobs
 from gpusched.daemon.fairshare import UsageLedger
 from gpusched.daemon.host import Host
+from gpusched.daemon.notify import make_notifier
 from gpusched.daemon.store import Store
 from gpusched.daemon.telemetry import Telemetry
 from gpusched.daemon.writefail import WriteHealth
@@ -78,6 +79,7 @@ class DaemonState:
         self.writes = WriteHealth(setup.clock)
         self.telemetry = Telemetry()  # counted for /metrics (daemon/metrics.py)
         self.metrics_status = "off"  # where /metrics is served, for `daemon status`
+        self.notifier = make_notifier(setup.settings, setup.paths, setup.clock)
         # While a write() runs: each job it changed as it was before (None: not active),
         # and what to do once it commits, or if it fails.
         self._undo: dict[int, Job | None] | None = None
@@ -138,12 +140,17 @@ class DaemonState:
             self._undo.setdefault(job.id, previous)
         self._place(job.id, None if job.state.is_final else job)
         if previous is None or previous.state is not job.state:  # counted once stored
-            self.after_commit(lambda: self.telemetry.job_changed(previous, job))
+            self.after_commit(lambda: self._committed(previous, job))
         if previous is not None and previous.state is JobState.RUNNING and not job.is_running:
             # A run ended: its GPUs are free, so read them again rather than wait for the
             # poll, and let waiting jobs (and dependents) be considered.
             self.gpus_dirty = self.gpus_dirty or bool(previous.gpu_uuids)
             self.schedule_needed = True
+
+    def _committed(self, previous: Job | None, job: Job) -> None:
+        """A transition is stored: count it for /metrics, and tell whom it concerns."""
+        self.telemetry.job_changed(previous, job)
+        self.notifier.job_changed(previous, job)
 
     def _place(self, job_id: int, job: Job | None) -> None:
         """The active version of a job, or None: it is not active."""

@@ -103,6 +103,8 @@ _JOB_FIELDS = [f.name for f in fields(Job) if f.name != "request"]
 
 
 _IDS_PER_QUERY = 500
+# What daemon/usagerow.py reads of a row.
+_USAGE_COLUMNS = "submitted_at, started_at, ended_at, attempt, gpu_uuids, gpu_mem_peak_bytes"
 _FINAL = sorted(state.value for state in JobState if state.is_final)  # under SQLite's oldest limit on bound values (999)
 
 # Fixed at submit: an update need not rewrite (nor re-encode) them, the environment above
@@ -370,9 +372,16 @@ class Store:
         weighs and sums up (a row, not a Job: a damaged column elsewhere does not matter)."""
         finals = ",".join("?" * len(_FINAL))
         return self._conn.execute(
-            "SELECT id, state, user, started_at, ended_at, gpu_uuids, cpus, array_id, "
+            f"SELECT id, state, user, {_USAGE_COLUMNS}, cpus, array_id, "
             f"stdout_path, stderr_path FROM jobs WHERE id BETWEEN ? AND ? AND state IN ({finals}) "
             "ORDER BY id", (first_id, last_id, *_FINAL)).fetchall()
+
+    def used_since(self, since_s: float) -> list[sqlite3.Row]:
+        """Jobs that ran or ended at since_s or later, and those still pending: the
+        columns `gpusched usage` sums (daemon/usage.py)."""
+        return self._conn.execute(
+            f"SELECT user, name, state, {_USAGE_COLUMNS} FROM jobs "
+            "WHERE ended_at IS NULL OR ended_at >= ?", (since_s,)).fetchall()
 
     def delete_ids(self, ids: list[int]) -> None:
         for start in range(0, len(ids), _IDS_PER_QUERY):

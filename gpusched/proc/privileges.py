@@ -33,6 +33,14 @@ def identity_of(uid: int) -> Identity:
     return Identity(uid, entry.pw_gid, groups, entry.pw_name)
 
 
+def home_of(uid: int) -> str | None:
+    """The user's home directory, None for a uid with no account."""
+    try:
+        return pwd.getpwuid(uid).pw_dir
+    except KeyError:
+        return None
+
+
 def drop(who: Identity) -> None:
     """Become the user for good, in the only safe order: groups, then gid, then uid.
 

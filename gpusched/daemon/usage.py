@@ -1,0 +1,83 @@
+"""`gpusched usage`: GPU time, observed GPU memory over time, jobs by final state and the
+mean queue wait, per user (or job name), from the store; jobs retention removed come from
+its summary (daemon/retention.py), which has no time breakdown."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from gpusched.core.errors import UsageError
+from gpusched.daemon.retention import removed_summary
+from gpusched.daemon.state import DaemonState, Setup
+from gpusched.daemon.usagerow import row_usage
+
+GROUPINGS = ("user", "name")
+
+
+def usage_request(state: DaemonState, setup: Setup, args: dict[str, Any]) -> dict:
+    """The report for the request's since_s (seconds back; None: everything) and by."""
+    by = args.get("by") or "user"
+    if by not in GROUPINGS:
+        raise UsageError(f"cannot group usage by {by!r}; use one of: {', '.join(GROUPINGS)}")
+    since_s = args.get("since_s")
+    now = setup.clock.time()
+    since = None if since_s is None else now - float(since_s)
+    groups: dict[str, dict] = {}
+    for row in state.store.used_since(0.0 if since is None else since):
+        if row["started_at"] is None and row["ended_at"] is None:
+            continue  # pending: nothing used yet
+        sums = groups.setdefault(row[by], _empty())
+        used = row_usage(row, since, now)
+        sums["jobs"] += 1
+        sums["states"][row["state"]] = sums["states"].get(row["state"], 0) + 1
+        _add(sums, used["gpu_s"], used["mem_byte_s"],
+             *((1, used["wait_s"]) if used["wait_s"] >= 0 else (0, 0.0)))
+    removed = removed_summary(state.store)
+    # Removed jobs have sums per user and state, and no times: they belong to a report
+    # of all time by user, and to no other.
+    included = since is None and by == "user"
+    if included:
+        _add_removed(groups, removed)
+    return {"since": since, "until": now, "by": by,
+            "groups": [_finish(key, sums) for key, sums in sorted(groups.items())],
+            "total": _finish("", _total(groups.values())),
+            "removed_jobs": {"jobs": removed.get("jobs", 0), "included": included}}
+
+
+def _empty() -> dict:
+    return {"jobs": 0, "states": {}, "gpu_s": 0.0, "mem_byte_s": 0.0, "waited": 0,
+            "wait_s": 0.0}
+
+
+def _add(sums: dict, gpu_s: float, mem_byte_s: float, waited: int, wait_s: float) -> None:
+    sums["gpu_s"] += gpu_s
+    sums["mem_byte_s"] += mem_byte_s
+    sums["waited"] += waited
+    sums["wait_s"] += wait_s
+
+
+def _add_removed(groups: dict[str, dict], removed: dict) -> None:
+    for user, states in removed.get("by_user", {}).items():
+        sums = groups.setdefault(user, _empty())
+        for state_name, part in states.items():
+            sums["jobs"] += part.get("jobs", 0)
+            sums["states"][state_name] = sums["states"].get(state_name, 0) + part.get("jobs", 0)
+            _add(sums, part.get("gpu_s", 0.0), part.get("mem_byte_s", 0.0),
+                 part.get("waited", 0), part.get("wait_s", 0.0))
+
+
+def _total(all_sums: Any) -> dict:
+    total = _empty()
+    for sums in all_sums:
+        total["jobs"] += sums["jobs"]
+        for name, count in sums["states"].items():
+            total["states"][name] = total["states"].get(name, 0) + count
+        _add(total, sums["gpu_s"], sums["mem_byte_s"], sums["waited"], sums["wait_s"])
+    return total
+
+
+def _finish(key: str, sums: dict) -> dict:
+    """One line of the report, in base units (seconds, byte-seconds)."""
+    return {"key": key, "jobs": sums["jobs"], "states": dict(sorted(sums["states"].items())),
+            "gpu_seconds": sums["gpu_s"], "gpu_mem_byte_seconds": sums["mem_byte_s"],
+            "mean_wait_s": sums["wait_s"] / sums["waited"] if sums["waited"] else None}

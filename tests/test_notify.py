@@ -1,0 +1,156 @@
+"""[[notify]] hooks and webhooks as a user sees them: a real daemon in a temporary home,
+real hook processes, a real HTTP server on a free local port."""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+from http.server import BaseHTTPRequestHandler, HTTPServer
+from pathlib import Path
+
+import pytest
+
+from conftest import executable, is_gone, wait_until
+
+# Relative paths: a shell run by the hook (cwd /) or by the job (cwd the home) would leave
+# the file in one of those.
+HOSTILE_NAME = "x'; touch PWNED1; echo '$(touch PWNED2)\n\"`touch PWNED3`\""
+
+RECORDER = """#!/bin/sh
+# Keeps what a hook gets: its environment and its stdin, one pair per event.
+out="$1"
+env > "$out/env-$GPUSCHED_EVENT"
+cat > "$out/stdin-$GPUSCHED_EVENT"
+"""
+
+
+def notify_log(home) -> str:
+    path = home.state / "notify.log"
+    return path.read_text() if path.exists() else ""
+
+
+def test_a_hook_gets_the_job_as_env_and_json_and_never_runs_its_name(home, tmp_path):
+    out = tmp_path / "out"
+    out.mkdir()
+    hook = executable(tmp_path / "record.sh", RECORDER)
+    home.write_config(f'[[notify]]\nevents = ["start", "end", "fail"]\n'
+                      f'command = ["{hook}", "{out}"]\nlog_lines = 5\n')
+    name = HOSTILE_NAME
+    job = home.submit("--name", name, "--", "sh", "-c", "echo one; echo two; exit 3",
+                      "$(touch PWNED4)")
+    home.wait_state(job, "failed")
+    wait_until(lambda: (out / "stdin-fail").exists() and notify_log(home).count("\n") >= 3,
+               "the three hook runs")
+    event = json.loads((out / "stdin-fail").read_text())
+    assert event["event"] == "fail" and event["job"]["id"] == job
+    assert event["job"]["name"] == name and event["job"]["exit_code"] == 3
+    assert event["log_tail"][-2:] == ["one", "two"]
+    env = (out / "env-fail").read_text()
+    assert f"GPUSCHED_JOB_ID={job}\n" in env and "GPUSCHED_JOB_STATE=failed\n" in env
+    assert "GPUSCHED_JOB_EXIT_CODE=3\n" in env and "GPUSCHED_EVENT=fail\n" in env
+    assert {p.name for p in out.iterdir()} == {f"{k}-{e}" for k in ("env", "stdin")
+                                               for e in ("start", "end", "fail")}
+    executed = [*tmp_path.rglob("PWNED*"), *Path("/").glob("PWNED*")]
+    assert not executed, "a job's name or command was executed"
+    assert f"job {job} fail -> {hook}: exit 0" in notify_log(home)
+
+
+def test_a_slow_hook_blocks_nothing_and_its_timeout_kills_its_group(home, tmp_path):
+    pids = tmp_path / "pids"
+    hook = executable(tmp_path / "slow.sh", f"#!/bin/sh\nsleep 300 &\necho $! >> {pids}\nwait\n")
+    home.write_config(f'[[notify]]\nevents = ["end"]\ncommand = ["{hook}"]\n'
+                      'timeout = "20s"\n')
+    first = home.submit("--", "true")
+    home.wait_state(first, "succeeded")
+    sleeper = int(wait_until(lambda: pids.exists() and pids.read_text().strip(),
+                             "the hook's background sleep"))
+    # While the hook runs, the daemon answers and starts and ends other jobs.
+    second = home.submit("--", "true")
+    home.wait_state(second, "succeeded")
+    assert not is_gone(sleeper), "the hook ended before the second job: the test proves nothing"
+    wait_until(lambda: f"job {first} end -> {hook}: timeout after 20 s" in notify_log(home),
+               "the hook's timeout", timeout=90)
+    wait_until(lambda: is_gone(sleeper), "the hook's whole process group to be killed")
+
+
+class Receiver(BaseHTTPRequestHandler):
+    """A chat webhook that fails with 503 first, then takes the posts."""
+
+    statuses: list[int] = []
+    bodies: list[dict] = []
+
+    def do_POST(self) -> None:  # noqa: N802 - http.server's name
+        length = int(self.headers["Content-Length"])
+        type(self).bodies.append(json.loads(self.rfile.read(length)))
+        status = type(self).statuses.pop(0) if type(self).statuses else 200
+        self.send_response(status)
+        self.end_headers()
+
+    def log_message(self, *args) -> None:
+        pass
+
+
+@pytest.fixture
+def receiver():
+    handler = type("R", (Receiver,), {"statuses": [503], "bodies": []})
+    server = HTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield server, handler
+    server.shutdown()
+    server.server_close()
+
+
+def test_a_webhook_gets_escaped_text_and_is_retried_after_a_503(home, receiver):
+    server, handler = receiver
+    url = f"http://127.0.0.1:{server.server_port}/hooks/secret-token"
+    home.write_config(f'[[notify]]\nevents = ["fail"]\nurl = "{url}"\ntimeout = "10s"\n')
+    job = home.submit("--name", "<!channel> & co", "--", "false")
+    home.wait_state(job, "failed")
+    wait_until(lambda: len(handler.bodies) == 2, "the post and its retry")
+    body = handler.bodies[-1]
+    assert body["event"] == "fail" and body["job"]["id"] == job
+    assert "&lt;!channel&gt; &amp; co" in body["text"] and "<!channel>" not in body["text"]
+    log = wait_until(lambda: "HTTP 200" in notify_log(home) and notify_log(home), "the log")
+    assert f"job {job} fail -> http://127.0.0.1:{server.server_port}/…: HTTP 200 after 2 tries" in log
+    assert "secret-token" not in log
+
+
+def test_a_webhook_answering_404_is_not_retried(home, receiver):
+    server, handler = receiver
+    handler.statuses[:] = [404]
+    home.write_config(f'[[notify]]\nevents = ["end"]\n'
+                      f'url = "http://127.0.0.1:{server.server_port}/gone"\n')
+    job = home.submit("--", "true")
+    home.wait_state(job, "succeeded")
+    wait_until(lambda: "given up" in notify_log(home), "the post to be given up")
+    assert "HTTP 404 after 1 try, given up" in notify_log(home) and len(handler.bodies) == 1
+
+
+def test_a_shell_string_command_is_refused_with_the_argv_form(home):
+    home.write_config('[[notify]]\nevents = ["end"]\ncommand = "notify-send done"\n')
+    proc = home.run("daemon", "start", check=False)
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr
+    assert "write it as an argv list, e.g. ['notify-send', 'done']" in proc.stderr
+
+
+def test_a_job_pending_too_long_is_told_once(make_home, tmp_path):
+    home = make_home("1x80GiB")
+    out = tmp_path / "out"
+    out.mkdir()
+    hook = executable(tmp_path / "record.sh", RECORDER)
+    gate = tmp_path / "gate"
+    home.write_config(f'[[notify]]\nevents = ["pending_longer_than"]\n'
+                      f'pending_longer_than = "1s"\ncommand = ["{hook}", "{out}"]\n')
+    blocker = home.submit("--gpus", "1", "--", "sh", "-c", f"while [ ! -e {gate} ]; do "
+                          "sleep 0.1; done")
+    waiting = home.submit("--gpus", "1", "--", "true")
+    wait_until(lambda: f"job {waiting} pending_longer_than" in notify_log(home),
+               "the pending job's notification")
+    event = json.loads((out / "stdin-pending_longer_than").read_text())
+    assert event["job"]["id"] == waiting and event["job"]["state"] == "pending"
+    gate.touch()
+    home.wait_state(waiting, "succeeded")
+    assert notify_log(home).count("pending_longer_than") == 1
+    assert f"job {blocker} " not in notify_log(home)
