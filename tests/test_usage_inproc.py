@@ -6,7 +6,10 @@ from __future__ import annotations
 import pytest
 
 from gpusched.core.errors import UsageError
-from inproc import make_box  # noqa: F401 - fixtures
+from gpusched.daemon import usage
+from gpusched.daemon.loop import Call
+from gpusched.daemon.request import Request
+from inproc import ME, make_box  # noqa: F401 - fixtures
 
 def by_key(report: dict) -> dict[str, dict]:
     return {line["key"]: line for line in report["groups"]}
@@ -71,3 +74,26 @@ def test_a_wrong_grouping_lists_the_valid_ones(make_box):
     box = make_box()
     with pytest.raises(UsageError, match="use one of: user, name"):
         box.call("usage", by="group")
+
+
+def test_a_large_report_reads_a_window_a_turn_and_others_are_answered_meanwhile(
+        make_box, monkeypatch):
+    """A report over a long history must not hold the loop: it reads the store a window
+    of ids per turn (a whole store of 100,000 at once held the loop for a second)."""
+    monkeypatch.setattr(usage, "WINDOW_IDS", 10)
+    monkeypatch.setattr(usage, "TURN_BUDGET_S", 0.0)  # one window a turn, however fast
+    box = make_box()
+    for _ in range(35):
+        job = box.submit("--", "true")
+        box.exit(job, 0, seconds=60)
+    report = Call(Request("usage", {}, ME))
+    box.daemon.step([report])
+    assert not report.done.is_set()  # 35 ids: four windows, one a turn
+    status = Call(Request("status", {}, ME))
+    box.daemon.step([status])
+    assert status.done.is_set() and status.error is None
+    while not report.done.is_set():
+        box.daemon.step([])
+    assert report.error is None
+    (me,) = report.result["groups"]
+    assert me["jobs"] == 35 and me["gpu_seconds"] == 0.0 and me["states"] == {"succeeded": 35}

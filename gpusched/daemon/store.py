@@ -376,12 +376,12 @@ class Store:
             f"stdout_path, stderr_path FROM jobs WHERE id BETWEEN ? AND ? AND state IN ({finals}) "
             "ORDER BY id", (first_id, last_id, *_FINAL)).fetchall()
 
-    def used_since(self, since_s: float) -> list[sqlite3.Row]:
-        """Jobs that ran or ended at since_s or later, and those still pending: the
-        columns `gpusched usage` sums (daemon/usage.py)."""
+    def used_between(self, first_id: int, last_id: int, since_s: float) -> list[sqlite3.Row]:
+        """Of the jobs with ids first_id..last_id, those that ran or ended at since_s or
+        later, and those still pending: the columns `gpusched usage` sums (daemon/usage.py)."""
         return self._conn.execute(
-            f"SELECT user, name, state, {_USAGE_COLUMNS} FROM jobs "
-            "WHERE ended_at IS NULL OR ended_at >= ?", (since_s,)).fetchall()
+            f"SELECT user, name, state, {_USAGE_COLUMNS} FROM jobs WHERE id BETWEEN ? AND ? "
+            "AND (ended_at IS NULL OR ended_at >= ?)", (first_id, last_id, since_s)).fetchall()
 
     def delete_ids(self, ids: list[int]) -> None:
         for start in range(0, len(ids), _IDS_PER_QUERY):

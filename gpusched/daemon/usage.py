@@ -1,12 +1,15 @@
 """`gpusched usage`: GPU time, observed GPU memory over time, jobs by final state and the
-mean queue wait, per user (or job name), from the store; jobs retention removed come from
-its summary (daemon/retention.py), which has no time breakdown."""
+mean queue wait, per user (or job name), from the store, read over several turns of the
+loop; jobs retention removed come from its summary (daemon/retention.py), which has no
+time breakdown."""
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 from gpusched.core.errors import UsageError
+from gpusched.daemon.batches import TURN_BUDGET_S, Batched
 from gpusched.daemon.retention import removed_summary
 from gpusched.daemon.state import DaemonState, Setup
 from gpusched.daemon.usagerow import row_usage
@@ -14,34 +17,65 @@ from gpusched.daemon.usagerow import row_usage
 GROUPINGS = ("user", "name")
 
 
-def usage_request(state: DaemonState, setup: Setup, args: dict[str, Any]) -> dict:
+# Ids one query reads: a window of the primary key, so that a turn of the loop stays short
+# however many jobs the store holds (a report over 100,000 read at once took a second).
+WINDOW_IDS = 2000
+
+
+def usage_request(state: DaemonState, setup: Setup, args: dict[str, Any]) -> UsageReport:
     """The report for the request's since_s (seconds back; None: everything) and by."""
     by = args.get("by") or "user"
     if by not in GROUPINGS:
         raise UsageError(f"cannot group usage by {by!r}; use one of: {', '.join(GROUPINGS)}")
-    since_s = args.get("since_s")
-    now = setup.clock.time()
-    since = None if since_s is None else now - float(since_s)
-    groups: dict[str, dict] = {}
-    for row in state.store.used_since(0.0 if since is None else since):
+    return UsageReport(state, setup, by, args.get("since_s"))
+
+
+class UsageReport(Batched):
+    """Sums the store a window of ids at a time, for about TURN_BUDGET_S a turn: the loop
+    answers other requests between windows. Answered with the report once all are read."""
+
+    def __init__(self, state: DaemonState, setup: Setup, by: str, since_s: Any):
+        self.state, self.by = state, by
+        self.now = setup.clock.time()
+        self.since = None if since_s is None else self.now - float(since_s)
+        self.groups: dict[str, dict] = {}
+        self._next_id, self._last_id = 1, state.store.finished_extent()[1]
+
+    def step(self) -> dict | None:
+        deadline = time.monotonic() + TURN_BUDGET_S  # real time, as batches.py: a turn's length
+        while self._next_id <= self._last_id:  # at least one window a turn, however slow
+            last = self._next_id + WINDOW_IDS - 1
+            rows = self.state.store.used_between(self._next_id, last,
+                                                 0.0 if self.since is None else self.since)
+            self._next_id = last + 1
+            for row in rows:
+                self._add_row(row)
+            if time.monotonic() >= deadline:
+                break
+        return self._report() if self._next_id > self._last_id else None
+
+    def _add_row(self, row: Any) -> None:
         if row["started_at"] is None and row["ended_at"] is None:
-            continue  # pending: nothing used yet
-        sums = groups.setdefault(row[by], _empty())
-        used = row_usage(row, since, now)
+            return  # pending: nothing used yet
+        sums = self.groups.setdefault(row[self.by], _empty())
+        used = row_usage(row, self.since, self.now)
         sums["jobs"] += 1
         sums["states"][row["state"]] = sums["states"].get(row["state"], 0) + 1
         _add(sums, used["gpu_s"], used["mem_byte_s"],
              *((1, used["wait_s"]) if used["wait_s"] >= 0 else (0, 0.0)))
-    removed = removed_summary(state.store)
-    # Removed jobs have sums per user and state, and no times: they belong to a report
-    # of all time by user, and to no other.
-    included = since is None and by == "user"
-    if included:
-        _add_removed(groups, removed)
-    return {"since": since, "until": now, "by": by,
-            "groups": [_finish(key, sums) for key, sums in sorted(groups.items())],
-            "total": _finish("", _total(groups.values())),
-            "removed_jobs": {"jobs": removed.get("jobs", 0), "included": included}}
+
+    def _report(self) -> dict:
+        groups = self.groups
+        removed = removed_summary(self.state.store)
+        # Removed jobs have sums per user and state, and no times: they belong to a report
+        # of all time by user, and to no other.
+        included = self.since is None and self.by == "user"
+        if included:
+            _add_removed(groups, removed)
+        return {"since": self.since, "until": self.now, "by": self.by,
+                "groups": [_finish(key, sums) for key, sums in sorted(groups.items())],
+                "total": _finish("", _total(groups.values())),
+                "removed_jobs": {"jobs": removed.get("jobs", 0), "included": included}}
 
 
 def _empty() -> dict:
