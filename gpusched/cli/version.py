@@ -1,25 +1,38 @@
-"""`gpusched --version`: the version, and the git commit when the code runs from a checkout.
+"""`gpusched --version`: the version, and the git commit when the code runs from a checkout
+or was built from one.
 
 The console script answers `--version` from here before typer is imported, so this module
 imports only os and reads git's files itself: spawning `git` would cost tens of ms and
-needs git installed. An installed wheel has no .git beside its package: version only.
+needs git installed. An installed wheel has no .git beside its package; setup.py, which
+loads this file alone (hence no imports of ours at the top), records the commit in the
+build instead.
 """
 
 from __future__ import annotations
 
 import os
 
-from gpusched import __version__
-
 _SHORT_SHA_CHARS = 12
 
 
 def version_line() -> str:
-    """`gpusched 0.1.0`, or `gpusched 0.1.0 (commit 6149a84b1c2d)` from a checkout."""
+    """`gpusched 0.1.0`, or `gpusched 0.1.0 (commit 6149a84b1c2d)` from a checkout or
+    from a build of one."""
+    from gpusched import __version__
+
     # this file is CHECKOUT/gpusched/cli/version.py
     checkout = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    commit = checkout_commit(checkout)
+    commit = checkout_commit(checkout) or _build_commit()
     return f"gpusched {__version__}" + (f" (commit {commit[:_SHORT_SHA_CHARS]})" if commit else "")
+
+
+def _build_commit() -> str:
+    """The commit a wheel or sdist was built from (setup.py writes gpusched/_commit.py)."""
+    try:
+        from gpusched._commit import COMMIT  # type: ignore[import-not-found]
+    except ImportError:  # built from no checkout (or not built: run in place)
+        return ""
+    return COMMIT
 
 
 def checkout_commit(checkout: str) -> str:
