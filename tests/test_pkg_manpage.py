@@ -19,7 +19,7 @@ from gpusched.cli.manpage import EXIT_STATUSES
 from test_help import help_text
 
 MAN_PAGE = REPO / "man" / "gpusched.1"
-REGENERATE = "gpusched man > man/gpusched.1"
+REGENERATE = ".ci/regenerate"  # or: gpusched man > man/gpusched.1
 
 
 def _commands(node: Node) -> list[tuple[str, ...]]:
