@@ -76,6 +76,8 @@ def generate(root: Any) -> str:
              ".SH NAME", r"gpusched \- " + _escape(_summary(root)),
              ".SH SYNOPSIS", r"\fBgpusched\fR [\fIOPTIONS\fR] \fICOMMAND\fR [\fIARGS\fR]...",
              ".SH DESCRIPTION", *_help_body(root), ".SH OPTIONS", *_options(root, ctx),
+             ".PP", _escape("Every command takes -h and --help: its own help (after submit's "
+                            "--, they are the job's)."),
              ".SH COMMANDS"]
     for command, command_ctx in _commands(root, ctx):
         lines += _command(command, command_ctx)
@@ -102,7 +104,7 @@ def _commands(group: Any, ctx: Any) -> Iterator[tuple[Any, Any]]:
 
 def _command(command: Any, ctx: Any) -> list[str]:
     usage = " ".join([ctx.command_path, *command.collect_usage_pieces(ctx)])
-    lines = [".SS " + _quote(usage), *_help_body(command)]
+    lines = [".SS " + _quote(usage), *_help_body(command)]  # the command's --help, in roff
     arguments = [(placeholder(p), p.help or "") for p in command.get_params(ctx)
                  if p.param_type_name == "argument" and not p.hidden]
     lines += _entries(arguments)
@@ -110,9 +112,11 @@ def _command(command: Any, ctx: Any) -> list[str]:
 
 
 def _options(command: Any, ctx: Any) -> list[str]:
-    """The option lines of `--help`: names, value placeholder, help and default."""
+    """The option lines of `--help`: names, value placeholder, help and default. The help
+    option, the same in every command, is listed once, under OPTIONS."""
     records = [record for p in command.get_params(ctx)
-               if p.param_type_name == "option" and (record := p.get_help_record(ctx))]
+               if p.param_type_name == "option" and (p.name != "help" or ctx.parent is None)
+               and (record := p.get_help_record(ctx))]
     return _entries(records)
 
 
