@@ -18,11 +18,11 @@ else:  # pragma: no cover - Python 3.10
 
 DISTRIBUTION = "gpusched-cli"
 # An install command (pip, pip3, python -m pip, uv pip, pipx, uv tool; install or inject),
-# then among its arguments (up to ;, &&, |, # or a closing backquote) the bare name
+# then among its arguments (up to ;, &&, |, #, a comma or a backquote) the bare name
 # `gpusched`: not a path (./gpusched), not a longer name (gpusched-cli,
 # gpusched_cli-0.1.0.whl); `gpusched==0.4` and `gpusched[jobs]` count.
 BAD_INSTALL = re.compile(
-    r"\b(?:pip3?|pipx|uv(?: tool| pip)?)\s+(?:install|inject)\b[^\n;&|#`]*?"
+    r"\b(?:pip3?|pipx|uv(?: tool| pip)?)\s+(?:install|inject)\b[^\n;&|#`,]*?"
     r"(?<![\w./~-])gpusched(?![\w-])(?!\.whl|\.tar)")
 CHECKED = ("*.md", "docs/**/*", "jobs/**/*", "contrib/**/*", "bench/**/*", ".ci/*",
            "gpusched/**/*.py", "man/*", "pyproject.toml", "gpusched.toml.example",

@@ -13,7 +13,7 @@ import pytest
 
 from conftest import CONSOLE_SCRIPT, REPO
 from gpusched import __version__
-from gpusched.cli.version import checkout_commit
+from gpusched.cli.version import build_commit, checkout_commit
 from test_lean_imports import CONSOLE_SCRIPT as LISTING_SCRIPT
 
 needs_git = pytest.mark.skipif(shutil.which("git") is None, reason="git is not installed")
@@ -96,3 +96,12 @@ def test_no_commit_where_git_files_are_missing_or_strange(tmp_path):
     assert checkout_commit(str(tmp_path)) == ""
     (tmp_path / ".git/HEAD").write_bytes(b"\xff\xfe")
     assert checkout_commit(str(tmp_path)) == ""
+
+
+def test_a_builds_commit_file_is_read_as_text_and_checked(tmp_path):
+    assert build_commit(str(tmp_path)) == ""  # not a build: no _commit.py
+    sha = "0123456789abcdef0123456789abcdef01234567"
+    (tmp_path / "_commit.py").write_text(f'"""The git commit."""\n\nCOMMIT = "{sha}"\n')
+    assert build_commit(str(tmp_path)) == sha
+    (tmp_path / "_commit.py").write_text('COMMIT = "not a commit"\n')
+    assert build_commit(str(tmp_path)) == ""

@@ -21,18 +21,20 @@ def version_line() -> str:
     from gpusched import __version__
 
     # this file is CHECKOUT/gpusched/cli/version.py
-    checkout = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    commit = checkout_commit(checkout) or _build_commit()
+    package = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    commit = checkout_commit(os.path.dirname(package)) or build_commit(package)
     return f"gpusched {__version__}" + (f" (commit {commit[:_SHORT_SHA_CHARS]})" if commit else "")
 
 
-def _build_commit() -> str:
-    """The commit a wheel or sdist was built from (setup.py writes gpusched/_commit.py)."""
+def build_commit(package: str) -> str:
+    """The commit a wheel or sdist was built from: setup.py writes PACKAGE/_commit.py
+    (`COMMIT = "<sha>"`), read here as text, as no layer of the package imports it."""
     try:
-        from gpusched._commit import COMMIT  # type: ignore[import-not-found]
-    except ImportError:  # built from no checkout (or not built: run in place)
+        text = _read(os.path.join(package, "_commit.py"))
+    except (OSError, UnicodeDecodeError):  # built from no checkout, or run in place
         return ""
-    return COMMIT
+    sha = text.rpartition("COMMIT = ")[2].strip().strip('"')
+    return sha if _is_sha(sha) else ""
 
 
 def checkout_commit(checkout: str) -> str:
