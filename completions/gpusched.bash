@@ -25,6 +25,7 @@ _gpusched() {
             'hold') path='hold' ;;
             'logs') path='logs' ;;
             'ls') path='ls' ;;
+            'man') path='man' ;;
             'release') path='release' ;;
             'resubmit') path='resubmit' ;;
             'resume') path='resume' ;;
@@ -39,7 +40,7 @@ _gpusched() {
         esac
     done
     case "$path" in
-        '') words='cancel completions daemon demo doctor drain env gc gpus hold logs ls release resubmit resume show simulate submit top update usage wait --help -h --version' values='' ids= args='' ;;
+        '') words='cancel completions daemon demo doctor drain env gc gpus hold logs ls man release resubmit resume show simulate submit top update usage wait --help -h --version' values='' ids= args='' ;;
         'cancel') words='--help -h' values='' ids=active args='' ;;
         'completions') words='--help -h' values='' ids= args='bash zsh fish' ;;
         'daemon') words='install-service restart run start status stop --help -h' values='' ids= args='' ;;
@@ -58,6 +59,7 @@ _gpusched() {
         'hold') words='--help -h' values='' ids=active args='' ;;
         'logs') words='--help -h --follow -f --stderr' values='' ids=all args='' ;;
         'ls') words='--help -h --all -a --expand -r --json --user -u --me --state -t --name -n --format -O --noheader --last' values='--user -u --state -t --name -n --format -O --last' ids= args='' ;;
+        'man') words='--help -h' values='' ids= args='' ;;
         'release') words='--help -h' values='' ids=active args='' ;;
         'resubmit') words='--help -h --gpus -G --gpu-mem --name -n --priority --time -t --cpus -c --mem --hold --wait -W --json' values='--gpus -G --gpu-mem --name -n --priority --time -t --cpus -c --mem' ids=all args='' ;;
         'resume') words='--help -h' values='' ids= args='' ;;

@@ -91,7 +91,7 @@ def commands(home: Home) -> list[list[str]]:
         ["drain"], ["resume"], ["logs", job], ["logs", "--follow", job], ["env", job],
         ["env", "--json", job], ["gpus"], ["gpus", "--json"], ["gpus", "--format", "csv"],
         ["gpus", "--query", "index,name"], ["top", "--once"], ["top"],
-        ["simulate", str(home.trace)], ["demo"], ["completions", "bash"],
+        ["simulate", str(home.trace)], ["demo"], ["completions", "bash"], ["man"],
         ["daemon", "status"], ["daemon", "status", "--json"], ["daemon", "start"],
         ["daemon", "install-service", "--user", "--dir", str(home.path)],
         ["doctor"], ["doctor", "--json"], ["gc", "--dry-run"], ["gc", "--dry-run", "--json"],

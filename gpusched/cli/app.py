@@ -8,7 +8,6 @@ import sys
 
 import typer
 
-from gpusched import __version__
 from gpusched.cli import (daemon_cmds, doctor_cmds, gc_cmds, gpu_cmds, job_cmds, submit_cmds,
                           tool_cmds, usage_cmds)
 from gpusched.cli.helpformat import App
@@ -20,7 +19,9 @@ app = App(add_completion=False, no_args_is_help=True, rich_markup_mode=None)
 
 def _version(value: bool) -> None:
     if value:
-        typer.echo(f"gpusched {__version__}")
+        from gpusched.cli.version import version_line
+
+        typer.echo(version_line())
         raise typer.Exit()
 
 

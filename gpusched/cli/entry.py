@@ -1,6 +1,6 @@
-"""The console script: `submit`, the everyday commands of cli/fastcmds.py and completion's
-`_job-ids` skip typer's import; all else goes to cli. GPUSCHED_NO_FAST_PATH=1 sends every
-command through typer (for debugging, and for tests that compare the two paths)."""
+"""The console script: `submit`, the everyday commands of cli/fastcmds.py, `--version` and
+completion's `_job-ids` skip typer's import; all else goes to cli. GPUSCHED_NO_FAST_PATH=1
+sends every command through typer (for debugging, and for tests that compare the two paths)."""
 
 from __future__ import annotations
 
@@ -28,7 +28,15 @@ def main() -> None:
 def _try_fast_path(argv: list[str]) -> None:
     """Run the command here and exit, if a fast path reads its command line; else return."""
     status = None
-    if argv[:1] == ["submit"]:  # the commonest in scripts: not even the commands' table
+    if argv == ["--version"]:  # the line typer's --version prints, without typer
+        from gpusched.cli.version import version_line
+
+        try:
+            sys.stdout.write(version_line() + "\n")
+            status = 0
+        except (OSError, ValueError):  # output closed or its reader gone: status 1, silently
+            status = 1
+    elif argv[:1] == ["submit"]:  # the commonest in scripts: not even the commands' table
         from gpusched.client.fastsubmit import try_fast_submit
 
         status = try_fast_submit(argv[1:])

@@ -1,4 +1,5 @@
-"""The tools around the queue: simulate, demo, completions and the completion helper `_job-ids`."""
+"""The tools around the queue: simulate, demo, completions, man and the completion helper
+`_job-ids`."""
 
 from __future__ import annotations
 
@@ -75,6 +76,17 @@ def completions(ctx: typer.Context,
     if shell not in SHELLS:
         raise UsageError(f"no completions for {shell!r}; choose one of: {', '.join(SHELLS)}")
     sys.stdout.write(generate(shell, ctx.find_root().command))
+
+
+@app.command()
+def man(ctx: typer.Context) -> None:
+    """Print the gpusched(1) man page (roff), generated from this command line.
+
+    Example: gpusched man | man -l -
+    """
+    from gpusched.cli.manpage import generate
+
+    sys.stdout.write(generate(ctx.find_root().command))
 
 
 @app.command("_job-ids", hidden=True)
