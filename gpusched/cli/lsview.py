@@ -114,6 +114,8 @@ def _ls_cells(job: dict[str, Any], now: float, max_chars: int) -> list[Cell]:
         # A job whose shim died says what is being done instead: its processes stopped.
         detail = job["end_reason"] if job.get("shim_lost") else \
             command_human(job["command"], max_chars)
+    if job.get("cluster"):  # handed to Slurm: where it is there, and how fresh that is
+        detail = f"{cluster_human(job['cluster'], now)} · {detail}"
     mem = mem_human(job)
     texts = [str(job["id"]), job["user"], job["name"], None,
              request_human(job["gpus_requested"], job["gpu_mem_bytes"]),
@@ -125,6 +127,20 @@ def _ls_cells(job: dict[str, Any], now: float, max_chars: int) -> list[Cell]:
     cells[3] = _state_cell(job)
     cells[7] = [(mem, "red" if job.get("mem_over") else "")]
     return cells
+
+
+def cluster_human(cluster: dict[str, Any], now: float) -> str:
+    """`hpc 123 RUNNING on n7, as of 4s ago`, and `STALE (why)` while Slurm does not answer."""
+    parts = [cluster["name"], cluster["slurm_job_id"] or "(not submitted yet)",
+             cluster["slurm_state"]]
+    if cluster["node"]:
+        parts.append(f"on {cluster['node']}")
+    text = " ".join(p for p in parts if p)
+    if cluster["as_of"] is not None:
+        text += f", as of {duration_human(max(0.0, now - cluster['as_of']))} ago"
+    if cluster["stale"]:
+        text += f", STALE ({cluster['stale']})"
+    return text
 
 
 def ls_lines(jobs: list[dict[str, Any]], width: int = 1000, now: float | None = None

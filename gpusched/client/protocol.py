@@ -38,7 +38,7 @@ def _cmd(required: str = "", optional: str = "") -> Command:
 COMMANDS: dict[str, Command] = {
     "ping": _cmd(),
     "status": _cmd(),
-    "submit": _cmd("jobs", "env cwd"),
+    "submit": _cmd("jobs", "env cwd cluster"),
     # Filters (lists of user names, states, name patterns) keep the reply small.
     # Replies that grow with the queue come in pages (daemon/pages.py): "after" is where
     # the page starts (a job id for list, a position among the ids named for show and
@@ -124,6 +124,7 @@ ARGUMENTS: dict[str, Callable[[Any], Any]] = {
     "changes": lambda v: values.mapping(v, "changes"),
     "since_s": lambda v: values.number(v, "since_s", 0, 10**11),
     "by": lambda v: values.text(v, "by"),
+    "cluster": lambda v: values.text(v, "cluster"),
 }
 
 

@@ -86,6 +86,8 @@ class Queries:
         """
         for row in rows:
             row["progress"] = report = progress_of(self.state.jobs.get(row["id"]))
+            if row["id"] in self.state.remote_ids:  # a cluster job: where Slurm has it
+                row["cluster"] = self.state.clusters.describe(row["id"])
             if report is not None and row["command"] == [HIDDEN]:
                 report["message"] = ""
         return rows
