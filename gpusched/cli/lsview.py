@@ -9,6 +9,7 @@ from __future__ import annotations
 import time
 
 from gpusched.cli.columns import Column, Plan, fit_line, fit_widths
+from gpusched.client.clusterview import cluster_human
 from gpusched.client.textcells import (Cell, Line, Seg, command_human, printable,
                                        request_human)
 from gpusched.core.units import duration_human, size_human
@@ -127,20 +128,6 @@ def _ls_cells(job: dict[str, Any], now: float, max_chars: int) -> list[Cell]:
     cells[3] = _state_cell(job)
     cells[7] = [(mem, "red" if job.get("mem_over") else "")]
     return cells
-
-
-def cluster_human(cluster: dict[str, Any], now: float) -> str:
-    """`hpc 123 RUNNING on n7, as of 4s ago`, and `STALE (why)` while Slurm does not answer."""
-    parts = [cluster["name"], cluster["slurm_job_id"] or "(not submitted yet)",
-             cluster["slurm_state"]]
-    if cluster["node"]:
-        parts.append(f"on {cluster['node']}")
-    text = " ".join(p for p in parts if p)
-    if cluster["as_of"] is not None:
-        text += f", as of {duration_human(max(0.0, now - cluster['as_of']))} ago"
-    if cluster["stale"]:
-        text += f", STALE ({cluster['stale']})"
-    return text
 
 
 def ls_lines(jobs: list[dict[str, Any]], width: int = 1000, now: float | None = None

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import time
 
-from gpusched.cli.lsview import cluster_human, progress_human, shown_state
+from gpusched.cli.lsview import progress_human, shown_state
+from gpusched.client.clusterview import cluster_human
 from gpusched.client.textcells import command_human, printable
 from gpusched.core.syntax import signal_name
 from gpusched.core.units import duration_human, size_human

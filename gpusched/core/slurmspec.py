@@ -8,7 +8,7 @@ import os
 import shlex
 
 from gpusched.core.clusterconf import ClusterConfig
-from gpusched.core.errors import UsageError
+from gpusched.core.errors import GpuschedError
 from gpusched.core.models import Constraints, Job
 from gpusched.core.syntax import signal_name
 from gpusched.core.units import size_human
@@ -188,6 +188,7 @@ _NOT_EXPORTED = frozenset({"CUDA_VISIBLE_DEVICES", "NVIDIA_VISIBLE_DEVICES", "BA
 
 
 def refuse_if(job: Job, cluster: ClusterConfig) -> None:
+    """Exit status 1, not 2: the command line is well formed, the cluster cannot do it."""
     reason = refusal(job, cluster)
     if reason:
-        raise UsageError(f"cannot hand this job to cluster {cluster.name}: {reason}")
+        raise GpuschedError(f"cannot hand this job to cluster {cluster.name}: {reason}")

@@ -121,6 +121,10 @@ class DaemonState:
         # Kept apart from the queue: asked several times a pass, with thousands pending.
         return list(self._running.values())
 
+    def running_remote(self) -> list[Job]:
+        """The running cluster jobs (Slurm runs them; running() is this machine's)."""
+        return [job for i in self.remote_ids if (job := self.jobs.get(i)) and job.is_running]
+
     def pending(self) -> list[Job]:
         return list(self._pending.values())
 
