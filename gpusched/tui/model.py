@@ -65,7 +65,7 @@ class TopJob(NamedTuple):
     progress_message: str = ""
     cancelling: bool = False  # running, told to stop, not ended yet (it may ignore SIGTERM)
     # A cluster job: where Slurm has it (client/clusterview.py), as of the daemon's poll.
-    cluster: Any = field(default=None, compare=False)
+    cluster: Any = None
 
     @classmethod
     def from_dict(cls, job: Mapping[str, Any]) -> TopJob:
