@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 import time
 
-from conftest import wait_until
+from conftest import executable, wait_until
 from slurmhome import calls, cluster_home, show
 from slurmnode import slurm  # noqa: F401 - the fixture
 
@@ -138,3 +138,16 @@ def test_polling_stays_within_its_budget_of_slurm_calls(slurm, make_home, tmp_pa
         home.run("ls", "--all")
         home.run("show", str(first))
     assert len(calls(tmp_path)) == before  # clients never make Slurm calls
+
+
+def test_a_job_slurm_forgot_without_an_exit_record_is_lost_never_succeeded(
+        slurm, make_home, tmp_path):  # noqa: F811
+    home, root = cluster_home(make_home, slurm, tmp_path, lost_grace="3s")
+    # As if slurmctld had purged the job (MinJobAge) and there were no accounting at all.
+    executable(tmp_path / "slurmbin" / "squeue", "#!/bin/sh\nexit 0\n")
+    executable(tmp_path / "slurmbin" / "sacct",
+               "#!/bin/sh\necho 'Slurm accounting storage is disabled' >&2\nexit 1\n")
+    # The command kills the wrapper (its parent): no exit record is ever written.
+    job_id = _submit(home, root, "--", "bash", "-c", "kill -9 $PPID")
+    ended = home.wait_state(job_id, "lost", "succeeded", "failed")
+    assert ended["state"] == "lost" and "vanished with no exit record" in ended["end_reason"]

@@ -28,6 +28,8 @@ from gpusched.daemon.state import DaemonState, Setup
 log = logging.getLogger("gpusched.daemon.slurmpoll")
 
 _KEY = "cluster.job."
+# Slurm states whose outcome the wrapper's exit record decides (the others say the cause).
+_DECIDED_BY_RECORD = ("COMPLETED", "FAILED")
 
 
 class ClusterJobs:
@@ -109,7 +111,7 @@ class ClusterJobs:
     # -- the loop's turn ---------------------------------------------------------------
     def step(self) -> None:
         """Hand over what is due, and poll each cluster whose time has come."""
-        active = [job for job in self.state.jobs.values() if job.id in self.state.remote_ids]
+        active = self._active()
         if not active:
             return
         now, mono = self.setup.clock.time(), self.setup.clock.monotonic()
@@ -131,6 +133,11 @@ class ClusterJobs:
                 self.stale[name] = str(exc)
                 self._back_off(name, mono)
 
+    def _active(self) -> list[Job]:
+        """The cluster jobs still pending or running."""
+        jobs = self.state.jobs
+        return [jobs[i] for i in self.state.remote_ids if i in jobs]
+
     def _back_off(self, name: str, mono: float) -> None:
         cluster = self.clusters[name]
         self._next_poll[name] = mono + self._interval_s[name]
@@ -150,9 +157,7 @@ class ClusterJobs:
 
     def _adopt(self, job: Job, found: dict[str, SlurmRow]) -> None:
         run = self.runs[job.id]
-        first = job.array_id if job.array_id is not None else job.id
-        row = found.get(slurmspec.marker(self.uuid, first, job.attempt)) or \
-            found.get(slurmspec.marker(self.uuid, job.id, job.attempt))
+        row = found.get(run.get("marker", ""))
         if row is not None:
             base = row.key.split("_")[0]
             key = f"{base}_{job.array_index}" if job.array_index is not None else base
@@ -201,9 +206,10 @@ class ClusterJobs:
     def _submit(self, cluster: ClusterConfig, group: list[Job], deps: list[tuple[str, str]],
                 now: float) -> None:
         first = group[0]
+        mark = slurmspec.marker(self.uuid, first.id, first.attempt)
         with self.state.write():  # stored before sbatch runs: see the module's docstring
             for job in group:
-                self.runs[job.id]["submitting"] = job.attempt
+                self.runs[job.id].update(submitting=job.attempt, marker=mark)
                 self._save_run(job.id)
         base = self.base_dir(cluster)
         name = first.array_id if first.array_id is not None else first.id
@@ -218,8 +224,7 @@ class ClusterJobs:
             os.path.join(base, f"{first.array_id}_%a.out")
         error = first.stderr_path if first.array_id is None else \
             os.path.join(base, f"{first.array_id}_%a.err")
-        argv = slurmspec.sbatch_argv(group, cluster, script, output, error,
-                                     slurmspec.marker(self.uuid, first.id, first.attempt), deps)
+        argv = slurmspec.sbatch_argv(group, cluster, script, output, error, mark, deps)
         try:
             slurm_id = self.commands[cluster.name].sbatch(argv)
         except SlurmError as exc:
@@ -232,7 +237,10 @@ class ClusterJobs:
                     else slurm_id
                 run["slurm"][str(job.attempt)], run["submitting"] = key, 0
                 self._save_run(job.id)
+                job = self.state.jobs.get(job.id, job)  # cancelled meanwhile? see cancel()
                 self.state.save(_pending(job, f"Slurm job {key} on {cluster.name}: submitted"))
+                if job.cancel_requested:
+                    self.state.after_commit(lambda k=key: _scancel(self.commands[cluster.name], k))
         self.wake(cluster.name)
 
     def _not_submitted(self, group: list[Job], why: str) -> None:
@@ -245,8 +253,8 @@ class ClusterJobs:
     # -- polling -------------------------------------------------------------------------
     def _poll(self, cluster: ClusterConfig, now: float) -> None:
         commands = self.commands[cluster.name]
-        handed = {self.runs[j.id]["slurm"][str(j.attempt)]: j for j in self.state.jobs.values()
-                  if j.id in self.state.remote_ids and self.runs[j.id]["cluster"] == cluster.name
+        handed = {self.runs[j.id]["slurm"][str(j.attempt)]: j for j in self._active()
+                  if self.runs[j.id]["cluster"] == cluster.name
                   and str(j.attempt) in self.runs[j.id]["slurm"]}
         if not handed:
             return
@@ -290,10 +298,13 @@ class ClusterJobs:
                 why = f"Slurm job {key} on {cluster.name}: {row.state.lower()}"
                 self.state.save(_pending(job, why + (f" ({row.reason})" if row.reason else "")))
             return True
-        if row is None and record is None:
+        if record is None and (row is None or row.state in _DECIDED_BY_RECORD):
+            # Gone, or ended without the wrapper's record: the shared filesystem may show
+            # it late (NFS caches attributes), so wait for it up to the grace period.
             since = run.setdefault("missing_since", now)
             if now - since < cluster.lost_grace_s:
                 return False
+        if row is None and record is None:
             self._end(job, JobState.LOST, now, None, None,
                       f"Slurm job {key} vanished with no exit record for "
                       f"{cluster.lost_grace_s:g} s")
