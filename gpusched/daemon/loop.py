@@ -167,7 +167,9 @@ class Daemon:
                       self._set_up_cgroups(), self.started_at, self.clock)
         purge_incomplete(store)  # submits a crash cut short were never acknowledged
         self.state, self.setup = DaemonState(store, setup, self.backend.name), setup
-        ClusterJobs(self.state, setup).load()  # before the active jobs are loaded
+        clusters = ClusterJobs(self.state, setup)
+        clusters.load()  # before the active jobs are loaded
+        clusters.wake_loop = lambda: self._calls.put(_WAKE)  # a Slurm command is done
         self.control = JobControl(self.state, setup, self.seam)
         self.handlers = Handlers(self.state, setup, self.seam)
         self.retention = Retention(self.state, setup)

@@ -16,13 +16,14 @@ import secrets
 from dataclasses import replace
 from typing import Any
 
-from gpusched.core import lifecycle, slurmspec
+from gpusched.core import lifecycle
 from gpusched.core.clusterconf import LOCAL, ClusterConfig
 from gpusched.core.errors import UsageError
 from gpusched.core.models import Job, JobState, transition
 from gpusched.core.slurmparse import SlurmRow, final_state, parse_record, record_outcome
 from gpusched.daemon.slurmcmd import SlurmCommands, SlurmError
-from gpusched.daemon.slurmdeps import MET, NEVER, SLURM, dependency_state
+from gpusched.daemon.slurmsubmit import HandOver, log_failure, pending_because
+from gpusched.daemon.slurmworker import SlurmWorker
 from gpusched.daemon.state import DaemonState, Setup
 
 log = logging.getLogger("gpusched.daemon.slurmpoll")
@@ -46,7 +47,9 @@ class ClusterJobs:
         self.stale: dict[str, str] = {}  # why its last poll failed, while it fails
         self._interval_s = {name: c.poll_min_s for name, c in self.clusters.items()}
         self._next_poll = {name: 0.0 for name in self.clusters}
-        self._recovered: set[str] = set()
+        self.hand = HandOver(self)
+        self._workers: dict[str, SlurmWorker] = {}
+        self.wake_loop: Any = lambda: None  # ends the loop's wait (Daemon.attach sets it)
         state.remote_ids = set()
         state.clusters = self
 
@@ -85,7 +88,7 @@ class ClusterJobs:
             job = replace(job, stdout_path=os.path.join(base, f"{name}.out"),
                           stderr_path=os.path.join(base, f"{name}.err"))
             self.runs[job.id] = {"cluster": cluster.name, "slurm": {}, "submitting": 0}
-            self._save_run(job.id)
+            self.save_run(job.id)
             out.append(job)
         self.state.remote_ids.update(j.id for j in out)
         self.wake(cluster.name)
@@ -100,7 +103,7 @@ class ClusterJobs:
                 raise UsageError(f"dependency on job {dep}: a job on cluster {cluster.name} "
                                  "may depend only on jobs gpusched handed to that cluster")
 
-    def _save_run(self, job_id: int) -> None:
+    def save_run(self, job_id: int) -> None:
         self.state.store.set_meta(f"{_KEY}{job_id}", json.dumps(self.runs[job_id]))
 
     def wake(self, cluster: str) -> None:
@@ -110,28 +113,41 @@ class ClusterJobs:
 
     # -- the loop's turn ---------------------------------------------------------------
     def step(self) -> None:
-        """Hand over what is due, and poll each cluster whose time has come."""
+        """Take in what the workers did; hand over what is due and poll each cluster whose
+        time has come, one task at a time per cluster (never a pile-up on a slow Slurm)."""
+        for worker in self._workers.values():
+            worker.drain()
         active = self._active()
         if not active:
             return
         now, mono = self.setup.clock.time(), self.setup.clock.monotonic()
         for name, cluster in self.clusters.items():
             jobs = [j for j in active if self.runs[j.id]["cluster"] == name]
-            if not jobs:
-                continue
-            try:
-                if name not in self._recovered:
-                    self._recover(cluster, jobs)
-                self._hand_over(cluster, jobs, now)
-                if mono >= self._next_poll[name]:
-                    self._poll(cluster, now)
-                    self.stale.pop(name, None)
-            except SlurmError as exc:
-                # The controller is down or slow: nothing changes state; try again later.
-                if self.stale.get(name) != str(exc):
-                    log.warning("cluster %s: %s", name, exc)
-                self.stale[name] = str(exc)
-                self._back_off(name, mono)
+            worker = self.worker(name)
+            if not jobs or worker.pending or (name in self.stale and
+                                              mono < self._next_poll[name]):
+                continue  # nothing to do, a task under way, or backing off after a failure
+            if name not in self.hand.recovered:
+                self.hand.recover(cluster, jobs, worker)
+            elif not self.hand.hand_over(cluster, jobs, now, worker) and \
+                    mono >= self._next_poll[name]:
+                self._poll(cluster, now, worker)
+
+    def worker(self, name: str) -> SlurmWorker:
+        """The cluster's worker thread, started on first use."""
+        if name not in self._workers:
+            self._workers[name] = SlurmWorker(name, self.wake_loop)
+        return self._workers[name]
+
+    def failed(self, name: str, error: BaseException) -> None:
+        """A Slurm command failed: the controller is down or slow, or a bug. Nothing
+        changes state; the cluster's jobs show as stale; try again later."""
+        if not isinstance(error, SlurmError):
+            log.error("cluster %s: %r", name, error, exc_info=error)
+        elif self.stale.get(name) != str(error):
+            log.warning("cluster %s: %s", name, error)
+        self.stale[name] = str(error)
+        self._back_off(name, self.setup.clock.monotonic())
 
     def _active(self) -> list[Job]:
         """The cluster jobs still pending or running."""
@@ -143,142 +159,38 @@ class ClusterJobs:
         self._next_poll[name] = mono + self._interval_s[name]
         self._interval_s[name] = min(self._interval_s[name] * 2, cluster.poll_max_s)
 
-    def _recover(self, cluster: ClusterConfig, jobs: list[Job]) -> None:
-        """After a start: find by their markers the jobs handed over just before the
-        daemon stopped, whose Slurm ids it never stored."""
-        cut_short = [j for j in jobs if self.runs[j.id]["submitting"]]
-        if cut_short:
-            found = {row.comment: row for row in self.commands[cluster.name].own_jobs().values()
-                     if row.comment.startswith(slurmspec.MARKER_PREFIX)}
-            with self.state.write():
-                for job in cut_short:
-                    self._adopt(job, found)
-        self._recovered.add(cluster.name)
-
-    def _adopt(self, job: Job, found: dict[str, SlurmRow]) -> None:
-        run = self.runs[job.id]
-        row = found.get(run.get("marker", ""))
-        if row is not None:
-            base = row.key.split("_")[0]
-            key = f"{base}_{job.array_index}" if job.array_index is not None else base
-            run["slurm"][str(job.attempt)] = key
-            log.info("job %d: found Slurm job %s by its marker", job.id, key)
-        run["submitting"] = 0
-        self._save_run(job.id)
-
-    # -- handing over --------------------------------------------------------------------
-    def _hand_over(self, cluster: ClusterConfig, jobs: list[Job], now: float) -> None:
-        due = [j for j in jobs if j.state is JobState.PENDING and not j.held
-               and str(j.attempt) not in self.runs[j.id]["slurm"]
-               and (j.eligible_at is None or j.eligible_at <= now)]
-        groups: dict[tuple, list[Job]] = {}
-        for job in sorted(due, key=lambda j: j.id):
-            group = (job.array_id, job.attempt) if job.array_id is not None else (job.id, 0)
-            groups.setdefault(group, []).append(job)
-        for group in groups.values():
-            deps = self._dependencies(group[0])
-            if deps is not None:
-                self._submit(cluster, group, deps, now)
-
-    def _dependencies(self, job: Job) -> list[tuple[str, str]] | None:
-        """The job's dependencies as Slurm ids; those already decided are dropped (a
-        Slurm id purged long ago would count as met). None: not yet (a parent not handed
-        over), or never (the job is cancelled here)."""
-        deps: list[tuple[str, str]] = []
-        for kind, dep in job.dependencies:
-            parent = self.state.find(dep)
-            elements = [self.state.jobs.get(j.id, j) for j in self.state.store.array(dep)]
-            verdict, key = dependency_state(kind, parent, self.runs.get(dep), elements)
-            if verdict == MET:
-                continue
-            if verdict == NEVER:
-                with self.state.write():
-                    self.state.save(transition(job, JobState.CANCELLED,
-                                               ended_at=self.setup.clock.time(),
-                                               end_reason=f"its dependency {kind}:{dep} can "
-                                               "never be met"))
-                return None
-            if verdict != SLURM:
-                return None
-            deps.append((kind, key))
-        return deps
-
-    def _submit(self, cluster: ClusterConfig, group: list[Job], deps: list[tuple[str, str]],
-                now: float) -> None:
-        first = group[0]
-        mark = slurmspec.marker(self.uuid, first.id, first.attempt)
-        with self.state.write():  # stored before sbatch runs: see the module's docstring
-            for job in group:
-                self.runs[job.id].update(submitting=job.attempt, marker=mark)
-                self._save_run(job.id)
-        base = self.base_dir(cluster)
-        name = first.array_id if first.array_id is not None else first.id
-        script = os.path.join(base, f"{name}.{first.attempt}.sh")
-        env_file = os.path.join(base, f"{first.id}.env")
-        try:
-            _write_files(base, script, env_file, group)
-        except OSError as exc:
-            self._not_submitted(group, f"cannot write the job's files on {base}: {exc}")
-            return
-        output = first.stdout_path if first.array_id is None else \
-            os.path.join(base, f"{first.array_id}_%a.out")
-        error = first.stderr_path if first.array_id is None else \
-            os.path.join(base, f"{first.array_id}_%a.err")
-        argv = slurmspec.sbatch_argv(group, cluster, script, output, error, mark, deps)
-        try:
-            slurm_id = self.commands[cluster.name].sbatch(argv)
-        except SlurmError as exc:
-            self._not_submitted(group, str(exc))
-            raise
-        with self.state.write():
-            for job in group:
-                run = self.runs[job.id]
-                key = f"{slurm_id}_{job.array_index}" if job.array_index is not None \
-                    else slurm_id
-                run["slurm"][str(job.attempt)], run["submitting"] = key, 0
-                self._save_run(job.id)
-                job = self.state.jobs.get(job.id, job)  # cancelled meanwhile? see cancel()
-                self.state.save(_pending(job, f"Slurm job {key} on {cluster.name}: submitted"))
-                if job.cancel_requested:
-                    self.state.after_commit(lambda k=key: _scancel(self.commands[cluster.name], k))
-        self.wake(cluster.name)
-
-    def _not_submitted(self, group: list[Job], why: str) -> None:
-        with self.state.write():
-            for job in group:
-                self.runs[job.id]["submitting"] = 0
-                self._save_run(job.id)
-                self.state.save(_pending(job, f"not handed to Slurm yet ({why}); trying again"))
-
     # -- polling -------------------------------------------------------------------------
-    def _poll(self, cluster: ClusterConfig, now: float) -> None:
-        commands = self.commands[cluster.name]
-        handed = {self.runs[j.id]["slurm"][str(j.attempt)]: j for j in self._active()
-                  if self.runs[j.id]["cluster"] == cluster.name
+    def _poll(self, cluster: ClusterConfig, now: float, worker: SlurmWorker) -> None:
+        handed = {self.runs[j.id]["slurm"][str(j.attempt)]: (j.id, j.attempt)
+                  for j in self._active() if self.runs[j.id]["cluster"] == cluster.name
                   and str(j.attempt) in self.runs[j.id]["slurm"]}
         if not handed:
+            self._back_off(cluster.name, self.setup.clock.monotonic())
             return
-        rows = commands.squeue(sorted(handed))
-        gone = [key for key in handed if key not in rows or rows[key].is_final]
-        records = {key: self._exit_record(cluster, handed[key]) for key in gone}
-        missing = [k for k in gone if k not in rows and records[k] is None]
-        rows.update({k: r for k, r in commands.sacct(missing).items() if r.is_final})
+        base, commands = self.base_dir(cluster), self.commands[cluster.name]
+        self._next_poll[cluster.name] = float("inf")  # until this poll is taken in
+        worker.run(lambda: _fetch(commands, base, handed),
+                   lambda found, error: self._polled(cluster, handed, found, error))
+
+    def _polled(self, cluster: ClusterConfig, handed: dict[str, tuple[int, int]],
+                found: tuple | None, error: BaseException | None) -> None:
+        if error is not None:
+            self.failed(cluster.name, error)
+            return
+        rows, records = found
+        now = self.setup.clock.time()
         self.polled_at[cluster.name] = now
+        self.stale.pop(cluster.name, None)
         changed = False
         with self.state.write():
-            for key, job in handed.items():
-                changed |= self._apply(job, key, rows.get(key), records.get(key), cluster, now)
+            for key, (job_id, attempt) in handed.items():
+                job = self.state.jobs.get(job_id)
+                if job is not None and job.attempt == attempt:  # still the attempt polled
+                    changed |= self._apply(job, key, rows.get(key), records.get(key),
+                                           cluster, now)
         if changed:
             self._interval_s[cluster.name] = cluster.poll_min_s
         self._back_off(cluster.name, self.setup.clock.monotonic())
-
-    def _exit_record(self, cluster: ClusterConfig, job: Job) -> dict[str, str] | None:
-        path = os.path.join(self.base_dir(cluster), f"{job.id}.{job.attempt}.exit")
-        try:
-            with open(path, encoding="utf-8", errors="replace") as fh:
-                return parse_record(fh.read())
-        except OSError:
-            return None
 
     def _apply(self, job: Job, key: str, row: SlurmRow | None, record: dict | None,
                cluster: ClusterConfig, now: float) -> bool:
@@ -290,13 +202,13 @@ class ClusterJobs:
             if tuple(run.get("seen", ())) == seen:
                 return False
             run["seen"] = list(seen)
-            self._save_run(job.id)
+            self.save_run(job.id)
             if row.is_running and job.state is JobState.PENDING:
                 self.state.save(transition(job, JobState.RUNNING, started_at=row.started_at or now,
                                            pending_reason=""))
             elif job.state is JobState.PENDING:
                 why = f"Slurm job {key} on {cluster.name}: {row.state.lower()}"
-                self.state.save(_pending(job, why + (f" ({row.reason})" if row.reason else "")))
+                self.state.save(pending_because(job, why + (f" ({row.reason})" if row.reason else "")))
             return True
         if record is None and (row is None or row.state in _DECIDED_BY_RECORD):
             # Gone, or ended without the wrapper's record: the shared filesystem may show
@@ -314,7 +226,7 @@ class ClusterJobs:
             ((row.exit_code, row.signal, "") if row else (None, None, ""))
         if row is not None:
             run["seen"] = [row.state, row.reason, row.node]
-            self._save_run(job.id)
+            self.save_run(job.id)
         if state is JobState.CANCELLED and job.cancel_requested:
             why = job.end_reason
         self._end(job, state, now, code, sig, why, row)
@@ -344,9 +256,10 @@ class ClusterJobs:
             return "cancelled"
         if not job.cancel_requested:
             self.state.save(replace(job, cancel_requested=True, end_reason=f"cancelled by {who}"))
-        commands = self.commands[run["cluster"]]
+        commands, worker = self.commands[run["cluster"]], self.worker(run["cluster"])
         if key is not None:
-            self.state.after_commit(lambda: _scancel(commands, key))
+            self.state.after_commit(lambda: worker.run(lambda: commands.scancel([key]),
+                                                       log_failure))
         self.wake(run["cluster"])
         return "cancelling"
 
@@ -365,22 +278,22 @@ class ClusterJobs:
                 "stale": self.stale.get(run["cluster"], "")}
 
 
-def _scancel(commands: SlurmCommands, key: str) -> None:
+def _fetch(commands: SlurmCommands, base: str, handed: dict[str, tuple[int, int]]
+           ) -> tuple[dict[str, SlurmRow], dict[str, dict[str, str] | None]]:
+    """On the worker: Slurm's rows for the jobs handed over (squeue, then sacct for those
+    it forgot that left no exit record) and the exit records of those that ended."""
+    rows = commands.squeue(sorted(handed))
+    gone = [key for key in handed if key not in rows or rows[key].is_final]
+    records = {key: _exit_record(base, *handed[key]) for key in gone}
+    missing = [k for k in gone if k not in rows and records[k] is None]
+    rows.update({k: r for k, r in commands.sacct(missing).items() if r.is_final})
+    return rows, records
+
+
+def _exit_record(base: str, job_id: int, attempt: int) -> dict[str, str] | None:
     try:
-        commands.scancel([key])
-    except SlurmError as exc:
-        log.warning("cancelling Slurm job %s: %s", key, exc)
-
-
-def _pending(job: Job, why: str) -> Job:
-    return replace(job, pending_reason=why)
-
-
-def _write_files(base: str, script: str, env_file: str, group: list[Job]) -> None:
-    os.makedirs(base, mode=0o755, exist_ok=True)
-    with open(env_file + ".tmp", "wb", opener=lambda p, f: os.open(p, f, 0o600)) as fh:
-        fh.write(slurmspec.env_file_bytes(group[0].env))
-    os.replace(env_file + ".tmp", env_file)
-    with open(script, "w", encoding="utf-8") as fh:
-        fh.write(slurmspec.wrapper_script(group, base, env_file))
-    os.chmod(script, 0o755)
+        with open(os.path.join(base, f"{job_id}.{attempt}.exit"), encoding="utf-8",
+                  errors="replace") as fh:
+            return parse_record(fh.read())
+    except OSError:
+        return None
