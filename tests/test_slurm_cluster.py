@@ -22,6 +22,9 @@ def test_two_gpu_jobs_get_distinct_gpus_and_wait_returns_the_exit_status(
     failing = _submit(home, root, "--", "bash", "-c", "echo to-stderr >&2; exit 3")
     waited = home.run("wait", str(failing), check=False)
     assert waited.returncode == 3, waited.stderr
+    submitted = home.run("submit", "--cluster", "hpc", "--wait", "--", "bash", "-c", "exit 4",
+                         cwd=root, check=False)
+    assert submitted.returncode == 4, submitted.stderr
     for job_id in ids:
         assert home.run("wait", str(job_id), check=False).returncode == 0
     outputs = {home.run("logs", str(j)).stdout.strip() for j in ids}

@@ -111,7 +111,10 @@ def test_jobs_are_stale_not_failed_while_slurmctld_is_down(slurm, make_home, tmp
                            "the job to show as stale")
         assert stale["state"] == "running"
         assert "STALE" in home.run("ls").stdout
-        time.sleep(0)  # the job ends on the node meanwhile; nothing may flip here
+        assert f"hpc {stale['cluster']['slurm_job_id']}" in home.run("top", "--once").stdout
+        # Local jobs go on meanwhile: Slurm's commands wait on a thread of their own.
+        local = home.run("submit", "--cluster", "local", "--wait", "--", "true", cwd=root)
+        assert local.returncode == 0
         assert show(home, job_id)["state"] == "running"
     finally:
         slurm.start_controller()
@@ -137,6 +140,7 @@ def test_polling_stays_within_its_budget_of_slurm_calls(slurm, make_home, tmp_pa
     for _ in range(3):
         home.run("ls", "--all")
         home.run("show", str(first))
+        home.run("top", "--once")
     assert len(calls(tmp_path)) == before  # clients never make Slurm calls
 
 

@@ -98,14 +98,17 @@ class SlurmCommands:
             chunk = ",".join(keys[start:start + IDS_PER_CALL])
             done = self._run(["sacct", self.sacct_mode or "-X", "-P", "-j", chunk,
                               "-o", SACCT_FIELDS])
-            if not self.sacct_mode and done.returncode != 0 and \
-                    any(n in done.stderr for n in _NO_ACCOUNTING):
+            no_database = done.returncode != 0 and any(n in done.stderr for n in _NO_ACCOUNTING)
+            if not self.sacct_mode and no_database:
                 done = self._run(["sacct", "-c", "-P", "-j", chunk, "-o", SACCT_FIELDS])
-                self.sacct_mode = "-c" if done.returncode == 0 else ""
-            if done.returncode != 0:
-                log.info("no accounting on cluster %s: %s", self.cluster.name, self._said(done))
-                self.sacct_mode = "none"
-                return rows
+                if done.returncode != 0:  # no job completion log either: records alone
+                    log.info("no accounting on cluster %s: %s", self.cluster.name,
+                             self._said(done))
+                    self.sacct_mode = "none"
+                    return rows
+                self.sacct_mode = "-c"
+            elif done.returncode != 0:  # a passing failure (a slow slurmdbd): poll again
+                raise SlurmError(f"sacct: {self._said(done)}")
             self.sacct_mode = self.sacct_mode or "-X"
             rows.update(parse_sacct(done.stdout))
         return rows
