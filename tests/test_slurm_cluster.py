@@ -34,6 +34,8 @@ def test_two_gpu_jobs_get_distinct_gpus_and_wait_returns_the_exit_status(
     shown = show(home, failing)
     assert shown["state"] == "failed" and shown["exit_code"] == 3
     assert shown["cluster"]["name"] == "hpc" and shown["cluster"]["slurm_job_id"].isdigit()
+    # Where each ran, from the wrapper's start record (Slurm forgets GPUs once a job ends).
+    assert sorted(show(home, j)["cluster"]["gpu_ids"] for j in ids) == [[0], [1]]
     listing = home.run("ls", "--all").stdout
     assert f"hpc {shown['cluster']['slurm_job_id']} " in listing and "as of" in listing
 

@@ -16,6 +16,8 @@ def cluster_human(cluster: dict[str, Any], now: float) -> str:
              cluster["slurm_state"]]
     if cluster["node"]:
         parts.append(f"on {cluster['node']}")
+    if cluster.get("gpu_ids"):
+        parts.append(f"GPUs {','.join(map(str, cluster['gpu_ids']))}")
     text = " ".join(p for p in parts if p)
     if cluster["as_of"] is not None:
         text += f", as of {duration_human(max(0.0, now - cluster['as_of']))} ago"

@@ -168,8 +168,11 @@ class ClusterJobs:
             self._back_off(cluster.name, self.setup.clock.monotonic())
             return
         base, commands = self.base_dir(cluster), self.commands[cluster.name]
+        # The start record says where the job runs, and on which GPUs: read once per attempt.
+        unplaced = {key for key, (job_id, attempt) in handed.items()
+                    if self.runs[job_id].get("start", [0])[0] != attempt}
         self._next_poll[cluster.name] = float("inf")  # until this poll is taken in
-        worker.run(lambda: _fetch(commands, base, handed),
+        worker.run(lambda: _fetch(commands, base, handed, unplaced),
                    lambda found, error: self._polled(cluster, handed, found, error))
 
     def _polled(self, cluster: ClusterConfig, handed: dict[str, tuple[int, int]],
@@ -177,7 +180,7 @@ class ClusterJobs:
         if error is not None:
             self.failed(cluster.name, error)
             return
-        rows, records = found
+        rows, records, starts = found
         now = self.setup.clock.time()
         self.polled_at[cluster.name] = now
         self.stale.pop(cluster.name, None)
@@ -186,11 +189,18 @@ class ClusterJobs:
             for key, (job_id, attempt) in handed.items():
                 job = self.state.jobs.get(job_id)
                 if job is not None and job.attempt == attempt:  # still the attempt polled
+                    if starts.get(key):
+                        self._placed(job, starts[key])
                     changed |= self._apply(job, key, rows.get(key), records.get(key),
                                            cluster, now)
         if changed:
             self._interval_s[cluster.name] = cluster.poll_min_s
         self._back_off(cluster.name, self.setup.clock.monotonic())
+
+    def _placed(self, job: Job, start: dict[str, str]) -> None:
+        self.runs[job.id]["start"] = [job.attempt, start.get("host", ""),
+                                      start.get("job_gpus", "")]
+        self.save_run(job.id)
 
     def _apply(self, job: Job, key: str, row: SlurmRow | None, record: dict | None,
                cluster: ClusterConfig, now: float) -> bool:
@@ -271,28 +281,34 @@ class ClusterJobs:
         job = self.state.find(job_id)
         attempt = str(job.attempt) if job else "1"
         seen = run.get("seen") or ["", "", ""]
-        return {"name": run["cluster"], "slurm_job_id": run["slurm"].get(attempt, ""),
+        start = run.get("start") or [0, "", ""]
+        gpus = start[2] if str(start[0]) == attempt else ""
+        return {"gpu_ids": [int(g) for g in gpus.split(",") if g.isdigit()],"name": run["cluster"], "slurm_job_id": run["slurm"].get(attempt, ""),
                 "slurm_job_ids": [run["slurm"][a] for a in sorted(run["slurm"], key=int)],
                 "slurm_state": seen[0], "slurm_reason": seen[1], "node": seen[2],
                 "as_of": self.polled_at.get(run["cluster"]),
                 "stale": self.stale.get(run["cluster"], "")}
 
 
-def _fetch(commands: SlurmCommands, base: str, handed: dict[str, tuple[int, int]]
-           ) -> tuple[dict[str, SlurmRow], dict[str, dict[str, str] | None]]:
+def _fetch(commands: SlurmCommands, base: str, handed: dict[str, tuple[int, int]],
+           unplaced: set[str]) -> tuple[dict, dict, dict]:
     """On the worker: Slurm's rows for the jobs handed over (squeue, then sacct for those
-    it forgot that left no exit record) and the exit records of those that ended."""
+    it forgot that left no exit record), the exit records of those that ended, and the
+    start records of those that started and have none read yet."""
     rows = commands.squeue(sorted(handed))
     gone = [key for key in handed if key not in rows or rows[key].is_final]
-    records = {key: _exit_record(base, *handed[key]) for key in gone}
+    records = {key: _record(base, *handed[key], "exit") for key in gone}
     missing = [k for k in gone if k not in rows and records[k] is None]
     rows.update({k: r for k, r in commands.sacct(missing).items() if r.is_final})
-    return rows, records
+    starts = {key: _record(base, *handed[key], "start") for key in unplaced
+              if key in rows and rows[key].state != "PENDING"}
+    return rows, records, starts
 
 
-def _exit_record(base: str, job_id: int, attempt: int) -> dict[str, str] | None:
+def _record(base: str, job_id: int, attempt: int, kind: str) -> dict[str, str] | None:
+    """The wrapper's start or exit record of an attempt; None while there is none."""
     try:
-        with open(os.path.join(base, f"{job_id}.{attempt}.exit"), encoding="utf-8",
+        with open(os.path.join(base, f"{job_id}.{attempt}.{kind}"), encoding="utf-8",
                   errors="replace") as fh:
             return parse_record(fh.read())
     except OSError:
