@@ -189,6 +189,7 @@ complete -c gpusched -n '__fish_seen_subcommand_from submit' -l cpus -d 'CPU cor
 complete -c gpusched -n '__fish_seen_subcommand_from submit' -l cpus-per-task -d 'CPU cores the job needs; it waits for them. Without it a GPU job counts one core but never waits for it; 0 needs none.'
 complete -c gpusched -n '__fish_seen_subcommand_from submit' -s c -d 'CPU cores the job needs; it waits for them. Without it a GPU job counts one core but never waits for it; 0 needs none.'
 complete -c gpusched -n '__fish_seen_subcommand_from submit' -l mem -d 'Host memory the job needs, e.g. 16G (a bare number is MiB, as in Slurm).'
+complete -c gpusched -n '__fish_seen_subcommand_from submit' -l cluster -d 'Hand the job to this Slurm cluster of the config ([clusters.NAME]); local: run it here. Default: the config'\''s default_cluster, else here.'
 complete -c gpusched -n '__fish_seen_subcommand_from top' -l help -d 'Show help.'
 complete -c gpusched -n '__fish_seen_subcommand_from top' -s h -d 'Show help.'
 complete -c gpusched -n '__fish_seen_subcommand_from top' -l interval -d 'Seconds between refreshes.'

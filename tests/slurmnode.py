@@ -135,6 +135,26 @@ class SlurmNode:
             time.sleep(0.1)
         raise RuntimeError(f"the Slurm node did not become idle:\n{self.log_tail()}")
 
+    def stop_controller(self) -> None:
+        """Stop slurmctld alone (jobs on the node keep running), as an outage would."""
+        pid = self.pids[1]
+        os.kill(pid, signal.SIGTERM)
+        deadline = time.monotonic() + 20.0
+        while time.monotonic() < deadline and _alive(pid):
+            time.sleep(0.05)
+        (self.base / "run" / "slurmctld.pid").unlink(missing_ok=True)
+
+    def start_controller(self) -> None:
+        """Start slurmctld again, from its saved state; wait until it answers."""
+        self.run("slurmctld", "-f", str(self.conf))
+        deadline = time.monotonic() + START_DEADLINE_S
+        self.pids[1] = _read_pid(self.base / "run" / "slurmctld.pid", deadline)
+        while time.monotonic() < deadline:
+            if self.run("squeue", "-h", check=False).returncode == 0:
+                return
+            time.sleep(0.1)
+        raise RuntimeError(f"slurmctld did not come back:\n{self.log_tail()}")
+
     def log_tail(self, lines: int = 20) -> str:
         return "\n".join("\n".join(log.read_text(errors="replace").splitlines()[-lines:])
                          for log in sorted((self.base / "log").glob("*.log")))

@@ -9,6 +9,7 @@ from __future__ import annotations
 import time
 
 from gpusched.cli.columns import Column, Plan, fit_line, fit_widths
+from gpusched.client.clusterview import cluster_human
 from gpusched.client.textcells import (Cell, Line, Seg, command_human, printable,
                                        request_human)
 from gpusched.core.units import duration_human, size_human
@@ -114,6 +115,8 @@ def _ls_cells(job: dict[str, Any], now: float, max_chars: int) -> list[Cell]:
         # A job whose shim died says what is being done instead: its processes stopped.
         detail = job["end_reason"] if job.get("shim_lost") else \
             command_human(job["command"], max_chars)
+    if job.get("cluster"):  # handed to Slurm: where it is there, and how fresh that is
+        detail = f"{cluster_human(job['cluster'], now)} · {detail}"
     mem = mem_human(job)
     texts = [str(job["id"]), job["user"], job["name"], None,
              request_human(job["gpus_requested"], job["gpu_mem_bytes"]),

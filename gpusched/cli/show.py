@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 
 from gpusched.cli.lsview import progress_human, shown_state
+from gpusched.client.clusterview import cluster_human
 from gpusched.client.textcells import command_human, printable
 from gpusched.core.syntax import signal_name
 from gpusched.core.units import duration_human, size_human
@@ -93,6 +94,7 @@ def _pairs(job: dict[str, Any], now: float) -> list[list[str]]:
 def _free_text(job: dict[str, Any], now: float) -> list[tuple[str, str]]:
     """Values that may hold spaces, each on a line of its own, as scontrol puts Command=."""
     found = [("gpus", _joined(job["gpus"])) if job["gpus"] else None,
+             ("cluster", cluster_human(job["cluster"], now)) if job.get("cluster") else None,
              ("progress", progress_human(job.get("progress"), with_message=True, now=now))
              if job.get("progress") else None,
              ("pending_reason", job["pending_reason"]) if job["state"] == "pending" else None,

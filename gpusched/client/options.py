@@ -67,6 +67,9 @@ SUBMIT = (
      "never waits for it; 0 needs none."),
     ("mem", ("--mem",), "str", None,
      "Host memory the job needs, e.g. 16G (a bare number is MiB, as in Slurm)."),
+    ("cluster", ("--cluster",), "str", None,
+     "Hand the job to this Slurm cluster of the config ([clusters.NAME]); local: run it "
+     "here. Default: the config's default_cluster, else here."),
 )
 
 # `resubmit`'s options, a subset of submit's: (SubmitOptions field, its flags, kind and

@@ -38,7 +38,7 @@ def _cmd(required: str = "", optional: str = "") -> Command:
 COMMANDS: dict[str, Command] = {
     "ping": _cmd(),
     "status": _cmd(),
-    "submit": _cmd("jobs", "env cwd"),
+    "submit": _cmd("jobs", "env cwd cluster"),
     # Filters (lists of user names, states, name patterns) keep the reply small.
     # Replies that grow with the queue come in pages (daemon/pages.py): "after" is where
     # the page starts (a job id for list, a position among the ids named for show and
@@ -76,7 +76,8 @@ COMMANDS: dict[str, Command] = {
 # job row is several times larger, and top asks every second for every queued job.
 LEAN_JOB_FIELDS = ("id", "name", "user", "uid", "state", "gpus", "gpu_indices",
                    "gpus_requested", "gpu_mem_bytes", "priority", "command", "submitted_at",
-                   "started_at", "pending_reason", "time_limit_s", "progress", "cancelling")
+                   "started_at", "pending_reason", "time_limit_s", "progress", "cancelling",
+                   "cluster")  # cluster: only on cluster jobs
 
 
 def _job_ids(value: Any) -> list:
@@ -124,6 +125,7 @@ ARGUMENTS: dict[str, Callable[[Any], Any]] = {
     "changes": lambda v: values.mapping(v, "changes"),
     "since_s": lambda v: values.number(v, "since_s", 0, 10**11),
     "by": lambda v: values.text(v, "by"),
+    "cluster": lambda v: values.text(v, "cluster"),
 }
 
 

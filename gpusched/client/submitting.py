@@ -201,6 +201,8 @@ def build_request(opts: SubmitOptions) -> dict[str, Any]:
     jobs = [{"command": c, "name": opts.name, "gpus": gpus, "gpu_mem_bytes": gpu_mem_bytes,
              "priority": opts.priority, **extra} for c in commands]
     request = {"jobs": jobs, "env": env, "cwd": cwd}
+    if opts.cluster:
+        request["cluster"] = opts.cluster
     check_limits(request)
     return request
 

@@ -11,6 +11,8 @@ from typing import Any, Callable
 from gpusched.core import limits
 from gpusched.core.errors import ConfigError
 from gpusched.core.models import DISCIPLINES
+from gpusched.core.clusterconf import ClusterConfig, check_default, parse_clusters
+from gpusched.core.clusterconf import example as clusters_example
 from gpusched.core.notifyconf import NotifyRule, parse_rules
 from gpusched.core.notifyconf import example as notify_example
 from gpusched.core.placement import BUILTIN_POLICIES, PlacementRules
@@ -81,6 +83,9 @@ class Settings:
     metrics_max_job_series: int = 64
     # [[notify]] (core/notifyconf.py): an array of tables, not keys of one table
     notify: tuple[NotifyRule, ...] = ()
+    # [clusters.NAME] and the top-level default_cluster (core/clusterconf.py)
+    clusters: tuple[ClusterConfig, ...] = ()
+    default_cluster: str = ""
 
 
 def _toml():
@@ -335,6 +340,9 @@ def settings_from_mapping(data: dict[str, Any], source: str) -> Settings:
         if section == "notify":
             changes["notify"] = parse_rules(table, source)
             continue
+        if section in ("clusters", "default_cluster"):
+            changes[section] = table  # checked below, together
+            continue
         if not isinstance(table, dict):
             raise _unknown_key(section, None, source)
         for key, value in table.items():
@@ -346,6 +354,11 @@ def settings_from_mapping(data: dict[str, Any], source: str) -> Settings:
                 changes[field_name] = parse(value)
             except ValueError as exc:
                 raise ConfigError(f"{source}: bad value for '{dotted}': {exc}") from None
+    if "clusters" in changes:
+        changes["clusters"] = parse_clusters(changes["clusters"], source)
+    if "default_cluster" in changes:
+        changes["default_cluster"] = check_default(changes["default_cluster"],
+                                                   changes.get("clusters", ()), source)
     settings = replace(Settings(), **changes)
     if settings.top_warn_pct >= settings.top_crit_pct:
         raise ConfigError(f"{source}: 'top.warn_pct' must be below 'top.crit_pct'")
@@ -386,7 +399,9 @@ def example_toml() -> str:
                  str(default).lower() if isinstance(default, bool) else str(default))
         lines += [f"# {doc}", f"{key} = {value}"]
     lines += notify_example()
+    lines += clusters_example()
     return "\n".join(lines) + "\n"
 
 
-assert {f.name for f in fields(Settings)} == {v[0] for v in KEYS.values()} | {"notify"}
+assert {f.name for f in fields(Settings)} == {v[0] for v in KEYS.values()} | {"notify", "clusters",
+                                                                     "default_cluster"}

@@ -49,6 +49,8 @@ class Changes:
     def _cancel_one(self, job: Job, who: str) -> str:
         if job.state.is_final:
             return f"already {job.state.value}"
+        if job.id in self.state.remote_ids:  # Slurm's job: cancelled there (slurmpoll.py)
+            return self.state.clusters.cancel(job, who)
         if job.state is JobState.PENDING:
             self.state.save(transition(job, JobState.CANCELLED, ended_at=self.setup.clock.time(),
                                        end_reason=f"cancelled by {who} before it started"))

@@ -37,6 +37,7 @@ from gpusched.core.policies import load_custom_policies, placement_rules
 from gpusched.daemon.request import Request, Waiter
 from gpusched.daemon.retention import Retention
 from gpusched.daemon.server import SocketServer, WakeListener
+from gpusched.daemon.slurmpoll import ClusterJobs
 from gpusched.daemon.state import DaemonState, Setup
 from gpusched.daemon.store import Store
 
@@ -166,6 +167,9 @@ class Daemon:
                       self._set_up_cgroups(), self.started_at, self.clock)
         purge_incomplete(store)  # submits a crash cut short were never acknowledged
         self.state, self.setup = DaemonState(store, setup, self.backend.name), setup
+        clusters = ClusterJobs(self.state, setup)
+        clusters.load()  # before the active jobs are loaded
+        clusters.wake_loop = lambda: self._calls.put(_WAKE)  # a Slurm command is done
         self.control = JobControl(self.state, setup, self.seam)
         self.handlers = Handlers(self.state, setup, self.seam)
         self.retention = Retention(self.state, setup)
@@ -246,6 +250,7 @@ class Daemon:
                 self.control.launch_started()
             except StoreWriteError:
                 pass  # nothing of the pass happened; said once in the log (WriteHealth)
+        self.step_clusters()
         self.answer_waiters()
         if self._answer_shim is not None:
             self._end_reports.answer(self.state.jobs, self._answer_shim)
@@ -268,6 +273,14 @@ class Daemon:
                 self._batched.append(call)
             else:
                 call.answer(outcome)
+
+    def step_clusters(self) -> None:
+        """Hand jobs to Slurm and poll it (daemon/slurmpoll.py): only with cluster jobs."""
+        if self.state.remote_ids:
+            try:
+                self.state.clusters.step()
+            except StoreWriteError:
+                pass  # in the log (WriteHealth); the next turn tries again
 
     def step_batched(self) -> None:
         """One batch of the oldest request done in batches; answered once it is done."""

@@ -86,6 +86,8 @@ class Queries:
         """
         for row in rows:
             row["progress"] = report = progress_of(self.state.jobs.get(row["id"]))
+            if row["id"] in self.state.remote_ids:  # a cluster job: where Slurm has it
+                row["cluster"] = self.state.clusters.describe(row["id"])
             if report is not None and row["command"] == [HIDDEN]:
                 report["message"] = ""
         return rows
@@ -169,13 +171,14 @@ class Queries:
         # asks every second, and sending (and reading) a thousand rows is most of a frame.
         version = state.pending_version
         same = req.args.get("pending_version") == version
-        active = sorted(state.running() if same else state.jobs.values(),
+        active = sorted(state.running() + state.running_remote() if same else state.jobs.values(),
                         key=lambda j: (not j.is_running, j.id))
         lean = req.args.get("lean")
 
         def rows_of(some: list) -> list[dict]:
             rows = self.with_progress(viewer.jobs(some))
-            return [{key: row[key] for key in LEAN_JOB_FIELDS} for row in rows] if lean else rows
+            return [{key: row[key] for key in LEAN_JOB_FIELDS if key in row} for row in rows] \
+                if lean else rows
         jobs, _ = pages.fill(pages.lazy(active, rows_of), pages.MAX_PAGE_BYTES)
         return {"daemon": self.status(req), "inventory": inventory,
                 "reserved_bytes": {gpu.uuid: load.promised_bytes for gpu, load in self._loads()},

@@ -91,13 +91,18 @@ class DaemonState:
         # Moves with every change to the pending jobs, so that `top` gets them (maybe
         # thousands) again only when they changed; the random part tells daemons apart.
         self._pending_nonce, self._pending_changes = secrets.token_hex(4), 0
+        # Cluster jobs (daemon/slurmpoll.py, which sets both): active like any job, but
+        # never among running() and pending(), which this machine's scheduler works on.
+        self.remote_ids: set[int] = set()
+        self.clusters: Any = None
 
     # -- the active jobs ----------------------------------------------------------------
     def load_active(self, jobs: list[Job]) -> None:
         self.jobs = {job.id: job for job in jobs}
         self._pending_changes += 1
-        self._running = {job.id: job for job in jobs if job.is_running}
-        self._pending = {job.id: job for job in jobs if job.state is JobState.PENDING}
+        local = [job for job in jobs if job.id not in self.remote_ids]
+        self._running = {job.id: job for job in local if job.is_running}
+        self._pending = {job.id: job for job in local if job.state is JobState.PENDING}
 
     @property
     def pending_version(self) -> str:
@@ -115,6 +120,10 @@ class DaemonState:
     def running(self) -> list[Job]:
         # Kept apart from the queue: asked several times a pass, with thousands pending.
         return list(self._running.values())
+
+    def running_remote(self) -> list[Job]:
+        """The running cluster jobs (Slurm runs them; running() is this machine's)."""
+        return [job for i in self.remote_ids if (job := self.jobs.get(i)) and job.is_running]
 
     def pending(self) -> list[Job]:
         return list(self._pending.values())
@@ -156,9 +165,10 @@ class DaemonState:
         """The active version of a job, or None: it is not active."""
         if job_id in self._pending or (job is not None and job.state is JobState.PENDING):
             self._pending_changes += 1
+        local = job is not None and job_id not in self.remote_ids
         for subset, belongs in ((self.jobs, job is not None),
-                                (self._running, job is not None and job.is_running),
-                                (self._pending, job is not None and job.state is JobState.PENDING)):
+                                (self._running, local and job.is_running),
+                                (self._pending, local and job.state is JobState.PENDING)):
             if belongs:
                 subset[job_id] = job
             else:

@@ -6,7 +6,7 @@ import os
 from dataclasses import replace
 from typing import Any, Iterator
 
-from gpusched.core import jobspec, limits, placement, scheduling, syntax
+from gpusched.core import jobspec, limits, placement, scheduling, slurmspec, syntax
 from gpusched.core.errors import NotFound, UsageError
 from gpusched.core.models import Job
 from gpusched.core.values import shown
@@ -30,15 +30,17 @@ class Submits:
         pid, uid, _ = req.creds
         owner = Job(id=0, command=(), cwd=cwd, uid=uid, user=user_name(uid), env=env,
                     submitted_at=self.setup.clock.time(), submit_pid=pid)
+        cluster = self._cluster(req.args.get("cluster"))
         # Check every job before queueing any: all or nothing.
-        groups = [(self._template(spec, owner), *jobspec.check_array(spec)) for spec in specs]
+        groups = [(self._template(spec, owner, cluster), *jobspec.check_array(spec))
+                  for spec in specs]
         count = sum(len(indices) for _, indices, _ in groups)
-        if count > batches.BIG_JOBS:  # stored a batch per turn of the loop
+        if count > batches.BIG_JOBS and cluster is None:  # stored a batch per turn
             return batches.BatchedSubmit(self.state, count, lambda ids: self._jobs_of(groups, ids),
                                          lambda ids: self._result(groups, ids))
         with self.state.write(undone="nothing was queued"):
             ids = [i for template, indices, throttle in groups
-                   for i in self._insert(template, indices, throttle)]
+                   for i in self._insert(template, indices, throttle, cluster)]
         return self._result(groups, ids)
 
     @staticmethod
@@ -85,20 +87,32 @@ class Submits:
                              "array; depend on the whole array or on other elements")
         return element.id
 
-    def _template(self, spec: Any, owner: Job) -> Job:
+    def _cluster(self, name: Any) -> Any:
+        """The cluster a submit goes to (core/clusterconf.py), None for this machine."""
+        if name is not None and not isinstance(name, str):
+            raise UsageError(f"--cluster wants a cluster's name, not {shown(name)}")
+        return self.state.clusters.cluster_for(name) if self.state.clusters else None
+
+    def _template(self, spec: Any, owner: Job, cluster: Any = None) -> Job:
         """A checked job to queue from a spec, with owner's user, cwd, environment and
-        submission (time and pid)."""
+        submission (time and pid); for a cluster, one that Slurm can be given."""
         fields = jobspec.check_job_spec(self._with_element_ids(spec),
                                         placement.policy_names(self.setup.rules))
-        impossible = (placement.impossible_reason(fields["request"], self.state.inventory) or
-                      placement.host_impossible_reason(fields["request"], self.setup.host.cpus,
-                                                       self.setup.host.mem_bytes))
+        impossible = None if cluster is not None else (
+            placement.impossible_reason(fields["request"], self.state.inventory) or
+            placement.host_impossible_reason(fields["request"], self.setup.host.cpus,
+                                             self.setup.host.mem_bytes))
         if impossible:
             raise UsageError(f"job {impossible}; see `gpusched gpus`")
         self._check_dependencies(fields["dependencies"])
-        return Job(id=0, cwd=owner.cwd, uid=owner.uid, user=owner.user, env=owner.env,
-                   submitted_at=owner.submitted_at, submit_pid=owner.submit_pid,
-                   pending_reason="waiting to be placed", **fields)
+        job = Job(id=0, cwd=owner.cwd, uid=owner.uid, user=owner.user, env=owner.env,
+                  submitted_at=owner.submitted_at, submit_pid=owner.submit_pid,
+                  pending_reason="waiting to be placed", **fields)
+        if cluster is not None:
+            slurmspec.refuse_if(job, cluster)
+            self.state.clusters.check_dependencies(job.dependencies, cluster)
+            job = replace(job, pending_reason=f"waiting to be handed to cluster {cluster.name}")
+        return job
 
     def resubmit(self, req: Request) -> dict:
         """A job (an array, an element) queued again as a new one, for its owner or an
@@ -125,10 +139,13 @@ class Submits:
             raise UsageError(f"dependency on job {missing[0]}, which does not exist (a job can "
                              "only depend on jobs already queued, so no cycle can form)")
 
-    def _insert(self, template: Job, indices: tuple, throttle: int | None) -> list[int]:
+    def _insert(self, template: Job, indices: tuple, throttle: int | None,
+                cluster: Any = None) -> list[int]:
         """Queue one job, or one per array index; returns their ids."""
         ids = self.state.store.next_ids(len(indices))
         jobs = list(self._jobs_for(template, indices, throttle, ids))
+        if cluster is not None:
+            jobs = self.state.clusters.register(jobs, cluster)
         self.state.store.insert(jobs)
         for job in jobs:
             self.state.remember(job)

@@ -12,6 +12,7 @@ from rich.console import Console
 
 from gpusched.tui import draw
 from gpusched.tui.draw import Cell, Column, Frame, Line, Row, printable
+from gpusched.client.clusterview import cluster_human
 from gpusched.core.units import duration_human, size_human
 
 if TYPE_CHECKING:
@@ -234,11 +235,17 @@ def _running_row(snapshot: Snapshot, view: ViewState, _layout: str, job: TopJob)
            "GPU MEM USED/ASKED": "-" if used is None else f"{size_human(used)} / {asked}",
            "PROGRESS": "-" if job.progress_pct is None else
            f"{job.progress_pct:.0f}% {job.progress_message}".rstrip(),
-           "COMMAND": draw.command_human(job.command, COMMAND_MAX_CHARS)}
+           "COMMAND": _cluster_prefix(snapshot, job) + draw.command_human(job.command,
+                                                                          COMMAND_MAX_CHARS)}
     cells = {k: draw.c(v) for k, v in row.items()}
     if job.cancelling:
         cells["STATE"] = draw.c("cancelling", "magenta")
     return {**cells, "": _owner_style(job, view)}
+
+
+def _cluster_prefix(snapshot: Snapshot, job: TopJob) -> str:
+    """`hpc 123 RUNNING, as of 4s ago · ` before a cluster job's command or reason."""
+    return f"{cluster_human(job.cluster, snapshot.now)} · " if job.cluster else ""
 
 
 def _owner_style(job: TopJob, view: ViewState) -> str:
@@ -248,7 +255,7 @@ def _owner_style(job: TopJob, view: ViewState) -> str:
 def _pending_row(snapshot: Snapshot, view: ViewState, _layout: str, job: TopJob) -> dict:
     row = {"ID": job.id, "USER": job.user, "NAME": job.name, "REQUEST": draw.request_human(job.gpus_requested, job.gpu_mem_bytes, "no GPU"),
            "PRIO": job.priority, "WAITED": duration_human(snapshot.now - job.submitted_at),
-           "REASON": job.pending_reason or "-"}
+           "REASON": _cluster_prefix(snapshot, job) + (job.pending_reason or "-")}
     return {**{k: draw.c(v) for k, v in row.items()}, "": _owner_style(job, view)}
 
 
