@@ -108,7 +108,8 @@ def nvlink_islands(groups: str, gpu_count: int) -> list[list[str]]:
         except ValueError:
             raise ValueError(f"bad NVLink group {group!r}: write e.g. nvlink=0-3,4-7") from None
         if not span or span[-1] >= gpu_count or any(g in m for m in members for g in span):
-            raise ValueError(f"bad NVLink group {group!r}: use GPUs 0-{gpu_count - 1}, each once")
+            raise ValueError(f"bad NVLink group {group!r}: use GPUs 0-{gpu_count - 1}, each "
+                             "in one group, e.g. nvlink=0-3,4-7")
         members.append(span)
     group_of: Mapping[int, int] = {g: n for n, span in enumerate(members) for g in span}
     return [["X" if a == b else "NV18" if group_of.get(a, -1) == group_of.get(b, -2)
