@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Callable, Mapping, Sequence
 
-from gpusched.core import topology
+from gpusched.core import linkplace
 from gpusched.core.models import GpuInfo, GpuProcess, Inventory, Job, Request
 
 
@@ -237,7 +237,7 @@ def choose_gpus(request: Request, loads: Mapping[str, GpuLoad], rules: Placement
     choose = BUILTIN_POLICIES.get(name) or rules.custom_policies[name]
     ctx = PolicyContext(placements or {}, rules.gpu_weights, rules.gpu_order)
     ordered = [l.gpu for l in choose(request, fitting, ctx)]
-    chosen = _best_linked(request, ordered, loads, links)
+    chosen = linkplace.best_linked(request, ordered, loads, links)
     if chosen is None:
         return None
     uuids = [g.uuid for g in chosen]
@@ -246,37 +246,6 @@ def choose_gpus(request: Request, loads: Mapping[str, GpuLoad], rules: Placement
             or not set(uuids) <= {l.gpu.uuid for l in fitting}):
         return None
     return tuple(loads[uuid].gpu for uuid in uuids)
-
-
-def _whole(gpus: Sequence[GpuInfo], links: Sequence[Sequence[str]]) -> bool:
-    """Whether topology applies: whole GPUs the link matrix covers (MIG devices have no
-    peer-to-peer links of their own)."""
-    return bool(links) and all(g.parent_index is None and g.index < len(links) for g in gpus)
-
-
-def _best_linked(request: Request, ordered: Sequence[GpuInfo], loads: Mapping[str, GpuLoad],
-                 links: Sequence[Sequence[str]]) -> Sequence[GpuInfo] | None:
-    """The policy's first GPUs, or the best-linked set among them; None when --topology
-    strict would have to take a set linked worse than the box allows."""
-    if request.gpus <= 1 or not _whole(ordered, links):
-        return ordered[: request.gpus]
-    by_index = {g.index: g for g in ordered}
-    chosen = topology.best_set([g.index for g in ordered], request.gpus, links)
-    if request.constraints.topology == "strict":
-        best = _best_rank(request, loads, links)
-        if best is not None and topology.set_cost(chosen, links)[0] > best:
-            return None
-    return [by_index[i] for i in chosen]
-
-
-def _best_rank(request: Request, loads: Mapping[str, GpuLoad],
-               links: Sequence[Sequence[str]]) -> int | None:
-    """The worst link of the best set the allowed healthy GPUs could ever give."""
-    allowed = sorted(l.gpu.index for l in loads.values()
-                     if l.gpu.is_healthy and request.constraints.allows(l.gpu))
-    if len(allowed) < request.gpus or not _whole([l.gpu for l in loads.values()], links):
-        return None
-    return topology.best_possible_rank(allowed, request.gpus, links)
 
 
 def take(loads: dict[str, GpuLoad], job: Job, gpus: Sequence[GpuInfo]) -> None:
@@ -313,7 +282,7 @@ def pending_reason(request: Request, loads: Mapping[str, GpuLoad], inventory: In
             "held whole by a running job" if held else "unhealthy")
     fitting = [l for l in usable if fits(l, request, rules)]
     if len(fitting) >= n and request.constraints.topology == "strict":
-        return _strict_reason(request, fitting, loads, inventory.links)
+        return linkplace.strict_reason(request, fitting, loads, inventory.links)
     fit_labels = ", ".join(f"GPU {l.gpu.label}" for l in sorted(fitting, key=lambda l: l.gpu.index))
     if request.is_exclusive:
         return f"{need}; {len(fitting)} free" + (f" ({fit_labels})" if fitting else "")
@@ -323,17 +292,6 @@ def pending_reason(request: Request, loads: Mapping[str, GpuLoad], inventory: In
     busy = f", but it is {best.gpu.util_pct:.0f}% busy" if _is_busy(best, rules) else ""
     return (f"{need}; most free is GPU {best.gpu.label} with "
             f"{_size(max(0, best.effective_free_bytes))}{busy}")
-
-
-def _strict_reason(request: Request, fitting: Sequence[GpuLoad], loads: Mapping[str, GpuLoad],
-                   links: Sequence[Sequence[str]]) -> str:
-    """Why a --topology strict job waits although enough GPUs are free."""
-    best = _best_rank(request, loads, links)
-    free = topology.best_set(sorted(l.gpu.index for l in fitting), request.gpus, links)
-    worst = topology.set_cost(free, links)[0]
-    return (f"--topology strict: waits for {request.gpus} GPUs linked by "
-            f"{topology.rank_label(best or 0)}; the free ones "
-            f"({', '.join(map(str, free))}) would cross {topology.rank_label(worst)}")
 
 
 def host_impossible_reason(request: Request, cpus: int, mem_bytes: int) -> str | None:
