@@ -9,6 +9,7 @@ An empty matrix means the backend could not tell: placement then ignores topolog
 
 from __future__ import annotations
 
+from functools import lru_cache
 from itertools import combinations
 from math import comb
 from typing import Mapping, Sequence
@@ -42,14 +43,28 @@ def link_rank(label: str) -> int:
     return len(PCIE_LEVELS)
 
 
+@lru_cache(maxsize=8)
+def _rank_matrix(links: tuple[tuple[str, ...], ...]) -> tuple[tuple[int, ...], ...]:
+    # One box's links rarely change: ranked once, not in every placement pass.
+    return tuple(tuple(map(link_rank, row)) for row in links)
+
+
+def _ranks(links: Sequence[Sequence[str]]) -> tuple[tuple[int, ...], ...]:
+    return _rank_matrix(tuple(map(tuple, links)))
+
+
 def set_cost(indices: Sequence[int], links: Sequence[Sequence[str]]) -> tuple[int, int]:
     """(worst link rank, sum of link ranks) over every pair: smaller is better connected.
 
     The worst link comes first: a set that spans two NVLink islands talks at PCIe speed
     in its all-reduce, however well the rest of it is linked.
     """
-    ranks = [link_rank(links[a][b]) for a, b in combinations(indices, 2)]
-    return (max(ranks, default=0), sum(ranks))
+    return _cost(indices, _ranks(links))
+
+
+def _cost(indices: Sequence[int], ranks: Sequence[Sequence[int]]) -> tuple[int, int]:
+    pair_ranks = [ranks[a][b] for a, b in combinations(indices, 2)]
+    return (max(pair_ranks, default=0), sum(pair_ranks))
 
 
 def best_set(ordered: Sequence[int], count: int,
@@ -63,26 +78,29 @@ def best_set(ordered: Sequence[int], count: int,
     if not links or count <= 1 or len(ordered) <= count:
         return tuple(ordered[:count])
     rank = {gpu: pos for pos, gpu in enumerate(ordered)}
+    ranks = _ranks(links)
 
     def key(chosen: Sequence[int]) -> tuple[int, int, list[int]]:
-        return (*set_cost(chosen, links), sorted(rank[g] for g in chosen))
+        return (*_cost(chosen, ranks), sorted(rank[g] for g in chosen))
     if comb(len(ordered), count) <= EXACT_SEARCH_MAX_SETS:
         best = min(combinations(ordered, count), key=key)
     else:
-        best = min((_grow(seed, ordered, count, links) for seed in ordered), key=key)
+        best = min((_grow(seed, ordered, count, ranks) for seed in ordered), key=key)
     return tuple(sorted(best, key=rank.__getitem__))
 
 
 def _grow(seed: int, ordered: Sequence[int], count: int,
-          links: Sequence[Sequence[str]]) -> tuple[int, ...]:
-    """A set grown from `seed`, each step adding the GPU whose worst link to it is best."""
+          ranks: Sequence[Sequence[int]]) -> tuple[int, ...]:
+    """A set grown from `seed`, each step adding the GPU whose worst link to it is best
+    (its worst and summed links to the set kept up to date: n steps of n, not n^2)."""
     chosen = [seed]
-    rest = [g for g in ordered if g != seed]
+    reach = {g: (ranks[g][seed], ranks[g][seed]) for g in ordered if g != seed}
     while len(chosen) < count:
-        pick = min(rest, key=lambda g: (max(link_rank(links[g][c]) for c in chosen),
-                                        sum(link_rank(links[g][c]) for c in chosen)))
+        pick = min(reach, key=reach.__getitem__)  # dicts keep the policy's order on ties
+        del reach[pick]
         chosen.append(pick)
-        rest.remove(pick)
+        for g, (worst, total) in reach.items():
+            reach[g] = (max(worst, ranks[g][pick]), total + ranks[g][pick])
     return tuple(chosen)
 
 
