@@ -10,7 +10,9 @@
 # offline) with gpusched installed; (1) NvmlBackend().read() against nvidia-smi, field by
 # field, while a torch process holds 1 GiB so that the process lists have something in
 # them; (2) a job through an isolated daemon: placement, CUDA_VISIBLE_DEVICES, memory
-# seen by NVML while it runs, its log and its exit status. Exits 1 if any check FAILs.
+# seen by NVML while it runs, its log and its exit status; (3) MIG rows and the topology
+# matrix against nvidia-smi -L, nvidia-smi topo -m and NVML's own calls (no MIG: said so;
+# one GPU: a 1x1 matrix). Exits 1 if any check FAILs.
 set -euo pipefail
 
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -242,6 +244,18 @@ EOF
     return "$failures"
 }
 
+compare_mig_and_topology() {
+    section "3. MIG rows and topology vs nvidia-smi -L / topo -m"
+    nvidia-smi -L >"$WORK/smi_list.txt"
+    nvidia-smi topo -m >"$WORK/smi_topo.txt" 2>&1 || echo "(nvidia-smi topo -m failed)" >>"$WORK/smi_topo.txt"
+    cat "$WORK/smi_list.txt" "$WORK/smi_topo.txt"
+    "$VENV/bin/python" "$REPO/bench/gpu_topology_check.py" "$WORK/smi_list.txt" "$WORK/smi_topo.txt"
+    GPUSCHED_HOME=$(mktemp -d /tmp/gpusched_home.XXXXXX) bash -c '
+        unset GPUSCHED_SIMULATE; gs="$1"
+        "$gs" daemon start >/dev/null && "$gs" gpus && "$gs" gpus --topology
+        "$gs" daemon stop >/dev/null; rm -rf "$GPUSCHED_HOME"' _ "$VENV/bin/gpusched"
+}
+
 main() {
     local failed=0
     trap cleanup EXIT  # main runs in the pipeline's subshell, which holds the pids
@@ -252,6 +266,7 @@ main() {
     wait "$HOLDER_PID" 2>/dev/null || true
     HOLDER_PID=""
     run_job_through_daemon || failed=1
+    compare_mig_and_topology || failed=1
     section "result: $([[ $failed -eq 0 ]] && echo PASS || echo FAIL)"
     return "$failed"
 }

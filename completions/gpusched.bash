@@ -55,7 +55,7 @@ _gpusched() {
         'drain') words='--help -h' values='' ids= args='' ;;
         'env') words='--help -h --json' values='' ids=all args='' ;;
         'gc') words='--help -h --dry-run -n --json' values='' ids= args='' ;;
-        'gpus') words='--help -h --json --query --format' values='--query --format' ids= args='' ;;
+        'gpus') words='--help -h --json --query --format --topology' values='--query --format' ids= args='' ;;
         'hold') words='--help -h' values='' ids=active args='' ;;
         'logs') words='--help -h --follow -f --stderr' values='' ids=all args='' ;;
         'ls') words='--help -h --all -a --expand -r --json --user -u --me --state -t --name -n --format -O --noheader --last' values='--user -u --state -t --name -n --format -O --last' ids= args='' ;;
@@ -65,7 +65,7 @@ _gpusched() {
         'resume') words='--help -h' values='' ids= args='' ;;
         'show') words='--help -h --json' values='' ids=all args='' ;;
         'simulate') words='--help -h --gpus --policy --discipline --load --arrivals --seed --cpus --mem --json' values='--gpus --policy --discipline --load --arrivals --seed --cpus --mem' ids= args='' ;;
-        'submit') words='--help -h --gpus -G --gpu-mem --name --job-name -n --priority --cwd --chdir --env -e --from-file -f --wait -W --notify --json --hold --after --dependency -d --kill-on-invalid-dep --array -a --time -t --signal --retries --retry-on --retry-delay --policy --gpu-ids --exclude-gpus --gpu-type --min-gpu-total-mem --min-compute-capability --cpus --cpus-per-task -c --mem --cluster' values='--gpus -G --gpu-mem --name --job-name -n --priority --cwd --chdir --env -e --from-file -f --after --dependency -d --array -a --time -t --signal --retries --retry-on --retry-delay --policy --gpu-ids --exclude-gpus --gpu-type --min-gpu-total-mem --min-compute-capability --cpus --cpus-per-task -c --mem --cluster' ids= args='' ;;
+        'submit') words='--help -h --gpus -G --gpu-mem --name --job-name -n --priority --cwd --chdir --env -e --from-file -f --wait -W --notify --json --hold --after --dependency -d --kill-on-invalid-dep --array -a --time -t --signal --retries --retry-on --retry-delay --policy --gpu-ids --exclude-gpus --gpu-type --min-gpu-total-mem --min-compute-capability --topology --cpus --cpus-per-task -c --mem --cluster' values='--gpus -G --gpu-mem --name --job-name -n --priority --cwd --chdir --env -e --from-file -f --after --dependency -d --array -a --time -t --signal --retries --retry-on --retry-delay --policy --gpu-ids --exclude-gpus --gpu-type --min-gpu-total-mem --min-compute-capability --topology --cpus --cpus-per-task -c --mem --cluster' ids= args='' ;;
         'top') words='--help -h --interval -i --once' values='--interval -i' ids= args='' ;;
         'update') words='--help -h --priority' values='--priority' ids=active args='' ;;
         'usage') words='--help -h --since --by --json' values='--since --by' ids= args='' ;;

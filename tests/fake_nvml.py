@@ -72,8 +72,15 @@ class FakeGpu:
     is_mig_mode_on: bool = False  # also on whenever mig_devices is non-empty
     gpu_instance_id: int | None = None
     compute_instance_id: int | None = None
+    mig_profile: str = ""  # what nvmlDeviceGetAttributes_v2 describes: slices and memory
     errors: dict[str, int] = field(default_factory=dict)  # C symbol -> error code
     is_lost: bool = False  # every call answers GPU_IS_LOST, as after falling off the bus
+    # Topology (nvlink_box, pcie_box). numa_node None: the PCIe tree is hidden, as in
+    # many VMs, and the topology and affinity calls answer NOT_SUPPORTED.
+    nvlinks: list[str] = field(default_factory=list)  # per link: the far end's bus id, "" off
+    pcie_switch: int | None = None
+    numa_node: int | None = None
+    cpu_ids: tuple[int, ...] = ()
 
 
 @dataclass
@@ -94,7 +101,9 @@ _MODELS = {
     "A100": ("NVIDIA A100-SXM4-40GB", 40960 * MIB, 400_000, (8, 0), True),
     "L4": ("NVIDIA L4", 23034 * MIB, 72_000, (8, 9), False),
     "T4": ("Tesla T4", 15360 * MIB, 70_000, (7, 5), False),
+    "4090": ("NVIDIA GeForce RTX 4090", 24564 * MIB, 450_000, (8, 9), False),
 }
+NVSWITCH_BUS_ID = "00000000:C0:00.0"  # where an NVSwitch's links end (not a GPU)
 
 
 def make_gpu(model: str, index: int, **overrides: Any) -> FakeGpu:
@@ -109,10 +118,50 @@ def make_gpu(model: str, index: int, **overrides: Any) -> FakeGpu:
 
 def make_mig(parent: FakeGpu, gi: int, ci: int, profile: str, mem_bytes: int,
              **overrides: Any) -> FakeGpu:
+    """A MIG device named as current drivers name it: '<parent> MIG 3g.20gb'."""
     mig_uuid = f"MIG-{uuid_module.uuid5(uuid_module.NAMESPACE_DNS, f'{parent.uuid}/{gi}/{ci}')}"
     return FakeGpu(**{**dict(name=f"{parent.name} MIG {profile}", uuid=mig_uuid,
                              mem_total_bytes=mem_bytes, gpu_instance_id=gi,
-                             compute_instance_id=ci), **overrides})
+                             compute_instance_id=ci, mig_profile=profile), **overrides})
+
+
+def nvlink_box(switched: bool = False) -> list[FakeGpu]:
+    """A real 8-GPU NVLink box: 8 H100s on two sockets (cores 0-47 and 48-95), two GPUs per
+    PCIe switch. Without `switched`, two NVLink islands (0-3, 4-7), each GPU with 6 links
+    to each of its 3 island peers (NV6); with it, all 18 links into NVSwitches (NV18 all
+    to all, as a DGX H100)."""
+    gpus = [_placed(make_gpu("H100", i), i) for i in range(8)]
+    for i, gpu in enumerate(gpus):
+        if switched:
+            gpu.nvlinks = [NVSWITCH_BUS_ID] * 18
+        else:
+            island = [g for g in gpus[i // 4 * 4: i // 4 * 4 + 4] if g is not gpu]
+            gpu.nvlinks = [peer.bus_id for peer in island for _ in range(6)]
+    return gpus
+
+
+def pcie_box(model: str = "L4", count: int = 8) -> list[FakeGpu]:
+    """A PCIe box: two sockets, two GPUs per PCIe switch, no NVLink."""
+    return [_placed(make_gpu(model, i), i) for i in range(count)]
+
+
+def _placed(gpu: FakeGpu, index: int) -> FakeGpu:
+    socket = index // 4
+    gpu.pcie_switch, gpu.numa_node = index // 2, socket
+    gpu.cpu_ids = tuple(range(48 * socket, 48 * socket + 48))
+    return gpu
+
+
+def _value(arg: Any) -> int:
+    """A ctypes int or a plain one: pynvml passes some arguments unconverted."""
+    return int(getattr(arg, "value", arg))
+
+
+def _write_mask(array: Any, members: tuple[int, ...]) -> None:
+    """A bitmask in an array of 64-bit words; members past its end are cut off, as NVML does."""
+    for bit in members:
+        if bit // 64 < len(array):
+            array[bit // 64] |= 1 << (bit % 64)
 
 
 class _Fail(Exception):
@@ -158,6 +207,8 @@ class _Symbol:
                 raise _Fail(self.lib.driver.errors[self.name])
             if self.name.startswith("nvmlDevice") and self.name not in _BY_INDEX:
                 args = (self.lib.device(self.name, args[0]), *args[1:])
+            if self.name in _TWO_DEVICES:
+                args = (args[0], self.lib.device(self.name, args[1]), *args[2:])
             result = self.impl(*args)
         except _Fail as fail:
             return fail.code
@@ -165,6 +216,15 @@ class _Symbol:
 
 
 _BY_INDEX = frozenset({"nvmlDeviceGetCount_v2", "nvmlDeviceGetHandleByIndex_v2"})
+_TWO_DEVICES = frozenset({"nvmlDeviceGetTopologyCommonAncestor", "nvmlDeviceGetP2PStatus"})
+# What a MIG device handle cannot answer: the parent GPU's sensors and bus.
+_NOT_ON_MIG = frozenset({
+    "nvmlDeviceGetUtilizationRates", "nvmlDeviceGetTemperature", "nvmlDeviceGetTemperatureV",
+    "nvmlDeviceGetPowerUsage", "nvmlDeviceGetEnforcedPowerLimit", "nvmlDeviceGetPciInfo_v3",
+    "nvmlDeviceGetMigMode", "nvmlDeviceGetMaxMigDeviceCount", "nvmlDeviceGetCpuAffinity",
+    "nvmlDeviceGetMemoryAffinity", "nvmlDeviceGetTopologyCommonAncestor",
+    "nvmlDeviceGetNvLinkState", "nvmlDeviceGetP2PStatus",
+})
 
 
 class FakeNvmlLib:
@@ -221,7 +281,12 @@ class FakeNvmlLib:
             raise _Fail(pynvml.NVML_ERROR_GPU_IS_LOST)
         if name in gpu.errors:
             raise _Fail(gpu.errors[name])
+        if parent is not None and name in _NOT_ON_MIG:
+            raise _Fail(pynvml.NVML_ERROR_NOT_SUPPORTED)
         return gpu
+
+    def parent_of(self, gpu: FakeGpu) -> FakeGpu | None:
+        return self._parents.get(id(gpu))
 
     def is_mig_device(self, gpu: FakeGpu) -> bool:
         return id(gpu) in self._parents
@@ -346,6 +411,71 @@ class _CFunctions:
         if gpu.compute_instance_id is None:
             raise _Fail(pynvml.NVML_ERROR_INVALID_ARGUMENT)
         ref._obj.value = gpu.compute_instance_id
+
+    def nvmlDeviceIsMigDeviceHandle(self, gpu: FakeGpu, ref: Any) -> None:
+        ref._obj.value = int(self.lib.is_mig_device(gpu))
+
+    def nvmlDeviceGetDeviceHandleFromMigDeviceHandle(self, gpu: FakeGpu, ref: Any) -> None:
+        parent = self.lib.parent_of(gpu)
+        if parent is None:  # a whole GPU's handle is not a MIG device handle
+            raise _Fail(pynvml.NVML_ERROR_INVALID_ARGUMENT)
+        _write_handle(ref, self.lib.handle_of(parent))
+
+    def nvmlDeviceGetAttributes_v2(self, gpu: FakeGpu, ref: Any) -> None:
+        if not self.lib.is_mig_device(gpu):  # "currently only supports MIG device handles"
+            raise _Fail(pynvml.NVML_ERROR_NOT_SUPPORTED)
+        *compute, gpu_slices = gpu.mig_profile.split(".")[0:-1]  # 1c.3g.20gb, 3g.20gb
+        attrs = ref._obj
+        attrs.gpuInstanceSliceCount = int(gpu_slices.rstrip("g"))
+        attrs.computeInstanceSliceCount = int(compute[0].rstrip("c")) if compute else \
+            attrs.gpuInstanceSliceCount
+        attrs.memorySizeMB = gpu.mem_total_bytes // MIB
+        attrs.multiprocessorCount = 14 * attrs.computeInstanceSliceCount
+
+    def nvmlDeviceGetTopologyCommonAncestor(self, gpu: FakeGpu, other: FakeGpu, ref: Any) -> None:
+        if gpu.numa_node is None or other.numa_node is None:
+            raise _Fail(pynvml.NVML_ERROR_NOT_SUPPORTED)
+        if gpu.pcie_switch is not None and gpu.pcie_switch == other.pcie_switch:
+            ref._obj.value = pynvml.NVML_TOPOLOGY_SINGLE
+        elif gpu.numa_node == other.numa_node:
+            ref._obj.value = pynvml.NVML_TOPOLOGY_NODE
+        else:
+            ref._obj.value = pynvml.NVML_TOPOLOGY_SYSTEM
+
+    def nvmlDeviceGetNvLinkState(self, gpu: FakeGpu, link: Any, ref: Any) -> None:
+        ref._obj.value = bool(self._nvlink(gpu, link))
+
+    def nvmlDeviceGetNvLinkRemotePciInfo_v2(self, gpu: FakeGpu, link: Any, ref: Any) -> None:
+        remote = self._nvlink(gpu, link)
+        if not remote:
+            raise _Fail(pynvml.NVML_ERROR_NOT_SUPPORTED)  # an inactive link has no far end
+        ref._obj.busId = remote.encode()
+
+    def _nvlink(self, gpu: FakeGpu, link: Any) -> str:
+        if not gpu.nvlinks:  # a GPU without NVLink refuses every link
+            raise _Fail(pynvml.NVML_ERROR_NOT_SUPPORTED)
+        if not 0 <= _value(link) < len(gpu.nvlinks):
+            raise _Fail(pynvml.NVML_ERROR_INVALID_ARGUMENT)
+        return gpu.nvlinks[_value(link)]
+
+    def nvmlDeviceGetP2PStatus(self, gpu: FakeGpu, other: FakeGpu, index: Any, ref: Any) -> None:
+        if _value(index) == pynvml.NVML_P2P_CAPS_INDEX_NVLINK:
+            linked = other.bus_id in gpu.nvlinks or (
+                NVSWITCH_BUS_ID in gpu.nvlinks and NVSWITCH_BUS_ID in other.nvlinks)
+        else:  # over PCIe: within one socket
+            linked = gpu.numa_node is not None and gpu.numa_node == other.numa_node
+        ref._obj.value = pynvml.NVML_P2P_STATUS_OK if linked else \
+            pynvml.NVML_P2P_STATUS_NOT_SUPPORTED
+
+    def nvmlDeviceGetCpuAffinity(self, gpu: FakeGpu, size: Any, ref: Any) -> None:
+        if gpu.numa_node is None:
+            raise _Fail(pynvml.NVML_ERROR_NOT_SUPPORTED)
+        _write_mask(ref._obj, gpu.cpu_ids)
+
+    def nvmlDeviceGetMemoryAffinity(self, gpu: FakeGpu, size: Any, ref: Any, scope: Any) -> None:
+        if gpu.numa_node is None:
+            raise _Fail(pynvml.NVML_ERROR_NOT_SUPPORTED)
+        _write_mask(ref._obj, (gpu.numa_node,))
 
     def _processes(self, gpu: FakeGpu, kind: str, count: Any, array: Any) -> int:
         """The INSUFFICIENT_SIZE handshake: a NULL array (or a short one) gets the count."""

@@ -42,6 +42,8 @@ GPUS = (
      "Fields as nvidia-smi --query-gpu names them: index,name,memory.used,..."),
     ("fmt", ("--format",), "str", None, "csv[,noheader][,nounits] (the default with --query) "
      f"or json; without --query, the fields {GPUS_DEFAULT_QUERY.replace(',', ', ')}."),
+    ("topology", ("--topology",), "flag", False,
+     "The links between the GPUs (NVLink, PCIe), as nvidia-smi topo -m prints them."),
 )
 LOGS = (
     ("follow", ("--follow", "-f"), "flag", False, "Keep printing until the job ends."),

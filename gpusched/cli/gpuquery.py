@@ -42,6 +42,14 @@ FIELDS: dict[str, tuple[Callable[[dict], Any], str]] = {
                     if g.get("compute_capability") else None, ""),
     "health": (lambda g: "ok" if g["healthy"] else (g.get("health_reason") or "lost"), ""),
     "jobs": (lambda g: " ".join(str(j) for j in g["jobs"]), ""),
+    # MIG, as nvidia-smi's mig.mode.current; a MIG device's own fields are N/A elsewhere.
+    "mig.mode.current": (lambda g: None if g.get("parent_uuid")
+                         else "Enabled" if g.get("mig_mode") else "Disabled", ""),
+    "mig.profile": (lambda g: g.get("mig_profile"), ""),
+    "mig.parent_uuid": (lambda g: g.get("parent_uuid"), ""),
+    "mig.gpu_instance_id": (lambda g: g.get("gpu_instance_id"), ""),
+    "mig.compute_instance_id": (lambda g: g.get("compute_instance_id"), ""),
+    "numa_node": (lambda g: g.get("numa_node"), ""),
 }
 FORMATS = ("csv", "json")
 DEFAULT_QUERY = GPUS_DEFAULT_QUERY

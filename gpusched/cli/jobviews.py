@@ -115,13 +115,24 @@ def logs(output: Any, job_id: str, follow: bool, stderr: bool) -> int:
     return 0
 
 
-def gpus(output: Any, as_json: bool, query: str | None, fmt: str | None) -> int:
+def gpus(output: Any, as_json: bool, query: str | None, fmt: str | None,
+         topology: bool = False) -> int:
     from gpusched.cli import gpuquery
 
     if query is None and fmt is not None:
         query = gpuquery.DEFAULT_QUERY
     fields = gpuquery.parse_query(query) if query is not None else None
+    if topology and fields is not None:
+        raise UsageError("--topology prints the link matrix; leave out --query and --format")
     result = Client().call("gpus")
+    if topology:
+        from gpusched.cli import topomatrix
+
+        if as_json:
+            print_json(topomatrix.matrix(result))
+        else:
+            sys.stdout.write(topomatrix.render(result))
+        return 0
     if fields is not None:
         sys.stdout.write(gpuquery.render(result["gpus"], fields, fmt or "csv"))
         return 0

@@ -165,8 +165,14 @@ def gpu_row(gpu: dict[str, Any]) -> list[Seg]:
               f" / {size_human(gpu['mem_total_bytes'])}")
     util = "N/A" if gpu["util_pct"] is None else f"{gpu['util_pct']:.0f}%"
     health = ("ok", "") if gpu["healthy"] else (printable(gpu["health_reason"] or "lost"), "red")
-    return [(gpu["label"], ""), (printable(gpu["name"]), ""), (memory, ""), (util, ""), health,
-            (",".join(str(j) for j in gpu["jobs"]) or "-", "")]
+    jobs = ",".join(str(j) for j in gpu["jobs"]) or "-"
+    label = gpu["label"]
+    if gpu.get("mig_mode"):  # given out only as its MIG devices, listed under it
+        jobs = "MIG mode"
+    elif gpu.get("parent_uuid"):
+        label = f"└ {label}"
+    return [(label, ""), (printable(gpu["name"]), ""), (memory, ""), (util, ""), health,
+            (jobs, "")]
 
 
 def process_rows(result: dict[str, Any]) -> list[list[str]]:

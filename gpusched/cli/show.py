@@ -51,7 +51,8 @@ def _constraints(found: dict[str, Any]) -> list[str]:
              ("min_gpu_total_mem", _or_dash(found.get("min_gpu_total_mem_bytes") or None,
                                             size_human)),
              ("min_compute_capability", ".".join(map(str, found.get("min_compute_capability")
-                                                     or [])) or "-")]
+                                                     or [])) or "-"),
+             ("topology", found.get("topology") or "-")]
     return [f"{key}={value}" for key, value in pairs if value != "-"]
 
 

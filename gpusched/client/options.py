@@ -62,6 +62,9 @@ SUBMIT = (
      "Only GPUs with this much memory: 40G."),
     ("min_compute_capability", ("--min-compute-capability",), "str", None,
      "Only GPUs at least this: 8.0."),
+    ("topology", ("--topology",), "str", None,
+     "Several GPUs: best (the default) takes the best-linked free ones; strict waits for "
+     "GPUs linked as well as the box allows (one NVLink island)."),
     ("cpus", ("--cpus", "--cpus-per-task", "-c"), "int", None,
      "CPU cores the job needs; it waits for them. Without it a GPU job counts one core but "
      "never waits for it; 0 needs none."),

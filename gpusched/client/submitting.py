@@ -19,7 +19,7 @@ if TYPE_CHECKING:
 
 # The options that choose among the GPUs (SubmitOptions fields).
 GPU_CONSTRAINT_OPTIONS = ("gpu_ids", "exclude_gpus", "gpu_type", "min_gpu_total_mem",
-                          "min_compute_capability")
+                          "min_compute_capability", "topology")
 
 
 def _env_pairs(pairs: Iterable[str]) -> dict[str, str]:
@@ -104,7 +104,8 @@ def scheduling_fields(opts: SubmitOptions) -> dict[str, Any]:
                         "gpu_type": gpus_and_type(opts)[1],
                         "min_gpu_total_mem_bytes": size_option(opts.min_gpu_total_mem,
                                                                "--min-gpu-total-mem") or 0,
-                        "min_compute_capability": _capability(opts.min_compute_capability)},
+                        "min_compute_capability": _capability(opts.min_compute_capability),
+                        "topology": opts.topology or ""},
     }
     if opts.cpus is not None:  # only cores asked for are a limit (see jobspec)
         spec["cpus"] = opts.cpus

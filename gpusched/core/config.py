@@ -235,7 +235,8 @@ KEYS: dict[str, tuple[str, Callable[[Any], Any], Any, str]] = {
     "host.reserve_mem": ("reserve_mem_bytes", parse_size, "0MiB",
                          "Host memory kept for the system."),
     "host.cpu_binding": ("cpu_binding", _bool, False,
-                         "Pin each job to its own cores with CPU affinity."),
+                         "Pin each job to its own cores with CPU affinity (those nearest "
+                         "its GPUs first)."),
     "host.enforce_mem": ("enforce_mem", _bool, False,
                          "Stop a job (state oom) that uses more host memory than --mem + margin."),
     "host.mem_margin_pct": ("mem_margin_pct", _number(0, 1000), 10,

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from gpusched.core import values
+from gpusched.core.topology import TOPOLOGY_MODES
 from gpusched.core.errors import UsageError
 from gpusched.core.models import DEFAULT_RETRY_DELAY_S, Constraints, Job, Request
 from gpusched.core.syntax import (DEPENDENCY_KINDS, MAX_ARRAY_SIZE, MAX_JOB_ID, MAX_PRIORITY,
@@ -20,7 +21,7 @@ SPEC_FIELDS = ("command", "name", "gpus", "gpu_mem_bytes", "cpus", "mem_bytes", 
                "retry_delay_s", "policy", "constraints", "time_limit_s", "warn_signal",
                "warn_before_s", "array")
 CONSTRAINT_FIELDS = ("gpu_ids", "exclude_gpus", "gpu_type", "min_gpu_total_mem_bytes",
-                     "min_compute_capability")
+                     "min_compute_capability", "topology")
 
 
 def _what(key: str) -> str:
@@ -63,10 +64,15 @@ def check_constraints(spec: Any) -> Constraints:
     gpu_type = spec.get("gpu_type") or ""
     if not values.is_text(gpu_type):
         raise UsageError(f"--gpu-type must be a string, not {values.shown(gpu_type)}")
+    topology_mode = spec.get("topology") or ""
+    if topology_mode:
+        values.choice(topology_mode, "topology", TOPOLOGY_MODES)
     return Constraints(gpu_ids=_gpu_indices(spec, "gpu_ids"),
                        exclude_gpus=_gpu_indices(spec, "exclude_gpus"), gpu_type=gpu_type,
                        min_gpu_total_mem_bytes=whole_number(spec, "min_gpu_total_mem_bytes", 0, 0, 2**60),
-                       min_compute_capability=tuple(capability) if capability else None)
+                       min_compute_capability=tuple(capability) if capability else None,
+                       # "best" is what every job gets: stored as the default
+                       topology="" if topology_mode == "best" else topology_mode)
 
 
 def check_array(spec: dict) -> tuple[tuple[int | None, ...], int | None]:
@@ -173,7 +179,8 @@ def job_spec(job: Job) -> dict[str, Any]:
                         "exclude_gpus": list(constraints.exclude_gpus),
                         "gpu_type": constraints.gpu_type,
                         "min_gpu_total_mem_bytes": constraints.min_gpu_total_mem_bytes,
-                        "min_compute_capability": list(capability) if capability else None},
+                        "min_compute_capability": list(capability) if capability else None,
+                        "topology": constraints.topology},
         "retries": job.retries, "retry_on": list(job.retry_on),
         "retry_delay_s": job.retry_delay_s,
         "dependencies": [[kind, dep] for kind, dep in job.dependencies],

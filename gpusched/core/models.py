@@ -63,6 +63,9 @@ class Constraints:
     gpu_type: str = ""  # a case-insensitive substring of the GPU's name
     min_gpu_total_mem_bytes: int = 0
     min_compute_capability: tuple[int, int] | None = None
+    # "strict": a multi-GPU job waits for a set linked as well as the box allows
+    # (core/topology.py); "" takes the best-linked set that is free now.
+    topology: str = ""
 
     def allows(self, gpu: GpuInfo) -> bool:
         index = gpu.index if gpu.parent_index is None else gpu.parent_index
@@ -70,7 +73,8 @@ class Constraints:
             return False
         if index in self.exclude_gpus or gpu.mem_total_bytes < self.min_gpu_total_mem_bytes:
             return False
-        if self.gpu_type and self.gpu_type.lower() not in gpu.name.lower():
+        if self.gpu_type and self.gpu_type.lower() not in gpu.name.lower() \
+                and self.gpu_type.lower() != (gpu.mig_profile or "").lower():
             return False
         if self.min_compute_capability is not None:
             return gpu.compute_capability is not None and \
@@ -207,6 +211,13 @@ class GpuInfo:
     parent_index: int | None = None
     gpu_instance_id: int | None = None
     compute_instance_id: int | None = None
+    parent_uuid: str | None = None  # a MIG device's GPU
+    mig_profile: str | None = None  # a MIG device's profile, as nvidia-smi names it: 3g.20gb
+    # A GPU in MIG mode: CUDA cannot use it whole, only its MIG devices.
+    is_mig_mode: bool = False
+    # Topology: the cores and NUMA node nearest the GPU (NVML's CPU and memory affinity).
+    cpu_ids: tuple[int, ...] = ()
+    numa_node: int | None = None
 
     @property
     def mem_free_bytes(self) -> int | None:
@@ -231,9 +242,12 @@ class Inventory:
     driver_version: str | None = None
     cuda_version: str | None = None
     read_at: float = 0.0
+    # Link labels between the whole GPUs, in `gpus` order (core/topology.py); () unknown.
+    links: tuple[tuple[str, ...], ...] = ()
 
     def schedulable(self) -> tuple[GpuInfo, ...]:
-        """The devices jobs can be given: MIG devices stand in for their parent GPU."""
+        """The devices jobs can be given: MIG devices stand in for their parent GPU. A
+        parent in MIG mode without MIG devices stays, never usable (placement.is_usable)."""
         out: list[GpuInfo] = []
         for gpu in self.gpus:
             out.extend(gpu.mig_devices if gpu.mig_devices else (gpu,))
@@ -284,10 +298,12 @@ def _gpu_from_dict(data: dict) -> GpuInfo:
     values["mig_devices"] = tuple(_gpu_from_dict(m) for m in values.get("mig_devices", ()))
     if values.get("compute_capability") is not None:
         values["compute_capability"] = tuple(values["compute_capability"])
+    values["cpu_ids"] = tuple(values.get("cpu_ids", ()))
     return GpuInfo(**values)
 
 
 def inventory_from_dict(data: dict) -> Inventory:
     values = dict(data)
     values["gpus"] = tuple(_gpu_from_dict(g) for g in values.get("gpus", ()))
+    values["links"] = tuple(tuple(row) for row in values.get("links", ()))
     return Inventory(**values)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Callable, Mapping, Sequence
 
+from gpusched.core import linkplace
 from gpusched.core.models import GpuInfo, GpuProcess, Inventory, Job, Request
 
 
@@ -199,7 +200,9 @@ def track_idle(inventory: Inventory, pid_jobs: Mapping[int, int],
 
 
 def is_usable(load: GpuLoad) -> bool:
-    return load.gpu.is_healthy and not load.is_held_exclusively and not load.blocked_by
+    # A GPU in MIG mode is never given out whole: CUDA can use only its MIG devices.
+    return (load.gpu.is_healthy and not load.gpu.is_mig_mode and not load.is_held_exclusively
+            and not load.blocked_by)
 
 
 def _is_busy(load: GpuLoad, rules: PlacementRules) -> bool:
@@ -220,16 +223,24 @@ def fits(load: GpuLoad, request: Request, rules: PlacementRules) -> bool:
 
 
 def choose_gpus(request: Request, loads: Mapping[str, GpuLoad], rules: PlacementRules,
-                placements: Mapping[int, int] | None = None,
-                policy: str = "") -> tuple[GpuInfo, ...] | None:
-    """All the GPUs a job asks for, or None: a multi-GPU job gets all or nothing."""
+                placements: Mapping[int, int] | None = None, policy: str = "",
+                links: Sequence[Sequence[str]] = ()) -> tuple[GpuInfo, ...] | None:
+    """All the GPUs a job asks for, or None: a multi-GPU job gets all or nothing.
+
+    With `links` (Inventory.links), a multi-GPU job gets the best-linked set of the
+    fitting GPUs, the policy's order breaking ties.
+    """
     fitting = [l for l in loads.values() if fits(l, request, rules)]
     if len(fitting) < request.gpus:
         return None
     name = policy or rules.policy
     choose = BUILTIN_POLICIES.get(name) or rules.custom_policies[name]
     ctx = PolicyContext(placements or {}, rules.gpu_weights, rules.gpu_order)
-    uuids = [l.gpu.uuid for l in choose(request, fitting, ctx)][: request.gpus]
+    ordered = [l.gpu for l in choose(request, fitting, ctx)]
+    chosen = linkplace.best_linked(request, ordered, loads, links)
+    if chosen is None:
+        return None
+    uuids = [g.uuid for g in chosen]
     # A custom policy may veto GPUs, never invent them or offer one twice.
     if (len(uuids) < request.gpus or len(set(uuids)) < len(uuids)
             or not set(uuids) <= {l.gpu.uuid for l in fitting}):
@@ -270,6 +281,8 @@ def pending_reason(request: Request, loads: Mapping[str, GpuLoad], inventory: In
         return blocked or f"{need}; every allowed GPU is " + (
             "held whole by a running job" if held else "unhealthy")
     fitting = [l for l in usable if fits(l, request, rules)]
+    if len(fitting) >= n and request.constraints.topology == "strict":
+        return linkplace.strict_reason(request, fitting, loads, inventory.links)
     fit_labels = ", ".join(f"GPU {l.gpu.label}" for l in sorted(fitting, key=lambda l: l.gpu.index))
     if request.is_exclusive:
         return f"{need}; {len(fitting)} free" + (f" ({fit_labels})" if fitting else "")

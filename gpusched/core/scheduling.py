@@ -134,6 +134,7 @@ class _Pass:
     running: int = 0
     # (start, GPUs the reserved job may use, how many it needs, its id)
     reservation: tuple[float, frozenset[str], int, int] | None = None
+    links: tuple[tuple[str, ...], ...] = ()  # the inventory's topology
 
 
 def _expected_end(job: Job, now: float) -> float:
@@ -252,7 +253,8 @@ def _choose(job: Job, p: _Pass, rules: PlacementRules,
     key = (job.request, job.policy or rules.policy)
     if key in unplaceable:
         return None
-    chosen = placement.choose_gpus(job.request, p.loads, rules, p.placements, job.policy)
+    chosen = placement.choose_gpus(job.request, p.loads, rules, p.placements, job.policy,
+                                   p.links)
     if chosen is None and key[1] in placement.BUILTIN_POLICIES:
         unplaceable.add(key)
     return chosen
@@ -310,6 +312,7 @@ def schedule(pending: Sequence[Job], running: Sequence[Job], loads: Mapping[str,
     `explain=False` skips building reasons (the simulator replays thousands of passes).
     """
     p = _new_pass(running, loads, placements or {}, now)
+    p.links = inventory.links
     starts: list[tuple[int, tuple[GpuInfo, ...]]] = []
     reasons: dict[int, str] = {}
     cancels: dict[int, str] = {}

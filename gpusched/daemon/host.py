@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from typing import Iterable
+from typing import Collection, Iterable, Sequence
 
 import psutil
 
 from gpusched.core.config import Settings
+from gpusched.core.models import GpuInfo
 from gpusched.core.scheduling import HostCapacity
 
 
@@ -35,11 +36,22 @@ def detect_host(settings: Settings) -> Host:
     return Host(tuple(usable), cpus, mem)
 
 
-def pick_cpus(host: Host, count: int, taken: Iterable[int]) -> tuple[int, ...]:
-    """The lowest free cores for a pinned job; when host.cpus counts more cores than exist
-    (an override), pinned jobs share the real ones round the ring."""
+def near_cpus(gpus: Sequence[GpuInfo]) -> set[int]:
+    """The cores nearest all of a job's GPUs (NVML's CPU affinity: their NUMA node); when
+    its GPUs hang off different sockets, the cores near any of them."""
+    sets = [set(g.cpu_ids) for g in gpus if g.cpu_ids]
+    if not sets:
+        return set()
+    return set.intersection(*sets) or set.union(*sets)
+
+
+def pick_cpus(host: Host, count: int, taken: Iterable[int],
+              near: Collection[int] = ()) -> tuple[int, ...]:
+    """The lowest free cores for a pinned job, those `near` its GPUs first (memory traffic
+    between a job's cores and GPUs then stays on one socket); when host.cpus counts more
+    cores than exist (an override), pinned jobs share the real ones round the ring."""
     taken_set = set(taken)
-    free = [c for c in host.cpu_ids if c not in taken_set]
+    free = sorted((c for c in host.cpu_ids if c not in taken_set), key=lambda c: c not in near)
     if len(free) >= count:
         return tuple(free[:count])
     ring = free + [c for c in host.cpu_ids if c in taken_set]

@@ -260,7 +260,8 @@ class JobControl:
                                           settings.master_port_max, taken)
         if settings.cpu_binding:
             busy = [c for j in running for c in j.cpu_ids]
-            job = replace(job, cpu_ids=host.pick_cpus(self.setup.host, job.request.cpus, busy))
+            job = replace(job, cpu_ids=host.pick_cpus(self.setup.host, job.request.cpus, busy,
+                                                      host.near_cpus(gpus)))
         cgroup = None
         limit = lifecycle.mem_limit_bytes(job, settings.mem_margin_pct)
         if self.setup.cgroups and settings.enforce_mem and limit is not None:

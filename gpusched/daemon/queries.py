@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import os
+from typing import Any
 
 import psutil
 
 from gpusched import __version__
 from gpusched.core import jobfilter, placement
-from gpusched.core.models import HIDDEN, inventory_to_dict, job_to_dict
+from gpusched.core.models import HIDDEN, GpuInfo, inventory_to_dict, job_to_dict
 from gpusched.client.protocol import LEAN_JOB_FIELDS
 from gpusched.daemon import pages
 from gpusched.daemon.progress import progress_of
@@ -132,26 +133,38 @@ class Queries:
 
     def gpus(self, req: Request) -> dict:
         state = self.state
-        rows = []
-        for gpu, load in self._loads():
-            rows.append({"index": gpu.index, "label": gpu.label, "uuid": gpu.uuid,
-                         "name": gpu.name, "healthy": gpu.is_healthy,
-                         "health_reason": gpu.health_reason, "bus_id": gpu.bus_id,
-                         "mem_total_bytes": gpu.mem_total_bytes,
-                         "mem_used_bytes": gpu.mem_used_bytes,
-                         "mem_reserved_bytes": load.promised_bytes, "util_pct": gpu.util_pct,
-                         "temperature_c": gpu.temperature_c, "power_w": gpu.power_w,
-                         "power_limit_w": gpu.power_limit_w,
-                         "compute_capability": gpu.compute_capability,
-                         "jobs": list(load.job_ids),
-                         "processes": [{"pid": p.pid, "user": p.user, "command": p.command,
-                                        "used_mem_bytes": p.used_mem_bytes,
-                                        "job": state.pid_jobs.get(p.pid),
-                                        "visible": p.is_visible}
-                                       for p in gpu.processes]})
+        loads = dict((gpu.uuid, load) for gpu, load in self._loads())
+        # Each whole GPU, then its MIG devices: a GPU in MIG mode is a row of its own
+        # (its UUID, temperature and power), never given jobs itself.
+        rows = [self._gpu_row(device, loads.get(device.uuid))
+                for gpu in state.inventory.gpus for device in (gpu, *gpu.mig_devices)]
         rows = self.setup.authz.viewer(req.creds[1]).gpus(rows)
         return {"backend": state.inventory.backend, "problem": state.inventory.problem,
-                "gpus": rows, "host": self.host_usage()}
+                "gpus": rows, "host": self.host_usage(),
+                "links": [list(row) for row in state.inventory.links]}
+
+    def _gpu_row(self, gpu: GpuInfo, load: Any) -> dict:
+        return {"index": gpu.index, "label": gpu.label, "uuid": gpu.uuid,
+                "name": gpu.name, "healthy": gpu.is_healthy,
+                "health_reason": gpu.health_reason, "bus_id": gpu.bus_id,
+                "mem_total_bytes": gpu.mem_total_bytes,
+                "mem_used_bytes": gpu.mem_used_bytes,
+                "mem_reserved_bytes": load.promised_bytes if load else 0,
+                "util_pct": gpu.util_pct,
+                "temperature_c": gpu.temperature_c, "power_w": gpu.power_w,
+                "power_limit_w": gpu.power_limit_w,
+                "compute_capability": gpu.compute_capability,
+                "mig_mode": gpu.is_mig_mode, "parent_uuid": gpu.parent_uuid,
+                "gpu_instance_id": gpu.gpu_instance_id,
+                "compute_instance_id": gpu.compute_instance_id,
+                "mig_profile": gpu.mig_profile, "numa_node": gpu.numa_node,
+                "cpu_affinity": list(gpu.cpu_ids),
+                "jobs": list(load.job_ids) if load else [],
+                "processes": [{"pid": p.pid, "user": p.user, "command": p.command,
+                               "used_mem_bytes": p.used_mem_bytes,
+                               "job": self.state.pid_jobs.get(p.pid),
+                               "visible": p.is_visible}
+                              for p in gpu.processes]}
 
     def _loads(self) -> list:
         """(GPU, its load: jobs on it and memory promised to them) for each schedulable GPU."""

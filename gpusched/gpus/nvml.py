@@ -9,6 +9,7 @@ from typing import Any, Callable, Sequence
 import psutil
 
 from gpusched.core.models import GpuInfo, GpuProcess, Inventory, Job
+from gpusched.gpus import nvmltopo
 
 try:
     import pynvml
@@ -182,7 +183,22 @@ def _read_mig(handle: Any, parent: GpuInfo) -> GpuInfo:
         mig, bus_id=parent.bus_id, compute_capability=parent.compute_capability,
         processes=_processes(handle, mig.uuid, probe), parent_index=parent.index,
         gpu_instance_id=probe(pynvml.nvmlDeviceGetGpuInstanceId, handle),
-        compute_instance_id=probe(pynvml.nvmlDeviceGetComputeInstanceId, handle))
+        compute_instance_id=probe(pynvml.nvmlDeviceGetComputeInstanceId, handle),
+        parent_uuid=parent.uuid, mig_profile=_mig_profile(handle, mig.name, probe),
+        cpu_ids=parent.cpu_ids, numa_node=parent.numa_node)
+
+
+def _mig_profile(handle: Any, name: str, probe: _Probe) -> str | None:
+    """'3g.20gb': the end of the MIG device's name ('NVIDIA A100-SXM4-40GB MIG 3g.20gb'),
+    else built from its attributes as nvidia-smi names profiles (slices, memory in GB)."""
+    if " MIG " in name:
+        return name.rsplit(" MIG ", 1)[1].strip() or None
+    attrs = probe(pynvml.nvmlDeviceGetAttributes_v2, handle)
+    if attrs is None or not attrs.gpuInstanceSliceCount:
+        return None
+    gi, ci = attrs.gpuInstanceSliceCount, attrs.computeInstanceSliceCount
+    profile = f"{gi}g.{round(attrs.memorySizeMB / 1024)}gb"
+    return profile if ci in (0, gi) else f"{ci}c.{profile}"
 
 
 def _read_migs(handle: Any, parent: GpuInfo, probe: _Probe) -> tuple[GpuInfo, ...]:
@@ -214,9 +230,11 @@ def _read_gpu(index: int) -> GpuInfo:
         power_w=_watts(probe(pynvml.nvmlDeviceGetPowerUsage, handle)),
         power_limit_w=_watts(probe(pynvml.nvmlDeviceGetEnforcedPowerLimit, handle)),
         compute_capability=probe(pynvml.nvmlDeviceGetCudaComputeCapability, handle))
+    cpu_ids, numa_node = nvmltopo.read_affinity(pynvml, handle)
+    gpu = replace(gpu, cpu_ids=cpu_ids, numa_node=numa_node)
     if _is_mig_enabled(handle, probe):
         # Processes belong to MIG devices; asking the parent needs root in MIG mode.
-        gpu = replace(gpu, mig_devices=_read_migs(handle, gpu, probe))
+        gpu = replace(gpu, is_mig_mode=True, mig_devices=_read_migs(handle, gpu, probe))
         if not gpu.mig_devices:  # CUDA cannot use the parent itself: never give it out
             return replace(gpu, is_healthy=False, health_reason=_NO_MIG_DEVICES)
     else:
@@ -250,6 +268,8 @@ class NvmlBackend:
         self._problem = ""
         self._driver_version: str | None = None
         self._cuda_version: str | None = None
+        self._links_key: tuple[str, ...] = ()
+        self._links_cache: tuple[tuple[str, ...], ...] = ()
 
     def _start(self) -> bool:
         """Initialize NVML unless it failed less than RETRY_INIT_S ago."""
@@ -292,7 +312,20 @@ class NvmlBackend:
                 f"NVML found no NVIDIA GPUs (driver {self._driver_version or 'unknown'}); check "
                 f"that nvidia-smi lists them and that /dev/nvidia* is visible here, "
                 f"{_TRY_SIMULATED}."))
-        return self._inventory(gpus=tuple(_read_gpu_safely(i) for i in range(count)))
+        gpus = tuple(_read_gpu_safely(i) for i in range(count))
+        return replace(self._inventory(gpus=gpus), links=self._links(gpus))
+
+    def _links(self, gpus: tuple[GpuInfo, ...]) -> tuple[tuple[str, ...], ...]:
+        """The link matrix, read again only when the set of GPUs changes: it is fixed by
+        the hardware, and reading it is tens of calls per GPU."""
+        key = tuple(g.uuid if g.is_healthy else "" for g in gpus)
+        if key != self._links_key:
+            # A lost GPU is asked nothing (it can be slow to answer): its links are N/A.
+            handles = [_Probe()(pynvml.nvmlDeviceGetHandleByIndex, g.index) if g.is_healthy
+                       else None for g in gpus]
+            links = nvmltopo.read_links(pynvml, handles, [g.bus_id or "" for g in gpus])
+            self._links_key, self._links_cache = key, links
+        return self._links_cache
 
     def close(self) -> None:
         if self._is_initialized:

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
 
+from gpusched.core import topology
 from gpusched.core.models import GpuInfo, GpuProcess, Inventory, Job
 from gpusched.core.units import parse_size
 
@@ -79,17 +80,32 @@ def _outside_entry(raw: dict[str, Any]) -> dict[str, Any]:
             "util": float(raw.get("util", 0)), "command": str(raw.get("command", ""))}
 
 
+def parse_links(spec: str, gpu_count: int) -> tuple[tuple[str, ...], ...]:
+    """The topology after the GPUs: '8xH100-80GiB:nvlink=0-3,4-7'; () when none is given."""
+    _, _, options = spec.partition(":")
+    if not options:
+        return ()
+    key, _, value = options.partition("=")
+    if key.strip() != "nvlink" or not value.strip():
+        raise ValueError(f"bad simulated topology {options!r}: write e.g. "
+                         f"8xH100-80GiB:nvlink=0-3,4-7")
+    return tuple(map(tuple, topology.nvlink_islands(value.strip(), gpu_count)))
+
+
 class SimulatedBackend:
     name = "simulated"
 
-    def __init__(self, gpus: list[SimGpu], processes_file: str | Path):
+    def __init__(self, gpus: list[SimGpu], processes_file: str | Path,
+                 links: tuple[tuple[str, ...], ...] = ()):
         self._gpus = gpus
+        self._links = links
         self._processes_file = Path(processes_file)
         self._outside_cache: tuple[float, list[dict[str, Any]]] = (-1.0, [])
 
     @classmethod
     def from_spec(cls, spec: str, processes_file: str | Path) -> SimulatedBackend:
-        return cls(parse_spec(spec), processes_file)
+        gpus = parse_spec(spec.partition(":")[0])
+        return cls(gpus, processes_file, parse_links(spec, len(gpus)))
 
     def _outside(self) -> list[dict[str, Any]]:
         """Re-read the declared outside processes when the file changes; a bad file counts as empty."""
@@ -139,7 +155,8 @@ class SimulatedBackend:
                 power_limit_w=700.0 if sim.model.upper() in ("H100", "H200") else 400.0,
                 compute_capability=_CAPABILITY.get(sim.model.upper()),
                 processes=tuple(procs)))
-        return Inventory(gpus=tuple(gpus), backend=self.name, read_at=time.time())
+        return Inventory(gpus=tuple(gpus), backend=self.name, read_at=time.time(),
+                         links=self._links)
 
     def close(self) -> None:
         pass

@@ -61,10 +61,11 @@ class Metrics:
     jain_fairness: float
 
 
-def simulated_box(gpus: int) -> Inventory:
+def simulated_box(gpus: int, links: Sequence[Sequence[str]] = ()) -> Inventory:
+    """`gpus` alike GPUs; with `links` (core/topology.py), placed by their connectivity."""
     return Inventory(tuple(GpuInfo(index=i, uuid=f"GPU-sim-{i}", name="Simulated 80GB",
                                    mem_total_bytes=GPU_MEM_BYTES, mem_used_bytes=0, util_pct=0.0)
-                           for i in range(gpus)))
+                           for i in range(gpus)), links=tuple(tuple(row) for row in links))
 
 
 def _as_jobs(trace_jobs: Sequence[traces.TraceJob]) -> list[Job]:
@@ -100,9 +101,9 @@ class _Replay:
     """The simulation state between events; `run` is the event loop."""
 
     def __init__(self, jobs: list[Job], gpus: int, rules: PlacementRules, queue: QueueRules,
-                 half_life_s: float):
+                 half_life_s: float, links: Sequence[Sequence[str]] = ()):
         self.jobs, self.rules, self.queue, self.half_life_s = jobs, rules, queue, half_life_s
-        self.inventory = simulated_box(gpus)
+        self.inventory = simulated_box(gpus, links)
         self.gpus = gpus
         self.pending: list[Job] = []
         self.running: dict[int, Job] = {}
@@ -211,8 +212,12 @@ def check_choices(gpus: int, policy: str, discipline: str,
 def simulate(trace_jobs: Sequence[traces.TraceJob], *, gpus: int, policy: str = Settings.policy,
              discipline: str = Settings.discipline, half_life_s: float = DEFAULT_HALF_LIFE_S,
              custom_policies: Mapping[str, Policy] | None = None,
-             host: HostCapacity | None = None) -> list[JobResult]:
+             host: HostCapacity | None = None,
+             links: Sequence[Sequence[str]] = ()) -> list[JobResult]:
     """Every job's submit, start and end when `gpus` identical GPUs serve the trace.
+
+    With `links` (core/topology.nvlink_islands), multi-GPU jobs get the best-linked GPUs,
+    by the daemon's own placement code.
 
     Jobs must be in submission order (traces.load_trace sorts them). With `host`, CPUs
     and host memory are scheduled too, exactly as the daemon counts them.
@@ -228,7 +233,7 @@ def simulate(trace_jobs: Sequence[traces.TraceJob], *, gpus: int, policy: str = 
                              f"simulated host has ({host.cpus} CPUs, "
                              f"{host.mem_bytes / 2**30:.1f} GiB)")
     queue = QueueRules(discipline=discipline, host=host)
-    started = _Replay(jobs, gpus, rules, queue, half_life_s).run()
+    started = _Replay(jobs, gpus, rules, queue, half_life_s, links).run()
     return [JobResult(t.job_id, t.tenant, t.num_gpus, t.duration_s, t.submit_s,
                       started[n][0], started[n][0] + t.duration_s, started[n][1])
             for n, t in enumerate(trace_jobs)]
