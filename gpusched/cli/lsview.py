@@ -18,7 +18,7 @@ if TYPE_CHECKING:
     from typing import Any
 
 STATE_STYLE = {"pending": "yellow", "running": "green", "succeeded": "bold green",
-                "failed": "red", "cancelled": "magenta", "timeout": "red", "oom": "red",
+                "failed": "red", "cancelled": "magenta", "timeout": "red", "oom": "red", "gpu_oom": "red",
                 "lost": "red", "cancelling": "magenta"}
 
 
@@ -48,9 +48,17 @@ def shown_state(job: dict[str, Any]) -> str:
     return "cancelling" if job["state"] == "running" and job.get("cancelling") else job["state"]
 
 
+def idle_human(job: dict[str, Any], now: float) -> str:
+    """Since when a running job's GPUs have all been 0% busy ([idle] after), in words."""
+    idle_s = max(0.0, now - job["gpu_idle_since"])
+    return f"its GPUs have all been 0% busy for {duration_human(idle_s)}"
+
+
 def state_human(job: dict[str, Any]) -> str:
-    """`ls`'s state: `failed (2)`, `cancelled (signal 15)`, `cancelling`."""
+    """`ls`'s state: `failed (2)`, `cancelled (signal 15)`, `cancelling`, `running (idle)`."""
     state = shown_state(job)
+    if state == "running" and job.get("gpu_idle_since"):
+        return "running (idle)"
     if state == "failed" and job["exit_code"] is not None:
         return f"{state} ({job['exit_code']})"
     if job["signal"]:

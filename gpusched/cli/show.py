@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 
-from gpusched.cli.lsview import progress_human, shown_state
+from gpusched.cli.lsview import idle_human, progress_human, shown_state
 from gpusched.client.textcells import command_human, printable
 from gpusched.core.syntax import signal_name
 from gpusched.core.units import duration_human, size_human
@@ -97,6 +97,8 @@ def _free_text(job: dict[str, Any], now: float) -> list[tuple[str, str]]:
              if job.get("progress") else None,
              ("pending_reason", job["pending_reason"]) if job["state"] == "pending" else None,
              ("end_reason", job["end_reason"]) if job["end_reason"] else None,
+             ("gpu_mem_reason", job["gpu_mem_reason"]) if job.get("gpu_mem_reason") else None,
+             ("idle", idle_human(job, now)) if job.get("gpu_idle_since") else None,
              ("command", command_human(job["command"], COMMAND_MAX_CHARS)),
              ("cwd", job["cwd"]), ("stdout_path", job["stdout_path"]),
              ("stderr_path", job["stderr_path"])]

@@ -76,7 +76,8 @@ COMMANDS: dict[str, Command] = {
 # job row is several times larger, and top asks every second for every queued job.
 LEAN_JOB_FIELDS = ("id", "name", "user", "uid", "state", "gpus", "gpu_indices",
                    "gpus_requested", "gpu_mem_bytes", "priority", "command", "submitted_at",
-                   "started_at", "pending_reason", "time_limit_s", "progress", "cancelling")
+                   "started_at", "pending_reason", "time_limit_s", "progress", "cancelling",
+                   "gpu_idle_since")
 
 
 def _job_ids(value: Any) -> list:

@@ -81,6 +81,13 @@ class Settings:
     metrics_max_job_series: int = 64
     # [[notify]] (core/notifyconf.py): an array of tables, not keys of one table
     notify: tuple[NotifyRule, ...] = ()
+    # [memory] (--gpu-mem auto, core/memestimate.py)
+    estimate_margin_pct: float = 10.0
+    estimate_runs: int = 50
+    # [idle] (daemon/idlegpus.py)
+    idle_after_s: float | None = None  # None: off
+    idle_action: str = "warn"
+    idle_all_jobs: bool = False
 
 
 def _toml():
@@ -167,6 +174,13 @@ def _listen(value: Any) -> str:
     if _text(value):
         parse_listen(value)
     return value
+
+
+IDLE_ACTIONS = ("warn", "requeue", "cancel")
+
+
+def _idle_action(value: Any) -> str:
+    return _choice(*IDLE_ACTIONS)(value)
 
 
 def _positive_duration(value: Any) -> float:
@@ -271,6 +285,19 @@ KEYS: dict[str, tuple[str, Callable[[Any], Any], Any, str]] = {
     "metrics.max_job_series": ("metrics_max_job_series", _number(0, 100_000, int), 64,
                                "Running jobs given per-job series; the rest are counted in "
                                "gpusched_metrics_job_series_dropped."),
+    "memory.estimate_margin_pct": ("estimate_margin_pct", _number(0, 1000), 10,
+                                   "--gpu-mem auto adds this much (percent) to the p95 of "
+                                   "earlier runs' GPU memory peaks."),
+    "memory.estimate_runs": ("estimate_runs", _number(1, 10_000, int), 50,
+                             "--gpu-mem auto reads this many of the newest successful runs."),
+    "idle.after": ("idle_after_s", _optional_duration, "",
+                   'A running job whose GPUs all stayed at 0% busy this long is flagged idle, '
+                   'e.g. "30m"; "" off.'),
+    "idle.action": ("idle_action", _idle_action, "warn",
+                    '"warn" (flag it, a line in its log), "requeue" or "cancel" an idle job '
+                    '(preemptible ones only, unless all_jobs; never --interactive ones).'),
+    "idle.all_jobs": ("idle_all_jobs", _bool, False,
+                      "idle.action applies to every job, not only preemptible ones."),
 }
 
 

@@ -17,7 +17,7 @@ TERMINATE = "terminate"
 RETRY_DELAY_CAP_S = 300.0
 # How a run ended, as a pending reason says it: "retrying after attempt 2 timed out".
 _ENDED = {"failed": "failed", "timeout": "timed out", "cancelled": "was cancelled",
-          "oom": "ran out of memory", "lost": "was lost"}
+          "oom": "ran out of memory", "lost": "was lost", "gpu_oom": "ran out of GPU memory"}
 
 
 def end_state(job: Job, exit_code: int | None, error: str) -> JobState:
@@ -60,9 +60,10 @@ def end_reason(job: Job, state: JobState, exit_code: int | None, signum: int | N
     return f"{job.end_reason or 'cancelled'} while running{how}"
 
 
-def finish(job: Job, state: JobState, now: float, **record) -> Job:
-    """End a run: a final state, or back to the queue while retries last for this end."""
-    if state.value in job.retry_on and job.attempt <= job.retries:
+def finish(job: Job, state: JobState, now: float, retry: bool = True, **record) -> Job:
+    """End a run: a final state, or back to the queue while retries last for this end
+    (and unless retry is False: a retry would be no use)."""
+    if retry and state.value in job.retry_on and job.attempt <= job.retries:
         retry = transition(
             job, JobState.PENDING, attempt=job.attempt + 1, started_at=None, gpu_uuids=(),
             gpu_indices=(), master_port=None, shim_pid=None, shim_start_time=None,

@@ -25,6 +25,7 @@ class JobState(str, enum.Enum):
     TIMEOUT = "timeout"
     OOM = "oom"
     LOST = "lost"
+    GPU_OOM = "gpu_oom"  # died of CUDA out-of-memory (core/gpuoom.py), not host memory
 
     @property
     def is_final(self) -> bool:
@@ -32,7 +33,7 @@ class JobState(str, enum.Enum):
 
 
 FINAL_STATES = frozenset({JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED,
-                          JobState.TIMEOUT, JobState.OOM, JobState.LOST})
+                          JobState.TIMEOUT, JobState.OOM, JobState.LOST, JobState.GPU_OOM})
 
 # Every legal edge. Nothing leaves a final state; RUNNING -> PENDING is the one way back,
 # taken only when a job with retries left is re-queued. LOST is for a job whose shim
@@ -41,7 +42,7 @@ TRANSITIONS: dict[JobState, frozenset[JobState]] = {
     JobState.PENDING: frozenset({JobState.RUNNING, JobState.CANCELLED}),
     JobState.RUNNING: frozenset({JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED,
                                  JobState.TIMEOUT, JobState.OOM, JobState.LOST,
-                                 JobState.PENDING}),
+                                 JobState.GPU_OOM, JobState.PENDING}),
     **{state: frozenset() for state in FINAL_STATES},
 }
 
@@ -153,6 +154,13 @@ class Job:
     gpu_mem_peak_bytes: int | None = None  # GPU memory on one of its GPUs, at most
     mem_over: bool = False  # went past its declared --mem plus the margin
     oom_killed: bool = False
+    # GPU memory that learns (core/gpuoom.py, core/memestimate.py): the factor a CUDA
+    # out-of-memory retry raises --gpu-mem by, the key its peaks are filed under for
+    # --gpu-mem auto, and why its --gpu-mem is what it is (an estimate, a raise).
+    mem_growth: float = 1.25
+    job_key: str = ""
+    gpu_mem_reason: str = ""
+    interactive: bool = False  # exempt from idle_action (daemon/idlegpus.py)
 
     @property
     def is_running(self) -> bool:
@@ -270,6 +278,8 @@ def job_to_dict(job: Job) -> dict:
         "mem_bytes": job.request.mem_bytes,
         "cpu_ids": list(job.cpu_ids), "mem_peak_bytes": job.mem_peak_bytes,
         "gpu_mem_peak_bytes": job.gpu_mem_peak_bytes, "mem_over": job.mem_over,
+        "mem_growth": job.mem_growth, "job_key": job.job_key,
+        "gpu_mem_reason": job.gpu_mem_reason, "interactive": job.interactive,
     }
 
 

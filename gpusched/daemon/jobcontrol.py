@@ -7,7 +7,7 @@ import queue
 import signal
 from dataclasses import replace
 
-from gpusched.daemon import host
+from gpusched.daemon import gpumemory, host
 from gpusched.core import lifecycle, placement, scheduling
 from gpusched.proc import jobenv, runfile
 from gpusched.proc.seam import ProcessSeam
@@ -88,8 +88,10 @@ class JobControl:
                     state = lifecycle.end_state(job, record.exit_code, record.error)
                     reason = lifecycle.end_reason(job, state, record.exit_code, record.signal,
                                                   record.error)
-                    self.end(job, state, record.ended_at, exit_code=record.exit_code,
-                             signal=record.signal, end_reason=reason)
+                    job, state, reason, retry = gpumemory.settle_end(
+                        job, state, reason, record, self.state.inventory)
+                    self.end(job, state, record.ended_at, retry=retry,
+                             exit_code=record.exit_code, signal=record.signal, end_reason=reason)
 
     def _take_launch_failures(self) -> dict[int, str]:
         failures = {}
@@ -132,10 +134,11 @@ class JobControl:
             return self.setup.clock.time() - (job.started_at or 0.0) < LAUNCH_TIMEOUT_S
         return self.seam.is_alive(job)
 
-    def end(self, job: Job, end_state: JobState, when: float, **record) -> None:
+    def end(self, job: Job, end_state: JobState, when: float, retry: bool = True,
+            **record) -> None:
         """Store a run's end (inside a write); its port, cgroup and run file are let go
         once that commits: until then the run file is the only record of the end."""
-        ended = lifecycle.finish(job, end_state, when, **record)
+        ended = lifecycle.finish(job, end_state, when, retry, **record)
         self.state.usage.run_ended(job, when)
         self.state.save(ended)
         self.state.after_commit(lambda: self._let_go(ended))

@@ -6,11 +6,11 @@ import os
 from dataclasses import replace
 from typing import Any, Iterator
 
-from gpusched.core import jobspec, limits, placement, scheduling, syntax
+from gpusched.core import jobspec, limits, memestimate, placement, scheduling, syntax
 from gpusched.core.errors import NotFound, UsageError
 from gpusched.core.models import Job
 from gpusched.core.values import shown
-from gpusched.daemon import batches
+from gpusched.daemon import batches, gpumemory
 from gpusched.daemon.authz import user_name
 from gpusched.daemon.request import Request, named, targets
 from gpusched.daemon.state import DaemonState, Setup
@@ -88,8 +88,13 @@ class Submits:
     def _template(self, spec: Any, owner: Job) -> Job:
         """A checked job to queue from a spec, with owner's user, cwd, environment and
         submission (time and pid)."""
-        fields = jobspec.check_job_spec(self._with_element_ids(spec),
-                                        placement.policy_names(self.setup.rules))
+        spec = self._with_element_ids(spec)
+        fields = jobspec.check_job_spec(spec, placement.policy_names(self.setup.rules))
+        fields["job_key"] = memestimate.job_key(fields["name"], fields["command"])
+        if jobspec.wants_gpu_mem_auto(spec):
+            fields["request"], fields["gpu_mem_reason"] = gpumemory.estimate_request(
+                self.state.store, self.setup.settings, owner.uid, fields["job_key"],
+                fields["request"], self.state.inventory)
         impossible = (placement.impossible_reason(fields["request"], self.state.inventory) or
                       placement.host_impossible_reason(fields["request"], self.setup.host.cpus,
                                                        self.setup.host.mem_bytes))

@@ -64,6 +64,7 @@ class TopJob(NamedTuple):
     progress_pct: float | None = None  # the job's last gpusched.job.progress() report
     progress_message: str = ""
     cancelling: bool = False  # running, told to stop, not ended yet (it may ignore SIGTERM)
+    gpu_idle_since: float | None = None  # its GPUs all 0% busy past [idle] after, since
 
     @classmethod
     def from_dict(cls, job: Mapping[str, Any]) -> TopJob:
@@ -81,7 +82,8 @@ class TopJob(NamedTuple):
                    time_limit_s=job.get("time_limit_s"),
                    progress_pct=None if fraction is None else 100.0 * fraction,
                    progress_message=progress.get("message") or "",
-                   cancelling=bool(job.get("cancelling")))
+                   cancelling=bool(job.get("cancelling")),
+                   gpu_idle_since=job.get("gpu_idle_since"))
 
 
 @dataclass(frozen=True)

@@ -205,7 +205,8 @@ def _job_items(state: str) -> Callable[[Snapshot, ViewState], list[TopJob]]:
 
 
 def _running_columns(jobs: list[TopJob], layout: str) -> tuple[Column, ...]:
-    spec = "ID>|USER<|NAME<1" + ("|STATE<" if any(j.cancelling for j in jobs) else "")
+    spec = "ID>|USER<|NAME<1" + ("|STATE<" if any(j.cancelling or j.gpu_idle_since
+                                                    for j in jobs) else "")
     spec += "|GPUS<|TIME>"
     if layout != "minimal":
         spec += "|GPU MEM USED/ASKED>"
@@ -238,6 +239,8 @@ def _running_row(snapshot: Snapshot, view: ViewState, _layout: str, job: TopJob)
     cells = {k: draw.c(v) for k, v in row.items()}
     if job.cancelling:
         cells["STATE"] = draw.c("cancelling", "magenta")
+    elif job.gpu_idle_since is not None:  # GPUs held at 0% busy ([idle] after)
+        cells["STATE"] = draw.c("idle", "yellow")
     return {**cells, "": _owner_style(job, view)}
 
 

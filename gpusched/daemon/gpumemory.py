@@ -1,0 +1,85 @@
+"""GPU memory that learns, on the daemon's side: CUDA out-of-memory ends and their retries
+with more (core/gpuoom.py), and --gpu-mem auto from the store's history (core/memestimate.py)."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import replace
+
+from gpusched.core import gpuoom, memestimate
+from gpusched.core.config import Settings
+from gpusched.core.models import Inventory, Job, JobState, Request
+from gpusched.core.units import size_human
+from gpusched.daemon.store import Store
+
+# The runs an estimate learns from, and those `gpusched history` lists.
+ESTIMATE_STATES = ("succeeded",)
+HISTORY_STATES = ("succeeded", "failed", "timeout", "oom", "gpu_oom", "cancelled")
+
+
+def log_tail(job: Job, size_bytes: int = gpuoom.TAIL_BYTES) -> bytes:
+    """The last size_bytes of the job's stderr log (its stdout too, when that is another
+    file): where frameworks print an out-of-memory traceback. b"" if unreadable."""
+    tail = b""
+    for path in dict.fromkeys(p for p in (job.stderr_path, job.stdout_path) if p):
+        try:
+            with open(path, "rb") as log:
+                log.seek(max(0, os.fstat(log.fileno()).st_size - size_bytes))
+                tail += log.read(size_bytes)
+        except OSError:
+            continue
+    return tail
+
+
+def gpu_oom_end(job: Job, state: JobState, exit_code: int | None, signum: int | None,
+                error: str) -> str:
+    """Why a GPU job's failed run died of CUDA out of memory, from its log; "" if not."""
+    if state is not JobState.FAILED or job.request.gpus == 0:
+        return ""
+    return gpuoom.is_oom_end(exit_code, signum, error, log_tail(job))
+
+
+def retry_with_more(job: Job, inventory: Inventory) -> tuple[Job, str]:
+    """A run that ended gpu_oom: (the job its retry queues, "") with --gpu-mem raised by
+    its growth up to the largest GPU, or (the job unchanged, why there is no point in a
+    retry) when it already has whole GPUs or the largest GPU's memory."""
+    request, before = job.request, job.request.gpu_mem_bytes
+    grown = gpuoom.grown_bytes(before, job.mem_growth,
+                               gpuoom.largest_gpu_bytes(request, inventory))
+    if grown is None:
+        held = "whole GPUs" if before is None else f"{size_human(before)}, the largest GPU's"
+        return job, f"not retried: it already had {held} memory"
+    reason = (f"raised from {size_human(before)} to {size_human(grown)} (x{job.mem_growth:g}"
+              f"{', the largest GPU' if grown < before * job.mem_growth else ''}) after "
+              f"attempt {job.attempt} ran out of GPU memory")
+    return replace(job, request=replace(request, gpu_mem_bytes=grown),
+                   gpu_mem_reason=reason), ""
+
+
+def estimate_request(store: Store, settings: Settings, uid: int, key: str,
+                     request: Request, inventory: Inventory) -> tuple[Request, str]:
+    """--gpu-mem auto: the request with the estimate for this user's job key, and why."""
+    rows = store.gpu_peaks(uid, key, ESTIMATE_STATES, settings.estimate_runs)
+    peaks = [row["gpu_mem_peak_bytes"] for row in rows if row["gpu_mem_peak_bytes"]]
+    mem, why = memestimate.estimate(peaks, settings.estimate_margin_pct,
+                                    gpuoom.largest_gpu_bytes(request, inventory), key)
+    return replace(request, gpu_mem_bytes=mem), why
+
+
+def history(store: Store, uid: int, key: str, count: int) -> list[dict]:
+    """`gpusched history`: the newest finished runs of a user's job key, newest first."""
+    return [dict(row) for row in store.gpu_peaks(uid, key, HISTORY_STATES, count)]
+
+
+def settle_end(job: Job, state: JobState, reason: str, record, inventory: Inventory
+               ) -> tuple[Job, JobState, str, bool]:
+    """A run's end as JobControl stores it: (job, state, end reason, whether it may be
+    retried). A failed GPU run whose log shows CUDA out of memory ends gpu_oom; if it
+    is retried on that, its next attempt gets more memory (retry_with_more)."""
+    cause = gpu_oom_end(job, state, record.exit_code, record.signal, record.error)
+    if not cause:
+        return job, state, reason, True
+    if "gpu_oom" not in job.retry_on or job.attempt > job.retries:
+        return job, JobState.GPU_OOM, cause, True
+    grown, refused = retry_with_more(job, inventory)
+    return grown, JobState.GPU_OOM, f"{cause}; {refused}" if refused else cause, not refused
