@@ -22,6 +22,7 @@ _gpusched() {
             'env') path='env' ;;
             'gc') path='gc' ;;
             'gpus') path='gpus' ;;
+            'history') path='history' ;;
             'hold') path='hold' ;;
             'logs') path='logs' ;;
             'ls') path='ls' ;;
@@ -39,7 +40,7 @@ _gpusched() {
         esac
     done
     case "$path" in
-        '') words='cancel completions daemon demo doctor drain env gc gpus hold logs ls release resubmit resume show simulate submit top update usage wait --help -h --version' values='' ids= args='' ;;
+        '') words='cancel completions daemon demo doctor drain env gc gpus history hold logs ls release resubmit resume show simulate submit top update usage wait --help -h --version' values='' ids= args='' ;;
         'cancel') words='--help -h' values='' ids=active args='' ;;
         'completions') words='--help -h' values='' ids= args='bash zsh fish' ;;
         'daemon') words='install-service restart run start status stop --help -h' values='' ids= args='' ;;
@@ -55,6 +56,7 @@ _gpusched() {
         'env') words='--help -h --json' values='' ids=all args='' ;;
         'gc') words='--help -h --dry-run -n --json' values='' ids= args='' ;;
         'gpus') words='--help -h --json --query --format' values='--query --format' ids= args='' ;;
+        'history') words='--help -h --last --json' values='--last' ids= args='' ;;
         'hold') words='--help -h' values='' ids=active args='' ;;
         'logs') words='--help -h --follow -f --stderr' values='' ids=all args='' ;;
         'ls') words='--help -h --all -a --expand -r --json --user -u --me --state -t --name -n --format -O --noheader --last' values='--user -u --state -t --name -n --format -O --last' ids= args='' ;;
@@ -63,7 +65,7 @@ _gpusched() {
         'resume') words='--help -h' values='' ids= args='' ;;
         'show') words='--help -h --json' values='' ids=all args='' ;;
         'simulate') words='--help -h --gpus --policy --discipline --load --arrivals --seed --cpus --mem --json' values='--gpus --policy --discipline --load --arrivals --seed --cpus --mem' ids= args='' ;;
-        'submit') words='--help -h --gpus -G --gpu-mem --name --job-name -n --priority --cwd --chdir --env -e --from-file -f --wait -W --notify --json --hold --after --dependency -d --kill-on-invalid-dep --array -a --time -t --signal --retries --retry-on --retry-delay --policy --gpu-ids --exclude-gpus --gpu-type --min-gpu-total-mem --min-compute-capability --cpus --cpus-per-task -c --mem' values='--gpus -G --gpu-mem --name --job-name -n --priority --cwd --chdir --env -e --from-file -f --after --dependency -d --array -a --time -t --signal --retries --retry-on --retry-delay --policy --gpu-ids --exclude-gpus --gpu-type --min-gpu-total-mem --min-compute-capability --cpus --cpus-per-task -c --mem' ids= args='' ;;
+        'submit') words='--help -h --gpus -G --gpu-mem --name --job-name -n --priority --cwd --chdir --env -e --from-file -f --wait -W --notify --json --hold --after --dependency -d --kill-on-invalid-dep --array -a --time -t --signal --retries --retry-on --retry-delay --mem-growth --policy --gpu-ids --exclude-gpus --gpu-type --min-gpu-total-mem --min-compute-capability --cpus --cpus-per-task -c --mem --interactive' values='--gpus -G --gpu-mem --name --job-name -n --priority --cwd --chdir --env -e --from-file -f --after --dependency -d --array -a --time -t --signal --retries --retry-on --retry-delay --mem-growth --policy --gpu-ids --exclude-gpus --gpu-type --min-gpu-total-mem --min-compute-capability --cpus --cpus-per-task -c --mem' ids= args='' ;;
         'top') words='--help -h --interval -i --once' values='--interval -i' ids= args='' ;;
         'update') words='--help -h --priority' values='--priority' ids=active args='' ;;
         'usage') words='--help -h --since --by --json' values='--since --by' ids= args='' ;;

@@ -93,6 +93,7 @@ GOOD_ARGS = {
     "id": st.sampled_from([1, "2_0", 3]), "priority": st.just(3), "timeout_s": st.just(0.5),
     "changes": st.sampled_from([{"priority": 1}, {"gpus": 0}, {"hold": True}]),
     "since_s": st.sampled_from([0, 3600.5]), "by": st.sampled_from(["user", "name"]),
+    "key": st.sampled_from(["train", "python a.py"]),
 }
 assert set(GOOD_ARGS) == set(protocol.ARGUMENTS)
 

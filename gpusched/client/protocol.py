@@ -69,6 +69,9 @@ COMMANDS: dict[str, Command] = {
     "gc": _cmd("", "dry_run"),
     # GPU time, memory, ends and waits per user or name, over since_s seconds (none: all).
     "usage": _cmd("", "since_s by"),
+    # The caller's newest finished runs of a job key (--name or normalized command) with
+    # their GPU memory peaks, and what --gpu-mem auto would ask for now.
+    "history": _cmd("key", "last"),
 }
 
 
@@ -125,6 +128,7 @@ ARGUMENTS: dict[str, Callable[[Any], Any]] = {
     "changes": lambda v: values.mapping(v, "changes"),
     "since_s": lambda v: values.number(v, "since_s", 0, 10**11),
     "by": lambda v: values.text(v, "by"),
+    "key": lambda v: values.text(v, "key"),
 }
 
 

@@ -8,7 +8,10 @@ from __future__ import annotations
 
 import math
 
-from gpusched.core.models import Inventory, Request
+# The job imports this module (gpusched.job.report_oom): models only for type checkers.
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from gpusched.core.models import Inventory, Request
 
 # How much of the end of a job's log is searched: a traceback is a few KiB, and the read
 # must stay cheap however large the log grew.
@@ -54,17 +57,23 @@ def round_up(size_bytes: float) -> int:
     return int(math.ceil(size_bytes / ROUND_BYTES) * ROUND_BYTES)
 
 
-def grown_bytes(gpu_mem_bytes: int | None, growth: float, largest_gpu_bytes: int) -> int | None:
-    """The --gpu-mem of the next attempt: this one's times growth, rounded up, at most the
-    largest GPU's memory; None when it cannot grow (whole GPUs, or at the largest already)."""
-    if gpu_mem_bytes is None or largest_gpu_bytes <= 0 or gpu_mem_bytes >= largest_gpu_bytes:
-        return None
-    return min(round_up(gpu_mem_bytes * growth), largest_gpu_bytes)
+def grown_bytes(gpu_mem_bytes: int | None, growth: float,
+                usable_bytes: int) -> tuple[bool, int | None]:
+    """(whether it can grow, the --gpu-mem of the next attempt): this one's times growth,
+    rounded up; None, a whole GPU, once that is as much as the largest GPU can give
+    (usable_bytes: its memory less the headroom). A job on whole GPUs cannot grow."""
+    if gpu_mem_bytes is None:
+        return False, None
+    grown = round_up(gpu_mem_bytes * growth)
+    return True, (None if usable_bytes and grown >= usable_bytes else grown)
 
 
-def largest_gpu_bytes(request: Request, inventory: Inventory) -> int:
-    """The most memory per GPU the request could ever get here: the total of the
-    request.gpus-th largest GPU its constraints allow (0: none known yet)."""
+def usable_bytes(request: Request, inventory: Inventory, headroom_bytes: int) -> int:
+    """The most memory per GPU a sharing job could ever be given here: the
+    request.gpus-th largest GPU its constraints allow, less the headroom kept free on a
+    shared GPU ([gpus] mem_headroom). 0: no GPU known yet."""
     allowed = sorted((g.mem_total_bytes for g in inventory.schedulable()
                       if request.constraints.allows(g)), reverse=True)
-    return allowed[request.gpus - 1] if 0 < request.gpus <= len(allowed) else 0
+    if not 0 < request.gpus <= len(allowed):
+        return 0
+    return max(1, allowed[request.gpus - 1] - headroom_bytes)

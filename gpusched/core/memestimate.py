@@ -33,16 +33,17 @@ def percentile(values: Sequence[int], pct: float = PERCENTILE) -> int:
     return ordered[max(0, math.ceil(pct / 100 * len(ordered)) - 1)]
 
 
-def estimate(peaks: Sequence[int], margin_pct: float, largest_gpu_bytes: int,
+def estimate(peaks: Sequence[int], margin_pct: float, usable_bytes: int,
              key: str) -> tuple[int | None, str]:
     """(--gpu-mem in bytes, why) from earlier runs' peaks: their p95 plus the margin,
-    rounded up, at most the largest GPU; (None: a whole GPU, why) without history."""
+    rounded up; (None: a whole GPU, why) without history, or when that is as much as
+    the largest GPU can give a sharing job (usable_bytes, 0: unknown)."""
     if not peaks:
         return None, f"no earlier successful run of {key!r} recorded a GPU peak: a whole GPU"
     p95 = percentile(peaks)
     wanted = round_up(p95 * (1 + margin_pct / 100))
     runs = f"{len(peaks)} run{'s' if len(peaks) != 1 else ''}"
-    if largest_gpu_bytes and wanted >= largest_gpu_bytes:
+    if usable_bytes and wanted >= usable_bytes:
         return None, (f"estimated from {runs}: {size_human(wanted)}, as large as a whole GPU "
                       f"(p95 peak {size_human(p95)} + {margin_pct:g}%)")
     return wanted, (f"estimated from {runs}: {size_human(wanted)} (p95 peak "

@@ -39,18 +39,17 @@ def gpu_oom_end(job: Job, state: JobState, exit_code: int | None, signum: int | 
     return gpuoom.is_oom_end(exit_code, signum, error, log_tail(job))
 
 
-def retry_with_more(job: Job, inventory: Inventory) -> tuple[Job, str]:
+def retry_with_more(job: Job, inventory: Inventory, headroom_bytes: int) -> tuple[Job, str]:
     """A run that ended gpu_oom: (the job its retry queues, "") with --gpu-mem raised by
-    its growth up to the largest GPU, or (the job unchanged, why there is no point in a
-    retry) when it already has whole GPUs or the largest GPU's memory."""
+    its growth, up to whole GPUs once that is as much as the largest GPU can give; or
+    (the job unchanged, why a retry is no use) when it already had whole GPUs."""
     request, before = job.request, job.request.gpu_mem_bytes
-    grown = gpuoom.grown_bytes(before, job.mem_growth,
-                               gpuoom.largest_gpu_bytes(request, inventory))
-    if grown is None:
-        held = "whole GPUs" if before is None else f"{size_human(before)}, the largest GPU's"
-        return job, f"not retried: it already had {held} memory"
-    reason = (f"raised from {size_human(before)} to {size_human(grown)} (x{job.mem_growth:g}"
-              f"{', the largest GPU' if grown < before * job.mem_growth else ''}) after "
+    can_grow, grown = gpuoom.grown_bytes(
+        before, job.mem_growth, gpuoom.usable_bytes(request, inventory, headroom_bytes))
+    if not can_grow:
+        return job, "not retried: it already had whole GPUs"
+    after = f"{size_human(grown)}" if grown else "a whole GPU (the largest GPU's memory)"
+    reason = (f"raised from {size_human(before)} to {after} (x{job.mem_growth:g}) after "
               f"attempt {job.attempt} ran out of GPU memory")
     return replace(job, request=replace(request, gpu_mem_bytes=grown),
                    gpu_mem_reason=reason), ""
@@ -61,18 +60,28 @@ def estimate_request(store: Store, settings: Settings, uid: int, key: str,
     """--gpu-mem auto: the request with the estimate for this user's job key, and why."""
     rows = store.gpu_peaks(uid, key, ESTIMATE_STATES, settings.estimate_runs)
     peaks = [row["gpu_mem_peak_bytes"] for row in rows if row["gpu_mem_peak_bytes"]]
-    mem, why = memestimate.estimate(peaks, settings.estimate_margin_pct,
-                                    gpuoom.largest_gpu_bytes(request, inventory), key)
+    mem, why = memestimate.estimate(peaks, settings.estimate_margin_pct, gpuoom.usable_bytes(
+        request, inventory, settings.mem_headroom_bytes), key)
     return replace(request, gpu_mem_bytes=mem), why
 
 
-def history(store: Store, uid: int, key: str, count: int) -> list[dict]:
-    """`gpusched history`: the newest finished runs of a user's job key, newest first."""
-    return [dict(row) for row in store.gpu_peaks(uid, key, HISTORY_STATES, count)]
+HISTORY_RUNS = 20  # `gpusched history` without --last
 
 
-def settle_end(job: Job, state: JobState, reason: str, record, inventory: Inventory
-               ) -> tuple[Job, JobState, str, bool]:
+def history_request(state, setup, req) -> dict:
+    """`gpusched history KEY`: the caller's newest finished runs of a job key, newest
+    first, and what --gpu-mem auto would ask for now (for one GPU)."""
+    uid, key = req.creds[1], req.args["key"]
+    count = min(req.args.get("last") or HISTORY_RUNS, 10_000)
+    runs = [dict(row) for row in state.store.gpu_peaks(uid, key, HISTORY_STATES, count)]
+    request, why = estimate_request(state.store, setup.settings, uid, key, Request(gpus=1),
+                                    state.inventory)
+    return {"key": key, "runs": runs,
+            "estimate": {"gpu_mem_bytes": request.gpu_mem_bytes, "reason": why}}
+
+
+def settle_end(job: Job, state: JobState, reason: str, record, inventory: Inventory,
+               headroom_bytes: int) -> tuple[Job, JobState, str, bool]:
     """A run's end as JobControl stores it: (job, state, end reason, whether it may be
     retried). A failed GPU run whose log shows CUDA out of memory ends gpu_oom; if it
     is retried on that, its next attempt gets more memory (retry_with_more)."""
@@ -81,5 +90,5 @@ def settle_end(job: Job, state: JobState, reason: str, record, inventory: Invent
         return job, state, reason, True
     if "gpu_oom" not in job.retry_on or job.attempt > job.retries:
         return job, JobState.GPU_OOM, cause, True
-    grown, refused = retry_with_more(job, inventory)
+    grown, refused = retry_with_more(job, inventory, headroom_bytes)
     return grown, JobState.GPU_OOM, f"{cause}; {refused}" if refused else cause, not refused

@@ -89,7 +89,8 @@ class JobControl:
                     reason = lifecycle.end_reason(job, state, record.exit_code, record.signal,
                                                   record.error)
                     job, state, reason, retry = gpumemory.settle_end(
-                        job, state, reason, record, self.state.inventory)
+                        job, state, reason, record, self.state.inventory,
+                        self.setup.settings.mem_headroom_bytes)
                     self.end(job, state, record.ended_at, retry=retry,
                              exit_code=record.exit_code, signal=record.signal, end_reason=reason)
 
