@@ -12,6 +12,7 @@ from pathlib import Path
 from gpusched.client.submitting import size_option
 from gpusched.core.errors import UsageError
 from gpusched.core.scheduling import HostCapacity
+from gpusched.sim import estimates as memory
 from gpusched.sim import traces
 from gpusched.sim.simulator import TAU_S, Metrics, check_choices, compute_metrics, simulate
 
@@ -56,19 +57,36 @@ def _host(cpus: int | None, mem: str | None) -> HostCapacity | None:
 
 def simulate_command(trace: Path, *, gpus: int, policy: str, discipline: str,
                      load: float | None, arrivals: str, seed: int, as_json: bool,
-                     cpus: int | None = None, mem: str | None = None) -> int:
+                     cpus: int | None = None, mem: str | None = None,
+                     estimates: bool = False) -> int:
     """`gpusched simulate`: replay, then print the metrics as a table or JSON."""
-    check_choices(gpus, policy, discipline)  # before reading a large file
+    rules = check_choices(gpus, policy, discipline)  # before reading a large file
     started_s = time.perf_counter()
     prepared = traces.prepare(trace, gpus=gpus, load=load, arrivals=arrivals, seed=seed)
     host = _host(cpus, mem)
-    results = simulate(prepared.jobs, gpus=gpus, policy=policy, discipline=discipline, host=host)
+    jobs, model = prepared.jobs, None
+    if estimates:
+        model = memory.memory_model(jobs, seed)
+        jobs = memory.with_estimates(jobs, model, rules)
+    results = simulate(jobs, gpus=gpus, policy=policy, discipline=discipline, host=host)
     settings = {"gpus": gpus, "cpus": cpus, "mem": mem, "policy": policy, "discipline": discipline, "load": load,
                 "arrivals": arrivals, "seed": seed if arrivals == "poisson" else None,
                 "elapsed_s": time.perf_counter() - started_s}
     report = _report(prepared, compute_metrics(results, gpus), settings)
+    if model is not None:
+        report["estimates"] = asdict(memory.report(jobs, model, results))
     if as_json:
         sys.stdout.write(json.dumps(report, indent=2) + "\n")
     else:
         _print_table(report)
+        if model is not None:
+            sys.stdout.write(estimates_text(report["estimates"]))
     return 0
+
+
+def estimates_text(found: dict) -> str:
+    """simulate --estimates, in words."""
+    return (f"  with --gpu-mem auto: {found['estimated']} jobs estimated, "
+            f"{found['whole_gpu']} on whole GPUs (no history yet, or as large as a GPU); "
+            f"{found['shared_gpu']} shared a GPU; {found['would_oom']} would have run out of "
+            f"GPU memory; memory asked {found['mem_asked_ratio'] * 100:.1f} % of whole GPUs\n")

@@ -33,6 +33,9 @@ def simulate(
                                        "(count the trace's cpus column)."),
     mem: Optional[str] = typer.Option(None, "--mem", help="Memory of the simulated host "
                                       "(count the trace's mem_bytes column)."),
+    estimates: bool = typer.Option(False, "--estimates", help="Give each job --gpu-mem auto "
+                                   "(GPU memory peaks from a seeded model) and count the jobs "
+                                   "that shared a GPU and those that would have run out of it."),
     as_json: bool = typer.Option(False, "--json", help=JSON_HELP),
 ) -> None:
     """Replay a job trace in simulated time.
@@ -45,7 +48,7 @@ def simulate(
 
     raise typer.Exit(simulate_command(trace, gpus=gpus, policy=policy, discipline=discipline,
                                       load=load, arrivals=arrivals, seed=seed, as_json=as_json,
-                                      cpus=cpus, mem=mem))
+                                      cpus=cpus, mem=mem, estimates=estimates))
 
 
 @app.command()
