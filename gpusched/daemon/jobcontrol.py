@@ -13,6 +13,7 @@ from gpusched.proc import jobenv, runfile
 from gpusched.proc.seam import ProcessSeam
 from gpusched.core.errors import StoreWriteError
 from gpusched.core.models import GpuInfo, Job, JobState, transition
+from gpusched.daemon import requeue
 from gpusched.daemon.shimloss import ShimLoss
 from gpusched.daemon.state import DaemonState, Setup
 
@@ -135,9 +136,12 @@ class JobControl:
     def end(self, job: Job, end_state: JobState, when: float, **record) -> None:
         """Store a run's end (inside a write); its port, cgroup and run file are let go
         once that commits: until then the run file is the only record of the end."""
-        ended = lifecycle.finish(job, end_state, when, **record)
         self.state.usage.run_ended(job, when)
-        self.state.save(ended)
+        if requeue.is_requeued_end(job):
+            ended = requeue.end_requeued(self.state, job, when, **record)
+        else:
+            ended = lifecycle.finish(job, end_state, when, **record)
+            self.state.save(ended)
         self.state.after_commit(lambda: self._let_go(ended))
 
     def _let_go(self, ended: Job) -> None:
@@ -146,7 +150,8 @@ class JobControl:
             self.setup.cgroups.remove(ended.id)
         if ended.state is JobState.PENDING:
             runfile.clear_run(self.setup.paths.jobs_dir, ended.id)  # the next attempt starts clean
-            self.retry_at[ended.id] = ended.eligible_at
+            if ended.eligible_at is not None:  # a requeued job may start at once
+                self.retry_at[ended.id] = ended.eligible_at
             log.info("job %d re-queued (attempt %d)", ended.id, ended.attempt)
 
     # -- what running jobs use -------------------------------------------------------------
@@ -186,6 +191,7 @@ class JobControl:
 
     # -- time limits ----------------------------------------------------------------------
     def enforce_limits(self, now: float) -> None:
+        requeue.send_due_terms(self.state, self.seam, now)  # preemption graces run out
         due = []
         for job in self.state.running():
             step = lifecycle.next_limit_action(job)
@@ -206,8 +212,8 @@ class JobControl:
         """When the next time-limit action is due, or a re-queued job may start (epoch s)."""
         times = [step[0] for job in self.state.running()
                  if (step := lifecycle.next_limit_action(job))]
-        kill_at = self.shim_loss.next_deadline()
-        times += [kill_at] if kill_at is not None else []
+        for when in (self.shim_loss.next_deadline(), requeue.next_deadline(self.state.running())):
+            times += [when] if when is not None else []
         return min(times + list(self.retry_at.values()), default=None)
 
     def retries_due(self, now: float) -> bool:

@@ -64,6 +64,7 @@ class TopJob(NamedTuple):
     progress_pct: float | None = None  # the job's last gpusched.job.progress() report
     progress_message: str = ""
     cancelling: bool = False  # running, told to stop, not ended yet (it may ignore SIGTERM)
+    preempting: bool = False  # running, being stopped to go back to the queue
 
     @classmethod
     def from_dict(cls, job: Mapping[str, Any]) -> TopJob:
@@ -81,7 +82,8 @@ class TopJob(NamedTuple):
                    time_limit_s=job.get("time_limit_s"),
                    progress_pct=None if fraction is None else 100.0 * fraction,
                    progress_message=progress.get("message") or "",
-                   cancelling=bool(job.get("cancelling")))
+                   cancelling=bool(job.get("cancelling")),
+                   preempting=bool(job.get("preempting")))
 
 
 @dataclass(frozen=True)
