@@ -60,8 +60,11 @@ def loads_without(loads: Mapping[str, GpuLoad], victims: Sequence[Job],
             used = observed.get((victim.id, uuid), 0)
             declared = placement._declared_bytes(victim, load.gpu)
             ids = tuple(i for i in load.job_ids if i != victim.id)
+            # How busy the GPU is was the victims' doing once no job of ours is left: not
+            # known then, rather than their last reading (placement skips busy GPUs).
+            gpu = load.gpu if ids else replace(load.gpu, util_pct=None)
             out[uuid] = replace(
-                load, job_ids=ids, ours_used_bytes=max(0, load.ours_used_bytes - used),
+                load, gpu=gpu, job_ids=ids, ours_used_bytes=max(0, load.ours_used_bytes - used),
                 ignored_outside_bytes=load.ignored_outside_bytes + used,
                 promised_bytes=max(0, load.promised_bytes - max(0, declared - used)),
                 # A whole GPU (or MIG device) has one job: once it goes, no one holds it.

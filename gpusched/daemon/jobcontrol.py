@@ -8,12 +8,12 @@ import signal
 from dataclasses import replace
 
 from gpusched.daemon import host
-from gpusched.core import lifecycle, placement, scheduling
+from gpusched.core import lifecycle, placement, preemption, scheduling
 from gpusched.proc import jobenv, runfile
 from gpusched.proc.seam import ProcessSeam
 from gpusched.core.errors import StoreWriteError
 from gpusched.core.models import GpuInfo, Job, JobState, transition
-from gpusched.daemon import requeue
+from gpusched.daemon import preempt, requeue
 from gpusched.daemon.shimloss import ShimLoss
 from gpusched.daemon.state import DaemonState, Setup
 
@@ -233,10 +233,11 @@ class JobControl:
         running = state.running()
         loads = placement.gpu_loads(state.inventory, running, state.pid_jobs, rules,
                                     state.idle_since, now)
+        dep_states = self._dependency_states(pending)
         plan = scheduling.schedule(pending, running, loads, state.inventory, rules,
-                                   self.setup.queue_rules(state.draining), now,
-                                   self._dependency_states(pending), state.usage.usage,
-                                   self.placements)
+                                   self.setup.queue_rules(state.draining), now, dep_states,
+                                   state.usage.usage, self.placements,
+                                   held=preemption.held_gpus(pending))
         self.placements = dict(plan.placements)
         with state.write():
             for job_id, gpus in plan.starts:
@@ -245,8 +246,14 @@ class JobControl:
                 state.save(transition(state.jobs[job_id], JobState.CANCELLED, ended_at=now,
                                       end_reason=reason))
             for job_id, reason in plan.reasons.items():
-                if state.jobs[job_id].pending_reason != reason:
-                    state.remember(replace(state.jobs[job_id], pending_reason=reason))
+                job = state.jobs[job_id]
+                if job.pending_reason != reason and not job.preempt_hold:
+                    state.remember(replace(job, pending_reason=reason))
+            preempt.release_spent_holds(state, {job_id for job_id, _ in plan.starts})
+            if not plan.starts:  # else the GPUs changed: the next pass weighs preemption
+                preempt.preempt_for_waiting(state, self.setup, self.seam, dep_states, now)
+            elif any(job.preemptible for job in state.running()):
+                state.schedule_needed = True
 
     def _dependency_states(self, pending: list[Job]) -> dict[int, JobState]:
         active, store = self.state.jobs, self.state.store
@@ -277,7 +284,8 @@ class JobControl:
         started = transition(
             job, JobState.RUNNING, started_at=self.setup.clock.time(),
             gpu_uuids=tuple(g.uuid for g in gpus), gpu_indices=tuple(g.index for g in gpus),
-            master_port=port, pending_reason="", eligible_at=None, boot_id=self.seam.boot_id)
+            master_port=port, pending_reason="", eligible_at=None, boot_id=self.seam.boot_id,
+            preempt_hold=())
         # The run's token names its run-file records and marks its processes, so that
         # they are found should its shim die.
         env = jobenv.job_environment(started, gpus, port, settings.visible_devices,
