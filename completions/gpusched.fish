@@ -151,6 +151,8 @@ complete -c gpusched -n '__fish_seen_subcommand_from simulate' -l arrivals -d 't
 complete -c gpusched -n '__fish_seen_subcommand_from simulate' -l seed -d 'Random seed for --arrivals poisson.'
 complete -c gpusched -n '__fish_seen_subcommand_from simulate' -l cpus -d 'Cores of the simulated host (count the trace'\''s cpus column).'
 complete -c gpusched -n '__fish_seen_subcommand_from simulate' -l mem -d 'Memory of the simulated host (count the trace'\''s mem_bytes column).'
+complete -c gpusched -n '__fish_seen_subcommand_from simulate' -l preemption -d 'Urgent jobs preempt others, as the daemon does (checkpoint after a 60 s grace, 60 s to restart).'
+complete -c gpusched -n '__fish_seen_subcommand_from simulate' -l high-priority-share -d 'Share of jobs made urgent (priority 10), chosen with --seed; 0.1 with --preemption.'
 complete -c gpusched -n '__fish_seen_subcommand_from simulate' -l json -d 'Print JSON (stable field names) instead of a table.'
 complete -c gpusched -n '__fish_seen_subcommand_from submit' -l help -d 'Show help.'
 complete -c gpusched -n '__fish_seen_subcommand_from submit' -s h -d 'Show help.'
