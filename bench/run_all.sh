@@ -18,6 +18,7 @@ if [ "${1:-}" = "--quick" ]; then
     "$PYTHON" bench_big_store.py --jobs 20000 --runs 5 --idle-seconds 5
     "$PYTHON" bench_retention.py --jobs 20000
     "$PYTHON" bench_estimates.py --fifo-only --jobs 5000 --runs 20
+    "$PYTHON" bench_preemption.py --seeds 1
 else
     "$PYTHON" bench_submit.py
     "$PYTHON" bench_commands.py
@@ -29,4 +30,5 @@ else
     "$PYTHON" bench_big_store.py
     "$PYTHON" bench_retention.py
     "$PYTHON" bench_estimates.py --jobs 20000 --runs 100
+    "$PYTHON" bench_preemption.py
 fi

@@ -26,7 +26,9 @@ _gpusched() {
             'hold') path='hold' ;;
             'logs') path='logs' ;;
             'ls') path='ls' ;;
+            'preempt') path='preempt' ;;
             'release') path='release' ;;
+            'requeue') path='requeue' ;;
             'resubmit') path='resubmit' ;;
             'resume') path='resume' ;;
             'show') path='show' ;;
@@ -40,7 +42,7 @@ _gpusched() {
         esac
     done
     case "$path" in
-        '') words='cancel completions daemon demo doctor drain env gc gpus history hold logs ls release resubmit resume show simulate submit top update usage wait --help -h --version' values='' ids= args='' ;;
+        '') words='cancel completions daemon demo doctor drain env gc gpus history hold logs ls preempt release requeue resubmit resume show simulate submit top update usage wait --help -h --version' values='' ids= args='' ;;
         'cancel') words='--help -h' values='' ids=active args='' ;;
         'completions') words='--help -h' values='' ids= args='bash zsh fish' ;;
         'daemon') words='install-service restart run start status stop --help -h' values='' ids= args='' ;;
@@ -60,12 +62,14 @@ _gpusched() {
         'hold') words='--help -h' values='' ids=active args='' ;;
         'logs') words='--help -h --follow -f --stderr' values='' ids=all args='' ;;
         'ls') words='--help -h --all -a --expand -r --json --user -u --me --state -t --name -n --format -O --noheader --last' values='--user -u --state -t --name -n --format -O --last' ids= args='' ;;
+        'preempt') words='--help -h' values='' ids=active args='' ;;
         'release') words='--help -h' values='' ids=active args='' ;;
+        'requeue') words='--help -h' values='' ids=all args='' ;;
         'resubmit') words='--help -h --gpus -G --gpu-mem --name -n --priority --time -t --cpus -c --mem --hold --wait -W --json' values='--gpus -G --gpu-mem --name -n --priority --time -t --cpus -c --mem' ids=all args='' ;;
         'resume') words='--help -h' values='' ids= args='' ;;
         'show') words='--help -h --json' values='' ids=all args='' ;;
-        'simulate') words='--help -h --gpus --policy --discipline --load --arrivals --seed --cpus --mem --json' values='--gpus --policy --discipline --load --arrivals --seed --cpus --mem' ids= args='' ;;
-        'submit') words='--help -h --gpus -G --gpu-mem --name --job-name -n --priority --cwd --chdir --env -e --from-file -f --wait -W --notify --json --hold --after --dependency -d --kill-on-invalid-dep --array -a --time -t --signal --retries --retry-on --retry-delay --mem-growth --policy --gpu-ids --exclude-gpus --gpu-type --min-gpu-total-mem --min-compute-capability --cpus --cpus-per-task -c --mem --interactive' values='--gpus -G --gpu-mem --name --job-name -n --priority --cwd --chdir --env -e --from-file -f --after --dependency -d --array -a --time -t --signal --retries --retry-on --retry-delay --mem-growth --policy --gpu-ids --exclude-gpus --gpu-type --min-gpu-total-mem --min-compute-capability --cpus --cpus-per-task -c --mem' ids= args='' ;;
+        'simulate') words='--help -h --gpus --policy --discipline --load --arrivals --seed --cpus --mem --preemption --high-priority-share --estimates --json' values='--gpus --policy --discipline --load --arrivals --seed --cpus --mem --high-priority-share' ids= args='' ;;
+        'submit') words='--help -h --gpus -G --gpu-mem --name --job-name -n --priority --cwd --chdir --env -e --from-file -f --wait -W --notify --json --hold --after --dependency -d --kill-on-invalid-dep --array -a --time -t --signal --retries --retry-on --retry-delay --mem-growth --policy --gpu-ids --exclude-gpus --gpu-type --min-gpu-total-mem --min-compute-capability --cpus --cpus-per-task -c --mem --interactive --preemptible --no-preemptible --preempt-grace' values='--gpus -G --gpu-mem --name --job-name -n --priority --cwd --chdir --env -e --from-file -f --after --dependency -d --array -a --time -t --signal --retries --retry-on --retry-delay --mem-growth --policy --gpu-ids --exclude-gpus --gpu-type --min-gpu-total-mem --min-compute-capability --cpus --cpus-per-task -c --mem --preempt-grace' ids= args='' ;;
         'top') words='--help -h --interval -i --once' values='--interval -i' ids= args='' ;;
         'update') words='--help -h --priority' values='--priority' ids=active args='' ;;
         'usage') words='--help -h --since --by --json' values='--since --by' ids= args='' ;;

@@ -18,8 +18,8 @@ if TYPE_CHECKING:
     from typing import Any
 
 STATE_STYLE = {"pending": "yellow", "running": "green", "succeeded": "bold green",
-                "failed": "red", "cancelled": "magenta", "timeout": "red", "oom": "red", "gpu_oom": "red",
-                "lost": "red", "cancelling": "magenta"}
+                "failed": "red", "cancelled": "magenta", "timeout": "red", "oom": "red",
+                "lost": "red", "cancelling": "magenta", "preempting": "magenta", "gpu_oom": "red"}
 
 
 def mem_human(job: dict[str, Any]) -> str:
@@ -44,8 +44,11 @@ def host_line(host: dict[str, Any]) -> str:
 
 def shown_state(job: dict[str, Any]) -> str:
     """The state people read: `cancelling` for a running job that was cancelled and has
-    not ended yet (it may ignore SIGTERM until the grace period's SIGKILL)."""
-    return "cancelling" if job["state"] == "running" and job.get("cancelling") else job["state"]
+    not ended yet (it may ignore SIGTERM until the grace period's SIGKILL); `preempting`
+    for one being stopped to go back to the queue (preempted, or requeued)."""
+    if job["state"] == "running" and job.get("cancelling"):
+        return "cancelling"
+    return "preempting" if job["state"] == "running" and job.get("preempting") else job["state"]
 
 
 def idle_human(job: dict[str, Any], now: float) -> str:

@@ -74,6 +74,14 @@ SUBMIT = (
      "Host memory the job needs, e.g. 16G (a bare number is MiB, as in Slurm)."),
     ("interactive", ("--interactive",), "flag", False,
      "A notebook or shell: never requeued or cancelled for idle GPUs ([idle] action)."),
+    ("preemptible", ("--preemptible",), "flag", False,
+     "A job of a higher priority may stop it (checkpoint signal, grace, SIGTERM) and send it "
+     "back to the queue. Default: the config's [preemption] default_preemptible."),
+    ("no_preemptible", ("--no-preemptible",), "flag", False,
+     "Never preempt it, whatever the config's default."),
+    ("preempt_grace", ("--preempt-grace",), "str", None,
+     "When preempted: between the checkpoint signal (--signal's, else SIGUSR1) and "
+     "SIGTERM, e.g. 2m (default 60s, [preemption] grace)."),
 )
 
 # `resubmit`'s options, a subset of submit's: (SubmitOptions field, its flags, kind and

@@ -50,6 +50,10 @@ COMMANDS: dict[str, Command] = {
     "hold": _cmd("ids"),
     "release": _cmd("ids"),
     "update": _cmd("ids", "priority"),
+    # A job back in the queue under its id: stopped now (requeue) or after its
+    # checkpoint signal and grace (preempt); an ended one queued again (requeue).
+    "requeue": _cmd("ids"),
+    "preempt": _cmd("ids"),
     "drain": _cmd(),
     "resume": _cmd(),
     "wait": _cmd("ids", "timeout_s after page_bytes"),
@@ -80,7 +84,7 @@ COMMANDS: dict[str, Command] = {
 LEAN_JOB_FIELDS = ("id", "name", "user", "uid", "state", "gpus", "gpu_indices",
                    "gpus_requested", "gpu_mem_bytes", "priority", "command", "submitted_at",
                    "started_at", "pending_reason", "time_limit_s", "progress", "cancelling",
-                   "gpu_idle_since")
+                   "preempting", "gpu_idle_since")
 
 
 def _job_ids(value: Any) -> list:

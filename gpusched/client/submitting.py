@@ -137,9 +137,23 @@ def scheduling_fields(opts: SubmitOptions) -> dict[str, Any]:
             spec["warn_signal"], spec["warn_before_s"] = syntax.parse_signal_spec(opts.signal)
         except ValueError as exc:
             raise UsageError(str(exc)) from None
+    spec.update(preemption_fields(opts))
     if opts.array is not None:
         indices, throttle = syntax.parse_array(opts.array)
         spec["array"] = {"indices": list(indices), "throttle": throttle}
+    return spec
+
+
+def preemption_fields(opts: SubmitOptions) -> dict[str, Any]:
+    """--preemptible, --no-preemptible and --preempt-grace; what is not given is left to
+    the daemon's config."""
+    if opts.preemptible and opts.no_preemptible:
+        raise UsageError("--preemptible and --no-preemptible contradict each other; give one")
+    spec: dict[str, Any] = {}
+    if opts.preemptible or opts.no_preemptible:
+        spec["preemptible"] = bool(opts.preemptible)
+    if opts.preempt_grace is not None:
+        spec["preempt_grace_s"] = _duration(opts.preempt_grace, "--preempt-grace")
     return spec
 
 

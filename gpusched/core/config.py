@@ -15,6 +15,7 @@ from gpusched.core.notifyconf import NotifyRule, parse_rules
 from gpusched.core.notifyconf import example as notify_example
 from gpusched.core.placement import BUILTIN_POLICIES, PlacementRules
 from gpusched.core.scheduling import QueueRules
+from gpusched.core.syntax import WARN_SIGNAL_NAMES
 from gpusched.core.units import parse_duration, parse_size
 
 # Placement's own defaults, which the [gpus] and [scheduling] settings start from:
@@ -79,6 +80,14 @@ class Settings:
     # [metrics]
     metrics_listen: str = ""
     metrics_max_job_series: int = 64
+    # [preemption] (core/preemption.py)
+    preemption_enabled: bool = True
+    default_preemptible: bool = False
+    preemptible_users: tuple[tuple[str, bool], ...] = ()
+    preempt_grace_s: float = 60.0
+    preempt_signal: str = "USR1"
+    max_preemptions: int = 3
+    min_run_before_preempt_s: float = 300.0
     # [[notify]] (core/notifyconf.py): an array of tables, not keys of one table
     notify: tuple[NotifyRule, ...] = ()
     # [memory] (--gpu-mem auto, core/memestimate.py)
@@ -157,6 +166,12 @@ def _bool(value: Any) -> bool:
     if not isinstance(value, bool):
         raise ValueError(f"{value!r} is not true or false")
     return value
+
+
+def _user_flags(value: Any) -> tuple[tuple[str, bool], ...]:
+    if not isinstance(value, dict):
+        raise ValueError(f"{value!r} is not a table of user = true or false")
+    return tuple((str(user), _bool(flag)) for user, flag in sorted(value.items()))
 
 
 def parse_listen(value: str) -> tuple[str, int]:
@@ -298,6 +313,23 @@ KEYS: dict[str, tuple[str, Callable[[Any], Any], Any, str]] = {
                     '(preemptible ones only, unless all_jobs; never --interactive ones).'),
     "idle.all_jobs": ("idle_all_jobs", _bool, False,
                       "idle.action applies to every job, not only preemptible ones."),
+    "preemption.enabled": ("preemption_enabled", _bool, True,
+                           "Stop preemptible jobs of a lower priority when a job cannot start "
+                           "otherwise (docs/job-semantics.md#preemption-and-requeue)."),
+    "preemption.default_preemptible": ("default_preemptible", _bool, False,
+                                       "Jobs are preemptible unless submitted with "
+                                       "--no-preemptible."),
+    "preemption.user_defaults": ("preemptible_users", _user_flags, {},
+                                 "Per user, instead of default_preemptible, e.g. "
+                                 "{ alice = true }."),
+    "preemption.grace": ("preempt_grace_s", parse_duration, "60s",
+                         "Between the checkpoint signal and SIGTERM (--preempt-grace)."),
+    "preemption.signal": ("preempt_signal", _choice(*WARN_SIGNAL_NAMES), "USR1",
+                          "The checkpoint signal, unless the job's --signal names one."),
+    "preemption.max_preemptions": ("max_preemptions", _number(0, 10**6, int), 3,
+                                   "A job is preempted at most this often (0: no limit)."),
+    "preemption.min_run_before_preempt": ("min_run_before_preempt_s", parse_duration, "5m",
+                                          "A job is never preempted in its first minutes."),
 }
 
 

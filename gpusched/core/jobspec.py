@@ -18,7 +18,8 @@ MAX_DURATION_S = 100 * 365 * 86400.0  # a time limit or retry delay: a century a
 SPEC_FIELDS = ("command", "name", "gpus", "gpu_mem_bytes", "cpus", "mem_bytes", "priority",
                "hold", "kill_on_invalid_dep", "dependencies", "retries", "retry_on",
                "retry_delay_s", "policy", "constraints", "time_limit_s", "warn_signal",
-               "warn_before_s", "array", "gpu_mem_auto", "mem_growth", "interactive")
+               "warn_before_s", "array", "preemptible", "preempt_grace_s", "gpu_mem_auto",
+               "mem_growth", "interactive")
 CONSTRAINT_FIELDS = ("gpu_ids", "exclude_gpus", "gpu_type", "min_gpu_total_mem_bytes",
                      "min_compute_capability")
 
@@ -159,6 +160,9 @@ def check_job_spec(spec: Any, policies: list[str]) -> dict[str, Any]:
         "retries": whole_number(spec, "retries", 0, 0, 1000), "retry_on": _retry_on(spec),
         "retry_delay_s": DEFAULT_RETRY_DELAY_S if retry_delay_s is None else retry_delay_s,
         **_memory_fields(spec),
+        # None: the config's default for the user (core/preemption.job_defaults).
+        "preemptible": None if spec.get("preemptible") is None else _flag(spec, "preemptible"),
+        "preempt_grace_s": _number(spec, "preempt_grace_s", 0.0),
     }
 
 
@@ -199,6 +203,7 @@ def job_spec(job: Job) -> dict[str, Any]:
         "kill_on_invalid_dep": job.kill_on_invalid_dep, "time_limit_s": job.time_limit_s,
         "warn_signal": job.warn_signal, "warn_before_s": job.warn_before_s,
         "mem_growth": job.mem_growth, "interactive": job.interactive,
+        "preemptible": job.preemptible, "preempt_grace_s": job.preempt_grace_s,
     }
 
 

@@ -8,11 +8,12 @@ import signal
 from dataclasses import replace
 
 from gpusched.daemon import gpumemory, host
-from gpusched.core import lifecycle, placement, scheduling
+from gpusched.core import lifecycle, placement, preemption, scheduling
 from gpusched.proc import jobenv, runfile
 from gpusched.proc.seam import ProcessSeam
 from gpusched.core.errors import StoreWriteError
 from gpusched.core.models import GpuInfo, Job, JobState, transition
+from gpusched.daemon import preempt, requeue
 from gpusched.daemon.shimloss import ShimLoss
 from gpusched.daemon.state import DaemonState, Setup
 
@@ -139,9 +140,12 @@ class JobControl:
             **record) -> None:
         """Store a run's end (inside a write); its port, cgroup and run file are let go
         once that commits: until then the run file is the only record of the end."""
-        ended = lifecycle.finish(job, end_state, when, retry, **record)
         self.state.usage.run_ended(job, when)
-        self.state.save(ended)
+        if requeue.is_requeued_end(job):
+            ended = requeue.end_requeued(self.state, job, when, **record)
+        else:
+            ended = lifecycle.finish(job, end_state, when, retry, **record)
+            self.state.save(ended)
         self.state.after_commit(lambda: self._let_go(ended))
 
     def _let_go(self, ended: Job) -> None:
@@ -150,7 +154,8 @@ class JobControl:
             self.setup.cgroups.remove(ended.id)
         if ended.state is JobState.PENDING:
             runfile.clear_run(self.setup.paths.jobs_dir, ended.id)  # the next attempt starts clean
-            self.retry_at[ended.id] = ended.eligible_at
+            if ended.eligible_at is not None:  # a requeued job may start at once
+                self.retry_at[ended.id] = ended.eligible_at
             log.info("job %d re-queued (attempt %d)", ended.id, ended.attempt)
 
     # -- what running jobs use -------------------------------------------------------------
@@ -190,6 +195,7 @@ class JobControl:
 
     # -- time limits ----------------------------------------------------------------------
     def enforce_limits(self, now: float) -> None:
+        requeue.send_due_terms(self.state, self.seam, now)  # preemption graces run out
         due = []
         for job in self.state.running():
             step = lifecycle.next_limit_action(job)
@@ -210,8 +216,8 @@ class JobControl:
         """When the next time-limit action is due, or a re-queued job may start (epoch s)."""
         times = [step[0] for job in self.state.running()
                  if (step := lifecycle.next_limit_action(job))]
-        kill_at = self.shim_loss.next_deadline()
-        times += [kill_at] if kill_at is not None else []
+        for when in (self.shim_loss.next_deadline(), requeue.next_deadline(self.state.running())):
+            times += [when] if when is not None else []
         return min(times + list(self.retry_at.values()), default=None)
 
     def retries_due(self, now: float) -> bool:
@@ -231,10 +237,11 @@ class JobControl:
         running = state.running()
         loads = placement.gpu_loads(state.inventory, running, state.pid_jobs, rules,
                                     state.idle_since, now)
+        dep_states = self._dependency_states(pending)
         plan = scheduling.schedule(pending, running, loads, state.inventory, rules,
-                                   self.setup.queue_rules(state.draining), now,
-                                   self._dependency_states(pending), state.usage.usage,
-                                   self.placements)
+                                   self.setup.queue_rules(state.draining), now, dep_states,
+                                   state.usage.usage, self.placements,
+                                   held=preemption.held_gpus(pending))
         self.placements = dict(plan.placements)
         with state.write():
             for job_id, gpus in plan.starts:
@@ -243,8 +250,14 @@ class JobControl:
                 state.save(transition(state.jobs[job_id], JobState.CANCELLED, ended_at=now,
                                       end_reason=reason))
             for job_id, reason in plan.reasons.items():
-                if state.jobs[job_id].pending_reason != reason:
-                    state.remember(replace(state.jobs[job_id], pending_reason=reason))
+                job = state.jobs[job_id]
+                if job.pending_reason != reason and not job.preempt_hold:
+                    state.remember(replace(job, pending_reason=reason))
+            preempt.release_spent_holds(state, {job_id for job_id, _ in plan.starts})
+            if not plan.starts:  # else the GPUs changed: the next pass weighs preemption
+                preempt.preempt_for_waiting(state, self.setup, self.seam, dep_states, now)
+            elif any(job.preemptible for job in state.running()):
+                state.schedule_needed = True
 
     def _dependency_states(self, pending: list[Job]) -> dict[int, JobState]:
         active, store = self.state.jobs, self.state.store
@@ -275,7 +288,8 @@ class JobControl:
         started = transition(
             job, JobState.RUNNING, started_at=self.setup.clock.time(),
             gpu_uuids=tuple(g.uuid for g in gpus), gpu_indices=tuple(g.index for g in gpus),
-            master_port=port, pending_reason="", eligible_at=None, boot_id=self.seam.boot_id)
+            master_port=port, pending_reason="", eligible_at=None, boot_id=self.seam.boot_id,
+            preempt_hold=())
         # The run's token names its run-file records and marks its processes, so that
         # they are found should its shim die.
         env = jobenv.job_environment(started, gpus, port, settings.visible_devices,

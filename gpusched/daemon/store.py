@@ -18,7 +18,7 @@ from gpusched.daemon.writefail import is_write_failure, write_error
 
 log = logging.getLogger("gpusched.daemon.store")
 
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 6
 
 # Migrations[n] takes a database at version n to n + 1. Version 0 is an empty file.
 MIGRATIONS: list[str] = [
@@ -96,7 +96,23 @@ MIGRATIONS: list[str] = [
     ALTER TABLE jobs ADD COLUMN eligible_at REAL;
     ALTER TABLE jobs ADD COLUMN last_attempt_end TEXT NOT NULL DEFAULT '';
     """,
-    # 5: GPU memory that learns: the growth of a CUDA-OOM retry, the key runs are filed
+    # 5: preemption and requeue (daemon/requeue.py): a run being stopped to be requeued
+    # is stored as such, so that a restart midway neither loses nor repeats it.
+    """
+    ALTER TABLE jobs ADD COLUMN preemptible INTEGER NOT NULL DEFAULT 0;
+    ALTER TABLE jobs ADD COLUMN preempt_grace_s REAL NOT NULL DEFAULT 60;
+    ALTER TABLE jobs ADD COLUMN restarts INTEGER NOT NULL DEFAULT 0;
+    ALTER TABLE jobs ADD COLUMN preemptions INTEGER NOT NULL DEFAULT 0;
+    ALTER TABLE jobs ADD COLUMN requeueing INTEGER NOT NULL DEFAULT 0;
+    ALTER TABLE jobs ADD COLUMN requeue_term_at REAL;
+    ALTER TABLE jobs ADD COLUMN requeue_reason TEXT NOT NULL DEFAULT '';
+    ALTER TABLE jobs ADD COLUMN preempted_by INTEGER;
+    ALTER TABLE jobs ADD COLUMN preempted_at REAL;
+    ALTER TABLE jobs ADD COLUMN preempted_jobs TEXT NOT NULL DEFAULT '[]';
+    ALTER TABLE jobs ADD COLUMN preempted_jobs_at REAL;
+    ALTER TABLE jobs ADD COLUMN preempt_hold TEXT NOT NULL DEFAULT '[]';
+    """,
+    # 6: GPU memory that learns: the growth of a CUDA-OOM retry, the key runs are filed
     # under for --gpu-mem auto (named jobs get theirs here; an unnamed one's comes from its
     # command, which SQL cannot normalize), why the job's --gpu-mem is what it is, and
     # the interactive flag (exempt from idle_action).
@@ -122,8 +138,9 @@ _FINAL = sorted(state.value for state in JobState if state.is_final)  # under SQ
 # Fixed at submit: an update need not rewrite (nor re-encode) them, the environment above
 # all. The request (GPUs, memory, constraints, CPUs) is fixed too, and stored apart.
 _SET_AT_SUBMIT = frozenset({"command", "env", "cwd", "uid", "user", "submit_pid", "submitted_at",
-                            "dependencies", "retry_on", "retry_delay_s", "mem_growth",
-                            "job_key", "interactive"})
+                            "dependencies", "retry_on", "retry_delay_s",
+                            "preemptible", "preempt_grace_s", "mem_growth", "job_key",
+                            "interactive"})
 _UPDATED_FIELDS = [n for n in _JOB_FIELDS if n not in _SET_AT_SUBMIT]
 
 

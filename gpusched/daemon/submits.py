@@ -6,7 +6,7 @@ import os
 from dataclasses import replace
 from typing import Any, Iterator
 
-from gpusched.core import jobspec, limits, memestimate, placement, scheduling, syntax
+from gpusched.core import jobspec, limits, memestimate, placement, preemption, scheduling, syntax
 from gpusched.core.errors import NotFound, UsageError
 from gpusched.core.models import Job
 from gpusched.core.values import shown
@@ -101,6 +101,11 @@ class Submits:
         if impossible:
             raise UsageError(f"job {impossible}; see `gpusched gpus`")
         self._check_dependencies(fields["dependencies"])
+        settings = self.setup.settings
+        fields["preemptible"], fields["preempt_grace_s"] = preemption.job_defaults(
+            owner.user, fields["preemptible"], fields["preempt_grace_s"],
+            settings.default_preemptible, dict(settings.preemptible_users),
+            settings.preempt_grace_s)
         return Job(id=0, cwd=owner.cwd, uid=owner.uid, user=owner.user, env=owner.env,
                    submitted_at=owner.submitted_at, submit_pid=owner.submit_pid,
                    pending_reason="waiting to be placed", **fields)

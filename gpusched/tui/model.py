@@ -64,6 +64,7 @@ class TopJob(NamedTuple):
     progress_pct: float | None = None  # the job's last gpusched.job.progress() report
     progress_message: str = ""
     cancelling: bool = False  # running, told to stop, not ended yet (it may ignore SIGTERM)
+    preempting: bool = False  # running, being stopped to go back to the queue
     gpu_idle_since: float | None = None  # its GPUs all 0% busy past [idle] after, since
 
     @classmethod
@@ -83,6 +84,7 @@ class TopJob(NamedTuple):
                    progress_pct=None if fraction is None else 100.0 * fraction,
                    progress_message=progress.get("message") or "",
                    cancelling=bool(job.get("cancelling")),
+                   preempting=bool(job.get("preempting")),
                    gpu_idle_since=job.get("gpu_idle_since"))
 
 
