@@ -112,3 +112,13 @@ def test_idle_action_cancel_stops_idle_jobs_but_not_interactive_ones(home):
     kept = home.show(notebook)
     assert kept["state"] == "running" and kept["gpu_idle_since"] and kept["interactive"]
     assert json.loads(home.run("show", "--json", str(notebook)).stdout)["interactive"]
+
+
+def test_idle_action_requeue_sends_a_preemptible_job_back_to_the_queue(home):
+    home.write_config(FAST_POLL + '[idle]\nafter = "1s"\naction = "requeue"\n')
+    job_id = home.submit("--gpus", "1", "--preemptible", "--preempt-grace", "1s", "--env",
+                         "GPUSCHED_SIM_UTIL_PCT=0", "--", "sleep", "600")
+    job = wait_until(lambda: (j := home.show(job_id))["restarts"] >= 1 and j,
+                     "the idle job requeued")
+    assert "requeued for idle GPUs" in job["requeue_reason"]
+    assert job["state"] in ("pending", "running", "preempted")

@@ -231,3 +231,16 @@ def test_idle_cancel_leaves_jobs_that_are_not_preemptible_only_warned(make_box):
     _poll(box, 11)
     assert not box.shims.signals and box.show(job_id)["state"] == "running"
     assert len(box.shims.notes) == 1
+
+
+def test_idle_requeue_stops_a_preemptible_job_and_queues_it_again(make_box):
+    box = make_box(config=IDLE + "action = \"requeue\"\n")
+    job_id = _idle_job(box, "--preemptible", "--preempt-grace", "30s")
+    other = _idle_job(box)  # not preemptible: only warned
+    _poll(box, 11)
+    assert (job_id, 10) in box.shims.signals  # the checkpoint signal (SIGUSR1) first
+    assert not [s for s in box.shims.signals if s[0] == other]
+    assert box.show(job_id)["preempting"]
+    job = box.exit(job_id, 0)  # it checkpointed and exited
+    assert (job["restarts"], job["attempt"]) == (1, 2) and job["state"] in ("pending", "running")
+    assert "requeued for idle GPUs" in box.show(job_id)["requeue_reason"]

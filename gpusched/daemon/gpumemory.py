@@ -88,7 +88,7 @@ def settle_end(job: Job, state: JobState, reason: str, record, inventory: Invent
     cause = gpu_oom_end(job, state, record.exit_code, record.signal, record.error)
     if not cause:
         return job, state, reason, True
-    if "gpu_oom" not in job.retry_on or job.attempt > job.retries:
+    if "gpu_oom" not in job.retry_on or job.attempt - job.restarts > job.retries:
         return job, JobState.GPU_OOM, cause, True
     grown, refused = retry_with_more(job, inventory, headroom_bytes)
     return grown, JobState.GPU_OOM, f"{cause}; {refused}" if refused else cause, not refused

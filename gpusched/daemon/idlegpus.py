@@ -9,6 +9,8 @@ from dataclasses import replace
 from typing import Mapping
 
 from gpusched.core.models import Inventory, Job
+from gpusched.daemon import requeue
+from gpusched.daemon.requeuecmds import checkpoint_signal
 from gpusched.core.units import duration_human
 from gpusched.daemon.state import DaemonState, Setup
 from gpusched.proc.seam import ProcessSeam
@@ -37,9 +39,9 @@ def flagged_since(state: DaemonState, settings, job_id: int, now: float) -> floa
 
 
 def is_subject(job: Job, all_jobs: bool) -> bool:
-    """Whether [idle] action may touch the job: never an --interactive one; a preemptible
-    one (the preemption work's field, read defensively), or any when all_jobs."""
-    return not job.interactive and (all_jobs or bool(getattr(job, "preemptible", False)))
+    """Whether [idle] action may touch the job: never an --interactive one; a
+    preemptible one, or any when all_jobs."""
+    return not job.interactive and (all_jobs or job.preemptible)
 
 
 class IdleGpus:
@@ -72,6 +74,13 @@ class IdleGpus:
             self.seam.append_to_log(job.stderr_path, f"gpusched: {what}")
         elif action == "cancel":
             self.cancel(job, what)
+        elif action == "requeue":
+            # The preemption's path: its checkpoint signal and grace, then back to the
+            # queue under its id, where it waits like any pending job.
+            requeue.stop_and_requeue(self.state, self.seam, job, self.setup.clock.time(),
+                                     f"requeued for idle GPUs ({what})",
+                                     checkpoint_signal(job, settings.preempt_signal),
+                                     job.preempt_grace_s)
 
     def cancel(self, job: Job, what: str) -> None:
         """Stop the job as `cancel` would; it ends cancelled, saying why."""
