@@ -244,3 +244,23 @@ def test_idle_requeue_stops_a_preemptible_job_and_queues_it_again(make_box):
     job = box.exit(job_id, 0)  # it checkpointed and exited
     assert (job["restarts"], job["attempt"]) == (1, 2) and job["state"] in ("pending", "running")
     assert "requeued for idle GPUs" in box.show(job_id)["requeue_reason"]
+
+
+def test_a_log_replaced_by_a_fifo_or_a_link_is_not_read(box, tmp_path):
+    """The daemon (root, in system mode) reads the tail of a user's log: a FIFO put in
+    its place must not block it, a link must not be followed."""
+    import os
+
+    fifo_job = box.submit("--gpu-mem", "10G", "--", "python", "train.py")
+    link_job = box.submit("--gpu-mem", "10G", "--", "python", "train.py")
+    box.step()
+    fifo = Path(box.show(fifo_job)["stderr_path"])
+    fifo.unlink(missing_ok=True)
+    os.mkfifo(fifo)
+    target = tmp_path / "elsewhere.txt"
+    target.write_text(TORCH_OOM)
+    link = Path(box.show(link_job)["stderr_path"])
+    link.unlink(missing_ok=True)
+    link.symlink_to(target)
+    assert box.exit(fifo_job, 1)["state"] == "failed"
+    assert box.exit(link_job, 1)["state"] == "failed"

@@ -397,6 +397,9 @@ def resubmit_and_report(job_id: str, opts: SubmitOptions, given: Iterable[str]) 
 
     probe = SubmitOptions(**{**opts.as_dict(), "command": ["resubmit"], "cwd": "/", "env": []})
     spec = build_request(probe)["jobs"][0]
+    if spec.get("gpu_mem_auto") and "gpu_mem" in given:
+        raise UsageError("resubmit --gpu-mem takes a size such as 20G; auto is for submit, "
+                         "which estimates from the job's history")
     changes = {RESUBMIT_FIELDS[option]: spec[RESUBMIT_FIELDS[option]] for option in given}
     client = Client()
     return report_queued(client, client.call("resubmit", id=job_id, changes=changes), opts)

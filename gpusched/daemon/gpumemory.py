@@ -4,6 +4,7 @@ with more (core/gpuoom.py), and --gpu-mem auto from the store's history (core/me
 from __future__ import annotations
 
 import os
+import stat
 from dataclasses import replace
 
 from gpusched.core import gpuoom, memestimate
@@ -20,21 +21,32 @@ HISTORY_STATES = ("succeeded", "failed", "timeout", "oom", "gpu_oom", "cancelled
 def log_tail(job: Job, size_bytes: int = gpuoom.TAIL_BYTES) -> bytes:
     """The last size_bytes of the job's stderr log (its stdout too, when that is another
     file): where frameworks print an out-of-memory traceback. b"" if unreadable."""
-    tail = b""
-    for path in dict.fromkeys(p for p in (job.stderr_path, job.stdout_path) if p):
-        try:
-            with open(path, "rb") as log:
-                log.seek(max(0, os.fstat(log.fileno()).st_size - size_bytes))
-                tail += log.read(size_bytes)
-        except OSError:
-            continue
-    return tail
+    return b"".join(_file_tail(path, size_bytes) for path in
+                    dict.fromkeys(p for p in (job.stderr_path, job.stdout_path) if p))
+
+
+def _file_tail(path: str, size_bytes: int) -> bytes:
+    # The daemon may be root and the log a user's: never through a link, never blocking
+    # on a FIFO put in its place, only a regular file.
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError:
+        return b""
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            return b""
+        return os.pread(fd, size_bytes, max(0, info.st_size - size_bytes))
+    except OSError:
+        return b""
+    finally:
+        os.close(fd)
 
 
 def gpu_oom_end(job: Job, state: JobState, exit_code: int | None, signum: int | None,
                 error: str) -> str:
     """Why a GPU job's failed run died of CUDA out of memory, from its log; "" if not."""
-    if state is not JobState.FAILED or job.request.gpus == 0:
+    if state is not JobState.FAILED or job.request.gpus == 0 or job.requeueing:
         return ""
     return gpuoom.is_oom_end(exit_code, signum, error, log_tail(job))
 
