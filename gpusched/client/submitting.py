@@ -209,7 +209,8 @@ def build_request(opts: SubmitOptions) -> dict[str, Any]:
         raise UsageError(f"--gpu-mem must be more than zero, not {opts.gpu_mem!r}")
     # Asking for GPU memory or for particular GPUs means a GPU: without --gpus, one (of
     # the GPUs --gpu-ids names, say); --gpus N asks for more.
-    wants_gpu = gpu_mem_bytes or gpu_mem_auto or any(getattr(opts, name) for name in GPU_CONSTRAINT_OPTIONS)
+    wants_gpu = gpu_mem_bytes or gpu_mem_auto or any(getattr(opts, name)
+                                                      for name in GPU_CONSTRAINT_OPTIONS)
     gpus = gpus_asked if gpus_asked is not None else (1 if wants_gpu else 0)
     cwd = job_cwd(opts.cwd)
     env = submitting_environment()

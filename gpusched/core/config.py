@@ -191,11 +191,7 @@ def _listen(value: Any) -> str:
     return value
 
 
-IDLE_ACTIONS = ("warn", "requeue", "cancel")
-
-
-def _idle_action(value: Any) -> str:
-    return _choice(*IDLE_ACTIONS)(value)
+IDLE_ACTIONS = ("warn", "requeue", "cancel")  # [idle] action (daemon/idlegpus.py)
 
 
 def _positive_duration(value: Any) -> float:
@@ -308,7 +304,7 @@ KEYS: dict[str, tuple[str, Callable[[Any], Any], Any, str]] = {
     "idle.after": ("idle_after_s", _optional_duration, "",
                    'A running job whose GPUs all stayed at 0% busy this long is flagged idle, '
                    'e.g. "30m"; "" off.'),
-    "idle.action": ("idle_action", _idle_action, "warn",
+    "idle.action": ("idle_action", _choice(*IDLE_ACTIONS), "warn",
                     '"warn" (flag it, a line in its log), "requeue" or "cancel" an idle job '
                     '(preemptible ones only, unless all_jobs; never --interactive ones).'),
     "idle.all_jobs": ("idle_all_jobs", _bool, False,

@@ -415,7 +415,8 @@ class Store:
             f"SELECT user, name, state, {_USAGE_COLUMNS} FROM jobs WHERE id BETWEEN ? AND ? "
             "AND (ended_at IS NULL OR ended_at >= ?)", (first_id, last_id, since_s)).fetchall()
 
-    def gpu_peaks(self, uid: int, key: str, states: tuple[str, ...], count: int) -> list[sqlite3.Row]:
+    def gpu_peaks(self, uid: int, key: str, states: tuple[str, ...],
+                  count: int) -> list[sqlite3.Row]:
         """The newest `count` finished runs of a user's job key in these states, newest
         first: what --gpu-mem auto estimates from and `gpusched history` lists (the
         jobs_key index makes it a short walk however large the queue)."""
