@@ -96,6 +96,7 @@ def commands(home: Home) -> list[list[str]]:
         ["daemon", "install-service", "--user", "--dir", str(home.path)],
         ["doctor"], ["doctor", "--json"], ["gc", "--dry-run"], ["gc", "--dry-run", "--json"],
         ["usage"], ["usage", "--since", "7d", "--json"],
+        ["history", "true"], ["history", "--json", "true"],
         ["--version"], ["--help"], ["submit", "--help"], ["daemon", "--help"],
         # Last: they stop the daemon (the next command starts it again).
         ["daemon", "restart"], ["daemon", "stop"],

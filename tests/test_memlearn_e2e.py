@@ -79,7 +79,8 @@ def test_gpu_mem_auto_learns_from_history(home):
     # Another job has no history: a whole GPU.
     fresh = home.submit("--gpu-mem", "auto", "--", "python3", "other.py")
     assert home.show(fresh)["gpu_mem_bytes"] is None
-    assert "no earlier successful run of 'python3 other.py'" in home.show(fresh)["gpu_mem_reason"]
+    assert home.show(fresh)["job_key"] == "python3 other.py"
+    assert "no earlier successful run of this job" in home.show(fresh)["gpu_mem_reason"]
 
 
 def test_idle_gpus_are_flagged_in_ls_show_and_metrics(home):

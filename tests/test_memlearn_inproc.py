@@ -125,7 +125,7 @@ def test_gpu_mem_auto_without_history_is_a_whole_gpu(box):
     job_id = box.submit("--name", "fresh", "--gpu-mem", "auto", "--", "python", "train.py")
     job = box.show(job_id)
     assert (job["gpus_requested"], job["gpu_mem_bytes"]) == (1, None)
-    assert job["gpu_mem_reason"] == ("no earlier successful run of 'fresh' recorded a GPU "
+    assert job["gpu_mem_reason"] == ("no earlier successful run of this job recorded a GPU "
                                      "peak: a whole GPU")
 
 

@@ -33,13 +33,14 @@ def percentile(values: Sequence[int], pct: float = PERCENTILE) -> int:
     return ordered[max(0, math.ceil(pct / 100 * len(ordered)) - 1)]
 
 
-def estimate(peaks: Sequence[int], margin_pct: float, usable_bytes: int,
-             key: str) -> tuple[int | None, str]:
+def estimate(peaks: Sequence[int], margin_pct: float,
+             usable_bytes: int) -> tuple[int | None, str]:
     """(--gpu-mem in bytes, why) from earlier runs' peaks: their p95 plus the margin,
     rounded up; (None: a whole GPU, why) without history, or when that is as much as
-    the largest GPU can give a sharing job (usable_bytes, 0: unknown)."""
+    the largest GPU can give a sharing job (usable_bytes, 0: unknown). The reason never
+    names the job: `show` gives it to users who may not see the job's name or command."""
     if not peaks:
-        return None, f"no earlier successful run of {key!r} recorded a GPU peak: a whole GPU"
+        return None, "no earlier successful run of this job recorded a GPU peak: a whole GPU"
     p95 = percentile(peaks)
     wanted = round_up(p95 * (1 + margin_pct / 100))
     runs = f"{len(peaks)} run{'s' if len(peaks) != 1 else ''}"

@@ -73,7 +73,7 @@ def estimate_request(store: Store, settings: Settings, uid: int, key: str,
     rows = store.gpu_peaks(uid, key, ESTIMATE_STATES, settings.estimate_runs)
     peaks = [row["gpu_mem_peak_bytes"] for row in rows if row["gpu_mem_peak_bytes"]]
     mem, why = memestimate.estimate(peaks, settings.estimate_margin_pct, gpuoom.usable_bytes(
-        request, inventory, settings.mem_headroom_bytes), key)
+        request, inventory, settings.mem_headroom_bytes))
     return replace(request, gpu_mem_bytes=mem), why
 
 

@@ -66,7 +66,7 @@ def with_estimates(trace_jobs: Sequence[TraceJob], model: Sequence[MemoryModel],
     out = []
     for job, mem in zip(trace_jobs, model):
         history = [peak for end_s, peak in ended.get(mem.key, ()) if end_s <= job.submit_s]
-        estimate, _ = memestimate.estimate(history[-runs:], margin_pct, usable, mem.key)
+        estimate, _ = memestimate.estimate(history[-runs:], margin_pct, usable)
         out.append(replace(job, gpu_mem_bytes=estimate))
         ended.setdefault(mem.key, []).append((job.submit_s + job.duration_s, mem.peak_bytes))
     return out
