@@ -14,7 +14,6 @@ from gpusched.daemon import gpumemory, retention
 from gpusched.daemon.changes import Changes
 from gpusched.daemon.queries import Queries
 from gpusched.daemon.request import Request, Waiter
-from gpusched.daemon.requeuecmds import RequeueCommands
 from gpusched.daemon.server import SERVER_COMMANDS
 from gpusched.daemon.state import DaemonState, Setup
 from gpusched.daemon.submits import Submits
@@ -26,7 +25,6 @@ class Handlers:
     def __init__(self, state: DaemonState, setup: Setup, seam: ProcessSeam):
         queries, changes, submits = Queries(state, setup), Changes(state, setup, seam), \
             Submits(state, setup)
-        requeues = RequeueCommands(changes)
         self._limits = limits.from_settings(setup.settings)
         self._table: dict[str, Callable[[Request], Any]] = {
             "status": queries.status, "list": queries.list, "show": queries.show,
@@ -35,7 +33,7 @@ class Handlers:
             "cancel": changes.cancel, "hold": changes.hold, "release": changes.release,
             "update": changes.update, "drain": changes.drain, "resume": changes.resume,
             "stop": changes.stop,
-            "requeue": requeues.requeue, "preempt": requeues.preempt,
+            "requeue": changes.requeue, "preempt": changes.preempt,
             "submit": submits.submit, "resubmit": submits.resubmit,
             "gc": lambda req: retention.gc_request(state, setup, req.creds,
                                                    bool(req.args.get("dry_run"))),

@@ -9,14 +9,12 @@ its victims are gone, against the GPUs as they are then.
 from __future__ import annotations
 
 import logging
-import time
 from dataclasses import replace
 from typing import Mapping
 
 from gpusched.core import lifecycle, placement, preemption, scheduling
 from gpusched.core.models import Job, JobState
 from gpusched.daemon import requeue
-from gpusched.daemon.requeuecmds import checkpoint_signal
 from gpusched.daemon.state import DaemonState, Setup
 from gpusched.proc.seam import ProcessSeam
 
@@ -78,11 +76,11 @@ def _candidates(state: DaemonState, setup: Setup, dep_states: Mapping[int, JobSt
 
 def _preempt(state: DaemonState, setup: Setup, seam: ProcessSeam, urgent: Job,
              victims: tuple[Job, ...], now: float) -> None:
-    when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(now))
+    when = requeue.local_time(now)
     ids = tuple(v.id for v in victims)
     with state.write():
         for victim in victims:
-            signum = checkpoint_signal(victim, setup.settings.preempt_signal)
+            signum = requeue.checkpoint_signal(victim, setup.settings.preempt_signal)
             requeue.stop_and_requeue(
                 state, seam, victim, now,
                 f"preempted by job {urgent.id} ({urgent.user}, priority {urgent.priority}) "

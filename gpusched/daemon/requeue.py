@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import logging
 import signal
+import time
 from dataclasses import replace
 
 from gpusched.core import lifecycle
@@ -97,3 +98,51 @@ def requeue_ended(state: DaemonState, job: Job, reason: str) -> Job:
         state.save(pending)
     log.info("job %d requeued (%s)", job.id, reason)
     return pending
+
+
+# -- the requests `requeue` and `preempt` (daemon/changes.py hands each job here) ----------
+
+class NotNow(Exception):
+    """A job the request cannot requeue (a pending one): refused, the others go on."""
+
+
+def checkpoint_signal(job: Job, configured: str) -> int:
+    """The signal a job gets to checkpoint before it is stopped: its own --signal's, else
+    the configured one ([preemption] signal)."""
+    if job.warn_signal is not None:
+        return job.warn_signal
+    return int(getattr(signal, f"SIG{configured}"))
+
+
+def local_time(now: float) -> str:
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(now))
+
+
+def requeue_one(state: DaemonState, seam: ProcessSeam, job: Job, now: float, who: str) -> str:
+    """`gpusched requeue`, as `scontrol requeue`: a running job stopped now (SIGTERM, then
+    SIGKILL after the cancel grace) and queued again; an ended one queued again."""
+    reason = f"requeued by {who} at {local_time(now)}"
+    if job.state is JobState.PENDING:
+        raise NotNow("pending; only running and ended jobs can be requeued")
+    if job.state.is_final:
+        requeue_ended(state, job, reason)
+        return "requeued"
+    if job.requeueing:
+        return "already being requeued"
+    stop_and_requeue(state, seam, job, now, reason)
+    return "stopping; it goes back to the queue when it ends"
+
+
+def preempt_one(state: DaemonState, seam: ProcessSeam, job: Job, now: float, who: str,
+                configured_signal: str) -> str:
+    """`gpusched preempt`: a running job sent its checkpoint signal, given its grace,
+    stopped and queued again, whatever waits."""
+    if not job.is_running:
+        raise NotNow(f"{job.state.value}; only running jobs can be preempted")
+    if job.requeueing:
+        return "already being requeued"
+    signum = checkpoint_signal(job, configured_signal)
+    stop_and_requeue(state, seam, job, now, f"preempted by {who} at {local_time(now)}",
+                     signum=signum, grace_s=job.preempt_grace_s)
+    return (f"preempting: {signal.Signals(signum).name} now, SIGTERM in "
+            f"{job.preempt_grace_s:g}s unless it ends first; then it goes back to the queue")
