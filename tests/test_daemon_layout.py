@@ -38,6 +38,8 @@ def test_processes_are_reached_through_the_seam_only():
                                                   # preempting (job control's parts)
                                                   "gpusched.daemon.requeue",
                                                   "gpusched.daemon.preempt",
+                                                  # idle GPUs warned, cancelled, requeued
+                                                  "gpusched.daemon.idlegpus",
                                                   "gpusched.daemon.changes",
                                                   "gpusched.daemon.handlers"}
     for module in importers_of("psutil"):

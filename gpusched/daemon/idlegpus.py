@@ -10,7 +10,6 @@ from typing import Mapping
 
 from gpusched.core.models import Inventory, Job
 from gpusched.daemon import requeue
-from gpusched.daemon.requeuecmds import checkpoint_signal
 from gpusched.core.units import duration_human
 from gpusched.daemon.state import DaemonState, Setup
 from gpusched.proc.seam import ProcessSeam
@@ -79,7 +78,7 @@ class IdleGpus:
             # queue under its id, where it waits like any pending job.
             requeue.stop_and_requeue(self.state, self.seam, job, self.setup.clock.time(),
                                      f"requeued for idle GPUs ({what})",
-                                     checkpoint_signal(job, settings.preempt_signal),
+                                     requeue.checkpoint_signal(job, settings.preempt_signal),
                                      job.preempt_grace_s)
 
     def cancel(self, job: Job, what: str) -> None:
