@@ -97,6 +97,9 @@ def commands(home: Home) -> list[list[str]]:
         ["doctor"], ["doctor", "--json"], ["gc", "--dry-run"], ["gc", "--dry-run", "--json"],
         ["usage"], ["usage", "--since", "7d", "--json"],
         ["--version"], ["--help"], ["submit", "--help"], ["daemon", "--help"],
+        # The running job goes back to the queue and starts again in the same pass: it is
+        # never seen pending (which these two refuse).
+        ["preempt", str(home.running)], ["requeue", str(home.running)],
         # Last: they stop the daemon (the next command starts it again).
         ["daemon", "restart"], ["daemon", "stop"],
     ]
