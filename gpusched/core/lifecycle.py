@@ -87,8 +87,8 @@ def requeue(job: Job) -> Job:
     pending = transition(job, JobState.PENDING, **_NEXT_RUN, ended_at=None, eligible_at=None,
                          attempt=job.attempt + 1, restarts=job.restarts + 1,
                          last_attempt_end=job.state.value)
-    return replace(pending, pending_reason=f"requeued: {job.requeue_reason}"
-                   if job.requeue_reason else "requeued")
+    # The reason says who: "requeued by alice at ...", "preempted by job 7 (...) at ...".
+    return replace(pending, pending_reason=job.requeue_reason or "requeued")
 
 
 def retry_delay_s(job: Job) -> float:

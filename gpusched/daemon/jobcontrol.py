@@ -33,6 +33,7 @@ class JobControl:
         # the wake socket's thread, emptied by the loop's.
         self.launch_failures: queue.SimpleQueue[tuple[int, str]] = queue.SimpleQueue()
         self.retry_at: dict[int, float] = {}  # re-queued job id -> when it may start
+        self.holders: set[int] = set()  # pending jobs with GPUs kept for them (preemption)
         self.shim_loss = ShimLoss(setup, seam)
 
     # -- after a restart ----------------------------------------------------------------
@@ -48,6 +49,7 @@ class JobControl:
         now = self.setup.clock.time()
         self.retry_at = {job.id: job.eligible_at for job in state.pending()
                          if job.eligible_at is not None and job.eligible_at > now}
+        self.holders = {job.id for job in state.pending() if job.preempt_hold}
         try:
             self.reconcile_running(check_liveness=True)
         except StoreWriteError:
@@ -238,10 +240,15 @@ class JobControl:
         loads = placement.gpu_loads(state.inventory, running, state.pid_jobs, rules,
                                     state.idle_since, now)
         dep_states = self._dependency_states(pending)
+        # Jobs that preempted others, and the GPUs kept for them: a few ids, not a walk
+        # of a queue that may hold 100,000 jobs.
+        holders = [job for job_id in self.holders if (job := state.jobs.get(job_id))
+                   and job.state is JobState.PENDING and job.preempt_hold]
+        self.holders = {job.id for job in holders}
+        held = preemption.held_gpus(holders)
         plan = scheduling.schedule(pending, running, loads, state.inventory, rules,
                                    self.setup.queue_rules(state.draining), now, dep_states,
-                                   state.usage.usage, self.placements,
-                                   held=preemption.held_gpus(pending))
+                                   state.usage.usage, self.placements, held=held)
         self.placements = dict(plan.placements)
         with state.write():
             for job_id, gpus in plan.starts:
@@ -253,9 +260,12 @@ class JobControl:
                 job = state.jobs[job_id]
                 if job.pending_reason != reason and not job.preempt_hold:
                     state.remember(replace(job, pending_reason=reason))
-            preempt.release_spent_holds(state, {job_id for job_id, _ in plan.starts})
+            if holders:
+                preempt.release_spent_holds(state, holders, {job_id for job_id, _ in plan.starts})
             if not plan.starts:  # else the GPUs changed: the next pass weighs preemption
-                preempt.preempt_for_waiting(state, self.setup, self.seam, dep_states, now)
+                urgent = preempt.preempt_for_waiting(state, self.setup, self.seam, dep_states,
+                                                     now)
+                self.holders.update([urgent.id] if urgent else [])
             elif any(job.preemptible for job in state.running()):
                 state.schedule_needed = True
 

@@ -27,13 +27,13 @@ def rules_of(setup: Setup) -> preemption.PreemptionRules:
                                       s.min_run_before_preempt_s)
 
 
-def release_spent_holds(state: DaemonState, started: set[int]) -> None:
+def release_spent_holds(state: DaemonState, holders: list[Job], started: set[int]) -> None:
     """A job that preempted others keeps their GPUs while any of them is still stopping;
     once all are gone, the pass just made gave it first pick, and the hold ends (it
     started, or the GPUs went elsewhere: outside processes, a failed GPU)."""
     stopping = {job.preempted_by for job in state.running() if job.requeueing}
-    for job in state.pending():
-        if job.preempt_hold and job.id not in started and job.id not in stopping:
+    for job in holders:
+        if job.id not in started and job.id not in stopping:
             state.save(replace(job, preempt_hold=()))
 
 
