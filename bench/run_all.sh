@@ -17,6 +17,8 @@ if [ "${1:-}" = "--quick" ]; then
     "$PYTHON" bench_top.py all --runs 20 --seconds 10 --warmup 3
     "$PYTHON" bench_big_store.py --jobs 20000 --runs 5 --idle-seconds 5
     "$PYTHON" bench_retention.py --jobs 20000
+    "$PYTHON" bench_estimates.py --fifo-only --jobs 5000 --runs 20
+    "$PYTHON" bench_preemption.py --seeds 1
 else
     "$PYTHON" bench_submit.py
     "$PYTHON" bench_commands.py
@@ -27,4 +29,6 @@ else
     "$PYTHON" bench_top.py all --runs 20 --seconds 20
     "$PYTHON" bench_big_store.py
     "$PYTHON" bench_retention.py
+    "$PYTHON" bench_estimates.py --jobs 20000 --runs 100
+    "$PYTHON" bench_preemption.py
 fi

@@ -22,11 +22,14 @@ _gpusched() {
             'env') path='env' ;;
             'gc') path='gc' ;;
             'gpus') path='gpus' ;;
+            'history') path='history' ;;
             'hold') path='hold' ;;
             'logs') path='logs' ;;
             'ls') path='ls' ;;
             'man') path='man' ;;
+            'preempt') path='preempt' ;;
             'release') path='release' ;;
+            'requeue') path='requeue' ;;
             'resubmit') path='resubmit' ;;
             'resume') path='resume' ;;
             'show') path='show' ;;
@@ -40,7 +43,7 @@ _gpusched() {
         esac
     done
     case "$path" in
-        '') words='cancel completions daemon demo doctor drain env gc gpus hold logs ls man release resubmit resume show simulate submit top update usage wait --help -h --version' values='' ids= args='' ;;
+        '') words='cancel completions daemon demo doctor drain env gc gpus history hold logs ls man preempt release requeue resubmit resume show simulate submit top update usage wait --help -h --version' values='' ids= args='' ;;
         'cancel') words='--help -h' values='' ids=active args='' ;;
         'completions') words='--help -h' values='' ids= args='bash zsh fish' ;;
         'daemon') words='install-service restart run start status stop --help -h' values='' ids= args='' ;;
@@ -56,16 +59,19 @@ _gpusched() {
         'env') words='--help -h --json' values='' ids=all args='' ;;
         'gc') words='--help -h --dry-run -n --json' values='' ids= args='' ;;
         'gpus') words='--help -h --json --query --format --topology' values='--query --format' ids= args='' ;;
+        'history') words='--help -h --last --json' values='--last' ids= args='' ;;
         'hold') words='--help -h' values='' ids=active args='' ;;
         'logs') words='--help -h --follow -f --stderr' values='' ids=all args='' ;;
         'ls') words='--help -h --all -a --expand -r --json --user -u --me --state -t --name -n --format -O --noheader --last' values='--user -u --state -t --name -n --format -O --last' ids= args='' ;;
         'man') words='--help -h' values='' ids= args='' ;;
+        'preempt') words='--help -h' values='' ids=active args='' ;;
         'release') words='--help -h' values='' ids=active args='' ;;
+        'requeue') words='--help -h' values='' ids=all args='' ;;
         'resubmit') words='--help -h --gpus -G --gpu-mem --name -n --priority --time -t --cpus -c --mem --hold --wait -W --json' values='--gpus -G --gpu-mem --name -n --priority --time -t --cpus -c --mem' ids=all args='' ;;
         'resume') words='--help -h' values='' ids= args='' ;;
         'show') words='--help -h --json' values='' ids=all args='' ;;
-        'simulate') words='--help -h --gpus --policy --discipline --load --arrivals --seed --cpus --mem --json' values='--gpus --policy --discipline --load --arrivals --seed --cpus --mem' ids= args='' ;;
-        'submit') words='--help -h --gpus -G --gpu-mem --name --job-name -n --priority --cwd --chdir --env -e --from-file -f --wait -W --notify --json --hold --after --dependency -d --kill-on-invalid-dep --array -a --time -t --signal --retries --retry-on --retry-delay --policy --gpu-ids --exclude-gpus --gpu-type --min-gpu-total-mem --min-compute-capability --topology --cpus --cpus-per-task -c --mem --cluster' values='--gpus -G --gpu-mem --name --job-name -n --priority --cwd --chdir --env -e --from-file -f --after --dependency -d --array -a --time -t --signal --retries --retry-on --retry-delay --policy --gpu-ids --exclude-gpus --gpu-type --min-gpu-total-mem --min-compute-capability --topology --cpus --cpus-per-task -c --mem --cluster' ids= args='' ;;
+        'simulate') words='--help -h --gpus --policy --discipline --load --arrivals --seed --cpus --mem --preemption --high-priority-share --estimates --json' values='--gpus --policy --discipline --load --arrivals --seed --cpus --mem --high-priority-share' ids= args='' ;;
+        'submit') words='--help -h --gpus -G --gpu-mem --name --job-name -n --priority --cwd --chdir --env -e --from-file -f --wait -W --notify --json --hold --after --dependency -d --kill-on-invalid-dep --array -a --time -t --signal --retries --retry-on --retry-delay --mem-growth --policy --gpu-ids --exclude-gpus --gpu-type --min-gpu-total-mem --min-compute-capability --topology --cpus --cpus-per-task -c --mem --cluster --interactive --preemptible --no-preemptible --preempt-grace' values='--gpus -G --gpu-mem --name --job-name -n --priority --cwd --chdir --env -e --from-file -f --after --dependency -d --array -a --time -t --signal --retries --retry-on --retry-delay --mem-growth --policy --gpu-ids --exclude-gpus --gpu-type --min-gpu-total-mem --min-compute-capability --topology --cpus --cpus-per-task -c --mem --cluster --preempt-grace' ids= args='' ;;
         'top') words='--help -h --interval -i --once' values='--interval -i' ids= args='' ;;
         'update') words='--help -h --priority' values='--priority' ids=active args='' ;;
         'usage') words='--help -h --since --by --json' values='--since --by' ids= args='' ;;

@@ -18,6 +18,7 @@ import time
 from dataclasses import dataclass
 from typing import Callable, Mapping
 
+from gpusched.core import gpuoom
 from gpusched.proc import jobenv
 
 PROGRESS_FILE_VAR = jobenv.PROGRESS_FILE
@@ -265,6 +266,26 @@ def preempt_requested() -> int | None:
 
 
 # -- memory ---------------------------------------------------------------------------------
+
+def report_oom(detail: str = "", exit_code: int | None = 1) -> None:
+    """Tell gpusched this run ran out of GPU memory, then exit with exit_code (None: return).
+
+    For an out-of-memory error gpusched cannot recognise by itself (it knows the messages
+    of torch, TensorFlow and JAX): the job ends in state gpu_oom, and with `submit
+    --retry-on gpu_oom` is queued again with its --gpu-mem raised (x1.25, --mem-growth).
+    It writes a line to the job's stderr, which gpusched reads when the run fails; a run
+    that exits 0 after it succeeded all the same. Call it from the main thread.
+    """
+    sys.stdout.flush()
+    line = gpuoom.REPORT_MARK + (b" " + detail.encode(errors="replace") if detail else b"")
+    sys.stderr.flush()
+    try:
+        os.write(sys.stderr.fileno(), line.replace(b"\n", b" ") + b"\n")
+    except (OSError, ValueError):  # no stderr: the exit status still says it failed
+        pass
+    if exit_code is not None:
+        raise SystemExit(exit_code)
+
 
 @dataclass(frozen=True)
 class MemoryLimit:

@@ -34,6 +34,12 @@ def test_processes_are_reached_through_the_seam_only():
                                                   "gpusched.daemon.jobcontrol",
                                                   # job control's part for dead shims
                                                   "gpusched.daemon.shimloss",
+                                                  # stopping runs to requeue them, and
+                                                  # preempting (job control's parts)
+                                                  "gpusched.daemon.requeue",
+                                                  "gpusched.daemon.preempt",
+                                                  # idle GPUs warned, cancelled, requeued
+                                                  "gpusched.daemon.idlegpus",
                                                   "gpusched.daemon.changes",
                                                   "gpusched.daemon.handlers"}
     for module in importers_of("psutil"):

@@ -96,7 +96,11 @@ def commands(home: Home) -> list[list[str]]:
         ["daemon", "install-service", "--user", "--dir", str(home.path)],
         ["doctor"], ["doctor", "--json"], ["gc", "--dry-run"], ["gc", "--dry-run", "--json"],
         ["usage"], ["usage", "--since", "7d", "--json"],
+        ["history", "true"], ["history", "--json", "true"],
         ["--version"], ["--help"], ["submit", "--help"], ["daemon", "--help"],
+        # The running job goes back to the queue and starts again in the same pass: it is
+        # never seen pending (which these two refuse).
+        ["preempt", str(home.running)], ["requeue", str(home.running)],
         # Last: they stop the daemon (the next command starts it again).
         ["daemon", "restart"], ["daemon", "stop"],
     ]

@@ -90,6 +90,9 @@ TABLE = [
     ["--kill-on-invalid-dep=no", "--kill-on-invalid-dep", "x"],
     ["--name", "--kill-on-invalid-dep=no", "--kill-on-invalid-dep", "x"],  # a value, not an option
     ["--kill-on-invalid-dep", "--", "x", "--kill-on-invalid-dep=no"],  # the command's own
+    ["--preemptible", "--preempt-grace", "2m", "--", "x"],
+    ["--no-preemptible", "--preempt-grace=30", "x"],
+    ["--preemptible", "--no-preemptible", "--", "x"],  # the checker refuses the pair
 ]
 
 

@@ -55,8 +55,10 @@ GOOD_FIELDS = {
     "dependencies": [["afterok", 1]], "retries": 1, "retry_on": ["failed"],
     "retry_delay_s": 1.0, "policy": "spread", "time_limit_s": 60, "warn_signal": 10,
     "warn_before_s": 5, "array": {"indices": [0, 1], "throttle": 1},
+    "preemptible": True, "preempt_grace_s": 30.0,
     "constraints": {"gpu_ids": [0, 1], "exclude_gpus": [3], "gpu_type": "",
                     "min_gpu_total_mem_bytes": 0, "min_compute_capability": [1, 0]},
+    "gpu_mem_auto": False, "mem_growth": 1.5, "interactive": True,
 }
 assert set(GOOD_FIELDS) == set(jobspec.SPEC_FIELDS)
 ANY = SCALARS | JSON  # mostly single values: most checks are of one value's kind
@@ -94,6 +96,7 @@ GOOD_ARGS = {
     "changes": st.sampled_from([{"priority": 1}, {"gpus": 0}, {"hold": True}]),
     "since_s": st.sampled_from([0, 3600.5]), "by": st.sampled_from(["user", "name"]),
     "cluster": st.sampled_from(["local", "nosuch"]),
+    "key": st.sampled_from(["train", "python a.py"]),
 }
 assert set(GOOD_ARGS) == set(protocol.ARGUMENTS)
 

@@ -27,7 +27,7 @@ SCHEDULER_KEYS = {"CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER", "NVIDIA_VISIBLE_D
                   # progress reports)
                   "GPUSCHED_ATTEMPT", "GPUSCHED_CPUS", "GPUSCHED_MEM", "GPUSCHED_ARRAY_ID",
                   "GPUSCHED_ARRAY_INDEX", "GPUSCHED_TIME_LIMIT_END", "GPUSCHED_WARN_SIGNAL",
-                  "GPUSCHED_PROGRESS_FILE", "GPUSCHED_RUN_TOKEN"}
+                  "GPUSCHED_PROGRESS_FILE", "GPUSCHED_RUN_TOKEN", "GPUSCHED_RESTARTS"}
 
 
 def submitter_env(home: Home, **extra: str) -> dict[str, str]:
@@ -90,6 +90,7 @@ def expected(submitted: dict[str, str], job: dict, ids: list[str], mem: int | No
     # libraries told so unless the submitter said otherwise, and where to report progress.
     out.update({
         "GPUSCHED_ATTEMPT": "1",
+        "GPUSCHED_RESTARTS": "0",
         "GPUSCHED_CPUS": "1",
         "GPUSCHED_PROGRESS_FILE": str(Path(job["stdout_path"]).parent
                                       / f"{job['id']}.progress.json"),

@@ -8,8 +8,9 @@ import sys
 
 import typer
 
-from gpusched.cli import (daemon_cmds, doctor_cmds, gc_cmds, gpu_cmds, job_cmds, submit_cmds,
-                          tool_cmds, usage_cmds)
+from gpusched import __version__
+from gpusched.cli import (daemon_cmds, doctor_cmds, gc_cmds, gpu_cmds, history_cmds, job_cmds,
+                          requeue_cmds, submit_cmds, tool_cmds, usage_cmds)
 from gpusched.cli.helpformat import App
 from gpusched.core import syntax
 from gpusched.core.errors import GpuschedError, detach_stdout, report_error, report_unexpected
@@ -42,13 +43,14 @@ def main_options(
 
 
 # The commands, in the order `gpusched --help` lists them; the daemon's are a group.
-for commands in (submit_cmds, job_cmds, gpu_cmds, tool_cmds, doctor_cmds, gc_cmds,
-                 usage_cmds):
+for commands in (submit_cmds, job_cmds, requeue_cmds, gpu_cmds, tool_cmds, doctor_cmds,
+                 gc_cmds, usage_cmds, history_cmds):
     app.add_typer(commands.app)
 app.add_typer(daemon_cmds.app, name="daemon")
 
 
-JOB_ID_COMMANDS = ("show", "logs", "env", "wait", "cancel", "hold", "release", "update")
+JOB_ID_COMMANDS = ("show", "logs", "env", "wait", "cancel", "hold", "release", "update",
+                   "requeue", "preempt")
 
 
 def _is_negative_number(option: object) -> bool:

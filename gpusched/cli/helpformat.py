@@ -18,7 +18,7 @@ HELP_OPTIONS = ["-h", "--help"]
 # What to type after each option that takes a value; one name means one idea in every
 # command (`--gpus N` in submit, resubmit and simulate).
 PLACEHOLDERS = {
-    "--gpus": "N", "--gpu-mem": "SIZE", "--name": "NAME", "--priority": "N", "--cwd": "DIR",
+    "--gpus": "N", "--gpu-mem": "SIZE|auto", "--name": "NAME", "--priority": "N", "--cwd": "DIR",
     "--env": "NAME=VALUE", "--from-file": "FILE", "--after": "JOBID[,JOBID]",
     "--dependency": "TYPE:JOBID[:JOBID]", "--array": "INDICES[%N]", "--time": "DURATION",
     "--signal": "SIG@SECONDS", "--retries": "N", "--retry-on": "END[,END]",
@@ -27,7 +27,7 @@ PLACEHOLDERS = {
     "--cpus": "N", "--mem": "SIZE", "--interval": "SECONDS", "--query": "FIELDS",
     "--format": "FORMAT", "--discipline": "DISCIPLINE", "--load": "FRACTION",
     "--arrivals": "trace|poisson", "--seed": "N", "--dir": "DIR", "--user": "USER[,USER]",
-    "--state": "STATE[,STATE]",
+    "--state": "STATE[,STATE]", "--mem-growth": "FACTOR",
 }
 
 

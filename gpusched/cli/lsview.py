@@ -20,7 +20,7 @@ if TYPE_CHECKING:
 
 STATE_STYLE = {"pending": "yellow", "running": "green", "succeeded": "bold green",
                 "failed": "red", "cancelled": "magenta", "timeout": "red", "oom": "red",
-                "lost": "red", "cancelling": "magenta"}
+                "lost": "red", "cancelling": "magenta", "preempting": "magenta", "gpu_oom": "red"}
 
 
 def mem_human(job: dict[str, Any]) -> str:
@@ -45,13 +45,24 @@ def host_line(host: dict[str, Any]) -> str:
 
 def shown_state(job: dict[str, Any]) -> str:
     """The state people read: `cancelling` for a running job that was cancelled and has
-    not ended yet (it may ignore SIGTERM until the grace period's SIGKILL)."""
-    return "cancelling" if job["state"] == "running" and job.get("cancelling") else job["state"]
+    not ended yet (it may ignore SIGTERM until the grace period's SIGKILL); `preempting`
+    for one being stopped to go back to the queue (preempted, or requeued)."""
+    if job["state"] == "running" and job.get("cancelling"):
+        return "cancelling"
+    return "preempting" if job["state"] == "running" and job.get("preempting") else job["state"]
+
+
+def idle_human(job: dict[str, Any], now: float) -> str:
+    """Since when a running job's GPUs have all been 0% busy ([idle] after), in words."""
+    idle_s = max(0.0, now - job["gpu_idle_since"])
+    return f"its GPUs have all been 0% busy for {duration_human(idle_s)}"
 
 
 def state_human(job: dict[str, Any]) -> str:
-    """`ls`'s state: `failed (2)`, `cancelled (signal 15)`, `cancelling`."""
+    """`ls`'s state: `failed (2)`, `cancelled (signal 15)`, `cancelling`, `running (idle)`."""
     state = shown_state(job)
+    if state == "running" and job.get("gpu_idle_since"):
+        return "running (idle)"
     if state == "failed" and job["exit_code"] is not None:
         return f"{state} ({job['exit_code']})"
     if job["signal"]:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 
-from gpusched.cli.lsview import progress_human, shown_state
+from gpusched.cli.lsview import idle_human, progress_human, shown_state
 from gpusched.client.clusterview import cluster_human
 from gpusched.client.textcells import command_human, printable
 from gpusched.core.syntax import signal_name
@@ -89,7 +89,26 @@ def _pairs(job: dict[str, Any], now: float) -> list[list[str]]:
         [f"mem_peak={_or_dash(job['mem_peak_bytes'], size_human)}",
          f"gpu_mem_peak={_or_dash(job['gpu_mem_peak_bytes'], size_human)}",
          f"mem_over={_yes(job['mem_over'])}"],
+        _preemption_pairs(job),
     ]
+
+
+def _preemption_pairs(job: dict[str, Any]) -> list[str]:
+    """Only for a job that may be preempted or was requeued: the rest never are."""
+    if not job.get("preemptible") and not job.get("restarts"):
+        return []
+    return [f"preemptible={_yes(job['preemptible'])}",
+            f"preempt_grace={duration_human(job['preempt_grace_s'])}",
+            f"restarts={job['restarts']}", f"preemptions={job['preemptions']}"]
+
+
+def _preemption_text(job: dict[str, Any]) -> list[tuple[str, str] | None]:
+    """Who preempted whom and when, on both jobs; why it was requeued."""
+    by, victims = job.get("preempted_by"), job.get("preempted_jobs")
+    return [("preempted_by", f"job {by} at {local_time(job['preempted_at'])}") if by else None,
+            ("preempted", f"job{'s' if len(victims) > 1 else ''} {_joined(victims)} at "
+                          f"{local_time(job['preempted_jobs_at'])}") if victims else None,
+            ("requeue_reason", job["requeue_reason"]) if job.get("requeue_reason") else None]
 
 
 def _free_text(job: dict[str, Any], now: float) -> list[tuple[str, str]]:
@@ -100,6 +119,9 @@ def _free_text(job: dict[str, Any], now: float) -> list[tuple[str, str]]:
              if job.get("progress") else None,
              ("pending_reason", job["pending_reason"]) if job["state"] == "pending" else None,
              ("end_reason", job["end_reason"]) if job["end_reason"] else None,
+             ("gpu_mem_reason", job["gpu_mem_reason"]) if job.get("gpu_mem_reason") else None,
+             ("idle", idle_human(job, now)) if job.get("gpu_idle_since") else None,
+             *_preemption_text(job),
              ("command", command_human(job["command"], COMMAND_MAX_CHARS)),
              ("cwd", job["cwd"]), ("stdout_path", job["stdout_path"]),
              ("stderr_path", job["stderr_path"])]

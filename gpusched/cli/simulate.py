@@ -12,6 +12,7 @@ from pathlib import Path
 from gpusched.client.submitting import size_option
 from gpusched.core.errors import UsageError
 from gpusched.core.scheduling import HostCapacity
+from gpusched.sim import estimates as memory
 from gpusched.sim import traces
 from gpusched.sim.simulator import TAU_S, Metrics, check_choices, compute_metrics, simulate
 
@@ -37,11 +38,24 @@ def _print_table(report: dict) -> None:
         ("makespan", f"{report['makespan_s'] / 3600:.3f} h"),
         ("GPU utilization", f"{report['gpu_utilization'] * 100:.1f} %"),
         ("Jain fairness (bounded slowdown by tenant)", f"{report['jain_fairness']:.3f}"),
+        *_priority_lines(report),
         ("simulated in", f"{report['elapsed_s']:.2f} s"),
     ]
     width = max(len(name) for name, _ in lines[1:])
     sys.stdout.write(lines[0] + "\n" + "".join(f"  {name:<{width}}  {value:>10}\n"
                                                for name, value in lines[1:]))
+
+
+def _priority_lines(report: dict) -> list[tuple[str, str]]:
+    high = report.get("high_priority")
+    if not high:
+        return []
+    lines = [("high-priority jobs", f"{high['jobs']} ({report['high_priority_share']:.0%})"),
+             ("preemptions", str(report["preemptions"]) if report["preemption"] else "off")]
+    if high["jobs"]:
+        lines += [("  their average JCT", f"{high['avg_jct_s'] / 3600:.3f} h"),
+                  ("  their avg bounded slowdown", f"{high['avg_bounded_slowdown']:.3f}")]
+    return lines
 
 
 def _host(cpus: int | None, mem: str | None) -> HostCapacity | None:
@@ -54,21 +68,76 @@ def _host(cpus: int | None, mem: str | None) -> HostCapacity | None:
     return HostCapacity(cpus=cpus or 10**6, mem_bytes=2**62 if mem_bytes is None else mem_bytes)
 
 
+def _with_priorities(prepared: traces.Trace, gpus: int, policy: str, discipline: str,
+                     preemption: bool, share: float, seed: int) -> tuple[Metrics, dict]:
+    """Replay with a seeded share of urgent jobs (and preemption): the metrics, and the
+    report's further fields: the urgent jobs' own figures, how many preemptions."""
+    from gpusched.sim import preemptsim
+
+    if not 0 <= share <= 1:
+        raise UsageError(f"--high-priority-share must be between 0 and 1, not {share:g}")
+    urgent = preemptsim.urgent_ids(len(prepared.jobs), share, seed)
+    results, preemptions = preemptsim.simulate_with_priorities(
+        prepared.jobs, gpus=gpus, urgent=urgent, policy=policy, discipline=discipline,
+        model=preemptsim.PreemptionModel() if preemption else None)
+    high = [r for n, r in enumerate(results) if n in urgent]
+    high_metrics = compute_metrics(high, gpus) if high else None
+    return compute_metrics(results, gpus), {
+            "preemption": preemption, "high_priority_share": share, "preemptions": preemptions,
+            "high_priority": {"jobs": len(high),
+                              "avg_jct_s": high_metrics and high_metrics.avg_jct_s,
+                              "avg_bounded_slowdown": high_metrics and
+                              high_metrics.avg_bounded_slowdown}}
+
+
 def simulate_command(trace: Path, *, gpus: int, policy: str, discipline: str,
                      load: float | None, arrivals: str, seed: int, as_json: bool,
-                     cpus: int | None = None, mem: str | None = None) -> int:
+                     cpus: int | None = None, mem: str | None = None,
+                     preemption: bool = False, high_priority_share: float | None = None,
+                     estimates: bool = False) -> int:
     """`gpusched simulate`: replay, then print the metrics as a table or JSON."""
-    check_choices(gpus, policy, discipline)  # before reading a large file
+    rules = check_choices(gpus, policy, discipline)  # before reading a large file
     started_s = time.perf_counter()
     prepared = traces.prepare(trace, gpus=gpus, load=load, arrivals=arrivals, seed=seed)
     host = _host(cpus, mem)
-    results = simulate(prepared.jobs, gpus=gpus, policy=policy, discipline=discipline, host=host)
+    if (preemption or high_priority_share is not None) and host is not None:
+        raise UsageError("--preemption and --high-priority-share count GPUs only; leave out "
+                         "--cpus and --mem")
     settings = {"gpus": gpus, "cpus": cpus, "mem": mem, "policy": policy, "discipline": discipline, "load": load,
-                "arrivals": arrivals, "seed": seed if arrivals == "poisson" else None,
-                "elapsed_s": time.perf_counter() - started_s}
-    report = _report(prepared, compute_metrics(results, gpus), settings)
+                "arrivals": arrivals, "seed": seed if arrivals == "poisson" else None}
+    model = None
+    if estimates and (preemption or high_priority_share is not None):
+        raise UsageError("--estimates replays without priorities; leave out --preemption and "
+                         "--high-priority-share")
+    if preemption or high_priority_share is not None:
+        from gpusched.sim.preemptsim import DEFAULT_HIGH_SHARE
+
+        share = DEFAULT_HIGH_SHARE if high_priority_share is None else high_priority_share
+        metrics, extra = _with_priorities(prepared, gpus, policy, discipline, preemption,
+                                          share, seed)
+        report = {**_report(prepared, metrics, settings), **extra}
+    else:
+        jobs = prepared.jobs
+        if estimates:
+            model = memory.memory_model(jobs, seed)
+            jobs = memory.with_estimates(jobs, model, rules)
+        results = simulate(jobs, gpus=gpus, policy=policy, discipline=discipline, host=host)
+        report = _report(prepared, compute_metrics(results, gpus), settings)
+        if model is not None:
+            report["estimates"] = asdict(memory.report(jobs, model, results))
+    report["elapsed_s"] = time.perf_counter() - started_s
     if as_json:
         sys.stdout.write(json.dumps(report, indent=2) + "\n")
     else:
         _print_table(report)
+        if model is not None:
+            sys.stdout.write(estimates_text(report["estimates"]))
     return 0
+
+
+def estimates_text(found: dict) -> str:
+    """simulate --estimates, in words."""
+    return (f"  with --gpu-mem auto: {found['estimated']} jobs estimated, "
+            f"{found['whole_gpu']} on whole GPUs (no history yet, or as large as a GPU); "
+            f"{found['shared_gpu']} shared a GPU; {found['would_oom']} would have run out of "
+            f"GPU memory; memory asked {found['mem_asked_ratio'] * 100:.1f} % of whole GPUs\n")

@@ -34,19 +34,33 @@ def simulate(
                                        "(count the trace's cpus column)."),
     mem: Optional[str] = typer.Option(None, "--mem", help="Memory of the simulated host "
                                       "(count the trace's mem_bytes column)."),
+    preemption: bool = typer.Option(False, "--preemption", help="Urgent jobs preempt "
+                                    "others, as the daemon does (checkpoint after a 60 s "
+                                    "grace, 60 s to restart)."),
+    high_priority_share: Optional[float] = typer.Option(
+        None, "--high-priority-share", help="Share of jobs made urgent (priority 10), chosen "
+        "with --seed; 0.1 with --preemption."),
+    estimates: bool = typer.Option(False, "--estimates", help="Give each job --gpu-mem auto "
+                                   "(GPU memory peaks from a seeded model) and count the jobs "
+                                   "that shared a GPU and those that would have run out of it."),
     as_json: bool = typer.Option(False, "--json", help=JSON_HELP),
 ) -> None:
     """Replay a job trace in simulated time.
 
     The trace goes through the very placement and queue code the daemon uses.
 
-    Example: gpusched simulate trace.csv --gpus 8 --discipline backfill
+    \b
+    Examples:
+      gpusched simulate trace.csv --gpus 8 --discipline backfill
+      gpusched simulate trace.csv --gpus 8 --load 0.5 --preemption
     """
     from gpusched.cli.simulate import simulate_command
 
     raise typer.Exit(simulate_command(trace, gpus=gpus, policy=policy, discipline=discipline,
                                       load=load, arrivals=arrivals, seed=seed, as_json=as_json,
-                                      cpus=cpus, mem=mem))
+                                      cpus=cpus, mem=mem, preemption=preemption,
+                                      high_priority_share=high_priority_share,
+                                      estimates=estimates))
 
 
 @app.command()

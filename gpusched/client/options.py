@@ -23,7 +23,8 @@ SUBMIT = (
      "GPUs to give the job: N, or TYPE:N as in Slurm (a100:2: two whose name contains "
      "a100). Default 0; 1 with --gpu-mem, --gpu-ids or another GPU constraint."),
     ("gpu_mem", ("--gpu-mem",), "str", None,
-     "Memory per GPU, e.g. 20G. Jobs may then share a GPU; without it GPUs are whole."),
+     "Memory per GPU, e.g. 20G. Jobs may then share a GPU; without it GPUs are whole. auto: "
+     "the p95 of earlier successful runs' peaks (same --name or command) plus a margin."),
     ("name", ("--name", "--job-name", "-n"), "str", "", "A name to show in listings."),
     ("priority", ("--priority",), "int", 0, "Higher starts first."),
     ("cwd", ("--cwd", "--chdir"), "str", None, "Working directory (default: here)."),
@@ -49,10 +50,14 @@ SUBMIT = (
     ("signal", ("--signal",), "str", None,
      "[B:]SIG[@SECONDS] before the time limit, e.g. USR1@120 (default 60 s)."),
     ("retries", ("--retries",), "int", 0, "Re-queue a failed job up to N times."),
-    ("retry_on", ("--retry-on",), "str", None, "Ends that re-queue: failed,timeout,cancelled,lost."),
+    ("retry_on", ("--retry-on",), "str", None,
+     "Ends that re-queue: failed,timeout,oom,cancelled,lost,gpu_oom (gpu_oom: CUDA out of "
+     "memory, retried with --gpu-mem raised)."),
     ("retry_delay", ("--retry-delay",), "str", None,
      "Wait before a retry (default 10s), doubling after each failed attempt up to 5m (or the "
      "delay, if longer); 0 retries at once."),
+    ("mem_growth", ("--mem-growth",), "str", None,
+     "What a gpu_oom retry multiplies --gpu-mem by (default 1.25), up to the largest GPU."),
     ("policy", ("--policy",), "str", None, "Placement policy for this job."),
     ("gpu_ids", ("--gpu-ids",), "str", None,
      "Only these GPUs: 0,2 (one of them, unless --gpus asks for more)."),
@@ -73,6 +78,16 @@ SUBMIT = (
     ("cluster", ("--cluster",), "str", None,
      "Hand the job to this Slurm cluster of the config ([clusters.NAME]); local: run it "
      "here. Default: the config's default_cluster, else here."),
+    ("interactive", ("--interactive",), "flag", False,
+     "A notebook or shell: never requeued or cancelled for idle GPUs ([idle] action)."),
+    ("preemptible", ("--preemptible",), "flag", False,
+     "A job of a higher priority may stop it (checkpoint signal, grace, SIGTERM) and send it "
+     "back to the queue. Default: the config's [preemption] default_preemptible."),
+    ("no_preemptible", ("--no-preemptible",), "flag", False,
+     "Never preempt it, whatever the config's default."),
+    ("preempt_grace", ("--preempt-grace",), "str", None,
+     "When preempted: between the checkpoint signal (--signal's, else SIGUSR1) and "
+     "SIGTERM, e.g. 2m (default 60s, [preemption] grace)."),
 )
 
 # `resubmit`'s options, a subset of submit's: (SubmitOptions field, its flags, kind and

@@ -50,6 +50,10 @@ COMMANDS: dict[str, Command] = {
     "hold": _cmd("ids"),
     "release": _cmd("ids"),
     "update": _cmd("ids", "priority"),
+    # A job back in the queue under its id: stopped now (requeue) or after its
+    # checkpoint signal and grace (preempt); an ended one queued again (requeue).
+    "requeue": _cmd("ids"),
+    "preempt": _cmd("ids"),
     "drain": _cmd(),
     "resume": _cmd(),
     "wait": _cmd("ids", "timeout_s after page_bytes"),
@@ -69,6 +73,9 @@ COMMANDS: dict[str, Command] = {
     "gc": _cmd("", "dry_run"),
     # GPU time, memory, ends and waits per user or name, over since_s seconds (none: all).
     "usage": _cmd("", "since_s by"),
+    # The caller's newest finished runs of a job key (--name or normalized command) with
+    # their GPU memory peaks, and what --gpu-mem auto would ask for now.
+    "history": _cmd("key", "last"),
 }
 
 
@@ -77,7 +84,8 @@ COMMANDS: dict[str, Command] = {
 LEAN_JOB_FIELDS = ("id", "name", "user", "uid", "state", "gpus", "gpu_indices",
                    "gpus_requested", "gpu_mem_bytes", "priority", "command", "submitted_at",
                    "started_at", "pending_reason", "time_limit_s", "progress", "cancelling",
-                   "cluster")  # cluster: only on cluster jobs
+                   "cluster",  # cluster: only on cluster jobs
+                   "preempting", "gpu_idle_since")
 
 
 def _job_ids(value: Any) -> list:
@@ -126,6 +134,7 @@ ARGUMENTS: dict[str, Callable[[Any], Any]] = {
     "since_s": lambda v: values.number(v, "since_s", 0, 10**11),
     "by": lambda v: values.text(v, "by"),
     "cluster": lambda v: values.text(v, "cluster"),
+    "key": lambda v: values.text(v, "key"),
 }
 
 

@@ -71,6 +71,16 @@ def _duration(text: str, option: str) -> float:
         raise UsageError(f"{option}: {exc}") from None
 
 
+def _growth(text: str) -> float:
+    try:
+        factor = float(text.strip().lower().removeprefix("x"))
+    except ValueError:
+        factor = 0.0
+    if not 1.0 <= factor <= 16.0:  # core/gpuoom.MAX_GROWTH; not imported on the fast path
+        raise UsageError(f"--mem-growth wants a factor from 1 to 16 like 1.5, not {text!r}")
+    return factor
+
+
 def _capability(text: str | None) -> list[int] | None:
     if not text:
         return None
@@ -111,6 +121,10 @@ def scheduling_fields(opts: SubmitOptions) -> dict[str, Any]:
         spec["cpus"] = opts.cpus
     if opts.retry_on:
         spec["retry_on"] = [r.strip() for r in opts.retry_on.split(",") if r.strip()]
+    if opts.mem_growth is not None:
+        spec["mem_growth"] = _growth(opts.mem_growth)
+    if opts.interactive:
+        spec["interactive"] = True
     if opts.retry_delay is not None:
         spec["retry_delay_s"] = _duration(opts.retry_delay, "--retry-delay")
     time_limit_s = None if opts.time is None else syntax.parse_time_limit(opts.time)
@@ -124,9 +138,23 @@ def scheduling_fields(opts: SubmitOptions) -> dict[str, Any]:
             spec["warn_signal"], spec["warn_before_s"] = syntax.parse_signal_spec(opts.signal)
         except ValueError as exc:
             raise UsageError(str(exc)) from None
+    spec.update(preemption_fields(opts))
     if opts.array is not None:
         indices, throttle = syntax.parse_array(opts.array)
         spec["array"] = {"indices": list(indices), "throttle": throttle}
+    return spec
+
+
+def preemption_fields(opts: SubmitOptions) -> dict[str, Any]:
+    """--preemptible, --no-preemptible and --preempt-grace; what is not given is left to
+    the daemon's config."""
+    if opts.preemptible and opts.no_preemptible:
+        raise UsageError("--preemptible and --no-preemptible contradict each other; give one")
+    spec: dict[str, Any] = {}
+    if opts.preemptible or opts.no_preemptible:
+        spec["preemptible"] = bool(opts.preemptible)
+    if opts.preempt_grace is not None:
+        spec["preempt_grace_s"] = _duration(opts.preempt_grace, "--preempt-grace")
     return spec
 
 
@@ -176,12 +204,14 @@ def job_cwd(option: str | None) -> str:
 def build_request(opts: SubmitOptions) -> dict[str, Any]:
     """The `submit` request's arguments: jobs, environment and working directory."""
     gpus_asked = gpus_and_type(opts)[0]
-    gpu_mem_bytes = size_option(opts.gpu_mem, "--gpu-mem")
+    gpu_mem_auto = opts.gpu_mem is not None and opts.gpu_mem.strip().lower() == "auto"
+    gpu_mem_bytes = None if gpu_mem_auto else size_option(opts.gpu_mem, "--gpu-mem")
     if gpu_mem_bytes is not None and gpu_mem_bytes <= 0:
         raise UsageError(f"--gpu-mem must be more than zero, not {opts.gpu_mem!r}")
     # Asking for GPU memory or for particular GPUs means a GPU: without --gpus, one (of
     # the GPUs --gpu-ids names, say); --gpus N asks for more.
-    wants_gpu = gpu_mem_bytes or any(getattr(opts, name) for name in GPU_CONSTRAINT_OPTIONS)
+    wants_gpu = gpu_mem_bytes or gpu_mem_auto or any(getattr(opts, name)
+                                                      for name in GPU_CONSTRAINT_OPTIONS)
     gpus = gpus_asked if gpus_asked is not None else (1 if wants_gpu else 0)
     cwd = job_cwd(opts.cwd)
     env = submitting_environment()
@@ -199,6 +229,8 @@ def build_request(opts: SubmitOptions) -> dict[str, Any]:
         raise UsageError("no command to run; put it after `--`, e.g. "
                          "`gpusched submit --gpus 1 -- python train.py`")
     extra = scheduling_fields(opts)
+    if gpu_mem_auto:
+        extra["gpu_mem_auto"] = True
     jobs = [{"command": c, "name": opts.name, "gpus": gpus, "gpu_mem_bytes": gpu_mem_bytes,
              "priority": opts.priority, **extra} for c in commands]
     request = {"jobs": jobs, "env": env, "cwd": cwd}
@@ -271,7 +303,7 @@ def _interrupted_note(client: Any, ids: list[int]) -> str:
             f"{'it' if len(live) == 1 else 'them'}.")
 
 
-_ENDED = ("succeeded", "failed", "cancelled", "timeout", "oom", "lost")
+_ENDED = ("succeeded", "failed", "cancelled", "timeout", "oom", "lost", "gpu_oom")
 _GOING_ON = (("running", "keeps running", "keep running"),
              ("pending", "stays queued", "stay queued"),
              ("unknown", "is still queued or running", "are still queued or running"))
@@ -369,6 +401,9 @@ def resubmit_and_report(job_id: str, opts: SubmitOptions, given: Iterable[str]) 
 
     probe = SubmitOptions(**{**opts.as_dict(), "command": ["resubmit"], "cwd": "/", "env": []})
     spec = build_request(probe)["jobs"][0]
+    if spec.get("gpu_mem_auto") and "gpu_mem" in given:
+        raise UsageError("resubmit --gpu-mem takes a size such as 20G; auto is for submit, "
+                         "which estimates from the job's history")
     changes = {RESUBMIT_FIELDS[option]: spec[RESUBMIT_FIELDS[option]] for option in given}
     client = Client()
     return report_queued(client, client.call("resubmit", id=job_id, changes=changes), opts)

@@ -17,6 +17,7 @@ from gpusched.core.notifyconf import NotifyRule, parse_rules
 from gpusched.core.notifyconf import example as notify_example
 from gpusched.core.placement import BUILTIN_POLICIES, PlacementRules
 from gpusched.core.scheduling import QueueRules
+from gpusched.core.syntax import WARN_SIGNAL_NAMES
 from gpusched.core.units import parse_duration, parse_size
 
 # Placement's own defaults, which the [gpus] and [scheduling] settings start from:
@@ -81,11 +82,26 @@ class Settings:
     # [metrics]
     metrics_listen: str = ""
     metrics_max_job_series: int = 64
+    # [preemption] (core/preemption.py)
+    preemption_enabled: bool = True
+    default_preemptible: bool = False
+    preemptible_users: tuple[tuple[str, bool], ...] = ()
+    preempt_grace_s: float = 60.0
+    preempt_signal: str = "USR1"
+    max_preemptions: int = 3
+    min_run_before_preempt_s: float = 300.0
     # [[notify]] (core/notifyconf.py): an array of tables, not keys of one table
     notify: tuple[NotifyRule, ...] = ()
     # [clusters.NAME] and the top-level default_cluster (core/clusterconf.py)
     clusters: tuple[ClusterConfig, ...] = ()
     default_cluster: str = ""
+    # [memory] (--gpu-mem auto, core/memestimate.py)
+    estimate_margin_pct: float = 10.0
+    estimate_runs: int = 50
+    # [idle] (daemon/idlegpus.py)
+    idle_after_s: float | None = None  # None: off
+    idle_action: str = "warn"
+    idle_all_jobs: bool = False
 
 
 def _toml():
@@ -157,6 +173,12 @@ def _bool(value: Any) -> bool:
     return value
 
 
+def _user_flags(value: Any) -> tuple[tuple[str, bool], ...]:
+    if not isinstance(value, dict):
+        raise ValueError(f"{value!r} is not a table of user = true or false")
+    return tuple((str(user), _bool(flag)) for user, flag in sorted(value.items()))
+
+
 def parse_listen(value: str) -> tuple[str, int]:
     """"HOST:PORT" (an IPv6 host in brackets: "[::1]:19400") as (host, port)."""
     host, sep, port = value.rpartition(":")
@@ -172,6 +194,9 @@ def _listen(value: Any) -> str:
     if _text(value):
         parse_listen(value)
     return value
+
+
+IDLE_ACTIONS = ("warn", "requeue", "cancel")  # [idle] action (daemon/idlegpus.py)
 
 
 def _positive_duration(value: Any) -> float:
@@ -277,6 +302,36 @@ KEYS: dict[str, tuple[str, Callable[[Any], Any], Any, str]] = {
     "metrics.max_job_series": ("metrics_max_job_series", _number(0, 100_000, int), 64,
                                "Running jobs given per-job series; the rest are counted in "
                                "gpusched_metrics_job_series_dropped."),
+    "memory.estimate_margin_pct": ("estimate_margin_pct", _number(0, 1000), 10,
+                                   "--gpu-mem auto adds this much (percent) to the p95 of "
+                                   "earlier runs' GPU memory peaks."),
+    "memory.estimate_runs": ("estimate_runs", _number(1, 10_000, int), 50,
+                             "--gpu-mem auto reads this many of the newest successful runs."),
+    "idle.after": ("idle_after_s", _optional_duration, "",
+                   'A running job whose GPUs all stayed at 0% busy this long is flagged idle, '
+                   'e.g. "30m"; "" off.'),
+    "idle.action": ("idle_action", _choice(*IDLE_ACTIONS), "warn",
+                    '"warn" (flag it, a line in its log), "requeue" or "cancel" an idle job '
+                    '(preemptible ones only, unless all_jobs; never --interactive ones).'),
+    "idle.all_jobs": ("idle_all_jobs", _bool, False,
+                      "idle.action applies to every job, not only preemptible ones."),
+    "preemption.enabled": ("preemption_enabled", _bool, True,
+                           "Stop preemptible jobs of a lower priority when a job cannot start "
+                           "otherwise (docs/job-semantics.md#preemption-and-requeue)."),
+    "preemption.default_preemptible": ("default_preemptible", _bool, False,
+                                       "Jobs are preemptible unless submitted with "
+                                       "--no-preemptible."),
+    "preemption.user_defaults": ("preemptible_users", _user_flags, {},
+                                 "Per user, instead of default_preemptible, e.g. "
+                                 "{ alice = true }."),
+    "preemption.grace": ("preempt_grace_s", parse_duration, "60s",
+                         "Between the checkpoint signal and SIGTERM (--preempt-grace)."),
+    "preemption.signal": ("preempt_signal", _choice(*WARN_SIGNAL_NAMES), "USR1",
+                          "The checkpoint signal, unless the job's --signal names one."),
+    "preemption.max_preemptions": ("max_preemptions", _number(0, 10**6, int), 3,
+                                   "A job is preempted at most this often (0: no limit)."),
+    "preemption.min_run_before_preempt": ("min_run_before_preempt_s", parse_duration, "5m",
+                                          "A job is never preempted in its first minutes."),
 }
 
 

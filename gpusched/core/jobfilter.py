@@ -23,7 +23,8 @@ SLURM_STATES = {"pd": "pending", "r": "running", "completed": "succeeded", "cd":
                 "f": "failed", "ca": "cancelled", "to": "timeout", "out_of_memory": "oom",
                 "node_fail": "lost", "nf": "lost"}
 COMPACT = {"pending": "PD", "running": "R", "succeeded": "CD", "failed": "F",
-           "cancelled": "CA", "timeout": "TO", "oom": "OOM", "lost": "NF"}
+           "cancelled": "CA", "timeout": "TO", "oom": "OOM", "lost": "NF",
+           "gpu_oom": "OOM"}
 
 
 def parse_states(text: str) -> list[str]:

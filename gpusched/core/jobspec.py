@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from gpusched.core import values
+from gpusched.core import gpuoom, values
 from gpusched.core.topology import TOPOLOGY_MODES
 from gpusched.core.errors import UsageError
 from gpusched.core.models import DEFAULT_RETRY_DELAY_S, Constraints, Job, Request
@@ -19,7 +19,8 @@ MAX_DURATION_S = 100 * 365 * 86400.0  # a time limit or retry delay: a century a
 SPEC_FIELDS = ("command", "name", "gpus", "gpu_mem_bytes", "cpus", "mem_bytes", "priority",
                "hold", "kill_on_invalid_dep", "dependencies", "retries", "retry_on",
                "retry_delay_s", "policy", "constraints", "time_limit_s", "warn_signal",
-               "warn_before_s", "array")
+               "warn_before_s", "array", "preemptible", "preempt_grace_s", "gpu_mem_auto",
+               "mem_growth", "interactive")
 CONSTRAINT_FIELDS = ("gpu_ids", "exclude_gpus", "gpu_type", "min_gpu_total_mem_bytes",
                      "min_compute_capability", "topology")
 
@@ -136,7 +137,10 @@ def check_job_spec(spec: Any, policies: list[str]) -> dict[str, Any]:
     cpus_required = cpus is not None or gpus == 0
     host_mem = whole_number(spec, "mem_bytes", None, 1, 2**60)
     mem = whole_number(spec, "gpu_mem_bytes", None, 1, 2**50)
-    if mem is not None and gpus == 0:
+    mem_auto = _flag(spec, "gpu_mem_auto")
+    if mem_auto and mem is not None:
+        raise UsageError("--gpu-mem is either a size or auto, not both")
+    if (mem is not None or mem_auto) and gpus == 0:
         raise UsageError("--gpu-mem needs at least one GPU; add --gpus 1")
     constraints = check_constraints(spec.get("constraints"))
     if gpus == 0 and constraints != Constraints():
@@ -161,7 +165,26 @@ def check_job_spec(spec: Any, policies: list[str]) -> dict[str, Any]:
         "warn_before_s": _number(spec, "warn_before_s", 0.0) or 0.0,
         "retries": whole_number(spec, "retries", 0, 0, 1000), "retry_on": _retry_on(spec),
         "retry_delay_s": DEFAULT_RETRY_DELAY_S if retry_delay_s is None else retry_delay_s,
+        **_memory_fields(spec),
+        # None: the config's default for the user (core/preemption.job_defaults).
+        "preemptible": None if spec.get("preemptible") is None else _flag(spec, "preemptible"),
+        "preempt_grace_s": _number(spec, "preempt_grace_s", 0.0),
     }
+
+
+def _memory_fields(spec: dict) -> dict[str, Any]:
+    """What GPU memory that learns keeps of a spec (core/gpuoom.py). Its --gpu-mem auto
+    (wants_gpu_mem_auto) and its job key are the daemon's submit to work out."""
+    growth = spec.get("mem_growth")
+    if growth is not None:
+        growth = values.number(growth, "mem-growth", 1.0, gpuoom.MAX_GROWTH)
+    return {"mem_growth": gpuoom.DEFAULT_GROWTH if growth is None else growth,
+            "interactive": _flag(spec, "interactive")}
+
+
+def wants_gpu_mem_auto(spec: dict) -> bool:
+    """Whether a spec (checked by check_job_spec) asks for --gpu-mem auto."""
+    return _flag(spec, "gpu_mem_auto")
 
 
 def job_spec(job: Job) -> dict[str, Any]:
@@ -186,6 +209,8 @@ def job_spec(job: Job) -> dict[str, Any]:
         "dependencies": [[kind, dep] for kind, dep in job.dependencies],
         "kill_on_invalid_dep": job.kill_on_invalid_dep, "time_limit_s": job.time_limit_s,
         "warn_signal": job.warn_signal, "warn_before_s": job.warn_before_s,
+        "mem_growth": job.mem_growth, "interactive": job.interactive,
+        "preemptible": job.preemptible, "preempt_grace_s": job.preempt_grace_s,
     }
 
 

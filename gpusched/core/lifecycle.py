@@ -17,7 +17,8 @@ TERMINATE = "terminate"
 RETRY_DELAY_CAP_S = 300.0
 # How a run ended, as a pending reason says it: "retrying after attempt 2 timed out".
 _ENDED = {"failed": "failed", "timeout": "timed out", "cancelled": "was cancelled",
-          "oom": "ran out of memory", "lost": "was lost"}
+          "oom": "ran out of memory", "lost": "was lost", "preempted": "was preempted",
+          "gpu_oom": "ran out of GPU memory"}
 
 
 def end_state(job: Job, exit_code: int | None, error: str) -> JobState:
@@ -60,17 +61,34 @@ def end_reason(job: Job, state: JobState, exit_code: int | None, signum: int | N
     return f"{job.end_reason or 'cancelled'} while running{how}"
 
 
-def finish(job: Job, state: JobState, now: float, **record) -> Job:
-    """End a run: a final state, or back to the queue while retries last for this end."""
-    if state.value in job.retry_on and job.attempt <= job.retries:
-        retry = transition(
-            job, JobState.PENDING, attempt=job.attempt + 1, started_at=None, gpu_uuids=(),
-            gpu_indices=(), master_port=None, shim_pid=None, shim_start_time=None,
-            cancel_requested=False, warned=False, timed_out=False, oom_killed=False, cpu_ids=(),
+# What a job's next run starts without: the last run's GPUs, shim, port and flags.
+_NEXT_RUN = dict(started_at=None, gpu_uuids=(), gpu_indices=(), master_port=None, shim_pid=None,
+                 shim_start_time=None, cancel_requested=False, warned=False, timed_out=False,
+                 oom_killed=False, cpu_ids=(), requeueing=False, requeue_term_at=None,
+                 end_reason="")
+
+
+def finish(job: Job, state: JobState, now: float, retry: bool = True, **record) -> Job:
+    """End a run: a final state, or back to the queue while retries last for this end
+    (and unless retry is False: a retry would be no use). Runs stopped to be requeued
+    (restarts) do not use up retries."""
+    if retry and state.value in job.retry_on and job.attempt - job.restarts <= job.retries:
+        again = transition(
+            job, JobState.PENDING, **_NEXT_RUN, attempt=job.attempt + 1,
             eligible_at=now + retry_delay_s(job), last_attempt_end=state.value,
-            end_reason="", exit_code=record.get("exit_code"), signal=record.get("signal"))
-        return replace(retry, pending_reason=retry_reason(retry, now))
+            exit_code=record.get("exit_code"), signal=record.get("signal"))
+        return replace(again, pending_reason=retry_reason(again, now))
     return transition(job, state, ended_at=now, **record)
+
+
+def requeue(job: Job) -> Job:
+    """A preempted job, or an ended one, back in the queue as `scontrol requeue` puts it:
+    the same id, the next attempt, one more restart, eligible at once."""
+    pending = transition(job, JobState.PENDING, **_NEXT_RUN, ended_at=None, eligible_at=None,
+                         attempt=job.attempt + 1, restarts=job.restarts + 1,
+                         last_attempt_end=job.state.value)
+    # The reason says who: "requeued by alice at ...", "preempted by job 7 (...) at ...".
+    return replace(pending, pending_reason=job.requeue_reason or "requeued")
 
 
 def retry_delay_s(job: Job) -> float:

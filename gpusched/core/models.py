@@ -25,6 +25,10 @@ class JobState(str, enum.Enum):
     TIMEOUT = "timeout"
     OOM = "oom"
     LOST = "lost"
+    # A run stopped to go back to the queue (preempted, or `gpusched requeue`): the job
+    # passes through it to pending in the same write (daemon/requeue.py).
+    PREEMPTED = "preempted"
+    GPU_OOM = "gpu_oom"  # died of CUDA out-of-memory (core/gpuoom.py), not host memory
 
     @property
     def is_final(self) -> bool:
@@ -32,17 +36,19 @@ class JobState(str, enum.Enum):
 
 
 FINAL_STATES = frozenset({JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED,
-                          JobState.TIMEOUT, JobState.OOM, JobState.LOST})
+                          JobState.TIMEOUT, JobState.OOM, JobState.LOST, JobState.GPU_OOM})
 
-# Every legal edge. Nothing leaves a final state; RUNNING -> PENDING is the one way back,
-# taken only when a job with retries left is re-queued. LOST is for a job whose shim
-# vanished without an exit record.
+# Every legal edge. RUNNING -> PENDING is taken when a job with retries left is re-queued;
+# RUNNING -> PREEMPTED -> PENDING when a run is stopped to be requeued. The only way out
+# of a final state is `gpusched requeue` (to PENDING, as `scontrol requeue`). LOST is for
+# a job whose shim vanished without an exit record.
 TRANSITIONS: dict[JobState, frozenset[JobState]] = {
     JobState.PENDING: frozenset({JobState.RUNNING, JobState.CANCELLED}),
     JobState.RUNNING: frozenset({JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED,
                                  JobState.TIMEOUT, JobState.OOM, JobState.LOST,
-                                 JobState.PENDING}),
-    **{state: frozenset() for state in FINAL_STATES},
+                                 JobState.GPU_OOM, JobState.PENDING, JobState.PREEMPTED}),
+    JobState.PREEMPTED: frozenset({JobState.PENDING}),
+    **{state: frozenset({JobState.PENDING}) for state in FINAL_STATES},
 }
 
 
@@ -157,6 +163,27 @@ class Job:
     gpu_mem_peak_bytes: int | None = None  # GPU memory on one of its GPUs, at most
     mem_over: bool = False  # went past its declared --mem plus the margin
     oom_killed: bool = False
+    # Preemption and requeue (core/preemption.py, daemon/requeue.py).
+    preemptible: bool = False
+    preempt_grace_s: float = 60.0  # between the checkpoint signal and SIGTERM
+    restarts: int = 0  # runs stopped and requeued (preempted or requeued): GPUSCHED_RESTARTS
+    preemptions: int = 0  # of those, preemptions: at most [preemption] max_preemptions
+    requeueing: bool = False  # running, being stopped to go back to the queue
+    requeue_term_at: float | None = None  # when it gets SIGTERM; None once sent
+    requeue_reason: str = ""  # why it was (or is being) requeued: who, and when
+    preempted_by: int | None = None  # the job it last made way for
+    preempted_at: float | None = None  # when that preemption began
+    # On a job that preempted others: which, when, and the GPUs kept for it meanwhile.
+    preempted_jobs: tuple[int, ...] = ()
+    preempted_jobs_at: float | None = None
+    preempt_hold: tuple[str, ...] = ()
+    # GPU memory that learns (core/gpuoom.py, core/memestimate.py): the factor a CUDA
+    # out-of-memory retry raises --gpu-mem by, the key its peaks are filed under for
+    # --gpu-mem auto, and why its --gpu-mem is what it is (an estimate, a raise).
+    mem_growth: float = 1.25
+    job_key: str = ""
+    gpu_mem_reason: str = ""
+    interactive: bool = False  # exempt from idle_action (daemon/idlegpus.py)
 
     @property
     def is_running(self) -> bool:
@@ -284,6 +311,15 @@ def job_to_dict(job: Job) -> dict:
         "mem_bytes": job.request.mem_bytes,
         "cpu_ids": list(job.cpu_ids), "mem_peak_bytes": job.mem_peak_bytes,
         "gpu_mem_peak_bytes": job.gpu_mem_peak_bytes, "mem_over": job.mem_over,
+        # A running job being stopped to be requeued (preempted, or `gpusched requeue`).
+        "preempting": job.is_running and job.requeueing,
+        "preemptible": job.preemptible, "preempt_grace_s": job.preempt_grace_s,
+        "restarts": job.restarts, "preemptions": job.preemptions,
+        "requeue_reason": job.requeue_reason, "preempted_by": job.preempted_by,
+        "preempted_at": job.preempted_at, "preempted_jobs": list(job.preempted_jobs),
+        "preempted_jobs_at": job.preempted_jobs_at,
+        "mem_growth": job.mem_growth, "job_key": job.job_key,
+        "gpu_mem_reason": job.gpu_mem_reason, "interactive": job.interactive,
     }
 
 

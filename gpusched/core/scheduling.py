@@ -240,21 +240,24 @@ def _delays_reservation(job: Job, gpus: Sequence[GpuInfo], p: _Pass, now: float)
     return free_at_start < need
 
 
-def _choose(job: Job, p: _Pass, rules: PlacementRules,
-            unplaceable: set[tuple]) -> tuple[GpuInfo, ...] | None:
+def _choose(job: Job, p: _Pass, rules: PlacementRules, unplaceable: set[tuple],
+            held: Mapping[str, int] | None = None) -> tuple[GpuInfo, ...] | None:
     """The GPUs for a job now, or None when it does not fit.
 
     Loads only fill up during a pass, so a request that found too few GPUs once finds too
     few again: remember it, and a long queue of alike jobs costs one search, not one each.
     Only built-in policies qualify: a custom one may veto GPUs by placement counts.
+    `held`: GPUs kept for a job that preempted others (uuid -> its id): no other job gets them.
     """
     if not job.request.gpus:
         return ()
-    key = (job.request, job.policy or rules.policy)
+    holder = job.id if held and job.id in held.values() else None
+    key = (job.request, job.policy or rules.policy, holder)
     if key in unplaceable:
         return None
-    chosen = placement.choose_gpus(job.request, p.loads, rules, p.placements, job.policy,
-                                   p.links)
+    loads = p.loads if not held else \
+        {uuid: load for uuid, load in p.loads.items() if held.get(uuid, job.id) == job.id}
+    chosen = placement.choose_gpus(job.request, loads, rules, p.placements, job.policy, p.links)
     if chosen is None and key[1] in placement.BUILTIN_POLICIES:
         unplaceable.add(key)
     return chosen
@@ -304,12 +307,14 @@ def schedule(pending: Sequence[Job], running: Sequence[Job], loads: Mapping[str,
              inventory: Inventory, rules: PlacementRules, queue: QueueRules, now: float,
              dep_states: Mapping[int, JobState] | None = None,
              usage: Mapping[str, float] | None = None,
-             placements: Mapping[int, int] | None = None, explain: bool = True) -> Plan:
+             placements: Mapping[int, int] | None = None, explain: bool = True,
+             held: Mapping[str, int] | None = None) -> Plan:
     """One pass over the queue: every job that may start and fits starts, in order.
 
     A job that does not fit never blocks the ones behind it (skip-ahead), except under
     backfill, where they may not push back the first blocked job's reserved start.
     `explain=False` skips building reasons (the simulator replays thousands of passes).
+    `held`: GPUs kept for jobs that preempted others (core/preemption.held_gpus).
     """
     p = _new_pass(running, loads, placements or {}, now)
     p.links = inventory.links
@@ -337,7 +342,8 @@ def schedule(pending: Sequence[Job], running: Sequence[Job], loads: Mapping[str,
         if why:
             reasons[job.id] = why
             continue
-        chosen = _choose(job, p, rules, unplaceable) if free_any or not job.request.gpus else None
+        chosen = _choose(job, p, rules, unplaceable, held) \
+            if free_any or not job.request.gpus else None
         if chosen is not None and _delays_reservation(job, chosen, p, now):
             if explain:
                 reasons[job.id] = (f"backfill: would delay job {p.reservation[-1]}, which is "

@@ -19,7 +19,7 @@ MAX_JOB_ID = 2**63 - 1  # SQLite's largest integer
 MAX_PRIORITY = 10**6
 # "after" is met once the job has started (or ended without starting), as in Slurm.
 DEPENDENCY_KINDS = ("afterok", "afterany", "afternotok", "after")
-RETRY_ON_CHOICES = ("failed", "timeout", "oom", "cancelled", "lost")
+RETRY_ON_CHOICES = ("failed", "timeout", "oom", "cancelled", "lost", "gpu_oom")
 # Warning signals go through the job's shim, which passes on only these (shim.FORWARDED);
 # any other would stay with the shim (ALRM is its SIGKILL timer; KILL or STOP stop it).
 WARN_SIGNAL_NAMES = ("USR1", "USR2", "INT", "HUP", "QUIT", "TERM")

@@ -102,7 +102,7 @@ class Viewer:
         # default one is the program's), directory, log paths, environment and the pid
         # of the shell that submitted it.
         data["command"] = [HIDDEN]
-        data["name"] = ""
+        data["name"] = data["job_key"] = ""  # the key is the name, or the command
         data.update(cwd=HIDDEN, stdout_path=HIDDEN, stderr_path=HIDDEN, submit_pid=None)
         if (data.get("end_reason") or "").startswith("cannot start:"):  # it names the program
             data["end_reason"] = f"cannot start: {HIDDEN}"

@@ -12,6 +12,7 @@ from gpusched.core.models import Job, JobState, transition
 from gpusched.daemon import batches
 from gpusched.daemon.authz import user_name
 from gpusched.daemon.request import Request, targets
+from gpusched.daemon.requeue import NotNow, preempt_one, requeue_one
 from gpusched.daemon.state import DaemonState, Setup
 from gpusched.proc.seam import ProcessSeam
 
@@ -90,6 +91,26 @@ class Changes:
             self.state.save(replace(job, priority=priority))
             return f"priority {priority}"
         return self.change(req, "update", apply)
+
+    def requeue(self, req: Request) -> dict:
+        return self._requeueing(req, "requeue", lambda job, now, who: requeue_one(
+            self.state, self.seam, job, now, who))
+
+    def preempt(self, req: Request) -> dict:
+        signum = self.setup.settings.preempt_signal
+        return self._requeueing(req, "preempt", lambda job, now, who: preempt_one(
+            self.state, self.seam, job, now, who, signum))
+
+    def _requeueing(self, req: Request, verb: str, one: Callable[[Job, float, str], str]) -> dict:
+        """A job back in the queue under its id (daemon/requeue.py), for its owner or an admin."""
+        who = user_name(req.creds[1])
+
+        def apply(job: Job) -> str:
+            try:
+                return one(job, self.setup.clock.time(), who)
+            except NotNow as exc:
+                raise Refused(str(exc)) from None
+        return self.change(req, verb, apply)
 
     def drain(self, req: Request) -> dict:
         return self._set_draining(req, True)

@@ -19,6 +19,7 @@ from prometheus_client.core import (CounterMetricFamily, GaugeMetricFamily,
 from gpusched import __version__
 from gpusched.core import placement
 from gpusched.core.models import GpuInfo, Job, JobState
+from gpusched.daemon import idlegpus
 from gpusched.daemon.progress import progress_of
 from gpusched.daemon.state import DaemonState, Setup
 from gpusched.daemon.telemetry import END_STATES, Counts, Histogram
@@ -148,6 +149,10 @@ class GpuschedCollector:
         rows = [(job, (str(job.id), job.user)) for job in shown]
         progress = [(key, report["fraction"]) for job, key in rows
                     if (report := progress_of(job)) is not None]
+        now = self.setup.clock.time()
+
+        def idle(job_id: int) -> float | None:
+            return idlegpus.flagged_since(state, self.setup.settings, job_id, now)
         return [
             _gauge("gpusched_job_gpus", "GPUs a running job holds.", JOB_LABELS,
                    [(key, len(job.gpu_uuids)) for job, key in rows]),
@@ -167,6 +172,12 @@ class GpuschedCollector:
                    "report (0-1); absent until it reports.", JOB_LABELS, progress),
             _gauge("gpusched_job_start_timestamp_seconds", "When a running job started.",
                    JOB_LABELS, [(key, job.started_at or 0.0) for job, key in rows]),
+            _gauge("gpusched_job_gpu_idle_seconds", "How long all of a running job's GPUs "
+                   "have been 0% busy, once past [idle] after; absent otherwise.", JOB_LABELS,
+                   [(key, now - since) for job, key in rows if (since := idle(job.id))]),
+            _gauge("gpusched_jobs_gpu_idle", "Running jobs whose GPUs have all been 0% busy "
+                   "longer than [idle] after.",
+                   rows=[((), float(sum(1 for job in running if idle(job.id))))]),
             _gauge("gpusched_metrics_job_series_dropped", "Running jobs left without per-job "
                    "series by metrics.max_job_series.",
                    rows=[((), float(len(running) - len(shown)))]),

@@ -10,7 +10,7 @@ from typing import Any, Callable
 
 from gpusched.client.protocol import COMMANDS
 from gpusched.core import limits
-from gpusched.daemon import retention
+from gpusched.daemon import gpumemory, retention
 from gpusched.daemon.changes import Changes
 from gpusched.daemon.queries import Queries
 from gpusched.daemon.request import Request, Waiter
@@ -33,10 +33,12 @@ class Handlers:
             "cancel": changes.cancel, "hold": changes.hold, "release": changes.release,
             "update": changes.update, "drain": changes.drain, "resume": changes.resume,
             "stop": changes.stop,
+            "requeue": changes.requeue, "preempt": changes.preempt,
             "submit": submits.submit, "resubmit": submits.resubmit,
             "gc": lambda req: retention.gc_request(state, setup, req.creds,
                                                    bool(req.args.get("dry_run"))),
             "usage": lambda req: usage_request(state, setup, req.args),
+            "history": lambda req: gpumemory.history_request(state, setup, req),
         }
         assert set(self._table) | SERVER_COMMANDS == set(COMMANDS), \
             "handlers and protocol disagree"

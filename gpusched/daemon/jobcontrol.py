@@ -7,12 +7,13 @@ import queue
 import signal
 from dataclasses import replace
 
-from gpusched.daemon import host
-from gpusched.core import lifecycle, placement, scheduling
+from gpusched.daemon import gpumemory, host
+from gpusched.core import lifecycle, placement, preemption, scheduling
 from gpusched.proc import jobenv, runfile
 from gpusched.proc.seam import ProcessSeam
 from gpusched.core.errors import StoreWriteError
 from gpusched.core.models import GpuInfo, Job, JobState, transition
+from gpusched.daemon import preempt, requeue
 from gpusched.daemon.shimloss import ShimLoss
 from gpusched.daemon.state import DaemonState, Setup
 
@@ -32,6 +33,7 @@ class JobControl:
         # the wake socket's thread, emptied by the loop's.
         self.launch_failures: queue.SimpleQueue[tuple[int, str]] = queue.SimpleQueue()
         self.retry_at: dict[int, float] = {}  # re-queued job id -> when it may start
+        self.holders: set[int] = set()  # pending jobs with GPUs kept for them (preemption)
         self.shim_loss = ShimLoss(setup, seam)
 
     # -- after a restart ----------------------------------------------------------------
@@ -47,6 +49,7 @@ class JobControl:
         now = self.setup.clock.time()
         self.retry_at = {job.id: job.eligible_at for job in state.pending()
                          if job.eligible_at is not None and job.eligible_at > now}
+        self.holders = {job.id for job in state.pending() if job.preempt_hold}
         try:
             self.reconcile_running(check_liveness=True)
         except StoreWriteError:
@@ -88,8 +91,11 @@ class JobControl:
                     state = lifecycle.end_state(job, record.exit_code, record.error)
                     reason = lifecycle.end_reason(job, state, record.exit_code, record.signal,
                                                   record.error)
-                    self.end(job, state, record.ended_at, exit_code=record.exit_code,
-                             signal=record.signal, end_reason=reason)
+                    job, state, reason, retry = gpumemory.settle_end(
+                        job, state, reason, record, self.state.inventory,
+                        self.setup.settings.mem_headroom_bytes)
+                    self.end(job, state, record.ended_at, retry=retry,
+                             exit_code=record.exit_code, signal=record.signal, end_reason=reason)
 
     def _take_launch_failures(self) -> dict[int, str]:
         failures = {}
@@ -132,12 +138,16 @@ class JobControl:
             return self.setup.clock.time() - (job.started_at or 0.0) < LAUNCH_TIMEOUT_S
         return self.seam.is_alive(job)
 
-    def end(self, job: Job, end_state: JobState, when: float, **record) -> None:
+    def end(self, job: Job, end_state: JobState, when: float, retry: bool = True,
+            **record) -> None:
         """Store a run's end (inside a write); its port, cgroup and run file are let go
         once that commits: until then the run file is the only record of the end."""
-        ended = lifecycle.finish(job, end_state, when, **record)
         self.state.usage.run_ended(job, when)
-        self.state.save(ended)
+        if requeue.is_requeued_end(job):
+            ended = requeue.end_requeued(self.state, job, when, **record)
+        else:
+            ended = lifecycle.finish(job, end_state, when, retry, **record)
+            self.state.save(ended)
         self.state.after_commit(lambda: self._let_go(ended))
 
     def _let_go(self, ended: Job) -> None:
@@ -146,7 +156,8 @@ class JobControl:
             self.setup.cgroups.remove(ended.id)
         if ended.state is JobState.PENDING:
             runfile.clear_run(self.setup.paths.jobs_dir, ended.id)  # the next attempt starts clean
-            self.retry_at[ended.id] = ended.eligible_at
+            if ended.eligible_at is not None:  # a requeued job may start at once
+                self.retry_at[ended.id] = ended.eligible_at
             log.info("job %d re-queued (attempt %d)", ended.id, ended.attempt)
 
     # -- what running jobs use -------------------------------------------------------------
@@ -186,6 +197,7 @@ class JobControl:
 
     # -- time limits ----------------------------------------------------------------------
     def enforce_limits(self, now: float) -> None:
+        requeue.send_due_terms(self.state, self.seam, now)  # preemption graces run out
         due = []
         for job in self.state.running():
             step = lifecycle.next_limit_action(job)
@@ -206,8 +218,8 @@ class JobControl:
         """When the next time-limit action is due, or a re-queued job may start (epoch s)."""
         times = [step[0] for job in self.state.running()
                  if (step := lifecycle.next_limit_action(job))]
-        kill_at = self.shim_loss.next_deadline()
-        times += [kill_at] if kill_at is not None else []
+        for when in (self.shim_loss.next_deadline(), requeue.next_deadline(self.state.running())):
+            times += [when] if when is not None else []
         return min(times + list(self.retry_at.values()), default=None)
 
     def retries_due(self, now: float) -> bool:
@@ -227,10 +239,16 @@ class JobControl:
         running = state.running()
         loads = placement.gpu_loads(state.inventory, running, state.pid_jobs, rules,
                                     state.idle_since, now)
+        dep_states = self._dependency_states(pending)
+        # Jobs that preempted others, and the GPUs kept for them: a few ids, not a walk
+        # of a queue that may hold 100,000 jobs.
+        holders = [job for job_id in self.holders if (job := state.jobs.get(job_id))
+                   and job.state is JobState.PENDING and job.preempt_hold]
+        self.holders = {job.id for job in holders}
+        held = preemption.held_gpus(holders)
         plan = scheduling.schedule(pending, running, loads, state.inventory, rules,
-                                   self.setup.queue_rules(state.draining), now,
-                                   self._dependency_states(pending), state.usage.usage,
-                                   self.placements)
+                                   self.setup.queue_rules(state.draining), now, dep_states,
+                                   state.usage.usage, self.placements, held=held)
         self.placements = dict(plan.placements)
         with state.write():
             for job_id, gpus in plan.starts:
@@ -239,8 +257,17 @@ class JobControl:
                 state.save(transition(state.jobs[job_id], JobState.CANCELLED, ended_at=now,
                                       end_reason=reason))
             for job_id, reason in plan.reasons.items():
-                if state.jobs[job_id].pending_reason != reason:
-                    state.remember(replace(state.jobs[job_id], pending_reason=reason))
+                job = state.jobs[job_id]
+                if job.pending_reason != reason and not job.preempt_hold:
+                    state.remember(replace(job, pending_reason=reason))
+            if holders:
+                preempt.release_spent_holds(state, holders, {job_id for job_id, _ in plan.starts})
+            if not plan.starts:  # else the GPUs changed: the next pass weighs preemption
+                urgent = preempt.preempt_for_waiting(state, self.setup, self.seam, dep_states,
+                                                     now)
+                self.holders.update([urgent.id] if urgent else [])
+            elif any(job.preemptible for job in state.running()):
+                state.schedule_needed = True
 
     def _dependency_states(self, pending: list[Job]) -> dict[int, JobState]:
         active, store = self.state.jobs, self.state.store
@@ -272,7 +299,8 @@ class JobControl:
         started = transition(
             job, JobState.RUNNING, started_at=self.setup.clock.time(),
             gpu_uuids=tuple(g.uuid for g in gpus), gpu_indices=tuple(g.index for g in gpus),
-            master_port=port, pending_reason="", eligible_at=None, boot_id=self.seam.boot_id)
+            master_port=port, pending_reason="", eligible_at=None, boot_id=self.seam.boot_id,
+            preempt_hold=())
         # The run's token names its run-file records and marks its processes, so that
         # they are found should its shim die.
         env = jobenv.job_environment(started, gpus, port, settings.visible_devices,

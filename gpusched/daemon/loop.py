@@ -28,6 +28,7 @@ from gpusched.daemon.cgroups import CgroupJobs
 from gpusched.daemon.endacks import EndReports
 from gpusched.daemon.handlers import Handlers
 from gpusched.daemon.host import detect_host
+from gpusched.daemon.idlegpus import IdleGpus
 from gpusched.daemon.jobcontrol import JobControl
 from gpusched.daemon.memtrim import MemoryTrim
 from gpusched.daemon.metrics import serve_metrics
@@ -102,6 +103,7 @@ class Daemon:
         self.control: JobControl
         self.handlers: Handlers
         self.retention: Retention
+        self.idle_gpus: IdleGpus
 
     # -- the connection threads' side -------------------------------------------------
     def dispatch(self, name: str, args: dict[str, Any], creds: tuple[int, int, int]) -> Any:
@@ -173,6 +175,7 @@ class Daemon:
         self.control = JobControl(self.state, setup, self.seam)
         self.handlers = Handlers(self.state, setup, self.seam)
         self.retention = Retention(self.state, setup)
+        self.idle_gpus = IdleGpus(self.state, setup, self.seam)
 
     def take_over(self) -> None:
         """Re-adopt the jobs still running from before, and read the GPUs."""
@@ -351,6 +354,7 @@ class Daemon:
             {pid: shims[pid] for pid in gpu_pids}
         state.idle_since = placement.track_idle(state.inventory, state.pid_jobs,
                                                 state.idle_since, self.clock.time())
+        self.idle_gpus.step(self.clock.time())
         if state.pid_jobs:
             self.control.record_gpu_peaks(placement.job_gpu_peaks(state.inventory,
                                                                   state.pid_jobs))

@@ -11,7 +11,7 @@ from gpusched import __version__
 from gpusched.core import jobfilter, placement
 from gpusched.core.models import HIDDEN, GpuInfo, inventory_to_dict, job_to_dict
 from gpusched.client.protocol import LEAN_JOB_FIELDS
-from gpusched.daemon import pages
+from gpusched.daemon import idlegpus, pages
 from gpusched.daemon.progress import progress_of
 from gpusched.daemon.retention import removed_summary
 from gpusched.daemon.request import WAIT_SLICE_S, Request, Waiter, named, named_each
@@ -85,7 +85,9 @@ class Queries:
         One small file read per running job; a report from an earlier attempt is ignored,
         and so is the message when the caller may not see the job's command.
         """
+        now, settings = self.setup.clock.time(), self.setup.settings
         for row in rows:
+            row["gpu_idle_since"] = idlegpus.flagged_since(self.state, settings, row["id"], now)
             row["progress"] = report = progress_of(self.state.jobs.get(row["id"]))
             if row["id"] in self.state.remote_ids:  # a cluster job: where Slurm has it
                 row["cluster"] = self.state.clusters.describe(row["id"])

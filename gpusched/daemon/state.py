@@ -72,6 +72,8 @@ class DaemonState:
         self.inventory = Inventory(backend=backend_name)
         self.pid_jobs: dict[int, int] = {}
         self.idle_since: dict[int, float] = {}
+        # Since when each running job's GPUs have all been 0% busy (daemon/idlegpus.py).
+        self.gpu_idle_since: dict[int, float] = {}
         self.draining = store.get_meta("draining") == "1"
         self.stopping = False
         self.schedule_needed = True  # something a scheduling pass depends on changed

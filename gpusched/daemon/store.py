@@ -18,7 +18,7 @@ from gpusched.daemon.writefail import is_write_failure, write_error
 
 log = logging.getLogger("gpusched.daemon.store")
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 6
 
 # Migrations[n] takes a database at version n to n + 1. Version 0 is an empty file.
 MIGRATIONS: list[str] = [
@@ -96,6 +96,34 @@ MIGRATIONS: list[str] = [
     ALTER TABLE jobs ADD COLUMN eligible_at REAL;
     ALTER TABLE jobs ADD COLUMN last_attempt_end TEXT NOT NULL DEFAULT '';
     """,
+    # 5: preemption and requeue (daemon/requeue.py): a run being stopped to be requeued
+    # is stored as such, so that a restart midway neither loses nor repeats it.
+    """
+    ALTER TABLE jobs ADD COLUMN preemptible INTEGER NOT NULL DEFAULT 0;
+    ALTER TABLE jobs ADD COLUMN preempt_grace_s REAL NOT NULL DEFAULT 60;
+    ALTER TABLE jobs ADD COLUMN restarts INTEGER NOT NULL DEFAULT 0;
+    ALTER TABLE jobs ADD COLUMN preemptions INTEGER NOT NULL DEFAULT 0;
+    ALTER TABLE jobs ADD COLUMN requeueing INTEGER NOT NULL DEFAULT 0;
+    ALTER TABLE jobs ADD COLUMN requeue_term_at REAL;
+    ALTER TABLE jobs ADD COLUMN requeue_reason TEXT NOT NULL DEFAULT '';
+    ALTER TABLE jobs ADD COLUMN preempted_by INTEGER;
+    ALTER TABLE jobs ADD COLUMN preempted_at REAL;
+    ALTER TABLE jobs ADD COLUMN preempted_jobs TEXT NOT NULL DEFAULT '[]';
+    ALTER TABLE jobs ADD COLUMN preempted_jobs_at REAL;
+    ALTER TABLE jobs ADD COLUMN preempt_hold TEXT NOT NULL DEFAULT '[]';
+    """,
+    # 6: GPU memory that learns: the growth of a CUDA-OOM retry, the key runs are filed
+    # under for --gpu-mem auto (named jobs get theirs here; an unnamed one's comes from its
+    # command, which SQL cannot normalize), why the job's --gpu-mem is what it is, and
+    # the interactive flag (exempt from idle_action).
+    """
+    ALTER TABLE jobs ADD COLUMN mem_growth REAL NOT NULL DEFAULT 1.25;
+    ALTER TABLE jobs ADD COLUMN job_key TEXT NOT NULL DEFAULT '';
+    UPDATE jobs SET job_key = substr(name, 1, 200) WHERE name != '';
+    ALTER TABLE jobs ADD COLUMN gpu_mem_reason TEXT NOT NULL DEFAULT '';
+    ALTER TABLE jobs ADD COLUMN interactive INTEGER NOT NULL DEFAULT 0;
+    CREATE INDEX jobs_key ON jobs(uid, job_key, id);
+    """,
 ]
 assert len(MIGRATIONS) == SCHEMA_VERSION
 
@@ -110,7 +138,9 @@ _FINAL = sorted(state.value for state in JobState if state.is_final)  # under SQ
 # Fixed at submit: an update need not rewrite (nor re-encode) them, the environment above
 # all. The request (GPUs, memory, constraints, CPUs) is fixed too, and stored apart.
 _SET_AT_SUBMIT = frozenset({"command", "env", "cwd", "uid", "user", "submit_pid", "submitted_at",
-                            "dependencies", "retry_on", "retry_delay_s"})
+                            "dependencies", "retry_on", "retry_delay_s",
+                            "preemptible", "preempt_grace_s", "mem_growth", "job_key",
+                            "interactive"})
 _UPDATED_FIELDS = [n for n in _JOB_FIELDS if n not in _SET_AT_SUBMIT]
 
 
@@ -118,8 +148,10 @@ def _job_to_row(job: Job, for_update: bool = False) -> dict:
     """The job's columns; for_update: only those that can change after submit (every
     start and end updates a job, so this runs several times per job)."""
     row = {name: getattr(job, name) for name in (_UPDATED_FIELDS if for_update else _JOB_FIELDS)}
+    # Memory per GPU changes when a CUDA out-of-memory retry raises it (core/gpuoom.py).
+    row["gpu_mem_bytes"] = job.request.gpu_mem_bytes
     if not for_update:
-        row["gpus"], row["gpu_mem_bytes"] = job.request.gpus, job.request.gpu_mem_bytes
+        row["gpus"] = job.request.gpus
         row["cpus"], row["mem_bytes"] = job.request.cpus, job.request.mem_bytes
         row["cpus_required"] = job.request.cpus_required
         row["constraints"] = json.dumps(asdict(job.request.constraints))
@@ -382,6 +414,17 @@ class Store:
         return self._conn.execute(
             f"SELECT user, name, state, {_USAGE_COLUMNS} FROM jobs WHERE id BETWEEN ? AND ? "
             "AND (ended_at IS NULL OR ended_at >= ?)", (first_id, last_id, since_s)).fetchall()
+
+    def gpu_peaks(self, uid: int, key: str, states: tuple[str, ...],
+                  count: int) -> list[sqlite3.Row]:
+        """The newest `count` finished runs of a user's job key in these states, newest
+        first: what --gpu-mem auto estimates from and `gpusched history` lists (the
+        jobs_key index makes it a short walk however large the queue)."""
+        marks = ",".join("?" * len(states))
+        return self._conn.execute(
+            "SELECT id, name, state, started_at, ended_at, attempt, gpu_mem_bytes, "
+            f"gpu_mem_peak_bytes FROM jobs WHERE uid = ? AND job_key = ? AND state IN ({marks}) "
+            "ORDER BY id DESC LIMIT ?", (uid, key, *states, count)).fetchall()
 
     def delete_ids(self, ids: list[int]) -> None:
         for start in range(0, len(ids), _IDS_PER_QUERY):

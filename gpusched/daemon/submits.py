@@ -6,11 +6,12 @@ import os
 from dataclasses import replace
 from typing import Any, Iterator
 
-from gpusched.core import jobspec, limits, placement, scheduling, slurmspec, syntax
+from gpusched.core import (jobspec, limits, memestimate, placement, preemption, scheduling,
+                           slurmspec, syntax)
 from gpusched.core.errors import NotFound, UsageError
 from gpusched.core.models import Job
 from gpusched.core.values import shown
-from gpusched.daemon import batches
+from gpusched.daemon import batches, gpumemory
 from gpusched.daemon.authz import user_name
 from gpusched.daemon.request import Request, named, targets
 from gpusched.daemon.state import DaemonState, Setup
@@ -96,8 +97,13 @@ class Submits:
     def _template(self, spec: Any, owner: Job, cluster: Any = None) -> Job:
         """A checked job to queue from a spec, with owner's user, cwd, environment and
         submission (time and pid); for a cluster, one that Slurm can be given."""
-        fields = jobspec.check_job_spec(self._with_element_ids(spec),
-                                        placement.policy_names(self.setup.rules))
+        spec = self._with_element_ids(spec)
+        fields = jobspec.check_job_spec(spec, placement.policy_names(self.setup.rules))
+        fields["job_key"] = memestimate.job_key(fields["name"], fields["command"])
+        if cluster is None and jobspec.wants_gpu_mem_auto(spec):
+            fields["request"], fields["gpu_mem_reason"] = gpumemory.estimate_request(
+                self.state.store, self.setup.settings, owner.uid, fields["job_key"],
+                fields["request"], self.state.inventory)
         impossible = None if cluster is not None else (
             placement.impossible_reason(fields["request"], self.state.inventory) or
             placement.host_impossible_reason(fields["request"], self.setup.host.cpus,
@@ -105,6 +111,11 @@ class Submits:
         if impossible:
             raise UsageError(f"job {impossible}; see `gpusched gpus`")
         self._check_dependencies(fields["dependencies"])
+        settings = self.setup.settings
+        fields["preemptible"], fields["preempt_grace_s"] = preemption.job_defaults(
+            owner.user, fields["preemptible"], fields["preempt_grace_s"],
+            settings.default_preemptible, dict(settings.preemptible_users),
+            settings.preempt_grace_s)
         job = Job(id=0, cwd=owner.cwd, uid=owner.uid, user=owner.user, env=owner.env,
                   submitted_at=owner.submitted_at, submit_pid=owner.submit_pid,
                   pending_reason="waiting to be placed", **fields)

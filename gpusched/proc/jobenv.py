@@ -37,6 +37,8 @@ MASTER_ADDR = _variable("MASTER_ADDR", "127.0.0.1")
 MASTER_PORT = _variable("MASTER_PORT", "a port no other running job has, held for the job")
 PET_MASTER_PORT = _variable("PET_MASTER_PORT", "the same port, under the name torchrun reads")
 ATTEMPT = _variable("GPUSCHED_ATTEMPT", "1, then 2, 3, ... when --retries queues it again")
+RESTARTS = _variable("GPUSCHED_RESTARTS", "0, then 1, 2, ... each time the job was preempted or "
+                     "requeued (`gpusched requeue`) and started again")
 CPUS = _variable("GPUSCHED_CPUS", "the job's cores (at least 1)")
 MEM = _variable("GPUSCHED_MEM", "the job's host memory in bytes, when it asked for --mem")
 OMP_NUM_THREADS = _variable("OMP_NUM_THREADS", "its cores, unless the job's environment sets it")
@@ -77,6 +79,7 @@ def job_environment(job: Job, gpus: Iterable[GpuInfo], master_port: int,
         JOB_ID: str(job.id),
         NUM_GPUS: str(len(gpus)),
         ATTEMPT: str(job.attempt),
+        RESTARTS: str(job.restarts),
         MASTER_ADDR: "127.0.0.1",
         MASTER_PORT: str(master_port),
         # torchrun takes its --master-port from PET_MASTER_PORT, not MASTER_PORT: with

@@ -66,6 +66,8 @@ class TopJob(NamedTuple):
     cancelling: bool = False  # running, told to stop, not ended yet (it may ignore SIGTERM)
     # A cluster job: where Slurm has it (client/clusterview.py), as of the daemon's poll.
     cluster: Any = None
+    preempting: bool = False  # running, being stopped to go back to the queue
+    gpu_idle_since: float | None = None  # its GPUs all 0% busy past [idle] after, since
 
     @classmethod
     def from_dict(cls, job: Mapping[str, Any]) -> TopJob:
@@ -83,7 +85,9 @@ class TopJob(NamedTuple):
                    time_limit_s=job.get("time_limit_s"),
                    progress_pct=None if fraction is None else 100.0 * fraction,
                    progress_message=progress.get("message") or "",
-                   cancelling=bool(job.get("cancelling")), cluster=job.get("cluster"))
+                   cancelling=bool(job.get("cancelling")), cluster=job.get("cluster"),
+                   preempting=bool(job.get("preempting")),
+                   gpu_idle_since=job.get("gpu_idle_since"))
 
 
 @dataclass(frozen=True)

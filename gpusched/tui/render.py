@@ -206,7 +206,8 @@ def _job_items(state: str) -> Callable[[Snapshot, ViewState], list[TopJob]]:
 
 
 def _running_columns(jobs: list[TopJob], layout: str) -> tuple[Column, ...]:
-    spec = "ID>|USER<|NAME<1" + ("|STATE<" if any(j.cancelling for j in jobs) else "")
+    spec = "ID>|USER<|NAME<1" + ("|STATE<" if any(j.cancelling or j.preempting or
+                                                    j.gpu_idle_since for j in jobs) else "")
     spec += "|GPUS<|TIME>"
     if layout != "minimal":
         spec += "|GPU MEM USED/ASKED>"
@@ -230,7 +231,7 @@ def _running_row(snapshot: Snapshot, view: ViewState, _layout: str, job: TopJob)
     labels = {gpu.uuid: gpu.label for gpu in snapshot.inventory.schedulable()}  # MIG: 1/2
     gpus = [labels.get(uuid, "?") for uuid in job.gpu_uuids] or list(map(str, job.gpu_indices))
     row = {"ID": job.id, "USER": job.user, "NAME": job.name,
-           "STATE": "cancelling" if job.cancelling else "running", "GPUS": ",".join(gpus) or "-",
+           "STATE": _running_state(job), "GPUS": ",".join(gpus) or "-",
            "TIME": duration_human(snapshot.now - (job.started_at or snapshot.now)) + limit,
            "GPU MEM USED/ASKED": "-" if used is None else f"{size_human(used)} / {asked}",
            "PROGRESS": "-" if job.progress_pct is None else
@@ -238,14 +239,18 @@ def _running_row(snapshot: Snapshot, view: ViewState, _layout: str, job: TopJob)
            "COMMAND": _cluster_prefix(snapshot, job) + draw.command_human(job.command,
                                                                           COMMAND_MAX_CHARS)}
     cells = {k: draw.c(v) for k, v in row.items()}
-    if job.cancelling:
-        cells["STATE"] = draw.c("cancelling", "magenta")
+    if job.cancelling or job.preempting:
+        cells["STATE"] = draw.c(_running_state(job), "magenta")
+    elif job.gpu_idle_since is not None:  # GPUs held at 0% busy ([idle] after)
+        cells["STATE"] = draw.c("idle", "yellow")
     return {**cells, "": _owner_style(job, view)}
 
 
 def _cluster_prefix(snapshot: Snapshot, job: TopJob) -> str:
     """`hpc 123 RUNNING, as of 4s ago · ` before a cluster job's command or reason."""
     return f"{cluster_human(job.cluster, snapshot.now)} · " if job.cluster else ""
+def _running_state(job: TopJob) -> str:
+    return "cancelling" if job.cancelling else "preempting" if job.preempting else "running"
 
 
 def _owner_style(job: TopJob, view: ViewState) -> str:

@@ -1,0 +1,69 @@
+"""`gpusched history`: the GPU memory peaks of a job's earlier runs, and the estimate
+`--gpu-mem auto` makes of them."""
+
+from __future__ import annotations
+
+from typing import List, Optional
+
+import typer
+
+from gpusched.cli.common import JSON_HELP, out
+from gpusched.cli.helpformat import App
+from gpusched.cli.show import local_time
+from gpusched.client.connection import Client
+from gpusched.client.submitting import print_json
+from gpusched.core.memestimate import job_key
+from gpusched.core.units import duration_human, size_human
+
+app = App()
+
+
+@app.command()
+def history(
+    key: List[str] = typer.Argument(..., metavar="NAME",
+                                    help="The job's --name, or its command (after --)."),
+    last: Optional[int] = typer.Option(None, "--last", min=1, metavar="N",
+                                       help="The newest N runs (default 20)."),
+    as_json: bool = typer.Option(False, "--json", help=JSON_HELP),
+) -> None:
+    """Your earlier finished runs of a job, newest first: how each ended and the most GPU
+    memory it used, and what `submit --gpu-mem auto` would ask for now.
+
+    Runs are filed under the job's --name, or without one under its command (the
+    program's directory left out). Only successful runs count for the estimate.
+
+    \b
+    Examples:
+      gpusched history train-resnet
+      gpusched history -- python train.py --lr 0.1
+      gpusched history train-resnet --json
+    """
+    # A command is filed with its program's directory left out and spaces collapsed.
+    name = job_key("", key if len(key) > 1 else key[0].split()) \
+        if len(key) > 1 or " " in key[0] else key[0]
+    report = Client().call("history", key=name, last=last)
+    if as_json:
+        print_json(report)
+        return
+    out.print(history_text(report), markup=False, highlight=False)
+
+
+def history_text(report: dict) -> str:
+    """The runs as a table, then the estimate and why."""
+    head = ("ID", "STATE", "ENDED", "RUN", "GPU_MEM", "GPU_MEM_PEAK")
+    rows = [(str(run["id"]), run["state"], local_time(run["ended_at"]),
+             duration_human(run["ended_at"] - run["started_at"])
+             if run["started_at"] is not None and run["ended_at"] is not None else "-",
+             size_human(run["gpu_mem_bytes"]) if run["gpu_mem_bytes"] else "whole",
+             size_human(run["gpu_mem_peak_bytes"]) if run["gpu_mem_peak_bytes"] else "-")
+            for run in report["runs"]]
+    if not rows:
+        lines = [f"no finished runs of {report['key']!r} (runs are filed under --name, or "
+                 "the command without one)"]
+    else:
+        widths = [max(len(r[i]) for r in [head, *rows]) for i in range(len(head))]
+        lines = ["  ".join(cell.ljust(w) for cell, w in zip(r, widths)).rstrip()
+                 for r in [head, *rows]]
+    estimate = report["estimate"]
+    lines.append(f"--gpu-mem auto: {estimate['reason']}")
+    return "\n".join(lines)

@@ -1,0 +1,178 @@
+"""Trace replay with priorities and, optionally, preemption (`gpusched simulate --preemption`).
+
+A seeded share of the trace's jobs is made urgent (priority HIGH_PRIORITY; a trace has no
+priorities of its own); every other job is preemptible. With preemption, an urgent job
+that cannot start stops the jobs core/preemption.choose_victims picks, as the daemon does:
+each victim runs on for its grace, checkpoints then (no work is lost), and goes back to
+the queue with the work it has left plus a restart cost; its GPUs are kept for the urgent
+job meanwhile (scheduling's held GPUs). One preemption is under way at a time.
+"""
+
+from __future__ import annotations
+
+import heapq
+import random
+from dataclasses import dataclass, replace
+from typing import Sequence
+
+from gpusched.core import placement, preemption, scheduling
+from gpusched.core.models import Job, JobState
+from gpusched.sim import simulator, traces
+from gpusched.sim.simulator import JobResult, _Replay
+
+HIGH_PRIORITY = 10
+DEFAULT_HIGH_SHARE = 0.1
+
+
+@dataclass(frozen=True)
+class PreemptionModel:
+    """How a preemption plays out in simulated time (the daemon's defaults)."""
+
+    grace_s: float = 60.0  # the victim runs on this long, then checkpoints and stops
+    restart_s: float = 60.0  # added to its remaining work: start-up and reload
+    rules: preemption.PreemptionRules = preemption.PreemptionRules()
+
+
+def urgent_ids(count: int, share: float, seed: int) -> frozenset[int]:
+    """Which of `count` jobs (by position) are urgent: a seeded random `share` of them."""
+    return frozenset(random.Random(seed).sample(range(count), round(share * count)))
+
+
+class _PreemptiveReplay(_Replay):
+    """_Replay, with ends that may move (a victim stops early) and preemption after passes."""
+
+    def __init__(self, jobs: list[Job], gpus: int, model: PreemptionModel | None, **kwargs):
+        super().__init__(jobs, gpus, **kwargs)
+        self.model = model
+        self.count_only = False  # held GPUs and priorities: every event needs a pass
+        self.end_at: dict[int, float] = {}  # running job id -> when it ends or stops
+        self.stopping: dict[int, float] = {}  # victim id -> work it will have left
+        self.stopping_for: dict[int, int] = {}  # victim id -> the urgent job's id
+        self.ended: dict[int, float] = {}
+        self.wakes: set[float] = set()
+        self.preemptions = 0
+
+    def finish_until(self, now: float) -> None:
+        while self.ends and self.ends[0][0] <= now:
+            when, job_id = heapq.heappop(self.ends)
+            if self.end_at.get(job_id) != when:
+                continue  # an end a preemption moved
+            del self.end_at[job_id]
+            job = self.running.pop(job_id)
+            self.busy_gpus -= job.request.gpus
+            left_s = self.stopping.pop(job_id, 0.0)
+            self.stopping_for.pop(job_id, None)
+            if left_s <= 0:
+                self.ended[job_id] = when
+                continue
+            again = replace(job, state=JobState.PENDING, started_at=None, gpu_uuids=(),
+                            gpu_indices=(), requeueing=False,
+                            time_limit_s=left_s + self.model.restart_s)
+            self.pending.append(again)
+            self.pending_sizes[again.request.gpus] += 1
+
+    def start_ready(self, now: float) -> None:
+        while self._start_pass(now):
+            pass
+        self._release_holds()
+        if self.model is not None and self.model.rules.enabled:
+            self._preempt(now)
+
+    def _start_pass(self, now: float) -> bool:
+        running = list(self.running.values())
+        loads = placement.gpu_loads(self.inventory, running, {}, self.rules)
+        plan = scheduling.schedule(self.pending, running, loads, self.inventory, self.rules,
+                                   self.queue, now, usage=self.usage,
+                                   placements=self.placements, explain=False,
+                                   held=preemption.held_gpus(self.pending))
+        if not plan.starts:
+            return False
+        self.placements = dict(plan.placements)
+        chosen = dict(plan.starts)
+        still = []
+        for job in self.pending:
+            if job.id in chosen:
+                self.launch(replace(job, preempt_hold=()), chosen[job.id], now)
+            else:
+                still.append(job)
+        self.pending = still
+        return True
+
+    def launch(self, job: Job, gpus, now: float) -> None:
+        first = self.started.get(job.id)
+        super().launch(job, gpus, now)
+        if first is not None:
+            self.started[job.id] = first  # a job's wait ends at its first start
+        self.end_at[job.id] = now + job.time_limit_s
+
+    def _release_holds(self) -> None:
+        urgent = set(self.stopping_for.values())
+        self.pending = [replace(j, preempt_hold=()) if j.preempt_hold and j.id not in urgent
+                        else j for j in self.pending]
+
+    def _preempt(self, now: float) -> None:
+        if self.stopping:
+            return  # one preemption at a time, as in the daemon
+        running = list(self.running.values())
+        lowest = min((j.priority for j in running if j.preemptible), default=None)
+        if lowest is None:
+            return
+        loads = placement.gpu_loads(self.inventory, running, {}, self.rules)
+        ready = [j for j in self.pending if j.priority > lowest and j.request.gpus]
+        for urgent in scheduling.queue_order(ready, self.queue, self.usage):
+            victims = preemption.choose_victims(urgent, running, loads, self.rules,
+                                                self.model.rules, now)
+            if victims:
+                self._stop(urgent, victims, now)
+                return
+        if ready:
+            self._wake_when_protection_ends(running, max(j.priority for j in ready), now)
+
+    def _wake_when_protection_ends(self, running: list[Job], priority: int, now: float) -> None:
+        """An event when the next job that may be preempted for an urgent one leaves its
+        first minutes (the daemon weighs preemption again at each GPU poll)."""
+        min_run_s = self.model.rules.min_run_s
+        later = [j.started_at + min_run_s for j in running if j.preemptible and
+                 j.priority < priority and j.started_at + min_run_s > now]
+        if later and min(later) not in self.wakes:
+            self.wakes.add(min(later))
+            heapq.heappush(self.ends, (min(later), -1))  # no job: finish_until skips it
+
+    def _stop(self, urgent: Job, victims: tuple[Job, ...], now: float) -> None:
+        stop_s = now + self.model.grace_s
+        for victim in victims:
+            end_s = self.end_at[victim.id]
+            self.running[victim.id] = replace(victim, requeueing=True,
+                                              preemptions=victim.preemptions + 1)
+            self.preemptions += 1
+            if end_s <= stop_s:
+                continue  # it ends within its grace anyway
+            self.stopping[victim.id] = end_s - stop_s
+            self.stopping_for[victim.id] = urgent.id
+            self.end_at[victim.id] = stop_s
+            heapq.heappush(self.ends, (stop_s, victim.id))
+        hold = tuple(uuid for v in victims for uuid in v.gpu_uuids)
+        self.pending = [replace(j, preempt_hold=hold) if j.id == urgent.id else j
+                        for j in self.pending]
+
+
+def simulate_with_priorities(trace_jobs: Sequence[traces.TraceJob], *, gpus: int,
+                             urgent: frozenset[int], model: PreemptionModel | None,
+                             policy: str = "pack", discipline: str = "fifo",
+                             half_life_s: float = simulator.DEFAULT_HALF_LIFE_S
+                             ) -> tuple[list[JobResult], int]:
+    """Every job's submit, first start and final end, with the jobs at the positions in
+    `urgent` at priority HIGH_PRIORITY, and preemption when `model` is given; and how
+    many preemptions there were."""
+    rules = simulator.check_choices(gpus, policy, discipline)
+    simulator.check_trace_fits(trace_jobs, gpus, rules)
+    jobs = [replace(job, priority=HIGH_PRIORITY if job.id in urgent else 0, preemptible=True)
+            for job in simulator._as_jobs(trace_jobs)]
+    replay = _PreemptiveReplay(jobs, gpus, model, rules=rules,
+                               queue=scheduling.QueueRules(discipline=discipline),
+                               half_life_s=half_life_s)
+    started = replay.run()
+    # Where a job ran is left out: a preempted job ran in several places.
+    return [JobResult(t.job_id, t.tenant, t.num_gpus, t.duration_s, t.submit_s,
+                      started[n][0], replay.ended[n]) for n, t in enumerate(trace_jobs)], \
+        replay.preemptions

@@ -1,0 +1,130 @@
+"""`requeue` and `preempt` as the daemon decides them (daemon/requeue.py): the real loop,
+handlers and store, fake shims and a clock the test moves (tests/inproc.py)."""
+
+from __future__ import annotations
+
+import signal
+
+import pytest
+
+from inproc import box, make_box  # noqa: F401 - fixtures
+
+def started(box, *argv: str) -> int:
+    job_id = box.submit(*argv)
+    box.step()
+    assert box.show(job_id)["state"] == "running"
+    return job_id
+
+
+def test_requeue_stops_a_running_job_and_queues_it_again_under_its_id(box):
+    job_id = started(box, "--gpus", "1", "--", "python", "train.py")
+    reply = box.call("requeue", ids=[job_id])
+    assert reply["results"] == {str(job_id): "stopping; it goes back to the queue when it ends"}
+    assert box.shims.signalled(job_id) == [signal.SIGTERM]
+    assert box.show(job_id)["preempting"] is True
+    box.exit(job_id, None, signal.SIGTERM)
+    job = box.show(job_id)
+    # Straight back: the next pass starts it again, as attempt 2, restart 1.
+    assert job["state"] == "running" and job["attempt"] == 2 and job["restarts"] == 1
+    assert job["requeue_reason"].startswith("requeued by ")
+    assert box.shims.launched[job_id]["env"]["GPUSCHED_RESTARTS"] == "1"
+    assert box.shims.launched[job_id]["env"]["GPUSCHED_ATTEMPT"] == "2"
+    assert box.shims.launches.count(job_id) == 2
+
+
+def test_requeue_puts_an_ended_job_back_in_the_queue(box):
+    job_id = started(box, "--", "false")
+    assert box.exit(job_id, 1)["state"] == "failed"
+    assert box.call("requeue", ids=[job_id])["results"] == {str(job_id): "requeued"}
+    box.step()
+    job = box.show(job_id)
+    assert job["state"] == "running" and job["attempt"] == 2 and job["restarts"] == 1
+    assert job["ended_at"] is None
+    assert box.exit(job_id, 0)["state"] == "succeeded"
+
+
+def test_requeue_refuses_a_pending_job(box):
+    job_id = box.submit("--hold", "--", "true")
+    reply = box.call("requeue", ids=[job_id])
+    assert reply["refused"] == {str(job_id): "pending; only running and ended jobs can be requeued"}
+    assert box.show(job_id)["state"] == "pending"
+
+
+def test_preempt_refuses_a_job_that_is_not_running(box):
+    job_id = box.submit("--hold", "--", "true")
+    assert "only running jobs can be preempted" in box.call("preempt", ids=[job_id])["refused"][str(job_id)]
+
+
+def test_restarts_do_not_use_up_retries(box):
+    job_id = started(box, "--retries", "1", "--retry-delay", "0", "--", "python", "train.py")
+    box.call("requeue", ids=[job_id])
+    box.exit(job_id, None, signal.SIGTERM)
+    assert box.show(job_id)["attempt"] == 2
+    # Its one retry is still there: a failure now queues attempt 3.
+    box.exit(job_id, 1)
+    box.step()
+    assert box.show(job_id)["attempt"] == 3
+
+
+def test_preempt_sends_the_checkpoint_signal_then_sigterm_after_the_grace(box):
+    job_id = started(box, "--preempt-grace", "30s", "--", "python", "train.py")
+    reply = box.call("preempt", ids=[job_id])
+    assert reply["results"][str(job_id)].startswith("preempting: SIGUSR1 now, SIGTERM in 30s")
+    assert box.shims.signalled(job_id) == [signal.SIGUSR1]
+    box.step(29)
+    assert box.shims.signalled(job_id) == [signal.SIGUSR1]
+    box.step(2)
+    assert box.shims.signalled(job_id) == [signal.SIGUSR1, signal.SIGTERM]
+    box.step(5)
+    assert box.shims.signalled(job_id) == [signal.SIGUSR1, signal.SIGTERM]  # once
+    job = box.exit(job_id, None, signal.SIGTERM)
+    assert job["state"] in ("pending", "running") and job["restarts"] == 1
+
+
+def test_the_jobs_own_signal_is_its_checkpoint_signal(box):
+    job_id = started(box, "--time", "1h", "--signal", "USR2@60", "--", "python", "train.py")
+    box.call("preempt", ids=[job_id])
+    assert box.shims.signalled(job_id) == [signal.SIGUSR2]
+
+
+def test_a_restart_during_the_grace_neither_loses_nor_repeats_the_requeue(box):
+    job_id = started(box, "--preempt-grace", "60s", "--", "python", "train.py")
+    box.call("preempt", ids=[job_id])
+    box.step(10)
+    box.restart(crash=True)
+    box.step(10)
+    assert box.shims.signalled(job_id) == [signal.SIGUSR1]  # not sent again
+    job = box.show(job_id)
+    assert job["state"] == "running" and job["preempting"] is True
+    box.step(45)
+    assert box.shims.signalled(job_id) == [signal.SIGUSR1, signal.SIGTERM]
+    box.restart(crash=True)
+    box.step(1)
+    assert box.shims.signalled(job_id) == [signal.SIGUSR1, signal.SIGTERM]
+    job = box.exit(job_id, None, signal.SIGTERM)
+    assert job["restarts"] == 1 and job["attempt"] == 2
+    assert box.shims.launches.count(job_id) == 2
+
+
+def test_a_cancel_during_the_grace_wins(box):
+    job_id = started(box, "--", "python", "train.py")
+    box.call("preempt", ids=[job_id])
+    box.call("cancel", ids=[job_id])
+    assert box.exit(job_id, None, signal.SIGTERM)["state"] == "cancelled"
+
+
+def test_a_job_that_exits_0_on_its_checkpoint_signal_is_requeued(box):
+    """It saved a checkpoint and left: its work is not done."""
+    job_id = started(box, "--", "python", "train.py")
+    box.call("preempt", ids=[job_id])
+    job = box.exit(job_id, 0)
+    assert job["state"] in ("pending", "running") and job["restarts"] == 1
+
+
+@pytest.mark.parametrize("command", ["requeue", "preempt"])
+def test_only_the_owner_or_an_admin_may_requeue(box, command):
+    job_id = started(box, "--", "python", "train.py")
+    from gpusched.core.errors import GpuschedError
+
+    with pytest.raises(GpuschedError, match="only they or an admin may"):
+        box.call(command, creds=(1, 54321, 54321), ids=[job_id])
