@@ -93,6 +93,10 @@ GOOD_ARGS = {
     "id": st.sampled_from([1, "2_0", 3]), "priority": st.just(3), "timeout_s": st.just(0.5),
     "changes": st.sampled_from([{"priority": 1}, {"gpus": 0}, {"hold": True}]),
     "since_s": st.sampled_from([0, 3600.5]), "by": st.sampled_from(["user", "name"]),
+    # Services: no create (it would start a real HAProxy); the rest on no service at all.
+    "action": st.sampled_from(["list", "show", "scale", "update", "delete"]),
+    "name": st.sampled_from(["web", "x"]), "replicas": st.integers(0, 3),
+    "spec": st.sampled_from([{}, {"min_replicas": 1, "max_replicas": 2}]),
 }
 assert set(GOOD_ARGS) == set(protocol.ARGUMENTS)
 

@@ -9,8 +9,8 @@ import sys
 import typer
 
 from gpusched import __version__
-from gpusched.cli import (daemon_cmds, doctor_cmds, gc_cmds, gpu_cmds, job_cmds, submit_cmds,
-                          tool_cmds, usage_cmds)
+from gpusched.cli import (daemon_cmds, doctor_cmds, gc_cmds, gpu_cmds, job_cmds, service_cmds,
+                          submit_cmds, tool_cmds, usage_cmds)
 from gpusched.cli.helpformat import App
 from gpusched.core import syntax
 from gpusched.core.errors import GpuschedError, detach_stdout, report_error, report_unexpected
@@ -45,6 +45,7 @@ for commands in (submit_cmds, job_cmds, gpu_cmds, tool_cmds, doctor_cmds, gc_cmd
                  usage_cmds):
     app.add_typer(commands.app)
 app.add_typer(daemon_cmds.app, name="daemon")
+app.add_typer(service_cmds.app, name="service")
 
 
 JOB_ID_COMMANDS = ("show", "logs", "env", "wait", "cancel", "hold", "release", "update")

@@ -69,8 +69,13 @@ COMMANDS: dict[str, Command] = {
     "gc": _cmd("", "dry_run"),
     # GPU time, memory, ends and waits per user or name, over since_s seconds (none: all).
     "usage": _cmd("", "since_s by"),
+    # Inference services (docs/services.md): action is create, list, show, scale, update
+    # or delete; spec carries a create's or an update's definition.
+    "service": _cmd("action", "name spec replicas"),
 }
 
+
+SERVICE_ACTIONS = ("create", "list", "show", "scale", "update", "delete")
 
 # The job fields a `snapshot` with lean=true carries: what `gpusched top` draws. A full
 # job row is several times larger, and top asks every second for every queued job.
@@ -124,6 +129,10 @@ ARGUMENTS: dict[str, Callable[[Any], Any]] = {
     "changes": lambda v: values.mapping(v, "changes"),
     "since_s": lambda v: values.number(v, "since_s", 0, 10**11),
     "by": lambda v: values.text(v, "by"),
+    "action": lambda v: values.choice(v, "action", SERVICE_ACTIONS),
+    "name": lambda v: values.text(v, "name"),
+    "spec": lambda v: values.mapping(v, "spec"),
+    "replicas": lambda v: values.whole_number(v, "replicas", 0, 1000),
 }
 
 

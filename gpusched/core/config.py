@@ -79,6 +79,8 @@ class Settings:
     # [metrics]
     metrics_listen: str = ""
     metrics_max_job_series: int = 64
+    # [services]
+    haproxy: str = "haproxy"
     # [[notify]] (core/notifyconf.py): an array of tables, not keys of one table
     notify: tuple[NotifyRule, ...] = ()
 
@@ -271,6 +273,9 @@ KEYS: dict[str, tuple[str, Callable[[Any], Any], Any, str]] = {
     "metrics.max_job_series": ("metrics_max_job_series", _number(0, 100_000, int), 64,
                                "Running jobs given per-job series; the rest are counted in "
                                "gpusched_metrics_job_series_dropped."),
+    "services.haproxy": ("haproxy", _text, "haproxy",
+                         "The HAProxy program services' front doors run (docs/services.md): a "
+                         "name found on PATH or in /usr/sbin, or a path."),
 }
 
 

@@ -148,6 +148,7 @@ class Daemon:
                 finally:
                     wake.close()
                     metrics.close()
+                    self.handlers.services.close()
                     self.state.notifier.close()
             finally:
                 server.close()
@@ -246,6 +247,7 @@ class Daemon:
                 self.control.launch_started()
             except StoreWriteError:
                 pass  # nothing of the pass happened; said once in the log (WriteHealth)
+        self.handlers.services.step()  # replicas and front doors (daemon/services.py)
         self.answer_waiters()
         if self._answer_shim is not None:
             self._end_reports.answer(self.state.jobs, self._answer_shim)
