@@ -7,9 +7,11 @@ from __future__ import annotations
 import json
 import os
 import signal
+import subprocess
+import sys
 import time
 
-from conftest import wait_until
+from conftest import REPO, wait_until
 from services_util import (SERVE, PREDICT, Traffic, ask, create, needs_haproxy, show,
                            wait_ready, who_answers)
 
@@ -117,3 +119,34 @@ def test_without_haproxy_create_says_how_to_install_it(home):
 def test_a_bad_balance_lists_the_choices(home):
     proc = home.run("service", "create", "x", "--balance", "random", "--", "true", check=False)
     assert proc.returncode == 2 and "roundrobin, leastconn, weighted" in proc.stderr
+
+
+@needs_haproxy
+def test_load_grows_replicas_to_max_and_quiet_gives_the_gpu_back_to_a_batch_job(make_home):
+    home = make_home("2x80GiB")
+    # Simulated GPUs show a fixed utilization per job: low here, so that load decides.
+    created = create(home, "auto", "--replicas", "1:2", "--gpus", "1", "--health", "/healthz",
+                     "--env", "GPUSCHED_SIM_UTIL_PCT=5",
+                     "--target-in-flight", "1", "--window", "3s", "--cooldown", "3s",
+                     command=SERVE)
+    wait_ready(home, "auto", 1)
+    load = subprocess.Popen([sys.executable, str(REPO / "jobs" / "loadgen.py"),
+                             "--url", f"http://{created['listen']}", "--clients", "6",
+                             "--duration-s", "300"], stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+    try:
+        grown = wait_ready(home, "auto", 2, timeout=120)
+    finally:
+        load.kill()
+        load.wait()
+    assert grown["wanted"] == 2 and grown["requests_total"] > 0
+    # Both GPUs serve now: a batch job waits for one.
+    batch = home.submit("--gpus", "1", "--", "sleep", "0")
+    assert home.show(batch)["state"] == "pending"
+    # Quiet: back to MIN; the replica let go is drained and its GPU goes to the batch job.
+    shrunk = wait_ready(home, "auto", 1, timeout=120)
+    assert shrunk["wanted"] == 1
+    home.wait_state(batch, "succeeded")
+    events = " ".join(e["event"] for e in shrunk["events"])
+    assert "scaled 1 -> 2 replicas (requests in flight over target)" in events
+    assert "scaled 2 -> 1 replicas (load below target)" in events
