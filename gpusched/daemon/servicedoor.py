@@ -31,6 +31,8 @@ class Door:
         self.requests_total = 0
         self.failed_total = 0  # answered 5xx (or not at all) through the door
         self.histogram = [0] * (len(LATENCY_BUCKETS_MS) + 1)
+        self.latency_sum_ms = 0.0
+        self.scale_events = 0
         self.latencies: deque[tuple[float, float]] = deque()  # (when, ms), the last minutes
         self.samples: deque[LoadSample] = deque()
         self.events: deque[tuple[float, str]] = deque(maxlen=20)
@@ -98,6 +100,7 @@ class Door:
                 self.failed_total += 1
             latencies.append(max(latency_ms, 0.0))
             self.histogram[_bucket(latency_ms)] += 1
+            self.latency_sum_ms += max(latency_ms, 0.0)
             self.latencies.append((now, latency_ms))
         while self.latencies and self.latencies[0][0] < now - _KEEP_S:
             self.latencies.popleft()
@@ -127,6 +130,7 @@ class Door:
             "requests_per_s": round(len(recent) / window_s, 3),
             "p50_ms": _quantile(recent, 0.5), "p95_ms": p95(recent),
             "latency_buckets_ms": list(LATENCY_BUCKETS_MS), "latency_counts": list(self.histogram),
+            "latency_sum_ms": self.latency_sum_ms, "scale_events_total": self.scale_events,
             "events": [{"at": at, "event": text} for at, text in self.events],
         }
 

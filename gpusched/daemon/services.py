@@ -119,6 +119,14 @@ class ServiceManager:
                 self.door(name).problem = exc.message
             except Exception:  # noqa: BLE001 - one service's trouble must not stop the loop
                 log.exception("service %s: a step failed", name)
+        if sample:
+            self.state.service_figures = [self.figures(s) for _, s in sorted(self.services.items())]
+
+    def figures(self, service: model.Service) -> dict[str, Any]:
+        door = self.door(service.name)
+        return {"name": service.name, "wanted": service.wanted,
+                "ready": sum(1 for s in door.servers.values() if s == "ready"),
+                **door.summary(self.clock.time())}
 
     def step_service(self, service: model.Service, sample: bool) -> None:
         door = self.door(service.name)
@@ -153,6 +161,7 @@ class ServiceManager:
             return service
         self.save(model.scaled(service, wanted))
         door.last_change_s = now
+        door.scale_events += 1
         door.note(f"scaled {service.wanted} -> {wanted} replicas ({why})", now)
         return self.services[service.name]
 
@@ -311,8 +320,9 @@ class ServiceManager:
         if not service.autoscaled:
             service = replace(service, min_replicas=replicas, max_replicas=replicas)
         self.save(model.scaled(service, replicas))
-        self.door(name).note(f"scaled to {replicas} replica(s) by {user_name(creds[1])}",
-                             self.clock.time())
+        door = self.door(name)
+        door.scale_events += 1
+        door.note(f"scaled to {replicas} replica(s) by {user_name(creds[1])}", self.clock.time())
         return self.describe(self.services[name])
 
     def update(self, name: Any, spec: dict, creds: tuple[int, int, int]) -> dict:
@@ -341,6 +351,7 @@ class ServiceManager:
             for job in self.replicas(name):
                 self.changes._cancel_one(job, f"service {name} deleted")
         del self.services[name]
+        self.state.service_figures = [f for f in self.state.service_figures if f["name"] != name]
         door = self.doors.pop(name, None) or Door(self.folder, name, self.setup.paths.run_dir)
         door.proxy.stop()
         door.close()
