@@ -17,6 +17,7 @@ if [ "${1:-}" = "--quick" ]; then
     "$PYTHON" bench_top.py all --runs 20 --seconds 10 --warmup 3
     "$PYTHON" bench_big_store.py --jobs 20000 --runs 5 --idle-seconds 5
     "$PYTHON" bench_retention.py --jobs 20000
+    "$PYTHON" bench_services.py --duration-s 1 --rounds 1
 else
     "$PYTHON" bench_submit.py
     "$PYTHON" bench_commands.py
@@ -27,4 +28,5 @@ else
     "$PYTHON" bench_top.py all --runs 20 --seconds 20
     "$PYTHON" bench_big_store.py
     "$PYTHON" bench_retention.py
+    "$PYTHON" bench_services.py --duration-s 1.5 --rounds 2
 fi
