@@ -12,6 +12,11 @@ from gpusched.core.errors import UsageError
 from gpusched.core import values
 from gpusched.core.values import shown
 
+# In each replica's environment, besides what every job gets:
+SERVICE_VAR = "GPUSCHED_SERVICE"  # whose replica it is
+GENERATION_VAR = "GPUSCHED_SERVICE_GENERATION"  # the update it belongs to
+SLOT_VAR = "GPUSCHED_SERVICE_REPLICA"  # 0, 1, ...: which weight of --weights it gets
+PORT_VAR = "PORT"  # where it must listen
 BALANCES = ("roundrobin", "leastconn", "weighted")
 MAX_REPLICAS = 64
 _NAME = re.compile(r"[a-z][a-z0-9_-]{0,31}")
