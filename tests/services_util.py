@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import http.client
 import json
+import shutil
 import sys
 import threading
 import time
@@ -15,10 +16,10 @@ import pytest
 
 from conftest import REPO, wait_until
 
-from gpusched.proc.haproxy import find_binary
-
+# Where gpusched looks for it too (proc/haproxy.py): on PATH, or in the sbin folders.
+HAPROXY = shutil.which("haproxy") or shutil.which("haproxy", path="/usr/sbin:/usr/local/sbin")
 needs_haproxy = pytest.mark.skipif(
-    find_binary() is None,
+    HAPROXY is None,
     reason="HAProxy is not installed (Debian/Ubuntu: apt-get install haproxy); .ci/run installs it")
 
 SERVER = Path(__file__).resolve().parent / "svcserver.py"

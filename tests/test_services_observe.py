@@ -31,6 +31,9 @@ def test_requests_latency_and_scale_events_in_show_ls_and_metrics(home):
     text = home.run("service", "show", "obs").stdout
     assert "2 ready of 2 wanted" in text and "scaled to 2 replica(s)" in text
     assert "(0 failed)" in text
+    # `gpusched top` has a line for the services (once their figures are sampled).
+    wait_until(lambda: "Services: obs 2/2 ready" in home.run("top", "--once").stdout,
+               "top to show the service")
     table = home.run("service", "ls").stdout.splitlines()
     assert table[0].split()[:3] == ["NAME", "USER", "REPLICAS"] and "2/2" in table[1]
 

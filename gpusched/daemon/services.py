@@ -115,6 +115,8 @@ class ServiceManager(ServiceRequests):
                 pass  # in the log; the next step tries again
             except GpuschedError as exc:
                 self.door(name).problem = exc.message
+            except OSError as exc:  # HAProxy between a stop and a start, say: next step
+                self.door(name).problem = f"HAProxy's admin socket did not answer: {exc}"
             except Exception:  # noqa: BLE001 - one service's trouble must not stop the loop
                 log.exception("service %s: a step failed", name)
         if sample:
@@ -144,6 +146,7 @@ class ServiceManager(ServiceRequests):
         door.count_ends({j.id for j in self.replicas(service.name)}, self.clock.monotonic())
         self.sync_door(service, door, replicas, now)
         self.keep_count(service, door, replicas, now)
+        door.problem = ""  # a whole step went through
 
     def gpu_util_pct(self, service: model.Service) -> float | None:
         indices = {i for j in self.replicas(service.name) if j.state is JobState.RUNNING
