@@ -150,3 +150,30 @@ def test_load_grows_replicas_to_max_and_quiet_gives_the_gpu_back_to_a_batch_job(
     events = " ".join(e["event"] for e in shrunk["events"])
     assert "scaled 1 -> 2 replicas (requests in flight over target)" in events
     assert "scaled 2 -> 1 replicas (load below target)" in events
+
+
+@needs_haproxy
+def test_a_replica_that_cannot_start_is_retried_ever_later_not_in_a_loop(home):
+    create(home, "broken", "--replicas", "1", command=["sh", "-c", "exit 3"])
+
+    def events():
+        return [e["event"] for e in show(home, "broken")["events"]
+                if "before passing a health check" in e["event"]]
+    found = wait_until(lambda: len(e := events()) >= 2 and e, "two failed replicas")
+    assert "(1 in a row); the next one in 2s" in found[0]
+    assert "(2 in a row); the next one in 4s" in found[1]
+    failed = [j for j in home.jobs() if j["name"] == "broken" and j["state"] == "failed"]
+    assert failed and all(j["exit_code"] == 3 for j in failed)
+
+
+@needs_haproxy
+def test_a_replica_the_gpus_cannot_take_now_waits_with_its_reason(make_home):
+    home = make_home("1x80GiB")
+    create(home, "one", "--replicas", "1", "--gpus", "1")
+    wait_ready(home, "one", 1)
+    home.run("service", "scale", "one", "2")
+    waiting = wait_until(lambda: [r for r in show(home, "one")["replicas"]
+                                  if r["state"] == "pending" and r["pending_reason"]],
+                         "the second replica to wait")
+    assert "GPU" in waiting[0]["pending_reason"]
+    assert "pending" in home.run("service", "show", "one").stdout

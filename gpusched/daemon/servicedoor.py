@@ -43,13 +43,17 @@ class Door:
         self.failures_in_row = 0
         self.restart_at_mono = 0.0
 
-    def count_ends(self, active_ids: set[int], now_mono: float) -> None:
+    def count_ends(self, active_ids: set[int], now_mono: float, now: float) -> None:
         for job_id in [i for i in self.seen if i not in active_ids]:
             if self.seen.pop(job_id):
                 self.failures_in_row = 0
             else:
                 self.failures_in_row += 1
-                self.restart_at_mono = now_mono + min(2.0 ** self.failures_in_row, 60.0)
+                delay_s = min(2.0 ** self.failures_in_row, 60.0)
+                self.restart_at_mono = now_mono + delay_s
+                self.note(f"replica job {job_id} ended before passing a health check "
+                          f"({self.failures_in_row} in a row); the next one in {delay_s:.0f}s "
+                          "(see `gpusched logs`)", now)
         for job_id, status in self.servers.items():
             if status == "ready" and job_id in self.seen:
                 self.seen[job_id] = True

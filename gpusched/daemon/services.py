@@ -143,7 +143,7 @@ class ServiceManager(ServiceRequests):
             door.sample(now, latencies, self.gpu_util_pct(service))
             service = self.autoscale(service, door, now)
         replicas = [j for j in self.replicas(service.name) if not j.cancel_requested]
-        door.count_ends({j.id for j in self.replicas(service.name)}, self.clock.monotonic())
+        door.count_ends({j.id for j in self.replicas(service.name)}, self.clock.monotonic(), now)
         self.sync_door(service, door, replicas, now)
         self.keep_count(service, door, replicas, now)
         door.problem = ""  # a whole step went through
