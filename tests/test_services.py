@@ -177,3 +177,15 @@ def test_a_replica_the_gpus_cannot_take_now_waits_with_its_reason(make_home):
                          "the second replica to wait")
     assert "GPU" in waiting[0]["pending_reason"]
     assert "pending" in home.run("service", "show", "one").stdout
+
+
+@needs_haproxy
+def test_weighted_without_weights_follows_each_replicas_gpu(make_home):
+    home = make_home("1xH100-80GiB,1xA100-40GiB")
+    created = create(home, "gpuw", "--replicas", "2", "--gpus", "1", "--balance", "weighted")
+    shown = wait_ready(home, "gpuw", 2)
+    weights = {r["gpu_indices"][0]: r["weight"] for r in shown["replicas"]}
+    assert weights == {0: 80, 1: 40}
+    counts = who_answers(created["listen"], 30)
+    by_gpu = {r["gpu_indices"][0]: counts[str(r["job_id"])] for r in shown["replicas"]}
+    assert 17 <= by_gpu[0] <= 23 and by_gpu[0] + by_gpu[1] == 30, by_gpu
