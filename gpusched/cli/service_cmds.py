@@ -181,6 +181,9 @@ def update(name: str = _NAME, command: Optional[List[str]] = _COMMAND,
     spec: dict[str, Any] = replicas_spec(replicas) if replicas else {}
     if command:
         spec.update(job_spec(list(command), options, name))
+    elif any(value != SubmitOptions.DEFAULTS[field] for field, value in options.items()):
+        raise UsageError("job options of `service update` go with a new command: give the "
+                         "whole command after `--` too")
     _print(Client().call("service", action="update", name=name, spec=spec), as_json)
 
 

@@ -37,6 +37,7 @@ class ServiceManager(ServiceRequests):
         self.services: dict[str, model.Service] = {}
         self.doors: dict[str, Door] = {}
         self._next_step = self._next_sample = 0.0
+        self._replica_ids: dict[str, set[int]] | None = None  # None: not gathered yet
         for key, text in state.store.meta_starting(META_PREFIX).items():
             try:
                 service = model.Service.from_dict(json.loads(text))
@@ -47,10 +48,18 @@ class ServiceManager(ServiceRequests):
 
     # -- the services and their replicas ---------------------------------------------------
     def replicas(self, name: str) -> list[Job]:
-        service = self.services[name]
-        return sorted((j for j in self.state.jobs.values()
-                       if j.env.get(SERVICE_VAR) == name and j.uid == service.uid),
-                      key=lambda j: j.id)
+        """The service's active replicas, oldest first. Their ids are kept, so that a step
+        never walks the whole queue (100,000 pending jobs, say), but the first one."""
+        jobs = self.state.jobs
+        if self._replica_ids is None:  # the active jobs are loaded (JobControl.adopt)
+            self._replica_ids = {}
+            for job in jobs.values():
+                owner = self.services.get(job.env.get(SERVICE_VAR, ""))
+                if owner is not None and job.uid == owner.uid:
+                    self._replica_ids.setdefault(owner.name, set()).add(job.id)
+        ids = {i for i in self._replica_ids.get(name, ()) if i in jobs}
+        self._replica_ids[name] = ids
+        return [jobs[i] for i in sorted(ids)]
 
     def save(self, service: model.Service) -> None:
         with self.state.write(undone="the service was not changed"):
@@ -85,15 +94,18 @@ class ServiceManager(ServiceRequests):
                 return port
 
     def add_replica(self, service: model.Service, slot: int) -> int:
-        taken = {int(j.env.get(PORT_VAR, 0)) for j in self.state.jobs.values()
-                 if SERVICE_VAR in j.env and str(j.env.get(PORT_VAR, "")).isdigit()}
+        taken = {int(j.env[PORT_VAR]) for name in self.services for j in self.replicas(name)}
         env = {**service.env, SERVICE_VAR: service.name, PORT_VAR: str(self.free_port(taken)),
                GENERATION_VAR: str(service.generation), SLOT_VAR: str(slot)}
         owner = Job(id=0, command=(), cwd=service.cwd, uid=service.uid, user=service.user,
                     env=env, submitted_at=self.clock.time())
+        # A submit's own checks and insert (daemon/submits.py), for the service's owner.
         template = self.submits._template(service.job, owner)
+        self.replicas(service.name)  # the ids are gathered before this one is added
         with self.state.write(undone="no replica was queued"):
-            return self.submits._insert(template, (None,), None)[0]
+            job_id = self.submits._insert(template, (None,), None)[0]
+        self._replica_ids.setdefault(service.name, set()).add(job_id)
+        return job_id
 
     def stop_replica(self, service: model.Service, job: Job) -> None:
         with self.state.write(undone="the replica was not stopped"):
@@ -143,7 +155,8 @@ class ServiceManager(ServiceRequests):
             door.sample(now, latencies, self.gpu_util_pct(service))
             service = self.autoscale(service, door, now)
         replicas = [j for j in self.replicas(service.name) if not j.cancel_requested]
-        door.count_ends({j.id for j in self.replicas(service.name)}, self.clock.monotonic(), now)
+        door.count_ends({j.id for j in self.replicas(service.name)}, self.clock.monotonic(),
+                        now)
         self.sync_door(service, door, replicas, now)
         self.keep_count(service, door, replicas, now)
         door.problem = ""  # a whole step went through
