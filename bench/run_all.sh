@@ -19,6 +19,7 @@ if [ "${1:-}" = "--quick" ]; then
     "$PYTHON" bench_retention.py --jobs 20000
     "$PYTHON" bench_estimates.py --fifo-only --jobs 5000 --runs 20
     "$PYTHON" bench_preemption.py --seeds 1
+    "$PYTHON" bench_services.py --duration-s 1 --rounds 1
 else
     "$PYTHON" bench_submit.py
     "$PYTHON" bench_commands.py
@@ -31,4 +32,5 @@ else
     "$PYTHON" bench_retention.py
     "$PYTHON" bench_estimates.py --jobs 20000 --runs 100
     "$PYTHON" bench_preemption.py
+    "$PYTHON" bench_services.py --duration-s 1.5 --rounds 2
 fi

@@ -32,6 +32,13 @@ _gpusched() {
             'requeue') path='requeue' ;;
             'resubmit') path='resubmit' ;;
             'resume') path='resume' ;;
+            'service') path='service' ;;
+            'service create') path='service create' ;;
+            'service delete') path='service delete' ;;
+            'service ls') path='service ls' ;;
+            'service scale') path='service scale' ;;
+            'service show') path='service show' ;;
+            'service update') path='service update' ;;
             'show') path='show' ;;
             'simulate') path='simulate' ;;
             'submit') path='submit' ;;
@@ -43,7 +50,7 @@ _gpusched() {
         esac
     done
     case "$path" in
-        '') words='cancel completions daemon demo doctor drain env gc gpus history hold logs ls man preempt release requeue resubmit resume show simulate submit top update usage wait --help -h --version' values='' ids= args='' ;;
+        '') words='cancel completions daemon demo doctor drain env gc gpus history hold logs ls man preempt release requeue resubmit resume service show simulate submit top update usage wait --help -h --version' values='' ids= args='' ;;
         'cancel') words='--help -h' values='' ids=active args='' ;;
         'completions') words='--help -h' values='' ids= args='bash zsh fish' ;;
         'daemon') words='install-service restart run start status stop --help -h' values='' ids= args='' ;;
@@ -69,6 +76,13 @@ _gpusched() {
         'requeue') words='--help -h' values='' ids=all args='' ;;
         'resubmit') words='--help -h --gpus -G --gpu-mem --name -n --priority --time -t --cpus -c --mem --hold --wait -W --json' values='--gpus -G --gpu-mem --name -n --priority --time -t --cpus -c --mem' ids=all args='' ;;
         'resume') words='--help -h' values='' ids= args='' ;;
+        'service') words='create delete ls scale show update --help -h' values='' ids= args='' ;;
+        'service create') words='--help -h --replicas -r --listen --balance --weights --health --target-latency --target-in-flight --window --cooldown --schedule --json --gpus -G --gpu-mem --priority --cwd --chdir --env -e --policy --gpu-ids --exclude-gpus --gpu-type --min-gpu-total-mem --min-compute-capability --cpus --cpus-per-task -c --mem' values='--replicas -r --listen --balance --weights --health --target-latency --target-in-flight --window --cooldown --schedule --gpus -G --gpu-mem --priority --cwd --chdir --env -e --policy --gpu-ids --exclude-gpus --gpu-type --min-gpu-total-mem --min-compute-capability --cpus --cpus-per-task -c --mem' ids= args='' ;;
+        'service delete') words='--help -h --json' values='' ids= args='' ;;
+        'service ls') words='--help -h --json' values='' ids= args='' ;;
+        'service scale') words='--help -h --json' values='' ids= args='' ;;
+        'service show') words='--help -h --json' values='' ids= args='' ;;
+        'service update') words='--help -h --replicas -r --json --gpus -G --gpu-mem --priority --cwd --chdir --env -e --policy --gpu-ids --exclude-gpus --gpu-type --min-gpu-total-mem --min-compute-capability --cpus --cpus-per-task -c --mem' values='--replicas -r --gpus -G --gpu-mem --priority --cwd --chdir --env -e --policy --gpu-ids --exclude-gpus --gpu-type --min-gpu-total-mem --min-compute-capability --cpus --cpus-per-task -c --mem' ids= args='' ;;
         'show') words='--help -h --json' values='' ids=all args='' ;;
         'simulate') words='--help -h --gpus --policy --discipline --load --arrivals --seed --cpus --mem --preemption --high-priority-share --estimates --json' values='--gpus --policy --discipline --load --arrivals --seed --cpus --mem --high-priority-share' ids= args='' ;;
         'submit') words='--help -h --gpus -G --gpu-mem --name --job-name -n --priority --cwd --chdir --env -e --from-file -f --wait -W --notify --json --hold --after --dependency -d --kill-on-invalid-dep --array -a --time -t --signal --retries --retry-on --retry-delay --mem-growth --policy --gpu-ids --exclude-gpus --gpu-type --min-gpu-total-mem --min-compute-capability --topology --cpus --cpus-per-task -c --mem --cluster --interactive --preemptible --no-preemptible --preempt-grace' values='--gpus -G --gpu-mem --name --job-name -n --priority --cwd --chdir --env -e --from-file -f --after --dependency -d --array -a --time -t --signal --retries --retry-on --retry-delay --mem-growth --policy --gpu-ids --exclude-gpus --gpu-type --min-gpu-total-mem --min-compute-capability --topology --cpus --cpus-per-task -c --mem --cluster --preempt-grace' ids= args='' ;;
@@ -77,7 +91,7 @@ _gpusched() {
         'usage') words='--help -h --since --by --json' values='--since --by' ids= args='' ;;
         'wait') words='--help -h --notify' values='' ids=all args='' ;;
     esac
-    if [[ $cur == -* || $path == '' || $path == 'daemon' ]]; then
+    if [[ $cur == -* || $path == '' || $path == 'daemon' || $path == 'service' ]]; then
         COMPREPLY=($(compgen -W "$words" -- "$cur"))
     elif [[ " $values " == *" $prev "* ]]; then
         return 0  # an option's value

@@ -36,7 +36,9 @@ LATENCY_BUCKETS_S = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--port", type=int, default=8000, help="0 picks a free port.")
+    parser.add_argument("--port", type=int, default=int(os.environ.get("PORT") or 8000),
+                        help="0 picks a free port (default: $PORT, which gpusched gives "
+                        "each replica of a service, else 8000).")
     parser.add_argument("--port-file", help="Write the port here once listening.")
     parser.add_argument("--max-batch-size", type=int, default=32)
     parser.add_argument("--max-wait-ms", type=float, default=5.0)

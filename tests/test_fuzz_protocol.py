@@ -97,6 +97,10 @@ GOOD_ARGS = {
     "since_s": st.sampled_from([0, 3600.5]), "by": st.sampled_from(["user", "name"]),
     "cluster": st.sampled_from(["local", "nosuch"]),
     "key": st.sampled_from(["train", "python a.py"]),
+    # Services: no create (it would start a real HAProxy); the rest on no service at all.
+    "action": st.sampled_from(["list", "show", "scale", "update", "delete"]),
+    "name": st.sampled_from(["web", "x"]), "replicas": st.integers(0, 3),
+    "spec": st.sampled_from([{}, {"min_replicas": 1, "max_replicas": 2}]),
 }
 assert set(GOOD_ARGS) == set(protocol.ARGUMENTS)
 

@@ -10,7 +10,7 @@ import typer
 
 from gpusched import __version__
 from gpusched.cli import (daemon_cmds, doctor_cmds, gc_cmds, gpu_cmds, history_cmds, job_cmds,
-                          requeue_cmds, submit_cmds, tool_cmds, usage_cmds)
+                          requeue_cmds, service_cmds, submit_cmds, tool_cmds, usage_cmds)
 from gpusched.cli.helpformat import App
 from gpusched.core import syntax
 from gpusched.core.errors import GpuschedError, detach_stdout, report_error, report_unexpected
@@ -47,6 +47,7 @@ for commands in (submit_cmds, job_cmds, requeue_cmds, gpu_cmds, tool_cmds, docto
                  gc_cmds, usage_cmds, history_cmds):
     app.add_typer(commands.app)
 app.add_typer(daemon_cmds.app, name="daemon")
+app.add_typer(service_cmds.app, name="service")
 
 
 JOB_ID_COMMANDS = ("show", "logs", "env", "wait", "cancel", "hold", "release", "update",

@@ -76,8 +76,13 @@ COMMANDS: dict[str, Command] = {
     # The caller's newest finished runs of a job key (--name or normalized command) with
     # their GPU memory peaks, and what --gpu-mem auto would ask for now.
     "history": _cmd("key", "last"),
+    # Inference services (docs/services.md): action is create, list, show, scale, update
+    # or delete; spec carries a create's or an update's definition.
+    "service": _cmd("action", "name spec replicas"),
 }
 
+
+SERVICE_ACTIONS = ("create", "list", "show", "scale", "update", "delete")
 
 # The job fields a `snapshot` with lean=true carries: what `gpusched top` draws. A full
 # job row is several times larger, and top asks every second for every queued job.
@@ -135,6 +140,10 @@ ARGUMENTS: dict[str, Callable[[Any], Any]] = {
     "by": lambda v: values.text(v, "by"),
     "cluster": lambda v: values.text(v, "cluster"),
     "key": lambda v: values.text(v, "key"),
+    "action": lambda v: values.choice(v, "action", SERVICE_ACTIONS),
+    "name": lambda v: values.text(v, "name"),
+    "spec": lambda v: values.mapping(v, "spec"),
+    "replicas": lambda v: values.whole_number(v, "replicas", 0, 1000),
 }
 
 

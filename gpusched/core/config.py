@@ -90,6 +90,8 @@ class Settings:
     preempt_signal: str = "USR1"
     max_preemptions: int = 3
     min_run_before_preempt_s: float = 300.0
+    # [services]
+    haproxy: str = "haproxy"
     # [[notify]] (core/notifyconf.py): an array of tables, not keys of one table
     notify: tuple[NotifyRule, ...] = ()
     # [clusters.NAME] and the top-level default_cluster (core/clusterconf.py)
@@ -332,6 +334,9 @@ KEYS: dict[str, tuple[str, Callable[[Any], Any], Any, str]] = {
                                    "A job is preempted at most this often (0: no limit)."),
     "preemption.min_run_before_preempt": ("min_run_before_preempt_s", parse_duration, "5m",
                                           "A job is never preempted in its first minutes."),
+    "services.haproxy": ("haproxy", _text, "haproxy",
+                         "The HAProxy program services' front doors run (docs/services.md): a "
+                         "name found on PATH or in /usr/sbin, or a path."),
 }
 
 

@@ -21,6 +21,7 @@ from gpusched.core import placement
 from gpusched.core.models import GpuInfo, Job, JobState
 from gpusched.daemon import idlegpus
 from gpusched.daemon.progress import progress_of
+from gpusched.daemon.servicemetrics import service_families
 from gpusched.daemon.state import DaemonState, Setup
 from gpusched.daemon.telemetry import END_STATES, Counts, Histogram
 
@@ -54,7 +55,8 @@ class GpuschedCollector:
         running, pending, counts = state.running(), state.pending(), state.telemetry.copy()
         families = [*self.gpu_families(running, counts),
                     *self.queue_families(running, pending, counts),
-                    *self.job_families(running), *self.health_families(counts)]
+                    *self.job_families(running), *self.health_families(counts),
+                    *service_families(state.service_figures)]
         families.append(_gauge("gpusched_metrics_scrape_duration_seconds",
                                "Time this scrape took to gather the daemon's figures.",
                                rows=[((), time.perf_counter() - began)]))

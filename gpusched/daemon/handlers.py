@@ -15,6 +15,7 @@ from gpusched.daemon.changes import Changes
 from gpusched.daemon.queries import Queries
 from gpusched.daemon.request import Request, Waiter
 from gpusched.daemon.server import SERVER_COMMANDS
+from gpusched.daemon.services import ServiceManager
 from gpusched.daemon.state import DaemonState, Setup
 from gpusched.daemon.submits import Submits
 from gpusched.daemon.usage import usage_request
@@ -26,6 +27,7 @@ class Handlers:
         queries, changes, submits = Queries(state, setup), Changes(state, setup, seam), \
             Submits(state, setup)
         self._limits = limits.from_settings(setup.settings)
+        self.services = ServiceManager(state, setup, submits, changes)
         self._table: dict[str, Callable[[Request], Any]] = {
             "status": queries.status, "list": queries.list, "show": queries.show,
             "wait": queries.wait, "gpus": queries.gpus, "snapshot": queries.snapshot,
@@ -39,6 +41,7 @@ class Handlers:
                                                    bool(req.args.get("dry_run"))),
             "usage": lambda req: usage_request(state, setup, req.args),
             "history": lambda req: gpumemory.history_request(state, setup, req),
+            "service": self.services.request,
         }
         assert set(self._table) | SERVER_COMMANDS == set(COMMANDS), \
             "handlers and protocol disagree"

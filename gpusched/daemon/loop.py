@@ -151,6 +151,7 @@ class Daemon:
                 finally:
                     wake.close()
                     metrics.close()
+                    self.handlers.services.close()
                     self.state.notifier.close()
             finally:
                 server.close()
@@ -254,6 +255,7 @@ class Daemon:
             except StoreWriteError:
                 pass  # nothing of the pass happened; said once in the log (WriteHealth)
         self.step_clusters()
+        self.handlers.services.step()  # replicas and front doors (daemon/services.py)
         self.answer_waiters()
         if self._answer_shim is not None:
             self._end_reports.answer(self.state.jobs, self._answer_shim)

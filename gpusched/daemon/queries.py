@@ -199,4 +199,6 @@ class Queries:
                 "reserved_bytes": {gpu.uuid: load.promised_bytes for gpu, load in self._loads()},
                 "pid_jobs": {str(pid): job for pid, job in state.pid_jobs.items()}, "jobs": jobs,
                 "jobs_left_out": len(active) - len(jobs), "pending_version": version,
-                "pending_same": same}
+                "pending_same": same, "services": [
+                    {k: f[k] for k in ("name", "wanted", "ready", "requests_per_s", "p95_ms",
+                                       "in_flight")} for f in state.service_figures]}

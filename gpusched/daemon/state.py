@@ -80,6 +80,8 @@ class DaemonState:
         self.gpus_dirty = True  # a run that held GPUs ended: read them before the poll
         self.writes = WriteHealth(setup.clock)
         self.telemetry = Telemetry()  # counted for /metrics (daemon/metrics.py)
+        # Each service's figures for /metrics, swapped in whole (daemon/services.py).
+        self.service_figures: list[dict[str, Any]] = []
         self.metrics_status = "off"  # where /metrics is served, for `daemon status`
         self.notifier = make_notifier(setup.settings, setup.paths, setup.clock)
         # While a write() runs: each job it changed as it was before (None: not active),

@@ -105,6 +105,8 @@ class Snapshot:
     pid_jobs: Mapping[int, int] = field(default_factory=_frozen_map)
     jobs: tuple[TopJob, ...] = ()
     proc_host: Mapping[int, ProcHost] = field(default_factory=_frozen_map)
+    # Inference services (docs/services.md): name, wanted, ready, req/s, p95 ms, in flight.
+    services: tuple[tuple[str, int, int, float, float | None, int], ...] = ()
 
 
 @dataclass(frozen=True)

@@ -286,6 +286,14 @@ def _help(view: ViewState, width: int) -> list[Line]:
     return draw.panel("Help", draw.columns("KEY<|MEANING<1"), rows, 0, width)
 
 
+def _services_text(services: tuple) -> str:
+    """One line for the services: replicas ready of wanted, load, p95 through the door."""
+    return "Services: " + "; ".join(
+        f"{name} {ready}/{wanted} ready, {rps:.1f} req/s, "
+        f"p95 {'-' if p95 is None else f'{p95:.0f}ms'}, {in_flight} in flight"
+        for name, wanted, ready, rps, p95, in_flight in services)
+
+
 def render(snapshot: Snapshot, view: ViewState, width: int, height: int | None) -> Frame:
     """One frame for a terminal of width x height; height None shows every row (--once)."""
     layout = layout_for(width)
@@ -294,6 +302,8 @@ def render(snapshot: Snapshot, view: ViewState, width: int, height: int | None) 
         top += _wrapped(snapshot.banner, width, 2, "bold black on yellow")
     if snapshot.inventory.problem:
         top += _wrapped(f"No GPUs: {snapshot.inventory.problem}", width, 3, "bold red")
+    if snapshot.services:
+        top += _wrapped(_services_text(snapshot.services), width, 2, "cyan")
     footer = _footer(view, layout, width)
     if view.show_help:
         return Frame(top + _help(view, width) + [footer])

@@ -134,7 +134,9 @@ class SnapshotSource:
             reserved_bytes=MappingProxyType(dict(reply.get("reserved_bytes") or {})),
             pid_jobs=MappingProxyType({int(pid): job_id for pid, job_id
                                        in (reply.get("pid_jobs") or {}).items()}),
-            jobs=self._jobs(reply))
+            jobs=self._jobs(reply),
+            services=tuple((s["name"], s["wanted"], s["ready"], s["requests_per_s"],
+                            s["p95_ms"], s["in_flight"]) for s in reply.get("services") or ()))
 
     def _jobs(self, reply: dict[str, Any]) -> tuple[TopJob, ...]:
         """The running jobs of the reply, then its pending ones, or those of the last

@@ -1,0 +1,158 @@
+"""One service's front door as the daemon keeps it: its HAProxy, which replicas are in it
+(checking, ready, draining), and what it measured (requests, latencies, load samples,
+scale events) for autoscaling and `service show`."""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import deque
+
+from gpusched.core.services import LoadSample, p95
+from gpusched.proc.haproxy import Proxy, RequestLog, ServerStat
+
+log = logging.getLogger("gpusched.daemon.servicedoor")
+
+# Latency histogram bounds (ms) for `service show` and /metrics.
+LATENCY_BUCKETS_MS = (5, 10, 25, 50, 100, 250, 500, 1000, 2500, 5000, 10000)
+_KEEP_S = 600.0  # samples and latencies kept: the longest window, and then some
+_RETRY_START_S = 5.0
+
+
+class Door:
+    def __init__(self, folder: str, name: str, socket_folder: str):
+        self.proxy = Proxy(folder, name, socket_folder)
+        self.requests: RequestLog | None = None
+        self.servers: dict[int, str] = {}  # replica job id -> checking | ready | draining
+        self.draining_since: dict[int, float] = {}
+        self.stats: dict[str, ServerStat] = {}
+        self.problem = ""  # why the proxy is not running, for `service show`
+        self.next_start_s = 0.0
+        self.requests_total = 0
+        self.failed_total = 0  # answered 5xx (or not at all) through the door
+        self.histogram = [0] * (len(LATENCY_BUCKETS_MS) + 1)
+        self.latency_sum_ms = 0.0
+        self.scale_events = 0
+        self.latencies: deque[tuple[float, float]] = deque()  # (when, ms), the last minutes
+        self.samples: deque[LoadSample] = deque()
+        self.events: deque[tuple[float, str]] = deque(maxlen=20)
+        self.last_change_s = 0.0
+        # Replicas that ended without ever passing a health check, in a row: each makes
+        # the next replica wait longer (a broken command must not spin the queue).
+        self.seen: dict[int, bool] = {}  # replica job id -> has it been ready
+        self.failures_in_row = 0
+        self.restart_at_mono = 0.0
+
+    def count_ends(self, active_ids: set[int], now_mono: float, now: float) -> None:
+        for job_id in [i for i in self.seen if i not in active_ids]:
+            if self.seen.pop(job_id):
+                self.failures_in_row = 0
+            else:
+                self.failures_in_row += 1
+                delay_s = min(2.0 ** self.failures_in_row, 60.0)
+                self.restart_at_mono = now_mono + delay_s
+                self.note(f"replica job {job_id} ended before passing a health check "
+                          f"({self.failures_in_row} in a row); the next one in {delay_s:.0f}s "
+                          "(see `gpusched logs`)", now)
+        for job_id, status in self.servers.items():
+            if status == "ready" and job_id in self.seen:
+                self.seen[job_id] = True
+
+    @staticmethod
+    def server_name(job_id: int) -> str:
+        return f"r{job_id}"
+
+    def open_log(self) -> None:
+        if self.requests is None:
+            self.requests = RequestLog(self.proxy.log_port())
+
+    def close(self) -> None:
+        if self.requests is not None:
+            self.requests.close()
+            self.requests = None
+
+    def adopt(self) -> None:
+        """A proxy that outlived a daemon: take its servers as they are."""
+        self.read_stats()
+        for name, stat in self.stats.items():
+            if name.startswith("r") and name[1:].isdigit():
+                self.servers[int(name[1:])] = "draining" if stat.status.startswith("DRAIN") \
+                    and stat.checked_ok else "ready" if stat.status.startswith("UP") \
+                    else "checking"
+
+    def read_stats(self) -> bool:
+        try:
+            self.stats = self.proxy.stats()
+        except OSError:
+            self.stats = {}
+            return False
+        return True
+
+    def note(self, event: str, now: float) -> None:
+        log.info("service %s: %s", self.proxy.name, event)
+        self.events.append((now, event))
+
+    def take_requests(self, now: float) -> list[float]:
+        """The requests logged since the last call: counted, and their latencies (ms)."""
+        if self.requests is None:
+            return []
+        got = self.requests.read()
+        latencies = []
+        for latency_ms, status, _server in got:
+            self.requests_total += 1
+            if status >= 500 or latency_ms < 0:
+                self.failed_total += 1
+            latencies.append(max(latency_ms, 0.0))
+            self.histogram[_bucket(latency_ms)] += 1
+            self.latency_sum_ms += max(latency_ms, 0.0)
+            self.latencies.append((now, latency_ms))
+        while self.latencies and self.latencies[0][0] < now - _KEEP_S:
+            self.latencies.popleft()
+        return latencies
+
+    def sample(self, now: float, latencies: list[float], gpu_util_pct: float | None) -> None:
+        backend = self.stats.get("BACKEND")
+        in_flight = backend.in_flight if backend else 0
+        ready = sum(1 for state in self.servers.values() if state == "ready")
+        self.samples.append(LoadSample(now, in_flight, ready, p95(latencies), gpu_util_pct))
+        while self.samples and self.samples[0].at_s < now - _KEEP_S:
+            self.samples.popleft()
+
+    def due_start(self, now_mono: float) -> bool:
+        if now_mono < self.next_start_s:
+            return False
+        self.next_start_s = now_mono + _RETRY_START_S
+        return True
+
+    def summary(self, now: float, window_s: float = 60.0) -> dict:
+        recent = [ms for when, ms in self.latencies if when >= now - window_s]
+        last = self.samples[-1] if self.samples else None
+        return {
+            "proxy_pid": self.proxy.pid(), "problem": self.problem,
+            "requests_total": self.requests_total, "failed_total": self.failed_total,
+            "in_flight": last.in_flight if last else 0,
+            "requests_per_s": round(len(recent) / window_s, 3),
+            "p50_ms": _quantile(recent, 0.5), "p95_ms": p95(recent),
+            "latency_buckets_ms": list(LATENCY_BUCKETS_MS), "latency_counts": list(self.histogram),
+            "latency_sum_ms": self.latency_sum_ms, "scale_events_total": self.scale_events,
+            "events": [{"at": at, "event": text} for at, text in self.events],
+        }
+
+
+def _bucket(latency_ms: float) -> int:
+    for i, bound in enumerate(LATENCY_BUCKETS_MS):
+        if latency_ms <= bound:
+            return i
+    return len(LATENCY_BUCKETS_MS)
+
+
+def _quantile(values: list[float], share: float) -> float | None:
+    if not values:
+        return None
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(share * len(ordered)))]
+
+
+def minute_of_day(epoch_s: float) -> int:
+    local = time.localtime(epoch_s)
+    return local.tm_hour * 60 + local.tm_min
