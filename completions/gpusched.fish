@@ -186,6 +186,8 @@ complete -c gpusched -n '__fish_seen_subcommand_from submit' -l cpus -d 'CPU cor
 complete -c gpusched -n '__fish_seen_subcommand_from submit' -l cpus-per-task -d 'CPU cores the job needs; it waits for them. Without it a GPU job counts one core but never waits for it; 0 needs none.'
 complete -c gpusched -n '__fish_seen_subcommand_from submit' -s c -d 'CPU cores the job needs; it waits for them. Without it a GPU job counts one core but never waits for it; 0 needs none.'
 complete -c gpusched -n '__fish_seen_subcommand_from submit' -l mem -d 'Host memory the job needs, e.g. 16G (a bare number is MiB, as in Slurm).'
+complete -c gpusched -n '__fish_seen_subcommand_from submit' -l container -d 'Run the command in a container of this image (podman, or docker: [containers] runtime) that sees only the job'\''s GPUs and its working directory.'
+complete -c gpusched -n '__fish_seen_subcommand_from submit' -l container-opt -d 'An option for the runtime'\''s `run`, e.g. --container-opt=--shm-size=8g (repeatable).'
 complete -c gpusched -n '__fish_seen_subcommand_from top' -l help -d 'Show help.'
 complete -c gpusched -n '__fish_seen_subcommand_from top' -s h -d 'Show help.'
 complete -c gpusched -n '__fish_seen_subcommand_from top' -l interval -d 'Seconds between refreshes.'

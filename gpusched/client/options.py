@@ -67,6 +67,11 @@ SUBMIT = (
      "never waits for it; 0 needs none."),
     ("mem", ("--mem",), "str", None,
      "Host memory the job needs, e.g. 16G (a bare number is MiB, as in Slurm)."),
+    ("container", ("--container",), "str", None,
+     "Run the command in a container of this image (podman, or docker: [containers] "
+     "runtime) that sees only the job's GPUs and its working directory."),
+    ("container_opt", ("--container-opt",), "list", [],
+     "An option for the runtime's `run`, e.g. --container-opt=--shm-size=8g (repeatable)."),
 )
 
 # `resubmit`'s options, a subset of submit's: (SubmitOptions field, its flags, kind and

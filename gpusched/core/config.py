@@ -8,7 +8,7 @@ from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Any, Callable
 
-from gpusched.core import limits
+from gpusched.core import container, limits
 from gpusched.core.errors import ConfigError
 from gpusched.core.models import DISCIPLINES
 from gpusched.core.notifyconf import NotifyRule, parse_rules
@@ -79,6 +79,9 @@ class Settings:
     # [metrics]
     metrics_listen: str = ""
     metrics_max_job_series: int = 64
+    # [containers] (core/container.py)
+    container_runtime: str = "podman"
+    container_devices: str = "auto"
     # [[notify]] (core/notifyconf.py): an array of tables, not keys of one table
     notify: tuple[NotifyRule, ...] = ()
 
@@ -271,6 +274,13 @@ KEYS: dict[str, tuple[str, Callable[[Any], Any], Any, str]] = {
     "metrics.max_job_series": ("metrics_max_job_series", _number(0, 100_000, int), 64,
                                "Running jobs given per-job series; the rest are counted in "
                                "gpusched_metrics_job_series_dropped."),
+    "containers.runtime": ("container_runtime", _choice(*container.RUNTIMES), "podman",
+                           "What runs `submit --container` jobs: podman or docker "
+                           "(docs/real-gpus.md)."),
+    "containers.devices": ("container_devices", _choice(*container.DEVICE_MODES), "auto",
+                           'How a container gets its GPUs: "cdi" (by UUID from a CDI spec), '
+                           '"runtime" (docker --gpus, podman\'s NVIDIA hook), "auto" (CDI '
+                           'when a spec names them).'),
 }
 
 

@@ -18,7 +18,7 @@ MAX_DURATION_S = 100 * 365 * 86400.0  # a time limit or retry delay: a century a
 SPEC_FIELDS = ("command", "name", "gpus", "gpu_mem_bytes", "cpus", "mem_bytes", "priority",
                "hold", "kill_on_invalid_dep", "dependencies", "retries", "retry_on",
                "retry_delay_s", "policy", "constraints", "time_limit_s", "warn_signal",
-               "warn_before_s", "array")
+               "warn_before_s", "array", "container")
 CONSTRAINT_FIELDS = ("gpu_ids", "exclude_gpus", "gpu_type", "min_gpu_total_mem_bytes",
                      "min_compute_capability")
 
@@ -115,6 +115,19 @@ def _retry_on(spec: dict) -> tuple[str, ...]:
     return tuple(retry_on)
 
 
+def _container(spec: dict) -> tuple[str, ...]:
+    """(image, runtime options...) of a job run in a container; () for none."""
+    container = spec.get("container") or []
+    if (not isinstance(container, list) or (container and not container[0])
+            or not all(values.is_text(a, os_text=True) for a in container)):
+        raise UsageError("container must be a list of strings without NUL characters: the "
+                         f"image, then the runtime's options; not {values.shown(container)}")
+    if container and container[0].startswith("-"):
+        raise UsageError(f"--container takes an image name, not the option {container[0]!r}; "
+                         "give runtime options with --container-opt")
+    return tuple(container)
+
+
 def check_job_spec(spec: Any, policies: list[str]) -> dict[str, Any]:
     """The Job fields of one submitted job, every value checked (the daemon trusts no client)."""
     spec = values.mapping(spec, "each job", SPEC_FIELDS)
@@ -155,6 +168,7 @@ def check_job_spec(spec: Any, policies: list[str]) -> dict[str, Any]:
         "warn_before_s": _number(spec, "warn_before_s", 0.0) or 0.0,
         "retries": whole_number(spec, "retries", 0, 0, 1000), "retry_on": _retry_on(spec),
         "retry_delay_s": DEFAULT_RETRY_DELAY_S if retry_delay_s is None else retry_delay_s,
+        "container": _container(spec),
     }
 
 
@@ -179,6 +193,7 @@ def job_spec(job: Job) -> dict[str, Any]:
         "dependencies": [[kind, dep] for kind, dep in job.dependencies],
         "kill_on_invalid_dep": job.kill_on_invalid_dep, "time_limit_s": job.time_limit_s,
         "warn_signal": job.warn_signal, "warn_before_s": job.warn_before_s,
+        "container": list(job.container),
     }
 
 

@@ -153,6 +153,8 @@ class Job:
     gpu_mem_peak_bytes: int | None = None  # GPU memory on one of its GPUs, at most
     mem_over: bool = False  # went past its declared --mem plus the margin
     oom_killed: bool = False
+    # Run in a container (core/container.py): (image, runtime options...), or () for none.
+    container: tuple[str, ...] = ()
 
     @property
     def is_running(self) -> bool:

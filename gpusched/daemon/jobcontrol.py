@@ -7,7 +7,7 @@ import queue
 import signal
 from dataclasses import replace
 
-from gpusched.daemon import host
+from gpusched.daemon import containers, host
 from gpusched.core import lifecycle, placement, scheduling
 from gpusched.proc import jobenv, runfile
 from gpusched.proc.seam import ProcessSeam
@@ -281,6 +281,9 @@ class JobControl:
                                 settings.cancel_grace_s, cgroup,
                                 run_as=job.uid if paths.is_system else None,
                                 max_log_bytes=settings.max_log_size_bytes)
+        if started.container:
+            spec = containers.in_container(spec, started, settings.container_runtime,
+                                           settings.container_devices, paths.state_dir)
         self.state.save(started)
         # Launched only once the start is stored (launch_started); if storing it fails,
         # what was taken for it is given back and a later pass tries again.

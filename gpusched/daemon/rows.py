@@ -20,7 +20,8 @@ from gpusched.core.models import Constraints, Job, JobState, Request
 
 # Columns stored as JSON, and whether their value is a tuple in the Job.
 JSON_TUPLES = {"command": True, "env": False, "gpu_uuids": True, "gpu_indices": True,
-               "dependencies": True, "retry_on": True, "cpu_ids": True}
+               "dependencies": True, "retry_on": True, "cpu_ids": True,
+               "container": True}
 BOOLEANS = ("cancel_requested", "held", "kill_on_invalid_dep", "warned", "timed_out",
             "mem_over", "oom_killed")
 STATES = tuple(state.value for state in JobState)

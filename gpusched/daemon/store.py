@@ -18,7 +18,7 @@ from gpusched.daemon.writefail import is_write_failure, write_error
 
 log = logging.getLogger("gpusched.daemon.store")
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 
 # Migrations[n] takes a database at version n to n + 1. Version 0 is an empty file.
 MIGRATIONS: list[str] = [
@@ -96,6 +96,10 @@ MIGRATIONS: list[str] = [
     ALTER TABLE jobs ADD COLUMN eligible_at REAL;
     ALTER TABLE jobs ADD COLUMN last_attempt_end TEXT NOT NULL DEFAULT '';
     """,
+    # 5: a job run in a container: its image and runtime options (JSON), [] for none.
+    """
+    ALTER TABLE jobs ADD COLUMN container TEXT NOT NULL DEFAULT '[]';
+    """,
 ]
 assert len(MIGRATIONS) == SCHEMA_VERSION
 
@@ -110,7 +114,7 @@ _FINAL = sorted(state.value for state in JobState if state.is_final)  # under SQ
 # Fixed at submit: an update need not rewrite (nor re-encode) them, the environment above
 # all. The request (GPUs, memory, constraints, CPUs) is fixed too, and stored apart.
 _SET_AT_SUBMIT = frozenset({"command", "env", "cwd", "uid", "user", "submit_pid", "submitted_at",
-                            "dependencies", "retry_on", "retry_delay_s"})
+                            "dependencies", "retry_on", "retry_delay_s", "container"})
 _UPDATED_FIELDS = [n for n in _JOB_FIELDS if n not in _SET_AT_SUBMIT]
 
 
