@@ -55,6 +55,11 @@ def test_the_working_directory_is_mounted_and_entered():
     assert "--volume=/data/my proj:/data/my proj" in got and "--workdir=/data/my proj" in got
 
 
+def test_the_progress_files_directory_is_mounted_too():
+    got = argv(cwd="/w", mounts=("/logs", "/w"))
+    assert [a for a in got if a.startswith("--volume")] == ["--volume=/w:/w", "--volume=/logs:/logs"]
+
+
 def test_the_job_environment_passes_by_name_so_values_come_from_the_jobs_environment():
     got = argv(env_names=["CUDA_VISIBLE_DEVICES", "MASTER_PORT"])
     assert "--env=CUDA_VISIBLE_DEVICES" in got and "--env=MASTER_PORT" in got

@@ -79,8 +79,11 @@ def user_args(runtime: str, uid: int, gid: int) -> list[str]:
 def run_argv(runtime: str, image: str, options: tuple[str, ...], command: tuple[str, ...], *,
              name: str, cwd: str, uid: int, gid: int, env_names: list[str],
              gpu_uuids: tuple[str, ...] = (), devices: str = "auto",
-             cdi_names: frozenset[str] = frozenset(), cpu_ids: tuple[int, ...] = ()) -> list[str]:
+             cdi_names: frozenset[str] = frozenset(), cpu_ids: tuple[int, ...] = (),
+             mounts: tuple[str, ...] = ()) -> list[str]:
     """`RUNTIME run ... IMAGE COMMAND` for one run of a job.
+
+    mounts: directories the job also needs at the same path (where its progress file is).
 
     env_names: the variables passed in by name (the runtime takes each value from its own
     environment, the job's): the job-environment contract and the job's --env. The user's
@@ -90,6 +93,7 @@ def run_argv(runtime: str, image: str, options: tuple[str, ...], command: tuple[
             # The host's network, as a plain job has: MASTER_PORT is held on the host.
             "--network=host",
             f"--volume={cwd}:{cwd}", f"--workdir={cwd}"]
+    argv += [f"--volume={path}:{path}" for path in mounts if path != cwd]
     argv += user_args(runtime, uid, gid)
     argv += device_args(runtime, devices, gpu_uuids, cdi_names)
     if cpu_ids:

@@ -46,6 +46,12 @@ def _gid_of(uid: int) -> int:
         return uid
 
 
+def _progress_dir(env: dict[str, str]) -> tuple[str, ...]:
+    """Where gpusched.job.progress() writes: beside the job's logs, the user's own files."""
+    path = env.get(jobenv.PROGRESS_FILE)
+    return (os.path.dirname(path),) if path else ()
+
+
 def in_container(spec: dict, job: Job, runtime: str, devices: str, state_dir: str,
                  cdi_dirs: tuple[str, ...] = CDI_DIRS) -> dict:
     """A plain job's shim spec turned into the container job's: its command run by the
@@ -57,7 +63,7 @@ def in_container(spec: dict, job: Job, runtime: str, devices: str, state_dir: st
         runtime, image, options, job.command, name=name, cwd=job.cwd, uid=job.uid,
         gid=_gid_of(job.uid), env_names=env_names, gpu_uuids=job.gpu_uuids, devices=devices,
         cdi_names=read_cdi_names(cdi_dirs) if job.gpu_uuids else frozenset(),
-        cpu_ids=job.cpu_ids)
+        cpu_ids=job.cpu_ids, mounts=_progress_dir(spec["env"]))
     removal = {"argv": container.remove_argv(runtime, name), "name": name,
                "tries": _REMOVE_TRIES[runtime]}
     return {**spec, "command": argv, "container_remove": removal}
