@@ -173,3 +173,20 @@ def test_a_killed_daemon_leaves_no_container_once_the_job_ends(
     wait_until(lambda: not names_of_home(home, podman_env), "the container to be removed")
     job = home.wait_state(job_id, "failed")  # a command starts the daemon again
     assert job["exit_code"] == 4
+
+
+def test_show_and_resubmit_keep_the_container_on_both_command_paths(home: Home):
+    # No runtime needed: the job is held, never started.
+    job_id = home.submit("--hold", "--container", "localhost/img:2",
+                         "--container-opt=--shm-size=1g", "--", "python", "t.py")
+    job = home.show(job_id)
+    assert job["container"] == {"image": "localhost/img:2", "options": ["--shm-size=1g"]}
+    assert job["command"] == ["python", "t.py"]
+    fast = home.run("show", str(job_id)).stdout
+    full = home.run("show", str(job_id), env={"GPUSCHED_NO_FAST_PATH": "1"}).stdout
+    assert fast == full and "   container=localhost/img:2 --shm-size=1g\n" in fast
+    again = home.json("resubmit", str(job_id), "--hold")["id"]
+    assert home.show(again)["container"] == job["container"]
+    plain = home.submit("--hold", "--", "true")
+    assert home.show(plain)["container"] is None
+    assert "container=" not in home.run("show", str(plain)).stdout

@@ -98,6 +98,9 @@ def _free_text(job: dict[str, Any], now: float) -> list[tuple[str, str]]:
              ("pending_reason", job["pending_reason"]) if job["state"] == "pending" else None,
              ("end_reason", job["end_reason"]) if job["end_reason"] else None,
              ("command", command_human(job["command"], COMMAND_MAX_CHARS)),
+             ("container", command_human([job["container"]["image"],
+                                          *job["container"]["options"]], COMMAND_MAX_CHARS))
+             if job.get("container") else None,
              ("cwd", job["cwd"]), ("stdout_path", job["stdout_path"]),
              ("stderr_path", job["stderr_path"])]
     return [item for item in found if item is not None]

@@ -272,6 +272,8 @@ def job_to_dict(job: Job) -> dict:
         "mem_bytes": job.request.mem_bytes,
         "cpu_ids": list(job.cpu_ids), "mem_peak_bytes": job.mem_peak_bytes,
         "gpu_mem_peak_bytes": job.gpu_mem_peak_bytes, "mem_over": job.mem_over,
+        "container": ({"image": job.container[0], "options": list(job.container[1:])}
+                      if job.container else None),
     }
 
 
