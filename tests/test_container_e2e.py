@@ -5,6 +5,7 @@ Skipped, with the reason, where podman cannot run a container."""
 
 from __future__ import annotations
 
+import json
 import os
 import resource
 import shutil
@@ -94,7 +95,6 @@ def names_of_home(home: Home, env: dict[str, str]) -> list[str]:
 
 def submit(home: Home, env: dict[str, str], *args: str) -> int:
     proc = home.run("submit", "--json", "--container", IMAGE, *args, env=env)
-    import json
     return json.loads(proc.stdout)["id"]
 
 
@@ -190,3 +190,23 @@ def test_show_and_resubmit_keep_the_container_on_both_command_paths(home: Home):
     plain = home.submit("--hold", "--", "true")
     assert home.show(plain)["container"] is None
     assert "container=" not in home.run("show", str(plain)).stdout
+
+
+def test_without_the_runtime_the_job_fails_saying_so(home: Home, tmp_path: Path):
+    # No podman on the job's PATH: the job cannot start, as a plain job with a typo.
+    bare = tmp_path / "bin"
+    bare.mkdir()
+    proc = home.script("submit", "--container", IMAGE, "--wait", "--", "true", check=False,
+                       env=home.user_env(path=str(bare)))
+    assert proc.returncode == 127
+    assert f"no such command 'podman' in PATH ({bare})" in proc.stderr
+
+
+def test_an_image_the_runtime_cannot_find_fails_the_job_with_its_words(
+        home: Home, podman_env: dict[str, str]):
+    proc = home.run("submit", "--container", "localhost/gpusched-no-such-image:1", "--wait",
+                    "--", "true", check=False, env=podman_env)
+    assert proc.returncode == 125  # the runtime's own failure
+    job = home.json("ls", "--all")[-1]
+    assert "gpusched-no-such-image" in home.run("logs", "--stderr", str(job["id"])).stdout
+    assert names_of_home(home, podman_env) == []
