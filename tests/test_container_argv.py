@@ -57,7 +57,8 @@ def test_the_working_directory_is_mounted_and_entered():
 
 def test_the_progress_files_directory_is_mounted_too():
     got = argv(cwd="/w", mounts=("/logs", "/w"))
-    assert [a for a in got if a.startswith("--volume")] == ["--volume=/w:/w", "--volume=/logs:/logs"]
+    volumes = [a for a in got if a.startswith("--volume")]
+    assert volumes == ["--volume=/w:/w", "--volume=/logs:/logs"]
 
 
 def test_the_job_environment_passes_by_name_so_values_come_from_the_jobs_environment():
@@ -134,6 +135,26 @@ def test_names_are_unique_per_home_job_and_attempt_and_valid_for_the_runtimes():
     assert container.container_name("ab12", 7, 2) == "gpusched-ab12-7-2"
     assert container.container_name("a/b c", 7, 1) == "gpusched-a-b-c-7-1"
     assert containers.home_token("/a/state") != containers.home_token("/b/state")
+
+
+@pytest.mark.parametrize("host, inside", [
+    ("5,2", "1,0"), ("3", "0"), ("", ""), (",".join(UUIDS), ",".join(UUIDS)),
+    ("MIG-a,4", "MIG-a,0"),
+])
+def test_gpu_indices_are_numbered_as_the_container_sees_them(host: str, inside: str):
+    assert container.visible_inside(host) == inside
+
+
+def test_index_mode_numbers_the_jobs_gpus_from_0_inside(tmp_path: Path):
+    box = Box(tmp_path / "home", gpus="4x80GiB",
+              config='[gpus]\nvisible_devices = "index"\n[scheduling]\ngpu_order = [3, 2, 1, 0]\n'
+                     'policy = "order"\n')
+    job_id = box.submit("--gpus", "2", "--container", "img", "--", "true")
+    box.step()
+    spec = box.shims.launched[job_id]
+    assert sorted(box.show(job_id)["gpu_indices"]) == [2, 3]
+    assert sorted(spec["env"]["CUDA_VISIBLE_DEVICES"].split(",")) == ["0", "1"]
+    assert sorted(spec["env"]["NVIDIA_VISIBLE_DEVICES"].split(",")) == ["2", "3"]  # the host's
 
 
 def test_removal_stops_at_once_and_ignores_a_container_already_gone():

@@ -102,6 +102,15 @@ def run_argv(runtime: str, image: str, options: tuple[str, ...], command: tuple[
     return argv + list(options) + [image, *command]
 
 
+def visible_inside(cuda_visible_devices: str) -> str:
+    """CUDA_VISIBLE_DEVICES as the container sees it. UUIDs stay; host indices do not,
+    since the container has only the job's GPUs, numbered from 0 in the host's (PCI)
+    order: host GPUs 5,2 are 1,0 inside."""
+    ids = [i for i in cuda_visible_devices.split(",") if i]
+    indices = sorted(int(i) for i in ids if i.isdigit())
+    return ",".join(str(indices.index(int(i))) if i.isdigit() else i for i in ids)
+
+
 def remove_argv(runtime: str, name: str) -> list[str]:
     """Stop (at once) and remove the run's container, if it is still there."""
     if runtime == "docker":

@@ -66,4 +66,7 @@ def in_container(spec: dict, job: Job, runtime: str, devices: str, state_dir: st
         cpu_ids=job.cpu_ids, mounts=_progress_dir(spec["env"]))
     removal = {"argv": container.remove_argv(runtime, name), "name": name,
                "tries": _REMOVE_TRIES[runtime]}
-    return {**spec, "command": argv, "container_remove": removal}
+    env, visible = dict(spec["env"]), jobenv.CUDA_VISIBLE_DEVICES
+    if visible in env:  # visible_devices = "index": the job's GPUs are numbered anew inside
+        env[visible] = container.visible_inside(env[visible])
+    return {**spec, "command": argv, "env": env, "container_remove": removal}
