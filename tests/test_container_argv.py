@@ -228,3 +228,23 @@ def test_cdi_specs_are_read_from_their_directories(tmp_path: Path):
     (tmp_path / "notes.txt").write_text(f"name: {UUIDS[1]}\nnvidia.com/gpu")
     assert containers.read_cdi_names((str(tmp_path), str(tmp_path / "none"))) == \
         {"0", UUIDS[0], "all"}
+
+
+def test_the_container_of_a_job_whose_shim_died_is_removed_once_its_processes_are_gone(
+        tmp_path: Path):
+    box = Box(tmp_path / "home", config='[daemon]\ncancel_grace = "10s"\n')
+    job_id = box.submit("--gpus", "1", "--container", "img", "--", "train")
+    plain = box.submit("--gpus", "1", "--", "train")
+    box.step()
+    box.shims.leave_running(job_id, 101, ignores_term=True)
+    box.shims.vanish(job_id)
+    box.shims.vanish(plain)
+    box.step(box.daemon.settings.gpu_poll_interval_s)  # SIGTERM to what it left
+    assert box.show(job_id)["state"] == "running" and box.shims.container_removals == []
+    box.shims.end_process(101)
+    box.step(box.daemon.settings.gpu_poll_interval_s)
+    assert box.states(job_id, plain) == ["lost", "lost"]
+    (removal,) = box.shims.container_removals  # the plain job has none
+    name = f"gpusched-{containers.home_token(box.paths.state_dir)}-{job_id}-1"
+    assert removal["container_remove"]["argv"] == container.remove_argv("podman", name)
+    assert removal["run_as"] is None and removal["env"]["PATH"]

@@ -8,13 +8,14 @@ from __future__ import annotations
 import json
 import os
 import resource
+import signal
 import shutil
 import subprocess
 from pathlib import Path
 
 import pytest
 
-from conftest import Home, wait_until
+from conftest import Home, find_shim, wait_until
 from gpusched.daemon import containers
 
 IMAGE = "localhost/gpusched-test-busybox:1"
@@ -173,6 +174,21 @@ def test_a_killed_daemon_leaves_no_container_once_the_job_ends(
     wait_until(lambda: not names_of_home(home, podman_env), "the container to be removed")
     job = home.wait_state(job_id, "failed")  # a command starts the daemon again
     assert job["exit_code"] == 4
+
+
+def test_a_killed_shim_leaves_no_container_once_the_job_is_lost(
+        home: Home, podman_env: dict[str, str]):
+    home.write_config('[daemon]\ncancel_grace = "2s"\ngpu_poll_interval = "1s"\n')
+    # It ignores SIGTERM: the daemon SIGKILLs what it left (the runtime's client too).
+    job_id = submit(home, podman_env, "--", "sh", "-c",
+                    'trap "" TERM; while true; do sleep 1; done')
+    home.wait_state(job_id, "running")
+    wait_until(lambda: names_of_home(home, podman_env), "the job's container to run")
+    pid, _ = wait_until(lambda: find_shim(home.state / "jobs", job_id), "the shim's pid")
+    os.kill(pid, signal.SIGKILL)  # what it left is stopped by the daemon, by its run token
+    job = home.wait_state(job_id, "lost")
+    assert "vanished" in job["end_reason"]
+    wait_until(lambda: not names_of_home(home, podman_env), "the container to be removed")
 
 
 def test_show_and_resubmit_keep_the_container_on_both_command_paths(home: Home):

@@ -124,6 +124,9 @@ class JobControl:
         stopping = self.shim_loss.stop_leftovers(job)
         if stopping is None:
             self.end(job, JobState.LOST, now, end_reason=self.shim_loss.lost_reason(job))
+            if job.container:  # its shim would have removed it
+                removal = containers.lost_removal(job, self.setup.settings, self.setup.paths)
+                self.state.after_commit(lambda: self.seam.remove_container(removal))
         elif stopping.end_reason != job.end_reason:
             self.state.save(stopping)
 
