@@ -27,7 +27,7 @@ PLACEHOLDERS = {
     "--cpus": "N", "--mem": "SIZE", "--interval": "SECONDS", "--query": "FIELDS",
     "--format": "FORMAT", "--discipline": "DISCIPLINE", "--load": "FRACTION",
     "--arrivals": "trace|poisson", "--seed": "N", "--dir": "DIR", "--user": "USER[,USER]",
-    "--state": "STATE[,STATE]",
+    "--state": "STATE[,STATE]", "--container": "IMAGE", "--container-opt": "OPT",
 }
 
 
