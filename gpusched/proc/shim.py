@@ -300,12 +300,13 @@ def run(spec: dict, spec_line: bytes | None = None) -> int:
     cap = _log_cap(spec)
     if cap is not None:
         cap.start()  # copying the job's output, now that nothing forks any more
-    forward = jobtree.Forwarder(pid, float(spec.get("grace_s", 10.0)))  # the job leads its group
+    forward = jobtree.Forwarder(pid, float(spec.get("grace_s", 10.0)),  # the job leads its group
+                                "container_remove" in spec)
     for sig in FORWARDED:
         _signal.signal(sig, forward)
     _signal.signal(signal.SIGALRM, forward.kill)
     _signal.pthread_sigmask(signal.SIG_UNBLOCK, FORWARDED)
-    exit_code, signum = jobtree.wait_for(pid)
+    exit_code, signum = jobtree.wait_for(pid, forward.group_only)
     if spec.get("container_remove"):  # before leftovers: the runtime stops its own processes
         exit_code, signum = _end_container(spec, exit_code, signum)
     jobtree.end_leftovers(forward)
