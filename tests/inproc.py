@@ -79,6 +79,7 @@ class FakeShims:
         self.marked: dict[str, dict[int, bool]] = {}
         self.process_signals: list[tuple[int, int]] = []
         self.refuse_launches = False  # the launcher cannot be asked: OSError
+        self.container_removals: list[dict] = []  # what remove_container was given
 
     # -- what the test does ----------------------------------------------------------
     def fork(self, job_id: int) -> int:
@@ -167,6 +168,9 @@ class FakeShims:
         for job in running:
             owners.update({pid: job.id for pid in self.children.get(job.id, ())})
         return owners
+
+    def remove_container(self, spec: dict) -> None:
+        self.container_removals.append(spec)
 
     def append_to_log(self, path: str, line: str) -> None:
         self.notes.append((path, line))

@@ -14,6 +14,7 @@ from typing import Callable
 import pytest
 
 from conftest import Home, wait_until
+from gpusched.daemon.store import SCHEMA_VERSION
 
 from gpusched.daemon.store import SCHEMA_VERSION
 

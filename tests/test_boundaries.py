@@ -203,7 +203,8 @@ def test_shim_imports_only_the_standard_library():
     # All standard library only, and none loads the costly modules below.
     allowed_ours = {"gpusched", "gpusched.proc", "gpusched.proc.privileges",
                     "gpusched.proc.jobexec", "gpusched.proc.jobtree", "gpusched.proc.runfile",
-                    "gpusched.proc.logcap", "gpusched.core", "gpusched.core.logmark"}
+                    "gpusched.proc.logcap", "gpusched.core", "gpusched.core.logmark",
+                    "gpusched.proc.containerrun", "gpusched.core.container"}
     costly = {"dataclasses", "typing", "pathlib"}
     seen, todo = set(), ["gpusched.proc.shim"]
     while todo:

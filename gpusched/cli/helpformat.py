@@ -27,7 +27,8 @@ PLACEHOLDERS = {
     "--cpus": "N", "--mem": "SIZE", "--interval": "SECONDS", "--query": "FIELDS",
     "--format": "FORMAT", "--discipline": "DISCIPLINE", "--load": "FRACTION",
     "--arrivals": "trace|poisson", "--seed": "N", "--dir": "DIR", "--user": "USER[,USER]",
-    "--state": "STATE[,STATE]", "--mem-growth": "FACTOR",
+    "--state": "STATE[,STATE]", "--mem-growth": "FACTOR", "--container": "IMAGE",
+    "--container-opt": "OPT",
 }
 
 

@@ -123,6 +123,9 @@ def _free_text(job: dict[str, Any], now: float) -> list[tuple[str, str]]:
              ("idle", idle_human(job, now)) if job.get("gpu_idle_since") else None,
              *_preemption_text(job),
              ("command", command_human(job["command"], COMMAND_MAX_CHARS)),
+             ("container", command_human([job["container"]["image"],
+                                          *job["container"]["options"]], COMMAND_MAX_CHARS))
+             if job.get("container") else None,
              ("cwd", job["cwd"]), ("stdout_path", job["stdout_path"]),
              ("stderr_path", job["stderr_path"])]
     return [item for item in found if item is not None]

@@ -61,6 +61,7 @@ def submit(
     Examples:
       gpusched submit --gpus 1 --gpu-mem 20G -- python train.py
       gpusched submit --gpus 2 --time 4h --wait -- torchrun train.py
+      gpusched submit --gpus 1 --container pytorch:24.01 -- python train.py
     """
     opts = SubmitOptions(command=command or [], **options)
     raise typer.Exit(submit_and_report(opts))

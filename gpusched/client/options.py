@@ -88,6 +88,11 @@ SUBMIT = (
     ("preempt_grace", ("--preempt-grace",), "str", None,
      "When preempted: between the checkpoint signal (--signal's, else SIGUSR1) and "
      "SIGTERM, e.g. 2m (default 60s, [preemption] grace)."),
+    ("container", ("--container",), "str", None,
+     "Run the command in a container of this image (podman, or docker: [containers] "
+     "runtime) that sees only the job's GPUs and its working directory."),
+    ("container_opt", ("--container-opt",), "list", [],
+     "An option for the runtime's `run`, e.g. --container-opt=--shm-size=8g (repeatable)."),
 )
 
 # `resubmit`'s options, a subset of submit's: (SubmitOptions field, its flags, kind and

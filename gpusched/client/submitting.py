@@ -228,7 +228,7 @@ def build_request(opts: SubmitOptions) -> dict[str, Any]:
     else:
         raise UsageError("no command to run; put it after `--`, e.g. "
                          "`gpusched submit --gpus 1 -- python train.py`")
-    extra = scheduling_fields(opts)
+    extra = {**scheduling_fields(opts), **container_field(opts)}
     if gpu_mem_auto:
         extra["gpu_mem_auto"] = True
     jobs = [{"command": c, "name": opts.name, "gpus": gpus, "gpu_mem_bytes": gpu_mem_bytes,
@@ -238,6 +238,21 @@ def build_request(opts: SubmitOptions) -> dict[str, Any]:
         request["cluster"] = opts.cluster
     check_limits(request)
     return request
+
+
+def container_field(opts: SubmitOptions) -> dict[str, Any]:
+    """--container IMAGE and its --container-opt options, as the job spec's field; the
+    variables --env sets are passed into the container by name (core/container.py)."""
+    if opts.container is None:
+        if opts.container_opt:
+            raise UsageError("--container-opt is an option for the container runtime: add "
+                             "--container IMAGE")
+        return {}
+    if not opts.container or opts.container.startswith("-"):
+        raise UsageError(f"--container takes an image name, not {opts.container!r}; give "
+                         "runtime options with --container-opt")
+    by_name = [f"--env={name}" for name in _env_pairs(opts.env)]
+    return {"container": [opts.container, *by_name, *opts.container_opt]}
 
 
 def check_limits(request: dict[str, Any]) -> None:

@@ -8,7 +8,7 @@ from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Any, Callable
 
-from gpusched.core import limits
+from gpusched.core import container, limits
 from gpusched.core.errors import ConfigError
 from gpusched.core.models import DISCIPLINES
 from gpusched.core.clusterconf import ClusterConfig, check_default, parse_clusters
@@ -92,6 +92,9 @@ class Settings:
     min_run_before_preempt_s: float = 300.0
     # [services]
     haproxy: str = "haproxy"
+    # [containers] (core/container.py)
+    container_runtime: str = "podman"
+    container_devices: str = "auto"
     # [[notify]] (core/notifyconf.py): an array of tables, not keys of one table
     notify: tuple[NotifyRule, ...] = ()
     # [clusters.NAME] and the top-level default_cluster (core/clusterconf.py)
@@ -337,6 +340,13 @@ KEYS: dict[str, tuple[str, Callable[[Any], Any], Any, str]] = {
     "services.haproxy": ("haproxy", _text, "haproxy",
                          "The HAProxy program services' front doors run (docs/services.md): a "
                          "name found on PATH or in /usr/sbin, or a path."),
+    "containers.runtime": ("container_runtime", _choice(*container.RUNTIMES), "podman",
+                           "What runs `submit --container` jobs: podman or docker "
+                           "(docs/real-gpus.md)."),
+    "containers.devices": ("container_devices", _choice(*container.DEVICE_MODES), "auto",
+                           'How a container gets its GPUs: "cdi" (by UUID from a CDI spec), '
+                           '"runtime" (docker --gpus, podman\'s NVIDIA hook), "auto" (CDI '
+                           'when a spec names them).'),
 }
 
 

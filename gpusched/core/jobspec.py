@@ -20,7 +20,7 @@ SPEC_FIELDS = ("command", "name", "gpus", "gpu_mem_bytes", "cpus", "mem_bytes", 
                "hold", "kill_on_invalid_dep", "dependencies", "retries", "retry_on",
                "retry_delay_s", "policy", "constraints", "time_limit_s", "warn_signal",
                "warn_before_s", "array", "preemptible", "preempt_grace_s", "gpu_mem_auto",
-               "mem_growth", "interactive")
+               "mem_growth", "interactive", "container")
 CONSTRAINT_FIELDS = ("gpu_ids", "exclude_gpus", "gpu_type", "min_gpu_total_mem_bytes",
                      "min_compute_capability", "topology")
 
@@ -122,6 +122,19 @@ def _retry_on(spec: dict) -> tuple[str, ...]:
     return tuple(retry_on)
 
 
+def _container(spec: dict) -> tuple[str, ...]:
+    """(image, runtime options...) of a job run in a container; () for none."""
+    container = spec.get("container") or []
+    if (not isinstance(container, list) or (container and not container[0])
+            or not all(values.is_text(a, os_text=True) for a in container)):
+        raise UsageError("container must be a list of strings without NUL characters: the "
+                         f"image, then the runtime's options; not {values.shown(container)}")
+    if container and container[0].startswith("-"):
+        raise UsageError(f"--container takes an image name, not the option {container[0]!r}; "
+                         "give runtime options with --container-opt")
+    return tuple(container)
+
+
 def check_job_spec(spec: Any, policies: list[str]) -> dict[str, Any]:
     """The Job fields of one submitted job, every value checked (the daemon trusts no client)."""
     spec = values.mapping(spec, "each job", SPEC_FIELDS)
@@ -169,6 +182,7 @@ def check_job_spec(spec: Any, policies: list[str]) -> dict[str, Any]:
         # None: the config's default for the user (core/preemption.job_defaults).
         "preemptible": None if spec.get("preemptible") is None else _flag(spec, "preemptible"),
         "preempt_grace_s": _number(spec, "preempt_grace_s", 0.0),
+        "container": _container(spec),
     }
 
 
@@ -211,6 +225,7 @@ def job_spec(job: Job) -> dict[str, Any]:
         "warn_signal": job.warn_signal, "warn_before_s": job.warn_before_s,
         "mem_growth": job.mem_growth, "interactive": job.interactive,
         "preemptible": job.preemptible, "preempt_grace_s": job.preempt_grace_s,
+        "container": list(job.container),
     }
 
 

@@ -184,6 +184,8 @@ class Job:
     job_key: str = ""
     gpu_mem_reason: str = ""
     interactive: bool = False  # exempt from idle_action (daemon/idlegpus.py)
+    # Run in a container (core/container.py): (image, runtime options...), or () for none.
+    container: tuple[str, ...] = ()
 
     @property
     def is_running(self) -> bool:
@@ -320,6 +322,8 @@ def job_to_dict(job: Job) -> dict:
         "preempted_jobs_at": job.preempted_jobs_at,
         "mem_growth": job.mem_growth, "job_key": job.job_key,
         "gpu_mem_reason": job.gpu_mem_reason, "interactive": job.interactive,
+        "container": ({"image": job.container[0], "options": list(job.container[1:])}
+                      if job.container else None),
     }
 
 

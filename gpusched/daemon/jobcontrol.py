@@ -7,7 +7,7 @@ import queue
 import signal
 from dataclasses import replace
 
-from gpusched.daemon import gpumemory, host
+from gpusched.daemon import containers, gpumemory, host
 from gpusched.core import lifecycle, placement, preemption, scheduling
 from gpusched.proc import jobenv, runfile
 from gpusched.proc.seam import ProcessSeam
@@ -130,6 +130,9 @@ class JobControl:
         stopping = self.shim_loss.stop_leftovers(job)
         if stopping is None:
             self.end(job, JobState.LOST, now, end_reason=self.shim_loss.lost_reason(job))
+            if job.container:  # its shim would have removed it
+                removal = containers.lost_removal(job, self.setup.settings, self.setup.paths)
+                self.state.after_commit(lambda: self.seam.remove_container(removal))
         elif stopping.end_reason != job.end_reason:
             self.state.save(stopping)
 
@@ -310,6 +313,9 @@ class JobControl:
                                 settings.cancel_grace_s, cgroup,
                                 run_as=job.uid if paths.is_system else None,
                                 max_log_bytes=settings.max_log_size_bytes)
+        if started.container:
+            spec = containers.in_container(spec, started, settings.container_runtime,
+                                           settings.container_devices, paths.state_dir)
         self.state.save(started)
         # Launched only once the start is stored (launch_started); if storing it fails,
         # what was taken for it is given back and a later pass tries again.

@@ -21,7 +21,7 @@ from gpusched.core.models import Constraints, Job, JobState, Request
 # Columns stored as JSON, and whether their value is a tuple in the Job.
 JSON_TUPLES = {"command": True, "env": False, "gpu_uuids": True, "gpu_indices": True,
                "dependencies": True, "retry_on": True, "cpu_ids": True,
-               "preempted_jobs": True, "preempt_hold": True}
+               "preempted_jobs": True, "preempt_hold": True, "container": True}
 BOOLEANS = ("cancel_requested", "held", "kill_on_invalid_dep", "warned", "timed_out",
             "mem_over", "oom_killed", "preemptible", "requeueing", "interactive")
 STATES = tuple(state.value for state in JobState)

@@ -18,7 +18,7 @@ from gpusched.daemon.writefail import is_write_failure, write_error
 
 log = logging.getLogger("gpusched.daemon.store")
 
-SCHEMA_VERSION = 6
+SCHEMA_VERSION = 7
 
 # Migrations[n] takes a database at version n to n + 1. Version 0 is an empty file.
 MIGRATIONS: list[str] = [
@@ -124,6 +124,10 @@ MIGRATIONS: list[str] = [
     ALTER TABLE jobs ADD COLUMN interactive INTEGER NOT NULL DEFAULT 0;
     CREATE INDEX jobs_key ON jobs(uid, job_key, id);
     """,
+    # 7: a job run in a container: its image and runtime options (JSON), [] for none.
+    """
+    ALTER TABLE jobs ADD COLUMN container TEXT NOT NULL DEFAULT '[]';
+    """,
 ]
 assert len(MIGRATIONS) == SCHEMA_VERSION
 
@@ -140,7 +144,7 @@ _FINAL = sorted(state.value for state in JobState if state.is_final)  # under SQ
 _SET_AT_SUBMIT = frozenset({"command", "env", "cwd", "uid", "user", "submit_pid", "submitted_at",
                             "dependencies", "retry_on", "retry_delay_s",
                             "preemptible", "preempt_grace_s", "mem_growth", "job_key",
-                            "interactive"})
+                            "interactive", "container"})
 _UPDATED_FIELDS = [n for n in _JOB_FIELDS if n not in _SET_AT_SUBMIT]
 
 

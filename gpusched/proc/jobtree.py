@@ -57,16 +57,22 @@ def descendants(root: int) -> list[int]:
 
 class Forwarder:
     """Passes signals on to the job's process group and to any of its processes that left
-    it; SIGTERM arms a SIGKILL of all of them after the grace period."""
+    it; SIGTERM arms a SIGKILL of all of them after the grace period.
 
-    def __init__(self, pgid: int, grace_s: float):
-        self.pgid, self.grace_s = pgid, grace_s
+    group_only (a container job): to the group only, the container runtime's client,
+    which passes them on itself; signalled at once as well, the container's processes and
+    its monitor end in a race that leaves the client waiting forever."""
 
-    def send(self, signum: int) -> None:
+    def __init__(self, pgid: int, grace_s: float, group_only: bool = False):
+        self.pgid, self.grace_s, self.group_only = pgid, grace_s, group_only
+
+    def send(self, signum: int, everyone: bool = False) -> None:
         try:
             os.killpg(self.pgid, signum)
         except ProcessLookupError:
             pass
+        if self.group_only and not everyone:
+            return
         for pid in descendants(os.getpid()):
             try:
                 if os.getpgid(pid) != self.pgid:  # the group has it already
@@ -102,18 +108,22 @@ def end_leftovers(forward: Forwarder) -> None:
         pass
     deadline = time.monotonic() + 10.0  # a process stuck in the kernel must not hold us
     if has_children():  # orphans outside the group (the common case has none: no /proc scan)
-        forward.kill()
+        forward.send(signal.SIGKILL, everyone=True)
         while has_children() and time.monotonic() < deadline:
             time.sleep(0.01)
 
 
-def wait_for(pid: int) -> tuple[int | None, int | None]:
-    """(exit code, signal) of the job."""
+def wait_for(pid: int, reap_others: bool = False) -> tuple[int | None, int | None]:
+    """(exit code, signal) of the job. reap_others (a container job): reap the orphans we
+    adopt meanwhile too; podman takes its container monitor (conmon, our orphan) for alive
+    while it is an unreaped zombie, and would wait for it forever."""
     while True:
         try:
-            _, status = os.waitpid(pid, 0)
+            ended, status = os.waitpid(-1 if reap_others else pid, 0)
         except ChildProcessError:
             return None, None
+        if ended != pid:
+            continue
         if os.WIFEXITED(status):
             return os.WEXITSTATUS(status), None
         if os.WIFSIGNALED(status):

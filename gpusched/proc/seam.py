@@ -15,6 +15,7 @@ import socket
 import stat
 import subprocess
 import sys
+import threading
 from pathlib import Path
 from typing import Iterable
 
@@ -201,6 +202,15 @@ class ProcessSeam:
                     owners[child] = owners[parent]
                     stack.append(child)
         return owners
+
+    @staticmethod
+    def remove_container(spec: dict) -> None:
+        """Remove a lost job's container (proc/containerrun.py), off the loop: a runtime
+        may take seconds."""
+        from gpusched.proc import containerrun
+
+        threading.Thread(target=containerrun.remove, args=(spec,), daemon=True,
+                         name=f"remove {spec['container_remove']['name']}").start()
 
     @staticmethod
     def append_to_log(path: str, line: str) -> None:

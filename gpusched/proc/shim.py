@@ -269,6 +269,16 @@ def record_exit(run_path: str, spec: dict, record: runfile.ExitRecord) -> None:
         pass
 
 
+def _end_container(spec: dict, exit_code: int | None, signum: int | None):
+    from gpusched.proc import containerrun  # a container job's only
+
+    def note(line: str) -> None:  # as ourselves only: root writes in no user's directory
+        if spec.get("run_as") is None:
+            _note_in_log(spec["stderr"], None, line)
+
+    return containerrun.finish(spec, exit_code, signum, note)
+
+
 def run(spec: dict, spec_line: bytes | None = None) -> int:
     """Run the job of `spec` (spec_line: the same as the launcher received it)."""
     # Hold signals until the forwarder exists, so an early cancel is never lost (the
@@ -290,12 +300,15 @@ def run(spec: dict, spec_line: bytes | None = None) -> int:
     cap = _log_cap(spec)
     if cap is not None:
         cap.start()  # copying the job's output, now that nothing forks any more
-    forward = jobtree.Forwarder(pid, float(spec.get("grace_s", 10.0)))  # the job leads its group
+    forward = jobtree.Forwarder(pid, float(spec.get("grace_s", 10.0)),  # the job leads its group
+                                "container_remove" in spec)
     for sig in FORWARDED:
         _signal.signal(sig, forward)
     _signal.signal(signal.SIGALRM, forward.kill)
     _signal.pthread_sigmask(signal.SIG_UNBLOCK, FORWARDED)
-    exit_code, signum = jobtree.wait_for(pid)
+    exit_code, signum = jobtree.wait_for(pid, forward.group_only)
+    if spec.get("container_remove"):  # before leftovers: the runtime stops its own processes
+        exit_code, signum = _end_container(spec, exit_code, signum)
     jobtree.end_leftovers(forward)
     if cap is not None:
         cap.finish()  # the last of the output in the logs before the end is recorded
