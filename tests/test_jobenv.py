@@ -171,7 +171,7 @@ def test_a_cpu_job_sees_no_gpu(shared):
 
 def test_env_options_override_the_submitters(shared):
     env = submitter_env(shared, FOO="outer", KEEP="kept")
-    job, seen = run_env_job(shared, env, "--env", "FOO=inner", "-e", "NEW=a=b",
+    job, seen = run_env_job(shared, env, "--env", "FOO=inner", "--env", "NEW=a=b",
                             "--env", "CUDA_VISIBLE_DEVICES=5")
     want = expected({**env, "FOO": "inner", "NEW": "a=b"}, job, [], None)
     assert seen == want

@@ -6,6 +6,7 @@ import os
 import sys
 
 from gpusched.client.options import RESUBMIT_FIELDS, SubmitOptions
+from gpusched.client.slurmflags import check_one_node
 from gpusched.core import limits, syntax
 from gpusched.core.errors import GpuschedError, UsageError, detach_stdout
 from gpusched.core.units import parse_duration, parse_size
@@ -174,6 +175,7 @@ def job_cwd(option: str | None) -> str:
 
 def build_request(opts: SubmitOptions) -> dict[str, Any]:
     """The `submit` request's arguments: jobs, environment and working directory."""
+    check_one_node(opts.ntasks, opts.nodes)
     gpus_asked = gpus_and_type(opts)[0]
     gpu_mem_bytes = size_option(opts.gpu_mem, "--gpu-mem")
     if gpu_mem_bytes is not None and gpu_mem_bytes <= 0:
