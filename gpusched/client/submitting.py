@@ -122,6 +122,8 @@ def scheduling_fields(opts: SubmitOptions) -> dict[str, Any]:
                              "(not 0 or UNLIMITED)")
         try:
             spec["warn_signal"], spec["warn_before_s"] = syntax.parse_signal_spec(opts.signal)
+            if syntax.signal_is_batch_only(opts.signal):
+                spec["warn_batch"] = True
         except ValueError as exc:
             raise UsageError(str(exc)) from None
     if opts.array is not None:

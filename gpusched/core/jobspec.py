@@ -18,7 +18,7 @@ MAX_DURATION_S = 100 * 365 * 86400.0  # a time limit or retry delay: a century a
 SPEC_FIELDS = ("command", "name", "gpus", "gpu_mem_bytes", "cpus", "mem_bytes", "priority",
                "hold", "kill_on_invalid_dep", "dependencies", "retries", "retry_on",
                "retry_delay_s", "policy", "constraints", "time_limit_s", "warn_signal",
-               "warn_before_s", "array")
+               "warn_before_s", "array", "warn_batch")
 CONSTRAINT_FIELDS = ("gpu_ids", "exclude_gpus", "gpu_type", "min_gpu_total_mem_bytes",
                      "min_compute_capability")
 
@@ -153,6 +153,7 @@ def check_job_spec(spec: Any, policies: list[str]) -> dict[str, Any]:
         "time_limit_s": _number(spec, "time_limit_s", 1.0),
         "warn_signal": warn_signal,
         "warn_before_s": _number(spec, "warn_before_s", 0.0) or 0.0,
+        "warn_batch": _flag(spec, "warn_batch"),
         "retries": whole_number(spec, "retries", 0, 0, 1000), "retry_on": _retry_on(spec),
         "retry_delay_s": DEFAULT_RETRY_DELAY_S if retry_delay_s is None else retry_delay_s,
     }
@@ -179,6 +180,7 @@ def job_spec(job: Job) -> dict[str, Any]:
         "dependencies": [[kind, dep] for kind, dep in job.dependencies],
         "kill_on_invalid_dep": job.kill_on_invalid_dep, "time_limit_s": job.time_limit_s,
         "warn_signal": job.warn_signal, "warn_before_s": job.warn_before_s,
+        "warn_batch": job.warn_batch,
     }
 
 

@@ -223,8 +223,8 @@ def parse_signal_spec(text: str) -> tuple[int, float]:
     (60 s before, as in Slurm) -> (signal, seconds)."""
     name, _, before = text.partition("@")
     name = name.strip().upper()
-    # Slurm's R: (reservations) and B: (batch shell only) have no meaning here: the shim
-    # signals the job's whole process group.
+    # Slurm's R: (reservations) has no meaning here; B: (the main process only) is read by
+    # signal_is_batch_only.
     prefix, colon, rest = name.partition(":")
     if colon and prefix in ("R", "B", "RB", "BR"):
         name = rest
@@ -243,6 +243,14 @@ def parse_signal_spec(text: str) -> tuple[int, float]:
     if signum not in WARN_SIGNALS:
         raise bad
     return signum, float(before) if before else 60.0
+
+
+def signal_is_batch_only(text: str) -> bool:
+    """Whether --signal names Slurm's B: (the job's main process only, as Slurm signals only
+    the batch shell); without it the signal goes to the main process's children, Slurm's
+    steps (see proc/jobtree.py's deliver_warning)."""
+    prefix, colon, _ = text.strip().upper().partition(":")
+    return bool(colon) and "B" in prefix and set(prefix) <= {"R", "B"}
 
 
 def signal_name(signum: int) -> str:

@@ -197,10 +197,17 @@ class JobControl:
             for job, action in due:
                 changed, signum = lifecycle.apply_limit_action(job, action)
                 self.state.save(changed)
-                self._signal_after_commit(changed, signum)
+                if action == lifecycle.WARN:
+                    self._warn_after_commit(changed, signum)
+                else:
+                    self._signal_after_commit(changed, signum)
 
     def _signal_after_commit(self, job: Job, signum: int) -> None:
         self.state.after_commit(lambda: self.seam.signal_job(job, signum))
+
+    def _warn_after_commit(self, job: Job, signum: int) -> None:
+        """The warning before the time limit, delivered as Slurm's --signal (seam.warn_job)."""
+        self.state.after_commit(lambda: self.seam.warn_job(job, signum))
 
     def next_deadline(self) -> float | None:
         """When the next time-limit action is due, or a re-queued job may start (epoch s)."""

@@ -22,7 +22,7 @@ from gpusched.core.models import Constraints, Job, JobState, Request
 JSON_TUPLES = {"command": True, "env": False, "gpu_uuids": True, "gpu_indices": True,
                "dependencies": True, "retry_on": True, "cpu_ids": True}
 BOOLEANS = ("cancel_requested", "held", "kill_on_invalid_dep", "warned", "timed_out",
-            "mem_over", "oom_killed")
+            "mem_over", "oom_killed", "warn_batch")
 STATES = tuple(state.value for state in JobState)
 
 

@@ -18,7 +18,7 @@ from gpusched.daemon.writefail import is_write_failure, write_error
 
 log = logging.getLogger("gpusched.daemon.store")
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 
 # Migrations[n] takes a database at version n to n + 1. Version 0 is an empty file.
 MIGRATIONS: list[str] = [
@@ -95,6 +95,10 @@ MIGRATIONS: list[str] = [
     ALTER TABLE jobs ADD COLUMN retry_delay_s REAL NOT NULL DEFAULT 10;
     ALTER TABLE jobs ADD COLUMN eligible_at REAL;
     ALTER TABLE jobs ADD COLUMN last_attempt_end TEXT NOT NULL DEFAULT '';
+    """,
+    # 5: --signal B: (the warning goes to the job's main process only).
+    """
+    ALTER TABLE jobs ADD COLUMN warn_batch INTEGER NOT NULL DEFAULT 0;
     """,
 ]
 assert len(MIGRATIONS) == SCHEMA_VERSION
