@@ -27,7 +27,8 @@ SCHEDULER_KEYS = {"CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER", "NVIDIA_VISIBLE_D
                   # progress reports)
                   "GPUSCHED_ATTEMPT", "GPUSCHED_CPUS", "GPUSCHED_MEM", "GPUSCHED_ARRAY_ID",
                   "GPUSCHED_ARRAY_INDEX", "GPUSCHED_TIME_LIMIT_END", "GPUSCHED_WARN_SIGNAL",
-                  "GPUSCHED_PROGRESS_FILE", "GPUSCHED_RUN_TOKEN"}
+                  "GPUSCHED_PROGRESS_FILE", "GPUSCHED_RUN_TOKEN", "GPUSCHED_ARRAY_COUNT",
+                  "GPUSCHED_ARRAY_MIN", "GPUSCHED_ARRAY_MAX", "GPUSCHED_ARRAY_STEP"}
 
 
 def submitter_env(home: Home, **extra: str) -> dict[str, str]:

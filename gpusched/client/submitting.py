@@ -335,13 +335,15 @@ def submit_and_report(opts: SubmitOptions) -> int:
 
 def report_queued(client: Any, result: dict[str, Any], opts: SubmitOptions) -> int:
     """Print the ids of jobs just queued (as JSON with --json); with --wait, wait for them
-    and return the exit status that `submit --wait` gives."""
-    ids = result["ids"]
+    and return the exit status that `submit --wait` gives. An array is named by its id
+    alone, as `sbatch --parsable` prints it, so that `jid=$(gpusched submit --array ...)`
+    can be given to --dependency, wait or cancel."""
+    ids, array_ids = result["ids"], result.get("array_ids", [])
     try:
         if opts.json:
-            print_json(submit_json(ids, result.get("array_ids", [])))
+            print_json(submit_json(ids, array_ids))
         else:
-            sys.stdout.write("\n".join(str(i) for i in ids) + "\n")
+            sys.stdout.write("\n".join(str(i) for i in array_ids or ids) + "\n")
         sys.stdout.flush()
     except (OSError, AttributeError, ValueError):  # no stdout (closed), or a closed pipe
         detach_stdout()

@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 from operator import attrgetter
-from typing import Iterable, Mapping, Sequence
+from typing import Any, Iterable, Mapping, Sequence
 
 from gpusched.core import lifecycle, placement
 # DISCIPLINES, the names QueueRules.discipline takes, lives in models for the command line.
@@ -50,6 +50,16 @@ class Plan:
     placements: Mapping[int, int] = field(default_factory=dict)
 
 
+class DependencyStates(dict):
+    """Job id -> JobState of the jobs depended on, and, in `ended_as`, how an array ended in
+    words ("element 12_3 (job 15) ended failed"): a reason then names the element that
+    failed, not the array's id (its first element, which may have succeeded)."""
+
+    def __init__(self, *args: Any, **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        self.ended_as: dict[int, str] = {}
+
+
 def dependency_status(job: Job, states: Mapping[int, JobState]) -> tuple[bool, str]:
     """(can never be met, reason) for a job's unmet dependencies; (False, "") when all met."""
     waiting = []
@@ -66,7 +76,8 @@ def dependency_status(job: Job, states: Mapping[int, JobState]) -> tuple[bool, s
             continue
         ok = state is JobState.SUCCEEDED
         if (kind == "afterok" and not ok) or (kind == "afternotok" and ok):
-            return True, f"dependency {kind}:{dep} can never be met: job {dep} ended {state.value}"
+            ended = getattr(states, "ended_as", {}).get(dep) or f"job {dep} ended {state.value}"
+            return True, f"dependency {kind}:{dep} can never be met: {ended}"
     return False, f"waiting for {', '.join(waiting)}" if waiting else ""
 
 
