@@ -67,9 +67,12 @@ def size_option(text: str | None, option: str) -> int | None:
 
 def _duration(text: str, option: str) -> float:
     try:
-        return parse_duration(text)
+        seconds = parse_duration(text)
     except ValueError as exc:
         raise UsageError(f"{option}: {exc}") from None
+    if seconds > syntax.MAX_DURATION_S:
+        raise UsageError(f"{option} {text!r} is over the longest, 100 years; give a shorter one")
+    return seconds
 
 
 def _capability(text: str | None) -> list[int] | None:

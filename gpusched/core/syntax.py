@@ -17,6 +17,7 @@ from gpusched.core.values import shown
 MAX_ARRAY_SIZE = 1_000_000
 MAX_JOB_ID = 2**63 - 1  # SQLite's largest integer
 MAX_PRIORITY = 10**6
+MAX_DURATION_S = 100 * 365 * 86400.0  # a time limit or retry delay: a century at most
 # "after" is met once the job has started (or ended without starting), as in Slurm.
 DEPENDENCY_KINDS = ("afterok", "afterany", "afternotok", "after")
 RETRY_ON_CHOICES = ("failed", "timeout", "oom", "cancelled", "lost")
@@ -179,6 +180,9 @@ def parse_time_limit(text: str) -> float | None:
         return None
     if total < 1:
         raise UsageError(f"--time {text!r} is under the shortest limit, 1 s")
+    if total > MAX_DURATION_S:
+        raise UsageError(f"--time {text!r} is over the longest limit, 100 years; give a "
+                         "shorter one, or 0 or UNLIMITED for none")
     return float(total)
 
 
