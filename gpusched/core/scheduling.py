@@ -329,6 +329,7 @@ def schedule(pending: Sequence[Job], running: Sequence[Job], loads: Mapping[str,
     free_any = any(placement.is_usable(l) for l in p.loads.values())
     unplaceable: set[tuple] = set()
     gpu_reasons: dict[Request, str] = {}  # request -> why the GPUs cannot take it now
+    first_blocked: int | None = None  # the first job in line that the GPUs cannot take
     ordered = queue_order(pending, queue, usage or {})
     for n, job in enumerate(ordered):
         if _box_is_full(p, queue):
@@ -355,7 +356,13 @@ def schedule(pending: Sequence[Job], running: Sequence[Job], loads: Mapping[str,
             if queue.discipline == "backfill" and p.reservation is None:
                 _reserve(job, p, rules, now)
             if explain:
-                reasons[job.id] = _gpu_reason(job.request, p, inventory, rules, gpu_reasons)
+                why = _gpu_reason(job.request, p, inventory, rules, gpu_reasons)
+                # As Slurm's Resources and Priority: the next in line waits for GPUs, the
+                # others wait behind it (a job that fits still starts ahead of it).
+                reasons[job.id] = why if first_blocked is None else \
+                    f"behind job {first_blocked}, which is next in line; {why}"
+            if first_blocked is None:
+                first_blocked = job.id
             continue
         gpu_reasons.clear()  # the loads change: reasons worked out before may not hold
         placement.take(p.loads, job, chosen)
