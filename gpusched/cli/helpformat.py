@@ -28,6 +28,9 @@ PLACEHOLDERS = {
     "--format": "FORMAT", "--discipline": "DISCIPLINE", "--load": "FRACTION",
     "--arrivals": "trace|poisson", "--seed": "N", "--dir": "DIR", "--user": "USER[,USER]",
     "--state": "STATE[,STATE]",
+    # sbatch's spellings (client/options.py)
+    "--gpus-per-node": "N", "--ntasks": "N", "--nodes": "N", "--nice": "N",
+    "--gres": "gpu[:TYPE]:N", "--export": "ALL|NONE|NAME[=VALUE]",
 }
 
 

@@ -19,7 +19,7 @@ KINDS = ("str", "int", "list", "flag", "yesno")
 # `submit`'s options, in the order its --help lists them:
 # (SubmitOptions field, flags, kind, default, help).
 SUBMIT = (
-    ("gpus", ("--gpus", "-G"), "str", None,
+    ("gpus", ("--gpus-per-node", "--gpus", "-G"), "str", None,
      "GPUs to give the job: N, or TYPE:N as in Slurm (a100:2: two whose name contains "
      "a100). Default 0; 1 with --gpu-mem, --gpu-ids or another GPU constraint."),
     ("gpu_mem", ("--gpu-mem",), "str", None,
@@ -71,6 +71,13 @@ SUBMIT = (
      "Slurm's task count: only 1 (a job is one command; start more tasks from it, e.g. "
      "torchrun, or use --array)."),
     ("nodes", ("--nodes", "-N"), "str", None, "Slurm's node count: only 1 (this machine)."),
+    ("gres", ("--gres",), "str", None, "Slurm's gpu[:TYPE]:N: the same as --gpus [TYPE:]N."),
+    ("nice", ("--nice",), "int", None, "Slurm's: N lower in line (the same as --priority -N)."),
+    ("export", ("--export",), "str", None,
+     "Slurm's: ALL (the default: the job gets this environment), NONE, or NAME[=VALUE] "
+     "items (only those; ALL,NAME=VALUE adds them to this environment)."),
+    ("no_requeue", ("--no-requeue",), "flag", False,
+     "Slurm's: never run it again (gpusched's default, unless --retries)."),
 )
 
 # `resubmit`'s options, a subset of submit's: (SubmitOptions field, its flags, kind and

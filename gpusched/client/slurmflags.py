@@ -34,6 +34,10 @@ REFUSED = (
     (("-L", "--licenses"), True, "gpusched has no licenses. Leave it out"),
     (("-S", "--core-spec"), True, "cores are not reserved for the system. Leave it out"),
     (("-B", "--extra-node-info"), True, "gpusched runs jobs on this machine only. Leave it out"),
+    (("--open-mode",), True, "gpusched keeps each job's output itself, appending each "
+     "attempt. Read it with `gpusched logs ID`"),
+    (("--requeue",), False, "a job runs at most once unless asked. Give --retries N "
+     "--retry-on lost,failed"),
     (("-k", "--no-kill"), False, "a job runs on this machine only. Leave it out"),
     (("-s", "--oversubscribe"), False, "GPUs are shared by memory. Give --gpu-mem"),
     (("-O", "--overcommit"), False, "a job is one task. Leave it out"),
@@ -91,3 +95,33 @@ def check_one_node(ntasks: int | None, nodes: str | None) -> None:
     if nodes is not None and nodes.strip() not in ("1", "1-1"):
         raise UsageError(f"--nodes {nodes}: gpusched runs each job on this one machine. "
                          "Give 1 or leave it out")
+
+
+def gres_as_gpus(text: str) -> str:
+    """Slurm's --gres gpu[:TYPE]:N as --gpus [TYPE:]N: 'gpu' -> '1', 'gpu:a100:2' -> 'a100:2'."""
+    name, _, rest = text.strip().partition(":")
+    if name != "gpu" or "," in rest:
+        raise UsageError(f"--gres {text!r}: only GPUs can be asked for, as gpu[:TYPE]:N "
+                         "(gpu:2, gpu:a100:2)")
+    return rest or "1"
+
+
+def exported_environment(env: dict[str, str], text: str) -> dict[str, str]:
+    """Slurm's --export: ALL (all of env), NONE (nothing), or NAME[=VALUE] items: only
+    those, on top of all of env when ALL is one of them. A bare NAME takes env's value."""
+    items = [item.strip() for item in text.split(",") if item.strip()]
+    if not items:
+        raise UsageError("--export wants ALL, NONE or NAME[=VALUE] items, not an empty value")
+    keep_all = any(item.upper() == "ALL" for item in items)
+    out = dict(env) if keep_all else {}
+    for item in items:
+        if item.upper() in ("ALL", "NONE"):
+            continue
+        name, has_value, value = item.partition("=")
+        if not name:
+            raise UsageError(f"--export {text!r}: {item!r} has no NAME; give NAME or NAME=VALUE")
+        if has_value:
+            out[name] = value
+        elif name in env:
+            out[name] = env[name]
+    return out

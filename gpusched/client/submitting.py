@@ -6,7 +6,7 @@ import os
 import sys
 
 from gpusched.client.options import RESUBMIT_FIELDS, SubmitOptions
-from gpusched.client.slurmflags import check_one_node
+from gpusched.client.slurmflags import check_one_node, exported_environment, gres_as_gpus
 from gpusched.core import limits, syntax
 from gpusched.core.errors import GpuschedError, UsageError, detach_stdout
 from gpusched.core.units import parse_duration, parse_size
@@ -87,9 +87,16 @@ def _capability(text: str | None) -> list[int] | None:
 def gpus_and_type(opts: SubmitOptions) -> tuple[int | None, str]:
     """--gpus N, or Slurm's TYPE:N, beside --gpu-type: (the count or None, the type or "")."""
     gpu_type = opts.gpu_type or ""
-    if opts.gpus is None:
+    gpus = opts.gpus
+    if opts.gres is not None:
+        from_gres = gres_as_gpus(opts.gres)
+        if gpus is not None and syntax.parse_gpus(str(gpus)) != syntax.parse_gpus(from_gres):
+            raise UsageError(f"--gpus {gpus} and --gres {opts.gres} ask for different GPUs; "
+                             "give one of them")
+        gpus = from_gres
+    if gpus is None:
         return None, gpu_type
-    count, named_type = syntax.parse_gpus(str(opts.gpus))
+    count, named_type = syntax.parse_gpus(str(gpus))
     if named_type and gpu_type and named_type.lower() != gpu_type.lower():
         raise UsageError(f"--gpus {opts.gpus} and --gpu-type {gpu_type} name different GPU "
                          "types; give one of them")
@@ -191,6 +198,8 @@ def build_request(opts: SubmitOptions) -> dict[str, Any]:
     gpus = gpus_asked if gpus_asked is not None else (1 if wants_gpu else 0)
     cwd = job_cwd(opts.cwd)
     env = submitting_environment()
+    if opts.export is not None:
+        env = exported_environment(env, opts.export)
     env.update(_env_pairs(opts.env))
     if opts.from_file is not None:
         if opts.command:
@@ -206,7 +215,7 @@ def build_request(opts: SubmitOptions) -> dict[str, Any]:
                          "`gpusched submit --gpus 1 -- python train.py`")
     extra = scheduling_fields(opts)
     jobs = [{"command": c, "name": opts.name, "gpus": gpus, "gpu_mem_bytes": gpu_mem_bytes,
-             "priority": opts.priority, **extra} for c in commands]
+             "priority": opts.priority - (opts.nice or 0), **extra} for c in commands]
     request = {"jobs": jobs, "env": env, "cwd": cwd}
     check_limits(request)
     return request
