@@ -339,7 +339,12 @@ def print_json(data: object) -> None:
 def submit_and_report(opts: SubmitOptions) -> int:
     """`gpusched submit`, for the typer command and the fast path alike: one round trip."""
     from gpusched.client.connection import Client
+    from gpusched.client.sbatchlines import with_script_options
 
+    try:
+        opts = with_script_options(opts, os.getcwd())
+    except FileNotFoundError:
+        pass  # no current directory: build_request says so
     request = build_request(opts)
     client = Client()
     return report_queued(client, client.call("submit", **request), opts)
