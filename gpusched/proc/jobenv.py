@@ -32,6 +32,8 @@ NVIDIA_VISIBLE_DEVICES = _variable(
     "NVIDIA_VISIBLE_DEVICES", "the same GPUs, for containers the job starts (none without GPUs)")
 JOB_ID = _variable("GPUSCHED_JOB_ID", "the job's id")
 NUM_GPUS = _variable("GPUSCHED_NUM_GPUS", "how many GPUs the job has")
+JOB_GPUS = _variable("GPUSCHED_JOB_GPUS", "the job's GPUs by index, as nvidia-smi numbers "
+                     "them (Slurm's SLURM_JOB_GPUS); only for a job with GPUs")
 GPU_MEM = _variable("GPUSCHED_GPU_MEM", "bytes per GPU, when the job asked for --gpu-mem")
 MASTER_ADDR = _variable("MASTER_ADDR", "127.0.0.1")
 MASTER_PORT = _variable("MASTER_PORT", "a port no other running job has, held for the job")
@@ -101,6 +103,8 @@ def job_environment(job: Job, gpus: Iterable[GpuInfo], master_port: int,
         PET_MASTER_PORT: str(master_port),
         RUN_TOKEN: run_token,
     })
+    if gpus:
+        env[JOB_GPUS] = ",".join(str(g.index) for g in gpus)
     if job.request.gpu_mem_bytes is not None:
         env[GPU_MEM] = str(job.request.gpu_mem_bytes)
     # A job of --cpus 0 still runs a thread.
