@@ -14,6 +14,7 @@ from typing import Callable
 import pytest
 
 from conftest import Home, wait_until
+from gpusched.daemon.store import SCHEMA_VERSION
 
 SUFFIXES = ("", "-wal", "-shm")
 
@@ -222,7 +223,7 @@ VARIANTS: list[tuple[str, str, Callable[[Path], None], str]] = [
     ("a newer schema", "clean", newer, "has schema version 99, newer than this gpusched"),
     ("an old schema that fails to update", "clean", old_that_fails,
      "has the old schema version 3, and updating it failed (duplicate column name"),
-    ("a table missing", "clean", table_gone, "says schema version 4 but table meta is missing"),
+    ("a table missing", "clean", table_gone, f"says schema version {SCHEMA_VERSION} but table meta is missing"),
     ("a deleted -wal", "crashed", wal_deleted, "the -wal is missing but the -shm"),
     ("a -wal cut short", "crashed", wal_cut, "it was cut short or damaged"),
     ("a damaged -wal frame", "crashed", wal_frame_damaged, "frame 1 of"),
