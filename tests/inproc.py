@@ -142,6 +142,9 @@ class FakeShims:
         self.signals.append((job.id, signum))
         return True
 
+    def warn_job(self, job: Job, signum: int) -> bool:
+        return self.signal_job(job, signum)  # who in the job gets it: proc/jobtree.py
+
     def tree_rss_bytes(self, job: Job) -> int | None:
         return self.rss_bytes.get(job.id, 0) if self._live(job) else None
 

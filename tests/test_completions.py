@@ -37,7 +37,8 @@ def test_bash_completion_offers_subcommands_and_options():
     lines = subprocess.run(["bash", "-c", script], capture_output=True, text=True,
                            check=True).stdout.splitlines()
     assert lines[0].split() == ["start", "status", "stop"]
-    assert set(lines[1].split()) == {"--gpus", "--gpu-mem", "--gpu-ids", "--gpu-type"}
+    assert set(lines[1].split()) == {"--gpus", "--gpu-mem", "--gpu-ids", "--gpu-type",
+                                  "--gpus-per-node"}
 
 
 def test_unknown_shell_is_a_usage_error():

@@ -54,7 +54,7 @@ GOOD_FIELDS = {
     "cpus": 1, "mem_bytes": 2**20, "priority": 5, "hold": True, "kill_on_invalid_dep": True,
     "dependencies": [["afterok", 1]], "retries": 1, "retry_on": ["failed"],
     "retry_delay_s": 1.0, "policy": "spread", "time_limit_s": 60, "warn_signal": 10,
-    "warn_before_s": 5, "array": {"indices": [0, 1], "throttle": 1},
+    "warn_before_s": 5, "warn_batch": True, "array": {"indices": [0, 1], "throttle": 1},
     "preemptible": True, "preempt_grace_s": 30.0,
     "constraints": {"gpu_ids": [0, 1], "exclude_gpus": [3], "gpu_type": "",
                     "min_gpu_total_mem_bytes": 0, "min_compute_capability": [1, 0]},

@@ -32,7 +32,8 @@ def test_six_50g_jobs_on_four_80g_gpus(box):
     # Four at once, each on its own GPU; 50 + 50 GiB would not fit on 80.
     assert sorted(jobs[i]["gpu_indices"][0] for i in ids[:4]) == [0, 1, 2, 3]
     for i in ids[4:]:
-        assert jobs[i]["pending_reason"] == ("needs 1 GPU with 50.0 GiB free; "
+        behind = "" if i == ids[4] else f"behind job {ids[4]}, which is next in line; "
+        assert jobs[i]["pending_reason"] == (f"{behind}needs 1 GPU with 50.0 GiB free; "
                                              "most free is GPU 0 with 30.0 GiB")
         assert jobs[i]["gpus"] == []
     # Free one GPU: exactly one waiting job (the older) takes it.

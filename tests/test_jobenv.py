@@ -27,7 +27,9 @@ SCHEDULER_KEYS = {"CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER", "NVIDIA_VISIBLE_D
                   # progress reports)
                   "GPUSCHED_ATTEMPT", "GPUSCHED_CPUS", "GPUSCHED_MEM", "GPUSCHED_ARRAY_ID",
                   "GPUSCHED_ARRAY_INDEX", "GPUSCHED_TIME_LIMIT_END", "GPUSCHED_WARN_SIGNAL",
-                  "GPUSCHED_PROGRESS_FILE", "GPUSCHED_RUN_TOKEN", "GPUSCHED_RESTARTS"}
+                  "GPUSCHED_PROGRESS_FILE", "GPUSCHED_RUN_TOKEN", "GPUSCHED_RESTARTS",
+                  "GPUSCHED_ARRAY_COUNT", "GPUSCHED_ARRAY_MIN", "GPUSCHED_ARRAY_MAX",
+                  "GPUSCHED_ARRAY_STEP", "GPUSCHED_JOB_GPUS"}
 
 
 def submitter_env(home: Home, **extra: str) -> dict[str, str]:
@@ -86,6 +88,8 @@ def expected(submitted: dict[str, str], job: dict, ids: list[str], mem: int | No
     })
     if mem is not None:
         out["GPUSCHED_GPU_MEM"] = str(mem)
+    if job["gpu_indices"]:
+        out["GPUSCHED_JOB_GPUS"] = ",".join(map(str, job["gpu_indices"]))
     # Later features, for a job that asks for none of them: first attempt, one CPU, math
     # libraries told so unless the submitter said otherwise, and where to report progress.
     out.update({
@@ -172,7 +176,7 @@ def test_a_cpu_job_sees_no_gpu(shared):
 
 def test_env_options_override_the_submitters(shared):
     env = submitter_env(shared, FOO="outer", KEEP="kept")
-    job, seen = run_env_job(shared, env, "--env", "FOO=inner", "-e", "NEW=a=b",
+    job, seen = run_env_job(shared, env, "--env", "FOO=inner", "--env", "NEW=a=b",
                             "--env", "CUDA_VISIBLE_DEVICES=5")
     want = expected({**env, "FOO": "inner", "NEW": "a=b"}, job, [], None)
     assert seen == want

@@ -121,7 +121,7 @@ def test_an_integer_of_5000_digits_is_answered(daemon_home):
 def test_a_refused_hold_value_is_not_taken_for_true(daemon_home):
     """{"hold": "no"} once queued a held job: Python counts any non-empty string as true."""
     reply = ask(daemon_home, "submit", **submit(hold="no"))
-    assert reply["error"]["message"] == "hold must be true or false, not 'no'"
+    assert reply["error"]["message"] == "--hold must be true or false, not 'no'"
 
 
 def test_a_null_argument_or_field_is_one_not_given(daemon_home):

@@ -106,7 +106,8 @@ def test_sharing_jobs_fill_a_gpu_as_far_as_memory_goes():
     starts, reasons = place([job(i, mem_gib=30) for i in range(1, 5)], box(gpu(0)))
     assert starts == {1: (0,), 2: (0,)}
     assert reasons == {3: "needs 1 GPU with 30.0 GiB free; most free is GPU 0 with 20.0 GiB",
-                       4: "needs 1 GPU with 30.0 GiB free; most free is GPU 0 with 20.0 GiB"}
+                       4: "behind job 3, which is next in line; needs 1 GPU with 30.0 GiB "
+                          "free; most free is GPU 0 with 20.0 GiB"}
 
 
 def test_six_50g_jobs_on_four_80g_gpus():

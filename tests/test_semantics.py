@@ -227,12 +227,12 @@ def test_an_array_runs_at_most_its_throttle_folds_in_ls_and_cancels(box, tmp_pat
 
 # -- time limits ----------------------------------------------------------------------------
 def test_time_limit_warns_then_terminates_and_kills_a_job_that_ignores_term(box, tmp_path):
-    """A real job gets its time limit's signals on time: the warning, SIGTERM at the limit,
-    and SIGKILL cancel_grace later as it ignores SIGTERM (when each is due, and what the
-    end says, are in test_inproc_runs.py)."""
+    """A real job gets its time limit's signals on time: the warning (B:, so the shell that
+    traps it gets it), SIGTERM at the limit, and SIGKILL cancel_grace later as it ignores
+    SIGTERM (when each is due, and what the end says, are in test_inproc_runs.py)."""
     home = box
     t = tmp_path
-    job_id = home.submit("--time", "2s", "--signal", "USR1@1", *sh(
+    job_id = home.submit("--time", "2s", "--signal", "B:USR1@1", *sh(
         f"trap 'date +%s.%N > {t}/usr1' USR1; trap 'date +%s.%N > {t}/term' TERM; "
         f"env > {t}/env; while :; do sleep 0.05; done"))
 

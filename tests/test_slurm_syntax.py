@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from gpusched.client import fastsubmit
 from gpusched.core import syntax
 from gpusched.core.errors import UsageError
-from gpusched.daemon.jobcontrol import _array_state
+from gpusched.daemon.arrays import array_state as _array_state
 from gpusched.core.models import Job, JobState
 from gpusched.core.scheduling import dependency_status
 from gpusched.client.submitting import submit_json

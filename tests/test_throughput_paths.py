@@ -176,6 +176,7 @@ def test_alike_jobs_that_cannot_start_are_explained_once_per_pass(monkeypatch):
     for job_id, gpus in plan.starts:
         placement.take(after, next(j for j in pending if j.id == job_id), gpus)
     for job in pending[4:]:
-        assert plan.reasons[job.id] == real(job.request, after, inventory,
-                                            placement.PlacementRules())
+        behind = "" if job.id == 5 else "behind job 5, which is next in line; "
+        assert plan.reasons[job.id] == behind + real(job.request, after, inventory,
+                                                     placement.PlacementRules())
     assert plan.reasons[5] == "needs 1 whole GPU; every allowed GPU is held whole by a running job"

@@ -29,6 +29,9 @@ PLACEHOLDERS = {
     "--arrivals": "trace|poisson", "--seed": "N", "--dir": "DIR", "--user": "USER[,USER]",
     "--state": "STATE[,STATE]", "--mem-growth": "FACTOR", "--container": "IMAGE",
     "--container-opt": "OPT",
+    # sbatch's spellings (client/options.py)
+    "--gpus-per-node": "N", "--ntasks": "N", "--nodes": "N", "--nice": "N",
+    "--gres": "gpu[:TYPE]:N", "--export": "ALL|NONE|NAME[=VALUE]",
 }
 
 

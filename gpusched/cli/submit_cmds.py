@@ -40,11 +40,14 @@ def with_options(rows: tuple) -> Callable[[Callable], Callable]:
 
 class SubmitCommand(Command):
     """`submit`, which also reads Slurm's `--kill-on-invalid-dep=yes|no`: typer's flags take
-    no value, so the fast path's parser folds that form into the bare flag first."""
+    no value, so the fast path's parser folds that form into the bare flag first. sbatch
+    options gpusched refuses, and stray words before `--`, are refused first."""
 
     def parse_args(self, ctx, args):  # noqa: ANN001 - click's signature
-        from gpusched.client.fastsubmit import fold_yes_no
+        from gpusched.client.fastsubmit import OPTIONS, fold_yes_no
+        from gpusched.client.slurmflags import check_command_line
 
+        check_command_line(args, OPTIONS)
         return super().parse_args(ctx, fold_yes_no(args))
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from gpusched.core.errors import GpuschedError, UsageError, report_error
 from gpusched.client.options import SUBMIT, SubmitOptions, flags_of
+from gpusched.client.slurmflags import check_command_line
 from gpusched.client.submitting import submit_and_report
 from gpusched.core.syntax import parse_yes_no
 
@@ -18,7 +19,9 @@ OPTIONS = flags_of(SUBMIT)
 
 
 def parse(argv: list[str]) -> SubmitOptions | None:
-    """The options of `submit ARGV`, or None when the full parser should decide."""
+    """The options of `submit ARGV`, or None when the full parser should decide. Raises
+    UsageError for an sbatch option gpusched refuses, or stray words before `--`."""
+    check_command_line(argv, OPTIONS)
     opts = SubmitOptions()
     i = 0
     while i < len(argv):
@@ -85,10 +88,10 @@ def fold_yes_no(argv: list[str]) -> list[str]:
 
 
 def try_fast_submit(argv: list[str]) -> int | None:
-    opts = parse(argv)
-    if opts is None:
-        return None
     try:
+        opts = parse(argv)
+        if opts is None:
+            return None
         return submit_and_report(opts)
     except GpuschedError as exc:
         return report_error(exc)

@@ -19,23 +19,23 @@ KINDS = ("str", "int", "list", "flag", "yesno")
 # `submit`'s options, in the order its --help lists them:
 # (SubmitOptions field, flags, kind, default, help).
 SUBMIT = (
-    ("gpus", ("--gpus", "-G"), "str", None,
+    ("gpus", ("--gpus-per-node", "--gpus", "-G"), "str", None,
      "GPUs to give the job: N, or TYPE:N as in Slurm (a100:2: two whose name contains "
      "a100). Default 0; 1 with --gpu-mem, --gpu-ids or another GPU constraint."),
     ("gpu_mem", ("--gpu-mem",), "str", None,
      "Memory per GPU, e.g. 20G. Jobs may then share a GPU; without it GPUs are whole. auto: "
      "the p95 of earlier successful runs' peaks (same --name or command) plus a margin."),
-    ("name", ("--name", "--job-name", "-n"), "str", "", "A name to show in listings."),
+    ("name", ("--name", "--job-name", "-J"), "str", "", "A name to show in listings."),
     ("priority", ("--priority",), "int", 0, "Higher starts first."),
-    ("cwd", ("--cwd", "--chdir"), "str", None, "Working directory (default: here)."),
-    ("env", ("--env", "-e"), "list", [], "Set NAME=VALUE for the job."),
+    ("cwd", ("--cwd", "--chdir", "-D"), "str", None, "Working directory (default: here)."),
+    ("env", ("--env",), "list", [], "Set NAME=VALUE for the job."),
     ("from_file", ("--from-file", "-f"), "str", None,
      "One job per line of shell commands (- for stdin)."),
     ("wait", ("--wait", "-W"), "flag", False, "Wait, then exit with the job's status."),
     ("notify", ("--notify",), "flag", False,
      "When the job ends, tell this desktop (notify-send) or ring this terminal's bell."),
     ("json", ("--json",), "flag", False, "Print JSON (stable field names) instead of a table."),
-    ("hold", ("--hold",), "flag", False, "Queue it held: it starts after `release`."),
+    ("hold", ("--hold", "-H"), "flag", False, "Queue it held: it starts after `release`."),
     ("after", ("--after",), "list", [], "Start after these jobs succeed: 3,4."),
     ("dependency", ("--dependency", "-d"), "list", [],
      "Slurm form: afterok:3:4,afterany:5,afternotok:6, after:7 (once 7 started); ids may be "
@@ -93,6 +93,17 @@ SUBMIT = (
      "runtime) that sees only the job's GPUs and its working directory."),
     ("container_opt", ("--container-opt",), "list", [],
      "An option for the runtime's `run`, e.g. --container-opt=--shm-size=8g (repeatable)."),
+    ("ntasks", ("--ntasks", "-n"), "int", None,
+     "Slurm's task count: only 1 (a job is one command; start more tasks from it, e.g. "
+     "torchrun, or use --array)."),
+    ("nodes", ("--nodes", "-N"), "str", None, "Slurm's node count: only 1 (this machine)."),
+    ("gres", ("--gres",), "str", None, "Slurm's gpu[:TYPE]:N: the same as --gpus [TYPE:]N."),
+    ("nice", ("--nice",), "int", None, "Slurm's: N lower in line (the same as --priority -N)."),
+    ("export", ("--export",), "str", None,
+     "Slurm's: ALL (the default: the job gets this environment), NONE, or NAME[=VALUE] "
+     "items (only those; ALL,NAME=VALUE adds them to this environment)."),
+    ("no_requeue", ("--no-requeue",), "flag", False,
+     "Slurm's: never run it again (gpusched's default, unless --retries)."),
 )
 
 # `resubmit`'s options, a subset of submit's: (SubmitOptions field, its flags, kind and
@@ -102,7 +113,7 @@ _RESUBMIT_CHANGES = (
     ("gpus", None, "int", "GPUs instead of the job's (0 also drops its --gpu-mem and GPU "
      "constraints).", "gpus"),
     ("gpu_mem", None, None, "Memory per GPU instead of the job's.", "gpu_mem_bytes"),
-    ("name", ("--name", "-n"), None, "Another name.", "name"),
+    ("name", ("--name", "--job-name", "-J"), None, "Another name.", "name"),
     ("priority", None, None, "Another priority.", "priority"),
     ("time", None, None, "Another time limit.", "time_limit_s"),
     ("cpus", ("--cpus", "-c"), None, "Other CPU cores.", "cpus"),

@@ -6,6 +6,7 @@ import os
 import sys
 
 from gpusched.client.options import RESUBMIT_FIELDS, SubmitOptions
+from gpusched.client.slurmflags import check_one_node, exported_environment, gres_as_gpus
 from gpusched.core import limits, syntax
 from gpusched.core.errors import GpuschedError, UsageError, detach_stdout
 from gpusched.core.units import parse_duration, parse_size
@@ -66,9 +67,12 @@ def size_option(text: str | None, option: str) -> int | None:
 
 def _duration(text: str, option: str) -> float:
     try:
-        return parse_duration(text)
+        seconds = parse_duration(text)
     except ValueError as exc:
         raise UsageError(f"{option}: {exc}") from None
+    if seconds > syntax.MAX_DURATION_S:
+        raise UsageError(f"{option} {text!r} is over the longest, 100 years; give a shorter one")
+    return seconds
 
 
 def _growth(text: str) -> float:
@@ -93,9 +97,16 @@ def _capability(text: str | None) -> list[int] | None:
 def gpus_and_type(opts: SubmitOptions) -> tuple[int | None, str]:
     """--gpus N, or Slurm's TYPE:N, beside --gpu-type: (the count or None, the type or "")."""
     gpu_type = opts.gpu_type or ""
-    if opts.gpus is None:
+    gpus = opts.gpus
+    if opts.gres is not None:
+        from_gres = gres_as_gpus(opts.gres)
+        if gpus is not None and syntax.parse_gpus(str(gpus)) != syntax.parse_gpus(from_gres):
+            raise UsageError(f"--gpus {gpus} and --gres {opts.gres} ask for different GPUs; "
+                             "give one of them")
+        gpus = from_gres
+    if gpus is None:
         return None, gpu_type
-    count, named_type = syntax.parse_gpus(str(opts.gpus))
+    count, named_type = syntax.parse_gpus(str(gpus))
     if named_type and gpu_type and named_type.lower() != gpu_type.lower():
         raise UsageError(f"--gpus {opts.gpus} and --gpu-type {gpu_type} name different GPU "
                          "types; give one of them")
@@ -136,6 +147,8 @@ def scheduling_fields(opts: SubmitOptions) -> dict[str, Any]:
                              "(not 0 or UNLIMITED)")
         try:
             spec["warn_signal"], spec["warn_before_s"] = syntax.parse_signal_spec(opts.signal)
+            if syntax.signal_is_batch_only(opts.signal):
+                spec["warn_batch"] = True
         except ValueError as exc:
             raise UsageError(str(exc)) from None
     spec.update(preemption_fields(opts))
@@ -203,6 +216,7 @@ def job_cwd(option: str | None) -> str:
 
 def build_request(opts: SubmitOptions) -> dict[str, Any]:
     """The `submit` request's arguments: jobs, environment and working directory."""
+    check_one_node(opts.ntasks, opts.nodes)
     gpus_asked = gpus_and_type(opts)[0]
     gpu_mem_auto = opts.gpu_mem is not None and opts.gpu_mem.strip().lower() == "auto"
     gpu_mem_bytes = None if gpu_mem_auto else size_option(opts.gpu_mem, "--gpu-mem")
@@ -215,6 +229,8 @@ def build_request(opts: SubmitOptions) -> dict[str, Any]:
     gpus = gpus_asked if gpus_asked is not None else (1 if wants_gpu else 0)
     cwd = job_cwd(opts.cwd)
     env = submitting_environment()
+    if opts.export is not None:
+        env = exported_environment(env, opts.export)
     env.update(_env_pairs(opts.env))
     if opts.from_file is not None:
         if opts.command:
@@ -232,7 +248,7 @@ def build_request(opts: SubmitOptions) -> dict[str, Any]:
     if gpu_mem_auto:
         extra["gpu_mem_auto"] = True
     jobs = [{"command": c, "name": opts.name, "gpus": gpus, "gpu_mem_bytes": gpu_mem_bytes,
-             "priority": opts.priority, **extra} for c in commands]
+             "priority": opts.priority - (opts.nice or 0), **extra} for c in commands]
     request = {"jobs": jobs, "env": env, "cwd": cwd}
     if opts.cluster:
         request["cluster"] = opts.cluster
@@ -373,7 +389,12 @@ def print_json(data: object) -> None:
 def submit_and_report(opts: SubmitOptions) -> int:
     """`gpusched submit`, for the typer command and the fast path alike: one round trip."""
     from gpusched.client.connection import Client
+    from gpusched.client.sbatchlines import with_script_options
 
+    try:
+        opts = with_script_options(opts, os.getcwd())
+    except FileNotFoundError:
+        pass  # no current directory: build_request says so
     request = build_request(opts)
     client = Client()
     return report_queued(client, client.call("submit", **request), opts)
@@ -381,13 +402,15 @@ def submit_and_report(opts: SubmitOptions) -> int:
 
 def report_queued(client: Any, result: dict[str, Any], opts: SubmitOptions) -> int:
     """Print the ids of jobs just queued (as JSON with --json); with --wait, wait for them
-    and return the exit status that `submit --wait` gives."""
-    ids = result["ids"]
+    and return the exit status that `submit --wait` gives. An array is named by its id
+    alone, as `sbatch --parsable` prints it, so that `jid=$(gpusched submit --array ...)`
+    can be given to --dependency, wait or cancel."""
+    ids, array_ids = result["ids"], result.get("array_ids", [])
     try:
         if opts.json:
-            print_json(submit_json(ids, result.get("array_ids", [])))
+            print_json(submit_json(ids, array_ids))
         else:
-            sys.stdout.write("\n".join(str(i) for i in ids) + "\n")
+            sys.stdout.write("\n".join(str(i) for i in array_ids or ids) + "\n")
         sys.stdout.flush()
     except (OSError, AttributeError, ValueError):  # no stdout (closed), or a closed pipe
         detach_stdout()

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from gpusched.core import gpuoom, values
+from gpusched.core import gpuoom, syntax, values
 from gpusched.core.topology import TOPOLOGY_MODES
 from gpusched.core.errors import UsageError
 from gpusched.core.models import DEFAULT_RETRY_DELAY_S, Constraints, Job, Request
@@ -13,20 +13,31 @@ from gpusched.core.syntax import (DEPENDENCY_KINDS, MAX_ARRAY_SIZE, MAX_JOB_ID, 
 
 MAX_GPUS_PER_JOB = 64
 MAX_GPU_INDEX = 1023
-MAX_DURATION_S = 100 * 365 * 86400.0  # a time limit or retry delay: a century at most
+MAX_DURATION_S = syntax.MAX_DURATION_S
 # The fields of a job spec (what the CLI's build_request and job_spec() write): any other
 # is refused, so that a misspelt field is not ignored in silence.
 SPEC_FIELDS = ("command", "name", "gpus", "gpu_mem_bytes", "cpus", "mem_bytes", "priority",
                "hold", "kill_on_invalid_dep", "dependencies", "retries", "retry_on",
                "retry_delay_s", "policy", "constraints", "time_limit_s", "warn_signal",
                "warn_before_s", "array", "preemptible", "preempt_grace_s", "gpu_mem_auto",
-               "mem_growth", "interactive", "container")
+               "mem_growth", "interactive", "container", "warn_batch")
 CONSTRAINT_FIELDS = ("gpu_ids", "exclude_gpus", "gpu_type", "min_gpu_total_mem_bytes",
                      "min_compute_capability", "topology")
 
 
+# The submit option that sets each field, where its name is not the field's: an error names
+# what the user typed (--time), never the request's key (time_limit_s).
+_OPTION_OF = {"time_limit_s": "--time", "retry_delay_s": "--retry-delay",
+              "warn_before_s": "--signal's @SECONDS", "warn_signal": "--signal",
+              "warn_batch": "--signal's B:", "mem_bytes": "--mem", "gpu_mem_bytes": "--gpu-mem",
+              "min_gpu_total_mem_bytes": "--min-gpu-total-mem", "dependencies": "--dependency"}
+
+
 def _what(key: str) -> str:
-    return key.replace("_", "-")
+    """The option of a spec field, and the unit the request carries it in."""
+    option = _OPTION_OF.get(key) or "--" + key.replace("_", "-")
+    unit = " (in seconds)" if key.endswith("_s") else " (in bytes)" if key.endswith("_bytes") else ""
+    return option + unit
 
 
 def whole_number(spec: dict, key: str, default: int | None, low: int, high: int) -> int | None:
@@ -164,7 +175,7 @@ def check_job_spec(spec: Any, policies: list[str]) -> dict[str, Any]:
     retry_delay_s = _number(spec, "retry_delay_s", 0.0)
     warn_signal = whole_number(spec, "warn_signal", None, 1, 64)
     if warn_signal is not None and warn_signal not in WARN_SIGNALS:
-        raise UsageError(f"warn-signal must be one the job's shim passes on "
+        raise UsageError(f"--signal must be one the job's shim passes on "
                          f"({', '.join(str(int(s)) for s in WARN_SIGNALS)}), not {warn_signal}")
     return {
         "command": _command(spec), "name": name, "policy": policy or "",
@@ -176,6 +187,7 @@ def check_job_spec(spec: Any, policies: list[str]) -> dict[str, Any]:
         "time_limit_s": _number(spec, "time_limit_s", 1.0),
         "warn_signal": warn_signal,
         "warn_before_s": _number(spec, "warn_before_s", 0.0) or 0.0,
+        "warn_batch": _flag(spec, "warn_batch"),
         "retries": whole_number(spec, "retries", 0, 0, 1000), "retry_on": _retry_on(spec),
         "retry_delay_s": DEFAULT_RETRY_DELAY_S if retry_delay_s is None else retry_delay_s,
         **_memory_fields(spec),
@@ -226,6 +238,7 @@ def job_spec(job: Job) -> dict[str, Any]:
         "mem_growth": job.mem_growth, "interactive": job.interactive,
         "preemptible": job.preemptible, "preempt_grace_s": job.preempt_grace_s,
         "container": list(job.container),
+        "warn_batch": job.warn_batch,
     }
 
 

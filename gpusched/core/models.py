@@ -149,6 +149,7 @@ class Job:
     warn_signal: int | None = None  # sent warn_before_s before the time limit
     warn_before_s: float = 0.0
     warned: bool = False
+    warn_batch: bool = False  # --signal B:: to the main process only, not its children
     timed_out: bool = False
     retries: int = 0
     retry_on: tuple[str, ...] = ("failed",)  # end states that re-queue while retries last
@@ -306,6 +307,7 @@ def job_to_dict(job: Job) -> dict:
         "array_id": job.array_id, "array_index": job.array_index,
         "array_throttle": job.array_throttle, "time_limit_s": job.time_limit_s,
         "warn_signal": job.warn_signal, "warn_before_s": job.warn_before_s,
+        "warn_batch": job.warn_batch,
         "retries": job.retries, "attempt": job.attempt, "retry_delay_s": job.retry_delay_s,
         "eligible_at": job.eligible_at, "policy": job.policy,
         "constraints": asdict(job.request.constraints),

@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 from operator import attrgetter
-from typing import Iterable, Mapping, Sequence
+from typing import Any, Iterable, Mapping, Sequence
 
 from gpusched.core import lifecycle, placement
 # DISCIPLINES, the names QueueRules.discipline takes, lives in models for the command line.
@@ -50,6 +50,16 @@ class Plan:
     placements: Mapping[int, int] = field(default_factory=dict)
 
 
+class DependencyStates(dict):
+    """Job id -> JobState of the jobs depended on, and, in `ended_as`, how an array ended in
+    words ("element 12_3 (job 15) ended failed"): a reason then names the element that
+    failed, not the array's id (its first element, which may have succeeded)."""
+
+    def __init__(self, *args: Any, **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        self.ended_as: dict[int, str] = {}
+
+
 def dependency_status(job: Job, states: Mapping[int, JobState]) -> tuple[bool, str]:
     """(can never be met, reason) for a job's unmet dependencies; (False, "") when all met."""
     waiting = []
@@ -66,7 +76,8 @@ def dependency_status(job: Job, states: Mapping[int, JobState]) -> tuple[bool, s
             continue
         ok = state is JobState.SUCCEEDED
         if (kind == "afterok" and not ok) or (kind == "afternotok" and ok):
-            return True, f"dependency {kind}:{dep} can never be met: job {dep} ended {state.value}"
+            ended = getattr(states, "ended_as", {}).get(dep) or f"job {dep} ended {state.value}"
+            return True, f"dependency {kind}:{dep} can never be met: {ended}"
     return False, f"waiting for {', '.join(waiting)}" if waiting else ""
 
 
@@ -326,6 +337,7 @@ def schedule(pending: Sequence[Job], running: Sequence[Job], loads: Mapping[str,
     free_any = any(placement.is_usable(l) for l in p.loads.values())
     unplaceable: set[tuple] = set()
     gpu_reasons: dict[Request, str] = {}  # request -> why the GPUs cannot take it now
+    first_blocked: int | None = None  # the first job in line that the GPUs cannot take
     ordered = queue_order(pending, queue, usage or {})
     for n, job in enumerate(ordered):
         if _box_is_full(p, queue):
@@ -353,7 +365,13 @@ def schedule(pending: Sequence[Job], running: Sequence[Job], loads: Mapping[str,
             if queue.discipline == "backfill" and p.reservation is None:
                 _reserve(job, p, rules, now)
             if explain:
-                reasons[job.id] = _gpu_reason(job.request, p, inventory, rules, gpu_reasons)
+                why = _gpu_reason(job.request, p, inventory, rules, gpu_reasons)
+                # As Slurm's Resources and Priority: the next in line waits for GPUs, the
+                # others wait behind it (a job that fits still starts ahead of it).
+                reasons[job.id] = why if first_blocked is None else \
+                    f"behind job {first_blocked}, which is next in line; {why}"
+            if first_blocked is None:
+                first_blocked = job.id
             continue
         gpu_reasons.clear()  # the loads change: reasons worked out before may not hold
         placement.take(p.loads, job, chosen)

@@ -17,6 +17,7 @@ from gpusched.core.values import shown
 MAX_ARRAY_SIZE = 1_000_000
 MAX_JOB_ID = 2**63 - 1  # SQLite's largest integer
 MAX_PRIORITY = 10**6
+MAX_DURATION_S = 100 * 365 * 86400.0  # a time limit or retry delay: a century at most
 # "after" is met once the job has started (or ended without starting), as in Slurm.
 DEPENDENCY_KINDS = ("afterok", "afterany", "afternotok", "after")
 RETRY_ON_CHOICES = ("failed", "timeout", "oom", "cancelled", "lost", "gpu_oom")
@@ -179,6 +180,9 @@ def parse_time_limit(text: str) -> float | None:
         return None
     if total < 1:
         raise UsageError(f"--time {text!r} is under the shortest limit, 1 s")
+    if total > MAX_DURATION_S:
+        raise UsageError(f"--time {text!r} is over the longest limit, 100 years; give a "
+                         "shorter one, or 0 or UNLIMITED for none")
     return float(total)
 
 
@@ -223,8 +227,8 @@ def parse_signal_spec(text: str) -> tuple[int, float]:
     (60 s before, as in Slurm) -> (signal, seconds)."""
     name, _, before = text.partition("@")
     name = name.strip().upper()
-    # Slurm's R: (reservations) and B: (batch shell only) have no meaning here: the shim
-    # signals the job's whole process group.
+    # Slurm's R: (reservations) has no meaning here; B: (the main process only) is read by
+    # signal_is_batch_only.
     prefix, colon, rest = name.partition(":")
     if colon and prefix in ("R", "B", "RB", "BR"):
         name = rest
@@ -243,6 +247,14 @@ def parse_signal_spec(text: str) -> tuple[int, float]:
     if signum not in WARN_SIGNALS:
         raise bad
     return signum, float(before) if before else 60.0
+
+
+def signal_is_batch_only(text: str) -> bool:
+    """Whether --signal names Slurm's B: (the job's main process only, as Slurm signals only
+    the batch shell); without it the signal goes to the main process's children, Slurm's
+    steps (see proc/jobtree.py's deliver_warning)."""
+    prefix, colon, _ = text.strip().upper().partition(":")
+    return bool(colon) and "B" in prefix and set(prefix) <= {"R", "B"}
 
 
 def signal_name(signum: int) -> str:

@@ -14,6 +14,7 @@ from gpusched.proc.seam import ProcessSeam
 from gpusched.core.errors import StoreWriteError
 from gpusched.core.models import GpuInfo, Job, JobState, transition
 from gpusched.daemon import preempt, requeue
+from gpusched.daemon.arrays import ArrayShapes, array_ended_as, array_state
 from gpusched.daemon.shimloss import ShimLoss
 from gpusched.daemon.state import DaemonState, Setup
 
@@ -35,6 +36,7 @@ class JobControl:
         self.retry_at: dict[int, float] = {}  # re-queued job id -> when it may start
         self.holders: set[int] = set()  # pending jobs with GPUs kept for them (preemption)
         self.shim_loss = ShimLoss(setup, seam)
+        self.array_shapes = ArrayShapes(state.store)
 
     # -- after a restart ----------------------------------------------------------------
     def adopt(self) -> None:
@@ -212,10 +214,17 @@ class JobControl:
             for job, action in due:
                 changed, signum = lifecycle.apply_limit_action(job, action)
                 self.state.save(changed)
-                self._signal_after_commit(changed, signum)
+                if action == lifecycle.WARN:
+                    self._warn_after_commit(changed, signum)
+                else:
+                    self._signal_after_commit(changed, signum)
 
     def _signal_after_commit(self, job: Job, signum: int) -> None:
         self.state.after_commit(lambda: self.seam.signal_job(job, signum))
+
+    def _warn_after_commit(self, job: Job, signum: int) -> None:
+        """The warning before the time limit, delivered as Slurm's --signal (seam.warn_job)."""
+        self.state.after_commit(lambda: self.seam.warn_job(job, signum))
 
     def next_deadline(self) -> float | None:
         """When the next time-limit action is due, or a re-queued job may start (epoch s)."""
@@ -275,12 +284,15 @@ class JobControl:
     def _dependency_states(self, pending: list[Job]) -> dict[int, JobState]:
         active, store = self.state.jobs, self.state.store
         wanted = {dep for job in pending for _, dep in job.dependencies}
-        states = {i: active[i].state for i in wanted if i in active}
+        states = scheduling.DependencyStates(
+            (i, active[i].state) for i in wanted if i in active)
         states.update(store.states(wanted - states.keys()))
         for array_id in wanted:
             elements = store.array(array_id)
             if len(elements) > 1:
-                states[array_id] = _array_state([active.get(j.id, j).state for j in elements])
+                current = [active.get(j.id, j) for j in elements]
+                states[array_id] = array_state([j.state for j in current])
+                states.ended_as[array_id] = array_ended_as(array_id, current)
         return states
 
     def start(self, job: Job, gpus: tuple[GpuInfo, ...]) -> None:
@@ -309,6 +321,7 @@ class JobControl:
         env = jobenv.job_environment(started, gpus, port, settings.visible_devices,
                                      started.started_at, runfile.run_token(started),
                                      dict(settings.job_env))
+        env.update(self.array_shapes.environment(started))
         spec = runfile.run_spec(started, env, paths.jobs_dir, paths.wake_socket,
                                 settings.cancel_grace_s, cgroup,
                                 run_as=job.uid if paths.is_system else None,
@@ -348,14 +361,3 @@ class JobControl:
                                  end_reason=f"cannot start its shim: {why}")
             except StoreWriteError:
                 self._put_back(failed)  # a later pass ends them (reconcile_running)
-
-
-def _array_state(states: list[JobState]) -> JobState:
-    """A dependency on an array means on all of it, as in Slurm: it has ended when every
-    element has, and it succeeded only if every element did; it has started (`after`)
-    when no element is pending."""
-    if any(s is JobState.PENDING for s in states):
-        return JobState.PENDING
-    if not all(s.is_final for s in states):
-        return JobState.RUNNING
-    return JobState.SUCCEEDED if all(s is JobState.SUCCEEDED for s in states) else JobState.FAILED

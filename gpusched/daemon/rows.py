@@ -23,7 +23,7 @@ JSON_TUPLES = {"command": True, "env": False, "gpu_uuids": True, "gpu_indices": 
                "dependencies": True, "retry_on": True, "cpu_ids": True,
                "preempted_jobs": True, "preempt_hold": True, "container": True}
 BOOLEANS = ("cancel_requested", "held", "kill_on_invalid_dep", "warned", "timed_out",
-            "mem_over", "oom_killed", "preemptible", "requeueing", "interactive")
+            "mem_over", "oom_killed", "preemptible", "requeueing", "interactive", "warn_batch")
 STATES = tuple(state.value for state in JobState)
 
 

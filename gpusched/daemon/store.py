@@ -18,7 +18,7 @@ from gpusched.daemon.writefail import is_write_failure, write_error
 
 log = logging.getLogger("gpusched.daemon.store")
 
-SCHEMA_VERSION = 7
+SCHEMA_VERSION = 8
 
 # Migrations[n] takes a database at version n to n + 1. Version 0 is an empty file.
 MIGRATIONS: list[str] = [
@@ -127,6 +127,10 @@ MIGRATIONS: list[str] = [
     # 7: a job run in a container: its image and runtime options (JSON), [] for none.
     """
     ALTER TABLE jobs ADD COLUMN container TEXT NOT NULL DEFAULT '[]';
+    """,
+    # 8: --signal B: (the warning goes to the job's main process only).
+    """
+    ALTER TABLE jobs ADD COLUMN warn_batch INTEGER NOT NULL DEFAULT 0;
     """,
 ]
 assert len(MIGRATIONS) == SCHEMA_VERSION

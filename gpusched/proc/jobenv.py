@@ -32,6 +32,8 @@ NVIDIA_VISIBLE_DEVICES = _variable(
     "NVIDIA_VISIBLE_DEVICES", "the same GPUs, for containers the job starts (none without GPUs)")
 JOB_ID = _variable("GPUSCHED_JOB_ID", "the job's id")
 NUM_GPUS = _variable("GPUSCHED_NUM_GPUS", "how many GPUs the job has")
+JOB_GPUS = _variable("GPUSCHED_JOB_GPUS", "the job's GPUs by index, as nvidia-smi numbers "
+                     "them (Slurm's SLURM_JOB_GPUS); only for a job with GPUs")
 GPU_MEM = _variable("GPUSCHED_GPU_MEM", "bytes per GPU, when the job asked for --gpu-mem")
 MASTER_ADDR = _variable("MASTER_ADDR", "127.0.0.1")
 MASTER_PORT = _variable("MASTER_PORT", "a port no other running job has, held for the job")
@@ -45,6 +47,12 @@ OMP_NUM_THREADS = _variable("OMP_NUM_THREADS", "its cores, unless the job's envi
 MKL_NUM_THREADS = _variable("MKL_NUM_THREADS", "its cores, unless the job's environment sets it")
 ARRAY_ID = _variable("GPUSCHED_ARRAY_ID", "the array's id, for an element of an --array")
 ARRAY_INDEX = _variable("GPUSCHED_ARRAY_INDEX", "this element's index in its --array")
+# Slurm's SLURM_ARRAY_TASK_COUNT, _MIN, _MAX and _STEP, under gpusched's names.
+ARRAY_COUNT = _variable("GPUSCHED_ARRAY_COUNT", "how many elements its --array has")
+ARRAY_MIN = _variable("GPUSCHED_ARRAY_MIN", "the lowest index of its --array")
+ARRAY_MAX = _variable("GPUSCHED_ARRAY_MAX", "the highest index of its --array")
+ARRAY_STEP = _variable("GPUSCHED_ARRAY_STEP", "the step between its --array's indices "
+                       "(4 for 0-15:4; 1 when they are not evenly spaced)")
 TIME_LIMIT_END = _variable("GPUSCHED_TIME_LIMIT_END", "when --time runs out, in epoch seconds")
 WARN_SIGNAL = _variable("GPUSCHED_WARN_SIGNAL", "the signal --signal sends before the limit")
 PROGRESS_FILE = _variable("GPUSCHED_PROGRESS_FILE", "where gpusched.job.progress() reports")
@@ -59,6 +67,17 @@ THREAD_VARS = (OMP_NUM_THREADS, MKL_NUM_THREADS)
 # Variables the daemon owns in every job's environment; stale copies (from a job that
 # submits jobs) are removed first so a job never inherits its parent's GPUs.
 SCHEDULER_VARS = tuple(name for name in VARIABLES if name not in THREAD_VARS)
+
+
+def array_environment(indices: Iterable[int]) -> dict[str, str]:
+    """An array element's variables about its whole array: count, lowest, highest, step."""
+    ordered = sorted(set(indices))
+    if not ordered:
+        return {}
+    gaps = {b - a for a, b in zip(ordered, ordered[1:])}
+    step = gaps.pop() if len(gaps) == 1 else 1
+    return {ARRAY_COUNT: str(len(ordered)), ARRAY_MIN: str(ordered[0]),
+            ARRAY_MAX: str(ordered[-1]), ARRAY_STEP: str(step)}
 
 
 def job_environment(job: Job, gpus: Iterable[GpuInfo], master_port: int,
@@ -87,6 +106,8 @@ def job_environment(job: Job, gpus: Iterable[GpuInfo], master_port: int,
         PET_MASTER_PORT: str(master_port),
         RUN_TOKEN: run_token,
     })
+    if gpus:
+        env[JOB_GPUS] = ",".join(str(g.index) for g in gpus)
     if job.request.gpu_mem_bytes is not None:
         env[GPU_MEM] = str(job.request.gpu_mem_bytes)
     # A job of --cpus 0 still runs a thread.

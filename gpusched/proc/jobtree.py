@@ -36,8 +36,8 @@ def become_subreaper() -> None:
         _prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
 
 
-def descendants(root: int) -> list[int]:
-    """Every process below `root`, from one pass over /proc (only on signals and at the end)."""
+def _children_by_parent() -> dict[int, list[int]]:
+    """Each process's children, from one pass over /proc (only on signals and at the end)."""
     children: dict[int, list[int]] = {}
     for name in os.listdir("/proc"):
         if not name.isdigit():
@@ -47,12 +47,53 @@ def descendants(root: int) -> list[int]:
         except OSError:
             continue
         children.setdefault(ppid, []).append(int(name))
+    return children
+
+
+def descendants(root: int, children: dict[int, list[int]] | None = None) -> list[int]:
+    """Every process below `root`."""
+    children = _children_by_parent() if children is None else children
     found, stack = [], [root]
     while stack:
         for child in children.get(stack.pop(), ()):
             found.append(child)
             stack.append(child)
     return found
+
+
+def warning_targets(shim_pid: int, batch_only: bool) -> list[int]:
+    """Who gets a job's warning signal (--signal; the one path for any signal that warns a
+    job, checkpoint signals included), as Slurm's --signal: with B: the main process alone
+    (Slurm's batch shell); without, every process below it (Slurm's steps), or the main
+    process itself when it has none (a program run directly, or one that `sh -c` exec'd).
+    So the default never kills a shell that runs the program, which a shell without a trap
+    would do. The main process is the shim's first child; others are orphans it adopted."""
+    children = _children_by_parent()
+    started = []
+    for pid in children.get(shim_pid, ()):
+        try:
+            started.append((runfile.read_proc_stat(str(pid)).start_ticks, pid))
+        except OSError:
+            continue  # gone since the scan
+    if not started:
+        return []
+    main_pid = min(started)[1]
+    if batch_only:
+        return [main_pid]
+    below = [pid for pid in descendants(shim_pid, children) if pid != main_pid]
+    return below or [main_pid]
+
+
+def deliver_warning(shim_pid: int, signum: int, batch_only: bool) -> bool:
+    """Send a job's warning signal to warning_targets(); whether any process got it."""
+    sent = False
+    for pid in warning_targets(shim_pid, batch_only):
+        try:
+            os.kill(pid, signum)
+            sent = True
+        except ProcessLookupError:
+            pass
+    return sent
 
 
 class Forwarder:

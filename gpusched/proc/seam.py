@@ -22,7 +22,7 @@ from typing import Iterable
 import psutil
 
 from gpusched.core.models import Job
-from gpusched.proc import leftovers, runfile, shim
+from gpusched.proc import jobtree, leftovers, runfile, shim
 
 LAUNCHER_PATH = str(Path(shim.__file__).with_name("launcher.py"))
 
@@ -131,6 +131,14 @@ class ProcessSeam:
         except psutil.Error:
             return False
         return True
+
+    def warn_job(self, job: Job, signum: int) -> bool:
+        """Send the job's warning signal as Slurm's --signal does (jobtree.deliver_warning:
+        its children, or with B: its main process), not through the shim to the group."""
+        proc = self._shim_process(job)
+        if proc is None:
+            return False
+        return jobtree.deliver_warning(proc.pid, signum, job.warn_batch)
 
     def tree_rss_bytes(self, job: Job) -> int | None:
         """Resident memory of the job's processes (not the shim's), or None if it is gone."""
