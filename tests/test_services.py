@@ -172,9 +172,11 @@ def test_a_replica_the_gpus_cannot_take_now_waits_with_its_reason(make_home):
     create(home, "one", "--replicas", "1", "--gpus", "1")
     wait_ready(home, "one", 1)
     home.run("service", "scale", "one", "2")
+    # Submitted, it reads "waiting to be placed" until the next scheduling pass explains it.
     waiting = wait_until(lambda: [r for r in show(home, "one")["replicas"]
-                                  if r["state"] == "pending" and r["pending_reason"]],
-                         "the second replica to wait")
+                                  if r["state"] == "pending" and r["pending_reason"]
+                                  and r["pending_reason"] != "waiting to be placed"],
+                         "the second replica to wait with its reason")
     assert "GPU" in waiting[0]["pending_reason"]
     assert "pending" in home.run("service", "show", "one").stdout
 
