@@ -95,6 +95,15 @@ def order_key(job: Job, rules: QueueRules, usage: Mapping[str, float]):
     return (-job.priority, job.id)
 
 
+def fair_share(rules: QueueRules,
+               usage: Mapping[str, float]) -> Callable[[str], float] | None:
+    """Each user's share, by which fairshare merges the users' lines (order_key's); None
+    under the other disciplines."""
+    if rules.discipline != "fairshare":
+        return None
+    return lambda user: usage.get(user, 0.0) / rules.user_weights.get(user, 1.0)
+
+
 def queue_order(pending: Sequence[Job], rules: QueueRules,
                 usage: Mapping[str, float]) -> list[Job]:
     """The jobs in the order a pass considers them (order_key's)."""

@@ -40,9 +40,3 @@ class DependencyLookup(scheduling.DependencyStates):
             self[job_id] = array_state([j.state for j in current])
             self.ended_as[job_id] = array_ended_as(job_id, current)
 
-
-def fair_share(rules: scheduling.QueueRules, usage: dict[str, float]) -> Any:
-    """Each user's share for the queue's merge under fairshare (scheduling.order_key's)."""
-    if rules.discipline != "fairshare":
-        return None
-    return lambda user: usage.get(user, 0.0) / rules.user_weights.get(user, 1.0)

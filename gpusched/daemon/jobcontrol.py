@@ -15,7 +15,7 @@ from gpusched.core.errors import StoreWriteError
 from gpusched.core.models import GpuInfo, Job, JobState, transition
 from gpusched.daemon import preempt, requeue
 from gpusched.daemon.arrays import ArrayShapes
-from gpusched.daemon.depstates import DependencyLookup, fair_share
+from gpusched.daemon.depstates import DependencyLookup
 from gpusched.daemon.shimloss import ShimLoss
 from gpusched.daemon.state import DaemonState, Setup
 
@@ -261,7 +261,7 @@ class JobControl:
         self.holders = {job.id for job in holders}
         held = preemption.held_gpus(holders)
         # The queue in order, read only as far as the pass goes (docs/scheduling.md).
-        ordered = state.pending_in_order(fair_share(queue_rules, state.usage.usage))
+        ordered = state.pending_in_order(scheduling.fair_share(queue_rules, state.usage.usage))
         plan = scheduling.schedule(ordered, running, loads, state.inventory, rules,
                                    queue_rules, now, dep_states, state.usage.usage,
                                    self.placements, held=held, shapes=state.queue.shapes)
