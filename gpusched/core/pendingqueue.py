@@ -16,11 +16,14 @@ from typing import Any, Callable, Iterable, Iterator, Mapping
 from gpusched.core.models import Job
 
 
-def shape_of(job: Job) -> tuple:
-    """Everything about a job that decides whether a pass can start it, besides its place
-    in line: two jobs of one shape get the same verdict from the same pass state."""
-    return (job.request, job.policy, job.user, job.held, job.dependencies,
-            job.kill_on_invalid_dep, job.eligible_at, job.started_at, job.time_limit_s,
+def shape_of(job: Job, per_user: bool = True) -> tuple:
+    """What decides whether a pass can start a job, besides its place in line and its
+    time limit: two jobs of one shape that a pass refuses for want of GPUs, cores, memory
+    or a limit, or for a hold or a dependency, are refused alike. (The time limit matters
+    only to backfill's promise, which a pass never takes as final: scheduling._consider.)
+    The user counts only where per-user limits are set."""
+    return (job.request, job.policy, job.user if per_user else "", job.held,
+            job.dependencies, job.kill_on_invalid_dep, job.eligible_at,
             job.array_id if job.array_throttle is not None else None, job.array_throttle,
             job.id if job.preempt_hold else None)
 
@@ -55,16 +58,20 @@ def _drop(counts: dict, key: Any) -> None:
 
 class PendingQueue:
     """Each user's pending jobs as a sorted line of line_key()s, plus counts by shape and
-    by summary_key(). It holds keys only: the jobs stay in the caller's table."""
+    by summary_key(). It holds keys only: the jobs stay in the caller's table. Shapes are
+    numbered as they first appear: a pass counts them by number, never hashing a Request."""
 
-    def __init__(self, discipline: str):
-        self.discipline = discipline
+    def __init__(self, discipline: str, per_user: bool = True):
+        self.discipline, self.per_user = discipline, per_user
         self._lines: dict[str, list[tuple]] = {}
-        self.shapes: dict[tuple, int] = {}
+        self.shapes: dict[int, int] = {}  # shape number -> pending jobs of that shape
+        self.job_shapes: dict[int, int] = {}  # job id -> its shape's number
+        self._numbers: dict[tuple, int] = {}  # shape -> its number
+        self._shapes: list[tuple] = []  # number -> shape
         self.summary: dict[tuple[str, int | None, str], int] = {}
 
     def __len__(self) -> int:
-        return sum(len(line) for line in self._lines.values())
+        return len(self.job_shapes)
 
     def add(self, job: Job) -> None:
         insort(self._lines.setdefault(job.user, []), line_key(job, self.discipline))
@@ -89,15 +96,18 @@ class PendingQueue:
             del line[at]
         if not line:
             del self._lines[job.user]
-        _drop(self.shapes, shape_of(job))
+        _drop(self.shapes, self.job_shapes.pop(job.id))
         _drop(self.summary, summary_key(job))
 
     def same_place(self, old: Job, new: Job) -> bool:
         """Whether replacing old by new changes neither its place nor its counts (a new
         pending reason, a shim's pid...): most changes to a pending job."""
         return (old.user == new.user and line_key(old, self.discipline) ==
-                line_key(new, self.discipline) and shape_of(old) == shape_of(new)
+                line_key(new, self.discipline) and self._shape(old) == self._shape(new)
                 and summary_key(old) == summary_key(new))
+
+    def shape(self, number: int) -> tuple:
+        return self._shapes[number]
 
     def ids(self, share: Callable[[str], float] | None = None) -> Iterator[int]:
         """Job ids in scheduling order, lazily: a pass that stops early reads only the
@@ -115,9 +125,17 @@ class PendingQueue:
         """The jobs of `table` (id -> job) in scheduling order."""
         return (table[job_id] for job_id in self.ids(share))
 
+    def _shape(self, job: Job) -> tuple:
+        return shape_of(job, self.per_user)
+
     def _count(self, job: Job) -> None:
-        shape, summary = shape_of(job), summary_key(job)
-        self.shapes[shape] = self.shapes.get(shape, 0) + 1
+        shape, summary = self._shape(job), summary_key(job)
+        number = self._numbers.get(shape)
+        if number is None:
+            number = self._numbers[shape] = len(self._shapes)
+            self._shapes.append(shape)
+        self.job_shapes[job.id] = number
+        self.shapes[number] = self.shapes.get(number, 0) + 1
         self.summary[summary] = self.summary.get(summary, 0) + 1
 
 
@@ -132,38 +150,36 @@ class Bound:
     want of them (or held, or waiting on a dependency) stays refused to the pass's end;
     once every shape still ahead is, nothing behind can start and the pass stops."""
 
-    def __init__(self, shapes: Mapping[tuple, int]):
-        self.left = dict(shapes)
-        self.blocked: set[tuple] = set()
-        self.until_start: set[tuple] = set()  # refused by backfill: asked again after a start
+    def __init__(self, queue: PendingQueue):
+        self.queue = queue
+        self.left = dict(queue.shapes)
+        self.blocked: set[int] = set()
         self.open = len(self.left)  # shapes with jobs ahead that might still start
 
-    def take(self, job: Job) -> tuple:
-        """The next job in line is being considered: its shape."""
-        shape = shape_of(job)
-        left = self.left.get(shape, 0) - 1
+    def take(self, job: Job) -> int:
+        """The next job in line is being considered: its shape's number."""
+        shape = self.queue.job_shapes[job.id]
+        left = self.left[shape] - 1
         self.left[shape] = left
-        if left == 0 and shape not in self.blocked and shape not in self.until_start:
+        if left == 0 and shape not in self.blocked:
             self.open -= 1
         return shape
 
-    def block(self, shape: tuple, until_start: bool = False) -> None:
-        if shape in self.blocked or shape in self.until_start:
-            return
-        (self.until_start if until_start else self.blocked).add(shape)
-        if self.left.get(shape, 0) > 0:
-            self.open -= 1
-
-    def started(self) -> None:
-        """A job started: the GPUs' expected ends moved, so backfill may answer otherwise."""
-        self.open += sum(1 for shape in self.until_start if self.left.get(shape, 0) > 0)
-        self.until_start.clear()
+    def block(self, shape: int) -> None:
+        """No job of this shape can start in the rest of the pass."""
+        if shape not in self.blocked:
+            self.blocked.add(shape)
+            if self.left[shape] > 0:
+                self.open -= 1
 
     def is_done(self) -> bool:
         return self.open <= 0
 
+    def may_be_cancelled(self, shape: int) -> bool:
+        return may_be_cancelled(self.queue.shape(shape))
+
     def cancels_ahead(self) -> bool:
         """Whether jobs ahead might be cancelled for dependencies never met (so that a full
         box still looks at them)."""
-        return any(left > 0 and may_be_cancelled(shape) and shape not in self.blocked
+        return any(left > 0 and shape not in self.blocked and self.may_be_cancelled(shape)
                    for shape, left in self.left.items())

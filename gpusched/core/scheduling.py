@@ -15,7 +15,7 @@ from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
 from gpusched.core import lifecycle, placement
 # DISCIPLINES, the names QueueRules.discipline takes, lives in models for the command line.
 from gpusched.core.models import DISCIPLINES, GpuInfo, Inventory, Job, JobState, Request
-from gpusched.core.pendingqueue import Bound, may_be_cancelled
+from gpusched.core.pendingqueue import Bound, PendingQueue
 from gpusched.core.placement import GpuLoad, PlacementRules
 
 
@@ -346,9 +346,9 @@ class _Walk:
     first_blocked: int | None = None  # the first job in line that the GPUs cannot take
 
 
-# _consider's verdicts: start it; it cannot start this pass (nor can any job of its shape,
-# core/pendingqueue.Bound); not before another job starts (backfill); no such promise.
-START, BLOCKED, UNTIL_START, OPEN = range(4)
+# _consider's verdicts: start it; it cannot start this pass, nor can any job of its shape
+# (core/pendingqueue.Bound); it does not start, but others of its shape might.
+START, BLOCKED, OPEN = range(3)
 
 
 def _consider(job: Job, w: _Walk) -> tuple[int, tuple[GpuInfo, ...] | None]:
@@ -369,7 +369,7 @@ def _consider(job: Job, w: _Walk) -> tuple[int, tuple[GpuInfo, ...] | None]:
         if w.explain:
             w.reasons[job.id] = (f"backfill: would delay job {p.reservation[-1]}, which is "
                                  "first in line")
-        return UNTIL_START, None
+        return OPEN, None  # a shorter job of its shape may fit before the reserved start
     if chosen is not None:
         return START, chosen
     if w.queue.discipline == "backfill" and p.reservation is None:
@@ -403,7 +403,7 @@ def _look_at_cancels(rest: Iterator[Job], bound: Bound, w: _Walk, full_reason: s
         if not bound.cancels_ahead():
             return
         shape = bound.take(job)
-        if may_be_cancelled(shape) and shape not in bound.blocked:
+        if shape not in bound.blocked and bound.may_be_cancelled(shape):
             seen.append(job.id)
             _full_box_reason(job, w, full_reason)
             if job.id not in w.cancels:
@@ -435,23 +435,23 @@ def schedule(pending: Iterable[Job], running: Sequence[Job], loads: Mapping[str,
              usage: Mapping[str, float] | None = None,
              placements: Mapping[int, int] | None = None, explain: bool = True,
              held: Mapping[str, int] | None = None,
-             shapes: Mapping[tuple, int] | None = None) -> Plan:
+             line: PendingQueue | None = None) -> Plan:
     """One pass over the queue: every job that may start and fits starts, in order.
 
     A job that does not fit never blocks the ones behind it (skip-ahead), except under
     backfill, where they may not push back the first blocked job's reserved start.
     `explain=False` skips building reasons (the simulator replays thousands of passes).
     `held`: GPUs kept for jobs that preempted others (core/preemption.held_gpus).
-    `shapes`: `pending` is already in queue order (core/pendingqueue.PendingQueue) and
-    these are the counts of its jobs' shapes: the pass stops once no job left can start
-    (docs/scheduling.md, "How a pass is bounded"), and Plan.later explains the rest.
+    `line`: the queue `pending` comes from, in its order (core/pendingqueue.py), which
+    counts its jobs' shapes: the pass stops once no job left can start (docs/scheduling.md,
+    "How a pass is bounded"), and Plan.later explains the rest.
     """
     p = _new_pass(running, loads, placements or {}, now)
     p.links = inventory.links
     deps = {} if dep_states is None else dep_states  # a lookup filled on demand starts empty
     w = _Walk(p, rules, queue, inventory, now, deps, held, explain,
               any(placement.is_usable(l) for l in p.loads.values()))
-    bound = Bound(shapes) if shapes is not None else None
+    bound = Bound(line) if line is not None else None
     ordered = iter(pending if bound else queue_order(list(pending), queue, usage or {}))
     starts: list[tuple[int, tuple[GpuInfo, ...]]] = []
     seen: list[int] = []
@@ -468,15 +468,15 @@ def schedule(pending: Iterable[Job], running: Sequence[Job], loads: Mapping[str,
                 _look_at_cancels(rest, bound, w, full_reason, seen)
             break
         shape = bound.take(job) if bound else None
+        if not explain and bound and shape in bound.blocked:
+            continue  # refused alike (Bound), and no reason to write
         seen.append(job.id)
         verdict, chosen = _consider(job, w)
         if verdict == START:
             _start(job, chosen, w)
             starts.append((job.id, chosen))
-            if bound:
-                bound.started()
-        elif bound and verdict != OPEN:
-            bound.block(shape, until_start=verdict == UNTIL_START)
+        elif bound and verdict == BLOCKED:
+            bound.block(shape)
         if bound and bound.is_done():
             break
     later = _explainer(w, set(seen)) if bound and explain else None

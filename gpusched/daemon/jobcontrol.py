@@ -264,7 +264,7 @@ class JobControl:
         ordered = state.pending_in_order(scheduling.fair_share(queue_rules, state.usage.usage))
         plan = scheduling.schedule(ordered, running, loads, state.inventory, rules,
                                    queue_rules, now, dep_states, state.usage.usage,
-                                   self.placements, held=held, shapes=state.queue.shapes)
+                                   self.placements, held=held, line=state.queue)
         self.placements = dict(plan.placements)
         with state.write():
             for job_id, gpus in plan.starts:

@@ -69,7 +69,8 @@ class DaemonState:
         self._pending: dict[int, Job] = {}  # and the pending ones
         # The pending ones in scheduling order, kept in step by _place (never sorted per
         # pass), and the last pass's reasons for those it stopped before (set_later).
-        self.queue = PendingQueue(setup.settings.discipline)
+        self.queue = PendingQueue(setup.settings.discipline, per_user=bool(
+            setup.settings.max_gpus_per_user or setup.settings.max_running_per_user))
         self._later: tuple[str, Callable[[Job], str | None]] | None = None
         self.usage = UsageLedger(setup.settings.fairshare_half_life_s, setup.clock.time())
         # The GPUs as last read, which processes on them belong to which job, and since
@@ -112,7 +113,7 @@ class DaemonState:
         local = [job for job in jobs if job.id not in self.remote_ids]
         self._running = {job.id: job for job in local if job.is_running}
         self._pending = {job.id: job for job in local if job.state is JobState.PENDING}
-        self.queue = PendingQueue(self.queue.discipline)
+        self.queue = PendingQueue(self.queue.discipline, self.queue.per_user)
         self.queue.add_many(self._pending.values())
 
     @property

@@ -109,7 +109,8 @@ class _Replay:
         self.pending: list[Job] = []  # _PreemptiveReplay's queue; this one's is `line`
         # The queue in order, as the daemon keeps it: a pass reads only its head
         # (core/pendingqueue.py), so 100,000 waiting jobs cost a pass little.
-        self.line = PendingQueue(queue.discipline)
+        self.line = PendingQueue(queue.discipline, per_user=bool(
+            queue.max_gpus_per_user or queue.max_running_per_user))
         self.waiting: dict[int, Job] = {}
         self.running: dict[int, Job] = {}
         self.ends: list[tuple[float, int]] = []  # heap of (expected end, job id)
@@ -177,7 +178,7 @@ class _Replay:
         plan = scheduling.schedule(ordered, running, loads, self.inventory, self.rules,
                                    self.queue, now, usage=self.usage,
                                    placements=self.placements, explain=False,
-                                   shapes=self.line.shapes)
+                                   line=self.line)
         if not plan.starts:
             return
         self.placements = dict(plan.placements)
