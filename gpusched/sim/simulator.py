@@ -145,7 +145,8 @@ class _Replay:
             if self.could_start():
                 self.start_ready(now)
         if self.has_pending():  # check_trace_fits should have refused it
-            raise GpuschedError(f"job {self.first_pending().id} could never start on this box.")
+            first = self.first_pending()
+            raise GpuschedError(f"job {first.id} could never start on this box.")
         return self.started
 
     def enqueue(self, job: Job) -> None:
