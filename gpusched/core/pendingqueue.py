@@ -34,13 +34,24 @@ def may_be_cancelled(shape: tuple) -> bool:
     return bool(shape[4]) and shape[5]
 
 
-def line_key(job: Job, discipline: str) -> tuple:
+# Below fairshare and sjf, a line key is one int, (-priority) * _ID_SPAN + id, ordered as
+# (-priority, id) is: with priority 0 it is the job's own id object, and 100,000 waiting
+# jobs cost no tuple each.
+_ID_SPAN = 1 << 48
+
+
+def line_key(job: Job, discipline: str) -> Any:
     """A job's place in its user's line: scheduling.order_key, less fair share (the same
     for all of one user's jobs, so the lines are merged by it at each pass)."""
     if discipline == "sjf":
         return (-job.priority, job.time_limit_s if job.time_limit_s is not None else math.inf,
                 job.id)
-    return (-job.priority, job.id)
+    return job.id - job.priority * _ID_SPAN if job.priority else job.id
+
+
+def key_id(key: Any) -> int:
+    """The job id a line key ends with."""
+    return key[-1] if type(key) is tuple else key % _ID_SPAN
 
 
 def summary_key(job: Job) -> tuple[str, int | None, str]:
@@ -63,7 +74,7 @@ class PendingQueue:
 
     def __init__(self, discipline: str, per_user: bool = True):
         self.discipline, self.per_user = discipline, per_user
-        self._lines: dict[str, list[tuple]] = {}
+        self._lines: dict[str, list[Any]] = {}
         self.shapes: dict[int, int] = {}  # shape number -> pending jobs of that shape
         self.job_shapes: dict[int, int] = {}  # job id -> its shape's number
         self._numbers: dict[tuple, int] = {}  # shape -> its number
@@ -114,9 +125,9 @@ class PendingQueue:
         head of the line. `share`: each user's fair share (fairshare only)."""
         lines = self._lines
         if len(lines) == 1:
-            return (key[-1] for key in next(iter(lines.values())))
+            return map(key_id, next(iter(lines.values())))
         if share is None or self.discipline != "fairshare":
-            return (key[-1] for key in heapq.merge(*lines.values()))
+            return map(key_id, heapq.merge(*lines.values()))
         merged = heapq.merge(*(_with_share(line, share(user)) for user, line in lines.items()))
         return (key[-1] for key in merged)
 
@@ -139,9 +150,9 @@ class PendingQueue:
         self.summary[summary] = self.summary.get(summary, 0) + 1
 
 
-def _with_share(line: list[tuple], share: float) -> Iterator[tuple]:
+def _with_share(line: list[int], share: float) -> Iterator[tuple]:
     """One user's line keyed as scheduling.order_key keys fairshare: (-priority, share, id)."""
-    return ((key[0], share, key[1]) for key in line)
+    return ((key // _ID_SPAN, share, key % _ID_SPAN) for key in line)
 
 
 class Bound:

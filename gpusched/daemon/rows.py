@@ -236,6 +236,7 @@ class RowDecoder:
         shared = [i for i in range(len(names)) if i not in own]
         self._key = itemgetter(*shared) if len(own) == len(_OWN) and len(shared) > 1 else None
         self._own = [(_FIELDS.index(c), names.index(c), _OWN[c]) for c in _OWN if c in names]
+        self._reason_slot = _FIELDS.index("pending_reason")
 
     def job(self, row: tuple) -> Job:
         """The row's Job; raises DamagedRow naming the first field that is wrong."""
@@ -253,4 +254,6 @@ class RowDecoder:
             if type(value) not in kinds:  # decoded in full, which names what is wrong
                 return _decode(dict(zip(self.names, row)), self.shared)
             values[slot] = value
+        reason = values[self._reason_slot]  # alike for most of a sweep: one str for all
+        values[self._reason_slot] = self.shared.values.setdefault(("", reason), reason)
         return Job(*values)
