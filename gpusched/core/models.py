@@ -107,7 +107,7 @@ class Request:
         return self.gpus > 0 and self.gpu_mem_bytes is None
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Job:
     id: int
     command: tuple[str, ...]

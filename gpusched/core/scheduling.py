@@ -6,14 +6,16 @@ very decisions the daemon makes.
 
 from __future__ import annotations
 
+import itertools
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from operator import attrgetter
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
 
 from gpusched.core import lifecycle, placement
 # DISCIPLINES, the names QueueRules.discipline takes, lives in models for the command line.
 from gpusched.core.models import DISCIPLINES, GpuInfo, Inventory, Job, JobState, Request
+from gpusched.core.pendingqueue import Bound, PendingQueue
 from gpusched.core.placement import GpuLoad, PlacementRules
 
 
@@ -48,6 +50,9 @@ class Plan:
     # GPU index -> jobs placed on it, this pass's starts included: the round-robin
     # counter to pass to the next pass once the starts are made.
     placements: Mapping[int, int] = field(default_factory=dict)
+    considered: int = 0  # jobs the pass looked at: bounded, not the queue's length
+    # A bounded pass's reasons for the jobs it stopped before (schedule's `shapes`).
+    later: Callable[[Job], str | None] | None = None
 
 
 class DependencyStates(dict):
@@ -88,6 +93,15 @@ def order_key(job: Job, rules: QueueRules, usage: Mapping[str, float]):
     if rules.discipline == "sjf":
         return (-job.priority, job.time_limit_s if job.time_limit_s is not None else math.inf, job.id)
     return (-job.priority, job.id)
+
+
+def fair_share(rules: QueueRules,
+               usage: Mapping[str, float]) -> Callable[[str], float] | None:
+    """Each user's share, by which fairshare merges the users' lines (order_key's); None
+    under the other disciplines."""
+    if rules.discipline != "fairshare":
+        return None
+    return lambda user: usage.get(user, 0.0) / rules.user_weights.get(user, 1.0)
 
 
 def queue_order(pending: Sequence[Job], rules: QueueRules,
@@ -299,85 +313,171 @@ def _waits_on_dependencies(job: Job, dep_states: Mapping[int, JobState],
     return bool(why)
 
 
-def _explain_full_box(rest: Sequence[Job], p: _Pass, queue: QueueRules,
-                      dep_states: Mapping[int, JobState], reasons: dict[int, str],
-                      cancels: dict[int, str], now: float) -> None:
-    """Reasons for the jobs left when max_running is reached: one shared reason, but a
-    job's own dependencies (and a hold) still come first, as in the main loop."""
-    full_reason = _host_reason(rest[0], p, queue.host)
+def _full_box_reason(job: Job, w: _Walk, full_reason: str) -> None:
+    """A job's reason once max_running is reached: one shared reason, but a job's own
+    dependencies (and a hold) still come first, as in _consider."""
+    if not job.held and not job.dependencies and job.eligible_at is None:  # the common case
+        w.reasons[job.id] = full_reason
+    elif lifecycle.is_waiting_to_retry(job, w.now):
+        w.reasons[job.id] = lifecycle.retry_reason(job, w.now)
+    elif not _waits_on_dependencies(job, w.deps, w.reasons, w.cancels):
+        w.reasons[job.id] = held_reason(job.id) if job.held else full_reason
+
+
+@dataclass
+class _Walk:
+    """One pass's decisions so far, besides the counts in its _Pass."""
+
+    p: _Pass
+    rules: PlacementRules
+    queue: QueueRules
+    inventory: Inventory
+    now: float
+    deps: Mapping[int, JobState]
+    held: Mapping[str, int] | None
+    explain: bool
+    # With every GPU held whole, no GPU job can start: skip the per-job search (the
+    # simulator's common case on a full box). Placing jobs only ever takes GPUs away.
+    free_any: bool
+    reasons: dict[int, str] = field(default_factory=dict)
+    cancels: dict[int, str] = field(default_factory=dict)
+    unplaceable: set[tuple] = field(default_factory=set)
+    gpu_reasons: dict[Request, str] = field(default_factory=dict)  # why the GPUs cannot take it now
+    first_blocked: int | None = None  # the first job in line that the GPUs cannot take
+
+
+# _consider's verdicts: start it; it cannot start this pass, nor can any job of its shape
+# (core/pendingqueue.Bound); it does not start, but others of its shape might.
+START, BLOCKED, OPEN = range(3)
+
+
+def _consider(job: Job, w: _Walk) -> tuple[int, tuple[GpuInfo, ...] | None]:
+    """Whether the job starts now (with its GPUs), else why not, noted in w.reasons."""
+    p, now = w.p, w.now
+    if job.eligible_at is not None and lifecycle.is_waiting_to_retry(job, now):
+        w.reasons[job.id] = lifecycle.retry_reason(job, now)
+        return BLOCKED, None
+    if _waits_on_dependencies(job, w.deps, w.reasons, w.cancels):
+        return (OPEN if job.id in w.cancels else BLOCKED), None
+    why = _limit_reason(job, p, w.queue)
+    if why:
+        w.reasons[job.id] = why
+        return BLOCKED, None
+    chosen = _choose(job, p, w.rules, w.unplaceable, w.held) \
+        if w.free_any or not job.request.gpus else None
+    if chosen is not None and _delays_reservation(job, chosen, p, now):
+        if w.explain:
+            w.reasons[job.id] = (f"backfill: would delay job {p.reservation[-1]}, which is "
+                                 "first in line")
+        return OPEN, None  # a shorter job of its shape may fit before the reserved start
+    if chosen is not None:
+        return START, chosen
+    if w.queue.discipline == "backfill" and p.reservation is None:
+        _reserve(job, p, w.rules, now)
+    if w.explain:
+        why = _gpu_reason(job.request, p, w.inventory, w.rules, w.gpu_reasons)
+        # As Slurm's Resources and Priority: the next in line waits for GPUs, the
+        # others wait behind it (a job that fits still starts ahead of it).
+        w.reasons[job.id] = why if w.first_blocked is None else \
+            f"behind job {w.first_blocked}, which is next in line; {why}"
+    if w.first_blocked is None:
+        w.first_blocked = job.id
+    # A custom policy may veto GPUs by placement counts, which change as jobs start.
+    sure = not w.free_any or (job.policy or w.rules.policy) in placement.BUILTIN_POLICIES
+    return (BLOCKED if sure else OPEN), None
+
+
+def _start(job: Job, chosen: tuple[GpuInfo, ...], w: _Walk) -> None:
+    w.gpu_reasons.clear()  # the loads change: reasons worked out before may not hold
+    placement.take(w.p.loads, job, chosen)
+    for gpu in chosen:
+        w.p.placements[gpu.index] = w.p.placements.get(gpu.index, 0) + 1
+    _count(w.p, job, [g.uuid for g in chosen], w.now)
+
+
+def _look_at_cancels(rest: Iterator[Job], bound: Bound, w: _Walk, full_reason: str,
+                     seen: list[int]) -> None:
+    """With max_running reached, a bounded pass still looks at the jobs that it may have
+    to cancel (a dependency never met), and only while such jobs are ahead."""
     for job in rest:
-        if not job.held and not job.dependencies and job.eligible_at is None:  # the common case
-            reasons[job.id] = full_reason
-        elif lifecycle.is_waiting_to_retry(job, now):
-            reasons[job.id] = lifecycle.retry_reason(job, now)
-        elif not _waits_on_dependencies(job, dep_states, reasons, cancels):
-            reasons[job.id] = held_reason(job.id) if job.held else full_reason
+        if not bound.cancels_ahead():
+            return
+        shape = bound.take(job)
+        if shape not in bound.blocked and bound.may_be_cancelled(shape):
+            seen.append(job.id)
+            _full_box_reason(job, w, full_reason)
+            if job.id not in w.cancels:
+                bound.block(shape)
 
 
-def schedule(pending: Sequence[Job], running: Sequence[Job], loads: Mapping[str, GpuLoad],
+def _explainer(w: _Walk, seen: set[int]) -> Callable[[Job], str | None]:
+    """The reason a pending job the pass stopped before would have been given, worked out
+    when asked (`show`, `ls`): the pass's state is final once it stops (nothing starts
+    after), so the answer is the one the whole walk would have written. None for a job
+    the pass looked at: its own reason is stored."""
+    full = _box_is_full(w.p, w.queue)
+
+    def explain(job: Job) -> str | None:
+        if job.id in seen or job.state is not JobState.PENDING:
+            return None
+        scratch = replace(w, p=replace(w.p), reasons={}, cancels={})
+        if full:
+            _full_box_reason(job, scratch, _host_reason(job, scratch.p, w.queue.host))
+        elif _consider(job, scratch)[0] == START:
+            return None  # new since the pass: the next one decides
+        return scratch.reasons.get(job.id) or scratch.cancels.get(job.id)
+    return explain
+
+
+def schedule(pending: Iterable[Job], running: Sequence[Job], loads: Mapping[str, GpuLoad],
              inventory: Inventory, rules: PlacementRules, queue: QueueRules, now: float,
              dep_states: Mapping[int, JobState] | None = None,
              usage: Mapping[str, float] | None = None,
              placements: Mapping[int, int] | None = None, explain: bool = True,
-             held: Mapping[str, int] | None = None) -> Plan:
+             held: Mapping[str, int] | None = None,
+             line: PendingQueue | None = None) -> Plan:
     """One pass over the queue: every job that may start and fits starts, in order.
 
     A job that does not fit never blocks the ones behind it (skip-ahead), except under
     backfill, where they may not push back the first blocked job's reserved start.
     `explain=False` skips building reasons (the simulator replays thousands of passes).
     `held`: GPUs kept for jobs that preempted others (core/preemption.held_gpus).
+    `line`: the queue `pending` comes from, in its order (core/pendingqueue.py), which
+    counts its jobs' shapes: the pass stops once no job left can start (docs/scheduling.md,
+    "How a pass is bounded"), and Plan.later explains the rest.
     """
     p = _new_pass(running, loads, placements or {}, now)
     p.links = inventory.links
+    deps = {} if dep_states is None else dep_states  # a lookup filled on demand starts empty
+    w = _Walk(p, rules, queue, inventory, now, deps, held, explain,
+              any(placement.is_usable(l) for l in p.loads.values()))
+    bound = Bound(line) if line is not None else None
+    ordered = iter(pending if bound else queue_order(list(pending), queue, usage or {}))
     starts: list[tuple[int, tuple[GpuInfo, ...]]] = []
-    reasons: dict[int, str] = {}
-    cancels: dict[int, str] = {}
-    # With every GPU held whole, no GPU job can start: skip the per-job search (the
-    # simulator's common case on a full box). Placing jobs only ever takes GPUs away.
-    free_any = any(placement.is_usable(l) for l in p.loads.values())
-    unplaceable: set[tuple] = set()
-    gpu_reasons: dict[Request, str] = {}  # request -> why the GPUs cannot take it now
-    first_blocked: int | None = None  # the first job in line that the GPUs cannot take
-    ordered = queue_order(pending, queue, usage or {})
-    for n, job in enumerate(ordered):
+    seen: list[int] = []
+    for job in ordered:
         if _box_is_full(p, queue):
             # Nothing more can start this pass: the rest share one reason (a long queue
             # behind max_running is the common case, and it is checked after every end).
-            _explain_full_box(ordered[n:], p, queue, dep_states or {}, reasons, cancels, now)
+            full_reason = _host_reason(job, p, queue.host)
+            rest = itertools.chain((job,), ordered)
+            if bound is None:
+                for each in rest:
+                    _full_box_reason(each, w, full_reason)
+            else:
+                _look_at_cancels(rest, bound, w, full_reason, seen)
             break
-        if job.eligible_at is not None and lifecycle.is_waiting_to_retry(job, now):
-            reasons[job.id] = lifecycle.retry_reason(job, now)
-            continue
-        if _waits_on_dependencies(job, dep_states or {}, reasons, cancels):
-            continue
-        why = _limit_reason(job, p, queue)
-        if why:
-            reasons[job.id] = why
-            continue
-        chosen = _choose(job, p, rules, unplaceable, held) \
-            if free_any or not job.request.gpus else None
-        if chosen is not None and _delays_reservation(job, chosen, p, now):
-            if explain:
-                reasons[job.id] = (f"backfill: would delay job {p.reservation[-1]}, which is "
-                                   "first in line")
-            continue
-        if chosen is None:
-            if queue.discipline == "backfill" and p.reservation is None:
-                _reserve(job, p, rules, now)
-            if explain:
-                why = _gpu_reason(job.request, p, inventory, rules, gpu_reasons)
-                # As Slurm's Resources and Priority: the next in line waits for GPUs, the
-                # others wait behind it (a job that fits still starts ahead of it).
-                reasons[job.id] = why if first_blocked is None else \
-                    f"behind job {first_blocked}, which is next in line; {why}"
-            if first_blocked is None:
-                first_blocked = job.id
-            continue
-        gpu_reasons.clear()  # the loads change: reasons worked out before may not hold
-        placement.take(p.loads, job, chosen)
-        for gpu in chosen:
-            p.placements[gpu.index] = p.placements.get(gpu.index, 0) + 1
-        _count(p, job, [g.uuid for g in chosen], now)
-        starts.append((job.id, chosen))
-    return Plan(tuple(starts), reasons, cancels, p.placements)
-
+        shape = bound.take(job) if bound else None
+        if not explain and bound and shape in bound.blocked:
+            continue  # refused alike (Bound), and no reason to write
+        seen.append(job.id)
+        verdict, chosen = _consider(job, w)
+        if verdict == START:
+            _start(job, chosen, w)
+            starts.append((job.id, chosen))
+        elif bound and verdict == BLOCKED:
+            bound.block(shape)
+        if bound and bound.is_done():
+            break
+    later = _explainer(w, set(seen)) if bound and explain else None
+    return Plan(tuple(starts), w.reasons, w.cancels, p.placements, len(seen), later)

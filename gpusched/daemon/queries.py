@@ -9,7 +9,7 @@ import psutil
 
 from gpusched import __version__
 from gpusched.core import jobfilter, placement
-from gpusched.core.models import HIDDEN, GpuInfo, inventory_to_dict, job_to_dict
+from gpusched.core.models import HIDDEN, GpuInfo, JobState, inventory_to_dict, job_to_dict
 from gpusched.client.protocol import LEAN_JOB_FIELDS
 from gpusched.daemon import idlegpus, pages
 from gpusched.daemon.progress import progress_of
@@ -88,7 +88,10 @@ class Queries:
         now, settings = self.setup.clock.time(), self.setup.settings
         for row in rows:
             row["gpu_idle_since"] = idlegpus.flagged_since(self.state, settings, row["id"], now)
-            row["progress"] = report = progress_of(self.state.jobs.get(row["id"]))
+            job = self.state.jobs.get(row["id"])
+            row["progress"] = report = progress_of(job)
+            if job is not None and job.state is JobState.PENDING:  # a bounded pass's, maybe
+                row["pending_reason"] = self.state.reason_of(job)
             if row["id"] in self.state.remote_ids:  # a cluster job: where Slurm has it
                 row["cluster"] = self.state.clusters.describe(row["id"])
             if report is not None and row["command"] == [HIDDEN]:

@@ -14,6 +14,7 @@ import sqlite3
 import types
 import typing
 from dataclasses import fields, is_dataclass
+from operator import itemgetter
 from typing import Any, Callable
 
 from gpusched.core.models import Constraints, Job, JobState, Request
@@ -110,32 +111,78 @@ def _short(value: Any, limit: int = 60) -> str:
     return text if len(text) <= limit else text[:limit] + "..."
 
 
-def row_to_job(row: sqlite3.Row) -> Job:
+class Shared:
+    """Values many rows hold alike, decoded and checked once and then shared: a sweep's
+    100,000 rows have one environment, one command, one request between them, and a
+    restart on them must neither decode nor keep 100,000 copies (docs/scheduling.md).
+    One per read of many rows; the values it hands out are never changed (Job is frozen)."""
+
+    def __init__(self) -> None:
+        self.values: dict[tuple[str, Any], Any] = {}  # (column, stored) -> decoded value
+        self.checked: set = set()  # ids of shared values that passed their check
+
+    def json(self, job_id: int, key: str, text: Any, is_tuple: bool) -> Any:
+        found = self.values.get((key, text), _MISSING)
+        if found is _MISSING:
+            found = _json_column(job_id, key, text)
+            if is_tuple:
+                if not isinstance(found, list):
+                    raise DamagedRow(job_id, f"{key} is not a list ({_short(text)})")
+                found = tuple(tuple(v) if isinstance(v, list) else v for v in found)
+            if isinstance(text, str):
+                self.values[(key, text)] = found
+        return found
+
+
+_MISSING = object()
+# Text columns that many rows hold alike: kept as one str object each (Shared).
+_SHARED_TEXTS = ("cwd", "user", "name", "pending_reason", "end_reason", "boot_id", "job_key",
+                 "gpu_mem_reason", "policy", "last_attempt_end", "requeue_reason")
+
+
+def row_to_job(row: sqlite3.Row, shared: Shared | None = None) -> Job:
     """The Job a row holds; raises DamagedRow naming the first field that is wrong."""
-    values = {key: row[key] for key in row.keys()}
+    return _decode(dict(zip(row.keys(), row)), shared or Shared())
+
+
+def _decode(values: dict[str, Any], shared: Shared) -> Job:
     job_id = values["id"]
     if values["state"] not in STATES:
         raise DamagedRow(job_id, f"state {_short(values['state'])} is not a job state")
     values["state"] = JobState(values["state"])
     for key, is_tuple in JSON_TUPLES.items():
-        if key not in values:
-            continue  # an older schema's row (gpusched doctor --repair): the default
-        value = _json_column(job_id, key, values[key])
-        if is_tuple:
-            if not isinstance(value, list):
-                raise DamagedRow(job_id, f"{key} is not a list ({_short(values[key])})")
-            value = tuple(tuple(v) if isinstance(v, list) else v for v in value)
-        values[key] = value
+        if key in values:  # else an older schema's row (gpusched doctor --repair): the default
+            values[key] = shared.json(job_id, key, values[key], is_tuple)
     for key in BOOLEANS:
         if key in values:
             values[key] = _boolean(values[key])
-    values["request"] = _request(job_id, values)
+    texts = shared.values
+    for key in _SHARED_TEXTS:
+        value = values.get(key)
+        if type(value) is str:
+            values[key] = texts.setdefault(("", value), value)
+    values["request"] = _shared_request(job_id, values, shared)
     try:
         job = Job(**values)
     except TypeError as exc:  # a column the Job lacks, or one it needs missing
         raise DamagedRow(job_id, f"the row does not fit a job ({exc})") from None
-    check_job(job)
+    check_job(job, shared.checked)
     return job
+
+
+def _shared_request(job_id: int, values: dict, shared: Shared) -> Request:
+    key = ("request", tuple(values.get(k) for k in _REQUEST_COLUMNS))
+    request = shared.values.get(key)
+    if request is None:
+        request = shared.values[key] = _request(job_id, values)
+    else:
+        for column in _REQUEST_COLUMNS:
+            values.pop(column, None)
+    return request
+
+
+_REQUEST_COLUMNS = ("gpus", "gpu_mem_bytes", "constraints", "cpus", "mem_bytes",
+                    "cpus_required")
 
 
 def _boolean(value: Any) -> Any:
@@ -143,15 +190,70 @@ def _boolean(value: Any) -> Any:
     return bool(value) if type(value) is int else value
 
 
-def check_job(job: Job) -> None:
-    """Raise DamagedRow unless every field holds a value of its declared type."""
+def check_job(job: Job, checked: set | None = None) -> None:
+    """Raise DamagedRow unless every field holds a value of its declared type. `checked`:
+    ids of shared values (Shared) found right before, for a field of the same name."""
+    checked = set() if checked is None else checked
     for path, checks in _RECORD_CHECKS:
         record = job
         for step in path:
             record = getattr(record, step)
+        if path and id(record) in checked:
+            continue  # a request shared with rows checked before
         for name, ok in checks:
             value = getattr(record, name)
+            # A scalar's check depends on its type only; a tuple's or dict's on its items.
+            kind = type(value)
+            seen = (name, id(value)) if kind is tuple or kind is dict else (name, kind)
+            if seen in checked:
+                continue
             if not ok(value):
                 raise DamagedRow(job.id, f"{name} holds {_short(value)}, which a job cannot have")
+            checked.add(seen)
+        if path:
+            checked.add(id(record))
     if not job.command:
         raise DamagedRow(job.id, "command is empty")
+
+
+# Columns that differ from one job of a sweep to the next, with the types they may hold.
+_OWN = {"id": (int,), "stdout_path": (str,), "stderr_path": (str,), "submitted_at": (int, float),
+        "array_index": (int, type(None)), "submit_pid": (int, type(None)),
+        "pending_reason": (str,)}
+_FIELDS = tuple(f.name for f in fields(Job))
+
+
+class RowDecoder:
+    """Many rows of one query (plain tuples, in `names` order) made Jobs. The first row of
+    each kind is decoded and checked in full; a row alike in all but its own columns
+    (_OWN: its id, log paths...) is that job again with those put in, after a check of
+    their types: loading 100,000 queued jobs costs little more than reading them."""
+
+    def __init__(self, names: list[str]):
+        self.names, self.shared = names, Shared()
+        self._templates: dict[tuple, list[Any]] = {}
+        own = [names.index(c) for c in _OWN if c in names]
+        shared = [i for i in range(len(names)) if i not in own]
+        self._key = itemgetter(*shared) if len(own) == len(_OWN) and len(shared) > 1 else None
+        self._own = [(_FIELDS.index(c), names.index(c), _OWN[c]) for c in _OWN if c in names]
+        self._reason_slot = _FIELDS.index("pending_reason")
+
+    def job(self, row: tuple) -> Job:
+        """The row's Job; raises DamagedRow naming the first field that is wrong."""
+        if self._key is None:
+            return _decode(dict(zip(self.names, row)), self.shared)
+        key = self._key(row)
+        template = self._templates.get(key)
+        if template is None:
+            job = _decode(dict(zip(self.names, row)), self.shared)
+            self._templates[key] = [getattr(job, name) for name in _FIELDS]
+            return job
+        values = template.copy()
+        for slot, at, kinds in self._own:
+            value = row[at]
+            if type(value) not in kinds:  # decoded in full, which names what is wrong
+                return _decode(dict(zip(self.names, row)), self.shared)
+            values[slot] = value
+        reason = values[self._reason_slot]  # alike for most of a sweep: one str for all
+        values[self._reason_slot] = self.shared.values.setdefault(("", reason), reason)
+        return Job(*values)

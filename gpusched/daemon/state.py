@@ -14,6 +14,7 @@ from gpusched.core import scheduling
 from gpusched.core.config import Settings
 from gpusched.core.errors import StoreWriteError
 from gpusched.core.models import Inventory, Job, JobState
+from gpusched.core.pendingqueue import PendingQueue
 from gpusched.core.placement import PlacementRules
 from gpusched.daemon.authz import Authz
 from gpusched.daemon.cgroups import CgroupJobs
@@ -66,6 +67,11 @@ class DaemonState:
         self.jobs: dict[int, Job] = {}  # pending and running jobs
         self._running: dict[int, Job] = {}  # the running ones among them
         self._pending: dict[int, Job] = {}  # and the pending ones
+        # The pending ones in scheduling order, kept in step by _place (never sorted per
+        # pass), and the last pass's reasons for those it stopped before (set_later).
+        self.queue = PendingQueue(setup.settings.discipline, per_user=bool(
+            setup.settings.max_gpus_per_user or setup.settings.max_running_per_user))
+        self._later: tuple[str, Callable[[Job], str | None]] | None = None
         self.usage = UsageLedger(setup.settings.fairshare_half_life_s, setup.clock.time())
         # The GPUs as last read, which processes on them belong to which job, and since
         # when each outside process has shown 0% busy.
@@ -107,6 +113,8 @@ class DaemonState:
         local = [job for job in jobs if job.id not in self.remote_ids]
         self._running = {job.id: job for job in local if job.is_running}
         self._pending = {job.id: job for job in local if job.state is JobState.PENDING}
+        self.queue = PendingQueue(self.queue.discipline, self.queue.per_user)
+        self.queue.add_many(self._pending.values())
 
     @property
     def pending_version(self) -> str:
@@ -131,6 +139,32 @@ class DaemonState:
 
     def pending(self) -> list[Job]:
         return list(self._pending.values())
+
+    def pending_in_order(self, share: Callable[[str], float] | None = None) -> Iterator[Job]:
+        """The pending jobs in scheduling order, lazily (fairshare: `share` by user)."""
+        return self.queue.jobs(self._pending, share)
+
+    def pending_count(self) -> int:
+        return len(self._pending)
+
+    def pending_summary(self) -> dict[tuple[str, int | None, str], int]:
+        """How many pending jobs each (user, array id, name) has: kept as jobs come and go."""
+        return self.queue.summary
+
+    def set_later(self, explain: Callable[[Job], str | None] | None) -> None:
+        """The pass just made: reasons for the jobs it stopped before, while the pending
+        jobs stay as they are now."""
+        self._later = (self.pending_version, explain) if explain else None
+
+    def reason_of(self, job: Job) -> str:
+        """A pending job's reason as the last pass would have written it had it looked at
+        every job (a bounded pass stops early; core/scheduling.py)."""
+        if self._later is not None and self._later[0] == self.pending_version and \
+                self._pending.get(job.id) is job:
+            why = self._later[1](job)
+            if why is not None:
+                return why
+        return job.pending_reason
 
     def find(self, job_id: int) -> Job | None:
         """A job, active or finished."""
@@ -170,6 +204,8 @@ class DaemonState:
         if job_id in self._pending or (job is not None and job.state is JobState.PENDING):
             self._pending_changes += 1
         local = job is not None and job_id not in self.remote_ids
+        self._requeue(self._pending.get(job_id),
+                      job if local and job.state is JobState.PENDING else None)
         for subset, belongs in ((self.jobs, job is not None),
                                 (self._running, local and job.is_running),
                                 (self._pending, local and job.state is JobState.PENDING)):
@@ -177,6 +213,15 @@ class DaemonState:
                 subset[job_id] = job
             else:
                 subset.pop(job_id, None)
+
+    def _requeue(self, old: Job | None, new: Job | None) -> None:
+        """Keep the ordered queue in step with one job's change."""
+        if old is not None and new is not None and self.queue.same_place(old, new):
+            return
+        if old is not None:
+            self.queue.remove(old)
+        if new is not None:
+            self.queue.add(new)
 
     # -- writes ---------------------------------------------------------------------------
     @contextmanager
@@ -227,6 +272,7 @@ class DaemonState:
         new = {job.id: job for job in jobs}
         self.jobs.update(new)
         self._pending.update(new)
+        self.queue.add_many(new.values())
         self._pending_changes += 1
         self.schedule_needed = True
         self.after_commit(lambda: self.telemetry.jobs_submitted(len(new)))

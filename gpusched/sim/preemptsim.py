@@ -52,6 +52,15 @@ class _PreemptiveReplay(_Replay):
         self.wakes: set[float] = set()
         self.preemptions = 0
 
+    def enqueue(self, job: Job) -> None:
+        self.pending.append(job)  # changed in place by preemption: a plain list
+
+    def has_pending(self) -> bool:
+        return bool(self.pending)
+
+    def first_pending(self) -> Job:
+        return self.pending[0]
+
     def finish_until(self, now: float) -> None:
         while self.ends and self.ends[0][0] <= now:
             when, job_id = heapq.heappop(self.ends)

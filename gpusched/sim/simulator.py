@@ -16,7 +16,8 @@ from gpusched.core.errors import GpuschedError, UsageError
 from gpusched.core.models import GpuInfo, Inventory, Job, JobState, Request, transition
 from gpusched.core.placement import PlacementRules, Policy
 from gpusched.core.policies import placement_rules
-from gpusched.core.scheduling import HostCapacity, QueueRules
+from gpusched.core.pendingqueue import PendingQueue
+from gpusched.core.scheduling import HostCapacity, QueueRules, fair_share
 
 GPU_MEM_BYTES = 80 * 2**30  # each simulated GPU: an 80 GiB card, idle, nothing outside
 TAU_S = 10.0  # bounded slowdown ignores how short jobs shorter than this are
@@ -105,7 +106,12 @@ class _Replay:
         self.jobs, self.rules, self.queue, self.half_life_s = jobs, rules, queue, half_life_s
         self.inventory = simulated_box(gpus, links)
         self.gpus = gpus
-        self.pending: list[Job] = []
+        self.pending: list[Job] = []  # _PreemptiveReplay's queue; this one's is `line`
+        # The queue in order, as the daemon keeps it: a pass reads only its head
+        # (core/pendingqueue.py), so 100,000 waiting jobs cost a pass little.
+        self.line = PendingQueue(queue.discipline, per_user=bool(
+            queue.max_gpus_per_user or queue.max_running_per_user))
+        self.waiting: dict[int, Job] = {}
         self.running: dict[int, Job] = {}
         self.ends: list[tuple[float, int]] = []  # heap of (expected end, job id)
         self.usage: dict[str, float] = {}
@@ -133,14 +139,25 @@ class _Replay:
             last_s = now
             self.finish_until(now)
             while arrival < len(self.jobs) and self.jobs[arrival].submitted_at <= now:
-                self.pending.append(self.jobs[arrival])
+                self.enqueue(self.jobs[arrival])
                 self.pending_sizes[self.jobs[arrival].request.gpus] += 1
                 arrival += 1
             if self.could_start():
                 self.start_ready(now)
-        if self.pending:  # check_trace_fits should have refused it
-            raise GpuschedError(f"job {self.pending[0].id} could never start on this box.")
+        if self.has_pending():  # check_trace_fits should have refused it
+            first = self.first_pending()
+            raise GpuschedError(f"job {first.id} could never start on this box.")
         return self.started
+
+    def enqueue(self, job: Job) -> None:
+        self.line.add(job)
+        self.waiting[job.id] = job
+
+    def has_pending(self) -> bool:
+        return bool(self.waiting)
+
+    def first_pending(self) -> Job:
+        return next(iter(self.waiting.values()))  # the first to arrive of those left
 
     def finish_until(self, now: float) -> None:
         while self.ends and self.ends[0][0] <= now:
@@ -148,7 +165,7 @@ class _Replay:
             self.busy_gpus -= self.running.pop(job_id).request.gpus
 
     def could_start(self) -> bool:
-        if not self.pending:
+        if not self.has_pending():
             return False
         if not self.count_only:
             return True
@@ -158,21 +175,18 @@ class _Replay:
     def start_ready(self, now: float) -> None:
         running = list(self.running.values())
         loads = placement.gpu_loads(self.inventory, running, {}, self.rules)
-        plan = scheduling.schedule(self.pending, running, loads, self.inventory, self.rules,
+        ordered = self.line.jobs(self.waiting, fair_share(self.queue, self.usage))
+        plan = scheduling.schedule(ordered, running, loads, self.inventory, self.rules,
                                    self.queue, now, usage=self.usage,
-                                   placements=self.placements, explain=False)
+                                   placements=self.placements, explain=False,
+                                   line=self.line)
         if not plan.starts:
             return
         self.placements = dict(plan.placements)
-        chosen = dict(plan.starts)
-        still: list[Job] = []
-        for job in self.pending:
-            gpus = chosen.get(job.id)
-            if gpus is None:
-                still.append(job)
-                continue
+        for job_id, gpus in plan.starts:
+            job = self.waiting.pop(job_id)
+            self.line.remove(job)
             self.launch(job, gpus, now)
-        self.pending = still
 
     def launch(self, job: Job, gpus: Sequence[GpuInfo], now: float) -> None:
         job = transition(job, JobState.RUNNING, started_at=now,

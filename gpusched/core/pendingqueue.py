@@ -1,0 +1,196 @@
+"""The pending jobs in the order a scheduling pass considers them, kept in step one job at a
+time (a pass never sorts the queue), and the counts a bounded pass and `ls` summaries need.
+
+A queue of 100,000 jobs is mostly a few kinds of job: a pass stops once every kind left in
+line is known to be unable to start (core/scheduling.py), which needs how many of each
+kind remain: `shapes`. The daemon (daemon/state.py) and the simulator keep one each.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from bisect import bisect_left, insort
+from typing import Any, Callable, Iterable, Iterator, Mapping
+
+from gpusched.core.models import Job
+
+
+def shape_of(job: Job, per_user: bool = True) -> tuple:
+    """What decides whether a pass can start a job, besides its place in line and its
+    time limit: two jobs of one shape that a pass refuses for want of GPUs, cores, memory
+    or a limit, or for a hold or a dependency, are refused alike. (The time limit matters
+    only to backfill's promise, which a pass never takes as final: scheduling._consider.)
+    The user counts only where per-user limits are set."""
+    return (job.request, job.policy, job.user if per_user else "", job.held,
+            job.dependencies, job.kill_on_invalid_dep, job.eligible_at,
+            job.array_id if job.array_throttle is not None else None, job.array_throttle,
+            job.id if job.preempt_hold else None)
+
+
+def may_be_cancelled(shape: tuple) -> bool:
+    """Whether a pass may cancel jobs of this shape (--kill-on-invalid-dep and a dependency):
+    they are looked at even where the others of their shape need not be."""
+    return bool(shape[4]) and shape[5]
+
+
+# Below fairshare and sjf, a line key is one int, (-priority) * _ID_SPAN + id, ordered as
+# (-priority, id) is: with priority 0 it is the job's own id object, and 100,000 waiting
+# jobs cost no tuple each.
+_ID_SPAN = 1 << 48
+
+
+def line_key(job: Job, discipline: str) -> Any:
+    """A job's place in its user's line: scheduling.order_key, less fair share (the same
+    for all of one user's jobs, so the lines are merged by it at each pass)."""
+    if discipline == "sjf":
+        return (-job.priority, job.time_limit_s if job.time_limit_s is not None else math.inf,
+                job.id)
+    return job.id - job.priority * _ID_SPAN if job.priority else job.id
+
+
+def key_id(key: Any) -> int:
+    """The job id a line key ends with."""
+    return key[-1] if type(key) is tuple else key % _ID_SPAN
+
+
+def summary_key(job: Job) -> tuple[str, int | None, str]:
+    """(user, array id, name): what `ls` folds pending jobs by."""
+    return (job.user, job.array_id, job.display_name)
+
+
+def _drop(counts: dict, key: Any) -> None:
+    left = counts[key] - 1
+    if left:
+        counts[key] = left
+    else:
+        del counts[key]
+
+
+class PendingQueue:
+    """Each user's pending jobs as a sorted line of line_key()s, plus counts by shape and
+    by summary_key(). It holds keys only: the jobs stay in the caller's table. Shapes are
+    numbered as they first appear: a pass counts them by number, never hashing a Request."""
+
+    def __init__(self, discipline: str, per_user: bool = True):
+        self.discipline, self.per_user = discipline, per_user
+        self._lines: dict[str, list[Any]] = {}
+        self.shapes: dict[int, int] = {}  # shape number -> pending jobs of that shape
+        self.job_shapes: dict[int, int] = {}  # job id -> its shape's number
+        self._numbers: dict[tuple, int] = {}  # shape -> its number
+        self._shapes: list[tuple] = []  # number -> shape
+        self.summary: dict[tuple[str, int | None, str], int] = {}
+
+    def __len__(self) -> int:
+        return len(self.job_shapes)
+
+    def add(self, job: Job) -> None:
+        insort(self._lines.setdefault(job.user, []), line_key(job, self.discipline))
+        self._count(job)
+
+    def add_many(self, jobs: Iterable[Job]) -> None:
+        """add() for many jobs: appended, then each line touched sorted once."""
+        touched = set()
+        for job in jobs:
+            self._lines.setdefault(job.user, []).append(line_key(job, self.discipline))
+            touched.add(job.user)
+            self._count(job)
+        for user in touched:
+            self._lines[user].sort()
+
+    def remove(self, job: Job) -> None:
+        """Take out a job as it was added (the same version of it)."""
+        line = self._lines[job.user]
+        key = line_key(job, self.discipline)
+        at = bisect_left(line, key)
+        if at < len(line) and line[at] == key:
+            del line[at]
+        if not line:
+            del self._lines[job.user]
+        _drop(self.shapes, self.job_shapes.pop(job.id))
+        _drop(self.summary, summary_key(job))
+
+    def same_place(self, old: Job, new: Job) -> bool:
+        """Whether replacing old by new changes neither its place nor its counts (a new
+        pending reason, a shim's pid...): most changes to a pending job."""
+        return (old.user == new.user and line_key(old, self.discipline) ==
+                line_key(new, self.discipline) and self._shape(old) == self._shape(new)
+                and summary_key(old) == summary_key(new))
+
+    def shape(self, number: int) -> tuple:
+        return self._shapes[number]
+
+    def ids(self, share: Callable[[str], float] | None = None) -> Iterator[int]:
+        """Job ids in scheduling order, lazily: a pass that stops early reads only the
+        head of the line. `share`: each user's fair share (fairshare only)."""
+        lines = self._lines
+        if len(lines) == 1:
+            return map(key_id, next(iter(lines.values())))
+        if share is None or self.discipline != "fairshare":
+            return map(key_id, heapq.merge(*lines.values()))
+        merged = heapq.merge(*(_with_share(line, share(user)) for user, line in lines.items()))
+        return (key[-1] for key in merged)
+
+    def jobs(self, table: Mapping[int, Job],
+             share: Callable[[str], float] | None = None) -> Iterator[Job]:
+        """The jobs of `table` (id -> job) in scheduling order."""
+        return (table[job_id] for job_id in self.ids(share))
+
+    def _shape(self, job: Job) -> tuple:
+        return shape_of(job, self.per_user)
+
+    def _count(self, job: Job) -> None:
+        shape, summary = self._shape(job), summary_key(job)
+        number = self._numbers.get(shape)
+        if number is None:
+            number = self._numbers[shape] = len(self._shapes)
+            self._shapes.append(shape)
+        self.job_shapes[job.id] = number
+        self.shapes[number] = self.shapes.get(number, 0) + 1
+        self.summary[summary] = self.summary.get(summary, 0) + 1
+
+
+def _with_share(line: list[int], share: float) -> Iterator[tuple]:
+    """One user's line keyed as scheduling.order_key keys fairshare: (-priority, share, id)."""
+    return ((key // _ID_SPAN, share, key % _ID_SPAN) for key in line)
+
+
+class Bound:
+    """Within one pass: how many jobs of each shape are still ahead, and which shapes can
+    no longer start in it. Resources only get taken during a pass, so a shape refused for
+    want of them (or held, or waiting on a dependency) stays refused to the pass's end;
+    once every shape still ahead is, nothing behind can start and the pass stops."""
+
+    def __init__(self, queue: PendingQueue):
+        self.queue = queue
+        self.left = dict(queue.shapes)
+        self.blocked: set[int] = set()
+        self.open = len(self.left)  # shapes with jobs ahead that might still start
+
+    def take(self, job: Job) -> int:
+        """The next job in line is being considered: its shape's number."""
+        shape = self.queue.job_shapes[job.id]
+        left = self.left[shape] - 1
+        self.left[shape] = left
+        if left == 0 and shape not in self.blocked:
+            self.open -= 1
+        return shape
+
+    def block(self, shape: int) -> None:
+        """No job of this shape can start in the rest of the pass."""
+        if shape not in self.blocked:
+            self.blocked.add(shape)
+            if self.left[shape] > 0:
+                self.open -= 1
+
+    def is_done(self) -> bool:
+        return self.open <= 0
+
+    def may_be_cancelled(self, shape: int) -> bool:
+        return may_be_cancelled(self.queue.shape(shape))
+
+    def cancels_ahead(self) -> bool:
+        """Whether jobs ahead might be cancelled for dependencies never met (so that a full
+        box still looks at them)."""
+        return any(left > 0 and shape not in self.blocked and self.may_be_cancelled(shape)
+                   for shape, left in self.left.items())

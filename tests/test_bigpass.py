@@ -1,0 +1,165 @@
+"""A scheduling pass over a big queue is bounded (issue 23): it starts exactly what a walk of
+the whole queue starts, does work bounded by what can start plus the kinds of job waiting,
+and a reason asked for later is the one the whole walk would have written."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from gpusched.core import placement, scheduling
+from gpusched.core.models import GpuInfo, Inventory, Job, JobState, Request, transition
+from gpusched.core.pendingqueue import PendingQueue
+from gpusched.core.placement import PlacementRules
+from gpusched.core.scheduling import HostCapacity, QueueRules
+
+GIB = 2**30
+NOW_S = 10_000.0
+SETTINGS = settings(max_examples=150, deadline=None,
+                    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+
+
+def box(gpus: int) -> Inventory:
+    return Inventory(tuple(GpuInfo(index=i, uuid=f"GPU-{i}", name="NVIDIA A100-SXM4-80GB",
+                                   mem_total_bytes=80 * GIB, mem_used_bytes=0, util_pct=0.0)
+                           for i in range(gpus)))
+
+
+@st.composite
+def jobs(draw, first_id: int = 1) -> list[Job]:
+    """A queue of a few kinds of job, as sweeps make: GPU counts and memory, cores, users,
+    priorities, holds, retries, dependencies and throttled arrays."""
+    out = []
+    for n in range(draw(st.integers(0, 40))):
+        job_id = first_id + n
+        gpus = draw(st.sampled_from([0, 0, 1, 1, 2, 4]))
+        dep = draw(st.sampled_from([(), (), (), (("afterok", 1),), (("afterok", 999),)]))
+        out.append(Job(
+            id=job_id, command=("true",), cwd="/", uid=1000,
+            user=draw(st.sampled_from(["ann", "bob", "cy"])),
+            request=Request(gpus=gpus,
+                            gpu_mem_bytes=draw(st.sampled_from([None, None, 30 * GIB]))
+                            if gpus else None,
+                            cpus=draw(st.sampled_from([1, 1, 4])),
+                            mem_bytes=draw(st.sampled_from([None, None, 8 * GIB]))),
+            priority=draw(st.sampled_from([0, 0, 0, 5])), submitted_at=0.0,
+            held=draw(st.sampled_from([False] * 6 + [True])), dependencies=dep,
+            kill_on_invalid_dep=bool(dep) and draw(st.booleans()),
+            eligible_at=draw(st.sampled_from([None] * 6 + [NOW_S + 60, NOW_S - 60])),
+            array_id=1 if draw(st.integers(0, 4)) == 0 else None,
+            array_throttle=2, time_limit_s=draw(st.sampled_from([None, 60.0, 3600.0]))))
+    return [job if job.array_id is not None else replace(job, array_throttle=None)
+            for job in out]
+
+
+def running_jobs(draw_ids: list[int], inventory: Inventory) -> list[Job]:
+    """Jobs already running, one per GPU index listed."""
+    gpus = inventory.gpus
+    return [transition(Job(id=1000 + i, command=("x",), cwd="/", uid=1000, user="ann",
+                           request=Request(gpus=1), time_limit_s=600.0),
+                       JobState.RUNNING, started_at=NOW_S - 10, gpu_uuids=(gpus[i].uuid,),
+                       gpu_indices=(i,))
+            for i in sorted(set(draw_ids)) if i < len(gpus)]
+
+
+def both_passes(pending: list[Job], running: list[Job], inventory: Inventory,
+                queue: QueueRules, usage: dict[str, float] | None = None):
+    """The whole-queue walk, and the bounded pass over the same jobs in a PendingQueue."""
+    rules = PlacementRules(policy="pack")
+    loads = placement.gpu_loads(inventory, running, {}, rules)
+    deps = scheduling.DependencyStates({1: JobState.RUNNING})
+    full = scheduling.schedule(pending, running, loads, inventory, rules, queue, NOW_S,
+                               deps, usage=usage)
+    line = PendingQueue(queue.discipline, per_user=True)
+    line.add_many(pending)
+    table = {job.id: job for job in pending}
+    ordered = line.jobs(table, scheduling.fair_share(queue, usage or {}))
+    bounded = scheduling.schedule(ordered, running, loads, inventory, rules, queue, NOW_S,
+                                  deps, usage=usage, line=line)
+    return full, bounded
+
+
+def reasons_of(plan: scheduling.Plan, pending: list[Job]) -> dict[int, str]:
+    """Each job's reason: the pass's own, else the one worked out when asked."""
+    out = {}
+    for job in pending:
+        if job.id in plan.reasons:
+            out[job.id] = plan.reasons[job.id]
+        elif plan.later is not None and job.id not in plan.cancels:
+            why = plan.later(job)
+            if why is not None:
+                out[job.id] = why
+    return out
+
+
+@SETTINGS
+@given(pending=jobs(), busy=st.lists(st.integers(0, 3), max_size=4),
+       gpus=st.integers(1, 4), max_running=st.sampled_from([None, 1, 3, 6]),
+       discipline=st.sampled_from(scheduling.DISCIPLINES),
+       per_user=st.sampled_from([(None, None), (1, None), (None, 2)]),
+       draining=st.sampled_from([False] * 5 + [True]))
+def test_a_bounded_pass_starts_every_job_the_whole_walk_starts(pending, busy, gpus, max_running,
+                                                                discipline, per_user, draining):
+    # The no-starvation property: whatever could start in this pass (the walk of the
+    # whole queue says what) starts in it, so a job that can start waits no pass longer.
+    inventory = box(gpus)
+    queue = QueueRules(discipline=discipline, max_running_per_user=per_user[0],
+                       max_gpus_per_user=per_user[1], draining=draining,
+                       host=HostCapacity(cpus=8, mem_bytes=64 * GIB, max_running=max_running))
+    usage = {"ann": 50.0, "bob": 5.0}
+    full, bounded = both_passes(pending, running_jobs(busy, inventory), inventory, queue, usage)
+    assert bounded.starts == full.starts
+    assert bounded.cancels == full.cancels
+    assert bounded.placements == full.placements
+    # And a reason asked for later is the whole walk's, for every job that waits.
+    waiting = [job for job in pending if job.id not in dict(full.starts)]
+    assert reasons_of(bounded, waiting) == {job.id: full.reasons[job.id] for job in waiting
+                                            if job.id in full.reasons}
+
+
+def sweep(count: int, first_id: int = 1, gpus: int = 0) -> list[Job]:
+    return [Job(id=first_id + n, command=("true",), cwd="/", uid=1000, user="ann",
+                request=Request(gpus=gpus), submitted_at=0.0) for n in range(count)]
+
+
+def test_a_pass_behind_max_running_looks_at_a_handful_of_a_100000_job_sweep():
+    # The sweep of the issue: `true`, --gpus 0, max_running = 4; three run, one slot frees.
+    pending = sweep(100_000, first_id=10)
+    running = [transition(job, JobState.RUNNING, started_at=NOW_S) for job in sweep(3)]
+    queue = QueueRules(host=HostCapacity(cpus=16, mem_bytes=64 * GIB, max_running=4))
+    full, bounded = both_passes(pending, running, box(4), queue)
+    assert bounded.starts == full.starts == ((10, ()),)
+    assert bounded.considered <= 2  # the job that starts, and the one that finds the box full
+    assert full.considered == 1  # the whole walk gives 99,999 jobs one shared reason...
+    assert len(full.reasons) == 99_999 and len(bounded.reasons) == 0  # ...the bounded none
+    assert bounded.later(pending[-1]) == full.reasons[pending[-1].id]
+
+
+def test_a_small_job_behind_big_ones_still_starts_and_the_pass_stops_after_it():
+    # 50,000 four-GPU jobs wait for a box with two GPUs free; a one-GPU job is queued
+    # behind them. Counting the kinds of job left, the pass walks on past the big ones
+    # (one kind, refused once) to the small one, starts it, and stops: the one kind
+    # left ahead of it must not starve it.
+    inventory = box(4)
+    running = running_jobs([0, 1], inventory)
+    pending = sweep(50_000, first_id=10, gpus=4) + sweep(1, first_id=60_000, gpus=1)
+    full, bounded = both_passes(pending, running, inventory, QueueRules())
+    assert bounded.starts == full.starts
+    assert [job_id for job_id, _ in bounded.starts] == [60_000]
+    assert bounded.reasons == full.reasons
+
+
+def test_a_pass_over_many_kinds_stops_once_each_kind_is_refused():
+    # 20 users' sweeps of 5,000 one-GPU jobs each, submitted side by side, on a full box,
+    # per-user limits set (so that a user is part of a job's kind): one job of each user
+    # is looked at, not 100,000.
+    inventory = box(2)
+    running = running_jobs([0, 1], inventory)
+    pending = [replace(job, user=f"u{job.id % 20}") for job in sweep(100_000, 10, gpus=1)]
+    queue = QueueRules(max_running_per_user=10)
+    full, bounded = both_passes(pending, running, inventory, queue)
+    assert bounded.starts == full.starts == ()
+    assert full.considered == 100_000
+    assert bounded.considered == 20
