@@ -8,7 +8,7 @@ import sqlite3
 from contextlib import contextmanager
 from dataclasses import asdict, fields
 from pathlib import Path
-from typing import Iterable, Iterator
+from typing import Iterable, Iterator, Sequence
 
 from gpusched.core.errors import StoreError
 from gpusched.daemon import storecheck
@@ -137,6 +137,11 @@ assert len(MIGRATIONS) == SCHEMA_VERSION
 
 _JOB_FIELDS = [f.name for f in fields(Job) if f.name != "request"]
 
+
+# What the jobs of one submit (a sweep's lines, an array's elements) differ in: the rest of
+# each one's row is its template's (Store.insert_alike).
+PER_JOB_FIELDS = ("id", "command", "job_key", "array_id", "array_index", "array_throttle",
+                  "stdout_path", "stderr_path", "pending_reason")
 
 _IDS_PER_QUERY = 500
 # What daemon/usagerow.py reads of a row.
@@ -274,6 +279,26 @@ class Store:
             cur = self._conn.execute(f"INSERT INTO jobs ({cols}) VALUES ({marks})", row)
             ids.append(cur.lastrowid)
         return ids
+
+    def insert_alike(self, template: Job, jobs: Sequence[Job]) -> None:
+        """Add new jobs, each with its id, made from one template (a sweep's lines, an
+        array's elements): they differ from it only in PER_JOB_FIELDS. The template's row
+        is encoded once and each job's few own columns put in, all in one executemany:
+        encoding every row whole took most of a 100,000-job submit's time."""
+        base = _job_to_row(template)
+        columns = list(base)
+        slots = [(columns.index(name), name) for name in PER_JOB_FIELDS]
+        command_at = columns.index("command")
+        fixed = list(base.values())
+        rows = []
+        for job in jobs:
+            row = fixed.copy()
+            for at, name in slots:
+                row[at] = getattr(job, name)
+            row[command_at] = json.dumps(list(job.command))
+            rows.append(row)
+        marks = ", ".join("?" * len(columns))
+        self._conn.executemany(f"INSERT INTO jobs ({', '.join(columns)}) VALUES ({marks})", rows)
 
     # The highest id next_ids has handed out: a transaction that handed it out and then
     # failed does not give it back, so no later job has an id a refused one had.
