@@ -1,0 +1,151 @@
+"""Submits of any size (issue 23): `--from-file` streams its lines, stored in batches with
+contiguous ids; a bad line or a Ctrl-C leaves nothing queued, and says so."""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import signal
+import subprocess
+import sys
+import termios
+from pathlib import Path
+
+import psutil
+import pytest
+
+from conftest import Home, wait_until
+from gpusched.client.wire import MAX_FRAME_BYTES
+from gpusched.daemon import batches
+from gpusched.daemon.loop import Call
+from gpusched.daemon.request import Request
+from inproc import ME, box, make_box  # noqa: F401 - fixtures
+
+OTHER = (2, 4242, 4242)
+
+
+def test_a_sweep_larger_than_one_message_is_queued_in_order_with_contiguous_ids(home: Home,
+                                                                             tmp_path: Path):
+    # 3,000 lines of 6 KB: as one request, over the largest frame (what main sent and refused).
+    lines = [f"echo {i} {'x' * 6000}" for i in range(3000)]
+    assert sum(map(len, lines)) > MAX_FRAME_BYTES
+    sweep = tmp_path / "sweep.txt"
+    sweep.write_text("# a sweep\n" + "\n".join(lines) + "\n")
+    ids = home.json("submit", "--hold", "--gpus", "0", "--from-file", str(sweep))["ids"]
+    assert ids == list(range(ids[0], ids[0] + 3000))
+    for at in (0, 1234, 2999):
+        assert home.show(ids[at])["command"] == ["/bin/sh", "-c", lines[at]]
+
+
+def test_a_bad_line_is_named_and_nothing_is_queued(home: Home, tmp_path: Path):
+    sweep = tmp_path / "sweep.txt"  # line 8 over the 128 KiB a command may have
+    sweep.write_text("true\n" * 6 + "# six good lines, then one too long\n"
+                     + "echo " + "y" * 140_000 + "\n" + "true\n" * 3)
+    proc = home.run("submit", "--hold", "--from-file", str(sweep), check=False)
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.startswith(f"Error: line 8 of --from-file {sweep}: the command is ")
+    assert "nothing was queued" in proc.stderr and len(proc.stderr.splitlines()) == 1
+    assert home.jobs() == []
+
+
+def test_the_daemon_refuses_a_bad_streamed_line_by_its_number(home: Home):
+    """A client that skips its own checks: the daemon checks each line as it arrives."""
+    from gpusched.client import streams
+    from gpusched.client.connection import Client
+    from gpusched.client.paths import resolve_paths
+    from gpusched.core.errors import UsageError
+
+    home.write_config('[limits]\ncommand = "1KiB"\n')
+    home.start()
+    client = Client(resolve_paths({"GPUSCHED_HOME": str(home.path)}), autostart=False)
+    request = {"jobs": [{"command": ["/bin/sh", "-c"], "hold": True}], "cwd": str(home.path),
+               "env": {"PATH": "/bin"}}
+    with pytest.raises(UsageError, match="^command 3 of the submit is 2,0"):
+        streams.call_streamed(client, "submit", "lines",
+                              ["true", "true", "x" * 2000, "true"], **request)
+    assert home.jobs() == []
+    ids = streams.call_streamed(client, "submit", "lines", ["true"] * 5, **request)["ids"]
+    assert len(ids) == 5
+
+
+def _unread_bytes(pipe) -> int:
+    return int.from_bytes(fcntl.ioctl(pipe.fileno(), termios.FIONREAD, b"\0" * 4), sys.byteorder)
+
+
+def test_ctrl_c_while_a_sweep_streams_queues_nothing_and_says_so(home: Home):
+    home.start()
+    client = subprocess.Popen([sys.executable, "-m", "gpusched", "submit", "--hold",
+                               "--from-file", "-"], stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                              env=home.env, cwd=home.path)
+    try:
+        client.stdin.write("true\n" * 3000)
+        client.stdin.flush()
+        # Mid-stream: it has read what was written, and holds a connection to the daemon.
+        wait_until(lambda: _unread_bytes(client.stdin) == 0, "the client to read the lines")
+        wait_until(lambda: psutil.Process(client.pid).net_connections("unix"),
+                   "the client to connect")
+        client.send_signal(signal.SIGINT)
+        out, err = client.communicate(timeout=60)
+    finally:
+        if client.poll() is None:
+            client.kill()
+            client.wait()
+    assert client.returncode == 130, err
+    assert out == ""
+    assert err.strip() == "Interrupted: nothing of this submit was queued."
+    assert home.jobs() == []
+
+
+def streamed_call(box, count: int) -> Call:
+    """A streamed submit of `count` lines handed to the loop, as the server hands it."""
+    args = {"jobs": [{"command": ["/bin/sh", "-c"], "hold": True, "gpus": 0}],
+            "cwd": str(box.root), "env": {"PATH": "/bin"}, "stream": "lines",
+            "lines": [f"echo {i}" for i in range(count)]}
+    call = Call(Request("submit", args, ME))
+    box.daemon.step([call])
+    assert call.batched is not None and not call.done.is_set()
+    return call
+
+
+def test_a_submit_cancelled_while_it_is_stored_leaves_nothing(box):
+    call = streamed_call(box, 3 * batches.BIG_JOBS)
+    box.step()
+    box.step()  # some batches stored, not yet acknowledged
+    call.cancelled = True  # the connection thread saw the client's cancel
+    box.step()
+    assert call.done.is_set() and "nothing of it was queued" in call.error.message
+    assert box.call("list", all=True)["jobs"] == []
+    assert box.daemon.state.store.active() == []
+    later = box.submit("--hold", "--", "true")
+    assert later > 3 * batches.BIG_JOBS  # its ids stay used, as after a crash
+
+
+def test_ids_stay_contiguous_while_another_user_submits(box):
+    call = streamed_call(box, 3 * batches.BIG_JOBS)
+    other = box.call("submit", OTHER, jobs=[{"command": ["true"], "hold": True}], cwd="/",
+                     env={})["ids"]
+    while not call.done.is_set():
+        box.step()
+    ids = call.result["ids"]
+    assert ids == list(range(ids[0], ids[0] + 3 * batches.BIG_JOBS))
+    assert other[0] not in ids
+    shown = box.call("show", ids=[ids[-1]])["jobs"][0]
+    assert shown["command"] == ["/bin/sh", "-c", f"echo {3 * batches.BIG_JOBS - 1}"]
+
+
+def test_a_disk_full_halfway_queues_nothing(box):
+    call = streamed_call(box, 3 * batches.BIG_JOBS)
+    box.step()
+    with box.failing_writes():
+        box.step()
+    assert call.done.is_set() and "nothing of this submit was queued" in call.error.message
+    assert box.call("list", all=True)["jobs"] == []
+
+
+def test_an_array_sweep_is_stored_alike_with_its_throttle(box):
+    ids = box.submit_all("--hold", "--gpus", "0", "--array", "0-4999%8", "--", "true")
+    assert ids == list(range(ids[0], ids[0] + 5000))
+    last = box.call("show", ids=[ids[-1]])["jobs"][0]
+    assert (last["array_id"], last["array_index"], last["array_throttle"]) == (ids[0], 4999, 8)
+    assert json.loads(json.dumps(last["command"])) == ["true"]
