@@ -9,12 +9,14 @@ import signal
 import subprocess
 import sys
 import termios
+import time
 from pathlib import Path
 
 import psutil
 import pytest
 
 from conftest import Home, wait_until
+from gpusched.client import protocol
 from gpusched.client.wire import MAX_FRAME_BYTES
 from gpusched.daemon import batches
 from gpusched.daemon.loop import Call
@@ -149,3 +151,30 @@ def test_an_array_sweep_is_stored_alike_with_its_throttle(box):
     last = box.call("show", ids=[ids[-1]])["jobs"][0]
     assert (last["array_id"], last["array_index"], last["array_throttle"]) == (ids[0], 4999, 8)
     assert json.loads(json.dumps(last["command"])) == ["true"]
+
+
+def test_a_slow_pipe_keeps_the_stream_open(home: Home):
+    """A generator script that pauses longer than the daemon waits for a frame: the
+    client sends empty parts meanwhile, and every line is queued."""
+    home.start()
+    client = subprocess.Popen([sys.executable, "-m", "gpusched", "submit", "--json", "--hold",
+                               "--from-file", "-"], stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                              env=home.env, cwd=home.path)
+    try:
+        client.stdin.write("echo 1\n")
+        client.stdin.flush()
+        wait_until(lambda: psutil.Process(client.pid).net_connections("unix"),
+                   "the client to connect")
+        # The producer is slow: nothing more for longer than the daemon waits for a frame.
+        pause_until = time.monotonic() + protocol.READ_TIMEOUT_S + 2
+        wait_until(lambda: time.monotonic() > pause_until, "the producer's pause")
+        client.stdin.write("echo 2\n")
+        out, err = client.communicate(timeout=60)
+    finally:
+        if client.poll() is None:
+            client.kill()
+            client.wait()
+    assert client.returncode == 0, err
+    ids = json.loads(out)["ids"]
+    assert [home.show(i)["command"][-1] for i in ids] == ["echo 1", "echo 2"]

@@ -31,11 +31,17 @@ CANCEL_ANSWER_S = 30.0
 STREAM_TIMEOUT_S = 600.0
 
 
-def part_frames(items: Iterable[str]) -> Iterator[bytes]:
+def part_frames(items: Iterable[str | None]) -> Iterator[bytes]:
     """Frames {"part": [...]} holding the items (strings) in order, each at most
-    PART_BYTES; each item is encoded once, by the C encoder."""
+    PART_BYTES; each item is encoded once, by the C encoder. A None item sends what
+    there is now, if only an empty part: the source is slow, and the daemon waits for
+    each part for a while only."""
     encode, size, chunk = wire.dumps, 0, []
     for item in items:
+        if item is None:
+            yield _part(chunk)
+            size, chunk = 0, []
+            continue
         text = encode(item, False)
         if chunk and size + len(text) + 1 > PART_BYTES:
             yield _part(chunk)

@@ -76,7 +76,11 @@ class LinesIn:
         return lines
 
     def _next_part(self) -> list | None:
-        message = protocol.receive(self.conn, protocol.READ_TIMEOUT_S, self.max_depth)
+        try:
+            message = protocol.receive(self.conn, protocol.READ_TIMEOUT_S, self.max_depth)
+        except OSError as exc:  # it stalled (TimeoutError), or the connection broke
+            raise ClientGone(f"the stream stopped before its end frame ({exc or 'timed out'}); "
+                             "nothing of the request was done") from None
         if message is None:
             raise ClientGone("the connection closed before the stream's end frame; nothing "
                              "of the request was done")
