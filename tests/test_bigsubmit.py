@@ -74,12 +74,14 @@ def _unread_bytes(pipe) -> int:
     return int.from_bytes(fcntl.ioctl(pipe.fileno(), termios.FIONREAD, b"\0" * 4), sys.byteorder)
 
 
-def test_ctrl_c_while_a_sweep_streams_queues_nothing_and_says_so(home: Home):
+@pytest.mark.parametrize("typer_path", ["", "1"], ids=["fast", "typer"])
+def test_ctrl_c_while_a_sweep_streams_queues_nothing_and_says_so(home: Home, typer_path: str):
     home.start()
     client = subprocess.Popen([sys.executable, "-m", "gpusched", "submit", "--hold",
                                "--from-file", "-"], stdin=subprocess.PIPE,
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                              env=home.env, cwd=home.path)
+                              env={**home.env, "GPUSCHED_NO_FAST_PATH": typer_path},
+                              cwd=home.path)
     try:
         client.stdin.write("true\n" * 3000)
         client.stdin.flush()
@@ -178,3 +180,33 @@ def test_a_slow_pipe_keeps_the_stream_open(home: Home):
     assert client.returncode == 0, err
     ids = json.loads(out)["ids"]
     assert [home.show(i)["command"][-1] for i in ids] == ["echo 1", "echo 2"]
+
+
+def test_jobs_stored_alike_read_back_as_stored_whole(tmp_path: Path):
+    """Store.insert_alike leaves the columns at their defaults out: every field of a job
+    must read back exactly as Store.insert, which writes every column, stores it."""
+    from dataclasses import replace
+
+    from gpusched.core.models import Constraints, Job, Request as JobRequest
+    from gpusched.daemon.store import Store
+    from gpusched.daemon.submits import derived
+
+    store = Store(tmp_path / "queue.db")
+    templates = [
+        Job(id=0, command=("/bin/sh", "-c"), cwd="/w", uid=7, user="u", env={"A": "b"}),
+        Job(id=0, command=("python", "x.py"), cwd="/w", uid=7, user="u", env={}, name="n",
+            priority=-3, held=True, retries=2, retry_delay_s=10.0, mem_growth=1.5,
+            preemptible=True, preempt_grace_s=60, retry_on=("failed", "timeout"),
+            dependencies=(("afterok", 1),), time_limit_s=3600.0, warn_batch=True,
+            container=("img",), request=JobRequest(gpus=2, gpu_mem_bytes=10**9, cpus=4,
+                                                   constraints=Constraints(gpu_type="H100"))),
+    ]
+    with store.write():
+        for n, template in enumerate(templates):
+            whole = replace(template, id=100 + n, command=(*template.command, "a"))
+            store.insert([whole])
+            alike = derived(template, id=200 + n, command=(*template.command, "a"))
+            store.insert_alike(template, [alike])
+    for n in range(len(templates)):
+        assert replace(store.get(200 + n), id=0) == replace(store.get(100 + n), id=0)
+        assert store.get(200 + n).env == templates[n].env
