@@ -6,11 +6,14 @@ from __future__ import annotations
 import fcntl
 import json
 import signal
+import socket
 import subprocess
 import sys
 import termios
 import time
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Iterator
 
 import psutil
 import pytest
@@ -70,6 +73,22 @@ def test_the_daemon_refuses_a_bad_streamed_line_by_its_number(home: Home):
     assert len(ids) == 5
 
 
+@contextmanager
+def piped_submit(home: Home, *options: str, **env: str) -> Iterator[subprocess.Popen]:
+    """`gpusched submit OPTIONS --from-file -` reading a pipe the test writes; killed
+    after if it is still there."""
+    client = subprocess.Popen([sys.executable, "-m", "gpusched", "submit", *options,
+                               "--from-file", "-"], stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                              env={**home.env, **env}, cwd=home.path)
+    try:
+        yield client
+    finally:
+        if client.poll() is None:
+            client.kill()
+            client.wait()
+
+
 def _unread_bytes(pipe) -> int:
     return int.from_bytes(fcntl.ioctl(pipe.fileno(), termios.FIONREAD, b"\0" * 4), sys.byteorder)
 
@@ -77,12 +96,7 @@ def _unread_bytes(pipe) -> int:
 @pytest.mark.parametrize("typer_path", ["", "1"], ids=["fast", "typer"])
 def test_ctrl_c_while_a_sweep_streams_queues_nothing_and_says_so(home: Home, typer_path: str):
     home.start()
-    client = subprocess.Popen([sys.executable, "-m", "gpusched", "submit", "--hold",
-                               "--from-file", "-"], stdin=subprocess.PIPE,
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                              env={**home.env, "GPUSCHED_NO_FAST_PATH": typer_path},
-                              cwd=home.path)
-    try:
+    with piped_submit(home, "--hold", GPUSCHED_NO_FAST_PATH=typer_path) as client:
         client.stdin.write("true\n" * 3000)
         client.stdin.flush()
         # Mid-stream: it has read what was written, and holds a connection to the daemon.
@@ -91,10 +105,6 @@ def test_ctrl_c_while_a_sweep_streams_queues_nothing_and_says_so(home: Home, typ
                    "the client to connect")
         client.send_signal(signal.SIGINT)
         out, err = client.communicate(timeout=60)
-    finally:
-        if client.poll() is None:
-            client.kill()
-            client.wait()
     assert client.returncode == 130, err
     assert out == ""
     assert err.strip() == "Interrupted: nothing of this submit was queued."
@@ -159,11 +169,7 @@ def test_a_slow_pipe_keeps_the_stream_open(home: Home):
     """A generator script that pauses longer than the daemon waits for a frame: the
     client sends empty parts meanwhile, and every line is queued."""
     home.start()
-    client = subprocess.Popen([sys.executable, "-m", "gpusched", "submit", "--json", "--hold",
-                               "--from-file", "-"], stdin=subprocess.PIPE,
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                              env=home.env, cwd=home.path)
-    try:
+    with piped_submit(home, "--json", "--hold") as client:
         client.stdin.write("echo 1\n")
         client.stdin.flush()
         wait_until(lambda: psutil.Process(client.pid).net_connections("unix"),
@@ -173,10 +179,6 @@ def test_a_slow_pipe_keeps_the_stream_open(home: Home):
         wait_until(lambda: time.monotonic() > pause_until, "the producer's pause")
         client.stdin.write("echo 2\n")
         out, err = client.communicate(timeout=60)
-    finally:
-        if client.poll() is None:
-            client.kill()
-            client.wait()
     assert client.returncode == 0, err
     ids = json.loads(out)["ids"]
     assert [home.show(i)["command"][-1] for i in ids] == ["echo 1", "echo 2"]
@@ -210,3 +212,45 @@ def test_jobs_stored_alike_read_back_as_stored_whole(tmp_path: Path):
     for n in range(len(templates)):
         assert replace(store.get(200 + n), id=0) == replace(store.get(100 + n), id=0)
         assert store.get(200 + n).env == templates[n].env
+
+
+def test_ctrl_c_after_the_daemon_stored_everything_prints_the_ids(tmp_path: Path, capsys):
+    """The cancel comes too late: the daemon answers with the jobs it queued, and the
+    command prints them as it would have, and says how to cancel them."""
+    import os
+    import threading
+
+    from gpusched.client import wire
+    from gpusched.client.connection import Client
+    from gpusched.client.options import SubmitOptions
+    from gpusched.client.paths import resolve_paths
+    from gpusched.client.submitting import submit_streamed
+
+    ours, daemons = socket.socketpair()
+
+    def daemon() -> None:  # reads the stream; Ctrl-C comes once it ended; then the cancel
+        while not wire.receive(daemons).get("end"):
+            pass
+        os.kill(os.getpid(), signal.SIGINT)
+        assert wire.receive(daemons) == {"cancel": True}
+        wire.send(daemons, {"ok": True, "result": {"ids": list(range(5, 11)), "array_ids": []}})
+
+    class Connected(Client):
+        def connect(self):
+            return ours
+
+    client = Connected(resolve_paths({"GPUSCHED_HOME": str(tmp_path)}), autostart=False,
+                       check_daemon=False)
+    thread = threading.Thread(target=daemon)
+    thread.start()
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            submit_streamed(client, {"jobs": [{"command": ["/bin/sh", "-c"]}], "cwd": "/"},
+                            iter(["true"] * 6), SubmitOptions())
+    finally:
+        thread.join()
+        daemons.close()
+    out, err = capsys.readouterr()
+    assert out.split() == [str(i) for i in range(5, 11)]
+    assert err == ("Interrupted too late: jobs 5 to 10 were queued already; "
+                   "`gpusched cancel $(seq 5 10)` cancels them.\n")

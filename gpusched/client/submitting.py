@@ -347,6 +347,16 @@ def _jobs_named(ids: list[int]) -> str:
     return f"jobs {listed}"
 
 
+def _id_words(ids: list[int]) -> str:
+    """Ids as the shell gives them to a command: a few listed, evenly spaced ones (a
+    sweep's) as `$(seq FIRST STEP LAST)`."""
+    steps = {b - a for a, b in zip(ids, ids[1:])}
+    if len(ids) <= 5 or len(steps) != 1:
+        return " ".join(map(str, ids))
+    step = steps.pop()
+    return f"$(seq {ids[0]} {ids[-1]})" if step == 1 else f"$(seq {ids[0]} {step} {ids[-1]})"
+
+
 def submit_json(ids: list[int], array_ids: list[int]) -> dict[str, Any]:
     """`submit --json`: {"id": N} for one job, {"ids": [...]} for several, and the id of
     the array ("array_id", or "array_ids" when --from-file made one array per line)."""
@@ -408,10 +418,11 @@ def submit_streamed(client: Any, request: dict[str, Any], lines: Iterable[str | 
             result = stop.reply["result"]
             report_queued(client, result,
                           SubmitOptions(**{**opts.as_dict(), "wait": False, "notify": False}))
-            sys.stderr.write(f"Interrupted too late: {_jobs_named(result['ids'])} "
-                             f"{'was' if len(result['ids']) == 1 else 'were'} queued already; "
-                             f"`gpusched cancel {' '.join(map(str, result['array_ids'] or result['ids']))}`"
-                             " cancels them.\n")
+            ids = result["ids"]
+            sys.stderr.write(f"Interrupted too late: {_jobs_named(ids)} "
+                             f"{'was' if len(ids) == 1 else 'were'} queued already; "
+                             f"`gpusched cancel {_id_words(result['array_ids'] or ids)}` "
+                             f"cancels {'it' if len(ids) == 1 else 'them'}.\n")
         elif stop.reply is not None or not stop.sent_all:
             sys.stderr.write("Interrupted: nothing of this submit was queued.\n")
         else:
