@@ -43,6 +43,7 @@ def test_a_sweep_larger_than_one_message_is_queued_in_order_with_contiguous_ids(
 
 
 def test_a_bad_line_is_named_and_nothing_is_queued(home: Home, tmp_path: Path):
+    queued = home.submit("--hold", "--", "true")  # bad input loses nothing already queued
     sweep = tmp_path / "sweep.txt"  # line 8 over the 128 KiB a command may have
     sweep.write_text("true\n" * 6 + "# six good lines, then one too long\n"
                      + "echo " + "y" * 140_000 + "\n" + "true\n" * 3)
@@ -50,7 +51,7 @@ def test_a_bad_line_is_named_and_nothing_is_queued(home: Home, tmp_path: Path):
     assert proc.returncode == 2, proc.stderr
     assert proc.stderr.startswith(f"Error: line 8 of --from-file {sweep}: the command is ")
     assert "nothing was queued" in proc.stderr and len(proc.stderr.splitlines()) == 1
-    assert home.jobs() == []
+    assert [j["id"] for j in home.jobs()] == [queued]
 
 
 def test_the_daemon_refuses_a_bad_streamed_line_by_its_number(home: Home):
@@ -254,3 +255,15 @@ def test_ctrl_c_after_the_daemon_stored_everything_prints_the_ids(tmp_path: Path
     assert out.split() == [str(i) for i in range(5, 11)]
     assert err == ("Interrupted too late: jobs 5 to 10 were queued already; "
                    "`gpusched cancel $(seq 5 10)` cancels them.\n")
+
+
+def test_jobs_start_and_others_are_answered_while_a_sweep_is_stored(box):
+    call = streamed_call(box, 3 * batches.BIG_JOBS)
+    other = box.call("submit", OTHER, jobs=[{"command": ["true"], "gpus": 1}], cwd="/",
+                     env={})["ids"][0]
+    assert not call.done.is_set()
+    assert other in box.running()  # started between two batches of the sweep
+    assert [j["id"] for j in box.call("list", all=True)["jobs"]] == [other]
+    while not call.done.is_set():
+        box.step()
+    assert len(call.result["ids"]) == 3 * batches.BIG_JOBS

@@ -30,12 +30,22 @@ def sweep_lines(path: str, jobs_per_line: int) -> Iterator[str | None]:
     """The file's commands (stripped, without blank lines and # comments), each checked
     against the limits, naming its line on a bad one; None now and then while a pipe
     is slow (send what there is). UsageError for a file that cannot be read, a bad
-    line, or none at all."""
-    checker = _LineChecker(path, jobs_per_line)
+    line, or none at all: at once (before anything is sent) up to the first command."""
     try:
         fd = sys.stdin.fileno() if path == "-" else os.open(path, os.O_RDONLY)
     except (OSError, ValueError) as exc:
         raise UsageError(f"cannot read --from-file {path}: {exc}") from None
+    lines = _checked_lines(fd, path, _LineChecker(path, jobs_per_line))
+    first = next(line for line in lines if line is not None)  # StopIteration: none
+    return _prepended(first, lines)
+
+
+def _prepended(first: str, rest: Iterator[str | None]) -> Iterator[str | None]:
+    yield first
+    yield from rest
+
+
+def _checked_lines(fd: int, path: str, checker: _LineChecker) -> Iterator[str | None]:
     try:
         for number, line in _numbered_lines(fd, path):
             if line is None:
