@@ -267,3 +267,13 @@ def test_jobs_start_and_others_are_answered_while_a_sweep_is_stored(box):
     while not call.done.is_set():
         box.step()
     assert len(call.result["ids"]) == 3 * batches.BIG_JOBS
+
+
+def test_gpu_mem_auto_estimates_each_line_of_a_sweep_on_its_own(box):
+    """Each line is its own job key, with its own history: the template is made per line."""
+    ids = box.submit_all("--gpus", "1", "--gpu-mem", "auto", "--hold", "--from-file", "-",
+                         stdin="python a.py\npython b.py\n")
+    jobs = [box.daemon.state.jobs[i] for i in ids]
+    assert [j.job_key for j in jobs] == ["sh -c python a.py", "sh -c python b.py"]
+    assert [j.command[-1] for j in jobs] == ["python a.py", "python b.py"]
+    assert all(j.gpu_mem_reason for j in jobs)
