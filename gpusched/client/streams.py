@@ -31,11 +31,11 @@ CANCEL_ANSWER_S = 30.0
 STREAM_TIMEOUT_S = 600.0
 
 
-def part_frames(items: Iterable[str | None]) -> Iterator[bytes]:
-    """Frames {"part": [...]} holding the items (strings) in order, each at most
-    PART_BYTES; each item is encoded once, by the C encoder. A None item sends what
-    there is now, if only an empty part: the source is slow, and the daemon waits for
-    each part for a while only."""
+def part_frames(items: Iterable[Any]) -> Iterator[bytes]:
+    """Frames {"part": [...]} holding the items (JSON values: lines, or a reply's rows)
+    in order, each at most PART_BYTES; each item is encoded once, by the C encoder. A
+    None item sends what there is now, if only an empty part: the source is slow, and
+    the peer waits for each part for a while only."""
     encode, size, chunk = wire.dumps, 0, []
     for item in items:
         if item is None:
