@@ -70,7 +70,10 @@ def call_streamed(client: Any, cmd: str, kind: str, items: Iterable[str],
                   **args: Any) -> Any:
     """Send a streamed request and return its result, as Client.call does. Ctrl-C
     becomes Interrupted; an error raised by `items` (a bad line) cancels the request."""
-    sock = client.connect()
+    try:
+        sock = client.connect()
+    except KeyboardInterrupt:
+        raise Interrupted(None, sent_all=False) from None
     sent_all = False
     try:
         try:

@@ -396,12 +396,20 @@ def submit_and_report(opts: SubmitOptions) -> int:
         opts = with_script_options(opts, os.getcwd())
     except FileNotFoundError:
         pass  # no current directory: build_request says so
-    request = build_request(opts)
+    try:
+        request = build_request(opts)
+    except KeyboardInterrupt:  # reading --from-file's first lines (a pipe, say)
+        if opts.from_file is not None:
+            sys.stderr.write(_NOTHING_QUEUED)
+        raise
     client = Client()
     lines = request.pop("lines", None)
     if lines is None:
         return report_queued(client, client.call("submit", **request), opts)
     return report_queued(client, submit_streamed(client, request, lines, opts), opts)
+
+
+_NOTHING_QUEUED = "Interrupted: nothing of this submit was queued.\n"
 
 
 def submit_streamed(client: Any, request: dict[str, Any], lines: Iterable[str | None],
@@ -424,7 +432,7 @@ def submit_streamed(client: Any, request: dict[str, Any], lines: Iterable[str | 
                              f"`gpusched cancel {_id_words(result['array_ids'] or ids)}` "
                              f"cancels {'it' if len(ids) == 1 else 'them'}.\n")
         elif stop.reply is not None or not stop.sent_all:
-            sys.stderr.write("Interrupted: nothing of this submit was queued.\n")
+            sys.stderr.write(_NOTHING_QUEUED)
         else:
             sys.stderr.write("Interrupted: the daemon did not say whether it queued the "
                              "jobs; see `gpusched ls`.\n")
