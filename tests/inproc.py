@@ -276,10 +276,13 @@ class Box:
         return self.start()
 
     # -- requests and passes -------------------------------------------------------------
-    def send(self, name: str, creds: tuple[int, int, int] = ME, **args: Any) -> Call:
+    def send(self, name: str, creds: tuple[int, int, int] = ME, lines: Any = None,
+             **args: Any) -> Call:
         """A request as the server hands it to the loop, and one turn of the loop; the
-        Call is answered, or (a `wait`) still waiting."""
+        Call is answered, or (a `wait`) still waiting. lines: a streamed submit's."""
         protocol.check_request({"cmd": name, "args": args})
+        if lines is not None:  # read from the stream and handed over with the request
+            args = {**args, "stream": "lines", "lines": [x for x in lines if x is not None]}
         call = Call(Request(name, args, creds))
         self.daemon.step([call])
         while call.batched is not None and not call.done.is_set():
@@ -310,7 +313,7 @@ class Box:
         if opts.from_file == "-":
             opts.from_file = str(self.root / "stdin.txt")
             Path(opts.from_file).write_text(stdin)
-        return self.call("submit", creds, **build_request(opts))["ids"]
+        return self.call("submit", creds, **build_request(opts))["ids"]  # lines: streamed
 
     def submit(self, *argv: str, creds: tuple[int, int, int] = ME) -> int:
         (job_id,) = self.submit_all(*argv, creds=creds)

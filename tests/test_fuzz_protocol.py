@@ -102,6 +102,7 @@ GOOD_ARGS = {
     "action": st.sampled_from(["list", "show", "scale", "update", "delete"]),
     "name": st.sampled_from(["web", "x"]), "replicas": st.integers(0, 3),
     "spec": st.sampled_from([{}, {"min_replicas": 1, "max_replicas": 2}]),
+    "stream": st.just("lines"),
 }
 assert set(GOOD_ARGS) == set(protocol.ARGUMENTS)
 

@@ -104,6 +104,10 @@ class Client:
                                     f"see {self.paths.daemon_log}") from None
         finally:
             sock.close()
+        return self.result_of(reply)
+
+    def result_of(self, reply: dict[str, Any] | None) -> Any:
+        """A reply's result, or the daemon's error raised as ours."""
         if reply is None:
             raise DaemonUnavailable("the gpusched daemon closed the connection without an answer")
         if self.check_daemon:

@@ -30,7 +30,8 @@ SUBMIT = (
     ("cwd", ("--cwd", "--chdir", "-D"), "str", None, "Working directory (default: here)."),
     ("env", ("--env",), "list", [], "Set NAME=VALUE for the job."),
     ("from_file", ("--from-file", "-f"), "str", None,
-     "One job per line of shell commands (- for stdin)."),
+     "One job per line of shell commands (- for stdin), any number of lines; all or "
+     "nothing."),
     ("wait", ("--wait", "-W"), "flag", False, "Wait, then exit with the job's status."),
     ("notify", ("--notify",), "flag", False,
      "When the job ends, tell this desktop (notify-send) or ring this terminal's bell."),

@@ -38,7 +38,9 @@ def _cmd(required: str = "", optional: str = "") -> Command:
 COMMANDS: dict[str, Command] = {
     "ping": _cmd(),
     "status": _cmd(),
-    "submit": _cmd("jobs", "env cwd cluster"),
+    # "stream": "lines" (client/streams.py): the commands follow in parts on the same
+    # connection, each line the last word of jobs[0]'s command (`submit --from-file`).
+    "submit": _cmd("jobs", "env cwd cluster stream"),
     # Filters (lists of user names, states, name patterns) keep the reply small.
     # Replies that grow with the queue come in pages (daemon/pages.py): "after" is where
     # the page starts (a job id for list, a position among the ids named for show and
@@ -144,6 +146,7 @@ ARGUMENTS: dict[str, Callable[[Any], Any]] = {
     "name": lambda v: values.text(v, "name"),
     "spec": lambda v: values.mapping(v, "spec"),
     "replicas": lambda v: values.whole_number(v, "replicas", 0, 1000),
+    "stream": lambda v: values.choice(v, "stream", ("lines",)),
 }
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import sys
 
+from gpusched.client import sweepfile
 from gpusched.client.options import RESUBMIT_FIELDS, SubmitOptions
 from gpusched.client.slurmflags import check_one_node, exported_environment, gres_as_gpus
 from gpusched.core import limits, syntax
@@ -31,19 +32,6 @@ def _env_pairs(pairs: Iterable[str]) -> dict[str, str]:
             raise UsageError(f"--env wants NAME=VALUE, not {pair!r}")
         out[key] = value
     return out
-
-
-def _from_file_lines(path: str) -> list[str]:
-    try:
-        if path == "-":
-            text = sys.stdin.read()
-        else:
-            with open(path, encoding="utf-8") as fh:
-                text = fh.read()
-    except (OSError, UnicodeDecodeError) as exc:
-        raise UsageError(f"cannot read --from-file {path}: {exc}") from None
-    lines = [line.strip() for line in text.splitlines()]
-    return [line for line in lines if line and not line.startswith("#")]
 
 
 def _index_list(text: str | None, option: str) -> list[int]:
@@ -235,24 +223,27 @@ def build_request(opts: SubmitOptions) -> dict[str, Any]:
     if opts.from_file is not None:
         if opts.command:
             raise UsageError("give either --from-file or a command after `--`, not both")
-        # Each line is a shell command, as a sweep file would hold it.
-        commands = [["/bin/sh", "-c", line] for line in _from_file_lines(opts.from_file)]
-        if not commands:
-            raise UsageError(f"--from-file {opts.from_file} has no commands")
+        # One template: its lines follow in a stream (client/streams.py), read as sent.
+        command = sweepfile.SHELL
     elif opts.command:
-        commands = [list(opts.command)]
+        command = list(opts.command)
     else:
         raise UsageError("no command to run; put it after `--`, e.g. "
                          "`gpusched submit --gpus 1 -- python train.py`")
     extra = {**scheduling_fields(opts), **container_field(opts)}
     if gpu_mem_auto:
         extra["gpu_mem_auto"] = True
-    jobs = [{"command": c, "name": opts.name, "gpus": gpus, "gpu_mem_bytes": gpu_mem_bytes,
-             "priority": opts.priority - (opts.nice or 0), **extra} for c in commands]
+    jobs = [{"command": command, "name": opts.name, "gpus": gpus,
+             "gpu_mem_bytes": gpu_mem_bytes, "priority": opts.priority - (opts.nice or 0),
+             **extra}]
     request = {"jobs": jobs, "env": env, "cwd": cwd}
     if opts.cluster:
         request["cluster"] = opts.cluster
     check_limits(request)
+    if opts.from_file is not None:  # each line checked as it is read and sent
+        array = extra.get("array")
+        request["lines"] = sweepfile.sweep_lines(opts.from_file,
+                                                 len(array["indices"]) if array else 1)
     return request
 
 
@@ -356,6 +347,16 @@ def _jobs_named(ids: list[int]) -> str:
     return f"jobs {listed}"
 
 
+def _id_words(ids: list[int]) -> str:
+    """Ids as the shell gives them to a command: a few listed, evenly spaced ones (a
+    sweep's) as `$(seq FIRST STEP LAST)`."""
+    steps = {b - a for a, b in zip(ids, ids[1:])}
+    if len(ids) <= 5 or len(steps) != 1:
+        return " ".join(map(str, ids))
+    step = steps.pop()
+    return f"$(seq {ids[0]} {ids[-1]})" if step == 1 else f"$(seq {ids[0]} {step} {ids[-1]})"
+
+
 def submit_json(ids: list[int], array_ids: list[int]) -> dict[str, Any]:
     """`submit --json`: {"id": N} for one job, {"ids": [...]} for several, and the id of
     the array ("array_id", or "array_ids" when --from-file made one array per line)."""
@@ -395,9 +396,47 @@ def submit_and_report(opts: SubmitOptions) -> int:
         opts = with_script_options(opts, os.getcwd())
     except FileNotFoundError:
         pass  # no current directory: build_request says so
-    request = build_request(opts)
+    try:
+        request = build_request(opts)
+    except KeyboardInterrupt:  # reading --from-file's first lines (a pipe, say)
+        if opts.from_file is not None:
+            sys.stderr.write(_NOTHING_QUEUED)
+        raise
     client = Client()
-    return report_queued(client, client.call("submit", **request), opts)
+    lines = request.pop("lines", None)
+    if lines is None:
+        return report_queued(client, client.call("submit", **request), opts)
+    return report_queued(client, submit_streamed(client, request, lines, opts), opts)
+
+
+_NOTHING_QUEUED = "Interrupted: nothing of this submit was queued.\n"
+
+
+def submit_streamed(client: Any, request: dict[str, Any], lines: Iterable[str | None],
+                    opts: SubmitOptions) -> dict[str, Any]:
+    """A --from-file submit, its lines streamed. Ctrl-C asks the daemon to drop it; the
+    daemon then says whether it did (nothing queued) or had already queued every job,
+    and so does stderr, before the command ends with status 130."""
+    from gpusched.client import streams
+
+    try:
+        return streams.call_streamed(client, "submit", "lines", lines, **request)
+    except streams.Interrupted as stop:
+        if stop.reply is not None and stop.reply.get("ok"):
+            result = stop.reply["result"]
+            report_queued(client, result,
+                          SubmitOptions(**{**opts.as_dict(), "wait": False, "notify": False}))
+            ids = result["ids"]
+            sys.stderr.write(f"Interrupted too late: {_jobs_named(ids)} "
+                             f"{'was' if len(ids) == 1 else 'were'} queued already; "
+                             f"`gpusched cancel {_id_words(result['array_ids'] or ids)}` "
+                             f"cancels {'it' if len(ids) == 1 else 'them'}.\n")
+        elif stop.reply is not None or not stop.sent_all:
+            sys.stderr.write(_NOTHING_QUEUED)
+        else:
+            sys.stderr.write("Interrupted: the daemon did not say whether it queued the "
+                             "jobs; see `gpusched ls`.\n")
+        raise KeyboardInterrupt from None
 
 
 def report_queued(client: Any, result: dict[str, Any], opts: SubmitOptions) -> int:

@@ -45,7 +45,7 @@ def text_bytes(text: str) -> int:
     return len(text.encode("utf-8", "surrogatepass"))
 
 
-def _over(what: str, size: int, limit: int, key: str, unit: str = "bytes") -> UsageError:
+def over(what: str, size: int, limit: int, key: str, unit: str = "bytes") -> UsageError:
     return UsageError(f"{what} is {size:,} {unit}, over the limit of {limit:,} ({key} in the "
                       "daemon's config); make it smaller, or ask the daemon's admin to "
                       f"raise {key}")
@@ -54,12 +54,12 @@ def _over(what: str, size: int, limit: int, key: str, unit: str = "bytes") -> Us
 def check_owner(env: object, cwd: object, limits: Limits) -> None:
     """The submit's environment and working directory, which every job of it shares."""
     if isinstance(cwd, str) and (size := text_bytes(cwd)) > limits.cwd_bytes:
-        raise _over("the working directory", size, limits.cwd_bytes, "limits.cwd")
+        raise over("the working directory", size, limits.cwd_bytes, "limits.cwd")
     if isinstance(env, dict):
         size = sum(text_bytes(k) + 1 + text_bytes(v) for k, v in env.items()
                    if isinstance(k, str) and isinstance(v, str))
         if size > limits.env_bytes:
-            raise _over("the job environment (all NAME=VALUE)", size, limits.env_bytes,
+            raise over("the job environment (all NAME=VALUE)", size, limits.env_bytes,
                         "limits.env")
 
 
@@ -71,10 +71,10 @@ def check_spec(spec: object, limits: Limits) -> None:
     if isinstance(command, list):
         size = sum(text_bytes(arg) for arg in command if isinstance(arg, str))
         if size > limits.command_bytes:
-            raise _over("the command", size, limits.command_bytes, "limits.command")
+            raise over("the command", size, limits.command_bytes, "limits.command")
     name = spec.get("name")
     if isinstance(name, str) and (size := text_bytes(name)) > limits.name_bytes:
-        raise _over("the job name", size, limits.name_bytes, "limits.name")
+        raise over("the job name", size, limits.name_bytes, "limits.name")
 
 
 def job_count(specs: list) -> int:
@@ -87,13 +87,18 @@ def job_count(specs: list) -> int:
     return total
 
 
+def check_job_count(count: int, limits: Limits) -> None:
+    """How many jobs one submit queues (array elements times commands)."""
+    if count > limits.jobs:
+        raise over("the submit", count, limits.jobs, "limits.jobs", unit="jobs")
+
+
 def check_submit(args: dict, limits: Limits) -> None:
     """A whole `submit` request: how many jobs, and each one's sizes."""
     specs = args.get("jobs")
     if not isinstance(specs, list):
         return
-    if (count := job_count(specs)) > limits.jobs:
-        raise _over("the submit", count, limits.jobs, "limits.jobs", unit="jobs")
+    check_job_count(job_count(specs), limits)
     check_owner(args.get("env"), args.get("cwd"), limits)
     for spec in specs:
         check_spec(spec, limits)
@@ -101,7 +106,7 @@ def check_submit(args: dict, limits: Limits) -> None:
 
 def check_ids(ids: object, limits: Limits) -> None:
     if isinstance(ids, list) and len(ids) > limits.jobs:
-        raise _over("the list of job ids", len(ids), limits.jobs, "limits.jobs", unit="ids")
+        raise over("the list of job ids", len(ids), limits.jobs, "limits.jobs", unit="ids")
 
 
 # A JSON string, escapes included: what is inside one is never structure. (Compiled

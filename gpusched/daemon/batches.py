@@ -32,6 +32,7 @@ BIG_JOBS = 2000  # a submit or change of more jobs than this goes in batches
 TURN_BUDGET_S = 0.03
 _CHUNK = 50  # jobs between two looks at the clock (a few ms, even on a loaded machine)
 _INCOMPLETE = "incomplete_submit:"
+CANCELLED = "the submit was cancelled before it was stored; nothing of it was queued"
 _NOT_QUEUED = "nothing of this submit was queued"  # meta key prefix: first id -> last id of a submit
 
 
@@ -46,6 +47,17 @@ def purge_incomplete(store: Store) -> None:
             store.delete_jobs(first, int(last))
             store.delete_meta(key)
             log.warning("removed jobs %d-%s of a submit that never completed", first, last)
+
+
+def store_alike(store: Store, made: list[tuple[Job, Job]]) -> list[Job]:
+    """Insert (template, job) pairs, one executemany per run of one template; the jobs."""
+    jobs = []
+    for _, run in itertools.groupby(made, key=lambda pair: id(pair[0])):
+        pairs = list(run)
+        alike = [job for _, job in pairs]
+        store.insert_alike(pairs[0][0], alike)
+        jobs += alike
+    return jobs
 
 
 class Batched:
@@ -63,6 +75,11 @@ def step_oldest(calls: list) -> None:
     """One turn of the first of the loop's batched calls (loop.Call, with .batched): it is
     answered, and leaves the list, once done or failed (a failed batch fails only it)."""
     call = calls[0]
+    if call.cancelled:  # not committed yet (the last step answers it): nothing stays queued
+        call.batched.abandon()
+        calls.pop(0)
+        call.fail(GpuschedError(CANCELLED))
+        return
     try:
         result = call.batched.step()
     except Exception as exc:  # noqa: BLE001 - one request's failure must not stop the loop
@@ -93,15 +110,16 @@ def _for_a_turn(items: Iterator, work: Callable[[list], None]) -> bool:
 
 class BatchedSubmit(Batched):
     """Jobs stored a batch per turn, acknowledged (and known to the scheduler) at once
-    when all have committed. make_jobs(ids) yields the jobs with those ids, in order."""
+    when all have committed. make_jobs(ids) yields the jobs with those ids, in order,
+    each with the template it was made from (Store.insert_alike)."""
 
     def __init__(self, state: DaemonState, count: int,
-                 make_jobs: Callable[[list[int]], Iterator[Job]],
+                 make_jobs: Callable[[list[int]], Iterator[tuple[Job, Job]]],
                  result_of: Callable[[list[int]], dict]):
         self.state, self.count = state, count
         self._make_jobs, self._result_of = make_jobs, result_of
         self._ids: range | None = None
-        self._left: Iterator[Job] = iter(())
+        self._left: Iterator[tuple[Job, Job]] = iter(())
         self._stored: list[Job] = []
 
     def step(self) -> dict | None:
@@ -136,9 +154,8 @@ class BatchedSubmit(Batched):
     def _mark(self) -> str:
         return self._mark_for(self._ids[0])
 
-    def _insert(self, jobs: list[Job]) -> None:
-        self.state.store.insert(jobs)
-        self._stored += jobs
+    def _insert(self, made: list[tuple[Job, Job]]) -> None:
+        self._stored += store_alike(self.state.store, made)
 
     def abandon(self) -> None:
         """Remove what was stored (else the next start-up does): it was never acknowledged."""

@@ -9,13 +9,13 @@ import signal
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable
 
 from filelock import FileLock, Timeout
 
 from gpusched import __version__
 from gpusched.client import drift
-from gpusched.core import placement
+from gpusched.core import limits, placement
 from gpusched.proc import runfile
 from gpusched.proc.seam import ProcessSeam
 from gpusched.daemon.authz import Authz
@@ -23,7 +23,7 @@ from gpusched.core.config import Settings, load_settings
 from gpusched.client.paths import Paths, ensure_private_dir
 from gpusched.core.errors import ConfigError, GpuschedError, StoreWriteError
 from gpusched.gpus import GpuBackend, open_backend
-from gpusched.daemon.batches import Batched, purge_incomplete, step_oldest
+from gpusched.daemon.batches import CANCELLED, Batched, purge_incomplete, step_oldest
 from gpusched.daemon.cgroups import CgroupJobs
 from gpusched.daemon.endacks import EndReports
 from gpusched.daemon.handlers import Handlers
@@ -46,6 +46,8 @@ log = logging.getLogger("gpusched.daemon.loop")
 
 # The loop wakes at least this often, so a stop signal or a missed wake-up costs little.
 _MAX_SLEEP_S = 0.5
+# How often a connection thread looks for its client's cancel while the loop works.
+_WATCH_S = 0.05
 # Put on the call queue by the wake socket: it only ends the loop's wait.
 _WAKE = object()
 
@@ -60,6 +62,7 @@ class Call:
     error: GpuschedError | None = None
     waiter: Waiter | None = None  # a `wait` answered later
     batched: Batched | None = None  # a request done a batch per turn, answered when done
+    cancelled: bool = False  # its client cancelled: a batched request is dropped, if it can be
 
     def answer(self, result: Any) -> None:
         self.result = result
@@ -106,11 +109,16 @@ class Daemon:
         self.idle_gpus: IdleGpus
 
     # -- the connection threads' side -------------------------------------------------
-    def dispatch(self, name: str, args: dict[str, Any], creds: tuple[int, int, int]) -> Any:
-        """A request's result, from the loop thread; raises its GpuschedError."""
+    def dispatch(self, name: str, args: dict[str, Any], creds: tuple[int, int, int],
+                 gone: Callable[[], bool] | None = None) -> Any:
+        """A request's result, from the loop thread; raises its GpuschedError. gone():
+        whether the client cancelled meanwhile (a streamed request: the loop drops what
+        of it has not committed)."""
         call = Call(Request(name, args, creds))
         self._calls.put(call)
-        call.done.wait()
+        while not call.done.wait(None if gone is None else _WATCH_S):
+            if gone():
+                call.cancelled, gone = True, None
         if call.error is not None:
             raise call.error
         return call.result
@@ -132,7 +140,8 @@ class Daemon:
                                   mode=0o666 if self.paths.is_system else 0o600,
                                   max_per_uid=self.settings.max_connections_per_uid,
                                   exempt_uids={0, os.getuid()}, stamp=self.fingerprint,
-                                  max_json_depth=self.settings.limit_json_depth)
+                                  max_json_depth=self.settings.limit_json_depth,
+                                  limits=limits.from_settings(self.settings))
             try:
                 self.attach(store)
                 self._install_signal_handlers()
@@ -262,6 +271,9 @@ class Daemon:
         self.memory.note(len(self.state.jobs), self.state.compact)
 
     def handle(self, call: Call) -> None:
+        if call.cancelled:  # its client cancelled before the loop came to it
+            call.fail(GpuschedError(CANCELLED))
+            return
         try:
             outcome = self.handlers.handle(call.request)
         except GpuschedError as exc:

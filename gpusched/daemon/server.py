@@ -10,6 +10,8 @@ import time
 from typing import Any, Callable, Collection
 
 from gpusched.client import protocol
+from gpusched.core.limits import DEFAULT as DEFAULT_LIMITS, Limits
+from gpusched.daemon import streamin
 from gpusched.core.errors import GpuschedError, ProtocolError, error_kind
 from gpusched.proc.runfile import WAKE_MAX_BYTES
 
@@ -68,8 +70,9 @@ def close_unix(sock: socket.socket, path: str) -> None:
 class SocketServer:
     def __init__(self, path: str, dispatch: Dispatch, mode: int = 0o600, max_per_uid: int = 0,
                  exempt_uids: Collection[int] = (), stamp: dict[str, Any] | None = None,
-                 max_json_depth: int | None = None):
+                 max_json_depth: int | None = None, limits: Limits = DEFAULT_LIMITS):
         self.path, self._max_json_depth = path, max_json_depth
+        self._limits = limits  # what a streamed request's items are checked against
         self._dispatch, self._stamp = dispatch, stamp
         # At most this many open connections per uid (0: no limit), so one user cannot take
         # every thread; the exempt (root, the daemon's user: job shims among them) never wait.
@@ -170,9 +173,13 @@ class SocketServer:
                 creds = protocol.peer_credentials(conn)
                 while (message := protocol.receive(conn, protocol.READ_TIMEOUT_S,
                                                          self._max_json_depth)) is not None:
-                    answer = self._handle_counted(message, creds)
+                    streamed = streamin.is_streamed(message)
+                    answer = self._handle(message, creds, conn) if streamed else \
+                        self._handle_counted(message, creds)
                     conn.settimeout(protocol.READ_TIMEOUT_S)  # a reader that stalls is cut off too
                     protocol.send(conn, answer)
+                    if streamed:
+                        return  # one streamed request per connection: its frames end here
             except ProtocolError as exc:
                 self._try_send(conn, reply(error=exc))
             except (OSError, socket.timeout):
@@ -201,12 +208,20 @@ class SocketServer:
                 self._waiting_per_uid[uid] -= 1
                 self._per_uid[uid] = self._per_uid.get(uid, 0) + 1
 
-    def _handle(self, message: Any, creds: tuple[int, int, int]) -> dict[str, Any]:
+    def _handle(self, message: Any, creds: tuple[int, int, int],
+                stream: socket.socket | None = None) -> dict[str, Any]:
+        """The reply to a request; to a streamed one (daemon/streamin.py) once its parts,
+        read from `stream`, are in and done."""
         try:
             name, args = protocol.check_request(message)
             if name in SERVER_COMMANDS:
                 return reply({"pid": os.getpid()})
             try:
+                if stream is not None:
+                    return reply(streamin.serve_stream(
+                        stream, name, args, self._max_json_depth, self._limits,
+                        lambda *call, gone: self._dispatch(*call, creds, gone=gone)),
+                        daemon=self._stamp)
                 return reply(self._dispatch(name, args, creds), daemon=self._stamp)
             except GpuschedError as exc:
                 return reply(error=exc, daemon=self._stamp)

@@ -33,33 +33,73 @@ class Submits:
                     submitted_at=self.setup.clock.time(), submit_pid=pid)
         cluster = self._cluster(req.args.get("cluster"))
         # Check every job before queueing any: all or nothing.
-        groups = [(self._template(spec, owner, cluster), *jobspec.check_array(spec))
-                  for spec in specs]
-        count = sum(len(indices) for _, indices, _ in groups)
+        groups = self._groups(specs, owner, cluster, streamed_lines(req.args))
+        count = sum(len(indices) * len(commands) for _, indices, _, commands in groups)
+        limits.check_job_count(count, limits.from_settings(self.setup.settings))
+
+        def make_jobs(ids: list[int]) -> Iterator[tuple[Job, Job]]:
+            return self._jobs_of(groups, ids)
+
         if count > batches.BIG_JOBS and cluster is None:  # stored a batch per turn
-            return batches.BatchedSubmit(self.state, count, lambda ids: self._jobs_of(groups, ids),
+            return batches.BatchedSubmit(self.state, count, make_jobs,
                                          lambda ids: self._result(groups, ids))
         with self.state.write(undone="nothing was queued"):
-            ids = [i for template, indices, throttle in groups
-                   for i in self._insert(template, indices, throttle, cluster)]
+            ids = self.state.store.next_ids(count)
+            self._store(list(make_jobs(ids)), cluster)
         return self._result(groups, ids)
+
+    def _groups(self, specs: list, owner: Job, cluster: Any, lines: list[str] | None) -> list:
+        """(template, array indices, throttle, commands) for each spec: commands is
+        (None,) for the template's own, or a streamed submit's lines (each the last word
+        of the template's command, checked as it arrived: daemon/streamin.py)."""
+        groups = []
+        for spec in specs:
+            template = self._template(spec, owner, cluster)
+            indices, throttle = jobspec.check_array(spec)
+            if lines is not None and (cluster is not None or template.gpu_mem_reason):
+                # Each line its own job key, whose estimate may differ; Slurm jobs too:
+                # templates one by one (slow, and rare with a big sweep).
+                groups += [(self._template({**spec, "command": [*spec["command"], line]},
+                                           owner, cluster), indices, throttle, (None,))
+                           for line in lines]
+            else:
+                groups.append((template, indices, throttle, (None,) if lines is None else lines))
+        return groups
+
+    def _store(self, made: list[tuple[Job, Job]], cluster: Any) -> None:
+        """Insert new jobs and keep them in the active set (inside a write)."""
+        if cluster is not None:
+            jobs = self.state.clusters.register([job for _, job in made], cluster)
+            self.state.store.insert(jobs)
+        else:
+            jobs = batches.store_alike(self.state.store, made)
+        for job in jobs:
+            self.state.remember(job)
 
     @staticmethod
     def _result(groups: list, ids: list[int]) -> dict:
         """The reply to a submit: every id, and each array's (its first element's)."""
         array_ids, at = [], 0
-        for _, indices, _ in groups:
-            if indices != (None,):
-                array_ids.append(ids[at])
-            at += len(indices)
+        for _, indices, _, commands in groups:
+            for _ in commands:
+                if indices != (None,):
+                    array_ids.append(ids[at])
+                at += len(indices)
         return {"ids": ids, "array_ids": array_ids}
 
-    def _jobs_of(self, groups: list, ids: list[int]) -> Iterator[Job]:
-        """The jobs of a submit's groups (a job, or an array), given all their ids in order."""
+    def _jobs_of(self, groups: list, ids: list[int]) -> Iterator[tuple[Job, Job]]:
+        """The jobs of a submit's groups, each with its template, given all their ids in
+        order: per group, per command, the job or one per array index."""
         at = 0
-        for template, indices, throttle in groups:
-            yield from self._jobs_for(template, indices, throttle, ids[at:at + len(indices)])
-            at += len(indices)
+        for template, indices, throttle, commands in groups:
+            for line in commands:
+                command = template.command if line is None else (*template.command, line)
+                job_key = template.job_key if line is None else \
+                    memestimate.job_key(template.name, command)
+                for job in self._jobs_for(template, indices, throttle, ids[at:at + len(indices)],
+                                          command=command, job_key=job_key):
+                    yield template, job
+                at += len(indices)
 
     def _with_element_ids(self, spec: Any) -> Any:
         """The spec with each dependency on ARRAY_INDEX text ('12_3') turned into one on
@@ -150,29 +190,25 @@ class Submits:
             raise UsageError(f"dependency on job {missing[0]}, which does not exist (a job can "
                              "only depend on jobs already queued, so no cycle can form)")
 
-    def _insert(self, template: Job, indices: tuple, throttle: int | None,
-                cluster: Any = None) -> list[int]:
-        """Queue one job, or one per array index; returns their ids."""
+    def _insert(self, template: Job, indices: tuple, throttle: int | None) -> list[int]:
+        """Queue one job, or one per array index (inside a write); returns their ids."""
         ids = self.state.store.next_ids(len(indices))
-        jobs = list(self._jobs_for(template, indices, throttle, ids))
-        if cluster is not None:
-            jobs = self.state.clusters.register(jobs, cluster)
-        self.state.store.insert(jobs)
-        for job in jobs:
-            self.state.remember(job)
+        self._store([(template, job) for job in self._jobs_for(template, indices, throttle, ids)],
+                    None)
         return ids
 
     def _jobs_for(self, template: Job, indices: tuple, throttle: int | None,
-                  ids: list[int]) -> Iterator[Job]:
-        """The job, or one per array index, with these ids."""
+                  ids: list[int], **changes: Any) -> Iterator[Job]:
+        """The job, or one per array index, with these ids (and these changes to the
+        template: a streamed line's command)."""
         array_id = ids[0] if indices != (None,) else None
         for job_id, index in zip(ids, indices):
             stdout, stderr = self._log_paths(job_id, template.user)
-            yield replace(template, id=job_id, array_id=array_id, array_index=index,
+            yield derived(template, id=job_id, array_id=array_id, array_index=index,
                           array_throttle=throttle if array_id else None,
                           stdout_path=stdout, stderr_path=stderr,
                           pending_reason=scheduling.held_reason(job_id) if template.held
-                          else template.pending_reason)
+                          else template.pending_reason, **changes)
 
     def _log_paths(self, job_id: int, user: str) -> tuple[str, str]:
         """Beside the job's run file; in system mode in the user's own log directory, so
@@ -181,3 +217,25 @@ class Submits:
         if log_root is None:
             return runfile.log_paths(self.setup.paths.jobs_dir, job_id)
         return runfile.log_paths(os.path.join(log_root, user), job_id, flat=True)
+
+
+def derived(template: Job, **changes: Any) -> Job:
+    """dataclasses.replace(template, **changes) for the fields Store.PER_JOB_FIELDS names,
+    without running Job's 70-field __init__ again: a tenth of the cost, which counts
+    100,000 times in a big sweep. The fields are checked values already."""
+    job = object.__new__(Job)
+    job.__dict__.update(template.__dict__)
+    job.__dict__.update(changes)
+    return job
+
+
+def streamed_lines(args: dict) -> list[str] | None:
+    """A streamed submit's lines, which the socket server puts in its args once read;
+    None for a plain submit. A stream's args without them came some other way."""
+    if args.get("stream") is None:
+        return None
+    lines = args.get("lines")
+    if not isinstance(lines, list) or len(args["jobs"]) != 1:
+        raise UsageError("a streamed submit sends its commands after the request, on the "
+                         "same connection (client/streams.py), with one job spec")
+    return lines

@@ -98,9 +98,8 @@ def log_paths(jobs_root: str | os.PathLike, job_id: int, flat: bool = False) -> 
     """A job's stdout and stderr logs: in its id-range subdirectory of jobs_root, or
     (flat) in log_root itself: system mode keeps them flat per user, in a directory the
     user owns, where only the user makes anything."""
-    folder = jobs_root if flat else job_dir(jobs_root, job_id)
-    return (os.path.join(folder, f"{job_id}.stdout.log"),
-            os.path.join(folder, f"{job_id}.stderr.log"))
+    stem = os.path.join(jobs_root if flat else job_dir(jobs_root, job_id), str(job_id))
+    return stem + ".stdout.log", stem + ".stderr.log"  # one join: a big submit makes 100,000
 
 
 def progress_path(stdout_path: str, job_id: int) -> str:
