@@ -11,7 +11,7 @@ from gpusched import __version__
 from gpusched.core import jobfilter, placement
 from gpusched.core.models import HIDDEN, GpuInfo, inventory_to_dict, job_to_dict
 from gpusched.client.protocol import LEAN_JOB_FIELDS
-from gpusched.daemon import idlegpus, pages
+from gpusched.daemon import idlegpus, lshead, pages
 from gpusched.daemon.progress import progress_of
 from gpusched.daemon.retention import removed_summary
 from gpusched.daemon.request import WAIT_SLICE_S, Request, Waiter, named, named_each
@@ -63,6 +63,9 @@ class Queries:
             # Filtered as the caller sees them: a hidden name must not be found by its pattern.
             return jobfilter.select(viewer.jobs(some), req.args)
         after, last = pages.start(req.args), pages.last(req.args)
+        rows_of = lambda some: self.with_progress(matching(some))  # noqa: E731
+        if req.args.get("pending_rows") is not None and not with_finished and last is None:
+            return self._head(req, viewer, after, rows_of)
         if last is None:
             jobs, horizon = pages.list_candidates(
                 state.jobs, state.store.finished if with_finished else None, after)
@@ -70,9 +73,16 @@ class Queries:
             jobs, horizon = pages.last_candidates(
                 state.jobs, state.store.finished_down_from if with_finished else None,
                 matching, last, after)
-        page = pages.list_page(jobs, horizon, lambda some: self.with_progress(matching(some)),
-                               pages.budget(req.args))
+        page = pages.list_page(jobs, horizon, rows_of, pages.budget(req.args))
         return {**page, "write_problem": state.writes.to_dict()}
+
+    def _head(self, req: Request, viewer: Any, after: int, rows_of: Any) -> dict:
+        """A plain `ls`: the running jobs and the first pending ones, in pages like any
+        list (each page works out the same head again), and the rest as a summary."""
+        jobs, more = lshead.head(self.state, viewer, req.args, req.args["pending_rows"])
+        page = pages.list_page([job for job in jobs if job.id > after], None, rows_of,
+                               pages.budget(req.args))
+        return {**page, "more_pending": more, "write_problem": self.state.writes.to_dict()}
 
     def show(self, req: Request) -> dict:
         jobs = named_each(self.state, req.args["ids"], whole_arrays=False)
