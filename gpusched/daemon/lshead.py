@@ -19,6 +19,8 @@ from gpusched.daemon.state import DaemonState
 # The largest groups a summary names; the others are only counted (a queue of 100,000
 # one-off names must not make the reply as long as the listing it stands for).
 GROUPS_SENT = 10
+# The pending jobs a `top` snapshot carries (the first in its order): a tall screenful.
+TOP_PENDING_ROWS = 100
 _by_id = attrgetter("id")
 
 
@@ -28,6 +30,33 @@ def pending_head(state: DaemonState, count: int) -> list[Job]:
     kept in order, with its counts, can answer both without a look at every job.)"""
     # Sorting the ids (in C, and nearly sorted already) beats heapq's loop in Python.
     return [state.jobs[i] for i in sorted(map(_by_id, state.pending()))[:count]]
+
+
+class _Top:
+    """The pending jobs in top's order, sorted again only once they changed."""
+
+    version: str | None = None
+    jobs: list[Job] = []
+
+
+def pending_top(state: DaemonState, count: int) -> list[Job]:
+    """The first `count` pending jobs in the order placement considers them (priority,
+    then age), as `top` lists them."""
+    if _Top.version != (version := state.pending_version):
+        pending = state.pending()
+        if len({job.priority for job in pending}) > 1:
+            pending.sort(key=lambda job: (-job.priority, job.id))
+            jobs = pending[:count]
+        else:  # the usual queue, one priority: the ids, sorted in C
+            jobs = pending_head(state, count)
+        _Top.jobs, _Top.version = jobs, version
+    return _Top.jobs[:count]
+
+
+def pending_count(state: DaemonState, uid: int | None = None) -> int:
+    """How many jobs wait in this machine's queue (of one user's, with uid)."""
+    groups = pending_groups(state).values()
+    return sum(count for count, first in groups if uid is None or first.uid == uid)
 
 
 class _Groups:

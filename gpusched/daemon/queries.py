@@ -9,7 +9,7 @@ import psutil
 
 from gpusched import __version__
 from gpusched.core import jobfilter, placement
-from gpusched.core.models import HIDDEN, GpuInfo, inventory_to_dict, job_to_dict
+from gpusched.core.models import HIDDEN, GpuInfo, JobState, inventory_to_dict, job_to_dict
 from gpusched.client.protocol import LEAN_JOB_FIELDS
 from gpusched.daemon import idlegpus, lshead, pages
 from gpusched.daemon.progress import progress_of
@@ -190,14 +190,19 @@ class Queries:
         viewer = self.setup.authz.viewer(req.creds[1])
         inventory = inventory_to_dict(state.inventory)
         inventory["gpus"] = viewer.gpus(inventory["gpus"])
-        # Running jobs first, then pending ones, as many as fit in a page: top draws a
-        # screenful, and a queue of 100,000 must not make its frame too large to send.
+        # Running jobs first, then the first pending ones (lshead.TOP_PENDING_ROWS, as
+        # many as fit in a page, and their counts): top draws a screenful, and a queue of
+        # 100,000 must not make its frame too large to send, or slow to make and read.
         # The pending ones only when they changed since the caller's last snapshot: top
         # asks every second, and sending (and reading) a thousand rows is most of a frame.
         version = state.pending_version
         same = req.args.get("pending_version") == version
-        active = sorted(state.running() + state.running_remote() if same else state.jobs.values(),
-                        key=lambda j: (not j.is_running, j.id))
+        remote = [job for i in state.remote_ids if (job := state.jobs.get(i))]
+        active = sorted(state.running() + remote, key=lambda j: (not j.is_running, j.id))
+        if not same:
+            active += lshead.pending_top(state, lshead.TOP_PENDING_ROWS)
+        else:
+            active = [job for job in active if job.is_running]
         lean = req.args.get("lean")
 
         def rows_of(some: list) -> list[dict]:
@@ -209,6 +214,12 @@ class Queries:
                 "reserved_bytes": {gpu.uuid: load.promised_bytes for gpu, load in self._loads()},
                 "pid_jobs": {str(pid): job for pid, job in state.pid_jobs.items()}, "jobs": jobs,
                 "jobs_left_out": len(active) - len(jobs), "pending_version": version,
+                # What the pending rows stand for: top counts them, not the rows it got.
+                "pending_total": lshead.pending_count(state) + sum(
+                    1 for job in remote if job.state is JobState.PENDING),
+                "pending_mine": lshead.pending_count(state, req.creds[1]) + sum(
+                    1 for job in remote if job.state is JobState.PENDING
+                    and job.uid == req.creds[1]),
                 "pending_same": same, "services": [
                     {k: f[k] for k in ("name", "wanted", "ready", "requests_per_s", "p95_ms",
                                        "in_flight")} for f in state.service_figures]}
