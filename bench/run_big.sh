@@ -8,3 +8,4 @@ PYTHON="${PYTHON:-python3}"
 QUICK=""
 if [ "${1:-}" = "--quick" ]; then QUICK="--quick"; fi
 # One line per benchmark below: "$PYTHON" bench_NAME.py $QUICK
+"$PYTHON" bench_bigls.py $QUICK

@@ -183,9 +183,9 @@ def ls_lines(jobs: list[dict[str, Any]], width: int = 1000, now: float | None = 
     return [fit_line(line, widths, gap) for line in ([titles] if header else []) + rows]
 
 
-# A plain `ls` lists at most this many pending jobs and counts the rest by array or name
+# A plain `ls` lists at most this many pending jobs (a screenful) and counts the rest
 # (daemon/lshead.py): a queue of 100,000 lists as fast as a short one. --all lists all.
-LS_PENDING_ROWS = 100
+LS_PENDING_ROWS = 50
 _GROUPS_NAMED = 3  # the largest groups the summary line names
 
 

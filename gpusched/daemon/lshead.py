@@ -55,8 +55,9 @@ def pending_top(state: DaemonState, count: int) -> list[Job]:
 
 def pending_count(state: DaemonState, uid: int | None = None) -> int:
     """How many jobs wait in this machine's queue (of one user's, with uid)."""
-    groups = pending_groups(state).values()
-    return sum(count for count, first in groups if uid is None or first.uid == uid)
+    if uid is None:
+        return state.pending_count()
+    return sum(count for count, first in pending_groups(state).values() if first.uid == uid)
 
 
 class _Groups:

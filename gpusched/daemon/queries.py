@@ -29,7 +29,7 @@ class Queries:
                 "backend": state.inventory.backend, "gpu_count": len(state.inventory.gpus),
                 "gpu_problem": state.inventory.problem, "state_dir": str(setup.paths.state_dir),
                 "socket": str(setup.paths.socket), "running": len(state.running()),
-                "pending": len(state.pending()), "draining": state.draining,
+                "pending": state.pending_count(), "draining": state.draining,
                 "policy": setup.rules.policy,
                 "discipline": setup.queue_rules(state.draining).discipline,
                 "host": self.host_usage(), "mem_enforcement": setup.mem_enforcement(),

@@ -1,0 +1,200 @@
+"""Seeing a queue of 100,000 pending jobs: `ls`, `ls --all --json` and `top` (issue 23).
+
+Two homes on 4 simulated GPUs, both drained (nothing starts, so nothing moves while the
+commands are timed): one with an empty queue, one whose store is filled before its daemon
+starts, through the daemon's own Store API in one transaction, with 100,000 pending jobs:
+100 single jobs named `eval`, then one array of 99,900 elements.
+
+- `ls` on each home, the samples alternating (the order flipping every round): target
+  the big queue's <= 2x the empty one's.
+- `ls --all --json` on the big home, printed to /dev/null: its wall time, the client's
+  peak RSS (wait4) against plain `ls`'s, and the daemon's peak RSS while it streams
+  (sampled every 20 ms) against its RSS just before: both flat.
+- `top`: the daemon's `snapshot` request as top sends it (lean), the first of a client
+  (every pending row it gets) and the steady ones (the pending jobs unchanged); and the
+  frame top draws from it (140x50, as bench_top.py times it); each against the empty
+  home's. Targets: snapshot <= 10 ms, frame <= 20 ms with 100,000 pending.
+
+Every request sets off a scheduling pass over the whole queue (until passes are bounded):
+each sample waits for the daemon to go idle first, so that it measures the request, not
+the pass that the one before it set off.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import pwd
+import subprocess
+import threading
+import time
+from typing import Callable
+
+import psutil
+from bench_top import LINES, time_frame
+from common import (Gpusched, gpusched_script, interleaved, median_ms, print_table, ratio,
+                    timed_run, verdict)
+
+from gpusched.client.connection import Client
+from gpusched.client.paths import ensure_private_dir, resolve_paths
+from gpusched.core.models import Job, Request
+from gpusched.daemon.store import Store
+from gpusched.gpus import open_backend
+from gpusched.proc import runfile
+from gpusched.tui.snapshot import SnapshotSource
+
+LS_TARGET = 2.0
+SNAPSHOT_TARGET_MS = 10.0
+FRAME_TARGET_MS = 20.0
+SINGLES = 100  # jobs named `eval` before the array: the ones plain `ls` lists
+
+
+def fill_store(home: Gpusched, count: int) -> float:
+    """Queue `count` pending jobs (and drain the queue) in the home's store; the seconds."""
+    paths = resolve_paths({"GPUSCHED_HOME": str(home.home)})
+    ensure_private_dir(paths.state_dir)
+    user, now = pwd.getpwuid(os.getuid()).pw_name, time.time()
+    start = time.perf_counter()
+    store = Store(paths.db, paths.jobs_dir)
+    try:
+        with store.write():
+            store.set_meta("draining", "1")
+            store.insert(_pending(job_id, user, now, paths.jobs_dir)
+                         for job_id in range(1, count + 1))
+    finally:
+        store.close()
+    return time.perf_counter() - start
+
+
+def _pending(job_id: int, user: str, at: float, jobs_dir: str) -> Job:
+    stdout, stderr = runfile.log_paths(jobs_dir, job_id)
+    single = job_id <= SINGLES
+    return Job(id=job_id, command=("python", "train.py", f"--seed={job_id}"), cwd="/tmp",
+               uid=os.getuid(), user=user, name="eval" if single else "sweep",
+               request=Request(gpus=1), submitted_at=at, stdout_path=stdout,
+               stderr_path=stderr, array_id=None if single else SINGLES + 1,
+               array_index=None if single else job_id - SINGLES - 1)
+
+
+def wait_idle(pid: int, quiet_s: float = 0.05, timeout_s: float = 120.0) -> None:
+    """Until the daemon has used no CPU for quiet_s: the scheduling pass that each request
+    sets off (over the whole queue, until passes are bounded) is over, and the next
+    sample measures the request, not the pass before it."""
+    proc, deadline = psutil.Process(pid), time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        before = sum(proc.cpu_times()[:2])
+        time.sleep(quiet_s)
+        if sum(proc.cpu_times()[:2]) - before < quiet_s / 10:
+            return
+
+
+def idle_first(home: Gpusched, sample: Callable[[], float]) -> Callable[[], float]:
+    def run() -> float:
+        wait_idle(home.pid)
+        return sample()
+    return run
+
+
+def ls_samples(empty: Gpusched, big: Gpusched, runs: int) -> dict[str, list[float]]:
+    script = gpusched_script()
+    contenders = {"empty": idle_first(empty, lambda: timed_run([script, "ls"], empty.env)[0]),
+                  "big": idle_first(big, lambda: timed_run([script, "ls"], big.env)[0])}
+    for run in contenders.values():  # warm the page cache and byte-code, untimed
+        run()
+    return interleaved(runs, contenders)
+
+
+def run_measured(argv: list[str], env: dict[str, str], daemon_pid: int) -> tuple[float, int, int]:
+    """(wall seconds, the command's peak RSS, the daemon's peak RSS meanwhile) in bytes."""
+    daemon, peak, done = psutil.Process(daemon_pid), [0], threading.Event()
+
+    def sample() -> None:
+        while not done.is_set():
+            peak[0] = max(peak[0], daemon.memory_info().rss)
+            done.wait(0.02)
+    sampler = threading.Thread(target=sample)
+    sampler.start()
+    start = time.perf_counter()
+    proc = subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    _, status, usage = os.wait4(proc.pid, 0)
+    wall = time.perf_counter() - start
+    done.set()
+    sampler.join()
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    if proc.returncode != 0:
+        raise RuntimeError(f"{' '.join(argv)} exited {proc.returncode}: {proc.stderr.read()}")
+    return wall, usage.ru_maxrss * 1024, peak[0]
+
+
+def snapshot_samples(home: Gpusched, runs: int) -> tuple[list[float], list[float], list[float]]:
+    """(first snapshots, steady snapshots, frames) of top against the home, in seconds."""
+    paths = resolve_paths({"GPUSCHED_HOME": str(home.home)})
+    client = Client(paths, autostart=False, check_daemon=False)
+    first, steady = [], []
+    for _ in range(runs):
+        wait_idle(home.pid)
+        start = time.perf_counter()
+        reply = client.call("snapshot", lean=True)
+        first.append(time.perf_counter() - start)
+        wait_idle(home.pid)
+        start = time.perf_counter()
+        client.call("snapshot", lean=True, pending_version=reply["pending_version"])
+        steady.append(time.perf_counter() - start)
+    source = SnapshotSource(open_backend, paths)
+    snapshot = source.take()
+    frames = [time_frame(snapshot, LINES) for _ in range(runs)]
+    source.close()
+    return first, steady, frames
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--jobs", type=int, default=100_000, help="pending jobs (100000)")
+    parser.add_argument("--runs", type=int, default=15, help="samples per measure (15)")
+    parser.add_argument("--quick", action="store_true", help="10,000 jobs, 5 runs")
+    args = parser.parse_args()
+    if args.quick:
+        args.jobs, args.runs = 10_000, 5
+
+    empty, big = Gpusched("4x80GiB"), Gpusched("4x80GiB")
+    fill_store(empty, 0)
+    fill_s = fill_store(big, args.jobs)
+    print(f"filled the big home's store with {args.jobs:,} pending jobs ({fill_s:.1f} s)")
+    with empty, big:
+        started = time.perf_counter()
+        big.cli("ls")  # the first answer: the daemon has loaded the queue
+        print(f"the big home's daemon answered its first `ls` "
+              f"{time.perf_counter() - started:.1f} s after `daemon start` returned")
+        ls = ls_samples(empty, big, args.runs)
+        script = gpusched_script()
+        wait_idle(big.pid)
+        idle_rss = psutil.Process(big.pid).memory_info().rss
+        _, plain_client_rss, _ = run_measured([script, "ls"], big.env, big.pid)
+        all_s, all_client_rss, all_daemon_rss = run_measured(
+            [script, "ls", "--all", "--json"], big.env, big.pid)
+        top_empty, top_big = snapshot_samples(empty, args.runs), snapshot_samples(big, args.runs)
+    med = {name: median_ms(values) for name, values in ls.items()}
+    first_e, steady_e, frame_e = (median_ms(v) for v in top_empty)
+    first_b, steady_b, frame_b = (median_ms(v) for v in top_big)
+    mib, label = 2**20, f"{args.jobs:,}"
+    print_table(
+        f"an empty queue vs {label} pending jobs; medians of {args.runs} runs",
+        ["measure", "empty", label, "ratio", "target"],
+        [["ls", f"{med['empty']:.0f} ms", f"{med['big']:.0f} ms", ratio(med["big"], med["empty"]),
+          f"<= {LS_TARGET:g}x {verdict(med['big'] / med['empty'], LS_TARGET)}"],
+         ["ls --all --json > /dev/null (one run)", "", f"{all_s:.1f} s", "", ""],
+         ["  client peak RSS, vs plain ls", f"{plain_client_rss / mib:.0f} MB",
+          f"{all_client_rss / mib:.0f} MB", ratio(all_client_rss, plain_client_rss), "flat"],
+         ["  daemon peak RSS, vs before", f"{idle_rss / mib:.0f} MB",
+          f"{all_daemon_rss / mib:.0f} MB", ratio(all_daemon_rss, idle_rss), "flat"],
+         ["top: a client's first snapshot", f"{first_e:.1f} ms", f"{first_b:.1f} ms",
+          ratio(first_b, first_e), ""],
+         ["top: a steady snapshot", f"{steady_e:.1f} ms", f"{steady_b:.1f} ms",
+          ratio(steady_b, steady_e),
+          f"<= {SNAPSHOT_TARGET_MS:g} ms {verdict(steady_b, SNAPSHOT_TARGET_MS)}"],
+         ["top: a frame, 140x50", f"{frame_e:.1f} ms", f"{frame_b:.1f} ms",
+          ratio(frame_b, frame_e), f"<= {FRAME_TARGET_MS:g} ms {verdict(frame_b, FRAME_TARGET_MS)}"]])
+
+
+if __name__ == "__main__":
+    main()
