@@ -23,22 +23,22 @@ the pass that the one before it set off.
 from __future__ import annotations
 
 import argparse
+import json
 import os
-import pwd
 import subprocess
 import threading
 import time
 from typing import Callable
 
 import psutil
+import bench_big_store as big_store
 from bench_top import LINES, time_frame
 from common import (Gpusched, gpusched_script, interleaved, median_ms, print_table, ratio,
                     timed_run, verdict)
 
 from gpusched.client.connection import Client
-from gpusched.client.paths import ensure_private_dir, resolve_paths
+from gpusched.client.paths import resolve_paths
 from gpusched.core.models import Job, Request
-from gpusched.daemon.store import Store
 from gpusched.gpus import open_backend
 from gpusched.proc import runfile
 from gpusched.tui.snapshot import SnapshotSource
@@ -49,21 +49,32 @@ FRAME_TARGET_MS = 20.0
 SINGLES = 100  # jobs named `eval` before the array: the ones plain `ls` lists
 
 
+class SlowStart(Gpusched):
+    """A home whose daemon may take longer to load its queue than `daemon start` waits
+    (loading 100,000 pending jobs is another part of issue 23): wait for it to answer."""
+
+    def __enter__(self) -> SlowStart:
+        started = time.perf_counter()
+        subprocess.run([gpusched_script(), "daemon", "start"], env=self.env,
+                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=False)
+        deadline = time.monotonic() + 600
+        while True:
+            proc = subprocess.run([gpusched_script(), "daemon", "status", "--json"],
+                                  env=self.env, capture_output=True, text=True, check=False)
+            if proc.returncode == 0:
+                break
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"the daemon did not answer: {proc.stderr.strip()}")
+            time.sleep(1.0)
+        status = json.loads(proc.stdout)
+        self.pid, self.socket = status["pid"], status["socket"]
+        self.start_s = time.perf_counter() - started
+        return self
+
+
 def fill_store(home: Gpusched, count: int) -> float:
     """Queue `count` pending jobs (and drain the queue) in the home's store; the seconds."""
-    paths = resolve_paths({"GPUSCHED_HOME": str(home.home)})
-    ensure_private_dir(paths.state_dir)
-    user, now = pwd.getpwuid(os.getuid()).pw_name, time.time()
-    start = time.perf_counter()
-    store = Store(paths.db, paths.jobs_dir)
-    try:
-        with store.write():
-            store.set_meta("draining", "1")
-            store.insert(_pending(job_id, user, now, paths.jobs_dir)
-                         for job_id in range(1, count + 1))
-    finally:
-        store.close()
-    return time.perf_counter() - start
+    return big_store.fill_store(home, count, _pending, {"draining": "1"})
 
 
 def _pending(job_id: int, user: str, at: float, jobs_dir: str) -> Job:
@@ -156,15 +167,12 @@ def main() -> None:
     if args.quick:
         args.jobs, args.runs = 10_000, 5
 
-    empty, big = Gpusched("4x80GiB"), Gpusched("4x80GiB")
+    empty, big = Gpusched("4x80GiB"), SlowStart("4x80GiB")
     fill_store(empty, 0)
     fill_s = fill_store(big, args.jobs)
     print(f"filled the big home's store with {args.jobs:,} pending jobs ({fill_s:.1f} s)")
     with empty, big:
-        started = time.perf_counter()
-        big.cli("ls")  # the first answer: the daemon has loaded the queue
-        print(f"the big home's daemon answered its first `ls` "
-              f"{time.perf_counter() - started:.1f} s after `daemon start` returned")
+        print(f"the big home's daemon answered {big.start_s:.1f} s after `daemon start`")
         ls = ls_samples(empty, big, args.runs)
         script = gpusched_script()
         wait_idle(big.pid)

@@ -1,9 +1,10 @@
 """`ls` on a long queue: the running jobs, the first pending ones, and the rest counted by
 array or by name, so that a queue of 100,000 is listed as fast as an empty one.
 
-A plain `ls` sends "pending_rows" (client/lsmore.py); `ls --all` and `--last` list every
-job they select (streamed, client/stream.py). No pending reason, progress or row is worked
-out for a job that is only counted.
+A plain `ls` sends "pending_rows" (cli/lsview.py's LS_PENDING_ROWS); `ls --all` and
+`--last` list every job they select (streamed, client/stream.py). No row, progress or
+pending reason is worked out for a job that is only counted. `top`'s snapshot reads the
+queue here too.
 """
 
 from __future__ import annotations
@@ -75,10 +76,15 @@ def pending_groups(state: DaemonState) -> dict[Any, list]:
     return _Groups.groups
 
 
+def group_of(job: Job, name: str) -> Any:
+    """The group a pending job is counted in: its array, else its owner's jobs of its name."""
+    return job.array_id if job.array_id is not None else (job.uid, name)
+
+
 def count_groups(jobs: Iterable[Job]) -> dict[Any, list]:
     groups: dict[Any, list] = {}
     for job in jobs:
-        key = job.array_id if job.array_id is not None else (job.uid, job.display_name)
+        key = group_of(job, job.display_name)
         if key in groups:
             group = groups[key]
             group[0] += 1
@@ -108,13 +114,15 @@ def head(state: DaemonState, viewer: Viewer, args: dict[str, Any],
 
 
 def _without(groups: dict[Any, list], shown: list[Job]) -> dict[Any, list]:
-    """The groups less the jobs shown (the first in id order: no group's first is left)."""
-    left = {key: list(group) for key, group in groups.items()}
+    """The groups less the jobs shown (a group keeps its first job for its name)."""
+    left = dict(groups)  # the cached counts stay as they are: only changed groups are new
     for job in shown:
-        key = job.array_id if job.array_id is not None else (job.uid, job.display_name)
-        left[key][0] -= 1
-        if not left[key][0]:
+        key = group_of(job, job.display_name)
+        count, first = left[key]
+        if count == 1:
             del left[key]
+        else:
+            left[key] = [count - 1, first]
     return left
 
 
@@ -123,8 +131,7 @@ def summary(groups: dict[Any, list], viewer: Viewer) -> dict[str, Any]:
     with the lowest id first); the rest counted as others, in other groups."""
     visible: dict[Any, list] = {}  # another user's names are hidden: those groups merge
     for (count, first) in groups.values():
-        key = first.array_id if first.array_id is not None else (first.uid, viewer.name_of(first))
-        group = visible.setdefault(key, [0, first])
+        group = visible.setdefault(group_of(first, viewer.name_of(first)), [0, first])
         group[0] += count
         group[1] = min(group[1], first, key=_by_id)
     largest = sorted(visible.values(), key=lambda g: (-g[0], g[1].id))[:GROUPS_SENT]
