@@ -15,11 +15,11 @@ starts, through the daemon's own Store API in one transaction, with 100,000 pend
   frame top draws from it (140x50, as bench_top.py times it); each against the empty
   home's. Targets: snapshot <= 10 ms, frame <= 20 ms with 100,000 pending.
 
-Every request, and every GPU reading, sets off a scheduling pass over the whole queue
-(until passes are bounded, another part of issue 23): the homes read their GPUs once an
-hour, and each sample waits for the daemon to go idle first, so that it measures the
-request, not the pass that the one before it set off. The pages of `ls --all --json`
-are requests too: its wall time still holds a pass per page.
+Until scheduling passes are bounded (another part of issue 23), every request sets off a
+pass over the whole queue, and the next request waits for it: the first table shows what
+users see on this code, passes included (each page of `ls --all --json` is a request
+too). The second measures the daemon's own work for each request, in this process, on the
+same stores (their daemons stopped): the real handlers, no pass.
 """
 
 from __future__ import annotations
@@ -30,19 +30,21 @@ import os
 import subprocess
 import threading
 import time
-from typing import Callable
 
-import psutil
 import bench_big_store as big_store
+import psutil
+from bench_big_batches import ME, new_daemon
 from bench_top import LINES, time_frame
 from common import (Gpusched, gpusched_script, interleaved, median_ms, print_table, ratio,
                     timed_run, verdict)
 
+from gpusched.cli.lsview import LS_PENDING_ROWS
 from gpusched.client.connection import Client
 from gpusched.client.paths import resolve_paths
 from gpusched.core.models import Job, Request
 from gpusched.gpus import open_backend
 from gpusched.proc import runfile
+from gpusched.daemon.request import Request as HandlerRequest
 from gpusched.tui.snapshot import SnapshotSource
 
 LS_TARGET = 2.0
@@ -91,29 +93,34 @@ def _pending(job_id: int, user: str, at: float, jobs_dir: str) -> Job:
                array_index=None if single else job_id - SINGLES - 1)
 
 
-def wait_idle(pid: int, quiet_s: float = 0.1, timeout_s: float = 300.0) -> None:
-    """Until the daemon has used (almost) no CPU for two windows of quiet_s in a row: the
-    scheduling pass that each request sets off (over the whole queue, until passes are
-    bounded) is over, and the next sample measures the request, not the pass before it.
-    Two windows: on a loaded machine a busy daemon may get little CPU in one."""
-    proc, deadline, quiet = psutil.Process(pid), time.monotonic() + timeout_s, 0
-    while quiet < 2 and time.monotonic() < deadline:
-        before = sum(proc.cpu_times()[:2])
-        time.sleep(quiet_s)
-        quiet = quiet + 1 if sum(proc.cpu_times()[:2]) - before < 0.002 else 0
-
-
-def idle_first(home: Gpusched, sample: Callable[[], float]) -> Callable[[], float]:
-    def run() -> float:
-        wait_idle(home.pid)
-        return sample()
-    return run
+def handler_samples(home: Gpusched, runs: int) -> dict[str, list[float]]:
+    """Seconds the daemon's own work takes for each request (its handler, on the loop
+    thread, in this process: the real handlers on the home's store, its daemon stopped),
+    without the scheduling pass that every request sets off (another part of issue 23)."""
+    daemon = new_daemon(home.home)
+    handle = daemon.handlers.handle
+    try:
+        version = handle(HandlerRequest("snapshot", {"lean": True}, ME))["pending_version"]
+        requests = {"ls": ("list", {"pending_rows": LS_PENDING_ROWS}),
+                    "ls --all page": ("list", {"all": True, "stream": True}),
+                    "snapshot first": ("snapshot", {"lean": True}),
+                    "snapshot steady": ("snapshot", {"lean": True, "pending_version": version})}
+        samples: dict[str, list[float]] = {name: [] for name in requests}
+        for _ in range(runs):
+            for name, (cmd, args) in requests.items():
+                start = time.perf_counter()
+                handle(HandlerRequest(cmd, args, ME))
+                samples[name].append(time.perf_counter() - start)
+        return samples
+    finally:
+        daemon.state.store.close()
+        daemon.backend.close()
 
 
 def ls_samples(empty: Gpusched, big: Gpusched, runs: int) -> dict[str, list[float]]:
     script = gpusched_script()
-    contenders = {"empty": idle_first(empty, lambda: timed_run([script, "ls"], empty.env)[0]),
-                  "big": idle_first(big, lambda: timed_run([script, "ls"], big.env)[0])}
+    contenders = {"empty": lambda: timed_run([script, "ls"], empty.env)[0],
+                  "big": lambda: timed_run([script, "ls"], big.env)[0]}
     for run in contenders.values():  # warm the page cache and byte-code, untimed
         run()
     return interleaved(runs, contenders)
@@ -147,11 +154,9 @@ def snapshot_samples(home: Gpusched, runs: int) -> tuple[list[float], list[float
     client = Client(paths, autostart=False, check_daemon=False)
     first, steady = [], []
     for _ in range(runs):
-        wait_idle(home.pid)
         start = time.perf_counter()
         reply = client.call("snapshot", lean=True)
         first.append(time.perf_counter() - start)
-        wait_idle(home.pid)
         start = time.perf_counter()
         client.call("snapshot", lean=True, pending_version=reply["pending_version"])
         steady.append(time.perf_counter() - start)
@@ -179,18 +184,18 @@ def main() -> None:
         print(f"the big home's daemon answered {big.start_s:.1f} s after `daemon start`")
         ls = ls_samples(empty, big, args.runs)
         script = gpusched_script()
-        wait_idle(big.pid)
         idle_rss = psutil.Process(big.pid).memory_info().rss
         _, plain_client_rss, _ = run_measured([script, "ls"], big.env, big.pid)
         all_s, all_client_rss, all_daemon_rss = run_measured(
             [script, "ls", "--all", "--json"], big.env, big.pid)
         top_empty, top_big = snapshot_samples(empty, args.runs), snapshot_samples(big, args.runs)
+    own_empty, own_big = handler_samples(empty, args.runs), handler_samples(big, args.runs)
     med = {name: median_ms(values) for name, values in ls.items()}
     first_e, steady_e, frame_e = (median_ms(v) for v in top_empty)
     first_b, steady_b, frame_b = (median_ms(v) for v in top_big)
     mib, label = 2**20, f"{args.jobs:,}"
     print_table(
-        f"an empty queue vs {label} pending jobs; medians of {args.runs} runs",
+        f"an empty queue vs {label} pending jobs, as users see it; medians of {args.runs} runs",
         ["measure", "empty", label, "ratio", "target"],
         [["ls", f"{med['empty']:.0f} ms", f"{med['big']:.0f} ms", ratio(med["big"], med["empty"]),
           f"<= {LS_TARGET:g}x {verdict(med['big'] / med['empty'], LS_TARGET)}"],
@@ -206,6 +211,14 @@ def main() -> None:
           f"<= {SNAPSHOT_TARGET_MS:g} ms {verdict(steady_b, SNAPSHOT_TARGET_MS)}"],
          ["top: a frame, 140x50", f"{frame_e:.1f} ms", f"{frame_b:.1f} ms",
           ratio(frame_b, frame_e), f"<= {FRAME_TARGET_MS:g} ms {verdict(frame_b, FRAME_TARGET_MS)}"]])
+    print_table(
+        f"the daemon's own work per request (its handler, no pass); medians of {args.runs} runs",
+        ["request", "empty", label, "ratio", "target"],
+        [[name, f"{median_ms(own_empty[name]):.2f} ms", f"{median_ms(own_big[name]):.2f} ms",
+          ratio(median_ms(own_big[name]), median_ms(own_empty[name])),
+          f"<= {SNAPSHOT_TARGET_MS:g} ms "
+          f"{verdict(median_ms(own_big[name]), SNAPSHOT_TARGET_MS)}" if "snapshot" in name else ""]
+         for name in own_big])
 
 
 if __name__ == "__main__":

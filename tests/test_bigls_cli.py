@@ -29,6 +29,15 @@ def queue(tmp_path_factory):
     home = Home(root / "home")
     home.write_config()
     gate = root / "go"
+    try:
+        fill(home, gate)
+        yield home
+    finally:
+        gate.touch()
+        home.cleanup()
+
+
+def fill(home: Home, gate) -> None:
     home.busy = home.submit("--gpus", "4", "--name", "train", "--", "sh", "-c",
                             f"while [ ! -e {gate} ]; do sleep 0.05; done")
     home.wait_state(home.busy, "running")
@@ -39,9 +48,6 @@ def queue(tmp_path_factory):
     lines = "".join(f"echo {i} {BIG_ARG}\n" for i in range(30))
     home.grid = json.loads(home.run("submit", "--json", "--name", "grid", "--gpus", "1",
                                     "--from-file", "-", input=lines).stdout)["ids"]
-    yield home
-    gate.touch()
-    home.cleanup()
 
 
 def steady(listing: str) -> str:
