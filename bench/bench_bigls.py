@@ -70,6 +70,7 @@ class SlowStart(Gpusched):
             if proc.returncode == 0:
                 break
             if time.monotonic() > deadline:
+                self.__exit__(RuntimeError, None, None)  # stops what did start
                 raise RuntimeError(f"the daemon did not answer: {proc.stderr.strip()}")
             time.sleep(1.0)
         status = json.loads(proc.stdout)
