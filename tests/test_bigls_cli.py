@@ -150,6 +150,7 @@ def test_the_daemon_answers_others_while_a_stream_waits_for_its_reader(queue):
     status = json.loads(queue.run("daemon", "status", "--json").stdout)
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        sock.settimeout(30)  # a daemon that sends nothing fails the test, not hangs it
         sock.connect(status["socket"])
         body = json.dumps({"cmd": "list", "args": {"all": True, "stream": True,
                                                    "page_bytes": 1024}}).encode()
