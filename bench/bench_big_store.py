@@ -33,17 +33,22 @@ RSS_TARGET_MB = 60.0
 IDLE_CPU_TARGET_PCT = 0.1
 
 
-def fill_store(home: Gpusched, count: int) -> float:
+def fill_store(home: Gpusched, count: int, make: Callable[..., Job] | None = None,
+               meta: dict[str, str] | None = None) -> float:
     """Store `count` finished jobs in the home's queue file, as the daemon would have after
-    running them; the seconds it took."""
+    running them (or the jobs make(id, user, at, jobs_dir) returns, and meta rows); the
+    seconds it took."""
     paths = resolve_paths({"GPUSCHED_HOME": str(home.home)})
     ensure_private_dir(paths.state_dir)
     user, now = pwd.getpwuid(os.getuid()).pw_name, time.time()
+    make = make or _finished
     start = time.perf_counter()
     store = Store(paths.db, paths.jobs_dir)
     try:
         with store.write():
-            store.insert(_finished(job_id, user, now - count + job_id, paths.jobs_dir)
+            for key, value in (meta or {}).items():
+                store.set_meta(key, value)
+            store.insert(make(job_id, user, now - count + job_id, paths.jobs_dir)
                          for job_id in range(1, count + 1))
     finally:
         store.close()

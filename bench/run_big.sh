@@ -10,3 +10,4 @@ if [ "${1:-}" = "--quick" ]; then QUICK="--quick"; fi
 # One line per benchmark below: "$PYTHON" bench_NAME.py $QUICK
 "$PYTHON" bench_bigqueue.py $QUICK
 "$PYTHON" bench_bigsubmit.py $QUICK
+"$PYTHON" bench_bigls.py $QUICK

@@ -91,6 +91,7 @@ GOOD_ARGS = {
     "cwd": st.just("/"), "all": st.booleans(), "lean": st.booleans(), "after": st.integers(0, 5),
     "pending_version": st.sampled_from(["", "x.1"]), "dry_run": st.booleans(),
     "page_bytes": st.sampled_from([1024, 2**20]), "last": st.integers(1, 5),
+    "pending_rows": st.integers(0, 3), "stream": st.booleans(),
     "users": st.just(["nobody"]), "states": st.just(["pending", "succeeded"]),
     "names": st.just(["*"]), "ids": st.lists(st.sampled_from([1, 2, "2_1", "3"]), min_size=1),
     "id": st.sampled_from([1, "2_0", 3]), "priority": st.just(3), "timeout_s": st.just(0.5),

@@ -132,6 +132,9 @@ def test_ls_sends_last_only_when_given(monkeypatch, capsys):
         def call_paged(self, cmd, **args):
             sent.append(args)
             return {"jobs": [], "next": None}
+
+        def stream(self, cmd, **args):  # `ls --all` and `--last` print pages as they come
+            yield self.call_paged(cmd, **args)
     monkeypatch.setattr(jobviews, "Client", Recorder)
     options = dict(all_jobs=True, expand=False, as_json=True, users=None, me=False,
                    states=None, names=None, fields=None, noheader=False)

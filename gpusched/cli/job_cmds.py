@@ -27,7 +27,8 @@ app = App()
 def list_jobs(**options: Any) -> None:
     """List pending and running jobs (finished ones too with --all).
 
-    Arrays fold into one line. States: pending, running, succeeded, failed, cancelled,
+    Arrays fold into one line. Of a long queue, the first 50 pending jobs and one line
+    counting the rest; --all, --last and --format list every job. States: pending, running, succeeded, failed, cancelled,
     timeout, oom, lost (Slurm's PD, R, CD, F, CA, TO, OOM, NF too).
 
     \b

@@ -12,7 +12,7 @@ import sys
 
 from gpusched.client.connection import Client
 from gpusched.core import syntax
-from gpusched.core.errors import UsageError
+from gpusched.core.errors import ProtocolError, UsageError
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -28,8 +28,6 @@ def print_json(data: object) -> None:
 def list_jobs(output: Any, all_jobs: bool, expand: bool, as_json: bool, users: str | None,
               me: bool, states: str | None, names: str | None, fields: str | None,
               noheader: bool, last: int | None = None) -> int:
-    from gpusched.cli import lsview
-
     if as_json and fields is not None:
         raise UsageError("choose one of --json and --format")
     if last is not None and last < 1:
@@ -42,20 +40,61 @@ def list_jobs(output: Any, all_jobs: bool, expand: bool, as_json: bool, users: s
         filters = listing.request_filters(users, me, states, names)
     # Sent only when given: a daemon older than --last refuses arguments it does not know.
     only = {"last": last} if last is not None else {}
-    # However many: the daemon sends them a page at a time, gathered here.
-    reply = Client().call_paged("list", all=all_jobs, **only, **filters)
-    jobs, writes = reply["jobs"], lsview.write_problem_line(reply.get("write_problem"))
-    if writes:  # on stderr: --json and --format output stay what scripts read
-        sys.stderr.write(f"Warning: {writes}\n")
-    if as_json:
-        print_json(jobs)
-    elif columns is not None:
+    finished_too = all_jobs or "states" in filters
+    if fields is None and not all_jobs and last is None:
+        return _list_head(output, expand, as_json, filters)
+    if fields is not None:  # however many: the daemon sends them a page at a time, gathered here
+        reply = Client().call_paged("list", all=all_jobs, **only, **filters)
+        _warn_writes(reply)
         from gpusched.cli.listing import format_rows
 
-        sys.stdout.write(format_rows(jobs, columns, header=not noheader))
-    else:
-        draw_jobs(output, jobs, expand, bool(filters), all_jobs or "states" in filters)
+        sys.stdout.write(format_rows(reply["jobs"], columns, header=not noheader))
+        return 0
+    from gpusched.cli import lsstream
+
+    pages = _warning_first(Client().stream("list", all=all_jobs, **only, **filters))
+    if as_json:
+        lsstream.write_json(pages)
+    elif not lsstream.draw(output, pages, expand):
+        draw_jobs(output, [], expand, bool(filters), finished_too)
     return 0
+
+
+def _list_head(output: Any, expand: bool, as_json: bool, filters: dict) -> int:
+    """A plain `ls`: the running jobs, the first pending ones and a line for the rest."""
+    from gpusched.cli import lsview
+
+    try:
+        reply = Client().call_paged("list", pending_rows=lsview.LS_PENDING_ROWS, **filters)
+    except ProtocolError as exc:  # a daemon from before pending_rows: it lists them all
+        if "pending_rows" not in exc.message:
+            raise
+        reply = Client().call_paged("list", **filters)
+    jobs, more = reply["jobs"], reply.get("more_pending")
+    _warn_writes(reply)
+    if as_json:  # a list, as ever, unless some pending jobs were left out (README)
+        print_json({"jobs": jobs, "more_pending": more} if more else jobs)
+        return 0
+    draw_jobs(output, jobs, expand, bool(filters), "states" in filters)
+    if more:
+        output.text(lsview.more_pending_line(more))
+    return 0
+
+
+def _warn_writes(reply: dict) -> None:
+    from gpusched.cli import lsview
+
+    writes = lsview.write_problem_line(reply.get("write_problem"))
+    if writes:  # on stderr: --json and --format output stay what scripts read
+        sys.stderr.write(f"Warning: {writes}\n")
+
+
+def _warning_first(pages: Any) -> Any:
+    """The pages, after warning (from the first) when the daemon cannot write its queue."""
+    for n, page in enumerate(pages):
+        if n == 0:
+            _warn_writes(page)
+        yield page
 
 
 def draw_jobs(output: Any, jobs: list[dict], expand: bool, filtered: bool,

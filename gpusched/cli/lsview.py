@@ -78,32 +78,63 @@ def _state_cell(job: dict[str, Any]) -> Cell:
 
 def fold_arrays(jobs: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """One row per array, like squeue: `12_[0-99%8]` with a count per state."""
-    out: list[dict[str, Any]] = []
-    arrays: dict[int, list[dict[str, Any]]] = {}
-    for job in jobs:
-        if job.get("array_id") is None:
-            out.append(job)
-            continue
-        if job["array_id"] not in arrays:
-            arrays[job["array_id"]] = []
-            out.append({"array_rows": arrays[job["array_id"]]})
-        arrays[job["array_id"]].append(job)
-    return [row if "array_rows" not in row else _folded(row["array_rows"]) for row in out]
+    folder = ArrayFolder()
+    return folder.feed(jobs) + folder.finish()
 
 
-def _folded(elements: list[dict[str, Any]]) -> dict[str, Any]:
-    first = elements[0]
-    indices = [e["array_index"] for e in elements]
-    throttle = f"%{first['array_throttle']}" if first.get("array_throttle") else ""
-    counts: dict[str, int] = {}
-    for e in elements:
-        counts[e["state"]] = counts.get(e["state"], 0) + 1
-    pending = next((e for e in elements if e["state"] == "pending"), None)
-    return {**first, "id": f"{first['array_id']}_[{min(indices)}-{max(indices)}{throttle}]",
-            "folded": ", ".join(f"{n} {state}" for state, n in counts.items()),
-            "gpu_indices": sorted({i for e in elements if e["state"] == "running"
-                                   for i in e["gpu_indices"]}),
-            "pending_reason": pending["pending_reason"] if pending else ""}
+class ArrayFolder:
+    """fold_arrays() a page at a time (`ls --all` streams its rows): an array's elements
+    come one after another in id order, so only the array being read is kept, as counts."""
+
+    def __init__(self) -> None:
+        self._open: _Fold | None = None
+
+    def feed(self, jobs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """The rows these jobs complete: single jobs, and arrays whose last element is read."""
+        out: list[dict[str, Any]] = []
+        for job in jobs:
+            array_id = job.get("array_id")
+            if self._open is not None and array_id == self._open.first["array_id"]:
+                self._open.add(job)
+                continue
+            out += self.finish()
+            if array_id is None:
+                out.append(job)
+            else:
+                self._open = _Fold(job)
+        return out
+
+    def finish(self) -> list[dict[str, Any]]:
+        """The array still being read, as its row (when the rows end)."""
+        fold, self._open = self._open, None
+        return [fold.row()] if fold is not None else []
+
+
+class _Fold:
+    """An array's elements as one row: its index range, a count per state, their GPUs."""
+
+    def __init__(self, first: dict[str, Any]):
+        self.first, self.low, self.high = first, first["array_index"], first["array_index"]
+        self.counts: dict[str, int] = {}
+        self.gpus: set[int] = set()
+        self.pending_reason: str | None = None
+        self.add(first)
+
+    def add(self, element: dict[str, Any]) -> None:
+        self.low, self.high = min(self.low, element["array_index"]), \
+            max(self.high, element["array_index"])
+        self.counts[element["state"]] = self.counts.get(element["state"], 0) + 1
+        if element["state"] == "running":
+            self.gpus.update(element["gpu_indices"])
+        elif element["state"] == "pending" and self.pending_reason is None:
+            self.pending_reason = element["pending_reason"]
+
+    def row(self) -> dict[str, Any]:
+        first = self.first
+        throttle = f"%{first['array_throttle']}" if first.get("array_throttle") else ""
+        return {**first, "id": f"{first['array_id']}_[{self.low}-{self.high}{throttle}]",
+                "folded": ", ".join(f"{n} {state}" for state, n in self.counts.items()),
+                "gpu_indices": sorted(self.gpus), "pending_reason": self.pending_reason or ""}
 
 
 # How `ls` gives way on a narrow terminal: free text is cut first and the state last;
@@ -141,14 +172,39 @@ def _ls_cells(job: dict[str, Any], now: float, max_chars: int) -> list[Cell]:
     return cells
 
 
-def ls_lines(jobs: list[dict[str, Any]], width: int = 1000, now: float | None = None
-             ) -> list[Line]:
-    """`ls`: one line per job within `width` columns (a pipe gets 1000: one job a line)."""
+def ls_lines(jobs: list[dict[str, Any]], width: int = 1000, now: float | None = None,
+             header: bool = True) -> list[Line]:
+    """`ls`: one line per job within `width` columns (a pipe gets 1000: one job a line),
+    under the header line unless told (the later pages of `ls --all`)."""
     now = time.time() if now is None else now
     rows = [_ls_cells(job, now, width) for job in jobs]
     widths, gap = fit_widths(LS_PLAN, rows, width)
-    header = [[(column.header, "bold")] for column in LS_PLAN.columns]
-    return [fit_line(line, widths, gap) for line in [header, *rows]]
+    titles = [[(column.header, "bold")] for column in LS_PLAN.columns]
+    return [fit_line(line, widths, gap) for line in ([titles] if header else []) + rows]
+
+
+# A plain `ls` lists at most this many pending jobs (a screenful) and counts the rest
+# (daemon/lshead.py): a queue of 100,000 lists as fast as a short one. --all lists all.
+LS_PENDING_ROWS = 50
+_GROUPS_NAMED = 3  # the largest groups the summary line names
+
+
+def more_pending_line(more: dict[str, Any]) -> str:
+    """The pending jobs `ls` left out, in one line: `and 99,880 more pending: 99,880 of
+    array 12 (--all lists every job)`."""
+    parts = []
+    for group in more["groups"][:_GROUPS_NAMED]:
+        count = f"{group['count']:,}"
+        if group["array_id"] is not None:
+            parts.append(f"{count} of array {group['array_id']}")
+        elif group["name"]:
+            parts.append(f"{count} named {printable(group['name'])} ({printable(group['user'])})")
+        else:  # another user's, its name hidden from this caller
+            parts.append(f"{count} of {printable(group['user'])}'s jobs")
+    others = more["count"] - sum(g["count"] for g in more["groups"][:_GROUPS_NAMED])
+    if others:
+        parts.append(f"{others:,} others")
+    return f"and {more['count']:,} more pending: {', '.join(parts)} (--all lists every job)"
 
 
 def progress_human(progress: dict[str, Any] | None, with_message: bool = False,

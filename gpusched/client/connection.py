@@ -100,14 +100,18 @@ class Client:
             wire.send(sock, {"cmd": cmd, "args": args}, allow_nan=False)
             reply = wire.receive(sock)
         except OSError as exc:  # TimeoutError too
-            raise DaemonUnavailable(f"lost the connection to the gpusched daemon ({exc}); "
-                                    f"see {self.paths.daemon_log}") from None
+            self.lost(exc)
         finally:
             sock.close()
         return self.result_of(reply)
 
+    def lost(self, exc: OSError) -> None:
+        """Raise the error for a connection that broke in the middle of a request."""
+        raise DaemonUnavailable(f"lost the connection to the gpusched daemon ({exc}); "
+                                f"see {self.paths.daemon_log}") from None
+
     def result_of(self, reply: dict[str, Any] | None) -> Any:
-        """A reply's result, or the daemon's error raised as ours."""
+        """A reply's result, raising the daemon's error as ours (client/stream.py too)."""
         if reply is None:
             raise DaemonUnavailable("the gpusched daemon closed the connection without an answer")
         if self.check_daemon:
@@ -123,12 +127,24 @@ class Client:
         """A request whose reply comes in pages (list, show, wait): asked again from
         each reply's "next" until the last; the last reply, with every page's jobs."""
         jobs: list = []
+        for result in self.each_page(cmd, timeout_s, args):
+            jobs += result["jobs"]
+        return {**result, "jobs": jobs}
+
+    def each_page(self, cmd: str, timeout_s: float | None, args: dict[str, Any]) -> Any:
+        """Each page's result of a paged request, asked for one request at a time."""
         while True:
             result = self.call(cmd, timeout_s=timeout_s, **args)
-            jobs += result["jobs"]
+            yield result
             if result.get("next") is None:
-                return {**result, "jobs": jobs}
-            args["after"] = result["next"]
+                return
+            args = {**args, "after": result["next"]}
+
+    def stream(self, cmd: str, timeout_s: float | None = 60.0, **args: Any) -> Any:
+        """Each page's result of a request streamed on one connection (client/stream.py)."""
+        from gpusched.client import stream
+
+        return stream.pages(self, cmd, timeout_s, **args)
 
     def _compare_daemon(self, fingerprint: Any) -> None:
         global _compared_daemon

@@ -46,7 +46,9 @@ COMMANDS: dict[str, Command] = {
     # the page starts (a job id for list, a position among the ids named for show and
     # wait), "page_bytes" about how large it may be; each reply says where the next starts.
     # "last" keeps only the N matching jobs with the highest ids (still in id order).
-    "list": _cmd("", "all users states names last after page_bytes"),
+    # "pending_rows" (a plain `ls`): only the first N pending jobs, the rest counted
+    # (daemon/lshead.py). "stream": every page on this one connection (client/stream.py).
+    "list": _cmd("", "all users states names last after page_bytes pending_rows stream"),
     "show": _cmd("ids", "after page_bytes"),
     "cancel": _cmd("ids"),
     "hold": _cmd("ids"),
@@ -131,6 +133,8 @@ ARGUMENTS: dict[str, Callable[[Any], Any]] = {
     "after": lambda v: values.whole_number(v, "after", 0, 2**63 - 1),
     "page_bytes": lambda v: values.whole_number(v, "page_bytes", 1, 2**31),
     "last": lambda v: values.whole_number(v, "last", 1, 2**63 - 1),
+    "pending_rows": lambda v: values.whole_number(v, "pending_rows", 0, 2**31),
+    "stream": lambda v: values.flag(v, "stream"),
     "users": _names("users"), "states": _names("states"), "names": _names("names"),
     "ids": _job_ids,
     "id": syntax.parse_job_id,

@@ -5,8 +5,8 @@ The framing (docs/protocol.md): the request frame names the stream in its args
 ("stream": KIND); each frame after it is a part, {"part": [item, ...]}, of at most
 PART_BYTES; the last is {"end": true}. Nothing is done before the end arrives. The daemon
 then answers once, with the usual reply; until that reply the client may send
-{"cancel": true}, and the reply says what became of the request. A reply streamed the
-other way round uses the same part frames, the usual envelope last.
+{"cancel": true}, and the reply says what became of the request. Replies that stream
+come as pages instead (client/stream.py).
 
 Kept light: the submit fast path imports this module (wire's C-backed JSON, no json).
 """
@@ -32,7 +32,7 @@ STREAM_TIMEOUT_S = 600.0
 
 
 def part_frames(items: Iterable[Any]) -> Iterator[bytes]:
-    """Frames {"part": [...]} holding the items (JSON values: lines, or a reply's rows)
+    """Frames {"part": [...]} holding the items (JSON values: a sweep's lines)
     in order, each at most PART_BYTES; each item is encoded once, by the C encoder. A
     None item sends what there is now, if only an empty part: the source is slow, and
     the peer waits for each part for a while only."""

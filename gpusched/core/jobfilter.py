@@ -14,7 +14,7 @@ from gpusched.core.syntax import items
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from typing import Any
+    from typing import Any, Callable
 
 STATES = tuple(s.value for s in JobState)
 FINAL = frozenset(s.value for s in FINAL_STATES)
@@ -51,11 +51,17 @@ def _list_of_strings(args: dict, key: str) -> list[str] | None:
 
 def select(rows: list[dict[str, Any]], args: dict) -> list[dict[str, Any]]:
     """The rows (as the caller sees them) that pass the `list` request's filters."""
+    passes = matcher(args)
+    return [row for row in rows if passes(row["user"], row["state"], row["name"])]
+
+
+def matcher(args: dict) -> Callable[[str, str, str], bool]:
+    """Whether a job's (user, state, name as the caller sees it) pass the `list` request's
+    filters: for rows, and for jobs counted without making rows of them (daemon/lshead.py)."""
     users, states = _list_of_strings(args, "users"), _list_of_strings(args, "states")
     names = _list_of_strings(args, "names")
     if states and not set(states) <= set(STATES):
         raise UsageError(f"list: states must be among {', '.join(STATES)}")
-    return [row for row in rows
-            if (users is None or row["user"] in users)
-            and (states is None or row["state"] in states)
-            and (names is None or any(fnmatch.fnmatchcase(row["name"], n) for n in names))]
+    return lambda user, state, name: (
+        (users is None or user in users) and (states is None or state in states)
+        and (names is None or any(fnmatch.fnmatchcase(name, n) for n in names)))

@@ -110,6 +110,10 @@ class Viewer:
             data["end_reason"] = f"cannot start: {HIDDEN}"
         return data
 
+    def name_of(self, job: Job) -> str:
+        """A job's name as job() shows it to this caller: empty when hidden."""
+        return job.display_name if self.sees_all or job.uid == self.uid else ""
+
     def jobs(self, jobs: Iterable[Job]) -> list[dict[str, Any]]:
         return [self.job(j) for j in jobs]
 

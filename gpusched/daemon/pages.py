@@ -66,17 +66,17 @@ def lazy(items: list, rows_of: Callable[[list], list[dict]], chunk: int = 200) -
         yield from rows_of(items[at:at + chunk])
 
 
-def list_candidates(active: dict[int, Job], finished: Callable[[int, int], list[Job]] | None,
+def list_candidates(active: dict[int, Job], finished: Callable[[int, int, int], list[Job]] | None,
                     after: int) -> tuple[list[Job], int | None]:
     """The jobs with ids after `after`, in id order, that one `list` page looks at: up to
-    SCAN_ROWS active ones and as many finished ones (finished(after, count) reads them
-    from the store); and the last id looked at when more are left beyond (else None)."""
+    SCAN_ROWS active ones and as many finished ones (finished(after, count, up_to) reads
+    them from the store); and the last id looked at when more are left beyond (else None)."""
     ids = sorted(active)
     ids = ids[bisect.bisect_right(ids, after):]
     horizon = ids[SCAN_ROWS - 1] if len(ids) > SCAN_ROWS else None
     jobs = [active[i] for i in ids[:SCAN_ROWS]]
-    if finished is not None:
-        done = finished(after, SCAN_ROWS)
+    if finished is not None:  # none beyond the active ones' horizon: the page ends there
+        done = finished(after, SCAN_ROWS, horizon or MAX_JOB_ID)
         if len(done) == SCAN_ROWS:
             horizon = min(horizon or MAX_JOB_ID, done[-1].id)
         jobs += done

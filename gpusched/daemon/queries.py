@@ -11,7 +11,7 @@ from gpusched import __version__
 from gpusched.core import jobfilter, placement
 from gpusched.core.models import HIDDEN, GpuInfo, JobState, inventory_to_dict, job_to_dict
 from gpusched.client.protocol import LEAN_JOB_FIELDS
-from gpusched.daemon import idlegpus, pages
+from gpusched.daemon import idlegpus, lshead, pages
 from gpusched.daemon.progress import progress_of
 from gpusched.daemon.retention import removed_summary
 from gpusched.daemon.request import WAIT_SLICE_S, Request, Waiter, named, named_each
@@ -29,7 +29,7 @@ class Queries:
                 "backend": state.inventory.backend, "gpu_count": len(state.inventory.gpus),
                 "gpu_problem": state.inventory.problem, "state_dir": str(setup.paths.state_dir),
                 "socket": str(setup.paths.socket), "running": len(state.running()),
-                "pending": len(state.pending()), "draining": state.draining,
+                "pending": state.pending_count(), "draining": state.draining,
                 "policy": setup.rules.policy,
                 "discipline": setup.queue_rules(state.draining).discipline,
                 "host": self.host_usage(), "mem_enforcement": setup.mem_enforcement(),
@@ -63,6 +63,9 @@ class Queries:
             # Filtered as the caller sees them: a hidden name must not be found by its pattern.
             return jobfilter.select(viewer.jobs(some), req.args)
         after, last = pages.start(req.args), pages.last(req.args)
+        rows_of = lambda some: self.with_progress(matching(some))  # noqa: E731
+        if req.args.get("pending_rows") is not None and not with_finished and last is None:
+            return self._head(req, viewer, after, rows_of)
         if last is None:
             jobs, horizon = pages.list_candidates(
                 state.jobs, state.store.finished if with_finished else None, after)
@@ -70,9 +73,16 @@ class Queries:
             jobs, horizon = pages.last_candidates(
                 state.jobs, state.store.finished_down_from if with_finished else None,
                 matching, last, after)
-        page = pages.list_page(jobs, horizon, lambda some: self.with_progress(matching(some)),
-                               pages.budget(req.args))
+        page = pages.list_page(jobs, horizon, rows_of, pages.budget(req.args))
         return {**page, "write_problem": state.writes.to_dict()}
+
+    def _head(self, req: Request, viewer: Any, after: int, rows_of: Any) -> dict:
+        """A plain `ls`: the running jobs and the first pending ones, in pages like any
+        list (each page works out the same head again), and the rest as a summary."""
+        jobs, more = lshead.head(self.state, viewer, req.args, req.args["pending_rows"])
+        page = pages.list_page([job for job in jobs if job.id > after], None, rows_of,
+                               pages.budget(req.args))
+        return {**page, "more_pending": more, "write_problem": self.state.writes.to_dict()}
 
     def show(self, req: Request) -> dict:
         jobs = named_each(self.state, req.args["ids"], whole_arrays=False)
@@ -183,14 +193,19 @@ class Queries:
         viewer = self.setup.authz.viewer(req.creds[1])
         inventory = inventory_to_dict(state.inventory)
         inventory["gpus"] = viewer.gpus(inventory["gpus"])
-        # Running jobs first, then pending ones, as many as fit in a page: top draws a
-        # screenful, and a queue of 100,000 must not make its frame too large to send.
+        # Running jobs first, then the first pending ones (lshead.TOP_PENDING_ROWS, as
+        # many as fit in a page, and their counts): top draws a screenful, and a queue of
+        # 100,000 must not make its frame too large to send, or slow to make and read.
         # The pending ones only when they changed since the caller's last snapshot: top
         # asks every second, and sending (and reading) a thousand rows is most of a frame.
         version = state.pending_version
         same = req.args.get("pending_version") == version
-        active = sorted(state.running() + state.running_remote() if same else state.jobs.values(),
-                        key=lambda j: (not j.is_running, j.id))
+        remote = [job for i in state.remote_ids if (job := state.jobs.get(i))]
+        active = sorted(state.running() + remote, key=lambda j: (not j.is_running, j.id))
+        if not same:
+            active += lshead.pending_top(state, lshead.TOP_PENDING_ROWS)
+        else:
+            active = [job for job in active if job.is_running]
         lean = req.args.get("lean")
 
         def rows_of(some: list) -> list[dict]:
@@ -202,6 +217,12 @@ class Queries:
                 "reserved_bytes": {gpu.uuid: load.promised_bytes for gpu, load in self._loads()},
                 "pid_jobs": {str(pid): job for pid, job in state.pid_jobs.items()}, "jobs": jobs,
                 "jobs_left_out": len(active) - len(jobs), "pending_version": version,
+                # What the pending rows stand for: top counts them, not the rows it got.
+                "pending_total": lshead.pending_count(state) + sum(
+                    1 for job in remote if job.state is JobState.PENDING),
+                "pending_mine": lshead.pending_count(state, req.creds[1]) + sum(
+                    1 for job in remote if job.state is JobState.PENDING
+                    and job.uid == req.creds[1]),
                 "pending_same": same, "services": [
                     {k: f[k] for k in ("name", "wanted", "ready", "requests_per_s", "p95_ms",
                                        "in_flight")} for f in state.service_figures]}

@@ -9,7 +9,7 @@ import threading
 import time
 from typing import Any, Callable, Collection
 
-from gpusched.client import protocol
+from gpusched.client import protocol, stream
 from gpusched.core.limits import DEFAULT as DEFAULT_LIMITS, Limits
 from gpusched.daemon import streamin
 from gpusched.core.errors import GpuschedError, ProtocolError, error_kind
@@ -180,10 +180,20 @@ class SocketServer:
                     protocol.send(conn, answer)
                     if streamed:
                         return  # one streamed request per connection: its frames end here
+                    self._stream_rest(conn, message, answer, creds)
             except ProtocolError as exc:
                 self._try_send(conn, reply(error=exc))
             except (OSError, socket.timeout):
                 pass  # the client went away or stalled; nothing is half-applied
+
+    def _stream_rest(self, conn: socket.socket, message: Any, answer: dict[str, Any],
+                     creds: tuple[int, int, int]) -> None:
+        """The pages after the first of a streamed reply (client/stream.py): each asked
+        of the loop in turn, so that it answers everyone else between two pages."""
+        while (message := stream.next_request(message, answer)) is not None:
+            answer = self._handle(message, creds)
+            conn.settimeout(stream.SEND_TIMEOUT_S)  # its reader may be busy printing
+            protocol.send(conn, answer)
 
     def _handle_counted(self, message: Any, creds: tuple[int, int, int]) -> dict[str, Any]:
         """_handle; a `wait` moves its connection from the user's open connections to

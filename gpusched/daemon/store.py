@@ -435,11 +435,12 @@ class Store:
         jobs.sort(key=attrgetter("id"))
         return jobs
 
-    def finished(self, after_id: int, count: int) -> list[Job]:
-        """Up to `count` finished jobs with ids after `after_id`, in id order (a page of `ls --all`)."""
+    def finished(self, after_id: int, count: int, up_to_id: int = 2**63 - 1) -> list[Job]:
+        """Up to `count` finished jobs with ids after `after_id` (up to `up_to_id`: where a
+        page of 100,000 pending ones ends, not read to the end), in id order (`ls --all`)."""
         rows = self._conn.execute(
-            "SELECT * FROM jobs WHERE id > ? AND state NOT IN ('pending', 'running') "
-            "ORDER BY id LIMIT ?", (after_id, count))
+            "SELECT * FROM jobs WHERE id > ? AND id <= ? AND state NOT IN ('pending', 'running') "
+            "ORDER BY id LIMIT ?", (after_id, up_to_id, count))
         return self._jobs(rows)
 
     def finished_down_from(self, top_id: int, count: int) -> list[Job]:

@@ -107,6 +107,10 @@ class Snapshot:
     proc_host: Mapping[int, ProcHost] = field(default_factory=_frozen_map)
     # Inference services (docs/services.md): name, wanted, ready, req/s, p95 ms, in flight.
     services: tuple[tuple[str, int, int, float, float | None, int], ...] = ()
+    # The pending jobs in the queue, everyone's and the viewer's: a long queue's snapshot
+    # carries only the first ones. None: all of them are among `jobs` (an older daemon).
+    pending_total: int | None = None
+    pending_mine: int | None = None
 
 
 @dataclass(frozen=True)

@@ -56,6 +56,8 @@ def _title_line(snapshot: Snapshot, layout: str, width: int) -> Line:
         items.append("daemon not running")
     else:
         counts = {s: sum(j.state == s for j in snapshot.jobs) for s in ("running", "pending")}
+        if snapshot.pending_total is not None:  # a long queue: only the first ones came
+            counts["pending"] = snapshot.pending_total
         pid = "" if layout == "minimal" else f" (pid {daemon.pid})"
         items += [f"{counts['running']} running · {counts['pending']} pending",
                   f"daemon up {duration_human(daemon.uptime_s)}{pid}"]
@@ -316,10 +318,18 @@ def render(snapshot: Snapshot, view: ViewState, width: int, height: int | None) 
         columns = (_running_columns(items[name], layout) if name == "running"
                    else _COLUMNS[name, layout])
         rows = [to_row(snapshot, view, layout, item) for item in items[name][:shown[name]]]
-        body += draw.panel(title.format(n=len(items[name]), sort=sort), columns,
+        total = _panel_total(snapshot, view, name, len(items[name]))
+        body += draw.panel(title.format(n=total, sort=sort), columns,
                        [([row[c[0]] for c in columns], row[""]) for row in rows],
-                       len(items[name]) - shown[name], width)
+                       total - shown[name], width)
     return Frame(top + body + [footer])
+
+
+def _panel_total(snapshot: Snapshot, view: ViewState, name: str, listed: int) -> int:
+    """How many jobs a panel stands for: of a long queue, the daemon sends the first
+    pending ones and counts the rest."""
+    total = snapshot.pending_mine if view.only_mine else snapshot.pending_total
+    return listed if name != "pending" or total is None else max(total, listed)
 
 
 def to_text(renderable: Any, width: int) -> str:

@@ -104,6 +104,7 @@ class SnapshotSource:
         # again, the daemon sends them only if they changed.
         self._pending: tuple[TopJob, ...] = ()
         self._pending_version: str | None = None
+        self._pending_counts: dict[str, int | None] = {}
 
     def take(self) -> Snapshot:
         from gpusched.core.errors import DaemonUnavailable, GpuschedError
@@ -134,7 +135,7 @@ class SnapshotSource:
             reserved_bytes=MappingProxyType(dict(reply.get("reserved_bytes") or {})),
             pid_jobs=MappingProxyType({int(pid): job_id for pid, job_id
                                        in (reply.get("pid_jobs") or {}).items()}),
-            jobs=self._jobs(reply),
+            jobs=self._jobs(reply), **self._pending_counts,
             services=tuple((s["name"], s["wanted"], s["ready"], s["requests_per_s"],
                             s["p95_ms"], s["in_flight"]) for s in reply.get("services") or ()))
 
@@ -146,6 +147,7 @@ class SnapshotSource:
             return jobs + self._pending
         self._pending = tuple(job for job in jobs if job.state != "running")
         self._pending_version = reply.get("pending_version")
+        self._pending_counts = {key: reply.get(key) for key in ("pending_total", "pending_mine")}
         return jobs
     def _from_backend(self, banner: str) -> Snapshot:
         backend = self._open_backend()

@@ -1,0 +1,143 @@
+"""`ls` on a long queue: the running jobs, the first pending ones, and the rest counted by
+array or by name, so that a queue of 100,000 is listed as fast as an empty one.
+
+A plain `ls` sends "pending_rows" (cli/lsview.py's LS_PENDING_ROWS); `ls --all` and
+`--last` list every job they select (streamed, client/stream.py). No row, progress or
+pending reason is worked out for a job that is only counted. `top`'s snapshot reads the
+queue here too.
+"""
+
+from __future__ import annotations
+
+from operator import attrgetter
+from typing import Any, Iterable
+
+from gpusched.core import jobfilter
+from gpusched.core.models import Job
+from gpusched.daemon.authz import Viewer
+from gpusched.daemon.state import DaemonState
+
+# The largest groups a summary names; the others are only counted (a queue of 100,000
+# one-off names must not make the reply as long as the listing it stands for).
+GROUPS_SENT = 10
+# The pending jobs a `top` snapshot carries (the first in its order): a tall screenful.
+TOP_PENDING_ROWS = 100
+_by_id = attrgetter("id")
+
+
+def pending_head(state: DaemonState, count: int) -> list[Job]:
+    """The first `count` pending jobs of this machine's queue in id order, the order `ls`
+    lists them in. (With pending_groups(), all `ls` reads of the pending queue: a queue
+    kept in order, with its counts, can answer both without a look at every job.)"""
+    # Sorting the ids (in C, and nearly sorted already) beats heapq's loop in Python.
+    return [state.jobs[i] for i in sorted(map(_by_id, state.pending()))[:count]]
+
+
+class _Top:
+    """The pending jobs in top's order, sorted again only once they changed."""
+
+    version: str | None = None
+    jobs: list[Job] = []
+
+
+def pending_top(state: DaemonState, count: int) -> list[Job]:
+    """The first `count` pending jobs in the order placement considers them (priority,
+    then age), as `top` lists them."""
+    if _Top.version != (version := state.pending_version):
+        pending = state.pending()
+        if len({job.priority for job in pending}) > 1:
+            pending.sort(key=lambda job: (-job.priority, job.id))
+            jobs = pending[:count]
+        else:  # the usual queue, one priority: the ids, sorted in C
+            jobs = pending_head(state, count)
+        _Top.jobs, _Top.version = jobs, version
+    return _Top.jobs[:count]
+
+
+def pending_count(state: DaemonState, uid: int | None = None) -> int:
+    """How many jobs wait in this machine's queue (of one user's, with uid)."""
+    if uid is None:
+        return state.pending_count()
+    return sum(count for count, first in pending_groups(state).values() if first.uid == uid)
+
+
+class _Groups:
+    """The pending jobs counted by group, worked out again only once they changed."""
+
+    version: str | None = None
+    groups: dict[Any, list] = {}
+
+
+def pending_groups(state: DaemonState) -> dict[Any, list]:
+    """Every pending job of this machine's queue counted by group (its array, else its
+    owner and name): group key -> [count, its first job]."""
+    if _Groups.version != (version := state.pending_version):
+        _Groups.groups, _Groups.version = count_groups(state.pending()), version
+    return _Groups.groups
+
+
+def group_of(job: Job, name: str) -> Any:
+    """The group a pending job is counted in: its array, else its owner's jobs of its name."""
+    return job.array_id if job.array_id is not None else (job.uid, name)
+
+
+def count_groups(jobs: Iterable[Job]) -> dict[Any, list]:
+    groups: dict[Any, list] = {}
+    for job in jobs:
+        key = group_of(job, job.display_name)
+        if key in groups:
+            group = groups[key]
+            group[0] += 1
+            if job.id < group[1].id:
+                group[1] = job
+        else:
+            groups[key] = [1, job]
+    return groups
+
+
+def head(state: DaemonState, viewer: Viewer, args: dict[str, Any],
+         shown: int) -> tuple[list[Job], dict[str, Any] | None]:
+    """The active jobs a plain `ls` looks at, in id order: every one not pending here (the
+    running ones, cluster jobs) and the first `shown` pending ones that pass the filters;
+    and the summary of the matching pending jobs left over (None when none are)."""
+    others = state.running() + [job for i in state.remote_ids if (job := state.jobs.get(i))]
+    if any(args.get(key) for key in ("users", "states", "names")):
+        passes = jobfilter.matcher(args)
+        pending = sorted((job for job in state.pending()
+                          if passes(job.user, job.state.value, viewer.name_of(job))), key=_by_id)
+        first, groups = pending[:shown], count_groups(pending[shown:])
+    else:
+        first = pending_head(state, shown)
+        groups = _without(pending_groups(state), first) if len(first) == shown else {}
+    jobs = sorted(others + first, key=_by_id)
+    return jobs, (summary(groups, viewer) if groups else None)
+
+
+def _without(groups: dict[Any, list], shown: list[Job]) -> dict[Any, list]:
+    """The groups less the jobs shown (a group keeps its first job for its name)."""
+    left = dict(groups)  # the cached counts stay as they are: only changed groups are new
+    for job in shown:
+        key = group_of(job, job.display_name)
+        count, first = left[key]
+        if count == 1:
+            del left[key]
+        else:
+            left[key] = [count - 1, first]
+    return left
+
+
+def summary(groups: dict[Any, list], viewer: Viewer) -> dict[str, Any]:
+    """How many jobs, and the largest groups among them, largest first (ties: the group
+    with the lowest id first); the rest counted as others, in other groups."""
+    visible: dict[Any, list] = {}  # another user's names are hidden: those groups merge
+    for (count, first) in groups.values():
+        group = visible.setdefault(group_of(first, viewer.name_of(first)), [0, first])
+        group[0] += count
+        group[1] = min(group[1], first, key=_by_id)
+    largest = sorted(visible.values(), key=lambda g: (-g[0], g[1].id))[:GROUPS_SENT]
+    total = sum(count for count, _ in visible.values())
+    return {"count": total, "groups": [
+        {"count": count, "array_id": first.array_id, "user": first.user,
+         "name": viewer.name_of(first)} for count, first in largest],
+        "others": total - sum(count for count, _ in largest),
+        "other_groups": len(visible) - len(largest)}
