@@ -103,7 +103,7 @@ def handler_samples(home: Gpusched, runs: int) -> dict[str, list[float]]:
     try:
         version = handle(HandlerRequest("snapshot", {"lean": True}, ME))["pending_version"]
         requests = {"ls": ("list", {"pending_rows": LS_PENDING_ROWS}),
-                    "ls --all page": ("list", {"all": True, "stream": True}),
+                    "ls --all page": ("list", {"all": True, "stream": "pages"}),
                     "snapshot first": ("snapshot", {"lean": True}),
                     "snapshot steady": ("snapshot", {"lean": True, "pending_version": version})}
         samples: dict[str, list[float]] = {name: [] for name in requests}

@@ -136,7 +136,7 @@ def request_frames(home: Home, message: dict) -> list[dict]:
 
 def test_a_streamed_list_comes_in_pages_on_one_connection(queue):
     frames = request_frames(queue, {"cmd": "list", "args": {
-        "all": True, "stream": True, "page_bytes": 100_000}})
+        "all": True, "stream": "pages", "page_bytes": 100_000}})
     assert len(frames) > 3 and all(frame["ok"] for frame in frames)
     ids = [job["id"] for frame in frames for job in frame["result"]["jobs"]]
     assert ids == [queue.busy, *range(queue.array, queue.array + 150), *queue.grid]
@@ -152,7 +152,7 @@ def test_the_daemon_answers_others_while_a_stream_waits_for_its_reader(queue):
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
         sock.settimeout(30)  # a daemon that sends nothing fails the test, not hangs it
         sock.connect(status["socket"])
-        body = json.dumps({"cmd": "list", "args": {"all": True, "stream": True,
+        body = json.dumps({"cmd": "list", "args": {"all": True, "stream": "pages",
                                                    "page_bytes": 1024}}).encode()
         sock.sendall(struct.pack(">I", len(body)) + body)
         wait_until(lambda: len(sock.recv(4, socket.MSG_PEEK)) == 4, "the first page")

@@ -190,7 +190,7 @@ def test_jobs_stored_alike_read_back_as_stored_whole(tmp_path: Path):
 
     from gpusched.core.models import Constraints, Job, Request as JobRequest
     from gpusched.daemon.store import Store
-    from gpusched.daemon.submits import derived
+    from gpusched.core.models import job_with
 
     store = Store(tmp_path / "queue.db")
     templates = [
@@ -206,7 +206,7 @@ def test_jobs_stored_alike_read_back_as_stored_whole(tmp_path: Path):
         for n, template in enumerate(templates):
             whole = replace(template, id=100 + n, command=(*template.command, "a"))
             store.insert([whole])
-            alike = derived(template, id=200 + n, command=(*template.command, "a"))
+            alike = job_with(template, id=200 + n, command=(*template.command, "a"))
             store.insert_alike(template, [alike])
     for n in range(len(templates)):
         assert replace(store.get(200 + n), id=0) == replace(store.get(100 + n), id=0)
@@ -275,3 +275,20 @@ def test_gpu_mem_auto_estimates_each_line_of_a_sweep_on_its_own(box):
     assert [j.job_key for j in jobs] == ["sh -c python a.py", "sh -c python b.py"]
     assert [j.command[-1] for j in jobs] == ["python a.py", "python b.py"]
     assert all(j.gpu_mem_reason for j in jobs)
+
+
+def test_job_with_is_dataclasses_replace_without_init():
+    """models.job_with, the cheap copy of a job with some fields changed, gives exactly
+    what dataclasses.replace gives, for every field of the (frozen, slotted) Job."""
+    from dataclasses import fields, replace
+
+    from gpusched.core.models import Job, job_with
+
+    job = Job(id=3, command=("true",), cwd="/w", uid=7, user="u", env={"A": "b"}, name="n",
+              priority=2, held=True, dependencies=(("afterok", 1),))
+    changes = {"id": 4, "array_id": 9, "array_index": 1, "pending_reason": "Priority"}
+    copied = job_with(job, **changes)
+    assert copied == replace(job, **changes)
+    assert all(getattr(copied, f.name) == getattr(replace(job, **changes), f.name)
+               for f in fields(Job))
+    assert job.id == 3 and job.pending_reason != "Priority"  # the original is untouched

@@ -91,7 +91,7 @@ GOOD_ARGS = {
     "cwd": st.just("/"), "all": st.booleans(), "lean": st.booleans(), "after": st.integers(0, 5),
     "pending_version": st.sampled_from(["", "x.1"]), "dry_run": st.booleans(),
     "page_bytes": st.sampled_from([1024, 2**20]), "last": st.integers(1, 5),
-    "pending_rows": st.integers(0, 3), "stream": st.booleans(),
+    "pending_rows": st.integers(0, 3),
     "users": st.just(["nobody"]), "states": st.just(["pending", "succeeded"]),
     "names": st.just(["*"]), "ids": st.lists(st.sampled_from([1, 2, "2_1", "3"]), min_size=1),
     "id": st.sampled_from([1, "2_0", 3]), "priority": st.just(3), "timeout_s": st.just(0.5),
@@ -103,7 +103,7 @@ GOOD_ARGS = {
     "action": st.sampled_from(["list", "show", "scale", "update", "delete"]),
     "name": st.sampled_from(["web", "x"]), "replicas": st.integers(0, 3),
     "spec": st.sampled_from([{}, {"min_replicas": 1, "max_replicas": 2}]),
-    "stream": st.just("lines"),
+    "stream": st.sampled_from(["lines", "pages"]),
 }
 assert set(GOOD_ARGS) == set(protocol.ARGUMENTS)
 

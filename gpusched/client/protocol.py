@@ -47,7 +47,7 @@ COMMANDS: dict[str, Command] = {
     # wait), "page_bytes" about how large it may be; each reply says where the next starts.
     # "last" keeps only the N matching jobs with the highest ids (still in id order).
     # "pending_rows" (a plain `ls`): only the first N pending jobs, the rest counted
-    # (daemon/lshead.py). "stream": every page on this one connection (client/stream.py).
+    # (daemon/lshead.py). "stream": "pages": every page on this one connection (client/stream.py).
     "list": _cmd("", "all users states names last after page_bytes pending_rows stream"),
     "show": _cmd("ids", "after page_bytes"),
     "cancel": _cmd("ids"),
@@ -134,7 +134,6 @@ ARGUMENTS: dict[str, Callable[[Any], Any]] = {
     "page_bytes": lambda v: values.whole_number(v, "page_bytes", 1, 2**31),
     "last": lambda v: values.whole_number(v, "last", 1, 2**63 - 1),
     "pending_rows": lambda v: values.whole_number(v, "pending_rows", 0, 2**31),
-    "stream": lambda v: values.flag(v, "stream"),
     "users": _names("users"), "states": _names("states"), "names": _names("names"),
     "ids": _job_ids,
     "id": syntax.parse_job_id,
@@ -150,7 +149,9 @@ ARGUMENTS: dict[str, Callable[[Any], Any]] = {
     "name": lambda v: values.text(v, "name"),
     "spec": lambda v: values.mapping(v, "spec"),
     "replicas": lambda v: values.whole_number(v, "replicas", 0, 1000),
-    "stream": lambda v: values.choice(v, "stream", ("lines",)),
+    # "lines": a request whose items follow it (client/streams.py); "pages": a reply sent
+    # page after page (client/stream.py). Which command takes which: daemon/streamin.py.
+    "stream": lambda v: values.choice(v, "stream", ("lines", "pages")),
 }
 
 

@@ -1,6 +1,6 @@
 """Streamed replies: a paged request answered page after page on one connection.
 
-A request with "stream": true (only `list` takes it) is answered with one frame per page,
+A request with "stream": "pages" (only `list` takes it) is answered with one frame per page,
 each an ordinary reply whose result says where the next page starts ("next"); the last
 has "next": null, and an error ends the stream as its own frame. The daemon's connection
 thread asks the loop for each page in turn (server.py), so the loop answers everyone
@@ -21,13 +21,14 @@ if TYPE_CHECKING:
 # A stream's pages wait in the socket for a reader busy printing (`ls --all | less`):
 # longer than a request's usual send timeout, but not for ever.
 SEND_TIMEOUT_S = 300.0
+PAGES = "pages"  # the "stream" argument's value for a reply in pages
 
 
 def next_request(message: Any, answer: dict[str, Any]) -> dict[str, Any] | None:
     """The daemon's side: the request for the page after `answer` in a stream, or None
     when the stream is over (not a stream, an error, or the last page)."""
     args = message.get("args") if isinstance(message, dict) else None
-    if not isinstance(args, dict) or args.get("stream") is not True or not answer.get("ok"):
+    if not isinstance(args, dict) or args.get("stream") != PAGES or not answer.get("ok"):
         return None
     after = (answer.get("result") or {}).get("next")
     return None if after is None else {**message, "args": {**args, "after": after}}
@@ -41,7 +42,7 @@ def pages(client: Any, cmd: str, timeout_s: float | None = 60.0,
     try:
         sock.settimeout(timeout_s)
         try:
-            wire.send(sock, {"cmd": cmd, "args": {**args, "stream": True}}, allow_nan=False)
+            wire.send(sock, {"cmd": cmd, "args": {**args, "stream": PAGES}}, allow_nan=False)
             first = client.result_of(_receive(client, sock))
         except ProtocolError as exc:
             if "stream" not in exc.message:

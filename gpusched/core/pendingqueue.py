@@ -54,11 +54,6 @@ def key_id(key: Any) -> int:
     return key[-1] if type(key) is tuple else key % _ID_SPAN
 
 
-def summary_key(job: Job) -> tuple[str, int | None, str]:
-    """(user, array id, name): what `ls` folds pending jobs by."""
-    return (job.user, job.array_id, job.display_name)
-
-
 def _drop(counts: dict, key: Any) -> None:
     left = counts[key] - 1
     if left:
@@ -68,9 +63,9 @@ def _drop(counts: dict, key: Any) -> None:
 
 
 class PendingQueue:
-    """Each user's pending jobs as a sorted line of line_key()s, plus counts by shape and
-    by summary_key(). It holds keys only: the jobs stay in the caller's table. Shapes are
-    numbered as they first appear: a pass counts them by number, never hashing a Request."""
+    """Each user's pending jobs as a sorted line of line_key()s, plus counts by shape. It
+    holds keys only: the jobs stay in the caller's table. Shapes are numbered as they
+    first appear: a pass counts them by number, never hashing a Request."""
 
     def __init__(self, discipline: str, per_user: bool = True):
         self.discipline, self.per_user = discipline, per_user
@@ -79,7 +74,6 @@ class PendingQueue:
         self.job_shapes: dict[int, int] = {}  # job id -> its shape's number
         self._numbers: dict[tuple, int] = {}  # shape -> its number
         self._shapes: list[tuple] = []  # number -> shape
-        self.summary: dict[tuple[str, int | None, str], int] = {}
 
     def __len__(self) -> int:
         return len(self.job_shapes)
@@ -108,14 +102,12 @@ class PendingQueue:
         if not line:
             del self._lines[job.user]
         _drop(self.shapes, self.job_shapes.pop(job.id))
-        _drop(self.summary, summary_key(job))
 
     def same_place(self, old: Job, new: Job) -> bool:
         """Whether replacing old by new changes neither its place nor its counts (a new
         pending reason, a shim's pid...): most changes to a pending job."""
         return (old.user == new.user and line_key(old, self.discipline) ==
-                line_key(new, self.discipline) and self._shape(old) == self._shape(new)
-                and summary_key(old) == summary_key(new))
+                line_key(new, self.discipline) and self._shape(old) == self._shape(new))
 
     def shape(self, number: int) -> tuple:
         return self._shapes[number]
@@ -140,14 +132,13 @@ class PendingQueue:
         return shape_of(job, self.per_user)
 
     def _count(self, job: Job) -> None:
-        shape, summary = self._shape(job), summary_key(job)
+        shape = self._shape(job)
         number = self._numbers.get(shape)
         if number is None:
             number = self._numbers[shape] = len(self._shapes)
             self._shapes.append(shape)
         self.job_shapes[job.id] = number
         self.shapes[number] = self.shapes.get(number, 0) + 1
-        self.summary[summary] = self.summary.get(summary, 0) + 1
 
 
 def _with_share(line: list[int], share: float) -> Iterator[tuple]:

@@ -147,10 +147,6 @@ class DaemonState:
     def pending_count(self) -> int:
         return len(self._pending)
 
-    def pending_summary(self) -> dict[tuple[str, int | None, str], int]:
-        """How many pending jobs each (user, array id, name) has: kept as jobs come and go."""
-        return self.queue.summary
-
     def set_later(self, explain: Callable[[Job], str | None] | None) -> None:
         """The pass just made: reasons for the jobs it stopped before, while the pending
         jobs stay as they are now."""

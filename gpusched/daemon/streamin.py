@@ -30,8 +30,10 @@ class ClientGone(GpuschedError):
 
 
 def is_streamed(message: Any) -> bool:
+    """Whether items follow the request (a reply in pages, "stream": "pages", is the
+    socket server's business: client/stream.py)."""
     args = message.get("args") if isinstance(message, dict) else None
-    return isinstance(args, dict) and "stream" in args
+    return isinstance(args, dict) and args.get("stream") in STREAMS.values()
 
 
 def check_kind(name: str, args: dict[str, Any]) -> None:
