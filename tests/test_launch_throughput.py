@@ -1,0 +1,53 @@
+"""Many short jobs, fast: the work a start costs the daemon does not grow with the queue
+behind it, and reading finished jobs back (a `wait` on a sweep's ids) stays cheap.
+
+In this process (tests/inproc.py): the real loop, handlers, job control and SQLite store,
+fake shims. Work is counted (jobs built, rows decoded), never timed.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from gpusched.core.models import Job
+from gpusched.daemon import rows
+from inproc import make_box  # noqa: F401 - fixture
+
+WAITING = 300
+
+
+@pytest.fixture
+def job_inits(monkeypatch) -> list[int]:
+    """How many Job objects __init__ builds (dataclasses.replace goes through it)."""
+    built = [0]
+    init = Job.__init__
+
+    def counting(self, *args, **kwargs):
+        built[0] += 1
+        init(self, *args, **kwargs)
+
+    monkeypatch.setattr(Job, "__init__", counting)
+    return built
+
+
+def test_a_start_behind_a_full_box_does_not_rebuild_every_waiting_job(make_box, job_inits):
+    """Behind full GPUs the reason of every job in line names the next one in line, so it
+    changes for all of them at each start: 1,000 `--gpus 1` jobs on 4 GPUs made the daemon
+    rebuild 500,000 jobs through dataclasses.replace (7 ms of its CPU per job)."""
+    box = make_box("4x80GiB")
+    ids = box.submit_all("--gpus", "1", "--from-file", "-", stdin="true\n" * (WAITING + 4))
+    box.step()
+    first, second = ids[4], ids[5]
+    assert box.show(ids[-1])["pending_reason"].startswith(f"behind job {first}, which is next")
+
+    job_inits[0] = 0
+    box.exit(ids[0])  # one end, one start: every waiting job's reason changes
+    assert job_inits[0] < 50, f"{job_inits[0]} jobs built for one start"
+
+    assert box.running() == {*ids[1:4], first}
+    assert box.show(second)["pending_reason"] == \
+        "needs 1 whole GPU; every allowed GPU is held whole by a running job"
+    for job_id in (ids[6], ids[-1]):
+        assert box.show(job_id)["pending_reason"] == (
+            f"behind job {second}, which is next in line; needs 1 whole GPU; every allowed "
+            "GPU is held whole by a running job")
