@@ -51,3 +51,27 @@ def test_a_start_behind_a_full_box_does_not_rebuild_every_waiting_job(make_box, 
         assert box.show(job_id)["pending_reason"] == (
             f"behind job {second}, which is next in line; needs 1 whole GPU; every allowed "
             "GPU is held whole by a running job")
+
+
+# -- a finished job read back: the faster row checks still catch a damaged row -------------------
+
+@pytest.mark.parametrize("field, value", [
+    ("env", {"PATH": 5}),  # a dict[str, str] with a number in it
+    ("env", {7: "x"}),
+    ("command", ("sh", None)),  # a tuple[str, ...] with a hole
+    ("started_at", "yesterday"),  # float | None
+    ("exit_code", True),  # int | None: a bool is not a count
+    ("array_id", 1.5),
+])
+def test_a_damaged_value_is_still_caught_by_the_row_checks(field, value):
+    job = Job(id=7, command=("true",), cwd="/", uid=0, user="root")
+    rows.check_job(job)  # the undamaged job passes
+    object.__setattr__(job, field, value)
+    with pytest.raises(rows.DamagedRow, match=f"{field} holds"):
+        rows.check_job(job)
+
+
+def test_whole_numbers_and_none_pass_where_a_job_holds_times():
+    job = Job(id=7, command=("true",), cwd="/", uid=0, user="root", started_at=5, ended_at=None,
+              exit_code=0, env={"A": "b"})
+    rows.check_job(job)
