@@ -75,3 +75,31 @@ def test_whole_numbers_and_none_pass_where_a_job_holds_times():
     job = Job(id=7, command=("true",), cwd="/", uid=0, user="root", started_at=5, ended_at=None,
               exit_code=0, env={"A": "b"})
     rows.check_job(job)
+
+
+# -- wait on a sweep's ids after it ended -------------------------------------------------------
+
+def test_a_wait_on_many_ended_jobs_reads_them_in_one_go(make_box, monkeypatch):
+    """`gpusched wait` on a sweep that has ended read each job from the queue file on its
+    own (1,000 queries and decodes for 1,000 ids) before it looked at one."""
+    from gpusched.daemon.store import Store
+
+    box = make_box("4x80GiB", "[host]\ncpus = 64\n[jobs]\nmax_running = 100\n")
+    ids = box.submit_all("--gpus", "0", "--from-file", "-", stdin="true\n" * 60)
+    box.step()
+    for job_id in ids:
+        box.exit(job_id)
+    singles = [0]
+    get = Store.get
+
+    def counting(self, job_id):
+        singles[0] += 1
+        return get(self, job_id)
+
+    monkeypatch.setattr(Store, "get", counting)
+    result = box.call("wait", ids=ids)
+    assert result["done"] and [job["id"] for job in result["jobs"]] == ids
+    assert {job["state"] for job in result["jobs"]} == {"succeeded"}
+    assert singles[0] < 5, f"{singles[0]} jobs read one at a time"
+    with pytest.raises(Exception, match="no job 9999"):  # an unknown id still says so
+        box.call("wait", ids=[*ids, 9999])
