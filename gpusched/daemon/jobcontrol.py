@@ -12,7 +12,7 @@ from gpusched.core import lifecycle, placement, preemption, scheduling
 from gpusched.proc import jobenv, runfile
 from gpusched.proc.seam import ProcessSeam
 from gpusched.core.errors import StoreWriteError
-from gpusched.core.models import GpuInfo, Job, JobState, transition
+from gpusched.core.models import GpuInfo, Job, JobState, job_with, transition
 from gpusched.daemon import preempt, requeue
 from gpusched.daemon.arrays import ArrayShapes
 from gpusched.daemon.depstates import DependencyLookup
@@ -275,7 +275,7 @@ class JobControl:
             for job_id, reason in plan.reasons.items():
                 job = state.jobs[job_id]
                 if job.pending_reason != reason and not job.preempt_hold:
-                    state.remember(replace(job, pending_reason=reason))
+                    state.remember(job_with(job, pending_reason=reason))
             if holders:
                 preempt.release_spent_holds(state, holders, {job_id for job_id, _ in plan.starts})
             if not plan.starts:  # else the GPUs changed: the next pass weighs preemption

@@ -38,21 +38,24 @@ class Waiter:
         return self._ended == len(self.ids)
 
 
-def find_job(state: DaemonState, job_id: Any) -> Job:
+def find_job(state: DaemonState, job_id: Any, known: Mapping[int, Job] | None = None) -> Job:
+    """The job with this id; `known`: jobs read for this request already (_stored)."""
     if isinstance(job_id, bool) or not isinstance(job_id, int):
         raise UsageError(f"job ids are whole numbers, not {job_id!r}")
-    job = state.find(job_id)
+    job = known.get(job_id) if known else None
+    job = job or state.find(job_id)
     if job is None:
         raise NotFound(f"no job {job_id}; `gpusched ls --all` lists the jobs")
     return job
 
 
-def named(state: DaemonState, item: Any, whole_arrays: bool) -> list[Job]:
+def named(state: DaemonState, item: Any, whole_arrays: bool,
+          known: Mapping[int, Job] | None = None) -> list[Job]:
     """The jobs an id names: ID, or ARRAY_INDEX (12_3) for one element of array 12.
     With whole_arrays, an array's id names every element (the commands that change
     jobs, and wait); otherwise the one job with that id (show, logs, env)."""
     base, index = syntax.parse_job_id(item)
-    job = find_job(state, base)
+    job = find_job(state, base, known)
     if index is None:
         if whole_arrays and job.array_id == job.id:
             # The active elements from memory: decoding 100,000 rows would hold the loop
@@ -74,10 +77,19 @@ def named_each(state: DaemonState, ids: Any, whole_arrays: bool) -> list[Job]:
     if not isinstance(ids, list) or not ids:
         raise UsageError("give at least one job id")
     out: dict[int, Job] = {}
+    known = _stored(state, ids)
     for item in ids:
-        for job in named(state, item, whole_arrays):
+        for job in named(state, item, whole_arrays, known):
             out.setdefault(job.id, job)
     return list(out.values())
+
+
+def _stored(state: DaemonState, ids: list) -> dict[int, Job]:
+    """The ended jobs among plain ids, read in one query: a `wait` on a sweep's 1,000
+    ended jobs made 1,000 queries. Ids of a submit being stored are left to state.find."""
+    wanted = [i for i in ids if type(i) is int and i not in state.jobs
+              and not any(i in incoming for incoming in state.incoming)]
+    return state.store.many(wanted) if len(wanted) > 1 else {}
 
 
 def targets(state: DaemonState, ids: Any) -> list[Job]:

@@ -36,20 +36,34 @@ class DamagedRow(ValueError):
         self.job_id, self.reason = job_id, reason
 
 
+_EXACT = (int, str, bool)  # types checked exactly (True is not a count)
+
+
 def _checker(hint: Any) -> Callable[[Any], bool]:
     """A test that a value fits a type annotation (the subset Job's fields use)."""
     origin, args = typing.get_origin(hint), typing.get_args(hint)
     if origin in (typing.Union, types.UnionType):
+        if all(a in _EXACT or a in (float, type(None)) for a in args):  # `float | None`...
+            # One set lookup: SQLite and JSON may hand back a whole number for a REAL.
+            kinds = frozenset(args) | ({int} if float in args else set())
+            return lambda v: type(v) in kinds
         alternatives = [_checker(a) for a in args]
         return lambda v: any(check(v) for check in alternatives)
     if origin is tuple:
         if len(args) == 2 and args[1] is Ellipsis:
+            if args[0] in _EXACT:  # a test per item without a call per item: rows decode often
+                kind = args[0]
+                return lambda v: type(v) is tuple and all(type(x) is kind for x in v)
             item = _checker(args[0])
             return lambda v: type(v) is tuple and all(map(item, v))
         items = [_checker(a) for a in args]
         return lambda v: (type(v) is tuple and len(v) == len(items)
                           and all(check(x) for check, x in zip(items, v)))
     if origin is dict:
+        if args[0] in _EXACT and args[1] in _EXACT:  # a job's environment: dozens of items
+            key_kind, value_kind = args
+            return lambda v: type(v) is dict and all(
+                type(k) is key_kind and type(x) is value_kind for k, x in v.items())
         key, value = (_checker(a) for a in args)
         return lambda v: type(v) is dict and all(key(k) and value(x) for k, x in v.items())
     if hint is type(None):
