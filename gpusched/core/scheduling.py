@@ -12,6 +12,8 @@ from operator import attrgetter
 from typing import Any, Iterable, Mapping, Sequence
 
 from gpusched.core import lifecycle, placement
+# Here for the daemon's callers: what dependencies decide lives in core/dependencies.py.
+from gpusched.core.dependencies import DependencyStates, dependency_status  # noqa: F401
 # DISCIPLINES, the names QueueRules.discipline takes, lives in models for the command line.
 from gpusched.core.models import DISCIPLINES, GpuInfo, Inventory, Job, JobState, Request
 from gpusched.core.placement import GpuLoad, PlacementRules
@@ -48,37 +50,6 @@ class Plan:
     # GPU index -> jobs placed on it, this pass's starts included: the round-robin
     # counter to pass to the next pass once the starts are made.
     placements: Mapping[int, int] = field(default_factory=dict)
-
-
-class DependencyStates(dict):
-    """Job id -> JobState of the jobs depended on, and, in `ended_as`, how an array ended in
-    words ("element 12_3 (job 15) ended failed"): a reason then names the element that
-    failed, not the array's id (its first element, which may have succeeded)."""
-
-    def __init__(self, *args: Any, **kwargs: Any):
-        super().__init__(*args, **kwargs)
-        self.ended_as: dict[int, str] = {}
-
-
-def dependency_status(job: Job, states: Mapping[int, JobState]) -> tuple[bool, str]:
-    """(can never be met, reason) for a job's unmet dependencies; (False, "") when all met."""
-    waiting = []
-    for kind, dep in job.dependencies:
-        state = states.get(dep)
-        if state is None:
-            return True, f"dependency {kind}:{dep} can never be met: job {dep} does not exist"
-        if kind == "after":  # met once the job started, or ended without starting
-            if state is JobState.PENDING:
-                waiting.append(f"{kind}:{dep}")
-            continue
-        if not state.is_final:
-            waiting.append(f"{kind}:{dep}")
-            continue
-        ok = state is JobState.SUCCEEDED
-        if (kind == "afterok" and not ok) or (kind == "afternotok" and ok):
-            ended = getattr(states, "ended_as", {}).get(dep) or f"job {dep} ended {state.value}"
-            return True, f"dependency {kind}:{dep} can never be met: {ended}"
-    return False, f"waiting for {', '.join(waiting)}" if waiting else ""
 
 
 def order_key(job: Job, rules: QueueRules, usage: Mapping[str, float]):
@@ -328,6 +299,8 @@ def schedule(pending: Sequence[Job], running: Sequence[Job], loads: Mapping[str,
     `held`: GPUs kept for jobs that preempted others (core/preemption.held_gpus).
     """
     p = _new_pass(running, loads, placements or {}, now)
+    if dep_states is None:  # not `or`: DependencyStates for singleton alone holds no ids
+        dep_states = {}
     p.links = inventory.links
     starts: list[tuple[int, tuple[GpuInfo, ...]]] = []
     reasons: dict[int, str] = {}
@@ -343,12 +316,12 @@ def schedule(pending: Sequence[Job], running: Sequence[Job], loads: Mapping[str,
         if _box_is_full(p, queue):
             # Nothing more can start this pass: the rest share one reason (a long queue
             # behind max_running is the common case, and it is checked after every end).
-            _explain_full_box(ordered[n:], p, queue, dep_states or {}, reasons, cancels, now)
+            _explain_full_box(ordered[n:], p, queue, dep_states, reasons, cancels, now)
             break
         if job.eligible_at is not None and lifecycle.is_waiting_to_retry(job, now):
             reasons[job.id] = lifecycle.retry_reason(job, now)
             continue
-        if _waits_on_dependencies(job, dep_states or {}, reasons, cancels):
+        if _waits_on_dependencies(job, dep_states, reasons, cancels):
             continue
         why = _limit_reason(job, p, queue)
         if why:

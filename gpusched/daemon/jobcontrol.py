@@ -14,7 +14,8 @@ from gpusched.proc.seam import ProcessSeam
 from gpusched.core.errors import StoreWriteError
 from gpusched.core.models import GpuInfo, Job, JobState, transition
 from gpusched.daemon import preempt, requeue
-from gpusched.daemon.arrays import ArrayShapes, array_ended_as, array_state
+from gpusched.daemon.arrays import ArrayShapes
+from gpusched.daemon.depstates import dependency_states
 from gpusched.daemon.shimloss import ShimLoss
 from gpusched.daemon.state import DaemonState, Setup
 
@@ -251,7 +252,7 @@ class JobControl:
         running = state.running()
         loads = placement.gpu_loads(state.inventory, running, state.pid_jobs, rules,
                                     state.idle_since, now)
-        dep_states = self._dependency_states(pending)
+        dep_states = dependency_states(state, pending)
         # Jobs that preempted others, and the GPUs kept for them: a few ids, not a walk
         # of a queue that may hold 100,000 jobs.
         holders = [job for job_id in self.holders if (job := state.jobs.get(job_id))
@@ -280,20 +281,6 @@ class JobControl:
                 self.holders.update([urgent.id] if urgent else [])
             elif any(job.preemptible for job in state.running()):
                 state.schedule_needed = True
-
-    def _dependency_states(self, pending: list[Job]) -> dict[int, JobState]:
-        active, store = self.state.jobs, self.state.store
-        wanted = {dep for job in pending for _, dep in job.dependencies}
-        states = scheduling.DependencyStates(
-            (i, active[i].state) for i in wanted if i in active)
-        states.update(store.states(wanted - states.keys()))
-        for array_id in wanted:
-            elements = store.array(array_id)
-            if len(elements) > 1:
-                current = [active.get(j.id, j) for j in elements]
-                states[array_id] = array_state([j.state for j in current])
-                states.ended_as[array_id] = array_ended_as(array_id, current)
-        return states
 
     def start(self, job: Job, gpus: tuple[GpuInfo, ...]) -> None:
         settings, paths, running = self.setup.settings, self.setup.paths, self.state.running()
