@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 from operator import attrgetter
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Iterable, Mapping, Sequence
 
 from gpusched.core import lifecycle, placement
 # Here for the daemon's callers: what dependencies decide lives in core/dependencies.py.
