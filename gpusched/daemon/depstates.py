@@ -6,15 +6,14 @@ from __future__ import annotations
 
 from gpusched.core.dependencies import DependencyStates
 from gpusched.core.models import Job, JobState
-from gpusched.core.syntax import SINGLETON, dependency_job_ids
+from gpusched.core.syntax import ANY_OF, SINGLETON
 from gpusched.daemon.arrays import array_ended_as, array_state
 from gpusched.daemon.state import DaemonState
 
 
 def dependency_states(state: DaemonState, pending: list[Job]) -> DependencyStates:
     active, store = state.jobs, state.store
-    wanted = {dep for job in pending for dep in dependency_job_ids(job.dependencies)}
-    paired = {dep for job in pending for kind, dep in job.dependencies if kind == "aftercorr"}
+    wanted, paired, names = _named(pending)
     states = DependencyStates((i, active[i].state) for i in wanted if i in active)
     states.update(store.states(wanted - states.keys()))
     for array_id in wanted:
@@ -25,11 +24,24 @@ def dependency_states(state: DaemonState, pending: list[Job]) -> DependencyState
             states.ended_as[array_id] = array_ended_as(array_id, current)
             if array_id in paired:
                 states.elements.update(((array_id, j.array_index), j.state) for j in current)
-    names = {(job.uid, job.display_name) for job in pending
-             if any(kind == SINGLETON for kind, _ in job.dependencies)}
     if names:
         states.same_name.update(_same_name(active.values(), names))
     return states
+
+
+def _named(pending: list[Job]) -> tuple[set, set, set]:
+    """The jobs named, the arrays aftercorr names, and the (uid, name) of singletons: one
+    walk of a queue that may hold 100,000 jobs, most with no dependency."""
+    wanted, paired, names = set(), set(), set()
+    for job in pending:
+        for kind, dep in job.dependencies:
+            if kind == SINGLETON:
+                names.add((job.uid, job.display_name))
+            elif kind != ANY_OF:  # SINGLETON and ANY_OF name no job
+                wanted.add(dep)
+                if kind == "aftercorr":
+                    paired.add(dep)
+    return wanted, paired, names
 
 
 def _same_name(active, names: set) -> dict:
