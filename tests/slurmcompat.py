@@ -250,6 +250,40 @@ def option_parsing(side) -> dict:
     return {" ".join(line): side.accepts(line) for line in OPTION_LINES}
 
 
+def dependency_kinds(side) -> dict:
+    """singleton, `?` (any of), aftercorr and --kill-on-invalid-dep=no, and a mix of `,`
+    and `?` (Slurm reads it as all `?`; gpusched refuses it)."""
+    work, task = side.workdir, ("$SLURM_ARRAY_TASK_ID" if side.name == "slurm"
+                                else "$GPUSCHED_ARRAY_INDEX")
+    first = submit(side, ["-J", "one"], f"while [ ! -e {work}/go ]; do sleep 0.1; done; exit 3")
+    single = submit(side, ["-J", "one", "-d", "singleton"], "true")
+    failing, ok = submit(side, [], "exit 1"), submit(side, [], "true")
+    parents = submit(side, ["--array", "0-3"], f'[ "{task}" != 1 ]')
+    children = submit(side, ["--array", "0-4", "-d", f"aftercorr:{parents}"], "true")
+    either = submit(side, ["-d", f"afterok:{failing}?afterok:{ok}"], "true")
+    neither = [submit(side, [f"--kill-on-invalid-dep={kill}", "-d",
+                             f"afterok:{failing}?afternotok:{ok}"], "true")
+               for kill in ("no", "yes")]
+    out = {"singleton while one of its name runs": wait_seen(
+        side, single, lambda s: s["reason"] not in ("None", "waiting to be placed"),
+        "to have a reason")["reason"]}
+    (work / "go").touch()
+    out["singleton after it failed"] = ended(side, single)["state"]
+    out["? (any of) with one met"] = ended(side, either)["state"]
+    out["? with none met, --kill-on-invalid-dep=no"] = wait_seen(
+        side, neither[0], lambda s: s["reason"] == "DependencyNeverSatisfied",
+        "to be never satisfiable")["state"]
+    out["? with none met, --kill-on-invalid-dep=yes"] = ended(side, neither[1])["state"]
+    out["aftercorr elements"] = [
+        wait_seen(side, f"{children}_{i}", lambda s: s["state"] in ENDED
+                  or s["reason"] == "DependencyNeverSatisfied", "to be decided")["state"]
+        for i in range(5)]
+    out["',' and '?' mixed"] = side.accepts(["-d", f"afterok:{ok},afterok:{ok}?afterany:{ok}"])
+    for job_id in (neither[0], *(f"{children}_{i}" for i in range(5))):
+        side.cancel(job_id)
+    return out
+
+
 SCENARIOS: dict[str, Callable] = {
     "exit statuses": exit_statuses,
     "dependencies": dependencies,
@@ -260,6 +294,7 @@ SCENARIOS: dict[str, Callable] = {
     "cancel": cancel_running,
     "time limit and signal": time_limit_and_signal,
     "option parsing": option_parsing,
+    "dependency kinds": dependency_kinds,
 }
 
 

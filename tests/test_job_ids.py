@@ -285,8 +285,7 @@ def test_a_dependency_on_one_array_element(box, tmp_path):
     assert "array's own id" in refused(home, "submit", "-d", f"afterok:{array}_0", "--", "true")
     assert f"dependency on {array}_9: array {array} has no element 9" in refused(
         home, "submit", "-d", f"afterany:{array}_9", "--", "true")
-    for text, words in (("singleton", "singleton (one job of a name at a time) is not supported"),
-                        (f"afterok:{array}?afterok:{after_one}", "'?' (any one of them)"),
+    for text, words in ((f"afterok:{array}?afterok:{after_one},after:{array}", "mixes '?'"),
                         (f"after:{array}+5", "a delay after the start"),
                         (f"afterok:{array}_", f"'{array}_' is not a job id")):
         assert words in refused(home, "submit", "-d", text, "--", "true")

@@ -276,7 +276,7 @@ def test_parse_dependencies():
     ([], ["afterok"], "KIND:ID"),
     ([], ["afterok:"], "is not a job id"),
     ([], ["afterok:3:y"], "--dependency: 'y' is not a job id"),
-    ([], ["singleton"], "singleton .* is not supported"),
+    ([], ["afterok:3?afterok:4", "afterany:5"], "mixes '.' .any of."),
 ])
 def test_parse_dependencies_refuses_bad_input(after, dependency, words):
     with pytest.raises(UsageError, match=words):

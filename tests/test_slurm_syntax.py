@@ -200,11 +200,11 @@ def test_parse_dependencies_slurm_forms(after, dependency, expected):
 
 
 @pytest.mark.parametrize("text, words", [
-    ("afterok:3?afterok:4", r"'\?' \(any one of them\) is not supported"),
+    ("afterok:3?afterok:4,afterany:5", r"mixes '\?' \(any of\) with ','"),
     ("after:5+10", r"a delay after the start \(after:ID\+MINUTES\) is not supported"),
-    ("singleton", "singleton .one job of a name at a time. is not supported"),
-    ("afterok:3,singleton", "singleton"),
-    ("aftercorr:5", "KIND one of afterok, afterany, afternotok, after, not 'aftercorr:5'"),
+    ("singleton:5", "KIND one of afterok, afterany, afternotok, after, aftercorr, or "
+                    "singleton, not 'singleton:5'"),
+    ("aftercorr", "KIND:ID"),
     ("afterok:5_", r"--dependency: '5_' is not a job id; give an ID like 12, or ARRAY_INDEX"),
     ("afterok:_3", "'_3' is not a job id"),
     ("afterok:-1", "'-1' is not a job id"),

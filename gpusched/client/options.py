@@ -40,7 +40,8 @@ SUBMIT = (
     ("after", ("--after",), "list", [], "Start after these jobs succeed: 3,4."),
     ("dependency", ("--dependency", "-d"), "list", [],
      "Slurm form: afterok:3:4,afterany:5,afternotok:6, after:7 (once 7 started); ids may be "
-     "ARRAY_INDEX (12_3)."),
+     "ARRAY_INDEX (12_3). ? for any one of them (afterok:3?afterok:4); singleton (one job of "
+     "this name at a time); aftercorr:12 (element N after 12_N)."),
     ("kill_on_invalid_dep", ("--kill-on-invalid-dep",), "yesno", False,
      "Cancel the job if its dependency can never be met (also Slurm's =yes or =no)."),
     ("array", ("--array", "-a"), "str", None,

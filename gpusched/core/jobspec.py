@@ -119,9 +119,13 @@ def _dependencies(spec: dict) -> tuple[tuple[str, int], ...]:
     deps = spec.get("dependencies") or []
     if not isinstance(deps, list) or not all(
             isinstance(d, list) and len(d) == 2 and isinstance(d[0], str)
-            and d[0] in DEPENDENCY_KINDS and values.is_whole(d[1], 0, MAX_JOB_ID) for d in deps):
+            and (d[0] in DEPENDENCY_KINDS and values.is_whole(d[1], 0, MAX_JOB_ID)
+                 or d[0] in (syntax.SINGLETON, syntax.ANY_OF) and values.is_whole(d[1], 0, 0))
+            for d in deps):
         raise UsageError(f"dependencies must be [KIND, ID] pairs, not {values.shown(deps)}")
-    return tuple((kind, job_id) for kind, job_id in deps)
+    # ANY_OF marks the whole list: first, where the scheduler looks for it (a stable sort).
+    return tuple(sorted(((kind, job_id) for kind, job_id in deps),
+                        key=lambda d: d[0] != syntax.ANY_OF))
 
 
 def _retry_on(spec: dict) -> tuple[str, ...]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import enum
 from dataclasses import asdict, dataclass, field, replace
 
+from gpusched.core.syntax import dependency_words
 from gpusched.core.values import HIDDEN  # noqa: F401 - where the daemon reads it
 
 # The end_reason of a running job whose shim died, while the processes it left are being
@@ -140,7 +141,8 @@ class Job:
     end_reason: str = ""
     # Scheduling semantics (Slurm's vocabulary).
     held: bool = False
-    dependencies: tuple[tuple[str, int], ...] = ()  # (syntax.DEPENDENCY_KINDS, id)
+    # (syntax.DEPENDENCY_KINDS, id), (SINGLETON, 0), and (ANY_OF, 0) first for Slurm's `?`.
+    dependencies: tuple[tuple[str, int], ...] = ()
     kill_on_invalid_dep: bool = False
     array_id: int | None = None  # the id of the array's first element
     array_index: int | None = None
@@ -320,7 +322,7 @@ def job_to_dict(job: Job) -> dict:
         "pending_reason": job.pending_reason if job.state is JobState.PENDING else "",
         "end_reason": job.end_reason, "master_port": job.master_port,
         "stdout_path": job.stdout_path, "stderr_path": job.stderr_path,
-        "held": job.held, "dependencies": [f"{kind}:{dep}" for kind, dep in job.dependencies],
+        "held": job.held, "dependencies": dependency_words(job.dependencies),
         "array_id": job.array_id, "array_index": job.array_index,
         "array_throttle": job.array_throttle, "time_limit_s": job.time_limit_s,
         "warn_signal": job.warn_signal, "warn_before_s": job.warn_before_s,

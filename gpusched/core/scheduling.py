@@ -10,9 +10,11 @@ import itertools
 import math
 from dataclasses import dataclass, field, replace
 from operator import attrgetter
-from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
+from typing import Callable, Iterable, Iterator, Mapping, Sequence
 
 from gpusched.core import lifecycle, placement
+# Here for the daemon's callers: what dependencies decide lives in core/dependencies.py.
+from gpusched.core.dependencies import DependencyStates, dependency_status  # noqa: F401
 # DISCIPLINES, the names QueueRules.discipline takes, lives in models for the command line.
 from gpusched.core.models import DISCIPLINES, GpuInfo, Inventory, Job, JobState, Request
 from gpusched.core.pendingqueue import Bound, PendingQueue
@@ -53,37 +55,6 @@ class Plan:
     considered: int = 0  # jobs the pass looked at: bounded, not the queue's length
     # A bounded pass's reasons for the jobs it stopped before (schedule's `shapes`).
     later: Callable[[Job], str | None] | None = None
-
-
-class DependencyStates(dict):
-    """Job id -> JobState of the jobs depended on, and, in `ended_as`, how an array ended in
-    words ("element 12_3 (job 15) ended failed"): a reason then names the element that
-    failed, not the array's id (its first element, which may have succeeded)."""
-
-    def __init__(self, *args: Any, **kwargs: Any):
-        super().__init__(*args, **kwargs)
-        self.ended_as: dict[int, str] = {}
-
-
-def dependency_status(job: Job, states: Mapping[int, JobState]) -> tuple[bool, str]:
-    """(can never be met, reason) for a job's unmet dependencies; (False, "") when all met."""
-    waiting = []
-    for kind, dep in job.dependencies:
-        state = states.get(dep)
-        if state is None:
-            return True, f"dependency {kind}:{dep} can never be met: job {dep} does not exist"
-        if kind == "after":  # met once the job started, or ended without starting
-            if state is JobState.PENDING:
-                waiting.append(f"{kind}:{dep}")
-            continue
-        if not state.is_final:
-            waiting.append(f"{kind}:{dep}")
-            continue
-        ok = state is JobState.SUCCEEDED
-        if (kind == "afterok" and not ok) or (kind == "afternotok" and ok):
-            ended = getattr(states, "ended_as", {}).get(dep) or f"job {dep} ended {state.value}"
-            return True, f"dependency {kind}:{dep} can never be met: {ended}"
-    return False, f"waiting for {', '.join(waiting)}" if waiting else ""
 
 
 def order_key(job: Job, rules: QueueRules, usage: Mapping[str, float]):

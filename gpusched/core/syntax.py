@@ -18,8 +18,13 @@ MAX_ARRAY_SIZE = 1_000_000
 MAX_JOB_ID = 2**63 - 1  # SQLite's largest integer
 MAX_PRIORITY = 10**6
 MAX_DURATION_S = 100 * 365 * 86400.0  # a time limit or retry delay: a century at most
-# "after" is met once the job has started (or ended without starting), as in Slurm.
-DEPENDENCY_KINDS = ("afterok", "afterany", "afternotok", "after")
+# "after" is met once the job has started (or ended without starting), as in Slurm;
+# "aftercorr" once the element of the same index of another array has succeeded.
+DEPENDENCY_KINDS = ("afterok", "afterany", "afternotok", "after", "aftercorr")
+# Entries with no job, stored with id 0 (no job has it): Slurm's singleton (one job of a
+# user and name at a time), and ANY_OF, first in a job's dependencies when any one of
+# them is enough (Slurm's `?` separator; `,` means all of them).
+SINGLETON, ANY_OF = "singleton", "?"
 RETRY_ON_CHOICES = ("failed", "timeout", "oom", "cancelled", "lost", "gpu_oom")
 # Warning signals go through the job's shim, which passes on only these (shim.FORWARDED);
 # any other would stay with the shim (ALRM is its SIGKILL timer; KILL or STOP stop it).
@@ -112,37 +117,53 @@ def _array_range(text: str) -> tuple[int, int, int] | None:
 
 
 def parse_dependencies(after: list[str], dependency: list[str]) -> list[tuple[str, int | str]]:
-    """--after 3,4 (afterok) and Slurm's --dependency afterok:3:4,afterany:5,after:6.
+    """--after 3,4 (afterok) and Slurm's --dependency afterok:3:4,afterany:5,after:6, or
+    any of them with `?` (afterok:3?afterany:5), and singleton.
 
     An id is a number, or ARRAY_INDEX text ('12_3') that the daemon turns into the
-    element's own job id.
+    element's own job id. With `?`, (ANY_OF, 0) comes first.
     """
     deps: list[tuple[str, int | str]] = []
     for text in after:
         deps += [("afterok", _dependency_id(i, "--after")) for i in text.split(",") if i.strip()]
+    any_of = [text for text in dependency if "?" in text]
+    if any_of and ("," in any_of[0] or len(after) + len(dependency) > 1):
+        # Slurm takes one separator per expression (and reads a mix as all `?`): refused
+        # rather than guessed at, as `a,b?c` may mean (a and b) or c.
+        raise UsageError(f"--dependency {any_of[0]!r} mixes '?' (any of) with ',' or other "
+                         "dependencies (all of); give one expression with one separator")
     for text in dependency:
-        _refuse_unsupported_dependency(text)
-        for clause in filter(None, (c.strip() for c in text.split(","))):
-            kind, *ids = clause.split(":")
-            kind = kind.strip().lower()
-            if kind not in DEPENDENCY_KINDS or not ids:
-                raise UsageError(f"--dependency wants KIND:ID[:ID] with KIND one of "
-                                 f"{', '.join(DEPENDENCY_KINDS)}, not {clause!r}")
-            deps += [(kind, _dependency_id(i, "--dependency")) for i in ids]
-    return deps
+        if "+" in text:
+            raise UsageError(f"--dependency {text!r}: a delay after the start "
+                             "(after:ID+MINUTES) is not supported; use after:ID")
+        for clause in filter(None, (c.strip() for c in text.split("?" if any_of else ","))):
+            deps += _dependency_clause(clause)
+    return [(ANY_OF, 0), *deps] if any_of and deps else deps
 
 
-def _refuse_unsupported_dependency(text: str) -> None:
-    """Slurm forms gpusched does not implement, each refused in its own words."""
-    if "?" in text:
-        raise UsageError(f"--dependency {text!r}: '?' (any one of them) is not supported; "
-                         "gpusched waits for every dependency, separated by ','")
-    if "+" in text:
-        raise UsageError(f"--dependency {text!r}: a delay after the start (after:ID+MINUTES) "
-                         "is not supported; use after:ID")
-    if any(c.strip().lower() == "singleton" for c in text.split(",")):
-        raise UsageError("--dependency singleton (one job of a name at a time) is not "
-                         "supported; chain the jobs with --after ID")
+def _dependency_clause(clause: str) -> list[tuple[str, int | str]]:
+    """'afterok:3:4' -> [('afterok', 3), ('afterok', 4)]; 'singleton' -> [('singleton', 0)]."""
+    kind, *ids = clause.split(":")
+    kind = kind.strip().lower()
+    if kind == SINGLETON and not ids:
+        return [(SINGLETON, 0)]
+    if kind not in DEPENDENCY_KINDS or not ids:
+        raise UsageError(f"--dependency wants KIND:ID[:ID] with KIND one of "
+                         f"{', '.join(DEPENDENCY_KINDS)}, or singleton, not {clause!r}")
+    return [(kind, _dependency_id(i, "--dependency")) for i in ids]
+
+
+def dependency_words(deps) -> list[str]:
+    """A job's dependencies as Slurm writes them, one word per condition that must hold:
+    ['afterok:3', 'singleton'], or one word for any of them: ['afterok:3?afterany:5']."""
+    words = [kind if kind == SINGLETON else f"{kind}:{dep}" for kind, dep in deps
+             if kind != ANY_OF]
+    return ["?".join(words)] if words and deps[0][0] == ANY_OF else words
+
+
+def dependency_job_ids(deps) -> list[int]:
+    """The jobs that dependencies name (singleton and ANY_OF name none)."""
+    return [dep for kind, dep in deps if kind not in (SINGLETON, ANY_OF)]
 
 
 def _dependency_id(text: str, option: str) -> int | str:

@@ -1,34 +1,38 @@
-"""The states of the jobs that pending jobs depend on, looked up as a pass asks for them:
-a pass that stops early never reads those of the jobs it did not reach."""
+"""What the pending jobs' dependencies need to know, looked up as a pass asks for it: the
+states of the jobs and arrays they name, the elements aftercorr pairs them with, and the
+active jobs of the same user and name for singleton (core/dependencies.py decides). A pass
+that stops early never reads what the jobs it did not reach depend on."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from gpusched.core import scheduling
+from gpusched.core.dependencies import DependencyStates
 from gpusched.core.models import JobState
 from gpusched.daemon.arrays import array_ended_as, array_state
 
 
-class DependencyLookup(scheduling.DependencyStates):
-    """scheduling.DependencyStates filled on demand: a job id's state (an array's id: the
-    whole array's, as array_state says) from the active jobs, else the store."""
+class DependencyLookup(DependencyStates):
+    """DependencyStates filled on demand, for one pass: a job id's state (an array's id:
+    the whole array's, as array_state says) from the active jobs, else the store."""
 
     def __init__(self, active: dict[int, Any], store: Any):
         super().__init__()
         self._active, self._store = active, store
+        self.elements = _Elements(self)
+        self.same_name = _SameName(active)
 
     def get(self, job_id: int, default: Any = None) -> Any:
         if job_id not in self:
-            self._fill(job_id)
+            self.fill(job_id)
         return super().get(job_id, default)
 
     def __getitem__(self, job_id: int) -> JobState:
         if job_id not in self:
-            self._fill(job_id)
+            self.fill(job_id)
         return super().__getitem__(job_id)
 
-    def _fill(self, job_id: int) -> None:
+    def fill(self, job_id: int) -> None:
         job = self._active.get(job_id)
         if job is not None:
             self[job_id] = job.state
@@ -39,4 +43,43 @@ class DependencyLookup(scheduling.DependencyStates):
             current = [self._active.get(j.id, j) for j in elements]
             self[job_id] = array_state([j.state for j in current])
             self.ended_as[job_id] = array_ended_as(job_id, current)
+            self.elements.update(((job_id, j.array_index), j.state) for j in current)
 
+
+class _Elements(dict):
+    """(array id, index) -> state, for aftercorr: an array's elements are read with it."""
+
+    def __init__(self, lookup: DependencyLookup):
+        super().__init__()
+        self._lookup = lookup
+
+    def get(self, key: tuple[int, int], default: Any = None) -> Any:
+        if key[0] not in self._lookup:
+            self._lookup.fill(key[0])
+        return super().get(key, default)
+
+
+class _SameName:
+    """(uid, name) -> ((job id, state), ...): the lowest started and the lowest pending of
+    the active jobs of that user and name, all that singleton needs. Worked out in one walk
+    of the active jobs, the first time a singleton is reached in a pass (a queue may hold a
+    100,000-element array of one name)."""
+
+    def __init__(self, active: dict[int, Any]):
+        self._active = active
+        self._lowest: dict[tuple, tuple[tuple[int, JobState], ...]] | None = None
+
+    def get(self, key: tuple[int, str], default: Any = ()) -> Any:
+        if self._lowest is None:
+            self._lowest = _lowest_by_name(self._active.values())
+        return self._lowest.get(key, default)
+
+
+def _lowest_by_name(active) -> dict[tuple, tuple[tuple[int, JobState], ...]]:
+    lowest: dict[tuple, dict[bool, tuple[int, JobState]]] = {}
+    for job in active:  # every job that has not ended is active
+        kept = lowest.setdefault((job.uid, job.display_name), {})
+        started = job.state is not JobState.PENDING
+        if started not in kept or job.id < kept[started][0]:
+            kept[started] = (job.id, job.state)
+    return {key: tuple(kept.values()) for key, kept in lowest.items()}

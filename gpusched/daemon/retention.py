@@ -24,6 +24,7 @@ import time
 from contextlib import nullcontext
 
 from gpusched.core.errors import StoreWriteError
+from gpusched.core.syntax import dependency_job_ids
 from gpusched.daemon.batches import TURN_BUDGET_S, Batched
 from gpusched.daemon.state import DaemonState, Setup
 from gpusched.daemon.store import Store
@@ -125,7 +126,7 @@ def _still_needed(state: DaemonState) -> tuple[set, set]:
     """Ids active jobs depend on, and arrays with active elements: kept however old."""
     depended_on, busy_arrays = set(), set()
     for job in state.jobs.values():
-        depended_on.update(dep_id for _, dep_id in job.dependencies)
+        depended_on.update(dependency_job_ids(job.dependencies))
         if job.array_id is not None:
             busy_arrays.add(job.array_id)
     return depended_on, busy_arrays

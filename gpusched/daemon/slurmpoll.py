@@ -20,6 +20,7 @@ from gpusched.core import lifecycle
 from gpusched.core.clusterconf import LOCAL, ClusterConfig
 from gpusched.core.errors import UsageError
 from gpusched.core.models import Job, JobState, transition
+from gpusched.core.syntax import ANY_OF, SINGLETON
 from gpusched.core.slurmparse import SlurmRow, final_state, parse_record, record_outcome
 from gpusched.daemon.slurmcmd import SlurmCommands, SlurmError
 from gpusched.daemon.slurmsubmit import HandOver, log_failure, pending_because
@@ -96,7 +97,14 @@ class ClusterJobs:
 
     def check_dependencies(self, deps: tuple[tuple[str, int], ...], cluster: ClusterConfig
                            ) -> None:
-        """A cluster job may wait only on cluster jobs of the same cluster."""
+        """A cluster job may wait only on cluster jobs of the same cluster, and only all of
+        them, by the kinds slurmdeps decides (aftercorr, singleton and `?` are not)."""
+        odd = [kind for kind, _ in deps if kind in ("aftercorr", SINGLETON, ANY_OF)]
+        if odd:
+            word = "'?' (any of)" if odd[0] == ANY_OF else odd[0]
+            raise UsageError(f"--dependency {word} is not handed to a cluster (cluster "
+                             f"{cluster.name}); run the job here, or use afterok, afterany, "
+                             "afternotok or after, all of them (',')")
         for _, dep in deps:
             run = self.runs.get(dep)
             if run is None or run["cluster"] != cluster.name:

@@ -108,20 +108,21 @@ class Submits:
         if not isinstance(deps, list):
             return spec  # check_job_spec says what is wrong with it
         return {**spec, "dependencies": [
-            [dep[0], self._element_id(dep[1])]
+            [dep[0], self._element_id(dep[1], whole_array=dep[0] == "aftercorr")]
             if isinstance(dep, list) and len(dep) == 2 and isinstance(dep[1], str) else dep
             for dep in deps]}
 
-    def _element_id(self, text: str) -> int:
+    def _element_id(self, text: str, whole_array: bool = False) -> int:
         base, index = syntax.parse_job_id(text)
-        if index is None:
+        if index is None or whole_array:
+            # aftercorr:12_3 pairs elements with array 12's, as in Slurm.
             return base
         try:
             element = named(self.state, text, whole_arrays=False)[0]
         except NotFound as exc:
             raise UsageError(f"dependency on {text}: {exc.message}") from None
         # Element 0's id is the array's id, and a dependency on an array's id means the
-        # whole array (JobControl._dependency_states): it cannot name element 0 alone.
+        # whole array (daemon/depstates.py): it cannot name element 0 alone.
         if element.id == base and len(self.state.store.array(base)) > 1:
             raise UsageError(f"dependency on {text}: the first element of array {base} has the "
                              f"array's own id, and a dependency on {base} waits for the whole "
@@ -185,7 +186,8 @@ class Submits:
     def _check_dependencies(self, deps: tuple[tuple[str, int], ...]) -> None:
         # A new job may only depend on jobs that exist, all older than it, so a cycle
         # cannot form: refusing unknown ids is what keeps the graph acyclic.
-        missing = [i for _, i in deps if i not in self.state.jobs and self.state.store.get(i) is None]
+        missing = [i for i in syntax.dependency_job_ids(deps)
+                   if i not in self.state.jobs and self.state.store.get(i) is None]
         if missing:
             raise UsageError(f"dependency on job {missing[0]}, which does not exist (a job can "
                              "only depend on jobs already queued, so no cycle can form)")
