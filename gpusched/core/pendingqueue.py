@@ -1,5 +1,5 @@
 """The pending jobs in the order a scheduling pass considers them, kept in step one job at a
-time (a pass never sorts the queue), and the counts a bounded pass and `ls` summaries need.
+time (a pass never sorts the queue), and the counts a bounded pass needs.
 
 A queue of 100,000 jobs is mostly a few kinds of job: a pass stops once every kind left in
 line is known to be unable to start (core/scheduling.py), which needs how many of each
@@ -14,6 +14,7 @@ from bisect import bisect_left, insort
 from typing import Any, Callable, Iterable, Iterator, Mapping
 
 from gpusched.core.models import Job
+from gpusched.core.syntax import SINGLETON
 
 
 def shape_of(job: Job, per_user: bool = True) -> tuple:
@@ -21,11 +22,22 @@ def shape_of(job: Job, per_user: bool = True) -> tuple:
     time limit: two jobs of one shape that a pass refuses for want of GPUs, cores, memory
     or a limit, or for a hold or a dependency, are refused alike. (The time limit matters
     only to backfill's promise, which a pass never takes as final: scheduling._consider.)
-    The user counts only where per-user limits are set."""
+    The user counts only where per-user limits are set. Two dependency kinds are decided
+    by more than the dependency itself: singleton by the job's user and name, aftercorr by
+    its array index."""
     return (job.request, job.policy, job.user if per_user else "", job.held,
             job.dependencies, job.kill_on_invalid_dep, job.eligible_at,
             job.array_id if job.array_throttle is not None else None, job.array_throttle,
-            job.id if job.preempt_hold else None)
+            job.id if job.preempt_hold else None,
+            _decided_by(job) if job.dependencies else None)
+
+
+def _decided_by(job: Job) -> tuple | None:
+    kinds = {kind for kind, _ in job.dependencies}
+    if SINGLETON not in kinds and "aftercorr" not in kinds:
+        return None
+    return ((job.uid, job.display_name) if SINGLETON in kinds else None,
+            job.array_index if "aftercorr" in kinds else None)
 
 
 def may_be_cancelled(shape: tuple) -> bool:
