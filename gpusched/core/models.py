@@ -135,8 +135,11 @@ class Job:
     shim_start_time: float | None = None
     boot_id: str = ""
     cancel_requested: bool = False
+    # The job's logs: gpusched's own files, or those of --output and --error (expanded);
+    # open_mode: "truncate" or "append" at its first start for those, "" for the own.
     stdout_path: str = ""
     stderr_path: str = ""
+    open_mode: str = ""
     end_reason: str = ""
     # Scheduling semantics (Slurm's vocabulary).
     held: bool = False
@@ -303,6 +306,7 @@ def job_to_dict(job: Job) -> dict:
         "pending_reason": job.pending_reason if job.state is JobState.PENDING else "",
         "end_reason": job.end_reason, "master_port": job.master_port,
         "stdout_path": job.stdout_path, "stderr_path": job.stderr_path,
+        "open_mode": job.open_mode,
         "held": job.held, "dependencies": [f"{kind}:{dep}" for kind, dep in job.dependencies],
         "array_id": job.array_id, "array_index": job.array_index,
         "array_throttle": job.array_throttle, "time_limit_s": job.time_limit_s,

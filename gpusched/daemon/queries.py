@@ -88,7 +88,7 @@ class Queries:
         now, settings = self.setup.clock.time(), self.setup.settings
         for row in rows:
             row["gpu_idle_since"] = idlegpus.flagged_since(self.state, settings, row["id"], now)
-            row["progress"] = report = progress_of(self.state.jobs.get(row["id"]))
+            row["progress"] = report = progress_of(self.state.jobs.get(row["id"]), self.setup.paths)
             if row["id"] in self.state.remote_ids:  # a cluster job: where Slurm has it
                 row["cluster"] = self.state.clusters.describe(row["id"])
             if report is not None and row["command"] == [HIDDEN]:

@@ -6,8 +6,8 @@ import os
 from dataclasses import replace
 from typing import Any, Iterator
 
-from gpusched.core import (jobspec, limits, memestimate, placement, preemption, scheduling,
-                           slurmspec, syntax)
+from gpusched.core import (jobspec, limits, memestimate, outpattern, placement, preemption,
+                           scheduling, slurmspec, syntax)
 from gpusched.core.errors import NotFound, UsageError
 from gpusched.core.models import Job
 from gpusched.core.values import shown
@@ -167,17 +167,26 @@ class Submits:
         """The job, or one per array index, with these ids."""
         array_id = ids[0] if indices != (None,) else None
         for job_id, index in zip(ids, indices):
-            stdout, stderr = self._log_paths(job_id, template.user)
-            yield replace(template, id=job_id, array_id=array_id, array_index=index,
+            job = replace(template, id=job_id, array_id=array_id, array_index=index,
                           array_throttle=throttle if array_id else None,
-                          stdout_path=stdout, stderr_path=stderr,
                           pending_reason=scheduling.held_reason(job_id) if template.held
                           else template.pending_reason)
+            stdout, stderr = self._log_paths(job)
+            yield replace(job, stdout_path=stdout, stderr_path=stderr)
 
-    def _log_paths(self, job_id: int, user: str) -> tuple[str, str]:
-        """Beside the job's run file; in system mode in the user's own log directory, so
-        that the user's client reads them directly and root never writes them."""
-        log_root = self.setup.paths.log_root
-        if log_root is None:
-            return runfile.log_paths(self.setup.paths.jobs_dir, job_id)
-        return runfile.log_paths(os.path.join(log_root, user), job_id, flat=True)
+    def _log_paths(self, job: Job) -> tuple[str, str]:
+        """The job's logs: gpusched's own (runfile.own_log_paths), or the files its
+        --output and --error patterns name; without --error, errors go with the output,
+        as in Slurm."""
+        own = runfile.own_log_paths(self.setup.paths.jobs_dir, self.setup.paths.log_root,
+                                    job.user, job.id)
+        if not job.open_mode:
+            return own
+        fields = {"job_id": job.id, "name": job.display_name, "user": job.user,
+                  "host": os.uname().nodename, "array_id": job.array_id,
+                  "array_index": job.array_index}
+        stdout = (outpattern.expand_path(job.stdout_path, job.cwd, **fields)
+                  if job.stdout_path else own[0])
+        stderr = (outpattern.expand_path(job.stderr_path, job.cwd, **fields)
+                  if job.stderr_path else stdout if job.stdout_path else own[1])
+        return stdout, stderr
