@@ -8,6 +8,8 @@ import json
 from pathlib import Path
 
 from conftest import executable
+from slurmhome import cluster_home
+from slurmnode import slurm  # noqa: F401 - the fixture
 
 
 def work_dir(home, *subdirs: str) -> Path:
@@ -153,3 +155,25 @@ def test_submit_json_and_show_json_name_the_files(home):
                                  "--", "true", cwd=work).stdout)["id"]
     job = home.wait_state(job_id, "succeeded")
     assert job["stdout_path"] == str(work / f"named.{job_id}.log")
+
+
+def test_resubmit_expands_the_patterns_again_for_the_new_job(home):
+    work = work_dir(home)
+    first = int(home.run("submit", "-o", "r-%j.out", "--", "echo", "again", cwd=work).stdout)
+    home.wait_state(first, "succeeded")
+    second = int(home.run("resubmit", str(first)).stdout)
+    job = home.wait_state(second, "succeeded")
+    assert job["stdout_path"] == str(work / f"r-{second}.out")
+    assert (work / f"r-{first}.out").read_text() == (work / f"r-{second}.out").read_text() \
+        == "again\n"
+
+
+def test_a_cluster_job_refuses_output_files_in_one_line(slurm, make_home, tmp_path):  # noqa: F811
+    home, root = cluster_home(make_home, slurm, tmp_path)
+    refused = home.run("submit", "--cluster", "hpc", "-o", "x.out", "--", "true", cwd=root,
+                       check=False)
+    assert refused.returncode == 1
+    assert refused.stderr == ("Error: cannot hand this job to cluster hpc: --output and "
+                              "--error are not handed to a cluster yet: its jobs' logs are on "
+                              "the shared directory, read with `gpusched logs ID`; leave them "
+                              "out\n")

@@ -201,10 +201,10 @@ def check_job_spec(spec: Any, policies: list[str]) -> dict[str, Any]:
 
 
 def _output_fields(spec: dict) -> dict[str, Any]:
-    """--output and --error as the job's log paths, still patterns (the daemon expands
-    them with the job's id), and --open-mode: "" for gpusched's own logs."""
+    """--output and --error, patterns the daemon expands with the job's id, and
+    --open-mode: "" for a job without them."""
     paths = {}
-    for key, field in (("output", "stdout_path"), ("error", "stderr_path")):
+    for key, field in (("output", "output_pattern"), ("error", "error_pattern")):
         pattern = spec.get(key) or ""
         if not values.is_text(pattern, os_text=True) or len(pattern) > 4096:
             raise UsageError(f"--{key} must be a file name of at most 4096 characters "
@@ -258,6 +258,7 @@ def job_spec(job: Job) -> dict[str, Any]:
         "preemptible": job.preemptible, "preempt_grace_s": job.preempt_grace_s,
         "container": list(job.container),
         "warn_batch": job.warn_batch,
+        "output": job.output_pattern, "error": job.error_pattern, "open_mode": job.open_mode,
     }
 
 

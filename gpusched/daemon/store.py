@@ -132,9 +132,11 @@ MIGRATIONS: list[str] = [
     """
     ALTER TABLE jobs ADD COLUMN warn_batch INTEGER NOT NULL DEFAULT 0;
     """,
-    # 9: --output/--error files of the user's (in stdout_path, stderr_path) and how the
-    # first run opens them: "truncate" or "append"; "" for gpusched's own logs.
+    # 9: --output/--error: the patterns (their files are in stdout_path, stderr_path)
+    # and how the first run opens them, "truncate" or "append"; "" without them.
     """
+    ALTER TABLE jobs ADD COLUMN output_pattern TEXT NOT NULL DEFAULT '';
+    ALTER TABLE jobs ADD COLUMN error_pattern TEXT NOT NULL DEFAULT '';
     ALTER TABLE jobs ADD COLUMN open_mode TEXT NOT NULL DEFAULT '';
     """,
 ]
@@ -153,7 +155,8 @@ _FINAL = sorted(state.value for state in JobState if state.is_final)  # under SQ
 _SET_AT_SUBMIT = frozenset({"command", "env", "cwd", "uid", "user", "submit_pid", "submitted_at",
                             "dependencies", "retry_on", "retry_delay_s",
                             "preemptible", "preempt_grace_s", "mem_growth", "job_key",
-                            "interactive", "container", "open_mode"})
+                            "interactive", "container", "output_pattern", "error_pattern",
+                            "open_mode"})
 _UPDATED_FIELDS = [n for n in _JOB_FIELDS if n not in _SET_AT_SUBMIT]
 
 

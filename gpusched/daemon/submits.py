@@ -185,8 +185,8 @@ class Submits:
         fields = {"job_id": job.id, "name": job.display_name, "user": job.user,
                   "host": os.uname().nodename, "array_id": job.array_id,
                   "array_index": job.array_index}
-        stdout = (outpattern.expand_path(job.stdout_path, job.cwd, **fields)
-                  if job.stdout_path else own[0])
-        stderr = (outpattern.expand_path(job.stderr_path, job.cwd, **fields)
-                  if job.stderr_path else stdout if job.stdout_path else own[1])
+        stdout = (outpattern.expand_path(job.output_pattern, job.cwd, **fields)
+                  if job.output_pattern else own[0])
+        stderr = (outpattern.expand_path(job.error_pattern, job.cwd, **fields)
+                  if job.error_pattern else stdout if job.output_pattern else own[1])
         return stdout, stderr
