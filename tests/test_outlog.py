@@ -5,9 +5,10 @@ with #SBATCH lines, relative paths from a working directory)."""
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
-from conftest import executable
+from conftest import REPO, executable, wait_until
 from slurmhome import cluster_home
 from slurmnode import slurm  # noqa: F401 - the fixture
 
@@ -177,3 +178,24 @@ def test_a_cluster_job_refuses_output_files_in_one_line(slurm, make_home, tmp_pa
                               "--error are not handed to a cluster yet: its jobs' logs are on "
                               "the shared directory, read with `gpusched logs ID`; leave them "
                               "out\n")
+
+
+PROGRESS_JOB = """
+import os, sys, time
+sys.path.insert(0, os.environ["REPO"])
+from gpusched import job
+job.progress(0.42, "step 42")
+while not os.path.exists("release"):
+    time.sleep(0.02)
+"""
+
+
+def test_progress_is_reported_and_kept_out_of_the_users_directory(home):
+    work = work_dir(home, "logs")
+    job_id = int(home.run("submit", "-o", "logs/p.out", "--env", f"REPO={REPO}", "--",
+                          sys.executable, "-c", PROGRESS_JOB, cwd=work).stdout)
+    shown = wait_until(lambda: (j := home.show(job_id))["progress"] and j, "a progress report")
+    assert shown["progress"]["message"] == "step 42"
+    (work / "release").touch()
+    home.wait_state(job_id, "succeeded")
+    assert sorted(p.name for p in (work / "logs").iterdir()) == ["p.out"]

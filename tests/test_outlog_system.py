@@ -9,11 +9,12 @@ from pathlib import Path
 
 from test_system_mode import make_system, pytestmark, system, users  # noqa: F401 - fixtures
 
+from gpusched.core.values import HIDDEN
 from gpusched.proc import privileges
 
 
 def test_a_users_output_file_is_made_as_the_user_in_the_working_directory(system, users):
-    alice, _ = users
+    alice, bob = users
     out_dir = Path(alice.home) / "runs"
     out_dir.mkdir()
     os.chown(out_dir, alice.uid, alice.gid)
@@ -25,6 +26,8 @@ def test_a_users_output_file_is_made_as_the_user_in_the_working_directory(system
     assert chosen.read_text() == f"{alice.uid}\nerr\n"
     assert (chosen.stat().st_uid, chosen.stat().st_gid) == (alice.uid, alice.gid)
     assert system.run_as(alice, "logs", str(job_id)).stdout == f"{alice.uid}\nerr\n"
+    seen = system.json_as(bob, "show", str(job_id))  # another user sees no path of alice's
+    assert seen["stdout_path"] == seen["output_pattern"] == seen["error_pattern"] == HIDDEN
 
 
 def test_a_user_cannot_make_the_daemon_write_a_file_the_user_cannot(system, users):
