@@ -72,7 +72,7 @@ def known_dir(pattern: str, cwd: str, name: str, user: str, host: str) -> str | 
     """The directory a pattern's file will be in, when that does not depend on the job's
     id (else None): what `submit` can check before the job is queued."""
     folder = os.path.dirname(pattern)
-    if "\\" not in folder and any(letter and letter in ID_LETTERS
+    if "\\" not in pattern and any(letter and letter in ID_LETTERS
                                   for _, letter, _ in _tokens(folder)):
         return None
     return os.path.dirname(expand_path(pattern, cwd, job_id=0, name=name, user=user,

@@ -167,26 +167,27 @@ class Submits:
         """The job, or one per array index, with these ids."""
         array_id = ids[0] if indices != (None,) else None
         for job_id, index in zip(ids, indices):
-            job = replace(template, id=job_id, array_id=array_id, array_index=index,
+            stdout, stderr = self._log_paths(template, job_id, array_id, index)
+            yield replace(template, id=job_id, array_id=array_id, array_index=index,
                           array_throttle=throttle if array_id else None,
+                          stdout_path=stdout, stderr_path=stderr,
                           pending_reason=scheduling.held_reason(job_id) if template.held
                           else template.pending_reason)
-            stdout, stderr = self._log_paths(job)
-            yield replace(job, stdout_path=stdout, stderr_path=stderr)
 
-    def _log_paths(self, job: Job) -> tuple[str, str]:
-        """The job's logs: gpusched's own (runfile.own_log_paths), or the files its
-        --output and --error patterns name; without --error, errors go with the output,
-        as in Slurm."""
+    def _log_paths(self, template: Job, job_id: int, array_id: int | None,
+                   array_index: int | None) -> tuple[str, str]:
+        """The logs of a job of this template: gpusched's own (runfile.own_log_paths), or
+        the files its --output and --error patterns name; without --error, errors go
+        with the output, as in Slurm."""
         own = runfile.own_log_paths(self.setup.paths.jobs_dir, self.setup.paths.log_root,
-                                    job.user, job.id)
-        if not job.open_mode:
+                                    template.user, job_id)
+        if not template.open_mode:
             return own
-        fields = {"job_id": job.id, "name": job.display_name, "user": job.user,
-                  "host": os.uname().nodename, "array_id": job.array_id,
-                  "array_index": job.array_index}
-        stdout = (outpattern.expand_path(job.output_pattern, job.cwd, **fields)
-                  if job.output_pattern else own[0])
-        stderr = (outpattern.expand_path(job.error_pattern, job.cwd, **fields)
-                  if job.error_pattern else stdout if job.output_pattern else own[1])
+        fields = {"job_id": job_id, "name": template.display_name, "user": template.user,
+                  "host": os.uname().nodename, "array_id": array_id, "array_index": array_index}
+        out_pattern, err_pattern = template.output_pattern, template.error_pattern
+        stdout = (outpattern.expand_path(out_pattern, template.cwd, **fields) if out_pattern
+                  else own[0])
+        stderr = (outpattern.expand_path(err_pattern, template.cwd, **fields) if err_pattern
+                  else stdout if out_pattern else own[1])
         return stdout, stderr

@@ -70,7 +70,7 @@ class Handoff:
         capped = (out_capped, err_capped and not same)
         socket.send_fds(self.child_sock, [b"".join(b"1" if c else b"0" for c in capped)],
                         [fd for fd, c in zip((out_fd, err_fd), capped) if c])
-        ends = [fd for fd in (out_fd, err_fd)]
+        ends = [out_fd, err_fd]
         for i, is_capped in enumerate(capped):
             if is_capped:
                 os.close(ends[i])
