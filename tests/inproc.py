@@ -175,7 +175,7 @@ class FakeShims:
     def remove_container(self, spec: dict) -> None:
         self.container_removals.append(spec)
 
-    def append_to_log(self, path: str, line: str) -> None:
+    def append_to_log(self, path: str, line: str, uid: int) -> None:
         self.notes.append((path, line))
 
     def pick_master_port(self, job_id: int, low: int, high: int, taken: Any) -> int:

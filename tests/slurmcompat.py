@@ -282,6 +282,29 @@ def dependency_kinds(side) -> dict:
     for job_id in (neither[0], *(f"{children}_{i}" for i in range(5))):
         side.cancel(job_id)
     return out
+def output_files(side) -> dict:
+    """-o/-e with %j, %x, %A_%a, relative to the working directory, and --open-mode."""
+    work = side.workdir
+    for name in ("kept.out", "fresh.out"):
+        (work / name).write_text("before\n")
+    both = submit(side, ["-o", "o-%j.out"], "echo out; echo err >&2")
+    apart = submit(side, ["-o", "a-%j.out", "-e", "a-%j.err"], "echo out; echo err >&2")
+    named = submit(side, ["-J", "named", "-o", "%x.out"], "echo named")
+    array_id = submit(side, ["--array", "0-1", "-o", "arr-%A_%a.out"], "echo element")
+    kept = submit(side, ["-o", "kept.out", "--open-mode=append"], "echo new")
+    fresh = submit(side, ["-o", "fresh.out"], "echo new")
+    for job_id in (both, apart, named, kept, fresh, f"{array_id}_0", f"{array_id}_1"):
+        ended(side, job_id)
+
+    def read(name: str) -> str | None:
+        return (work / name).read_text() if (work / name).exists() else None
+    return {"-o %j: output and errors": read(f"o-{both}.out"),
+            "-o and -e: output": read(f"a-{apart}.out"),
+            "-o and -e: errors": read(f"a-{apart}.err"),
+            "-J named -o %x.out": read("named.out"),
+            "--array -o %A_%a": [read(f"arr-{array_id}_{i}.out") for i in (0, 1)],
+            "--open-mode=append": read("kept.out"),
+            "truncate, the default": read("fresh.out")}
 
 
 SCENARIOS: dict[str, Callable] = {
@@ -295,6 +318,7 @@ SCENARIOS: dict[str, Callable] = {
     "time limit and signal": time_limit_and_signal,
     "option parsing": option_parsing,
     "dependency kinds": dependency_kinds,
+    "output files": output_files,
 }
 
 

@@ -97,6 +97,8 @@ TABLE = [
     ["--preemptible", "--preempt-grace", "2m", "--", "x"],
     ["--no-preemptible", "--preempt-grace=30", "x"],
     ["--preemptible", "--no-preemptible", "--", "x"],  # the checker refuses the pair
+    ["-o", "logs/%x-%j.out", "-e", "e-%A_%4a.err", "--open-mode=append", "--", "x"],
+    ["--output=o.txt", "--error", "-", "--open-mode", "truncate", "x"],
 ]
 
 

@@ -60,6 +60,7 @@ GOOD_FIELDS = {
                     "min_gpu_total_mem_bytes": 0, "min_compute_capability": [1, 0]},
     "gpu_mem_auto": False, "mem_growth": 1.5, "interactive": True,
     "container": ["busybox", "--shm-size=1g"],
+    "output": "/dev/null", "error": "/dev/null", "open_mode": "append",
 }
 assert set(GOOD_FIELDS) == set(jobspec.SPEC_FIELDS)
 ANY = SCALARS | JSON  # mostly single values: most checks are of one value's kind

@@ -26,7 +26,6 @@ def test_slurm_letters_name_hold_and_chdir(home, tmp_path, env):
 @pytest.mark.parametrize("argv, says", [
     (["-n", "4"], "Error: --ntasks 4: a gpusched job is one task"),
     (["-N", "2"], "Error: --nodes 2: gpusched runs each job on this one machine"),
-    (["-e", "err.txt"], "Error: -e (Slurm's --error) is not supported"),
     (["-p", "gpu"], "Error: -p (Slurm's --partition) is not supported"),
     (["--partition=gpu"], "Error: --partition is not supported"),
     (["-w", "node1"], "Error: -w (Slurm's --nodelist) is not supported"),

@@ -1,5 +1,5 @@
 """sbatch's spellings a Slurm user types: --gres, --gpus-per-node, --nice, --export,
---no-requeue; and the ones gpusched refuses (--requeue, --open-mode) say what to use."""
+--no-requeue; and the ones gpusched refuses (--requeue) say what to use."""
 
 from __future__ import annotations
 
@@ -36,7 +36,6 @@ def test_export_all_keeps_the_environment_and_adds(home):
 
 @pytest.mark.parametrize("argv, says", [
     (["--requeue"], "Error: --requeue is not supported"),
-    (["--open-mode=append"], "Error: --open-mode is not supported"),
     (["--gres", "tpu:1"], "Error: --gres 'tpu:1': only GPUs"),
 ])
 def test_spellings_gpusched_cannot_honour_are_refused(home, argv, says):

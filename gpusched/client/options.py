@@ -106,6 +106,15 @@ SUBMIT = (
      "items (only those; ALL,NAME=VALUE adds them to this environment)."),
     ("no_requeue", ("--no-requeue",), "flag", False,
      "Slurm's: never run it again (gpusched's default, unless --retries)."),
+    ("output", ("--output", "-o"), "str", None,
+     "Write the job's output to this file, and its errors too without --error, as sbatch "
+     "does: %j job id, %A array id, %a index, %x name, %u user, %N host, %4j padded; "
+     "relative to the working directory. Default: gpusched's own log (`gpusched logs`)."),
+    ("error", ("--error", "-e"), "str", None,
+     "Write the job's errors to this file (the same patterns as --output)."),
+    ("open_mode", ("--open-mode",), "str", None,
+     "truncate (the default) or append to the --output and --error files when the job "
+     "first starts; a retried or requeued job's later runs append."),
 )
 
 # `resubmit`'s options, a subset of submit's: (SubmitOptions field, its flags, kind and

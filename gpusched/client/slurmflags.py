@@ -25,17 +25,11 @@ REFUSED = (
     (("-C", "--constraint"), True, "gpusched has no node features. Use --gpu-type, "
      "--min-gpu-total-mem or --min-compute-capability"),
     (("-i", "--input"), True, "a job's standard input is /dev/null. Read the file from the job"),
-    (("-o", "--output"), True, "gpusched keeps each job's output itself. Read it with "
-     "`gpusched logs ID`"),
-    (("-e", "--error"), True, "gpusched keeps each job's errors itself. Read them with "
-     "`gpusched logs --stderr ID`; --env sets a variable"),
     (("-m", "--distribution"), True, "a job is one task on one machine. Leave it out"),
     (("-F", "--nodefile"), True, "gpusched runs jobs on this machine only. Leave it out"),
     (("-L", "--licenses"), True, "gpusched has no licenses. Leave it out"),
     (("-S", "--core-spec"), True, "cores are not reserved for the system. Leave it out"),
     (("-B", "--extra-node-info"), True, "gpusched runs jobs on this machine only. Leave it out"),
-    (("--open-mode",), True, "gpusched keeps each job's output itself, appending each "
-     "attempt. Read it with `gpusched logs ID`"),
     (("--requeue",), False, "a job runs at most once unless asked. Give --retries N "
      "--retry-on lost,failed"),
     (("-k", "--no-kill"), False, "a job runs on this machine only. Leave it out"),

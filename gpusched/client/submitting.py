@@ -7,6 +7,7 @@ import sys
 
 from gpusched.client import sweepfile
 from gpusched.client.options import RESUBMIT_FIELDS, SubmitOptions
+from gpusched.client.outputs import output_fields
 from gpusched.client.slurmflags import check_one_node, exported_environment, gres_as_gpus
 from gpusched.core import limits, syntax
 from gpusched.core.errors import GpuschedError, UsageError, detach_stdout
@@ -230,7 +231,9 @@ def build_request(opts: SubmitOptions) -> dict[str, Any]:
     else:
         raise UsageError("no command to run; put it after `--`, e.g. "
                          "`gpusched submit --gpus 1 -- python train.py`")
-    extra = {**scheduling_fields(opts), **container_field(opts)}
+    extra = {**scheduling_fields(opts), **container_field(opts),
+             **output_fields(opts.output, opts.error, opts.open_mode, cwd,
+                             opts.name or os.path.basename(commands[0][0]))}
     if gpu_mem_auto:
         extra["gpu_mem_auto"] = True
     jobs = [{"command": command, "name": opts.name, "gpus": gpus,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from gpusched.core import gpuoom, syntax, values
+from gpusched.core import gpuoom, outpattern, syntax, values
 from gpusched.core.topology import TOPOLOGY_MODES
 from gpusched.core.errors import UsageError
 from gpusched.core.models import DEFAULT_RETRY_DELAY_S, Constraints, Job, Request
@@ -20,7 +20,8 @@ SPEC_FIELDS = ("command", "name", "gpus", "gpu_mem_bytes", "cpus", "mem_bytes", 
                "hold", "kill_on_invalid_dep", "dependencies", "retries", "retry_on",
                "retry_delay_s", "policy", "constraints", "time_limit_s", "warn_signal",
                "warn_before_s", "array", "preemptible", "preempt_grace_s", "gpu_mem_auto",
-               "mem_growth", "interactive", "container", "warn_batch")
+               "mem_growth", "interactive", "container", "warn_batch", "output", "error",
+               "open_mode")
 CONSTRAINT_FIELDS = ("gpu_ids", "exclude_gpus", "gpu_type", "min_gpu_total_mem_bytes",
                      "min_compute_capability", "topology")
 
@@ -199,7 +200,25 @@ def check_job_spec(spec: Any, policies: list[str]) -> dict[str, Any]:
         "preemptible": None if spec.get("preemptible") is None else _flag(spec, "preemptible"),
         "preempt_grace_s": _number(spec, "preempt_grace_s", 0.0),
         "container": _container(spec),
+        **_output_fields(spec),
     }
+
+
+def _output_fields(spec: dict) -> dict[str, Any]:
+    """--output and --error, patterns the daemon expands with the job's id, and
+    --open-mode: "" for a job without them."""
+    paths = {}
+    for key, field in (("output", "output_pattern"), ("error", "error_pattern")):
+        pattern = spec.get(key) or ""
+        if not values.is_text(pattern, os_text=True) or len(pattern) > 4096:
+            raise UsageError(f"--{key} must be a file name of at most 4096 characters "
+                             f"without NUL characters, not {values.shown(pattern)}")
+        paths[field] = pattern
+    mode = spec.get("open_mode") or ""
+    if mode:
+        values.choice(mode, "open-mode", outpattern.OPEN_MODES)
+    return {**paths,
+            "open_mode": (mode or outpattern.OPEN_MODES[0]) if any(paths.values()) else ""}
 
 
 def _memory_fields(spec: dict) -> dict[str, Any]:
@@ -243,6 +262,7 @@ def job_spec(job: Job) -> dict[str, Any]:
         "preemptible": job.preemptible, "preempt_grace_s": job.preempt_grace_s,
         "container": list(job.container),
         "warn_batch": job.warn_batch,
+        "output": job.output_pattern, "error": job.error_pattern, "open_mode": job.open_mode,
     }
 
 

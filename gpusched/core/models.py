@@ -136,8 +136,14 @@ class Job:
     shim_start_time: float | None = None
     boot_id: str = ""
     cancel_requested: bool = False
+    # The job's logs: gpusched's own files, or those its --output and --error patterns
+    # name (core/outpattern.py); open_mode: "truncate" or "append" at its first start
+    # for those, "" when it has none.
     stdout_path: str = ""
     stderr_path: str = ""
+    output_pattern: str = ""
+    error_pattern: str = ""
+    open_mode: str = ""
     end_reason: str = ""
     # Scheduling semantics (Slurm's vocabulary).
     held: bool = False
@@ -322,6 +328,8 @@ def job_to_dict(job: Job) -> dict:
         "pending_reason": job.pending_reason if job.state is JobState.PENDING else "",
         "end_reason": job.end_reason, "master_port": job.master_port,
         "stdout_path": job.stdout_path, "stderr_path": job.stderr_path,
+        "output_pattern": job.output_pattern, "error_pattern": job.error_pattern,
+        "open_mode": job.open_mode,
         "held": job.held, "dependencies": dependency_words(job.dependencies),
         "array_id": job.array_id, "array_index": job.array_index,
         "array_throttle": job.array_throttle, "time_limit_s": job.time_limit_s,

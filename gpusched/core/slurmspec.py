@@ -54,6 +54,9 @@ def refusal(job: Job, cluster: ClusterConfig) -> str:
     if job.priority > 0:
         return ("--priority above 0 would be a negative Slurm --nice, which only Slurm "
                 "administrators may set; give 0 or less")
+    if job.open_mode:
+        return ("--output and --error are not handed to a cluster yet: its jobs' logs are "
+                "on the shared directory, read with `gpusched logs ID`; leave them out")
     if gpu_choice(job, cluster)[0] is None:
         mem = max(request.gpu_mem_bytes or 0, constraints.min_gpu_total_mem_bytes)
         table = ", ".join(f"{name} = {size_human(mem_bytes)}" for name, mem_bytes in

@@ -104,6 +104,8 @@ class Viewer:
         data["command"] = [HIDDEN]
         data["name"] = data["job_key"] = ""  # the key is the name, or the command
         data.update(cwd=HIDDEN, stdout_path=HIDDEN, stderr_path=HIDDEN, submit_pid=None)
+        if data.get("output_pattern") or data.get("error_pattern"):  # --output, --error
+            data.update(output_pattern=HIDDEN, error_pattern=HIDDEN)
         if data.get("container") and data["container"]["options"]:  # --env=NAME=VALUE...
             data["container"] = {**data["container"], "options": [HIDDEN]}
         if (data.get("end_reason") or "").startswith("cannot start:"):  # it names the program

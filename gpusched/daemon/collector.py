@@ -150,7 +150,7 @@ class GpuschedCollector:
         labels = {g.uuid: g.label for g in state.inventory.schedulable()}
         rows = [(job, (str(job.id), job.user)) for job in shown]
         progress = [(key, report["fraction"]) for job, key in rows
-                    if (report := progress_of(job)) is not None]
+                    if (report := progress_of(job, self.setup.paths)) is not None]
         now = self.setup.clock.time()
 
         def idle(job_id: int) -> float | None:

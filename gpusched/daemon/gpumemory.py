@@ -4,7 +4,6 @@ with more (core/gpuoom.py), and --gpu-mem auto from the store's history (core/me
 from __future__ import annotations
 
 import os
-import stat
 from dataclasses import replace
 
 from gpusched.core import gpuoom, memestimate
@@ -12,6 +11,7 @@ from gpusched.core.config import Settings
 from gpusched.core.models import Inventory, Job, JobState, Request
 from gpusched.core.units import size_human
 from gpusched.daemon.store import Store
+from gpusched.proc import privileges
 
 # The runs an estimate learns from, and those `gpusched history` lists.
 ESTIMATE_STATES = ("succeeded",)
@@ -21,21 +21,18 @@ HISTORY_STATES = ("succeeded", "failed", "timeout", "oom", "gpu_oom", "cancelled
 def log_tail(job: Job, size_bytes: int = gpuoom.TAIL_BYTES) -> bytes:
     """The last size_bytes of the job's stderr log (its stdout too, when that is another
     file): where frameworks print an out-of-memory traceback. b"" if unreadable."""
-    return b"".join(_file_tail(path, size_bytes) for path in
+    return b"".join(_file_tail(path, size_bytes, job.uid) for path in
                     dict.fromkeys(p for p in (job.stderr_path, job.stdout_path) if p))
 
 
-def _file_tail(path: str, size_bytes: int) -> bytes:
-    # The daemon may be root and the log a user's: never through a link, never blocking
-    # on a FIFO put in its place, only a regular file.
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
-    except OSError:
+def _file_tail(path: str, size_bytes: int, uid: int) -> bytes:
+    # The daemon may be root and the log a user's (its --output file, anywhere): only a
+    # regular file of the job's user, never through a link, never a FIFO put in its place.
+    fd = privileges.open_owned(path, os.O_RDONLY, uid)
+    if fd is None:
         return b""
     try:
         info = os.fstat(fd)
-        if not stat.S_ISREG(info.st_mode):
-            return b""
         return os.pread(fd, size_bytes, max(0, info.st_size - size_bytes))
     except OSError:
         return b""

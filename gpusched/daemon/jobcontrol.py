@@ -181,7 +181,8 @@ class JobControl:
             limit = lifecycle.mem_limit_bytes(job, settings.mem_margin_pct)
             if limit is not None and rss > limit and not job.mem_over:
                 update["mem_over"] = True
-                self.seam.append_to_log(job.stderr_path, lifecycle.mem_warning(job, rss, limit))
+                self.seam.append_to_log(job.stderr_path, lifecycle.mem_warning(job, rss, limit),
+                                        job.uid)
             if limit is not None and rss > limit and settings.enforce_mem and not job.oom_killed:
                 update["oom_killed"] = True
                 self.seam.kill_job_now(job)  # the shim records the kill; end_state says oom
@@ -309,14 +310,15 @@ class JobControl:
             preempt_hold=())
         # The run's token names its run-file records and marks its processes, so that
         # they are found should its shim die.
+        own_logs = runfile.own_log_paths(paths.jobs_dir, paths.log_root, job.user, job.id)
         env = jobenv.job_environment(started, gpus, port, settings.visible_devices,
                                      started.started_at, runfile.run_token(started),
-                                     dict(settings.job_env))
+                                     dict(settings.job_env), own_logs[0])
         env.update(self.array_shapes.environment(started))
         spec = runfile.run_spec(started, env, paths.jobs_dir, paths.wake_socket,
                                 settings.cancel_grace_s, cgroup,
                                 run_as=job.uid if paths.is_system else None,
-                                max_log_bytes=settings.max_log_size_bytes)
+                                max_log_bytes=settings.max_log_size_bytes, own_logs=own_logs)
         if started.container:
             spec = containers.in_container(spec, started, settings.container_runtime,
                                            settings.container_devices, paths.state_dir)

@@ -99,7 +99,7 @@ class Queries:
         for row in rows:
             row["gpu_idle_since"] = idlegpus.flagged_since(self.state, settings, row["id"], now)
             job = self.state.jobs.get(row["id"])
-            row["progress"] = report = progress_of(job)
+            row["progress"] = report = progress_of(job, self.setup.paths)
             if job is not None and job.state is JobState.PENDING:  # a bounded pass's, maybe
                 row["pending_reason"] = self.state.reason_of(job)
             if row["id"] in self.state.remote_ids:  # a cluster job: where Slurm has it

@@ -175,14 +175,18 @@ def add_to_summary(summary: dict, rows: list[sqlite3.Row]) -> dict:
 
 def job_files(jobs_dir: str, log_root: str | None, row: sqlite3.Row) -> list[str]:
     """A finished job's files that gpusched made: run file, logs, progress file. A path
-    outside the jobs directory and the log root is never gpusched's to remove."""
+    outside the jobs directory and the log root is never gpusched's to remove, nor are
+    the user's --output and --error files (a job with an open_mode has some), wherever
+    they are: Slurm never removes them either."""
     own_roots = [root.rstrip(os.sep) + os.sep for root in (jobs_dir, log_root) if root]
+    own_logs = runfile.own_log_paths(jobs_dir, log_root, row["user"], row["id"])
     paths = [runfile.run_file_found(jobs_dir, row["id"])]
     for path in (row["stdout_path"], row["stderr_path"]):
-        if path:
+        if path and (not row["open_mode"] or path in own_logs):
             paths.append(path)
     if row["stdout_path"]:
-        paths.append(runfile.progress_path(row["stdout_path"], row["id"]))
+        paths.append(runfile.progress_path(own_logs[0] if row["open_mode"]
+                                           else row["stdout_path"], row["id"]))
     return [path for path in dict.fromkeys(paths) if path.startswith(tuple(own_roots))]
 
 

@@ -56,7 +56,7 @@ class ShimLoss:
         if not seen:
             note = f"job {job.id}'s shim died; sent SIGTERM to its processes ({_pids(found)})"
             log.warning(note)
-            self.seam.append_to_log(job.stderr_path, note)
+            self.seam.append_to_log(job.stderr_path, note, job.uid)
         seen.update(found)
         return replace(job, end_reason=f"{SHIM_LOST_REASON} ({_pids(found)}); its GPUs stay "
                                        "reserved until they are gone")

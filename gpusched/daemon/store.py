@@ -19,7 +19,7 @@ from gpusched.daemon.writefail import is_write_failure, write_error
 
 log = logging.getLogger("gpusched.daemon.store")
 
-SCHEMA_VERSION = 8
+SCHEMA_VERSION = 9
 
 # Migrations[n] takes a database at version n to n + 1. Version 0 is an empty file.
 MIGRATIONS: list[str] = [
@@ -133,6 +133,13 @@ MIGRATIONS: list[str] = [
     """
     ALTER TABLE jobs ADD COLUMN warn_batch INTEGER NOT NULL DEFAULT 0;
     """,
+    # 9: --output/--error: the patterns (their files are in stdout_path, stderr_path)
+    # and how the first run opens them, "truncate" or "append"; "" without them.
+    """
+    ALTER TABLE jobs ADD COLUMN output_pattern TEXT NOT NULL DEFAULT '';
+    ALTER TABLE jobs ADD COLUMN error_pattern TEXT NOT NULL DEFAULT '';
+    ALTER TABLE jobs ADD COLUMN open_mode TEXT NOT NULL DEFAULT '';
+    """,
 ]
 assert len(MIGRATIONS) == SCHEMA_VERSION
 
@@ -154,7 +161,8 @@ _FINAL = sorted(state.value for state in JobState if state.is_final)  # under SQ
 _SET_AT_SUBMIT = frozenset({"command", "env", "cwd", "uid", "user", "submit_pid", "submitted_at",
                             "dependencies", "retry_on", "retry_delay_s",
                             "preemptible", "preempt_grace_s", "mem_growth", "job_key",
-                            "interactive", "container"})
+                            "interactive", "container", "output_pattern", "error_pattern",
+                            "open_mode"})
 _UPDATED_FIELDS = [n for n in _JOB_FIELDS if n not in _SET_AT_SUBMIT]
 
 
@@ -488,7 +496,8 @@ class Store:
         finals = ",".join("?" * len(_FINAL))
         return self._conn.execute(
             f"SELECT id, state, user, {_USAGE_COLUMNS}, cpus, array_id, "
-            f"stdout_path, stderr_path FROM jobs WHERE id BETWEEN ? AND ? AND state IN ({finals}) "
+            f"stdout_path, stderr_path, open_mode FROM jobs WHERE id BETWEEN ? AND ? "
+            f"AND state IN ({finals}) "
             "ORDER BY id", (first_id, last_id, *_FINAL)).fetchall()
 
     def used_between(self, first_id: int, last_id: int, since_s: float) -> list[sqlite3.Row]:

@@ -6,8 +6,8 @@ import os
 from dataclasses import replace
 from typing import Any, Iterator
 
-from gpusched.core import (jobspec, limits, memestimate, placement, preemption, scheduling,
-                           slurmspec, syntax)
+from gpusched.core import (jobspec, limits, memestimate, outpattern, placement, preemption,
+                           scheduling, slurmspec, syntax)
 from gpusched.core.errors import NotFound, UsageError
 from gpusched.core.models import Job, job_with
 from gpusched.core.values import shown
@@ -205,20 +205,30 @@ class Submits:
         template: a streamed line's command)."""
         array_id = ids[0] if indices != (None,) else None
         for job_id, index in zip(ids, indices):
-            stdout, stderr = self._log_paths(job_id, template.user)
+            stdout, stderr = self._log_paths(template, job_id, array_id, index)
             yield job_with(template, id=job_id, array_id=array_id, array_index=index,
-                          array_throttle=throttle if array_id else None,
-                          stdout_path=stdout, stderr_path=stderr,
-                          pending_reason=scheduling.held_reason(job_id) if template.held
-                          else template.pending_reason, **changes)
+                           array_throttle=throttle if array_id else None,
+                           stdout_path=stdout, stderr_path=stderr,
+                           pending_reason=scheduling.held_reason(job_id) if template.held
+                           else template.pending_reason, **changes)
 
-    def _log_paths(self, job_id: int, user: str) -> tuple[str, str]:
-        """Beside the job's run file; in system mode in the user's own log directory, so
-        that the user's client reads them directly and root never writes them."""
-        log_root = self.setup.paths.log_root
-        if log_root is None:
-            return runfile.log_paths(self.setup.paths.jobs_dir, job_id)
-        return runfile.log_paths(os.path.join(log_root, user), job_id, flat=True)
+    def _log_paths(self, template: Job, job_id: int, array_id: int | None,
+                   array_index: int | None) -> tuple[str, str]:
+        """The logs of a job of this template: gpusched's own (runfile.own_log_paths), or
+        the files its --output and --error patterns name; without --error, errors go
+        with the output, as in Slurm."""
+        own = runfile.own_log_paths(self.setup.paths.jobs_dir, self.setup.paths.log_root,
+                                    template.user, job_id)
+        if not template.open_mode:
+            return own
+        fields = {"job_id": job_id, "name": template.display_name, "user": template.user,
+                  "host": os.uname().nodename, "array_id": array_id, "array_index": array_index}
+        out_pattern, err_pattern = template.output_pattern, template.error_pattern
+        stdout = (outpattern.expand_path(out_pattern, template.cwd, **fields) if out_pattern
+                  else own[0])
+        stderr = (outpattern.expand_path(err_pattern, template.cwd, **fields) if err_pattern
+                  else stdout if out_pattern else own[1])
+        return stdout, stderr
 
 
 def streamed_lines(args: dict) -> list[str] | None:

@@ -82,10 +82,11 @@ def array_environment(indices: Iterable[int]) -> dict[str, str]:
 
 def job_environment(job: Job, gpus: Iterable[GpuInfo], master_port: int,
                     visible_devices: str, started_at: float, run_token: str,
-                    defaults: Mapping[str, str] = {}) -> dict[str, str]:
+                    defaults: Mapping[str, str] = {}, own_stdout: str = "") -> dict[str, str]:
     """The job's whole environment: the config's defaults ([jobs] env), what was captured
     at submit on top, then the scheduler's own variables. run_token: new for each attempt
-    (proc/leftovers.py)."""
+    (proc/leftovers.py). own_stdout: gpusched's own stdout log of the job, beside which its
+    progress file goes (its output may go to a file of the user's)."""
     gpus = tuple(gpus)
     env = {k: v for k, v in {**defaults, **job.env}.items() if k not in SCHEDULER_VARS}
     # MIG devices can only be named by UUID; whole GPUs by index when the config asks.
@@ -124,6 +125,6 @@ def job_environment(job: Job, gpus: Iterable[GpuInfo], master_port: int,
         env[TIME_LIMIT_END] = f"{started_at + job.time_limit_s:.3f}"
     if job.warn_signal is not None:
         env[WARN_SIGNAL] = signal.Signals(job.warn_signal).name
-    if job.stdout_path:
-        env[PROGRESS_FILE] = runfile.progress_path(job.stdout_path, job.id)
+    if own_stdout or job.stdout_path:  # beside gpusched's own logs, never in the user's
+        env[PROGRESS_FILE] = runfile.progress_path(own_stdout or job.stdout_path, job.id)
     return env

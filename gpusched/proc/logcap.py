@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import socket
+import stat
 import threading
 
 from gpusched.core import logmark
@@ -22,18 +23,34 @@ _FINISH_S = 10.0  # a process that escaped the job's end may hold a pipe open: n
 _pumps: list[threading.Thread] = []
 
 
-def outputs(spec: dict, open_log) -> tuple[int, int]:
-    """For a job with a cap (spec["max_log_bytes"]): pipes for its stdout and stderr,
-    whose other ends the shim's threads copy into the log files (open_log(path)) once
-    start() runs, after the job is spawned. The caller closes both."""
+def layout(out_fd: int, err_fd: int) -> tuple[bool, bool, bool]:
+    """Of a job's two opened outputs: whether each is a regular file, which a capped copy
+    keeps (/dev/null, a terminal or a FIFO is written directly), and whether both are the
+    one file (`--output` without `--error`: one log, so one copy of both)."""
+    out_info, err_info = os.fstat(out_fd), os.fstat(err_fd)
+    same = (out_info.st_dev, out_info.st_ino) == (err_info.st_dev, err_info.st_ino)
+    return stat.S_ISREG(out_info.st_mode), stat.S_ISREG(err_info.st_mode), same
+
+
+def outputs(spec: dict, out_fd: int, err_fd: int) -> tuple[int, int]:
+    """For a job with a cap (spec["max_log_bytes"]), given its opened outputs: what the
+    job writes to instead, pipes whose other ends the shim's threads copy into the logs
+    once start() runs, after the job is spawned (see layout). The caller closes both."""
     cap = int(spec["max_log_bytes"])
-    ends = []
-    for path in (spec["stdout"], spec["stderr"]):
-        log = CappedLog(open_log(path), cap)  # made, and checked, as an uncapped log is
-        read_end, write_end = os.pipe2(os.O_CLOEXEC)
-        _pumps.append(threading.Thread(target=_copy, args=(read_end, log), daemon=True))
-        ends.append(write_end)
-    return ends[0], ends[1]
+    out_capped, err_capped, same = layout(out_fd, err_fd)
+    out_end = _piped(out_fd, cap) if out_capped else out_fd
+    if same:
+        os.close(err_fd)
+        return out_end, os.dup(out_end)
+    return out_end, _piped(err_fd, cap) if err_capped else err_fd
+
+
+def _piped(log_fd: int, cap: int) -> int:
+    """A pipe's write end, whose read end a thread copies into the log (taken over)."""
+    read_end, write_end = os.pipe2(os.O_CLOEXEC)
+    _pumps.append(threading.Thread(target=_copy, daemon=True,
+                                   args=(read_end, CappedLog(log_fd, cap))))
+    return write_end
 
 
 class Handoff:
@@ -47,29 +64,40 @@ class Handoff:
         self.parent_sock, self.child_sock = socket.socketpair()
 
     def in_child(self, out_fd: int, err_fd: int) -> tuple[int, int]:
-        """Send the logs; the pipes' write ends, for the job's stdout and stderr."""
-        socket.send_fds(self.child_sock, [b"logs"], [out_fd, err_fd])
-        os.close(out_fd)
-        os.close(err_fd)
-        return self.pipes[0][1], self.pipes[1][1]
+        """Send the logs that get a capped copy (see layout), saying which; what the
+        job's stdout and stderr are instead: a pipe's write end, or the file itself."""
+        out_capped, err_capped, same = layout(out_fd, err_fd)
+        capped = (out_capped, err_capped and not same)
+        socket.send_fds(self.child_sock, [b"".join(b"1" if c else b"0" for c in capped)],
+                        [fd for fd, c in zip((out_fd, err_fd), capped) if c])
+        ends = [out_fd, err_fd]
+        for i, is_capped in enumerate(capped):
+            if is_capped:
+                os.close(ends[i])
+                ends[i] = self.pipes[i][1]
+        if same and out_capped:
+            os.close(err_fd)
+            ends[1] = ends[0]  # one pipe, one copy, for both
+        return ends[0], ends[1]
 
     def in_parent(self) -> None:
         """The logs from the child (unless it failed before sending them), each copied
-        from its pipe once start() runs."""
+        from its pipe once start() runs; a pipe without a log is closed."""
         self.child_sock.close()
         for _, write_end in self.pipes:
             os.close(write_end)
-        _, fds, _, _ = socket.recv_fds(self.parent_sock, 16, 2)
+        which, fds, _, _ = socket.recv_fds(self.parent_sock, 16, 2)
         self.parent_sock.close()
-        if len(fds) != 2:
+        logs = iter(fds)
+        for i, (read_end, _) in enumerate(self.pipes):
+            if which[i:i + 1] == b"1" and len(fds) == which.count(b"1"):
+                _pumps.append(threading.Thread(target=_copy, daemon=True,
+                                               args=(read_end, CappedLog(next(logs), self.cap))))
+            else:
+                os.close(read_end)
+        if len(fds) != which.count(b"1"):
             for fd in fds:
                 os.close(fd)
-            for read_end, _ in self.pipes:
-                os.close(read_end)
-            return
-        for (read_end, _), log_fd in zip(self.pipes, fds):
-            _pumps.append(threading.Thread(target=_copy, daemon=True,
-                                           args=(read_end, CappedLog(log_fd, self.cap))))
 
 
 def start() -> None:

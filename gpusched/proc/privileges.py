@@ -87,6 +87,27 @@ def prepare_log_dir(path: str, who: Identity) -> None:
                              "an admin should remove it")
 
 
+def open_owned(path: str, flags: int, uid: int) -> int | None:
+    """Root side: a regular file of uid's opened with flags, or None. Never through a
+    symlink in its last part, and without opening anything else first (a device, a FIFO
+    a user put there): O_PATH opens nothing, its file is checked, then reopened. A link
+    in the directories above leads only to a file of uid's, which uid may write anyway:
+    a job's --output can be anywhere, and the daemon's notes go there too."""
+    try:
+        handle = os.open(path, os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        info = os.fstat(handle)
+        if not stat.S_ISREG(info.st_mode) or info.st_uid != uid:
+            return None
+        return os.open(f"/proc/self/fd/{handle}", flags | os.O_CLOEXEC)
+    except OSError:
+        return None
+    finally:
+        os.close(handle)
+
+
 def open_log(path: str) -> int:
     """User side: append to a regular file of our own, never through a symlink, and never
     blocking on a FIFO planted in its place."""

@@ -102,6 +102,16 @@ def log_paths(jobs_root: str | os.PathLike, job_id: int, flat: bool = False) -> 
     return stem + ".stdout.log", stem + ".stderr.log"  # one join: a big submit makes 100,000
 
 
+def own_log_paths(jobs_root: str, log_root: str | None, user: str,
+                  job_id: int) -> tuple[str, str]:
+    """gpusched's own logs of a job: beside its run file; in system mode (log_root) in the
+    user's own log directory, so that the user's client reads them directly and root
+    never writes them. A job's --output and --error files are the user's, not these."""
+    if log_root is None:
+        return log_paths(jobs_root, job_id)
+    return log_paths(os.path.join(log_root, user), job_id, flat=True)
+
+
 def progress_path(stdout_path: str, job_id: int) -> str:
     """Where gpusched.job.progress() writes: beside the job's logs, which the job's user
     can write in both modes (the jobs directory, or the user's log directory as root)."""
@@ -117,17 +127,31 @@ def run_token(job: Job) -> str:
 
 def run_spec(job: Job, env: dict[str, str], jobs_root: str, wake_path: str, grace_s: float,
              cgroup: os.PathLike | None = None, run_as: int | None = None,
-             max_log_bytes: int = 0) -> dict:
+             max_log_bytes: int = 0, own_logs: tuple[str, ...] = ()) -> dict:
     """The spec a job's shim is launched with, its run file's first record. The shim
     makes every file of the run (see begin_run_file). run_as (system mode): the shim
     drops to this uid before the job touches any path. max_log_bytes: each log's cap
-    (0: none; proc/logcap.py)."""
+    (0: none; proc/logcap.py). own_logs: gpusched's own log paths of the job; its logs
+    that are not (--output, --error) are the user's files, "user_logs"."""
     return {"job_id": job.id, "run": run_token(job), "run_file": run_file(jobs_root, job.id),
             "command": list(job.command), "env": dict(env), "cwd": job.cwd,
             "stdout": job.stdout_path, "stderr": job.stderr_path, "grace_s": grace_s,
             "wake": str(wake_path), "cpu_ids": list(job.cpu_ids),
             "cgroup": str(cgroup) if cgroup else "", "run_as": run_as,
-            **({"max_log_bytes": max_log_bytes} if max_log_bytes else {})}
+            **({"max_log_bytes": max_log_bytes} if max_log_bytes else {}),
+            **user_logs_fields(job, own_logs)}
+
+
+def user_logs_fields(job: Job, own_logs: tuple[str, ...]) -> dict:
+    """The run spec's "user_logs" (the job's --output/--error files) and "truncate"
+    (--open-mode truncate, at the job's first run only: a retried, requeued or preempted
+    job's later runs append, keeping what the earlier ones wrote)."""
+    users = [p for p in dict.fromkeys((job.stdout_path, job.stderr_path))
+             if p and p not in own_logs] if job.open_mode else []
+    if not users:
+        return {}
+    first_run = job.attempt == 1 and job.restarts == 0
+    return {"user_logs": users, "truncate": job.open_mode == "truncate" and first_run}
 
 
 # -- the shim writes --------------------------------------------------------------------------

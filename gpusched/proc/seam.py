@@ -12,7 +12,6 @@ import json
 import os
 import signal
 import socket
-import stat
 import subprocess
 import sys
 import threading
@@ -22,7 +21,7 @@ from typing import Iterable
 import psutil
 
 from gpusched.core.models import Job
-from gpusched.proc import jobtree, leftovers, runfile, shim
+from gpusched.proc import jobtree, leftovers, privileges, runfile, shim
 
 LAUNCHER_PATH = str(Path(shim.__file__).with_name("launcher.py"))
 
@@ -221,19 +220,18 @@ class ProcessSeam:
                          name=f"remove {spec['container_remove']['name']}").start()
 
     @staticmethod
-    def append_to_log(path: str, line: str) -> None:
-        """A note from gpusched in the job's own log, where its owner will look."""
-        try:
-            # The daemon may be root and the log a user's: never through a link, never
-            # blocking on a FIFO put in its place.
-            fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_NOFOLLOW | os.O_NONBLOCK)
-        except OSError:
+    def append_to_log(path: str, line: str, uid: int) -> None:
+        """A note from gpusched in the job's log, where its owner will look. The daemon
+        may be root and the log a user's (its --output file, anywhere): only a regular
+        file of the job's user (uid), with one link, never through a link nor a FIFO."""
+        fd = privileges.open_owned(path, os.O_WRONLY | os.O_APPEND, uid)
+        if fd is None:
             return
         try:
-            info = os.fstat(fd)
-            if not stat.S_ISREG(info.st_mode) or info.st_nlink != 1:
-                return
-            os.write(fd, f"gpusched: {line}\n".encode())
+            if os.fstat(fd).st_nlink == 1:
+                os.write(fd, f"gpusched: {line}\n".encode())
+        except OSError:
+            pass
         finally:
             os.close(fd)
 

@@ -63,17 +63,34 @@ def _identity(spec: dict):  # -> privileges.Identity | None
     from gpusched.proc import privileges
 
     who = privileges.identity_of(int(spec["run_as"]))
-    for log in {os.path.dirname(spec["stdout"]), os.path.dirname(spec["stderr"])}:
+    users = spec.get("user_logs") or ()  # the user's --output files: not root's to touch
+    for log in {os.path.dirname(p) for p in (spec["stdout"], spec["stderr"]) if p not in users}:
         privileges.prepare_log_dir(log, who)
     return who
 
 
-def _open_job_log(path: str, who) -> int:
+def _open_job_log(spec: dict, path: str, who, truncate: bool = False) -> int:
+    """A log of the job: one of the user's --output/--error files (spec["user_logs"]),
+    opened as the job's own programs would open it, or gpusched's own log."""
+    if path in (spec.get("user_logs") or ()):
+        flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND | (os.O_TRUNC if truncate else 0)
+        return os.open(path, flags | os.O_CLOEXEC, 0o666)
     if who is None:
         return _open_log(path)
     from gpusched.proc import privileges
 
     return privileges.open_log(path)
+
+
+def _open_outputs(spec: dict, who) -> tuple[int, int]:
+    """The job's stdout and stderr logs, opened (as the user, in system mode); one file
+    opened once when they are the same (`--output` without `--error`). --open-mode
+    truncate empties the user's files at the job's first run only (spec["truncate"])."""
+    truncate = bool(spec.get("truncate"))
+    out_fd = _open_job_log(spec, spec["stdout"], who, truncate)
+    if spec["stderr"] == spec["stdout"]:
+        return out_fd, os.dup(out_fd)
+    return out_fd, _open_job_log(spec, spec["stderr"], who, truncate)
 
 
 def _exec_job(spec: dict, who, write_end: int, handoff=None) -> None:
@@ -95,7 +112,7 @@ def _exec_job(spec: dict, who, write_end: int, handoff=None) -> None:
             privileges.drop(who)
             dropped = True
         jobexec.enter_cwd(spec["cwd"])
-        out_fd, err_fd = _open_job_log(spec["stdout"], who), _open_job_log(spec["stderr"], who)
+        out_fd, err_fd = _open_outputs(spec, who)
         if handoff is not None:  # capped: the logs go to the shim, the job writes to pipes
             out_fd, err_fd = handoff.in_child(out_fd, err_fd)
         null = os.open(os.devnull, os.O_RDONLY)
@@ -108,14 +125,14 @@ def _exec_job(spec: dict, who, write_end: int, handoff=None) -> None:
     except BaseException as exc:  # noqa: BLE001 - report anything, then die
         message = jobexec.in_words(exc)
         if dropped:  # only as the user: root never writes into a user's directory
-            _note_in_log(spec["stderr"], who, f"gpusched: cannot start: {message}\n")
+            _note_in_log(spec, who, f"gpusched: cannot start: {message}\n")
         os.write(write_end, message.encode()[:4000])
     os._exit(127)
 
 
-def _note_in_log(path: str, who, line: str) -> None:
+def _note_in_log(spec: dict, who, line: str) -> None:
     try:
-        fd = _open_job_log(path, who)
+        fd = _open_job_log(spec, spec["stderr"], who)
     except OSError:
         return
     try:
@@ -150,7 +167,7 @@ def _spawn_as_ourselves(spec: dict) -> int:
             os.close(err_fd)
     except OSError as exc:
         message = jobexec.in_words(exc)
-        _note_in_log(spec["stderr"], None, f"gpusched: cannot start: {message}\n")
+        _note_in_log(spec, None, f"gpusched: cannot start: {message}\n")
         raise jobexec.StartError(message) from None
 
 
@@ -165,9 +182,10 @@ def _log_cap(spec: dict):  # -> the logcap module for a job whose logs are cappe
 def _job_outputs(spec: dict) -> tuple[int, int]:
     """The job's stdout and stderr: its log files, or pipes to them when they are capped."""
     cap = _log_cap(spec)
+    out_fd, err_fd = _open_outputs(spec, None)
     if cap is None:
-        return _open_log(spec["stdout"]), _open_log(spec["stderr"])
-    return cap.outputs(spec, _open_log)
+        return out_fd, err_fd
+    return cap.outputs(spec, out_fd, err_fd)
 
 
 def spawn(spec: dict) -> int:
@@ -274,7 +292,7 @@ def _end_container(spec: dict, exit_code: int | None, signum: int | None):
 
     def note(line: str) -> None:  # as ourselves only: root writes in no user's directory
         if spec.get("run_as") is None:
-            _note_in_log(spec["stderr"], None, line)
+            _note_in_log(spec, None, line)
 
     return containerrun.finish(spec, exit_code, signum, note)
 
