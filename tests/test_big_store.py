@@ -21,13 +21,16 @@ def test_the_daemon_gives_back_the_memory_of_a_long_queue_once_it_is_gone(home):
     home.run("ls")
     idle = rss_bytes(pid)
     ids = home.json("submit", "--hold", "--gpus", "0", "--from-file", "-",
-                    input="true\n" * 5000)["ids"]
+                    input="true\n" * 20_000)["ids"]
     queued = rss_bytes(pid)
-    assert queued > idle + 10 * 2**20  # 5,000 pending jobs live in the daemon's memory
+    # 20,000 pending jobs live in the daemon's memory (compactly: about 2 KB each).
+    assert queued > idle + 10 * 2**20
     home.run("cancel", *map(str, ids))
-    # Once they are gone, so is (most of) what they took: the C allocator keeps freed
+    # Once they are gone, so is much of what they took: the C allocator keeps freed
     # pages unless told to give them back.
-    wait_until(lambda: rss_bytes(pid) < idle + (queued - idle) / 2,
+    # Jobs are held compactly, so SQLite's page cache and the allocator's arenas are a
+    # larger share of the growth than they were; a third of it must come back.
+    wait_until(lambda: rss_bytes(pid) < queued - (queued - idle) / 3,
                "the daemon's memory to shrink after the queue emptied", timeout=30)
 
 

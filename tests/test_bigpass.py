@@ -14,6 +14,7 @@ from gpusched.core.models import GpuInfo, Inventory, Job, JobState, Request, tra
 from gpusched.core.pendingqueue import PendingQueue
 from gpusched.core.placement import PlacementRules
 from gpusched.core.scheduling import HostCapacity, QueueRules
+from gpusched.daemon.depstates import lowest_by_name
 
 GIB = 2**30
 NOW_S = 10_000.0
@@ -35,10 +36,12 @@ def jobs(draw, first_id: int = 1) -> list[Job]:
     for n in range(draw(st.integers(0, 40))):
         job_id = first_id + n
         gpus = draw(st.sampled_from([0, 0, 1, 1, 2, 4]))
-        dep = draw(st.sampled_from([(), (), (), (("afterok", 1),), (("afterok", 999),)]))
+        dep = draw(st.sampled_from([(), (), (), (("afterok", 1),), (("afterok", 999),),
+                                    (("singleton", 0),), (("aftercorr", 1),)]))
         out.append(Job(
             id=job_id, command=("true",), cwd="/", uid=1000,
             user=draw(st.sampled_from(["ann", "bob", "cy"])),
+            name=draw(st.sampled_from(["", "a", "b"])),
             request=Request(gpus=gpus,
                             gpu_mem_bytes=draw(st.sampled_from([None, None, 30 * GIB]))
                             if gpus else None,
@@ -49,6 +52,7 @@ def jobs(draw, first_id: int = 1) -> list[Job]:
             kill_on_invalid_dep=bool(dep) and draw(st.booleans()),
             eligible_at=draw(st.sampled_from([None] * 6 + [NOW_S + 60, NOW_S - 60])),
             array_id=1 if draw(st.integers(0, 4)) == 0 else None,
+            array_index=draw(st.sampled_from([None, 0, 1, 2])),
             array_throttle=2, time_limit_s=draw(st.sampled_from([None, 60.0, 3600.0]))))
     return [job if job.array_id is not None else replace(job, array_throttle=None)
             for job in out]
@@ -70,6 +74,11 @@ def both_passes(pending: list[Job], running: list[Job], inventory: Inventory,
     rules = PlacementRules(policy="pack")
     loads = placement.gpu_loads(inventory, running, {}, rules)
     deps = scheduling.DependencyStates({1: JobState.RUNNING})
+    # aftercorr:1 pairs element N with element N of job 1's array; singleton looks at the
+    # active jobs of its user and name.
+    deps.elements.update({(1, 0): JobState.SUCCEEDED, (1, 1): JobState.FAILED,
+                          (1, 2): JobState.RUNNING})
+    deps.same_name.update(lowest_by_name([*pending, *running]))
     full = scheduling.schedule(pending, running, loads, inventory, rules, queue, NOW_S,
                                deps, usage=usage)
     line = PendingQueue(queue.discipline, per_user=True)
@@ -163,3 +172,24 @@ def test_a_pass_over_many_kinds_stops_once_each_kind_is_refused():
     assert bounded.starts == full.starts == ()
     assert full.considered == 100_000
     assert bounded.considered == 20
+
+
+def test_singleton_and_aftercorr_jobs_of_one_request_are_told_apart():
+    """singleton is decided by the job's user and name, aftercorr by its array index: a
+    refused one must not stop the pass before a job alike but for those."""
+    inventory = box(2)
+    blocker = transition(Job(id=50, command=("x",), cwd="/", uid=1000, user="ann", name="x"),
+                         JobState.RUNNING, started_at=NOW_S - 10)
+
+    def job(job_id: int, **fields) -> Job:
+        return Job(id=job_id, command=("true",), cwd="/", uid=1000, user="ann",
+                   submitted_at=0.0, **fields)
+
+    pending = [job(2, name="x", dependencies=(("singleton", 0),)),
+               job(3, name="y", dependencies=(("singleton", 0),)),
+               job(4, array_id=4, array_index=2, dependencies=(("aftercorr", 1),)),
+               job(5, array_id=4, array_index=0, dependencies=(("aftercorr", 1),))]
+    queue = QueueRules(discipline="fifo")
+    full, bounded = both_passes(pending, [blocker], inventory, queue)
+    assert sorted(i for i, _ in full.starts) == [3, 5]
+    assert sorted(i for i, _ in bounded.starts) == [3, 5]

@@ -233,7 +233,7 @@ def build_request(opts: SubmitOptions) -> dict[str, Any]:
                          "`gpusched submit --gpus 1 -- python train.py`")
     extra = {**scheduling_fields(opts), **container_field(opts),
              **output_fields(opts.output, opts.error, opts.open_mode, cwd,
-                             opts.name or os.path.basename(commands[0][0]))}
+                             opts.name or os.path.basename(command[0]))}
     if gpu_mem_auto:
         extra["gpu_mem_auto"] = True
     jobs = [{"command": command, "name": opts.name, "gpus": gpus,

@@ -71,11 +71,12 @@ class _SameName:
 
     def get(self, key: tuple[int, str], default: Any = ()) -> Any:
         if self._lowest is None:
-            self._lowest = _lowest_by_name(self._active.values())
+            self._lowest = lowest_by_name(self._active.values())
         return self._lowest.get(key, default)
 
 
-def _lowest_by_name(active) -> dict[tuple, tuple[tuple[int, JobState], ...]]:
+def lowest_by_name(active) -> dict[tuple, tuple[tuple[int, JobState], ...]]:
+    """(uid, name) -> the lowest started and lowest pending (job id, state) of these jobs."""
     lowest: dict[tuple, dict[bool, tuple[int, JobState]]] = {}
     for job in active:  # every job that has not ended is active
         kept = lowest.setdefault((job.uid, job.display_name), {})
