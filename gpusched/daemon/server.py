@@ -219,17 +219,17 @@ class SocketServer:
                 self._per_uid[uid] = self._per_uid.get(uid, 0) + 1
 
     def _handle(self, message: Any, creds: tuple[int, int, int],
-                stream: socket.socket | None = None) -> dict[str, Any]:
+                parts_from: socket.socket | None = None) -> dict[str, Any]:
         """The reply to a request; to a streamed one (daemon/streamin.py) once its parts,
-        read from `stream`, are in and done."""
+        read from `parts_from`, are in and done."""
         try:
             name, args = protocol.check_request(message)
             if name in SERVER_COMMANDS:
                 return reply({"pid": os.getpid()})
             try:
-                if stream is not None:
+                if parts_from is not None:
                     return reply(streamin.serve_stream(
-                        stream, name, args, self._max_json_depth, self._limits,
+                        parts_from, name, args, self._max_json_depth, self._limits,
                         lambda *call, gone: self._dispatch(*call, creds, gone=gone)),
                         daemon=self._stamp)
                 return reply(self._dispatch(name, args, creds), daemon=self._stamp)
