@@ -111,7 +111,7 @@ class Client:
                                 f"see {self.paths.daemon_log}") from None
 
     def result_of(self, reply: dict[str, Any] | None) -> Any:
-        """A reply's result, raising the daemon's error as ours (client/stream.py too)."""
+        """A reply's result, raising the daemon's error as ours (client/pagestream.py too)."""
         if reply is None:
             raise DaemonUnavailable("the gpusched daemon closed the connection without an answer")
         if self.check_daemon:
@@ -141,10 +141,10 @@ class Client:
             args = {**args, "after": result["next"]}
 
     def stream(self, cmd: str, timeout_s: float | None = 60.0, **args: Any) -> Any:
-        """Each page's result of a request streamed on one connection (client/stream.py)."""
-        from gpusched.client import stream
+        """Each page's result of a request streamed on one connection (client/pagestream.py)."""
+        from gpusched.client import pagestream
 
-        return stream.pages(self, cmd, timeout_s, **args)
+        return pagestream.pages(self, cmd, timeout_s, **args)
 
     def _compare_daemon(self, fingerprint: Any) -> None:
         global _compared_daemon

@@ -47,7 +47,7 @@ COMMANDS: dict[str, Command] = {
     # wait), "page_bytes" about how large it may be; each reply says where the next starts.
     # "last" keeps only the N matching jobs with the highest ids (still in id order).
     # "pending_rows" (a plain `ls`): only the first N pending jobs, the rest counted
-    # (daemon/lshead.py). "stream": "pages": every page on this one connection (client/stream.py).
+    # (daemon/lshead.py). "stream": "pages": every page on this one connection (client/pagestream.py).
     "list": _cmd("", "all users states names last after page_bytes pending_rows stream"),
     "show": _cmd("ids", "after page_bytes"),
     "cancel": _cmd("ids"),
@@ -150,7 +150,7 @@ ARGUMENTS: dict[str, Callable[[Any], Any]] = {
     "spec": lambda v: values.mapping(v, "spec"),
     "replicas": lambda v: values.whole_number(v, "replicas", 0, 1000),
     # "lines": a request whose items follow it (client/streams.py); "pages": a reply sent
-    # page after page (client/stream.py). Which command takes which: daemon/streamin.py.
+    # page after page (client/pagestream.py). Which command takes which: daemon/streamin.py.
     "stream": lambda v: values.choice(v, "stream", ("lines", "pages")),
 }
 

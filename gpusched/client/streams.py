@@ -6,7 +6,7 @@ The framing (docs/protocol.md): the request frame names the stream in its args
 PART_BYTES; the last is {"end": true}. Nothing is done before the end arrives. The daemon
 then answers once, with the usual reply; until that reply the client may send
 {"cancel": true}, and the reply says what became of the request. Replies that stream
-come as pages instead (client/stream.py).
+come as pages instead (client/pagestream.py).
 
 Kept light: the submit fast path imports this module (wire's C-backed JSON, no json).
 """

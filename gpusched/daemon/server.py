@@ -9,7 +9,7 @@ import threading
 import time
 from typing import Any, Callable, Collection
 
-from gpusched.client import protocol, stream
+from gpusched.client import pagestream, protocol
 from gpusched.core.limits import DEFAULT as DEFAULT_LIMITS, Limits
 from gpusched.daemon import streamin
 from gpusched.core.errors import GpuschedError, ProtocolError, error_kind
@@ -188,11 +188,11 @@ class SocketServer:
 
     def _stream_rest(self, conn: socket.socket, message: Any, answer: dict[str, Any],
                      creds: tuple[int, int, int]) -> None:
-        """The pages after the first of a streamed reply (client/stream.py): each asked
+        """The pages after the first of a streamed reply (client/pagestream.py): each asked
         of the loop in turn, so that it answers everyone else between two pages."""
-        while (message := stream.next_request(message, answer)) is not None:
+        while (message := pagestream.next_request(message, answer)) is not None:
             answer = self._handle(message, creds)
-            conn.settimeout(stream.SEND_TIMEOUT_S)  # its reader may be busy printing
+            conn.settimeout(pagestream.SEND_TIMEOUT_S)  # its reader may be busy printing
             protocol.send(conn, answer)
 
     def _handle_counted(self, message: Any, creds: tuple[int, int, int]) -> dict[str, Any]:

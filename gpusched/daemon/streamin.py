@@ -31,7 +31,7 @@ class ClientGone(GpuschedError):
 
 def is_streamed(message: Any) -> bool:
     """Whether items follow the request (a reply in pages, "stream": "pages", is the
-    socket server's business: client/stream.py)."""
+    socket server's business: client/pagestream.py)."""
     args = message.get("args") if isinstance(message, dict) else None
     return isinstance(args, dict) and args.get("stream") in STREAMS.values()
 
