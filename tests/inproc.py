@@ -22,7 +22,7 @@ import pytest
 
 from gpusched.client import fastsubmit, protocol
 from gpusched.client.paths import ensure_private_dir, resolve_paths
-from gpusched.client.submitting import build_request
+from gpusched.client.jobrequest import build_request
 from gpusched.core.config import load_settings
 from gpusched.core.models import Job
 from gpusched.daemon.loop import Call, Daemon

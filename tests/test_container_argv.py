@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from gpusched.client.options import SubmitOptions
-from gpusched.client.submitting import container_field
+from gpusched.client.jobrequest import container_field
 from gpusched.core import container, jobspec
 from gpusched.core.errors import UsageError
 from gpusched.daemon import containers

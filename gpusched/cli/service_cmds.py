@@ -14,7 +14,8 @@ from gpusched.cli.helpformat import App
 from gpusched.cli.submit_cmds import with_options
 from gpusched.client.connection import Client
 from gpusched.client.options import SUBMIT, SubmitOptions
-from gpusched.client.submitting import build_request, print_json
+from gpusched.client.jobrequest import build_request
+from gpusched.client.submitting import print_json
 from gpusched.core import services as model
 from gpusched.core.errors import UsageError
 from gpusched.core.units import parse_duration

@@ -9,7 +9,7 @@ import time
 from dataclasses import asdict
 from pathlib import Path
 
-from gpusched.client.submitting import size_option
+from gpusched.client.jobrequest import size_option
 from gpusched.core.errors import UsageError
 from gpusched.core.scheduling import HostCapacity
 from gpusched.sim import estimates as memory
