@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from gpusched.core.config import KEYS, settings_from_mapping
+from gpusched.core.config import settings_from_mapping
+from gpusched.core.configkeys import KEYS
 from gpusched.core.errors import ConfigError
 
 # (config text, the error after the file's path)

@@ -10,8 +10,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from gpusched.core import config
-from gpusched.core.config import Settings, example_toml, load_settings
+from gpusched.core import configkeys
+from gpusched.core.config import Settings, example_toml, load_settings, settings_from_mapping
 from gpusched.client.paths import ensure_private_dir, resolve_paths
 from gpusched.core.errors import ConfigError
 from gpusched.core.units import duration_human, parse_duration, parse_size, size_human
@@ -157,7 +157,7 @@ def test_bad_config_names_the_key_and_the_file(tmp_path, text, named):
 def test_unknown_key_lists_the_known_ones(tmp_path):
     with pytest.raises(ConfigError) as info:
         load(tmp_path, "[daemon]\npoll = 1\n")
-    assert all(key in info.value.message for key in config.KEYS)
+    assert all(key in info.value.message for key in configkeys.KEYS)
 
 
 def test_invalid_toml_names_the_file(tmp_path):
@@ -219,8 +219,8 @@ def test_example_file_matches_the_code():
 def test_example_lists_every_key_with_its_default():
     data = tomllib.loads(example_toml())
     listed = {f"{section}.{key}" for section, table in data.items() for key in table}
-    assert listed == set(config.KEYS)
-    assert config.settings_from_mapping(data, "example") == Settings()
+    assert listed == set(configkeys.KEYS)
+    assert settings_from_mapping(data, "example") == Settings()
 
 
 # -- paths ---------------------------------------------------------------------------------

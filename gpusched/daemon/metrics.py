@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from gpusched.core.config import parse_listen
+from gpusched.core.configkeys import parse_listen
 from gpusched.daemon.state import DaemonState, Setup
 
 log = logging.getLogger("gpusched.daemon.metrics")
