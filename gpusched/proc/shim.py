@@ -141,12 +141,13 @@ def _note_in_log(spec: dict, who, line: str) -> None:
         os.close(fd)
 
 
-def _spawn_as_ourselves(spec: dict) -> int:
-    """User mode: posix_spawn the job in its own process group.
+def _spawn_as_ourselves(spec: dict, own_session: bool = False) -> int:
+    """User mode: posix_spawn the job in its own process group (own_session: leading a
+    session of its own, as the supervisor starts a job it watches itself).
 
     Unlike fork, posix_spawn shares our memory until the exec instead of copying every
     page Python touches (a few milliseconds a job). The cwd, cgroup and CPU pinning are
-    applied to the shim first and inherited: the job runs as the shim's own user here.
+    applied to the caller first and inherited: the job runs as the caller's own user here.
     """
     try:
         jobexec.enter_cwd(spec["cwd"])
@@ -154,8 +155,9 @@ def _spawn_as_ourselves(spec: dict) -> int:
         out_fd, err_fd = _job_outputs(spec)
 
         def spawn_program(program: str) -> int:
+            group = {"setsid": True} if own_session else {"setpgroup": 0}
             return os.posix_spawn(
-                program, spec["command"], spec["env"], setpgroup=0,
+                program, spec["command"], spec["env"], **group,
                 setsigmask=(), setsigdef=(*FORWARDED, signal.SIGCHLD),
                 file_actions=[(os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0),
                               (os.POSIX_SPAWN_DUP2, out_fd, 1), (os.POSIX_SPAWN_DUP2, err_fd, 2)])
