@@ -13,10 +13,15 @@ directory and CPU pinning as a shim would give them (the spawn is the shim's own
 shim._spawn_as_ourselves). Its pid and start ticks go into its run file's "shim" record,
 marked supervised: the daemon watches and measures the job's own process, and signals
 it through us. Each job has a pidfd in our epoll set; one loop turn takes every exit that
-turn saw, appends each exit record to its run file (runfile.append_exit, the shim's format),
-flushes them all to disk in one pass, wakes the daemon with one datagram, and only then
-reaps the jobs: until its record is durable, an ended job is a zombie the daemon still
-counts as running (seam.ProcessSeam.is_alive).
+turn saw, appends each exit record to its run file (runfile.append_exit, the shim's format)
+and only then reaps the jobs: until its record is written, an ended job is a zombie the
+daemon still counts as running (seam.ProcessSeam.is_alive). Each end wakes the daemon as a
+shim's does, from an address named for the run (shim.notify_daemon), and the daemon
+answers once the end is committed to its queue (daemon/endacks.py); a record left
+unanswered for a second is flushed to disk then (all of a turn's in one pass). Flushing
+every record before the wake-up, as measured, cost each job a second disk flush on the
+path from one job's end to the next one's start (the daemon's commit is the first), about
+twice the time between them; the queue holds the end durably either way.
 
 A SIGTERM from the daemon goes to the job's process group and to any process it left
 outside (we are the child subreaper of every job: orphans become ours), and arms a SIGKILL
