@@ -38,6 +38,7 @@ from __future__ import annotations
 import gc
 import json
 import os
+import resource
 import select
 import signal
 import socket
@@ -55,6 +56,10 @@ HELLO = b"gpusched-supervisor "  # + our pid and a newline: sent to every daemon
 CONNECT_WAIT_S = 10.0  # a supervisor no daemon connected to in this long exits
 _SHIM_REAP_EVERY_S = 1.0  # forked shims are reaped at least this often
 _SO_PEERCRED = struct.Struct("3i")
+_FDS_MAX = resource.getrlimit(resource.RLIMIT_NOFILE)[0]  # jobs keep the soft limit: not raised
+if _FDS_MAX == resource.RLIM_INFINITY or _FDS_MAX <= 0:
+    _FDS_MAX = 1 << 30
+_FDS_SPARE = 64  # descriptors kept for links, a spawn's logs, run files
 
 
 def needs_shim(spec: dict) -> bool:
@@ -197,7 +202,8 @@ class Supervisor:
 
     # -- starts ---------------------------------------------------------------------------
     def _launch(self, spec: dict, line: bytes) -> None:
-        if needs_shim(spec):
+        # Each job we watch holds a pidfd: past our descriptor limit, a shim watches it.
+        if needs_shim(spec) or len(self.jobs) + len(self.reports) + _FDS_SPARE >= _FDS_MAX:
             self.shims.add(launcher.fork_shim(spec, line))
             return
         directory = os.path.dirname(spec["run_file"])
@@ -363,12 +369,14 @@ class Supervisor:
 
 def _spawn(spec: dict) -> int:
     """The job posix_spawned in its own session, from its working directory and pinned to
-    its cores: both set on us for the spawn (inherited), the pinning then undone."""
+    its cores: both set on us for the spawn (inherited), then undone (a working directory
+    we stayed in would keep its filesystem from being unmounted)."""
     pinned = spec.get("cpu_ids")
     before = os.sched_getaffinity(0) if pinned else None
     try:
         return shim._spawn_as_ourselves(spec, own_session=True)
     finally:
+        os.chdir("/")
         if before is not None:
             os.sched_setaffinity(0, before)
 
