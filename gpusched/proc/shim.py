@@ -1,10 +1,12 @@
 """The per-job parent: owns the job's session and logs, forwards signals, writes the exit record.
 
-Forked by the shim launcher (gpusched/proc/launcher.py) in a new session, so that it outlives
-the daemon; `python -I -S shim.py RUN_FILE` runs a job again by hand, from its run file.
-It imports only the standard library and stdlib-only modules of ours (runfile, the formats
-it writes; jobexec; jobtree, the job's processes; logcap for a capped log; and in system
-mode privileges): it runs for every job.
+Forked by the job supervisor (gpusched/proc/supervisor.py, through launcher.py) in a new
+session, so that it outlives the daemon, for a job that needs one (supervisor.needs_shim:
+system mode, a cgroup, a container, a capped log); the supervisor starts other jobs itself,
+with this module's spawn (_spawn_as_ourselves). `python -I -S shim.py RUN_FILE` runs a job
+again by hand, from its run file. It imports only the standard library and stdlib-only
+modules of ours (runfile, the formats it writes; jobexec; jobtree, the job's processes;
+logcap for a capped log; and in system mode privileges).
 """
 
 from __future__ import annotations
