@@ -50,8 +50,8 @@ class GpuschedRun:
     elapsed_s: float
     most_at_once: int
     daemon_cpu_s: float  # the daemon's own CPU time
-    launcher_cpu_s: float  # the shim launcher's own: it forks every shim
-    shims_cpu_s: float  # the launcher's reaped children: the shims and the jobs under them
+    launcher_cpu_s: float  # the job supervisor's own: it starts every job (or forks its shim)
+    shims_cpu_s: float  # the supervisor's reaped children: the jobs (and any shims)
 
 
 def _cpu_s(proc: psutil.Process, children: bool = False) -> float:
@@ -66,14 +66,14 @@ def run_gpusched(count: int, slots: int, mode: str) -> GpuschedRun:
     with Gpusched(f"{slots}x80GiB", config=config.format(slots=slots)) as gs:
         daemon = psutil.Process(gs.pid)
         timed_run([gpusched_script(), "submit", "--wait", "--", "true"], gs.env)  # warm up
-        launcher = daemon.children()[0]  # forks every job's shim, and reaps them
+        launcher = daemon.children()[0]  # the job supervisor: starts every job, and reaps it
         before = (_cpu_s(daemon), _cpu_s(launcher), _cpu_s(launcher, children=True))
         start = time.perf_counter()
         _, out = timed_run([gpusched_script(), "submit", *flags, "--from-file", str(lines)],
                            gs.env)
         jobs = gs.wait([int(i) for i in out.split()])
         elapsed = time.perf_counter() - start
-        time.sleep(1.5)  # the launcher reaps the last shims within a second
+        time.sleep(1.5)  # the last ends are reaped (a shim's within a second)
         after = (_cpu_s(daemon), _cpu_s(launcher), _cpu_s(launcher, children=True))
     failed = [j["id"] for j in jobs if j["state"] != "succeeded"]
     if failed:
@@ -131,7 +131,7 @@ def main() -> None:
             statistics.median(getattr(r, field) for r in mode_runs) / args.jobs * 1e3
             for field in ("daemon_cpu_s", "launcher_cpu_s", "shims_cpu_s"))
         print(f"  gpusched ({mode}) CPU per job (median): daemon {daemon:.1f} ms, "
-              f"launcher {launcher:.1f} ms, shim and job {shims:.1f} ms")
+              f"supervisor {launcher:.1f} ms, job (and shim) {shims:.1f} ms")
 
 
 if __name__ == "__main__":

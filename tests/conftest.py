@@ -71,7 +71,7 @@ def find_shim(jobs_root: Path, job_id: int) -> tuple[int, float] | None:
     """A job's shim as the daemon sees it: (pid, start time) from its run file's "shim"
     record, the start time 0.0 once that process is gone; None before the record exists."""
     recorded = runfile.read_run(jobs_root, job_id).shim
-    return ProcessSeam.identify_shim(*recorded) if recorded else None
+    return ProcessSeam().identify_shim(*recorded) if recorded else None
 
 
 class Home:

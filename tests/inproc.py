@@ -162,7 +162,7 @@ class FakeShims:
             if ignores is not None and (signum == signal.SIGKILL or not ignores):
                 self.end_process(pid)
 
-    def identify_shim(self, pid: int, ticks: int) -> tuple[int, float]:
+    def identify_shim(self, pid: int, ticks: int, supervised: bool = False) -> tuple[int, float]:
         live = pid in self.alive.values()
         return pid, float(pid) if live else 0.0
 

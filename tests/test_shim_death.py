@@ -13,11 +13,13 @@ import sys
 from pathlib import Path
 
 import psutil
+import pytest
 
 from conftest import Home, executable, find_shim, is_gone, wait_until
 from gpusched.client.connection import Client
 from gpusched.client.paths import resolve_paths
-from gpusched.proc import leftovers
+from gpusched.daemon import shimloss
+from gpusched.proc import leftovers, runfile
 from gpusched.proc.seam import ProcessSeam
 
 # The job: a leader that forks a child, one that ignores SIGTERM (it ends by itself once
@@ -78,20 +80,35 @@ def start_job(home: Home, tmp_path: Path, **env: str) -> tuple[int, dict[str, in
     return job_id, {name: int((out / name).read_text()) for name in NAMES}, gate
 
 
-def kill_shim(home: Home, job_id: int) -> None:
+# What watches a job: the supervisor, which starts plain jobs itself, or a shim of its own
+# (a capped log needs one: gpusched/proc/supervisor.py needs_shim).
+WATCHERS = {"supervisor": "", "shim": '[jobs]\nmax_log_size = "100M"\n'}
+
+
+def kill_shim(home: Home, job_id: int) -> str:
+    """SIGKILL what watches the job (its shim, or the supervisor of a job without one);
+    the lost reason's start that the daemon gives for that."""
     pid, _ = wait_until(lambda: find_shim(home.state / "jobs", job_id), "the shim's pid")
+    if runfile.read_run(home.state / "jobs", job_id).shim.supervised:
+        os.kill(psutil.Process(pid).ppid(), signal.SIGKILL)
+        return shimloss.SUPERVISOR_VANISHED
     os.kill(pid, signal.SIGKILL)
+    return shimloss.VANISHED
 
 
-def test_the_gpu_of_a_killed_shims_job_waits_until_its_processes_are_gone(make_home, tmp_path):
+@pytest.mark.parametrize("watcher", WATCHERS)
+def test_the_gpu_of_a_killed_shims_job_waits_until_its_processes_are_gone(make_home, tmp_path,
+                                                                          watcher):
     home = make_home("1x80GiB")
     # A long grace: the process that ignores SIGTERM ends when the test lets it.
-    home.write_config('[daemon]\ngpu_poll_interval = "1s"\ncancel_grace = "10m"\n')
+    home.write_config('[daemon]\ngpu_poll_interval = "1s"\ncancel_grace = "10m"\n' +
+                      WATCHERS[watcher])
     home.start()
     job_id, pids, gate = start_job(home, tmp_path)
     waiting = home.submit("--gpus", "1", "--", sys.executable, "-c", STILL_RUNNING,
                           *map(str, pids.values()))
-    kill_shim(home, job_id)
+    vanished = kill_shim(home, job_id)
+    assert vanished == (shimloss.VANISHED if watcher == "shim" else shimloss.SUPERVISOR_VANISHED)
 
     job = wait_until(lambda: (j := look(home, job_id))["end_reason"].startswith(
         "its shim died; stopping its processes") and j, "the daemon to stop the job's processes")
@@ -115,8 +132,7 @@ def test_the_gpu_of_a_killed_shims_job_waits_until_its_processes_are_gone(make_h
     gate.touch()  # the last process ends
     lost = home.wait_state(job_id, "lost", "failed", "succeeded")
     assert lost["end_reason"].startswith(
-        "the job's shim vanished without an exit record (killed, or the machine rebooted); "
-        "gpusched stopped the processes it left (pid ")
+        f"{vanished}; gpusched stopped the processes it left (pid "), lost["end_reason"]
     done = home.wait_state(waiting, "succeeded", "failed")
     assert done["gpus"] == job["gpus"]
     assert Path(done["stdout_path"]).read_text().strip() == "none"

@@ -17,7 +17,7 @@ from gpusched import __version__
 from gpusched.client import drift
 from gpusched.core import limits, placement
 from gpusched.proc import runfile
-from gpusched.proc.seam import ProcessSeam
+from gpusched.proc.seam import ProcessSeam, supervisor_socket
 from gpusched.daemon.authz import Authz
 from gpusched.core.config import Settings, load_settings
 from gpusched.client.paths import Paths, ensure_private_dir
@@ -86,7 +86,7 @@ class Daemon:
         # How this daemon was started (config file, simulated GPUs), in every reply, so
         # that a client can tell when it would start it otherwise (gpusched/client/drift.py).
         self.fingerprint = fingerprint
-        self.seam = seam or ProcessSeam()
+        self.seam = seam or ProcessSeam(supervisor_socket(paths.run_dir))
         self.clock = clock
         self.started_at = clock.time()
         self.rules = placement_rules(settings, load_custom_policies())

@@ -21,6 +21,10 @@ from gpusched.proc.seam import ProcessSeam
 log = logging.getLogger("gpusched.jobs")
 
 VANISHED = "the job's shim vanished without an exit record (killed, or the machine rebooted)"
+# A job the supervisor started without a shim (proc/supervisor.py) whose supervisor died:
+# nothing records its end any more.
+SUPERVISOR_VANISHED = ("the job supervisor that watched the job vanished without an exit "
+                       "record (killed, or the machine rebooted)")
 _PIDS_SHOWN = 8  # a reason stays one readable line however many processes a job left
 
 
@@ -54,7 +58,8 @@ class ShimLoss:
             self.seam.signal_processes({p: t for p, t in found.items() if p not in seen},
                                        signal.SIGTERM)
         if not seen:
-            note = f"job {job.id}'s shim died; sent SIGTERM to its processes ({_pids(found)})"
+            who = "supervisor" if self._supervised(job) else "shim"
+            note = f"job {job.id}'s {who} died; sent SIGTERM to its processes ({_pids(found)})"
             log.warning(note)
             self.seam.append_to_log(job.stderr_path, note, job.uid)
         seen.update(found)
@@ -68,12 +73,18 @@ class ShimLoss:
         how = "SIGTERM, then SIGKILL after the cancel grace" if job.id in self.killed else \
             "SIGTERM"
         self.killed.discard(job.id)
+        vanished = SUPERVISOR_VANISHED if self._supervised(job) else VANISHED
         if stopped:
-            return (f"{VANISHED}; gpusched stopped the processes it left "
+            return (f"{vanished}; gpusched stopped the processes it left "
                     f"({_pids(stopped)}; {how}) before freeing its GPUs")
         if job.end_reason.startswith(SHIM_LOST_REASON):  # stopped by a daemon before a restart
-            return f"{VANISHED}; the processes it left have ended"
-        return VANISHED
+            return f"{vanished}; the processes it left have ended"
+        return vanished
+
+    def _supervised(self, job: Job) -> bool:
+        """Whether the run's "shim" is the job itself, started by the supervisor."""
+        shim = runfile.read_run(self.setup.paths.jobs_dir, job.id).shim
+        return bool(shim is not None and shim.supervised)
 
     def next_deadline(self) -> float | None:
         """When the next SIGKILL of leftovers is due (epoch s)."""

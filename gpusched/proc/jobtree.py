@@ -84,10 +84,28 @@ def warning_targets(shim_pid: int, batch_only: bool) -> list[int]:
     return below or [main_pid]
 
 
+def targets_below(main_pid: int, batch_only: bool) -> list[int]:
+    """warning_targets of a job with no shim above it (the supervisor's: proc/supervisor.py),
+    its main process known: the processes below it (its orphans, adopted by the supervisor,
+    are not looked for here), or with B: the main process alone."""
+    if batch_only:
+        return [main_pid]
+    return descendants(main_pid) or [main_pid]
+
+
 def deliver_warning(shim_pid: int, signum: int, batch_only: bool) -> bool:
     """Send a job's warning signal to warning_targets(); whether any process got it."""
+    return _send_each(warning_targets(shim_pid, batch_only), signum)
+
+
+def deliver_warning_below(main_pid: int, signum: int, batch_only: bool) -> bool:
+    """deliver_warning for a job whose main process is known (targets_below)."""
+    return _send_each(targets_below(main_pid, batch_only), signum)
+
+
+def _send_each(pids: list[int], signum: int) -> bool:
     sent = False
-    for pid in warning_targets(shim_pid, batch_only):
+    for pid in pids:
         try:
             os.kill(pid, signum)
             sent = True

@@ -21,16 +21,18 @@ from collections import namedtuple
 
 from gpusched.proc import jobenv, runfile
 
-JobMarks = namedtuple("JobMarks", "shim_pid shim_start_ticks uid token cgroup")
+JobMarks = namedtuple("JobMarks", "shim_pid shim_start_ticks uid token cgroup supervised",
+                      defaults=(False,))
 JobMarks.__doc__ = """How a job's processes are recognised: its shim's pid and start ticks
 (from the run file's "shim" record), the job's uid, its run token and its cgroup directory
-("" or None: none)."""
+("" or None: none); supervised: the "shim" is the job's own process, leader of its
+session (started by the supervisor, proc/supervisor.py), one of those found."""
 
 
 def marks_of(run_spec: dict, shim: tuple[int, int], uid: int) -> JobMarks:
     """The marks of the run whose run file holds this spec and "shim" record."""
     return JobMarks(shim[0], shim[1], uid, run_spec.get("env", {}).get(jobenv.RUN_TOKEN, ""),
-                    run_spec.get("cgroup") or "")
+                    run_spec.get("cgroup") or "", getattr(shim, "supervised", False))
 
 
 def find(marks: JobMarks) -> dict[int, int]:
@@ -39,7 +41,7 @@ def find(marks: JobMarks) -> dict[int, int]:
     in_session = _session_is_the_shims(marks)
     in_cgroup = _cgroup_pids(marks.cgroup)
     entry = f"{jobenv.RUN_TOKEN}={marks.token}".encode() if marks.token else None
-    skip = {os.getpid(), marks.shim_pid}
+    skip = {os.getpid()} if marks.supervised else {os.getpid(), marks.shim_pid}
     found = {}
     for name in os.listdir("/proc"):
         if not name.isdigit() or int(name) in skip:
@@ -53,7 +55,7 @@ def find(marks: JobMarks) -> dict[int, int]:
         if stat.state == "Z" or stat.start_ticks < marks.shim_start_ticks:
             continue
         if (in_session and stat.session == marks.shim_pid) or pid in in_cgroup or \
-                (entry is not None and _carries(pid, entry, marks.uid)):
+                (entry is not None and carries(pid, entry, marks.uid)):
             found[pid] = stat.start_ticks
     return found
 
@@ -78,7 +80,7 @@ def _cgroup_pids(cgroup: str) -> set[int]:
         return set()  # removed, or never made
 
 
-def _carries(pid: int, entry: bytes, uid: int) -> bool:
+def carries(pid: int, entry: bytes, uid: int) -> bool:
     """Whether the process, the job's user's, has the job's run token in its environment
     (another user's process is never taken for the job, whatever it carries)."""
     try:

@@ -169,18 +169,23 @@ def append_record(path: str, kind: str, data: dict) -> None:
         os.close(fd)
 
 
-def begin_run_file(spec: dict, spec_line: bytes | None = None) -> str:
+def begin_run_file(spec: dict, spec_line: bytes | None = None,
+                   supervised: tuple[int, int] | None = None) -> str:
     """Create the run file with the spec and this shim's own record; its path.
 
     spec_line: the spec as the launcher received it (one JSON object), written as it is
-    rather than encoded again.
+    rather than encoded again. supervised: (pid, start ticks) of a job the supervisor
+    (proc/supervisor.py) started without a shim, recorded in the shim's place: the job
+    leads its own session, and the daemon signals and watches it as a shim.
     """
     path = spec["run_file"]
     spec_record = (b'{"record": "spec", ' + spec_line.strip()[1:] + b"\n" if spec_line
                    else record_line(SPEC, spec).encode())
-    lines = spec_record + record_line(SHIM, {
-        "pid": os.getpid(), "start_ticks": read_proc_stat().start_ticks,
-        "run": spec.get("run")}).encode()
+    if supervised is None:
+        owner = {"pid": os.getpid(), "start_ticks": read_proc_stat().start_ticks}
+    else:
+        owner = {"pid": supervised[0], "start_ticks": supervised[1], "supervised": True}
+    lines = spec_record + record_line(SHIM, {**owner, "run": spec.get("run")}).encode()
     flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW
     try:
         fd = os.open(path, flags, 0o600)
@@ -220,8 +225,13 @@ def append_exit(path: str, record: ExitRecord, run: str | None = None) -> None:
 _TAIL_BYTES = 8192  # holds the short "shim" and "exit" records, whatever the spec's size
 
 RunState = namedtuple("RunState", "shim exit")
-RunState.__doc__ = """What a run file says so far: shim, the shim's own record as (pid,
-start_ticks); exit, an ExitRecord once the job has ended. Either is None until written."""
+RunState.__doc__ = """What a run file says so far: shim, the shim's own record (ShimRecord);
+exit, an ExitRecord once the job has ended. Either is None until written."""
+
+ShimRecord = namedtuple("ShimRecord", "pid start_ticks supervised", defaults=(False,))
+ShimRecord.__doc__ = """The "shim" record: the process the daemon watches for the run, by pid
+and start ticks; supervised when that process is the job itself, started by the supervisor
+(proc/supervisor.py) in a session of its own, rather than a shim."""
 
 
 def read_run(jobs_root: str | os.PathLike, job_id: int, run: str | None = None) -> RunState:
@@ -239,7 +249,8 @@ def read_run(jobs_root: str | os.PathLike, job_id: int, run: str | None = None) 
             continue  # another run's, left in the file
         try:
             if data.get("record") == SHIM and shim_record is None:
-                shim_record = int(data["pid"]), int(data["start_ticks"])
+                shim_record = ShimRecord(int(data["pid"]), int(data["start_ticks"]),
+                                         bool(data.get("supervised")))
             elif data.get("record") == EXIT:
                 exit_record = ExitRecord(data.get("exit_code"), data.get("signal"),
                                          float(data.get("ended_at", 0)), data.get("error", ""))

@@ -1,4 +1,4 @@
-"""The daemon's hands on processes: launch shims, find, signal and measure them, hold ports.
+"""The daemon's hands on processes: start jobs, find, signal and measure them, hold ports.
 
 Every call the daemon makes on the processes outside it goes through one ProcessSeam,
 which the daemon is given: tests hand it a fake (tests/inproc.py) and drive the
@@ -8,12 +8,9 @@ daemon's decisions without a real shim.
 from __future__ import annotations
 
 import errno
-import json
 import os
 import signal
 import socket
-import subprocess
-import sys
 import threading
 from pathlib import Path
 from typing import Iterable
@@ -21,9 +18,8 @@ from typing import Iterable
 import psutil
 
 from gpusched.core.models import Job
-from gpusched.proc import jobtree, leftovers, privileges, runfile, shim
-
-LAUNCHER_PATH = str(Path(shim.__file__).with_name("launcher.py"))
+from gpusched.proc import jobtree, leftovers, privileges, runfile
+from gpusched.proc.supervisorlink import SUPERVISOR_PATH, SupervisorLink, supervisor_socket
 
 
 def read_boot_id() -> str:
@@ -33,43 +29,15 @@ def read_boot_id() -> str:
         return ""
 
 
-class ShimLauncher:
-    """The daemon's handle on the shim launcher (gpusched/proc/launcher.py), restarted if it dies."""
+_SUPERVISED_KEPT = 1024  # pids of supervised jobs kept before the gone ones are let go
 
-    def __init__(self) -> None:
-        self._proc: subprocess.Popen | None = None
 
-    def _start(self) -> subprocess.Popen:
-        # A clean, fixed environment: the launcher and the shims it forks may run as root,
-        # and a user's environment reaches only the job, after any privilege drop.
-        return subprocess.Popen(
-            [sys.executable, "-I", "-S", LAUNCHER_PATH], stdin=subprocess.PIPE,
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
-            close_fds=True, env={"PATH": os.defpath}, bufsize=0)
-
-    def launch(self, spec: dict) -> None:
-        """Have a shim forked for the job, without waiting for it: the shim records its
-        pid in the job's run file (see runfile.read_run)."""
-        line = (json.dumps(spec) + "\n").encode()  # JSON has no raw newline: one line
-        for _attempt in (1, 2):
-            if self._proc is None or self._proc.poll() is not None:
-                self.close()
-                self._proc = self._start()
-            try:
-                self._proc.stdin.write(line)
-                return
-            except OSError:
-                self.close()  # it died between jobs: start a new one and try once more
-        raise OSError("the shim launcher does not take requests")
-
-    def close(self) -> None:
-        if self._proc is not None:
-            try:
-                self._proc.stdin.close()
-            except OSError:
-                pass  # a launcher that died left a broken pipe
-            self._proc.wait()
-            self._proc = None
+def _is_supervisor(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as cmdline:
+            return SUPERVISOR_PATH.encode() in cmdline.read()
+    except OSError:
+        return False
 
 
 def hold_port(port: int) -> socket.socket:
@@ -86,48 +54,98 @@ def hold_port(port: int) -> socket.socket:
 
 
 class ProcessSeam:
-    """The real processes: psutil and /proc for looking, the shim launcher for starting."""
+    """The real processes: psutil and /proc for looking, the job supervisor for starting.
 
-    def __init__(self) -> None:
+    A job's watched process (job.shim_pid) is its shim, or for a job the supervisor started
+    without one (a "supervised" shim record), the job's own process, leader of its session
+    and process group: signals for it go through the supervisor (the grace period's
+    SIGKILL), its memory counts the process itself."""
+
+    def __init__(self, supervisor_socket: str | None = None) -> None:
         # Read once: a boot id changes only with a reboot, which ends this process too.
         self.boot_id = read_boot_id()
-        self._launcher = ShimLauncher()
+        self._supervisor = SupervisorLink(supervisor_socket)
+        self._supervised: set[int] = set()  # pids of watched processes that are jobs
+        self._prune_at = _SUPERVISED_KEPT
         self._port_holds: dict[int, socket.socket] = {}  # job id -> what keeps its MASTER_PORT
 
     def launch(self, spec: dict) -> None:
-        """Start a job's shim (see ShimLauncher.launch); OSError if it cannot be asked to."""
-        self._launcher.launch(spec)
+        """Have the supervisor start the job, or fork its shim, without waiting for it: the
+        pid appears in the job's run file (see runfile.read_run). OSError if it cannot be
+        asked to."""
+        if self._supervisor.path is None:  # beside the wake socket, in the run directory
+            self._supervisor.path = supervisor_socket(os.path.dirname(spec["wake"]))
+        self._supervisor.send(spec)
 
     def close(self) -> None:
-        """Let the launcher go; running shims are in sessions of their own: unaffected."""
-        self._launcher.close()
+        """Let the supervisor go; it runs on while jobs it started do (see supervisor.py)."""
+        self._supervisor.close()
 
     # -- a job's shim ---------------------------------------------------------------------
     def _shim_process(self, job: Job) -> psutil.Process | None:
-        """The job's shim if it is still that very process (same pid, start time and boot)."""
+        """The job's shim if it is still that very process (same pid, start time and boot).
+        A supervised job that has ended but is not reaped yet counts while its supervisor
+        lives: the supervisor records its exit first."""
         if not job.shim_pid or job.boot_id != self.boot_id:
             return None
         try:
             proc = psutil.Process(job.shim_pid)
             if abs(proc.create_time() - (job.shim_start_time or 0)) > 0.05:
                 return None
-            if proc.status() == psutil.STATUS_ZOMBIE:
+            if proc.status() == psutil.STATUS_ZOMBIE and not self._awaits_record(proc):
                 return None
             return proc
         except psutil.Error:
             return None
 
+    def _awaits_record(self, proc: psutil.Process) -> bool:
+        """Whether an ended supervised job's parent is its supervisor, about to record it."""
+        return proc.pid in self._supervised and self._supervisor_watches(proc)
+
+    @staticmethod
+    def _supervisor_watches(proc: psutil.Process) -> bool:
+        """Whether the job's parent is still a supervisor: if the supervisor was killed, no
+        exit record will come, and the job is lost as a shim's is (daemon/shimloss.py)."""
+        try:
+            return _is_supervisor(proc.ppid())
+        except psutil.Error:
+            return False
+
+    def is_supervised(self, job: Job) -> bool:
+        """Whether the job's watched process is the job itself (no shim of its own)."""
+        return job.shim_pid in self._supervised
+
     def is_alive(self, job: Job) -> bool:
-        return self._shim_process(job) is not None
+        proc = self._shim_process(job)
+        if proc is not None and job.shim_pid in self._supervised:
+            return self._supervisor_watches(proc)
+        return proc is not None
 
     def signal_job(self, job: Job, signum: int = signal.SIGTERM) -> bool:
-        """Send a signal through the shim, which passes it to the job's process group."""
+        """Send a signal through the shim, which passes it to the job's process group; for
+        a supervised job, through the supervisor, which does as a shim does (or, with no
+        supervisor left, to the group directly)."""
         proc = self._shim_process(job)
         if proc is None:
             return False
+        if job.shim_pid in self._supervised:
+            return self._signal_supervised(proc.pid, signum)
         try:
             proc.send_signal(signum)
         except psutil.Error:
+            return False
+        return True
+
+    def _signal_supervised(self, pid: int, signum: int) -> bool:
+        try:
+            if self._supervisor.send({"op": "signal", "pid": pid, "signal": int(signum)},
+                                     start=False):
+                return True
+        except OSError:
+            pass
+        try:
+            os.killpg(pid, signum)
+        except OSError:
             return False
         return True
 
@@ -137,6 +155,8 @@ class ProcessSeam:
         proc = self._shim_process(job)
         if proc is None:
             return False
+        if job.shim_pid in self._supervised:
+            return jobtree.deliver_warning_below(proc.pid, signum, job.warn_batch)
         return jobtree.deliver_warning(proc.pid, signum, job.warn_batch)
 
     def tree_rss_bytes(self, job: Job) -> int | None:
@@ -149,6 +169,8 @@ class ProcessSeam:
             children = proc.children(recursive=True)
         except psutil.Error:
             return None
+        if job.shim_pid in self._supervised:
+            children.append(proc)  # the job's own process: no shim above it
         for child in children:
             try:
                 total += child.memory_info().rss
@@ -157,9 +179,13 @@ class ProcessSeam:
         return total
 
     def kill_job_now(self, job: Job) -> None:
-        """SIGKILL every process under the shim (not the shim, which records the death)."""
+        """SIGKILL every process under the shim (not the shim, which records the death); a
+        supervised job's group, and what it left, through its supervisor."""
         proc = self._shim_process(job)
         if proc is None:
+            return
+        if job.shim_pid in self._supervised:
+            self._signal_supervised(proc.pid, signal.SIGKILL)
             return
         try:
             children = proc.children(recursive=True)
@@ -182,17 +208,27 @@ class ProcessSeam:
         """Signal job_processes' result, skipping any pid that went to another process."""
         leftovers.signal_all(found, signum)
 
-    @staticmethod
-    def identify_shim(pid: int, ticks: int) -> tuple[int, float]:
+    def identify_shim(self, pid: int, ticks: int, supervised: bool = False) -> tuple[int, float]:
         """(pid, start time) of a shim from its "shim" record: the start time is the
         process's own (as is_alive compares it) while that process is the shim, and 0.0,
-        which no process matches, once it has ended or its pid went to another process."""
+        which no process matches, once it has ended or its pid went to another process.
+        supervised: the record's process is the job itself (runfile.ShimRecord)."""
         try:
             if runfile.read_proc_stat(pid).start_ticks == ticks:
+                if supervised:
+                    self._note_supervised(pid)
                 return pid, psutil.Process(pid).create_time()
         except (OSError, ValueError, IndexError, psutil.Error):
             pass
         return pid, 0.0
+
+    def _note_supervised(self, pid: int) -> None:
+        """Keep the pid of a supervised job; those of processes gone are let go now and
+        then (a job's end is read from its run file, never told to the seam)."""
+        if len(self._supervised) >= self._prune_at:
+            self._supervised = {p for p in self._supervised if os.path.exists(f"/proc/{p}")}
+            self._prune_at = max(_SUPERVISED_KEPT, 2 * len(self._supervised))
+        self._supervised.add(pid)
 
     @staticmethod
     def pid_owners(running: Iterable[Job]) -> dict[int, int]:

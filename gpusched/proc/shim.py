@@ -1,10 +1,12 @@
 """The per-job parent: owns the job's session and logs, forwards signals, writes the exit record.
 
-Forked by the shim launcher (gpusched/proc/launcher.py) in a new session, so that it outlives
-the daemon; `python -I -S shim.py RUN_FILE` runs a job again by hand, from its run file.
-It imports only the standard library and stdlib-only modules of ours (runfile, the formats
-it writes; jobexec; jobtree, the job's processes; logcap for a capped log; and in system
-mode privileges): it runs for every job.
+Forked by the job supervisor (gpusched/proc/supervisor.py, through launcher.py) in a new
+session, so that it outlives the daemon, for a job that needs one (supervisor.needs_shim:
+system mode, a cgroup, a container, a capped log); the supervisor starts other jobs itself,
+with this module's spawn (_spawn_as_ourselves). `python -I -S shim.py RUN_FILE` runs a job
+again by hand, from its run file. It imports only the standard library and stdlib-only
+modules of ours (runfile, the formats it writes; jobexec; jobtree, the job's processes;
+logcap for a capped log; and in system mode privileges).
 """
 
 from __future__ import annotations
@@ -141,12 +143,13 @@ def _note_in_log(spec: dict, who, line: str) -> None:
         os.close(fd)
 
 
-def _spawn_as_ourselves(spec: dict) -> int:
-    """User mode: posix_spawn the job in its own process group.
+def _spawn_as_ourselves(spec: dict, own_session: bool = False) -> int:
+    """User mode: posix_spawn the job in its own process group (own_session: leading a
+    session of its own, as the supervisor starts a job it watches itself).
 
     Unlike fork, posix_spawn shares our memory until the exec instead of copying every
     page Python touches (a few milliseconds a job). The cwd, cgroup and CPU pinning are
-    applied to the shim first and inherited: the job runs as the shim's own user here.
+    applied to the caller first and inherited: the job runs as the caller's own user here.
     """
     try:
         jobexec.enter_cwd(spec["cwd"])
@@ -154,8 +157,9 @@ def _spawn_as_ourselves(spec: dict) -> int:
         out_fd, err_fd = _job_outputs(spec)
 
         def spawn_program(program: str) -> int:
+            group = {"setsid": True} if own_session else {"setpgroup": 0}
             return os.posix_spawn(
-                program, spec["command"], spec["env"], setpgroup=0,
+                program, spec["command"], spec["env"], **group,
                 setsigmask=(), setsigdef=(*FORWARDED, signal.SIGCHLD),
                 file_actions=[(os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0),
                               (os.POSIX_SPAWN_DUP2, out_fd, 1), (os.POSIX_SPAWN_DUP2, err_fd, 2)])

@@ -1,0 +1,109 @@
+"""The job supervisor (gpusched/proc/supervisor.py): plain jobs started and watched without a
+shim of their own, through daemon restarts, a killed supervisor, and many ends at once
+(real CLI, real daemon, real processes; only the GPUs are simulated)."""
+
+from __future__ import annotations
+
+import os
+import signal
+from pathlib import Path
+
+import psutil
+
+from conftest import Home, find_shim, is_gone, wait_until
+from gpusched.daemon import shimloss
+from gpusched.proc import runfile
+
+
+def gate(path: Path, code: int = 0) -> str:
+    """A shell job that waits for `path` to exist, then exits with `code`."""
+    return f"until [ -e {path} ]; do sleep 0.05; done; exit {code}"
+
+
+def supervised_job(home: Home, job_id: int) -> psutil.Process:
+    """The job's own process, as its run file records it; its parent is the supervisor."""
+    pid, _ = wait_until(lambda: find_shim(home.state / "jobs", job_id), "the job's pid")
+    assert runfile.read_run(home.state / "jobs", job_id).shim.supervised
+    return psutil.Process(pid)
+
+
+def test_a_plain_job_runs_under_the_supervisor_in_a_session_of_its_own(home, tmp_path):
+    job_id = home.submit("--gpus", "0", "--", "sh", "-c", gate(tmp_path / "go"))
+    job = supervised_job(home, job_id)
+    supervisor = job.parent()
+    assert "supervisor.py" in " ".join(supervisor.cmdline())
+    assert os.getsid(job.pid) == job.pid and os.getpgid(job.pid) == job.pid
+    assert home.show(job_id)["state"] == "running"
+    (tmp_path / "go").touch()
+    assert home.wait_state(job_id, "succeeded", "failed")["state"] == "succeeded"
+
+
+def test_a_plain_jobs_exit_status_is_kept_across_a_daemon_sigkill_and_restart(home, tmp_path):
+    job_id = home.submit("--gpus", "0", "--", "sh", "-c", gate(tmp_path / "go", 7))
+    still = home.submit("--gpus", "0", "--", "sh", "-c", gate(tmp_path / "later"))
+    supervisor = supervised_job(home, job_id).parent()
+    assert supervised_job(home, still).parent().pid == supervisor.pid
+    home.kill_daemon()
+
+    (tmp_path / "go").touch()  # the job ends while no daemon runs: the supervisor records it
+    wait_until(lambda: runfile.read_run(home.state / "jobs", job_id).exit, "the exit record")
+    assert not is_gone(supervisor)  # it outlives the daemon while it has jobs
+
+    home.start()
+    ended = home.wait_state(job_id, "failed", "succeeded", "lost")
+    assert (ended["state"], ended["exit_code"]) == ("failed", 7)
+    # The new daemon connects to the same supervisor: its next job goes there too.
+    again = home.submit("--gpus", "0", "--", "sh", "-c", gate(tmp_path / "later"))
+    assert supervised_job(home, again).parent().pid == supervisor.pid
+    (tmp_path / "later").touch()
+    for job_id in (still, again):
+        assert home.wait_state(job_id, "succeeded", "failed")["state"] == "succeeded"
+
+
+def test_the_jobs_of_a_killed_supervisor_are_reported_lost_with_the_reason(make_home, tmp_path):
+    home = make_home()
+    home.write_config('[daemon]\ngpu_poll_interval = "1s"\ncancel_grace = "1s"\n')
+    home.start()
+    ids = [home.submit("--gpus", "0", "--", "sh", "-c", gate(tmp_path / "never"))
+           for _ in range(3)]
+    jobs = [supervised_job(home, job_id) for job_id in ids]
+    os.kill(jobs[0].parent().pid, signal.SIGKILL)
+
+    for job_id in ids:
+        lost = home.wait_state(job_id, "lost", "failed", "succeeded")
+        assert lost["state"] == "lost"
+        assert lost["end_reason"].startswith(shimloss.SUPERVISOR_VANISHED), lost["end_reason"]
+    assert all(is_gone(job) for job in jobs)
+    # A new supervisor takes the next job.
+    after = home.submit("--gpus", "0", "--wait", "--", "true")
+    assert home.show(after)["state"] == "succeeded"
+
+
+def test_many_jobs_ending_at_once_each_keep_their_own_exit_status(make_home, tmp_path):
+    home = make_home()
+    home.write_config("[host]\ncpus = 64\n[jobs]\nmax_running = 12\n")
+    home.start()
+    go = tmp_path / "go"
+    ids = [home.submit("--gpus", "0", "--", "sh", "-c", gate(go, code)) for code in range(12)]
+    for job_id in ids:
+        supervised_job(home, job_id)
+    go.touch()
+    for code, job_id in enumerate(ids):
+        ended = home.wait_state(job_id, "failed", "succeeded", "lost")
+        assert ended["exit_code"] == code, ended
+        assert runfile.read_run(home.state / "jobs", job_id).exit.exit_code == code
+
+
+def test_cancel_of_a_plain_job_that_ignores_sigterm_kills_it_after_the_grace(make_home, tmp_path):
+    home = make_home()
+    home.write_config('[daemon]\ncancel_grace = "1s"\n')
+    home.start()
+    ready = tmp_path / "ready"
+    job_id = home.submit("--gpus", "0", "--", "sh", "-c",
+                         f"trap '' TERM; touch {ready}; while :; do sleep 0.05; done")
+    job = supervised_job(home, job_id)
+    wait_until(ready.exists, "the job to ignore SIGTERM")
+    home.run("cancel", str(job_id))
+    ended = home.wait_state(job_id, "cancelled", "failed", "succeeded", "lost")
+    assert ended["state"] == "cancelled" and ended["signal"] == signal.SIGKILL, ended
+    assert is_gone(job)
