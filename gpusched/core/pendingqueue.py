@@ -75,13 +75,16 @@ def _drop(counts: dict, key: Any) -> None:
 
 
 class PendingQueue:
-    """Each user's pending jobs as a sorted line of line_key()s, plus counts by shape. It
-    holds keys only: the jobs stay in the caller's table. Shapes are numbered as they
-    first appear: a pass counts them by number, never hashing a Request."""
+    """The pending jobs as sorted lines of line_key()s, one line per shape (per user and
+    shape under fairshare, which weighs each user's share), plus counts by shape. It holds
+    keys only: the jobs stay in the caller's table. Shapes are numbered as they first
+    appear: a pass counts them by number, never hashing a Request. A line per shape lets a
+    pass pass over every job of a refused shape at once (Walk)."""
 
     def __init__(self, discipline: str, per_user: bool = True):
         self.discipline, self.per_user = discipline, per_user
-        self._lines: dict[str, list[Any]] = {}
+        # A line's name: its shape's number, or (user, number) under fairshare.
+        self._lines: dict[Any, list[Any]] = {}
         self.shapes: dict[int, int] = {}  # shape number -> pending jobs of that shape
         self.job_shapes: dict[int, int] = {}  # job id -> its shape's number
         self._numbers: dict[tuple, int] = {}  # shape -> its number
@@ -91,29 +94,31 @@ class PendingQueue:
         return len(self.job_shapes)
 
     def add(self, job: Job) -> None:
-        insort(self._lines.setdefault(job.user, []), line_key(job, self.discipline))
-        self._count(job)
+        name = self._line_name(job, self._count(job))
+        insort(self._lines.setdefault(name, []), line_key(job, self.discipline))
 
     def add_many(self, jobs: Iterable[Job]) -> None:
         """add() for many jobs: appended, then each line touched sorted once."""
         touched = set()
         for job in jobs:
-            self._lines.setdefault(job.user, []).append(line_key(job, self.discipline))
-            touched.add(job.user)
-            self._count(job)
-        for user in touched:
-            self._lines[user].sort()
+            name = self._line_name(job, self._count(job))
+            self._lines.setdefault(name, []).append(line_key(job, self.discipline))
+            touched.add(name)
+        for name in touched:
+            self._lines[name].sort()
 
     def remove(self, job: Job) -> None:
         """Take out a job as it was added (the same version of it)."""
-        line = self._lines[job.user]
+        number = self.job_shapes.pop(job.id)
+        name = self._line_name(job, number)
+        line = self._lines[name]
         key = line_key(job, self.discipline)
         at = bisect_left(line, key)
         if at < len(line) and line[at] == key:
             del line[at]
         if not line:
-            del self._lines[job.user]
-        _drop(self.shapes, self.job_shapes.pop(job.id))
+            del self._lines[name]
+        _drop(self.shapes, number)
 
     def same_place(self, old: Job, new: Job) -> bool:
         """Whether replacing old by new changes neither its place nor its counts (a new
@@ -127,23 +132,20 @@ class PendingQueue:
     def ids(self, share: Callable[[str], float] | None = None) -> Iterator[int]:
         """Job ids in scheduling order, lazily: a pass that stops early reads only the
         head of the line. `share`: each user's fair share (fairshare only)."""
-        lines = self._lines
-        if len(lines) == 1:
-            return map(key_id, next(iter(lines.values())))
-        if share is None or self.discipline != "fairshare":
-            return map(key_id, heapq.merge(*lines.values()))
-        merged = heapq.merge(*(_with_share(line, share(user)) for user, line in lines.items()))
-        return (key[-1] for key in merged)
+        return _merged(self, share, set())
 
     def jobs(self, table: Mapping[int, Job],
-             share: Callable[[str], float] | None = None) -> Iterator[Job]:
-        """The jobs of `table` (id -> job) in scheduling order."""
-        return (table[job_id] for job_id in self.ids(share))
+             share: Callable[[str], float] | None = None) -> Walk:
+        """The jobs of `table` (id -> job) in scheduling order, as a Walk."""
+        return Walk(self, table, share)
+
+    def _line_name(self, job: Job, number: int) -> Any:
+        return (job.user, number) if self.discipline == "fairshare" else number
 
     def _shape(self, job: Job) -> tuple:
         return shape_of(job, self.per_user)
 
-    def _count(self, job: Job) -> None:
+    def _count(self, job: Job) -> int:
         shape = self._shape(job)
         number = self._numbers.get(shape)
         if number is None:
@@ -151,11 +153,73 @@ class PendingQueue:
             self._shapes.append(shape)
         self.job_shapes[job.id] = number
         self.shapes[number] = self.shapes.get(number, 0) + 1
+        return number
 
 
-def _with_share(line: list[int], share: float) -> Iterator[tuple]:
-    """One user's line keyed as scheduling.order_key keys fairshare: (-priority, share, id)."""
-    return ((key // _ID_SPAN, share, key % _ID_SPAN) for key in line)
+class Walk:
+    """One pass's reading of a PendingQueue: its jobs in scheduling order, the lines merged
+    lazily. Once a shape's number is put in `skipped`, the rest of its jobs are passed over
+    at once, line by line, instead of one by one (core/scheduling.py, Bound)."""
+
+    def __init__(self, queue: PendingQueue, table: Mapping[int, Job],
+                 share: Callable[[str], float] | None):
+        self.queue = queue
+        self.skipped: set[int] = set()
+        self._jobs = map(table.__getitem__, _merged(queue, share, self.skipped))
+
+    def __iter__(self) -> Iterator[Job]:
+        return self._jobs
+
+    def __next__(self) -> Job:
+        return next(self._jobs)
+
+
+def _merged(queue: PendingQueue, share: Callable[[str], float] | None,
+            skipped: set[int]) -> Iterator[int]:
+    """The ids of the queue's lines merged in scheduling order, a line dropped when it comes
+    up with its shape in `skipped`. Keys hold their job's id, so no two are equal and the
+    order does not depend on how the jobs are split into lines."""
+    fairshare = queue.discipline == "fairshare"
+    fair = share is not None and fairshare
+    lines, numbers, shares, heap = [], [], [], []
+    for name, line in queue._lines.items():
+        if fair:
+            user_share = share(name[0])
+            shares.append(user_share)
+            heap.append(((line[0] // _ID_SPAN, user_share, line[0] % _ID_SPAN), len(lines)))
+        else:
+            heap.append((line[0], len(lines)))
+        lines.append(line)
+        numbers.append(name[1] if fairshare else name)
+    heapq.heapify(heap)
+    return _merge_lines(heap, lines, numbers, shares if fair else None, skipped,
+                        queue.discipline == "sjf")
+
+
+def _merge_lines(heap: list[tuple], lines: list[list], numbers: list[int],
+                 shares: list[float] | None, skipped: set[int], sjf: bool) -> Iterator[int]:
+    """heapq.merge of the lines, less the ones whose shape is skipped. `heap`: each line's
+    first sort key and its index; `shares`: each line's user's share (fairshare)."""
+    positions = [0] * len(lines)
+    heappop, heapreplace = heapq.heappop, heapq.heapreplace
+    while heap:
+        index = heap[0][1]
+        if numbers[index] in skipped:
+            heappop(heap)  # the rest of this line: refused alike
+            continue
+        line = lines[index]
+        at = positions[index]
+        key = line[at]
+        at += 1
+        if at == len(line):
+            heappop(heap)
+        else:
+            positions[index] = at
+            following = line[at]
+            if shares is not None:
+                following = (following // _ID_SPAN, shares[index], following % _ID_SPAN)
+            heapreplace(heap, (following, index))
+        yield key[-1] if sjf else key % _ID_SPAN
 
 
 class Bound:
@@ -164,10 +228,11 @@ class Bound:
     want of them (or held, or waiting on a dependency) stays refused to the pass's end;
     once every shape still ahead is, nothing behind can start and the pass stops."""
 
-    def __init__(self, queue: PendingQueue):
+    def __init__(self, queue: PendingQueue, walk: Walk | None = None):
         self.queue = queue
         self.left = dict(queue.shapes)
-        self.blocked: set[int] = set()
+        # Shared with the walk, which then passes over the rest of a blocked shape at once.
+        self.blocked: set[int] = walk.skipped if walk is not None else set()
         self.open = len(self.left)  # shapes with jobs ahead that might still start
 
     def take(self, job: Job) -> int:
@@ -192,8 +257,9 @@ class Bound:
     def may_be_cancelled(self, shape: int) -> bool:
         return may_be_cancelled(self.queue.shape(shape))
 
-    def cancels_ahead(self) -> bool:
-        """Whether jobs ahead might be cancelled for dependencies never met (so that a full
-        box still looks at them)."""
-        return any(left > 0 and shape not in self.blocked and self.may_be_cancelled(shape)
-                   for shape, left in self.left.items())
+    def block_all_but_cancels(self) -> None:
+        """Block every shape ahead but those whose jobs may be cancelled (max_running is
+        reached: nothing starts, but a dependency never met still cancels a job)."""
+        for shape, left in self.left.items():
+            if left > 0 and not self.may_be_cancelled(shape):
+                self.block(shape)
