@@ -69,9 +69,9 @@ def running_jobs(draw_ids: list[int], inventory: Inventory) -> list[Job]:
 
 
 def both_passes(pending: list[Job], running: list[Job], inventory: Inventory,
-                queue: QueueRules, usage: dict[str, float] | None = None):
+                queue: QueueRules, usage: dict[str, float] | None = None,
+                rules: PlacementRules = PlacementRules(policy="pack")):
     """The whole-queue walk, and the bounded pass over the same jobs in a PendingQueue."""
-    rules = PlacementRules(policy="pack")
     loads = placement.gpu_loads(inventory, running, {}, rules)
     deps = scheduling.DependencyStates({1: JobState.RUNNING})
     # aftercorr:1 pairs element N with element N of job 1's array; singleton looks at the

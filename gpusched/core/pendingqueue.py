@@ -85,6 +85,9 @@ class PendingQueue:
         self.discipline, self.per_user = discipline, per_user
         # A line's name: its shape's number, or (user, number) under fairshare.
         self._lines: dict[Any, list[Any]] = {}
+        # Where each line starts: the jobs that leave a line are mostly at its head, and
+        # deleting there would move the whole line (100,000 keys) each time. Absent: 0.
+        self._heads: dict[Any, int] = {}
         self.shapes: dict[int, int] = {}  # shape number -> pending jobs of that shape
         self.job_shapes: dict[int, int] = {}  # job id -> its shape's number
         self._numbers: dict[tuple, int] = {}  # shape -> its number
@@ -95,15 +98,20 @@ class PendingQueue:
 
     def add(self, job: Job) -> None:
         name = self._line_name(job, self._count(job))
-        insort(self._lines.setdefault(name, []), line_key(job, self.discipline))
+        insort(self._lines.setdefault(name, []), line_key(job, self.discipline),
+               self._heads.get(name, 0))
 
     def add_many(self, jobs: Iterable[Job]) -> None:
         """add() for many jobs: appended, then each line touched sorted once."""
         touched = set()
         for job in jobs:
             name = self._line_name(job, self._count(job))
+            if name not in touched:  # sorted whole below: its dropped keys go first
+                touched.add(name)
+                head = self._heads.pop(name, 0)
+                if head:
+                    del self._lines[name][:head]
             self._lines.setdefault(name, []).append(line_key(job, self.discipline))
-            touched.add(name)
         for name in touched:
             self._lines[name].sort()
 
@@ -111,14 +119,32 @@ class PendingQueue:
         """Take out a job as it was added (the same version of it)."""
         number = self.job_shapes.pop(job.id)
         name = self._line_name(job, number)
-        line = self._lines[name]
+        line, head = self._lines[name], self._heads.get(name, 0)
         key = line_key(job, self.discipline)
-        at = bisect_left(line, key)
+        at = bisect_left(line, key, head)
         if at < len(line) and line[at] == key:
-            del line[at]
-        if not line:
+            if at == head:
+                head += 1
+            else:
+                del line[at]
+        if head == len(line):
             del self._lines[name]
+            self._heads.pop(name, None)
+        elif head:
+            self._trim(name, head)
         _drop(self.shapes, number)
+
+    def _trim(self, name: Any, head: int) -> None:
+        """Note where a line now starts, dropping the keys before it once they are as many
+        as the rest (each key is moved at most once on average)."""
+        line = self._lines[name]
+        if head * 2 >= len(line):
+            del line[:head]
+            head = 0
+        if head:
+            self._heads[name] = head
+        else:
+            self._heads.pop(name, None)
 
     def same_place(self, old: Job, new: Job) -> bool:
         """Whether replacing old by new changes neither its place nor its counts (a new
@@ -181,26 +207,30 @@ def _merged(queue: PendingQueue, share: Callable[[str], float] | None,
     order does not depend on how the jobs are split into lines."""
     fairshare = queue.discipline == "fairshare"
     fair = share is not None and fairshare
-    lines, numbers, shares, heap = [], [], [], []
+    lines, positions, numbers, shares, heap = [], [], [], [], []
     for name, line in queue._lines.items():
+        head = queue._heads.get(name, 0)
+        first = line[head]
         if fair:
             user_share = share(name[0])
             shares.append(user_share)
-            heap.append(((line[0] // _ID_SPAN, user_share, line[0] % _ID_SPAN), len(lines)))
+            heap.append(((first // _ID_SPAN, user_share, first % _ID_SPAN), len(lines)))
         else:
-            heap.append((line[0], len(lines)))
+            heap.append((first, len(lines)))
         lines.append(line)
+        positions.append(head)
         numbers.append(name[1] if fairshare else name)
     heapq.heapify(heap)
-    return _merge_lines(heap, lines, numbers, shares if fair else None, skipped,
+    return _merge_lines(heap, lines, positions, numbers, shares if fair else None, skipped,
                         queue.discipline == "sjf")
 
 
-def _merge_lines(heap: list[tuple], lines: list[list], numbers: list[int],
-                 shares: list[float] | None, skipped: set[int], sjf: bool) -> Iterator[int]:
+def _merge_lines(heap: list[tuple], lines: list[list], positions: list[int],
+                 numbers: list[int], shares: list[float] | None, skipped: set[int],
+                 sjf: bool) -> Iterator[int]:
     """heapq.merge of the lines, less the ones whose shape is skipped. `heap`: each line's
-    first sort key and its index; `shares`: each line's user's share (fairshare)."""
-    positions = [0] * len(lines)
+    first sort key and its index; `positions`: where each line starts; `shares`: each
+    line's user's share (fairshare)."""
     heappop, heapreplace = heapq.heappop, heapq.heapreplace
     while heap:
         index = heap[0][1]

@@ -132,6 +132,7 @@ class _Pass:
     # (start, GPUs the reserved job may use, how many it needs, its id)
     reservation: tuple[float, frozenset[str], int, int] | None = None
     links: tuple[tuple[str, ...], ...] = ()  # the inventory's topology
+    usable_gpus: int = -1  # GPUs placement.is_usable takes, counted when asked (-1: not yet)
 
 
 def _expected_end(job: Job, now: float) -> float:
@@ -252,12 +253,25 @@ def _choose(job: Job, p: _Pass, rules: PlacementRules, unplaceable: set[tuple],
     key = (job.request, job.policy or rules.policy, holder)
     if key in unplaceable:
         return None
-    loads = p.loads if not held else \
-        {uuid: load for uuid, load in p.loads.items() if held.get(uuid, job.id) == job.id}
-    chosen = placement.choose_gpus(job.request, loads, rules, p.placements, job.policy, p.links)
+    if held:
+        loads = {uuid: load for uuid, load in p.loads.items() if held.get(uuid, job.id) == job.id}
+    elif _usable_gpus(p) < job.request.gpus:
+        loads = None  # too few for any policy: choose_gpus needs that many that fit
+    else:
+        loads = p.loads
+    chosen = None if loads is None else placement.choose_gpus(
+        job.request, loads, rules, p.placements, job.policy, p.links)
     if chosen is None and key[1] in placement.BUILTIN_POLICIES:
         unplaceable.add(key)
     return chosen
+
+
+def _usable_gpus(p: _Pass) -> int:
+    """How many GPUs could take a job now, at most: a pass asks it of each shape it
+    weighs, and it changes only when a job starts."""
+    if p.usable_gpus < 0:
+        p.usable_gpus = sum(1 for load in p.loads.values() if placement.is_usable(load))
+    return p.usable_gpus
 
 
 def _gpu_reason(request: Request, p: _Pass, inventory: Inventory, rules: PlacementRules,
@@ -365,6 +379,7 @@ def _consider(job: Job, w: _Walk) -> tuple[int, tuple[GpuInfo, ...] | None]:
 def _start(job: Job, chosen: tuple[GpuInfo, ...], w: _Walk) -> None:
     w.gpu_reasons.clear()  # the loads change: reasons worked out before may not hold
     placement.take(w.p.loads, job, chosen)
+    w.p.usable_gpus = -1
     for gpu in chosen:
         w.p.placements[gpu.index] = w.p.placements.get(gpu.index, 0) + 1
     _count(w.p, job, [g.uuid for g in chosen], w.now)
