@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import json
 import random
+import statistics
 import time
 from pathlib import Path
 
@@ -101,9 +102,17 @@ def main() -> None:
     parser.add_argument("--sim-jobs", type=int, default=100_000)
     parser.add_argument("--quick", action="store_true",
                         help="20,000 jobs, a window of 300, a 5,000-job trace: about a minute")
+    parser.add_argument("--simulate-only", action="store_true",
+                        help="only the `gpusched simulate` figure (no daemon, no sweep)")
     args = parser.parse_args()
     if args.quick:
         args.jobs, args.window, args.sim_jobs = 20_000, 300, 5_000
+    if not args.simulate_only:
+        print_sweeps(args)
+    print_simulate(args.sim_jobs)
+
+
+def print_sweeps(args: argparse.Namespace) -> None:
     small = sweep(args.small, args.small)
     big = sweep(args.jobs, args.jobs if args.sweep else args.window)
     per_job = big["per_job_ms"] / small["per_job_ms"]
@@ -123,11 +132,18 @@ def main() -> None:
          f"{big['restarted_rss_mb']:.0f}",
          ratio(big["restarted_rss_mb"], small["restarted_rss_mb"]), "<= 150 MB",
          verdict(big["restarted_rss_mb"], TARGETS["rss_mb"])]])
-    small_sim, big_sim = simulate_s(1_000), simulate_s(args.sim_jobs)
-    print_table(f"`gpusched simulate` of a {args.sim_jobs:,}-job synthetic trace against 1,000",
-                ["figure", "1,000 jobs", f"{args.sim_jobs:,} jobs", "ratio per job", "target", ""],
+
+
+def print_simulate(sim_jobs: int) -> None:
+    """The replay of the big trace against the 1,000-job one, once the console script's
+    byte code is cached (a first run compiles it): the median of three small runs."""
+    simulate_s(1_000)
+    small_sim = statistics.median(simulate_s(1_000) for _ in range(3))
+    big_sim = simulate_s(sim_jobs)
+    print_table(f"`gpusched simulate` of a {sim_jobs:,}-job synthetic trace against 1,000",
+                ["figure", "1,000 jobs", f"{sim_jobs:,} jobs", "ratio per job", "target", ""],
                 [["replay (s)", f"{small_sim:.2f}", f"{big_sim:.2f}",
-                  ratio(big_sim / args.sim_jobs, small_sim / 1_000), "<= 30 s",
+                  ratio(big_sim / sim_jobs, small_sim / 1_000), "<= 30 s",
                   verdict(big_sim, TARGETS["simulate_s"])]])
 
 

@@ -167,6 +167,7 @@ def test_the_lines_stay_in_scheduling_order_as_jobs_come_and_go(ops, discipline)
         want = [j.id for j in scheduling.queue_order(list(table.values()), queue, usage)]
         assert [j.id for j in line.jobs(table, scheduling.fair_share(queue, usage))] == want
         assert len(line) == len(table) == sum(line.shapes.values())
+        assert len(line._numbers) == len(line.shapes)  # no number kept for a shape gone
 
 
 def test_the_daemon_explains_the_big_jobs_it_skipped(tmp_path: Path):

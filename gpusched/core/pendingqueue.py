@@ -3,7 +3,9 @@ time (a pass never sorts the queue), and the counts a bounded pass needs.
 
 A queue of 100,000 jobs is mostly a few kinds of job: a pass stops once every kind left in
 line is known to be unable to start (core/scheduling.py), which needs how many of each
-kind remain: `shapes`. The daemon (daemon/state.py) and the simulator keep one each.
+kind remain: `shapes`. Each kind has its own line, so that a pass passes over all the jobs
+of a kind it refused at once (Walk). The daemon (daemon/state.py) and the simulator keep
+one queue each.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ from __future__ import annotations
 import heapq
 import math
 from bisect import bisect_left, insort
+from operator import itemgetter
 from typing import Any, Callable, Iterable, Iterator, Mapping
 
 from gpusched.core.models import Job
@@ -89,12 +92,17 @@ class PendingQueue:
         # deleting there would move the whole line (100,000 keys) each time. Absent: 0.
         self._heads: dict[Any, int] = {}
         self.shapes: dict[int, int] = {}  # shape number -> pending jobs of that shape
-        self.job_shapes: dict[int, int] = {}  # job id -> its shape's number
+        # Pending jobs. No table by job id: a pass learns a job's shape from its line, and
+        # remove() from the job itself (100,000 entries would cost 5 MB).
+        self._size = 0
         self._numbers: dict[tuple, int] = {}  # shape -> its number
-        self._shapes: list[tuple] = []  # number -> shape
+        self._shapes: list[tuple | None] = []  # number -> shape
+        # Numbers of shapes no job has any more, to give again: jobs with shapes of their
+        # own (a chain of dependencies) must not leave one behind each.
+        self._free_numbers: list[int] = []
 
     def __len__(self) -> int:
-        return len(self.job_shapes)
+        return self._size
 
     def add(self, job: Job) -> None:
         name = self._line_name(job, self._count(job))
@@ -117,7 +125,8 @@ class PendingQueue:
 
     def remove(self, job: Job) -> None:
         """Take out a job as it was added (the same version of it)."""
-        number = self.job_shapes.pop(job.id)
+        number = self.number_of(job)
+        self._size -= 1
         name = self._line_name(job, number)
         line, head = self._lines[name], self._heads.get(name, 0)
         key = line_key(job, self.discipline)
@@ -133,6 +142,10 @@ class PendingQueue:
         elif head:
             self._trim(name, head)
         _drop(self.shapes, number)
+        if number not in self.shapes:
+            del self._numbers[self._shapes[number]]
+            self._shapes[number] = None
+            self._free_numbers.append(number)
 
     def _trim(self, name: Any, head: int) -> None:
         """Note where a line now starts, dropping the keys before it once they are as many
@@ -155,10 +168,14 @@ class PendingQueue:
     def shape(self, number: int) -> tuple:
         return self._shapes[number]
 
+    def number_of(self, job: Job) -> int:
+        """The number of a queued job's shape (as it was added)."""
+        return self._numbers[self._shape(job)]
+
     def ids(self, share: Callable[[str], float] | None = None) -> Iterator[int]:
         """Job ids in scheduling order, lazily: a pass that stops early reads only the
         head of the line. `share`: each user's fair share (fairshare only)."""
-        return _merged(self, share, set())
+        return map(itemgetter(0), _merged(self, share, set()))
 
     def jobs(self, table: Mapping[int, Job],
              share: Callable[[str], float] | None = None) -> Walk:
@@ -175,9 +192,14 @@ class PendingQueue:
         shape = self._shape(job)
         number = self._numbers.get(shape)
         if number is None:
-            number = self._numbers[shape] = len(self._shapes)
-            self._shapes.append(shape)
-        self.job_shapes[job.id] = number
+            if self._free_numbers:
+                number = self._free_numbers.pop()
+                self._shapes[number] = shape
+            else:
+                number = len(self._shapes)
+                self._shapes.append(shape)
+            self._numbers[shape] = number
+        self._size += 1
         self.shapes[number] = self.shapes.get(number, 0) + 1
         return number
 
@@ -191,7 +213,8 @@ class Walk:
                  share: Callable[[str], float] | None):
         self.queue = queue
         self.skipped: set[int] = set()
-        self._jobs = map(table.__getitem__, _merged(queue, share, self.skipped))
+        self.number = -1  # the shape of the job read last
+        self._jobs = self._read(table, _merged(queue, share, self.skipped))
 
     def __iter__(self) -> Iterator[Job]:
         return self._jobs
@@ -199,11 +222,16 @@ class Walk:
     def __next__(self) -> Job:
         return next(self._jobs)
 
+    def _read(self, table: Mapping[int, Job], merged: Iterator[tuple[int, int]]) -> Iterator[Job]:
+        for job_id, number in merged:
+            self.number = number
+            yield table[job_id]
+
 
 def _merged(queue: PendingQueue, share: Callable[[str], float] | None,
-            skipped: set[int]) -> Iterator[int]:
-    """The ids of the queue's lines merged in scheduling order, a line dropped when it comes
-    up with its shape in `skipped`. Keys hold their job's id, so no two are equal and the
+            skipped: set[int]) -> Iterator[tuple[int, int]]:
+    """The ids (with their shape's number) of the queue's lines merged in scheduling order,
+    a line dropped when it comes up with its shape in `skipped`. Keys hold their job's id, so no two are equal and the
     order does not depend on how the jobs are split into lines."""
     fairshare = queue.discipline == "fairshare"
     fair = share is not None and fairshare
@@ -227,7 +255,7 @@ def _merged(queue: PendingQueue, share: Callable[[str], float] | None,
 
 def _merge_lines(heap: list[tuple], lines: list[list], positions: list[int],
                  numbers: list[int], shares: list[float] | None, skipped: set[int],
-                 sjf: bool) -> Iterator[int]:
+                 sjf: bool) -> Iterator[tuple[int, int]]:
     """heapq.merge of the lines, less the ones whose shape is skipped. `heap`: each line's
     first sort key and its index; `positions`: where each line starts; `shares`: each
     line's user's share (fairshare)."""
@@ -249,7 +277,7 @@ def _merge_lines(heap: list[tuple], lines: list[list], positions: list[int],
             if shares is not None:
                 following = (following // _ID_SPAN, shares[index], following % _ID_SPAN)
             heapreplace(heap, (following, index))
-        yield key[-1] if sjf else key % _ID_SPAN
+        yield key[-1] if sjf else key % _ID_SPAN, numbers[index]
 
 
 class Bound:
@@ -259,7 +287,7 @@ class Bound:
     once every shape still ahead is, nothing behind can start and the pass stops."""
 
     def __init__(self, queue: PendingQueue, walk: Walk | None = None):
-        self.queue = queue
+        self.queue, self.walk = queue, walk
         self.left = dict(queue.shapes)
         # Shared with the walk, which then passes over the rest of a blocked shape at once.
         self.blocked: set[int] = walk.skipped if walk is not None else set()
@@ -267,7 +295,7 @@ class Bound:
 
     def take(self, job: Job) -> int:
         """The next job in line is being considered: its shape's number."""
-        shape = self.queue.job_shapes[job.id]
+        shape = self.walk.number if self.walk is not None else self.queue.number_of(job)
         left = self.left[shape] - 1
         self.left[shape] = left
         if left == 0 and shape not in self.blocked:
