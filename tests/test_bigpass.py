@@ -119,10 +119,16 @@ def test_a_bounded_pass_starts_every_job_the_whole_walk_starts(pending, busy, gp
                        host=HostCapacity(cpus=8, mem_bytes=64 * GIB, max_running=max_running))
     usage = {"ann": 50.0, "bob": 5.0}
     full, bounded = both_passes(pending, running_jobs(busy, inventory), inventory, queue, usage)
+    assert_same_decisions(full, bounded, pending)
+
+
+def assert_same_decisions(full: scheduling.Plan, bounded: scheduling.Plan,
+                          pending: list[Job]) -> None:
+    """The bounded pass starts, places and cancels what the whole walk does, and a reason
+    asked for later is the whole walk's, for every job that waits."""
     assert bounded.starts == full.starts
     assert bounded.cancels == full.cancels
     assert bounded.placements == full.placements
-    # And a reason asked for later is the whole walk's, for every job that waits.
     waiting = [job for job in pending if job.id not in dict(full.starts)]
     assert reasons_of(bounded, waiting) == {job.id: full.reasons[job.id] for job in waiting
                                             if job.id in full.reasons}

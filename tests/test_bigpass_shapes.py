@@ -11,13 +11,13 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from gpusched.core import placement, scheduling
-from gpusched.core.models import Job, JobState, Request
+from gpusched.core.models import Job, Request
 from gpusched.core.pendingqueue import PendingQueue
 from gpusched.core.placement import PlacementRules
 from gpusched.core.scheduling import HostCapacity, QueueRules
 from inproc import Box
-from test_bigpass import (GIB, NOW_S, SETTINGS, both_passes, box, jobs, reasons_of,
-                          running_jobs, sweep)
+from test_bigpass import (GIB, NOW_S, SETTINGS, assert_same_decisions, both_passes, box, jobs,
+                          reasons_of, running_jobs, sweep)
 
 
 def veto_after_odd_placements(request, loads, ctx):
@@ -64,12 +64,7 @@ def test_skipping_refused_shapes_starts_what_the_whole_walk_starts(pending, busy
     usage = {"ann": 50.0, "bob": 5.0}
     full, bounded = both_passes(pending, running_jobs(busy, inventory), inventory, queue, usage,
                                 rules=CUSTOM)
-    assert bounded.starts == full.starts
-    assert bounded.cancels == full.cancels
-    assert bounded.placements == full.placements
-    waiting = [job for job in pending if job.id not in dict(full.starts)]
-    assert reasons_of(bounded, waiting) == {job.id: full.reasons[job.id] for job in waiting
-                                            if job.id in full.reasons}
+    assert_same_decisions(full, bounded, pending)
 
 
 class CountingTable(dict):

@@ -231,8 +231,8 @@ class Walk:
 def _merged(queue: PendingQueue, share: Callable[[str], float] | None,
             skipped: set[int]) -> Iterator[tuple[int, int]]:
     """The ids (with their shape's number) of the queue's lines merged in scheduling order,
-    a line dropped when it comes up with its shape in `skipped`. Keys hold their job's id, so no two are equal and the
-    order does not depend on how the jobs are split into lines."""
+    a line dropped when it comes up with its shape in `skipped`. Keys hold their job's id,
+    so no two are equal and the order does not depend on how the jobs are split into lines."""
     fairshare = queue.discipline == "fairshare"
     fair = share is not None and fairshare
     lines, positions, numbers, shares, heap = [], [], [], [], []
