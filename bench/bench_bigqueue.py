@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import json
 import random
+import resource
 import statistics
 import time
 from pathlib import Path
@@ -86,10 +87,15 @@ def write_trace(count: int, seed: int = 7) -> Path:
     return path
 
 
-def simulate_s(count: int) -> float:
-    wall_s, _ = timed_run([gpusched_script(), "simulate", str(write_trace(count)), "--gpus", "8",
-                           "--json"], base_env())
-    return wall_s
+def simulate_s(count: int) -> tuple[float, float]:
+    """Wall and CPU seconds (user and system) of `gpusched simulate` of a `count`-job trace:
+    on a loaded machine the CPU time is the figure that holds still."""
+    trace = str(write_trace(count))
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    wall_s, _ = timed_run([gpusched_script(), "simulate", trace, "--gpus", "8", "--json"],
+                          base_env())
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return wall_s, (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
 
 
 def main() -> None:
@@ -138,13 +144,17 @@ def print_simulate(sim_jobs: int) -> None:
     """The replay of the big trace against the 1,000-job one, once the console script's
     byte code is cached (a first run compiles it): the median of three small runs."""
     simulate_s(1_000)
-    small_sim = statistics.median(simulate_s(1_000) for _ in range(3))
-    big_sim = simulate_s(sim_jobs)
+    smalls = [simulate_s(1_000) for _ in range(3)]
+    small_sim, small_cpu = (statistics.median(run[n] for run in smalls) for n in (0, 1))
+    big_sim, big_cpu = simulate_s(sim_jobs)
     print_table(f"`gpusched simulate` of a {sim_jobs:,}-job synthetic trace against 1,000",
                 ["figure", "1,000 jobs", f"{sim_jobs:,} jobs", "ratio per job", "target", ""],
                 [["replay (s)", f"{small_sim:.2f}", f"{big_sim:.2f}",
                   ratio(big_sim / sim_jobs, small_sim / 1_000), "<= 30 s",
-                  verdict(big_sim, TARGETS["simulate_s"])]])
+                  verdict(big_sim, TARGETS["simulate_s"])],
+                 ["its CPU time (s)", f"{small_cpu:.2f}", f"{big_cpu:.2f}",
+                  ratio(big_cpu / sim_jobs, small_cpu / 1_000), "<= 30 s",
+                  verdict(big_cpu, TARGETS["simulate_s"])]])
 
 
 if __name__ == "__main__":
