@@ -16,6 +16,8 @@ from __future__ import annotations
 import argparse
 import json
 import random
+import resource
+import statistics
 import time
 from pathlib import Path
 
@@ -85,10 +87,15 @@ def write_trace(count: int, seed: int = 7) -> Path:
     return path
 
 
-def simulate_s(count: int) -> float:
-    wall_s, _ = timed_run([gpusched_script(), "simulate", str(write_trace(count)), "--gpus", "8",
-                           "--json"], base_env())
-    return wall_s
+def simulate_s(count: int) -> tuple[float, float]:
+    """Wall and CPU seconds (user and system) of `gpusched simulate` of a `count`-job trace:
+    on a loaded machine the CPU time is the figure that holds still."""
+    trace = str(write_trace(count))
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    wall_s, _ = timed_run([gpusched_script(), "simulate", trace, "--gpus", "8", "--json"],
+                          base_env())
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return wall_s, (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
 
 
 def main() -> None:
@@ -101,9 +108,17 @@ def main() -> None:
     parser.add_argument("--sim-jobs", type=int, default=100_000)
     parser.add_argument("--quick", action="store_true",
                         help="20,000 jobs, a window of 300, a 5,000-job trace: about a minute")
+    parser.add_argument("--simulate-only", action="store_true",
+                        help="only the `gpusched simulate` figure (no daemon, no sweep)")
     args = parser.parse_args()
     if args.quick:
         args.jobs, args.window, args.sim_jobs = 20_000, 300, 5_000
+    if not args.simulate_only:
+        print_sweeps(args)
+    print_simulate(args.sim_jobs)
+
+
+def print_sweeps(args: argparse.Namespace) -> None:
     small = sweep(args.small, args.small)
     big = sweep(args.jobs, args.jobs if args.sweep else args.window)
     per_job = big["per_job_ms"] / small["per_job_ms"]
@@ -123,12 +138,23 @@ def main() -> None:
          f"{big['restarted_rss_mb']:.0f}",
          ratio(big["restarted_rss_mb"], small["restarted_rss_mb"]), "<= 150 MB",
          verdict(big["restarted_rss_mb"], TARGETS["rss_mb"])]])
-    small_sim, big_sim = simulate_s(1_000), simulate_s(args.sim_jobs)
-    print_table(f"`gpusched simulate` of a {args.sim_jobs:,}-job synthetic trace against 1,000",
-                ["figure", "1,000 jobs", f"{args.sim_jobs:,} jobs", "ratio per job", "target", ""],
+
+
+def print_simulate(sim_jobs: int) -> None:
+    """The replay of the big trace against the 1,000-job one, once the console script's
+    byte code is cached (a first run compiles it): the median of three small runs."""
+    simulate_s(1_000)
+    smalls = [simulate_s(1_000) for _ in range(3)]
+    small_sim, small_cpu = (statistics.median(run[n] for run in smalls) for n in (0, 1))
+    big_sim, big_cpu = simulate_s(sim_jobs)
+    print_table(f"`gpusched simulate` of a {sim_jobs:,}-job synthetic trace against 1,000",
+                ["figure", "1,000 jobs", f"{sim_jobs:,} jobs", "ratio per job", "target", ""],
                 [["replay (s)", f"{small_sim:.2f}", f"{big_sim:.2f}",
-                  ratio(big_sim / args.sim_jobs, small_sim / 1_000), "<= 30 s",
-                  verdict(big_sim, TARGETS["simulate_s"])]])
+                  ratio(big_sim / sim_jobs, small_sim / 1_000), "<= 30 s",
+                  verdict(big_sim, TARGETS["simulate_s"])],
+                 ["its CPU time (s)", f"{small_cpu:.2f}", f"{big_cpu:.2f}",
+                  ratio(big_cpu / sim_jobs, small_cpu / 1_000), "<= 30 s",
+                  verdict(big_cpu, TARGETS["simulate_s"])]])
 
 
 if __name__ == "__main__":

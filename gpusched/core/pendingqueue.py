@@ -3,7 +3,9 @@ time (a pass never sorts the queue), and the counts a bounded pass needs.
 
 A queue of 100,000 jobs is mostly a few kinds of job: a pass stops once every kind left in
 line is known to be unable to start (core/scheduling.py), which needs how many of each
-kind remain: `shapes`. The daemon (daemon/state.py) and the simulator keep one each.
+kind remain: `shapes`. Each kind has its own line, so that a pass passes over all the jobs
+of a kind it refused at once (Walk). The daemon (daemon/state.py) and the simulator keep
+one queue each.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ from __future__ import annotations
 import heapq
 import math
 from bisect import bisect_left, insort
+from operator import itemgetter
 from typing import Any, Callable, Iterable, Iterator, Mapping
 
 from gpusched.core.models import Job
@@ -75,45 +78,86 @@ def _drop(counts: dict, key: Any) -> None:
 
 
 class PendingQueue:
-    """Each user's pending jobs as a sorted line of line_key()s, plus counts by shape. It
-    holds keys only: the jobs stay in the caller's table. Shapes are numbered as they
-    first appear: a pass counts them by number, never hashing a Request."""
+    """The pending jobs as sorted lines of line_key()s, one line per shape (per user and
+    shape under fairshare, which weighs each user's share), plus counts by shape. It holds
+    keys only: the jobs stay in the caller's table. Shapes are numbered as they first
+    appear: a pass counts them by number, never hashing a Request. A line per shape lets a
+    pass pass over every job of a refused shape at once (Walk)."""
 
     def __init__(self, discipline: str, per_user: bool = True):
         self.discipline, self.per_user = discipline, per_user
-        self._lines: dict[str, list[Any]] = {}
+        # A line's name: its shape's number, or (user, number) under fairshare.
+        self._lines: dict[Any, list[Any]] = {}
+        # Where each line starts: the jobs that leave a line are mostly at its head, and
+        # deleting there would move the whole line (100,000 keys) each time. Absent: 0.
+        self._heads: dict[Any, int] = {}
         self.shapes: dict[int, int] = {}  # shape number -> pending jobs of that shape
-        self.job_shapes: dict[int, int] = {}  # job id -> its shape's number
+        # Pending jobs. No table by job id: a pass learns a job's shape from its line, and
+        # remove() from the job itself (100,000 entries would cost 5 MB).
+        self._size = 0
         self._numbers: dict[tuple, int] = {}  # shape -> its number
-        self._shapes: list[tuple] = []  # number -> shape
+        self._shapes: list[tuple | None] = []  # number -> shape
+        # Numbers of shapes no job has any more, to give again: jobs with shapes of their
+        # own (a chain of dependencies) must not leave one behind each.
+        self._free_numbers: list[int] = []
 
     def __len__(self) -> int:
-        return len(self.job_shapes)
+        return self._size
 
     def add(self, job: Job) -> None:
-        insort(self._lines.setdefault(job.user, []), line_key(job, self.discipline))
-        self._count(job)
+        name = self._line_name(job, self._count(job))
+        insort(self._lines.setdefault(name, []), line_key(job, self.discipline),
+               self._heads.get(name, 0))
 
     def add_many(self, jobs: Iterable[Job]) -> None:
         """add() for many jobs: appended, then each line touched sorted once."""
         touched = set()
         for job in jobs:
-            self._lines.setdefault(job.user, []).append(line_key(job, self.discipline))
-            touched.add(job.user)
-            self._count(job)
-        for user in touched:
-            self._lines[user].sort()
+            name = self._line_name(job, self._count(job))
+            if name not in touched:  # sorted whole below: its dropped keys go first
+                touched.add(name)
+                head = self._heads.pop(name, 0)
+                if head:
+                    del self._lines[name][:head]
+            self._lines.setdefault(name, []).append(line_key(job, self.discipline))
+        for name in touched:
+            self._lines[name].sort()
 
     def remove(self, job: Job) -> None:
         """Take out a job as it was added (the same version of it)."""
-        line = self._lines[job.user]
+        number = self.number_of(job)
+        self._size -= 1
+        name = self._line_name(job, number)
+        line, head = self._lines[name], self._heads.get(name, 0)
         key = line_key(job, self.discipline)
-        at = bisect_left(line, key)
+        at = bisect_left(line, key, head)
         if at < len(line) and line[at] == key:
-            del line[at]
-        if not line:
-            del self._lines[job.user]
-        _drop(self.shapes, self.job_shapes.pop(job.id))
+            if at == head:
+                head += 1
+            else:
+                del line[at]
+        if head == len(line):
+            del self._lines[name]
+            self._heads.pop(name, None)
+        elif head:
+            self._trim(name, head)
+        _drop(self.shapes, number)
+        if number not in self.shapes:
+            del self._numbers[self._shapes[number]]
+            self._shapes[number] = None
+            self._free_numbers.append(number)
+
+    def _trim(self, name: Any, head: int) -> None:
+        """Note where a line now starts, dropping the keys before it once they are as many
+        as the rest (each key is moved at most once on average)."""
+        line = self._lines[name]
+        if head * 2 >= len(line):
+            del line[:head]
+            head = 0
+        if head:
+            self._heads[name] = head
+        else:
+            self._heads.pop(name, None)
 
     def same_place(self, old: Job, new: Job) -> bool:
         """Whether replacing old by new changes neither its place nor its counts (a new
@@ -124,38 +168,116 @@ class PendingQueue:
     def shape(self, number: int) -> tuple:
         return self._shapes[number]
 
+    def number_of(self, job: Job) -> int:
+        """The number of a queued job's shape (as it was added)."""
+        return self._numbers[self._shape(job)]
+
     def ids(self, share: Callable[[str], float] | None = None) -> Iterator[int]:
         """Job ids in scheduling order, lazily: a pass that stops early reads only the
         head of the line. `share`: each user's fair share (fairshare only)."""
-        lines = self._lines
-        if len(lines) == 1:
-            return map(key_id, next(iter(lines.values())))
-        if share is None or self.discipline != "fairshare":
-            return map(key_id, heapq.merge(*lines.values()))
-        merged = heapq.merge(*(_with_share(line, share(user)) for user, line in lines.items()))
-        return (key[-1] for key in merged)
+        return map(itemgetter(0), _merged(self, share, set()))
 
     def jobs(self, table: Mapping[int, Job],
-             share: Callable[[str], float] | None = None) -> Iterator[Job]:
-        """The jobs of `table` (id -> job) in scheduling order."""
-        return (table[job_id] for job_id in self.ids(share))
+             share: Callable[[str], float] | None = None) -> Walk:
+        """The jobs of `table` (id -> job) in scheduling order, as a Walk."""
+        return Walk(self, table, share)
+
+    def _line_name(self, job: Job, number: int) -> Any:
+        return (job.user, number) if self.discipline == "fairshare" else number
 
     def _shape(self, job: Job) -> tuple:
         return shape_of(job, self.per_user)
 
-    def _count(self, job: Job) -> None:
+    def _count(self, job: Job) -> int:
         shape = self._shape(job)
         number = self._numbers.get(shape)
         if number is None:
-            number = self._numbers[shape] = len(self._shapes)
-            self._shapes.append(shape)
-        self.job_shapes[job.id] = number
+            if self._free_numbers:
+                number = self._free_numbers.pop()
+                self._shapes[number] = shape
+            else:
+                number = len(self._shapes)
+                self._shapes.append(shape)
+            self._numbers[shape] = number
+        self._size += 1
         self.shapes[number] = self.shapes.get(number, 0) + 1
+        return number
 
 
-def _with_share(line: list[int], share: float) -> Iterator[tuple]:
-    """One user's line keyed as scheduling.order_key keys fairshare: (-priority, share, id)."""
-    return ((key // _ID_SPAN, share, key % _ID_SPAN) for key in line)
+class Walk:
+    """One pass's reading of a PendingQueue: its jobs in scheduling order, the lines merged
+    lazily. Once a shape's number is put in `skipped`, the rest of its jobs are passed over
+    at once, line by line, instead of one by one (core/scheduling.py, Bound)."""
+
+    def __init__(self, queue: PendingQueue, table: Mapping[int, Job],
+                 share: Callable[[str], float] | None):
+        self.queue = queue
+        self.skipped: set[int] = set()
+        self.number = -1  # the shape of the job read last
+        self._jobs = self._read(table, _merged(queue, share, self.skipped))
+
+    def __iter__(self) -> Iterator[Job]:
+        return self._jobs
+
+    def __next__(self) -> Job:
+        return next(self._jobs)
+
+    def _read(self, table: Mapping[int, Job], merged: Iterator[tuple[int, int]]) -> Iterator[Job]:
+        for job_id, number in merged:
+            self.number = number
+            yield table[job_id]
+
+
+def _merged(queue: PendingQueue, share: Callable[[str], float] | None,
+            skipped: set[int]) -> Iterator[tuple[int, int]]:
+    """The ids (with their shape's number) of the queue's lines merged in scheduling order,
+    a line dropped when it comes up with its shape in `skipped`. Keys hold their job's id,
+    so no two are equal and the order does not depend on how the jobs are split into lines."""
+    fairshare = queue.discipline == "fairshare"
+    fair = share is not None and fairshare
+    lines, positions, numbers, shares, heap = [], [], [], [], []
+    for name, line in queue._lines.items():
+        head = queue._heads.get(name, 0)
+        first = line[head]
+        if fair:
+            user_share = share(name[0])
+            shares.append(user_share)
+            heap.append(((first // _ID_SPAN, user_share, first % _ID_SPAN), len(lines)))
+        else:
+            heap.append((first, len(lines)))
+        lines.append(line)
+        positions.append(head)
+        numbers.append(name[1] if fairshare else name)
+    heapq.heapify(heap)
+    return _merge_lines(heap, lines, positions, numbers, shares if fair else None, skipped,
+                        queue.discipline == "sjf")
+
+
+def _merge_lines(heap: list[tuple], lines: list[list], positions: list[int],
+                 numbers: list[int], shares: list[float] | None, skipped: set[int],
+                 sjf: bool) -> Iterator[tuple[int, int]]:
+    """heapq.merge of the lines, less the ones whose shape is skipped. `heap`: each line's
+    first sort key and its index; `positions`: where each line starts; `shares`: each
+    line's user's share (fairshare)."""
+    heappop, heapreplace = heapq.heappop, heapq.heapreplace
+    while heap:
+        index = heap[0][1]
+        if numbers[index] in skipped:
+            heappop(heap)  # the rest of this line: refused alike
+            continue
+        line = lines[index]
+        at = positions[index]
+        key = line[at]
+        at += 1
+        if at == len(line):
+            heappop(heap)
+        else:
+            positions[index] = at
+            following = line[at]
+            if shares is not None:
+                following = (following // _ID_SPAN, shares[index], following % _ID_SPAN)
+            heapreplace(heap, (following, index))
+        yield key[-1] if sjf else key % _ID_SPAN, numbers[index]
 
 
 class Bound:
@@ -164,15 +286,16 @@ class Bound:
     want of them (or held, or waiting on a dependency) stays refused to the pass's end;
     once every shape still ahead is, nothing behind can start and the pass stops."""
 
-    def __init__(self, queue: PendingQueue):
-        self.queue = queue
+    def __init__(self, queue: PendingQueue, walk: Walk | None = None):
+        self.queue, self.walk = queue, walk
         self.left = dict(queue.shapes)
-        self.blocked: set[int] = set()
+        # Shared with the walk, which then passes over the rest of a blocked shape at once.
+        self.blocked: set[int] = walk.skipped if walk is not None else set()
         self.open = len(self.left)  # shapes with jobs ahead that might still start
 
     def take(self, job: Job) -> int:
         """The next job in line is being considered: its shape's number."""
-        shape = self.queue.job_shapes[job.id]
+        shape = self.walk.number if self.walk is not None else self.queue.number_of(job)
         left = self.left[shape] - 1
         self.left[shape] = left
         if left == 0 and shape not in self.blocked:
@@ -192,8 +315,9 @@ class Bound:
     def may_be_cancelled(self, shape: int) -> bool:
         return may_be_cancelled(self.queue.shape(shape))
 
-    def cancels_ahead(self) -> bool:
-        """Whether jobs ahead might be cancelled for dependencies never met (so that a full
-        box still looks at them)."""
-        return any(left > 0 and shape not in self.blocked and self.may_be_cancelled(shape)
-                   for shape, left in self.left.items())
+    def block_all_but_cancels(self) -> None:
+        """Block every shape ahead but those whose jobs may be cancelled (max_running is
+        reached: nothing starts, but a dependency never met still cancels a job)."""
+        for shape, left in self.left.items():
+            if left > 0 and not self.may_be_cancelled(shape):
+                self.block(shape)

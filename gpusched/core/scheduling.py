@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import itertools
 import math
+from bisect import bisect_right
 from dataclasses import dataclass, field, replace
-from operator import attrgetter
+from operator import attrgetter, itemgetter
 from typing import Callable, Iterable, Iterator, Mapping, Sequence
 
 from gpusched.core import lifecycle, placement
@@ -17,7 +18,7 @@ from gpusched.core import lifecycle, placement
 from gpusched.core.dependencies import DependencyStates, dependency_status  # noqa: F401
 # DISCIPLINES, the names QueueRules.discipline takes, lives in models for the command line.
 from gpusched.core.models import DISCIPLINES, GpuInfo, Inventory, Job, JobState, Request
-from gpusched.core.pendingqueue import Bound, PendingQueue
+from gpusched.core.pendingqueue import Bound, PendingQueue, Walk
 from gpusched.core.placement import GpuLoad, PlacementRules
 
 
@@ -131,6 +132,7 @@ class _Pass:
     # (start, GPUs the reserved job may use, how many it needs, its id)
     reservation: tuple[float, frozenset[str], int, int] | None = None
     links: tuple[tuple[str, ...], ...] = ()  # the inventory's topology
+    usable_gpus: int = -1  # GPUs placement.is_usable takes, counted when asked (-1: not yet)
 
 
 def _expected_end(job: Job, now: float) -> float:
@@ -251,12 +253,25 @@ def _choose(job: Job, p: _Pass, rules: PlacementRules, unplaceable: set[tuple],
     key = (job.request, job.policy or rules.policy, holder)
     if key in unplaceable:
         return None
-    loads = p.loads if not held else \
-        {uuid: load for uuid, load in p.loads.items() if held.get(uuid, job.id) == job.id}
-    chosen = placement.choose_gpus(job.request, loads, rules, p.placements, job.policy, p.links)
+    if held:
+        loads = {uuid: load for uuid, load in p.loads.items() if held.get(uuid, job.id) == job.id}
+    elif _usable_gpus(p) < job.request.gpus:
+        loads = None  # too few for any policy: choose_gpus needs that many that fit
+    else:
+        loads = p.loads
+    chosen = None if loads is None else placement.choose_gpus(
+        job.request, loads, rules, p.placements, job.policy, p.links)
     if chosen is None and key[1] in placement.BUILTIN_POLICIES:
         unplaceable.add(key)
     return chosen
+
+
+def _usable_gpus(p: _Pass) -> int:
+    """How many GPUs could take a job now, at most: a pass asks it of each shape it
+    weighs, and it changes only when a job starts."""
+    if p.usable_gpus < 0:
+        p.usable_gpus = sum(1 for load in p.loads.values() if placement.is_usable(load))
+    return p.usable_gpus
 
 
 def _gpu_reason(request: Request, p: _Pass, inventory: Inventory, rules: PlacementRules,
@@ -315,6 +330,9 @@ class _Walk:
     unplaceable: set[tuple] = field(default_factory=set)
     gpu_reasons: dict[Request, str] = field(default_factory=dict)  # why the GPUs cannot take it now
     first_blocked: int | None = None  # the first job in line that the GPUs cannot take
+    # Where the pass skips refused jobs unseen (pendingqueue.Walk): each start's place in
+    # line and the counts just before it, to explain a skipped job as of its place.
+    marks: list[tuple[tuple, _Pass, set[tuple], dict[Request, str]]] | None = None
 
 
 # _consider's verdicts: start it; it cannot start this pass, nor can any job of its shape
@@ -361,6 +379,7 @@ def _consider(job: Job, w: _Walk) -> tuple[int, tuple[GpuInfo, ...] | None]:
 def _start(job: Job, chosen: tuple[GpuInfo, ...], w: _Walk) -> None:
     w.gpu_reasons.clear()  # the loads change: reasons worked out before may not hold
     placement.take(w.p.loads, job, chosen)
+    w.p.usable_gpus = -1
     for gpu in chosen:
         w.p.placements[gpu.index] = w.p.placements.get(gpu.index, 0) + 1
     _count(w.p, job, [g.uuid for g in chosen], w.now)
@@ -369,30 +388,52 @@ def _start(job: Job, chosen: tuple[GpuInfo, ...], w: _Walk) -> None:
 def _look_at_cancels(rest: Iterator[Job], bound: Bound, w: _Walk, full_reason: str,
                      seen: list[int]) -> None:
     """With max_running reached, a bounded pass still looks at the jobs that it may have
-    to cancel (a dependency never met), and only while such jobs are ahead."""
+    to cancel (a dependency never met), and only while such jobs are ahead: every other
+    shape is blocked, so that the walk passes over their jobs."""
+    bound.block_all_but_cancels()
     for job in rest:
-        if not bound.cancels_ahead():
+        if bound.is_done():
             return
         shape = bound.take(job)
-        if shape not in bound.blocked and bound.may_be_cancelled(shape):
+        if shape not in bound.blocked:
             seen.append(job.id)
             _full_box_reason(job, w, full_reason)
             if job.id not in w.cancels:
                 bound.block(shape)
 
 
-def _explainer(w: _Walk, seen: set[int]) -> Callable[[Job], str | None]:
-    """The reason a pending job the pass stopped before would have been given, worked out
-    when asked (`show`, `ls`): the pass's state is final once it stops (nothing starts
-    after), so the answer is the one the whole walk would have written. None for a job
-    the pass looked at: its own reason is stored."""
-    full = _box_is_full(w.p, w.queue)
+def _counts_now(p: _Pass) -> _Pass:
+    """A copy of the pass's counts, which a start changes in place."""
+    return replace(p, loads=dict(p.loads), placements=dict(p.placements),
+                   user_gpus=dict(p.user_gpus), user_jobs=dict(p.user_jobs),
+                   array_running=dict(p.array_running), ends=dict(p.ends))
+
+
+def _as_of(job: Job, w: _Walk, usage: Mapping[str, float]) -> _Walk:
+    """A scratch copy of the pass as it stood when it came to the job's place in line: its
+    final state, or (for a job it skipped, pendingqueue.Walk) the counts before the first
+    start behind it. Its caches (unplaceable, gpu_reasons) are those of that state."""
+    scratch = replace(w, reasons={}, cancels={})
+    if w.marks:
+        at = bisect_right(w.marks, order_key(job, w.queue, usage), key=itemgetter(0))
+        if at < len(w.marks):
+            scratch.p, scratch.unplaceable, scratch.gpu_reasons = w.marks[at][1:]
+    scratch.p = replace(scratch.p)  # _consider may note backfill's reservation on it
+    return scratch
+
+
+def _explainer(w: _Walk, seen: set[int],
+               usage: Mapping[str, float]) -> Callable[[Job], str | None]:
+    """The reason a pending job the pass stopped before, or skipped, would have been given,
+    worked out when asked (`show`, `ls`): the counts it is weighed against are those the
+    whole walk had at its place (_as_of), so the answer is the one the whole walk would
+    have written. None for a job the pass looked at: its own reason is stored."""
 
     def explain(job: Job) -> str | None:
         if job.id in seen or job.state is not JobState.PENDING:
             return None
-        scratch = replace(w, p=replace(w.p), reasons={}, cancels={})
-        if full:
+        scratch = _as_of(job, w, usage)
+        if _box_is_full(scratch.p, w.queue):
             _full_box_reason(job, scratch, _host_reason(job, scratch.p, w.queue.host))
         elif _consider(job, scratch)[0] == START:
             return None  # new since the pass: the next one decides
@@ -422,7 +463,10 @@ def schedule(pending: Iterable[Job], running: Sequence[Job], loads: Mapping[str,
     deps = {} if dep_states is None else dep_states  # a lookup filled on demand starts empty
     w = _Walk(p, rules, queue, inventory, now, deps, held, explain,
               any(placement.is_usable(l) for l in p.loads.values()))
-    bound = Bound(line) if line is not None else None
+    walk = pending if isinstance(pending, Walk) else None
+    bound = Bound(line, walk) if line is not None else None
+    if walk is not None and explain:
+        w.marks = []
     ordered = iter(pending if bound else queue_order(list(pending), queue, usage or {}))
     starts: list[tuple[int, tuple[GpuInfo, ...]]] = []
     seen: list[int] = []
@@ -444,11 +488,13 @@ def schedule(pending: Iterable[Job], running: Sequence[Job], loads: Mapping[str,
         seen.append(job.id)
         verdict, chosen = _consider(job, w)
         if verdict == START:
+            if w.marks is not None:
+                w.marks.append((order_key(job, queue, usage or {}), _counts_now(p), set(), {}))
             _start(job, chosen, w)
             starts.append((job.id, chosen))
         elif bound and verdict == BLOCKED:
             bound.block(shape)
         if bound and bound.is_done():
             break
-    later = _explainer(w, set(seen)) if bound and explain else None
+    later = _explainer(w, set(seen), usage or {}) if bound and explain else None
     return Plan(tuple(starts), w.reasons, w.cancels, p.placements, len(seen), later)

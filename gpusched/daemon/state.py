@@ -124,7 +124,7 @@ class DaemonState:
     def compact(self) -> None:
         """Rebuild the job tables, which keep the size of the most they ever held. In
         place: job control, retention and /metrics hold these very dicts."""
-        for table in (self.jobs, self._running, self._pending, self.queue.job_shapes):
+        for table in (self.jobs, self._running, self._pending):
             kept = dict(table)
             table.clear()  # frees the large table; update() sizes a new one to fit
             table.update(kept)

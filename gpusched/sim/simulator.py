@@ -122,6 +122,10 @@ class _Replay:
         # so a pass can be skipped when none could; shared-memory jobs always get one.
         self.count_only = all(j.request.is_exclusive for j in jobs)
         self.started: dict[int, tuple[float, tuple[int, ...]]] = {}
+        # The GPUs' loads as placement.gpu_loads reads them, kept from pass to pass: only
+        # the GPUs a start or an end touched since the last pass are read again.
+        self.loads: dict[str, placement.GpuLoad] = {}
+        self.stale_uuids = {gpu.uuid for gpu in self.inventory.gpus}
 
     def run(self) -> dict[int, tuple[float, tuple[int, ...]]]:
         # Semantics (these reproduce the trace README's reference rows): at each instant,
@@ -162,7 +166,9 @@ class _Replay:
     def finish_until(self, now: float) -> None:
         while self.ends and self.ends[0][0] <= now:
             _, job_id = heapq.heappop(self.ends)
-            self.busy_gpus -= self.running.pop(job_id).request.gpus
+            job = self.running.pop(job_id)
+            self.busy_gpus -= job.request.gpus
+            self.stale_uuids.update(job.gpu_uuids)
 
     def could_start(self) -> bool:
         if not self.has_pending():
@@ -174,7 +180,7 @@ class _Replay:
 
     def start_ready(self, now: float) -> None:
         running = list(self.running.values())
-        loads = placement.gpu_loads(self.inventory, running, {}, self.rules)
+        loads = self.current_loads(running)
         ordered = self.line.jobs(self.waiting, fair_share(self.queue, self.usage))
         plan = scheduling.schedule(ordered, running, loads, self.inventory, self.rules,
                                    self.queue, now, usage=self.usage,
@@ -188,11 +194,20 @@ class _Replay:
             self.line.remove(job)
             self.launch(job, gpus, now)
 
+    def current_loads(self, running: list[Job]) -> dict[str, placement.GpuLoad]:
+        """placement.gpu_loads of the box, reading again only the GPUs that changed."""
+        if self.stale_uuids:
+            stale = Inventory(tuple(g for g in self.inventory.gpus if g.uuid in self.stale_uuids))
+            self.loads.update(placement.gpu_loads(stale, running, {}, self.rules))
+            self.stale_uuids.clear()
+        return self.loads
+
     def launch(self, job: Job, gpus: Sequence[GpuInfo], now: float) -> None:
         job = transition(job, JobState.RUNNING, started_at=now,
                          gpu_uuids=tuple(g.uuid for g in gpus),
                          gpu_indices=tuple(g.index for g in gpus))
         self.running[job.id] = job
+        self.stale_uuids.update(job.gpu_uuids)
         heapq.heappush(self.ends, (now + job.time_limit_s, job.id))
         self.busy_gpus += job.request.gpus
         self.pending_sizes[job.request.gpus] -= 1

@@ -127,8 +127,8 @@ def load_trace(path: Path) -> Trace:
         jobs.append(job)
     if not jobs:
         raise GpuschedError(f"{path} has no jobs, only a header.")
-    if parse is _history_job:  # history times may be epoch seconds: start at the first job
-        first_s = min(j.submit_s for j in jobs)
+    first_s = min(j.submit_s for j in jobs)
+    if parse is _history_job and first_s:  # history times may be epoch seconds: start at 0
         jobs = [replace(j, submit_s=j.submit_s - first_s) for j in jobs]
     jobs.sort(key=lambda j: j.submit_s)  # stable: equal times keep the file's order
     return Trace(tuple(jobs), _window_s(jobs), str(path))
