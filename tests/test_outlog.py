@@ -5,6 +5,7 @@ with #SBATCH lines, relative paths from a working directory)."""
 from __future__ import annotations
 
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -100,6 +101,19 @@ def test_a_missing_directory_is_refused_at_submit(home):
     proc = home.run("submit", "-e", "/nonexistent-dir/x.err", "--", "true", check=False)
     assert proc.returncode == 1 and "/nonexistent-dir does not exist" in proc.stderr
     assert home.jobs() == []
+
+
+def test_an_output_name_that_is_not_utf8_is_refused_and_the_queue_kept(home):
+    """The store keeps the pattern as text, as it keeps the working directory: a name in
+    another encoding is refused in one line, not stored half way."""
+    work = work_dir(home)
+    kept = int(home.run("submit", "--hold", "--", "true", cwd=work).stdout)
+    name = os.fsdecode(b"out-\xff-%j.txt")  # what a Latin-1 shell hands the CLI
+    proc = home.run("submit", "-o", name, "--", "true", cwd=work, check=False)
+    assert proc.returncode == 2 and proc.stdout == ""  # refused as a bad command line
+    assert proc.stderr.startswith("Error: --output must be a UTF-8 file name")
+    assert len(proc.stderr.splitlines()) == 1
+    assert [job["id"] for job in home.jobs()] == [kept]
 
 
 def test_a_directory_gone_before_the_start_fails_the_job_with_the_reason(home):

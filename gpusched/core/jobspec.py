@@ -210,8 +210,9 @@ def _output_fields(spec: dict) -> dict[str, Any]:
     paths = {}
     for key, field in (("output", "output_pattern"), ("error", "error_pattern")):
         pattern = spec.get(key) or ""
-        if not values.is_text(pattern, os_text=True) or len(pattern) > 4096:
-            raise UsageError(f"--{key} must be a file name of at most 4096 characters "
+        # Strict UTF-8, as the working directory is: the store keeps both as text.
+        if not values.is_text(pattern) or len(pattern) > 4096:
+            raise UsageError(f"--{key} must be a UTF-8 file name of at most 4096 characters "
                              f"without NUL characters, not {values.shown(pattern)}")
         paths[field] = pattern
     mode = spec.get("open_mode") or ""
