@@ -249,8 +249,9 @@ class Daemon:
                 self.step(calls)
 
     def step(self, calls: list[Call]) -> None:
-        """One turn of the loop: the requests, then a pass, then the shims of the jobs it
-        started, then the waits it ended. While writes to the queue fail, passes (which
+        """One turn of the loop: the requests, then a pass (a scheduling pass only when
+        a request may have changed something, or the state asks for one), then the shims
+        of the jobs it started, then the waits it ended. While writes to the queue fail, passes (which
         write) wait for the next retry; requests are answered all the same."""
         for call in calls:
             self.handle(call)  # each request commits before it is answered
@@ -259,7 +260,8 @@ class Daemon:
         if self.state.writes.retry_due():
             try:
                 with self.state.write():  # the loop's own changes: one commit per pass
-                    self.run_pass(schedule=bool(calls) or self.state.writes.failing)
+                    self.run_pass(schedule=self.state.writes.failing or self.handlers.may_change(
+                        [call.request for call in calls]))
                 self.control.launch_started()
             except StoreWriteError:
                 pass  # nothing of the pass happened; said once in the log (WriteHealth)

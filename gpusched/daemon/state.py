@@ -101,6 +101,9 @@ class DaemonState:
         # Moves with every change to the pending jobs, so that `top` gets them (maybe
         # thousands) again only when they changed; the random part tells daemons apart.
         self._pending_nonce, self._pending_changes = secrets.token_hex(4), 0
+        # Views worked out from the pending jobs (`ls`'s head, `top`'s order, the counts by
+        # group: daemon/lshead.py), each with the pending_version it was worked out for.
+        self._of_pending: dict[Any, tuple[str, Any]] = {}
         # Cluster jobs (daemon/slurmpoll.py, which sets both): active like any job, but
         # never among running() and pending(), which this machine's scheduler works on.
         self.remote_ids: set[int] = set()
@@ -120,6 +123,15 @@ class DaemonState:
     def pending_version(self) -> str:
         """A name for the pending jobs as they are now: another once any of them changed."""
         return f"{self._pending_nonce}.{self._pending_changes}"
+
+    def of_pending(self, key: Any, work_out: Callable[[], Any]) -> Any:
+        """work_out()'s value, worked out again only once the pending jobs changed: with
+        100,000 pending, `top` asks every second and the queue seldom moves."""
+        version = self.pending_version
+        kept = self._of_pending.get(key)
+        if kept is None or kept[0] != version:
+            kept = self._of_pending[key] = (version, work_out())
+        return kept[1]
 
     def compact(self) -> None:
         """Rebuild the job tables, which keep the size of the most they ever held. In
