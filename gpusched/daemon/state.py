@@ -7,7 +7,7 @@ import secrets
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterable, Iterator
 
 from gpusched.client.paths import Paths
 from gpusched.core import scheduling
@@ -108,6 +108,9 @@ class DaemonState:
         # never among running() and pending(), which this machine's scheduler works on.
         self.remote_ids: set[int] = set()
         self.clusters: Any = None
+        # Told of the jobs that become active (submitted, or queued again after their
+        # end): retention's index of what active jobs need (daemon/keepneeded.py).
+        self.activated: list[Callable[[Iterable[Job]], None]] = []
 
     # -- the active jobs ----------------------------------------------------------------
     def load_active(self, jobs: list[Job]) -> None:
@@ -194,6 +197,9 @@ class DaemonState:
         if self._undo is not None:
             self._undo.setdefault(job.id, previous)
         self._place(job.id, None if job.state.is_final else job)
+        if previous is None and not job.state.is_final:
+            for tell in self.activated:
+                tell((job,))
         if previous is None or previous.state is not job.state:  # counted once stored
             self.after_commit(lambda: self._committed(previous, job))
         if previous is not None and previous.state is JobState.RUNNING and not job.is_running:
@@ -283,6 +289,8 @@ class DaemonState:
         self.queue.add_many(new.values())
         self._pending_changes += 1
         self.schedule_needed = True
+        for tell in self.activated:
+            tell(jobs)
         self.after_commit(lambda: self.telemetry.jobs_submitted(len(new)))
 
     # -- flags ----------------------------------------------------------------------------
