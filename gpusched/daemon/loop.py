@@ -25,6 +25,7 @@ from gpusched.core.errors import ConfigError, GpuschedError, StoreWriteError
 from gpusched.gpus import GpuBackend, open_backend
 from gpusched.daemon.batches import CANCELLED, Batched, purge_incomplete, step_oldest
 from gpusched.daemon.cgroups import CgroupJobs
+from gpusched.daemon.checkpoints import Checkpointer
 from gpusched.daemon.endacks import EndReports
 from gpusched.daemon.handlers import Handlers
 from gpusched.daemon.host import detect_host
@@ -142,6 +143,8 @@ class Daemon:
                                   exempt_uids={0, os.getuid()}, stamp=self.fingerprint,
                                   max_json_depth=self.settings.limit_json_depth,
                                   limits=limits.from_settings(self.settings))
+            checkpoints = Checkpointer(str(self.paths.db))  # off the loop's thread
+            checkpoints.attach(store)
             try:
                 self.attach(store)
                 self._install_signal_handlers()
@@ -167,6 +170,7 @@ class Daemon:
                 self._answer_everyone()
                 server.drain()  # those answers, and the one to `stop`, reach their clients
                 self.seam.close()  # running shims are in sessions of their own: unaffected
+                checkpoints.close()
                 store.close()
                 self.backend.close()
         finally:
