@@ -9,11 +9,10 @@ import os
 import pytest
 
 from gpusched.core.models import Job
-from gpusched.daemon import checkpoints
 from gpusched.daemon.store import Store
 from conftest import wait_until
 
-ROWS = 3 * checkpoints.CHECKPOINT_ROWS
+ROWS = 3000  # three times what the thread waits for
 
 
 @pytest.fixture
@@ -40,7 +39,9 @@ def test_the_loops_commits_never_checkpoint_once_handed_over(store):
 
 
 def test_the_checkpoint_thread_copies_the_log_into_the_queue_file(store):
-    helper = checkpoints.Checkpointer(str(store.path))
+    from gpusched.daemon.checkpoints import Checkpointer
+
+    helper = Checkpointer(str(store.path))
     helper.attach(store)
     try:
         size = os.path.getsize(store.path)

@@ -8,7 +8,6 @@ from __future__ import annotations
 import pytest
 
 from gpusched.daemon import lshead
-from gpusched.daemon.handlers import READ_ONLY
 from inproc import Box, box, make_box  # noqa: F401 - fixtures
 
 
@@ -52,6 +51,7 @@ def test_a_request_that_only_looks_sets_off_no_scheduling_pass(box, passes, name
 
 
 def test_every_read_only_request_is_tested_above():
+    from gpusched.daemon.handlers import READ_ONLY
     tested = {"status", "list", "show", "gpus", "snapshot", "logs", "env", "wait", "usage",
               "history"}
     assert READ_ONLY == tested
