@@ -10,8 +10,9 @@ and cancelled as one). Fair share is untouched: its usage lives apart (fairshare
 A sweep walks the ids from the lowest up, WINDOW_IDS at a time, for about TURN_BUDGET_S
 a turn (daemon/batches.py), so that 100,000 removals never stall the loop: it commits the
 rows' removal and the summary together, and only then removes the files (a failed commit
-loses nothing). `gpusched gc` runs one sweep now; the daemon runs one at start and every
-SWEEP_INTERVAL_S.
+loses nothing). What active jobs still need (daemon/keepneeded.py) is learnt a chunk of
+them per turn, not by a look at all of them each turn. `gpusched gc` runs one sweep now;
+the daemon runs one at start and every SWEEP_INTERVAL_S.
 """
 
 from __future__ import annotations
