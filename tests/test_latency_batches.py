@@ -106,3 +106,57 @@ def test_the_jobs_of_a_big_submit_are_left_out_of_the_collectors_full_scans(box)
         assert not any(tracked is job for tracked in gc.get_objects())  # frozen
     finally:
         gc.unfreeze()  # this test process's objects go back to the collector
+
+
+def test_a_committed_submit_is_made_known_a_part_per_turn_then_acknowledged(box, monkeypatch):
+    """With 100,000 jobs made known to the scheduler in the turn of the last commit, that
+    turn took several hundred ms; no turn makes more than KNOWN_PER_TURN known."""
+    monkeypatch.setattr(batches, "TURN_BUDGET_S", 10.0)  # all stored in one turn
+    known = getattr(batches, "KNOWN_PER_TURN", 1000)
+    count = known * 3 + 7
+    state = box.daemon.state
+    sizes: list[int] = []
+    real = state.remember_new
+
+    def remember_new(jobs):
+        sizes.append(len(jobs))
+        real(jobs)
+    monkeypatch.setattr(state, "remember_new", remember_new)
+    opts = parse(["--hold", "--array", f"0-{count - 1}", "--", "true"])
+    opts.cwd = str(box.root)
+    call = Call(Request("submit", build_request(opts), ME))
+    box.daemon.step([call])  # the ids reserved
+    box.daemon.step([])  # all stored and committed; the first part known
+    assert not call.done.is_set()
+    assert call.batched.committed
+    first = call.batched._ids[0]
+    # Until acknowledged, the jobs not yet known are not found, nor can they be changed.
+    with pytest.raises(Exception, match=f"no job {first + count - 1}"):
+        box.call("show", ids=[first + count - 1])
+    call.cancelled = True  # its client went away: too late, the submit is stored
+    turns = 2
+    while not call.done.is_set():
+        box.daemon.step([])
+        turns += 1
+    assert call.error is None, call.error
+    assert max(sizes) <= known and sum(sizes) == count, sizes
+    assert turns >= 4
+    assert len(call.result["ids"]) == count
+    assert box.show(first + count - 1)["state"] == "pending"
+
+
+def test_a_daemon_stopping_after_a_submit_committed_answers_it_as_queued(box, monkeypatch):
+    """Stored for good: the reply must not tell its client to submit it again."""
+    monkeypatch.setattr(batches, "TURN_BUDGET_S", 10.0)
+    count = getattr(batches, "KNOWN_PER_TURN", 1000) * 2 + 1
+    opts = parse(["--hold", "--array", f"0-{count - 1}", "--", "true"])
+    opts.cwd = str(box.root)
+    call = Call(Request("submit", build_request(opts), ME))
+    box.daemon.step([call])
+    box.daemon.step([])
+    assert not call.done.is_set()
+    box.daemon._answer_everyone()  # as the daemon does when it stops
+    assert call.error is None, call.error
+    assert len(call.result["ids"]) == count
+    box.restart()
+    assert len(box.daemon.state.pending()) == count

@@ -35,6 +35,7 @@ TURN_BUDGET_S = 0.03
 TURN_GOAL_S = 0.06
 MIN_WORK_S = 0.002  # at least a chunk or so a turn, however slow the disk
 _CHUNK = 50  # jobs between two looks at the clock (a few ms, even on a loaded machine)
+KNOWN_PER_TURN = 5000  # jobs of a committed submit made known to the scheduler per turn
 _INCOMPLETE = "incomplete_submit:"
 CANCELLED = "the submit was cancelled before it was stored; nothing of it was queued"
 _NOT_QUEUED = "nothing of this submit was queued"  # meta key prefix: first id -> last id of a submit
@@ -66,7 +67,10 @@ def store_alike(store: Store, made: list[tuple[Job, Job]]) -> list[Job]:
 
 class Batched:
     """A request done over several turns: step() does one turn's part and returns the
-    result once the whole request is done (else None); abandon() when the daemon stops."""
+    result once the whole request is done (else None); abandon() when the daemon stops.
+    Once `committed`, it can no longer be undone: finish() does the rest at once."""
+
+    committed = False
 
     def step(self) -> Any:
         raise NotImplementedError
@@ -74,12 +78,17 @@ class Batched:
     def abandon(self) -> None:
         pass
 
+    def finish(self) -> Any:
+        while (result := self.step()) is None:
+            pass
+        return result
+
 
 def step_oldest(calls: list) -> None:
     """One turn of the first of the loop's batched calls (loop.Call, with .batched): it is
     answered, and leaves the list, once done or failed (a failed batch fails only it)."""
     call = calls[0]
-    if call.cancelled:  # not committed yet (the last step answers it): nothing stays queued
+    if call.cancelled and not call.batched.committed:  # nothing stays queued
         call.batched.abandon()
         calls.pop(0)
         call.fail(GpuschedError(CANCELLED))
@@ -139,9 +148,10 @@ class Pace:
 
 
 class BatchedSubmit(Batched):
-    """Jobs stored a batch per turn, acknowledged (and known to the scheduler) at once
-    when all have committed. make_jobs(ids) yields the jobs with those ids, in order,
-    each with the template it was made from (Store.insert_alike)."""
+    """Jobs stored a batch per turn; once all have committed, made known to the scheduler
+    KNOWN_PER_TURN a turn (until then `show` and a change do not find them, as before
+    the commit), and acknowledged. make_jobs(ids) yields the jobs with those ids, in
+    order, each with the template it was made from (Store.insert_alike)."""
 
     def __init__(self, state: DaemonState, count: int,
                  make_jobs: Callable[[list[int]], Iterator[tuple[Job, Job]]],
@@ -152,19 +162,38 @@ class BatchedSubmit(Batched):
         self._left: Iterator[tuple[Job, Job]] = iter(())
         self._stored: list[Job] = []
         self._pace = Pace()
+        self._known = 0  # of the stored jobs, once committed
 
     def step(self) -> dict | None:
         if self._ids is None:
             self._reserve()
             return None
-        more = self._pace.batch(self._left, self._insert, self.state.write(undone=_NOT_QUEUED))
-        if more:
+        if not self.committed:
+            more = self._pace.batch(self._left, self._insert,
+                                    self.state.write(undone=_NOT_QUEUED))
+            if more:
+                return None
+            with self.state.write(undone=_NOT_QUEUED):  # the one commit that makes it real
+                self.state.store.delete_meta(self._mark)
+            self.committed = True
+        return self._make_known()
+
+    def _make_known(self) -> dict | None:
+        """The next jobs known to the scheduler and to requests: with 100,000 at once, the
+        queue's bookkeeping alone took several hundred ms of one turn."""
+        part = self._stored[self._known:self._known + KNOWN_PER_TURN]
+        self.state.incoming.remove(self._unknown_ids())
+        self._known += len(part)
+        if self._known < len(self._stored):
+            self.state.incoming.append(self._unknown_ids())
+        self.state.remember_new(part)
+        if self._known < len(self._stored):
             return None
-        with self.state.write(undone=_NOT_QUEUED):  # the one commit that makes it real
-            self.state.store.delete_meta(self._mark)
-        self.state.incoming.remove(self._ids)
-        self.state.remember_new(self._stored)
+        self._stored = []
         return self._result_of(list(self._ids))
+
+    def _unknown_ids(self) -> range:
+        return self._ids[self._known:]
 
     def _reserve(self) -> None:
         store = self.state.store
@@ -189,7 +218,7 @@ class BatchedSubmit(Batched):
 
     def abandon(self) -> None:
         """Remove what was stored (else the next start-up does): it was never acknowledged."""
-        if self._ids is None:
+        if self._ids is None or self.committed:
             return
         store = self.state.store
         try:

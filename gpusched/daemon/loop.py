@@ -238,6 +238,9 @@ class Daemon:
         for call in self._waiters:
             call.answer(call.waiter.result())
         for call in self._batched:
+            if call.batched.committed:  # stored for good: answered as done
+                call.answer(call.batched.finish())
+                continue
             call.batched.abandon()
             call.fail(GpuschedError("the daemon stopped before this request was done; "
                                     "nothing of a submit was queued, a change may be partly "
