@@ -260,8 +260,8 @@ class Daemon:
     def step(self, calls: list[Call]) -> None:
         """One turn of the loop: the requests, then a pass (a scheduling pass only when
         a request may have changed something, or the state asks for one), then the shims
-        of the jobs it started, then the waits it ended. While writes to the queue fail, passes (which
-        write) wait for the next retry; requests are answered all the same."""
+        of the jobs it started, then the waits it ended. While writes to the queue fail,
+        passes (which write) wait for the next retry; requests are answered all the same."""
         for call in calls:
             self.handle(call)  # each request commits before it is answered
         self.step_batched()
