@@ -94,18 +94,25 @@ def test_quick_commits_keep_the_whole_budget(box, disk):
     assert all(rows >= budget_rows for rows, _ in turns[:-1]), turns
 
 
-def test_the_jobs_of_a_big_submit_are_left_out_of_the_collectors_full_scans(box):
+def test_the_collector_waits_while_a_big_submit_is_stored(box):
     """A full collection walks every object it tracks: with 100,000 waiting jobs in it,
     one took over 100 ms of a turn, several times during a big submit."""
     import gc
 
-    ids = box.submit_all("--hold", "--array", f"0-{batches.BIG_JOBS * 2}", "--", "true")
-    job = box.daemon.state.jobs[ids[-1]]
-    assert gc.is_tracked(job)
+    opts = parse(["--hold", "--array", f"0-{batches.BIG_JOBS * 2}", "--", "true"])
+    opts.cwd = str(box.root)
+    call = Call(Request("submit", build_request(opts), ME))
+    between_turns, calls = [], [call]
     try:
-        assert not any(tracked is job for tracked in gc.get_objects())  # frozen
+        while not call.done.is_set():
+            box.daemon.step(calls)
+            calls = []
+            between_turns.append(gc.isenabled())
     finally:
-        gc.unfreeze()  # this test process's objects go back to the collector
+        gc.enable()
+    assert call.error is None, call.error
+    assert between_turns[:-1] and not any(between_turns[:-1])
+    assert between_turns[-1]  # again, once the submit is done
 
 
 def test_a_committed_submit_is_made_known_a_part_per_turn_then_acknowledged(box, monkeypatch):

@@ -191,11 +191,11 @@ class Daemon:
         self.handlers = Handlers(self.state, setup, self.seam)
         self.retention = Retention(self.state, setup)
         self.idle_gpus = IdleGpus(self.state, setup, self.seam)
+        gc.enable()  # as step_batched leaves it with no batched request
 
     def take_over(self) -> None:
         """Re-adopt the jobs still running from before, and read the GPUs."""
         self.control.adopt()
-        gc.freeze()  # the jobs just loaded, as step_batched's
         self.read_gpus()
 
     def save_usage(self) -> None:
@@ -313,11 +313,14 @@ class Daemon:
     def step_batched(self) -> None:
         """One batch of the oldest request done in batches; answered once it is done."""
         if self._batched:
+            # What a big request makes (100,000 jobs) survives, and so sets off the cyclic
+            # collector's full scans of every object, each 100 ms and more of a turn with
+            # them in it: no collection until no batched request is left (what is freed
+            # meanwhile is freed at once; only cycles wait for the collector).
+            gc.disable()
             step_oldest(self._batched)
-            # What a big request makes (100,000 jobs) lives as long as they wait: out of
-            # the cyclic collector's full scans, each of which took 100 ms and more with
-            # them in it. (Freezing is O(1); a job that goes is still freed at once.)
-            gc.freeze()
+        if not self._batched:
+            gc.enable()
 
     def run_pass(self, schedule: bool) -> None:
         poll_due = self.clock.monotonic() >= self._next_gpu_read
