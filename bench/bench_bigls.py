@@ -15,11 +15,11 @@ starts, through the daemon's own Store API in one transaction, with 100,000 pend
   frame top draws from it (140x50, as bench_top.py times it); each against the empty
   home's. Targets: snapshot <= 10 ms, frame <= 20 ms with 100,000 pending.
 
-Until scheduling passes are bounded (another part of issue 23), every request sets off a
-pass over the whole queue, and the next request waits for it: the first table shows what
-users see on this code, passes included (each page of `ls --all --json` is a request
-too). The second measures the daemon's own work for each request, in this process, on the
-same stores (their daemons stopped): the real handlers, no pass.
+A request that only looks sets off no scheduling pass (before, each did, and the next
+request waited for it): the first table shows what users see, through the socket and the
+loop (each page of `ls --all --json` is a request too). The second measures the daemon's
+own work for each request, in this process, on the same stores (their daemons stopped):
+the real handlers alone.
 """
 
 from __future__ import annotations
@@ -96,8 +96,7 @@ def _pending(job_id: int, user: str, at: float, jobs_dir: str) -> Job:
 
 def handler_samples(home: Gpusched, runs: int) -> dict[str, list[float]]:
     """Seconds the daemon's own work takes for each request (its handler, on the loop
-    thread, in this process: the real handlers on the home's store, its daemon stopped),
-    without the scheduling pass that every request sets off (another part of issue 23)."""
+    thread, in this process: the real handlers on the home's store, its daemon stopped)."""
     daemon = new_daemon(home.home)
     handle = daemon.handlers.handle
     try:

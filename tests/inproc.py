@@ -10,6 +10,7 @@ code), and the test says how the job ends (box.shims.exit(job_id, 3)).
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import signal
@@ -270,6 +271,7 @@ class Box:
             daemon.save_usage()
         daemon.state.store.close()
         daemon.backend.close()
+        gc.enable()  # a daemon stopped in a big request's batches left the collector off
 
     def restart(self, crash: bool = False) -> Daemon:
         self.stop(crash)

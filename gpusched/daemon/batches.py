@@ -30,7 +30,12 @@ BIG_JOBS = 2000  # a submit or change of more jobs than this goes in batches
 # Loop time a batched request's work takes per turn; its commit and the loop's pass come
 # on top, within the loop's goal of 100 ms a turn.
 TURN_BUDGET_S = 0.03
+# A batched request's work and its commit together, per turn: the commit's fsync grows with
+# the rows written, and on a busy disk it can take longer than the work (Pace).
+TURN_GOAL_S = 0.06
+MIN_WORK_S = 0.002  # at least a chunk or so a turn, however slow the disk
 _CHUNK = 50  # jobs between two looks at the clock (a few ms, even on a loaded machine)
+KNOWN_PER_TURN = 5000  # jobs of a committed submit made known to the scheduler per turn
 _INCOMPLETE = "incomplete_submit:"
 CANCELLED = "the submit was cancelled before it was stored; nothing of it was queued"
 _NOT_QUEUED = "nothing of this submit was queued"  # meta key prefix: first id -> last id of a submit
@@ -62,7 +67,10 @@ def store_alike(store: Store, made: list[tuple[Job, Job]]) -> list[Job]:
 
 class Batched:
     """A request done over several turns: step() does one turn's part and returns the
-    result once the whole request is done (else None); abandon() when the daemon stops."""
+    result once the whole request is done (else None); abandon() when the daemon stops.
+    Once `committed`, it can no longer be undone: finish() does the rest at once."""
+
+    committed = False
 
     def step(self) -> Any:
         raise NotImplementedError
@@ -70,12 +78,17 @@ class Batched:
     def abandon(self) -> None:
         pass
 
+    def finish(self) -> Any:
+        while (result := self.step()) is None:
+            pass
+        return result
+
 
 def step_oldest(calls: list) -> None:
     """One turn of the first of the loop's batched calls (loop.Call, with .batched): it is
     answered, and leaves the list, once done or failed (a failed batch fails only it)."""
     call = calls[0]
-    if call.cancelled:  # not committed yet (the last step answers it): nothing stays queued
+    if call.cancelled and not call.batched.committed:  # nothing stays queued
         call.batched.abandon()
         calls.pop(0)
         call.fail(GpuschedError(CANCELLED))
@@ -95,23 +108,50 @@ def step_oldest(calls: list) -> None:
         call.answer(result)
 
 
-def _for_a_turn(items: Iterator, work: Callable[[list], None]) -> bool:
-    """work() on chunks of items for about TURN_BUDGET_S; whether items are left."""
-    deadline = time.monotonic() + TURN_BUDGET_S
+def _for_a_turn(items: Iterator, work: Callable[[list], None],
+                budget_s: float = TURN_BUDGET_S) -> bool:
+    """work() on chunks of items for about budget_s; whether items are left."""
+    deadline = _monotonic() + budget_s
     while True:
         chunk = list(itertools.islice(items, _CHUNK))
         if chunk:
             work(chunk)
         if len(chunk) < _CHUNK:
             return False
-        if time.monotonic() >= deadline:
+        if _monotonic() >= deadline:
             return True
 
 
+def _monotonic() -> float:
+    # The machine's own clock: a turn's length is real time (tests replace this).
+    return time.monotonic()
+
+
+class Pace:
+    """How long a batched request may work in its next turn: TURN_BUDGET_S, less once a
+    commit made the turn longer than TURN_GOAL_S (its fsync grows with the rows: a batch
+    size by time spent, the commit's included, not a fixed count)."""
+
+    def __init__(self) -> None:
+        self.work_s = TURN_BUDGET_S
+
+    def batch(self, items: Iterator, work: Callable[[list], None], write: Any) -> bool:
+        """work() on items for this turn, inside write() (the commit); whether items are left."""
+        started = _monotonic()
+        with write:
+            more = _for_a_turn(items, work, self.work_s)
+        turn_s = _monotonic() - started
+        if turn_s > 0:  # the work's share of the goal, in the proportion this turn showed
+            self.work_s = min(TURN_BUDGET_S, max(MIN_WORK_S,
+                                                 self.work_s * TURN_GOAL_S / turn_s))
+        return more
+
+
 class BatchedSubmit(Batched):
-    """Jobs stored a batch per turn, acknowledged (and known to the scheduler) at once
-    when all have committed. make_jobs(ids) yields the jobs with those ids, in order,
-    each with the template it was made from (Store.insert_alike)."""
+    """Jobs stored a batch per turn; once all have committed, made known to the scheduler
+    KNOWN_PER_TURN a turn (until then `show` and a change do not find them, as before
+    the commit), and acknowledged. make_jobs(ids) yields the jobs with those ids, in
+    order, each with the template it was made from (Store.insert_alike)."""
 
     def __init__(self, state: DaemonState, count: int,
                  make_jobs: Callable[[list[int]], Iterator[tuple[Job, Job]]],
@@ -121,20 +161,39 @@ class BatchedSubmit(Batched):
         self._ids: range | None = None
         self._left: Iterator[tuple[Job, Job]] = iter(())
         self._stored: list[Job] = []
+        self._pace = Pace()
+        self._known = 0  # of the stored jobs, once committed
 
     def step(self) -> dict | None:
         if self._ids is None:
             self._reserve()
             return None
-        with self.state.write(undone=_NOT_QUEUED):
-            more = _for_a_turn(self._left, self._insert)
-        if more:
+        if not self.committed:
+            more = self._pace.batch(self._left, self._insert,
+                                    self.state.write(undone=_NOT_QUEUED))
+            if more:
+                return None
+            with self.state.write(undone=_NOT_QUEUED):  # the one commit that makes it real
+                self.state.store.delete_meta(self._mark)
+            self.committed = True
+        return self._make_known()
+
+    def _make_known(self) -> dict | None:
+        """The next jobs known to the scheduler and to requests: with 100,000 at once, the
+        queue's bookkeeping alone took several hundred ms of one turn."""
+        part = self._stored[self._known:self._known + KNOWN_PER_TURN]
+        self.state.incoming.remove(self._unknown_ids())
+        self._known += len(part)
+        if self._known < len(self._stored):
+            self.state.incoming.append(self._unknown_ids())
+        self.state.remember_new(part)
+        if self._known < len(self._stored):
             return None
-        with self.state.write(undone=_NOT_QUEUED):  # the one commit that makes it real
-            self.state.store.delete_meta(self._mark)
-        self.state.incoming.remove(self._ids)
-        self.state.remember_new(self._stored)
+        self._stored = []
         return self._result_of(list(self._ids))
+
+    def _unknown_ids(self) -> range:
+        return self._ids[self._known:]
 
     def _reserve(self) -> None:
         store = self.state.store
@@ -159,7 +218,7 @@ class BatchedSubmit(Batched):
 
     def abandon(self) -> None:
         """Remove what was stored (else the next start-up does): it was never acknowledged."""
-        if self._ids is None:
+        if self._ids is None or self.committed:
             return
         store = self.state.store
         try:
@@ -183,10 +242,10 @@ class BatchedChange(Batched):
         self._left = iter(jobs)
         self.results: dict[str, str] = {}
         self.refused: dict[str, str] = {}
+        self._pace = Pace()
 
     def step(self) -> dict | None:
-        with self.state.write():
-            more = _for_a_turn(self._left, self._apply_each)
+        more = self._pace.batch(self._left, self._apply_each, self.state.write())
         return None if more else {"results": self.results, "refused": self.refused}
 
     def run_all(self) -> dict:

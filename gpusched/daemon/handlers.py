@@ -21,6 +21,12 @@ from gpusched.daemon.submits import Submits
 from gpusched.daemon.usage import usage_request
 from gpusched.proc.seam import ProcessSeam
 
+# Requests that only look: they change nothing a scheduling pass depends on, so they set
+# none off (with 100,000 pending a pass is the longest part of a turn, and `top` asks every
+# second). Every other request, refused or not, is followed by a pass, as before.
+READ_ONLY = frozenset({"status", "list", "show", "wait", "gpus", "snapshot", "logs", "env",
+                       "usage", "history"})
+
 
 class Handlers:
     def __init__(self, state: DaemonState, setup: Setup, seam: ProcessSeam):
@@ -45,6 +51,11 @@ class Handlers:
         }
         assert set(self._table) | SERVER_COMMANDS == set(COMMANDS), \
             "handlers and protocol disagree"
+
+    @staticmethod
+    def may_change(requests: list[Request]) -> bool:
+        """Whether any of these requests may have changed what a scheduling pass reads."""
+        return any(request.name not in READ_ONLY for request in requests)
 
     def handle(self, request: Request) -> Any | Waiter:
         """The request's result (each request commits before it returns), a Waiter, or

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import logging
 import os
 import queue
@@ -25,6 +26,7 @@ from gpusched.core.errors import ConfigError, GpuschedError, StoreWriteError
 from gpusched.gpus import GpuBackend, open_backend
 from gpusched.daemon.batches import CANCELLED, Batched, purge_incomplete, step_oldest
 from gpusched.daemon.cgroups import CgroupJobs
+from gpusched.daemon.checkpoints import Checkpointer
 from gpusched.daemon.endacks import EndReports
 from gpusched.daemon.handlers import Handlers
 from gpusched.daemon.host import detect_host
@@ -142,6 +144,8 @@ class Daemon:
                                   exempt_uids={0, os.getuid()}, stamp=self.fingerprint,
                                   max_json_depth=self.settings.limit_json_depth,
                                   limits=limits.from_settings(self.settings))
+            checkpoints = Checkpointer(str(self.paths.db))  # off the loop's thread
+            checkpoints.attach(store)
             try:
                 self.attach(store)
                 self._install_signal_handlers()
@@ -167,6 +171,7 @@ class Daemon:
                 self._answer_everyone()
                 server.drain()  # those answers, and the one to `stop`, reach their clients
                 self.seam.close()  # running shims are in sessions of their own: unaffected
+                checkpoints.close()
                 store.close()
                 self.backend.close()
         finally:
@@ -186,6 +191,7 @@ class Daemon:
         self.handlers = Handlers(self.state, setup, self.seam)
         self.retention = Retention(self.state, setup)
         self.idle_gpus = IdleGpus(self.state, setup, self.seam)
+        gc.enable()  # as step_batched leaves it with no batched request
 
     def take_over(self) -> None:
         """Re-adopt the jobs still running from before, and read the GPUs."""
@@ -232,6 +238,9 @@ class Daemon:
         for call in self._waiters:
             call.answer(call.waiter.result())
         for call in self._batched:
+            if call.batched.committed:  # stored for good: answered as done
+                call.answer(call.batched.finish())
+                continue
             call.batched.abandon()
             call.fail(GpuschedError("the daemon stopped before this request was done; "
                                     "nothing of a submit was queued, a change may be partly "
@@ -249,9 +258,10 @@ class Daemon:
                 self.step(calls)
 
     def step(self, calls: list[Call]) -> None:
-        """One turn of the loop: the requests, then a pass, then the shims of the jobs it
-        started, then the waits it ended. While writes to the queue fail, passes (which
-        write) wait for the next retry; requests are answered all the same."""
+        """One turn of the loop: the requests, then a pass (a scheduling pass only when
+        a request may have changed something, or the state asks for one), then the shims
+        of the jobs it started, then the waits it ended. While writes to the queue fail,
+        passes (which write) wait for the next retry; requests are answered all the same."""
         for call in calls:
             self.handle(call)  # each request commits before it is answered
         self.step_batched()
@@ -259,7 +269,8 @@ class Daemon:
         if self.state.writes.retry_due():
             try:
                 with self.state.write():  # the loop's own changes: one commit per pass
-                    self.run_pass(schedule=bool(calls) or self.state.writes.failing)
+                    self.run_pass(schedule=self.state.writes.failing or self.handlers.may_change(
+                        [call.request for call in calls]))
                 self.control.launch_started()
             except StoreWriteError:
                 pass  # nothing of the pass happened; said once in the log (WriteHealth)
@@ -302,7 +313,14 @@ class Daemon:
     def step_batched(self) -> None:
         """One batch of the oldest request done in batches; answered once it is done."""
         if self._batched:
+            # What a big request makes (100,000 jobs) survives, and so sets off the cyclic
+            # collector's full scans of every object, each 100 ms and more of a turn with
+            # them in it: no collection until no batched request is left (what is freed
+            # meanwhile is freed at once; only cycles wait for the collector).
+            gc.disable()
             step_oldest(self._batched)
+        if not self._batched:
+            gc.enable()
 
     def run_pass(self, schedule: bool) -> None:
         poll_due = self.clock.monotonic() >= self._next_gpu_read

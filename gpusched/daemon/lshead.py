@@ -29,29 +29,26 @@ def pending_head(state: DaemonState, count: int) -> list[Job]:
     """The first `count` pending jobs of this machine's queue in id order, the order `ls`
     lists them in. (With pending_groups(), all `ls` reads of the pending queue: a queue
     kept in order, with its counts, can answer both without a look at every job.)"""
+    return list(state.of_pending(("head", count), lambda: _first_by_id(state, count)))
+
+
+def _first_by_id(state: DaemonState, count: int) -> list[Job]:
     # Sorting the ids (in C, and nearly sorted already) beats heapq's loop in Python.
     return [state.jobs[i] for i in sorted(map(_by_id, state.pending()))[:count]]
-
-
-class _Top:
-    """The pending jobs in top's order, sorted again only once they changed."""
-
-    version: str | None = None
-    jobs: list[Job] = []
 
 
 def pending_top(state: DaemonState, count: int) -> list[Job]:
     """The first `count` pending jobs in the order placement considers them (priority,
     then age), as `top` lists them."""
-    if _Top.version != (version := state.pending_version):
-        pending = state.pending()
-        if len({job.priority for job in pending}) > 1:
-            pending.sort(key=lambda job: (-job.priority, job.id))
-            jobs = pending[:count]
-        else:  # the usual queue, one priority: the ids, sorted in C
-            jobs = pending_head(state, count)
-        _Top.jobs, _Top.version = jobs, version
-    return _Top.jobs[:count]
+    return list(state.of_pending(("top", count), lambda: _first_by_priority(state, count)))
+
+
+def _first_by_priority(state: DaemonState, count: int) -> list[Job]:
+    pending = state.pending()
+    if len({job.priority for job in pending}) > 1:
+        pending.sort(key=lambda job: (-job.priority, job.id))
+        return pending[:count]
+    return pending_head(state, count)  # the usual queue, one priority: the ids, sorted in C
 
 
 def pending_count(state: DaemonState, uid: int | None = None) -> int:
@@ -61,19 +58,10 @@ def pending_count(state: DaemonState, uid: int | None = None) -> int:
     return sum(count for count, first in pending_groups(state).values() if first.uid == uid)
 
 
-class _Groups:
-    """The pending jobs counted by group, worked out again only once they changed."""
-
-    version: str | None = None
-    groups: dict[Any, list] = {}
-
-
 def pending_groups(state: DaemonState) -> dict[Any, list]:
     """Every pending job of this machine's queue counted by group (its array, else its
     owner and name): group key -> [count, its first job]."""
-    if _Groups.version != (version := state.pending_version):
-        _Groups.groups, _Groups.version = count_groups(state.pending()), version
-    return _Groups.groups
+    return state.of_pending("groups", lambda: count_groups(state.pending()))
 
 
 def group_of(job: Job, name: str) -> Any:

@@ -10,8 +10,9 @@ and cancelled as one). Fair share is untouched: its usage lives apart (fairshare
 A sweep walks the ids from the lowest up, WINDOW_IDS at a time, for about TURN_BUDGET_S
 a turn (daemon/batches.py), so that 100,000 removals never stall the loop: it commits the
 rows' removal and the summary together, and only then removes the files (a failed commit
-loses nothing). `gpusched gc` runs one sweep now; the daemon runs one at start and every
-SWEEP_INTERVAL_S.
+loses nothing). What active jobs still need (daemon/keepneeded.py) is learnt a chunk of
+them per turn, not by a look at all of them each turn. `gpusched gc` runs one sweep now;
+the daemon runs one at start and every SWEEP_INTERVAL_S.
 """
 
 from __future__ import annotations
@@ -24,8 +25,8 @@ import time
 from contextlib import nullcontext
 
 from gpusched.core.errors import StoreWriteError
-from gpusched.core.syntax import dependency_job_ids
 from gpusched.daemon.batches import TURN_BUDGET_S, Batched
+from gpusched.daemon.keepneeded import Needed
 from gpusched.daemon.state import DaemonState, Setup
 from gpusched.daemon.store import Store
 from gpusched.daemon.usagerow import row_usage
@@ -55,18 +56,36 @@ class Sweep(Batched):
         keep_s = settings.keep_finished_s
         self._cutoff = None if keep_s is None else setup.clock.time() - keep_s
         self._next_id = 1
+        self.needed = Needed(state)  # started with the sweep's first turn
         self.oldest_kept_ended_at: float | None = None  # of the finished jobs left
         self.report = {"dry_run": dry_run, "jobs": 0, "bytes": 0, "oldest_ended_at": None,
                        "newest_ended_at": None, "kept_for_dependents": 0,
                        "keep_finished_s": keep_s, "keep_finished_count": count}
 
     def step(self) -> dict | None:
+        try:
+            report = self._step()
+        except BaseException:
+            self.needed.stop()
+            raise
+        if report is not None:
+            self.needed.stop()
+        return report
+
+    def abandon(self) -> None:
+        self.needed.stop()
+
+    def _step(self) -> dict | None:
         if self.state.incoming:
             return None  # a submit being stored may depend on a job this would remove
+        if not self.needed.watching:
+            self.needed.start()
+        if not self.needed.catch_up():
+            return None  # nothing goes before the index knows every active job's needs
         store = self.state.store
         # The machine's own clock, as batches.py: a turn's length is real time.
         deadline, windows = time.monotonic() + TURN_BUDGET_S, WINDOWS_PER_TURN
-        keep = _still_needed(self.state)
+        keep = self.needed.depended_on, self.needed.busy_arrays
         chosen: list[sqlite3.Row] = []
         with nullcontext() if self.dry_run else self.state.write(
                 undone="no finished job was removed"):
@@ -120,16 +139,6 @@ class Sweep(Batched):
         report["jobs"] += len(rows)
         if rows and not self.dry_run:
             _remove_empty_dirs(paths.jobs_dir, {row["id"] for row in rows})
-
-
-def _still_needed(state: DaemonState) -> tuple[set, set]:
-    """Ids active jobs depend on, and arrays with active elements: kept however old."""
-    depended_on, busy_arrays = set(), set()
-    for job in state.jobs.values():
-        depended_on.update(dependency_job_ids(job.dependencies))
-        if job.array_id is not None:
-            busy_arrays.add(job.array_id)
-    return depended_on, busy_arrays
 
 
 # -- the summary ------------------------------------------------------------------------------

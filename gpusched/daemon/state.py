@@ -7,7 +7,7 @@ import secrets
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterable, Iterator
 
 from gpusched.client.paths import Paths
 from gpusched.core import scheduling
@@ -101,10 +101,16 @@ class DaemonState:
         # Moves with every change to the pending jobs, so that `top` gets them (maybe
         # thousands) again only when they changed; the random part tells daemons apart.
         self._pending_nonce, self._pending_changes = secrets.token_hex(4), 0
+        # Views worked out from the pending jobs (`ls`'s head, `top`'s order, the counts by
+        # group: daemon/lshead.py), each with the pending_version it was worked out for.
+        self._of_pending: dict[Any, tuple[str, Any]] = {}
         # Cluster jobs (daemon/slurmpoll.py, which sets both): active like any job, but
         # never among running() and pending(), which this machine's scheduler works on.
         self.remote_ids: set[int] = set()
         self.clusters: Any = None
+        # Told of the jobs that become active (submitted, or queued again after their
+        # end): retention's index of what active jobs need (daemon/keepneeded.py).
+        self.activated: list[Callable[[Iterable[Job]], None]] = []
 
     # -- the active jobs ----------------------------------------------------------------
     def load_active(self, jobs: list[Job]) -> None:
@@ -120,6 +126,15 @@ class DaemonState:
     def pending_version(self) -> str:
         """A name for the pending jobs as they are now: another once any of them changed."""
         return f"{self._pending_nonce}.{self._pending_changes}"
+
+    def of_pending(self, key: Any, work_out: Callable[[], Any]) -> Any:
+        """work_out()'s value, worked out again only once the pending jobs changed: with
+        100,000 pending, `top` asks every second and the queue seldom moves."""
+        version = self.pending_version
+        kept = self._of_pending.get(key)
+        if kept is None or kept[0] != version:
+            kept = self._of_pending[key] = (version, work_out())
+        return kept[1]
 
     def compact(self) -> None:
         """Rebuild the job tables, which keep the size of the most they ever held. In
@@ -182,6 +197,9 @@ class DaemonState:
         if self._undo is not None:
             self._undo.setdefault(job.id, previous)
         self._place(job.id, None if job.state.is_final else job)
+        if previous is None and not job.state.is_final:
+            for tell in self.activated:
+                tell((job,))
         if previous is None or previous.state is not job.state:  # counted once stored
             self.after_commit(lambda: self._committed(previous, job))
         if previous is not None and previous.state is JobState.RUNNING and not job.is_running:
@@ -271,6 +289,8 @@ class DaemonState:
         self.queue.add_many(new.values())
         self._pending_changes += 1
         self.schedule_needed = True
+        for tell in self.activated:
+            tell(jobs)
         self.after_commit(lambda: self.telemetry.jobs_submitted(len(new)))
 
     # -- flags ----------------------------------------------------------------------------

@@ -9,7 +9,7 @@ from operator import attrgetter
 from contextlib import contextmanager
 from dataclasses import asdict, fields
 from pathlib import Path
-from typing import Iterable, Iterator, Sequence
+from typing import Callable, Iterable, Iterator, Sequence
 
 from gpusched.core.errors import StoreError
 from gpusched.daemon import storecheck
@@ -223,6 +223,7 @@ class Store:
         self._conn = sqlite3.connect(str(path), isolation_level=None, check_same_thread=False)
         self._conn.row_factory = sqlite3.Row
         self._depth = 0  # nesting of write() calls
+        self._committed: Callable[[int], None] | None = None  # daemon/checkpoints.py
         self._conn.execute("PRAGMA journal_mode=WAL")
         self._conn.execute("PRAGMA synchronous=FULL")
         self._conn.execute("PRAGMA busy_timeout=5000")
@@ -278,6 +279,8 @@ class Store:
             raise
         finally:
             self._depth = 0
+        if self._committed is not None:
+            self._committed(self._conn.total_changes)
 
     def _roll_back(self) -> None:
         # SQLite rolls back by itself after some errors (a full disk, an I/O error); after
@@ -287,6 +290,12 @@ class Store:
                 self._conn.execute("ROLLBACK")
             except sqlite3.Error:
                 pass  # nothing was committed either way
+
+    def hand_over_checkpoints(self, committed: Callable[[int], None]) -> None:
+        """No checkpoint in this connection's commits: committed(rows written so far) is
+        told of each, and checkpoints on a connection of its own (daemon/checkpoints.py)."""
+        self._conn.execute("PRAGMA wal_autocheckpoint=0")
+        self._committed = committed
 
     @property
     def total_changes(self) -> int:
