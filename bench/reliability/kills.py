@@ -1,5 +1,9 @@
 """SIGKILL rounds: the daemon killed under awkward running jobs, and one job's shim killed;
-every exit status kept, no process left without its job, no GPU given twice."""
+every exit status kept, no process left without its job, no GPU given twice.
+
+Plain jobs are watched by the job supervisor, jobs with capped logs each by a shim of its
+own (docs/job-semantics.md): each round is run on a home of each kind, and on the second
+the victim's shim is the one killed."""
 
 from __future__ import annotations
 
@@ -7,6 +11,7 @@ import json
 import os
 import signal
 
+from gpusched.proc import runfile
 from reliability.harness import Figures, Home, poll
 from reliability.jobwatch import ENDED, LeaseWatch, job_processes, orphans
 
@@ -32,12 +37,14 @@ def _submit(home: Home, name: str, command: str) -> int | None:
 def _shim_pid(home: Home, job_id: int) -> int | None:
     """The pid the job's shim wrote in its run file (a line {"record": "shim", "pid": N})."""
     try:
-        lines = (home.state / "jobs" / f"{job_id}.run.jsonl").read_text().splitlines()
+        with open(runfile.run_file(home.state / "jobs", job_id), encoding="utf-8") as run:
+            lines = run.read().splitlines()
     except OSError:
         return None
     for line in lines:
         if '"shim"' in line and line.endswith("}"):
-            return json.loads(line).get("pid")
+            record = json.loads(line)  # a supervised job's record names the job itself
+            return None if record.get("supervised") else record.get("pid")
     return None
 
 
@@ -51,7 +58,7 @@ def _kill_shim(home: Home, job_id: int) -> bool:
     return bool(pid)
 
 
-def _round(home: Home, fig: Figures) -> None:
+def _round(home: Home, fig: Figures, kill_a_shim: bool) -> None:
     expected = {}
     victim = _submit(home, *SHIM_VICTIM)
     for name, command, *want in AWKWARD:
@@ -61,8 +68,8 @@ def _round(home: Home, fig: Figures) -> None:
             continue
         expected[job_id] = (name, *want)
     poll(lambda: len(job_processes(home)) >= 3, 60)
-    if victim is not None and not _kill_shim(home, victim):
-        fig.notes.append(f"could not find job {victim}'s shim to kill")
+    if kill_a_shim and victim is not None and not _kill_shim(home, victim):
+        fig.fail("exit_status_lost", f"could not find job {victim}'s shim to kill")
     home.kill_daemon()
     # Let jobs end while no daemon watches; then the next one must find their records.
     running = set(job_processes(home))
@@ -88,21 +95,31 @@ def _round(home: Home, fig: Figures) -> None:
                 pass
 
 
+# A job with capped logs has a shim of its own (proc/supervisor.py needs_shim).
+_SHIMS = '[jobs]\nmax_log_size = "1GiB"\n'
+
+
 def measure(rounds: int) -> Figures:
-    fig = Figures(f"SIGKILL rounds ({rounds}, {len(AWKWARD)} awkward jobs + a killed shim "
-                  "each, 4 whole GPUs)")
+    fig = Figures(f"SIGKILL rounds ({rounds} on a home of supervised jobs and {rounds} on one "
+                  f"of jobs with shims, {len(AWKWARD)} awkward jobs each and there a killed "
+                  "shim, 4 whole GPUs)")
     fig.counts.update(exit_status_lost=0, orphans=0, double_leases=0)
-    home = Home("kills", simulate="4x80GiB")
+    for tag, config in (("kills", ""), ("kills-shims", _SHIMS)):
+        _rounds_on(Home(tag, simulate="4x80GiB", config=config), fig, rounds,
+                   kill_a_shim=bool(config))
+    return fig
+
+
+def _rounds_on(home: Home, fig: Figures, rounds: int, kill_a_shim: bool) -> None:
     watch = LeaseWatch(home)
     try:
         home.start()
         watch.start()
         for _ in range(rounds):
-            _round(home, fig)
+            _round(home, fig, kill_a_shim)
     finally:
         watch.stop()
         fig.fail("double_leases", "; ".join(f"GPU {g[:12]}: jobs {sorted(ids)}"
                                             for g, ids in sorted(watch.double)),
                  by=len(watch.double))
         home.close()
-    return fig
