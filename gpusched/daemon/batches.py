@@ -120,7 +120,7 @@ class BatchedSubmit(Batched):
         self._make_jobs, self._result_of = make_jobs, result_of
         self._ids: range | None = None
         self._left: Iterator[tuple[Job, Job]] = iter(())
-        self._stored: list[Job] = []
+        self._stored: list[tuple[int, Job]] = []  # (id, Kinds.lean of the job)
 
     def step(self) -> dict | None:
         if self._ids is None:
@@ -133,7 +133,7 @@ class BatchedSubmit(Batched):
         with self.state.write(undone=_NOT_QUEUED):  # the one commit that makes it real
             self.state.store.delete_meta(self._mark)
         self.state.incoming.remove(self._ids)
-        self.state.remember_new(self._stored)
+        self.state.remember_alike(self._stored)
         return self._result_of(list(self._ids))
 
     def _reserve(self) -> None:
@@ -155,7 +155,8 @@ class BatchedSubmit(Batched):
         return self._mark_for(self._ids[0])
 
     def _insert(self, made: list[tuple[Job, Job]]) -> None:
-        self._stored += store_alike(self.state.store, made)
+        lean = self.state.kinds.lean
+        self._stored += [(job.id, lean(job)) for job in store_alike(self.state.store, made)]
 
     def abandon(self) -> None:
         """Remove what was stored (else the next start-up does): it was never acknowledged."""

@@ -125,7 +125,7 @@ class Sweep(Batched):
 def _still_needed(state: DaemonState) -> tuple[set, set]:
     """Ids active jobs depend on, and arrays with active elements: kept however old."""
     depended_on, busy_arrays = set(), set()
-    for job in state.jobs.values():
+    for _, job in state.jobs.alike():  # templates answer both (daemon/jobtable.py)
         depended_on.update(dependency_job_ids(job.dependencies))
         if job.array_id is not None:
             busy_arrays.add(job.array_id)
