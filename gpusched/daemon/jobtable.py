@@ -21,10 +21,11 @@ from gpusched.core.models import Job, JobState
 _OWN = ("id", "stdout_path", "stderr_path", "array_index")
 _SLOTS = Job.__slots__
 _ID, _STDOUT, _STDERR, _INDEX = (_SLOTS.index(name) for name in _OWN)
-# What a template is looked up by, besides its environment (a dict: by identity, which the
-# template keeps alive), the array index less the id and the pending reason, id marked.
+# What a template is looked up by, besides its environment and request (by identity, which
+# the template keeps alive: a dict has no hash, a Request's is Python code), the array index
+# less the id and the pending reason, id marked. (Its state is pending.)
 _shared_values = attrgetter(*(name for name in _SLOTS
-                              if name not in (*_OWN, "env", "pending_reason")))
+                              if name not in (*_OWN, "env", "request", "pending_reason", "state")))
 _all_values = attrgetter(*_SLOTS)
 _REASON = _SLOTS.index("pending_reason")
 _PENDING = JobState.PENDING
@@ -62,7 +63,7 @@ class Kinds:
             reason = reason.replace(job_id, ID_MARK)
         index = job.array_index
         offset = None if index is None else index - job.id
-        key = (_shared_values(job), id(job.env), offset, reason)
+        key = (_shared_values(job), id(job.env), id(job.request), offset, reason)
         template = self._by_key.get(key)
         if template is None:
             template = self._add(key, job, offset, reason)
