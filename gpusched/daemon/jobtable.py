@@ -188,11 +188,11 @@ class JobTable(MutableMapping):
         return self._entries.items()
 
     def holds(self, job: Job) -> bool:
-        """Whether job is the version of it this table holds."""
+        """Whether job is the version of it this table holds (a built one: equal to it)."""
         entry = self._entries.get(job.id)
         if entry is None or entry is job:
             return entry is job
-        return not entry.id and self.kinds.lean(job) is entry
+        return not entry.id and self.kinds.build(job.id, entry) == job
 
     def sort(self) -> None:
         """Hold the entries in id order, as a dict filled in id order would."""
