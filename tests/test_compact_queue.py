@@ -15,6 +15,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from gpusched.core.models import Job, job_with
+from gpusched.core.syntax import dependency_job_ids
+from gpusched.daemon import retention
 from gpusched.daemon.jobtable import JobTable
 from inproc import Box, box, make_box  # noqa: F401 - fixtures
 
@@ -191,3 +193,25 @@ def test_the_daemon_holds_a_sweep_of_20000_pending_jobs_in_a_few_megabytes(home)
     pid = home.start()
     assert [home.show(job_id) for job_id in some] == shown
     assert psutil.Process(pid).memory_info().rss - idle < SWEEP_RSS_BYTES
+
+
+# -- what grows with the queue ---------------------------------------------------------------
+
+def test_a_retention_sweep_reads_a_sweep_of_pending_jobs_once_not_every_turn(make_box,
+                                                                              monkeypatch):
+    # Every turn of a sweep over the finished jobs read every active job, to know which
+    # finished ones they still need: 100,000 pending made each turn of the loop long.
+    box = make_box(config=SWEEP + 'keep_finished_count = 1\n')
+    finished = []
+    for _ in range(3):
+        finished.append(box.submit("--gpus", "1", "--", "true"))
+        box.exit(finished[-1])
+    box.submit_all("--hold", "--gpus", "0", "--dependency", f"afterok:{finished[0]}",
+                   "--from-file", sweep_file(box, ["true"] * JOBS))
+    reads = []
+    monkeypatch.setattr(retention, "dependency_job_ids",
+                        lambda deps: reads.append(deps) or dependency_job_ids(deps))
+    report = box.call("gc", dry_run=True)
+    # Two are past the count of 1; the oldest is kept for the sweep's jobs, the others go.
+    assert (report["jobs"], report["kept_for_dependents"]) == (2, 1)
+    assert len(reads) <= 10  # the running jobs and the sweep's template

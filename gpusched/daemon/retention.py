@@ -66,7 +66,7 @@ class Sweep(Batched):
         store = self.state.store
         # The machine's own clock, as batches.py: a turn's length is real time.
         deadline, windows = time.monotonic() + TURN_BUDGET_S, WINDOWS_PER_TURN
-        keep = _still_needed(self.state)
+        keep = _StillNeeded(self.state)
         chosen: list[sqlite3.Row] = []
         with nullcontext() if self.dry_run else self.state.write(
                 undone="no finished job was removed"):
@@ -93,12 +93,11 @@ class Sweep(Batched):
         return (self._excess == 0 and oldest_kept_ended_at is not None
                 and (self._cutoff is None or self._cutoff < oldest_kept_ended_at))
 
-    def _goes(self, row: sqlite3.Row, keep: tuple[set, set]) -> bool:
+    def _goes(self, row: sqlite3.Row, keep: _StillNeeded) -> bool:
         ended = row["ended_at"]
         old = self._excess > 0 or (self._cutoff is not None and ended is not None
                                    and ended < self._cutoff)
-        depended_on, busy_arrays = keep
-        if old and (row["id"] in depended_on or row["array_id"] in busy_arrays):
+        if old and keep.keeps(row["id"], row["array_id"]):
             self.report["kept_for_dependents"] += 1
             old = False
         if not old:
@@ -122,10 +121,29 @@ class Sweep(Batched):
             _remove_empty_dirs(paths.jobs_dir, {row["id"] for row in rows})
 
 
+class _StillNeeded:
+    """Ids active jobs depend on, and arrays with active elements: kept however old. Worked
+    out in one turn of a sweep only once a job old enough to go is found: a sweep takes
+    many turns, and the active jobs may be 100,000 that most turns need not read."""
+
+    def __init__(self, state: DaemonState):
+        self.state = state
+        self._sets: tuple[set, set] | None = None
+
+    def keeps(self, job_id: int, array_id: int | None) -> bool:
+        if self._sets is None:
+            self._sets = _still_needed(self.state)
+        depended_on, busy_arrays = self._sets
+        return job_id in depended_on or array_id in busy_arrays
+
+
 def _still_needed(state: DaemonState) -> tuple[set, set]:
-    """Ids active jobs depend on, and arrays with active elements: kept however old."""
     depended_on, busy_arrays = set(), set()
+    last = None
     for _, job in state.jobs.alike():  # templates answer both (daemon/jobtable.py)
+        if job is last:
+            continue  # the jobs of a sweep hold one template: it answers once
+        last = job
         depended_on.update(dependency_job_ids(job.dependencies))
         if job.array_id is not None:
             busy_arrays.add(job.array_id)
