@@ -46,6 +46,7 @@ class Kinds:
         # one forgotten by _prune that an entry not in a table yet still holds.
         self._values: dict[int, tuple[Job, list]] = {}
         self._prune_at = FIRST_PRUNE
+        self._last: tuple[tuple, Job] | None = None  # the last key looked up, and its template
         self.in_use: Callable[[], Iterable[Job]] = lambda: ()  # entries that keep templates
 
     def __len__(self) -> int:
@@ -64,9 +65,13 @@ class Kinds:
         index = job.array_index
         offset = None if index is None else index - job.id
         key = (_shared_values(job), id(job.env), id(job.request), offset, reason)
+        last = self._last
+        if last is not None and key == last[0]:
+            return last[1]  # as the job before (a sweep comes in a run): no hash of the key
         template = self._by_key.get(key)
         if template is None:
             template = self._add(key, job, offset, reason)
+        self._last = (key, template)
         return template
 
     def _add(self, key: tuple, job: Job, offset: int | None, reason: str) -> Job:
@@ -86,7 +91,7 @@ class Kinds:
         used = {id(entry) for entry in self.in_use() if not entry.id}
         self._by_key = {key: template for key, template in self._by_key.items()
                         if id(template) in used}
-        self._values = {}
+        self._values, self._last = {}, None
         self._prune_at = max(FIRST_PRUNE, 2 * len(self._by_key))
 
     def build(self, job_id: int, template: Job) -> Job:
