@@ -135,7 +135,8 @@ class Kinds:
 class JobTable(MutableMapping):
     """id -> Job, as a dict, with pending jobs held by their template (Kinds.lean). Reading
     a job builds it; alike() reads the entries as they are held, for what a template
-    answers the same as its jobs (all but the id, the log paths and the array index)."""
+    answers the same as its jobs (all but the id, log paths, array index and pending
+    reason)."""
 
     def __init__(self, kinds: Kinds):
         self.kinds = kinds

@@ -164,8 +164,8 @@ class DaemonState:
 
     def pending_alike(self) -> Iterable[tuple[int, Job]]:
         """(id, job or its template) of each pending job: cheaper than pending() for what a
-        template answers as its jobs do (daemon/jobtable.py): all but the id, log paths and
-        array index."""
+        template answers as its jobs do (daemon/jobtable.py): all but the id, log paths,
+        array index and pending reason."""
         return self._pending.alike()
 
     def pending_ids(self) -> Iterable[int]:
