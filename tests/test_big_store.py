@@ -20,10 +20,12 @@ def test_the_daemon_gives_back_the_memory_of_a_long_queue_once_it_is_gone(home):
     pid = home.start()
     home.run("ls")
     idle = rss_bytes(pid)
-    ids = home.json("submit", "--hold", "--gpus", "0", "--from-file", "-",
+    # Jobs with their own log files, which the daemon holds whole (a sweep's jobs with
+    # gpusched's own logs it holds as one template: tests/test_compact_queue.py).
+    ids = home.json("submit", "--hold", "--gpus", "0", "-o", "%j.out", "--from-file", "-",
                     input="true\n" * 20_000)["ids"]
     queued = rss_bytes(pid)
-    # 20,000 pending jobs live in the daemon's memory (compactly: about 2 KB each).
+    # 20,000 pending jobs live in the daemon's memory (whole: about 2 KB each).
     assert queued > idle + 10 * 2**20
     home.run("cancel", *map(str, ids))
     # Once they are gone, so is much of what they took: the C allocator keeps freed

@@ -160,7 +160,7 @@ class BatchedSubmit(Batched):
         self._make_jobs, self._result_of = make_jobs, result_of
         self._ids: range | None = None
         self._left: Iterator[tuple[Job, Job]] = iter(())
-        self._stored: list[Job] = []
+        self._stored: list[tuple[int, Job]] = []  # (id, Kinds.lean of the job)
         self._pace = Pace()
         self._known = 0  # of the stored jobs, once committed
 
@@ -186,7 +186,7 @@ class BatchedSubmit(Batched):
         self._known += len(part)
         if self._known < len(self._stored):
             self.state.incoming.append(self._unknown_ids())
-        self.state.remember_new(part)
+        self.state.remember_alike(part)
         if self._known < len(self._stored):
             return None
         self._stored = []
@@ -214,7 +214,8 @@ class BatchedSubmit(Batched):
         return self._mark_for(self._ids[0])
 
     def _insert(self, made: list[tuple[Job, Job]]) -> None:
-        self._stored += store_alike(self.state.store, made)
+        lean = self.state.kinds.lean
+        self._stored += [(job.id, lean(job)) for job in store_alike(self.state.store, made)]
 
     def abandon(self) -> None:
         """Remove what was stored (else the next start-up does): it was never acknowledged."""

@@ -52,7 +52,10 @@ class GpuschedCollector:
     def collect(self) -> Iterator[Metric]:
         began = time.perf_counter()
         state = self.state
-        running, pending, counts = state.running(), state.pending(), state.telemetry.copy()
+        # The pending jobs as held (their templates answer user, held and submitted_at),
+        # copied in one call: this runs on the HTTP server's thread, beside the loop.
+        running, counts = state.running(), state.telemetry.copy()
+        pending = [job for _, job in list(state.pending_alike())]
         families = [*self.gpu_families(running, counts),
                     *self.queue_families(running, pending, counts),
                     *self.job_families(running), *self.health_families(counts),

@@ -71,16 +71,22 @@ class _SameName:
 
     def get(self, key: tuple[int, str], default: Any = ()) -> Any:
         if self._lowest is None:
-            self._lowest = lowest_by_name(self._active.values())
+            # As held: a template answers uid and name (daemon/jobtable.py).
+            self._lowest = _lowest(self._active.alike())
         return self._lowest.get(key, default)
 
 
 def lowest_by_name(active) -> dict[tuple, tuple[tuple[int, JobState], ...]]:
     """(uid, name) -> the lowest started and lowest pending (job id, state) of these jobs."""
+    return _lowest((job.id, job) for job in active)
+
+
+def _lowest(active) -> dict[tuple, tuple[tuple[int, JobState], ...]]:
+    """lowest_by_name of (id, job) pairs."""
     lowest: dict[tuple, dict[bool, tuple[int, JobState]]] = {}
-    for job in active:  # every job that has not ended is active
+    for job_id, job in active:  # every job that has not ended is active
         kept = lowest.setdefault((job.uid, job.display_name), {})
         started = job.state is not JobState.PENDING
-        if started not in kept or job.id < kept[started][0]:
-            kept[started] = (job.id, job.state)
+        if started not in kept or job_id < kept[started][0]:
+            kept[started] = (job_id, job.state)
     return {key: tuple(kept.values()) for key, kept in lowest.items()}

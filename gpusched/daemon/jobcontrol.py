@@ -48,11 +48,11 @@ class JobControl:
         """
         state = self.state
         state.usage.load(state.store)
-        state.load_active(state.store.active())
+        state.load_active(state.store.each_active())
         now = self.setup.clock.time()
-        self.retry_at = {job.id: job.eligible_at for job in state.pending()
+        self.retry_at = {job_id: job.eligible_at for job_id, job in state.pending_alike()
                          if job.eligible_at is not None and job.eligible_at > now}
-        self.holders = {job.id for job in state.pending() if job.preempt_hold}
+        self.holders = {job_id for job_id, job in state.pending_alike() if job.preempt_hold}
         try:
             self.reconcile_running(check_liveness=True)
         except StoreWriteError:

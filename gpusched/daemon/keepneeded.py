@@ -34,7 +34,9 @@ class Needed:
 
     def start(self) -> None:
         """From now on: every active job, and each one that becomes active after."""
-        self._todo.append(list(self.state.jobs.values()))
+        # As held: a sweep's pending jobs share one template, which answers both (and
+        # once: daemon/jobtable.py); a list, since the table changes during the sweep.
+        self._todo.append(_distinct([entry for _, entry in self.state.jobs.alike()]))
         self.state.activated.append(self._todo.append)
         self.watching = True
 
@@ -63,3 +65,12 @@ class Needed:
                 self._current = None
             left -= seen
         return False
+
+
+def _distinct(entries: list[Job]) -> Iterator[Job]:
+    """The entries, less each one that is the very object just before it."""
+    last = None
+    for entry in entries:
+        if entry is not last:
+            last = entry
+            yield entry

@@ -327,7 +327,7 @@ class Daemon:
         self.control.reconcile_running(check_liveness=poll_due)
         if poll_due:
             self.control.check_memory()
-            self.state.notifier.check_pending(self.state.pending())
+            self.state.notifier.check_pending(self.state.pending_alike, self.state.jobs.get)
         now = self.clock.time()
         self.control.enforce_limits(now)
         # A retry after failed writes writes the usage, if nothing else: a commit is the

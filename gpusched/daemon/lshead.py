@@ -10,7 +10,7 @@ queue here too.
 from __future__ import annotations
 
 from operator import attrgetter
-from typing import Any, Iterable
+from typing import Any, Iterable, Mapping
 
 from gpusched.core import jobfilter
 from gpusched.core.models import Job
@@ -34,7 +34,7 @@ def pending_head(state: DaemonState, count: int) -> list[Job]:
 
 def _first_by_id(state: DaemonState, count: int) -> list[Job]:
     # Sorting the ids (in C, and nearly sorted already) beats heapq's loop in Python.
-    return [state.jobs[i] for i in sorted(map(_by_id, state.pending()))[:count]]
+    return [state.jobs[i] for i in sorted(state.pending_ids())[:count]]
 
 
 def pending_top(state: DaemonState, count: int) -> list[Job]:
@@ -44,10 +44,11 @@ def pending_top(state: DaemonState, count: int) -> list[Job]:
 
 
 def _first_by_priority(state: DaemonState, count: int) -> list[Job]:
-    pending = state.pending()
-    if len({job.priority for job in pending}) > 1:
-        pending.sort(key=lambda job: (-job.priority, job.id))
-        return pending[:count]
+    # As held: a template answers the priority (daemon/jobtable.py).
+    pending = state.pending_alike()
+    if len({job.priority for _, job in pending}) > 1:
+        first = sorted((-job.priority, job_id) for job_id, job in pending)[:count]
+        return [state.jobs[job_id] for _, job_id in first]
     return pending_head(state, count)  # the usual queue, one priority: the ids, sorted in C
 
 
@@ -61,7 +62,7 @@ def pending_count(state: DaemonState, uid: int | None = None) -> int:
 def pending_groups(state: DaemonState) -> dict[Any, list]:
     """Every pending job of this machine's queue counted by group (its array, else its
     owner and name): group key -> [count, its first job]."""
-    return state.of_pending("groups", lambda: count_groups(state.pending()))
+    return state.of_pending("groups", lambda: count_groups(state.pending_alike(), state.jobs))
 
 
 def group_of(job: Job, name: str) -> Any:
@@ -69,18 +70,20 @@ def group_of(job: Job, name: str) -> Any:
     return job.array_id if job.array_id is not None else (job.uid, name)
 
 
-def count_groups(jobs: Iterable[Job]) -> dict[Any, list]:
+def count_groups(pending: Iterable[tuple[int, Job]], jobs: Mapping[int, Job]) -> dict[Any, list]:
+    """group key -> [count, its first job] of (id, job or its template) pairs: a template
+    answers the group (daemon/jobtable.py); only each group's first job is built, from jobs."""
     groups: dict[Any, list] = {}
-    for job in jobs:
+    for job_id, job in pending:
         key = group_of(job, job.display_name)
         if key in groups:
             group = groups[key]
             group[0] += 1
-            if job.id < group[1].id:
-                group[1] = job
+            if job_id < group[1]:
+                group[1] = job_id
         else:
-            groups[key] = [1, job]
-    return groups
+            groups[key] = [1, job_id]
+    return {key: [count, jobs[first]] for key, (count, first) in groups.items()}
 
 
 def head(state: DaemonState, viewer: Viewer, args: dict[str, Any],
@@ -91,9 +94,10 @@ def head(state: DaemonState, viewer: Viewer, args: dict[str, Any],
     others = state.running() + [job for i in state.remote_ids if (job := state.jobs.get(i))]
     if any(args.get(key) for key in ("users", "states", "names")):
         passes = jobfilter.matcher(args)
-        pending = sorted((job for job in state.pending()
-                          if passes(job.user, job.state.value, viewer.name_of(job))), key=_by_id)
-        first, groups = pending[:shown], count_groups(pending[shown:])
+        pending = sorted((job_id, job) for job_id, job in state.pending_alike()
+                         if passes(job.user, job.state.value, viewer.name_of(job)))
+        first = [state.jobs[job_id] for job_id, _ in pending[:shown]]
+        groups = count_groups(pending[shown:], state.jobs)
     else:
         first = pending_head(state, shown)
         groups = _without(pending_groups(state), first) if len(first) == shown else {}

@@ -16,7 +16,7 @@ import socket
 import stat
 import threading
 import time
-from typing import Any, Callable
+from typing import Any, Callable, Iterable
 
 from gpusched import __version__
 from gpusched.core.errors import ConfigError
@@ -77,22 +77,26 @@ class Notifier:
             if self.user_hooks:
                 self.dispatch(None, body)  # the owner's file is read off the loop
 
-    def check_pending(self, pending: list[Job]) -> None:
+    def check_pending(self, pending: Callable[[], Iterable[tuple[int, Job]]],
+                      job_of: Callable[[int], Job]) -> None:
         """Tell, once per job and threshold, of each job pending longer than a rule's
-        threshold. Held jobs are left out: their wait is their owner's choice."""
+        threshold. Held jobs are left out: their wait is their owner's choice.
+        pending(): (id, job or its template) pairs (DaemonState.pending_alike), read only
+        when a rule wants them; job_of(id): the whole job, for the jobs told of."""
         if not self._pending_rules:
             return
         now = self.clock.time()
         told, still = self._told_pending, set()
         for rule in self._pending_rules:
             limit_s = rule.pending_longer_than_s
-            for job in pending:
-                key = (job.id, limit_s)
+            for job_id, job in pending():
+                key = (job_id, limit_s)
                 if job.held or now - job.submitted_at < limit_s:
                     continue
                 still.add(key)
                 if key not in told:
-                    self.dispatch(rule, event_body("pending_longer_than", job, now, self.host))
+                    self.dispatch(rule, event_body("pending_longer_than", job_of(job_id), now,
+                                                   self.host))
         self._told_pending = still  # forget jobs that started or went: bounded by the queue
 
     def close(self) -> None:

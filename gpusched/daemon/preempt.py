@@ -67,10 +67,11 @@ def _candidates(state: DaemonState, setup: Setup, dep_states: Mapping[int, JobSt
     """Pending jobs that may start now but for GPUs, above the lowest preemptible
     priority, in queue order."""
     rules = setup.queue_rules(state.draining)
-    ready = [job for job in state.pending()
-             if job.priority > lowest and job.request.gpus and not job.held
-             and not lifecycle.is_waiting_to_retry(job, now) and not job.preempt_hold
-             and scheduling.dependency_status(job, dep_states) == (False, "")]
+    # First as held (templates answer these: daemon/jobtable.py), then built.
+    able = (state.jobs[job_id] for job_id, job in state.pending_alike()
+            if job.priority > lowest and job.request.gpus and not job.held
+            and not lifecycle.is_waiting_to_retry(job, now) and not job.preempt_hold)
+    ready = [job for job in able if scheduling.dependency_status(job, dep_states) == (False, "")]
     return scheduling.queue_order(ready, rules, state.usage.usage)
 
 

@@ -53,10 +53,10 @@ class ServiceManager(ServiceRequests):
         jobs = self.state.jobs
         if self._replica_ids is None:  # the active jobs are loaded (JobControl.adopt)
             self._replica_ids = {}
-            for job in jobs.values():
+            for job_id, job in jobs.alike():  # a template answers env and uid
                 owner = self.services.get(job.env.get(SERVICE_VAR, ""))
                 if owner is not None and job.uid == owner.uid:
-                    self._replica_ids.setdefault(owner.name, set()).add(job.id)
+                    self._replica_ids.setdefault(owner.name, set()).add(job_id)
         ids = {i for i in self._replica_ids.get(name, ()) if i in jobs}
         self._replica_ids[name] = ids
         return [jobs[i] for i in sorted(ids)]

@@ -7,6 +7,7 @@ import secrets
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass
+from functools import partial
 from typing import Any, Callable, Iterable, Iterator
 
 from gpusched.client.paths import Paths
@@ -20,10 +21,12 @@ from gpusched.daemon.authz import Authz
 from gpusched.daemon.cgroups import CgroupJobs
 from gpusched.daemon.fairshare import UsageLedger
 from gpusched.daemon.host import Host
+from gpusched.daemon.jobtable import JobTable, Kinds
 from gpusched.daemon.notify import make_notifier
 from gpusched.daemon.store import Store
 from gpusched.daemon.telemetry import Telemetry
 from gpusched.daemon.writefail import WriteHealth
+from gpusched.proc.runfile import own_log_paths
 
 
 @dataclass(frozen=True)
@@ -64,9 +67,12 @@ class DaemonState:
 
     def __init__(self, store: Store, setup: Setup, backend_name: str):
         self.store = store
-        self.jobs: dict[int, Job] = {}  # pending and running jobs
+        # Pending jobs alike are held as one template (daemon/jobtable.py).
+        self.kinds = Kinds(partial(own_log_paths, setup.paths.jobs_dir, setup.paths.log_root))
+        self.jobs = JobTable(self.kinds)  # pending and running jobs
         self._running: dict[int, Job] = {}  # the running ones among them
-        self._pending: dict[int, Job] = {}  # and the pending ones
+        self._pending = JobTable(self.kinds)  # and the pending ones
+        self.kinds.in_use = lambda: (entry for _, entry in self.jobs.alike())
         # The pending ones in scheduling order, kept in step by _place (never sorted per
         # pass), and the last pass's reasons for those it stopped before (set_later).
         self.queue = PendingQueue(setup.settings.discipline, per_user=bool(
@@ -113,14 +119,28 @@ class DaemonState:
         self.activated: list[Callable[[Iterable[Job]], None]] = []
 
     # -- the active jobs ----------------------------------------------------------------
-    def load_active(self, jobs: list[Job]) -> None:
-        self.jobs = {job.id: job for job in jobs}
+    def load_active(self, jobs: Iterable[Job]) -> None:
+        """The active jobs, as the store reads them: each job is held (by its template)
+        as it comes, so that 100,000 of them are never whole at once."""
+        self.jobs, self._running = JobTable(self.kinds), {}
+        self._pending = JobTable(self.kinds)
         self._pending_changes += 1
-        local = [job for job in jobs if job.id not in self.remote_ids]
-        self._running = {job.id: job for job in local if job.is_running}
-        self._pending = {job.id: job for job in local if job.state is JobState.PENDING}
         self.queue = PendingQueue(self.queue.discipline, self.queue.per_user)
-        self.queue.add_many(self._pending.values())
+        self.queue.add_many(self._held_pending(jobs))
+        self.jobs.sort()
+
+    def _held_pending(self, jobs: Iterable[Job]) -> Iterator[Job]:
+        """Each job put in the tables; the local pending ones, for the queue."""
+        for job in jobs:
+            entry = self.kinds.lean(job)
+            self.jobs.put_lean(job.id, entry)
+            if job.id in self.remote_ids:
+                continue
+            if job.is_running:
+                self._running[job.id] = job
+            elif job.state is JobState.PENDING:
+                self._pending.put_lean(job.id, entry)
+                yield job
 
     @property
     def pending_version(self) -> str:
@@ -139,10 +159,11 @@ class DaemonState:
     def compact(self) -> None:
         """Rebuild the job tables, which keep the size of the most they ever held. In
         place: job control, retention and /metrics hold these very dicts."""
-        for table in (self.jobs, self._running, self._pending):
-            kept = dict(table)
-            table.clear()  # frees the large table; update() sizes a new one to fit
-            table.update(kept)
+        self.jobs.compact()
+        self._pending.compact()
+        kept = dict(self._running)
+        self._running.clear()  # frees the large table; update() sizes a new one to fit
+        self._running.update(kept)
 
     def running(self) -> list[Job]:
         # Kept apart from the queue: asked several times a pass, with thousands pending.
@@ -154,6 +175,15 @@ class DaemonState:
 
     def pending(self) -> list[Job]:
         return list(self._pending.values())
+
+    def pending_alike(self) -> Iterable[tuple[int, Job]]:
+        """(id, job or its template) of each pending job: cheaper than pending() for what a
+        template answers as its jobs do (daemon/jobtable.py): all but the id, log paths,
+        array index and pending reason."""
+        return self._pending.alike()
+
+    def pending_ids(self) -> Iterable[int]:
+        return self._pending.keys()
 
     def pending_in_order(self, share: Callable[[str], float] | None = None) -> Iterator[Job]:
         """The pending jobs in scheduling order, lazily (fairshare: `share` by user)."""
@@ -171,7 +201,7 @@ class DaemonState:
         """A pending job's reason as the last pass would have written it had it looked at
         every job (a bounded pass stops early; core/scheduling.py)."""
         if self._later is not None and self._later[0] == self.pending_version and \
-                self._pending.get(job.id) is job:
+                self._pending.holds(job):
             why = self._later[1](job)
             if why is not None:
                 return why
@@ -220,13 +250,17 @@ class DaemonState:
         local = job is not None and job_id not in self.remote_ids
         self._requeue(self._pending.get(job_id),
                       job if local and job.state is JobState.PENDING else None)
+        entry = None if job is None else self.kinds.lean(job)
         for subset, belongs in ((self.jobs, job is not None),
-                                (self._running, local and job.is_running),
                                 (self._pending, local and job.state is JobState.PENDING)):
             if belongs:
-                subset[job_id] = job
+                subset.put_lean(job_id, entry)
             else:
-                subset.pop(job_id, None)
+                subset.discard(job_id)
+        if local and job.is_running:
+            self._running[job_id] = job
+        else:
+            self._running.pop(job_id, None)
 
     def _requeue(self, old: Job | None, new: Job | None) -> None:
         """Keep the ordered queue in step with one job's change."""
@@ -281,17 +315,28 @@ class DaemonState:
         """Undo this if the write under way fails (a port held, a cgroup made for a start)."""
         if self._undo is not None:
             self._on_rollback.append(action)
-    def remember_new(self, jobs: list[Job]) -> None:
+    def remember_new(self, jobs: Iterable[Job]) -> None:
         """remember() for many jobs just queued (all pending), in a few dict updates."""
-        new = {job.id: job for job in jobs}
-        self.jobs.update(new)
-        self._pending.update(new)
-        self.queue.add_many(new.values())
+        self.remember_alike((job.id, self.kinds.lean(job)) for job in jobs)
+
+    def remember_alike(self, entries: Iterable[tuple[int, Job]]) -> None:
+        """remember_new() for (id, Kinds.lean of the job) pairs: what a big submit keeps
+        of its jobs until the last batch is stored."""
+        entries = list(entries)
+        count = len(self._pending)
+        self.queue.add_many(self.kinds.passing(self._held_new(entries)))
         self._pending_changes += 1
         self.schedule_needed = True
-        for tell in self.activated:
-            tell(jobs)
-        self.after_commit(lambda: self.telemetry.jobs_submitted(len(new)))
+        for tell in self.activated:  # a template answers what they ask (daemon/jobtable.py)
+            tell([entry for _, entry in entries])
+        added = len(self._pending) - count
+        self.after_commit(lambda: self.telemetry.jobs_submitted(added))
+
+    def _held_new(self, entries: Iterable[tuple[int, Job]]) -> Iterator[tuple[int, Job]]:
+        for job_id, entry in entries:
+            self.jobs.put_lean(job_id, entry)
+            self._pending.put_lean(job_id, entry)
+            yield job_id, entry
 
     # -- flags ----------------------------------------------------------------------------
     def set_draining(self, draining: bool) -> None:

@@ -435,22 +435,27 @@ class Store:
                                           chunk)
 
     def active(self) -> list[Job]:
-        """Pending and running jobs, in id order: maybe 100,000 of a sweep, read as tuples
-        and made jobs by a RowDecoder, which decodes each kind of row once."""
+        """Pending and running jobs, in id order."""
+        return sorted(self.each_active(), key=attrgetter("id"))
+
+    def each_active(self) -> Iterator[Job]:
+        """Pending and running jobs, one at a time (pending first; each state in id order):
+        maybe 100,000 of a sweep, read as tuples and made jobs by a RowDecoder, which
+        decodes each kind of row once. A daemon holds each as it comes (daemon/jobtable.py),
+        never all whole at once."""
         cursor = self._conn.cursor()
         cursor.row_factory = None
         # In the order the state index gives them (by state, then id), sorted here: SQLite's
         # ORDER BY would take as long again as the reading.
         cursor.execute("SELECT * FROM jobs WHERE state IN ('pending', 'running')")
         decoder = RowDecoder([column[0] for column in cursor.description])
-        jobs = []
         for row in cursor:
             try:
-                jobs.append(decoder.job(row))
+                job = decoder.job(row)
             except DamagedRow as damage:
                 self.quarantine(damage.job_id, damage.reason)
-        jobs.sort(key=attrgetter("id"))
-        return jobs
+                continue
+            yield job
 
     def finished(self, after_id: int, count: int, up_to_id: int = 2**63 - 1) -> list[Job]:
         """Up to `count` finished jobs with ids after `after_id` (up to `up_to_id`: where a

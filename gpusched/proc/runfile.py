@@ -8,6 +8,7 @@ every job.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 from collections import namedtuple
@@ -27,7 +28,12 @@ IDS_PER_DIR = 1000
 def job_dir(jobs_root: str | os.PathLike, job_id: int) -> str:
     """The one place a job's files go: its id range's subdirectory of jobs_root. Every
     path of a job's files is made from this; the shim makes the directory when missing."""
-    return os.path.join(jobs_root, f"{job_id // IDS_PER_DIR:04d}")
+    return _range_dir(jobs_root, job_id // IDS_PER_DIR)
+
+
+@functools.lru_cache(maxsize=16)  # asked for each of 100,000 jobs a daemon loads
+def _range_dir(jobs_root: str | os.PathLike, number: int) -> str:
+    return os.path.join(jobs_root, f"{number:04d}")
 
 
 def is_range_dir(name: str) -> bool:

@@ -1,0 +1,210 @@
+"""The daemon's tables of active jobs (id -> Job), which hold a pending job alike with others
+as one template they share: 100,000 pending jobs of a sweep cost a dict entry each, not a Job.
+
+A Job is about 600 bytes of slots, plus its own log paths; a sweep's jobs differ in little
+more than their id. A pending job whose logs are gpusched's own (worked out again from its id)
+is held as a template: a Job with id 0 (no job has it), no log paths, and for an array element
+its index less its id (an array's elements are numbered as their ids are), and its pending
+reason with the id marked (a held job's names it: `gpusched release 12`). The whole Job is
+built again when it is asked for, equal to the one put in. Running and finished jobs, and
+jobs with their own --output or --error files, are held whole.
+"""
+
+from __future__ import annotations
+
+from collections.abc import MutableMapping
+from operator import attrgetter
+from typing import Callable, Iterable, Iterator
+
+from gpusched.core.models import Job, JobState
+
+_OWN = ("id", "stdout_path", "stderr_path", "array_index")
+_SLOTS = Job.__slots__
+_ID, _STDOUT, _STDERR, _INDEX = (_SLOTS.index(name) for name in _OWN)
+# What a template is looked up by, besides its environment and request (by identity, which
+# the template keeps alive: a dict has no hash, a Request's is Python code), the array index
+# less the id and the pending reason, id marked. (Its state is pending.)
+_shared_values = attrgetter(*(name for name in _SLOTS
+                              if name not in (*_OWN, "env", "request", "pending_reason", "state")))
+_all_values = attrgetter(*_SLOTS)
+_REASON = _SLOTS.index("pending_reason")
+_PENDING = JobState.PENDING
+# Stands for the job's id in a template's pending reason; no reason holds it.
+ID_MARK = "\x00"
+_MISSING = object()
+FIRST_PRUNE = 64  # templates kept before the first look for unused ones
+
+
+class Kinds:
+    """The templates that the tables of one daemon share. log_paths(user, job_id): a job's
+    own stdout and stderr logs (proc/runfile.py's own_log_paths)."""
+
+    def __init__(self, log_paths: Callable[[str, int], tuple[str, str]]):
+        self._log_paths = log_paths
+        self._by_key: dict[tuple, Job] = {}
+        # id(template) -> (template, its slots' values), to build from; any template, also
+        # one forgotten by _prune that an entry not in a table yet still holds.
+        self._values: dict[int, tuple[Job, list]] = {}
+        self._prune_at = FIRST_PRUNE
+        self._last: tuple[tuple, Job] | None = None  # the last key looked up, and its template
+        self.in_use: Callable[[], Iterable[Job]] = lambda: ()  # entries that keep templates
+
+    def __len__(self) -> int:
+        return len(self._by_key)
+
+    def lean(self, job: Job) -> Job:
+        """What a table holds for job: the template it shares with jobs alike, or the job."""
+        if job.state is not _PENDING or \
+                (job.stdout_path, job.stderr_path) != self._log_paths(job.user, job.id):
+            return job
+        reason, job_id = job.pending_reason, str(job.id)
+        if job_id in reason:
+            if ID_MARK in reason:
+                return job
+            reason = reason.replace(job_id, ID_MARK)
+        index = job.array_index
+        offset = None if index is None else index - job.id
+        key = (_shared_values(job), id(job.env), id(job.request), offset, reason)
+        last = self._last
+        if last is not None and key == last[0]:
+            return last[1]  # as the job before (a sweep comes in a run): no hash of the key
+        template = self._by_key.get(key)
+        if template is None:
+            template = self._add(key, job, offset, reason)
+        self._last = (key, template)
+        return template
+
+    def _add(self, key: tuple, job: Job, offset: int | None, reason: str) -> Job:
+        if len(self._by_key) >= self._prune_at:
+            self._prune()
+        values = list(_all_values(job))
+        values[_ID], values[_STDOUT], values[_STDERR], values[_INDEX] = 0, "", "", offset
+        values[_REASON] = reason
+        template = Job(*values)
+        self._by_key[key] = template
+        self._values[id(template)] = (template, values)
+        return template
+
+    def _prune(self) -> None:
+        """Forget the templates no job holds any more (reasons change, jobs start), once
+        they have doubled since the last look: a look reads every entry."""
+        used = {id(entry) for entry in self.in_use() if not entry.id}
+        self._by_key = {key: template for key, template in self._by_key.items()
+                        if id(template) in used}
+        self._values, self._last = {}, None
+        self._prune_at = max(FIRST_PRUNE, 2 * len(self._by_key))
+
+    def build(self, job_id: int, template: Job) -> Job:
+        """The whole job that template holds for job_id."""
+        found = self._values.get(id(template))
+        if found is None or found[0] is not template:
+            found = self._values[id(template)] = (template, list(_all_values(template)))
+        values = found[1].copy()
+        values[_ID] = job_id
+        values[_STDOUT], values[_STDERR] = self._log_paths(template.user, job_id)
+        if template.array_index is not None:
+            values[_INDEX] = template.array_index + job_id
+        if ID_MARK in template.pending_reason:
+            values[_REASON] = template.pending_reason.replace(ID_MARK, str(job_id))
+        return Job(*values)
+
+    def passing(self, entries: Iterable[tuple[int, Job]]) -> Iterator[Job]:
+        """The jobs of (id, entry) pairs, each valid only until the next is asked for: one
+        object per template, changed in place (for a reader that keeps nothing of a job,
+        as the pending queue's counts)."""
+        cursors: dict[int, Job] = {}
+        put = object.__setattr__  # Job is frozen
+        for job_id, entry in entries:
+            if entry.id:
+                yield entry
+                continue
+            cursor = cursors.get(id(entry))
+            if cursor is None:
+                cursor = cursors[id(entry)] = self.build(job_id, entry)
+            put(cursor, "id", job_id)
+            stdout, stderr = self._log_paths(entry.user, job_id)
+            put(cursor, "stdout_path", stdout)
+            put(cursor, "stderr_path", stderr)
+            if entry.array_index is not None:
+                put(cursor, "array_index", entry.array_index + job_id)
+            if ID_MARK in entry.pending_reason:
+                put(cursor, "pending_reason", entry.pending_reason.replace(ID_MARK, str(job_id)))
+            yield cursor
+
+
+class JobTable(MutableMapping):
+    """id -> Job, as a dict, with pending jobs held by their template (Kinds.lean). Reading
+    a job builds it; alike() reads the entries as they are held, for what a template
+    answers the same as its jobs (all but the id, log paths, array index and pending
+    reason)."""
+
+    def __init__(self, kinds: Kinds):
+        self.kinds = kinds
+        self._entries: dict[int, Job] = {}
+
+    def __getitem__(self, job_id: int) -> Job:
+        entry = self._entries[job_id]
+        return entry if entry.id else self.kinds.build(job_id, entry)
+
+    def get(self, job_id: int, default=None):
+        entry = self._entries.get(job_id)
+        if entry is None:
+            return default
+        return entry if entry.id else self.kinds.build(job_id, entry)
+
+    def __contains__(self, job_id: object) -> bool:
+        return job_id in self._entries
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(self._entries)
+
+    def keys(self):
+        return self._entries.keys()
+
+    def __setitem__(self, job_id: int, job: Job) -> None:
+        self._entries[job_id] = self.kinds.lean(job)
+
+    def put_lean(self, job_id: int, entry: Job) -> None:
+        """Hold an entry that Kinds.lean gave already (for a job put in two tables)."""
+        self._entries[job_id] = entry
+
+    def __delitem__(self, job_id: int) -> None:
+        del self._entries[job_id]
+
+    def pop(self, job_id: int, default=_MISSING):
+        entry = self._entries.pop(job_id, _MISSING)
+        if entry is _MISSING:
+            if default is _MISSING:
+                raise KeyError(job_id)
+            return default
+        return entry if entry.id else self.kinds.build(job_id, entry)
+
+    def discard(self, job_id: int) -> None:
+        """pop() without building what it took out."""
+        self._entries.pop(job_id, None)
+
+    def clear(self) -> None:
+        self._entries.clear()
+
+    def alike(self) -> Iterable[tuple[int, Job]]:
+        """(id, entry) pairs: the job, or its template (see the class)."""
+        return self._entries.items()
+
+    def holds(self, job: Job) -> bool:
+        """Whether job is the version of it this table holds (a built one: equal to it)."""
+        entry = self._entries.get(job.id)
+        if entry is None or entry is job:
+            return entry is job
+        return not entry.id and self.kinds.build(job.id, entry) == job
+
+    def sort(self) -> None:
+        """Hold the entries in id order, as a dict filled in id order would."""
+        entries = self._entries
+        self._entries = {job_id: entries[job_id] for job_id in sorted(entries)}
+
+    def compact(self) -> None:
+        """A new dict sized to fit (a dict keeps the size of the most it ever held)."""
+        self._entries = dict(self._entries)
