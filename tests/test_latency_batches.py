@@ -123,12 +123,12 @@ def test_a_committed_submit_is_made_known_a_part_per_turn_then_acknowledged(box,
     count = known * 3 + 7
     state = box.daemon.state
     sizes: list[int] = []
-    real = state.remember_new
+    real = state.remember_alike
 
-    def remember_new(jobs):
-        sizes.append(len(jobs))
-        real(jobs)
-    monkeypatch.setattr(state, "remember_new", remember_new)
+    def remember_alike(entries):
+        sizes.append(len(entries))
+        real(entries)
+    monkeypatch.setattr(state, "remember_alike", remember_alike)
     opts = parse(["--hold", "--array", f"0-{count - 1}", "--", "true"])
     opts.cwd = str(box.root)
     call = Call(Request("submit", build_request(opts), ME))
