@@ -80,13 +80,21 @@ def piped_submit(home: Home, *options: str, **env: str) -> Iterator[subprocess.P
     client = subprocess.Popen([sys.executable, "-m", "gpusched", "submit", *options,
                                "--from-file", "-"], stdin=subprocess.PIPE,
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                              env={**home.env, **env}, cwd=home.path)
+                              env={**home.env, **env}, cwd=home.path,
+                              preexec_fn=_ctrl_c_as_at_a_terminal)
     try:
         yield client
     finally:
         if client.poll() is None:
             client.kill()
             client.wait()
+
+
+def _ctrl_c_as_at_a_terminal() -> None:
+    """SIGINT's default action in the client, as a terminal's foreground command has it:
+    a suite started in the background of a script inherits SIGINT ignored, and Python
+    then installs no KeyboardInterrupt handler."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 def _unread_bytes(pipe) -> int:
@@ -213,10 +221,19 @@ def test_jobs_stored_alike_read_back_as_stored_whole(tmp_path: Path):
         assert store.get(200 + n).env == templates[n].env
 
 
-def test_ctrl_c_after_the_daemon_stored_everything_prints_the_ids(tmp_path: Path, capsys):
+@pytest.fixture
+def ctrl_c_raises() -> Iterator[None]:
+    """KeyboardInterrupt on SIGINT, as in a terminal, even where the suite was started
+    with SIGINT ignored (in the background of a script)."""
+    before = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, before)
+
+
+def test_ctrl_c_after_the_daemon_stored_everything_prints_the_ids(tmp_path: Path, capsys,
+                                                                 ctrl_c_raises):
     """The cancel comes too late: the daemon answers with the jobs it queued, and the
     command prints them as it would have, and says how to cancel them."""
-    import os
     import threading
 
     from gpusched.client import wire
@@ -230,7 +247,9 @@ def test_ctrl_c_after_the_daemon_stored_everything_prints_the_ids(tmp_path: Path
     def daemon() -> None:  # reads the stream; Ctrl-C comes once it ended; then the cancel
         while not wire.receive(daemons).get("end"):
             pass
-        os.kill(os.getpid(), signal.SIGINT)
+        # To the main thread: a signal to the process may be taken by this thread, and
+        # the main one, blocked reading the reply, would not see it.
+        signal.pthread_kill(threading.main_thread().ident, signal.SIGINT)
         assert wire.receive(daemons) == {"cancel": True}
         wire.send(daemons, {"ok": True, "result": {"ids": list(range(5, 11)), "array_ids": []}})
 
