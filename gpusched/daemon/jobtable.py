@@ -33,6 +33,7 @@ _PENDING = JobState.PENDING
 ID_MARK = "\x00"
 _MISSING = object()
 FIRST_PRUNE = 64  # templates kept before the first look for unused ones
+VALUES_KEPT = 64  # templates whose values are kept to build jobs from
 
 
 class Kinds:
@@ -42,8 +43,9 @@ class Kinds:
     def __init__(self, log_paths: Callable[[str, int], tuple[str, str]]):
         self._log_paths = log_paths
         self._by_key: dict[tuple, Job] = {}
-        # id(template) -> (template, its slots' values), to build from; any template, also
-        # one forgotten by _prune that an entry not in a table yet still holds.
+        # id(template) -> (template, its slots' values), to build from: the templates last
+        # built from only (at most VALUES_KEPT), since a sweep of distinct lines has a
+        # template per job, whose values would cost as much again as the template.
         self._values: dict[int, tuple[Job, list]] = {}
         self._prune_at = FIRST_PRUNE
         self._last: tuple[tuple, Job] | None = None  # the last key looked up, and its template
@@ -82,7 +84,6 @@ class Kinds:
         values[_REASON] = reason
         template = Job(*values)
         self._by_key[key] = template
-        self._values[id(template)] = (template, values)
         return template
 
     def _prune(self) -> None:
@@ -98,6 +99,8 @@ class Kinds:
         """The whole job that template holds for job_id."""
         found = self._values.get(id(template))
         if found is None or found[0] is not template:
+            if len(self._values) >= VALUES_KEPT:
+                self._values.clear()
             found = self._values[id(template)] = (template, list(_all_values(template)))
         values = found[1].copy()
         values[_ID] = job_id
