@@ -36,13 +36,17 @@ class Needed:
         """From now on: every active job, and each one that becomes active after."""
         # As held: a sweep's pending jobs share one template, which answers both (and
         # once: daemon/jobtable.py); a list, since the table changes during the sweep.
-        self._todo.append(_distinct([entry for _, entry in self.state.jobs.alike()]))
-        self.state.activated.append(self._todo.append)
+        self._look_later([entry for _, entry in self.state.jobs.alike()])
+        self.state.activated.append(self._look_later)
         self.watching = True
+
+    def _look_later(self, jobs: Iterable[Job]) -> None:
+        """Jobs (or the templates they are held by) to look at in a later chunk."""
+        self._todo.append(_distinct(jobs))
 
     def stop(self) -> None:
         if self.watching:
-            self.state.activated.remove(self._todo.append)
+            self.state.activated.remove(self._look_later)
             self.watching = False
         self._todo.clear()
         self._current = None
@@ -67,7 +71,7 @@ class Needed:
         return False
 
 
-def _distinct(entries: list[Job]) -> Iterator[Job]:
+def _distinct(entries: Iterable[Job]) -> Iterator[Job]:
     """The entries, less each one that is the very object just before it."""
     last = None
     for entry in entries:
