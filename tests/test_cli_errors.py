@@ -169,6 +169,20 @@ def test_a_bad_config_is_one_line_naming_the_key_or_file(home):
     assert len(jobs) == 1 and jobs[0]["state"] == "succeeded"
 
 
+def test_a_home_that_is_a_file_is_one_line_for_every_command(home):
+    """A slip such as GPUSCHED_HOME=~/gpusched.toml: said at once, not a trace from deep
+    inside (the socket's or the queue's path below it)."""
+    job_id = home.submit("--hold", "--", "true")
+    not_a_dir = home.path / "notes.txt"
+    not_a_dir.write_text("x\n")
+    for args in (["submit", "--", "true"], ["ls"], ["show", str(job_id)], ["cancel", str(job_id)],
+                 ["daemon", "start"], ["daemon", "run"], ["doctor"]):
+        proc = home.run(*args, check=False, env={"GPUSCHED_HOME": str(not_a_dir)})
+        assert_one_error_line(proc, 1, f"GPUSCHED_HOME={not_a_dir} is not a directory")
+    assert not_a_dir.read_text() == "x\n"
+    assert [job["state"] for job in queue(home)] == ["pending"]
+
+
 # -- another user --------------------------------------------------------------------------
 def _can_run_as(user: pwd.struct_passwd, python: str, env: dict) -> bool:
     probe = subprocess.run(["setpriv", f"--reuid={user.pw_uid}", f"--regid={user.pw_gid}",

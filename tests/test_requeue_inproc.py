@@ -81,6 +81,37 @@ def test_preempt_sends_the_checkpoint_signal_then_sigterm_after_the_grace(box):
     assert job["state"] in ("pending", "running") and job["restarts"] == 1
 
 
+def test_a_preempt_before_the_jobs_pid_is_known_keeps_its_checkpoint_signal_and_grace(box):
+    """The job may already run (and write a checkpoint) while its launch is still being
+    reported: once its pid is known it gets the checkpoint signal, and SIGTERM only when
+    the grace that began at the preempt runs out; a restart sends neither again."""
+    box.shims.hold_forks = True
+    job_id = started(box, "--preempt-grace", "30s", "--", "python", "train.py")
+    reply = box.call("preempt", ids=[job_id])
+    assert reply["results"][str(job_id)].startswith("preempting: SIGUSR1 now, SIGTERM in 30s")
+    assert box.shims.signals == []  # nothing to signal yet
+    box.step(5)
+    box.shims.fork(job_id)
+    box.step()
+    assert box.shims.signalled(job_id) == [signal.SIGUSR1]
+    assert box.show(job_id)["state"] == "running"
+    box.restart(crash=True)
+    box.step(20)
+    assert box.shims.signalled(job_id) == [signal.SIGUSR1]
+    box.step(6)  # 31 s since the preempt
+    assert box.shims.signalled(job_id) == [signal.SIGUSR1, signal.SIGTERM]
+
+
+def test_a_requeue_before_the_jobs_pid_is_known_sends_sigterm_once_it_is(box):
+    box.shims.hold_forks = True
+    job_id = started(box, "--", "python", "train.py")
+    box.call("requeue", ids=[job_id])
+    assert box.shims.signals == []
+    box.shims.fork(job_id)
+    box.step()
+    assert box.shims.signalled(job_id) == [signal.SIGTERM]
+
+
 def test_the_jobs_own_signal_is_its_checkpoint_signal(box):
     job_id = started(box, "--time", "1h", "--signal", "USR2@60", "--", "python", "train.py")
     box.call("preempt", ids=[job_id])

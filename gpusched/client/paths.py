@@ -86,6 +86,10 @@ def resolve_paths(environ: dict[str, str] | None = None) -> Paths:
     join = os.path.join
     if home:
         root = absolute(home)
+        if os.path.exists(root) and not os.path.isdir(root):
+            # Else every command fails deep inside, on a path below it.
+            raise ConfigError(f"GPUSCHED_HOME={home} is not a directory; point it at a "
+                              "directory (it is created if missing).")
         state, run, config = join(root, "state"), join(root, "run"), join(root, "gpusched.toml")
     else:
         user_home = env.get("HOME") or os.path.expanduser("~")

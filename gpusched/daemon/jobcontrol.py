@@ -114,12 +114,19 @@ class JobControl:
 
     def _found_shim(self, job: Job, shim: tuple[int, float]) -> Job:
         """A new shim has written its pid into the run file: keep it (in memory: the run
-        file is where a restarted daemon finds it again), and pass on a cancel that came
-        before it."""
+        file is where a restarted daemon finds it again), and pass on a cancel, or a
+        checkpoint signal whose grace still runs, that came before it (stored with the
+        pid then, so that a restarted daemon does not send it again)."""
         job = replace(job, shim_pid=shim[0], shim_start_time=shim[1])
-        self.state.remember(job)
         if job.cancel_requested:
+            self.state.save(job)
             self._signal_after_commit(job, signal.SIGTERM)
+        elif job.requeueing and (job.requeue_term_at or 0.0) > self.setup.clock.time():
+            self.state.save(job)
+            self._signal_after_commit(job, requeue.checkpoint_signal(
+                job, self.setup.settings.preempt_signal))
+        else:
+            self.state.remember(job)
         return job
 
     def _shim_lost(self, job: Job) -> None:

@@ -42,12 +42,13 @@ def stop_and_requeue(state: DaemonState, seam: ProcessSeam, job: Job, now: float
         changed = replace(changed, preempted_by=preempted_by, preempted_at=now,
                           preemptions=job.preemptions + 1)
     with state.write():
+        # A job being launched (its pid not known yet) may already run and write a
+        # checkpoint: it gets the signal once its pid is (JobControl._found_shim; SIGTERM
+        # by send_due_terms), its grace counted from now as for any job.
+        if job.shim_pid is None and is_term:
+            changed = replace(changed, requeue_term_at=now)
         state.save(changed)
-        # A shim being launched (its pid not known yet) gets SIGTERM once it is
-        # (send_due_terms): a run that has not started has nothing to checkpoint.
-        if job.shim_pid is None:
-            state.save(changed := replace(changed, requeue_term_at=now))
-        else:
+        if job.shim_pid is not None:
             state.after_commit(lambda: seam.signal_job(changed, signum))
     log.info("job %d: stopping to requeue (%s)", job.id, reason)
     return changed
