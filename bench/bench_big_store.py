@@ -19,8 +19,8 @@ import time
 from typing import Callable
 
 import psutil
-from common import (Gpusched, gpusched_script, interleaved, median_ms, print_table, ratio,
-                    timed_run, verdict)
+from common import (Gpusched, cpu_seconds, gpusched_script, interleaved, median_ms, print_table,
+                    ratio, timed_run, verdict)
 
 from gpusched.client.paths import ensure_private_dir, resolve_paths
 from gpusched.core.models import Job, JobState
@@ -88,13 +88,12 @@ def command_samples(small: Gpusched, big: Gpusched, runs: int) -> dict[str, list
 def idle_watch(pid: int, seconds: float) -> tuple[float, float]:
     """(CPU % of one core, largest RSS in MB) of a process over `seconds`."""
     proc = psutil.Process(pid)
-    times, start, rss = proc.cpu_times(), time.monotonic(), []
+    cpu_before, start, rss = cpu_seconds(proc), time.monotonic(), []
     while (elapsed := time.monotonic() - start) < seconds:
         rss.append(proc.memory_info().rss)
         time.sleep(min(1.0, seconds - elapsed))
     rss.append(proc.memory_info().rss)
-    after, wall = proc.cpu_times(), time.monotonic() - start
-    cpu_s = after.user + after.system - times.user - times.system
+    cpu_s, wall = cpu_seconds(proc) - cpu_before, time.monotonic() - start
     return 100 * cpu_s / wall, max(rss) / 2**20
 
 

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 import psutil
 
-from common import Gpusched, TaskSpooler, print_table, ratio, verdict
+from common import Gpusched, TaskSpooler, cpu_seconds, print_table, ratio, verdict
 
 CPU_TARGET_PCT = 1.0
 RSS_TARGET_MB = 60.0
@@ -31,16 +31,14 @@ class Watch:
     rss_samples: list[int] = field(default_factory=list)
 
     def begin(self) -> None:
-        times = self.proc.cpu_times()
-        self.cpu_s = -(times.user + times.system)
+        self.cpu_s = -cpu_seconds(self.proc)
         self.switches = -self.proc.num_ctx_switches().voluntary
 
     def sample(self) -> None:
         self.rss_samples.append(self.proc.memory_info().rss)
 
     def end(self) -> None:
-        times = self.proc.cpu_times()
-        self.cpu_s += times.user + times.system
+        self.cpu_s += cpu_seconds(self.proc)
         self.switches += self.proc.num_ctx_switches().voluntary
 
 

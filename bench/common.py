@@ -42,6 +42,24 @@ def machine_note() -> str:
     return f"{os.cpu_count()} cores, load average {load}"
 
 
+def cpu_seconds(proc: psutil.Process) -> float:
+    """CPU time of a process's live threads, from the scheduler's nanosecond counts
+    (/proc/PID/task/*/schedstat): user and system times tick in 10 ms, which over an
+    idle window of seconds is a step of 0.07 % of a core, as large as the figure."""
+    total_ns = 0
+    try:
+        for task in os.listdir(f"/proc/{proc.pid}/task"):
+            try:
+                with open(f"/proc/{proc.pid}/task/{task}/schedstat") as stat:
+                    total_ns += int(stat.read().split()[0])
+            except (OSError, ValueError, IndexError):
+                continue  # a thread that just ended
+    except OSError:
+        times = proc.cpu_times()  # no /proc: ticks are all there is
+        return times.user + times.system
+    return total_ns / 1e9
+
+
 def print_table(title: str, header: Sequence[str], rows: Iterable[Sequence[object]]) -> None:
     """A plain aligned table: first column left, the rest right."""
     cells = [list(map(str, header))] + [[str(c) for c in row] for row in rows]

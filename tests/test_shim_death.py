@@ -110,8 +110,9 @@ def test_the_gpu_of_a_killed_shims_job_waits_until_its_processes_are_gone(make_h
     vanished = kill_shim(home, job_id)
     assert vanished == (shimloss.VANISHED if watcher == "shim" else shimloss.SUPERVISOR_VANISHED)
 
-    job = wait_until(lambda: (j := look(home, job_id))["end_reason"].startswith(
-        "its shim died; stopping its processes") and j, "the daemon to stop the job's processes")
+    stopping = f"its {watcher} died; stopping its processes"
+    job = wait_until(lambda: (j := look(home, job_id))["end_reason"].startswith(stopping) and j,
+                     "the daemon to stop the job's processes")
     assert job["state"] == "running"
     # SIGTERM ended all but the one that ignores it, the one that left the session too.
     wait_until(lambda: all(is_gone(pids[n]) for n in ("leader", "child", "detached")),
@@ -119,7 +120,8 @@ def test_the_gpu_of_a_killed_shims_job_waits_until_its_processes_are_gone(make_h
     assert not is_gone(pids["stubborn"])
     row = next(line for line in home.run("ls").stdout.splitlines()
                if line.split()[0] == str(job_id))
-    assert "running" in row and "its shim died; stopping its processes" in row
+    assert "running" in row and stopping in row
+    assert look(home, job_id)["shim_lost"] is True
     assert look(home, waiting)["state"] == "pending"
 
     # A new daemon finds the job as it was left: running, its GPU taken.

@@ -8,9 +8,12 @@ from dataclasses import asdict, dataclass, field
 from gpusched.core.syntax import dependency_words
 from gpusched.core.values import HIDDEN  # noqa: F401 - where the daemon reads it
 
-# The end_reason of a running job whose shim died, while the processes it left are being
-# stopped (daemon/shimloss.py): the job keeps its GPUs until they are gone.
+# The end_reason of a running job whose shim (or, for a job started without one, the job
+# supervisor) died, while the processes it left are being stopped (daemon/shimloss.py):
+# the job keeps its GPUs until they are gone.
 SHIM_LOST_REASON = "its shim died; stopping its processes"
+SUPERVISOR_LOST_REASON = "its supervisor died; stopping its processes"
+LOST_WATCHER_REASONS = (SHIM_LOST_REASON, SUPERVISOR_LOST_REASON)
 
 # The queue disciplines (scheduling.QueueRules); the first is the default. Here, not in
 # scheduling, so that the command line names them without importing the scheduler.
@@ -318,9 +321,9 @@ def job_to_dict(job: Job) -> dict:
         # A running job told to stop (SIGTERM sent) that has not ended yet: it may be
         # ignoring SIGTERM until the grace period's SIGKILL.
         "cancelling": job.is_running and job.cancel_requested,
-        # A running job whose shim died: end_reason says which of its processes are
-        # being stopped; it ends `lost` once they are gone.
-        "shim_lost": job.is_running and job.end_reason.startswith(SHIM_LOST_REASON),
+        # A running job whose shim (or supervisor) died: end_reason says which of its
+        # processes are being stopped; it ends `lost` once they are gone.
+        "shim_lost": job.is_running and job.end_reason.startswith(LOST_WATCHER_REASONS),
         "exit_code": job.exit_code, "signal": job.signal,
         "gpus": list(job.gpu_uuids), "gpu_indices": list(job.gpu_indices),
         "gpus_requested": job.request.gpus, "gpu_mem_bytes": job.request.gpu_mem_bytes,

@@ -7,6 +7,7 @@ import logging
 import os
 import queue
 import signal
+import socket
 import threading
 import time
 from dataclasses import dataclass, field
@@ -46,8 +47,13 @@ from gpusched.daemon.store import Store
 
 log = logging.getLogger("gpusched.daemon.loop")
 
-# The loop wakes at least this often, so a stop signal or a missed wake-up costs little.
-_MAX_SLEEP_S = 0.5
+# An idle loop waits for a request, a wake-up or its next deadline (the GPU read, a time
+# limit) at most this long: each idle turn costs CPU (issue 15: an idle daemon <= 0.1 % of
+# a core), and a stop signal wakes it at once (_install_signal_handlers).
+_MAX_SLEEP_S = 2.0
+# While something looks for time to pass on its own (services' steps, cluster jobs' polls,
+# a `wait` with a timeout), the loop turns at least this often.
+_LIVELY_SLEEP_S = 0.5
 # How often a connection thread looks for its client's cancel while the loop works.
 _WATCH_S = 0.05
 # Put on the call queue by the wake socket: it only ends the loop's wait.
@@ -229,10 +235,20 @@ class Daemon:
     def _install_signal_handlers(self) -> None:
         def stop(_signum: int, _frame: object) -> None:
             self.state.stopping = True
+            self._poke()  # end the loop's wait now, not at its next deadline
 
         if threading.current_thread() is threading.main_thread():
             signal.signal(signal.SIGTERM, stop)
             signal.signal(signal.SIGINT, stop)
+
+    def _poke(self) -> None:
+        """A wake-up datagram to our own wake socket: safe in a signal handler, where
+        putting on the call queue could wait for a lock the interrupted code holds."""
+        try:
+            with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as sock:
+                sock.sendto(runfile.WAKE, socket.MSG_DONTWAIT, self.paths.wake_socket)
+        except OSError:
+            pass  # not listening yet: the loop sees `stopping` at its next turn
 
     def _answer_everyone(self) -> None:
         for call in self._waiters:
@@ -348,6 +364,8 @@ class Daemon:
         deadline = self.control.next_deadline()
         if deadline is not None:
             wake = min(wake, deadline - self.clock.time())
+        if self._waiters or self.handlers.services.services or self.state.remote_ids:
+            wake = min(wake, _LIVELY_SLEEP_S)
         busy = self._batched or self.retention.busy
         timeout = 0.0 if busy else min(_MAX_SLEEP_S, max(0.0, wake))
         calls = []

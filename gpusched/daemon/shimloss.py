@@ -13,7 +13,8 @@ import logging
 import signal
 from dataclasses import replace
 
-from gpusched.core.models import SHIM_LOST_REASON, Job
+from gpusched.core.models import (LOST_WATCHER_REASONS, SHIM_LOST_REASON,
+                                   SUPERVISOR_LOST_REASON, Job)
 from gpusched.daemon.state import Setup
 from gpusched.proc import leftovers, runfile
 from gpusched.proc.seam import ProcessSeam
@@ -57,14 +58,16 @@ class ShimLoss:
             # New ones too: a child forked since the first SIGTERM gets its own.
             self.seam.signal_processes({p: t for p, t in found.items() if p not in seen},
                                        signal.SIGTERM)
+        supervised = self._supervised(job)
         if not seen:
-            who = "supervisor" if self._supervised(job) else "shim"
+            who = "supervisor" if supervised else "shim"
             note = f"job {job.id}'s {who} died; sent SIGTERM to its processes ({_pids(found)})"
             log.warning(note)
             self.seam.append_to_log(job.stderr_path, note, job.uid)
         seen.update(found)
-        return replace(job, end_reason=f"{SHIM_LOST_REASON} ({_pids(found)}); its GPUs stay "
-                                       "reserved until they are gone")
+        why = SUPERVISOR_LOST_REASON if supervised else SHIM_LOST_REASON
+        return replace(job, end_reason=f"{why} ({_pids(found)}); its GPUs stay reserved until "
+                                       "they are gone")
 
     def lost_reason(self, job: Job) -> str:
         """Why the job ended lost, saying what was done to what it left; forgets the job."""
@@ -77,7 +80,7 @@ class ShimLoss:
         if stopped:
             return (f"{vanished}; gpusched stopped the processes it left "
                     f"({_pids(stopped)}; {how}) before freeing its GPUs")
-        if job.end_reason.startswith(SHIM_LOST_REASON):  # stopped by a daemon before a restart
+        if job.end_reason.startswith(LOST_WATCHER_REASONS):  # stopped before a restart
             return f"{vanished}; the processes it left have ended"
         return vanished
 
