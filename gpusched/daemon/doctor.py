@@ -12,7 +12,7 @@ from gpusched.client.connection import lock_is_held
 from gpusched.client.paths import Paths
 from gpusched.daemon import storecheck
 from gpusched.daemon.rows import DamagedRow, row_to_job
-from gpusched.daemon.store import MIGRATIONS
+from gpusched.daemon.schema import MIGRATIONS
 from gpusched.proc import runfile
 
 OK, NOTE, PROBLEM = "ok", "note", "problem"

@@ -20,7 +20,8 @@ from gpusched.core.errors import GpuschedError
 from gpusched.core.models import Job
 from gpusched.daemon import storecheck, walcheck
 from gpusched.daemon.rows import DamagedRow, row_to_job
-from gpusched.daemon.store import MIGRATIONS, Store
+from gpusched.daemon.schema import MIGRATIONS
+from gpusched.daemon.store import Store
 
 # What --repair does not decide for the user: the check's own message says what to do.
 _BY_HAND = ("symlink", "not_regular", "unreadable", "newer")
