@@ -52,7 +52,7 @@ log = logging.getLogger("gpusched.daemon.loop")
 # a core), and a stop signal wakes it at once (_install_signal_handlers).
 _MAX_SLEEP_S = 2.0
 # While something looks for time to pass on its own (services' steps, cluster jobs' polls,
-# a `wait` with a timeout), the loop turns at least this often.
+# a `wait` with a timeout, writes to retry), the loop turns at least this often.
 _LIVELY_SLEEP_S = 0.5
 # How often a connection thread looks for its client's cancel while the loop works.
 _WATCH_S = 0.05
@@ -364,7 +364,8 @@ class Daemon:
         deadline = self.control.next_deadline()
         if deadline is not None:
             wake = min(wake, deadline - self.clock.time())
-        if self._waiters or self.handlers.services.services or self.state.remote_ids:
+        if (self._waiters or self.handlers.services.services or self.state.remote_ids
+                or self.state.writes.failing):
             wake = min(wake, _LIVELY_SLEEP_S)
         busy = self._batched or self.retention.busy
         timeout = 0.0 if busy else min(_MAX_SLEEP_S, max(0.0, wake))
