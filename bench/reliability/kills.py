@@ -26,7 +26,9 @@ AWKWARD = (
     ("terms-itself", "sleep 2; kill -TERM $$", "failed", None, 15),
     ("quick", "exit 0", "succeeded", 0, None),
 )
-SHIM_VICTIM = ("shim-killed", "sleep 20; exit 0")  # outlives a slow restart
+# Runs until its shim is killed, or until its round ends (cancelled then): a fixed time
+# would have it end before a loaded machine found its shim.
+SHIM_VICTIM = ("shim-killed", "sleep 900; exit 0")
 
 
 def _submit(home: Home, name: str, command: str) -> int | None:
@@ -93,6 +95,8 @@ def _round(home: Home, fig: Figures, kill_a_shim: bool) -> None:
                 os.kill(pid, signal.SIGKILL)
             except ProcessLookupError:
                 pass
+    if victim is not None:
+        home.cli("cancel", str(victim))  # its GPU is free for the next round
 
 
 # A job with capped logs has a shim of its own (proc/supervisor.py needs_shim).
