@@ -16,7 +16,7 @@ from pathlib import Path
 
 from common import REPO_ROOT
 
-from gpusched.core import placement, scheduling
+from gpusched.core import placement, queuerules
 from gpusched.sim import simulator, traces
 
 TRACE = REPO_ROOT.parent / "shared" / "traces" / "philly_p8_2wk.csv"
@@ -62,7 +62,7 @@ def policies_agree(rows: list[tuple[str, ...]]) -> bool:
 
 
 def build(path: Path, workers: int) -> str:
-    whole = [(load, d, p, False, path) for load in LOADS for d in scheduling.DISCIPLINES
+    whole = [(load, d, p, False, path) for load in LOADS for d in queuerules.DISCIPLINES
              for p in POLICIES]
     shared = [(0.9, d, p, True, path) for d in ("fifo", "backfill") for p in POLICIES]
     with ProcessPoolExecutor(workers) as pool:

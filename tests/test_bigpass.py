@@ -9,11 +9,11 @@ from dataclasses import replace
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from gpusched.core import placement, scheduling
+from gpusched.core import placement, queuerules, scheduling
 from gpusched.core.models import GpuInfo, Inventory, Job, JobState, Request, transition
 from gpusched.core.pendingqueue import PendingQueue
 from gpusched.core.placement import PlacementRules
-from gpusched.core.scheduling import HostCapacity, QueueRules
+from gpusched.core.queuerules import HostCapacity, QueueRules
 from gpusched.daemon.depstates import lowest_by_name
 
 GIB = 2**30
@@ -84,7 +84,7 @@ def both_passes(pending: list[Job], running: list[Job], inventory: Inventory,
     line = PendingQueue(queue.discipline, per_user=True)
     line.add_many(pending)
     table = {job.id: job for job in pending}
-    ordered = line.jobs(table, scheduling.fair_share(queue, usage or {}))
+    ordered = line.jobs(table, queuerules.fair_share(queue, usage or {}))
     bounded = scheduling.schedule(ordered, running, loads, inventory, rules, queue, NOW_S,
                                   deps, usage=usage, line=line)
     return full, bounded
@@ -106,7 +106,7 @@ def reasons_of(plan: scheduling.Plan, pending: list[Job]) -> dict[int, str]:
 @SETTINGS
 @given(pending=jobs(), busy=st.lists(st.integers(0, 3), max_size=4),
        gpus=st.integers(1, 4), max_running=st.sampled_from([None, 1, 3, 6]),
-       discipline=st.sampled_from(scheduling.DISCIPLINES),
+       discipline=st.sampled_from(queuerules.DISCIPLINES),
        per_user=st.sampled_from([(None, None), (1, None), (None, 2)]),
        draining=st.sampled_from([False] * 5 + [True]))
 def test_a_bounded_pass_starts_every_job_the_whole_walk_starts(pending, busy, gpus, max_running,

@@ -10,11 +10,11 @@ from pathlib import Path
 from hypothesis import given
 from hypothesis import strategies as st
 
-from gpusched.core import placement, scheduling
+from gpusched.core import placement, queuerules, scheduling
 from gpusched.core.models import Job, Request
 from gpusched.core.pendingqueue import PendingQueue
 from gpusched.core.placement import PlacementRules
-from gpusched.core.scheduling import HostCapacity, QueueRules
+from gpusched.core.queuerules import HostCapacity, QueueRules
 from inproc import Box
 from test_bigpass import (GIB, NOW_S, SETTINGS, assert_same_decisions, both_passes, box, jobs,
                           reasons_of, running_jobs, sweep)
@@ -53,7 +53,7 @@ def big_head_queues(draw) -> list[Job]:
 @SETTINGS
 @given(pending=big_head_queues(), busy=st.lists(st.integers(0, 3), max_size=4),
        max_running=st.sampled_from([None, 2, 6]),
-       discipline=st.sampled_from(scheduling.DISCIPLINES),
+       discipline=st.sampled_from(queuerules.DISCIPLINES),
        per_user=st.sampled_from([(None, None), (2, None), (None, 3)]))
 def test_skipping_refused_shapes_starts_what_the_whole_walk_starts(pending, busy, max_running,
                                                                     discipline, per_user):
@@ -141,7 +141,7 @@ def test_a_skipped_job_is_explained_with_the_gpus_free_at_its_place_in_line():
                               st.integers(1, 60), st.sampled_from([0, 0, 3]),
                               st.sampled_from([0, 1, 2]), st.sampled_from(["ann", "bob"])),
                     max_size=80),
-       discipline=st.sampled_from(scheduling.DISCIPLINES))
+       discipline=st.sampled_from(queuerules.DISCIPLINES))
 def test_the_lines_stay_in_scheduling_order_as_jobs_come_and_go(ops, discipline):
     # Jobs leave mostly from the head of their line (which only moves a start mark);
     # whatever the order of adds and removes, the merge reads the queue in order_key's order.
@@ -152,15 +152,15 @@ def test_the_lines_stay_in_scheduling_order_as_jobs_come_and_go(ops, discipline)
         job = Job(id=job_id, command=("true",), cwd="/", uid=1000, user=user, priority=priority,
                   request=Request(gpus=gpus), time_limit_s=float(job_id % 7 * 60) or None)
         if op == "remove" or job_id in table:
-            head = min(table, key=lambda i: scheduling.order_key(table[i], queue, usage),
+            head = min(table, key=lambda i: queuerules.order_key(table[i], queue, usage),
                        default=None)
             if head is not None:  # the head of the queue leaves, as a start takes it
                 line.remove(table.pop(head if op == "remove" else job_id))
             continue
         (line.add if op == "add" else lambda j: line.add_many([j]))(job)
         table[job_id] = job
-        want = [j.id for j in scheduling.queue_order(list(table.values()), queue, usage)]
-        assert [j.id for j in line.jobs(table, scheduling.fair_share(queue, usage))] == want
+        want = [j.id for j in queuerules.queue_order(list(table.values()), queue, usage)]
+        assert [j.id for j in line.jobs(table, queuerules.fair_share(queue, usage))] == want
         assert len(line) == len(table) == sum(line.shapes.values())
         assert len(line._numbers) == len(line.shapes)  # no number kept for a shape gone
 

@@ -11,7 +11,8 @@ from gpusched.core.dependencies import DependencyStates, dependency_status
 from gpusched.core.errors import UsageError
 from gpusched.core.models import Inventory, Job, JobState, job_to_dict
 from gpusched.core.placement import PlacementRules
-from gpusched.core.scheduling import QueueRules, schedule
+from gpusched.core.queuerules import QueueRules
+from gpusched.core.scheduling import schedule
 
 S, F, P, R = JobState.SUCCEEDED, JobState.FAILED, JobState.PENDING, JobState.RUNNING
 C, T = JobState.CANCELLED, JobState.TIMEOUT

@@ -15,7 +15,8 @@ from gpusched.core.errors import UsageError
 from gpusched.core.lifecycle import TERMINATE, WARN
 from gpusched.core.models import Constraints, IllegalTransition, Inventory, Job, JobState, Request
 from gpusched.core.placement import PlacementRules
-from gpusched.core.scheduling import QueueRules, schedule
+from gpusched.core.queuerules import QueueRules
+from gpusched.core.scheduling import schedule
 
 POLICIES = ["pack", "spread", "round-robin", "weighted-round-robin", "order"]
 

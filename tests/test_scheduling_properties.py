@@ -9,10 +9,10 @@ from dataclasses import replace
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from gpusched.core import placement, scheduling
+from gpusched.core import placement, queuerules, scheduling
 from gpusched.core.models import Constraints, GpuInfo, Inventory, Job, JobState, Request, transition
 from gpusched.core.placement import PlacementRules
-from gpusched.core.scheduling import QueueRules
+from gpusched.core.queuerules import QueueRules
 
 GIB = 2**30
 NOW_S = 10_000.0
@@ -111,7 +111,7 @@ def _could_hold(gpu: GpuInfo, jobs_on_it: list[Job], job: Job) -> bool:
 
 
 @st.composite
-def situations(draw, disciplines=scheduling.DISCIPLINES, max_gpus: int = 5):
+def situations(draw, disciplines=queuerules.DISCIPLINES, max_gpus: int = 5):
     inventory = draw(inventories(max_gpus))
     running = reserve(inventory, draw(jobs(1, 6)), draw(st.integers(0, 2**16)))
     pending = draw(jobs(100, 12))
@@ -262,5 +262,5 @@ def test_the_queue_order_is_order_keys_whatever_the_discipline(specs, discipline
     rnd.shuffle(jobs)
     rules = QueueRules(discipline=discipline, user_weights={"bob": 2.0})
     usage = {"ann": 50.0, "bob": 50.0}
-    expected = sorted(jobs, key=lambda j: scheduling.order_key(j, rules, usage))
-    assert scheduling.queue_order(jobs, rules, usage) == expected
+    expected = sorted(jobs, key=lambda j: queuerules.order_key(j, rules, usage))
+    assert queuerules.queue_order(jobs, rules, usage) == expected

@@ -14,7 +14,7 @@ import pytest
 
 from gpusched.sim import simulator, traces
 from gpusched.core.errors import GpuschedError, UsageError
-from gpusched.core.scheduling import HostCapacity
+from gpusched.core.queuerules import HostCapacity
 from gpusched.sim.simulator import JobResult, simulate
 
 REPO = Path(__file__).resolve().parent.parent
@@ -360,7 +360,7 @@ def test_simulate_cli_counts_host_resources(tmp_path):
 def test_simulate_starts_from_the_daemons_defaults_and_names_every_discipline(capsys):
     from gpusched.cli.app import main
     from gpusched.core.config import Settings
-    from gpusched.core.scheduling import DISCIPLINES
+    from gpusched.core.queuerules import DISCIPLINES
 
     assert main(["simulate", "--help"]) == 0
     text = " ".join(capsys.readouterr().out.split())

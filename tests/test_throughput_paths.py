@@ -18,7 +18,7 @@ import pytest
 
 from conftest import wait_until
 from gpusched.client.paths import resolve_paths
-from gpusched.core import placement, scheduling
+from gpusched.core import placement, queuerules, scheduling
 from gpusched.core.models import GpuInfo, Inventory, Job, JobState, Request
 from gpusched.proc import runfile, shim
 
@@ -168,7 +168,7 @@ def test_alike_jobs_that_cannot_start_are_explained_once_per_pass(monkeypatch):
                         lambda *args: calls.append(args[0]) or real(*args))
     loads = placement.gpu_loads(inventory, [], {})
     plan = scheduling.schedule(pending, [], loads, inventory, placement.PlacementRules(),
-                               scheduling.QueueRules(), now=1.0)
+                               queuerules.QueueRules(), now=1.0)
 
     assert [job_id for job_id, _ in plan.starts] == [1, 2, 3, 4]
     assert len(calls) == 2  # one per kind of request, on the loads after the starts

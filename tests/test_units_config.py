@@ -195,7 +195,7 @@ def test_the_daemon_and_the_simulator_build_placement_rules_alike():
 
 
 def test_the_config_takes_exactly_the_schedulers_disciplines(tmp_path):
-    from gpusched.core.scheduling import DISCIPLINES, QueueRules
+    from gpusched.core.queuerules import DISCIPLINES, QueueRules
 
     assert Settings().discipline == QueueRules().discipline == DISCIPLINES[0]
     path = tmp_path / "gpusched.toml"

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from gpusched.client.jobrequest import size_option
 from gpusched.core.errors import UsageError
-from gpusched.core.scheduling import HostCapacity
+from gpusched.core.queuerules import HostCapacity
 from gpusched.sim import estimates as memory
 from gpusched.sim import traces
 from gpusched.sim.simulator import TAU_S, Metrics, check_choices, compute_metrics, simulate

@@ -16,7 +16,7 @@ from gpusched.core.notifyconf import NotifyRule, parse_rules
 from gpusched.core.notifyconf import example as notify_example
 from gpusched.core.configkeys import KEYS
 from gpusched.core.placement import PlacementRules
-from gpusched.core.scheduling import QueueRules
+from gpusched.core.queuerules import QueueRules
 
 # Placement's own defaults, which the [gpus] and [scheduling] settings start from:
 # policies.placement_rules turns the settings back into PlacementRules.

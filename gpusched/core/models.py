@@ -15,7 +15,7 @@ SHIM_LOST_REASON = "its shim died; stopping its processes"
 SUPERVISOR_LOST_REASON = "its supervisor died; stopping its processes"
 LOST_WATCHER_REASONS = (SHIM_LOST_REASON, SUPERVISOR_LOST_REASON)
 
-# The queue disciplines (scheduling.QueueRules); the first is the default. Here, not in
+# The queue disciplines (queuerules.QueueRules); the first is the default. Here, not in
 # scheduling, so that the command line names them without importing the scheduler.
 DISCIPLINES = ("fifo", "backfill", "fairshare", "sjf")
 

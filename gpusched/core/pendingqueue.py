@@ -56,7 +56,7 @@ _ID_SPAN = 1 << 48
 
 
 def line_key(job: Job, discipline: str) -> Any:
-    """A job's place in its user's line: scheduling.order_key, less fair share (the same
+    """A job's place in its user's line: queuerules.order_key, less fair share (the same
     for all of one user's jobs, so the lines are merged by it at each pass)."""
     if discipline == "sjf":
         return (-job.priority, job.time_limit_s if job.time_limit_s is not None else math.inf,

@@ -7,7 +7,7 @@ import logging
 import time
 from typing import Sequence
 
-from gpusched.core import scheduling
+from gpusched.core import queuerules
 from gpusched.core.models import Job
 from gpusched.daemon.store import Store
 
@@ -48,7 +48,7 @@ class UsageLedger:
 
     def run_ended(self, job: Job, when: float) -> None:
         """Count a run's last stretch, up to its end (it may have been running unseen)."""
-        self._ended.append((job.user, scheduling.run_gpu_seconds(job, self.at, when)))
+        self._ended.append((job.user, queuerules.run_gpu_seconds(job, self.at, when)))
 
     def until(self, running: Sequence[Job], now: float) -> dict[str, float]:
         """Each user's usage at `now`: every run counts, whether anything was pending or not.
@@ -56,9 +56,9 @@ class UsageLedger:
         Runs that ended count before the decay (they ended before now, and their share may
         take back time counted after their end); running jobs' time is added after it.
         """
-        ended = scheduling.add_usage(self.usage, self._ended, 0.0, self.half_life_s)
-        used = [(job.user, scheduling.run_gpu_seconds(job, self.at, now)) for job in running]
-        usage = scheduling.add_usage(ended, used, max(now - self.at, 0.0), self.half_life_s)
+        ended = queuerules.add_usage(self.usage, self._ended, 0.0, self.half_life_s)
+        used = [(job.user, queuerules.run_gpu_seconds(job, self.at, now)) for job in running]
+        usage = queuerules.add_usage(ended, used, max(now - self.at, 0.0), self.half_life_s)
         return {user: value for user, value in usage.items() if value > 0}
 
     def account(self, running: Sequence[Job], now: float, store: Store,

@@ -8,7 +8,7 @@ import signal
 from dataclasses import replace
 
 from gpusched.daemon import containers, gpumemory, host
-from gpusched.core import lifecycle, placement, preemption, scheduling
+from gpusched.core import lifecycle, placement, preemption, queuerules, scheduling
 from gpusched.proc import jobenv, runfile
 from gpusched.proc.seam import ProcessSeam
 from gpusched.core.errors import StoreWriteError
@@ -269,7 +269,7 @@ class JobControl:
         self.holders = {job.id for job in holders}
         held = preemption.held_gpus(holders)
         # The queue in order, read only as far as the pass goes (docs/scheduling.md).
-        ordered = state.pending_in_order(scheduling.fair_share(queue_rules, state.usage.usage))
+        ordered = state.pending_in_order(queuerules.fair_share(queue_rules, state.usage.usage))
         plan = scheduling.schedule(ordered, running, loads, state.inventory, rules,
                                    queue_rules, now, dep_states, state.usage.usage,
                                    self.placements, held=held, line=state.queue)

@@ -12,7 +12,7 @@ import logging
 from dataclasses import replace
 from typing import Mapping
 
-from gpusched.core import lifecycle, placement, preemption, scheduling
+from gpusched.core import lifecycle, placement, preemption, queuerules, scheduling
 from gpusched.core.models import Job, JobState
 from gpusched.daemon import requeue
 from gpusched.daemon.state import DaemonState, Setup
@@ -72,7 +72,7 @@ def _candidates(state: DaemonState, setup: Setup, dep_states: Mapping[int, JobSt
             if job.priority > lowest and job.request.gpus and not job.held
             and not lifecycle.is_waiting_to_retry(job, now) and not job.preempt_hold)
     ready = [job for job in able if scheduling.dependency_status(job, dep_states) == (False, "")]
-    return scheduling.queue_order(ready, rules, state.usage.usage)
+    return queuerules.queue_order(ready, rules, state.usage.usage)
 
 
 def _preempt(state: DaemonState, setup: Setup, seam: ProcessSeam, urgent: Job,

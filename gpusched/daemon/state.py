@@ -11,7 +11,7 @@ from functools import partial
 from typing import Any, Callable, Iterable, Iterator
 
 from gpusched.client.paths import Paths
-from gpusched.core import scheduling
+from gpusched.core import queuerules
 from gpusched.core.config import Settings
 from gpusched.core.errors import StoreWriteError
 from gpusched.core.models import Inventory, Job, JobState
@@ -43,9 +43,9 @@ class Setup:
     # time() and monotonic(): the time module, or in tests a clock they move by hand.
     clock: Any = time
 
-    def queue_rules(self, draining: bool) -> scheduling.QueueRules:
+    def queue_rules(self, draining: bool) -> queuerules.QueueRules:
         s = self.settings
-        return scheduling.QueueRules(
+        return queuerules.QueueRules(
             discipline=s.discipline, user_weights=dict(s.user_weights),
             max_gpus_per_user=s.max_gpus_per_user or None,
             max_running_per_user=s.max_running_per_user or None, draining=draining,

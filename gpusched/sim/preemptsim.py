@@ -15,7 +15,7 @@ import random
 from dataclasses import dataclass, replace
 from typing import Sequence
 
-from gpusched.core import placement, preemption, scheduling
+from gpusched.core import placement, preemption, queuerules, scheduling
 from gpusched.core.models import Job, JobState
 from gpusched.sim import simulator, traces
 from gpusched.sim.simulator import JobResult, _Replay
@@ -128,7 +128,7 @@ class _PreemptiveReplay(_Replay):
             return
         loads = placement.gpu_loads(self.inventory, running, {}, self.rules)
         ready = [j for j in self.pending if j.priority > lowest and j.request.gpus]
-        for urgent in scheduling.queue_order(ready, self.queue, self.usage):
+        for urgent in queuerules.queue_order(ready, self.queue, self.usage):
             victims = preemption.choose_victims(urgent, running, loads, self.rules,
                                                 self.model.rules, now)
             if victims:
@@ -178,7 +178,7 @@ def simulate_with_priorities(trace_jobs: Sequence[traces.TraceJob], *, gpus: int
     jobs = [replace(job, priority=HIGH_PRIORITY if job.id in urgent else 0, preemptible=True)
             for job in simulator._as_jobs(trace_jobs)]
     replay = _PreemptiveReplay(jobs, gpus, model, rules=rules,
-                               queue=scheduling.QueueRules(discipline=discipline),
+                               queue=queuerules.QueueRules(discipline=discipline),
                                half_life_s=half_life_s)
     started = replay.run()
     # Where a job ran is left out: a preempted job ran in several places.

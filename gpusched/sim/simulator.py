@@ -9,7 +9,7 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Mapping, Sequence
 
-from gpusched.core import placement, scheduling
+from gpusched.core import placement, queuerules, scheduling
 from gpusched.core.config import Settings
 from gpusched.sim import traces
 from gpusched.core.errors import GpuschedError, UsageError
@@ -17,7 +17,7 @@ from gpusched.core.models import GpuInfo, Inventory, Job, JobState, Request, tra
 from gpusched.core.placement import PlacementRules, Policy
 from gpusched.core.policies import placement_rules
 from gpusched.core.pendingqueue import PendingQueue
-from gpusched.core.scheduling import HostCapacity, QueueRules, fair_share
+from gpusched.core.queuerules import HostCapacity, QueueRules, fair_share
 
 GPU_MEM_BYTES = 80 * 2**30  # each simulated GPU: an 80 GiB card, idle, nothing outside
 TAU_S = 10.0  # bounded slowdown ignores how short jobs shorter than this are
@@ -71,7 +71,7 @@ def simulated_box(gpus: int, links: Sequence[Sequence[str]] = ()) -> Inventory:
 
 def _as_jobs(trace_jobs: Sequence[traces.TraceJob]) -> list[Job]:
     # Job ids follow submission order, as the daemon's do: FIFO and every tie-break
-    # below "priority" in scheduling.order_key rely on it. The time limit is the true
+    # below "priority" in queuerules.order_key rely on it. The time limit is the true
     # duration (exact estimates): backfill reserves with it, and sjf becomes the oracle.
     return [Job(id=n, command=(), cwd="", uid=0, user=t.tenant,
                 request=Request(gpus=t.num_gpus, gpu_mem_bytes=t.gpu_mem_bytes,
@@ -138,7 +138,7 @@ class _Replay:
             now = min(next_arrival_s, self.ends[0][0] if self.ends else math.inf)
             if self.queue.discipline == "fairshare":
                 running = list(self.running.values())
-                self.usage = scheduling.decay_usage(self.usage, running, now - last_s,
+                self.usage = queuerules.decay_usage(self.usage, running, now - last_s,
                                                     self.half_life_s)
             last_s = now
             self.finish_until(now)
@@ -232,9 +232,9 @@ def check_choices(gpus: int, policy: str, discipline: str,
     """The placement rules for a run; a bad GPU count or name is a UsageError."""
     if gpus < 1:
         raise UsageError(f"--gpus {gpus}: the simulated box needs at least 1 GPU.")
-    if discipline not in scheduling.DISCIPLINES:
+    if discipline not in queuerules.DISCIPLINES:
         raise UsageError(f"unknown discipline {discipline!r}. Choose one of: "
-                         f"{', '.join(scheduling.DISCIPLINES)}.")
+                         f"{', '.join(queuerules.DISCIPLINES)}.")
     return _rules(policy, custom_policies)
 
 
