@@ -32,12 +32,16 @@ def reads(monkeypatch) -> list[int]:
     return seen
 
 
-def _four_running(box) -> list[int]:
-    ids = [box.submit("--gpus", "0", "--", "sleep", "300") for _ in range(4)]
-    box.step()  # their shims' pids come from their run files
+def _four_running(box, *flags: str) -> list[int]:
+    ids = [box.submit("--gpus", "0", *flags, "--", "sleep", "300") for _ in range(4)]
+    box.step(61.0)  # the liveness check: their pids come from their run files
     assert box.running() == set(ids)
     assert all(job.shim_pid for job in box.daemon.state.running())
     return ids
+
+
+def _pids_known(box) -> set[int]:
+    return {job.id for job in box.daemon.state.running() if job.shim_pid}
 
 
 def test_passes_with_no_end_reported_read_no_run_file(make_box, reads):
@@ -97,3 +101,40 @@ def test_a_reported_end_is_read_again_after_a_failed_commit(make_box, reads):
     box.step(5.0)
     assert set(reads) == {ids[3]}
     assert box.states(ids[3]) == ["succeeded"]
+
+
+def test_a_plain_job_being_launched_is_not_read_until_its_end(make_box, reads):
+    """Nothing waits for the pid of a `--gpus 0` job with no time limit: its run file is
+    read once, when its end is reported (the read that finds the pid finds the end)."""
+    box = make_box(config=SLOW_POLL)
+    ids = [box.submit("--gpus", "0", "--", "sleep", "300") for _ in range(4)]
+    for _ in range(3):
+        box.step()
+    assert box.running() == set(ids) and not _pids_known(box)
+    assert reads == []
+    assert box.exit(ids[0])["state"] == "succeeded"
+    assert reads == [ids[0]]
+
+
+def test_a_job_being_launched_is_read_when_a_cancel_waits_for_its_pid(make_box, reads):
+    box = make_box(config=SLOW_POLL)
+    ids = [box.submit("--gpus", "0", "--", "sleep", "300") for _ in range(2)]
+    box.step()
+    assert reads == []
+    box.call("cancel", ids=[ids[1]])
+    assert ids[1] in _pids_known(box) and ids[0] not in _pids_known(box)
+    assert box.shims.signalled(ids[1]) == [15]
+    assert set(reads) == {ids[1]}
+
+
+@pytest.mark.parametrize("flags", [("--gpus", "0", "--time", "10"), ("--gpus", "1")],
+                         ids=["time-limit", "gpus"])
+def test_a_job_being_launched_is_read_until_its_pid_is_known(make_box, reads, flags):
+    """A time limit's signal needs the pid; so does telling GPU processes apart."""
+    box = make_box(config=SLOW_POLL)
+    job_id = box.submit(*flags, "--", "sleep", "300")
+    box.step()
+    assert _pids_known(box) == {job_id}
+    reads.clear()
+    box.step()
+    assert reads == []

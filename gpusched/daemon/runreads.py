@@ -6,9 +6,11 @@ pass need not read the run file of every running job to find the ends (with 4 jo
 running and one ending at a time, that was four reads for one end); it reads:
 
 - the run files of the runs whose end was reported since the last pass;
-- those of jobs whose watched process is not known yet (just launched: the pid comes from
-  the run file, and a cancel or a time limit needs it); a job stops being one of these on
-  the first read that finds it, so this is about one read a job;
+- those of jobs whose watched process is not known yet (just launched: its pid comes from
+  the run file) when something waits for the pid: a cancel or a requeue to pass on
+  (JobControl._found_shim), a time limit to enforce, GPUs whose processes are told apart
+  by it (read_gpus); until the first read that finds it. A plain job with none of these
+  learns its pid at its end's read, or at the liveness check;
 - every running job's, on a plain wake-up that names no run (a shim that could not bind
   its end address, a supervisor's failed start), and on the liveness check that runs
   every GPU poll interval (the loop's `check_liveness`): an end whose report was lost (a
@@ -20,6 +22,7 @@ from __future__ import annotations
 import queue
 from typing import Iterable
 
+from gpusched.core import lifecycle
 from gpusched.core.models import Job
 
 _EVERY = -1  # on the queue: a wake-up that names no run, so every run file is read
@@ -57,4 +60,10 @@ def to_read(running: Iterable[Job], reported: set[int] | None, read_all: bool,
     if read_all or reported is None:
         return list(running)
     return [job for job in running
-            if job.shim_pid is None or job.id in reported or job.id in also]
+            if job.id in reported or job.id in also or (job.shim_pid is None and _awaits_pid(job))]
+
+
+def _awaits_pid(job: Job) -> bool:
+    """Whether something waits for the pid of a job being launched (see the docstring)."""
+    return bool(job.cancel_requested or job.requeueing or job.gpu_indices
+                or lifecycle.next_limit_action(job) is not None)
