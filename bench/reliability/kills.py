@@ -95,7 +95,7 @@ def _round(home: Home, fig: Figures, kill_a_shim: bool) -> None:
                 pass
 
 
-# A job with capped logs has a shim of its own (proc/supervisor.py needs_shim).
+# A job with capped logs has a shim of its own (proc/supervisorstart.py needs_shim).
 _SHIMS = '[jobs]\nmax_log_size = "1GiB"\n'
 
 
