@@ -81,6 +81,8 @@ class FakeShims:
         self.process_signals: list[tuple[int, int]] = []
         self.refuse_launches = False  # the launcher cannot be asked: OSError
         self.container_removals: list[dict] = []  # what remove_container was given
+        # The daemon's wake(): an exit reports the job's end as a shim does (Box.start).
+        self.report_end: Any = None
 
     # -- what the test does ----------------------------------------------------------
     def fork(self, job_id: int) -> int:
@@ -100,7 +102,9 @@ class FakeShims:
         runfile.append_record(self.launched[job_id]["run_file"], "exit", {
             "exit_code": code, "signal": signum, "ended_at": self.clock.time(), "error": error,
             "run": self.launched[job_id].get("run")})
-        del self.alive[job_id]
+        pid = self.alive.pop(job_id)
+        if self.report_end is not None:  # from the run's end address, as a shim reports it
+            self.report_end(runfile.WAKE, runfile.end_address(pid, self.launched[job_id]["run"]))
 
     def vanish(self, job_id: int) -> None:
         """The shim dies without a record (SIGKILL, a reboot)."""
@@ -259,6 +263,7 @@ class Box:
         daemon = Daemon(self.paths, settings, backend, seam=self.shims, clock=self.clock)
         daemon.attach(Store(self.paths.db))
         daemon.take_over()
+        self.shims.report_end = daemon.wake
         self.daemon = daemon
         return daemon
 

@@ -25,11 +25,13 @@ class EndReports:
         self._incoming: queue.SimpleQueue[tuple[Any, str]] = queue.SimpleQueue()
         self._waiting: dict[Any, str] = {}  # a shim's address -> its run's token
 
-    def report(self, sender: Any) -> None:
-        """A wake-up's sender: kept if it is a shim reporting its run's end."""
+    def report(self, sender: Any) -> str | None:
+        """A wake-up's sender: kept if it is a shim reporting its run's end; that run's
+        token (None for any other sender)."""
         run = runfile.ended_run(sender)
         if run is not None:
             self._incoming.put((sender, run))
+        return run
 
     def answer(self, active: Mapping[int, Job], send: Callable[[Any, bytes], None]) -> None:
         """STORED to each shim whose run is no longer running here, outside a write: a run

@@ -13,7 +13,7 @@ from gpusched.proc import jobenv, runfile
 from gpusched.proc.seam import ProcessSeam
 from gpusched.core.errors import StoreWriteError
 from gpusched.core.models import GpuInfo, Job, JobState, job_with, transition
-from gpusched.daemon import preempt, requeue
+from gpusched.daemon import preempt, requeue, runreads
 from gpusched.daemon.arrays import ArrayShapes
 from gpusched.daemon.depstates import DependencyLookup
 from gpusched.daemon.shimloss import ShimLoss
@@ -37,6 +37,7 @@ class JobControl:
         self.retry_at: dict[int, float] = {}  # re-queued job id -> when it may start
         self.holders: set[int] = set()  # pending jobs with GPUs kept for them (preemption)
         self.shim_loss = ShimLoss(setup, seam)
+        self.run_reads = runreads.RunReads()  # ends reported by wake-ups, for the next pass
         self.array_shapes = ArrayShapes(state.store)
 
     # -- after a restart ----------------------------------------------------------------
@@ -65,14 +66,19 @@ class JobControl:
     # -- ends -----------------------------------------------------------------------------
     def reconcile_running(self, check_liveness: bool = False) -> None:
         """Learn new shims' pids; record runs that ended, from their exit record, or as
-        lost if their shim vanished (once what it left running is gone) or never started."""
+        lost if their shim vanished (once what it left running is gone) or never started.
+        Reads the run files of the jobs daemon/runreads.py names: with check_liveness,
+        every running job's."""
         state, jobs_dir = self.state, self.setup.paths.jobs_dir
+        reported = self.run_reads.take()
         if not state.running():
             self._take_launch_failures()
             return
         with state.write():
+            state.on_rollback(lambda: self.run_reads.put_back(reported))  # for the next pass
             failed_launches = self._take_launch_failures()
-            for job in state.running():
+            also = set(failed_launches).union(self.shim_loss.term_sent_at)
+            for job in runreads.to_read(state.running(), reported, check_liveness, also):
                 run = runfile.read_run(jobs_dir, job.id, runfile.run_token(job))
                 record = run.exit
                 if record is None and job.shim_pid is None and run.shim is not None:

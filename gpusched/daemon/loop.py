@@ -381,10 +381,12 @@ class Daemon:
     def wake(self, message: bytes = runfile.WAKE, sender: Any = None) -> None:
         """A job ended, or could not start (its shim said so): run a pass now rather than
         at the next timeout."""
-        self._end_reports.report(sender)
+        run = self._end_reports.report(sender)
         failure = runfile.parse_launch_failure(message)
         if failure is not None:
             self.control.launch_failures.put(failure)
+        else:  # the next pass reads that run's file (or, naming none, every one)
+            self.control.run_reads.reported(run)
         self._calls.put(_WAKE)
 
     def read_gpus(self) -> None:

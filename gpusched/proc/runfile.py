@@ -267,10 +267,13 @@ def read_run(jobs_root: str | os.PathLike, job_id: int, run: str | None = None) 
 
 def _tail_records(path: str) -> list[dict]:
     """The whole lines of the file's tail, parsed; a partial line is left out."""
-    with open(path, "rb") as run:
-        size = run.seek(0, os.SEEK_END)
-        run.seek(max(0, size - _TAIL_BYTES))
-        data = run.read()
+    fd = os.open(path, os.O_RDONLY)  # not open(): its buffer costs more syscalls
+    try:
+        size = os.fstat(fd).st_size
+        # A record appended since the fstat is not read: as if not written yet.
+        data = os.pread(fd, _TAIL_BYTES, max(0, size - _TAIL_BYTES))
+    finally:
+        os.close(fd)
     records = []
     for line in data.split(b"\n")[:-1]:  # what follows the last newline is not written yet
         try:
@@ -349,8 +352,11 @@ ProcStat.session.__doc__ = """The id of the process's session: its leader's pid.
 def read_proc_stat(pid: int | str = "self") -> ProcStat:
     """One read of /proc/PID/stat; OSError when the process is gone, ValueError (or
     IndexError) for what is not a stat line."""
-    with open(f"/proc/{pid}/stat", "rb") as stat:
-        data = stat.read()
+    fd = os.open(f"/proc/{pid}/stat", os.O_RDONLY)  # not open(): its buffer costs more syscalls
+    try:
+        data = os.read(fd, 4096)  # one line, well under a page
+    finally:
+        os.close(fd)
     # Fields from the 3rd (state) on: the name before them, in (...), may hold spaces
     # and parentheses, so the split starts after the last ")".
     fields = data[data.rindex(b")") + 2:].split()
