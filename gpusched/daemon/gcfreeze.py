@@ -9,8 +9,8 @@ again. Instead each turn of a big request collects that turn's young objects (it
 cycles are freed as before; a few ms) and moves what survives to the collector's permanent
 generation (gc.freeze, O(1)). Jobs that go are still freed at once (reference counts), but
 a cycle among frozen objects would wait: once the active jobs are down to a quarter of
-what they were when frozen, everything goes back to the collector (gc.unfreeze), whose
-next full scan then walks what is left. So nothing is kept for ever.
+what they were when frozen (or to a few thousand), everything goes back to the collector
+(gc.unfreeze), whose next full scan then walks what is left. So nothing is kept for ever.
 """
 
 from __future__ import annotations
@@ -18,6 +18,9 @@ from __future__ import annotations
 import gc
 
 THAW_FRACTION = 4  # unfreeze once the active jobs are this many times fewer than when frozen
+# or this few, whatever they were: a full scan of them takes a few ms (and a big request
+# that failed, or a big cancel, leaves nothing worth keeping out of the scans).
+THAW_JOBS = 2000
 
 
 class CollectorHold:
@@ -38,6 +41,7 @@ class CollectorHold:
         """No big request left: the collector on, and what was frozen back to it once
         most of those jobs have gone."""
         gc.enable()
-        if self.frozen_with_jobs and active_jobs * THAW_FRACTION <= self.frozen_with_jobs:
+        if self.frozen_with_jobs and active_jobs <= max(THAW_JOBS, self.frozen_with_jobs //
+                                                        THAW_FRACTION):
             gc.unfreeze()
             self.frozen_with_jobs = 0
