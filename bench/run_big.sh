@@ -11,3 +11,4 @@ if [ "${1:-}" = "--quick" ]; then QUICK="--quick"; fi
 "$PYTHON" bench_bigqueue.py $QUICK
 "$PYTHON" bench_bigsubmit.py $QUICK
 "$PYTHON" bench_bigls.py $QUICK
+"$PYTHON" bench_submit_turns.py $QUICK

@@ -277,6 +277,7 @@ class Box:
         daemon.state.store.close()
         daemon.backend.close()
         gc.enable()  # a daemon stopped in a big request's batches left the collector off
+        gc.unfreeze()  # and what they made frozen (daemon/gcfreeze.py)
 
     def restart(self, crash: bool = False) -> Daemon:
         self.stop(crash)

@@ -35,7 +35,12 @@ TURN_BUDGET_S = 0.03
 TURN_GOAL_S = 0.06
 MIN_WORK_S = 0.002  # at least a chunk or so a turn, however slow the disk
 _CHUNK = 50  # jobs between two looks at the clock (a few ms, even on a loaded machine)
-KNOWN_PER_TURN = 5000  # jobs of a committed submit made known to the scheduler per turn
+# Jobs of a committed submit made known to the scheduler per turn: the first part, then as
+# many as the last part's time per job says fit in TURN_BUDGET_S, at most KNOWN_PER_TURN
+# (a fixed 5,000 took from 60 to over 120 ms a turn, as the machine was loaded).
+KNOWN_FIRST = 1000
+KNOWN_PER_TURN = 5000
+KNOWN_MIN = 50
 _INCOMPLETE = "incomplete_submit:"
 CANCELLED = "the submit was cancelled before it was stored; nothing of it was queued"
 _NOT_QUEUED = "nothing of this submit was queued"  # meta key prefix: first id -> last id of a submit
@@ -147,10 +152,18 @@ class Pace:
         return more
 
 
+def next_part(done: int, took_s: float, most: int) -> int:
+    """How many jobs the next part may take, given the last one's: TURN_BUDGET_S worth at
+    the last part's pace, growing at most fourfold a turn (one quick part proves little)."""
+    if took_s <= 0:
+        return min(most, done * 4)
+    return max(KNOWN_MIN, min(most, done * 4, int(done * TURN_BUDGET_S / took_s)))
+
+
 class BatchedSubmit(Batched):
     """Jobs stored a batch per turn; once all have committed, made known to the scheduler
-    KNOWN_PER_TURN a turn (until then `show` and a change do not find them, as before
-    the commit), and acknowledged. make_jobs(ids) yields the jobs with those ids, in
+    a part per turn, sized by time (next_part; until then `show` and a change do not find
+    them, as before the commit), and acknowledged. make_jobs(ids) yields the jobs with those ids, in
     order, each with the template it was made from (Store.insert_alike)."""
 
     def __init__(self, state: DaemonState, count: int,
@@ -163,6 +176,7 @@ class BatchedSubmit(Batched):
         self._stored: list[tuple[int, Job]] = []  # (id, Kinds.lean of the job)
         self._pace = Pace()
         self._known = 0  # of the stored jobs, once committed
+        self._known_part = KNOWN_FIRST  # how many the next turn makes known
 
     def step(self) -> dict | None:
         if self._ids is None:
@@ -176,18 +190,21 @@ class BatchedSubmit(Batched):
             with self.state.write(undone=_NOT_QUEUED):  # the one commit that makes it real
                 self.state.store.delete_meta(self._mark)
             self.committed = True
+            return None  # made known from the next turn on: this one had two commits
         return self._make_known()
 
     def _make_known(self) -> dict | None:
         """The next jobs known to the scheduler and to requests: with 100,000 at once, the
         queue's bookkeeping alone took several hundred ms of one turn."""
-        part = self._stored[self._known:self._known + KNOWN_PER_TURN]
+        started = _monotonic()
+        part = self._stored[self._known:self._known + self._known_part]
         self.state.incoming.remove(self._unknown_ids())
         self._known += len(part)
         if self._known < len(self._stored):
             self.state.incoming.append(self._unknown_ids())
         self.state.remember_alike(part)
         if self._known < len(self._stored):
+            self._known_part = next_part(len(part), _monotonic() - started, KNOWN_PER_TURN)
             return None
         self._stored = []
         return self._result_of(list(self._ids))

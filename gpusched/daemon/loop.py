@@ -29,6 +29,7 @@ from gpusched.daemon.batches import CANCELLED, Batched, purge_incomplete, step_o
 from gpusched.daemon.cgroups import CgroupJobs
 from gpusched.daemon.checkpoints import Checkpointer
 from gpusched.daemon.endacks import EndReports
+from gpusched.daemon.gcfreeze import CollectorHold
 from gpusched.daemon.handlers import Handlers
 from gpusched.daemon.host import detect_host
 from gpusched.daemon.idlegpus import IdleGpus
@@ -105,6 +106,7 @@ class Daemon:
         self._waiters: list[Call] = []
         self.memory = MemoryTrim()
         self._batched: list[Call] = []  # oldest first; one batch per turn
+        self.gc_hold = CollectorHold()
         self._next_gpu_read = 0.0
         self._end_reports = EndReports()
         self._answer_shim: Any = None  # sends on the wake socket, once it is open
@@ -331,12 +333,13 @@ class Daemon:
         if self._batched:
             # What a big request makes (100,000 jobs) survives, and so sets off the cyclic
             # collector's full scans of every object, each 100 ms and more of a turn with
-            # them in it: no collection until no batched request is left (what is freed
-            # meanwhile is freed at once; only cycles wait for the collector).
+            # them in it: no collection during its turns, then one of what the turn made
+            # (daemon/gcfreeze.py; what is freed meanwhile is freed at once).
             gc.disable()
             step_oldest(self._batched)
+            self.gc_hold.after_batch(len(self.state.jobs))
         if not self._batched:
-            gc.enable()
+            self.gc_hold.idle(len(self.state.jobs))
 
     def run_pass(self, schedule: bool) -> None:
         poll_due = self.clock.monotonic() >= self._next_gpu_read
