@@ -96,7 +96,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--jobs", type=int, default=1000, help="jobs per scheduler (default 1000)")
     parser.add_argument("--slots", type=int, default=4, help="jobs at once (default 4)")
-    parser.add_argument("--rounds", type=int, default=3, help="runs of each (default 3)")
+    parser.add_argument("--rounds", type=int, default=5, help="runs of each (default 5)")
     args = parser.parse_args()
 
     contenders = ["tsp", *MODES]
