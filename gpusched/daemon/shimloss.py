@@ -45,7 +45,8 @@ class ShimLoss:
     def stop_leftovers(self, job: Job) -> Job | None:
         """Signal the processes the job left; the job as it is to be kept while any remain
         (still running, its reason saying so), or None once none is left."""
-        found = self._leftovers(job)
+        shim = runfile.read_run(self.setup.paths.jobs_dir, job.id).shim
+        found = self._leftovers(job, shim)
         if not found:
             return None
         now = self.setup.clock.time()
@@ -58,7 +59,7 @@ class ShimLoss:
             # New ones too: a child forked since the first SIGTERM gets its own.
             self.seam.signal_processes({p: t for p, t in found.items() if p not in seen},
                                        signal.SIGTERM)
-        supervised = self._supervised(job)
+        supervised = shim is not None and shim.supervised  # found: its record is there
         if not seen:
             who = "supervisor" if supervised else "shim"
             note = f"job {job.id}'s {who} died; sent SIGTERM to its processes ({_pids(found)})"
@@ -95,13 +96,12 @@ class ShimLoss:
         return min((sent + grace_s for job_id, sent in self.term_sent_at.items()
                     if job_id not in self.killed), default=None)
 
-    def _leftovers(self, job: Job) -> dict[int, int]:
+    def _leftovers(self, job: Job, shim: runfile.ShimRecord | None) -> dict[int, int]:
         """pid -> start ticks of the job's live processes (none when its shim never ran, or
-        the machine has rebooted since)."""
+        the machine has rebooted since); shim: its run file's record of the shim."""
         if job.boot_id != self.seam.boot_id:
             return {}
         jobs_dir = self.setup.paths.jobs_dir
-        shim = runfile.read_run(jobs_dir, job.id).shim
         if shim is None:
             return {}  # the shim writes this record before it starts the job
         try:
