@@ -83,3 +83,25 @@ def test_a_bad_job_id_still_reads_as_before(home):
         assert proc.returncode == 2, proc.stderr
         assert proc.stderr == ("Error: '4_' is not a job id; give an ID like 12, or "
                                "ARRAY_INDEX like 12_3 for one element of array 12\n")
+
+
+# Needed only for the options that name them: --time, --mem, --after, --array... (the
+# parsers of core.syntax and what it imports), -o/-e, --from-file; and the extension
+# modules a plain submit has no use for (each load costs it a quarter of a millisecond
+# or more: math for sizes' infinity, fcntl for the lock a starting daemon takes).
+FOR_SOME_OPTIONS = {"gpusched.core.syntax", "gpusched.core.values", "gpusched.client.sweepfile",
+                    "gpusched.client.outputs", "gpusched.core.outpattern", "math", "fcntl"}
+
+
+def test_a_plain_submit_loads_only_what_it_uses(home):
+    home.start()
+    loaded, proc = modules_at_exit(home, "submit", "--hold", "--", "true")
+    assert proc.returncode == 0, proc.stderr
+    assert not FOR_SOME_OPTIONS & loaded, sorted(FOR_SOME_OPTIONS & loaded)
+    # The options that need them still load them, and are read as before.
+    loaded, proc = modules_at_exit(home, "submit", "--hold", "--time", "1:00", "-o", "out.txt",
+                                   "--after", proc.stdout.strip(), "--", "true")
+    assert proc.returncode == 0, proc.stderr
+    assert {"gpusched.core.syntax", "gpusched.client.outputs"} <= loaded
+    job = home.show(int(proc.stdout))
+    assert job["time_limit_s"] == 60 and job["dependencies"] and job["held"]

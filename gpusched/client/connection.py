@@ -5,7 +5,6 @@ Kept free of heavy imports: every CLI call pays for what this module imports.
 
 from __future__ import annotations
 
-import fcntl
 import os
 import sys
 import time
@@ -188,6 +187,8 @@ class StartedDaemon:
 
 def lock_is_held(path: str) -> bool:
     """Whether a daemon holds the state directory's lock (filelock flocks that file)."""
+    import fcntl  # only while a daemon starts: an extension module every command would load
+
     try:
         fd = os.open(path, os.O_RDONLY)
     except OSError:

@@ -12,10 +12,15 @@ from gpusched.core.errors import GpuschedError, UsageError, report_error
 from gpusched.client.options import SUBMIT, SubmitOptions, flags_of
 from gpusched.client.slurmflags import check_command_line
 from gpusched.client.submitting import submit_and_report
-from gpusched.core.syntax import parse_yes_no
 
 # option -> (SubmitOptions field, kind), from the one table of submit's options.
 OPTIONS = flags_of(SUBMIT)
+
+
+def _yes_no(text: str, option: str) -> bool:
+    from gpusched.core.syntax import parse_yes_no  # only for `=yes`/`=no`: not on every submit
+
+    return parse_yes_no(text, option)
 
 
 def parse(argv: list[str]) -> SubmitOptions | None:
@@ -40,7 +45,7 @@ def parse(argv: list[str]) -> SubmitOptions | None:
             if has_inline and kind == "flag":
                 return None
             try:
-                setattr(opts, field, parse_yes_no(inline, name) if has_inline else True)
+                setattr(opts, field, _yes_no(inline, name) if has_inline else True)
             except UsageError:
                 return None
             i += 1
@@ -77,7 +82,7 @@ def fold_yes_no(argv: list[str]) -> list[str]:
         if not kind:
             break  # unknown here (a typo, --help, -WG): typer reads it and the rest
         if kind == "yesno":
-            set_flags[name] = parse_yes_no(inline, name) if has_inline else True
+            set_flags[name] = _yes_no(inline, name) if has_inline else True
         else:
             kept.append(arg)
             if kind != "flag" and not has_inline and i + 1 < len(argv):

@@ -5,19 +5,24 @@ from __future__ import annotations
 
 import os
 
-from gpusched.client import sweepfile
 from gpusched.client.options import SubmitOptions
-from gpusched.client.outputs import output_fields
 from gpusched.client.slurmflags import check_one_node, exported_environment, gres_as_gpus
-from gpusched.core import limits, syntax
+from gpusched.core import limits
 from gpusched.core.errors import UsageError
-from gpusched.core.units import parse_duration, parse_size
 
 # typing is imported only by type checkers: the submit fast path imports this module, and
 # typing would cost every submit several ms.
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any, Iterable
+
+
+def _syntax() -> Any:
+    """core.syntax (and the modules it imports), imported only when an option given needs
+    it: a plain `submit -- CMD` does without, and each module costs every submit a little."""
+    from gpusched.core import syntax
+
+    return syntax
 
 
 # The options that choose among the GPUs (SubmitOptions fields).
@@ -48,6 +53,8 @@ def size_option(text: str | None, option: str) -> int | None:
     """An option's size in bytes (None if not given); a bad one is a UsageError naming it."""
     if text is None:
         return None
+    from gpusched.core.units import parse_size
+
     try:
         return parse_size(text)
     except ValueError as exc:
@@ -55,11 +62,13 @@ def size_option(text: str | None, option: str) -> int | None:
 
 
 def _duration(text: str, option: str) -> float:
+    from gpusched.core.units import parse_duration
+
     try:
         seconds = parse_duration(text)
     except ValueError as exc:
         raise UsageError(f"{option}: {exc}") from None
-    if seconds > syntax.MAX_DURATION_S:
+    if seconds > _syntax().MAX_DURATION_S:
         raise UsageError(f"{option} {text!r} is over the longest, 100 years; give a shorter one")
     return seconds
 
@@ -87,6 +96,9 @@ def gpus_and_type(opts: SubmitOptions) -> tuple[int | None, str]:
     """--gpus N, or Slurm's TYPE:N, beside --gpu-type: (the count or None, the type or "")."""
     gpu_type = opts.gpu_type or ""
     gpus = opts.gpus
+    if gpus is None and opts.gres is None:
+        return None, gpu_type
+    syntax = _syntax()
     if opts.gres is not None:
         from_gres = gres_as_gpus(opts.gres)
         if gpus is not None and syntax.parse_gpus(str(gpus)) != syntax.parse_gpus(from_gres):
@@ -105,9 +117,10 @@ def gpus_and_type(opts: SubmitOptions) -> tuple[int | None, str]:
 def scheduling_fields(opts: SubmitOptions) -> dict[str, Any]:
     """The Slurm-style options of a job spec: hold, dependencies, arrays, limits, constraints."""
     spec: dict[str, Any] = {
-        "mem_bytes": None if opts.mem is None else syntax.parse_mem(opts.mem),
+        "mem_bytes": None if opts.mem is None else _syntax().parse_mem(opts.mem),
         "hold": opts.hold, "kill_on_invalid_dep": opts.kill_on_invalid_dep,
-        "dependencies": [list(d) for d in syntax.parse_dependencies(opts.after, opts.dependency)],
+        "dependencies": [list(d) for d in _syntax().parse_dependencies(
+            opts.after, opts.dependency)] if opts.after or opts.dependency else [],
         "retries": opts.retries, "policy": opts.policy or "",
         "constraints": {"gpu_ids": _index_list(opts.gpu_ids, "--gpu-ids"),
                         "exclude_gpus": _index_list(opts.exclude_gpus, "--exclude-gpus"),
@@ -127,13 +140,14 @@ def scheduling_fields(opts: SubmitOptions) -> dict[str, Any]:
         spec["interactive"] = True
     if opts.retry_delay is not None:
         spec["retry_delay_s"] = _duration(opts.retry_delay, "--retry-delay")
-    time_limit_s = None if opts.time is None else syntax.parse_time_limit(opts.time)
+    time_limit_s = None if opts.time is None else _syntax().parse_time_limit(opts.time)
     if time_limit_s is not None:
         spec["time_limit_s"] = time_limit_s
     if opts.signal is not None:
         if time_limit_s is None:
             raise UsageError("--signal warns before the time limit: add a --time limit "
                              "(not 0 or UNLIMITED)")
+        syntax = _syntax()
         try:
             spec["warn_signal"], spec["warn_before_s"] = syntax.parse_signal_spec(opts.signal)
             if syntax.signal_is_batch_only(opts.signal):
@@ -142,7 +156,7 @@ def scheduling_fields(opts: SubmitOptions) -> dict[str, Any]:
             raise UsageError(str(exc)) from None
     spec.update(preemption_fields(opts))
     if opts.array is not None:
-        indices, throttle = syntax.parse_array(opts.array)
+        indices, throttle = _syntax().parse_array(opts.array)
         spec["array"] = {"indices": list(indices), "throttle": throttle}
     return spec
 
@@ -224,6 +238,8 @@ def build_request(opts: SubmitOptions) -> dict[str, Any]:
     if opts.from_file is not None:
         if opts.command:
             raise UsageError("give either --from-file or a command after `--`, not both")
+        from gpusched.client import sweepfile
+
         # One template: its lines follow in a stream (client/streams.py), read as sent.
         command = sweepfile.SHELL
     elif opts.command:
@@ -232,8 +248,7 @@ def build_request(opts: SubmitOptions) -> dict[str, Any]:
         raise UsageError("no command to run; put it after `--`, e.g. "
                          "`gpusched submit --gpus 1 -- python train.py`")
     extra = {**scheduling_fields(opts), **container_field(opts),
-             **output_fields(opts.output, opts.error, opts.open_mode, cwd,
-                             opts.name or os.path.basename(command[0]))}
+             **_output_fields(opts, cwd, command)}
     if gpu_mem_auto:
         extra["gpu_mem_auto"] = True
     jobs = [{"command": command, "name": opts.name, "gpus": gpus,
@@ -244,10 +259,22 @@ def build_request(opts: SubmitOptions) -> dict[str, Any]:
         request["cluster"] = opts.cluster
     check_limits(request)
     if opts.from_file is not None:  # each line checked as it is read and sent
+        from gpusched.client import sweepfile
+
         array = extra.get("array")
         request["lines"] = sweepfile.sweep_lines(opts.from_file,
                                                  len(array["indices"]) if array else 1)
     return request
+
+
+def _output_fields(opts: SubmitOptions, cwd: str, command: list[str]) -> dict[str, str]:
+    """-o, -e and --open-mode as the job spec's fields; {} (and no import) for none."""
+    if opts.output is None and opts.error is None and opts.open_mode is None:
+        return {}
+    from gpusched.client.outputs import output_fields
+
+    return output_fields(opts.output, opts.error, opts.open_mode, cwd,
+                         opts.name or os.path.basename(command[0]))
 
 
 def container_field(opts: SubmitOptions) -> dict[str, Any]:

@@ -113,7 +113,8 @@ def _environment(value: Any) -> dict:
             raise UsageError(f"env: {values.shown(name)} is not an environment variable "
                              "name (empty, or with '=')")
         values.text(name, "an environment variable's name", os_text=True)
-        values.text(setting, f"the environment variable {values.shown(name)}", os_text=True)
+        if not values.is_text(setting, os_text=True):  # the message is built only then
+            values.text(setting, f"the environment variable {values.shown(name)}", os_text=True)
     return value
 
 

@@ -6,7 +6,9 @@ about 4 ms (bench/bench_commands.py).
 
 from __future__ import annotations
 
-import math
+# float("inf") rather than math.inf: math is an extension module, a load every submit
+# would pay for (limits, on the submit fast path, imports this module).
+_INFINITY = float("inf")
 
 # Bare K/M/G/T mean binary units, as GPU memory is always sized (nvidia-smi's MiB).
 _SIZE_UNITS = {
@@ -70,7 +72,7 @@ def parse_size(text: str | int) -> int:
 def parse_duration(text: str | int | float) -> float:
     """'90', '1.5', '2h30m', '45s', '1d' -> seconds."""
     if isinstance(text, (int, float)) and not isinstance(text, bool):
-        if not 0 <= text < math.inf:  # also refuses nan: a limit that never comes is no limit
+        if not 0 <= text < _INFINITY:  # also refuses nan: a limit that never comes is no limit
             raise ValueError(f"duration must be a finite number of seconds, not {text}")
         return float(text)
     raw = str(text).strip().lower()
@@ -81,7 +83,7 @@ def parse_duration(text: str | int | float) -> float:
         if parts is None:
             raise ValueError(f"not a duration: {text!r} (use seconds, or e.g. 2h30m, 45s, 1d)")
         return float(sum(float(n) * _DURATION_UNITS[u] for n, u in parts))
-    if not 0 <= seconds < math.inf:
+    if not 0 <= seconds < _INFINITY:
         raise ValueError(f"duration must be a finite number of seconds, not {text!r}")
     return seconds
 

@@ -282,6 +282,11 @@ class Daemon:
         passes (which write) wait for the next retry; requests are answered all the same."""
         for call in calls:
             self.handle(call)  # each request commits before it is answered
+        if calls:
+            # Let the connection threads just answered take the GIL and send their replies
+            # before this turn's pass holds it: they waited about 0.4 ms for it otherwise,
+            # a tenth of a submit's whole round trip.
+            time.sleep(0)
         self.step_batched()
         self.retention.step()  # old finished jobs removed, a little per turn
         if self.state.writes.retry_due():

@@ -23,6 +23,12 @@ Dispatch = Callable[[str, dict[str, Any], tuple[int, int, int]], Any]
 # Commands the server answers itself, on the connection's thread: a liveness check must
 # not wait behind the loop.
 SERVER_COMMANDS = frozenset({"ping"})
+# Connection threads wait in accept(): one more is started whenever none is left waiting
+# (a `wait` holds its thread for minutes), and one that is done exits while this many
+# others wait. Two start, so that a client's next connection, made before its last one's
+# thread is back, finds one waiting.
+FIRST_THREADS = 2
+SPARE_THREADS = 4
 
 
 def reply(result: Any = None, error: GpuschedError | None = None,
@@ -84,14 +90,15 @@ class SocketServer:
         self._sock = bind_unix(path, socket.SOCK_STREAM)
         os.chmod(path, mode)
         self._sock.listen(128)
-        self._thread = threading.Thread(target=self._accept_loop, name="accept", daemon=True)
         self._closed = False
         # Open connections by thread, so that drain() can let their answers out before exit.
         self._open: dict[threading.Thread, socket.socket] = {}
         self._open_lock = threading.Lock()
+        self._idle = 0  # connection threads waiting in accept() (under _open_lock)
 
     def start(self) -> None:
-        self._thread.start()
+        for _ in range(FIRST_THREADS):
+            self._spawn()
 
     def close(self) -> None:
         self._closed = True
@@ -112,22 +119,38 @@ class SocketServer:
         for thread in open_now:
             thread.join(max(0.0, deadline - time.monotonic()))
 
-    def _accept_loop(self) -> None:
+    def _spawn(self) -> None:
+        """One more connection thread, waiting in accept() (under _open_lock, or before start)."""
+        self._idle += 1
+        threading.Thread(target=self._accept_and_serve, name="conn", daemon=True).start()
+
+    def _accept_and_serve(self) -> None:
+        """A connection thread: accept a connection, serve it, and go back to accepting
+        while fewer than SPARE_THREADS others wait. The thread that takes a request is one
+        already waiting in accept(), not one started for it: starting a thread and handing
+        the connection over to it added a third of a millisecond to every command."""
         while not self._closed:
             try:
                 conn, _ = self._sock.accept()
             except OSError:
                 if self._closed:
-                    return
+                    break
                 continue
-            uid = self._admit(conn)
-            if uid is None:
-                continue
-            thread = threading.Thread(target=self._serve_counted, args=(conn, uid), name="conn",
-                                      daemon=True)
             with self._open_lock:
-                self._open[thread] = conn
-            thread.start()
+                self._idle -= 1
+                if not self._idle:  # someone must be waiting for the next connection
+                    self._spawn()
+            uid = self._admit(conn)
+            if uid is not None:
+                with self._open_lock:
+                    self._open[threading.current_thread()] = conn
+                self._serve_counted(conn, uid)
+            with self._open_lock:
+                if self._idle >= SPARE_THREADS:
+                    return
+                self._idle += 1
+        with self._open_lock:
+            self._idle -= 1
 
     def _admit(self, conn: socket.socket) -> int | None:
         """Count a new connection against its user's limit; refuse it, with a reply, if over."""

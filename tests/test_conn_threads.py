@@ -1,0 +1,80 @@
+"""The daemon's connection threads wait in accept() themselves: a request is taken by a
+thread already waiting, not by one started for it (which cost every command about a
+third of a millisecond), and more are started while every one is busy, so that clients
+held in a long `wait` never keep others out. On a real socket server in this process."""
+
+from __future__ import annotations
+
+import socket
+import threading
+
+from conftest import wait_until
+
+from gpusched.client import protocol
+from gpusched.daemon.server import SPARE_THREADS, SocketServer
+
+
+def _ask(path, cmd: str = "gpus") -> dict:
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+        sock.settimeout(30)
+        sock.connect(str(path))
+        protocol.send(sock, {"cmd": cmd})
+        return protocol.receive(sock)
+
+
+def test_requests_one_after_another_are_served_by_the_same_few_threads(tmp_path):
+    served_by: list[threading.Thread] = []  # kept alive: no two threads can look alike
+
+    def dispatch(name, args, creds):
+        served_by.append(threading.current_thread())
+        return name
+
+    server = SocketServer(tmp_path / "s.sock", dispatch)
+    server.start()
+    try:
+        for _ in range(40):
+            assert _ask(tmp_path / "s.sock") == {"ok": True, "result": "gpus"}
+    finally:
+        server.close()
+    assert len(served_by) == 40
+    # A thread per connection made 40; a client's next connection may come before its
+    # last one's thread is back in accept(), which another waiting thread then takes.
+    assert len(set(served_by)) <= SPARE_THREADS
+
+
+def test_every_held_connection_gets_a_thread_and_the_extra_ones_end(tmp_path):
+    release = threading.Event()
+    inside = []
+
+    def dispatch(name, args, creds):
+        if name == "status":  # held, as a `wait` is (whose arguments need job ids)
+            inside.append(threading.current_thread())
+            release.wait(30)
+        return name
+
+    path = tmp_path / "s.sock"
+    server = SocketServer(path, dispatch)
+    server.start()
+    waiting = []
+    try:
+        for _ in range(12):
+            sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            sock.settimeout(30)
+            sock.connect(str(path))
+            protocol.send(sock, {"cmd": "status"})
+            waiting.append(sock)
+        wait_until(lambda: len(inside) == 12, "every held request to reach dispatch")
+        assert _ask(path) == {"ok": True, "result": "gpus"}  # others are still served
+        release.set()
+        for sock in waiting:
+            assert protocol.receive(sock) == {"ok": True, "result": "status"}
+            sock.close()
+        # The threads the held requests needed end, but for a few that keep waiting.
+        wait_until(lambda: sum(t.is_alive() for t in inside) <= SPARE_THREADS,
+                   "the extra connection threads to end")
+        assert _ask(path) == {"ok": True, "result": "gpus"}
+    finally:
+        release.set()
+        for sock in waiting:
+            sock.close()
+        server.close()
