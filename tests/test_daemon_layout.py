@@ -16,7 +16,9 @@ REQUEST_HANDLING = {"gpusched.daemon.handlers", "gpusched.daemon.queries",
 
 def test_only_the_loop_and_the_cli_know_the_loop():
     # A handler that imports the loop (even for a type) can reach back into it.
-    assert importers_of(LOOP) <= {"gpusched.cli.daemon_cmds"}  # `gpusched daemon run`
+    # `gpusched daemon run`: startup runs the loop; the cli only knows startup.
+    assert importers_of(LOOP) <= {"gpusched.daemon.startup"}
+    assert importers_of("gpusched.daemon.startup") <= {"gpusched.cli.daemon_cmds"}
 
 
 def test_request_handling_and_job_control_do_not_know_each_other():
@@ -24,8 +26,10 @@ def test_request_handling_and_job_control_do_not_know_each_other():
     assert importers_of("gpusched.daemon.handlers") <= {LOOP}
     for kind in ("queries", "changes", "submits"):  # one module per kind of request
         assert importers_of(f"gpusched.daemon.{kind}") <= {"gpusched.daemon.handlers"}, kind
-    # Request, Waiter and the id lookups: the loop hands requests over and answers waits.
-    assert importers_of("gpusched.daemon.request") <= REQUEST_HANDLING | {LOOP}
+    # Request, Waiter and the id lookups: the loop hands requests over (its calls) and
+    # answers waits.
+    assert importers_of("gpusched.daemon.request") <= REQUEST_HANDLING | {
+        LOOP, "gpusched.daemon.calls"}
 
 
 def test_processes_are_reached_through_the_seam_only():

@@ -18,7 +18,7 @@ def waited_s(box) -> float:
         asked.append(timeout)
         raise queue.Empty
 
-    box.daemon._calls.get = get
+    box.daemon.calls.queue.get = get
     box.daemon._next_calls()
     return asked[0]
 

@@ -162,7 +162,7 @@ def test_a_daemon_stopping_after_a_submit_committed_answers_it_as_queued(box, mo
     box.daemon.step([call])
     box.daemon.step([])
     assert not call.done.is_set()
-    box.daemon._answer_everyone()  # as the daemon does when it stops
+    box.daemon.answer_everyone()  # as the daemon does when it stops
     assert call.error is None, call.error
     assert len(call.result["ids"]) == count
     box.restart()

@@ -17,7 +17,7 @@ from gpusched.proc import privileges
 from gpusched.client import protocol, trust
 from gpusched.core.config import Settings
 from gpusched.client.paths import resolve_paths
-from gpusched.daemon.loop import check_mode
+from gpusched.daemon.startup import check_mode
 from gpusched.core.errors import ConfigError, PermissionDenied
 from gpusched.client.modes import client_paths, daemon_paths, system_paths
 from gpusched.daemon.server import SocketServer

@@ -30,7 +30,7 @@ def daemon_run(
 
     Example: gpusched daemon run --system
     """
-    from gpusched.daemon.loop import serve
+    from gpusched.daemon.startup import serve
     from gpusched.client.modes import daemon_paths
 
     if system and user:

@@ -23,6 +23,16 @@ def own_cgroup(proc_cgroup: Path = Path("/proc/self/cgroup")) -> str | None:
     return None
 
 
+def daemon_cgroups(enforce_mem: bool) -> CgroupJobs | None:
+    """Kernel-enforced memory limits when enforce_mem is on and a cgroup v2 tree is ours."""
+    if not enforce_mem:
+        return None
+    tree = CgroupJobs.detect()
+    if tree is not None and tree.prepare(os.getpid()):
+        return tree
+    return None
+
+
 class CgroupJobs:
     """Job cgroups under the daemon's own (delegated) cgroup.
 
