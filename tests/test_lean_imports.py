@@ -86,18 +86,20 @@ def test_a_bad_job_id_still_reads_as_before(home):
 
 
 # Needed only for the options that name them: --time, --mem, --after, --array... (the
-# parsers of core.syntax and what it imports), -o/-e, --from-file; and the extension
-# modules a plain submit has no use for (each load costs it a quarter of a millisecond
-# or more: math for sizes' infinity, fcntl for the lock a starting daemon takes).
-FOR_SOME_OPTIONS = {"gpusched.core.syntax", "gpusched.core.values", "gpusched.client.sweepfile",
-                    "gpusched.client.outputs", "gpusched.core.outpattern", "math", "fcntl"}
+# parsers of core.syntax and what it imports), -o/-e, --from-file; for a refusal (the
+# user name of a socket's owner); and the extension modules a plain submit has no use for
+# (each load costs it a quarter of a millisecond or more: math for sizes' infinity, fcntl
+# for the lock a starting daemon takes).
+NOT_FOR_A_PLAIN_SUBMIT = {"gpusched.core.syntax", "gpusched.core.values",
+                          "gpusched.client.sweepfile", "gpusched.client.outputs",
+                          "gpusched.core.outpattern", "gpusched.core.users", "math", "fcntl"}
 
 
 def test_a_plain_submit_loads_only_what_it_uses(home):
     home.start()
     loaded, proc = modules_at_exit(home, "submit", "--hold", "--", "true")
     assert proc.returncode == 0, proc.stderr
-    assert not FOR_SOME_OPTIONS & loaded, sorted(FOR_SOME_OPTIONS & loaded)
+    assert not NOT_FOR_A_PLAIN_SUBMIT & loaded, sorted(NOT_FOR_A_PLAIN_SUBMIT & loaded)
     # The options that need them still load them, and are read as before.
     loaded, proc = modules_at_exit(home, "submit", "--hold", "--time", "1:00", "-o", "out.txt",
                                    "--after", proc.stdout.strip(), "--", "true")

@@ -3,17 +3,17 @@
 from __future__ import annotations
 
 import os
-import pwd
 import stat
 
 from gpusched.client import wire
 from gpusched.client.paths import Paths
 from gpusched.core.errors import PermissionDenied
-from gpusched.core.users import user_name
 
 
 def _service_uid(paths: Paths) -> int | None:
     """The uid of `system.service_user` in the system config, if one is set."""
+    import pwd
+
     from gpusched.core.config import load_settings  # only for a socket that is not the caller's
     from gpusched.client.modes import system_paths
 
@@ -26,6 +26,8 @@ def _service_uid(paths: Paths) -> int | None:
 
 
 def _owner_name(uid: int) -> str:
+    from gpusched.core.users import user_name  # only for the refusal: every command checks
+
     name = user_name(uid, unknown="")
     return f"{name} (uid {uid})" if name else f"uid {uid}"
 
