@@ -44,7 +44,7 @@ def client(home: Home) -> Client:
 
 # -- sizes -------------------------------------------------------------------------------
 
-def test_the_client_refuses_a_submit_over_a_limit_in_one_line_before_sending(home):
+def test_a_submit_over_a_limit_is_refused_in_one_line_naming_it(home):
     home.start()
     big = "x" * 100_000  # two arguments: one alone may be at most 128 KiB
     one_error_line(home.run("submit", "--", "echo", big, big, check=False), 2,
@@ -56,6 +56,22 @@ def test_the_client_refuses_a_submit_over_a_limit_in_one_line_before_sending(hom
                    "environment", "limits.env")
     one_error_line(home.run("submit", "--array", "0-100000", "--", "true", check=False), 2,
                    "100,001 jobs", "limits.jobs")
+    assert home.json("ls", "--all") == []
+
+
+def test_a_submit_too_big_to_send_is_refused_naming_the_limit(home, monkeypatch):
+    # exec() keeps a command line and environment far under a frame (16 MiB), so a
+    # submit's request outgrows one only in process: the limit it is over is named, not
+    # the frame's size, and nothing is queued.
+    from gpusched.client.fastsubmit import parse
+    from gpusched.client.submitting import submit_and_report
+
+    home.start()
+    for name in ("GPUSCHED_HOME", "GPUSCHED_SIMULATE"):
+        monkeypatch.setenv(name, home.env[name])
+    opts = parse(["--env", "BIG=" + "v" * 17 * 2**20, "--", "true"])
+    with pytest.raises(UsageError, match=r"environment .* over the limit .*limits\.env"):
+        submit_and_report(opts)
     assert home.json("ls", "--all") == []
 
 

@@ -9,7 +9,7 @@ import os
 import sys
 import time
 
-from gpusched.client import drift, trust, wire
+from gpusched.client import trust, wire
 from gpusched.client.paths import Paths, ensure_private_dir
 from gpusched.core.errors import ERROR_KINDS, DaemonUnavailable, GpuschedError, PermissionDenied
 from gpusched.client.modes import client_paths
@@ -97,6 +97,10 @@ class Client:
         try:
             sock.settimeout(timeout_s)
             wire.send(sock, {"cmd": cmd, "args": args}, allow_nan=False)
+            if self.check_daemon and not _compared_daemon:
+                # Needed once the reply is in: imported while the daemon works on the
+                # request, it makes no one wait (a submit's round trip is a few ms).
+                from gpusched.client import drift  # noqa: F401
             reply = wire.receive(sock)
         except OSError as exc:  # TimeoutError too
             self.lost(exc)
@@ -150,6 +154,8 @@ class Client:
         if _compared_daemon:
             return
         _compared_daemon = True
+        from gpusched.client import drift
+
         line = drift.warning(fingerprint, self.paths, os.environ)
         if line:
             sys.stderr.write(line + "\n")

@@ -7,7 +7,6 @@ import os
 
 from gpusched.client.options import SubmitOptions
 from gpusched.client.slurmflags import check_one_node, exported_environment, gres_as_gpus
-from gpusched.core import limits
 from gpusched.core.errors import UsageError
 
 # typing is imported only by type checkers: the submit fast path imports this module, and
@@ -257,10 +256,12 @@ def build_request(opts: SubmitOptions) -> dict[str, Any]:
     request = {"jobs": jobs, "env": env, "cwd": cwd}
     if opts.cluster:
         request["cluster"] = opts.cluster
-    check_limits(request)
-    if opts.from_file is not None:  # each line checked as it is read and sent
+    # The daemon checks a request against its limits and says which one it is over; a
+    # sweep is checked here too, before its lines stream (each as it is read and sent).
+    if opts.from_file is not None:
         from gpusched.client import sweepfile
 
+        check_limits(request)
         array = extra.get("array")
         request["lines"] = sweepfile.sweep_lines(opts.from_file,
                                                  len(array["indices"]) if array else 1)
@@ -294,8 +295,10 @@ def container_field(opts: SubmitOptions) -> dict[str, Any]:
 
 def check_limits(request: dict[str, Any]) -> None:
     """Refuse, before sending, a submit over the daemon's limits (which enforces them
-    anyway). Checked against the defaults first; only a request over one of those reads
-    the config, which may have raised it."""
+    anyway): a sweep's, and one too big to send at all. Checked against the defaults
+    first; only a request over one of those reads the config, which may have raised it."""
+    from gpusched.core import limits
+
     try:
         limits.check_submit(request, limits.DEFAULT)
     except UsageError:

@@ -6,9 +6,9 @@ from __future__ import annotations
 import os
 import sys
 
-from gpusched.client.jobrequest import build_request
+from gpusched.client.jobrequest import build_request, check_limits
 from gpusched.client.options import RESUBMIT_FIELDS, SubmitOptions
-from gpusched.core.errors import GpuschedError, UsageError, detach_stdout
+from gpusched.core.errors import GpuschedError, ProtocolError, UsageError, detach_stdout
 
 # typing is imported only by type checkers: the submit fast path imports this module, and
 # typing would cost every submit several ms.
@@ -145,9 +145,14 @@ def submit_and_report(opts: SubmitOptions) -> int:
         raise
     client = Client()
     lines = request.pop("lines", None)
-    if lines is None:
-        return report_queued(client, client.call("submit", **request), opts)
-    return report_queued(client, submit_streamed(client, request, lines, opts), opts)
+    if lines is not None:
+        return report_queued(client, submit_streamed(client, request, lines, opts), opts)
+    try:
+        result = client.call("submit", **request)
+    except ProtocolError:  # too big to send (or a NaN): which limit it is over, if one
+        check_limits(request)
+        raise
+    return report_queued(client, result, opts)
 
 
 _NOTHING_QUEUED = "Interrupted: nothing of this submit was queued.\n"

@@ -1,8 +1,8 @@
 """Size limits on every request: command, cwd, environment, name, jobs per submit, JSON nesting.
 
-The daemon enforces them all (a client can be bypassed); the client checks the same
-before it sends, so that a mistake is told at once. Kept light: the submit fast path
-imports this module.
+The daemon enforces them all (a client can be bypassed), and its refusal names the limit;
+the client checks the same before it streams a sweep's lines, and for a request too big
+to send at all. Kept light: a `submit --from-file` imports this module.
 """
 
 from __future__ import annotations
