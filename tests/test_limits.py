@@ -91,7 +91,12 @@ def test_the_daemon_enforces_every_limit_when_the_client_is_bypassed(home):
             cli.call("submit", **args)
     with pytest.raises(UsageError, match=r"limits\.jobs"):
         cli.call("cancel", ids=list(range(1, 100_002)))
+    # A service's replicas are queued from its spec: checked as a submit's when it is made.
+    big_command = {"job": {**base, "command": ["x" * 200_000]}, "env": {}, "cwd": "/"}
+    with pytest.raises(UsageError, match=r"limits\.command"):
+        cli.call("service", action="create", name="web", spec=big_command)
     assert home.json("ls", "--all") == []  # nothing was queued, and ls answers
+    assert cli.call("service", action="list")["services"] == []
 
 
 def test_limits_come_from_the_config_and_the_daemon_applies_them(home):

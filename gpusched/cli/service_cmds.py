@@ -14,7 +14,7 @@ from gpusched.cli.helpformat import App
 from gpusched.cli.submit_cmds import with_options
 from gpusched.client.connection import Client
 from gpusched.client.options import SUBMIT, SubmitOptions
-from gpusched.client.jobrequest import build_request
+from gpusched.client.jobrequest import build_request, check_limits
 from gpusched.client.submitting import print_json
 from gpusched.core import services as model
 from gpusched.core.errors import UsageError
@@ -42,6 +42,7 @@ def job_spec(command: list[str], options: dict[str, Any], service: str) -> dict[
     """What each replica runs: a submit's job spec, environment and directory."""
     opts = SubmitOptions(command=command, name=service, **options)
     request = build_request(opts)
+    check_limits(request)  # refused before a front door starts, as the daemon would
     return {"job": request["jobs"][0], "env": request["env"], "cwd": request["cwd"]}
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
+from gpusched.core import limits
 from gpusched.core import services as model
 from gpusched.core.errors import GpuschedError, NotFound, UsageError
 from gpusched.core.models import Job, JobState
@@ -58,6 +59,7 @@ class ServiceRequests:
         spec = model.check_spec(args.get("spec") or {})
         if "job" not in spec:
             raise UsageError("a service needs a command; put it after `--`")
+        self.check_limits(spec)
         uid = creds[1]
         low, high = spec.pop("min_replicas", 1), spec.pop("max_replicas", 1)
         spec["listen"] = self.pick_listen(spec.get("listen") or "127.0.0.1:0")
@@ -79,6 +81,12 @@ class ServiceRequests:
         door.note(f"created with {low} replica(s), front door on {service.listen}",
                   self.clock.time())
         return self.describe(service)
+
+    def check_limits(self, spec: dict) -> None:
+        """A replica's command, name, environment and directory against [limits], as a
+        submit's are: a client can be bypassed, and each replica is queued from them."""
+        limits.check_submit({"jobs": [spec["job"]], "env": spec["env"], "cwd": spec["cwd"]},
+                            limits.from_settings(self.setup.settings))
 
     def pick_listen(self, listen: str) -> str:
         if listen.endswith(":0"):
@@ -106,6 +114,7 @@ class ServiceRequests:
         given = model.check_spec(spec)
         changes: dict[str, Any] = {"generation": service.generation + 1}
         if "job" in given:
+            self.check_limits(given)
             changes.update(job=given["job"], env=given["env"], cwd=given["cwd"])
         if "min_replicas" in given:
             low, high = given["min_replicas"], given["max_replicas"]
