@@ -7,7 +7,6 @@ import logging
 import sqlite3
 from operator import attrgetter
 from contextlib import contextmanager
-from dataclasses import asdict, fields
 from pathlib import Path
 from typing import Callable, Iterable, Iterator, Sequence
 
@@ -15,68 +14,12 @@ from gpusched.core.errors import StoreError
 from gpusched.daemon import storecheck
 from gpusched.core.models import Job, JobState
 from gpusched.daemon.schema import MIGRATIONS, SCHEMA_VERSION
-from gpusched.daemon.rows import JSON_TUPLES, STATES, DamagedRow, RowDecoder, Shared, row_to_job
+from gpusched.daemon.rowencode import PER_JOB_FIELDS, job_to_row, same_value, sql_literal
+from gpusched.daemon.rows import STATES, DamagedRow, RowDecoder, Shared, row_to_job
+from gpusched.daemon.storehistory import IDS_PER_QUERY, FinishedJobs
 from gpusched.daemon.writefail import is_write_failure, write_error
 
 log = logging.getLogger("gpusched.daemon.store")
-
-_JOB_FIELDS = [f.name for f in fields(Job) if f.name != "request"]
-
-
-# What the jobs of one submit (a sweep's lines, an array's elements) differ in: the rest of
-# each one's row is its template's (Store.insert_alike).
-PER_JOB_FIELDS = ("id", "command", "job_key", "array_id", "array_index", "array_throttle",
-                  "stdout_path", "stderr_path", "pending_reason")
-
-_IDS_PER_QUERY = 500
-# What daemon/usagerow.py reads of a row.
-_USAGE_COLUMNS = "submitted_at, started_at, ended_at, attempt, gpu_uuids, gpu_mem_peak_bytes"
-_FINAL = sorted(state.value for state in JobState if state.is_final)  # under SQLite's oldest limit on bound values (999)
-
-# Fixed at submit: an update need not rewrite (nor re-encode) them, the environment above
-# all. The request (GPUs, memory, constraints, CPUs) is fixed too, and stored apart.
-_SET_AT_SUBMIT = frozenset({"command", "env", "cwd", "uid", "user", "submit_pid", "submitted_at",
-                            "dependencies", "retry_on", "retry_delay_s",
-                            "preemptible", "preempt_grace_s", "mem_growth", "job_key",
-                            "interactive", "container", "output_pattern", "error_pattern",
-                            "open_mode"})
-_UPDATED_FIELDS = [n for n in _JOB_FIELDS if n not in _SET_AT_SUBMIT]
-
-
-def _job_to_row(job: Job, for_update: bool = False) -> dict:
-    """The job's columns; for_update: only those that can change after submit (every
-    start and end updates a job, so this runs several times per job)."""
-    row = {name: getattr(job, name) for name in (_UPDATED_FIELDS if for_update else _JOB_FIELDS)}
-    # Memory per GPU changes when a CUDA out-of-memory retry raises it (core/gpuoom.py).
-    row["gpu_mem_bytes"] = job.request.gpu_mem_bytes
-    if not for_update:
-        row["gpus"] = job.request.gpus
-        row["cpus"], row["mem_bytes"] = job.request.cpus, job.request.mem_bytes
-        row["cpus_required"] = job.request.cpus_required
-        row["constraints"] = json.dumps(asdict(job.request.constraints))
-    row["state"] = job.state.value
-    for key, is_tuple in JSON_TUPLES.items():
-        if key in row:
-            row[key] = json.dumps(list(row[key]) if is_tuple else row[key])
-    return row
-
-
-def _sql_literal(text: str) -> object:
-    """A column default as PRAGMA table_info gives it: 'text', a number, or NULL."""
-    if text.startswith("'"):
-        return text[1:-1].replace("''", "'")
-    if text.upper() == "NULL":
-        return None
-    return float(text) if "." in text else int(text)
-
-
-def _same(value: object, default: object) -> bool:
-    """Whether storing value stores the column's default (False is 0, 10 is 10.0)."""
-    if value is None or default is None:
-        return value is default
-    if isinstance(default, str) or isinstance(value, str):
-        return value == default and type(value) is type(default)
-    return value == default
 
 
 def check_file(path: str | Path, jobs_dir: str | None = None) -> int:
@@ -85,7 +28,7 @@ def check_file(path: str | Path, jobs_dir: str | None = None) -> int:
     return storecheck.require_trusted(str(path), MIGRATIONS, jobs_dir)
 
 
-class Store:
+class Store(FinishedJobs):
     """All reads and writes of the queue. Only the daemon opens it for writing."""
 
     def __init__(self, path: str | Path, jobs_dir: str | None = None):
@@ -184,7 +127,7 @@ class Store:
         the next free one if its id is 0."""
         ids = []
         for job in jobs:
-            row = _job_to_row(job)
+            row = job_to_row(job)
             if not job.id:
                 row.pop("id")
             cols = ", ".join(row)
@@ -199,10 +142,10 @@ class Store:
         is encoded once, without the columns it leaves at their defaults (most of them, for
         a new job), and each job's few own columns put in, all in one executemany:
         encoding and binding every row whole took most of a 100,000-job submit's time."""
-        base = _job_to_row(template)
+        base = job_to_row(template)
         defaults = self._column_defaults()
         columns = [name for name, value in base.items() if name in PER_JOB_FIELDS
-                   or name not in defaults or not _same(value, defaults[name])]
+                   or name not in defaults or not same_value(value, defaults[name])]
         slots = [(columns.index(name), name) for name in PER_JOB_FIELDS]
         command_at = columns.index("command")
         fixed = [base[name] for name in columns]
@@ -225,7 +168,7 @@ class Store:
             defaults: dict[str, object] = {}
             for _, name, _, not_null, default, _ in self._conn.execute("PRAGMA table_info(jobs)"):
                 if default is not None:
-                    defaults[name] = _sql_literal(default)
+                    defaults[name] = sql_literal(default)
                 elif not not_null:
                     defaults[name] = None
             self._defaults = defaults
@@ -256,7 +199,7 @@ class Store:
 
     def update(self, job: Job) -> None:
         """Store what can change after submit; the rest stays as inserted."""
-        row = _job_to_row(job, for_update=True)
+        row = job_to_row(job, for_update=True)
         sets = ", ".join(f"{c} = :{c}" for c in row if c != "id")
         self._conn.execute(f"UPDATE jobs SET {sets} WHERE id = :id", row)
 
@@ -305,8 +248,8 @@ class Store:
 
     def _rows_by_id(self, columns: str, ids: Iterable[int]) -> Iterator[sqlite3.Row]:
         ids = list(ids)
-        for start in range(0, len(ids), _IDS_PER_QUERY):  # one query per few hundred
-            chunk = ids[start:start + _IDS_PER_QUERY]
+        for start in range(0, len(ids), IDS_PER_QUERY):  # one query per few hundred
+            chunk = ids[start:start + IDS_PER_QUERY]
             marks = ",".join("?" * len(chunk))
             yield from self._conn.execute(f"SELECT {columns} FROM jobs WHERE id IN ({marks})",
                                           chunk)
@@ -334,22 +277,6 @@ class Store:
                 continue
             yield job
 
-    def finished(self, after_id: int, count: int, up_to_id: int = 2**63 - 1) -> list[Job]:
-        """Up to `count` finished jobs with ids after `after_id` (up to `up_to_id`: where a
-        page of 100,000 pending ones ends, not read to the end), in id order (`ls --all`)."""
-        rows = self._conn.execute(
-            "SELECT * FROM jobs WHERE id > ? AND id <= ? AND state NOT IN ('pending', 'running') "
-            "ORDER BY id LIMIT ?", (after_id, up_to_id, count))
-        return self._jobs(rows)
-
-    def finished_down_from(self, top_id: int, count: int) -> list[Job]:
-        """Up to `count` finished jobs with ids up to `top_id`, newest first (`ls --last`):
-        a walk down the primary key that reads only the rows it returns."""
-        rows = self._conn.execute(
-            "SELECT * FROM jobs WHERE id <= ? AND state NOT IN ('pending', 'running') "
-            "ORDER BY id DESC LIMIT ?", (top_id, count))
-        return self._jobs(rows)
-
     def array(self, array_id: int) -> list[Job]:
         rows = self._conn.execute("SELECT * FROM jobs WHERE array_id = ? ORDER BY id", (array_id,))
         return self._jobs(rows)
@@ -371,49 +298,6 @@ class Store:
         rows = self._conn.execute("SELECT id FROM jobs WHERE array_id = ? ORDER BY id",
                                   (array_id,))
         return [row[0] for row in rows]
-
-    # -- retention (daemon/retention.py) --------------------------------------------------
-    def finished_extent(self) -> tuple[int, int]:
-        """How many finished jobs the queue holds, and the highest id of any job."""
-        finals = ",".join("?" * len(_FINAL))
-        (count,) = self._conn.execute(f"SELECT count(*) FROM jobs WHERE state IN ({finals})",
-                                      _FINAL).fetchone()
-        (last,) = self._conn.execute("SELECT coalesce(max(id), 0) FROM jobs").fetchone()
-        return count, last
-
-    def finished_between(self, first_id: int, last_id: int) -> list[sqlite3.Row]:
-        """The finished jobs with ids first_id..last_id, in id order: the columns retention
-        weighs and sums up (a row, not a Job: a damaged column elsewhere does not matter)."""
-        finals = ",".join("?" * len(_FINAL))
-        return self._conn.execute(
-            f"SELECT id, state, user, {_USAGE_COLUMNS}, cpus, array_id, "
-            f"stdout_path, stderr_path, open_mode FROM jobs WHERE id BETWEEN ? AND ? "
-            f"AND state IN ({finals}) "
-            "ORDER BY id", (first_id, last_id, *_FINAL)).fetchall()
-
-    def used_between(self, first_id: int, last_id: int, since_s: float) -> list[sqlite3.Row]:
-        """Of the jobs with ids first_id..last_id, those that ran or ended at since_s or
-        later, and those still pending: the columns `gpusched usage` sums (daemon/usage.py)."""
-        return self._conn.execute(
-            f"SELECT user, name, state, {_USAGE_COLUMNS} FROM jobs WHERE id BETWEEN ? AND ? "
-            "AND (ended_at IS NULL OR ended_at >= ?)", (first_id, last_id, since_s)).fetchall()
-
-    def gpu_peaks(self, uid: int, key: str, states: tuple[str, ...],
-                  count: int) -> list[sqlite3.Row]:
-        """The newest `count` finished runs of a user's job key in these states, newest
-        first: what --gpu-mem auto estimates from and `gpusched history` lists (the
-        jobs_key index makes it a short walk however large the queue)."""
-        marks = ",".join("?" * len(states))
-        return self._conn.execute(
-            "SELECT id, name, state, started_at, ended_at, attempt, gpu_mem_bytes, "
-            f"gpu_mem_peak_bytes FROM jobs WHERE uid = ? AND job_key = ? AND state IN ({marks}) "
-            "ORDER BY id DESC LIMIT ?", (uid, key, *states, count)).fetchall()
-
-    def delete_ids(self, ids: list[int]) -> None:
-        for start in range(0, len(ids), _IDS_PER_QUERY):
-            chunk = ids[start:start + _IDS_PER_QUERY]
-            self._conn.execute(f"DELETE FROM jobs WHERE id IN ({','.join('?' * len(chunk))})",
-                               chunk)
 
     # -- submits done in batches (daemon/batches.py) ------------------------------------
     def meta_starting(self, prefix: str) -> dict[str, str]:
