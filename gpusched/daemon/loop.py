@@ -47,7 +47,8 @@ _LIVELY_SLEEP_S = 0.5
 
 
 class Daemon:
-    """The loop, and how it starts and stops. The state it works on (DaemonState), the
+    """The loop (daemon/startup.py runs it in a daemon process). The state it works on
+    (DaemonState), the
     requests (Handlers) and the hands on jobs (JobControl) are made by attach(); the
     processes outside it are reached through `seam`, the time through `clock` (the time
     module, or in tests a clock they move)."""
