@@ -48,10 +48,9 @@ _LIVELY_SLEEP_S = 0.5
 
 class Daemon:
     """The loop (daemon/startup.py runs it in a daemon process). The state it works on
-    (DaemonState), the
-    requests (Handlers) and the hands on jobs (JobControl) are made by attach(); the
-    processes outside it are reached through `seam`, the time through `clock` (the time
-    module, or in tests a clock they move)."""
+    (DaemonState), the requests (Handlers) and the hands on jobs (JobControl) are made by
+    attach(); the processes outside it are reached through `seam`, the time through
+    `clock` (the time module, or in tests a clock they move)."""
 
     def __init__(self, paths: Paths, settings: Settings, backend: GpuBackend,
                  fingerprint: dict[str, Any] | None = None, seam: ProcessSeam | None = None,
