@@ -21,6 +21,7 @@ from collections.abc import MutableMapping
 from operator import attrgetter
 from typing import Callable, Iterable, Iterator
 
+from gpusched.core.memestimate import job_key as derived_key
 from gpusched.core.models import Job, JobState
 
 _OWN = ("id", "stdout_path", "stderr_path", "array_index")
@@ -50,13 +51,20 @@ class Distinct:
     which answers as the template does for everything else (a Job's fields and properties,
     read through to it): what JobTable.alike() gives for such a job."""
 
-    __slots__ = ("template", *_DISTINCT)
+    __slots__ = ("template", "command", "submitted_at", "_job_key")
     id = 0  # as a template's: the job is built from it (JobTable)
 
     def __init__(self, template: Job, command: tuple[str, ...], submitted_at: float,
-                 job_key: str):
+                 job_key: str | None):
+        """job_key None: the one its command gives (core/memestimate.py), as a sweep's
+        lines without --name have: not a second copy of each line."""
         self.template, self.command = template, command
-        self.submitted_at, self.job_key = submitted_at, job_key
+        self.submitted_at, self._job_key = submitted_at, job_key
+
+    @property
+    def job_key(self) -> str:
+        key = self._job_key
+        return derived_key(self.template.name, self.command) if key is None else key
 
     is_running = Job.is_running
     display_name = Job.display_name
@@ -120,8 +128,11 @@ class Kinds:
         if command == template.command and same_at and job_key == template.job_key:
             return template
         # The template's own objects where they are equal: one float, one str for all.
-        return Distinct(template, command, template.submitted_at if same_at else at,
-                        template.job_key if job_key == template.job_key else job_key)
+        if job_key == template.job_key:
+            job_key = template.job_key
+        elif job_key == derived_key(template.name, command):
+            job_key = None
+        return Distinct(template, command, template.submitted_at if same_at else at, job_key)
 
     def _add(self, key: tuple, job: Job, offset: int | None, reason: str) -> Job:
         if len(self._by_key) >= self._prune_at:

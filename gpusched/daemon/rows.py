@@ -239,21 +239,26 @@ _FIELDS = tuple(f.name for f in fields(Job))
 _loads = json.JSONDecoder().decode
 
 
-def _own_command(text: str, last: tuple[str, ...]) -> tuple[str, ...] | None:
+WORDS_KEPT = 4096  # words of recent commands shared with the rows after them
+
+
+def _own_command(text: str, seen: dict[str, str]) -> tuple[str, ...] | None:
     """The command a row's JSON text holds, None unless it is one a job can have (the full
-    decode then names what is wrong). Its words equal to the last row's at the same place
-    are that row's objects: a sweep's lines share most of their words."""
+    decode then names what is wrong). A word that a recent row had (`seen`) is that row's
+    object: a sweep's lines share most of their words (the program, the options, a grid's
+    values), and 100,000 copies of each would cost more than the jobs' own words."""
     try:
         words = _loads(text)
     except ValueError:
         return None
     if type(words) is not list or not words:
         return None
+    if len(seen) > WORDS_KEPT:
+        seen.clear()
     for at, word in enumerate(words):
         if type(word) is not str:
             return None
-        if at < len(last) and word == last[at]:
-            words[at] = last[at]
+        words[at] = seen.setdefault(word, word)
     return tuple(words)
 
 
@@ -273,7 +278,7 @@ class RowDecoder:
         self._own = [(_FIELDS.index(c), names.index(c), _OWN[c]) for c in _OWN if c in names]
         self._reason_slot = _FIELDS.index("pending_reason")
         self._command_slot = _FIELDS.index("command")
-        self._last_command: tuple[str, ...] = ()
+        self._words: dict[str, str] = {}  # words of recent commands (_own_command)
 
     def job(self, row: tuple) -> Job:
         """The row's Job; raises DamagedRow naming the first field that is wrong."""
@@ -291,10 +296,10 @@ class RowDecoder:
             if type(value) not in kinds:  # decoded in full, which names what is wrong
                 return _decode(dict(zip(self.names, row)), self.shared)
             values[slot] = value
-        command = _own_command(values[self._command_slot], self._last_command)
+        command = _own_command(values[self._command_slot], self._words)
         if command is None:
             return _decode(dict(zip(self.names, row)), self.shared)
-        values[self._command_slot] = self._last_command = command
+        values[self._command_slot] = command
         reason = values[self._reason_slot]  # alike for most of a sweep: one str for all
         values[self._reason_slot] = self.shared.values.setdefault(("", reason), reason)
         return Job(*values)
