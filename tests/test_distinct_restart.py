@@ -19,50 +19,55 @@ LINES = [f"python3 train.py --lr 0.{i % 7 + 1} --seed={i}" for i in range(JOBS)]
 TEMPLATE_OWN = ("id", "stdout_path", "stderr_path", "array_index", "pending_reason")
 
 
-def restarted_bytes_per_job(box: Box) -> float:
-    box.stop()
-    grown = traced_bytes(box.start)
-    assert box.daemon.state.pending_count() == JOBS
-    return grown / JOBS
+def held_bytes_per_job(box: Box, action, jobs: int = JOBS) -> float:
+    """What action() leaves allocated per pending job, once the box holds `jobs` pending."""
+    grown = traced_bytes(action)
+    assert box.daemon.state.pending_count() == jobs
+    return grown / jobs
+
+
+def drained_box(make_box) -> Box:
+    box = make_box(config=SWEEP)
+    box.call("drain")
+    return box
 
 
 def test_a_restart_holds_a_sweep_of_distinct_lines_in_a_few_hundred_bytes_a_job(make_box):
     # Each line was a template of its own, as large as a Job, and its key beside it: about
     # 1.9 KB a job, 500 MB for 100,000 (with what the read left to the allocator).
-    box = make_box(config=SWEEP)
-    box.call("drain")
+    box = drained_box(make_box)
     box.submit_all("--gpus", "0", "--from-file", sweep_file(box, LINES))
-    assert restarted_bytes_per_job(box) < BYTES_PER_JOB
+    box.stop()
+    assert held_bytes_per_job(box, box.start) < BYTES_PER_JOB
     assert len(box.daemon.state.kinds) <= 2  # one kind of job (and what a pass made)
 
 
 def test_a_big_submit_of_distinct_lines_holds_them_in_a_few_hundred_bytes_a_job(make_box):
-    box = make_box(config=SWEEP)
-    box.call("drain")
+    # A template per line too, and the submit kept its key beside it: about 1 KB a job.
+    box = drained_box(make_box)
     lines = sweep_file(box, LINES)
-    grown = traced_bytes(lambda: box.submit_all("--gpus", "0", "--from-file", lines))
-    assert box.daemon.state.pending_count() == JOBS
-    assert grown / JOBS < BYTES_PER_JOB
+
+    def submit() -> list[int]:
+        return box.submit_all("--gpus", "0", "--from-file", lines)
+    assert held_bytes_per_job(box, submit) < BYTES_PER_JOB
 
 
 def test_jobs_submitted_one_at_a_time_each_its_own_command_are_held_compactly(make_box):
     # Each its own submit time too (a loop of `gpusched submit` calls).
-    box = make_box(config=SWEEP)
-    box.call("drain")
+    box = drained_box(make_box)
     for line in LINES[:2000]:
         box.clock.advance(0.25)
         box.submit_all("--gpus", "0", "--", *line.split())
     box.stop()
-    grown = traced_bytes(box.start)
-    assert grown / 2000 < BYTES_PER_JOB  # their ids, commands and times included
+    # Their ids, commands and times included.
+    assert held_bytes_per_job(box, box.start, 2000) < BYTES_PER_JOB
     assert len(box.daemon.state.kinds) <= 2
 
 
 def test_a_restart_keeps_the_jobs_it_read_out_of_the_collectors_full_scans(make_box):
     # A full collection after the restart walked all 100,000 jobs again (and the reading
     # set off many, each walking every job read so far).
-    box = make_box(config=SWEEP)
-    box.call("drain")
+    box = drained_box(make_box)
     box.submit_all("--gpus", "0", "--from-file", sweep_file(box, LINES[:5000]))
     box.stop()
     gc.unfreeze()
@@ -91,8 +96,7 @@ def assert_entries_answer_as_their_jobs(box: Box) -> int:
 
 
 def test_distinct_entries_answer_as_their_jobs_before_and_after_a_restart(make_box):
-    box = make_box(config=SWEEP)
-    box.call("drain")
+    box = drained_box(make_box)
     box.submit_all("--gpus", "0", "--name", "sweep", "--from-file",
                    sweep_file(box, LINES[:40]))
     box.submit_all("--gpus", "0", "--from-file", sweep_file(box, ["true", "/bin/echo a", *LINES[:5]]))
@@ -102,8 +106,7 @@ def test_distinct_entries_answer_as_their_jobs_before_and_after_a_restart(make_b
 
 
 def test_a_damaged_command_among_distinct_rows_is_quarantined_and_the_rest_load(make_box):
-    box = make_box(config=SWEEP)
-    box.call("drain")
+    box = drained_box(make_box)
     ids = box.submit_all("--gpus", "0", "--from-file", sweep_file(box, LINES[:50]))
     commands = {job_id: box.daemon.state.jobs[job_id].command for job_id in ids}
     box.stop()
