@@ -89,8 +89,9 @@ class Kinds:
         self._log_paths = log_paths
         self._by_key: dict[tuple, Job] = {}
         # id(template) -> (template, its slots' values), to build from: the templates last
-        # built from only (at most VALUES_KEPT), since a sweep of distinct lines has a
-        # template per job, whose values would cost as much again as the template.
+        # built from only (at most VALUES_KEPT), since jobs alike in little (other names,
+        # resources, dependencies) have a template each, whose values would cost as much
+        # again as the template.
         self._values: dict[int, tuple[Job, list]] = {}
         self._prune_at = FIRST_PRUNE
         self._last: tuple[tuple, Job] | None = None  # the last key looked up, and its template
