@@ -14,6 +14,10 @@ starts, through the daemon's own Store API in one transaction, with 100,000 pend
   (every pending row it gets) and the steady ones (the pending jobs unchanged); and the
   frame top draws from it (140x50, as bench_top.py times it); each against the empty
   home's. Targets: snapshot <= 10 ms, frame <= 20 ms with 100,000 pending.
+- A restart: each home's daemon stopped and started again (the byte-code caches warm from
+  its first start), timed from `daemon start` until it answers, with its peak RSS over the
+  start (VmHWM) and its RSS once it answers; the big home's against the empty one's.
+  Targets: <= 5 s, peak and after <= 150 MB with 100,000 pending (each job its own command).
 
 A request that only looks sets off no scheduling pass (before, each did, and the next
 request waited for it): the first table shows what users see, through the socket and the
@@ -48,6 +52,8 @@ from gpusched.daemon.request import Request as HandlerRequest
 from gpusched.tui.snapshot import SnapshotSource
 
 LS_TARGET = 2.0
+RESTART_TARGET_S = 5.0
+RESTART_RSS_TARGET_MB = 150.0
 SNAPSHOT_TARGET_MS = 10.0
 FRAME_TARGET_MS = 20.0
 SINGLES = 100  # jobs named `eval` before the array: the ones plain `ls` lists
@@ -56,8 +62,9 @@ QUIET = '[daemon]\ngpu_poll_interval = "3600s"\n'
 
 
 class SlowStart(Gpusched):
-    """A home whose daemon may take longer to load its queue than `daemon start` waits
-    (loading 100,000 pending jobs is another part of issue 23): wait for it to answer."""
+    """A home whose daemon may take longer to load its queue than `daemon start` waits:
+    wait for it to answer. start_s: from `daemon start` until it answered; peak_rss and
+    rss: its peak RSS until then (VmHWM) and its RSS then, in bytes."""
 
     def __enter__(self) -> SlowStart:
         started = time.perf_counter()
@@ -72,11 +79,28 @@ class SlowStart(Gpusched):
             if time.monotonic() > deadline:
                 self.__exit__(RuntimeError, None, None)  # stops what did start
                 raise RuntimeError(f"the daemon did not answer: {proc.stderr.strip()}")
-            time.sleep(1.0)
+            time.sleep(0.05)
+        self.start_s = time.perf_counter() - started
         status = json.loads(proc.stdout)
         self.pid, self.socket = status["pid"], status["socket"]
-        self.start_s = time.perf_counter() - started
+        self.peak_rss, self.rss = memory_of(self.pid)
         return self
+
+    def restart(self) -> None:
+        self.cli("daemon", "stop")
+        self.__enter__()
+
+
+def memory_of(pid: int) -> tuple[int, int]:
+    """(peak RSS, RSS) of a process, in bytes: /proc's VmHWM and VmRSS (where there is no
+    /proc, the RSS for both)."""
+    try:
+        with open(f"/proc/{pid}/status") as status:
+            fields = dict(line.split(":", 1) for line in status if line.startswith("Vm"))
+        return (int(fields["VmHWM"].split()[0]) * 1024, int(fields["VmRSS"].split()[0]) * 1024)
+    except (OSError, KeyError, ValueError):
+        rss = psutil.Process(pid).memory_info().rss
+        return rss, rss
 
 
 def fill_store(home: Gpusched, count: int) -> float:
@@ -176,12 +200,14 @@ def main() -> None:
     if args.quick:
         args.jobs, args.runs = 10_000, 5
 
-    empty, big = Gpusched("4x80GiB", QUIET), SlowStart("4x80GiB", QUIET)
+    empty, big = SlowStart("4x80GiB", QUIET), SlowStart("4x80GiB", QUIET)
     fill_store(empty, 0)
     fill_s = fill_store(big, args.jobs)
     print(f"filled the big home's store with {args.jobs:,} pending jobs ({fill_s:.1f} s)")
     with empty, big:
         print(f"the big home's daemon answered {big.start_s:.1f} s after `daemon start`")
+        for home in (empty, big):
+            home.restart()
         ls = ls_samples(empty, big, args.runs)
         script = gpusched_script()
         idle_rss = psutil.Process(big.pid).memory_info().rss
@@ -194,6 +220,7 @@ def main() -> None:
     first_e, steady_e, frame_e = (median_ms(v) for v in top_empty)
     first_b, steady_b, frame_b = (median_ms(v) for v in top_big)
     mib, label = 2**20, f"{args.jobs:,}"
+    print_restart(empty, big, label)
     print_table(
         f"an empty queue vs {label} pending jobs, as users see it; medians of {args.runs} runs",
         ["measure", "empty", label, "ratio", "target"],
@@ -219,6 +246,23 @@ def main() -> None:
           f"<= {SNAPSHOT_TARGET_MS:g} ms "
           f"{verdict(median_ms(own_big[name]), SNAPSHOT_TARGET_MS)}" if "snapshot" in name else ""]
          for name in own_big])
+
+
+def print_restart(empty: SlowStart, big: SlowStart, label: str) -> None:
+    mib = 2**20
+    print_table(
+        f"a restart: the daemon stopped and started again on an empty queue vs {label} "
+        "pending jobs (each its own command); one run",
+        ["measure", "empty", label, "ratio", "target"],
+        [["daemon start until it answers", f"{empty.start_s:.2f} s", f"{big.start_s:.2f} s",
+          ratio(big.start_s, empty.start_s),
+          f"<= {RESTART_TARGET_S:g} s {verdict(big.start_s, RESTART_TARGET_S)}"],
+         *([what, f"{getattr(empty, key) / mib:.0f} MB", f"{getattr(big, key) / mib:.0f} MB",
+            ratio(getattr(big, key), getattr(empty, key)),
+            f"<= {RESTART_RSS_TARGET_MB:g} MB "
+            f"{verdict(getattr(big, key) / mib, RESTART_RSS_TARGET_MB)}"]
+           for what, key in (("daemon peak RSS until then", "peak_rss"),
+                             ("daemon RSS once it answers", "rss")))])
 
 
 if __name__ == "__main__":

@@ -11,11 +11,16 @@ generation (gc.freeze, O(1)). Jobs that go are still freed at once (reference co
 a cycle among frozen objects would wait: once the active jobs are down to a quarter of
 what they were when frozen (or to a few thousand), everything goes back to the collector
 (gc.unfreeze), whose next full scan then walks what is left. So nothing is kept for ever.
+
+A restart that reads 100,000 pending jobs back is held the same way: no collection while it
+reads (each full one walked every job read so far), one of what it made, and a freeze.
 """
 
 from __future__ import annotations
 
 import gc
+from contextlib import contextmanager
+from typing import Callable, Iterator
 
 THAW_FRACTION = 4  # unfreeze once the active jobs are this many times fewer than when frozen
 # or this few, whatever they were: a full scan of them takes a few ms (and a big request
@@ -45,3 +50,15 @@ class CollectorHold:
                                                         THAW_FRACTION):
             gc.unfreeze()
             self.frozen_with_jobs = 0
+
+    @contextmanager
+    def reading(self, active_jobs: Callable[[], int]) -> Iterator[None]:
+        """Around a restart's reading of the queue: the collector off, then after_batch."""
+        enabled = gc.isenabled()
+        gc.disable()
+        try:
+            yield
+        finally:
+            self.after_batch(active_jobs())
+            if enabled:
+                gc.enable()

@@ -8,6 +8,11 @@ its index less its id (an array's elements are numbered as their ids are), and i
 reason with the id marked (a held job's names it: `gpusched release 12`). The whole Job is
 built again when it is asked for, equal to the one put in. Running and finished jobs, and
 jobs with their own --output or --error files, are held whole.
+
+A sweep whose lines each differ (`submit --from-file`, each line its own arguments) would
+have a template per line, as large as a Job. Its jobs share a template in all but their
+command, job key and submit time, held beside it in a Distinct entry: about 60 bytes plus
+the command's own words, whatever the job's other 70 fields hold.
 """
 
 from __future__ import annotations
@@ -16,16 +21,21 @@ from collections.abc import MutableMapping
 from operator import attrgetter
 from typing import Callable, Iterable, Iterator
 
+from gpusched.core.memestimate import job_key as derived_key
 from gpusched.core.models import Job, JobState
 
 _OWN = ("id", "stdout_path", "stderr_path", "array_index")
+# What a Distinct entry holds of its own job; its template holds the first job's.
+_DISTINCT = ("command", "submitted_at", "job_key")
 _SLOTS = Job.__slots__
 _ID, _STDOUT, _STDERR, _INDEX = (_SLOTS.index(name) for name in _OWN)
+_COMMAND, _SUBMITTED, _KEY = (_SLOTS.index(name) for name in _DISTINCT)
 # What a template is looked up by, besides its environment and request (by identity, which
 # the template keeps alive: a dict has no hash, a Request's is Python code), the array index
-# less the id and the pending reason, id marked. (Its state is pending.)
-_shared_values = attrgetter(*(name for name in _SLOTS
-                              if name not in (*_OWN, "env", "request", "pending_reason", "state")))
+# less the id, the pending reason, id marked, and the program (the display name of a job
+# without --name). (Its state is pending.)
+_shared_values = attrgetter(*(name for name in _SLOTS if name not in (
+    *_OWN, *_DISTINCT, "env", "request", "pending_reason", "state")))
 _all_values = attrgetter(*_SLOTS)
 _REASON = _SLOTS.index("pending_reason")
 _PENDING = JobState.PENDING
@@ -36,6 +46,41 @@ FIRST_PRUNE = 64  # templates kept before the first look for unused ones
 VALUES_KEPT = 64  # templates whose values are kept to build jobs from
 
 
+class Distinct:
+    """A pending job held by its template and the few fields it differs in (_DISTINCT),
+    which answers as the template does for everything else (a Job's fields and properties,
+    read through to it): what JobTable.alike() gives for such a job."""
+
+    __slots__ = ("template", "command", "submitted_at", "_job_key")
+    id = 0  # as a template's: the job is built from it (JobTable)
+
+    def __init__(self, template: Job, command: tuple[str, ...], submitted_at: float,
+                 job_key: str | None):
+        """job_key None: the one its command gives (core/memestimate.py), as a sweep's
+        lines without --name have: not a second copy of each line."""
+        self.template, self.command = template, command
+        self.submitted_at, self._job_key = submitted_at, job_key
+
+    @property
+    def job_key(self) -> str:
+        key = self._job_key
+        return derived_key(self.template.name, self.command) if key is None else key
+
+    is_running = Job.is_running
+    display_name = Job.display_name
+
+
+for _name in _SLOTS:
+    if _name not in (*_DISTINCT, "id"):  # in C: an alike() reader reads thousands of these
+        setattr(Distinct, _name, property(attrgetter(f"template.{_name}")))
+del _name
+
+
+def template_of(entry: Job | Distinct) -> Job:
+    """The template a table entry is (or is held by), or the whole job it is."""
+    return entry.template if type(entry) is Distinct else entry
+
+
 class Kinds:
     """The templates that the tables of one daemon share. log_paths(user, job_id): a job's
     own stdout and stderr logs (proc/runfile.py's own_log_paths)."""
@@ -44,8 +89,9 @@ class Kinds:
         self._log_paths = log_paths
         self._by_key: dict[tuple, Job] = {}
         # id(template) -> (template, its slots' values), to build from: the templates last
-        # built from only (at most VALUES_KEPT), since a sweep of distinct lines has a
-        # template per job, whose values would cost as much again as the template.
+        # built from only (at most VALUES_KEPT), since jobs alike in little (other names,
+        # resources, dependencies) have a template each, whose values would cost as much
+        # again as the template.
         self._values: dict[int, tuple[Job, list]] = {}
         self._prune_at = FIRST_PRUNE
         self._last: tuple[tuple, Job] | None = None  # the last key looked up, and its template
@@ -54,8 +100,9 @@ class Kinds:
     def __len__(self) -> int:
         return len(self._by_key)
 
-    def lean(self, job: Job) -> Job:
-        """What a table holds for job: the template it shares with jobs alike, or the job."""
+    def lean(self, job: Job) -> Job | Distinct:
+        """What a table holds for job: the template it shares with jobs alike (with the
+        fields it differs in: Distinct), or the job."""
         if job.state is not _PENDING or \
                 (job.stdout_path, job.stderr_path) != self._log_paths(job.user, job.id):
             return job
@@ -66,15 +113,27 @@ class Kinds:
             reason = reason.replace(job_id, ID_MARK)
         index = job.array_index
         offset = None if index is None else index - job.id
-        key = (_shared_values(job), id(job.env), id(job.request), offset, reason)
+        command = job.command
+        key = (_shared_values(job), id(job.env), id(job.request), offset, reason,
+               command[0] if command else None)
         last = self._last
         if last is not None and key == last[0]:
-            return last[1]  # as the job before (a sweep comes in a run): no hash of the key
-        template = self._by_key.get(key)
-        if template is None:
-            template = self._add(key, job, offset, reason)
-        self._last = (key, template)
-        return template
+            template = last[1]  # as the job before (a sweep comes in a run): no hash of the key
+        else:
+            template = self._by_key.get(key)
+            if template is None:
+                template = self._add(key, job, offset, reason)
+            self._last = (key, template)
+        at, job_key = job.submitted_at, job.job_key
+        same_at = at == template.submitted_at and type(at) is type(template.submitted_at)
+        if command == template.command and same_at and job_key == template.job_key:
+            return template
+        # The template's own objects where they are equal: one float, one str for all.
+        if job_key == template.job_key:
+            job_key = template.job_key
+        elif job_key == derived_key(template.name, command):
+            job_key = None
+        return Distinct(template, command, template.submitted_at if same_at else at, job_key)
 
     def _add(self, key: tuple, job: Job, offset: int | None, reason: str) -> Job:
         if len(self._by_key) >= self._prune_at:
@@ -89,14 +148,15 @@ class Kinds:
     def _prune(self) -> None:
         """Forget the templates no job holds any more (reasons change, jobs start), once
         they have doubled since the last look: a look reads every entry."""
-        used = {id(entry) for entry in self.in_use() if not entry.id}
+        used = {id(template_of(entry)) for entry in self.in_use() if not entry.id}
         self._by_key = {key: template for key, template in self._by_key.items()
                         if id(template) in used}
         self._values, self._last = {}, None
         self._prune_at = max(FIRST_PRUNE, 2 * len(self._by_key))
 
-    def build(self, job_id: int, template: Job) -> Job:
-        """The whole job that template holds for job_id."""
+    def build(self, job_id: int, entry: Job | Distinct) -> Job:
+        """The whole job that a template (or Distinct entry) holds for job_id."""
+        template = template_of(entry)
         found = self._values.get(id(template))
         if found is None or found[0] is not template:
             if len(self._values) >= VALUES_KEPT:
@@ -109,26 +169,40 @@ class Kinds:
             values[_INDEX] = template.array_index + job_id
         if ID_MARK in template.pending_reason:
             values[_REASON] = template.pending_reason.replace(ID_MARK, str(job_id))
+        if entry is not template:
+            values[_COMMAND], values[_SUBMITTED] = entry.command, entry.submitted_at
+            values[_KEY] = entry.job_key
         return Job(*values)
 
     def passing(self, entries: Iterable[tuple[int, Job]]) -> Iterator[Job]:
         """The jobs of (id, entry) pairs as the pending queue reads them (their shape and
         place in line: core/pendingqueue.py), each valid only until the next is asked for:
-        one object per template, its id and array index changed in place. Their log paths
+        one object per template, its id and array index (and a Distinct entry's own fields)
+        changed in place. Their log paths
         and pending reasons are the template's: no reader of these looks at them, and
         working out 100,000 log paths took a third of the turn that queued the jobs."""
         cursors: dict[int, Job] = {}
+        changed: set[int] = set()  # templates whose cursor holds a Distinct entry's fields
         put = object.__setattr__  # Job is frozen
         for job_id, entry in entries:
             if entry.id:
                 yield entry
                 continue
-            cursor = cursors.get(id(entry))
+            template = template_of(entry)
+            cursor = cursors.get(id(template))
             if cursor is None:
-                cursor = cursors[id(entry)] = Job(*_all_values(entry))
+                cursor = cursors[id(template)] = Job(*_all_values(template))
             put(cursor, "id", job_id)
-            if entry.array_index is not None:
-                put(cursor, "array_index", entry.array_index + job_id)
+            if template.array_index is not None:
+                put(cursor, "array_index", template.array_index + job_id)
+            if entry is not template:
+                changed.add(id(template))
+                for name in _DISTINCT:
+                    put(cursor, name, getattr(entry, name))
+            elif id(template) in changed:
+                changed.discard(id(template))
+                for name in _DISTINCT:
+                    put(cursor, name, getattr(template, name))
             yield cursor
 
 

@@ -102,7 +102,8 @@ class Daemon:
 
     def take_over(self) -> None:
         """Re-adopt the jobs still running from before, and read the GPUs."""
-        self.control.adopt()
+        with self.gc_hold.reading(lambda: len(self.state.jobs)):  # maybe 100,000 jobs
+            self.control.adopt()
         self.read_gpus()
 
     def save_usage(self) -> None:

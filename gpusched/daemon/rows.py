@@ -230,18 +230,44 @@ def check_job(job: Job, checked: set | None = None) -> None:
         raise DamagedRow(job.id, "command is empty")
 
 
-# Columns that differ from one job of a sweep to the next, with the types they may hold.
+# Columns that differ from one job of a sweep to the next, with the types they may hold
+# (the command: its JSON text, decoded by _own_command).
 _OWN = {"id": (int,), "stdout_path": (str,), "stderr_path": (str,), "submitted_at": (int, float),
         "array_index": (int, type(None)), "submit_pid": (int, type(None)),
-        "pending_reason": (str,)}
+        "pending_reason": (str,), "job_key": (str,), "command": (str,)}
 _FIELDS = tuple(f.name for f in fields(Job))
+_loads = json.JSONDecoder().decode
+
+
+WORDS_KEPT = 4096  # words of recent commands shared with the rows after them
+
+
+def _own_command(text: str, seen: dict[str, str]) -> tuple[str, ...] | None:
+    """The command a row's JSON text holds, None unless it is one a job can have (the full
+    decode then names what is wrong). A word that a recent row had (`seen`) is that row's
+    object: a sweep's lines share most of their words (the program, the options, a grid's
+    values), and 100,000 copies of each would cost more than the jobs' own words."""
+    try:
+        words = _loads(text)
+    except ValueError:
+        return None
+    if type(words) is not list or not words:
+        return None
+    if len(seen) > WORDS_KEPT:
+        seen.clear()
+    for at, word in enumerate(words):
+        if type(word) is not str:
+            return None
+        words[at] = seen.setdefault(word, word)
+    return tuple(words)
 
 
 class RowDecoder:
     """Many rows of one query (plain tuples, in `names` order) made Jobs. The first row of
     each kind is decoded and checked in full; a row alike in all but its own columns
-    (_OWN: its id, log paths...) is that job again with those put in, after a check of
-    their types: loading 100,000 queued jobs costs little more than reading them."""
+    (_OWN: its id, log paths, command...) is that job again with those put in, after a
+    check of their types: loading 100,000 queued jobs, each line of a sweep its own
+    command, costs little more than reading them."""
 
     def __init__(self, names: list[str]):
         self.names, self.shared = names, Shared()
@@ -251,6 +277,8 @@ class RowDecoder:
         self._key = itemgetter(*shared) if len(own) == len(_OWN) and len(shared) > 1 else None
         self._own = [(_FIELDS.index(c), names.index(c), _OWN[c]) for c in _OWN if c in names]
         self._reason_slot = _FIELDS.index("pending_reason")
+        self._command_slot = _FIELDS.index("command")
+        self._words: dict[str, str] = {}  # words of recent commands (_own_command)
 
     def job(self, row: tuple) -> Job:
         """The row's Job; raises DamagedRow naming the first field that is wrong."""
@@ -268,6 +296,10 @@ class RowDecoder:
             if type(value) not in kinds:  # decoded in full, which names what is wrong
                 return _decode(dict(zip(self.names, row)), self.shared)
             values[slot] = value
+        command = _own_command(values[self._command_slot], self._words)
+        if command is None:
+            return _decode(dict(zip(self.names, row)), self.shared)
+        values[self._command_slot] = command
         reason = values[self._reason_slot]  # alike for most of a sweep: one str for all
         values[self._reason_slot] = self.shared.values.setdefault(("", reason), reason)
         return Job(*values)
