@@ -79,3 +79,42 @@ def test_every_held_connection_gets_a_thread_and_the_extra_ones_end(tmp_path):
         for sock in waiting:
             sock.close()
         server.close()
+
+
+def test_where_no_thread_can_start_the_threads_there_serve_on(tmp_path, monkeypatch):
+    release = threading.Event()
+    path = tmp_path / "s.sock"
+
+    def dispatch(name, args, creds):
+        if name == "status":
+            release.wait(30)
+        return name
+
+    server = SocketServer(path, dispatch)
+    server.start()  # its FIRST_THREADS threads
+
+    def refuse(thread):
+        raise RuntimeError("can't start new thread")
+
+    monkeypatch.setattr(threading.Thread, "start", refuse)  # a limit on threads, from now on
+    held = []
+    try:
+        for _ in range(FIRST_THREADS):  # every thread busy, none can be added
+            sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            sock.settimeout(30)
+            sock.connect(str(path))
+            protocol.send(sock, {"cmd": "status"})
+            held.append(sock)
+        wait_until(lambda: len(server._open) == FIRST_THREADS, "both threads to be serving")
+        release.set()
+        for sock in held:  # each answered, though no thread could be added for it
+            assert protocol.receive(sock) == {"ok": True, "result": "status"}
+            sock.close()
+        # ... and the threads go back to accept() for the next requests.
+        assert _ask(path) == {"ok": True, "result": "gpus"}
+        assert _ask(path) == {"ok": True, "result": "gpus"}
+    finally:
+        release.set()
+        for sock in held:
+            sock.close()
+        server.close()

@@ -97,8 +97,9 @@ class SocketServer:
         self._idle = 0  # connection threads waiting in accept() (under _open_lock)
 
     def start(self) -> None:
-        for _ in range(FIRST_THREADS):
-            self._spawn()
+        with self._open_lock:
+            for _ in range(FIRST_THREADS):
+                self._spawn()
 
     def close(self) -> None:
         self._closed = True
@@ -120,9 +121,15 @@ class SocketServer:
             thread.join(max(0.0, deadline - time.monotonic()))
 
     def _spawn(self) -> None:
-        """One more connection thread, waiting in accept() (under _open_lock, or before start)."""
+        """One more connection thread, to wait in accept() (under _open_lock). Where none
+        can be started (a limit on threads), those there are serve on, one at a time."""
+        try:
+            threading.Thread(target=self._accept_and_serve, name="conn", daemon=True).start()
+        except RuntimeError as exc:
+            log.warning("could not start another connection thread (%s); serving with the "
+                        "%d there are", exc, len(self._open) + self._idle)
+            return
         self._idle += 1
-        threading.Thread(target=self._accept_and_serve, name="conn", daemon=True).start()
 
     def _accept_and_serve(self) -> None:
         """A connection thread: accept a connection, serve it, and go back to accepting
