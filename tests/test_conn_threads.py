@@ -22,6 +22,15 @@ def _ask(path, cmd: str = "gpus") -> dict:
         return protocol.receive(sock)
 
 
+def _held(path) -> socket.socket:
+    """A connection whose `status` request dispatch holds (as the loop holds a `wait`)."""
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    sock.settimeout(30)
+    sock.connect(str(path))
+    protocol.send(sock, {"cmd": "status"})
+    return sock
+
+
 def test_requests_one_after_another_are_served_by_the_same_few_threads(tmp_path):
     served_by: list[threading.Thread] = []  # kept alive: no two threads can look alike
 
@@ -58,12 +67,7 @@ def test_every_held_connection_gets_a_thread_and_the_extra_ones_end(tmp_path):
     server.start()
     waiting = []
     try:
-        for _ in range(12):
-            sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-            sock.settimeout(30)
-            sock.connect(str(path))
-            protocol.send(sock, {"cmd": "status"})
-            waiting.append(sock)
+        waiting += [_held(path) for _ in range(12)]
         wait_until(lambda: len(inside) == 12, "every held request to reach dispatch")
         assert _ask(path) == {"ok": True, "result": "gpus"}  # others are still served
         release.set()
@@ -99,12 +103,7 @@ def test_where_no_thread_can_start_the_threads_there_serve_on(tmp_path, monkeypa
     monkeypatch.setattr(threading.Thread, "start", refuse)  # a limit on threads, from now on
     held = []
     try:
-        for _ in range(FIRST_THREADS):  # every thread busy, none can be added
-            sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-            sock.settimeout(30)
-            sock.connect(str(path))
-            protocol.send(sock, {"cmd": "status"})
-            held.append(sock)
+        held += [_held(path) for _ in range(FIRST_THREADS)]  # every thread busy, none added
         wait_until(lambda: len(server._open) == FIRST_THREADS, "both threads to be serving")
         release.set()
         for sock in held:  # each answered, though no thread could be added for it
