@@ -239,7 +239,11 @@ def test_xdg_directories(tmp_path):
                            "XDG_RUNTIME_DIR": str(tmp_path / "r")})
     assert paths.state_dir == str(tmp_path / "s" / "gpusched")
     assert paths.config_file == str(tmp_path / "c" / "gpusched" / "gpusched.toml")
-    assert paths.run_dir == str(tmp_path / "r" / "gpusched")
+    # The socket sits beside the state's lock: cron (no XDG_RUNTIME_DIR) and a login shell
+    # (with it) find one daemon.
+    assert paths.run_dir == str(tmp_path / "s" / "gpusched" / "run")
+    assert resolve_paths({"HOME": str(tmp_path), "XDG_STATE_HOME": str(tmp_path / "s")}
+                         ).socket == paths.socket
     fallback = resolve_paths({"HOME": str(tmp_path)})
     assert fallback.state_dir == str(tmp_path / ".local/state/gpusched")
     assert fallback.config_file == str(tmp_path / ".config/gpusched/gpusched.toml")
