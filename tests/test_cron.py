@@ -12,7 +12,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from conftest import CONSOLE_SCRIPT, DEADLINE_S, DEFAULT_HOST_CONFIG, REPO, kill_all
+from conftest import CONSOLE_SCRIPT, DEADLINE_S, DEFAULT_HOST_CONFIG, REPO, kill_all, wait_until
 
 
 class Login:
@@ -57,6 +57,10 @@ def _daemon_pid(login: Login, where: str) -> int:
     return json.loads(proc.stdout)["pid"]
 
 
+def _state(home, job_id: str) -> str:
+    return json.loads(home.script("show", "--json", job_id).stdout)["state"]
+
+
 @pytest.mark.parametrize("first", ["login", "cron"])
 def test_cron_and_a_login_shell_find_the_same_daemon(login, first):
     """The login shell has XDG_RUNTIME_DIR, cron's `env -i` does not: whichever starts the
@@ -69,3 +73,27 @@ def test_cron_and_a_login_shell_find_the_same_daemon(login, first):
     assert _daemon_pid(login, "cron") == _daemon_pid(login, "login")
     listed = login.run(second, "ls", "--json")
     assert [job["id"] for job in json.loads(listed.stdout)] == [int(held.stdout)]
+
+
+# A job that catches SIGTERM and exits 0: its own status says "success".
+CATCHES_TERM = "trap 'exit 0' TERM; sleep 60 & wait"
+
+
+@pytest.mark.parametrize("how", ["cancel", "time limit"])
+def test_a_job_stopped_before_it_succeeded_never_makes_wait_exit_0(home, how):
+    limit = ["--time", "2s"] if how == "time limit" else []
+    job_id = home.script("submit", *limit, "--", "sh", "-c", CATCHES_TERM).stdout.strip()
+    waiter = subprocess.Popen([str(CONSOLE_SCRIPT), "wait", job_id], env=home.user_env(),
+                              stderr=subprocess.PIPE, text=True)
+    try:
+        if how == "cancel":
+            wait_until(lambda: _state(home, job_id) == "running", "the job to start")
+            home.script("cancel", job_id)
+        assert waiter.wait(timeout=DEADLINE_S) == 1, waiter.stderr.read()
+    finally:
+        waiter.kill()
+    job = json.loads(home.script("show", "--json", job_id).stdout)
+    assert (job["state"], job["exit_code"]) == (
+        "cancelled" if how == "cancel" else "timeout", 0)
+    again = home.script("wait", job_id, check=False)
+    assert again.returncode == 1
