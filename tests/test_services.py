@@ -12,11 +12,12 @@ import sys
 import time
 
 from conftest import REPO, wait_until
-from services_util import (SERVE, PREDICT, Traffic, ask, create, needs_haproxy, show,
-                           wait_ready, who_answers)
+from services_util import (SERVE, PREDICT, Traffic, ask, create, needs_haproxy, needs_torch,
+                           show, wait_ready, who_answers)
 
 
 @needs_haproxy
+@needs_torch
 def test_replicas_are_jobs_with_their_own_port_behind_the_front_door(home):
     created = create(home, "web", "--replicas", "2", "--gpus", "1", "--health", "/healthz",
                      command=SERVE)
@@ -122,6 +123,7 @@ def test_a_bad_balance_lists_the_choices(home):
 
 
 @needs_haproxy
+@needs_torch
 def test_load_grows_replicas_to_max_and_quiet_gives_the_gpu_back_to_a_batch_job(make_home):
     home = make_home("2x80GiB")
     # Simulated GPUs show a fixed utilization per job: low here, so that load decides.
