@@ -100,6 +100,8 @@ def test_idle_gpus_are_flagged_in_ls_show_and_metrics(home):
     assert metrics.value("gpusched_job_gpu_idle_seconds", job_id=str(busy)) is None
     log = home.path / home.show(idle)["stderr_path"]
     wait_until(lambda: "0% busy" in log.read_text(), "a warning in the job's log")
+    warning = next(line for line in log.read_text().splitlines() if "0% busy" in line)
+    assert warning.startswith("gpusched: ") and "gpusched: gpusched:" not in warning
     assert home.show(idle)["state"] == "running"  # warn only: the default action
 
 
