@@ -49,6 +49,7 @@ def test_without_a_retry_the_job_ends_gpu_oom_and_wait_says_so(home):
     assert job["state"] == "gpu_oom" and "torch" in job["end_reason"]
     assert "gpu_oom" in home.run("ls", "--all").stdout
     assert home.json("ls", "--state", "gpu_oom")[0]["id"] == job["id"]
+    assert [j["id"] for j in home.json("ls", "--state", "OOM")] == [job["id"]]  # as the docs say
 
 
 def test_report_oom_from_the_job_api(home):
