@@ -316,8 +316,8 @@ class JobControl:
         # No GPU read is needed now: until the next one, the new job's whole declared
         # memory counts as promised (placement.gpu_loads). Its shim's pid comes later,
         # from the run file (_found_shim).
-        started = transition(
-            job, JobState.RUNNING, started_at=self.setup.clock.time(),
+        started = lifecycle.start_run(
+            job, self.setup.clock.time(),
             gpu_uuids=tuple(g.uuid for g in gpus), gpu_indices=tuple(g.index for g in gpus),
             master_port=port, pending_reason="", eligible_at=None, boot_id=self.seam.boot_id,
             preempt_hold=())
