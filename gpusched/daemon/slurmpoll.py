@@ -281,6 +281,12 @@ class ClusterJobs:
             self.state.save(transition(job, JobState.CANCELLED, ended_at=self.setup.clock.time(),
                                        end_reason=f"cancelled by {who} before it started"))
             return "cancelled"
+        name = run["cluster"]
+        if name not in self.commands:  # its table left the config (a system daemon has none)
+            self._end(job, JobState.CANCELLED, self.setup.clock.time(), None, None,
+                      f"cancelled by {who}; cluster {name} is not in the daemon's config, so "
+                      f"Slurm was not told: scancel {key or 'its job'} there")
+            return "cancelled"
         if not job.cancel_requested:
             self.state.save(replace(job, cancel_requested=True, end_reason=f"cancelled by {who}"))
         commands, worker = self.commands[run["cluster"]], self.worker(run["cluster"])
