@@ -155,7 +155,8 @@ def check_default(default: Any, clusters: tuple[ClusterConfig, ...], source: str
 def example() -> list[str]:
     """A commented [clusters.NAME] table for the example config (none by default)."""
     lines = ["", "# Slurm clusters to hand jobs to with `submit --cluster NAME` (none by "
-             "default);", "# docs/slurm.md explains each key.",
+             "default);", "# docs/slurm.md explains each key. A user daemon's only: a system "
+             "daemon refuses them", "# (its sbatch would run every user's job as root).",
              '# default_cluster = ""  # top level: submit there unless --cluster local',
              "# [clusters.hpc]"]
     for key, (_, _, doc) in KEYS.items():
