@@ -59,6 +59,19 @@ def test_a_submit_over_a_limit_is_refused_in_one_line_naming_it(home):
     assert home.json("ls", "--all") == []
 
 
+def test_a_job_name_with_a_control_character_is_refused_in_one_line(home):
+    # A newline in -J split the line of Slurm's job-completion log that named the job.
+    home.start()
+    for name in ("a\nb", "a\rb", "tab\there", "esc\x1b[31m", "del\x7f"):
+        one_error_line(home.run("submit", "-J", name, "--", "true", check=False), 2,
+                       "--name (-J) must not hold control characters", repr(name))
+    assert home.json("ls", "--all") == []
+    job_id = home.json("submit", "-J", "fine name", "--", "true")["id"]
+    one_error_line(home.run("resubmit", str(job_id), "--name", "x\ny", check=False), 2,
+                   "--name (-J)")
+    assert [j["id"] for j in home.json("ls", "--all")] == [job_id]
+
+
 def test_a_submit_too_big_to_send_is_refused_naming_the_limit(home, monkeypatch):
     # exec() keeps a command line and environment far under a frame (16 MiB), so a
     # submit's request outgrows one only in process: the limit it is over is named, not

@@ -158,6 +158,9 @@ def check_job_spec(spec: Any, policies: list[str]) -> dict[str, Any]:
     if not values.is_text(name) or len(name) > 200:
         raise UsageError("the job name must be a string of at most 200 characters without NUL "
                          f"characters, not {values.shown(name)}")
+    if values.has_controls(name):  # one name, one line, wherever it is written
+        raise UsageError("--name (-J) must not hold control characters (a newline, a tab, "
+                         f"...), not {values.shown(name)}")
     gpus = whole_number(spec, "gpus", 0, 0, MAX_GPUS_PER_JOB)
     # Cores asked for are a limit; a GPU job that did not ask is counted as using one
     # but never waits for it; a job without GPUs needs its one core (else a queue of

@@ -77,6 +77,20 @@ def is_text(value: Any, os_text: bool = False) -> bool:
     return True
 
 
+# C0 controls, DEL and C1: a newline or carriage return in a name splits a line of a log
+# that others read line by line (Slurm's job-completion log, sacct's output).
+_CONTROLS = {i: "?" for i in (*range(0x20), *range(0x7F, 0xA0))}
+
+
+def has_controls(value: str) -> bool:
+    return value != value.translate(_CONTROLS)
+
+
+def without_controls(value: str) -> str:
+    """The text with each control character as '?': a name taken from a file name."""
+    return value.translate(_CONTROLS)
+
+
 def text(value: Any, what: str, os_text: bool = False) -> str:
     """A string as is_text says."""
     if not is_text(value, os_text):
