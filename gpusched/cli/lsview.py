@@ -138,14 +138,15 @@ class _Fold:
 
 
 # How `ls` gives way on a narrow terminal: free text is cut first and the state last;
-# CPUS, MEM and PROG go before anything is cut hard; the reason is never dropped.
+# CPUS, MEM and PROG go before anything is cut hard; the reason is never dropped. A size
+# (REQUEST, MEM) is shown whole or not at all: `1x30.0…` would lose its unit.
 LS_PLAN = Plan(
     columns=(Column("ID"), Column("USER", 8, 4, 1), Column("NAME", 12, 6, 1),
-             Column("STATE", 12, 10, 4), Column("REQUEST", 10, 7, 3), Column("GPUS", 7, 4, 2),
-             Column("CPUS", default="1"), Column("MEM", 8, 7, 3, "-"), Column("TIME"),
+             Column("STATE", 12, 10, 4), Column("REQUEST"), Column("GPUS", 7, 4, 2),
+             Column("CPUS", default="1"), Column("MEM", default="-"), Column("TIME"),
              Column("PROG", default="-"), Column("REASON / COMMAND")),
     secondary=("PROG", "CPUS", "MEM"), last_resort=("GPUS", "TIME", "REQUEST", "USER", "NAME"),
-    last_wanted=20, last_least=8)
+    last_wanted=20, last_least=12)
 
 
 def _ls_cells(job: dict[str, Any], now: float, max_chars: int) -> list[Cell]:
