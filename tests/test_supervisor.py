@@ -9,6 +9,7 @@ import signal
 from pathlib import Path
 
 import psutil
+import pytest
 
 from conftest import Home, find_shim, is_gone, wait_until
 from gpusched.daemon import shimloss
@@ -107,3 +108,50 @@ def test_cancel_of_a_plain_job_that_ignores_sigterm_kills_it_after_the_grace(mak
     ended = home.wait_state(job_id, "cancelled", "failed", "succeeded", "lost")
     assert ended["state"] == "cancelled" and ended["signal"] == signal.SIGKILL, ended
     assert is_gone(job)
+
+
+# A job that ignores SIGTERM, as a user wrote it: only the grace's SIGKILL ends it.
+TERM_IGNORER = "trap '' TERM; touch {ready}; while :; do sleep 1; done"
+STOPPED = ("cancelled", "timeout", "failed", "succeeded", "lost")
+
+
+def adopted_term_ignorer(make_home, tmp_path: Path, runner: str, how: str, *submit: str):
+    """A TERM-ignoring job (runner: "supervisor", or "shim": a capped log gives it one)
+    whose pid the daemon has stored, adopted by a daemon restarted (how: "restart") or
+    started by the first command after a SIGKILL ("sigkill"): (home, job id, the pid
+    the daemon watches, the job's or its shim's)."""
+    home = make_home()
+    capped = '[jobs]\nmax_log_size = "1M"\n' if runner == "shim" else ""
+    home.write_config(f'[daemon]\ngpu_poll_interval = "1s"\ncancel_grace = "1s"\n{capped}')
+    home.start()
+    ready = tmp_path / "ready"
+    job_id = home.submit(*submit, "--", "sh", "-c", TERM_IGNORER.format(ready=ready))
+    recorded = wait_until(lambda: runfile.read_run(home.state / "jobs", job_id).shim, "its pid")
+    assert recorded.supervised == (runner == "supervisor")
+    wait_until(ready.exists, "the job to ignore SIGTERM")
+    # Its memory peak is stored with the job, its pid with it: the restarted daemon has it.
+    wait_until(lambda: home.show(job_id)["mem_peak_bytes"], "a stored memory peak")
+    if how == "restart":
+        home.run("daemon", "restart")
+    else:
+        home.kill_daemon()
+    return home, job_id, recorded.pid
+
+
+@pytest.mark.parametrize("runner, how", [("supervisor", "restart"), ("supervisor", "sigkill"),
+                                         ("shim", "restart")])
+def test_an_adopted_job_that_ignores_sigterm_is_cancelled_after_the_grace(
+        make_home, tmp_path, runner, how):
+    home, job_id, watched = adopted_term_ignorer(make_home, tmp_path, runner, how,
+                                                 "--gpus", "1")
+    home.run("cancel", str(job_id))  # after a SIGKILL, this command starts the daemon
+    ended = home.wait_state(job_id, *STOPPED, timeout=30)
+    assert ended["state"] == "cancelled" and ended["signal"] == signal.SIGKILL, ended
+    assert is_gone(watched)
+
+
+def test_an_adopted_job_that_ignores_sigterm_stops_at_its_time_limit(make_home, tmp_path):
+    home, job_id, _ = adopted_term_ignorer(make_home, tmp_path, "supervisor", "restart",
+                                           "--gpus", "1", "--time", "8s")
+    ended = home.wait_state(job_id, *STOPPED, timeout=40)
+    assert ended["state"] == "timeout" and ended["signal"] == signal.SIGKILL, ended
