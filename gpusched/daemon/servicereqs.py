@@ -27,7 +27,8 @@ class ServiceRequests:
         # Each answer as the caller may see it (authz.Viewer: another user's command is theirs).
         shown = self.setup.authz.viewer(req.creds[1]).service
         if action == "list":
-            return {"services": [shown(self.describe(s)) for _, s in sorted(self.services.items())]}
+            return {"services": [shown(self.describe(service))
+                                 for _, service in sorted(self.services.items())]}
         if "name" not in args or args["name"] is None:
             raise UsageError(f"service {action} needs a service name")
         if action == "create":
