@@ -6,14 +6,21 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
 import time
 
+import pytest
+
 from conftest import REPO, wait_until
-from services_util import (SERVE, PREDICT, Traffic, ask, create, needs_haproxy, needs_torch,
-                           show, wait_ready, who_answers)
+from gpusched.cli import service_cmds
+from gpusched.client.connection import Client
+from gpusched.client.paths import resolve_paths
+from gpusched.core.errors import UsageError
+from services_util import (SERVE, PREDICT, TINY, Traffic, ask, create, needs_haproxy,
+                           needs_torch, show, wait_ready, who_answers)
 
 
 @needs_haproxy
@@ -120,6 +127,39 @@ def test_without_haproxy_create_says_how_to_install_it(home):
 def test_a_bad_balance_lists_the_choices(home):
     proc = home.run("service", "create", "x", "--balance", "random", "--", "true", check=False)
     assert proc.returncode == 2 and "roundrobin, leastconn, weighted" in proc.stderr
+
+
+@needs_haproxy
+def test_a_services_environment_is_checked_as_a_submits_on_create_and_update(home, tmp_path):
+    # Through the protocol, bypassing the client: before, {"A=B": "x"} was taken, and each
+    # replica's start killed the job supervisor (the unrelated job below was then lost).
+    running = home.submit("--gpus", "0", "--", "sh", "-c",
+                          f"until [ -e {tmp_path / 'go'} ]; do sleep 0.05; done")
+    home.wait_state(running, "running")
+    cli = Client(resolve_paths(home.env), autostart=False)
+    job = {"command": TINY, "name": "web", "gpus": 0}
+    for env in ({"A=B": "x"}, {"": "x"}, {"A": "x\0y"}):
+        with pytest.raises(UsageError, match="spec.env|environment variable"):
+            cli.call("service", action="create", name="web",
+                     spec={"job": job, "env": env, "cwd": "/"})
+    assert cli.call("service", action="list")["services"] == []
+    create(home, "web", "--replicas", "0")
+    with pytest.raises(UsageError, match=r"spec\.env: 'A=B' is not an environment variable"):
+        cli.call("service", action="update", name="web",
+                 spec={"job": job, "env": {"A=B": "x"}, "cwd": "/"})
+    assert show(home, "web")["generation"] == 1
+    (tmp_path / "go").touch()
+    assert home.wait_state(running, "succeeded", "failed", "lost")["state"] == "succeeded"
+    home.run("service", "delete", "web")
+
+
+def test_the_docs_durations_of_a_service_are_taken():
+    # docs/services.md's own example: --target-latency 200ms, --window 30s, --cooldown 60s.
+    usage = (REPO / "docs" / "services.md").read_text()
+    given = dict(re.findall(r"\[(--target-latency|--window|--cooldown) (\S+)\]", usage))
+    assert given == {"--target-latency": "200ms", "--window": "30s", "--cooldown": "60s"}
+    seconds = {option: service_cmds._seconds(text, option) for option, text in given.items()}
+    assert seconds == {"--target-latency": 0.2, "--window": 30.0, "--cooldown": 60.0}
 
 
 @needs_haproxy

@@ -4,16 +4,20 @@ shim of their own, through daemon restarts, a killed supervisor, and many ends a
 
 from __future__ import annotations
 
+import json
 import os
 import signal
+import socket
 from pathlib import Path
 
 import psutil
 import pytest
 
 from conftest import Home, find_shim, is_gone, wait_until
+from gpusched.client.paths import resolve_paths
 from gpusched.daemon import shimloss
 from gpusched.proc import runfile
+from gpusched.proc.supervisor import HELLO, SOCKET_NAME
 
 
 def gate(path: Path, code: int = 0) -> str:
@@ -155,3 +159,30 @@ def test_an_adopted_job_that_ignores_sigterm_stops_at_its_time_limit(make_home, 
                                            "--gpus", "1", "--time", "8s")
     ended = home.wait_state(job_id, *STOPPED, timeout=40)
     assert ended["state"] == "timeout" and ended["signal"] == signal.SIGKILL, ended
+
+
+def test_a_job_whose_environment_exec_refuses_fails_alone_and_the_supervisor_serves_on(
+        home, tmp_path):
+    # The daemon refuses such an environment (values.environment); one that reaches the
+    # supervisor all the same (a spec of an older daemon's) must fail that job's start
+    # only: before, posix_spawn's ValueError ended the supervisor, and every job it
+    # watched was lost.
+    job_id = home.submit("--gpus", "0", "--", "sh", "-c", gate(tmp_path / "go"))
+    supervisor = supervised_job(home, job_id).parent()
+    jobs_root = home.state / "jobs"
+    with open(runfile.run_file(jobs_root, job_id), "rb") as run:
+        spec = json.loads(run.readline())
+    bad_id = job_id + 1000
+    del spec["record"]
+    spec.update(job_id=bad_id, run_file=runfile.run_file(jobs_root, bad_id), run="bad-env",
+                env={**spec["env"], "A=B": "x"})
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as link:
+        link.connect(os.path.join(resolve_paths(home.env).run_dir, SOCKET_NAME))
+        assert link.recv(100).startswith(HELLO)
+        link.sendall(json.dumps(spec).encode() + b"\n")
+    ended = wait_until(lambda: is_gone(supervisor) or runfile.read_run(jobs_root, bad_id).exit,
+                       "the bad job's start to fail")
+    assert not is_gone(supervisor)
+    assert ended.exit_code == 127 and "environment" in ended.error, ended
+    (tmp_path / "go").touch()
+    assert home.wait_state(job_id, "succeeded", "failed", "lost")["state"] == "succeeded"

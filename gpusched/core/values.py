@@ -119,6 +119,19 @@ def mapping(value: Any, what: str, keys: Collection[str] | None = None) -> dict[
     return value
 
 
+def environment(value: Any, what: str = "env") -> dict[str, str]:
+    """Names and values exec() can take: a name not empty, without '=' (or NUL); every
+    environment a job may get (a submit's, a service's) is read by this one reader."""
+    for name, setting in mapping(value, what).items():
+        if not name or "=" in name:
+            raise UsageError(f"{what}: {shown(name)} is not an environment variable "
+                             "name (empty, or with '=')")
+        text(name, "an environment variable's name", os_text=True)
+        if not is_text(setting, os_text=True):  # the message is built only then
+            text(setting, f"the environment variable {shown(name)}", os_text=True)
+    return value
+
+
 def choice(value: Any, what: str, choices: tuple[str, ...] | list[str]) -> str:
     """One of the choices; a wrong one lists them."""
     if not isinstance(value, str) or value not in choices:

@@ -50,6 +50,10 @@ def start_program(argv: list, env: dict, start):  # start(program) -> its result
         return start(program)
     except OSError as exc:
         raise StartError(exec_failure(exc, program)) from None
+    except ValueError as exc:  # a name with '=' or a NUL: exec and posix_spawn raise this
+        # One job's bad environment fails that job's start, never its supervisor's loop.
+        raise StartError(f"cannot run {_absolute(program)}: its command or environment "
+                         f"cannot be passed to a program ({exc})") from None
 
 
 def exec_failure(exc: OSError, program: str) -> str:
