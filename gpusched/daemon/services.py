@@ -80,7 +80,8 @@ class ServiceManager(ServiceRequests):
         door.close()
         door.open_log()
         door.proxy.write_config(service.listen, service.balance, service.health,
-                                door.requests.port)
+                                door.requests.port, door.requests.token,
+                                haproxy.owner_identity(service.uid, service.name))
         door.servers.clear()
         door.proxy.start(binary)
         door.problem = ""
