@@ -300,7 +300,7 @@ class RequestLog:
         self.sock.setblocking(False)
         self.port = self.sock.getsockname()[1]
 
-    def read(self, most: int = 100000) -> list[tuple[float, int, str]]:
+    def read(self, most: int = 20000) -> list[tuple[float, int, str]]:
         out = []
         for _ in range(most):
             try:
