@@ -4,6 +4,7 @@ manager, and a flood of good lines keeps the daemon's window bounded."""
 
 from __future__ import annotations
 
+import os
 import re
 import socket
 import threading
@@ -112,3 +113,18 @@ def test_a_restarted_daemon_reads_the_secret_of_a_running_door_from_its_config(t
         assert door.requests.token == TOKEN
     finally:
         door.close()
+
+
+def test_a_log_port_taken_while_the_daemon_was_away_restarts_the_door(tmp_path):
+    """Whoever holds the port would read the door's lines and its secret."""
+    door = Door(str(tmp_path), "web", str(tmp_path))
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as taker:
+        taker.bind(("127.0.0.1", 0))
+        taken = taker.getsockname()[1]
+        door.proxy.write_config("127.0.0.1:8080", "roundrobin", "", taken, TOKEN, None)
+        door.open_log()
+        try:
+            assert door.requests.port != taken
+            assert not os.path.exists(door.proxy.config_path)  # stopped: started anew
+        finally:
+            door.close()

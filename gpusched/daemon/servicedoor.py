@@ -65,12 +65,19 @@ class Door:
     def server_name(job_id: int) -> str:
         return f"r{job_id}"
 
-    def open_log(self) -> None:
-        """On the port and with the secret of its proxy's config, if there is one."""
-        if self.requests is None:
-            known = self.proxy.configured()
-            self.requests = RequestLog(known.get("log_port", 0),
-                                       known.get("token") or new_token())
+    def open_log(self, fresh: bool = False) -> None:
+        """A running proxy's: on the port and with the secret of its config. Where another
+        process took that port meanwhile (a daemon restart), it reads the lines, secret
+        and all: that proxy is stopped, and the next step starts one with new ones."""
+        if self.requests is not None:
+            return
+        known = {} if fresh else self.proxy.configured()
+        port = known.get("log_port", 0)
+        self.requests = RequestLog(port, known.get("token") or new_token())
+        if port and self.requests.port != port:
+            log.warning("service %s: its request log port %d is taken; restarting its front "
+                        "door", self.proxy.name, port)
+            self.proxy.stop()
 
     def close(self) -> None:
         if self.requests is not None:
