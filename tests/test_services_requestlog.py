@@ -128,3 +128,19 @@ def test_a_log_port_taken_while_the_daemon_was_away_restarts_the_door(tmp_path):
             assert not os.path.exists(door.proxy.config_path)  # stopped: started anew
         finally:
             door.close()
+
+
+def test_a_door_of_an_older_gpusched_without_a_secret_is_started_anew(tmp_path):
+    door = Door(str(tmp_path), "web", str(tmp_path))
+    door.proxy.write_config("127.0.0.1:8080", "roundrobin", "", 0, TOKEN, None)
+    config = open(door.proxy.config_path).read()
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as free:
+        free.bind(("127.0.0.1", 0))
+        port = free.getsockname()[1]
+    older = config.replace(f"{TOKEN} ", "").replace("127.0.0.1:0", f"127.0.0.1:{port}")
+    open(door.proxy.config_path, "w").write(older)
+    door.open_log()
+    try:
+        assert not os.path.exists(door.proxy.config_path)
+    finally:
+        door.close()

@@ -68,15 +68,16 @@ class Door:
     def open_log(self, fresh: bool = False) -> None:
         """A running proxy's: on the port and with the secret of its config. Where another
         process took that port meanwhile (a daemon restart), it reads the lines, secret
-        and all: that proxy is stopped, and the next step starts one with new ones."""
+        and all; a config of an older gpusched has no secret: either proxy is stopped, and
+        the next step starts one with a new port and secret."""
         if self.requests is not None:
             return
         known = {} if fresh else self.proxy.configured()
         port = known.get("log_port", 0)
         self.requests = RequestLog(port, known.get("token") or new_token())
-        if port and self.requests.port != port:
-            log.warning("service %s: its request log port %d is taken; restarting its front "
-                        "door", self.proxy.name, port)
+        if port and (self.requests.port != port or "token" not in known):
+            log.warning("service %s: its request log port %d is taken, or has no secret; "
+                        "restarting its front door", self.proxy.name, port)
             self.proxy.stop()
 
     def close(self) -> None:
