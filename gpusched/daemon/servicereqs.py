@@ -75,11 +75,13 @@ class ServiceRequests:
         owner = Job(id=0, command=(), cwd=service.cwd, uid=uid, user=service.user, env={})
         self.submits._template(service.job, owner)  # refused now, not at each replica
         door = self.door(name)
-        self.start_proxy(service, door)
         try:
+            self.start_proxy(service, door)
             self.save(service)
-        except GpuschedError:
+        except GpuschedError:  # nothing of it is kept: its request log socket neither
             door.proxy.stop()
+            door.close()
+            self.doors.pop(name, None)
             raise
         door.note(f"created with {low} replica(s), front door on {service.listen}",
                   self.clock.time())
