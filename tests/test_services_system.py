@@ -54,7 +54,7 @@ def test_a_users_service_runs_as_that_user_and_only_that_user_changes_it(make_sy
     for args in (("scale", "web", "3"), ("update", "web", "--replicas", "1:3"),
                  ("delete", "web")):
         proc = system.run_as(bob, "service", *args, check=False)
-        assert proc.returncode != 0 and "belongs to" in proc.stderr, (args, proc.stderr)
+        assert proc.returncode == 1 and "belongs to" in proc.stderr, (args, proc.stderr)
     # Nor listen on its port: a second front door does not share the first one's.
     taken = system.run_as(bob, "service", "create", "steal", "--listen", created["listen"],
                           "--", system.python, str(SERVER), check=False)

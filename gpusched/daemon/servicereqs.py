@@ -8,7 +8,7 @@ from typing import Any
 
 from gpusched.core import limits
 from gpusched.core import services as model
-from gpusched.core.errors import GpuschedError, NotFound, UsageError
+from gpusched.core.errors import GpuschedError, NotFound, PermissionDenied, UsageError
 from gpusched.core.models import Job, JobState
 from gpusched.core.services import GENERATION_VAR, PORT_VAR
 from gpusched.daemon.authz import user_name
@@ -50,8 +50,10 @@ class ServiceRequests:
         if creds is not None:
             uid = creds[1]
             if uid != service.uid and not self.setup.authz.is_admin(uid):
-                raise UsageError(f"service {name} belongs to {service.user}; only its owner "
-                                 "or an admin may change it")
+                # As a job of another user's: audited, and exit 1 (not a bad command line).
+                self.setup.authz.audit(creds, "service", None, f"not the owner of {name}")
+                raise PermissionDenied(f"service {name} belongs to {service.user}; only its "
+                                       "owner or an admin may change it")
         return service
 
     def create(self, args: dict, creds: tuple[int, int, int]) -> dict:

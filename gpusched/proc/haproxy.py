@@ -7,7 +7,6 @@ from __future__ import annotations
 import hashlib
 import hmac
 import os
-import pwd
 import re
 import secrets
 import shutil
@@ -18,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from gpusched.core.errors import GpuschedError
+from gpusched.proc import privileges
 
 INSTALL_HINT = ("install HAProxy from your distribution's packages (Debian/Ubuntu: "
                 "`sudo apt-get install haproxy`; Fedora: `sudo dnf install haproxy`)")
@@ -80,8 +80,8 @@ def owner_identity(uid: int, name: str) -> tuple[int, int] | None:
     if os.geteuid() != 0 or uid == 0:
         return None
     try:
-        return uid, pwd.getpwuid(uid).pw_gid
-    except KeyError:
+        return uid, privileges.identity_of(uid).gid
+    except privileges.PrivilegeError:
         raise GpuschedError(f"the owner of service {name}, uid {uid}, has no account here; "
                             f"`gpusched service delete {name}` removes it") from None
 
