@@ -89,7 +89,7 @@ _gpusched() {
         'top') words='--help -h --interval -i --once' values='--interval -i' ids= args='' ;;
         'update') words='--help -h --priority' values='--priority' ids=active args='' ;;
         'usage') words='--help -h --since --by --json' values='--since --by' ids= args='' ;;
-        'wait') words='--help -h --notify' values='' ids=all args='' ;;
+        'wait') words='--help -h --notify --keep-waiting' values='' ids=all args='' ;;
     esac
     if [[ $cur == -* || $path == '' || $path == 'daemon' || $path == 'service' ]]; then
         COMPREPLY=($(compgen -W "$words" -- "$cur"))

@@ -329,3 +329,4 @@ complete -c gpusched -f -n '__fish_seen_subcommand_from wait' -a '(gpusched _job
 complete -c gpusched -n '__fish_seen_subcommand_from wait' -l help -d 'Show help.'
 complete -c gpusched -n '__fish_seen_subcommand_from wait' -s h -d 'Show help.'
 complete -c gpusched -n '__fish_seen_subcommand_from wait' -l notify -d 'When they end, tell this desktop (notify-send) or ring this terminal'\''s bell.'
+complete -c gpusched -n '__fish_seen_subcommand_from wait' -l keep-waiting -d 'Wait on a job that can never start (its dependency failed) instead of failing.'

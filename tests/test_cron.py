@@ -97,3 +97,27 @@ def test_a_job_stopped_before_it_succeeded_never_makes_wait_exit_0(home, how):
         "cancelled" if how == "cancel" else "timeout", 0)
     again = home.script("wait", job_id, check=False)
     assert again.returncode == 1
+
+
+def test_a_wait_on_a_job_that_can_never_start_says_why_at_once(home):
+    """Its dependency failed, without --kill-on-invalid-dep: once, wait blocked forever."""
+    first = home.script("submit", "--", "false").stdout.strip()
+    second = home.script("submit", "-d", f"afterok:{first}", "--", "true").stdout.strip()
+    proc = home.script("wait", second, check=False)
+    assert proc.returncode == 1
+    assert proc.stderr.startswith(f"Error: job {second} can never start (dependency "
+                                  f"afterok:{first} can never be met"), proc.stderr
+    assert len(proc.stderr.splitlines()) == 1
+    submitted = home.script("submit", "--wait", "-d", f"afterok:{first}", "--", "true",
+                            check=False)
+    assert submitted.returncode == 1 and "can never start" in submitted.stderr
+    # Asked to keep waiting, it waits on: here until the job is cancelled.
+    waiter = subprocess.Popen([str(CONSOLE_SCRIPT), "wait", "--keep-waiting", second],
+                              env=home.user_env(), stderr=subprocess.PIPE, text=True)
+    try:
+        with pytest.raises(subprocess.TimeoutExpired):
+            waiter.wait(timeout=2)
+        home.script("cancel", second)
+        assert waiter.wait(timeout=DEADLINE_S) == 1, waiter.stderr.read()
+    finally:
+        waiter.kill()

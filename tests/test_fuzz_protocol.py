@@ -89,7 +89,7 @@ def job_specs(draw) -> dict:
 # A good value for each argument of each command (ids name the box's seeded jobs).
 GOOD_ARGS = {
     "jobs": st.lists(job_specs(), min_size=1, max_size=2), "env": st.just({"A": "b"}),
-    "cwd": st.just("/"), "all": st.booleans(), "lean": st.booleans(), "after": st.integers(0, 5),
+    "cwd": st.just("/"), "all": st.booleans(), "lean": st.booleans(), "keep_waiting": st.booleans(), "after": st.integers(0, 5),
     "pending_version": st.sampled_from(["", "x.1"]), "dry_run": st.booleans(),
     "page_bytes": st.sampled_from([1024, 2**20]), "last": st.integers(1, 5),
     "pending_rows": st.integers(0, 3),

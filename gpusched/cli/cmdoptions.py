@@ -53,6 +53,8 @@ LOGS = (
 WAIT = (
     ("notify", ("--notify",), "flag", False,
      "When they end, tell this desktop (notify-send) or ring this terminal's bell."),
+    ("keep_waiting", ("--keep-waiting",), "flag", False,
+     "Wait on a job that can never start (its dependency failed) instead of failing."),
 )
 
 # Each command of the fast path -> (its arguments: "" none, "one" job id, "many" job ids;

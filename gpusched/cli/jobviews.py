@@ -136,10 +136,11 @@ def change(output: Any, command: str, job_ids: list[str], **args: object) -> int
     return 1 if refused else 0
 
 
-def wait(output: Any, job_ids: list[str], notify: bool = False) -> int:
+def wait(output: Any, job_ids: list[str], notify: bool = False,
+         keep_waiting: bool = False) -> int:
     from gpusched.client.submitting import ended_status, wait_or_explain
 
-    jobs = wait_or_explain(Client(), [syntax.job_id_text(i) for i in job_ids])
+    jobs = wait_or_explain(Client(), [syntax.job_id_text(i) for i in job_ids], keep_waiting)
     if notify:
         from gpusched.client.desktop import tell_ended
 

@@ -60,7 +60,8 @@ COMMANDS: dict[str, Command] = {
     "preempt": _cmd("ids"),
     "drain": _cmd(),
     "resume": _cmd(),
-    "wait": _cmd("ids", "timeout_s after page_bytes"),
+    # keep_waiting: also on a job that can never start (else the reply names it at once).
+    "wait": _cmd("ids", "timeout_s after page_bytes keep_waiting"),
     "gpus": _cmd(),
     # Everything `gpusched top` draws in one frame: daemon, GPUs, reservations, jobs.
     # "pending_version": the last reply's; the pending jobs come again only if it moved.
@@ -116,6 +117,7 @@ ARGUMENTS: dict[str, Callable[[Any], Any]] = {
     "cwd": lambda v: values.text(v, "the working directory (cwd)"),
     "all": lambda v: values.flag(v, "all"),
     "lean": lambda v: values.flag(v, "lean"),
+    "keep_waiting": lambda v: values.flag(v, "keep_waiting"),
     "pending_version": lambda v: values.text(v, "pending_version"),
     "dry_run": lambda v: values.flag(v, "dry_run"),
     # Where a page starts, and about how large it may be (daemon/pages.py sets the bounds).

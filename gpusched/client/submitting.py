@@ -30,19 +30,28 @@ def exit_status(job: dict[str, Any]) -> int:
     return 1
 
 
-def wait_for_jobs(client: Any, ids: list[int]) -> list[dict[str, Any]]:
-    """Block until every job ended; the daemon answers in slices, so ask again until done."""
+def wait_for_jobs(client: Any, ids: list[int], keep_waiting: bool = False
+                  ) -> list[dict[str, Any]]:
+    """Block until every job ended; the daemon answers in slices, so ask again until done.
+    A job that can never start (its dependency failed) ends the wait at once with an
+    error saying why, unless keep_waiting."""
+    args: dict[str, Any] = {"ids": ids, "keep_waiting": True} if keep_waiting else {"ids": ids}
     while True:
-        result = client.call_paged("wait", timeout_s=None, ids=ids)
+        result = client.call_paged("wait", timeout_s=None, **args)
+        if result.get("never"):
+            job_id, why = result["never"]["id"], result["never"]["reason"]
+            raise GpuschedError(f"job {job_id} can never start ({why}); `gpusched cancel "
+                                f"{job_id}` removes it, `gpusched wait --keep-waiting` waits on")
         if result["done"]:
             return result["jobs"]
 
 
-def wait_or_explain(client: Any, ids: list[int]) -> list[dict[str, Any]]:
+def wait_or_explain(client: Any, ids: list[int], keep_waiting: bool = False
+                    ) -> list[dict[str, Any]]:
     """wait_for_jobs; on Ctrl-C, say on stderr that the jobs go on and how to cancel them,
     then let KeyboardInterrupt end the command (status 130)."""
     try:
-        return wait_for_jobs(client, ids)
+        return wait_for_jobs(client, ids, keep_waiting)
     except KeyboardInterrupt:
         sys.stderr.write(_interrupted_note(client, ids) + "\n")
         raise

@@ -10,6 +10,8 @@ from gpusched.core.models import Job, JobState
 from gpusched.core.syntax import ANY_OF, SINGLETON
 
 MET, WAIT, NEVER = "met", "wait", "never"
+# In every reason of a dependency that can never be met: `wait` looks for it to stop.
+NEVER_MET = "can never be met"
 
 
 class DependencyStates(dict):
@@ -40,12 +42,12 @@ def dependency_status(job: Job, states: Mapping[int, JobState]) -> tuple[bool, s
         if any(verdict == MET for _, verdict, _ in checked):
             return False, ""
         if not waiting:
-            return True, (f"dependency {'?'.join(word for word, _, _ in checked)} can never "
-                          f"be met: {'; '.join(text for _, _, text in checked)}")
+            return True, (f"dependency {'?'.join(word for word, _, _ in checked)} {NEVER_MET}"
+                          f": {'; '.join(text for _, _, text in checked)}")
         return False, f"waiting for {' or '.join(waiting)}"
     for word, verdict, text in checked:
         if verdict == NEVER:
-            return True, f"dependency {word} can never be met: {text}"
+            return True, f"dependency {word} {NEVER_MET}: {text}"
     return False, f"waiting for {', '.join(waiting)}" if waiting else ""
 
 

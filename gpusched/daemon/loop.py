@@ -279,7 +279,7 @@ class Daemon:
         now = self.clock.monotonic()
         still = []
         for call in self._waiters:
-            if now >= call.waiter.deadline or call.waiter.all_ended(self.state.jobs):
+            if now >= call.waiter.deadline or call.waiter.ready(self.state.jobs):
                 call.answer(call.waiter.result())
             else:
                 still.append(call)

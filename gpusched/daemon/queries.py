@@ -8,7 +8,7 @@ from typing import Any
 import psutil
 
 from gpusched import __version__
-from gpusched.core import jobfilter, placement
+from gpusched.core import dependencies, jobfilter, placement
 from gpusched.core.models import HIDDEN, GpuInfo, JobState, inventory_to_dict, job_to_dict
 from gpusched.client.protocol import LEAN_JOB_FIELDS
 from gpusched.daemon import idlegpus, lshead, pages
@@ -129,10 +129,18 @@ class Queries:
         # A finite number of 0 or more (protocol.ARGUMENTS): a NaN deadline would never come.
         timeout = req.args.get("timeout_s")
         deadline = self.setup.clock.monotonic() + min(timeout or WAIT_SLICE_S, WAIT_SLICE_S)
-        waiter = Waiter(ids, lambda: self._waited(ids, req), deadline)
-        return waiter.result() if waiter.all_ended(self.state.jobs) else waiter
+        never = None if req.args.get("keep_waiting") else self._never_starts
+        waiter = Waiter(ids, lambda: self._waited(ids, req, waiter), deadline, never)
+        return waiter.result() if waiter.ready(self.state.jobs) else waiter
 
-    def _waited(self, ids: list[int], req: Request) -> dict:
+    def _never_starts(self, job_id: int) -> str | None:
+        job = self.state.jobs.get(job_id)
+        if job is None or job.state is not JobState.PENDING:
+            return None
+        reason = self.state.reason_of(job)
+        return reason if dependencies.NEVER_MET in reason else None
+
+    def _waited(self, ids: list[int], req: Request, waiter: Waiter) -> dict:
         state = self.state
         viewer = self.setup.authz.viewer(req.creds[1])
 
@@ -143,7 +151,9 @@ class Queries:
         # An ended job has left the active ones: done once none named is still there.
         # Until then the jobs are not sent: the client only asks again.
         if any(i in state.jobs for i in ids):
-            return {"jobs": [], "next": None, "done": False}
+            stuck = waiter.stuck()
+            never = {} if stuck is None else {"never": {"id": stuck[0], "reason": stuck[1]}}
+            return {"jobs": [], "next": None, "done": False, **never}
         return {**pages.by_position(ids, req.args, rows_of), "done": True}
 
     def gpus(self, req: Request) -> dict:

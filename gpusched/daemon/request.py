@@ -25,9 +25,26 @@ class Waiter:
     """A `wait` whose jobs still run: the loop answers it with result() once every job it
     names has ended, or at its deadline (a monotonic time), whichever comes first."""
 
-    def __init__(self, ids: list[int], result: Callable[[], dict], deadline: float):
+    def __init__(self, ids: list[int], result: Callable[[], dict], deadline: float,
+                 never_starts: Callable[[int], str | None] | None = None):
         self.ids, self.result, self.deadline = ids, result, deadline
         self._ended = 0  # how many of the leading ids are known to have ended
+        # A job id -> why it can never start (None: it may): a `wait` that is not told
+        # to keep waiting is answered at once for the first such job.
+        self.never_starts = never_starts
+
+    def ready(self, active: Mapping[int, Job]) -> bool:
+        """Whether to answer now: every job named has ended, or the first that has not can
+        never start (a dependency that failed), which a waiting script must hear at once."""
+        return self.all_ended(active) or self.stuck() is not None
+
+    def stuck(self) -> tuple[int, str] | None:
+        """(id, why) of the first job not ended that can never start, if it cannot."""
+        if self.never_starts is None or self._ended == len(self.ids):
+            return None
+        job_id = self.ids[self._ended]
+        why = self.never_starts(job_id)
+        return None if why is None else (job_id, why)
 
     def all_ended(self, active: Mapping[int, Job]) -> bool:
         """Whether every job named has ended (left the active jobs)."""
