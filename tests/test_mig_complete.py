@@ -92,6 +92,14 @@ def test_a_job_asks_for_a_mig_profile_and_never_gets_the_parent(make_home, tmp_p
     first, second = (home.wait_state(i, "running") for i in ids[:2])
     given = {first["gpus"][0], second["gpus"][0]}
     assert given == {m.uuid for m in a100.mig_devices}
+    # ls names each job's MIG device (2/1, 2/2), as gpus does, not only its GPU.
+    listed = {line.split()[0]: set(line.split()) for line in home.run("ls").stdout.splitlines()}
+    labels = sorted(home.show(i)["gpu_labels"][0] for i in ids[:2])
+    assert labels == ["2/1", "2/2"]
+    assert {label for i in ids[:2] for label in labels if label in listed[str(i)]} == set(labels)
+    assert home.run("ls", "--format", "jobid,gpuids", "--noheader").stdout.split()[:4] == [
+        str(ids[0]), home.show(ids[0])["gpu_labels"][0], str(ids[1]),
+        home.show(ids[1])["gpu_labels"][0]]
     third = home.show(ids[2])
     assert third["state"] == "pending" and a100.uuid not in third["gpus"]
     # Whole GPUs: the H100 and the 4090 are free, the A100 never counts as one.

@@ -96,7 +96,7 @@ FIELDS: dict[str, Callable[[dict, float], Any]] = {
     "priority": lambda j, now: j["priority"],
     "gpus": lambda j, now: j["gpus_requested"],
     "gpumem": lambda j, now: compact_size(j["gpu_mem_bytes"]),
-    "gpuids": lambda j, now: ",".join(map(str, j["gpu_indices"])),
+    "gpuids": lambda j, now: ",".join(j.get("gpu_labels") or map(str, j["gpu_indices"])),
     "cpus": lambda j, now: j["cpus"],
     "minmemory": lambda j, now: compact_size(j["mem_bytes"]),
     "timeused": lambda j, now: slurm_duration(_used_s(j, now)),

@@ -164,7 +164,8 @@ def _ls_cells(job: dict[str, Any], now: float, max_chars: int) -> list[Cell]:
     # A group of an array is named 6_[0-2] already; a job by itself 12, or 51_0.
     texts = [job["id"] if isinstance(job["id"], str) else job_label(job), job["user"], job["name"], None,
              request_human(job["gpus_requested"], job["gpu_mem_bytes"]),
-             ",".join(str(i) for i in job["gpu_indices"]) or "-", str(job.get("cpus", 1)),
+             ",".join(job.get("gpu_labels") or map(str, job["gpu_indices"])) or "-",
+             str(job.get("cpus", 1)),
              None, duration_human(elapsed), progress_human(job.get("progress")),
              detail]
     # Cut before escaping: a field of 100,000 characters costs no more than the width.

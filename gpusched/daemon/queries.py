@@ -96,7 +96,14 @@ class Queries:
         and so is the message when the caller may not see the job's command.
         """
         now, settings = self.setup.clock.time(), self.setup.settings
+        mig_labels: dict[str, str] | None = None
         for row in rows:
+            if any(uuid.startswith("MIG-") for uuid in row["gpus"]):
+                # A MIG device is GPU 0/2, not GPU 0: ls names it as gpus and top do.
+                mig_labels = mig_labels or {device.uuid: device.label
+                                            for gpu in self.state.inventory.gpus
+                                            for device in gpu.mig_devices}
+                row["gpu_labels"] = [mig_labels.get(uuid, "?") for uuid in row["gpus"]]
             row["gpu_idle_since"] = idlegpus.flagged_since(self.state, settings, row["id"], now)
             job = self.state.jobs.get(row["id"])
             row["progress"] = report = progress_of(job, self.setup.paths)
