@@ -21,7 +21,9 @@ def doctor(
     system: bool = typer.Option(False, "--system", help="Check the system daemon's home."),
     as_json: bool = typer.Option(False, "--json", help=JSON_HELP),
 ) -> None:
-    """Check the queue file, its rows, the jobs' files and permissions, and explain.
+    """Check the queue and the jobs' files, and explain.
+
+    The queue file, its rows, the jobs' files and their permissions.
 
     Exit status 0 when all is well, 1 when something is wrong. It only reads: nothing
     changes unless --repair is given.

@@ -22,8 +22,10 @@ def gc(
                                  "oldest and newest."),
     as_json: bool = typer.Option(False, "--json", help=JSON_HELP),
 ) -> None:
-    """Remove finished jobs now that [jobs] keep_finished or keep_finished_count no
-    longer keeps, with their logs and run files.
+    """Remove old finished jobs now, with their files.
+
+    Those that [jobs] keep_finished or keep_finished_count no longer keeps, with their
+    logs and run files.
 
     The daemon does this by itself at start and every 10 minutes, a little at a time;
     their usage stays in a summary (`gpusched daemon status`). A finished job that a

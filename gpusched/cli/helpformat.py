@@ -28,7 +28,10 @@ PLACEHOLDERS = {
     "--format": "FORMAT", "--discipline": "DISCIPLINE", "--load": "FRACTION",
     "--arrivals": "trace|poisson", "--seed": "N", "--dir": "DIR", "--user": "USER[,USER]",
     "--state": "STATE[,STATE]", "--mem-growth": "FACTOR", "--container": "IMAGE",
-    "--container-opt": "OPT",
+    "--container-opt": "OPT", "--retry-delay": "DURATION", "--preempt-grace": "DURATION",
+    "--open-mode": "truncate|append", "--output": "FILE", "--error": "FILE",
+    "--target-latency": "DURATION", "--target-in-flight": "N", "--window": "DURATION",
+    "--cooldown": "DURATION", "--high-priority-share": "FRACTION", "--replicas": "N[:MAX]",
     # sbatch's spellings (client/options.py)
     "--gpus-per-node": "N", "--ntasks": "N", "--nodes": "N", "--nice": "N",
     "--gres": "gpu[:TYPE]:N", "--export": "ALL|NONE|NAME[=VALUE]",
@@ -40,8 +43,10 @@ def placeholder(param: Any) -> str:
     if param.metavar:
         return param.metavar
     if param.param_type_name == "option":
+        # Any of its spellings (-J, --name, --job-name): one placeholder for one idea.
+        named = next((PLACEHOLDERS[o] for o in param.opts if o in PLACEHOLDERS), None)
         longest = max(param.opts, key=len)
-        return PLACEHOLDERS.get(longest, longest.lstrip("-").replace("-", "_").upper())
+        return named or longest.lstrip("-").replace("-", "_").upper()
     return param.name.upper() + ("..." if param.nargs != 1 else "")
 
 

@@ -12,6 +12,7 @@ from gpusched.cli.helpformat import App
 from gpusched.cli.show import local_time
 from gpusched.client.connection import Client
 from gpusched.client.submitting import print_json
+from gpusched.core.errors import UsageError
 from gpusched.core.memestimate import job_key
 from gpusched.core.units import duration_human, size_human
 
@@ -22,12 +23,14 @@ app = App()
 def history(
     key: List[str] = typer.Argument(..., metavar="NAME",
                                     help="The job's --name, or its command (after --)."),
-    last: Optional[int] = typer.Option(None, "--last", min=1, metavar="N",
+    last: Optional[int] = typer.Option(None, "--last", metavar="N",
                                        help="The newest N runs (default 20)."),
     as_json: bool = typer.Option(False, "--json", help=JSON_HELP),
 ) -> None:
-    """Your earlier finished runs of a job, newest first: how each ended and the most GPU
-    memory it used, and what `submit --gpu-mem auto` would ask for now.
+    """Your earlier finished runs of a job, newest first.
+
+    How each ended and the most GPU memory it used, and what `submit --gpu-mem auto`
+    would ask for now.
 
     Runs are filed under the job's --name, or without one under its command (the
     program's directory left out). Only successful runs count for the estimate.
@@ -41,6 +44,8 @@ def history(
     # A command is filed with its program's directory left out and spaces collapsed.
     name = job_key("", key if len(key) > 1 else key[0].split()) \
         if len(key) > 1 or " " in key[0] else key[0]
+    if last is not None and last < 1:
+        raise UsageError(f"--last wants 1 or more runs, not {last}")
     report = Client().call("history", key=name, last=last)
     if as_json:
         print_json(report)

@@ -17,9 +17,9 @@ app = App()
 @app.command()
 def requeue(job_ids: List[str] = typer.Argument(..., metavar=JOB_IDS,
                                                 help=JOB_IDS_HELP)) -> None:
-    """Put jobs back in the queue under the same id, as `scontrol requeue` does.
+    """Put jobs back in the queue under their ids.
 
-    A running job is stopped (SIGTERM, then SIGKILL after the daemon's cancel_grace) and
+    As `scontrol requeue` does: a running job is stopped (SIGTERM, then SIGKILL after the daemon's cancel_grace) and
     queued again; an ended job is queued again. Each run after the first has
     GPUSCHED_ATTEMPT one higher and GPUSCHED_RESTARTS counting the requeues; its logs are
     appended to. A pending job is refused (exit status 1). Owner or admin only.
@@ -32,7 +32,9 @@ def requeue(job_ids: List[str] = typer.Argument(..., metavar=JOB_IDS,
 @app.command()
 def preempt(job_ids: List[str] = typer.Argument(..., metavar=JOB_IDS,
                                                 help=JOB_IDS_HELP)) -> None:
-    """Preempt running jobs now: checkpoint signal, grace, stop, back to the queue.
+    """Preempt running jobs now, back to the queue.
+
+    Checkpoint signal, grace, stop, and back to the queue under the same id.
 
     Each job gets its checkpoint signal (its --signal's, else [preemption] signal, SIGUSR1),
     then SIGTERM once its --preempt-grace has passed (and SIGKILL after the cancel

@@ -94,7 +94,9 @@ def completions(ctx: typer.Context,
 
 @app.command()
 def man(ctx: typer.Context) -> None:
-    """Print the gpusched(1) man page (roff), generated from this command line.
+    """Print the gpusched(1) man page (roff).
+
+    It is generated from this command line.
 
     Example: gpusched man | man -l -
     """

@@ -24,11 +24,14 @@ def usage(
     since: Optional[str] = typer.Option(None, "--since", metavar="DURATION",
                                         help="Only the last DURATION, e.g. 7d, 12h (default: "
                                         "everything the queue remembers)."),
-    by: str = typer.Option("user", "--by", help="Group by user or by job name."),
+    by: str = typer.Option("user", "--by", metavar="user|name",
+                           help="Group by user or by job name."),
     as_json: bool = typer.Option(False, "--json", help=JSON_HELP),
 ) -> None:
-    """GPU time, observed GPU memory over time, jobs by final state and the mean queue
-    wait, per user (or per job name).
+    """Who used the GPUs, and how much.
+
+    GPU time, observed GPU memory over time, jobs by state and the mean queue wait, per
+    user (or per job name).
 
     GPU-h is each job's run times its GPUs, cut to the period; MEM GiB-h is the peak GPU
     memory seen on one of its GPUs times its GPUs times its run (an upper estimate: only
