@@ -13,7 +13,6 @@ import logging
 import os
 import queue
 import socket
-import stat
 import threading
 import time
 from typing import Any, Callable, Iterable
@@ -25,6 +24,7 @@ from gpusched.core.notifyconf import END_EVENTS, NotifyRule
 from gpusched.daemon import webhook
 from gpusched.daemon.usernotify import user_rules
 from gpusched.proc.hookrun import kill_session, run_hook
+from gpusched.proc.privileges import open_owned
 
 log = logging.getLogger("gpusched.daemon.notify")
 
@@ -265,18 +265,14 @@ def chat_text(event: dict) -> str:
 
 
 def log_tail(path: str, lines: int, owner_uid: int) -> list[str]:
-    """The last lines of the job's log. Opened without following a link, and as root only
-    a file of the job's owner: the path is in a directory the user controls."""
+    """The last lines of the job's log: a regular file of the job's owner, opened as the
+    owner (privileges.open_owned): the path is the user's choice, in their directories."""
     if not path or lines <= 0:
         return []
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
-    except OSError:
+    fd = open_owned(path, os.O_RDONLY, owner_uid)
+    if fd is None:
         return []
     with os.fdopen(fd, "rb") as f:
-        info = os.fstat(fd)
-        if not stat.S_ISREG(info.st_mode) or (os.geteuid() == 0 and info.st_uid != owner_uid):
-            return []
-        f.seek(max(0, info.st_size - LOG_TAIL_READ_BYTES))
+        f.seek(max(0, os.fstat(fd).st_size - LOG_TAIL_READ_BYTES))
         text = f.read(LOG_TAIL_READ_BYTES).decode("utf-8", "replace")
     return text.splitlines()[-lines:]
