@@ -16,8 +16,8 @@ import pytest
 from conftest import executable, is_gone, wait_until
 
 # Relative paths: a shell run by the hook (cwd /) or by the job (cwd the home) would leave
-# the file in one of those.
-HOSTILE_NAME = "x'; touch PWNED1; echo '$(touch PWNED2)\n\"`touch PWNED3`\""
+# the file in one of those. No newline: --name refuses control characters.
+HOSTILE_NAME = "x'; touch PWNED1; echo '$(touch PWNED2) \"`touch PWNED3`\""
 
 RECORDER = """#!/bin/sh
 # Keeps what a hook gets: its environment and its stdin, one pair per event.
