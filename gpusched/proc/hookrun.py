@@ -70,7 +70,10 @@ def _wait(proc: subprocess.Popen, stdin_bytes: bytes, timeout_s: float) -> HookR
         proc.wait(timeout=max(0.0, deadline - time.monotonic()))
     except subprocess.TimeoutExpired:
         kill_session(proc.pid)
-        proc.wait(timeout=KILLED_WAIT_S)
+        try:
+            proc.wait(timeout=KILLED_WAIT_S)
+        except subprocess.TimeoutExpired:
+            pass  # stuck in the kernel: subprocess reaps it later; the thread goes on
         return HookResult(f"timeout after {timeout_s:g} s (killed)", _text(tail))
     return HookResult(f"exit {proc.returncode}" if proc.returncode >= 0
                       else f"killed by signal {-proc.returncode}", _text(tail))

@@ -133,6 +133,7 @@ def open_as_owner(path: str, flags: int, uid: int) -> int:
         ours.close()
         os.waitpid(pid, 0)
     if fds:
+        os.set_inheritable(fds[0], False)  # as O_CLOEXEC would have it
         return fds[0]
     if message == b"not":
         raise PrivilegeError(f"{path} is not a regular file of uid {uid}")
