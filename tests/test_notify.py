@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import threading
+import time
 from http.server import BaseHTTPRequestHandler, HTTPServer
 from pathlib import Path
 
@@ -14,8 +16,8 @@ import pytest
 from conftest import executable, is_gone, wait_until
 
 # Relative paths: a shell run by the hook (cwd /) or by the job (cwd the home) would leave
-# the file in one of those.
-HOSTILE_NAME = "x'; touch PWNED1; echo '$(touch PWNED2)\n\"`touch PWNED3`\""
+# the file in one of those. No newline: --name refuses control characters.
+HOSTILE_NAME = "x'; touch PWNED1; echo '$(touch PWNED2) \"`touch PWNED3`\""
 
 RECORDER = """#!/bin/sh
 # Keeps what a hook gets: its environment and its stdin, one pair per event.
@@ -154,3 +156,84 @@ def test_a_job_pending_too_long_is_told_once(make_home, tmp_path):
     home.wait_state(waiting, "succeeded")
     assert notify_log(home).count("pending_longer_than") == 1
     assert f"job {blocker} " not in notify_log(home)
+
+
+def peak_rss_bytes(pid: int) -> int:
+    """The process's peak resident memory (VmHWM): a high-water mark, not a sample."""
+    line = next(x for x in Path(f"/proc/{pid}/status").read_text().splitlines()
+                if x.startswith("VmHWM:"))
+    return int(line.split()[1]) * 1024
+
+
+def test_a_hook_that_prints_a_gigabyte_costs_the_daemon_no_memory(home):
+    home.write_config('[[notify]]\nevents = ["end"]\ncommand = ["sh", "-c", "head -c 1G '
+                      '/dev/zero; echo; echo printed it all; exit 4"]\n')
+    daemon = home.start()
+    before = peak_rss_bytes(daemon)
+    job = home.submit("--", "true")
+    home.wait_state(job, "succeeded")
+    wait_until(lambda: f"job {job} end -> sh: exit 4 printed it all" in notify_log(home),
+               "the hook's end, with the last line it printed", timeout=120)
+    grown = peak_rss_bytes(daemon) - before
+    assert grown < 64 * 1024 * 1024, f"the daemon's peak memory grew by {grown} bytes"
+
+
+class Dripping(threading.Thread):
+    """A webhook that takes the post and answers one header line a second,
+    forever: each read comes within any per-read timeout. Counts the posts cut off."""
+
+    def __init__(self):
+        super().__init__(daemon=True)
+        self.server = socket.create_server(("127.0.0.1", 0))
+        self.port = self.server.getsockname()[1]
+        self.posts = self.cut_off = 0
+        self.lock = threading.Lock()
+
+    def run(self) -> None:
+        while True:
+            try:
+                conn, _ = self.server.accept()
+            except OSError:
+                return  # closed by the test
+            threading.Thread(target=self.drip, args=(conn,), daemon=True).start()
+
+    def drip(self, conn: socket.socket) -> None:
+        with conn:
+            conn.recv(65536)
+            with self.lock:
+                self.posts += 1
+            try:
+                conn.sendall(b"HTTP/1.1 200 OK\r\n")
+                while True:
+                    time.sleep(1.0)
+                    conn.sendall(b"X-Drip: 1\r\n")
+            except OSError:
+                with self.lock:
+                    self.cut_off += 1
+
+
+@pytest.fixture
+def dripping():
+    server = Dripping()
+    server.start()
+    yield server
+    server.server.close()
+
+
+def test_a_dripping_webhook_is_cut_off_and_later_notifications_still_go_out(home, dripping,
+                                                                             tmp_path):
+    out = tmp_path / "out"
+    out.mkdir()
+    hook = executable(tmp_path / "mark.sh", '#!/bin/sh\ntouch "$1/$GPUSCHED_JOB_ID"\n')
+    home.write_config(f'[[notify]]\nevents = ["end"]\nurl = "http://127.0.0.1:{dripping.port}/x"'
+                      '\ntimeout = "2s"\nretries = 0\n\n'
+                      f'[[notify]]\nevents = ["end"]\ncommand = ["{hook}", "{out}"]\n')
+    jobs = [home.submit("--", "true") for _ in range(6)]  # more posts than threads
+    for job in jobs:
+        home.wait_state(job, "succeeded")
+    wait_until(lambda: all((out / str(job)).exists() for job in jobs),
+               "every job's hook, after the dripping posts")
+    wait_until(lambda: notify_log(home).count("(cut off) after 1 try, given up") == len(jobs),
+               "every post to be cut off at its deadline")
+    wait_until(lambda: dripping.cut_off == dripping.posts == len(jobs),
+               "the server to see each connection closed")

@@ -1,14 +1,20 @@
 """Which committed job changes set off which [[notify]] entries (the daemon in this process,
-tests/inproc.py), and how the config's entries are checked."""
+tests/inproc.py), how the config's entries are checked, and how a hook's output is read
+and deliveries queued."""
 
 from __future__ import annotations
+
+import tracemalloc
 
 import pytest
 
 from gpusched.core.config import settings_from_mapping
 from gpusched.core.errors import ConfigError
 from gpusched.daemon.notify import chat_text, event_body, hook_env
+from gpusched.daemon.notifyqueue import FairQueue
+from gpusched.proc.hookrun import OUTPUT_KEPT_BYTES, run_hook
 
+from conftest import is_gone, wait_until
 from inproc import make_box  # noqa: F401 - fixtures
 
 ALL = '["start", "end", "fail", "timeout", "oom", "lost"]'
@@ -121,3 +127,37 @@ def test_bad_entries_name_the_entry_and_the_key(entry, message):
 def test_a_notify_table_instead_of_an_array_says_how_to_write_it():
     with pytest.raises(ConfigError, match=r"\[\[notify\]\]"):
         settings_from_mapping({"notify": {"events": ["end"], "command": ["x"]}}, "c")
+
+
+def test_a_hooks_output_is_read_as_it_comes_and_only_its_last_kib_kept():
+    """A hook that prints 256 MiB (and never reads its stdin): the reader holds a few
+    KiB at any moment, and keeps the end."""
+    tracemalloc.start()
+    try:
+        result = run_hook(("sh", "-c", "head -c 268435456 /dev/zero; echo; echo the end"),
+                          {}, b"x" * (1024 * 1024), 60)
+        peak_bytes = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert result.outcome == "exit 0" and result.output.endswith("\nthe end\n")
+    assert len(result.output) <= OUTPUT_KEPT_BYTES
+    assert peak_bytes < 4 * 1024 * 1024, f"{peak_bytes} bytes held while reading"
+
+
+def test_a_hook_whose_child_keeps_its_output_open_is_killed_at_its_timeout(tmp_path):
+    pid_file = tmp_path / "pid"
+    result = run_hook(("sh", "-c", f"sleep 300 & echo $! > {pid_file}; echo started"), {},
+                      b"", 1)
+    assert result.outcome == "timeout after 1 s (killed)" and result.output == "started\n"
+    wait_until(lambda: is_gone(int(pid_file.read_text())), "the hook's child to be killed")
+
+
+def test_one_lane_at_its_limit_leaves_the_others_their_turns():
+    lanes = FairQueue(per_lane=1, max_queued=8, max_per_lane=3)
+    assert all(lanes.put("alice", n) for n in range(3))
+    assert not lanes.put("alice", 3), "a lane takes no more than its share"
+    assert lanes.put("bob", 0) and lanes.put("site", 0)
+    assert lanes.get() == ("alice", 0)  # still running: alice waits for done()
+    assert [lanes.get(), lanes.get()] == [("bob", 0), ("site", 0)]
+    lanes.done("alice")
+    assert lanes.get() == ("alice", 1)

@@ -5,7 +5,11 @@ not; and the daemon's own reads and notes touch only files of the job's user."""
 from __future__ import annotations
 
 import os
+import shutil
+import tempfile
 from pathlib import Path
+
+import pytest
 
 from test_system_mode import make_system, pytestmark, system, users  # noqa: F401 - fixtures
 
@@ -67,20 +71,78 @@ def test_a_fifo_as_a_users_output_fails_the_job_rather_than_holding_it(system, u
                                  "give a regular file, a terminal or /dev/null")
 
 
-def test_the_daemon_opens_only_regular_files_of_the_jobs_user(tmp_path):
-    """What the root daemon reads of a job's logs (the CUDA out-of-memory scan) and writes
-    into them (its notes): never a file of another user, a link, or a FIFO."""
-    uid = 54321
-    own = tmp_path / "own.out"
-    own.write_text("x")
-    os.chown(own, uid, uid)
-    others = tmp_path / "others.out"
-    others.write_text("x")
-    (tmp_path / "link.out").symlink_to(own)
-    os.mkfifo(tmp_path / "fifo.out")
-    os.chown(tmp_path / "fifo.out", uid, uid)
-    fd = privileges.open_owned(str(own), os.O_RDONLY, uid)
-    assert fd is not None
+@pytest.fixture
+def shared_dir():
+    """A directory every test user may pass and list (pytest's tmp_path is root's, 0700)."""
+    path = Path(tempfile.mkdtemp(prefix="gpss-outlog-", dir="/tmp"))
+    path.chmod(0o755)
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+def owned(path: Path, user, text: str | None = "x", mode: int = 0o644) -> Path:
+    """path, made a file with text (None: as it is) owned by user."""
+    if text is not None:
+        path.write_text(text)
+    os.chown(path, user.uid, user.gid, follow_symlinks=False)
+    if not path.is_symlink():
+        path.chmod(mode)
+    return path
+
+
+def test_the_daemon_opens_only_regular_files_of_the_jobs_user_as_that_user(users, shared_dir):
+    """What the root daemon reads of a job's logs (notification tails, the CUDA
+    out-of-memory scan) and writes into them (its notes): only a regular file of the job's
+    user that the user could open; never a file of another user, a link, a FIFO, a
+    device, nor one reached through a link to a directory the user may not enter."""
+    alice, bob = users
+    own = owned(shared_dir / "own.out", alice)
+    (shared_dir / "others.out").write_text("x")
+    owned(shared_dir / "bobs.out", bob)
+    (shared_dir / "link.out").symlink_to(own)
+    owned(shared_dir / "link.out", alice, None)
+    os.mkfifo(shared_dir / "fifo.out")
+    owned(shared_dir / "fifo.out", alice, None, 0o666)
+    private = shared_dir / "roots-only"
+    private.mkdir(mode=0o700)
+    owned(private / "own.out", alice)
+    (shared_dir / "through").symlink_to(private)
+    owned(shared_dir / "through", alice, None)
+    fd = privileges.open_owned(str(own), os.O_RDONLY, alice.uid)
+    assert fd is not None and os.read(fd, 10) == b"x"
     os.close(fd)
-    for name in ("others.out", "link.out", "fifo.out", "missing.out"):
-        assert privileges.open_owned(str(tmp_path / name), os.O_WRONLY, uid) is None, name
+    for name in ("others.out", "bobs.out", "link.out", "fifo.out", "missing.out",
+                 "roots-only/own.out", "through/own.out", "/dev/zero"):
+        path = str(shared_dir / name)
+        assert privileges.open_owned(path, os.O_WRONLY, alice.uid) is None, name
+        assert privileges.open_owned(path, os.O_RDONLY, alice.uid) is None, name
+
+
+def test_root_reads_a_users_log_only_as_that_user(system, users, shared_dir):
+    """`gpusched logs ID` as root prints a job's log only if its owner could read it
+    and it is a regular file of theirs: `-o /etc/shadow`, or a directory of the path
+    swapped for a link to /dev or /etc, shows root nothing."""
+    alice, _ = users
+    shadow = system.submit(alice, "-o", "/etc/shadow", "--", "true")
+    system.wait_state(shadow, "failed", "succeeded")
+    runs = shared_dir / "runs"
+    runs.mkdir()
+    owned(runs, alice, None, 0o755)
+    swapped = [system.submit(alice, "-o", str(runs / name), "--", "echo", "mine")
+               for name in ("zero", "shadow")]
+    for job in swapped:
+        system.wait_state(job, "succeeded")
+    assert system.run_as(None, "logs", str(swapped[0])).stdout == "mine\n"
+    os.rename(runs, shared_dir / "was-runs")
+    for target, name in (("/dev", "zero"), ("/etc", "shadow")):
+        os.symlink(target, runs)
+        os.chown(runs, alice.uid, alice.gid, follow_symlinks=False)
+        job = swapped[0] if name == "zero" else swapped[1]
+        proc = system.run_as(None, "logs", str(job), check=False)
+        assert proc.returncode == 1 and proc.stdout == "", (name, proc.stdout[:200])
+        assert proc.stderr.startswith(f"Error: not showing the log of job {job}: "), proc.stderr
+        os.unlink(runs)
+    proc = system.run_as(None, "logs", str(shadow), check=False)
+    assert proc.returncode == 1 and proc.stdout == "", proc.stdout[:200]
+    assert proc.stderr == (f"Error: not showing the log of job {shadow}: /etc/shadow is not "
+                           f"a regular file of {alice.name}'s. Only such a file is shown\n")

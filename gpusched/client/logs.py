@@ -8,18 +8,13 @@ import time
 
 from gpusched.core import logmark
 from gpusched.core.errors import GpuschedError
+from gpusched.proc.privileges import PrivilegeError, open_as_owner
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # typing is not imported on the fast command path
     from typing import Any
 
 _FOLLOW_POLL_S = 0.2
-
-
-def _no_links(path: str, flags: int) -> int:
-    # Root may read a user's log: never through a link the user put in its place, and
-    # never hanging on a FIFO.
-    return os.open(path, flags | os.O_NOFOLLOW | os.O_NONBLOCK)
 
 
 def pending_note(job: dict[str, Any], follow: bool) -> str:
@@ -47,6 +42,25 @@ def _read_on(fh: Any, shown: int) -> tuple[bytes, int]:
     return chunk, dropped + len(chunk) - mark_bytes
 
 
+def _read_log(job: dict[str, Any], path: str, shown: int) -> tuple[bytes, int]:
+    """_read_on of the job's log, a regular file of its owner's, opened as the owner
+    (root too: the path is the user's choice, and may name /etc/shadow or a device)."""
+    try:
+        with os.fdopen(open_as_owner(path, os.O_RDONLY, job["uid"]), "rb") as fh:
+            return _read_on(fh, shown)
+    except FileNotFoundError:
+        return b"", shown  # not started yet: the shim creates the file
+    except PrivilegeError:
+        raise GpuschedError(f"not showing the log of job {job['id']}: {path} is not a regular "
+                            f"file of {job['user']}'s. Only such a file is shown") from None
+    except PermissionError:
+        who = "they may not read it either" if os.geteuid() == 0 else "read it as them or as root"
+        raise GpuschedError(f"cannot read the log of job {job['id']} ({path}): it is "
+                            f"{job['user']}'s own file; {who}") from None
+    except OSError as exc:
+        raise GpuschedError(f"cannot read the log of job {job['id']} ({path}): {exc}") from None
+
+
 def print_log(client: Any, job_id: int | str, stderr: bool = False, follow: bool = False) -> None:
     # `logs`, not `show`: the daemon refuses (and audits) anyone but the owner or an admin.
     job = client.call("logs", id=job_id)["job"]
@@ -57,16 +71,7 @@ def print_log(client: Any, job_id: int | str, stderr: bool = False, follow: bool
         sys.stderr.write(pending_note(job, follow) + "\n")
         sys.stderr.flush()
     while True:
-        try:
-            with open(path, "rb", opener=_no_links) as fh:
-                chunk, shown = _read_on(fh, shown)
-        except FileNotFoundError:
-            chunk = b""  # not started yet: the shim creates the file
-        except PermissionError:
-            raise GpuschedError(f"cannot read the log of job {job_id} ({path}): it is "
-                                f"{job['user']}'s own file; read it as them or as root") from None
-        except OSError as exc:
-            raise GpuschedError(f"cannot read the log of job {job_id} ({path}): {exc}") from None
+        chunk, shown = _read_log(job, path, shown)
         out.write(chunk)
         out.flush()
         if not follow or job["state"] not in ("pending", "running"):

@@ -68,6 +68,7 @@ class Settings:
     max_log_size_bytes: int = 0  # 0: logs grow without a cap
     # [system]
     service_user: str = ""
+    user_notify_timeout_s: float = 30.0
     admin_group: str = ""
     show_commands: str = "own"
     # [limits] (core/limits.py: what each bounds, and the defaults)

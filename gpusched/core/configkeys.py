@@ -194,6 +194,9 @@ KEYS: dict[str, tuple[str, Callable[[Any], Any], Any, str]] = {
     "system.service_user": ("service_user", _text, "",
                             "System mode: a non-root user the daemon runs as, trusted by clients "
                             "besides root."),
+    "system.user_notify_timeout": ("user_notify_timeout_s", _positive_duration, "30s",
+                                   "System mode: the longest a user's own [[notify]] command "
+                                   "may run (a longer timeout of theirs is cut to this)."),
     "system.admin_group": ("admin_group", _text, "",
                            "System mode: members of this group may cancel, hold, update and "
                            "inspect anyone's jobs."),

@@ -1,5 +1,7 @@
 """Notifications: which `[[notify]]` entries a committed job change sets off, and their
-delivery off the loop, by a bounded pool of threads, each run logged.
+delivery off the loop, each run logged: the site's entries by threads of their own, users'
+own entries by others, taken in turn by user (daemon/notifyqueue.py), so that no user's
+slow hooks delay the site's or another user's.
 
 DaemonState.remember calls job_changed once a transition is committed (the place where
 /metrics counts it too); the loop calls check_pending now and then for the
@@ -11,9 +13,7 @@ from __future__ import annotations
 import json
 import logging
 import os
-import queue
 import socket
-import stat
 import threading
 import time
 from typing import Any, Callable, Iterable
@@ -23,13 +23,18 @@ from gpusched.core.errors import ConfigError
 from gpusched.core.models import Job, JobState
 from gpusched.core.notifyconf import END_EVENTS, NotifyRule
 from gpusched.daemon import webhook
+from gpusched.daemon.notifyqueue import FairQueue
 from gpusched.daemon.usernotify import user_rules
 from gpusched.proc.hookrun import kill_session, run_hook
+from gpusched.proc.privileges import open_owned
 
 log = logging.getLogger("gpusched.daemon.notify")
 
-WORKERS = 4  # hooks and webhooks at once
+SITE_WORKERS = 4  # the site's hooks and webhooks at once
+USER_WORKERS = 4  # users' own hooks at once, one per user
 MAX_QUEUED = 256  # deliveries waiting beyond these are dropped (and logged): memory stays bounded
+MAX_QUEUED_PER_USER = 32  # so that one user's fill no more than their share
+SITE = "site"  # the site entries' lane; a user's is their uid
 LOG_TAIL_READ_BYTES = 64 * 1024  # of the job's log, read from its end for the last lines
 
 
@@ -50,16 +55,19 @@ class Notifier:
     queues one delivery; tests replace it to see the decisions."""
 
     def __init__(self, rules: tuple[NotifyRule, ...], log_path: str, clock: Any = time,
-                 site_uid: int | None = None, user_hooks: bool = False):
+                 site_uid: int | None = None, user_hooks: bool = False,
+                 user_timeout_s: float = 30.0):
         self.rules, self.log_path, self.clock = rules, log_path, clock
         self.site_uid = site_uid  # whom site hooks run as (a root daemon only)
         # System mode with a root daemon: each job's owner may have entries of their own
-        # (daemon/usernotify.py), run as the owner. dispatch() gets None for those.
-        self.user_hooks = user_hooks
+        # (daemon/usernotify.py), run as the owner, each for user_timeout_s at most.
+        # dispatch() gets None for those.
+        self.user_hooks, self.user_timeout_s = user_hooks, user_timeout_s
         self.host = socket.gethostname()
         self._pending_rules = [r for r in rules if r.wants("pending_longer_than")]
         self._told_pending: set[tuple[int, float]] = set()  # (job id, threshold) told
-        self._queue: queue.Queue[tuple[NotifyRule | None, dict]] = queue.Queue(MAX_QUEUED)
+        self._site = FairQueue(SITE_WORKERS, MAX_QUEUED, MAX_QUEUED)
+        self._users = FairQueue(1, MAX_QUEUED, MAX_QUEUED_PER_USER)
         self._workers: list[threading.Thread] = []
         self._running_pids: set[int] = set()
         self._closed = False
@@ -115,20 +123,24 @@ class Notifier:
         with self._lock:
             if not self._workers:
                 # Daemon threads: a stopping daemon never waits for a hook (close() kills them).
-                for n in range(WORKERS):
-                    worker = threading.Thread(target=self._work, name=f"gpusched-notify-{n}",
-                                              daemon=True)
-                    worker.start()
-                    self._workers.append(worker)
-        try:
-            self._queue.put_nowait((rule, event))
-        except queue.Full:
-            self._write_log(event, "all", "dropped: too many notifications waiting")
+                for pool, count in ((self._site, SITE_WORKERS), (self._users, USER_WORKERS)):
+                    for _ in range(count):
+                        worker = threading.Thread(target=self._work, args=(pool,), daemon=True,
+                                                  name=f"gpusched-notify-{len(self._workers)}")
+                        worker.start()
+                        self._workers.append(worker)
+        pool, lane = (self._site, SITE) if rule else (self._users, event["job"]["uid"])
+        if not pool.put(lane, (rule, event)):
+            self._write_log(event, "all" if rule else f"uid {lane}'s entries",
+                            "dropped: too many notifications waiting")
 
-    def _work(self) -> None:
+    def _work(self, pool: FairQueue) -> None:
         while not self._closed:
-            rule, event = self._queue.get()
-            self._deliver(rule, event)
+            lane, (rule, event) = pool.get()
+            try:
+                self._deliver(rule, event)
+            finally:
+                pool.done(lane)
 
     def _deliver(self, rule: NotifyRule | None, event: dict) -> None:
         try:
@@ -149,7 +161,7 @@ class Notifier:
         """The job owner's own entries for this event, run as the owner from their home."""
         uid = event["job"]["uid"]
         try:
-            path, rules = user_rules(uid)
+            path, rules = user_rules(uid, self.user_timeout_s)
         except ConfigError as exc:
             self._write_log(event, f"uid {uid}'s entries", exc.message)
             return
@@ -186,7 +198,8 @@ def make_notifier(settings: Any, paths: Any, clock: Any) -> Notifier:
     the job owners' own entries too."""
     root_system = paths.is_system and os.geteuid() == 0
     return Notifier(settings.notify, paths.notify_log, clock,
-                    site_uid(settings, paths.is_system), user_hooks=root_system)
+                    site_uid(settings, paths.is_system), user_hooks=root_system,
+                    user_timeout_s=settings.user_notify_timeout_s)
 
 
 def site_uid(settings: Any, is_system: bool) -> int | None:
@@ -265,18 +278,14 @@ def chat_text(event: dict) -> str:
 
 
 def log_tail(path: str, lines: int, owner_uid: int) -> list[str]:
-    """The last lines of the job's log. Opened without following a link, and as root only
-    a file of the job's owner: the path is in a directory the user controls."""
+    """The last lines of the job's log: a regular file of the job's owner, opened as the
+    owner (privileges.open_owned): the path is the user's choice, in their directories."""
     if not path or lines <= 0:
         return []
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
-    except OSError:
+    fd = open_owned(path, os.O_RDONLY, owner_uid)
+    if fd is None:
         return []
     with os.fdopen(fd, "rb") as f:
-        info = os.fstat(fd)
-        if not stat.S_ISREG(info.st_mode) or (os.geteuid() == 0 and info.st_uid != owner_uid):
-            return []
-        f.seek(max(0, info.st_size - LOG_TAIL_READ_BYTES))
+        f.seek(max(0, os.fstat(fd).st_size - LOG_TAIL_READ_BYTES))
         text = f.read(LOG_TAIL_READ_BYTES).decode("utf-8", "replace")
     return text.splitlines()[-lines:]

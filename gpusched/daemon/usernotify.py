@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import stat
+from dataclasses import replace
 
 from gpusched.core.config import _toml
 from gpusched.core.errors import ConfigError
@@ -16,10 +17,11 @@ USER_FILE = ".config/gpusched/notify.toml"  # under the owner's home
 USER_FILE_MAX_BYTES = 64 * 1024
 
 
-def user_rules(uid: int) -> tuple[str, tuple[NotifyRule, ...]]:
-    """(the file, its entries): none when it is missing. Raises ConfigError, naming the
-    file, when it is not the user's own, is writable by others, or is not a valid list of
-    entries with commands only."""
+def user_rules(uid: int, timeout_max_s: float) -> tuple[str, tuple[NotifyRule, ...]]:
+    """(the file, its entries): none when it is missing. A timeout over the site's
+    timeout_max_s is cut to it: the site's notification threads are shared. Raises
+    ConfigError, naming the file, when it is not the user's own, is writable by others,
+    or is not a valid list of entries with commands only."""
     home = home_of(uid)
     if not home:
         return "", ()
@@ -42,7 +44,8 @@ def user_rules(uid: int) -> tuple[str, tuple[NotifyRule, ...]]:
         if rule.wants("pending_longer_than"):
             raise ConfigError(f"{path}: [[notify]] entry {n} asks for pending_longer_than, "
                               "which only the site's config can; use the other events")
-    return path, rules
+    return path, tuple(replace(rule, timeout_s=min(rule.timeout_s, timeout_max_s))
+                       for rule in rules)
 
 
 def _read_own_file(path: str, uid: int) -> str | None:

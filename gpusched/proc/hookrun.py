@@ -1,17 +1,23 @@
 """Run one notification hook: an argv list (never a shell), its facts in the environment,
-the event as JSON on stdin, in a session of its own that a timeout kills whole."""
+the event as JSON on stdin, in a session of its own that a timeout kills whole. Its output
+is read as it comes and only its last few KiB kept: a hook that prints a gigabyte costs
+the daemon no memory, and never blocks on a full pipe."""
 
 from __future__ import annotations
 
 import os
+import selectors
 import signal
 import subprocess
+import time
 from dataclasses import dataclass
-from typing import Callable
+from typing import IO, Callable
 
 from gpusched.proc.privileges import identity_of
 
 OUTPUT_KEPT_BYTES = 4096  # of the hook's output, for the notification log
+READ_CHUNK_BYTES = 64 * 1024
+KILLED_WAIT_S = 5.0  # for a killed hook's status (it is gone: this is only its reaping)
 ENV_VALUE_MAX_BYTES = 4096  # a job name or path beyond this is cut (env is not for content)
 
 
@@ -56,18 +62,64 @@ def run_hook(argv: tuple[str, ...], env: dict[str, str], stdin_bytes: bytes,
 
 
 def _wait(proc: subprocess.Popen, stdin_bytes: bytes, timeout_s: float) -> HookResult:
+    deadline = time.monotonic() + timeout_s
+    tail, drained = _pump(proc, stdin_bytes, deadline)
     try:
-        out, _ = proc.communicate(stdin_bytes, timeout=timeout_s)
+        if not drained:  # the hook, or something it started, still holds its output
+            raise subprocess.TimeoutExpired(proc.args, timeout_s)
+        proc.wait(timeout=max(0.0, deadline - time.monotonic()))
     except subprocess.TimeoutExpired:
         kill_session(proc.pid)
-        try:  # a process that left the session may still hold the pipe: do not wait on it
-            out, _ = proc.communicate(timeout=5)
+        try:
+            proc.wait(timeout=KILLED_WAIT_S)
         except subprocess.TimeoutExpired:
-            out = b""
-            proc.wait()  # the hook itself is gone: only its status is left to collect
-        return HookResult(f"timeout after {timeout_s:g} s (killed)", _tail(out))
+            pass  # stuck in the kernel: subprocess reaps it later; the thread goes on
+        return HookResult(f"timeout after {timeout_s:g} s (killed)", _text(tail))
     return HookResult(f"exit {proc.returncode}" if proc.returncode >= 0
-                      else f"killed by signal {-proc.returncode}", _tail(out))
+                      else f"killed by signal {-proc.returncode}", _text(tail))
+
+
+def _pump(proc: subprocess.Popen, stdin_bytes: bytes,
+          deadline: float) -> tuple[bytearray, bool]:
+    """Feed stdin and drain stdout until the hook closes it or the deadline: (the last
+    OUTPUT_KEPT_BYTES of what it printed, the rest read and dropped; whether its output
+    ended). Closes both pipes either way: nothing is waited for past the deadline."""
+    assert proc.stdin is not None and proc.stdout is not None
+    tail, left, drained = bytearray(), memoryview(stdin_bytes), False
+    os.set_blocking(proc.stdin.fileno(), False)
+    with selectors.DefaultSelector() as selector:
+        selector.register(proc.stdout, selectors.EVENT_READ)
+        if left:
+            selector.register(proc.stdin, selectors.EVENT_WRITE)
+        else:
+            proc.stdin.close()
+        while selector.get_map() and time.monotonic() < deadline:
+            for key, _ in selector.select(max(0.0, deadline - time.monotonic())):
+                if key.fileobj is proc.stdin:
+                    left = _feed(proc.stdin, left)
+                    if not left:
+                        selector.unregister(proc.stdin)
+                        proc.stdin.close()
+                    continue
+                chunk = os.read(proc.stdout.fileno(), READ_CHUNK_BYTES)
+                if not chunk:
+                    selector.unregister(proc.stdout)
+                    drained = True
+                del tail[:max(0, len(tail) + len(chunk) - OUTPUT_KEPT_BYTES)]
+                tail += chunk[-OUTPUT_KEPT_BYTES:]
+    proc.stdin.close()
+    proc.stdout.close()
+    return tail, drained
+
+
+def _feed(pipe: IO[bytes], left: memoryview) -> memoryview:
+    # What is left of stdin after one write; nothing when the hook closed its end.
+    try:
+        return left[os.write(pipe.fileno(), left[:READ_CHUNK_BYTES]):]
+    except BlockingIOError:
+        return left
+    except OSError:  # BrokenPipeError: the hook does not read its stdin
+        return left[:0]
 
 
 def kill_session(pid: int) -> None:
@@ -78,5 +130,5 @@ def kill_session(pid: int) -> None:
         pass
 
 
-def _tail(out: bytes | None) -> str:
-    return (out or b"")[-OUTPUT_KEPT_BYTES:].decode("utf-8", "replace")
+def _text(tail: bytearray) -> str:
+    return bytes(tail).decode("utf-8", "replace")

@@ -88,22 +88,66 @@ def prepare_log_dir(path: str, who: Identity) -> None:
 
 
 def open_owned(path: str, flags: int, uid: int) -> int | None:
-    """Root side: a regular file of uid's opened with flags, or None. Never through a
-    symlink in its last part, and without opening anything else first (a device, a FIFO
-    a user put there): O_PATH opens nothing, its file is checked, then reopened. A link
-    in the directories above leads only to a file of uid's, which uid may write anyway:
-    a job's --output can be anywhere, and the daemon's notes go there too."""
+    """open_as_owner's file, or None where it raises."""
     try:
-        handle = os.open(path, os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC)
+        return open_as_owner(path, flags, uid)
     except OSError:
         return None
+
+
+def open_as_owner(path: str, flags: int, uid: int) -> int:
+    """A regular file of uid's, opened with flags by uid: a job's log, named by its user,
+    for a daemon or a CLI that may be root. As root, a child that has become uid (its
+    groups too) opens it and hands the descriptor back: root reaches nothing the user
+    could not, whatever the user's links in the directories above lead to. Never through
+    a link in its last part, and nothing else is opened first (a device, a FIFO): O_PATH
+    opens nothing; its file is checked, then reopened. Raises OSError (PrivilegeError:
+    it is there but not a regular file of uid's)."""
+    if os.geteuid() != 0 or uid == 0:
+        return _open_regular(path, flags, uid)
+    import socket
+
+    who = identity_of(uid)
+    ours, theirs = socket.socketpair()
+    pid = os.fork()
+    if pid == 0:  # only system calls here: the daemon's other threads are not in the child
+        code = b"5"  # EIO
+        try:
+            ours.close()
+            drop(who)
+            socket.send_fds(theirs, [b"ok"], [_open_regular(path, flags, uid)])
+            os._exit(0)
+        except PrivilegeError:
+            code = b"not"
+        except OSError as exc:
+            code = str(exc.errno or 5).encode()
+        finally:
+            try:
+                theirs.sendall(code)
+            finally:
+                os._exit(1)
+    theirs.close()
+    try:
+        message, fds, _, _ = socket.recv_fds(ours, 16, 1)
+    finally:
+        ours.close()
+        os.waitpid(pid, 0)
+    if fds:
+        os.set_inheritable(fds[0], False)  # as O_CLOEXEC would have it
+        return fds[0]
+    if message == b"not":
+        raise PrivilegeError(f"{path} is not a regular file of uid {uid}")
+    code = int(message) if message.isdigit() else 5
+    raise OSError(code, os.strerror(code), path)
+
+
+def _open_regular(path: str, flags: int, uid: int) -> int:
+    handle = os.open(path, os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC)
     try:
         info = os.fstat(handle)
         if not stat.S_ISREG(info.st_mode) or info.st_uid != uid:
-            return None
+            raise PrivilegeError(f"{path} is not a regular file of uid {uid}")
         return os.open(f"/proc/self/fd/{handle}", flags | os.O_CLOEXEC)
-    except OSError:
-        return None
     finally:
         os.close(handle)
 
