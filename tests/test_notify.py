@@ -39,7 +39,8 @@ def test_a_hook_gets_the_job_as_env_and_json_and_never_runs_its_name(home, tmp_p
     home.write_config(f'[[notify]]\nevents = ["start", "end", "fail"]\n'
                       f'command = ["{hook}", "{out}"]\nlog_lines = 5\n')
     name = HOSTILE_NAME
-    job = home.submit("--name", name, "--", "sh", "-c", "echo one; echo two; exit 3",
+    job = home.submit("--name", name, "--", "sh", "-c",
+                      "echo one; echo two; echo Traceback >&2; echo boom >&2; exit 3",
                       "$(touch PWNED4)")
     home.wait_state(job, "failed")
     wait_until(lambda: (out / "stdin-fail").exists() and notify_log(home).count("\n") >= 3,
@@ -48,6 +49,7 @@ def test_a_hook_gets_the_job_as_env_and_json_and_never_runs_its_name(home, tmp_p
     assert event["event"] == "fail" and event["job"]["id"] == job
     assert event["job"]["name"] == name and event["job"]["exit_code"] == 3
     assert event["log_tail"][-2:] == ["one", "two"]
+    assert event["err_tail"][-2:] == ["Traceback", "boom"]  # the failure's own words
     env = (out / "env-fail").read_text()
     assert f"GPUSCHED_JOB_ID={job}\n" in env and "GPUSCHED_JOB_STATE=failed\n" in env
     assert "GPUSCHED_JOB_EXIT_CODE=3\n" in env and "GPUSCHED_EVENT=fail\n" in env

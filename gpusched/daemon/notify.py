@@ -227,6 +227,7 @@ def event_body(event: str, job: Job, now_s: float, host: str) -> dict:
                 "state": job.state.value, "exit_code": job.exit_code, "signal": job.signal,
                 "end_reason": job.end_reason, "attempt": job.attempt,
                 "command": list(job.command), "cwd": job.cwd, "log": job.stdout_path,
+                "err_log": job.stderr_path,
                 "gpus": list(job.gpu_indices), "gpu_uuids": list(job.gpu_uuids),
                 "submitted": job.submitted_at, "started": job.started_at,
                 "ended": job.ended_at, "wait_s": max(0.0, waited_s),
@@ -235,8 +236,12 @@ def event_body(event: str, job: Job, now_s: float, host: str) -> dict:
 
 
 def with_log_tail(event: dict, lines: int) -> dict:
+    """The last lines of the job's output and, apart, of its errors (a failed job's
+    traceback is on stderr); none twice when both go to one file."""
     job = event["job"]
-    return {**event, "log_tail": log_tail(job["log"], lines, job["uid"])}
+    apart = job["err_log"] and job["err_log"] != job["log"]
+    return {**event, "log_tail": log_tail(job["log"], lines, job["uid"]),
+            "err_tail": log_tail(job["err_log"], lines, job["uid"]) if apart else []}
 
 
 def hook_env(event: dict, home: str | None = None) -> dict[str, str]:
