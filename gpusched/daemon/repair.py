@@ -18,6 +18,7 @@ from filelock import FileLock, Timeout
 from gpusched.client.paths import Paths
 from gpusched.core.errors import GpuschedError
 from gpusched.core.models import Job
+from gpusched.core.syntax import MAX_JOB_ID
 from gpusched.daemon import storecheck, walcheck
 from gpusched.daemon.rows import DamagedRow, row_to_job
 from gpusched.daemon.schema import MIGRATIONS
@@ -136,9 +137,10 @@ def _read(path: str) -> bytes:
 
 def _last_id(conn: sqlite3.Connection) -> int:
     found = 0
-    for query in ("SELECT seq FROM sqlite_sequence WHERE name = 'jobs'", "SELECT max(id) FROM jobs"):
+    for query in ("SELECT seq FROM sqlite_sequence WHERE name = 'jobs' AND seq <= ?",
+                  "SELECT max(id) FROM jobs WHERE id <= ?"):  # past MAX_JOB_ID: damage
         try:
-            row = conn.execute(query).fetchone()
+            row = conn.execute(query, (MAX_JOB_ID,)).fetchone()
             found = max(found, (row[0] or 0) if row else 0)
         except sqlite3.DatabaseError:
             pass
