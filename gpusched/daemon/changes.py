@@ -7,7 +7,7 @@ from dataclasses import replace
 from typing import Callable
 
 from gpusched.core import jobspec
-from gpusched.core.errors import UsageError
+from gpusched.core.errors import PermissionDenied, UsageError
 from gpusched.core.models import Job, JobState, transition
 from gpusched.daemon import batches
 from gpusched.daemon.authz import user_name
@@ -22,17 +22,30 @@ class Refused(Exception):
     refused while the other jobs named are still changed."""
 
 
+def check_priority(setup: Setup, creds: tuple[int, int, int], priority: int) -> None:
+    """Refuse a priority above scheduling.max_user_priority from one who is not an admin:
+    a higher one jumps other users' jobs and preempts their preemptible ones (as Slurm,
+    raising a job's priority is the operators')."""
+    cap = setup.settings.max_user_priority
+    if priority > cap and not setup.authz.is_admin(creds[1]):
+        raise PermissionDenied(f"priority {priority} is over {cap}, the highest a user who is "
+                               "not an admin may give (scheduling.max_user_priority in the "
+                               "daemon's config); give a lower one, or ask an admin")
+
+
 class Changes:
     def __init__(self, state: DaemonState, setup: Setup, seam: ProcessSeam):
         self.state, self.setup, self.seam = state, setup, seam
 
-    def change(self, req: Request, verb: str,
-               apply: Callable[[Job], str]) -> dict | batches.BatchedChange:
+    def change(self, req: Request, verb: str, apply: Callable[[Job], str],
+               allowed: Callable[[], None] = lambda: None) -> dict | batches.BatchedChange:
         """Apply a change to each job named: what happened to each in "results", and
         why each job that could not be changed was not in "refused" (the client then
-        exits 1)."""
+        exits 1). allowed: raises if the caller may not make this change at all (asked
+        once the jobs are known to be theirs)."""
         jobs = targets(self.state, req.args["ids"])
         self.setup.authz.require_owner(jobs, req.creds, f"{verb} it", req.name)
+        allowed()
 
         def outcome(job: Job) -> tuple[str, bool]:
             try:
@@ -90,7 +103,8 @@ class Changes:
                               "can be updated")
             self.state.save(replace(job, priority=priority))
             return f"priority {priority}"
-        return self.change(req, "update", apply)
+        return self.change(req, "update", apply,
+                           lambda: check_priority(self.setup, req.creds, priority))
 
     def requeue(self, req: Request) -> dict:
         return self._requeueing(req, "requeue", lambda job, now, who: requeue_one(
