@@ -7,11 +7,11 @@ from dataclasses import replace
 from typing import Callable
 
 from gpusched.core import jobspec
-from gpusched.core.errors import PermissionDenied, UsageError
+from gpusched.core.errors import UsageError
 from gpusched.core.models import Job, JobState, transition
 from gpusched.daemon import batches
 from gpusched.daemon.authz import user_name
-from gpusched.daemon.request import Request, targets
+from gpusched.daemon.request import Request, check_priority, targets
 from gpusched.daemon.requeue import NotNow, preempt_one, requeue_one
 from gpusched.daemon.state import DaemonState, Setup
 from gpusched.proc.seam import ProcessSeam
@@ -20,17 +20,6 @@ from gpusched.proc.seam import ProcessSeam
 class Refused(Exception):
     """One job of a change that cannot be made (a running job to hold): reported as
     refused while the other jobs named are still changed."""
-
-
-def check_priority(setup: Setup, creds: tuple[int, int, int], priority: int) -> None:
-    """Refuse a priority above scheduling.max_user_priority from one who is not an admin:
-    a higher one jumps other users' jobs and preempts their preemptible ones (as Slurm,
-    raising a job's priority is the operators')."""
-    cap = setup.settings.max_user_priority
-    if priority > cap and not setup.authz.is_admin(creds[1]):
-        raise PermissionDenied(f"priority {priority} is over {cap}, the highest a user who is "
-                               "not an admin may give (scheduling.max_user_priority in the "
-                               "daemon's config); give a lower one, or ask an admin")
 
 
 class Changes:

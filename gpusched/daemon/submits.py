@@ -13,8 +13,7 @@ from gpusched.core.models import Job, job_with
 from gpusched.core.values import shown
 from gpusched.daemon import batches, gpumemory
 from gpusched.daemon.authz import user_name
-from gpusched.daemon.changes import check_priority
-from gpusched.daemon.request import Request, named, targets
+from gpusched.daemon.request import Request, check_priority, named, targets
 from gpusched.daemon.state import DaemonState, Setup
 from gpusched.proc import runfile
 
