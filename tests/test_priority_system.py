@@ -37,6 +37,11 @@ def test_a_user_cannot_raise_priority_past_the_cap_but_an_admin_can(make_system,
     assert system.show(own)["priority"] == 1000000
     system.run_as(None, "update", str(held), "--priority", "1000")
     assert system.show(held)["priority"] == 1000
+    # A service's replicas are bob's jobs too: its priority is refused at create.
+    proc = system.run_as(bob, "service", "create", "web", "--priority", "11", "--", "sleep",
+                         "300", check=False)
+    assert proc.returncode == 1 and OVER in proc.stderr, proc
+    assert system.run_as(bob, "service", "ls", "--json").stdout.strip() == "[]"
 
 
 def test_the_default_cap_is_zero(system, users):  # noqa: F811

@@ -187,6 +187,10 @@ class Submits:
             ids = self._insert(template, *jobspec.check_array(spec))
         return {"ids": ids, "array_ids": ids[:1] if spec.get("array") is not None else []}
 
+    def check_priority(self, creds: tuple[int, int, int], priority: int) -> None:
+        """request.check_priority, for a service's replicas (daemon/servicereqs.py)."""
+        check_priority(self.setup, creds, priority)
+
     def _check_dependencies(self, deps: tuple[tuple[str, int], ...]) -> None:
         # A new job may only depend on jobs that exist, all older than it, so a cycle
         # cannot form: refusing unknown ids is what keeps the graph acyclic.
