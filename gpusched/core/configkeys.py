@@ -152,8 +152,9 @@ KEYS: dict[str, tuple[str, Callable[[Any], Any], Any, str]] = {
                                      "At most this many GPUs held by one user's jobs (0: no limit)."),
     "scheduling.max_running_per_user": ("max_running_per_user", _number(0, 10**6, int), 0,
                                         "At most this many running jobs per user (0: no limit)."),
-    "scheduling.max_user_priority": ("max_user_priority", _number(-MAX_PRIORITY, MAX_PRIORITY, int),
-                                     0, "The highest --priority a user who is not an admin may "
+    "scheduling.max_user_priority": ("max_user_priority",
+                                     _number(-MAX_PRIORITY, MAX_PRIORITY, int), 0,
+                                     "The highest --priority a user who is not an admin may "
                                      "give (submit, update): raising a job above others' is "
                                      "the admins' (in user mode, the daemon's user is)."),
     "host.cpus": ("host_cpus", _number(0, 100_000, int), 0,

@@ -8,8 +8,8 @@ from gpusched.core import gpuoom, outpattern, syntax, values
 from gpusched.core.topology import TOPOLOGY_MODES
 from gpusched.core.errors import UsageError
 from gpusched.core.models import DEFAULT_RETRY_DELAY_S, Constraints, Job, Request
-from gpusched.core.syntax import (DEPENDENCY_KINDS, MAX_ARRAY_INDEX, MAX_ARRAY_SIZE, MAX_JOB_ID, MAX_PRIORITY,
-                                  RETRY_ON_CHOICES, WARN_SIGNALS)
+from gpusched.core.syntax import (DEPENDENCY_KINDS, MAX_ARRAY_INDEX, MAX_ARRAY_SIZE,
+                                  MAX_JOB_ID, MAX_PRIORITY, RETRY_ON_CHOICES, WARN_SIGNALS)
 
 MAX_GPUS_PER_JOB = 64
 MAX_GPU_INDEX = 1023
