@@ -168,3 +168,7 @@ def test_a_pending_row_with_an_id_past_the_largest_is_quarantined_and_doctor_say
     new = home.submit("--", "true")
     assert new == 8  # not above the damaged row
     home.wait_state(new, "succeeded")
+    home.run("daemon", "stop")
+    repaired = home.run("doctor", "--repair").stdout
+    assert f"could not save job {BIG_ID}: id {BIG_ID} is outside the job ids" in repaired
+    assert "new jobs get ids from 9" in repaired, repaired
