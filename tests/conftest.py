@@ -17,7 +17,7 @@ import pytest
 from filelock import FileLock
 
 from gpusched.proc import runfile
-from processes import home_processes, kill_all, with_descendants  # noqa: F401 - for the tests
+from processes import home_processes, is_gone, kill_all, with_descendants  # noqa: F401 - for the tests
 from gpusched.proc.seam import ProcessSeam
 
 REPO = Path(__file__).resolve().parent.parent
@@ -55,16 +55,6 @@ def executable(path: Path, text: str, mode: int = 0o755) -> Path:
     path.write_text(text)
     path.chmod(mode)
     return path
-
-
-def is_gone(proc: int | psutil.Process) -> bool:
-    """Whether a process has ended: gone, or a zombie not reaped yet. A process reaped
-    between two looks counts as gone (pid_exists() then status() would race the reaper)."""
-    try:
-        proc = psutil.Process(proc) if isinstance(proc, int) else proc
-        return proc.status() == psutil.STATUS_ZOMBIE
-    except psutil.NoSuchProcess:
-        return True
 
 
 def find_shim(jobs_root: Path, job_id: int) -> tuple[int, float] | None:

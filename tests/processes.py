@@ -3,6 +3,9 @@ bench/ uses the very same code (bench/reliability/harness.py)."""
 
 from __future__ import annotations
 
+import os
+import time
+
 import psutil
 
 
@@ -16,13 +19,37 @@ def with_descendants(procs: list[psutil.Process]) -> list[psutil.Process]:
     return out
 
 
-def kill_all(procs: list[psutil.Process]) -> None:
+def kill_all(procs: list[psutil.Process], timeout_s: float = 10.0) -> None:
     for proc in procs:
         try:
             proc.kill()
         except psutil.Error:
             pass
-    psutil.wait_procs(procs, timeout=10)
+    # Not psutil.wait_procs: for a process that is not our child it waits until the pid is
+    # gone, and a killed daemon or shim stays a zombie until its parent (or PID 1) reaps it.
+    deadline = time.monotonic() + timeout_s
+    left = list(procs)
+    while left and time.monotonic() < deadline:
+        left = [proc for proc in left if not is_gone(proc)]
+        if left:
+            time.sleep(0.01)
+
+
+def is_gone(proc: int | psutil.Process) -> bool:
+    """Whether a process has ended: gone, or a zombie not reaped yet (reaped here if it is
+    ours). A process reaped between two looks counts as gone (pid_exists() then status()
+    would race the reaper)."""
+    try:
+        proc = psutil.Process(proc) if isinstance(proc, int) else proc
+        if proc.status() != psutil.STATUS_ZOMBIE:
+            return False
+    except psutil.NoSuchProcess:
+        return True
+    try:
+        os.waitpid(proc.pid, os.WNOHANG)
+    except ChildProcessError:
+        pass
+    return True
 
 
 def home_processes(home: str) -> list[psutil.Process]:

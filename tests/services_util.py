@@ -4,6 +4,7 @@ through its front door and count who answered."""
 from __future__ import annotations
 
 import http.client
+import importlib.util
 import json
 import shutil
 import sys
@@ -21,6 +22,11 @@ HAPROXY = shutil.which("haproxy") or shutil.which("haproxy", path="/usr/sbin:/us
 needs_haproxy = pytest.mark.skipif(
     HAPROXY is None,
     reason="HAProxy is not installed (Debian/Ubuntu: apt-get install haproxy); .ci/run installs it")
+
+# jobs/serve.py is a torch model: without the `jobs` extra, the tests that run it skip.
+needs_torch = pytest.mark.skipif(
+    importlib.util.find_spec("torch") is None,
+    reason="jobs/serve.py needs torch: pip install torch==2.13.0 -e '.[test,jobs]'")
 
 SERVER = Path(__file__).resolve().parent / "svcserver.py"
 SERVE = [sys.executable, str(REPO / "jobs" / "serve.py"), "--hidden", "32", "--layers", "1",

@@ -80,6 +80,10 @@ USAGE = [
     (["submit", "--gpus", "many", "--", "true"], "--gpus"),  # typer names the option
     (["submit", "--gpu-mem", "12XB", "--", "true"], "12XB"),
     (["submit", "--gpu-mem", "0", "--", "true"], "--gpu-mem"),
+    # A bare number is no GPU memory size (it once reserved 10 bytes), and a unit given
+    # apart from its number gets the hint that fits (once one about dependency ids).
+    (["submit", "--gpu-mem", "10", "--", "true"], "give a unit, e.g. 10G"),
+    (["submit", "--gpu-mem", "20", "G", "--", "true"], "--gpu-mem 20G"),
     (["submit", "--gpus", "1", "--gpu-mem", "200G", "--", "true"], "200.0 GiB"),
     (["submit", "--gpus", "0", "--gpu-mem", "1G", "--", "true"], "--gpu-mem"),
     (["submit"], "command"),

@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from rich.cells import cell_len, set_cell_size
 
-from gpusched.cli import jobviews
+from gpusched.cli import jobviews, lsview
 from gpusched.cli.common import console_for
 from gpusched.cli.plainout import Screen
 from gpusched.cli.render import RichOutput
@@ -175,3 +175,21 @@ def test_a_line_of_text_prints_as_rich_prints_it(line, tty, environ):
 def test_cell_widths_are_richs(text, width):
     assert textcells.text_width(textcells.printable(text)) == cell_len(textcells.printable(text))
     assert textcells.set_cell_size(text, width) == set_cell_size(text, width)
+
+
+def test_ls_at_80_columns_shows_a_size_whole_or_not_at_all():
+    """Once, MEM's values made an 80-column ls 91 wide, and REQUEST read `1x30.0…`."""
+    base = {"user": "ada", "state": "running", "cancelling": False, "submitted_at": NOW - 60,
+            "started_at": NOW - 30, "ended_at": None, "pending_reason": "", "end_reason": "",
+            "gpus_requested": 1, "gpu_mem_bytes": 30 * 2**30, "cpus": 1, "mem_bytes": 2**30,
+            "mem_over": False, "exit_code": None, "signal": None, "array_id": None}
+    jobs = [{**base, "id": 4 + n, "name": name, "command": ["python3", "-c", "x" * 60],
+             "gpu_indices": [n], "mem_peak_bytes": int(60.9 * 2**20)}
+            for n, name in enumerate(["a", "train-long-name"])]
+    for width in range(40, 121):
+        lines = ["".join(text for text, _ in line)
+                 for line in lsview.ls_lines(jobs, width=width, now=NOW)]
+        assert all(len(line) <= width for line in lines), (width, lines)
+        for line in lines[1:]:
+            assert "1x30.0 GiB" in line or "1x30" not in line, (width, line)
+            assert "60.9 MiB/1.0 GiB" in line or "60.9" not in line, (width, line)

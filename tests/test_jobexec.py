@@ -41,3 +41,26 @@ def test_a_command_found_but_not_executable_is_said_so(tmp_path):
     with pytest.raises(jobexec.StartError) as caught:
         jobexec.find_program("tool", {"PATH": f"/nowhere:{tmp_path}"})
     assert str(caught.value) == f"{tmp_path}/tool is not executable (permission denied)"
+
+
+def test_an_output_is_opened_without_waiting_and_only_a_file_or_a_device(tmp_path):
+    """A FIFO, read or not, would let a job block (unstoppable, before its exec) in its
+    open() or its writes: refused at once. A file and /dev/null open, left blocking."""
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    with pytest.raises(jobexec.StartError, match="is a FIFO"):  # nobody reads it
+        jobexec.open_output(str(fifo), os.O_APPEND, 0o600)
+    reader = os.open(fifo, os.O_RDONLY | os.O_NONBLOCK)
+    try:
+        with pytest.raises(jobexec.StartError, match="is a FIFO"):  # a reader, still refused
+            jobexec.open_output(str(fifo), os.O_APPEND, 0o600)
+    finally:
+        os.close(reader)
+    for path in (str(tmp_path / "job.out"), os.devnull):
+        fd = jobexec.open_output(path, os.O_CREAT | os.O_APPEND, 0o600)
+        try:
+            assert os.get_blocking(fd)
+            os.write(fd, b"x")
+        finally:
+            os.close(fd)
+    assert (tmp_path / "job.out").read_text() == "x"

@@ -336,7 +336,7 @@ def test_cores_are_a_limit_when_asked_for_or_without_gpus(spec, cpus, required):
     ({"command": ["true", 3]}, "no command"),
     ({"command": [""]}, "no command"),
     ({"name": 5}, "name must be a string"),
-    ({"name": "x" * 201}, "at most 200"),
+    ({"name": "x\0y"}, "without NUL"),
     ({"gpus": True}, "gpus must be a whole number"),
     ({"gpus": 1.5}, "gpus must be a whole number"),
     ({"gpus": -1}, "gpus must be a whole number"),

@@ -4,6 +4,7 @@ points 3, 9 and 11), through the real CLI and a real daemon, or its real socket 
 from __future__ import annotations
 
 import json
+import re
 import socket
 import struct
 import threading
@@ -11,10 +12,11 @@ from pathlib import Path
 
 import pytest
 
-from conftest import Home, wait_until
+from conftest import REPO, Home, wait_until
 from gpusched.client import protocol
 from gpusched.client.connection import Client
 from gpusched.client.paths import resolve_paths
+from gpusched.core import limits
 from gpusched.core.errors import ProtocolError, UsageError
 from gpusched.daemon.server import SocketServer
 
@@ -57,6 +59,19 @@ def test_a_submit_over_a_limit_is_refused_in_one_line_naming_it(home):
     one_error_line(home.run("submit", "--array", "0-100000", "--", "true", check=False), 2,
                    "100,001 jobs", "limits.jobs")
     assert home.json("ls", "--all") == []
+
+
+def test_a_job_name_with_a_control_character_is_refused_in_one_line(home):
+    # A newline in -J split the line of Slurm's job-completion log that named the job.
+    home.start()
+    for name in ("a\nb", "a\rb", "tab\there", "esc\x1b[31m", "del\x7f"):
+        one_error_line(home.run("submit", "-J", name, "--", "true", check=False), 2,
+                       "--name (-J) must not hold control characters", repr(name))
+    assert home.json("ls", "--all") == []
+    job_id = home.json("submit", "-J", "fine name", "--", "true")["id"]
+    one_error_line(home.run("resubmit", str(job_id), "--name", "x\ny", check=False), 2,
+                   "--name (-J)")
+    assert [j["id"] for j in home.json("ls", "--all")] == [job_id]
 
 
 def test_a_submit_too_big_to_send_is_refused_naming_the_limit(home, monkeypatch):
@@ -245,3 +260,19 @@ def test_a_flood_of_idle_connections_is_cut_by_the_read_timeout(small_server):
     finally:
         for sock in idle:
             sock.close()
+
+
+def test_the_readme_gives_each_limits_default_as_the_daemon_has_it():
+    section = (REPO / "README.md").read_text().split("### Limits", 1)[1].split("\n## ", 1)[0]
+    documented = dict(re.findall(r"^\| `limits\.(\w+)` \| `?\"?([^`\"|]+)\"?`? \|", section,
+                                 re.MULTILINE))
+    assert documented == {key: str(row[1]) for key, row in limits.CONFIG.items()}
+
+
+def test_a_name_is_limited_by_limits_name_alone(home):
+    # The README says 256 B; the daemon also refused any name over 200 characters.
+    home.start()
+    job_id = home.submit("--hold", "--name", "n" * 256, "--", "true")
+    assert home.show(job_id)["name"] == "n" * 256
+    one_error_line(home.run("submit", "--name", "n" * 257, "--", "true", check=False), 2,
+                   "257 bytes", "limit of 256", "limits.name")

@@ -10,6 +10,7 @@ import pytest
 
 from conftest import Home
 from gpusched.cli import listing
+from gpusched.core import jobfilter
 from test_cli_errors import assert_one_error_line
 
 ME = pwd.getpwuid(os.getuid()).pw_name
@@ -44,6 +45,13 @@ def test_state_filters_and_a_finished_state_implies_all(queue):
     assert ids(queue, "--state", "PD") == [queue.held]  # Slurm's codes too
     assert ids(queue, "--state", "failed") == [queue.bad]
     assert ids(queue, "-t", "succeeded,F") == [queue.ok, queue.bad]
+
+
+def test_slurms_oom_selects_both_ways_to_run_out_of_memory():
+    # ls shows host (oom) and GPU (gpu_oom) out of memory alike as OOM: the filter agrees.
+    assert jobfilter.parse_states("OOM") == ["oom", "gpu_oom"]
+    assert jobfilter.parse_states("out_of_memory,R") == ["oom", "gpu_oom", "running"]
+    assert jobfilter.parse_states("gpu_oom") == ["gpu_oom"]
 
 
 def test_a_wrong_state_lists_the_valid_ones(queue):

@@ -49,6 +49,7 @@ def test_without_a_retry_the_job_ends_gpu_oom_and_wait_says_so(home):
     assert job["state"] == "gpu_oom" and "torch" in job["end_reason"]
     assert "gpu_oom" in home.run("ls", "--all").stdout
     assert home.json("ls", "--state", "gpu_oom")[0]["id"] == job["id"]
+    assert [j["id"] for j in home.json("ls", "--state", "OOM")] == [job["id"]]  # as the docs say
 
 
 def test_report_oom_from_the_job_api(home):
@@ -100,6 +101,8 @@ def test_idle_gpus_are_flagged_in_ls_show_and_metrics(home):
     assert metrics.value("gpusched_job_gpu_idle_seconds", job_id=str(busy)) is None
     log = home.path / home.show(idle)["stderr_path"]
     wait_until(lambda: "0% busy" in log.read_text(), "a warning in the job's log")
+    warning = next(line for line in log.read_text().splitlines() if "0% busy" in line)
+    assert warning.startswith("gpusched: ") and "gpusched: gpusched:" not in warning
     assert home.show(idle)["state"] == "running"  # warn only: the default action
 
 

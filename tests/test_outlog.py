@@ -9,6 +9,8 @@ import os
 import sys
 from pathlib import Path
 
+import pytest
+
 from conftest import REPO, executable, wait_until
 from slurmhome import cluster_home
 from slurmnode import slurm  # noqa: F401 - the fixture
@@ -126,6 +128,28 @@ def test_a_directory_gone_before_the_start_fails_the_job_with_the_reason(home):
     assert job["end_reason"].startswith("cannot start: ")
     assert str(work / "gone" / "x.out") in job["end_reason"], job["end_reason"]
     assert "cannot start" in home.run("show", str(job_id)).stdout
+
+
+@pytest.mark.parametrize("runner", ["supervisor", "shim"])
+def test_a_fifo_as_output_fails_its_job_at_the_start_and_holds_up_nothing(make_home, runner):
+    """A FIFO nobody reads would hold the job's open() for ever, before the job can take
+    a signal: no cancel, no time limit, its GPU kept (and the supervisor with it). It is
+    refused at the start instead, for -o and -e alike; /dev/null goes on working."""
+    home = make_home()
+    if runner == "shim":  # a capped log: a shim of its own opens the logs
+        home.write_config('[jobs]\nmax_log_size = "1M"\n')
+    work = work_dir(home)
+    os.mkfifo(work / "pipe")
+    ids = [int(home.run("submit", "--gpus", "1", "--time", "5s", option, "pipe", "--",
+                        "sleep", "600", cwd=work).stdout) for option in ("-o", "-e")]
+    for job_id in ids:
+        job = home.wait_state(job_id, "failed", "succeeded", "timeout", "cancelled", timeout=30)
+        assert job["state"] == "failed", job
+        assert job["end_reason"] == (f"cannot start: output {work / 'pipe'} is a FIFO (named "
+                                     "pipe); give a regular file, a terminal or /dev/null")
+    quiet = home.submit("--gpus", "1", "-o", "/dev/null", "--", "sh", "-c",
+                        "echo out; echo err >&2")
+    assert home.wait_state(quiet, "succeeded", "failed")["state"] == "succeeded"
 
 
 def test_a_bad_open_mode_names_the_valid_ones(home):

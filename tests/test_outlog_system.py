@@ -52,6 +52,21 @@ def test_a_user_cannot_make_the_daemon_write_a_file_the_user_cannot(system, user
     assert sorted(p.name for p in guarded.iterdir()) == ["roots.txt"]
 
 
+def test_a_fifo_as_a_users_output_fails_the_job_rather_than_holding_it(system, users):
+    """Opened as the user, a FIFO nobody reads would hold the job before its exec, its
+    shim deaf to the cancel: refused at the start, with the reason."""
+    alice, _ = users
+    pipe = Path(alice.home) / "pipe"
+    os.mkfifo(pipe)
+    os.chown(pipe, alice.uid, alice.gid)
+    job_id = int(system.run_as(alice, "submit", "--time", "5s", "-o", "pipe", "--",
+                               "sleep", "600", cwd=alice.home).stdout)
+    job = system.wait_state(job_id, "failed", "succeeded", "timeout", "cancelled")
+    assert job["state"] == "failed", job
+    assert job["end_reason"] == (f"cannot start: output {pipe} is a FIFO (named pipe); "
+                                 "give a regular file, a terminal or /dev/null")
+
+
 def test_the_daemon_opens_only_regular_files_of_the_jobs_user(tmp_path):
     """What the root daemon reads of a job's logs (the CUDA out-of-memory scan) and writes
     into them (its notes): never a file of another user, a link, or a FIFO."""

@@ -92,8 +92,9 @@ def test_gpu_zero_is_last_on_a_tie():
     inventory = box(gpu(0), gpu(1), gpu(2), gpu(3))
     assert place([job(1)], inventory)[0] == {1: (3,)}
     assert place([job(1, mem_gib=20)], inventory)[0] == {1: (3,)}
-    assert place([job(1, gpus=2)], inventory)[0] == {1: (3, 2)}
-    assert place([job(1, gpus=4, mem_gib=1)], inventory)[0] == {1: (3, 2, 1, 0)}
+    # The tie picks GPUs 3 and 2; the job has them in index order (its cuda:0 is GPU 2).
+    assert place([job(1, gpus=2)], inventory)[0] == {1: (2, 3)}
+    assert place([job(1, gpus=4, mem_gib=1)], inventory)[0] == {1: (0, 1, 2, 3)}
 
 
 def test_best_fit_packs_the_fullest_gpu_that_still_fits():
@@ -193,7 +194,7 @@ def test_multi_gpu_job_gets_all_or_nothing():
     starts, _ = place([job(1, gpus=2, mem_gib=5)], inventory)
     assert starts == {1: (0, 1)}  # GPU 2's 5 GiB do not cover 5 GiB plus headroom
     starts, _ = place([job(1, gpus=2, mem_gib=4)], inventory)
-    assert starts == {1: (2, 0)}  # best fit: the two fullest GPUs that fit
+    assert starts == {1: (0, 2)}  # best fit: the two fullest GPUs that fit
 
 
 def test_a_gang_takes_distinct_gpus():

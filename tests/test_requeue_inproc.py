@@ -17,11 +17,15 @@ def started(box, *argv: str) -> int:
 
 
 def test_requeue_stops_a_running_job_and_queues_it_again_under_its_id(box):
-    job_id = started(box, "--gpus", "1", "--", "python", "train.py")
+    job_id = started(box, "--gpus", "1", "--mem", "1G", "--", "python", "train.py")
+    box.shims.rss_bytes[job_id] = 700 * 2**20
+    box.step(box.daemon.settings.gpu_poll_interval_s)  # the poll reads it
+    assert box.show(job_id)["mem_peak_bytes"] == 700 * 2**20
     reply = box.call("requeue", ids=[job_id])
     assert reply["results"] == {str(job_id): "stopping; it goes back to the queue when it ends"}
     assert box.shims.signalled(job_id) == [signal.SIGTERM]
     assert box.show(job_id)["preempting"] is True
+    box.shims.rss_bytes[job_id] = 0  # the next run has used nothing yet
     box.exit(job_id, None, signal.SIGTERM)
     job = box.show(job_id)
     # Straight back: the next pass starts it again, as attempt 2, restart 1.
@@ -30,6 +34,20 @@ def test_requeue_stops_a_running_job_and_queues_it_again_under_its_id(box):
     assert box.shims.launched[job_id]["env"]["GPUSCHED_RESTARTS"] == "1"
     assert box.shims.launched[job_id]["env"]["GPUSCHED_ATTEMPT"] == "2"
     assert box.shims.launches.count(job_id) == 2
+    # The new run is not marked with the last one's end: no signal 15, no exit code, no
+    # memory peak.
+    assert (job["signal"], job["exit_code"], job["mem_peak_bytes"]) == (None, None, None)
+
+
+def test_a_retried_job_keeps_its_last_end_while_pending_and_runs_without_it(box):
+    job_id = started(box, "--retries", "1", "--retry-delay", "30s", "--", "python", "train.py")
+    box.exit(job_id, None, signal.SIGKILL)
+    pending = box.show(job_id)
+    assert pending["state"] == "pending" and pending["signal"] == signal.SIGKILL
+    box.step(31)
+    again = box.show(job_id)
+    assert again["state"] == "running" and again["attempt"] == 2
+    assert (again["signal"], again["exit_code"]) == (None, None)
 
 
 def test_requeue_puts_an_ended_job_back_in_the_queue(box):

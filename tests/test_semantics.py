@@ -207,7 +207,9 @@ def test_an_array_runs_at_most_its_throttle_folds_in_ls_and_cancels(box, tmp_pat
     assert "2 running, 4 pending" in rows[0]
     assert len(folded) == 2  # the header and the array
     expanded = home.run("ls", "-r").stdout.splitlines()
-    assert sorted(int(line.split()[0]) for line in expanded[1:]) == ids
+    # Each element by its ARRAY_INDEX, as squeue -r names them (not its bare job id).
+    assert sorted(line.split()[0] for line in expanded[1:]) == [f"{array_id}_{i}"
+                                                                for i in range(6)]
 
     (tmp_path / "go.0").touch()
     wait_state(home, ids[0], "succeeded")

@@ -6,17 +6,25 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
 import time
 
+import pytest
+
 from conftest import REPO, wait_until
-from services_util import (SERVE, PREDICT, Traffic, ask, create, needs_haproxy, show,
-                           wait_ready, who_answers)
+from gpusched.cli import service_cmds
+from gpusched.client.connection import Client
+from gpusched.client.paths import resolve_paths
+from gpusched.core.errors import UsageError
+from services_util import (SERVE, PREDICT, TINY, Traffic, ask, create, needs_haproxy,
+                           needs_torch, show, wait_ready, who_answers)
 
 
 @needs_haproxy
+@needs_torch
 def test_replicas_are_jobs_with_their_own_port_behind_the_front_door(home):
     created = create(home, "web", "--replicas", "2", "--gpus", "1", "--health", "/healthz",
                      command=SERVE)
@@ -122,6 +130,40 @@ def test_a_bad_balance_lists_the_choices(home):
 
 
 @needs_haproxy
+def test_a_services_environment_is_checked_as_a_submits_on_create_and_update(home, tmp_path):
+    # Through the protocol, bypassing the client: before, {"A=B": "x"} was taken, and each
+    # replica's start killed the job supervisor (the unrelated job below was then lost).
+    running = home.submit("--gpus", "0", "--", "sh", "-c",
+                          f"until [ -e {tmp_path / 'go'} ]; do sleep 0.05; done")
+    home.wait_state(running, "running")
+    cli = Client(resolve_paths(home.env), autostart=False)
+    job = {"command": TINY, "name": "web", "gpus": 0}
+    for env in ({"A=B": "x"}, {"": "x"}, {"A": "x\0y"}):
+        with pytest.raises(UsageError, match="spec.env|environment variable"):
+            cli.call("service", action="create", name="web",
+                     spec={"job": job, "env": env, "cwd": "/"})
+    assert cli.call("service", action="list")["services"] == []
+    create(home, "web", "--replicas", "0")
+    with pytest.raises(UsageError, match=r"spec\.env: 'A=B' is not an environment variable"):
+        cli.call("service", action="update", name="web",
+                 spec={"job": job, "env": {"A=B": "x"}, "cwd": "/"})
+    assert show(home, "web")["generation"] == 1
+    (tmp_path / "go").touch()
+    assert home.wait_state(running, "succeeded", "failed", "lost")["state"] == "succeeded"
+    home.run("service", "delete", "web")
+
+
+def test_the_docs_durations_of_a_service_are_taken():
+    # docs/services.md's own example: --target-latency 200ms, --window 30s, --cooldown 60s.
+    usage = (REPO / "docs" / "services.md").read_text()
+    given = dict(re.findall(r"\[(--target-latency|--window|--cooldown) (\S+)\]", usage))
+    assert given == {"--target-latency": "200ms", "--window": "30s", "--cooldown": "60s"}
+    seconds = {option: service_cmds._seconds(text, option) for option, text in given.items()}
+    assert seconds == {"--target-latency": 0.2, "--window": 30.0, "--cooldown": 60.0}
+
+
+@needs_haproxy
+@needs_torch
 def test_load_grows_replicas_to_max_and_quiet_gives_the_gpu_back_to_a_batch_job(make_home):
     home = make_home("2x80GiB")
     # Simulated GPUs show a fixed utilization per job: low here, so that load decides.

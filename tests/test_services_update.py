@@ -6,10 +6,12 @@ from __future__ import annotations
 import json
 
 from conftest import wait_until
-from services_util import SERVE, Traffic, ask, create, needs_haproxy, show, wait_ready
+from services_util import (SERVE, Traffic, ask, create, needs_haproxy, needs_torch, show,
+                           wait_ready)
 
 
 @needs_haproxy
+@needs_torch
 def test_a_rolling_update_under_traffic_loses_no_request(home):
     created = create(home, "roll", "--replicas", "2", "--health", "/healthz", "--gpus", "1",
                      command=SERVE)

@@ -1,11 +1,13 @@
 """The shim reaches processes that left the job's process group (torchrun's workers do)."""
 
 import os
+import signal
+import subprocess
 
 import psutil
 
 from conftest import is_gone, wait_until
-from gpusched.proc import runfile
+from gpusched.proc import jobtree, runfile
 
 # The job starts a child in a session of its own (as torchrun does with its workers),
 # and waits for a file before ending. The child writes its own pid once it is in its new
@@ -60,3 +62,21 @@ def test_a_job_whose_shim_cannot_start_fails_and_the_daemon_carries_on(home):
     assert job["state"] == "failed"
     assert job["end_reason"].startswith("cannot start its shim: cannot create its run file")
     assert home.wait_state(home.submit("--", "true"), "succeeded")["exit_code"] == 0
+
+
+def test_a_second_sigterm_never_puts_off_the_graces_sigkill():
+    """The shim's grace counts from the first SIGTERM, as the supervisor's does: a cancel
+    repeated (or one after a time limit's SIGTERM) must not start it again."""
+    job = subprocess.Popen(["sh", "-c", "trap '' TERM; sleep 300"], start_new_session=True)
+    forward = jobtree.Forwarder(job.pid, 100.0, group_only=True)  # its group only
+    try:
+        forward(signal.SIGTERM, None)
+        first_s = signal.getitimer(signal.ITIMER_REAL)[0]
+        assert 0 < first_s <= 100
+        forward.grace_s = 1000.0
+        forward(signal.SIGTERM, None)
+        assert 0 < signal.getitimer(signal.ITIMER_REAL)[0] <= first_s
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        os.killpg(job.pid, signal.SIGKILL)
+        job.wait()

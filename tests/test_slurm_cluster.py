@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from conftest import wait_until
+from conftest import executable, wait_until
 from slurmhome import cluster_home, show
 from slurmnode import slurm  # noqa: F401 - the fixture
 
@@ -88,3 +88,27 @@ def test_the_wrapper_fails_a_job_whose_directory_is_gone_and_keeps_its_environme
     assert "TimeLimit=UNLIMITED" in slurm.run("scontrol", "show", "job", key).stdout
     followed = home.run("logs", "-f", str(job_id))  # follows until the job ends
     assert followed.stdout == "a b\nc|done\n"
+
+
+def test_a_cluster_job_whose_cluster_left_the_config_is_cancelled_here_and_says_so(
+        make_home, tmp_path):
+    # A [clusters.*] table removed while a job was handed over (as a system daemon's must
+    # now be): cancel cannot reach Slurm, so it says what to do there, and never fails.
+    bin_dir, shared = tmp_path / "bin", tmp_path / "shared"
+    shared.mkdir()
+    executable(bin_dir / "sbatch", "#!/bin/sh\necho 4242\n")
+    for name in ("squeue", "sacct", "scancel"):
+        executable(bin_dir / name, "#!/bin/sh\nexit 0\n")
+    home = make_home()
+    home.write_config(f'[clusters.hpc]\nshared_dir = "{shared}"\nbin_dir = "{bin_dir}"\n'
+                      'lost_grace = "1h"\n')
+    job_id = json.loads(home.run("submit", "--json", "--cluster", "hpc", "--", "true").stdout)["id"]
+    wait_until(lambda: home.show(job_id)["cluster"]["slurm_job_id"] == "4242",
+               "the job to be handed over")
+    home.run("daemon", "stop")
+    home.write_config("")
+    assert home.run("cancel", str(job_id)).stdout.strip() == f"job {job_id}: cancelled"
+    job = home.show(job_id)
+    assert (job["state"], job["end_reason"]) == (
+        "cancelled", "cancelled by " + job["user"] + "; cluster hpc is not in the daemon's "
+        "config, so Slurm was not told: scancel 4242 there")

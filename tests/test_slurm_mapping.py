@@ -79,6 +79,14 @@ def test_sbatch_argv_maps_every_option():
     assert "--array=0,1,2%2" in slurmspec.sbatch_argv(array, HPC, "/s", "/o", "/e", "m", [])
 
 
+def test_sbatch_gets_a_job_name_of_one_line_even_from_a_program_named_with_a_newline():
+    # A given --name with one is refused at submit (core/jobspec.py); a program's file name
+    # may hold any byte but NUL and '/', and would split Slurm's job-completion log line.
+    job = _job(command=("/home/al/x/run\nJobId=1 UserId=root(0)", "a"))
+    argv = slurmspec.sbatch_argv([job], HPC, "/s", "/o", "/e", "m", [])
+    assert "--job-name=run?JobId=1 UserId=root(0)" in argv
+
+
 @pytest.mark.parametrize("changes,refused", [
     ({"cwd": "/srv/elsewhere"}, "is not under the directories"),
     ({"request": Request(gpus=1, constraints=Constraints(gpu_ids=(1,)))}, "--gpu-ids"),

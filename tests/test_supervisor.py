@@ -4,15 +4,20 @@ shim of their own, through daemon restarts, a killed supervisor, and many ends a
 
 from __future__ import annotations
 
+import json
 import os
 import signal
+import socket
 from pathlib import Path
 
 import psutil
+import pytest
 
 from conftest import Home, find_shim, is_gone, wait_until
+from gpusched.client.paths import resolve_paths
 from gpusched.daemon import shimloss
 from gpusched.proc import runfile
+from gpusched.proc.supervisor import HELLO, SOCKET_NAME
 
 
 def gate(path: Path, code: int = 0) -> str:
@@ -107,3 +112,77 @@ def test_cancel_of_a_plain_job_that_ignores_sigterm_kills_it_after_the_grace(mak
     ended = home.wait_state(job_id, "cancelled", "failed", "succeeded", "lost")
     assert ended["state"] == "cancelled" and ended["signal"] == signal.SIGKILL, ended
     assert is_gone(job)
+
+
+# A job that ignores SIGTERM, as a user wrote it: only the grace's SIGKILL ends it.
+TERM_IGNORER = "trap '' TERM; touch {ready}; while :; do sleep 1; done"
+STOPPED = ("cancelled", "timeout", "failed", "succeeded", "lost")
+
+
+def adopted_term_ignorer(make_home, tmp_path: Path, runner: str, how: str, *submit: str):
+    """A TERM-ignoring job (runner: "supervisor", or "shim": a capped log gives it one)
+    whose pid the daemon has stored, adopted by a daemon restarted (how: "restart") or
+    started by the first command after a SIGKILL ("sigkill"): (home, job id, the pid
+    the daemon watches, the job's or its shim's)."""
+    home = make_home()
+    capped = '[jobs]\nmax_log_size = "1M"\n' if runner == "shim" else ""
+    home.write_config(f'[daemon]\ngpu_poll_interval = "1s"\ncancel_grace = "1s"\n{capped}')
+    home.start()
+    ready = tmp_path / "ready"
+    job_id = home.submit(*submit, "--", "sh", "-c", TERM_IGNORER.format(ready=ready))
+    recorded = wait_until(lambda: runfile.read_run(home.state / "jobs", job_id).shim, "its pid")
+    assert recorded.supervised == (runner == "supervisor")
+    wait_until(ready.exists, "the job to ignore SIGTERM")
+    # Its memory peak is stored with the job, its pid with it: the restarted daemon has it.
+    wait_until(lambda: home.show(job_id)["mem_peak_bytes"], "a stored memory peak")
+    if how == "restart":
+        home.run("daemon", "restart")
+    else:
+        home.kill_daemon()
+    return home, job_id, recorded.pid
+
+
+@pytest.mark.parametrize("runner, how", [("supervisor", "restart"), ("supervisor", "sigkill"),
+                                         ("shim", "restart")])
+def test_an_adopted_job_that_ignores_sigterm_is_cancelled_after_the_grace(
+        make_home, tmp_path, runner, how):
+    home, job_id, watched = adopted_term_ignorer(make_home, tmp_path, runner, how,
+                                                 "--gpus", "1")
+    home.run("cancel", str(job_id))  # after a SIGKILL, this command starts the daemon
+    ended = home.wait_state(job_id, *STOPPED, timeout=30)
+    assert ended["state"] == "cancelled" and ended["signal"] == signal.SIGKILL, ended
+    assert is_gone(watched)
+
+
+def test_an_adopted_job_that_ignores_sigterm_stops_at_its_time_limit(make_home, tmp_path):
+    home, job_id, _ = adopted_term_ignorer(make_home, tmp_path, "supervisor", "restart",
+                                           "--gpus", "1", "--time", "8s")
+    ended = home.wait_state(job_id, *STOPPED, timeout=40)
+    assert ended["state"] == "timeout" and ended["signal"] == signal.SIGKILL, ended
+
+
+def test_a_job_whose_environment_exec_refuses_fails_alone_and_the_supervisor_serves_on(
+        home, tmp_path):
+    # The daemon refuses such an environment (values.environment); one that reaches the
+    # supervisor all the same (a spec of an older daemon's) must fail that job's start
+    # only: before, posix_spawn's ValueError ended the supervisor, and every job it
+    # watched was lost.
+    job_id = home.submit("--gpus", "0", "--", "sh", "-c", gate(tmp_path / "go"))
+    supervisor = supervised_job(home, job_id).parent()
+    jobs_root = home.state / "jobs"
+    with open(runfile.run_file(jobs_root, job_id), "rb") as run:
+        spec = json.loads(run.readline())
+    bad_id = job_id + 1000
+    del spec["record"]
+    spec.update(job_id=bad_id, run_file=runfile.run_file(jobs_root, bad_id), run="bad-env",
+                env={**spec["env"], "A=B": "x"})
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as link:
+        link.connect(os.path.join(resolve_paths(home.env).run_dir, SOCKET_NAME))
+        assert link.recv(100).startswith(HELLO)
+        link.sendall(json.dumps(spec).encode() + b"\n")
+    ended = wait_until(lambda: is_gone(supervisor) or runfile.read_run(jobs_root, bad_id).exit,
+                       "the bad job's start to fail")
+    assert not is_gone(supervisor)
+    assert ended.exit_code == 127 and "environment" in ended.error, ended
+    (tmp_path / "go").touch()
+    assert home.wait_state(job_id, "succeeded", "failed", "lost")["state"] == "succeeded"

@@ -196,12 +196,30 @@ def test_install_service_writes_the_unit_and_prints_the_next_commands(tmp_path, 
     if kind == "--system" and proc.returncode == 1 and "others can change" in proc.stderr:
         pytest.skip(f"this Python or checkout is not root's alone: {proc.stderr.strip()}")
     assert proc.returncode == 0, proc.stderr
-    unit = (tmp_path / "gpusched.cli.service").read_text()
+    # The unit the printed commands enable is the file written (once, they disagreed).
+    enable = next(line for line in proc.stdout.splitlines() if "enable --now" in line)
+    unit_file = tmp_path / f"{enable.split()[-1]}.service"
+    assert [p.name for p in tmp_path.iterdir()] == [unit_file.name] == ["gpusched.service"]
+    unit = unit_file.read_text()
     assert f"ExecStart={sys.executable} -m gpusched daemon run {kind}" in unit
     assert "KillMode=process" in unit and "Restart=on-failure" in unit
+    assert "Environment=" not in unit
     prefix = "systemctl" if kind == "--system" else "systemctl --user"
-    assert f"{prefix} enable --now gpusched" in proc.stdout
+    assert enable.strip() == f"{prefix} enable --now gpusched"
     assert ("loginctl enable-linger" in proc.stdout) == (kind == "--user")
+
+
+def test_install_service_carries_the_home_and_simulated_gpus_it_was_given(tmp_path):
+    env = {"PATH": os.environ["PATH"], "PYTHONPATH": str(REPO), "HOME": str(tmp_path),
+           "GPUSCHED_HOME": "my home", "GPUSCHED_SIMULATE": "2x80GiB"}
+    proc = subprocess.run([sys.executable, "-m", "gpusched", "daemon", "install-service",
+                           "--user", "--dir", str(tmp_path)], capture_output=True, text=True,
+                          cwd=tmp_path, env=env, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    unit = (tmp_path / "gpusched.service").read_text()
+    assert f'Environment="GPUSCHED_HOME={tmp_path}/my home"' in unit
+    assert 'Environment="GPUSCHED_SIMULATE=2x80GiB"' in unit
+    assert f"GPUSCHED_HOME={tmp_path}/my home GPUSCHED_SIMULATE=2x80GiB" in proc.stdout
 
 
 def test_install_service_wants_exactly_one_kind(tmp_path):

@@ -373,3 +373,14 @@ if __name__ == "__main__":  # python tests/test_tui.py docs/top.svg
     import sys
 
     write_screenshot(Path(sys.argv[1] if len(sys.argv) > 1 else "docs/top.svg"))
+
+
+def test_array_elements_are_named_by_their_array_index():
+    """As ls -r and squeue name them: element 2 of array 58 is 58_2, not job 60."""
+    jobs = (_job(60, "running", "me", 1000, "sweep", gpu_indices=(0,), gpus_requested=1,
+                 started_at=NOW - 60, array_id=58, array_index=2),
+            _job(61, "pending", "me", 1000, "sweep", gpus_requested=1, array_id=58,
+                 array_index=3, pending_reason="waiting"))
+    text = frame(140, 40, jobs=jobs)
+    rows = [line.strip("│ ").split()[0] for line in text.splitlines() if " sweep " in line]
+    assert rows == ["58_2", "58_3"], text

@@ -77,12 +77,14 @@ def test_size_human_reads_back_to_the_same_gib(n):
 @pytest.mark.parametrize("text, seconds", [
     ("90", 90.0), ("1.5", 1.5), ("2h30m", 9000.0), ("45s", 45.0), ("1d", 86400.0),
     ("1d2h3m4s", 93784.0), ("0.5s", 0.5), (" 10M ", 600.0), (30, 30.0), (2.5, 2.5), ("0", 0.0),
+    ("200ms", 0.2), ("1s500ms", 1.5), ("2m", 120.0),
 ])
 def test_parse_duration(text, seconds):
     assert parse_duration(text) == seconds
 
 
-@pytest.mark.parametrize("text", ["soon", "5x", "-1", "1h 30m", "h", "", "2h-30m", -3, "1.5.2s"])
+@pytest.mark.parametrize("text", ["soon", "5x", "-1", "1h 30m", "h", "", "2h-30m", -3, "1.5.2s",
+                                  "ms", "200mss", "2sms"])
 def test_parse_duration_refuses_and_names_the_value(text):
     with pytest.raises(ValueError) as info:
         parse_duration(text)
@@ -144,6 +146,9 @@ def test_environment_simulate_wins_over_the_file(tmp_path):
     ("[jobs]\nmaster_port_min = 30000\nmaster_port_max = 29000\n", "'jobs.master_port_min'"),
     ("[gpus]\nsimulate = 4\n", "'gpus.simulate'"),
     ("daemon = 3\n", "'daemon'"),
+    # The names a submit's environment may have (values.environment), and no others.
+    ('[jobs]\nenv = { "A=B" = "x" }\n', "'jobs.env'"),
+    ('[jobs]\nenv = { "" = "x" }\n', "'jobs.env'"),
 ])
 def test_bad_config_names_the_key_and_the_file(tmp_path, text, named):
     with pytest.raises(ConfigError) as info:
@@ -239,7 +244,11 @@ def test_xdg_directories(tmp_path):
                            "XDG_RUNTIME_DIR": str(tmp_path / "r")})
     assert paths.state_dir == str(tmp_path / "s" / "gpusched")
     assert paths.config_file == str(tmp_path / "c" / "gpusched" / "gpusched.toml")
-    assert paths.run_dir == str(tmp_path / "r" / "gpusched")
+    # The socket sits beside the state's lock: cron (no XDG_RUNTIME_DIR) and a login shell
+    # (with it) find one daemon.
+    assert paths.run_dir == str(tmp_path / "s" / "gpusched" / "run")
+    assert resolve_paths({"HOME": str(tmp_path), "XDG_STATE_HOME": str(tmp_path / "s")}
+                         ).socket == paths.socket
     fallback = resolve_paths({"HOME": str(tmp_path)})
     assert fallback.state_dir == str(tmp_path / ".local/state/gpusched")
     assert fallback.config_file == str(tmp_path / ".config/gpusched/gpusched.toml")

@@ -24,7 +24,9 @@ def test_usage_sums_gpu_time_and_ends_per_user_and_keeps_removed_jobs(home):
     assert me["jobs"] == 2 and me["states"] == {"failed": 1, "succeeded": 1}
     assert me["gpu_seconds"] == pytest.approx(gpu_s)
     text = home.run("usage").stdout
-    assert text.splitlines()[1].split()[:3] == ["USER", "JOBS", "GPU-H"]
+    # STATES, not ENDED: the column counts running and pending jobs too.
+    assert text.splitlines()[1].split() == ["USER", "JOBS", "GPU-H", "MEM", "GiB-H", "MEAN",
+                                            "WAIT", "STATES"]
     assert "failed 1 succeeded 1" in text
     # Retention keeps one finished job: the first goes, and still counts.
     home.run("gc")

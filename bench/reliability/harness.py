@@ -21,7 +21,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from common import _private_tmpdir, base_env, gpusched_script, remove_at_exit  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tests"))
-from processes import home_processes, kill_all, with_descendants  # noqa: E402,F401 - the tests' own clean-up
+from processes import home_processes, is_gone, kill_all, with_descendants  # noqa: E402,F401 - the tests' own clean-up
 
 DEADLINE_S = 60.0
 HOST_CONFIG = "[host]\ncpus = 64\n"  # jobs never wait for this machine's few cores
@@ -61,13 +61,6 @@ def poll(predicate: Callable[[], Any], timeout_s: float = DEADLINE_S) -> Any:
             return value
         time.sleep(delay)
         delay = min(delay * 1.5, 0.2)
-
-
-def is_gone(pid: int) -> bool:
-    try:
-        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
-    except psutil.NoSuchProcess:
-        return True
 
 
 class Home:

@@ -156,11 +156,15 @@ def daemon_install_service(
 
     Example: sudo gpusched daemon install-service --system
     """
-    from gpusched.cli.service import install, next_commands
+    from gpusched.cli.service import carried, install, next_commands
 
     if system == user:
         raise UsageError("choose one of --system and --user")
     path = install(system, directory)
+    kept = carried()
+    if kept:
+        out.print("the unit runs the daemon with "
+                  + " ".join(f"{k}={v}" for k, v in kept.items()), markup=False)
     out.print(f"wrote {path}; now run:", markup=False)
     for command in next_commands(system):
         out.print(f"  {command}", markup=False)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pwd
 import time
 
-from gpusched.client.textcells import shell_quote
+from gpusched.client.textcells import job_label, shell_quote
 from gpusched.core.errors import UsageError
 from gpusched.core.syntax import items
 from gpusched.core.users import current_user_name
@@ -69,12 +69,6 @@ def _exit_code(job: dict) -> str:
     return f"{job['exit_code'] or 0}:{job['signal'] or 0}"
 
 
-def _array_id(job: dict) -> str:
-    if job["array_id"] is None:
-        return str(job["id"])
-    return f"{job['array_id']}_{job['array_index']}"
-
-
 def _compact(state: str) -> str:
     from gpusched.core.jobfilter import COMPACT
 
@@ -89,7 +83,7 @@ def _progress(job: dict) -> str:
 # Field name (Slurm's squeue --Format name where it has one) -> its value for a job.
 FIELDS: dict[str, Callable[[dict, float], Any]] = {
     "jobid": lambda j, now: j["id"],
-    "jobarrayid": lambda j, now: _array_id(j),
+    "jobarrayid": lambda j, now: job_label(j),
     "arrayjobid": lambda j, now: j["array_id"],
     "arraytaskid": lambda j, now: j["array_index"],
     "name": lambda j, now: j["name"],

@@ -10,7 +10,7 @@ import time
 
 from gpusched.cli.columns import Column, Plan, fit_line, fit_widths
 from gpusched.client.clusterview import cluster_human
-from gpusched.client.textcells import (Cell, Line, Seg, command_human, printable,
+from gpusched.client.textcells import (Cell, Line, Seg, command_human, job_label, printable,
                                        request_human)
 from gpusched.core.units import duration_human, size_human
 
@@ -138,14 +138,15 @@ class _Fold:
 
 
 # How `ls` gives way on a narrow terminal: free text is cut first and the state last;
-# CPUS, MEM and PROG go before anything is cut hard; the reason is never dropped.
+# CPUS, MEM and PROG go before anything is cut hard; the reason is never dropped. A size
+# (REQUEST, MEM) is shown whole or not at all: `1x30.0…` would lose its unit.
 LS_PLAN = Plan(
     columns=(Column("ID"), Column("USER", 8, 4, 1), Column("NAME", 12, 6, 1),
-             Column("STATE", 12, 10, 4), Column("REQUEST", 10, 7, 3), Column("GPUS", 7, 4, 2),
-             Column("CPUS", default="1"), Column("MEM", 8, 7, 3, "-"), Column("TIME"),
+             Column("STATE", 12, 10, 4), Column("REQUEST"), Column("GPUS", 7, 4, 2),
+             Column("CPUS", default="1"), Column("MEM", default="-"), Column("TIME"),
              Column("PROG", default="-"), Column("REASON / COMMAND")),
     secondary=("PROG", "CPUS", "MEM"), last_resort=("GPUS", "TIME", "REQUEST", "USER", "NAME"),
-    last_wanted=20, last_least=8)
+    last_wanted=20, last_least=12)
 
 
 def _ls_cells(job: dict[str, Any], now: float, max_chars: int) -> list[Cell]:
@@ -160,7 +161,8 @@ def _ls_cells(job: dict[str, Any], now: float, max_chars: int) -> list[Cell]:
     if job.get("cluster"):  # handed to Slurm: where it is there, and how fresh that is
         detail = f"{cluster_human(job['cluster'], now)} · {detail}"
     mem = mem_human(job)
-    texts = [str(job["id"]), job["user"], job["name"], None,
+    # A group of an array is named 6_[0-2] already; a job by itself 12, or 51_0.
+    texts = [job["id"] if isinstance(job["id"], str) else job_label(job), job["user"], job["name"], None,
              request_human(job["gpus_requested"], job["gpu_mem_bytes"]),
              ",".join(str(i) for i in job["gpu_indices"]) or "-", str(job.get("cpus", 1)),
              None, duration_human(elapsed), progress_human(job.get("progress")),

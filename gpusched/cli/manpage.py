@@ -47,8 +47,8 @@ ENVIRONMENT = (
     ("GPUSCHED_NO_FAST_PATH", "1: run every command through the full command-line library "
                               "(for debugging)."),
     ("GPUSCHED_DEBUG", "1: print the traceback of an unexpected error."),
-    ("XDG_CONFIG_HOME, XDG_STATE_HOME, XDG_RUNTIME_DIR", "Where the user mode's config, "
-     "state and socket live (see FILES)."),
+    ("XDG_CONFIG_HOME, XDG_STATE_HOME", "Where the user mode's config, state and socket "
+     "live (see FILES)."),
     ("NO_COLOR", "Set: print no colours."),
 )
 
@@ -57,7 +57,8 @@ FILES = (
      "~/.config/gpusched/gpusched.toml); every key is in gpusched.toml.example."),
     ("$XDG_STATE_HOME/gpusched/", "The user daemon's queue (queue.db), job files, logs, "
      "daemon.log and audit.log (default ~/.local/state/gpusched)."),
-    ("$XDG_RUNTIME_DIR/gpusched/gpusched.sock", "The user daemon's socket."),
+    ("$XDG_STATE_HOME/gpusched/run/gpusched.sock", "The user daemon's socket, beside its "
+     "queue (whatever XDG_RUNTIME_DIR says, so that cron finds the same daemon)."),
     ("/etc/gpusched/gpusched.toml", "The system daemon's config."),
     ("/var/lib/gpusched/", "The system daemon's queue, job files and audit log."),
     ("/run/gpusched/gpusched.sock", "The system daemon's socket; where it exists, commands "

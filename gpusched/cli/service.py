@@ -9,7 +9,11 @@ from pathlib import Path
 import gpusched
 from gpusched.core.errors import GpuschedError
 
-UNIT_NAME = "gpusched.cli.service"
+# The unit's file name, and the name every printed systemctl command uses: one place.
+UNIT = "gpusched"
+UNIT_NAME = f"{UNIT}.service"
+# Set when the unit is written, these choose which daemon it runs: the unit carries them.
+CARRIED_ENV = ("GPUSCHED_HOME", "GPUSCHED_CONFIG", "GPUSCHED_SIMULATE")
 
 _SYSTEM_UNIT = """\
 [Unit]
@@ -17,7 +21,7 @@ Description=gpusched: GPU job scheduler for every user of this machine
 
 [Service]
 Type=simple
-ExecStart={python} -m gpusched daemon run --system
+{environment}ExecStart={python} -m gpusched daemon run --system
 # Jobs outlive the daemon (each runs under its own shim, in a session of its own): a stop
 # or restart must end the daemon only. The next daemon re-adopts the running jobs.
 KillMode=process
@@ -40,7 +44,7 @@ Description=gpusched: your own GPU job scheduler
 
 [Service]
 Type=simple
-ExecStart={python} -m gpusched daemon run --user
+{environment}ExecStart={python} -m gpusched daemon run --user
 KillMode=process
 Restart=on-failure
 RestartSec=2
@@ -50,9 +54,31 @@ WantedBy=default.target
 """
 
 
-def unit_text(system: bool, python: str | None = None) -> str:
+def unit_text(system: bool, python: str | None = None,
+              environ: dict[str, str] | None = None) -> str:
     python = python or sys.executable
-    return (_SYSTEM_UNIT if system else _USER_UNIT).format(python=python)
+    return (_SYSTEM_UNIT if system else _USER_UNIT).format(
+        python=python, environment="".join(environment_lines(environ)))
+
+
+def environment_lines(environ: dict[str, str] | None = None) -> list[str]:
+    """`Environment=` lines for the CARRIED_ENV variables set now, quoted for systemd
+    (a % is a specifier there, a backslash and a double quote are escapes)."""
+    lines = []
+    for key, value in carried(environ).items():
+        value = value.replace("\\", "\\\\").replace('"', '\\"').replace("%", "%%")
+        lines.append(f'Environment="{key}={value}"\n')
+    return lines
+
+
+def carried(environ: dict[str, str] | None = None) -> dict[str, str]:
+    """The CARRIED_ENV variables set now, paths made absolute (the unit runs from /)."""
+    env = os.environ if environ is None else environ
+    out = {key: env[key] for key in CARRIED_ENV if env.get(key)}
+    for key in ("GPUSCHED_HOME", "GPUSCHED_CONFIG"):
+        if key in out:
+            out[key] = os.path.abspath(os.path.expanduser(out[key]))
+    return out
 
 
 def default_unit_dir(system: bool, environ: dict[str, str] | None = None) -> Path:
@@ -65,8 +91,8 @@ def default_unit_dir(system: bool, environ: dict[str, str] | None = None) -> Pat
 
 def next_commands(system: bool) -> list[str]:
     if system:
-        return ["systemctl daemon-reload", "systemctl enable --now gpusched"]
-    return ["systemctl --user daemon-reload", "systemctl --user enable --now gpusched",
+        return ["systemctl daemon-reload", f"systemctl enable --now {UNIT}"]
+    return ["systemctl --user daemon-reload", f"systemctl --user enable --now {UNIT}",
             "loginctl enable-linger $USER   # keep it (and your jobs' daemon) after logout"]
 
 

@@ -57,7 +57,7 @@ def _seconds(text: str | None, option: str) -> float | None:
     try:
         return parse_duration(text)
     except ValueError:
-        raise UsageError(f"{option} {text!r} is not a duration; e.g. 30s, 2m") from None
+        raise UsageError(f"{option} {text!r} is not a duration; e.g. 30s, 2m, 200ms") from None
 
 
 @app.command()

@@ -59,7 +59,7 @@ def usage(
 def usage_text(report: dict) -> str:
     """The report as a table, a total line, and what it leaves out."""
     head = ("USER" if report["by"] == "user" else "NAME", "JOBS", "GPU-H", "MEM GiB-H",
-            "MEAN WAIT", "ENDED")
+            "MEAN WAIT", "STATES")  # every job counted, running ones too: not only ended
     rows = [_cells(line) for line in report["groups"]]
     rows.append(_cells({**report["total"], "key": "total"}))
     widths = [max(len(str(r[i])) for r in [head, *rows]) for i in range(len(head))]
@@ -77,7 +77,7 @@ def usage_text(report: dict) -> str:
 
 
 def _cells(line: dict) -> tuple:
-    ended = " ".join(f"{state} {count}" for state, count in line["states"].items())
+    states = " ".join(f"{state} {count}" for state, count in line["states"].items())
     wait = "-" if line["mean_wait_s"] is None else duration_human(line["mean_wait_s"])
     return (line["key"] or "(no name)", line["jobs"], f"{line['gpu_seconds'] / 3600:.2f}",
-            f"{line['gpu_mem_byte_seconds'] / GIB / 3600:.2f}", wait, ended or "-")
+            f"{line['gpu_mem_byte_seconds'] / GIB / 3600:.2f}", wait, states or "-")

@@ -252,9 +252,25 @@ def wait_for_exit(pid: int, timeout_s: float) -> bool:
                 return True
         except ChildProcessError:
             pass
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
+        if not is_running(pid):
             return True
         time.sleep(0.02)
     return False
+
+
+def is_running(pid: int) -> bool:
+    """Whether pid is a live process. A zombie has ended: its parent may take long to reap
+    it (slow under some inits, never in a container whose PID 1 is not an init), and
+    os.kill(pid, 0) succeeds on it, so its state is read from /proc."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        pass
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as stat:
+            state = stat.read().rsplit(b")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return False
+    return state not in (b"Z", b"X")

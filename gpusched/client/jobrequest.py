@@ -49,9 +49,14 @@ def _index_list(text: str | None, option: str) -> list[int]:
 
 
 def size_option(text: str | None, option: str) -> int | None:
-    """An option's size in bytes (None if not given); a bad one is a UsageError naming it."""
+    """A size option's bytes (--gpu-mem, --min-gpu-total-mem, simulate's --mem; None if
+    not given); a bad one is a UsageError naming it. A bare number is refused: submit's
+    `--mem 10` is 10 MiB as in Slurm, and 10 bytes of GPU memory is never what was meant."""
     if text is None:
         return None
+    if text.strip().replace(".", "", 1).isdecimal():
+        raise UsageError(f"{option} {text}: give a unit, e.g. {text.strip()}G (GiB) or "
+                         f"{text.strip()}M (MiB)")
     from gpusched.core.units import parse_size
 
     try:

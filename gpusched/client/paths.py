@@ -80,7 +80,8 @@ def absolute(path: str) -> str:
 
 
 def resolve_paths(environ: dict[str, str] | None = None) -> Paths:
-    """Where state, socket and config live: GPUSCHED_HOME, else the XDG directories."""
+    """Where state, socket and config live: GPUSCHED_HOME, else the XDG directories (the
+    socket always in the state directory's run/, beside the daemon's lock)."""
     env = os.environ if environ is None else environ
     home = env.get("GPUSCHED_HOME")
     join = os.path.join
@@ -96,8 +97,10 @@ def resolve_paths(environ: dict[str, str] | None = None) -> Paths:
         state = join(env.get("XDG_STATE_HOME") or join(user_home, ".local/state"), "gpusched")
         config = join(env.get("XDG_CONFIG_HOME") or join(user_home, ".config"),
                       "gpusched/gpusched.toml")
-        runtime = env.get("XDG_RUNTIME_DIR")
-        run = join(runtime, "gpusched") if runtime else join(state, "run")
+        # The socket follows the state directory (and so its lock), never XDG_RUNTIME_DIR:
+        # cron, sudo -u and a login shell differ in that variable, and one user's queue has
+        # one daemon, whichever of them asks first.
+        run = join(state, "run")
     if env.get("GPUSCHED_CONFIG"):
         config = absolute(env["GPUSCHED_CONFIG"])
     if len(join(run, "gpusched.sock")) > _SOCKET_PATH_MAX:

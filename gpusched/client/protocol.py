@@ -9,7 +9,7 @@ from __future__ import annotations
 from gpusched.client.wire import (MAX_FRAME_BYTES, encode, peer_credentials,  # noqa: F401
                                   receive, send)
 from gpusched.core import syntax, values
-from gpusched.core.errors import ProtocolError, UsageError
+from gpusched.core.errors import ProtocolError
 
 # typing is imported only by type checkers: every CLI call imports this module, and
 # typing would cost each several ms.
@@ -106,25 +106,13 @@ def _names(what: str) -> Callable[[Any], list]:
                                         nonempty=True)
 
 
-def _environment(value: Any) -> dict:
-    """Names and values a job's exec() can take: a name is not empty and has no '='."""
-    for name, setting in values.mapping(value, "env").items():
-        if not name or "=" in name:
-            raise UsageError(f"env: {values.shown(name)} is not an environment variable "
-                             "name (empty, or with '=')")
-        values.text(name, "an environment variable's name", os_text=True)
-        if not values.is_text(setting, os_text=True):  # the message is built only then
-            values.text(setting, f"the environment variable {values.shown(name)}", os_text=True)
-    return value
-
-
 # How each argument's value is checked before a handler sees it: its kind and bounds
 # (what it means, a job id that exists, is for the handler). A null optional argument
 # is one not given.
 ARGUMENTS: dict[str, Callable[[Any], Any]] = {
     "jobs": lambda v: values.list_of(v, "jobs", lambda job: values.mapping(job, "each job"),
                                      nonempty=True),
-    "env": _environment,
+    "env": values.environment,
     "cwd": lambda v: values.text(v, "the working directory (cwd)"),
     "all": lambda v: values.flag(v, "all"),
     "lean": lambda v: values.flag(v, "lean"),

@@ -52,7 +52,7 @@ def check_command_line(argv: list[str], options: dict[str, tuple[str, str]]) -> 
         if arg == "--":
             return
         if not arg.startswith("-") or arg == "-":
-            _refuse_stray_words(argv[i:])
+            _refuse_stray_words(argv[i:], argv[max(i - 2, 0):i])
             return
         name, has_inline = (arg.partition("=")[0], "=" in arg) if arg.startswith("--") \
             else (arg[:2], len(arg) > 2)
@@ -71,14 +71,24 @@ def _refuse(arg: str, name: str) -> None:
     raise UsageError(f"{shown} is not supported: {why}")
 
 
-def _refuse_stray_words(rest: list[str]) -> None:
-    """`submit -d afterok:68 69 70 -- true` must not run `69 70 -- true`."""
+_SIZE_OPTIONS = ("--gpu-mem", "--mem", "--min-gpu-total-mem")
+
+
+def _refuse_stray_words(rest: list[str], before: list[str]) -> None:
+    """`submit -d afterok:68 69 70 -- true` must not run `69 70 -- true`. `before`: the
+    option and value just before the stray words, for a hint that fits them."""
     if "--" not in rest:
         return
     stray = rest[:rest.index("--")]
+    option = before[0].partition("=")[0] if len(before) == 2 else ""
+    if option in _SIZE_OPTIONS:
+        hint = f"a size and its unit go together: {option} {before[1]}{stray[0]}"
+    elif option in ("-d", "--dependency", "--after"):
+        hint = "ids go together: -d afterok:68:69:70"
+    else:
+        hint = "quote a value that holds spaces"
     raise UsageError(f"{' '.join(stray)!r} before `--` is neither an option nor its value. "
-                     "Put options before `--` and the whole command after it (ids go "
-                     "together: -d afterok:68:69:70)")
+                     f"Put options before `--` and the whole command after it ({hint})")
 
 
 def check_one_node(ntasks: int | None, nodes: str | None) -> None:

@@ -18,12 +18,16 @@ if TYPE_CHECKING:
 
 
 def exit_status(job: dict[str, Any]) -> int:
-    """A finished job as a shell exit status: its code, 128+signal, or 1 if it has neither."""
-    if job.get("exit_code") is not None:
+    """An ended job as a shell exit status: 0 only if it succeeded; else its own non-zero
+    code, 128+signal, or 1. A job cancelled or timed out that caught its SIGTERM and exited
+    0 did not succeed, and a cron script must not read it as success."""
+    if job.get("state") == "succeeded":
+        return 0
+    if job.get("exit_code"):
         return int(job["exit_code"])
     if job.get("signal"):
         return 128 + int(job["signal"])
-    return 0 if job.get("state") == "succeeded" else 1
+    return 1
 
 
 def wait_for_jobs(client: Any, ids: list[int]) -> list[dict[str, Any]]:

@@ -53,6 +53,14 @@ def command_human(command: Sequence[str], max_chars: int = 4096) -> str:
     return text if len(text) <= max_chars else text[:max(0, max_chars - 1)] + "…"
 
 
+def job_label(job: Any) -> str:
+    """A job's id as Slurm prints it: 12, or 51_0 for element 0 of array 51 (a job dict,
+    or any object with id, array_id and array_index)."""
+    get = job.get if isinstance(job, dict) else lambda key: getattr(job, key, None)
+    array_id = get("array_id")
+    return str(get("id")) if array_id is None else f"{array_id}_{get('array_index')}"
+
+
 def request_human(gpus: int, gpu_mem_bytes: int | None, no_gpu: str = "-") -> str:
     """What a job asks of the GPUs: `2 GPUs` (whole ones), `2x20.0 GiB`, or `no_gpu`."""
     if gpus == 0:

@@ -132,6 +132,17 @@ def _cluster(name: str, table: dict, source: str) -> ClusterConfig:
     return ClusterConfig(name=name, **changes)
 
 
+def refuse_in_system_mode(clusters: tuple[ClusterConfig, ...], source: str) -> None:
+    """A system daemon hands no job to a cluster: sbatch runs as the daemon's own user, so
+    every user's cluster job would run as root. Its start is refused, naming the table."""
+    if clusters:
+        raise ConfigError(f"{source}: [clusters.{clusters[0].name}] is not for a system "
+                          "daemon: it would hand every user's job to Slurm as the daemon's "
+                          "user, not as its submitter. Remove the [clusters.*] tables and "
+                          "default_cluster from the system config; users hand jobs to a "
+                          "cluster from a user daemon of their own (docs/slurm.md).")
+
+
 def check_default(default: Any, clusters: tuple[ClusterConfig, ...], source: str) -> str:
     """default_cluster, which must name a [clusters.NAME] table (or "local")."""
     names = [c.name for c in clusters]
@@ -144,7 +155,8 @@ def check_default(default: Any, clusters: tuple[ClusterConfig, ...], source: str
 def example() -> list[str]:
     """A commented [clusters.NAME] table for the example config (none by default)."""
     lines = ["", "# Slurm clusters to hand jobs to with `submit --cluster NAME` (none by "
-             "default);", "# docs/slurm.md explains each key.",
+             "default);", "# docs/slurm.md explains each key. A user daemon's only: a system "
+             "daemon refuses them", "# (its sbatch would run every user's job as root).",
              '# default_cluster = ""  # top level: submit there unless --cluster local',
              "# [clusters.hpc]"]
     for key, (_, _, doc) in KEYS.items():

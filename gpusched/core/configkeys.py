@@ -6,7 +6,8 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-from gpusched.core import container, limits
+from gpusched.core import container, limits, values
+from gpusched.core.errors import UsageError
 from gpusched.core.models import DISCIPLINES
 from gpusched.core.placement import BUILTIN_POLICIES
 from gpusched.core.syntax import MAX_PRIORITY, WARN_SIGNAL_NAMES
@@ -57,6 +58,10 @@ def _list_of(kind: type, low: float) -> Callable[[Any], tuple]:
 def _env_table(value: Any) -> tuple[tuple[str, str], ...]:
     if not isinstance(value, dict) or not all(isinstance(v, str) for v in value.values()):
         raise ValueError(f"{value!r} is not a table of NAME = \"value\" strings")
+    try:  # the names a submit's environment may have, checked by the same reader
+        values.environment(value, "jobs.env")
+    except UsageError as exc:
+        raise ValueError(exc.message.removeprefix("jobs.env: ")) from None
     return tuple(sorted(value.items()))
 
 

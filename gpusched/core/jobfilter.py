@@ -20,8 +20,11 @@ STATES = tuple(s.value for s in JobState)
 FINAL = frozenset(s.value for s in FINAL_STATES)
 # Slurm's names and compact codes (squeue -t), for people who type those.
 SLURM_STATES = {"pd": "pending", "r": "running", "completed": "succeeded", "cd": "succeeded",
-                "f": "failed", "ca": "cancelled", "to": "timeout", "out_of_memory": "oom",
-                "node_fail": "lost", "nf": "lost"}
+                "f": "failed", "ca": "cancelled", "to": "timeout", "node_fail": "lost",
+                "nf": "lost"}
+# Out of memory, host or GPU: both show as OOM (COMPACT), so OOM selects both; gpu_oom
+# alone selects the GPU's.
+OUT_OF_MEMORY = ("oom", "gpu_oom")
 COMPACT = {"pending": "PD", "running": "R", "succeeded": "CD", "failed": "F",
            "cancelled": "CA", "timeout": "TO", "oom": "OOM", "lost": "NF",
            "gpu_oom": "OOM"}
@@ -31,6 +34,9 @@ def parse_states(text: str) -> list[str]:
     """'running,PD' -> ['running', 'pending']; a wrong one names the valid ones."""
     states = []
     for item in items(text):
+        if item.lower() in ("oom", "out_of_memory"):
+            states += OUT_OF_MEMORY
+            continue
         state = SLURM_STATES.get(item.lower(), item.lower())
         if state not in STATES:
             raise UsageError(f"--state: no state {item!r}; choose from {', '.join(STATES)} "

@@ -159,9 +159,12 @@ def check_job_spec(spec: Any, policies: list[str]) -> dict[str, Any]:
     """The Job fields of one submitted job, every value checked (the daemon trusts no client)."""
     spec = values.mapping(spec, "each job", SPEC_FIELDS)
     name = spec.get("name") or ""
-    if not values.is_text(name) or len(name) > 200:
-        raise UsageError("the job name must be a string of at most 200 characters without NUL "
-                         f"characters, not {values.shown(name)}")
+    if not values.is_text(name):  # its length is limits.name's (core/limits.py), one rule
+        raise UsageError("the job name must be a string without NUL characters, not "
+                         f"{values.shown(name)}")
+    if values.has_controls(name):  # one name, one line, wherever it is written
+        raise UsageError("--name (-J) must not hold control characters (a newline, a tab, "
+                         f"...), not {values.shown(name)}")
     gpus = whole_number(spec, "gpus", 0, 0, MAX_GPUS_PER_JOB)
     # Cores asked for are a limit; a GPU job that did not ask is counted as using one
     # but never waits for it; a job without GPUs needs its one core (else a queue of

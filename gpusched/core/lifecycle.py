@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 import signal
 from dataclasses import replace
+from typing import Any
 
 from gpusched.core.models import Job, JobState, transition
 from gpusched.core.syntax import signal_name
@@ -61,11 +62,20 @@ def end_reason(job: Job, state: JobState, exit_code: int | None, signum: int | N
     return f"{job.end_reason or 'cancelled'} while running{how}"
 
 
-# What a job's next run starts without: the last run's GPUs, shim, port and flags.
+# What a job's next run starts without: the last run's GPUs, shim, port, flags and host
+# memory (its GPU memory peak stays: placement counts it).
 _NEXT_RUN = dict(started_at=None, gpu_uuids=(), gpu_indices=(), master_port=None, shim_pid=None,
                  shim_start_time=None, cancel_requested=False, warned=False, timed_out=False,
                  oom_killed=False, cpu_ids=(), requeueing=False, requeue_term_at=None,
-                 end_reason="")
+                 end_reason="", mem_peak_bytes=None, mem_over=False)
+# A retry's pending job keeps its last run's exit code and signal (`show` says how it
+# ended); the run it starts has its own, so they go as it starts.
+_LAST_OUTCOME = dict(exit_code=None, signal=None, mem_peak_bytes=None, mem_over=False)
+
+
+def start_run(job: Job, now: float, **placed: Any) -> Job:
+    """A pending job, running from now on the GPUs (and port...) in `placed`."""
+    return transition(job, JobState.RUNNING, started_at=now, **_LAST_OUTCOME, **placed)
 
 
 def finish(job: Job, state: JobState, now: float, retry: bool = True, **record) -> Job:

@@ -245,7 +245,9 @@ def choose_gpus(request: Request, loads: Mapping[str, GpuLoad], rules: Placement
     if (len(uuids) < request.gpus or len(set(uuids)) < len(uuids)
             or not set(uuids) <= {l.gpu.uuid for l in fitting}):
         return None
-    return tuple(loads[uuid].gpu for uuid in uuids)
+    # The policy chose which GPUs; the job gets them in index order (CUDA_VISIBLE_DEVICES,
+    # ls, show), as nvidia-smi numbers them: its cuda:0 is its lowest GPU, not 3 of 3,2,1,0.
+    return tuple(sorted((loads[uuid].gpu for uuid in uuids), key=lambda g: (g.index, g.label)))
 
 
 def take(loads: dict[str, GpuLoad], job: Job, gpus: Sequence[GpuInfo]) -> None:

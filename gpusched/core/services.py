@@ -88,7 +88,7 @@ def check_spec(spec: dict) -> dict[str, Any]:
     out: dict[str, Any] = {}
     if spec.get("job") is not None:
         out["job"] = values.mapping(spec["job"], "spec.job")
-        out["env"] = values.mapping(spec.get("env") or {}, "spec.env")
+        out["env"] = values.environment(spec.get("env") or {}, "spec.env")  # as a submit's
         out["cwd"] = values.text(spec.get("cwd") or "/", "spec.cwd")
     if spec.get("min_replicas") is not None or spec.get("max_replicas") is not None:
         low = values.whole_number(spec.get("min_replicas"), "spec.min_replicas", 0, MAX_REPLICAS)

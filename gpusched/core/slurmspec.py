@@ -12,6 +12,7 @@ from gpusched.core.errors import GpuschedError
 from gpusched.core.models import Constraints, Job
 from gpusched.core.syntax import signal_name
 from gpusched.core.units import size_human
+from gpusched.core.values import without_controls
 
 # Slurm dependency kinds for gpusched's (same words).
 _DEPENDENCY_KINDS = {"afterok": "afterok", "afternotok": "afternotok", "afterany": "afterany",
@@ -93,13 +94,18 @@ def dependency_arg(deps: list[tuple[str, str]]) -> str:
     return ",".join(f"{_DEPENDENCY_KINDS[kind]}:{slurm_id}" for kind, slurm_id in deps)
 
 
+def _slurm_name(job: Job) -> str:
+    """--name, else the program's file name, which may hold a newline: made one line."""
+    return without_controls(job.display_name) or "gpusched"
+
+
 def sbatch_argv(jobs: list[Job], cluster: ClusterConfig, script: str, output: str,
                 error: str, mark: str, deps: list[tuple[str, str]]) -> list[str]:
     """The sbatch command line for one job, or for the elements of one array together
     (jobs in index order). Every option comes from the job: nothing from SBATCH_*."""
     job = jobs[0]
     request = job.request
-    argv = ["sbatch", "--parsable", f"--job-name={job.display_name or 'gpusched'}",
+    argv = ["sbatch", "--parsable", f"--job-name={_slurm_name(job)}",
             f"--comment={mark}", f"--output={output}", f"--error={error}",
             "--open-mode=append", "--kill-on-invalid-dep=yes", "--no-requeue",
             "--export=NONE", f"--chdir={os.path.dirname(script)}"]

@@ -18,7 +18,7 @@ _SIZE_UNITS = {
     "g": 2**30, "gb": 10**9, "gib": 2**30,
     "t": 2**40, "tb": 10**12, "tib": 2**40,
 }
-_DURATION_UNITS = {"d": 86400, "h": 3600, "m": 60, "s": 1}
+_DURATION_UNITS = {"d": 86400, "h": 3600, "m": 60, "s": 1, "ms": 0.001}
 
 
 def number_end(text: str, start: int = 0, ascii_only: bool = False) -> int:
@@ -39,15 +39,17 @@ def number_end(text: str, start: int = 0, ascii_only: bool = False) -> int:
 
 
 def duration_parts(text: str, ascii_only: bool = False) -> list[tuple[str, str]] | None:
-    """'2h30m' -> [('2', 'h'), ('30', 'm')]: numbers each followed by d, h, m or s, the
-    whole text and nothing else; None for any other text."""
+    """'2h30m' -> [('2', 'h'), ('30', 'm')]: numbers each followed by d, h, m, s or ms
+    (200ms, as docs/services.md writes a latency), the whole text and nothing else; None
+    for any other text."""
     parts, i = [], 0
     while i < len(text):
         end = number_end(text, i, ascii_only)
-        if end == i or text[end:end + 1] not in _DURATION_UNITS:
+        unit = "ms" if text.startswith("ms", end) else text[end:end + 1]
+        if end == i or unit not in _DURATION_UNITS:
             return None
-        parts.append((text[i:end], text[end]))
-        i = end + 1
+        parts.append((text[i:end], unit))
+        i = end + len(unit)
     return parts or None
 
 
@@ -70,7 +72,7 @@ def parse_size(text: str | int) -> int:
 
 
 def parse_duration(text: str | int | float) -> float:
-    """'90', '1.5', '2h30m', '45s', '1d' -> seconds."""
+    """'90', '1.5', '2h30m', '45s', '1d', '200ms' -> seconds."""
     if isinstance(text, (int, float)) and not isinstance(text, bool):
         if not 0 <= text < _INFINITY:  # also refuses nan: a limit that never comes is no limit
             raise ValueError(f"duration must be a finite number of seconds, not {text}")
@@ -81,7 +83,8 @@ def parse_duration(text: str | int | float) -> float:
     except ValueError:
         parts = duration_parts(raw)
         if parts is None:
-            raise ValueError(f"not a duration: {text!r} (use seconds, or e.g. 2h30m, 45s, 1d)")
+            raise ValueError(f"not a duration: {text!r} (use seconds, or e.g. 2h30m, 45s, 1d, "
+                             "200ms)")
         return float(sum(float(n) * _DURATION_UNITS[u] for n, u in parts))
     if not 0 <= seconds < _INFINITY:
         raise ValueError(f"duration must be a finite number of seconds, not {text!r}")

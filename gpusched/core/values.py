@@ -77,6 +77,20 @@ def is_text(value: Any, os_text: bool = False) -> bool:
     return True
 
 
+# C0 controls, DEL and C1: a newline or carriage return in a name splits a line of a log
+# that others read line by line (Slurm's job-completion log, sacct's output).
+_CONTROLS = {i: "?" for i in (*range(0x20), *range(0x7F, 0xA0))}
+
+
+def has_controls(value: str) -> bool:
+    return value != value.translate(_CONTROLS)
+
+
+def without_controls(value: str) -> str:
+    """The text with each control character as '?': a name taken from a file name."""
+    return value.translate(_CONTROLS)
+
+
 def text(value: Any, what: str, os_text: bool = False) -> str:
     """A string as is_text says."""
     if not is_text(value, os_text):
@@ -102,6 +116,19 @@ def mapping(value: Any, what: str, keys: Collection[str] | None = None) -> dict[
     if unknown:
         raise UsageError(f"{what}: unknown field {shown(unknown[0])}; known: "
                          f"{', '.join(sorted(keys))}")
+    return value
+
+
+def environment(value: Any, what: str = "env") -> dict[str, str]:
+    """Names and values exec() can take: a name not empty, without '=' (or NUL); every
+    environment a job may get (a submit's, a service's) is read by this one reader."""
+    for name, setting in mapping(value, what).items():
+        if not name or "=" in name:
+            raise UsageError(f"{what}: {shown(name)} is not an environment variable "
+                             "name (empty, or with '=')")
+        text(name, "an environment variable's name", os_text=True)
+        if not is_text(setting, os_text=True):  # the message is built only then
+            text(setting, f"the environment variable {shown(name)}", os_text=True)
     return value
 
 

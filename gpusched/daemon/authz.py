@@ -16,6 +16,9 @@ from gpusched.core.users import user_name
 
 log = logging.getLogger("gpusched.daemon.authz")
 
+# What another user sees of a service's replica spec: what it holds, as `ls` shows of a job.
+_SERVICE_JOB_PUBLIC = ("gpus", "gpu_mem_bytes", "cpus", "mem_bytes", "priority")
+
 
 class Authz:
     """Decisions for one daemon: root and the daemon's own user are always admins, and so
@@ -88,15 +91,23 @@ class Authz:
 
 
 class Viewer:
-    """One caller's view of the queue: other users' command lines hidden unless allowed."""
+    """One caller's view of the queue, the one rule every read request applies: of
+    another user's job, service or usage row the caller sees who, when, what state and
+    how much (ids, GPUs, counts), and never what it is or where it works (name, command,
+    directory, log paths, environment), unless the caller is an admin or the daemon's
+    `show_commands = "all"`."""
 
     def __init__(self, uid: int, sees_all: bool):
         self.uid, self.sees_all = uid, sees_all
         self._name = user_name(uid)
 
+    def sees(self, owner_uid: int) -> bool:
+        """Whether this caller sees the private facts of something owner_uid owns."""
+        return self.sees_all or owner_uid == self.uid
+
     def job(self, job: Job) -> dict[str, Any]:
         data = job_to_dict(job)
-        if self.sees_all or job.uid == self.uid:
+        if self.sees(job.uid):
             return data
         # What the job is and where it works tells as much as its command: its name (the
         # default one is the program's), directory, log paths, environment and the pid
@@ -114,7 +125,21 @@ class Viewer:
 
     def name_of(self, job: Job) -> str:
         """A job's name as job() shows it to this caller: empty when hidden."""
-        return job.display_name if self.sees_all or job.uid == self.uid else ""
+        return job.display_name if self.sees(job.uid) else ""
+
+    def usage_key(self, key: str, owner_uid: int, by: str) -> str:
+        """A `usage` row's group: another user's job names all count under HIDDEN."""
+        return key if by != "name" or self.sees(owner_uid) else HIDDEN
+
+    def service(self, shown: dict[str, Any]) -> dict[str, Any]:
+        """A described service (daemon/servicereqs.py): its name, owner, front door and
+        replicas are everyone's to see; what its replicas run, where, and with what
+        environment are its owner's (a problem may quote them)."""
+        if self.sees(shown["uid"]):
+            return shown
+        job = {k: v for k, v in shown["job"].items() if k in _SERVICE_JOB_PUBLIC}
+        return {**shown, "job": {**job, "command": [HIDDEN]}, "cwd": HIDDEN, "env": None,
+                "problem": HIDDEN if shown.get("problem") else ""}
 
     def jobs(self, jobs: Iterable[Job]) -> list[dict[str, Any]]:
         return [self.job(j) for j in jobs]

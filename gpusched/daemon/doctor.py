@@ -10,6 +10,9 @@ from dataclasses import asdict, dataclass, field
 
 from gpusched.client.connection import lock_is_held
 from gpusched.client.paths import Paths
+from gpusched.core.clusterconf import refuse_in_system_mode
+from gpusched.core.config import load_settings
+from gpusched.core.errors import ConfigError
 from gpusched.core.syntax import MAX_JOB_ID
 from gpusched.daemon import storecheck
 from gpusched.daemon.rows import DamagedRow, row_to_job
@@ -22,7 +25,7 @@ OK, NOTE, PROBLEM = "ok", "note", "problem"
 @dataclass(frozen=True)
 class Finding:
     status: str  # ok, note (worth knowing, not wrong) or problem
-    topic: str  # home, daemon, queue, rows, jobs
+    topic: str  # config, home, daemon, queue, rows, jobs
     message: str
     details: tuple[str, ...] = ()
 
@@ -87,6 +90,7 @@ def read_rows(conn: sqlite3.Connection) -> QueueRows:
 
 def diagnose(paths: Paths) -> Report:
     report = Report(paths.state_dir)
+    check_config(report, paths)
     if not os.path.isdir(paths.state_dir):
         report.add(OK, "home", f"{paths.state_dir} does not exist yet: the first command "
                    "starts a daemon that creates a new queue there")
@@ -98,6 +102,17 @@ def diagnose(paths: Paths) -> Report:
     check_dir(report, paths.jobs_dir, "the jobs directory")
     check_job_files(report, paths)
     return report
+
+
+def check_config(report: Report, paths: Paths) -> None:
+    """A config the daemon refuses at start: said here too, since a daemon that will not
+    start has no `daemon status` to say it."""
+    try:
+        settings = load_settings(paths.config_file, environ={})
+        if paths.is_system:
+            refuse_in_system_mode(settings.clusters, paths.config_file)
+    except ConfigError as exc:
+        report.add(PROBLEM, "config", f"the daemon refuses to start: {exc.message}")
 
 
 def check_dir(report: Report, path: str, what: str) -> None:

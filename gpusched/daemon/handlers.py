@@ -45,7 +45,7 @@ class Handlers:
             "submit": submits.submit, "resubmit": submits.resubmit,
             "gc": lambda req: retention.gc_request(state, setup, req.creds,
                                                    bool(req.args.get("dry_run"))),
-            "usage": lambda req: usage_request(state, setup, req.args),
+            "usage": lambda req: usage_request(state, setup, req),
             "history": lambda req: gpumemory.history_request(state, setup, req),
             "service": self.services.request,
         }

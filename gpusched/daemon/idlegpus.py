@@ -70,7 +70,7 @@ class IdleGpus:
                 f"([idle] after = {duration_human(settings.idle_after_s)})")
         log.info("%s: %s", what, action)
         if action == "warn":
-            self.seam.append_to_log(job.stderr_path, f"gpusched: {what}", job.uid)
+            self.seam.append_to_log(job.stderr_path, what, job.uid)  # it adds "gpusched: "
         elif action == "cancel":
             self.cancel(job, what)
         elif action == "requeue":

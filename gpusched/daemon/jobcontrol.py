@@ -55,7 +55,7 @@ class JobControl:
                          if job.eligible_at is not None and job.eligible_at > now}
         self.holders = {job_id for job_id, job in state.pending_alike() if job.preempt_hold}
         try:
-            self.reconcile_running(check_liveness=True)
+            self.reconcile_running(check_liveness=True, adopting=True)
         except StoreWriteError:
             pass  # in the log (WriteHealth); the loop's passes try again
         for job in state.running():
@@ -64,11 +64,11 @@ class JobControl:
         log.info("adopted %d running jobs", len(state.running()))
 
     # -- ends -----------------------------------------------------------------------------
-    def reconcile_running(self, check_liveness: bool = False) -> None:
+    def reconcile_running(self, check_liveness: bool = False, adopting: bool = False) -> None:
         """Learn new shims' pids; record runs that ended, from their exit record, or as
         lost if their shim vanished (once what it left running is gone) or never started.
         Reads the run files of the jobs daemon/runreads.py names: with check_liveness,
-        every running job's."""
+        every running job's. adopting (after a restart): the seam learns each shim again."""
         state, jobs_dir = self.state, self.setup.paths.jobs_dir
         reported = self.run_reads.take()
         if not state.running():
@@ -81,8 +81,12 @@ class JobControl:
             for job in runreads.to_read(state.running(), reported, check_liveness, also):
                 run = runfile.read_run(jobs_dir, job.id, runfile.run_token(job))
                 record = run.exit
-                if record is None and job.shim_pid is None and run.shim is not None:
+                if record is None and run.shim is not None and job.shim_pid is None:
                     job = self._found_shim(job, self.seam.identify_shim(*run.shim))
+                elif record is None and run.shim is not None and adopting:
+                    # Its pid was stored: the seam learns again whether the supervisor runs
+                    # it, so that a stop goes there, which sends the grace's SIGKILL.
+                    self.seam.identify_shim(*run.shim)
                 if record is None and run.shim is None and job.id in failed_launches:
                     self.end(job, JobState.FAILED, self.setup.clock.time(),
                              end_reason=f"cannot start its shim: {failed_launches[job.id]}")
@@ -316,8 +320,8 @@ class JobControl:
         # No GPU read is needed now: until the next one, the new job's whole declared
         # memory counts as promised (placement.gpu_loads). Its shim's pid comes later,
         # from the run file (_found_shim).
-        started = transition(
-            job, JobState.RUNNING, started_at=self.setup.clock.time(),
+        started = lifecycle.start_run(
+            job, self.setup.clock.time(),
             gpu_uuids=tuple(g.uuid for g in gpus), gpu_indices=tuple(g.index for g in gpus),
             master_port=port, pending_reason="", eligible_at=None, boot_id=self.seam.boot_id,
             preempt_hold=())

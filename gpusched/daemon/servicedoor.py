@@ -9,13 +9,15 @@ import time
 from collections import deque
 
 from gpusched.core.services import LoadSample, p95
-from gpusched.proc.haproxy import Proxy, RequestLog, ServerStat
+from gpusched.proc.haproxy import Proxy, RequestLog, ServerStat, new_token
 
 log = logging.getLogger("gpusched.daemon.servicedoor")
 
 # Latency histogram bounds (ms) for `service show` and /metrics.
 LATENCY_BUCKETS_MS = (5, 10, 25, 50, 100, 250, 500, 1000, 2500, 5000, 10000)
 _KEEP_S = 600.0  # samples and latencies kept: the longest window, and then some
+# Latencies kept for p50/p95 (the newest): a flood of requests must not grow the daemon.
+_LATENCIES_MOST = 10000
 _RETRY_START_S = 5.0
 
 
@@ -33,7 +35,8 @@ class Door:
         self.histogram = [0] * (len(LATENCY_BUCKETS_MS) + 1)
         self.latency_sum_ms = 0.0
         self.scale_events = 0
-        self.latencies: deque[tuple[float, float]] = deque()  # (when, ms), the last minutes
+        self.latencies: deque[tuple[float, float]] = deque(maxlen=_LATENCIES_MOST)  # (when, ms)
+        self.counted: deque[tuple[float, int]] = deque()  # (when, requests) of each step
         self.samples: deque[LoadSample] = deque()
         self.events: deque[tuple[float, str]] = deque(maxlen=20)
         self.last_change_s = 0.0
@@ -62,9 +65,20 @@ class Door:
     def server_name(job_id: int) -> str:
         return f"r{job_id}"
 
-    def open_log(self) -> None:
-        if self.requests is None:
-            self.requests = RequestLog(self.proxy.log_port())
+    def open_log(self, fresh: bool = False) -> None:
+        """A running proxy's: on the port and with the secret of its config. Where another
+        process took that port meanwhile (a daemon restart), it reads the lines, secret
+        and all; a config of an older gpusched has no secret: either proxy is stopped, and
+        the next step starts one with a new port and secret."""
+        if self.requests is not None:
+            return
+        known = {} if fresh else self.proxy.configured()
+        port = known.get("log_port", 0)
+        self.requests = RequestLog(port, known.get("token") or new_token())
+        if port and (self.requests.port != port or "token" not in known):
+            log.warning("service %s: its request log port %d is taken, or has no secret; "
+                        "restarting its front door", self.proxy.name, port)
+            self.proxy.stop()
 
     def close(self) -> None:
         if self.requests is not None:
@@ -100,14 +114,17 @@ class Door:
         latencies = []
         for latency_ms, status, _server in got:
             self.requests_total += 1
-            if status >= 500 or latency_ms < 0:
+            if status >= 500 or status < 0 or latency_ms < 0:
                 self.failed_total += 1
             latencies.append(max(latency_ms, 0.0))
             self.histogram[_bucket(latency_ms)] += 1
             self.latency_sum_ms += max(latency_ms, 0.0)
             self.latencies.append((now, latency_ms))
-        while self.latencies and self.latencies[0][0] < now - _KEEP_S:
-            self.latencies.popleft()
+        if got:
+            self.counted.append((now, len(got)))
+        for window in (self.latencies, self.counted):
+            while window and window[0][0] < now - _KEEP_S:
+                window.popleft()
         return latencies
 
     def sample(self, now: float, latencies: list[float], gpu_util_pct: float | None) -> None:
@@ -126,12 +143,14 @@ class Door:
 
     def summary(self, now: float, window_s: float = 60.0) -> dict:
         recent = [ms for when, ms in self.latencies if when >= now - window_s]
+        requests = sum(count for when, count in self.counted if when >= now - window_s)
         last = self.samples[-1] if self.samples else None
         return {
             "proxy_pid": self.proxy.pid(), "problem": self.problem,
             "requests_total": self.requests_total, "failed_total": self.failed_total,
+            "log_lines_refused": self.requests.refused if self.requests else 0,
             "in_flight": last.in_flight if last else 0,
-            "requests_per_s": round(len(recent) / window_s, 3),
+            "requests_per_s": round(requests / window_s, 3),
             "p50_ms": _quantile(recent, 0.5), "p95_ms": p95(recent),
             "latency_buckets_ms": list(LATENCY_BUCKETS_MS), "latency_counts": list(self.histogram),
             "latency_sum_ms": self.latency_sum_ms, "scale_events_total": self.scale_events,

@@ -24,18 +24,21 @@ class ServiceRequests:
     def request(self, req: Any) -> dict | list:
         """The `service` request: one of protocol.SERVICE_ACTIONS."""
         args, action = req.args, req.args["action"]
+        # Each answer as the caller may see it (authz.Viewer: another user's command is theirs).
+        shown = self.setup.authz.viewer(req.creds[1]).service
         if action == "list":
-            return {"services": [self.describe(s) for _, s in sorted(self.services.items())]}
+            return {"services": [shown(self.describe(service))
+                                 for _, service in sorted(self.services.items())]}
         if "name" not in args or args["name"] is None:
             raise UsageError(f"service {action} needs a service name")
         if action == "create":
-            return self.create(args, req.creds)
+            return shown(self.create(args, req.creds))
         if action == "show":
-            return self.describe(self.find(args["name"]))
+            return shown(self.describe(self.find(args["name"])))
         if action == "scale":
-            return self.scale(args["name"], args.get("replicas"), req.creds)
+            return shown(self.scale(args["name"], args.get("replicas"), req.creds))
         if action == "update":
-            return self.update(args["name"], args.get("spec") or {}, req.creds)
+            return shown(self.update(args["name"], args.get("spec") or {}, req.creds))
         return self.delete(args["name"], req.creds)
 
     def find(self, name: Any, creds: tuple[int, int, int] | None = None) -> model.Service:
@@ -73,11 +76,13 @@ class ServiceRequests:
         template = self.submits._template(service.job, owner)  # refused now, not at each replica
         self.submits.check_priority(creds, template.priority)
         door = self.door(name)
-        self.start_proxy(service, door)
         try:
+            self.start_proxy(service, door)
             self.save(service)
-        except GpuschedError:
+        except GpuschedError:  # nothing of it is kept: its request log socket neither
             door.proxy.stop()
+            door.close()
+            self.doors.pop(name, None)
             raise
         door.note(f"created with {low} replica(s), front door on {service.listen}",
                   self.clock.time())

@@ -78,9 +78,10 @@ class ServiceManager(ServiceRequests):
         """Write its config and start it; the request log is read from before it starts."""
         binary = haproxy.require_binary(self.setup.settings.haproxy)
         door.close()
-        door.open_log()
+        door.open_log(fresh=True)  # a new port and secret: the old ones may be known
         door.proxy.write_config(service.listen, service.balance, service.health,
-                                door.requests.port)
+                                door.requests.port, door.requests.token,
+                                haproxy.owner_identity(service.uid, service.name))
         door.servers.clear()
         door.proxy.start(binary)
         door.problem = ""

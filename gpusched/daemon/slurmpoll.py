@@ -18,7 +18,7 @@ from typing import Any
 
 from gpusched.core import lifecycle
 from gpusched.core.clusterconf import LOCAL, ClusterConfig
-from gpusched.core.errors import UsageError
+from gpusched.core.errors import GpuschedError, UsageError
 from gpusched.core.models import Job, JobState, transition
 from gpusched.core.syntax import ANY_OF, SINGLETON
 from gpusched.core.slurmparse import SlurmRow, final_state, parse_record, record_outcome
@@ -40,7 +40,10 @@ class ClusterJobs:
     def __init__(self, state: DaemonState, setup: Setup,
                  environ: dict[str, str] | None = None):
         self.state, self.setup = state, setup
-        self.clusters = {c.name: c for c in setup.settings.clusters}
+        # A system daemon has none (its start refuses them: core/clusterconf.py): sbatch
+        # would run as the daemon's user for every user, so it never builds a Slurm command.
+        self.clusters = {} if setup.paths.is_system else \
+            {c.name: c for c in setup.settings.clusters}
         self.commands = {name: SlurmCommands(c, environ) for name, c in self.clusters.items()}
         self.runs: dict[int, dict[str, Any]] = {}
         self.uuid = ""
@@ -69,6 +72,12 @@ class ClusterJobs:
         name = asked if asked else self.setup.settings.default_cluster
         if not name or name == LOCAL:
             return None
+        if self.setup.paths.is_system:
+            raise GpuschedError(f"the system daemon hands no job to a cluster (--cluster "
+                                f"{name}): the hand-off would run as the daemon's user, "
+                                "not as you. Hand jobs to a cluster from a user daemon of "
+                                "your own: GPUSCHED_HOME=~/.gpusched gpusched submit --cluster "
+                                f"{name} ... (docs/slurm.md)")
         if name not in self.clusters:
             raise UsageError(f"no cluster {name!r} in the daemon's config; valid: "
                              f"{', '.join([LOCAL, *self.clusters])}")
@@ -271,6 +280,12 @@ class ClusterJobs:
         if key is None and not run["submitting"]:
             self.state.save(transition(job, JobState.CANCELLED, ended_at=self.setup.clock.time(),
                                        end_reason=f"cancelled by {who} before it started"))
+            return "cancelled"
+        name = run["cluster"]
+        if name not in self.commands:  # its table left the config (a system daemon has none)
+            self._end(job, JobState.CANCELLED, self.setup.clock.time(), None, None,
+                      f"cancelled by {who}; cluster {name} is not in the daemon's config, so "
+                      f"Slurm was not told: scancel {key or 'its job'} there")
             return "cancelled"
         if not job.cancel_requested:
             self.state.save(replace(job, cancel_requested=True, end_reason=f"cancelled by {who}"))

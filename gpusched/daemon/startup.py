@@ -18,6 +18,7 @@ from gpusched.client import drift
 from gpusched.client.modes import ensure_public_dir
 from gpusched.client.paths import Paths, ensure_private_dir
 from gpusched.core import limits
+from gpusched.core.clusterconf import refuse_in_system_mode
 from gpusched.core.config import Settings, load_settings
 from gpusched.core.errors import ConfigError, GpuschedError
 from gpusched.daemon.checkpoints import Checkpointer
@@ -43,7 +44,8 @@ def serve(paths: Paths) -> None:
 
 
 def check_mode(paths: Paths, settings: Settings) -> None:
-    """A system config read by a user daemon, or a system daemon that cannot switch users."""
+    """A system config read by a user daemon, a system daemon that cannot switch users, or
+    one asked to hand jobs to a cluster."""
     if settings.mode == "system" and not paths.is_system:
         raise ConfigError(f"{paths.config_file}: daemon.mode is \"system\", but this is a user "
                           "daemon's config; put it in /etc/gpusched/gpusched.toml or run "
@@ -52,6 +54,8 @@ def check_mode(paths: Paths, settings: Settings) -> None:
         raise ConfigError("system mode starts every job as its submitter, which needs root; "
                           "run `gpusched daemon run --system` as root (the systemd unit does), "
                           "or set system.service_user for a user with CAP_SETUID and CAP_SETGID.")
+    if paths.is_system:
+        refuse_in_system_mode(settings.clusters, paths.config_file)
 
 
 def run(daemon: Daemon) -> None:

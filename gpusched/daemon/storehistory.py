@@ -58,8 +58,9 @@ class FinishedJobs:
         """Of the jobs with ids first_id..last_id, those that ran or ended at since_s or
         later, and those still pending: the columns `gpusched usage` sums (daemon/usage.py)."""
         return self._conn.execute(
-            f"SELECT user, name, state, {_USAGE_COLUMNS} FROM jobs WHERE id BETWEEN ? AND ? "
-            "AND (ended_at IS NULL OR ended_at >= ?)", (first_id, last_id, since_s)).fetchall()
+            f"SELECT uid, user, name, state, {_USAGE_COLUMNS} FROM jobs "
+            "WHERE id BETWEEN ? AND ? AND (ended_at IS NULL OR ended_at >= ?)",
+            (first_id, last_id, since_s)).fetchall()
 
     def gpu_peaks(self, uid: int, key: str, states: tuple[str, ...],
                   count: int) -> list[sqlite3.Row]:

@@ -22,20 +22,22 @@ GROUPINGS = ("user", "name")
 WINDOW_IDS = 2000
 
 
-def usage_request(state: DaemonState, setup: Setup, args: dict[str, Any]) -> UsageReport:
-    """The report for the request's since_s (seconds back; None: everything) and by."""
-    by = args.get("by") or "user"
+def usage_request(state: DaemonState, setup: Setup, req: Any) -> UsageReport:
+    """The report for the request's since_s (seconds back; None: everything) and by, as
+    the caller may see it (authz.Viewer: other users' job names are theirs)."""
+    by = req.args.get("by") or "user"
     if by not in GROUPINGS:
         raise UsageError(f"cannot group usage by {by!r}; use one of: {', '.join(GROUPINGS)}")
-    return UsageReport(state, setup, by, args.get("since_s"))
+    return UsageReport(state, setup, by, req.args.get("since_s"),
+                       setup.authz.viewer(req.creds[1]))
 
 
 class UsageReport(Batched):
     """Sums the store a window of ids at a time, for about TURN_BUDGET_S a turn: the loop
     answers other requests between windows. Answered with the report once all are read."""
 
-    def __init__(self, state: DaemonState, setup: Setup, by: str, since_s: Any):
-        self.state, self.by = state, by
+    def __init__(self, state: DaemonState, setup: Setup, by: str, since_s: Any, viewer: Any):
+        self.state, self.by, self.viewer = state, by, viewer
         self.now = setup.clock.time()
         self.since = None if since_s is None else self.now - float(since_s)
         self.groups: dict[str, dict] = {}
@@ -57,7 +59,8 @@ class UsageReport(Batched):
     def _add_row(self, row: Any) -> None:
         if row["started_at"] is None and row["ended_at"] is None:
             return  # pending: nothing used yet
-        sums = self.groups.setdefault(row[self.by], _empty())
+        key = self.viewer.usage_key(row[self.by], row["uid"], self.by)
+        sums = self.groups.setdefault(key, _empty())
         used = row_usage(row, self.since, self.now)
         sums["jobs"] += 1
         sums["states"][row["state"]] = sums["states"].get(row["state"], 0) + 1

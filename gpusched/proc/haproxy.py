@@ -5,7 +5,11 @@ the jobs, it outlives a daemon restart and is found again by its pid file."""
 from __future__ import annotations
 
 import hashlib
+import hmac
 import os
+import pwd
+import re
+import secrets
 import shutil
 import signal
 import socket
@@ -21,8 +25,11 @@ BACKEND = "replicas"
 # HAProxy refuses longer admin socket paths (sun_path, less room for its own suffixes).
 _ADMIN_PATH_MAX = 90
 _SBIN = ("/usr/sbin", "/usr/local/sbin", "/sbin")
-# Each request as HAProxy logs it: total time (ms), status, server.
+# Each request as HAProxy logs it: the service's secret, total time (ms), status, server.
+# The secret is in the config only (a folder of the daemon's own): a datagram without it
+# comes from someone else, and is dropped.
 _LOG_FORMAT = "%Tt %ST %s"
+_LOG_LINE = re.compile(rb" ([0-9a-f]{32}) (-?[0-9]{1,9}) (-1|[0-9]{3}) ([!-~]{1,64})\n?\Z")
 # Health checks of each server (added ones take no default-server settings): a replica
 # that stops answering is out after two failed checks, back after one good one.
 _CHECK = "check inter 300ms fall 2 rise 1"
@@ -33,10 +40,12 @@ global
     stats socket {admin} mode 600 level admin
     log {log} local0
     maxconn 4096
-defaults
+    # Its port is its own: no other process (another service's door, say) may share it.
+    noreuseport
+{identity}defaults
     mode http
     log global
-    log-format "{log_format}"
+    log-format "{token} {log_format}"
     timeout connect 1s
     timeout client 60s
     timeout server 60s
@@ -64,6 +73,19 @@ def find_binary(configured: str = "haproxy") -> str | None:
     return shutil.which(configured, path=os.pathsep.join(_SBIN))
 
 
+def owner_identity(uid: int, name: str) -> tuple[int, int] | None:
+    """The (uid, gid) a root daemon's HAProxy runs as, for a service of `uid`: it reads
+    its config and binds its sockets as root, then becomes the owner (None: stays as is,
+    a user daemon's own, or root's service)."""
+    if os.geteuid() != 0 or uid == 0:
+        return None
+    try:
+        return uid, pwd.getpwuid(uid).pw_gid
+    except KeyError:
+        raise GpuschedError(f"the owner of service {name}, uid {uid}, has no account here; "
+                            f"`gpusched service delete {name}` removes it") from None
+
+
 def require_binary(configured: str = "haproxy") -> str:
     found = find_binary(configured)
     if not found:
@@ -86,38 +108,50 @@ class Proxy:
     """The HAProxy of one service, from files in `folder` named after it."""
 
     def __init__(self, folder: str, name: str, socket_folder: str):
-        """socket_folder: where the admin socket goes, a short path (sun_path holds 108
-        bytes): the daemon's run directory."""
+        """socket_folder: the daemon's run directory; the admin socket goes in a folder
+        of its own there that only the daemon may enter (a short path: sun_path holds 108
+        bytes). A running proxy's own config says where its socket is."""
         base = os.path.join(folder, name)
         self.name = name
         self.config_path, self.pid_path = f"{base}.haproxy.cfg", f"{base}.haproxy.pid"
         digest = hashlib.sha256(name.encode()).hexdigest()[:8]
-        self.admin_path = os.path.join(socket_folder, f"svc-{digest}.sock")
+        self.admin_path = os.path.join(socket_folder, "services", f"svc-{digest}.sock")
         if len(self.admin_path) > _ADMIN_PATH_MAX:  # a deep home: a short private folder
             folder_digest = hashlib.sha256(socket_folder.encode()).hexdigest()[:16]
             self.admin_path = os.path.join(f"/tmp/gpusched-{os.getuid()}-{folder_digest}",
                                            f"svc-{digest}.sock")
+        self.fresh_admin_path = self.admin_path
+        self.admin_path = self.configured().get("admin", self.admin_path)
 
     # -- the process ------------------------------------------------------------------
-    def log_port(self) -> int:
-        """The port its config logs requests to (0: none known)."""
+    def configured(self) -> dict:
+        """What its config file says: the log port and secret, the admin socket."""
         try:
             text = Path(self.config_path).read_text()
         except OSError:
-            return 0
+            return {}
+        found: dict = {}
         for line in text.splitlines():
             words = line.split()
             if words[:1] == ["log"] and words[1].startswith("127.0.0.1:"):
-                return int(words[1].rpartition(":")[2])
-        return 0
+                found["log_port"] = int(words[1].rpartition(":")[2])
+            elif words[:2] == ["stats", "socket"]:
+                found["admin"] = words[2]
+            elif words[:1] == ["log-format"] and len(words) == 5:
+                found["token"] = words[1].strip('"')
+        return found
 
-    def write_config(self, listen: str, balance: str, health: str, log_port: int) -> None:
+    def write_config(self, listen: str, balance: str, health: str, log_port: int,
+                     token: str, identity: tuple[int, int] | None) -> None:
+        self.admin_path = self.fresh_admin_path
         check = (f"    option httpchk GET {health}\n    http-check expect status 200\n"
                  if health else "")
         text = _CONFIG.format(name=self.name, admin=self.admin_path, log=f"127.0.0.1:{log_port}",
-                              log_format=_LOG_FORMAT, listen=listen, backend=BACKEND,
-                              balance="roundrobin" if balance == "weighted" else balance,
-                              check=check)
+                              token=token, log_format=_LOG_FORMAT, listen=listen,
+                              identity="" if identity is None else
+                              f"    uid {identity[0]}\n    gid {identity[1]}\n",
+                              backend=BACKEND, check=check,
+                              balance="roundrobin" if balance == "weighted" else balance)
         tmp = f"{self.config_path}.tmp"
         Path(tmp).write_text(text)
         os.replace(tmp, self.config_path)
@@ -234,13 +268,29 @@ def _int(text: str | None) -> int:
         return 0
 
 
+def parse_line(message: bytes, token: str) -> tuple[float, int, str] | None:
+    """(latency ms, status, server) from one datagram, or None: not one of its door's
+    (no secret, or another) or not well formed. ASCII digits only ('²'.isdigit() holds)."""
+    found = _LOG_LINE.search(message[-256:])
+    if found is None or not hmac.compare_digest(found[1], token.encode()):
+        return None
+    return float(found[2]), int(found[3]), found[4].decode("ascii")
+
+
+def new_token() -> str:
+    return secrets.token_hex(16)
+
+
 class RequestLog:
     """The datagrams HAProxy logs each request to: (latency ms, status, server) each.
 
     Over UDP on 127.0.0.1, not a Unix socket: a Unix datagram queue holds 10 messages
-    (net.unix.max_dgram_qlen), and HAProxy drops what does not fit."""
+    (net.unix.max_dgram_qlen), and HAProxy drops what does not fit. Any local process may
+    send to the port, so each line must carry the service's secret (`token`)."""
 
-    def __init__(self, port: int = 0):
+    def __init__(self, port: int, token: str):
+        self.token = token
+        self.refused = 0  # datagrams dropped: without the secret, or not well formed
         self.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
         self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4 << 20)
         try:
@@ -250,16 +300,18 @@ class RequestLog:
         self.sock.setblocking(False)
         self.port = self.sock.getsockname()[1]
 
-    def read(self, most: int = 100000) -> list[tuple[float, int, str]]:
+    def read(self, most: int = 20000) -> list[tuple[float, int, str]]:
         out = []
         for _ in range(most):
             try:
-                message = self.sock.recv(4096).decode(errors="replace")
+                message = self.sock.recv(4096)
             except OSError:
                 break
-            fields = message.strip().rsplit(" ", 3)[-3:]
-            if len(fields) == 3 and fields[0].lstrip("-").isdigit() and fields[1].isdigit():
-                out.append((float(fields[0]), int(fields[1]), fields[2]))
+            line = parse_line(message, self.token)
+            if line is None:
+                self.refused += 1
+            else:
+                out.append(line)
         return out
 
     def close(self) -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import errno
 import os
+import stat
 
 
 class StartError(OSError):
@@ -49,6 +50,10 @@ def start_program(argv: list, env: dict, start):  # start(program) -> its result
         return start(program)
     except OSError as exc:
         raise StartError(exec_failure(exc, program)) from None
+    except ValueError as exc:  # a name with '=' or a NUL: exec and posix_spawn raise this
+        # One job's bad environment fails that job's start, never its supervisor's loop.
+        raise StartError(f"cannot run {_absolute(program)}: its command or environment "
+                         f"cannot be passed to a program ({exc})") from None
 
 
 def exec_failure(exc: OSError, program: str) -> str:
@@ -108,6 +113,42 @@ def enter_cwd(cwd: str) -> None:
         if exc.errno == errno.ENOTDIR:
             raise StartError(f"working directory {cwd} is not a directory") from None
         raise StartError(f"cannot enter working directory {cwd}: {_plain(exc)}") from None
+
+
+# What an output may be: a file, or a character device (a terminal, /dev/null). A FIFO
+# would hold its open(), and the job, not yet able to take a signal, until a reader came.
+_OTHER_KINDS = {stat.S_IFIFO: "a FIFO (named pipe)", stat.S_IFSOCK: "a socket",
+                stat.S_IFBLK: "a block device"}
+
+
+def open_output(path: str, flags: int, mode: int) -> int:
+    """A job's log opened for writing (flags), never waiting: only a regular file or a
+    character device is taken, left blocking for the job as a shell would give it;
+    anything else is a StartError that says what the path is."""
+    try:
+        fd = os.open(path, flags | os.O_WRONLY | os.O_NONBLOCK | os.O_CLOEXEC, mode)
+    except OSError as exc:
+        if exc.errno == errno.ENXIO and _kind_of(path) in _OTHER_KINDS:  # a FIFO unread
+            raise StartError(_not_a_log(path, _kind_of(path))) from None
+        raise
+    kind = stat.S_IFMT(os.fstat(fd).st_mode)
+    if kind not in (stat.S_IFREG, stat.S_IFCHR):
+        os.close(fd)
+        raise StartError(_not_a_log(path, kind))
+    os.set_blocking(fd, True)
+    return fd
+
+
+def _kind_of(path: str) -> int:
+    try:
+        return stat.S_IFMT(os.stat(path).st_mode)
+    except OSError:
+        return 0
+
+
+def _not_a_log(path: str, kind: int) -> str:
+    what = _OTHER_KINDS.get(kind, "not a regular file")
+    return f"output {path} is {what}; give a regular file, a terminal or /dev/null"
 
 
 def in_words(exc: BaseException) -> str:

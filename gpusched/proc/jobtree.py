@@ -141,7 +141,9 @@ class Forwarder:
 
     def __call__(self, signum: int, _frame: object) -> None:
         self.send(signum)
-        if signum == signal.SIGTERM:
+        # The grace counts from the first SIGTERM, as the supervisor's does: a cancel
+        # repeated, or sent again after a time limit's, never puts the SIGKILL off.
+        if signum == signal.SIGTERM and not signal.getitimer(signal.ITIMER_REAL)[0]:
             signal.setitimer(signal.ITIMER_REAL, max(self.grace_s, 0.001))
 
     def kill(self, _signum: int = 0, _frame: object = None) -> None:

@@ -25,7 +25,7 @@ _pumps: list[threading.Thread] = []
 
 def layout(out_fd: int, err_fd: int) -> tuple[bool, bool, bool]:
     """Of a job's two opened outputs: whether each is a regular file, which a capped copy
-    keeps (/dev/null, a terminal or a FIFO is written directly), and whether both are the
+    keeps (/dev/null or a terminal is written directly), and whether both are the
     one file (`--output` without `--error`: one log, so one copy of both)."""
     out_info, err_info = os.fstat(out_fd), os.fstat(err_fd)
     same = (out_info.st_dev, out_info.st_ino) == (err_info.st_dev, err_info.st_ino)

@@ -42,7 +42,7 @@ def make_durable(path: str) -> None:
 
 
 def _open_log(path: str) -> int:
-    return os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW, 0o600)
+    return jobexec.open_output(path, os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW, 0o600)
 
 
 def apply_host_limits(spec: dict) -> None:
@@ -75,8 +75,8 @@ def _open_job_log(spec: dict, path: str, who, truncate: bool = False) -> int:
     """A log of the job: one of the user's --output/--error files (spec["user_logs"]),
     opened as the job's own programs would open it, or gpusched's own log."""
     if path in (spec.get("user_logs") or ()):
-        flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND | (os.O_TRUNC if truncate else 0)
-        return os.open(path, flags | os.O_CLOEXEC, 0o666)
+        flags = os.O_CREAT | os.O_APPEND | (os.O_TRUNC if truncate else 0)
+        return jobexec.open_output(path, flags, 0o666)
     if who is None:
         return _open_log(path)
     from gpusched.proc import privileges

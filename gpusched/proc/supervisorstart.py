@@ -63,7 +63,8 @@ def start(spec: dict, line: bytes, dirs: set[str],
         dirs.add(directory)
     try:
         pid = _spawn(spec)
-    except OSError as exc:  # noted in the job's log by the spawn
+    except (OSError, ValueError) as exc:  # noted in the job's log by the spawn
+        # ValueError: a NUL in a path, say. One job's start fails; our loop serves on.
         _failed_start(spec, line, f"cannot start: {jobexec.in_words(exc)}", wake)
         return None
     pidfd = os.pidfd_open(pid)

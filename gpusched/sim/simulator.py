@@ -9,11 +9,11 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Mapping, Sequence
 
-from gpusched.core import placement, queuerules, scheduling
+from gpusched.core import lifecycle, placement, queuerules, scheduling
 from gpusched.core.config import Settings
 from gpusched.sim import traces
 from gpusched.core.errors import GpuschedError, UsageError
-from gpusched.core.models import GpuInfo, Inventory, Job, JobState, Request, transition
+from gpusched.core.models import GpuInfo, Inventory, Job, Request
 from gpusched.core.placement import PlacementRules, Policy
 from gpusched.core.policies import placement_rules
 from gpusched.core.pendingqueue import PendingQueue
@@ -203,9 +203,8 @@ class _Replay:
         return self.loads
 
     def launch(self, job: Job, gpus: Sequence[GpuInfo], now: float) -> None:
-        job = transition(job, JobState.RUNNING, started_at=now,
-                         gpu_uuids=tuple(g.uuid for g in gpus),
-                         gpu_indices=tuple(g.index for g in gpus))
+        job = lifecycle.start_run(job, now, gpu_uuids=tuple(g.uuid for g in gpus),
+                                  gpu_indices=tuple(g.index for g in gpus))
         self.running[job.id] = job
         self.stale_uuids.update(job.gpu_uuids)
         heapq.heappush(self.ends, (now + job.time_limit_s, job.id))

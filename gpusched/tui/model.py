@@ -68,6 +68,8 @@ class TopJob(NamedTuple):
     cluster: Any = None
     preempting: bool = False  # running, being stopped to go back to the queue
     gpu_idle_since: float | None = None  # its GPUs all 0% busy past [idle] after, since
+    array_id: int | None = None  # an array's element: shown as ARRAY_INDEX (51_0)
+    array_index: int | None = None
 
     @classmethod
     def from_dict(cls, job: Mapping[str, Any]) -> TopJob:
@@ -87,7 +89,8 @@ class TopJob(NamedTuple):
                    progress_message=progress.get("message") or "",
                    cancelling=bool(job.get("cancelling")), cluster=job.get("cluster"),
                    preempting=bool(job.get("preempting")),
-                   gpu_idle_since=job.get("gpu_idle_since"))
+                   gpu_idle_since=job.get("gpu_idle_since"), array_id=job.get("array_id"),
+                   array_index=job.get("array_index"))
 
 
 @dataclass(frozen=True)

@@ -13,6 +13,7 @@ from rich.console import Console
 from gpusched.tui import draw
 from gpusched.tui.draw import Cell, Column, Frame, Line, Row, printable
 from gpusched.client.clusterview import cluster_human
+from gpusched.client.textcells import job_label
 from gpusched.core.units import duration_human, size_human
 
 if TYPE_CHECKING:
@@ -232,7 +233,7 @@ def _running_row(snapshot: Snapshot, view: ViewState, _layout: str, job: TopJob)
     used = _observed_bytes(snapshot, job) if job.gpu_indices else None
     labels = {gpu.uuid: gpu.label for gpu in snapshot.inventory.schedulable()}  # MIG: 1/2
     gpus = [labels.get(uuid, "?") for uuid in job.gpu_uuids] or list(map(str, job.gpu_indices))
-    row = {"ID": job.id, "USER": job.user, "NAME": job.name,
+    row = {"ID": job_label(job), "USER": job.user, "NAME": job.name,
            "STATE": _running_state(job), "GPUS": ",".join(gpus) or "-",
            "TIME": duration_human(snapshot.now - (job.started_at or snapshot.now)) + limit,
            "GPU MEM USED/ASKED": "-" if used is None else f"{size_human(used)} / {asked}",
@@ -260,7 +261,7 @@ def _owner_style(job: TopJob, view: ViewState) -> str:
 
 
 def _pending_row(snapshot: Snapshot, view: ViewState, _layout: str, job: TopJob) -> dict:
-    row = {"ID": job.id, "USER": job.user, "NAME": job.name, "REQUEST": draw.request_human(job.gpus_requested, job.gpu_mem_bytes, "no GPU"),
+    row = {"ID": job_label(job), "USER": job.user, "NAME": job.name, "REQUEST": draw.request_human(job.gpus_requested, job.gpu_mem_bytes, "no GPU"),
            "PRIO": job.priority, "WAITED": duration_human(snapshot.now - job.submitted_at),
            "REASON": _cluster_prefix(snapshot, job) + (job.pending_reason or "-")}
     return {**{k: draw.c(v) for k, v in row.items()}, "": _owner_style(job, view)}
