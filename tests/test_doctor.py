@@ -144,3 +144,31 @@ def test_doctor_points_at_job_files_above_the_queue_and_loose_permissions(bases,
     assert proc.returncode == 1
     assert "holds files of job(s) 40 above the queue's last id 4" in proc.stdout
     assert f"the state directory {state} is open to others (mode 0755)" in proc.stdout
+
+
+BIG_ID = 2**48  # past what a pending job's place in line can hold (core/pendingqueue.py)
+
+
+def test_a_pending_row_with_an_id_past_the_largest_is_quarantined_and_doctor_says_so(
+        bases, make_home):
+    """A pending row with id 2**48 (written by hand) crashed the daemon at every start,
+    while `doctor` said the queue was healthy; and new ids carried on above it."""
+    home = make_home("2x80GiB")
+    state = place(bases["crashed"], home)
+    sql(state / "queue.db", "CREATE TEMP TABLE big AS SELECT * FROM jobs WHERE id = 6",
+        f"UPDATE big SET id = {BIG_ID}, held = 0", "INSERT INTO jobs SELECT * FROM big")
+    proc = home.run("doctor", check=False)
+    assert proc.returncode == 1, proc.stdout
+    assert f"job {BIG_ID} is damaged (id {BIG_ID} is outside the job ids" in proc.stdout
+    listed = {j["id"]: j["state"] for j in home.jobs()}  # the daemon starts
+    assert listed == {1: "succeeded", 2: "succeeded", 3: "succeeded", 4: "pending",
+                      5: "pending", 6: "pending", 7: "pending"}
+    status = json.loads(home.run("daemon", "status", "--json").stdout)
+    assert [d["id"] for d in status["damaged_jobs"]] == [BIG_ID]
+    new = home.submit("--", "true")
+    assert new == 8  # not above the damaged row
+    home.wait_state(new, "succeeded")
+    home.run("daemon", "stop")
+    repaired = home.run("doctor", "--repair").stdout
+    assert f"could not save job {BIG_ID}: id {BIG_ID} is outside the job ids" in repaired
+    assert "new jobs get ids from 9" in repaired, repaired

@@ -320,3 +320,22 @@ def test_gpu_jobs_do_not_queue_behind_cores_unless_they_ask_for_them(make_box):
     ended = box.exit(sharing[-1])
     assert box.show(asking)["state"] == "running"
     assert box.show(asking)["started_at"] >= ended["ended_at"]
+
+
+def test_no_job_id_past_the_largest_is_given_out(box):
+    """A pending job's place in line holds its id in 48 bits (core/pendingqueue.py): an id
+    past MAX_JOB_ID once crashed the daemon at each start. None is given out."""
+    from gpusched.core.errors import GpuschedError
+    from gpusched.core.syntax import MAX_JOB_ID
+
+    with box.daemon.state.write():
+        box.daemon.state.store.reserve_ids(MAX_JOB_ID - 2)
+    with pytest.raises(GpuschedError, match="no job ids left: the next is 281,474,976,710,654"):
+        box.submit_all("--array", "0-2", "--", "true")
+    assert box.submit_all("--array", "0-1", "--", "true") == [MAX_JOB_ID - 1, MAX_JOB_ID]
+    with pytest.raises(GpuschedError, match="no job ids left"):
+        box.submit("--", "true")
+    box.restart()  # the largest id is a job like any other
+    box.step()
+    assert {MAX_JOB_ID - 1, MAX_JOB_ID} <= box.running()
+    assert box.exit(MAX_JOB_ID, 0)["state"] == "succeeded"

@@ -247,6 +247,8 @@ def test_parse_array(text, indices, throttle):
     ("0-5%-1", "positive count"),
     ("0-1000000", "more than 1000000"),
     ("0-999999,1000000-1000005", "more than 1000000"),
+    ("1099511627776", "an index is at most 999,999"),  # issue 32: 2**40 was queued
+    ("0-2000000:1000000", "an index is at most 999,999"),
 ])
 def test_parse_array_refuses_bad_specs(text, words):
     with pytest.raises(UsageError, match=words):

@@ -84,6 +84,11 @@ MALFORMED = {
     "snapshot lean as text": ("snapshot", {"lean": "no"}),
     "resubmit hold as text": ("resubmit", {"id": 1, "changes": {"hold": "yes"}}),
     "empty array index (cancel 5_)": ("cancel", {"ids": ["2_"]}),
+    # Issue 32: taken as the default topology, and an index far past any array's size.
+    "topology false": ("submit", submit(gpus=1, constraints={"topology": False})),
+    "topology 0": ("submit", submit(gpus=1, constraints={"topology": 0})),
+    "array index 2**40": ("submit", submit(array={"indices": [2**40]})),
+    "array index 1,000,000": ("submit", submit(array={"indices": [0, 10**6]})),
 }
 
 
@@ -135,3 +140,32 @@ def test_a_null_argument_or_field_is_one_not_given(daemon_home):
     assert reply["ok"], reply
     assert job_id in [job["id"] for job in reply["result"]["jobs"]]
     assert ask(daemon_home, "cancel", ids=[job_id])["ok"]
+
+
+@pytest.mark.parametrize("body", [
+    b'{"cmd": "ping", "cmd": "stop"}',
+    b'{"cmd": "submit", "args": {"jobs": [{"command": ["true"], "hold": true, "hold": false}],'
+    b' "cwd": "/"}}',
+    b'{"cmd": "submit", "args": {"jobs": [{"command": ["true"], "hold": true}], "cwd": "/",'
+    b' "cwd": "/tmp"}}',
+])
+def test_a_key_given_twice_is_refused_at_any_depth(daemon_home, body):
+    """json keeps the last of a key given twice: {"cmd":"ping","cmd":"stop"} stopped the
+    daemon, and a proxy that checks the first value would be fooled."""
+    before = queue(daemon_home)
+    reply = raw_exchange(daemon_home, body)
+    assert_one_line_refusal(reply)
+    assert "twice in one object" in reply["error"]["message"], reply
+    assert ask(daemon_home, "ping")["ok"] is True
+    assert queue(daemon_home) == before
+
+
+def test_an_unknown_key_beside_cmd_and_args_is_refused_by_name(daemon_home):
+    """{"cmd": "ping", "user": "root"} was answered as a ping: a key the daemon ignores
+    in silence is a key a client may think it obeys."""
+    reply = raw_exchange(daemon_home, b'{"cmd": "ping", "as_user": "root"}')
+    assert_one_line_refusal(reply)
+    assert "'as_user'" in reply["error"]["message"], reply
+    reply = raw_exchange(daemon_home, b'{"cmd": "list", "args": {}, "v": 2}')
+    assert_one_line_refusal(reply)
+    assert "'v'" in reply["error"]["message"], reply

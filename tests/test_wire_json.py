@@ -73,6 +73,31 @@ def test_loads_refuses_what_json_refuses_in_its_words(body):
     assert same(ours, theirs) if not isinstance(theirs, tuple) else ours == theirs
 
 
+@settings(max_examples=300, deadline=None)
+@given(message=MESSAGES)
+def test_the_daemons_reading_is_jsons_where_no_key_is_given_twice(message):
+    text = json.dumps(message)
+    for body in (text.encode(), b"\xef\xbb\xbf" + text.encode()):  # the C road, and json's
+        ours, theirs = outcome(wire.loads, body, True), outcome(json.loads, body)
+        assert same(ours, theirs) if not isinstance(theirs, tuple) else ours == theirs
+
+
+@pytest.mark.parametrize("accelerated", [True, False])
+def test_the_daemons_reading_refuses_a_key_given_twice_at_any_depth(monkeypatch, accelerated):
+    """json keeps the last value of a key given twice: {"cmd":"ping","cmd":"stop"} stopped
+    the daemon (issue 32)."""
+    from gpusched.core.errors import ProtocolError
+
+    if not accelerated:
+        monkeypatch.setattr(wire, "_scan_unique", None)
+    for body, key in ((b'{"cmd":"ping","cmd":"stop"}', "'cmd'"),
+                      (b'{"a":[{"b":{"c":1,"d":2,"c":3}}]}', "'c'"),
+                      (b'\xef\xbb\xbf{"x":1,"x":1}', "'x'")):  # a BOM: json's own road
+        with pytest.raises(ProtocolError, match=f"the request gives the key {key} twice"):
+            wire.loads(body, unique_keys=True)
+        assert isinstance(wire.loads(body), dict)  # a client's reading of a reply: json's
+
+
 def test_without_the_accelerator_json_does_it_all(monkeypatch):
     monkeypatch.setattr(wire, "_json", None)
     monkeypatch.setattr(wire, "_scan_once", None)

@@ -69,6 +69,14 @@ def classes(array_id: int, held_id: int) -> list[tuple[str, bytes, str]]:
         ("gpu index true", _submit(gpus=1, constraints={"gpu_ids": [True]}), "refuse"),
         ("array a number", _submit(array=5), "refuse"),
         ("array indices [true]", _submit(array={"indices": [True]}), "refuse"),
+        ("array index 2**40", _submit(array={"indices": [2**40]}), "refuse"),
+        ("topology false", _submit(constraints={"topology": False}), "refuse"),
+        # json keeps the last of a key given twice: this one stopped the daemon.
+        ("a key twice (ping, then stop)", frame(b'{"cmd": "ping", "cmd": "stop"}'), "refuse"),
+        ("a key twice in a job", frame(b'{"cmd": "submit", "args": {"jobs": [{"command": '
+                                       b'["true"], "hold": true, "hold": false}], "env": {}, '
+                                       b'"cwd": "/"}}'), "refuse"),
+        ("a key beside cmd and args", frame(b'{"cmd": "ping", "as_uid": 0}'), "refuse"),
         ("retry_on [[1]]", _submit(retry_on=[[1]]), "refuse"),
         ("dependency on a huge id", _submit(dependencies=[["afterok", 10**30]]), "refuse"),
         ("time limit NaN", frame(b'{"cmd": "submit", "args": {"jobs": [{"command": ["true"], '

@@ -26,6 +26,14 @@ START_TIMEOUT_S = 15.0
 _compared_daemon = False
 
 
+# What a request that reached the daemon may have done when its answer never came (one
+# that changes nothing: no more than the plain error).
+_MAY_BE_DONE = {"submit": "the job may have been queued",
+                "resubmit": "the job may have been queued",
+                **{cmd: f"the {cmd} may have been done" for cmd in (
+                    "cancel", "hold", "release", "update", "requeue", "preempt", "gc")}}
+
+
 class Client:
     def __init__(self, paths: Paths | None = None, autostart: bool = True,
                  check_daemon: bool | None = None):
@@ -94,23 +102,33 @@ class Client:
     def call(self, cmd: str, timeout_s: float | None = 60.0, **args: Any) -> Any:
         """Send one request and return its result, raising the daemon's error as ours."""
         sock = self.connect()
+        sent = None  # the command, once the daemon has it all
         try:
             sock.settimeout(timeout_s)
             wire.send(sock, {"cmd": cmd, "args": args}, allow_nan=False)
+            sent = cmd
             if self.check_daemon and not _compared_daemon:
                 # Needed once the reply is in: imported while the daemon works on the
                 # request, it makes no one wait (a submit's round trip is a few ms).
                 from gpusched.client import drift  # noqa: F401
             reply = wire.receive(sock)
         except OSError as exc:  # TimeoutError too
-            self.lost(exc)
+            self.lost(exc, sent)
         finally:
             sock.close()
+        if reply is None:
+            self.lost("it closed the connection without an answer", sent)
         return self.result_of(reply)
 
-    def lost(self, exc: OSError) -> None:
-        """Raise the error for a connection that broke in the middle of a request."""
-        raise DaemonUnavailable(f"lost the connection to the gpusched daemon ({exc}); "
+    def lost(self, why: object, sent: str | None = None) -> None:
+        """Raise the error for a connection that broke in the middle of a request; sent:
+        the command, when the daemon had all of it (and may have done it)."""
+        done = _MAY_BE_DONE.get(sent)  # type: ignore[arg-type]
+        if done is None:
+            raise DaemonUnavailable(f"lost the connection to the gpusched daemon ({why}); "
+                                    f"see {self.paths.daemon_log}") from None
+        raise DaemonUnavailable(f"lost the connection to the gpusched daemon after sending "
+                                f"the {sent} ({why}); {done}: check with `gpusched ls`, and "
                                 f"see {self.paths.daemon_log}") from None
 
     def result_of(self, reply: dict[str, Any] | None) -> Any:

@@ -146,6 +146,9 @@ ARGUMENTS: dict[str, Callable[[Any], Any]] = {
 }
 
 
+REQUEST_KEYS = frozenset(("cmd", "args"))  # a request's own: anything else is refused
+
+
 def check_request(message: Any) -> tuple[str, dict[str, Any]]:
     """A request's command and arguments, or ProtocolError naming what is wrong (or the
     UsageError of an argument's reader: a value of the wrong kind)."""
@@ -156,6 +159,10 @@ def check_request(message: Any) -> tuple[str, dict[str, Any]]:
     if spec is None:
         raise ProtocolError(f"unknown command {values.shown(name)}; known: "
                             f"{', '.join(sorted(COMMANDS))}")
+    if len(message) > 2 or len(message) == 2 and "args" not in message:
+        unknown = sorted(message.keys() - REQUEST_KEYS)
+        raise ProtocolError(f"a request has only the keys 'cmd' and 'args', not "
+                            f"{values.shown(unknown[0])}")
     if not isinstance(args, dict):
         raise ProtocolError(f"'{name}': args must be a JSON object")
     missing = spec.required - args.keys()

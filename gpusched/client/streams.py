@@ -14,7 +14,7 @@ Kept light: the submit fast path imports this module (wire's C-backed JSON, no j
 from __future__ import annotations
 
 from gpusched.client import wire
-from gpusched.core.errors import DaemonUnavailable, ProtocolError
+from gpusched.core.errors import ProtocolError
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -87,12 +87,14 @@ def call_streamed(client: Any, cmd: str, kind: str, items: Iterable[str],
         except KeyboardInterrupt:
             raise Interrupted(_cancel(sock), sent_all) from None
         except OSError as exc:
-            reply = _reply_after_refusal(sock, exc, client)
+            reply = _reply_after_refusal(sock, exc, client, cmd if sent_all else None)
         except BaseException:
             _send_quietly(sock, CANCEL)  # the items failed: the daemon drops the request
             raise
     finally:
         sock.close()
+    if reply is None and sent_all:
+        client.lost("it closed the connection without an answer", cmd)
     return client.result_of(reply)
 
 
@@ -115,15 +117,16 @@ def _send_quietly(sock: Any, message: dict[str, Any]) -> bool:
         return False
 
 
-def _reply_after_refusal(sock: Any, exc: OSError, client: Any) -> dict[str, Any] | None:
+def _reply_after_refusal(sock: Any, exc: OSError, client: Any,
+                         sent: str | None) -> dict[str, Any] | None:
     """The daemon's reply when sending failed: it may have refused the request and
-    closed (a full connection count, say); else the connection was lost."""
+    closed (a full connection count, say); else the connection was lost. sent: the
+    command, once its end frame went (the daemon may have done it)."""
     try:
         sock.settimeout(2.0)
         reply = wire.receive(sock)
     except OSError:
         reply = None
     if reply is None:
-        raise DaemonUnavailable(f"lost the connection to the gpusched daemon ({exc}); "
-                                f"see {client.paths.daemon_log}") from None
+        client.lost(exc, sent)
     return reply

@@ -47,7 +47,32 @@ class _ScannerContext:
                       "-Infinity": float("-inf")}.__getitem__
 
 
+class _UniqueKeysContext(_ScannerContext):
+    """The daemon's reading of a request: an object with a key twice is refused, where json
+    keeps the last value (`{"cmd":"ping","cmd":"stop"}` would stop the daemon)."""
+
+    @staticmethod
+    def object_pairs_hook(pairs: list) -> dict:
+        obj = dict(pairs)
+        if len(obj) != len(pairs):
+            raise _duplicate_key(pairs)
+        return obj
+
+
+def _duplicate_key(pairs: list) -> ProtocolError:
+    from gpusched.core.values import shown  # only for the refusal
+
+    seen: set = set()
+    for key, _ in pairs:
+        if key in seen:
+            break
+        seen.add(key)
+    return ProtocolError(f"the request gives the key {shown(key)} twice in one object; give "
+                         "each key once")
+
+
 _scan_once = _json.make_scanner(_ScannerContext()) if _json else None
+_scan_unique = _json.make_scanner(_UniqueKeysContext()) if _json else None
 
 
 class _NotPlain(Exception):
@@ -77,19 +102,22 @@ def dumps(message: Any, allow_nan: bool = True) -> str:
     return json.dumps(message, separators=(",", ":"), allow_nan=allow_nan)
 
 
-def loads(body: bytes | str) -> Any:
-    """json.loads(body), to the value and to the error."""
-    if _scan_once is not None:
+def loads(body: bytes | str, unique_keys: bool = False) -> Any:
+    """json.loads(body), to the value and to the error. unique_keys: an object with a key
+    twice raises ProtocolError (the daemon's side; a reply never has one)."""
+    scan = _scan_unique if unique_keys else _scan_once
+    if scan is not None:
         try:
-            return _scan_plain(body)
+            return _scan_plain(body, scan)
         except (ValueError, StopIteration, RecursionError):
             pass  # not plain UTF-8 JSON: json says what it is, or what is wrong
     import json  # only for what the common road does not take
 
-    return json.loads(body)
+    return json.loads(body, object_pairs_hook=_UniqueKeysContext.object_pairs_hook
+                      if unique_keys else None)
 
 
-def _scan_plain(body: bytes | str) -> Any:
+def _scan_plain(body: bytes | str, scan: Any) -> Any:
     """A document in UTF-8 starting with a printable ASCII character: json.loads reads
     any other bytes (a byte-order mark, UTF-16) by other rules."""
     if type(body) is bytes:
@@ -99,7 +127,7 @@ def _scan_plain(body: bytes | str) -> Any:
     elif type(body) is not str:
         raise ValueError("neither bytes nor str")
     start = len(body) - len(body.lstrip(_WHITESPACE))
-    value, end = _scan_once(body, start)
+    value, end = scan(body, start)
     if body[end:].strip(_WHITESPACE):
         raise ValueError("extra data")
     return value
@@ -148,7 +176,8 @@ def receive(sock: Any, timeout_s: float | None = None,
 
     timeout_s bounds the whole frame, not each read: a peer that trickles a byte at a
     time must not hold a connection (and its thread) for ever. max_depth (the daemon's
-    limits.json_depth) refuses a deeply nested frame before it is decoded.
+    limits.json_depth: given on the daemon's side only) refuses a deeply nested frame
+    before it is decoded, and an object with a key twice as it is.
     """
     deadline = None if timeout_s is None else time.monotonic() + timeout_s
     first = _recv(sock, HEADER_BYTES, deadline)
@@ -165,7 +194,7 @@ def receive(sock: Any, timeout_s: float | None = None,
 
         check_depth(body, max_depth)
     try:
-        message = loads(body)
+        message = loads(body, unique_keys=max_depth is not None)
     except ValueError as exc:
         import json  # loaded already: loads handed this document to json, which refused it
 

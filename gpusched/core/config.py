@@ -48,6 +48,7 @@ class Settings:
     user_weights: tuple[tuple[str, float], ...] = ()
     max_gpus_per_user: int = 0
     max_running_per_user: int = 0
+    max_user_priority: int = 0  # higher only for admins (daemon/request.py)
     # [host]
     host_cpus: int = 0
     reserve_cpus: int = 0

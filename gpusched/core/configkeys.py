@@ -10,7 +10,7 @@ from gpusched.core import container, limits, values
 from gpusched.core.errors import UsageError
 from gpusched.core.models import DISCIPLINES
 from gpusched.core.placement import BUILTIN_POLICIES
-from gpusched.core.syntax import WARN_SIGNAL_NAMES
+from gpusched.core.syntax import MAX_PRIORITY, WARN_SIGNAL_NAMES
 from gpusched.core.units import parse_duration, parse_size
 
 def _choice(*valid: str) -> Callable[[Any], str]:
@@ -157,6 +157,11 @@ KEYS: dict[str, tuple[str, Callable[[Any], Any], Any, str]] = {
                                      "At most this many GPUs held by one user's jobs (0: no limit)."),
     "scheduling.max_running_per_user": ("max_running_per_user", _number(0, 10**6, int), 0,
                                         "At most this many running jobs per user (0: no limit)."),
+    "scheduling.max_user_priority": ("max_user_priority",
+                                     _number(-MAX_PRIORITY, MAX_PRIORITY, int), 0,
+                                     "The highest --priority a user who is not an admin may "
+                                     "give (submit, update): raising a job above others' is "
+                                     "the admins' (in user mode, the daemon's user is)."),
     "host.cpus": ("host_cpus", _number(0, 100_000, int), 0,
                   "Cores jobs may use; 0 = those in the daemon's CPU affinity."),
     "host.reserve_cpus": ("reserve_cpus", _number(0, 100_000, int), 0,

@@ -8,8 +8,8 @@ from gpusched.core import gpuoom, outpattern, syntax, values
 from gpusched.core.topology import TOPOLOGY_MODES
 from gpusched.core.errors import UsageError
 from gpusched.core.models import DEFAULT_RETRY_DELAY_S, Constraints, Job, Request
-from gpusched.core.syntax import (DEPENDENCY_KINDS, MAX_ARRAY_SIZE, MAX_JOB_ID, MAX_PRIORITY,
-                                  RETRY_ON_CHOICES, WARN_SIGNALS)
+from gpusched.core.syntax import (DEPENDENCY_KINDS, MAX_ARRAY_INDEX, MAX_ARRAY_SIZE,
+                                  MAX_JOB_ID, MAX_PRIORITY, RETRY_ON_CHOICES, WARN_SIGNALS)
 
 MAX_GPUS_PER_JOB = 64
 MAX_GPU_INDEX = 1023
@@ -77,8 +77,12 @@ def check_constraints(spec: Any) -> Constraints:
     gpu_type = spec.get("gpu_type") or ""
     if not values.is_text(gpu_type):
         raise UsageError(f"--gpu-type must be a string, not {values.shown(gpu_type)}")
-    topology_mode = spec.get("topology") or ""
-    if topology_mode:
+    # "" is what job_spec() writes back for the default; any other value is a choice
+    # (0, false or [] once passed as the default).
+    topology_mode = spec.get("topology")
+    if topology_mode is None or topology_mode == "":
+        topology_mode = ""
+    else:
         values.choice(topology_mode, "topology", TOPOLOGY_MODES)
     return Constraints(gpu_ids=_gpu_indices(spec, "gpu_ids"),
                        exclude_gpus=_gpu_indices(spec, "exclude_gpus"), gpu_type=gpu_type,
@@ -97,10 +101,10 @@ def check_array(spec: dict) -> tuple[tuple[int | None, ...], int | None]:
     array = values.mapping(array, "array", ("indices", "throttle"))
     indices, throttle = array.get("indices"), array.get("throttle")
     if (not isinstance(indices, list) or not 0 < len(indices) <= MAX_ARRAY_SIZE
-            or not all(values.is_whole(i, 0, MAX_JOB_ID) for i in indices)
+            or not all(values.is_whole(i, 0, MAX_ARRAY_INDEX) for i in indices)
             or len(set(indices)) != len(indices)):
-        raise UsageError(f"an array needs 1 to {MAX_ARRAY_SIZE} different indices of 0 or "
-                         f"more, not {values.shown(indices)}")
+        raise UsageError(f"an array needs 1 to {MAX_ARRAY_SIZE:,} different indices from 0 to "
+                         f"{MAX_ARRAY_INDEX:,}, not {values.shown(indices)}")
     if throttle is not None and not values.is_whole(throttle, 1, MAX_JOB_ID):
         raise UsageError("an array's at-most-at-once count must be a positive number, not "
                          f"{values.shown(throttle)}")

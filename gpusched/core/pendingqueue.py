@@ -17,7 +17,7 @@ from operator import itemgetter
 from typing import Any, Callable, Iterable, Iterator, Mapping
 
 from gpusched.core.models import Job
-from gpusched.core.syntax import SINGLETON
+from gpusched.core.syntax import MAX_JOB_ID, SINGLETON
 
 
 def shape_of(job: Job, per_user: bool = True) -> tuple:
@@ -51,8 +51,9 @@ def may_be_cancelled(shape: tuple) -> bool:
 
 # Below fairshare and sjf, a line key is one int, (-priority) * _ID_SPAN + id, ordered as
 # (-priority, id) is: with priority 0 it is the job's own id object, and 100,000 waiting
-# jobs cost no tuple each.
-_ID_SPAN = 1 << 48
+# jobs cost no tuple each. No job has an id past MAX_JOB_ID (a row with one is damaged:
+# daemon/rows.py), so the id is the key's remainder.
+_ID_SPAN = MAX_JOB_ID + 1
 
 
 def line_key(job: Job, discipline: str) -> Any:

@@ -15,7 +15,13 @@ from gpusched.core.values import shown
 # The most that limits.jobs may allow: an --array past it is refused before its indices
 # are listed; the configured limits.jobs (100,000 by default) refuses at submit.
 MAX_ARRAY_SIZE = 1_000_000
-MAX_JOB_ID = 2**63 - 1  # SQLite's largest integer
+# As Slurm's indices stay below its MaxArraySize: an index is a position in a sweep, and
+# one of 2**40 only ever came from a typo (or a request written by hand).
+MAX_ARRAY_INDEX = MAX_ARRAY_SIZE - 1
+# The largest id the daemon gives or takes: a pending job's place in line packs its id
+# into 48 bits beside its priority (core/pendingqueue.py). 2**48 ids last 8,900 years
+# at 1,000 jobs a second.
+MAX_JOB_ID = 2**48 - 1
 MAX_PRIORITY = 10**6
 MAX_DURATION_S = 100 * 365 * 86400.0  # a time limit or retry delay: a century at most
 # "after" is met once the job has started (or ended without starting), as in Slurm;
@@ -97,6 +103,8 @@ def parse_array(text: str) -> tuple[tuple[int, ...], int | None]:
         # Count before building: a typo like 0-1000000000 must not fill the memory.
         if len(indices) + (last - first) // step + 1 > MAX_ARRAY_SIZE:
             raise UsageError(f"--array {text!r} has more than {MAX_ARRAY_SIZE} elements")
+        if last > MAX_ARRAY_INDEX:
+            raise UsageError(f"--array {text!r}: an index is at most {MAX_ARRAY_INDEX:,}")
         indices.extend(range(first, last + 1, step))
     throttle = None
     if throttle_text:

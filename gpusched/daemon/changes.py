@@ -11,7 +11,7 @@ from gpusched.core.errors import UsageError
 from gpusched.core.models import Job, JobState, transition
 from gpusched.daemon import batches
 from gpusched.daemon.authz import user_name
-from gpusched.daemon.request import Request, targets
+from gpusched.daemon.request import Request, check_priority, targets
 from gpusched.daemon.requeue import NotNow, preempt_one, requeue_one
 from gpusched.daemon.state import DaemonState, Setup
 from gpusched.proc.seam import ProcessSeam
@@ -26,13 +26,15 @@ class Changes:
     def __init__(self, state: DaemonState, setup: Setup, seam: ProcessSeam):
         self.state, self.setup, self.seam = state, setup, seam
 
-    def change(self, req: Request, verb: str,
-               apply: Callable[[Job], str]) -> dict | batches.BatchedChange:
+    def change(self, req: Request, verb: str, apply: Callable[[Job], str],
+               allowed: Callable[[], None] = lambda: None) -> dict | batches.BatchedChange:
         """Apply a change to each job named: what happened to each in "results", and
         why each job that could not be changed was not in "refused" (the client then
-        exits 1)."""
+        exits 1). allowed: raises if the caller may not make this change at all (asked
+        once the jobs are known to be theirs)."""
         jobs = targets(self.state, req.args["ids"])
         self.setup.authz.require_owner(jobs, req.creds, f"{verb} it", req.name)
+        allowed()
 
         def outcome(job: Job) -> tuple[str, bool]:
             try:
@@ -90,7 +92,8 @@ class Changes:
                               "can be updated")
             self.state.save(replace(job, priority=priority))
             return f"priority {priority}"
-        return self.change(req, "update", apply)
+        return self.change(req, "update", apply,
+                           lambda: check_priority(self.setup, req.creds, priority))
 
     def requeue(self, req: Request) -> dict:
         return self._requeueing(req, "requeue", lambda job, now, who: requeue_one(

@@ -13,6 +13,7 @@ from gpusched.client.paths import Paths
 from gpusched.core.clusterconf import refuse_in_system_mode
 from gpusched.core.config import load_settings
 from gpusched.core.errors import ConfigError
+from gpusched.core.syntax import MAX_JOB_ID
 from gpusched.daemon import storecheck
 from gpusched.daemon.rows import DamagedRow, row_to_job
 from gpusched.daemon.schema import MIGRATIONS
@@ -66,7 +67,8 @@ def read_rows(conn: sqlite3.Connection) -> QueueRows:
     conn.row_factory = sqlite3.Row
     try:
         for row in conn.execute("SELECT * FROM jobs ORDER BY id"):
-            out.last_id = max(out.last_id, row["id"])
+            if row["id"] <= MAX_JOB_ID:  # past it: damaged, and new ids do not follow it
+                out.last_id = max(out.last_id, row["id"])
             try:
                 job = row_to_job(row)
             except DamagedRow as damage:
@@ -78,7 +80,8 @@ def read_rows(conn: sqlite3.Connection) -> QueueRows:
     except sqlite3.DatabaseError as exc:
         out.error = str(exc)
     try:
-        seq = conn.execute("SELECT seq FROM sqlite_sequence WHERE name = 'jobs'").fetchone()
+        seq = conn.execute("SELECT seq FROM sqlite_sequence WHERE name = 'jobs' AND seq <= ?",
+                           (MAX_JOB_ID,)).fetchone()
         out.last_id = max(out.last_id, seq[0] if seq else 0)
     except sqlite3.DatabaseError:
         pass

@@ -74,6 +74,7 @@ class Daemon:
         self._next_gpu_read = 0.0
         self._end_reports = EndReports()
         self.answer_shim: Any = None  # sends on the wake socket, once it is open
+        self.home_watch: Any = None  # startup.HomeWatch, once the socket listens
         # Made by attach(), once the store is open:
         self.state: DaemonState
         self.setup: Setup
@@ -133,6 +134,14 @@ class Daemon:
             calls = self._next_calls()
             with self.state.telemetry.turn(self.clock.monotonic):  # the loop lag, for /metrics
                 self.step(calls)
+            self.stop_if_unreachable()
+
+    def stop_if_unreachable(self) -> None:
+        why = self.home_watch.lost() if self.home_watch is not None else None
+        if why:
+            log.warning("%s: no client can reach this daemon any more; stopping (running "
+                        "jobs go on under their shims)", why)
+            self.state.stopping = True
 
     def step(self, calls: list[Call]) -> None:
         """One turn of the loop: the requests, then a pass (a scheduling pass only when

@@ -18,6 +18,7 @@ from filelock import FileLock, Timeout
 from gpusched.client.paths import Paths
 from gpusched.core.errors import GpuschedError
 from gpusched.core.models import Job
+from gpusched.core.syntax import MAX_JOB_ID
 from gpusched.daemon import storecheck, walcheck
 from gpusched.daemon.rows import DamagedRow, row_to_job
 from gpusched.daemon.schema import MIGRATIONS
@@ -80,7 +81,7 @@ def _repair(paths: Paths) -> Repair:
         result.saved, result.next_id = [job.id for job in jobs], last_id + 1
         return result  # healthy: nothing to do
     files = storecheck.earlier_jobs(paths.jobs_dir)
-    last_id = max([last_id, *result.left_out, *files])
+    last_id = _highest(last_id, *result.left_out, *files)
     _write_queue(db + ".repair", jobs, meta, last_id)
     result.kept_as = _keep_old(db)
     os.replace(db + ".repair", db)
@@ -98,7 +99,7 @@ def _salvage(db: str, result: Repair) -> tuple[list[sqlite3.Row], list[tuple[str
             conn.row_factory = sqlite3.Row
             last_id = _last_id(conn)
             rows = _rows(conn, last_id, result)
-            last_id = max([last_id, *(row["id"] for row in rows)])
+            last_id = _highest(last_id, *(row["id"] for row in rows))
             try:
                 meta = [(r[0], r[1]) for r in conn.execute("SELECT key, value FROM meta")]
             except sqlite3.DatabaseError:
@@ -123,7 +124,7 @@ def _ids_only_in_damaged_wal(db: str, saved: set[int], result: Repair) -> int:
         return 0
     for job_id in sorted(ids - saved):
         result.left_out[job_id] = "it was only in the damaged part of the -wal"
-    return max([last_id, *ids])
+    return _highest(last_id, *ids)
 
 
 def _read(path: str) -> bytes:
@@ -134,11 +135,18 @@ def _read(path: str) -> bytes:
         return b""
 
 
+def _highest(*ids: object) -> int:
+    """The highest of the ids that a job can have: one past MAX_JOB_ID is damage (a row
+    written by hand), and new ids must not follow it."""
+    return max(i for i in ids if type(i) is int and i <= MAX_JOB_ID)
+
+
 def _last_id(conn: sqlite3.Connection) -> int:
     found = 0
-    for query in ("SELECT seq FROM sqlite_sequence WHERE name = 'jobs'", "SELECT max(id) FROM jobs"):
+    for query in ("SELECT seq FROM sqlite_sequence WHERE name = 'jobs' AND seq <= ?",
+                  "SELECT max(id) FROM jobs WHERE id <= ?"):  # past MAX_JOB_ID: damage
         try:
-            row = conn.execute(query).fetchone()
+            row = conn.execute(query, (MAX_JOB_ID,)).fetchone()
             found = max(found, (row[0] or 0) if row else 0)
         except sqlite3.DatabaseError:
             pass

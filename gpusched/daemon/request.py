@@ -6,9 +6,9 @@ from dataclasses import dataclass
 from typing import Any, Callable, Mapping
 
 from gpusched.core import syntax
-from gpusched.core.errors import NotFound, UsageError
+from gpusched.core.errors import NotFound, PermissionDenied, UsageError
 from gpusched.core.models import Job
-from gpusched.daemon.state import DaemonState
+from gpusched.daemon.state import DaemonState, Setup
 
 # A `wait` request is answered after this long at most; the client simply asks again.
 WAIT_SLICE_S = 30.0
@@ -112,3 +112,14 @@ def _stored(state: DaemonState, ids: list) -> dict[int, Job]:
 def targets(state: DaemonState, ids: Any) -> list[Job]:
     """Jobs named for a change: an id, an array's id (every element), or ARRAY_INDEX."""
     return sorted(named_each(state, ids, whole_arrays=True), key=lambda j: j.id)
+
+
+def check_priority(setup: Setup, creds: tuple[int, int, int], priority: int) -> None:
+    """Refuse a priority above scheduling.max_user_priority from one who is not an admin:
+    a higher one jumps other users' jobs and preempts their preemptible ones (as Slurm,
+    raising a job's priority is the operators')."""
+    cap = setup.settings.max_user_priority
+    if priority > cap and not setup.authz.is_admin(creds[1]):
+        raise PermissionDenied(f"priority {priority} is over {cap}, the highest a user who is "
+                               "not an admin may give (scheduling.max_user_priority in the "
+                               "daemon's config); give a lower one, or ask an admin")

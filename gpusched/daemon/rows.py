@@ -18,6 +18,7 @@ from operator import itemgetter
 from typing import Any, Callable
 
 from gpusched.core.models import Constraints, Job, JobState, Request
+from gpusched.core.syntax import MAX_JOB_ID
 
 # Columns stored as JSON, and whether their value is a tuple in the Job.
 JSON_TUPLES = {"command": True, "env": False, "gpu_uuids": True, "gpu_indices": True,
@@ -228,6 +229,8 @@ def check_job(job: Job, checked: set | None = None) -> None:
             checked.add(id(record))
     if not job.command:
         raise DamagedRow(job.id, "command is empty")
+    if not 0 < job.id <= MAX_JOB_ID:
+        raise DamagedRow(job.id, f"id {job.id} is outside the job ids (1 to {MAX_JOB_ID:,})")
 
 
 # Columns that differ from one job of a sweep to the next, with the types they may hold
@@ -277,6 +280,7 @@ class RowDecoder:
         self._key = itemgetter(*shared) if len(own) == len(_OWN) and len(shared) > 1 else None
         self._own = [(_FIELDS.index(c), names.index(c), _OWN[c]) for c in _OWN if c in names]
         self._reason_slot = _FIELDS.index("pending_reason")
+        self._id_slot = _FIELDS.index("id")
         self._command_slot = _FIELDS.index("command")
         self._words: dict[str, str] = {}  # words of recent commands (_own_command)
 
@@ -300,6 +304,8 @@ class RowDecoder:
         if command is None:
             return _decode(dict(zip(self.names, row)), self.shared)
         values[self._command_slot] = command
+        if not 0 < values[self._id_slot] <= MAX_JOB_ID:  # decoded in full, which says so
+            return _decode(dict(zip(self.names, row)), self.shared)
         reason = values[self._reason_slot]  # alike for most of a sweep: one str for all
         values[self._reason_slot] = self.shared.values.setdefault(("", reason), reason)
         return Job(*values)

@@ -44,6 +44,19 @@ def reply(result: Any = None, error: GpuschedError | None = None,
     return out
 
 
+def file_identity(path: str) -> tuple[int, int] | None:
+    """(device, inode) of the file at path; None where there is none (or it cannot be seen)."""
+    try:
+        info = os.stat(path)
+    except OSError:
+        return None
+    return info.st_dev, info.st_ino
+
+
+# The socket files this process bound, by path: only its own is removed at close.
+_BOUND: dict[str, tuple[int, int] | None] = {}
+
+
 def bind_unix(path: str, kind: int) -> socket.socket:
     """A Unix socket bound at `path` (0600), replacing a stale one: the caller holds the
     daemon lock, so whatever is there is a dead daemon's."""
@@ -57,20 +70,24 @@ def bind_unix(path: str, kind: int) -> socket.socket:
         sock.bind(str(path))
     finally:
         os.umask(old_umask)
+    _BOUND[str(path)] = file_identity(str(path))
     return sock
 
 
 def close_unix(sock: socket.socket, path: str) -> None:
-    """Stop a bound socket (waking a thread blocked on it) and remove its file."""
+    """Stop a bound socket (waking a thread blocked on it) and remove its file, if the
+    file there is still the one it bound: a daemon whose home was deleted must not remove
+    the socket of the one started there since."""
     try:
         sock.shutdown(socket.SHUT_RDWR)
     except OSError:
         pass
     sock.close()
-    try:
-        os.unlink(path)
-    except FileNotFoundError:
-        pass
+    if file_identity(str(path)) == _BOUND.pop(str(path), None):
+        try:
+            os.unlink(path)
+        except FileNotFoundError:
+            pass
 
 
 class SocketServer:

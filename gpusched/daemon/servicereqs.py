@@ -75,7 +75,8 @@ class ServiceRequests:
                                 max_replicas=high, wanted=low, created_at=self.clock.time(),
                                 **spec)
         owner = Job(id=0, command=(), cwd=service.cwd, uid=uid, user=service.user, env={})
-        self.submits._template(service.job, owner)  # refused now, not at each replica
+        template = self.submits._template(service.job, owner)  # refused now, not at each replica
+        self.submits.check_priority(creds, template.priority)
         door = self.door(name)
         try:
             self.start_proxy(service, door)
@@ -129,7 +130,8 @@ class ServiceRequests:
                            wanted=max(low, min(high, service.wanted)))
         updated = replace(service, **changes)
         owner = Job(id=0, command=(), cwd=updated.cwd, uid=service.uid, user=service.user, env={})
-        self.submits._template(updated.job, owner)
+        template = self.submits._template(updated.job, owner)
+        self.submits.check_priority(creds, template.priority)
         self.save(updated)
         self.door(name).note(f"update {updated.generation}: replicas replaced one at a time",
                              self.clock.time())

@@ -9,6 +9,7 @@ import os
 import signal
 import socket
 import threading
+from typing import Any
 
 from filelock import FileLock, Timeout
 
@@ -23,7 +24,7 @@ from gpusched.core.errors import ConfigError, GpuschedError
 from gpusched.daemon.checkpoints import Checkpointer
 from gpusched.daemon.loop import Daemon
 from gpusched.daemon.metrics import serve_metrics
-from gpusched.daemon.server import SocketServer, WakeListener
+from gpusched.daemon.server import SocketServer, WakeListener, file_identity
 from gpusched.daemon.store import Store
 from gpusched.gpus import open_backend
 from gpusched.proc import runfile
@@ -85,6 +86,7 @@ def run(daemon: Daemon) -> None:
             # the first request, which may come the moment the socket listens.
             daemon.take_over()
             server.start()
+            daemon.home_watch = HomeWatch((paths.socket, paths.lock), daemon.clock)
             metrics = serve_metrics(daemon.state, daemon.setup)
             wake = WakeListener(paths.wake_socket, daemon.wake)
             daemon.answer_shim = wake.answer
@@ -108,6 +110,34 @@ def run(daemon: Daemon) -> None:
             daemon.backend.close()
     finally:
         lock.release()
+
+
+# How often the loop looks at its socket and lock file (a stat each).
+HOME_CHECK_S = 5.0
+
+
+class HomeWatch:
+    """The socket and lock file this daemon made, by inode. Once one is gone (its home
+    was deleted) or replaced (a daemon started there since), no client can reach this
+    daemon, and another may run on the same queue path: it stops, as at any stop leaving
+    running jobs to their shims."""
+
+    def __init__(self, paths: tuple[str, ...], clock: Any):
+        self.clock, self.next_check = clock, clock.monotonic() + HOME_CHECK_S
+        self.identities = {path: file_identity(path) for path in paths}
+
+    def lost(self) -> str | None:
+        """Why this daemon can no longer be reached, once one of the files changed."""
+        now = self.clock.monotonic()
+        if now < self.next_check:
+            return None
+        self.next_check = now + HOME_CHECK_S
+        for path, identity in self.identities.items():
+            found = file_identity(path)
+            if found != identity:
+                return f"{path} is gone" if found is None else \
+                    f"{path} is another file now (a daemon started there since?)"
+        return None
 
 
 def prepare_dirs(paths: Paths) -> None:

@@ -10,7 +10,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Callable, Iterable, Iterator, Sequence
 
-from gpusched.core.errors import StoreError
+from gpusched.core.errors import GpuschedError, StoreError
+from gpusched.core.syntax import MAX_JOB_ID
 from gpusched.daemon import storecheck
 from gpusched.core.models import Job, JobState
 from gpusched.daemon.schema import MIGRATIONS, SCHEMA_VERSION
@@ -181,10 +182,17 @@ class Store(FinishedJobs):
     def next_ids(self, count: int) -> list[int]:
         """The ids the next `count` new jobs get, so that a job is inserted whole, in one
         write (inside a write transaction: no other writer can take them meanwhile)."""
+        # A row past MAX_JOB_ID is damaged (quarantined), and so is the count SQLite moved
+        # up to it when it was written: new ids follow neither.
         (last,) = self._conn.execute(
-            "SELECT max(coalesce((SELECT seq FROM sqlite_sequence WHERE name = 'jobs'), 0), "
-            "coalesce((SELECT max(id) FROM jobs), 0))").fetchone()
+            "SELECT max(coalesce((SELECT seq FROM sqlite_sequence WHERE name = 'jobs' "
+            "AND seq <= ?1), 0), coalesce((SELECT max(id) FROM jobs WHERE id <= ?1), 0))",
+            (MAX_JOB_ID,)).fetchone()
         first = max(last, self._last_id_given) + 1
+        if first + count - 1 > MAX_JOB_ID:
+            raise GpuschedError(f"the queue has no job ids left: the next is {first:,}, and "
+                                f"{MAX_JOB_ID:,} is the largest; nothing was queued. Run "
+                                "`gpusched doctor`")
         self._last_id_given = first + count - 1
         return list(range(first, first + count))
 

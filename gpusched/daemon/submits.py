@@ -13,7 +13,7 @@ from gpusched.core.models import Job, job_with
 from gpusched.core.values import shown
 from gpusched.daemon import batches, gpumemory
 from gpusched.daemon.authz import user_name
-from gpusched.daemon.request import Request, named, targets
+from gpusched.daemon.request import Request, check_priority, named, targets
 from gpusched.daemon.state import DaemonState, Setup
 from gpusched.proc import runfile
 
@@ -34,6 +34,7 @@ class Submits:
         cluster = self._cluster(req.args.get("cluster"))
         # Check every job before queueing any: all or nothing.
         groups = self._groups(specs, owner, cluster, streamed_lines(req.args))
+        check_priority(self.setup, req.creds, max(template.priority for template, *_ in groups))
         count = sum(len(indices) * len(commands) for _, indices, _, commands in groups)
         limits.check_job_count(count, limits.from_settings(self.setup.settings))
 
@@ -181,9 +182,14 @@ class Submits:
         owner = replace(first, submitted_at=self.setup.clock.time(), submit_pid=req.creds[0])
         limits.check_spec(spec, limits.from_settings(self.setup.settings))
         template = self._template(spec, owner)
+        check_priority(self.setup, req.creds, template.priority)  # the caller's, not the owner's
         with self.state.write(undone="nothing was queued"):
             ids = self._insert(template, *jobspec.check_array(spec))
         return {"ids": ids, "array_ids": ids[:1] if spec.get("array") is not None else []}
+
+    def check_priority(self, creds: tuple[int, int, int], priority: int) -> None:
+        """request.check_priority, for a service's replicas (daemon/servicereqs.py)."""
+        check_priority(self.setup, creds, priority)
 
     def _check_dependencies(self, deps: tuple[tuple[str, int], ...]) -> None:
         # A new job may only depend on jobs that exist, all older than it, so a cycle
