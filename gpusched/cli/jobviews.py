@@ -149,7 +149,7 @@ def wait(output: Any, job_ids: list[str], notify: bool = False,
 
 
 def logs(output: Any, job_id: str, follow: bool, stderr: bool) -> int:
-    from gpusched.client.logs import print_log
+    from gpusched.cli.logview import print_log
 
     print_log(Client(), syntax.job_id_text(job_id), stderr=stderr, follow=follow)
     return 0
