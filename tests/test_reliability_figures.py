@@ -30,6 +30,14 @@ FIGURES = [
     ("malformed", "exceptions"), ("malformed", "no_reply"), ("malformed", "accepted"),
     ("malformed", "daemon_deaths"), ("malformed", "listing_broken"),
     ("unauthorized", "successes"),
+    *[("stops", what) for what in ("not_stopped_after_restart", "not_stopped_after_sigkill",
+                                   "time_limit_overrun", "fifo_not_stopped", "fifo_no_reason",
+                                   "blocked_after_fifo")],
+    *[("notify", what) for what in ("notifications_late", "notifications_never_sent",
+                                    "posts_not_cut_off", "daemon_memory_growth")],
+    *[("requestlog", what) for what in ("steps_aborted", "services_frozen",
+                                        "spoofed_lines_taken", "window_growth")],
+    ("privacy", "leaks"),
 ]
 
 @pytest.fixture(scope="module")
