@@ -40,11 +40,33 @@ def _submit_all(client: Client, env: dict[str, str], cwd: str) -> list[int]:
 def _show(console: Console, client: Client, started: float) -> bool:
     """Print the queue and the GPUs once; True while jobs are left."""
     jobs = client.call("list", all=True)["jobs"]
+    gpus = client.call("gpus")
+    # Two requests, two moments: each GPU's jobs are taken from the listing above it, so
+    # that a job that started in between is not pending in one table and on a GPU below.
+    for gpu in gpus["gpus"]:
+        gpu["jobs"] = [j["id"] for j in jobs if j["state"] == "running"
+                       and gpu["uuid"] in j["gpus"]]
     console.print(f"\n-- t = {time.monotonic() - started:.0f} s --")
     console.print(render.jobs_table(jobs, console.width))
     console.print()
-    console.print(render.gpus_table(client.call("gpus")))
+    console.print(render.gpus_table(gpus))
     return any(j["state"] in ("pending", "running") for j in jobs)
+
+
+def _show_outputs(console: Console, client: Client) -> None:
+    """What each job printed, its CUDA_VISIBLE_DEVICES (GPU UUIDs), as the GPUs it names."""
+    index_of = {gpu["uuid"]: str(gpu["index"]) for gpu in client.call("gpus")["gpus"]}
+    console.print("\nWhat each job printed (`gpusched logs ID`): the GPUs its "
+                  "CUDA_VISIBLE_DEVICES named")
+    for job in client.call("list", all=True)["jobs"]:
+        try:
+            printed = Path(job["stdout_path"]).read_text(errors="replace").split()
+        except OSError as exc:
+            printed = [f"(no log: {exc.strerror})"]
+        seen = ",".join(index_of.get(word, word) for word in ",".join(printed).split(",") if word)
+        console.print(f"  job {job['id']} {job['name']:<11} GPU {seen}" if seen else
+                      f"  job {job['id']} {job['name']:<11} no GPU (empty)",
+                      markup=False, highlight=False)
 
 
 def run_demo(console: Console) -> int:
@@ -70,6 +92,7 @@ def run_demo(console: Console) -> int:
                 console.print("[red]the demo jobs did not finish in time[/]")
                 return 1
             time.sleep(_REFRESH_S)
+        _show_outputs(console, client)
         console.print("All jobs finished: each one saw only its GPUs (CUDA_VISIBLE_DEVICES), "
                       "and memory-sharing jobs shared a GPU while whole-GPU jobs did not.")
         return 0
