@@ -330,7 +330,8 @@ def test_top_once_shows_gpus_and_jobs_from_the_daemon(home):
     home.start()
     running = home.submit("--gpus", "1", "--name", "trainer", "--", "sleep", "120")
     home.wait_state(running, "running")
-    waiting = home.submit("--gpus", "4", "--name", "\x1b[31mevil", "--", "sleep", "1")
+    # --name refuses control characters; a name taken from the program's file name may hold them
+    waiting = home.submit("--gpus", "4", "--", "/bin/\x1b[31mevil", "1")
     out = home.run("top", "--once").stdout
     assert "\x1b" not in out  # stdout is a pipe: plain text
     assert out.count("Simulated GPU") == 4 and "simulated GPUs" in out
