@@ -133,6 +133,26 @@ def test_an_end_while_writes_fail_is_recorded_once_they_work(box):
     assert (job["state"], job["exit_code"]) == ("failed", 3)
 
 
+def test_a_start_that_fails_while_writes_fail_shows_its_end_before_it_is_stored(box):
+    box.shims.refuse_launches = True  # as a shim that cannot write to a full disk
+    conn = failing(box)
+    commits: list[bool] = []
+    conn.failure = DISK_FULL  # from the first write after the start's
+    conn.only = lambda statements: updates_only(statements) and (commits.append(True) or
+                                                                   len(commits) > 1)
+    job_id = box.submit("--", "true")
+    assert stored(box, job_id)["state"] == "running" and conn.failed_commits == 1
+    job = box.show(job_id)
+    assert (job["state"], job["end_reason"], job["end_unstored"]) == (
+        "failed", "cannot start its shim: the shim launcher does not take requests", True)
+    (row,) = box.call("list")["jobs"]
+    assert (row["id"], row["state"]) == (job_id, "failed")
+    conn.failure = None
+    retry(box)
+    assert stored(box, job_id)["state"] == "failed"
+    assert (box.show(job_id)["state"], box.show(job_id)["end_unstored"]) == ("failed", False)
+
+
 def test_a_retry_while_writes_fail_keeps_the_exit_record_and_runs_again_once(box):
     job_id = box.submit("--retries", "1", "--retry-delay", "0", "--", "false")
     box.step()

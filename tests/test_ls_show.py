@@ -165,6 +165,13 @@ def test_show_reads_like_scontrol(utc):
     assert "None" not in text and "{" not in text and "[" not in text and "_bytes" not in text
 
 
+def test_show_says_when_an_end_is_not_yet_stored(utc):
+    job = {**sample_jobs()[0], "state": "failed", "end_reason": "cannot start its shim: ENOSPC",
+           "end_unstored": True}
+    assert ("end_reason=cannot start its shim: ENOSPC (not yet stored: the queue cannot be "
+            "written; `gpusched daemon status` says why)") in show_text(job)
+
+
 # -- through the real CLI and daemon ------------------------------------------------------
 def run_in_terminal(home, *args: str, columns: int = 80) -> str:
     """The CLI's output when its standard output is a terminal `columns` wide (a pty)."""

@@ -118,7 +118,7 @@ def _free_text(job: dict[str, Any], now: float) -> list[tuple[str, str]]:
              ("progress", progress_human(job.get("progress"), with_message=True, now=now))
              if job.get("progress") else None,
              ("pending_reason", job["pending_reason"]) if job["state"] == "pending" else None,
-             ("end_reason", job["end_reason"]) if job["end_reason"] else None,
+             ("end_reason", job["end_reason"] + _unstored(job)) if job["end_reason"] else None,
              ("gpu_mem_reason", job["gpu_mem_reason"]) if job.get("gpu_mem_reason") else None,
              ("idle", idle_human(job, now)) if job.get("gpu_idle_since") else None,
              *_preemption_text(job),
@@ -129,6 +129,11 @@ def _free_text(job: dict[str, Any], now: float) -> list[tuple[str, str]]:
              ("cwd", job["cwd"]), ("stdout_path", job["stdout_path"]),
              ("stderr_path", job["stderr_path"])]
     return [item for item in found if item is not None]
+
+
+def _unstored(job: dict[str, Any]) -> str:
+    return (" (not yet stored: the queue cannot be written; `gpusched daemon status` says why)"
+            if job.get("end_unstored") else "")
 
 
 def job_lines(job: dict[str, Any], now: float | None = None) -> list[str]:

@@ -172,8 +172,10 @@ class JobControl:
             ended = lifecycle.finish(job, end_state, when, retry, **record)
             self.state.save(ended)
         self.state.after_commit(lambda: self._let_go(ended))
+        self.state.on_rollback(lambda: self.state.unstored_ends.__setitem__(ended.id, ended))
 
     def _let_go(self, ended: Job) -> None:
+        self.state.unstored_ends.pop(ended.id, None)
         self.seam.release_port(ended.id)
         if self.setup.cgroups:
             self.setup.cgroups.remove(ended.id)

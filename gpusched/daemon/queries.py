@@ -9,7 +9,8 @@ import psutil
 
 from gpusched import __version__
 from gpusched.core import dependencies, jobfilter, placement
-from gpusched.core.models import HIDDEN, GpuInfo, JobState, inventory_to_dict, job_to_dict
+from gpusched.core.models import (HIDDEN, GpuInfo, Job, JobState, inventory_to_dict,
+                                   job_to_dict)
 from gpusched.client.protocol import LEAN_JOB_FIELDS
 from gpusched.daemon import idlegpus, lshead, pages
 from gpusched.daemon.progress import progress_of
@@ -61,7 +62,7 @@ class Queries:
 
         def matching(some: list) -> list[dict]:
             # Filtered as the caller sees them: a hidden name must not be found by its pattern.
-            return jobfilter.select(viewer.jobs(some), req.args)
+            return jobfilter.select(viewer.jobs(self._as_known(some)), req.args)
         after, last = pages.start(req.args), pages.last(req.args)
         rows_of = lambda some: self.with_progress(matching(some))  # noqa: E731
         if req.args.get("pending_rows") is not None and not with_finished and last is None:
@@ -87,7 +88,13 @@ class Queries:
     def show(self, req: Request) -> dict:
         jobs = named_each(self.state, req.args["ids"], whole_arrays=False)
         viewer = self.setup.authz.viewer(req.creds[1])
-        return pages.by_position(jobs, req.args, lambda some: self.with_progress(viewer.jobs(some)))
+        return pages.by_position(jobs, req.args,
+                                 lambda some: self.with_progress(viewer.jobs(self._as_known(some))))
+
+    def _as_known(self, jobs: list[Job]) -> list[Job]:
+        """The jobs with the ends the daemon knows but could not store yet (a full disk)."""
+        unstored = self.state.unstored_ends
+        return [unstored.get(job.id, job) for job in jobs] if unstored else jobs
 
     def with_progress(self, rows: list[dict]) -> list[dict]:
         """Each running job's last gpusched.job.progress() report; None for the others.
@@ -105,6 +112,7 @@ class Queries:
                                             for device in gpu.mig_devices}
                 row["gpu_labels"] = [mig_labels.get(uuid, "?") for uuid in row["gpus"]]
             row["gpu_idle_since"] = idlegpus.flagged_since(self.state, settings, row["id"], now)
+            row["end_unstored"] = row["id"] in self.state.unstored_ends
             job = self.state.jobs.get(row["id"])
             row["progress"] = report = progress_of(job, self.setup.paths)
             if job is not None and job.state is JobState.PENDING:  # a bounded pass's, maybe

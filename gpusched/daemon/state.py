@@ -91,6 +91,9 @@ class DaemonState:
         self.schedule_needed = True  # something a scheduling pass depends on changed
         self.gpus_dirty = True  # a run that held GPUs ended: read them before the poll
         self.writes = WriteHealth(setup.clock)
+        # Ends read from run files whose write failed (a full disk): ls and show give them
+        # meanwhile, rather than `running` until the disk has room (jobcontrol.end).
+        self.unstored_ends: dict[int, Job] = {}
         self.telemetry = Telemetry()  # counted for /metrics (daemon/metrics.py)
         # Each service's figures for /metrics, swapped in whole (daemon/services.py).
         self.service_figures: list[dict[str, Any]] = []
