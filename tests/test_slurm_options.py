@@ -30,6 +30,7 @@ def test_slurm_letters_name_hold_and_chdir(home, tmp_path, env):
     (["--partition=gpu"], "Error: --partition is not supported"),
     (["-w", "node1"], "Error: -w (Slurm's --nodelist) is not supported"),
     (["-q", "high"], "Error: -q (Slurm's --qos) is not supported"),
+    (["--parsable"], "Error: --parsable is not supported: submit prints the job's id alone"),
 ])
 def test_letters_slurm_gives_other_meanings_are_refused(home, env, argv, says):
     # Before the fix -n 4 named the job "4" and -e err.txt set a variable: both ran.

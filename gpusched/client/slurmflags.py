@@ -35,6 +35,8 @@ REFUSED = (
     (("-k", "--no-kill"), False, "a job runs on this machine only. Leave it out"),
     (("-s", "--oversubscribe"), False, "GPUs are shared by memory. Give --gpu-mem"),
     (("-O", "--overcommit"), False, "a job is one task. Leave it out"),
+    (("--parsable",), False, "submit prints the job's id alone already, as sbatch --parsable "
+     "does. Leave it out"),
 )
 # flag -> (its long name, takes a value, why).
 _REFUSED_FLAGS = {flag: (flags[-1], takes_value, why)
