@@ -20,7 +20,7 @@ _UNIT_TIME_RE = re.compile(r"(?:[0-9]+(?:\.[0-9]+)?[dhms])+")
 _GPUS_RE = re.compile(r"(?:([^:,\s]+):)?([0-9]+)")
 _BARE_NUMBER_RE = re.compile(r"[0-9]+(?:\.[0-9]+)?")
 _SIZE_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([a-zA-Z]*)\s*$")
-_DURATION_RE = re.compile(r"(\d+(?:\.\d+)?)([dhms])")
+_DURATION_RE = re.compile(r"(\d+(?:\.\d+)?)(ms|[dhms])")
 
 
 def words(alphabet: str, max_size: int = 12) -> st.SearchStrategy[str]:
@@ -106,7 +106,8 @@ def test_sizes_and_mem(text):
 def test_durations(text):
     raw = text.strip().lower()
     parts = _DURATION_RE.findall(raw)
-    theirs = (float(sum(float(n) * {"d": 86400, "h": 3600, "m": 60, "s": 1}[u] for n, u in parts))
+    scale = {"d": 86400, "h": 3600, "m": 60, "s": 1, "ms": 0.001}
+    theirs = (float(sum(float(n) * scale[u] for n, u in parts))
               if parts and "".join(n + u for n, u in parts) == raw else None)
     try:
         seconds = float(raw)
