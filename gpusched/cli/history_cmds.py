@@ -22,7 +22,8 @@ app = App()
 @app.command()
 def history(
     key: List[str] = typer.Argument(..., metavar="NAME",
-                                    help="The job's --name, or its command (after --)."),
+                                    help="The job's name as ls shows it, or its command "
+                                         "(after --)."),
     last: Optional[int] = typer.Option(None, "--last", metavar="N",
                                        help="The newest N runs (default 20)."),
     as_json: bool = typer.Option(False, "--json", help=JSON_HELP),
@@ -32,12 +33,15 @@ def history(
     How each ended and the most GPU memory it used, and what `submit --gpu-mem auto`
     would ask for now.
 
-    Runs are filed under the job's --name, or without one under its command (the
-    program's directory left out). Only successful runs count for the estimate.
+    NAME is the job's name as ls shows it: its --name, or without one its program
+    (train.py for python train.py). After --, a command lists the runs of that very
+    command. The estimate is for the newest run's --name, or its command; only
+    successful runs count for it.
 
     \b
     Examples:
       gpusched history train-resnet
+      gpusched history train.py
       gpusched history -- python train.py --lr 0.1
       gpusched history train-resnet --json
     """
@@ -63,12 +67,14 @@ def history_text(report: dict) -> str:
              size_human(run["gpu_mem_peak_bytes"]) if run["gpu_mem_peak_bytes"] else "-")
             for run in report["runs"]]
     if not rows:
-        lines = [f"no finished runs of {report['key']!r} (runs are filed under --name, or "
-                 "the command without one)"]
+        lines = [f"no finished runs of {report['key']!r} (a job's name as ls shows it, or "
+                 "its command after --)"]
     else:
         widths = [max(len(r[i]) for r in [head, *rows]) for i in range(len(head))]
         lines = ["  ".join(cell.ljust(w) for cell, w in zip(r, widths)).rstrip()
                  for r in [head, *rows]]
     estimate = report["estimate"]
-    lines.append(f"--gpu-mem auto: {estimate['reason']}")
+    key = estimate.get("key", report["key"])
+    lines.append(f"--gpu-mem auto{f' for {key!r}' if key != report['key'] else ''}: "
+                 f"{estimate['reason']}")
     return "\n".join(lines)

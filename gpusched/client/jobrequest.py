@@ -278,9 +278,10 @@ def _output_fields(opts: SubmitOptions, cwd: str, command: list[str]) -> dict[st
     if opts.output is None and opts.error is None and opts.open_mode is None:
         return {}
     from gpusched.client.outputs import output_fields
+    from gpusched.core.jobname import program_name
 
     return output_fields(opts.output, opts.error, opts.open_mode, cwd,
-                         opts.name or os.path.basename(command[0]))
+                         opts.name or program_name(command))
 
 
 def container_field(opts: SubmitOptions) -> dict[str, Any]:

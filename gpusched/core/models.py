@@ -5,6 +5,7 @@ from __future__ import annotations
 import enum
 from dataclasses import asdict, dataclass, field
 
+from gpusched.core.jobname import program_name
 from gpusched.core.syntax import dependency_words
 from gpusched.core.values import HIDDEN  # noqa: F401 - where the daemon reads it
 
@@ -205,7 +206,9 @@ class Job:
 
     @property
     def display_name(self) -> str:
-        return self.name or (self.command[0].rsplit("/", 1)[-1] if self.command else "")
+        """Its --name, else the program it runs (core/jobname.py): one name in ls, show,
+        top, history, usage, notifications and Slurm's -J."""
+        return self.name or program_name(self.command)
 
 
 _JOB_FIELDS = Job.__slots__

@@ -4,12 +4,15 @@ with more (core/gpuoom.py), and --gpu-mem auto from the store's history (core/me
 from __future__ import annotations
 
 import os
+import time
 from dataclasses import replace
+from typing import Any
 
 from gpusched.core import gpuoom, memestimate
 from gpusched.core.config import Settings
 from gpusched.core.models import Inventory, Job, JobState, Request
 from gpusched.core.units import size_human
+from gpusched.daemon.batches import TURN_BUDGET_S, Batched
 from gpusched.daemon.store import Store
 from gpusched.proc import privileges
 
@@ -75,18 +78,51 @@ def estimate_request(store: Store, settings: Settings, uid: int, key: str,
 
 
 HISTORY_RUNS = 20  # `gpusched history` without --last
+WINDOW_ROWS = 2000  # rows one look for runs by their program reads (as daemon/usage.py)
+_RUN_FIELDS = ("id", "state", "started_at", "ended_at", "attempt", "gpu_mem_bytes",
+               "gpu_mem_peak_bytes")
 
 
-def history_request(state, setup, req) -> dict:
-    """`gpusched history KEY`: the caller's newest finished runs of a job key, newest
-    first, and what --gpu-mem auto would ask for now (for one GPU)."""
-    uid, key = req.creds[1], req.args["key"]
+def history_request(state, setup, req) -> HistoryReport:
+    """`gpusched history NAME`: the caller's newest finished runs of a job, newest first,
+    and what --gpu-mem auto would ask for now (for one GPU)."""
     count = min(req.args.get("last") or HISTORY_RUNS, 10_000)
-    runs = [dict(row) for row in state.store.gpu_peaks(uid, key, HISTORY_STATES, count)]
-    request, why = estimate_request(state.store, setup.settings, uid, key, Request(gpus=1),
-                                    state.inventory)
-    return {"key": key, "runs": runs,
-            "estimate": {"gpu_mem_bytes": request.gpu_mem_bytes, "reason": why}}
+    return HistoryReport(state, setup, req.creds[1], req.args["key"], count)
+
+
+class HistoryReport(Batched):
+    """The runs of NAME: those filed under it (its --name, or its command: the jobs_key
+    index, at once), and those without a --name whose program is NAME, as `ls` names
+    them, found walking down the ids a window at a time, for about TURN_BUDGET_S a turn
+    (a name no run has reads every id), and only above the oldest of the first ones
+    that would be listed."""
+
+    def __init__(self, state: Any, setup: Any, uid: int, key: str, count: int):
+        self.store, self.settings, self.inventory = state.store, setup.settings, state.inventory
+        self.uid, self.key, self.count = uid, key, count
+        self.runs = [{**dict(row), "job_key": key}
+                     for row in self.store.gpu_peaks(uid, key, HISTORY_STATES, count)]
+        self._floor = self.runs[-1]["id"] if len(self.runs) == count else 0
+        self._top, self._found = 2**63 - 1, 0
+
+    def step(self) -> dict | None:
+        deadline = time.monotonic() + TURN_BUDGET_S  # real time: a turn's length
+        while self._top > self._floor and self._found < self.count:
+            rows, self._top = self.store.runs_by_program(self.uid, self.key, HISTORY_STATES,
+                                                         self._top, WINDOW_ROWS)
+            self.runs += [dict(row) for row in rows]
+            self._found += len(rows)
+            if time.monotonic() >= deadline:
+                return None
+        runs = sorted(self.runs, key=lambda run: -run["id"])[:self.count]
+        # Runs of one name may be filed under several keys (`python train.py --lr 0.1`,
+        # `--lr 1`): the estimate is the one that submitting the newest again would get.
+        job_key = runs[0]["job_key"] if runs else self.key
+        request, why = estimate_request(self.store, self.settings, self.uid, job_key,
+                                        Request(gpus=1), self.inventory)
+        return {"key": self.key, "runs": [{f: run[f] for f in _RUN_FIELDS} for run in runs],
+                "estimate": {"gpu_mem_bytes": request.gpu_mem_bytes, "reason": why,
+                             "key": job_key}}
 
 
 def settle_end(job: Job, state: JobState, reason: str, record, inventory: Inventory,

@@ -223,7 +223,7 @@ def event_body(event: str, job: Job, now_s: float, host: str) -> dict:
         "version": 1, "event": event,
         "timestamp": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(now_s)),
         "host": host, "gpusched_version": __version__,
-        "job": {"id": job.id, "name": job.name, "user": job.user, "uid": job.uid,
+        "job": {"id": job.id, "name": job.display_name, "user": job.user, "uid": job.uid,
                 "state": job.state.value, "exit_code": job.exit_code, "signal": job.signal,
                 "end_reason": job.end_reason, "attempt": job.attempt,
                 "command": list(job.command), "cwd": job.cwd, "log": job.stdout_path,

@@ -4,13 +4,17 @@ _jobs()."""
 
 from __future__ import annotations
 
+import json
 import sqlite3
 
+from gpusched.core.jobname import program_name_of_json
 from gpusched.core.models import Job, JobState
 
 IDS_PER_QUERY = 500  # under SQLite's oldest limit on bound values (999)
 # What daemon/usagerow.py reads of a row.
 _USAGE_COLUMNS = "submitted_at, started_at, ended_at, attempt, gpu_uuids, gpu_mem_peak_bytes"
+# What `gpusched history` shows of a run (daemon/gpumemory.py).
+_RUN_COLUMNS = "state, started_at, ended_at, attempt, gpu_mem_bytes, gpu_mem_peak_bytes"
 _FINAL = sorted(state.value for state in JobState if state.is_final)
 
 
@@ -54,11 +58,14 @@ class FinishedJobs:
             f"AND state IN ({finals}) "
             "ORDER BY id", (first_id, last_id, *_FINAL)).fetchall()
 
-    def used_between(self, first_id: int, last_id: int, since_s: float) -> list[sqlite3.Row]:
+    def used_between(self, first_id: int, last_id: int, since_s: float,
+                     by_name: bool = False) -> list[sqlite3.Row]:
         """Of the jobs with ids first_id..last_id, those that ran or ended at since_s or
-        later, and those still pending: the columns `gpusched usage` sums (daemon/usage.py)."""
+        later, and those still pending: the columns `gpusched usage` sums (daemon/usage.py),
+        and by_name, the command too (a job's default name is its program's)."""
         return self._conn.execute(
-            f"SELECT uid, user, name, state, {_USAGE_COLUMNS} FROM jobs "
+            f"SELECT uid, user, name, {'command, ' if by_name else ''}state, {_USAGE_COLUMNS} "
+            "FROM jobs "
             "WHERE id BETWEEN ? AND ? AND (ended_at IS NULL OR ended_at >= ?)",
             (first_id, last_id, since_s)).fetchall()
 
@@ -69,9 +76,32 @@ class FinishedJobs:
         jobs_key index makes it a short walk however large the queue)."""
         marks = ",".join("?" * len(states))
         return self._conn.execute(
-            "SELECT id, name, state, started_at, ended_at, attempt, gpu_mem_bytes, "
-            f"gpu_mem_peak_bytes FROM jobs WHERE uid = ? AND job_key = ? AND state IN ({marks}) "
-            "ORDER BY id DESC LIMIT ?", (uid, key, *states, count)).fetchall()
+            f"SELECT id, name, {_RUN_COLUMNS} FROM jobs WHERE uid = ? AND job_key = ? "
+            f"AND state IN ({marks}) ORDER BY id DESC LIMIT ?",
+            (uid, key, *states, count)).fetchall()
+
+    def runs_by_program(self, uid: int, name: str, states: tuple[str, ...], top_id: int,
+                        window: int) -> tuple[list[sqlite3.Row], int]:
+        """Of the `window` rows with the highest ids up to top_id, a user's finished runs
+        with no --name whose program is `name` (as `ls` names them, core/jobname.py:
+        derived from the command, so jobs stored before are found too) and not filed under
+        it already (gpu_peaks finds those), newest first; and the id to read down from
+        next (0: none left). A command holds its program's name: SQLite's instr() passes
+        over the others without Python reading them."""
+        (low,) = self._conn.execute(
+            "SELECT coalesce(min(id), 0) FROM (SELECT id FROM jobs WHERE id <= ? "
+            "ORDER BY id DESC LIMIT ?)", (top_id, window)).fetchone()
+        if not low:
+            return [], 0
+        marks = ",".join("?" * len(states))
+        needle = json.dumps(name)[1:-1]  # as the command column holds it (rowencode.py)
+        # +uid: read the window by id, not the user's every row by the jobs_key index.
+        rows = self._conn.execute(
+            f"SELECT id, command, job_key, {_RUN_COLUMNS} FROM jobs WHERE id BETWEEN ? AND ? "
+            f"AND +uid = ? AND state IN ({marks}) AND name = '' AND job_key != ? "
+            "AND instr(command, ?) > 0 ORDER BY id DESC",
+            (low, top_id, uid, *states, name, needle))
+        return [row for row in rows if program_name_of_json(row["command"]) == name], low - 1
 
     def delete_ids(self, ids: list[int]) -> None:
         for start in range(0, len(ids), IDS_PER_QUERY):

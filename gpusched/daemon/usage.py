@@ -9,6 +9,7 @@ import time
 from typing import Any
 
 from gpusched.core.errors import UsageError
+from gpusched.core.jobname import program_name_of_json
 from gpusched.daemon.batches import TURN_BUDGET_S, Batched
 from gpusched.daemon.retention import removed_summary
 from gpusched.daemon.state import DaemonState, Setup
@@ -48,7 +49,8 @@ class UsageReport(Batched):
         while self._next_id <= self._last_id:  # at least one window a turn, however slow
             last = self._next_id + WINDOW_IDS - 1
             rows = self.state.store.used_between(self._next_id, last,
-                                                 0.0 if self.since is None else self.since)
+                                                 0.0 if self.since is None else self.since,
+                                                 by_name=self.by == "name")
             self._next_id = last + 1
             for row in rows:
                 self._add_row(row)
@@ -59,7 +61,10 @@ class UsageReport(Batched):
     def _add_row(self, row: Any) -> None:
         if row["started_at"] is None and row["ended_at"] is None:
             return  # pending: nothing used yet
-        key = self.viewer.usage_key(row[self.by], row["uid"], self.by)
+        # A job's name is the one `ls` shows: its --name, else its program (core/jobname.py).
+        key = row["user"] if self.by == "user" else \
+            row["name"] or program_name_of_json(row["command"])
+        key = self.viewer.usage_key(key, row["uid"], self.by)
         sums = self.groups.setdefault(key, _empty())
         used = row_usage(row, self.since, self.now)
         sums["jobs"] += 1
