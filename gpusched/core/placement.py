@@ -70,6 +70,11 @@ class PolicyContext:
 Policy = Callable[[Request, Sequence[GpuLoad], PolicyContext], Sequence[GpuLoad]]
 
 
+class Veto(Exception):
+    """Raised by a custom policy that gives the job no GPU now: the job waits, and its
+    pending reason gives the policy's words (`turned down by policy NAME: WORDS`)."""
+
+
 def _pack(request: Request, loads: Sequence[GpuLoad], ctx: PolicyContext) -> list[GpuLoad]:
     # Best fit: the least free memory that still fits, so big holes stay for big jobs.
     # On a tie the highest index wins, keeping GPU 0 (the one people's desktops and
@@ -236,7 +241,10 @@ def choose_gpus(request: Request, loads: Mapping[str, GpuLoad], rules: Placement
     name = policy or rules.policy
     choose = BUILTIN_POLICIES.get(name) or rules.custom_policies[name]
     ctx = PolicyContext(placements or {}, rules.gpu_weights, rules.gpu_order)
-    ordered = [l.gpu for l in choose(request, fitting, ctx)]
+    try:
+        ordered = [l.gpu for l in choose(request, fitting, ctx)]
+    except Veto:
+        return None
     chosen = linkplace.best_linked(request, ordered, loads, links)
     if chosen is None:
         return None
@@ -260,13 +268,48 @@ def take(loads: dict[str, GpuLoad], job: Job, gpus: Sequence[GpuInfo]) -> None:
             is_held_exclusively=job.request.is_exclusive or gpu.parent_index is not None)
 
 
+def _labels(loads: Sequence[GpuLoad]) -> str:
+    return ", ".join(f"GPU {l.gpu.label}" for l in sorted(loads, key=lambda l: l.gpu.index))
+
+
 def _size(num_bytes: int) -> str:
     return f"{num_bytes / 2**30:.1f} GiB"
 
 
+POLICY_REFUSAL = "turned down by policy"  # how policy_refusal's reasons begin
+
+
+def policy_refusal(request: Request, fitting: Sequence[GpuLoad], rules: PlacementRules,
+                   policy: str, placements: Mapping[int, int] | None = None) -> str:
+    """Why a custom policy gives the request none of the GPUs that can take it, asked
+    again (it is pure); "" for a built-in policy, or when it gives enough."""
+    choose = rules.custom_policies.get(policy)
+    if choose is None:
+        return ""
+    ctx = PolicyContext(placements or {}, rules.gpu_weights, rules.gpu_order)
+    offered = {l.gpu.uuid for l in fitting}
+    try:
+        uuids = [l.gpu.uuid for l in choose(request, fitting, ctx)]
+    except Veto as veto:
+        why = str(veto) or "it gave no reason"
+    else:
+        if not set(uuids) <= offered or len(set(uuids)) < len(uuids):
+            why = "it chose a GPU it was not offered, or one twice"
+        elif len(uuids) < request.gpus:
+            some = f"{len(uuids)} of" if uuids else "none of"
+            why = (f"it chose {some} the GPUs that can take the job ({_labels(fitting)})"
+                   + (f"; it needs {request.gpus}" if request.gpus > 1 else ""))
+        else:
+            return ""
+    return f"{POLICY_REFUSAL} {policy}: {why}"
+
+
 def pending_reason(request: Request, loads: Mapping[str, GpuLoad], inventory: Inventory,
-                   rules: PlacementRules) -> str:
-    """Why the GPUs cannot take a request now, in words a person can act on."""
+                   rules: PlacementRules, policy: str = "",
+                   placements: Mapping[int, int] | None = None) -> str:
+    """Why the GPUs cannot take a request now, in words a person can act on. policy: the
+    job's, if not the rules' (a custom one may turn down GPUs that fit), and placements
+    the counts it is given."""
     n = request.gpus
     plural = "s" if n != 1 else ""
     if not loads:
@@ -282,10 +325,14 @@ def pending_reason(request: Request, loads: Mapping[str, GpuLoad], inventory: In
         held = any(l.is_held_exclusively for l in allowed)
         return blocked or f"{need}; every allowed GPU is " + (
             "held whole by a running job" if held else "unhealthy")
-    fitting = [l for l in usable if fits(l, request, rules)]
+    fitting = [l for l in usable if fits(l, request, rules)]  # in choose_gpus' order
+    refused = policy_refusal(request, fitting, rules, policy or rules.policy, placements) \
+        if len(fitting) >= n else ""
+    if refused:
+        return refused
     if len(fitting) >= n and request.constraints.topology == "strict":
         return linkplace.strict_reason(request, fitting, loads, inventory.links)
-    fit_labels = ", ".join(f"GPU {l.gpu.label}" for l in sorted(fitting, key=lambda l: l.gpu.index))
+    fit_labels = _labels(fitting)
     if request.is_exclusive:
         return f"{need}; {len(fitting)} free" + (f" ({fit_labels})" if fitting else "")
     if fitting:

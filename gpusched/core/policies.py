@@ -6,7 +6,7 @@ import logging
 
 from gpusched.core.config import Settings
 from gpusched.core.errors import ConfigError
-from gpusched.core.placement import BUILTIN_POLICIES, GpuLoad, Policy, PlacementRules
+from gpusched.core.placement import BUILTIN_POLICIES, GpuLoad, Policy, PlacementRules, Veto
 
 log = logging.getLogger("gpusched.policies")
 ENTRY_POINT_GROUP = "gpusched.policies"
@@ -36,19 +36,22 @@ def load_custom_policies() -> dict[str, Policy]:
 
 
 def _guarded(name: str, policy: Policy) -> Policy:
-    """The policy, made safe to call: when it fails it places nothing (the job waits), and
-    the daemon, which calls it in every scheduling pass, goes on."""
+    """The policy, made safe to call: when it fails it places nothing (a Veto: the job
+    waits, saying so), and the daemon, which calls it in every scheduling pass, goes on."""
     reported = False
 
     def run(request, candidates, ctx):
         nonlocal reported
         try:
             return [l for l in policy(request, candidates, ctx) if isinstance(l, GpuLoad)]
-        except Exception:  # noqa: BLE001 - third-party code: any failure means "no GPU"
+        except Veto:
+            raise
+        except Exception as error:  # noqa: BLE001 - third-party code: any failure means "no GPU"
             if not reported:  # every pass would fail alike: one traceback is enough
                 log.exception("policy %r failed; jobs that use it wait", name)
                 reported = True
-            return []
+            raise Veto(f"it failed ({type(error).__name__}; the daemon's log has the "
+                       "traceback)") from None
     return run
 
 

@@ -43,10 +43,11 @@ def held_reason(job_id: int) -> str:
 
 
 def _limit_reason(job: Job, p: PassCounts, rules: QueueRules) -> str:
-    if rules.draining:
-        return "the queue is draining (`gpusched resume` starts jobs again)"
+    # A hold first: a held job stays put after `resume` too, and only `release` starts it.
     if job.held:
         return held_reason(job.id)
+    if rules.draining:
+        return "the queue is draining (`gpusched resume` starts jobs again)"
     if job.array_id is not None and job.array_throttle is not None and \
             p.array_running.get(job.array_id, 0) >= job.array_throttle:
         return f"array {job.array_id} already runs {job.array_throttle} at once (%{job.array_throttle})"
@@ -84,13 +85,20 @@ def _host_reason(job: Job, p: PassCounts, host: HostCapacity) -> str:
     return ""
 
 
-def _gpu_reason(request: Request, p: PassCounts, inventory: Inventory, rules: PlacementRules,
-                known: dict[Request, str]) -> str:
-    """placement.pending_reason, worked out once per request until the loads change: a
-    long queue of alike jobs on a full box is asked after every end, one job at a time."""
-    why = known.get(request)
+# Why the GPUs cannot take a request, under a policy ("": the rules'), in this pass so far.
+GpuReasons = dict[tuple[Request, str], str]
+
+
+def _gpu_reason(job: Job, p: PassCounts, inventory: Inventory, rules: PlacementRules,
+                known: GpuReasons) -> str:
+    """placement.pending_reason, worked out once per request and policy until the loads
+    change: a long queue of alike jobs on a full box is asked after every end, one job at
+    a time."""
+    key = (job.request, job.policy)
+    why = known.get(key)
     if why is None:
-        why = known[request] = placement.pending_reason(request, p.loads, inventory, rules)
+        why = known[key] = placement.pending_reason(job.request, p.loads, inventory, rules,
+                                                    job.policy, p.placements)
     return why
 
 
@@ -138,11 +146,12 @@ class _Walk:
     reasons: dict[int, str] = field(default_factory=dict)
     cancels: dict[int, str] = field(default_factory=dict)
     unplaceable: set[tuple] = field(default_factory=set)
-    gpu_reasons: dict[Request, str] = field(default_factory=dict)  # why the GPUs cannot take it now
+    # Why the GPUs cannot take a request (under a policy) now.
+    gpu_reasons: GpuReasons = field(default_factory=dict)
     first_blocked: int | None = None  # the first job in line that the GPUs cannot take
     # Where the pass skips refused jobs unseen (pendingqueue.Walk): each start's place in
     # line and the counts just before it, to explain a skipped job as of its place.
-    marks: list[tuple[tuple, PassCounts, set[tuple], dict[Request, str]]] | None = None
+    marks: list[tuple[tuple, PassCounts, set[tuple], GpuReasons]] | None = None
 
 
 # _consider's verdicts: start it; it cannot start this pass, nor can any job of its shape
@@ -166,20 +175,22 @@ def _consider(job: Job, w: _Walk) -> tuple[int, tuple[GpuInfo, ...] | None]:
         if w.free_any or not job.request.gpus else None
     if chosen is not None and delays_reservation(job, chosen, p, now):
         if w.explain:
-            w.reasons[job.id] = (f"backfill: would delay job {p.reservation[-1]}, which is "
-                                 "first in line")
+            w.reasons[job.id] = f"would delay job {p.reservation[-1]}'s reserved start (backfill)"
         return OPEN, None  # a shorter job of its shape may fit before the reserved start
     if chosen is not None:
         return START, chosen
     if w.queue.discipline == "backfill" and p.reservation is None:
         reserve(job, p, w.rules, now)
+    vetoed = False
     if w.explain:
-        why = _gpu_reason(job.request, p, w.inventory, w.rules, w.gpu_reasons)
+        why = _gpu_reason(job, p, w.inventory, w.rules, w.gpu_reasons)
         # As Slurm's Resources and Priority: the next in line waits for GPUs, the
-        # others wait behind it (a job that fits still starts ahead of it).
-        w.reasons[job.id] = why if w.first_blocked is None else \
+        # others wait behind it (a job that fits still starts ahead of it). A job its
+        # policy turned down waits for its policy, not behind another, nor others behind it.
+        vetoed = why.startswith(placement.POLICY_REFUSAL)
+        w.reasons[job.id] = why if w.first_blocked is None or vetoed else \
             f"behind job {w.first_blocked}, which is next in line; {why}"
-    if w.first_blocked is None:
+    if w.first_blocked is None and not vetoed:
         w.first_blocked = job.id
     # A custom policy may veto GPUs by placement counts, which change as jobs start.
     sure = not w.free_any or (job.policy or w.rules.policy) in placement.BUILTIN_POLICIES
