@@ -57,6 +57,10 @@ def test_help_names_what_to_type_has_an_example_and_fits_80_columns(path, monkey
     cut = [line for line, after in zip(lines, lines[1:] + [""])
            if line.lstrip().startswith("Example: ") and after.strip()]
     assert not cut, cut
+    # Each command's summary is whole, not cut short with "...".
+    cut_short = [line for line in text.partition("\nCommands:\n")[2].splitlines()
+                 if line.endswith("...")]
+    assert not cut_short, cut_short
 
 
 def test_values_are_named_by_what_they_are():

@@ -14,15 +14,16 @@ from gpusched.cli.helpformat import App
 from gpusched.cli.submit_cmds import with_options
 from gpusched.client.connection import Client
 from gpusched.client.options import SUBMIT, SubmitOptions
-from gpusched.client.jobrequest import build_request, check_limits
+from gpusched.client.jobrequest import env_pairs, build_request, check_limits
 from gpusched.client.submitting import print_json
 from gpusched.core import services as model
 from gpusched.core.errors import UsageError
 from gpusched.core.units import parse_duration
 
 app = App(no_args_is_help=True, help=(
-    "Inference services: replicas (jobs) behind an HAProxy front door, autoscaled.\n\n"
-    "docs/services.md explains them with a worked example.\n\n"
+    "Inference services: jobs behind a front door, autoscaled.\n\n"
+    "Each service's replicas are jobs behind an HAProxy front door; docs/services.md "
+    "explains them with a worked example.\n\n"
     "\b\nExamples:\n  gpusched service create web --replicas 1:3 -- python serve.py\n"
     "  gpusched service ls"))
 
@@ -44,6 +45,37 @@ def job_spec(command: list[str], options: dict[str, Any], service: str) -> dict[
     request = build_request(opts)
     check_limits(request)  # refused before a front door starts, as the daemon would
     return {"job": request["jobs"][0], "env": request["env"], "cwd": request["cwd"]}
+
+
+def job_changes(command: list[str], options: dict[str, Any], service: str) -> dict[str, Any]:
+    """What an update changes of each replica's job: the new command, and only the options
+    given (the daemon keeps the rest, --gpus say); --env over the service's environment."""
+    given = {k: v for k, v in options.items() if v != SubmitOptions.DEFAULTS[k]}
+    probe = command or ["true"]  # no new command: the service keeps its own
+    new, same = job_spec(probe, given, service), job_spec(probe, {}, service)
+    changes = {"job": _changed(new["job"], same["job"]), "env": env_pairs(given.get("env", ()))}
+    if command:
+        changes["job"]["command"] = command
+    if "gpus" in given:  # --gpus 0 too, the same as no --gpus at submit
+        changes["job"]["gpus"] = new["job"]["gpus"]
+    else:  # one implied by --gpu-mem, say: the daemon's to work out
+        changes["job"].pop("gpus", None)
+    if "cwd" in given:
+        changes["cwd"] = new["cwd"]
+    return changes
+
+
+def _changed(new: dict, same: dict) -> dict:
+    """The keys of `new` whose values differ from `same`'s (a nested mapping: its own)."""
+    out = {}
+    for key, value in new.items():
+        if isinstance(value, dict) and isinstance(same.get(key), dict):
+            value = _changed(value, same[key])
+            if value:
+                out[key] = value
+        elif value != same.get(key):
+            out[key] = value
+    return out
 
 
 def replicas_spec(text: str) -> dict[str, int]:
@@ -89,7 +121,7 @@ def create(
     as_json: bool = _JSON,
     **options: Any,
 ) -> None:
-    """Define a service and start it: replicas (jobs) behind a front door.
+    """Define a service and start its replicas behind a front door.
 
     Each replica is an ordinary job running COMMAND with $PORT set to its own port;
     gpusched keeps the number wanted running, restarts those that die, and sends
@@ -140,7 +172,7 @@ def list_services(as_json: bool = _JSON) -> None:
 
 @app.command()
 def show(name: str = _NAME, as_json: bool = _JSON) -> None:
-    """Everything about one service: replicas, front door, load, scale events.
+    """One service: replicas, front door, load, update, events.
 
     \b
     Examples:
@@ -171,21 +203,21 @@ def update(name: str = _NAME, command: Optional[List[str]] = _COMMAND,
            replicas: Optional[str] = typer.Option(None, "--replicas", "-r",
                                                   help=_REPLICAS_HELP),
            as_json: bool = _JSON, **options: Any) -> None:
-    """Replace every replica, one at a time: a new one passes its health check before an
-    old one is drained and stopped. With a COMMAND (and job options), the new replicas
-    run that; without, the same again (a rolling restart).
+    """Replace every replica, one at a time (a rolling update).
+
+    A new replica passes its health check before an old one is drained and stopped;
+    where the GPUs have no room for one more, an old one goes first. The new replicas
+    run COMMAND if one is given, with the job options given; all else stays as the
+    service has it (--gpus, directory, environment; --env adds to it).
 
     \b
     Examples:
       gpusched service update chat -- python jobs/serve.py --layers 6
+      gpusched service update chat --gpus 2
       gpusched service update chat --replicas 2:6
     """
     spec: dict[str, Any] = replicas_spec(replicas) if replicas else {}
-    if command:
-        spec.update(job_spec(list(command), options, name))
-    elif any(value != SubmitOptions.DEFAULTS[field] for field, value in options.items()):
-        raise UsageError("job options of `service update` go with a new command: give the "
-                         "whole command after `--` too")
+    spec.update(job_changes(list(command or []), options, name))
     _print(Client().call("service", action="update", name=name, spec=spec), as_json)
 
 

@@ -39,12 +39,18 @@ def details(s: dict) -> str:
     ]
     if s["problem"]:
         lines.append(f"  problem:   {s['problem']}")
+    if s.get("updating"):
+        lines.append(f"  updating:  {s['updating']}")
     if s["max_replicas"] > s["min_replicas"]:
         target = f", p95 under {_ms(auto['target_latency_ms'])}" \
             if auto["target_latency_ms"] else ""
         lines.append(f"  autoscale: {auto['target_in_flight']:g} in flight per replica{target}, "
                      f"GPU under 70%, window {auto['window_s']:g}s, cool-down "
                      f"{auto['cooldown_s']:g}s")
+        resumes = s.get("autoscale_resumes_at") or 0
+        if resumes > time.time():
+            lines.append(f"             scaled by hand: autoscaling resumes at "
+                         f"{time.strftime('%H:%M:%S', time.localtime(resumes))}")
     lines.append(f"  requests:  {s['requests_total']} ({s['failed_total']} failed), "
                  f"{s['requests_per_s']:.1f}/s over the last minute, in flight {s['in_flight']}, "
                  f"p50 {_ms(s['p50_ms'])}, p95 {_ms(s['p95_ms'])}")

@@ -29,7 +29,7 @@ GPU_CONSTRAINT_OPTIONS = ("gpu_ids", "exclude_gpus", "gpu_type", "min_gpu_total_
                           "min_compute_capability", "topology")
 
 
-def _env_pairs(pairs: Iterable[str]) -> dict[str, str]:
+def env_pairs(pairs: Iterable[str]) -> dict[str, str]:
     out = {}
     for pair in pairs:
         key, sep, value = pair.partition("=")
@@ -238,7 +238,7 @@ def build_request(opts: SubmitOptions) -> dict[str, Any]:
     env = submitting_environment()
     if opts.export is not None:
         env = exported_environment(env, opts.export)
-    env.update(_env_pairs(opts.env))
+    env.update(env_pairs(opts.env))
     if opts.from_file is not None:
         if opts.command:
             raise UsageError("give either --from-file or a command after `--`, not both")
@@ -295,7 +295,7 @@ def container_field(opts: SubmitOptions) -> dict[str, Any]:
     if not opts.container or opts.container.startswith("-"):
         raise UsageError(f"--container takes an image name, not {opts.container!r}; give "
                          "runtime options with --container-opt")
-    by_name = [f"--env={name}" for name in _env_pairs(opts.env)]
+    by_name = [f"--env={name}" for name in env_pairs(opts.env)]
     return {"container": [opts.container, *by_name, *opts.container_opt]}
 
 

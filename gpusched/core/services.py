@@ -1,5 +1,6 @@
-"""Inference services, pure: a service's definition and its checks, the replicas its
-schedule allows at a time of day, and the autoscaling decision over a window of load."""
+"""Inference services, pure: a service's definition and its checks, an update merged over
+it, the replicas its schedule allows at a time of day, the autoscaling decision over a
+window of load, and where a rolling update stands."""
 
 from __future__ import annotations
 
@@ -62,6 +63,8 @@ class Service:
     autoscale: Autoscale = field(default_factory=Autoscale)
     generation: int = 1  # raised by `service update`: replicas of older ones are replaced
     created_at: float = 0.0
+    # A manual `service scale` holds autoscaling off until then (its cool-down).
+    autoscale_resumes_at: float = 0.0
 
     @property
     def autoscaled(self) -> bool:
@@ -86,10 +89,13 @@ def check_spec(spec: dict) -> dict[str, Any]:
     """A create's or an update's definition as the client sent it, each value checked
     (the job spec itself is checked as a submit's)."""
     out: dict[str, Any] = {}
+    # An update sends only what it changes: each of the three may come alone.
     if spec.get("job") is not None:
         out["job"] = values.mapping(spec["job"], "spec.job")
-        out["env"] = values.environment(spec.get("env") or {}, "spec.env")  # as a submit's
-        out["cwd"] = values.text(spec.get("cwd") or "/", "spec.cwd")
+    if spec.get("env") is not None:
+        out["env"] = values.environment(spec["env"], "spec.env")  # as a submit's
+    if spec.get("cwd") is not None:
+        out["cwd"] = values.text(spec["cwd"] or "/", "spec.cwd")
     if spec.get("min_replicas") is not None or spec.get("max_replicas") is not None:
         low = values.whole_number(spec.get("min_replicas"), "spec.min_replicas", 0, MAX_REPLICAS)
         high = values.whole_number(spec.get("max_replicas"), "spec.max_replicas", low,
@@ -231,6 +237,7 @@ def decide(service: Service, samples: Sequence[LoadSample], now_s: float,
     rule = service.autoscale
     window = [s for s in samples if s.at_s >= now_s - rule.window_s]
     if (not service.autoscaled or now_s - last_change_s < rule.cooldown_s or not window
+            or now_s < service.autoscale_resumes_at  # scaled by hand: its cool-down
             or window[0].at_s > now_s - rule.window_s * 0.8):  # the window is not covered
         return wanted, ""
     ratios = load_ratios(rule, window)
@@ -266,3 +273,52 @@ def _trend(ratios: list[float]) -> float:
 
 def scaled(service: Service, wanted: int) -> Service:
     return replace(service, wanted=wanted)
+
+
+def merged_job(stored: dict, given: dict) -> dict:
+    """An update's job spec: what it gives over what the service has (a nested mapping,
+    the GPU constraints, key by key), so that `update -- CMD` keeps the service's --gpus.
+    Asking for GPU memory or particular GPUs means a GPU, as at submit."""
+    out = dict(stored)
+    for key, value in given.items():
+        out[key] = {**out[key], **value} if isinstance(value, dict) and isinstance(
+            out.get(key), dict) else value
+    wants_gpu = given.get("gpu_mem_bytes") or given.get("gpu_mem_auto") or any(
+        (given.get("constraints") or {}).values())
+    if wants_gpu and not out.get("gpus"):
+        out["gpus"] = 1
+    if given.get("gpus") == 0:  # as resubmit's --gpus 0: no GPU memory nor GPU constraints
+        for key in {"gpu_mem_bytes", "gpu_mem_auto", "constraints"} - given.keys():
+            out.pop(key, None)
+    return out
+
+
+def end_words(state: str, exit_code: int | None, signal_name: str, end_reason: str) -> str:
+    """How a replica's job ended, for the service's events: exit 3, SIGKILL, or why."""
+    if end_reason:
+        return end_reason
+    if signal_name:
+        return f"killed by {signal_name}"
+    return f"exit {exit_code}" if exit_code is not None else state
+
+
+def rollout_words(generation: int, wanted: int, replicas: Sequence[dict]) -> str:
+    """Where an update stands (replicas as `service show` lists them), "" once no replica
+    of an older update is left: how many are replaced, and what the next step waits for."""
+    old = [r for r in replicas if r["generation"] != generation]
+    if not old:
+        return ""
+    new = [r for r in replicas if r["generation"] == generation]
+    ready = sum(1 for r in new if r["door"] == "ready")
+    words = f"replica {min(ready, wanted)} of {wanted} replaced"
+    pending = next((r for r in new if r["state"] == "pending"), None)
+    starting = next((r for r in new if r["state"] != "pending" and r["door"] != "ready"), None)
+    leaving = next((r for r in old if r["door"] == "draining"), None)
+    if leaving is not None:
+        return f"{words}; draining old replica job {leaving['job_id']}"
+    if pending is not None:
+        return (f"{words}; replica job {pending['job_id']} waits: "
+                f"{pending['pending_reason'] or 'to be placed'}")
+    if starting is not None:
+        return f"{words}; replica job {starting['job_id']} waits for its health check"
+    return f"{words}; replacing the next one"

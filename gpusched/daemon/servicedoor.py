@@ -7,6 +7,7 @@ from __future__ import annotations
 import logging
 import time
 from collections import deque
+from typing import Callable
 
 from gpusched.core.services import LoadSample, p95
 from gpusched.proc.haproxy import Proxy, RequestLog, ServerStat, new_token
@@ -45,20 +46,26 @@ class Door:
         self.seen: dict[int, bool] = {}  # replica job id -> has it been ready
         self.failures_in_row = 0
         self.restart_at_mono = 0.0
+        self.rolling = 0  # the update being rolled out, until its last old replica is gone
 
-    def count_ends(self, active_ids: set[int], now_mono: float, now: float) -> None:
+    def count_ends(self, active_ids: set[int], now_mono: float, now: float,
+                   ended: Callable[[int], tuple[str, str]]) -> None:
+        """Replicas gone without the service stopping them (it forgets those it stops):
+        each an event, ended(job id) -> (which replica, how it ended)."""
         for job_id in [i for i in self.seen if i not in active_ids]:
+            who, how = ended(job_id)
             if self.seen.pop(job_id):
                 self.failures_in_row = 0
+                self.note(f"{who} died: {how}", now)
             else:
                 self.failures_in_row += 1
                 delay_s = min(2.0 ** self.failures_in_row, 60.0)
                 self.restart_at_mono = now_mono + delay_s
-                self.note(f"replica job {job_id} ended before passing a health check "
+                self.note(f"{who} died before passing a health check: {how} "
                           f"({self.failures_in_row} in a row); the next one in {delay_s:.0f}s "
                           "(see `gpusched logs`)", now)
         for job_id, status in self.servers.items():
-            if status == "ready" and job_id in self.seen:
+            if status == "ready" and job_id in active_ids:  # also one adopted at a restart
                 self.seen[job_id] = True
 
     @staticmethod

@@ -64,6 +64,8 @@ class ServiceRequests:
         spec = model.check_spec(args.get("spec") or {})
         if "job" not in spec:
             raise UsageError("a service needs a command; put it after `--`")
+        spec.setdefault("env", {})
+        spec.setdefault("cwd", "/")
         self.check_limits(spec)
         uid = creds[1]
         low, high = spec.pop("min_replicas", 1), spec.pop("max_replicas", 1)
@@ -109,21 +111,28 @@ class ServiceRequests:
             raise UsageError(f"service {name} scales itself between {service.min_replicas} and "
                              f"{service.max_replicas}; `gpusched service update {name} "
                              f"--replicas MIN:MAX` changes that")
-        if not service.autoscaled:
+        now = self.clock.time()
+        if service.autoscaled:  # the autoscaler must not undo it at its next sample
+            service = replace(service, autoscale_resumes_at=now + service.autoscale.cooldown_s)
+        else:
             service = replace(service, min_replicas=replicas, max_replicas=replicas)
         self.save(model.scaled(service, replicas))
         door = self.door(name)
         door.scale_events += 1
-        door.note(f"scaled to {replicas} replica(s) by {user_name(creds[1])}", self.clock.time())
+        door.note(f"scaled to {replicas} replica(s) by {user_name(creds[1])}", now)
         return self.describe(self.services[name])
 
     def update(self, name: Any, spec: dict, creds: tuple[int, int, int]) -> dict:
         service = self.find(name, creds)
         given = model.check_spec(spec)
         changes: dict[str, Any] = {"generation": service.generation + 1}
-        if "job" in given:
-            self.check_limits(given)
-            changes.update(job=given["job"], env=given["env"], cwd=given["cwd"])
+        if given.keys() & {"job", "env", "cwd"}:
+            # Over what the service has: what the update does not give stays as it was.
+            job = {"job": model.merged_job(service.job, given.get("job") or {}),
+                   "env": {**service.env, **given.get("env", {})},
+                   "cwd": given.get("cwd", service.cwd)}
+            self.check_limits(job)
+            changes.update(job)
         if "min_replicas" in given:
             low, high = given["min_replicas"], given["max_replicas"]
             changes.update(min_replicas=low, max_replicas=high,
@@ -133,8 +142,10 @@ class ServiceRequests:
         template = self.submits._template(updated.job, owner)
         self.submits.check_priority(creds, template.priority)
         self.save(updated)
-        self.door(name).note(f"update {updated.generation}: replicas replaced one at a time",
-                             self.clock.time())
+        door = self.door(name)
+        door.rolling = updated.generation
+        door.note(f"update {updated.generation}: replicas replaced one at a time",
+                  self.clock.time())
         return self.describe(updated)
 
     def delete(self, name: Any, creds: tuple[int, int, int]) -> dict:
@@ -167,5 +178,7 @@ class ServiceRequests:
         low, high = model.bounds(service, minute_of_day(now))
         return {**service.to_dict(), "env": None, "running": sum(
                     1 for r in replicas if r["door"] == "ready"),
-                "bounds_now": [low, high], "replicas": replicas, **door.summary(now)}
+                "bounds_now": [low, high], "replicas": replicas,
+                "updating": model.rollout_words(service.generation, service.wanted, replicas),
+                **door.summary(now)}
 

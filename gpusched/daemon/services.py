@@ -1,6 +1,7 @@
 """The daemon's services: definitions kept in the store, replicas (ordinary jobs) topped up
 to the number wanted and replaced when they die or when the service is updated (new ones
-healthy before old ones go), and each front door kept in step with the running replicas."""
+healthy before old ones go, or an old one first where there is no room for one more), and
+each front door kept in step with the running replicas."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from gpusched.core import services as model
 from gpusched.core.services import GENERATION_VAR, PORT_VAR, SERVICE_VAR, SLOT_VAR
 from gpusched.core.errors import GpuschedError, StoreWriteError
 from gpusched.core.models import Job, JobState
+from gpusched.core.syntax import signal_name
 from gpusched.daemon.servicedoor import Door, minute_of_day
 from gpusched.daemon.servicereqs import META_PREFIX, ServiceRequests
 from gpusched.daemon.state import DaemonState, Setup
@@ -111,6 +113,16 @@ class ServiceManager(ServiceRequests):
     def stop_replica(self, service: model.Service, job: Job) -> None:
         with self.state.write(undone="the replica was not stopped"):
             self.changes._cancel_one(job, f"service {service.name}")
+        self.door(service.name).seen.pop(job.id, None)  # stopped, not died
+
+    def ended(self, job_id: int) -> tuple[str, str]:
+        """Which replica a job was and how it ended, for the service's events."""
+        job = self.state.find(job_id)
+        if job is None:
+            return f"replica job {job_id}", "ended"
+        how = model.end_words(job.state.value, job.exit_code,
+                              signal_name(job.signal) if job.signal else "", job.end_reason)
+        return f"replica {job.env.get(SLOT_VAR, '?')} (job {job_id})", how
 
     # -- the loop's part -------------------------------------------------------------------
     def step(self) -> None:
@@ -156,9 +168,10 @@ class ServiceManager(ServiceRequests):
             door.sample(now, latencies, self.gpu_util_pct(service))
             service = self.autoscale(service, door, now)
         replicas = [j for j in self.replicas(service.name) if not j.cancel_requested]
-        door.count_ends({j.id for j in self.replicas(service.name)}, self.clock.monotonic(),
-                        now)
+        door.count_ends({j.id for j in replicas}, self.clock.monotonic(), now, self.ended)
         self.sync_door(service, door, replicas, now)
+        # Again: a replica that sync_door drained to the end is being stopped now.
+        replicas = [j for j in self.replicas(service.name) if not j.cancel_requested]
         self.keep_count(service, door, replicas, now)
         door.problem = ""  # a whole step went through
 
@@ -237,21 +250,40 @@ class ServiceManager(ServiceRequests):
     def keep_count(self, service: model.Service, door: Door, replicas: list[Job],
                    now: float) -> None:
         """As many replicas of this generation as wanted; while an update rolls, one more,
-        and an old one retired for each new one that is ready."""
+        and an old one retired for each new one that is ready. Where the one more cannot
+        be placed beside the old ones, an old one goes first (maxSurge 0)."""
         live = [j for j in replicas if door.servers.get(j.id) != "draining"]
         current = [j for j in live if j.env.get(GENERATION_VAR) == str(service.generation)]
         old = [j for j in live if j not in current]
         ready_new = sum(1 for j in current if door.servers.get(j.id) == "ready")
+        waiting = [j for j in current if j.state is JobState.PENDING]
+        # The scheduler looked at it and could not place it ("waiting to be placed": not yet).
+        no_room = [j for j in waiting if self.state.reason_of(j) not in ("", "waiting to be "
+                                                                           "placed")]
+        # An old replica makes room only while every other one serves: none leaving, and
+        # no new one still starting.
+        busy = len(replicas) < len(self.replicas(service.name)) or len(live) < len(replicas) \
+            or any(j not in waiting and door.servers.get(j.id) != "ready" for j in current)
         if old and (ready_new + len(old) > service.wanted or not service.wanted):
             # Replicas that never took a request go first, then the oldest.
             victim = min(old, key=lambda j: (door.servers.get(j.id) == "ready", j.id))
             self.retire(service, door, victim, now)
+        elif old and no_room and len(live) > service.wanted and not busy:
+            victim = min(old, key=lambda j: (door.servers.get(j.id) == "ready", j.id))
+            door.note(f"no room for replica job {no_room[0].id} beside the old ones "
+                      f"({self.state.reason_of(no_room[0])}): old replica job {victim.id} "
+                      "goes first", now)
+            self.retire(service, door, victim, now)
+        elif (not old and not busy and ready_new >= service.wanted
+              and door.rolling == service.generation):
+            door.rolling = 0
+            door.note(f"update {service.generation} done: every replica replaced", now)
         elif len(current) > service.wanted:
             # The newest go first, those not serving before those that are.
             victim = max(current, key=lambda j: (door.servers.get(j.id) != "ready", j.id))
             self.retire(service, door, victim, now)
         elif (len(current) < service.wanted and len(live) < service.wanted + (1 if old else 0)
-              and self.clock.monotonic() >= door.restart_at_mono):
+              and not (old and waiting) and self.clock.monotonic() >= door.restart_at_mono):
             slots = {int(j.env.get(SLOT_VAR, -1)) for j in current}
             slot = min(set(range(service.wanted + 1)) - slots)
             job_id = self.add_replica(service, slot)
