@@ -54,7 +54,8 @@ class Door:
         each an event, ended(job id) -> (which replica, how it ended)."""
         for job_id in [i for i in self.seen if i not in active_ids]:
             who, how = ended(job_id)
-            if self.seen.pop(job_id):
+            # Ready in the door and gone before a step marked it so, it served all the same.
+            if self.seen.pop(job_id) or self.servers.get(job_id) == "ready":
                 self.failures_in_row = 0
                 self.note(f"{who} died: {how}", now)
             else:

@@ -161,11 +161,12 @@ class ServiceManager(ServiceRequests):
             door.note("front door (HAProxy) not running: starting it", self.clock.time())
             self.start_proxy(service, door)
         door.open_log()
-        door.read_stats()
+        read = door.read_stats() and "BACKEND" in door.stats
         now = self.clock.time()
         latencies = door.take_requests(now)
         if sample:
-            door.sample(now, latencies, self.gpu_util_pct(service))
+            if read:  # an unanswered read is no measure of load: not a quiet second
+                door.sample(now, latencies, self.gpu_util_pct(service))
             service = self.autoscale(service, door, now)
         replicas = [j for j in self.replicas(service.name) if not j.cancel_requested]
         door.count_ends({j.id for j in replicas}, self.clock.monotonic(), now, self.ended)
