@@ -1,0 +1,86 @@
+"""Per-user quotas on queued jobs and their stored bytes (`[limits] queued_jobs` and
+`queued_bytes`), through the real CLI and a real daemon; and the table that counts them."""
+
+from __future__ import annotations
+
+import json
+
+from conftest import Home
+from gpusched.core.config import Settings
+from gpusched.core.errors import GpuschedError
+from gpusched.core.models import Job
+from gpusched.daemon.jobtable import Kinds
+from gpusched.daemon.quotas import CountedTable, Reservation, job_bytes
+from test_limits import one_error_line
+
+
+def held_ids(home: Home) -> list[int]:
+    return [job["id"] for job in home.jobs() if job["state"] == "pending"]
+
+
+def test_a_submit_over_queued_jobs_is_refused_whole_and_cancelling_frees_the_quota(home):
+    home.write_config("[limits]\nqueued_jobs = 5\n")
+    home.start()
+    first = home.json("submit", "--hold", "--array", "0-2", "--", "true")["array_id"]
+    before = home.jobs()
+    err = one_error_line(home.run("submit", "--hold", "--array", "0-2", "--", "true",
+                                  check=False), 1,
+                         "has 3 jobs queued", "adds 3", "limit of 5", "limits.queued_jobs",
+                         "gpusched cancel")
+    assert "nothing was queued" in err
+    # Nor a --from-file sweep, whose lines stream after the request.
+    one_error_line(home.run("submit", "--hold", "--from-file", "-",
+                            input="true\ntrue\ntrue\n", check=False), 1, "limits.queued_jobs")
+    assert home.jobs() == before  # the earlier jobs untouched, nothing of the others queued
+    home.run("cancel", str(first))  # the whole array
+    assert home.json("submit", "--hold", "--array", "0-4", "--", "true")
+    # Counted again after a restart, from the jobs the daemon loads.
+    home.run("daemon", "stop")
+    home.start()
+    one_error_line(home.run("submit", "--hold", "--", "true", check=False), 1,
+                   "has 5 jobs queued", "limits.queued_jobs")
+
+
+def test_a_submit_over_queued_bytes_is_refused_and_an_ended_job_frees_it(home):
+    home.write_config('[limits]\nqueued_bytes = "200KiB"\n')
+    home.start()
+    env = {"BIG": "v" * 120_000}
+    held = json.loads(home.run("submit", "--json", "--hold", "--", "true", env=env).stdout)["id"]
+    one_error_line(home.run("submit", "--hold", "--", "true", check=False, env=env), 1,
+                   "bytes queued", "limit of 204,800", "limits.queued_bytes")
+    assert held_ids(home) == [held]
+    home.run("release", str(held))
+    home.wait_state(held, "succeeded")
+    # Its bytes went with it: the same submit is taken now.
+    home.run("submit", "--hold", "--", "true", env=env)
+
+
+def test_the_table_counts_each_users_jobs_as_they_come_and_go():
+    table = CountedTable(Kinds(lambda user, job_id: (f"/l/{job_id}.out", f"/l/{job_id}.err")))
+    env = {"A": "b"}
+
+    def job(job_id: int, uid: int) -> Job:
+        return Job(id=job_id, command=("echo", "hi"), cwd="/w", uid=uid, user=f"u{uid}",
+                   env=env, stdout_path=f"/l/{job_id}.out", stderr_path=f"/l/{job_id}.err")
+
+    for job_id in range(1, 4):
+        table[job_id] = job(job_id, 1000)
+    table[4] = job(4, 1001)
+    table[2] = job(2, 1000)  # a change, not another job
+    size = job_bytes(job(1, 1000))
+    assert size == len("echohi") + len("A=b") + len("/w")
+    assert table.used(1000) == (3, 3 * size) and table.used(1001) == (1, size)
+    table.discard(1)
+    table.pop(2)
+    del table[4]
+    assert table.used(1000) == (1, size) and table.used(1001) == (0, 0)
+    # A submit still being stored counts until the table holds its jobs.
+    table.reserved.append(Reservation(1000, 10, 10 * size))
+    settings = Settings(limit_queued_jobs=11)
+    table.check(1000, "u1000", 0, 0, settings)
+    try:
+        table.check(1000, "u1000", 1, size, settings)
+    except GpuschedError as exc:
+        assert "has 11 jobs queued" in exc.message
+    else:
+        raise AssertionError("over the quota, yet taken")
