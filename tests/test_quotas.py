@@ -1,16 +1,22 @@
-"""Per-user quotas on queued jobs and their stored bytes (`[limits] queued_jobs` and
-`queued_bytes`), through the real CLI and a real daemon; and the table that counts them."""
+"""What one user can make the daemon hold, bounded: jobs and their stored bytes per user
+(`[limits] queued_jobs` and `queued_bytes`, through the real CLI and a real daemon, and the
+table that counts them), large frames read at once, and /metrics connections."""
 
 from __future__ import annotations
 
 import json
+import socket
+import threading
 
-from conftest import Home
+from conftest import Home, wait_until
+from gpusched.client import protocol
 from gpusched.core.config import Settings
 from gpusched.core.errors import GpuschedError
 from gpusched.core.models import Job
 from gpusched.daemon.jobtable import Kinds
+from gpusched.daemon.framebudget import FrameBudget
 from gpusched.daemon.quotas import CountedTable, Reservation, job_bytes
+from gpusched.daemon.server import SocketServer
 from test_limits import one_error_line
 
 
@@ -84,3 +90,49 @@ def test_the_table_counts_each_users_jobs_as_they_come_and_go():
         assert "has 11 jobs queued" in exc.message
     else:
         raise AssertionError("over the quota, yet taken")
+
+
+def _ask(path: str, message: dict) -> dict:
+    """The reply to one request on a new connection; a refused one's reply may come
+    before all of the request is sent (then sending fails, and the reply is still read)."""
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+        sock.settimeout(30)
+        sock.connect(path)
+        try:
+            protocol.send(sock, message)
+        except BrokenPipeError:
+            pass
+        return protocol.receive(sock) or {"ok": False}
+
+
+def test_large_frames_read_at_once_are_bounded_over_all_connections(tmp_path):
+    release, entered = threading.Event(), []
+
+    def dispatch(name, args, creds):
+        if name == "submit":
+            entered.append(name)
+            release.wait(60)
+        return {"answered": name}
+
+    path = str(tmp_path / "s.sock")
+    server = SocketServer(path, dispatch, frames=FrameBudget(3 * 2**20, wait_s=0.2))
+    server.start()
+    big = {"cmd": "submit", "args": {"jobs": [{"command": ["x" * 2 * 2**20]}], "cwd": "/"}}
+    try:
+        first: list[dict] = []
+        sender = threading.Thread(target=lambda: first.append(_ask(path, big)))
+        sender.start()
+        wait_until(lambda: entered, "the first large request to be handled")
+        # Held while it is handled: a second would take the daemon over its budget.
+        refused = _ask(path, big)
+        assert refused["ok"] is False and "try again" in refused["error"]["message"]
+        assert _ask(path, {"cmd": "status", "args": {}})["ok"]  # small ones pass
+        release.set()
+        sender.join(60)
+        assert first[0]["ok"]
+        assert _ask(path, big)["ok"]  # given back once answered
+        wait_until(lambda: server._frames.used_bytes == 0, "the budget to be given back")
+    finally:
+        release.set()
+        server.close()
+        server.drain()
