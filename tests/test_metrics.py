@@ -9,6 +9,7 @@ import json
 import socket
 import subprocess
 
+import psutil
 import pytest
 
 from conftest import Home
@@ -163,3 +164,23 @@ def test_a_bad_listen_address_is_one_line_naming_the_key(home: Home, listen: str
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("Error: ")
     assert "metrics.listen" in lines[0] and "127.0.0.1:19400" in lines[0]
+
+
+def test_many_idle_connections_make_no_more_threads_than_the_bound(served):
+    # Each connection held a thread of its own: 4,000 idle ones made 4,000 threads.
+    from gpusched.daemon.metricserver import MAX_CONNECTIONS
+
+    home, url = served
+    daemon = psutil.Process(home.daemon_pid())
+    threads_before = daemon.num_threads()
+    host, port = url.split("//")[1].split("/")[0].rsplit(":", 1)
+    idle = [socket.create_connection((host, int(port)), timeout=30) for _ in range(300)]
+    try:
+        scrape(url)  # every one accepted before this one is answered
+        assert daemon.num_threads() <= threads_before + MAX_CONNECTIONS
+        # Those over the bound are closed at once, the rest once idle for a while.
+        assert all(sock.recv(1) == b"" for sock in idle)
+        assert scrape(url).value("gpusched_draining") == 0
+    finally:
+        for sock in idle:
+            sock.close()
