@@ -41,6 +41,9 @@ class _BoundedServer(ThreadingMixIn, WSGIServer):
     """A thread per connection, at most MAX_CONNECTIONS of them: one more is closed at once."""
 
     daemon_threads = True
+    # Connections waiting to be accepted: with socketserver's 5, a burst of connections
+    # waits out SYN retries of a second and more.
+    request_queue_size = 128
 
     def server_activate(self) -> None:
         self._slots = threading.BoundedSemaphore(MAX_CONNECTIONS)
