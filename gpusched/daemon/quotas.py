@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from gpusched.core.errors import GpuschedError
-from gpusched.daemon.jobtable import JobTable
+from gpusched.daemon.jobtable import Distinct, JobTable
 
 _ENV_SIZES_KEPT = 256  # environments whose size is remembered (a submit's jobs share one)
 
@@ -46,7 +46,9 @@ env_bytes = _EnvSizes()
 
 
 def command_bytes(command: Any) -> int:
-    return sum(_text_bytes(arg) for arg in command or ())
+    """Bytes of a command's words (strings, as a checked job's are) together."""
+    joined = "".join(command or ())
+    return len(joined) if joined.isascii() else len(joined.encode("utf-8", "surrogatepass"))
 
 
 def job_bytes(job: Any) -> int:
@@ -78,12 +80,22 @@ class CountedTable(JobTable):
         self.jobs_of: dict[int, int] = {}
         self.bytes_of: dict[int, int] = {}
         self.reserved: list[Reservation] = []
+        # The last template (or whole job) counted, and its bytes less its command's.
+        self._last: tuple[Any, int, int] = (None, 0, 0)  # and its whole bytes
 
     def _count(self, entry: Any, sign: int) -> None:
-        uid = entry.uid
-        self.jobs_of[uid] = self.jobs_of.get(uid, 0) + sign
-        self.bytes_of[uid] = self.bytes_of.get(uid, 0) + sign * job_bytes(entry)
-        if not self.jobs_of[uid]:
+        template = entry.template if type(entry) is Distinct else entry
+        last = self._last
+        if template is not last[0]:  # a sweep's jobs come in a run of one template
+            whole = job_bytes(template)
+            last = self._last = (template, whole - command_bytes(template.command), whole)
+        uid = template.uid
+        size = last[2] if entry is template else last[1] + command_bytes(entry.command)
+        jobs = self.jobs_of.get(uid, 0) + sign
+        if jobs:
+            self.jobs_of[uid] = jobs
+            self.bytes_of[uid] = self.bytes_of.get(uid, 0) + sign * size
+        else:
             del self.jobs_of[uid], self.bytes_of[uid]
 
     def put_lean(self, job_id: int, entry: Any) -> None:
