@@ -45,6 +45,9 @@ def test_a_submit_over_queued_jobs_is_refused_whole_and_cancelling_frees_the_quo
     home.start()
     one_error_line(home.run("submit", "--hold", "--", "true", check=False), 1,
                    "has 5 jobs queued", "limits.queued_jobs")
+    # Nor does a cancelled job come back past it.
+    again = home.run("requeue", str(first), check=False)
+    assert again.returncode == 1 and "limits.queued_jobs" in again.stderr, again
 
 
 def test_a_submit_over_queued_bytes_is_refused_and_an_ended_job_frees_it(home):

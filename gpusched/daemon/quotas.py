@@ -80,8 +80,8 @@ class CountedTable(JobTable):
         self.jobs_of: dict[int, int] = {}
         self.bytes_of: dict[int, int] = {}
         self.reserved: list[Reservation] = []
-        # The last template (or whole job) counted, and its bytes less its command's.
-        self._last: tuple[Any, int, int] = (None, 0, 0)  # and its whole bytes
+        # The last template (or whole job) counted: its bytes less its command's, and all.
+        self._last: tuple[Any, int, int] = (None, 0, 0)
 
     def _count(self, entry: Any, sign: int) -> None:
         template = entry.template if type(entry) is Distinct else entry
@@ -133,7 +133,8 @@ class CountedTable(JobTable):
                 jobs, size = jobs + held.jobs, size + held.bytes
         return jobs, size
 
-    def check(self, uid: int, user: str, jobs: int, size: int, settings: Any) -> None:
+    def check(self, uid: int, user: str, jobs: int, size: int, settings: Any,
+              what: str = "this submit") -> None:
         """Refuse a submit of `jobs` jobs storing `size` bytes that takes the uid over
         limits.queued_jobs or limits.queued_bytes."""
         has_jobs, has_bytes = self.used(uid)
@@ -142,8 +143,8 @@ class CountedTable(JobTable):
                 ("queued_bytes", has_bytes, size, settings.limit_queued_bytes, "bytes")):
             if has + adds > limit:
                 raise GpuschedError(
-                    f"user {user} has {has:,} {unit} queued (pending, held or running) and this "
-                    f"submit adds {adds:,}, over the limit of {limit:,} (limits.{key} in the "
+                    f"user {user} has {has:,} {unit} queued (pending, held or running) and "
+                    f"{what} adds {adds:,}, over the limit of {limit:,} (limits.{key} in the "
                     "daemon's config); nothing was queued. Cancel some jobs (`gpusched "
                     "cancel`) or wait for them to end, or ask the daemon's admin to raise "
                     f"limits.{key}")
