@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import socket
+import sqlite3
 import threading
 
 from conftest import Home, wait_until
@@ -139,3 +140,27 @@ def test_large_frames_read_at_once_are_bounded_over_all_connections(tmp_path):
         release.set()
         server.close()
         server.drain()
+
+
+def test_a_submit_being_stored_in_batches_counts_against_the_quota(home):
+    home.write_config("[limits]\nqueued_jobs = 50000\n")
+    home.start()
+    done: list = []
+    big = threading.Thread(target=lambda: done.append(home.run(
+        "submit", "--hold", "--array", "0-49999", "--", "true", check=False)))
+    big.start()
+    # Stored a batch per turn over seconds, its rows marked incomplete until the last.
+    db = home.state / "queue.db"
+
+    def storing() -> bool:
+        with sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=30) as conn:
+            return bool(conn.execute("SELECT 1 FROM meta WHERE key LIKE 'incomplete%'")
+                        .fetchall())
+
+    wait_until(lambda: storing() or done, "the big submit to be stored")
+    small = home.run("submit", "--hold", "--", "true", check=False)
+    big.join(120)
+    assert done[0].returncode == 0, done[0].stderr
+    one_error_line(small, 1, "has 50,000 jobs queued", "limits.queued_jobs")
+    status = json.loads(home.run("daemon", "status", "--json").stdout)
+    assert status["pending"] == 50000
