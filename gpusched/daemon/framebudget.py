@@ -1,10 +1,10 @@
 """How many bytes of large request frames the daemon reads at once, over all connections.
 
 A frame may be 16 MiB; 32 connections sending one each would make the daemon hold half
-a gigabyte of requests at once (and twice as much again, joined and decoded). A frame over SMALL_BYTES takes
-its size from one daemon-wide budget before its body is read, and gives it back once
-answered; a frame that finds the budget spent waits up to WAIT_S for others to finish,
-then is refused with a reply that says to try again.
+a gigabyte of requests at once (and twice as much again, joined and decoded). A frame over
+SMALL_BYTES takes its size from one daemon-wide budget before its body is read, and gives
+it back once answered; a frame that finds the budget spent waits up to WAIT_S for others
+to finish, then is refused with a reply that says to try again.
 """
 
 from __future__ import annotations
@@ -14,7 +14,8 @@ import time
 
 from gpusched.core.errors import ProtocolError
 
-BUDGET_BYTES = 32 * 2**20  # two frames of the largest size (each held about thrice: read, joined, decoded)
+# Two frames of the largest size (each held about thrice over: read, joined, decoded).
+BUDGET_BYTES = 32 * 2**20
 SMALL_BYTES = 2**20  # every ordinary request, and a streamed sweep's parts, are smaller
 WAIT_S = 10.0
 
