@@ -18,13 +18,13 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import machine_note  # noqa: E402
-from reliability import (attack_notify, attack_privacy, attack_requestlog,  # noqa: E402
-                         attack_stop, corrupt, crashpoints, diskfull, kills, malformed,
+from reliability import (attack_notify, attack_privacy, attack_quota,  # noqa: E402
+                         attack_requestlog, attack_stop, corrupt, crashpoints, diskfull, kills, malformed,
                          submitters, unauthorized)
 from reliability.harness import Figures  # noqa: E402
 
 PARTS = ("submitters", "kills", "crashpoints", "diskfull", "corrupt", "malformed",
-         "unauthorized", "stops", "notify", "requestlog", "privacy")
+         "unauthorized", "stops", "notify", "requestlog", "privacy", "quota")
 # (submitters, submits each, kill rounds, crash points) for a full run and for CI.
 FULL = (16, 200, 3, 40)
 SMALL = (4, 10, 1, 3)
@@ -57,6 +57,7 @@ def run_parts(args: argparse.Namespace) -> dict[str, Figures]:
         "notify": lambda: attack_notify.measure(args.small),
         "requestlog": lambda: attack_requestlog.measure(args.small),
         "privacy": lambda: attack_privacy.measure(args.small),
+        "quota": lambda: attack_quota.measure(args.small),
     }
     chosen = [p.strip() for p in args.parts.split(",") if p.strip()] or list(jobs)
     unknown = set(chosen) - set(jobs)

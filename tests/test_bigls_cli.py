@@ -171,3 +171,30 @@ def test_top_counts_the_pending_jobs_it_does_not_list(queue):
     (frame,) = request_frames(queue, {"cmd": "snapshot", "args": {"lean": True}})
     pending = [job for job in frame["result"]["jobs"] if job["state"] == "pending"]
     assert len(pending) == 100 and frame["result"]["pending_total"] == 180
+
+
+def test_a_submit_is_answered_between_the_pages_of_a_big_listing(home):
+    """`ls --all --json` of a big queue holds the loop a page at a time: a submit made
+    while it streams is answered, and taken into the same listing's later pages."""
+    home.start()
+    home.run("submit", "--hold", "--array", "0-199", "--", "echo", BIG_ARG)
+    status = json.loads(home.run("daemon", "status", "--json").stdout)
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        sock.settimeout(30)
+        sock.connect(status["socket"])
+        body = json.dumps({"cmd": "list", "args": {"all": True, "stream": "pages",
+                                                   "page_bytes": 1024}}).encode()
+        sock.sendall(struct.pack(">I", len(body)) + body)
+        with sock.makefile("rb") as stream:
+            def page() -> dict:
+                (size,) = struct.unpack(">I", stream.read(4))
+                return json.loads(stream.read(size))
+
+            pages = [page()]
+            assert pages[0]["result"]["next"] is not None  # 8 MB of rows: far from done
+            new = home.submit("--hold", "--", "true")
+            while pages[-1]["result"]["next"] is not None:
+                pages.append(page())
+    ids = [job["id"] for each in pages for job in each["result"]["jobs"]]
+    assert ids[-1] == new and len(ids) == 201

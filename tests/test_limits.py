@@ -209,7 +209,7 @@ def small_server(tmp_path: Path, monkeypatch):
     path = str(tmp_path / "s.sock")
     server = SocketServer(path, dispatch, max_per_uid=4, exempt_uids=())
     server.start()
-    yield path, release, held
+    yield path, release, held, server
     release.set()
     server.close()
     server.drain()
@@ -229,7 +229,7 @@ def _ask(path: str, cmd: str) -> dict:
 
 
 def test_connections_waiting_on_jobs_do_not_lock_their_user_out(small_server):
-    path, release, held = small_server
+    path, release, held, _ = small_server
     waits = [threading.Thread(target=_ask, args=(path, "wait")) for _ in range(4)]
     for thread in waits:
         thread.start()
@@ -245,13 +245,15 @@ def test_connections_waiting_on_jobs_do_not_lock_their_user_out(small_server):
 
 
 def test_a_flood_of_idle_connections_is_cut_by_the_read_timeout(small_server):
-    path, _, _ = small_server
+    path, _, _, server = small_server
     idle = []
     for _ in range(4):
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         sock.connect(path)
         idle.append(sock)
     try:
+        # Each is counted by the thread that accepted it: the next may be accepted first.
+        wait_until(lambda: sum(server._per_uid.values()) == 4, "the idle ones to be counted")
         refused = _ask(path, "status")
         assert refused["ok"] is False and "open connections" in refused["error"]["message"]
         # The idle ones are closed by the daemon after the read timeout; then it answers.

@@ -9,9 +9,10 @@ import json
 import socket
 import subprocess
 
+import psutil
 import pytest
 
-from conftest import Home
+from conftest import Home, wait_until
 from metrics_scrape import (PROMTOOL, SECRET_ARG, SECRET_NAME, metrics_url, needs_promtool,
                             scrape, serving_home)
 
@@ -163,3 +164,32 @@ def test_a_bad_listen_address_is_one_line_naming_the_key(home: Home, listen: str
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("Error: ")
     assert "metrics.listen" in lines[0] and "127.0.0.1:19400" in lines[0]
+
+
+def test_many_idle_connections_make_no_more_threads_than_the_bound(served):
+    # Each connection held a thread of its own: 4,000 idle ones made 4,000 threads.
+    from gpusched.daemon.metricserver import MAX_CONNECTIONS
+
+    home, url = served
+    daemon = psutil.Process(home.daemon_pid())
+    threads_before = daemon.num_threads()
+    host, port = url.split("//")[1].split("/")[0].rsplit(":", 1)
+    idle = [socket.create_connection((host, int(port)), timeout=30) for _ in range(300)]
+    seen = [daemon.num_threads()]
+
+    def answered():
+        seen.append(daemon.num_threads())
+        try:
+            return scrape(url)
+        except OSError:  # every connection it holds is taken: the idle ones go soon
+            return None
+
+    try:
+        assert wait_until(answered, "a scrape once the idle connections are closed")
+        # (A few of the daemon's own threads may come and go meanwhile.)
+        assert max(seen) <= threads_before + MAX_CONNECTIONS + 8
+        # Those over the bound are closed at once, the rest once idle for a while.
+        assert all(sock.recv(1) == b"" for sock in idle)
+    finally:
+        for sock in idle:
+            sock.close()

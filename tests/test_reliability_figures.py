@@ -38,6 +38,8 @@ FIGURES = [
     *[("requestlog", what) for what in ("steps_aborted", "services_frozen",
                                         "spoofed_lines_taken", "window_growth")],
     ("privacy", "leaks"),
+    *[("quota", what) for what in ("quota_not_enforced", "others_refused", "others_stalled",
+                                   "rss_growth", "disk_growth", "threads")],
 ]
 
 @pytest.fixture(scope="module")

@@ -170,14 +170,15 @@ def _read_exact(sock: Any, size: int, deadline: float | None = None) -> bytes:
     return b"".join(chunks)
 
 
-def receive(sock: Any, timeout_s: float | None = None,
-            max_depth: int | None = None) -> dict[str, Any] | None:
+def receive(sock: Any, timeout_s: float | None = None, max_depth: int | None = None,
+            admit: Any = None) -> dict[str, Any] | None:
     """One frame, or None when the peer closed cleanly between frames.
 
     timeout_s bounds the whole frame, not each read: a peer that trickles a byte at a
     time must not hold a connection (and its thread) for ever. max_depth (the daemon's
     limits.json_depth: given on the daemon's side only) refuses a deeply nested frame
-    before it is decoded, and an object with a key twice as it is.
+    before it is decoded, and an object with a key twice as it is. admit(size), before
+    the body is read (the daemon's: daemon/framebudget.py), may wait, or refuse it.
     """
     deadline = None if timeout_s is None else time.monotonic() + timeout_s
     first = _recv(sock, HEADER_BYTES, deadline)
@@ -188,6 +189,8 @@ def receive(sock: Any, timeout_s: float | None = None,
     size = int.from_bytes(header, "big")
     if size > MAX_FRAME_BYTES:
         raise ProtocolError(f"message of {size} bytes is over the {MAX_FRAME_BYTES}-byte limit")
+    if admit is not None:
+        admit(size)
     body = _read_exact(sock, size, deadline)
     if max_depth is not None:
         from gpusched.core.limits import check_depth  # the daemon's side only

@@ -79,6 +79,8 @@ class Settings:
     limit_name_bytes: int = limits.DEFAULT.name_bytes
     limit_jobs: int = limits.DEFAULT.jobs
     limit_json_depth: int = limits.DEFAULT.json_depth
+    limit_queued_jobs: int = limits.DEFAULT.queued_jobs
+    limit_queued_bytes: int = limits.DEFAULT.queued_bytes
     # [metrics]
     metrics_listen: str = ""
     metrics_max_job_series: int = 64

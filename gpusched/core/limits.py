@@ -1,4 +1,5 @@
-"""Size limits on every request: command, cwd, environment, name, jobs per submit, JSON nesting.
+"""Size limits on every request (command, cwd, environment, name, jobs per submit, JSON
+nesting) and on what one user may keep queued (daemon/quotas.py).
 
 The daemon enforces them all (a client can be bypassed), and its refusal names the limit;
 the client checks the same before it streams a sweep's lines, and for a request too big
@@ -13,7 +14,8 @@ from gpusched.core.units import parse_size
 
 
 class Limits(Record):
-    __slots__ = ("command_bytes", "cwd_bytes", "env_bytes", "name_bytes", "jobs", "json_depth")
+    __slots__ = ("command_bytes", "cwd_bytes", "env_bytes", "name_bytes", "jobs", "json_depth",
+                 "queued_jobs", "queued_bytes")
 
 # [limits] key -> (Settings field, default as written in TOML, highest value allowed, what
 # it bounds). The highest values keep one listed job (whose command, cwd and name a reply
@@ -31,6 +33,13 @@ CONFIG = {
              "one request names."),
     "json_depth": ("limit_json_depth", 32, 500,
                    "How deeply a request's JSON may nest objects and lists."),
+    # Per user, over all their submits (daemon/quotas.py): what one user may keep on the
+    # daemon's disk and in its memory.
+    "queued_jobs": ("limit_queued_jobs", 200_000, 10**9,
+                    "Jobs one user may have pending, held or running at once."),
+    "queued_bytes": ("limit_queued_bytes", "512MiB", 2**40,
+                     "Bytes one user's pending, held and running jobs may store: each job's "
+                     "command, environment, working directory and name."),
 }
 DEFAULT = Limits(*(parse_size(default) for _, default, _, _ in CONFIG.values()))
 

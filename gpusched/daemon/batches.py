@@ -22,6 +22,7 @@ from typing import Any, Callable, Iterator
 from gpusched.core.errors import GpuschedError
 from gpusched.core.models import Job
 from gpusched.daemon.state import DaemonState
+from gpusched.daemon.quotas import Reservation
 from gpusched.daemon.store import Store
 
 log = logging.getLogger("gpusched.daemon.batches")
@@ -168,8 +169,12 @@ class BatchedSubmit(Batched):
 
     def __init__(self, state: DaemonState, count: int,
                  make_jobs: Callable[[list[int]], Iterator[tuple[Job, Job]]],
-                 result_of: Callable[[list[int]], dict]):
+                 result_of: Callable[[list[int]], dict], held: Reservation | None = None):
         self.state, self.count = state, count
+        # Its jobs counted against its user's quota until the table holds them.
+        self._held = held
+        if held is not None:
+            state.jobs.reserved.append(held)
         self._make_jobs, self._result_of = make_jobs, result_of
         self._ids: range | None = None
         self._left: Iterator[tuple[Job, Job]] = iter(())
@@ -203,11 +208,18 @@ class BatchedSubmit(Batched):
         if self._known < len(self._stored):
             self.state.incoming.append(self._unknown_ids())
         self.state.remember_alike(part)
+        if self._held is not None:
+            self._held.shrink_to(self.count - self._known)
         if self._known < len(self._stored):
             self._known_part = next_part(len(part), _monotonic() - started, KNOWN_PER_TURN)
             return None
         self._stored = []
+        self._release()
         return self._result_of(list(self._ids))
+
+    def _release(self) -> None:
+        if self._held is not None and self._held in self.state.jobs.reserved:
+            self.state.jobs.reserved.remove(self._held)
 
     def _unknown_ids(self) -> range:
         return self._ids[self._known:]
@@ -236,6 +248,7 @@ class BatchedSubmit(Batched):
 
     def abandon(self) -> None:
         """Remove what was stored (else the next start-up does): it was never acknowledged."""
+        self._release()
         if self._ids is None or self.committed:
             return
         store = self.state.store

@@ -7,9 +7,9 @@ from dataclasses import replace
 from typing import Callable
 
 from gpusched.core import jobspec
-from gpusched.core.errors import UsageError
+from gpusched.core.errors import GpuschedError, UsageError
 from gpusched.core.models import Job, JobState, transition
-from gpusched.daemon import batches
+from gpusched.daemon import batches, quotas
 from gpusched.daemon.authz import user_name
 from gpusched.daemon.request import Request, check_priority, targets
 from gpusched.daemon.requeue import NotNow, preempt_one, requeue_one
@@ -96,8 +96,15 @@ class Changes:
                            lambda: check_priority(self.setup, req.creds, priority))
 
     def requeue(self, req: Request) -> dict:
-        return self._requeueing(req, "requeue", lambda job, now, who: requeue_one(
-            self.state, self.seam, job, now, who))
+        def one(job: Job, now: float, who: str) -> str:
+            if job.state.is_final:  # back among its owner's queued jobs: within their quota
+                try:
+                    self.state.jobs.check(job.uid, job.user, 1, quotas.job_bytes(job),
+                                          self.setup.settings, "requeueing it")
+                except GpuschedError as exc:
+                    raise NotNow(exc.message) from None
+            return requeue_one(self.state, self.seam, job, now, who)
+        return self._requeueing(req, "requeue", one)
 
     def preempt(self, req: Request) -> dict:
         signum = self.setup.settings.preempt_signal

@@ -3,7 +3,8 @@
 Off by default. prometheus_client is imported only when it is on, so a daemon without
 metrics starts no faster or slower than before. A port that cannot be had does not stop
 the daemon (the jobs matter more than their figures): `gpusched daemon status` says why
-nothing is served, and the log does too.
+nothing is served, and the log does too. The server is daemon/metricserver.py's: its
+threads are bounded.
 """
 
 from __future__ import annotations
@@ -53,10 +54,9 @@ def serve_metrics(state: DaemonState, setup: Setup) -> MetricsEndpoint:
     else:
         host, port = parse_listen(listen)
         try:
-            from prometheus_client import start_http_server
+            from gpusched.daemon.metricserver import start_server
 
-            server, thread = start_http_server(port, addr=host,
-                                               registry=make_registry(state, setup))
+            server, thread = start_server(host, port, make_registry(state, setup))
         except OSError as exc:
             log.error("not serving metrics on %s: %s", listen, exc)
             endpoint = MetricsEndpoint(f"not served: cannot listen on {listen}: {exc}. "
@@ -68,3 +68,4 @@ def serve_metrics(state: DaemonState, setup: Setup) -> MetricsEndpoint:
             endpoint = MetricsEndpoint(f"http://{shown}:{bound_port}/metrics", server, thread)
     state.metrics_status = endpoint.status
     return endpoint
+

@@ -12,6 +12,7 @@ from typing import Any, Callable, Collection
 from gpusched.client import pagestream, protocol
 from gpusched.core.limits import DEFAULT as DEFAULT_LIMITS, Limits
 from gpusched.daemon import streamin
+from gpusched.daemon.framebudget import FrameBudget
 from gpusched.core.errors import GpuschedError, ProtocolError, error_kind
 from gpusched.proc.runfile import WAKE_MAX_BYTES
 
@@ -93,8 +94,10 @@ def close_unix(sock: socket.socket, path: str) -> None:
 class SocketServer:
     def __init__(self, path: str, dispatch: Dispatch, mode: int = 0o600, max_per_uid: int = 0,
                  exempt_uids: Collection[int] = (), stamp: dict[str, Any] | None = None,
-                 max_json_depth: int | None = None, limits: Limits = DEFAULT_LIMITS):
+                 max_json_depth: int | None = None, limits: Limits = DEFAULT_LIMITS,
+                 frames: FrameBudget | None = None):
         self.path, self._max_json_depth = path, max_json_depth
+        self._frames = frames or FrameBudget()  # large frames read at once, all connections
         self._limits = limits  # what a streamed request's items are checked against
         self._dispatch, self._stamp = dispatch, stamp
         # At most this many open connections per uid (0: no limit), so one user cannot take
@@ -215,16 +218,18 @@ class SocketServer:
                 self._open.pop(threading.current_thread(), None)
 
     def _serve_frames(self, conn: socket.socket) -> None:
+        taken = self._frames.reader()  # a large frame's bytes, held until it is answered
         with conn:
             try:
                 creds = protocol.peer_credentials(conn)
                 while (message := protocol.receive(conn, protocol.READ_TIMEOUT_S,
-                                                         self._max_json_depth)) is not None:
+                                                   self._max_json_depth, taken)) is not None:
                     streamed = streamin.is_streamed(message)
                     answer = self._handle(message, creds, conn) if streamed else \
                         self._handle_counted(message, creds)
                     conn.settimeout(protocol.READ_TIMEOUT_S)  # a reader that stalls is cut off too
                     protocol.send(conn, answer)
+                    taken.release()
                     if streamed:
                         return  # one streamed request per connection: its frames end here
                     self._stream_rest(conn, message, answer, creds)
@@ -232,6 +237,8 @@ class SocketServer:
                 self._try_send(conn, reply(error=exc))
             except (OSError, socket.timeout):
                 pass  # the client went away or stalled; nothing is half-applied
+            finally:
+                taken.release()
 
     def _stream_rest(self, conn: socket.socket, message: Any, answer: dict[str, Any],
                      creds: tuple[int, int, int]) -> None:
@@ -277,7 +284,8 @@ class SocketServer:
                 if parts_from is not None:
                     return reply(streamin.serve_stream(
                         parts_from, name, args, self._max_json_depth, self._limits,
-                        lambda *call, gone: self._dispatch(*call, creds, gone=gone)),
+                        lambda *call, gone: self._dispatch(*call, creds, gone=gone),
+                        self._frames.reader()),
                         daemon=self._stamp)
                 return reply(self._dispatch(name, args, creds), daemon=self._stamp)
             except GpuschedError as exc:

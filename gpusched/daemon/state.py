@@ -23,6 +23,7 @@ from gpusched.daemon.fairshare import UsageLedger
 from gpusched.daemon.host import Host
 from gpusched.daemon.jobtable import JobTable, Kinds
 from gpusched.daemon.notify import make_notifier
+from gpusched.daemon.quotas import CountedTable
 from gpusched.daemon.store import Store
 from gpusched.daemon.telemetry import Telemetry
 from gpusched.daemon.writefail import WriteHealth
@@ -69,7 +70,7 @@ class DaemonState:
         self.store = store
         # Pending jobs alike are held as one template (daemon/jobtable.py).
         self.kinds = Kinds(partial(own_log_paths, setup.paths.jobs_dir, setup.paths.log_root))
-        self.jobs = JobTable(self.kinds)  # pending and running jobs
+        self.jobs = CountedTable(self.kinds)  # pending and running jobs
         self._running: dict[int, Job] = {}  # the running ones among them
         self._pending = JobTable(self.kinds)  # and the pending ones
         self.kinds.in_use = lambda: (entry for _, entry in self.jobs.alike())
@@ -125,7 +126,7 @@ class DaemonState:
     def load_active(self, jobs: Iterable[Job]) -> None:
         """The active jobs, as the store reads them: each job is held (by its template)
         as it comes, so that 100,000 of them are never whole at once."""
-        self.jobs, self._running = JobTable(self.kinds), {}
+        self.jobs, self._running = CountedTable(self.kinds), {}
         self._pending = JobTable(self.kinds)
         self._pending_changes += 1
         self.queue = PendingQueue(self.queue.discipline, self.queue.per_user)

@@ -47,8 +47,9 @@ class LinesIn:
     """The lines of a streamed submit: each one the last word of a job's command (the
     template's command is the rest), checked against the daemon's limits."""
 
-    def __init__(self, conn: socket.socket, max_depth: int | None):
+    def __init__(self, conn: socket.socket, max_depth: int | None, taken: Any = None):
         self.conn, self.max_depth = conn, max_depth
+        self.taken = taken  # a part over framebudget.SMALL_BYTES holds the daemon's budget
 
     def read(self, prefix: list[str], limits: limits_mod.Limits) -> list[str]:
         """Every line, once the end arrives; UsageError for the first bad one (after
@@ -79,10 +80,14 @@ class LinesIn:
 
     def _next_part(self) -> list | None:
         try:
-            message = protocol.receive(self.conn, protocol.READ_TIMEOUT_S, self.max_depth)
+            message = protocol.receive(self.conn, protocol.READ_TIMEOUT_S, self.max_depth,
+                                       self.taken)
         except OSError as exc:  # it stalled (TimeoutError), or the connection broke
             raise ClientGone(f"the stream stopped before its end frame ({exc or 'timed out'}); "
                              "nothing of the request was done") from None
+        finally:
+            if self.taken is not None:
+                self.taken.release()  # decoded: the lines are counted as lines
         if message is None:
             raise ClientGone("the connection closed before the stream's end frame; nothing "
                              "of the request was done")
@@ -121,13 +126,14 @@ def _checked(line: Any, number: int, prefix_bytes: int, limits: limits_mod.Limit
 
 
 def serve_stream(conn: socket.socket, name: str, args: dict[str, Any], max_depth: int | None,
-                 limits: limits_mod.Limits, dispatch: Callable[..., Any]) -> Any:
+                 limits: limits_mod.Limits, dispatch: Callable[..., Any],
+                 taken: Any = None) -> Any:
     """Read the stream of a checked request and hand it to the loop with its lines."""
     check_kind(name, args)
     specs = args.get("jobs")
     if not isinstance(specs, list) or len(specs) != 1 or not isinstance(specs[0], dict):
         raise UsageError("a streamed submit has one job spec, the lines' template")
-    stream = LinesIn(conn, max_depth)
+    stream = LinesIn(conn, max_depth, taken)
     prefix = specs[0].get("command")
     lines = stream.read(prefix if isinstance(prefix, list) else [], limits)
     return dispatch(name, {**args, "lines": lines}, gone=stream.gone)

@@ -11,7 +11,7 @@ from gpusched.core import (jobspec, limits, memestimate, outpattern, placement, 
 from gpusched.core.errors import NotFound, UsageError
 from gpusched.core.models import Job, job_with
 from gpusched.core.values import shown
-from gpusched.daemon import batches, gpumemory
+from gpusched.daemon import batches, gpumemory, quotas
 from gpusched.daemon.authz import user_name
 from gpusched.daemon.request import Request, check_priority, named, targets
 from gpusched.daemon.state import DaemonState, Setup
@@ -37,13 +37,17 @@ class Submits:
         check_priority(self.setup, req.creds, max(template.priority for template, *_ in groups))
         count = sum(len(indices) * len(commands) for _, indices, _, commands in groups)
         limits.check_job_count(count, limits.from_settings(self.setup.settings))
+        size = stored_bytes(groups)
+        self.state.jobs.check(uid, owner.user, count, size, self.setup.settings)
 
         def make_jobs(ids: list[int]) -> Iterator[tuple[Job, Job]]:
             return self._jobs_of(groups, ids)
 
         if count > batches.BIG_JOBS and cluster is None:  # stored a batch per turn
+            # Counted against the user's quota until its jobs are in the table.
+            held = quotas.Reservation(uid, count, size)
             return batches.BatchedSubmit(self.state, count, make_jobs,
-                                         lambda ids: self._result(groups, ids))
+                                         lambda ids: self._result(groups, ids), held)
         with self.state.write(undone="nothing was queued"):
             ids = self.state.store.next_ids(count)
             self._store(list(make_jobs(ids)), cluster)
@@ -183,6 +187,9 @@ class Submits:
         limits.check_spec(spec, limits.from_settings(self.setup.settings))
         template = self._template(spec, owner)
         check_priority(self.setup, req.creds, template.priority)  # the caller's, not the owner's
+        count = len(jobspec.check_array(spec)[0])
+        self.state.jobs.check(template.uid, template.user, count,
+                              count * quotas.job_bytes(template), self.setup.settings)
         with self.state.write(undone="nothing was queued"):
             ids = self._insert(template, *jobspec.check_array(spec))
         return {"ids": ids, "array_ids": ids[:1] if spec.get("array") is not None else []}
@@ -237,6 +244,16 @@ class Submits:
         stderr = (outpattern.expand_path(err_pattern, template.cwd, **fields) if err_pattern
                   else stdout if out_pattern else own[1])
         return stdout, stderr
+
+
+def stored_bytes(groups: list) -> int:
+    """What the jobs of a submit's groups store (quotas.job_bytes), without making them."""
+    total = 0
+    for template, indices, _, commands in groups:
+        base = quotas.job_bytes(template)
+        lines = 0 if commands == (None,) else quotas.command_bytes(commands)
+        total += len(indices) * (base * len(commands) + lines)
+    return total
 
 
 def streamed_lines(args: dict) -> list[str] | None:
