@@ -5,12 +5,10 @@ directory, environment)."""
 
 from __future__ import annotations
 
-import os
-import shutil
 from concurrent.futures import ThreadPoolExecutor
 
-from reliability.harness import Figures, poll, python_for_others
-from reliability.unauthorized import TOOLS, System, _alice_jobs, two_users
+from reliability.harness import Figures, poll
+from reliability.unauthorized import _alice_jobs, system_and_two_users
 
 # What _alice_jobs puts in her jobs: their name, directory, environment and command.
 SECRETS = ("alice-secret-name", "secret-project", "s3cr3t")
@@ -33,42 +31,31 @@ def _reads(targets: dict[str, str], small: bool) -> list[tuple[str, ...]]:
 def measure(small: bool) -> Figures:
     fig = Figures("another user's private facts (system mode)")
     fig.counts["leaks"] = 0
-    if os.geteuid() != 0 or not all(shutil.which(t) for t in TOOLS):
-        fig.skipped = f"needs root and {', '.join(TOOLS)}"
-        return fig
-    found = python_for_others()
-    if found is None:
-        fig.skipped = "no Python interpreter that an ordinary user may run imports gpusched"
-        return fig
-    system = System(*found)
-    try:
-        with two_users() as (alice, bob):
-            if not system.start():
-                fig.skipped = "the system daemon did not start"
-                return fig
-            targets = _alice_jobs(system, alice)
-            if "running" in targets:  # a running job is counted by usage, and is on a GPU
-                poll(lambda: '"running"' in system.as_user(None, "show", "--json",
-                                                          targets["running"]).stdout, 30)
-            made = system.as_user(alice, "service", "create", "alices", "--cwd",
-                                  f"{alice.pw_dir}/secret-project", "--", "sh", "-c",
-                                  "sleep 300", "s3cr3t", env={"SECRET": "s3cr3t"})
-            fig.info["service"] = "made" if made.returncode == 0 else \
-                f"not made: {made.stderr.strip()[:120]}"
-            reads = _reads(targets, small)
+    with system_and_two_users(fig) as found:
+        if found is None:
+            return fig
+        system, alice, bob = found
+        targets = _alice_jobs(system, alice)
+        if "running" in targets:  # a running job is counted by usage, and is on a GPU
+            poll(lambda: '"running"' in system.as_user(None, "show", "--json",
+                                                      targets["running"]).stdout, 30)
+        made = system.as_user(alice, "service", "create", "alices", "--cwd",
+                              f"{alice.pw_dir}/secret-project", "--", "sh", "-c",
+                              "sleep 300", "s3cr3t", env={"SECRET": "s3cr3t"})
+        fig.info["service"] = "made" if made.returncode == 0 else \
+            f"not made: {made.stderr.strip()[:120]}"
+        reads = _reads(targets, small)
 
-            def read(args: tuple[str, ...]) -> None:
-                done = system.as_user(bob, *args)
-                said = done.stdout + done.stderr
-                if any(secret in said for secret in SECRETS):
-                    fig.fail("leaks", " ".join(args))
-            with ThreadPoolExecutor(4) as pool:
-                list(pool.map(read, reads))
-            fig.info["reads"] = len(reads)
-            # Alice's own answers hold them: the reads above would have shown a leak.
-            fig.info["owner_sees_own"] = all(
-                SECRETS[0] in system.as_user(alice, *args).stdout
-                for args in (("ls", "--json"), ("usage", "--by", "name")))
-    finally:
-        system.close()
+        def read(args: tuple[str, ...]) -> None:
+            done = system.as_user(bob, *args)
+            said = done.stdout + done.stderr
+            if any(secret in said for secret in SECRETS):
+                fig.fail("leaks", " ".join(args))
+        with ThreadPoolExecutor(4) as pool:
+            list(pool.map(read, reads))
+        fig.info["reads"] = len(reads)
+        # Alice's own answers hold them: the reads above would have shown a leak.
+        fig.info["owner_sees_own"] = all(
+            SECRETS[0] in system.as_user(alice, *args).stdout
+            for args in (("ls", "--json"), ("usage", "--by", "name")))
     return fig

@@ -166,24 +166,36 @@ def _count(fig: Figures, name: str, succeeded: bool) -> None:
         fig.fail("successes", name)
 
 
-def measure() -> Figures:
-    fig = Figures("unauthorized attempts (system mode)")
-    fig.counts["successes"] = 0
+@contextmanager
+def system_and_two_users(fig: Figures) -> Iterator[tuple[System, pwd.struct_passwd,
+                                                        pwd.struct_passwd] | None]:
+    """A started system daemon and two new users; None, with fig.skipped saying why, where
+    this machine cannot have them."""
     if os.geteuid() != 0 or not all(shutil.which(t) for t in TOOLS):
         fig.skipped = f"needs root and {', '.join(TOOLS)}"
-        return fig
+        yield None
+        return
     found = python_for_others()
     if found is None:
         fig.skipped = "no Python interpreter that an ordinary user may run imports gpusched"
-        return fig
+        yield None
+        return
     system = System(*found)
     try:
         with two_users() as (alice, bob):
-            if not system.start():
+            started = system.start()
+            if not started:
                 fig.skipped = "the system daemon did not start"
-                return fig
-            _attempts(system, alice, bob, fig)
-            _user_daemon_attempts(system, alice, bob, fig)
+            yield (system, alice, bob) if started else None
     finally:
         system.close()
+
+
+def measure() -> Figures:
+    fig = Figures("unauthorized attempts (system mode)")
+    fig.counts["successes"] = 0
+    with system_and_two_users(fig) as found:
+        if found is not None:
+            _attempts(found[0], found[1], found[2], fig)
+            _user_daemon_attempts(found[0], found[1], found[2], fig)
     return fig
