@@ -68,4 +68,3 @@ def serve_metrics(state: DaemonState, setup: Setup) -> MetricsEndpoint:
             endpoint = MetricsEndpoint(f"http://{shown}:{bound_port}/metrics", server, thread)
     state.metrics_status = endpoint.status
     return endpoint
-
