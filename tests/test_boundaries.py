@@ -1,4 +1,5 @@
-"""The module boundaries of DESIGN.md, checked by walking every import statement with ast."""
+"""The module boundaries of the README's "How the code is laid out", checked by walking every
+import statement with ast."""
 
 from __future__ import annotations
 
@@ -72,8 +73,8 @@ def package_of(module: str) -> str:
     return parts[1] if len(parts) > 1 else ""
 
 
-# What each layer may import of gpusched (DESIGN.md, "Layout"): its own package, the bare
-# package (the version) and these. Everything may import core.
+# What each layer may import of gpusched (README, "How the code is laid out"): its own
+# package, the bare package (the version) and these. Everything may import core.
 ALLOWED = {
     "core": set(),
     "gpus": {"core"},
@@ -135,7 +136,7 @@ def cli_modules() -> set[str]:
 
 def test_only_cli_imports_typer():
     # helpformat is the command line's help (how typer's commands print it): part of the
-    # CLI, as DESIGN.md's cli/ package, and imported by cli alone.
+    # CLI, as the cli/ package, and imported by cli alone.
     assert importers_of("typer") <= cli_modules()
     assert importers_of("typer") >= {"gpusched.cli.app", "gpusched.cli.helpformat"}
     assert importers_of("gpusched.cli.helpformat") <= cli_modules()

@@ -1,6 +1,6 @@
-"""The daemon's parts, as DESIGN.md draws them: one state object handed to request handling
-and job control, which hold no reference to the loop or to each other; one process seam;
-one place that builds the reply envelope."""
+"""The daemon's parts, as the README's "How the code is laid out" draws them: one state
+object handed to request handling and job control, which hold no reference to the loop or
+to each other; one process seam; one place that builds the reply envelope."""
 
 from __future__ import annotations
 

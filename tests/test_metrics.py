@@ -48,7 +48,7 @@ FROZEN = {
     "gpusched_job_gpu_memory_used_bytes": ("gauge", JOB),
     "gpusched_job_progress_ratio": ("gauge", JOB),
     "gpusched_job_start_timestamp_seconds": ("gauge", JOB),
-    "gpusched_job_gpu_idle_seconds": ("gauge", ()),  # no idle job here: tests/test_idle_gpus.py
+    "gpusched_job_gpu_idle_seconds": ("gauge", ()),  # no idle job here: tests/test_memlearn_e2e.py
     "gpusched_jobs_gpu_idle": ("gauge", ()),
     "gpusched_metrics_job_series_dropped": ("gauge", ()),
     "gpusched_build_info": ("gauge", ("backend", "version")),

@@ -74,3 +74,26 @@ def test_the_distribution_is_the_one_the_docs_install():
         assert line in readme, line
     assert f"/opt/gpusched/bin/pip install {DISTRIBUTION}" in (
         REPO / "docs/shared-server.md").read_text()
+
+
+# A path cited in code, tests, benchmarks or docs (`daemon/gpumemory.py`, `docs/slurm.md`,
+# `CHANGELOG.md`): read from the repository, the package, tests/, bench/, docs/ or the
+# citing file's folder. Written where they will exist, or placeholders of an example:
+CITED = re.compile(r"(?<![\w./-])((?:[\w-]+/)+[\w-]+\.py|(?:[\w-]+/)*[\w-]+\.md)\b")
+NOT_FILES = {"CHECKOUT/gpusched/cli/version.py", "PACKAGE/_commit.py", "gpusched/_commit.py",
+             "mypolicies/cool.py"}
+
+
+def test_every_file_cited_in_code_tests_and_docs_exists():
+    sources = [path for pattern in ("gpusched/**/*.py", "tests/**/*.py", "bench/**/*.py",
+                                    "docs/*.md", "*.md", "tests/fixtures/**/*.md")
+               for path in REPO.glob(pattern)]
+    missing = [f"{path.relative_to(REPO)}:{number}: {cited}"
+               for path in sources
+               for number, line in enumerate(path.read_text().splitlines(), 1)
+               for cited in CITED.findall(line)
+               if cited not in NOT_FILES and not any(
+                   (where / cited).exists() for where in (REPO, REPO / "gpusched", REPO / "tests",
+                                                          REPO / "bench", REPO / "docs",
+                                                          path.parent))]
+    assert missing == []

@@ -10,7 +10,7 @@ from datetime import datetime
 from gpusched.core.models import JobState
 
 # squeue's columns, in order: filters (-j, -t) are honoured by this text form, not by
-# --json on 22.05 (research: slurm_backend.md). exit_code is the raw wait(2) status.
+# --json on 22.05 (tests/fixtures/slurm_22.05). exit_code is the raw wait(2) status.
 SQUEUE_FORMAT = ("JobID:|,ArrayJobID:|,ArrayTaskID:|,State:|,Reason:|,exit_code:|,"
                  "NodeList:|,StartTime:|,EndTime:|,Comment:|,Name:|")
 SACCT_FIELDS = "JobID,JobName,State,ExitCode,Start,End,NodeList"

@@ -128,7 +128,7 @@ def sbatch_argv(jobs: list[Job], cluster: ClusterConfig, script: str, output: st
         argv.append(f"--time={math.ceil(job.time_limit_s / 60)}")  # Slurm counts minutes
     if job.warn_signal is not None and job.time_limit_s is not None:
         # B: to the batch shell, the wrapper, which passes it on: without B: the command
-        # gets nothing (research: slurm_backend.md, the --signal experiments).
+        # gets nothing (docs/slurm-compat.md, "time limit and signal").
         argv.append(f"--signal=B:{signal_name(job.warn_signal).removeprefix('SIG')}"
                     f"@{max(1, int(job.warn_before_s))}")
     if job.priority < 0:
