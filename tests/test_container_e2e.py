@@ -69,7 +69,8 @@ def podman_env(tmp_path_factory: pytest.TempPathFactory):
     if not os.path.exists(BUSYBOX):
         pytest.skip(f"no static busybox at {BUSYBOX} (Debian: apt-get install busybox-static)")
     root = tmp_path_factory.mktemp("podman")
-    env = _write_configs(root, "crun")
+    # podman will not start without its configured runtime: one that is installed
+    env = _write_configs(root, "crun" if shutil.which("crun") else "runc")
     _tiny_image(root, env)
     why = ""
     # crun refuses hosts whose cgroup v2 holds controllers beside v1 ones (hybrid): runc
