@@ -15,7 +15,8 @@ from setuptools.command.sdist import sdist
 HERE = os.path.dirname(os.path.abspath(__file__))
 # The package's own reader of .git, loaded alone: the build may not import the package.
 _spec = importlib.util.spec_from_file_location(
-    "_gpusched_version", os.path.join(HERE, "gpusched", "cli", "version.py"))
+    "_gpusched_version", os.path.join(HERE, "gpusched", "cli", "version.py")
+)
 _version = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(_version)
 

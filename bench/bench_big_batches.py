@@ -40,10 +40,21 @@ def new_daemon(root: Path) -> Daemon:
 
 
 def array_args(root: Path, elements: int) -> dict:
-    return {"jobs": [{"command": ["true"], "name": "", "gpus": 0, "gpu_mem_bytes": None,
-                      "priority": 0, "hold": True,
-                      "array": {"indices": list(range(elements)), "throttle": None}}],
-            "env": {"PATH": "/usr/bin:/bin", "HOME": str(root)}, "cwd": str(root)}
+    return {
+        "jobs": [
+            {
+                "command": ["true"],
+                "name": "",
+                "gpus": 0,
+                "gpu_mem_bytes": None,
+                "priority": 0,
+                "hold": True,
+                "array": {"indices": list(range(elements)), "throttle": None},
+            }
+        ],
+        "env": {"PATH": "/usr/bin:/bin", "HOME": str(root)},
+        "cwd": str(root),
+    }
 
 
 def turns_of(daemon: Daemon, name: str, args: dict) -> tuple[list[float], dict]:
@@ -74,9 +85,15 @@ def one_run(elements: int, batched: bool) -> dict[str, float]:
             cancel, _ = turns_of(daemon, "cancel", {"ids": [result["array_ids"][0]]})
             cancel_s = time.perf_counter() - started
             daemon.state.store.close()
-            return {"small": max(small), "submit_turn": max(sub), "submit_s": sub_s,
-                    "submit_turns": len(sub), "cancel_turn": max(cancel),
-                    "cancel_s": cancel_s, "cancel_turns": len(cancel)}
+            return {
+                "small": max(small),
+                "submit_turn": max(sub),
+                "submit_s": sub_s,
+                "submit_turns": len(sub),
+                "cancel_turn": max(cancel),
+                "cancel_s": cancel_s,
+                "cancel_turns": len(cancel),
+            }
     finally:
         batches.BIG_JOBS = saved
 
@@ -85,8 +102,11 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--elements", type=int, default=100_000)
     parser.add_argument("--runs", type=int, default=3)
-    parser.add_argument("--skip-unbatched", action="store_true",
-                        help="do not time the one-turn submit and cancel (slow)")
+    parser.add_argument(
+        "--skip-unbatched",
+        action="store_true",
+        help="do not time the one-turn submit and cancel (slow)",
+    )
     opts = parser.parse_args()
     rows = []
     for batched in (True, False):
@@ -96,16 +116,37 @@ def main() -> None:
         med = {key: statistics.median(r[key] for r in runs) for key in runs[0]}
         label = "in batches" if batched else "one turn (before)"
         longest = max(med["submit_turn"], med["cancel_turn"]) * 1e3
-        rows.append([label, f"{med['small'] * 1e3:.1f}", f"{med['submit_turn'] * 1e3:.1f}",
-                     f"{med['submit_s']:.1f}", int(med["submit_turns"]),
-                     f"{med['cancel_turn'] * 1e3:.1f}", f"{med['cancel_s']:.1f}",
-                     int(med["cancel_turns"]), f"{longest / (med['small'] * 1e3):.0f}x",
-                     verdict(longest, TARGET_MS) if batched else "-"])
-    print_table(f"Longest loop turn, {opts.elements:,}-element held array: submit, then "
-                f"cancel (median of {opts.runs} runs; target <= {TARGET_MS:.0f} ms)",
-                ["how", "1-job submit ms", "submit: longest turn ms", "submit s", "turns",
-                 "cancel: longest turn ms", "cancel s", "turns", "longest / 1-job", "verdict"],
-                rows)
+        rows.append(
+            [
+                label,
+                f"{med['small'] * 1e3:.1f}",
+                f"{med['submit_turn'] * 1e3:.1f}",
+                f"{med['submit_s']:.1f}",
+                int(med["submit_turns"]),
+                f"{med['cancel_turn'] * 1e3:.1f}",
+                f"{med['cancel_s']:.1f}",
+                int(med["cancel_turns"]),
+                f"{longest / (med['small'] * 1e3):.0f}x",
+                verdict(longest, TARGET_MS) if batched else "-",
+            ]
+        )
+    print_table(
+        f"Longest loop turn, {opts.elements:,}-element held array: submit, then "
+        f"cancel (median of {opts.runs} runs; target <= {TARGET_MS:.0f} ms)",
+        [
+            "how",
+            "1-job submit ms",
+            "submit: longest turn ms",
+            "submit s",
+            "turns",
+            "cancel: longest turn ms",
+            "cancel s",
+            "turns",
+            "longest / 1-job",
+            "verdict",
+        ],
+        rows,
+    )
 
 
 if __name__ == "__main__":

@@ -39,16 +39,24 @@ import bench_big_store as big_store
 import psutil
 from bench_big_batches import ME, new_daemon
 from bench_top import LINES, time_frame
-from common import (Gpusched, gpusched_script, interleaved, median_ms, print_table, ratio,
-                    timed_run, verdict)
+from common import (
+    Gpusched,
+    gpusched_script,
+    interleaved,
+    median_ms,
+    print_table,
+    ratio,
+    timed_run,
+    verdict,
+)
 
 from gpusched.cli.lsview import LS_PENDING_ROWS
 from gpusched.client.connection import Client
 from gpusched.client.paths import resolve_paths
 from gpusched.core.models import Job, Request
+from gpusched.daemon.request import Request as HandlerRequest
 from gpusched.gpus import open_backend
 from gpusched.proc import runfile
-from gpusched.daemon.request import Request as HandlerRequest
 from gpusched.tui.snapshot import SnapshotSource
 
 LS_TARGET = 2.0
@@ -68,12 +76,22 @@ class SlowStart(Gpusched):
 
     def __enter__(self) -> SlowStart:
         started = time.perf_counter()
-        subprocess.run([gpusched_script(), "daemon", "start"], env=self.env,
-                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=False)
+        subprocess.run(
+            [gpusched_script(), "daemon", "start"],
+            env=self.env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            check=False,
+        )
         deadline = time.monotonic() + 600
         while True:
-            proc = subprocess.run([gpusched_script(), "daemon", "status", "--json"],
-                                  env=self.env, capture_output=True, text=True, check=False)
+            proc = subprocess.run(
+                [gpusched_script(), "daemon", "status", "--json"],
+                env=self.env,
+                capture_output=True,
+                text=True,
+                check=False,
+            )
             if proc.returncode == 0:
                 break
             if time.monotonic() > deadline:
@@ -111,11 +129,20 @@ def fill_store(home: Gpusched, count: int) -> float:
 def _pending(job_id: int, user: str, at: float, jobs_dir: str) -> Job:
     stdout, stderr = runfile.log_paths(jobs_dir, job_id)
     single = job_id <= SINGLES
-    return Job(id=job_id, command=("python", "train.py", f"--seed={job_id}"), cwd="/tmp",
-               uid=os.getuid(), user=user, name="eval" if single else "sweep",
-               request=Request(gpus=1), submitted_at=at, stdout_path=stdout,
-               stderr_path=stderr, array_id=None if single else SINGLES + 1,
-               array_index=None if single else job_id - SINGLES - 1)
+    return Job(
+        id=job_id,
+        command=("python", "train.py", f"--seed={job_id}"),
+        cwd="/tmp",
+        uid=os.getuid(),
+        user=user,
+        name="eval" if single else "sweep",
+        request=Request(gpus=1),
+        submitted_at=at,
+        stdout_path=stdout,
+        stderr_path=stderr,
+        array_id=None if single else SINGLES + 1,
+        array_index=None if single else job_id - SINGLES - 1,
+    )
 
 
 def handler_samples(home: Gpusched, runs: int) -> dict[str, list[float]]:
@@ -125,10 +152,12 @@ def handler_samples(home: Gpusched, runs: int) -> dict[str, list[float]]:
     handle = daemon.handlers.handle
     try:
         version = handle(HandlerRequest("snapshot", {"lean": True}, ME))["pending_version"]
-        requests = {"ls": ("list", {"pending_rows": LS_PENDING_ROWS}),
-                    "ls --all page": ("list", {"all": True, "stream": "pages"}),
-                    "snapshot first": ("snapshot", {"lean": True}),
-                    "snapshot steady": ("snapshot", {"lean": True, "pending_version": version})}
+        requests = {
+            "ls": ("list", {"pending_rows": LS_PENDING_ROWS}),
+            "ls --all page": ("list", {"all": True, "stream": "pages"}),
+            "snapshot first": ("snapshot", {"lean": True}),
+            "snapshot steady": ("snapshot", {"lean": True, "pending_version": version}),
+        }
         samples: dict[str, list[float]] = {name: [] for name in requests}
         for _ in range(runs):
             for name, (cmd, args) in requests.items():
@@ -143,8 +172,10 @@ def handler_samples(home: Gpusched, runs: int) -> dict[str, list[float]]:
 
 def ls_samples(empty: Gpusched, big: Gpusched, runs: int) -> dict[str, list[float]]:
     script = gpusched_script()
-    contenders = {"empty": lambda: timed_run([script, "ls"], empty.env)[0],
-                  "big": lambda: timed_run([script, "ls"], big.env)[0]}
+    contenders = {
+        "empty": lambda: timed_run([script, "ls"], empty.env)[0],
+        "big": lambda: timed_run([script, "ls"], big.env)[0],
+    }
     for run in contenders.values():  # warm the page cache and byte-code, untimed
         run()
     return interleaved(runs, contenders)
@@ -158,6 +189,7 @@ def run_measured(argv: list[str], env: dict[str, str], daemon_pid: int) -> tuple
         while not done.is_set():
             peak[0] = max(peak[0], daemon.memory_info().rss)
             done.wait(0.02)
+
     sampler = threading.Thread(target=sample)
     sampler.start()
     start = time.perf_counter()
@@ -213,7 +245,8 @@ def main() -> None:
         idle_rss = psutil.Process(big.pid).memory_info().rss
         _, plain_client_rss, _ = run_measured([script, "ls"], big.env, big.pid)
         all_s, all_client_rss, all_daemon_rss = run_measured(
-            [script, "ls", "--all", "--json"], big.env, big.pid)
+            [script, "ls", "--all", "--json"], big.env, big.pid
+        )
         top_empty, top_big = snapshot_samples(empty, args.runs), snapshot_samples(big, args.runs)
     own_empty, own_big = handler_samples(empty, args.runs), handler_samples(big, args.runs)
     med = {name: median_ms(values) for name, values in ls.items()}
@@ -224,28 +257,69 @@ def main() -> None:
     print_table(
         f"an empty queue vs {label} pending jobs, as users see it; medians of {args.runs} runs",
         ["measure", "empty", label, "ratio", "target"],
-        [["ls", f"{med['empty']:.0f} ms", f"{med['big']:.0f} ms", ratio(med["big"], med["empty"]),
-          f"<= {LS_TARGET:g}x {verdict(med['big'] / med['empty'], LS_TARGET)}"],
-         ["ls --all --json > /dev/null (one run)", "", f"{all_s:.1f} s", "", ""],
-         ["  client peak RSS, vs plain ls", f"{plain_client_rss / mib:.0f} MB",
-          f"{all_client_rss / mib:.0f} MB", ratio(all_client_rss, plain_client_rss), "flat"],
-         ["  daemon peak RSS, vs before", f"{idle_rss / mib:.0f} MB",
-          f"{all_daemon_rss / mib:.0f} MB", ratio(all_daemon_rss, idle_rss), "flat"],
-         ["top: a client's first snapshot", f"{first_e:.1f} ms", f"{first_b:.1f} ms",
-          ratio(first_b, first_e), ""],
-         ["top: a steady snapshot", f"{steady_e:.1f} ms", f"{steady_b:.1f} ms",
-          ratio(steady_b, steady_e),
-          f"<= {SNAPSHOT_TARGET_MS:g} ms {verdict(steady_b, SNAPSHOT_TARGET_MS)}"],
-         ["top: a frame, 140x50", f"{frame_e:.1f} ms", f"{frame_b:.1f} ms",
-          ratio(frame_b, frame_e), f"<= {FRAME_TARGET_MS:g} ms {verdict(frame_b, FRAME_TARGET_MS)}"]])
+        [
+            [
+                "ls",
+                f"{med['empty']:.0f} ms",
+                f"{med['big']:.0f} ms",
+                ratio(med["big"], med["empty"]),
+                f"<= {LS_TARGET:g}x {verdict(med['big'] / med['empty'], LS_TARGET)}",
+            ],
+            ["ls --all --json > /dev/null (one run)", "", f"{all_s:.1f} s", "", ""],
+            [
+                "  client peak RSS, vs plain ls",
+                f"{plain_client_rss / mib:.0f} MB",
+                f"{all_client_rss / mib:.0f} MB",
+                ratio(all_client_rss, plain_client_rss),
+                "flat",
+            ],
+            [
+                "  daemon peak RSS, vs before",
+                f"{idle_rss / mib:.0f} MB",
+                f"{all_daemon_rss / mib:.0f} MB",
+                ratio(all_daemon_rss, idle_rss),
+                "flat",
+            ],
+            [
+                "top: a client's first snapshot",
+                f"{first_e:.1f} ms",
+                f"{first_b:.1f} ms",
+                ratio(first_b, first_e),
+                "",
+            ],
+            [
+                "top: a steady snapshot",
+                f"{steady_e:.1f} ms",
+                f"{steady_b:.1f} ms",
+                ratio(steady_b, steady_e),
+                f"<= {SNAPSHOT_TARGET_MS:g} ms {verdict(steady_b, SNAPSHOT_TARGET_MS)}",
+            ],
+            [
+                "top: a frame, 140x50",
+                f"{frame_e:.1f} ms",
+                f"{frame_b:.1f} ms",
+                ratio(frame_b, frame_e),
+                f"<= {FRAME_TARGET_MS:g} ms {verdict(frame_b, FRAME_TARGET_MS)}",
+            ],
+        ],
+    )
     print_table(
         f"the daemon's own work per request (its handler, no pass); medians of {args.runs} runs",
         ["request", "empty", label, "ratio", "target"],
-        [[name, f"{median_ms(own_empty[name]):.2f} ms", f"{median_ms(own_big[name]):.2f} ms",
-          ratio(median_ms(own_big[name]), median_ms(own_empty[name])),
-          f"<= {SNAPSHOT_TARGET_MS:g} ms "
-          f"{verdict(median_ms(own_big[name]), SNAPSHOT_TARGET_MS)}" if "snapshot" in name else ""]
-         for name in own_big])
+        [
+            [
+                name,
+                f"{median_ms(own_empty[name]):.2f} ms",
+                f"{median_ms(own_big[name]):.2f} ms",
+                ratio(median_ms(own_big[name]), median_ms(own_empty[name])),
+                f"<= {SNAPSHOT_TARGET_MS:g} ms "
+                f"{verdict(median_ms(own_big[name]), SNAPSHOT_TARGET_MS)}"
+                if "snapshot" in name
+                else "",
+            ]
+            for name in own_big
+        ],
+    )
 
 
 def print_restart(empty: SlowStart, big: SlowStart, label: str) -> None:
@@ -254,15 +328,30 @@ def print_restart(empty: SlowStart, big: SlowStart, label: str) -> None:
         f"a restart: the daemon stopped and started again on an empty queue vs {label} "
         "pending jobs (each its own command); one run",
         ["measure", "empty", label, "ratio", "target"],
-        [["daemon start until it answers", f"{empty.start_s:.2f} s", f"{big.start_s:.2f} s",
-          ratio(big.start_s, empty.start_s),
-          f"<= {RESTART_TARGET_S:g} s {verdict(big.start_s, RESTART_TARGET_S)}"],
-         *([what, f"{getattr(empty, key) / mib:.0f} MB", f"{getattr(big, key) / mib:.0f} MB",
-            ratio(getattr(big, key), getattr(empty, key)),
-            f"<= {RESTART_RSS_TARGET_MB:g} MB "
-            f"{verdict(getattr(big, key) / mib, RESTART_RSS_TARGET_MB)}"]
-           for what, key in (("daemon peak RSS until then", "peak_rss"),
-                             ("daemon RSS once it answers", "rss")))])
+        [
+            [
+                "daemon start until it answers",
+                f"{empty.start_s:.2f} s",
+                f"{big.start_s:.2f} s",
+                ratio(big.start_s, empty.start_s),
+                f"<= {RESTART_TARGET_S:g} s {verdict(big.start_s, RESTART_TARGET_S)}",
+            ],
+            *(
+                [
+                    what,
+                    f"{getattr(empty, key) / mib:.0f} MB",
+                    f"{getattr(big, key) / mib:.0f} MB",
+                    ratio(getattr(big, key), getattr(empty, key)),
+                    f"<= {RESTART_RSS_TARGET_MB:g} MB "
+                    f"{verdict(getattr(big, key) / mib, RESTART_RSS_TARGET_MB)}",
+                ]
+                for what, key in (
+                    ("daemon peak RSS until then", "peak_rss"),
+                    ("daemon RSS once it answers", "rss"),
+                )
+            ),
+        ],
+    )
 
 
 if __name__ == "__main__":

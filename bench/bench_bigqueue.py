@@ -22,9 +22,16 @@ import time
 from pathlib import Path
 
 import psutil
-
-from common import (Gpusched, base_env, gpusched_script, print_table, ratio, scratch_dir,
-                    timed_run, verdict)
+from common import (
+    Gpusched,
+    base_env,
+    gpusched_script,
+    print_table,
+    ratio,
+    scratch_dir,
+    timed_run,
+    verdict,
+)
 
 CONFIG = "[host]\ncpus = 16\n[jobs]\nmax_running = 4\n"
 LINES_PER_FILE = 20_000  # one submit's message stays well under the 16 MiB limit
@@ -70,8 +77,14 @@ def sweep(count: int, window: int) -> dict[str, float]:
         gs.cli("resume")
         gs.wait([ids[window - 1]])
         per_job_ms = (time.perf_counter() - started) / window * 1e3
-    return {"jobs": count, "window": window, "per_job_ms": per_job_ms, "rss_mb": pending_rss,
-            "restart_s": ready_s, "restarted_rss_mb": restarted_rss}
+    return {
+        "jobs": count,
+        "window": window,
+        "per_job_ms": per_job_ms,
+        "rss_mb": pending_rss,
+        "restart_s": ready_s,
+        "restarted_rss_mb": restarted_rss,
+    }
 
 
 def write_trace(count: int, seed: int = 7) -> Path:
@@ -92,8 +105,9 @@ def simulate_s(count: int) -> tuple[float, float]:
     on a loaded machine the CPU time is the figure that holds still."""
     trace = str(write_trace(count))
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
-    wall_s, _ = timed_run([gpusched_script(), "simulate", trace, "--gpus", "8", "--json"],
-                          base_env())
+    wall_s, _ = timed_run(
+        [gpusched_script(), "simulate", trace, "--gpus", "8", "--json"], base_env()
+    )
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     return wall_s, (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
 
@@ -102,14 +116,24 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--jobs", type=int, default=100_000)
     parser.add_argument("--small", type=int, default=100)
-    parser.add_argument("--window", type=int, default=2_000,
-                        help="jobs timed of the big queue (the small one runs whole)")
+    parser.add_argument(
+        "--window",
+        type=int,
+        default=2_000,
+        help="jobs timed of the big queue (the small one runs whole)",
+    )
     parser.add_argument("--sweep", action="store_true", help="time the whole big queue")
     parser.add_argument("--sim-jobs", type=int, default=100_000)
-    parser.add_argument("--quick", action="store_true",
-                        help="20,000 jobs, a window of 300, a 5,000-job trace: about a minute")
-    parser.add_argument("--simulate-only", action="store_true",
-                        help="only the `gpusched simulate` figure (no daemon, no sweep)")
+    parser.add_argument(
+        "--quick",
+        action="store_true",
+        help="20,000 jobs, a window of 300, a 5,000-job trace: about a minute",
+    )
+    parser.add_argument(
+        "--simulate-only",
+        action="store_true",
+        help="only the `gpusched simulate` figure (no daemon, no sweep)",
+    )
     args = parser.parse_args()
     if args.quick:
         args.jobs, args.window, args.sim_jobs = 20_000, 300, 5_000
@@ -122,22 +146,44 @@ def print_sweeps(args: argparse.Namespace) -> None:
     small = sweep(args.small, args.small)
     big = sweep(args.jobs, args.jobs if args.sweep else args.window)
     per_job = big["per_job_ms"] / small["per_job_ms"]
-    print_table(f"A sweep of {args.jobs:,} `true` jobs against one of {args.small} "
-                "(max_running = 4)", ["figure", f"{args.small} queued", f"{args.jobs:,} queued",
-                                      "ratio", "target", ""], [
-        ["per-job cost (ms)", f"{small['per_job_ms']:.2f}", f"{big['per_job_ms']:.2f}",
-         ratio(big["per_job_ms"], small["per_job_ms"]), "<= 1.5x",
-         verdict(per_job, TARGETS["per_job"])],
-        ["daemon RSS, all pending (MB)", f"{small['rss_mb']:.0f}", f"{big['rss_mb']:.0f}",
-         ratio(big["rss_mb"], small["rss_mb"]), "<= 150 MB",
-         verdict(big["rss_mb"], TARGETS["rss_mb"])],
-        ["restart until ready (s)", f"{small['restart_s']:.2f}", f"{big['restart_s']:.2f}",
-         ratio(big["restart_s"], small["restart_s"]), "<= 5 s",
-         verdict(big["restart_s"], TARGETS["restart_s"])],
-        ["RSS after the restart (MB)", f"{small['restarted_rss_mb']:.0f}",
-         f"{big['restarted_rss_mb']:.0f}",
-         ratio(big["restarted_rss_mb"], small["restarted_rss_mb"]), "<= 150 MB",
-         verdict(big["restarted_rss_mb"], TARGETS["rss_mb"])]])
+    print_table(
+        f"A sweep of {args.jobs:,} `true` jobs against one of {args.small} (max_running = 4)",
+        ["figure", f"{args.small} queued", f"{args.jobs:,} queued", "ratio", "target", ""],
+        [
+            [
+                "per-job cost (ms)",
+                f"{small['per_job_ms']:.2f}",
+                f"{big['per_job_ms']:.2f}",
+                ratio(big["per_job_ms"], small["per_job_ms"]),
+                "<= 1.5x",
+                verdict(per_job, TARGETS["per_job"]),
+            ],
+            [
+                "daemon RSS, all pending (MB)",
+                f"{small['rss_mb']:.0f}",
+                f"{big['rss_mb']:.0f}",
+                ratio(big["rss_mb"], small["rss_mb"]),
+                "<= 150 MB",
+                verdict(big["rss_mb"], TARGETS["rss_mb"]),
+            ],
+            [
+                "restart until ready (s)",
+                f"{small['restart_s']:.2f}",
+                f"{big['restart_s']:.2f}",
+                ratio(big["restart_s"], small["restart_s"]),
+                "<= 5 s",
+                verdict(big["restart_s"], TARGETS["restart_s"]),
+            ],
+            [
+                "RSS after the restart (MB)",
+                f"{small['restarted_rss_mb']:.0f}",
+                f"{big['restarted_rss_mb']:.0f}",
+                ratio(big["restarted_rss_mb"], small["restarted_rss_mb"]),
+                "<= 150 MB",
+                verdict(big["restarted_rss_mb"], TARGETS["rss_mb"]),
+            ],
+        ],
+    )
 
 
 def print_simulate(sim_jobs: int) -> None:
@@ -147,14 +193,28 @@ def print_simulate(sim_jobs: int) -> None:
     smalls = [simulate_s(1_000) for _ in range(3)]
     small_sim, small_cpu = (statistics.median(run[n] for run in smalls) for n in (0, 1))
     big_sim, big_cpu = simulate_s(sim_jobs)
-    print_table(f"`gpusched simulate` of a {sim_jobs:,}-job synthetic trace against 1,000",
-                ["figure", "1,000 jobs", f"{sim_jobs:,} jobs", "ratio per job", "target", ""],
-                [["replay (s)", f"{small_sim:.2f}", f"{big_sim:.2f}",
-                  ratio(big_sim / sim_jobs, small_sim / 1_000), "<= 30 s",
-                  verdict(big_sim, TARGETS["simulate_s"])],
-                 ["its CPU time (s)", f"{small_cpu:.2f}", f"{big_cpu:.2f}",
-                  ratio(big_cpu / sim_jobs, small_cpu / 1_000), "<= 30 s",
-                  verdict(big_cpu, TARGETS["simulate_s"])]])
+    print_table(
+        f"`gpusched simulate` of a {sim_jobs:,}-job synthetic trace against 1,000",
+        ["figure", "1,000 jobs", f"{sim_jobs:,} jobs", "ratio per job", "target", ""],
+        [
+            [
+                "replay (s)",
+                f"{small_sim:.2f}",
+                f"{big_sim:.2f}",
+                ratio(big_sim / sim_jobs, small_sim / 1_000),
+                "<= 30 s",
+                verdict(big_sim, TARGETS["simulate_s"]),
+            ],
+            [
+                "its CPU time (s)",
+                f"{small_cpu:.2f}",
+                f"{big_cpu:.2f}",
+                ratio(big_cpu / sim_jobs, small_cpu / 1_000),
+                "<= 30 s",
+                verdict(big_cpu, TARGETS["simulate_s"]),
+            ],
+        ],
+    )
 
 
 if __name__ == "__main__":

@@ -16,8 +16,16 @@ import sys
 import threading
 import time
 
-from common import (Gpusched, gpusched_script, interleaved, print_table, ratio, scratch_dir,
-                    timed_run, verdict)
+from common import (
+    Gpusched,
+    gpusched_script,
+    interleaved,
+    print_table,
+    ratio,
+    scratch_dir,
+    timed_run,
+    verdict,
+)
 
 WHOLE_S = 10.0  # 100,000 lines, end to end
 STALL_MS = 100.0  # the loop's longest turn while they are stored
@@ -36,8 +44,18 @@ def submit_sweep(daemon: Gpusched, lines: int) -> float:
     """Seconds for `submit --hold --gpus 0 --from-file` of `lines` lines; NaN (said on
     stderr) when it is refused, as gpusched before streamed submits refuses 100,000."""
     try:
-        elapsed, out = timed_run([gpusched_script(), "submit", "--hold", "--gpus", "0",
-                                  "--from-file", sweep_file(lines)], daemon.env)
+        elapsed, out = timed_run(
+            [
+                gpusched_script(),
+                "submit",
+                "--hold",
+                "--gpus",
+                "0",
+                "--from-file",
+                sweep_file(lines),
+            ],
+            daemon.env,
+        )
     except RuntimeError as exc:
         print(f"refused: {exc}", file=sys.stderr)
         return math.nan
@@ -96,32 +114,56 @@ def main() -> None:
             if math.isnan(submit_sweep(full, opts.lines)):  # refused: in as many as it takes
                 for start in range(0, opts.lines, 20_000):
                     submit_sweep(full, min(20_000, opts.lines - start))
-            latency = interleaved(opts.rounds, {"empty": lambda: one_submit(empty),
-                                                "full": lambda: one_submit(full)})
+            latency = interleaved(
+                opts.rounds, {"empty": lambda: one_submit(empty), "full": lambda: one_submit(full)}
+            )
     big, small = statistics.median(big_s), statistics.median(small_s)
     per_line_ratio = (big / opts.lines) / (small / opts.small)
     answers = answers or [math.nan]
     stall_ms = max(answers) * 1e3
     lat_empty, lat_full = (statistics.median(latency[k]) * 1e3 for k in ("empty", "full"))
-    print_table(f"submit --from-file: {opts.lines:,} lines against {opts.small:,} "
-                f"(median of {opts.runs}; target <= {WHOLE_S:.0f} s for 100,000)",
-                ["lines", "wall s", "us per line", "per line / small", "verdict"],
-                [[f"{opts.small:,}", f"{small:.2f}", f"{small / opts.small * 1e6:.0f}", "1.00x", "-"],
-                 [f"{opts.lines:,}", f"{big:.2f}", f"{big / opts.lines * 1e6:.0f}",
-                  f"{per_line_ratio:.2f}x",
-                  verdict(big * 100_000 / opts.lines, WHOLE_S)]])
-    print_table(f"The loop while they are stored: `show` polled back to back "
-                f"({len(answers)} answers; target: longest <= {STALL_MS:.0f} ms)",
-                ["median ms", "longest ms", "longest / median", "verdict"],
-                [[f"{statistics.median(answers) * 1e3:.1f}", f"{stall_ms:.1f}",
-                  ratio(stall_ms, statistics.median(answers) * 1e3),
-                  verdict(stall_ms, STALL_MS)]])
-    print_table(f"submit --hold -- true: {opts.lines:,} pending against none (median of "
-                f"{opts.rounds}, interleaved; target <= {LATENCY_RATIO}x)",
-                ["queue", "ms", "ratio", "verdict"],
-                [["empty", f"{lat_empty:.1f}", "1.00x", "-"],
-                 [f"{opts.lines:,} pending", f"{lat_full:.1f}", ratio(lat_full, lat_empty),
-                  verdict(lat_full / lat_empty, LATENCY_RATIO)]])
+    print_table(
+        f"submit --from-file: {opts.lines:,} lines against {opts.small:,} "
+        f"(median of {opts.runs}; target <= {WHOLE_S:.0f} s for 100,000)",
+        ["lines", "wall s", "us per line", "per line / small", "verdict"],
+        [
+            [f"{opts.small:,}", f"{small:.2f}", f"{small / opts.small * 1e6:.0f}", "1.00x", "-"],
+            [
+                f"{opts.lines:,}",
+                f"{big:.2f}",
+                f"{big / opts.lines * 1e6:.0f}",
+                f"{per_line_ratio:.2f}x",
+                verdict(big * 100_000 / opts.lines, WHOLE_S),
+            ],
+        ],
+    )
+    print_table(
+        f"The loop while they are stored: `show` polled back to back "
+        f"({len(answers)} answers; target: longest <= {STALL_MS:.0f} ms)",
+        ["median ms", "longest ms", "longest / median", "verdict"],
+        [
+            [
+                f"{statistics.median(answers) * 1e3:.1f}",
+                f"{stall_ms:.1f}",
+                ratio(stall_ms, statistics.median(answers) * 1e3),
+                verdict(stall_ms, STALL_MS),
+            ]
+        ],
+    )
+    print_table(
+        f"submit --hold -- true: {opts.lines:,} pending against none (median of "
+        f"{opts.rounds}, interleaved; target <= {LATENCY_RATIO}x)",
+        ["queue", "ms", "ratio", "verdict"],
+        [
+            ["empty", f"{lat_empty:.1f}", "1.00x", "-"],
+            [
+                f"{opts.lines:,} pending",
+                f"{lat_full:.1f}",
+                ratio(lat_full, lat_empty),
+                verdict(lat_full / lat_empty, LATENCY_RATIO),
+            ],
+        ],
+    )
 
 
 if __name__ == "__main__":

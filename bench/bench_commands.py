@@ -17,8 +17,18 @@ from __future__ import annotations
 
 import argparse
 
-from common import (Gpusched, gpusched_script, interleaved, median_ms, plain_install_gpusched,
-                    print_table, ratio, script_python, timed_run, verdict)
+from common import (
+    Gpusched,
+    gpusched_script,
+    interleaved,
+    median_ms,
+    plain_install_gpusched,
+    print_table,
+    ratio,
+    script_python,
+    timed_run,
+    verdict,
+)
 
 TARGET_RATIO = 2.0
 SUBMIT_TARGET_RATIO = 1.5
@@ -27,6 +37,7 @@ SCRIPT_OWN = "python -c 'import re, sys' (older pip's script)"
 
 def prepare(gs: Gpusched, script: str) -> dict[str, list[str]]:
     """A few jobs in every state a listing shows, and each command's arguments."""
+
     def submit(*args: str) -> str:
         return timed_run([script, "submit", *args], gs.env)[1].strip()
 
@@ -38,9 +49,16 @@ def prepare(gs: Gpusched, script: str) -> dict[str, list[str]]:
     # Pending on its dependency, which never starts: hold and release leave it pending.
     waiting = submit("--after", blocker, "--name", "waiting", "--", "true")
     submit("--array", "0-3", "--hold", "--", "true")
-    return {"ls": ["ls"], "show": ["show", ended], "gpus": ["gpus"], "wait": ["wait", ended],
-            "cancel": ["cancel", cancelled], "logs": ["logs", ended],
-            "hold": ["hold", waiting], "release": ["release", waiting]}
+    return {
+        "ls": ["ls"],
+        "show": ["show", ended],
+        "gpus": ["gpus"],
+        "wait": ["wait", ended],
+        "cancel": ["cancel", cancelled],
+        "logs": ["logs", ended],
+        "hold": ["hold", waiting],
+        "release": ["release", waiting],
+    }
 
 
 def main() -> None:
@@ -57,13 +75,15 @@ def main() -> None:
             return lambda: timed_run(argv, env)[0]
 
         contenders = {"python -c pass": run([python, "-c", "pass"], gs.env)}
-        contenders.update({" ".join(argv[:1]): run([script, *argv], gs.env)
-                           for argv in commands.values()})
+        contenders.update(
+            {" ".join(argv[:1]): run([script, *argv], gs.env) for argv in commands.values()}
+        )
         # Held, so that no job starts between samples; in a queue of its own, so that
         # the jobs it adds do not lengthen the `ls` above.
         contenders["submit"] = run([script, "submit", "--hold", "--", "true"], queue.env)
-        contenders["ls (typer path)"] = run([script, "ls"],
-                                            {**gs.env, "GPUSCHED_NO_FAST_PATH": "1"})
+        contenders["ls (typer path)"] = run(
+            [script, "ls"], {**gs.env, "GPUSCHED_NO_FAST_PATH": "1"}
+        )
         # What an older pip's console script imports for itself before gpusched's code
         # (common.OLD_PIP_SCRIPT); the script timed above is the one this venv's pip writes.
         contenders[SCRIPT_OWN] = run([python, "-c", "import re, sys"], gs.env)
@@ -79,10 +99,20 @@ def main() -> None:
         target = SUBMIT_TARGET_RATIO if name == "submit" else TARGET_RATIO
         shown_target = "" if "typer" in name or name == SCRIPT_OWN else f"<= {target:.1f}x"
         label = name if name == SCRIPT_OWN else f"gpusched {name}"
-        rows.append([label, f"{ms:.1f} ms", ratio(ms, floor_ms), shown_target,
-                     verdict(ms / floor_ms, target) if shown_target else ""])
-    print_table(f"everyday commands, median wall time ({args.runs} runs each, interleaved)",
-                ["command", "median", "ratio to floor", "target", "verdict"], rows)
+        rows.append(
+            [
+                label,
+                f"{ms:.1f} ms",
+                ratio(ms, floor_ms),
+                shown_target,
+                verdict(ms / floor_ms, target) if shown_target else "",
+            ]
+        )
+    print_table(
+        f"everyday commands, median wall time ({args.runs} runs each, interleaved)",
+        ["command", "median", "ratio to floor", "target", "verdict"],
+        rows,
+    )
 
 
 if __name__ == "__main__":

@@ -39,42 +39,89 @@ def replay(trace: traces.Trace, discipline: str, margin_pct: float | None) -> di
     started = time.perf_counter()
     if margin_pct is not None:
         model = estimates.memory_model(jobs)
-        jobs = estimates.with_estimates(jobs, model, check_choices(GPUS, "pack", discipline),
-                                        margin_pct)
+        jobs = estimates.with_estimates(
+            jobs, model, check_choices(GPUS, "pack", discipline), margin_pct
+        )
     results = simulator.simulate(jobs, gpus=GPUS, discipline=discipline)
     metrics = simulator.compute_metrics(results, GPUS)
     found = estimates.report(jobs, model, results) if model else None
-    return {"jct_h": metrics.avg_jct_s / 3600, "util": metrics.gpu_utilization,
-            "found": found, "s": time.perf_counter() - started}
+    return {
+        "jct_h": metrics.avg_jct_s / 3600,
+        "util": metrics.gpu_utilization,
+        "found": found,
+        "s": time.perf_counter() - started,
+    }
 
 
 def replay_table(trace: traces.Trace, disciplines: tuple[str, ...]) -> None:
     rows = []
     for discipline in disciplines:
         peer = replay(trace, discipline, None)
-        rows.append((f"{discipline}, whole GPUs (peer)", f"{peer['jct_h']:.3f}", "1.00x",
-                     f"{peer['util'] * 100:.1f}", "-", "-", "-", f"{peer['s']:.2f}"))
+        rows.append(
+            (
+                f"{discipline}, whole GPUs (peer)",
+                f"{peer['jct_h']:.3f}",
+                "1.00x",
+                f"{peer['util'] * 100:.1f}",
+                "-",
+                "-",
+                "-",
+                f"{peer['s']:.2f}",
+            )
+        )
         for margin in MARGINS_PCT:
             ours = replay(trace, discipline, margin)
             found = ours["found"]
-            rows.append((f"{discipline}, --gpu-mem auto +{margin:g}%", f"{ours['jct_h']:.3f}",
-                         ratio(ours["jct_h"], peer["jct_h"]), f"{ours['util'] * 100:.1f}",
-                         f"{found.estimated}/{found.jobs}", str(found.shared_gpu),
-                         str(found.would_oom), f"{ours['s']:.2f}"))
-    print_table(f"{trace.source} on {GPUS} GPUs at load {LOAD}: whole GPUs vs --gpu-mem auto",
-                ["replay", "avg JCT h", "vs peer", "GPU util %", "estimated", "shared a GPU",
-                 "would OOM", "replay s"], rows)
+            rows.append(
+                (
+                    f"{discipline}, --gpu-mem auto +{margin:g}%",
+                    f"{ours['jct_h']:.3f}",
+                    ratio(ours["jct_h"], peer["jct_h"]),
+                    f"{ours['util'] * 100:.1f}",
+                    f"{found.estimated}/{found.jobs}",
+                    str(found.shared_gpu),
+                    str(found.would_oom),
+                    f"{ours['s']:.2f}",
+                )
+            )
+    print_table(
+        f"{trace.source} on {GPUS} GPUs at load {LOAD}: whole GPUs vs --gpu-mem auto",
+        [
+            "replay",
+            "avg JCT h",
+            "vs peer",
+            "GPU util %",
+            "estimated",
+            "shared a GPU",
+            "would OOM",
+            "replay s",
+        ],
+        rows,
+    )
 
 
 def _store(path: Path, jobs: int, keys: int) -> Store:
     """A store of `jobs` finished jobs over `keys` keys, each with a GPU peak."""
     store = Store(path)
     with store.write():
-        store.insert(Job(id=0, command=("python", "train.py"), cwd="/", uid=1000, user="u",
-                         request=Request(gpus=1, gpu_mem_bytes=2**34), name=f"job{n % keys}",
-                         job_key=f"job{n % keys}", state=JobState.SUCCEEDED, submitted_at=n,
-                         started_at=n, ended_at=n + 1, gpu_mem_peak_bytes=2**33 + n)
-                     for n in range(jobs))
+        store.insert(
+            Job(
+                id=0,
+                command=("python", "train.py"),
+                cwd="/",
+                uid=1000,
+                user="u",
+                request=Request(gpus=1, gpu_mem_bytes=2**34),
+                name=f"job{n % keys}",
+                job_key=f"job{n % keys}",
+                state=JobState.SUCCEEDED,
+                submitted_at=n,
+                started_at=n,
+                ended_at=n + 1,
+                gpu_mem_peak_bytes=2**33 + n,
+            )
+            for n in range(jobs)
+        )
     return store
 
 
@@ -91,9 +138,11 @@ def lookup_table(jobs: int, runs: int) -> None:
                 samples.append(time.perf_counter() - start)
             store.close()
             timings[label] = statistics.median(samples)
-    print_table(f"Store.gpu_peaks (the --gpu-mem auto lookup, 50 runs): median of {runs}",
-                ["store", "median ms", "vs peer"],
-                [(label, f"{s * 1e3:.3f}", ratio(s, timings[peer])) for label, s in timings.items()])
+    print_table(
+        f"Store.gpu_peaks (the --gpu-mem auto lookup, 50 runs): median of {runs}",
+        ["store", "median ms", "vs peer"],
+        [(label, f"{s * 1e3:.3f}", ratio(s, timings[peer])) for label, s in timings.items()],
+    )
 
 
 def main() -> None:
@@ -105,8 +154,10 @@ def main() -> None:
     args = parser.parse_args()
     if not args.trace.exists():
         raise SystemExit(f"no trace at {args.trace}; pass --trace PATH")
-    replay_table(traces.prepare(args.trace, gpus=GPUS, load=LOAD, arrivals="trace", seed=0),
-                 ("fifo",) if args.fifo_only else ("fifo", "backfill"))
+    replay_table(
+        traces.prepare(args.trace, gpus=GPUS, load=LOAD, arrivals="trace", seed=0),
+        ("fifo",) if args.fifo_only else ("fifo", "backfill"),
+    )
     lookup_table(args.jobs, args.runs)
 
 

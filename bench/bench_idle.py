@@ -13,7 +13,6 @@ import time
 from dataclasses import dataclass, field
 
 import psutil
-
 from common import Gpusched, TaskSpooler, cpu_seconds, print_table, ratio, verdict
 
 CPU_TARGET_PCT = 1.0
@@ -78,14 +77,30 @@ def main() -> None:
     print_table(
         f"idle daemon over {wall_s:.0f} s (gpusched: 8 simulated GPUs)",
         ["measure", "gpusched", "tsp server", "ratio", "target"],
-        [["CPU, % of one core", f"{cpu_pct(ours):.2f} %", f"{cpu_pct(peer):.2f} %",
-          ratio(cpu_pct(ours), cpu_pct(peer)),
-          f"<= {CPU_TARGET_PCT:g} % {verdict(cpu_pct(ours), CPU_TARGET_PCT)}"],
-         ["RSS, largest sample", f"{rss_mb(ours):.1f} MB", f"{rss_mb(peer):.1f} MB",
-          ratio(rss_mb(ours), rss_mb(peer)),
-          f"<= {RSS_TARGET_MB:g} MB {verdict(rss_mb(ours), RSS_TARGET_MB)}"],
-         ["main-thread wake-ups per second", f"{ours.switches / wall_s:.1f}",
-          f"{peer.switches / wall_s:.1f}", "", ""]])
+        [
+            [
+                "CPU, % of one core",
+                f"{cpu_pct(ours):.2f} %",
+                f"{cpu_pct(peer):.2f} %",
+                ratio(cpu_pct(ours), cpu_pct(peer)),
+                f"<= {CPU_TARGET_PCT:g} % {verdict(cpu_pct(ours), CPU_TARGET_PCT)}",
+            ],
+            [
+                "RSS, largest sample",
+                f"{rss_mb(ours):.1f} MB",
+                f"{rss_mb(peer):.1f} MB",
+                ratio(rss_mb(ours), rss_mb(peer)),
+                f"<= {RSS_TARGET_MB:g} MB {verdict(rss_mb(ours), RSS_TARGET_MB)}",
+            ],
+            [
+                "main-thread wake-ups per second",
+                f"{ours.switches / wall_s:.1f}",
+                f"{peer.switches / wall_s:.1f}",
+                "",
+                "",
+            ],
+        ],
+    )
 
 
 if __name__ == "__main__":

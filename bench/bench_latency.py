@@ -13,11 +13,22 @@ from __future__ import annotations
 import argparse
 import time
 from collections import defaultdict
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
-from common import (TSP, Gpusched, TaskSpooler, gpusched_script, interleaved, median_ms,
-                    print_table, ratio, scratch_dir, timed_run, verdict)
+from common import (
+    TSP,
+    Gpusched,
+    TaskSpooler,
+    gpusched_script,
+    interleaved,
+    median_ms,
+    print_table,
+    ratio,
+    scratch_dir,
+    timed_run,
+    verdict,
+)
 
 TARGET_MS = 50.0
 
@@ -33,8 +44,9 @@ def gpusched_sampler(gs: Gpusched, seen: dict[str, list[float]]) -> Callable[[],
     def sample() -> float:
         path = scratch_dir() / f"gs-{next(count)}"
         before = time.time()
-        _, out = timed_run([gpusched_script(), "submit", "--gpus", "1", "--",
-                            *stamp_command(path)], gs.env)
+        _, out = timed_run(
+            [gpusched_script(), "submit", "--gpus", "1", "--", *stamp_command(path)], gs.env
+        )
         returned = time.time()
         job = gs.wait([int(out)])[0]
         ran_at = float(path.read_text())
@@ -42,6 +54,7 @@ def gpusched_sampler(gs: Gpusched, seen: dict[str, list[float]]) -> Callable[[],
         seen["queued_to_launch"].append(job["started_at"] - job["submitted_at"])
         seen["queued_to_run"].append(ran_at - job["submitted_at"])
         return ran_at - before
+
     return sample
 
 
@@ -57,6 +70,7 @@ def tsp_sampler(ts: TaskSpooler, seen: dict[str, list[float]]) -> Callable[[], f
         ran_at = float(path.read_text())
         seen["returned_to_run"].append(ran_at - returned)
         return ran_at - before
+
     return sample
 
 
@@ -77,18 +91,28 @@ def main() -> None:
     def row(label: str, ours: list[float], peer: list[float] | None, target: float = 0) -> list:
         ours_ms = median_ms(ours)
         peer_ms = median_ms(peer) if peer else None
-        return [label, f"{ours_ms:.1f} ms", f"{peer_ms:.1f} ms" if peer_ms else "",
-                ratio(ours_ms, peer_ms) if peer_ms else "",
-                verdict(ours_ms, target) if target else ""]
+        return [
+            label,
+            f"{ours_ms:.1f} ms",
+            f"{peer_ms:.1f} ms" if peer_ms else "",
+            ratio(ours_ms, peer_ms) if peer_ms else "",
+            verdict(ours_ms, target) if target else "",
+        ]
 
     print_table(
         f"submit-to-start latency, median ({args.runs} jobs each, interleaved, free GPUs)",
         ["from -> to", "gpusched", "tsp", "ratio", f"target <= {TARGET_MS:.0f} ms"],
-        [row("submit command spawned -> job runs", e2e["gs"], e2e["ts"]),
-         row("submit command returned -> job runs", gs_seen["returned_to_run"],
-             ts_seen["returned_to_run"]),
-         row("daemon queued job -> shim launched", gs_seen["queued_to_launch"], None),
-         row("daemon queued job -> job runs", gs_seen["queued_to_run"], None, TARGET_MS)])
+        [
+            row("submit command spawned -> job runs", e2e["gs"], e2e["ts"]),
+            row(
+                "submit command returned -> job runs",
+                gs_seen["returned_to_run"],
+                ts_seen["returned_to_run"],
+            ),
+            row("daemon queued job -> shim launched", gs_seen["queued_to_launch"], None),
+            row("daemon queued job -> job runs", gs_seen["queued_to_run"], None, TARGET_MS),
+        ],
+    )
 
 
 if __name__ == "__main__":

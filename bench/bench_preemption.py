@@ -26,22 +26,32 @@ GPUS = 8
 def replay(trace: traces.Trace, urgent: frozenset[int], preemption: bool) -> dict[str, float]:
     start = time.perf_counter()
     model = preemptsim.PreemptionModel() if preemption else None
-    results, count = preemptsim.simulate_with_priorities(trace.jobs, gpus=GPUS, urgent=urgent,
-                                                         model=model)
+    results, count = preemptsim.simulate_with_priorities(
+        trace.jobs, gpus=GPUS, urgent=urgent, model=model
+    )
     wall_s = time.perf_counter() - start
     every = simulator.compute_metrics(results, GPUS)
     high = simulator.compute_metrics([r for n, r in enumerate(results) if n in urgent], GPUS)
-    return {"high_jct_h": high.avg_jct_s / 3600, "high_bsld": high.avg_bounded_slowdown,
-            "all_jct_h": every.avg_jct_s / 3600, "all_bsld": every.avg_bounded_slowdown,
-            "preemptions": float(count), "wall_s": wall_s}
+    return {
+        "high_jct_h": high.avg_jct_s / 3600,
+        "high_bsld": high.avg_bounded_slowdown,
+        "all_jct_h": every.avg_jct_s / 3600,
+        "all_bsld": every.avg_bounded_slowdown,
+        "preemptions": float(count),
+        "wall_s": wall_s,
+    }
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--trace", type=Path, default=TRACE)
     parser.add_argument("--load", type=float, default=0.5)
-    parser.add_argument("--share", type=float, default=preemptsim.DEFAULT_HIGH_SHARE,
-                        help="share of urgent jobs (default 0.1)")
+    parser.add_argument(
+        "--share",
+        type=float,
+        default=preemptsim.DEFAULT_HIGH_SHARE,
+        help="share of urgent jobs (default 0.1)",
+    )
     parser.add_argument("--seeds", type=int, default=3, help="urgent-job draws (default 3)")
     args = parser.parse_args()
     if not args.trace.exists():
@@ -56,16 +66,37 @@ def main() -> None:
     peer = med[False]
     rows = []
     for name, figures in (("no preemption (peer)", peer), ("preemption", med[True])):
-        rows.append((name, f"{figures['high_jct_h']:.3f}", ratio(figures["high_jct_h"],
-                                                                  peer["high_jct_h"]),
-                     f"{figures['high_bsld']:.2f}", f"{figures['all_jct_h']:.3f}",
-                     ratio(figures["all_jct_h"], peer["all_jct_h"]), f"{figures['all_bsld']:.2f}",
-                     f"{figures['preemptions']:.0f}", f"{figures['wall_s']:.2f}",
-                     ratio(figures["wall_s"], peer["wall_s"])))
-    print_table(f"Preemption, {args.trace.name} on {GPUS} GPUs at load {args.load}, "
-                f"{args.share:.0%} urgent jobs: medians over {args.seeds} seeds",
-                ["replay", "urgent JCT h", "vs peer", "urgent bsld", "all JCT h", "vs peer",
-                 "all bsld", "preemptions", "replay s", "vs peer"], rows)
+        rows.append(
+            (
+                name,
+                f"{figures['high_jct_h']:.3f}",
+                ratio(figures["high_jct_h"], peer["high_jct_h"]),
+                f"{figures['high_bsld']:.2f}",
+                f"{figures['all_jct_h']:.3f}",
+                ratio(figures["all_jct_h"], peer["all_jct_h"]),
+                f"{figures['all_bsld']:.2f}",
+                f"{figures['preemptions']:.0f}",
+                f"{figures['wall_s']:.2f}",
+                ratio(figures["wall_s"], peer["wall_s"]),
+            )
+        )
+    print_table(
+        f"Preemption, {args.trace.name} on {GPUS} GPUs at load {args.load}, "
+        f"{args.share:.0%} urgent jobs: medians over {args.seeds} seeds",
+        [
+            "replay",
+            "urgent JCT h",
+            "vs peer",
+            "urgent bsld",
+            "all JCT h",
+            "vs peer",
+            "all bsld",
+            "preemptions",
+            "replay s",
+            "vs peer",
+        ],
+        rows,
+    )
 
 
 if __name__ == "__main__":

@@ -41,8 +41,9 @@ def one_run(jobs: int, logs_every: int) -> dict[str, float]:
     with tempfile.TemporaryDirectory(prefix="gpusched-bench-") as tmp:
         root = Path(tmp)
         # Keep one finished job: the other ones go, whatever their age.
-        (root / "gpusched.toml").write_text('[jobs]\nkeep_finished = ""\n'
-                                            "keep_finished_count = 1\n[host]\ncpus = 64\n")
+        (root / "gpusched.toml").write_text(
+            '[jobs]\nkeep_finished = ""\nkeep_finished_count = 1\n[host]\ncpus = 64\n'
+        )
         daemon = new_daemon(root)
         _, result = turns_of(daemon, "submit", array_args(root, jobs))
         turns_of(daemon, "cancel", {"ids": [result["array_ids"][0]]})
@@ -53,27 +54,55 @@ def one_run(jobs: int, logs_every: int) -> dict[str, float]:
         gc_s = time.perf_counter() - started
         daemon.state.store.close()
         assert report["jobs"] == jobs - 1, report
-        return {"small": max(small), "gc_turn": max(gc), "gc_s": gc_s, "turns": len(gc),
-                "removed": report["jobs"], "files": len(result["ids"][::logs_every])}
+        return {
+            "small": max(small),
+            "gc_turn": max(gc),
+            "gc_s": gc_s,
+            "turns": len(gc),
+            "removed": report["jobs"],
+            "files": len(result["ids"][::logs_every]),
+        }
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--jobs", type=int, default=100_000)
     parser.add_argument("--runs", type=int, default=1)
-    parser.add_argument("--logs-every", type=int, default=10, metavar="N",
-                        help="a log file for every Nth job (1: all; making them is slow)")
+    parser.add_argument(
+        "--logs-every",
+        type=int,
+        default=10,
+        metavar="N",
+        help="a log file for every Nth job (1: all; making them is slow)",
+    )
     opts = parser.parse_args()
     runs = [one_run(opts.jobs, opts.logs_every) for _ in range(opts.runs)]
     med = {key: statistics.median(r[key] for r in runs) for key in runs[0]}
     longest_ms, small_ms = med["gc_turn"] * 1e3, med["small"] * 1e3
-    print_table(f"Longest loop turn while gc removes {int(med['removed']):,} finished jobs "
-                f"and {int(med['files']):,} logs (median of {opts.runs} run(s); target <= {TARGET_MS:.0f} ms)",
-                ["1-job submit ms", "gc: longest turn ms", "gc s", "turns", "jobs/s",
-                 "longest / 1-job", "verdict"],
-                [[f"{small_ms:.1f}", f"{longest_ms:.1f}", f"{med['gc_s']:.1f}",
-                  int(med["turns"]), f"{med['removed'] / med['gc_s']:,.0f}",
-                  f"{longest_ms / small_ms:.0f}x", verdict(longest_ms, TARGET_MS)]])
+    print_table(
+        f"Longest loop turn while gc removes {int(med['removed']):,} finished jobs "
+        f"and {int(med['files']):,} logs (median of {opts.runs} run(s); target <= {TARGET_MS:.0f} ms)",
+        [
+            "1-job submit ms",
+            "gc: longest turn ms",
+            "gc s",
+            "turns",
+            "jobs/s",
+            "longest / 1-job",
+            "verdict",
+        ],
+        [
+            [
+                f"{small_ms:.1f}",
+                f"{longest_ms:.1f}",
+                f"{med['gc_s']:.1f}",
+                int(med["turns"]),
+                f"{med['removed'] / med['gc_s']:,.0f}",
+                f"{longest_ms / small_ms:.0f}x",
+                verdict(longest_ms, TARGET_MS),
+            ]
+        ],
+    )
 
 
 if __name__ == "__main__":

@@ -19,9 +19,8 @@ import statistics
 import time
 import urllib.request
 
-from prometheus_client import CollectorRegistry, start_http_server
-
 from common import Gpusched, interleaved, median_ms, print_table, ratio, scratch_dir, verdict
+from prometheus_client import CollectorRegistry, start_http_server
 
 TARGET_MS = 5.0
 GPUS, QUEUED = 8, 1000
@@ -80,10 +79,10 @@ def main() -> None:
             started = time.perf_counter()
             get(empty_url)
             return time.perf_counter() - started
+
         for _ in range(5):  # warm: imports, first connections
             scrape(), status_call(), floor()
-        samples = interleaved(args.runs, {"scrape": scrape, "status": status_call,
-                                          "floor": floor})
+        samples = interleaved(args.runs, {"scrape": scrape, "status": status_call, "floor": floor})
         gs.cli("cancel", *map(str, ids))
     empty.shutdown()
 
@@ -92,14 +91,31 @@ def main() -> None:
         f"/metrics scrape, {GPUS} simulated GPUs, {GPUS} jobs running and {QUEUED} pending, "
         f"{args.runs} samples each (a scrape is {statistics.median(size) / 1024:.1f} KiB)",
         ["measure", "median", "vs status", "vs empty registry", "target"],
-        [["GET /metrics (the daemon's scrape)", f"{ours:.2f} ms",
-          ratio(ours, median_ms(samples["status"])), ratio(ours, median_ms(samples["floor"])),
-          f"<= {TARGET_MS:g} ms {verdict(ours, TARGET_MS)}"],
-         ["  of which gathering the figures", f"{median_ms(own_s):.2f} ms", "", "", ""],
-         ["`status` over the daemon's socket", f"{median_ms(samples['status']):.2f} ms",
-          "1.00x", "", ""],
-         ["GET of an empty registry (HTTP floor)", f"{median_ms(samples['floor']):.2f} ms",
-          "", "1.00x", ""]])
+        [
+            [
+                "GET /metrics (the daemon's scrape)",
+                f"{ours:.2f} ms",
+                ratio(ours, median_ms(samples["status"])),
+                ratio(ours, median_ms(samples["floor"])),
+                f"<= {TARGET_MS:g} ms {verdict(ours, TARGET_MS)}",
+            ],
+            ["  of which gathering the figures", f"{median_ms(own_s):.2f} ms", "", "", ""],
+            [
+                "`status` over the daemon's socket",
+                f"{median_ms(samples['status']):.2f} ms",
+                "1.00x",
+                "",
+                "",
+            ],
+            [
+                "GET of an empty registry (HTTP floor)",
+                f"{median_ms(samples['floor']):.2f} ms",
+                "",
+                "1.00x",
+                "",
+            ],
+        ],
+    )
 
 
 if __name__ == "__main__":

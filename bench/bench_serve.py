@@ -22,15 +22,23 @@ from pathlib import Path
 from common import REPO_ROOT, interleaved, print_table, ratio
 
 sys.path.insert(0, str(REPO_ROOT / "jobs"))
-from loadgen import LoadResult, run_load  # noqa: E402
+from loadgen import LoadResult, run_load
 
 # An MLP of 17 M parameters: its forward pass for one request costs a few times what the
 # Python HTTP side costs per request, as a real model's does; a batch reads the weights
 # once for all its requests. A much smaller model leaves the HTTP side the bottleneck,
 # and then batching cannot help (the model-only table shows the costs on this machine).
 HIDDEN, LAYERS, FEATURES = 1024, 16, 64
-MODEL_ARGS = ("--features", str(FEATURES), "--hidden", str(HIDDEN), "--layers", str(LAYERS),
-              "--threads", "1")
+MODEL_ARGS = (
+    "--features",
+    str(FEATURES),
+    "--hidden",
+    str(HIDDEN),
+    "--layers",
+    str(LAYERS),
+    "--threads",
+    "1",
+)
 
 
 class Server:
@@ -39,18 +47,31 @@ class Server:
     def __init__(self, *args: str):
         self.args = args
 
-    def __enter__(self) -> "Server":
+    def __enter__(self) -> Server:
         self.dir = tempfile.TemporaryDirectory(prefix="bench-serve-")
         port_file = Path(self.dir.name) / "port"
         self.proc = subprocess.Popen(
-            [sys.executable, str(REPO_ROOT / "jobs" / "serve.py"), "--port", "0",
-             "--port-file", str(port_file), *MODEL_ARGS, *self.args],
-            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+            [
+                sys.executable,
+                str(REPO_ROOT / "jobs" / "serve.py"),
+                "--port",
+                "0",
+                "--port-file",
+                str(port_file),
+                *MODEL_ARGS,
+                *self.args,
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
         deadline = time.monotonic() + 120
         while not port_file.exists():
             if self.proc.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"serve.py {' '.join(self.args)} did not start: "
-                                   f"{self.proc.stderr.read() if self.proc.poll() is not None else ''}")
+                raise RuntimeError(
+                    f"serve.py {' '.join(self.args)} did not start: "
+                    f"{self.proc.stderr.read() if self.proc.poll() is not None else ''}"
+                )
             time.sleep(0.05)
         self.url = f"http://127.0.0.1:{int(port_file.read_text())}"
         run_load(self.url, 4, 0.5, FEATURES)  # warm-up: first calls of each shape are slow
@@ -72,7 +93,6 @@ def model_only(args: argparse.Namespace) -> None:
     """The forward pass alone, in this process, one thread: what batching can win at most."""
     warnings.filterwarnings("ignore", message="Failed to initialize NumPy")  # not needed
     import torch
-
     from serve import build_model
 
     torch.set_num_threads(1)
@@ -88,14 +108,24 @@ def model_only(args: argparse.Namespace) -> None:
                 model(inputs)
                 times_s.append(time.perf_counter() - started_s)
         per_sample_ms[batch] = statistics.median(times_s) * 1e3 / batch
-        rows.append((batch, f"{per_sample_ms[batch] * batch:.2f}", f"{per_sample_ms[batch]:.3f}",
-                     ratio(per_sample_ms[1], per_sample_ms[batch])))
-    print_table(f"Model alone ({HIDDEN} wide, {LAYERS} layers), median of 20 forward passes",
-                ("batch", "ms", "ms per request", "vs batch 1"), rows)
+        rows.append(
+            (
+                batch,
+                f"{per_sample_ms[batch] * batch:.2f}",
+                f"{per_sample_ms[batch]:.3f}",
+                ratio(per_sample_ms[1], per_sample_ms[batch]),
+            )
+        )
+    print_table(
+        f"Model alone ({HIDDEN} wide, {LAYERS} layers), median of 20 forward passes",
+        ("batch", "ms", "ms per request", "vs batch 1"),
+        rows,
+    )
 
 
-def measure(args: argparse.Namespace, rounds: int,
-            contenders: dict[str, tuple[str, ...]]) -> dict[str, list[LoadResult]]:
+def measure(
+    args: argparse.Namespace, rounds: int, contenders: dict[str, tuple[str, ...]]
+) -> dict[str, list[LoadResult]]:
     """Every contender's server up at once (an idle one costs nothing), loaded in turn,
     `rounds` times in alternating order, so that the machine's drift hits all alike."""
     results: dict[str, list[LoadResult]] = {name: [] for name in contenders}
@@ -106,7 +136,9 @@ def measure(args: argparse.Namespace, rounds: int,
             def run() -> float:
                 results[name].append(servers[name].load(args.clients, args.duration_s))
                 return results[name][-1].throughput_rps
+
             return run
+
         interleaved(rounds, {name: one(name) for name in contenders})
     return results
 
@@ -125,45 +157,80 @@ def flags(batch: int, wait_ms: float) -> tuple[str, ...]:
 
 def batching_vs_none(args: argparse.Namespace) -> None:
     batched, single = f"batch {args.batch_size}, wait {args.wait_ms:g} ms", "no batching (batch 1)"
-    results = measure(args, args.rounds, {batched: flags(args.batch_size, args.wait_ms),
-                                          single: flags(1, 0.0)})
-    print_table(f"Throughput, {args.clients} clients, median of {args.rounds} x "
-                f"{args.duration_s:g} s (interleaved)",
-                ("server", "req/s", "p50 ms", "p99 ms", "vs batch 1"),
-                [(name, f"{rps(r):.0f}", f"{pct_ms(r, 50):.1f}", f"{pct_ms(r, 99):.1f}",
-                  ratio(rps(r), rps(results[single]))) for name, r in results.items()])
+    results = measure(
+        args, args.rounds, {batched: flags(args.batch_size, args.wait_ms), single: flags(1, 0.0)}
+    )
+    print_table(
+        f"Throughput, {args.clients} clients, median of {args.rounds} x "
+        f"{args.duration_s:g} s (interleaved)",
+        ("server", "req/s", "p50 ms", "p99 ms", "vs batch 1"),
+        [
+            (
+                name,
+                f"{rps(r):.0f}",
+                f"{pct_ms(r, 50):.1f}",
+                f"{pct_ms(r, 99):.1f}",
+                ratio(rps(r), rps(results[single])),
+            )
+            for name, r in results.items()
+        ],
+    )
 
 
 def sweep(args: argparse.Namespace) -> tuple[int, float] | None:
     """The pair with the most requests/s whose median p99 stays within the budget."""
-    pairs = {(batch, wait_ms): flags(batch, wait_ms)
-             for batch in args.sweep_batch
-             for wait_ms in (args.sweep_wait_ms if batch > 1 else (0.0,))}
+    pairs = {
+        (batch, wait_ms): flags(batch, wait_ms)
+        for batch in args.sweep_batch
+        for wait_ms in (args.sweep_wait_ms if batch > 1 else (0.0,))
+    }
     results = measure(args, args.sweep_rounds, {f"{b} {w:g}": f for (b, w), f in pairs.items()})
     by_pair = {pair: results[f"{pair[0]} {pair[1]:g}"] for pair in pairs}
     fitting = [pair for pair, r in by_pair.items() if pct_ms(r, 99) <= args.budget_ms]
     best = max(fitting, key=lambda pair: rps(by_pair[pair]), default=None)
-    print_table(f"Sweep, {args.clients} clients, median of {args.sweep_rounds} x "
-                f"{args.duration_s:g} s per pair, p99 budget {args.budget_ms:g} ms",
-                ("batch", "wait ms", "req/s", "p50 ms", "p99 ms", "in budget", ""),
-                [(b, f"{w:g}", f"{rps(r):.0f}", f"{pct_ms(r, 50):.1f}", f"{pct_ms(r, 99):.1f}",
-                  "yes" if (b, w) in fitting else "no", "<- best" if (b, w) == best else "")
-                 for (b, w), r in by_pair.items()])
+    print_table(
+        f"Sweep, {args.clients} clients, median of {args.sweep_rounds} x "
+        f"{args.duration_s:g} s per pair, p99 budget {args.budget_ms:g} ms",
+        ("batch", "wait ms", "req/s", "p50 ms", "p99 ms", "in budget", ""),
+        [
+            (
+                b,
+                f"{w:g}",
+                f"{rps(r):.0f}",
+                f"{pct_ms(r, 50):.1f}",
+                f"{pct_ms(r, 99):.1f}",
+                "yes" if (b, w) in fitting else "no",
+                "<- best" if (b, w) == best else "",
+            )
+            for (b, w), r in by_pair.items()
+        ],
+    )
     if best is None:
-        print(f"  no pair kept p99 within {args.budget_ms:g} ms; raise --budget-ms or lower --clients")
+        print(
+            f"  no pair kept p99 within {args.budget_ms:g} ms; raise --budget-ms or lower --clients"
+        )
         return None
-    print(f"  best within budget: --max-batch-size {best[0]} --max-wait-ms {best[1]:g} "
-          f"({rps(by_pair[best]):.0f} req/s)")
+    print(
+        f"  best within budget: --max-batch-size {best[0]} --max-wait-ms {best[1]:g} "
+        f"({rps(by_pair[best]):.0f} req/s)"
+    )
     return best
 
 
 def quantized(args: argparse.Namespace, batch: int, wait_ms: float) -> None:
-    results = measure(args, args.rounds, {"float32": flags(batch, wait_ms),
-                                          "int8 dynamic": (*flags(batch, wait_ms), "--quantize")})
-    print_table(f"Quantization at batch {batch}, wait {wait_ms:g} ms",
-                ("model", "req/s", "p99 ms", "vs float32"),
-                [(name, f"{rps(r):.0f}", f"{pct_ms(r, 99):.1f}",
-                  ratio(rps(r), rps(results["float32"]))) for name, r in results.items()])
+    results = measure(
+        args,
+        args.rounds,
+        {"float32": flags(batch, wait_ms), "int8 dynamic": (*flags(batch, wait_ms), "--quantize")},
+    )
+    print_table(
+        f"Quantization at batch {batch}, wait {wait_ms:g} ms",
+        ("model", "req/s", "p99 ms", "vs float32"),
+        [
+            (name, f"{rps(r):.0f}", f"{pct_ms(r, 99):.1f}", ratio(rps(r), rps(results["float32"])))
+            for name, r in results.items()
+        ],
+    )
 
 
 def main() -> None:

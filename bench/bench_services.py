@@ -17,7 +17,7 @@ import time
 from common import REPO_ROOT, Gpusched, interleaved, print_table, ratio
 
 sys.path.insert(0, str(REPO_ROOT / "jobs"))
-from loadgen import LoadResult, run_load  # noqa: E402
+from loadgen import LoadResult, run_load
 
 MODEL_ARGS = ("--hidden", "512", "--layers", "4", "--threads", "1")
 
@@ -26,8 +26,7 @@ def ready(gs: Gpusched, count: int, timeout_s: float = 180.0) -> dict:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         shown = json.loads(gs.cli("service", "show", "bench", "--json"))
-        if sum(r["door"] == "ready" for r in shown["replicas"]) == count == \
-                len(shown["replicas"]):
+        if sum(r["door"] == "ready" for r in shown["replicas"]) == count == len(shown["replicas"]):
             return shown
         time.sleep(0.2)
     raise RuntimeError(f"{count} replica(s) were not ready within {timeout_s:.0f} s")
@@ -63,10 +62,24 @@ def main() -> None:
 
 
 def run(gs: Gpusched, args: argparse.Namespace) -> None:
-    created = json.loads(gs.cli(
-        "service", "create", "bench", "--json", "--replicas", "1", "--gpus", "1",
-        "--health", "/healthz", "--", sys.executable, str(REPO_ROOT / "jobs" / "serve.py"),
-        *MODEL_ARGS))
+    created = json.loads(
+        gs.cli(
+            "service",
+            "create",
+            "bench",
+            "--json",
+            "--replicas",
+            "1",
+            "--gpus",
+            "1",
+            "--health",
+            "/healthz",
+            "--",
+            sys.executable,
+            str(REPO_ROOT / "jobs" / "serve.py"),
+            *MODEL_ARGS,
+        )
+    )
     door = f"http://{created['listen']}"
     direct = f"http://127.0.0.1:{ready(gs, 1)['replicas'][0]['port']}"
     for url in (door, direct):
@@ -77,13 +90,24 @@ def run(gs: Gpusched, args: argparse.Namespace) -> None:
         def measure() -> float:
             results[name].append(load(url, args))
             return results[name][-1].throughput_rps
+
         return measure
+
     interleaved(args.rounds, {"direct": one("direct", direct), "door": one("door", door)})
-    print_table(f"One replica, {args.clients} clients, {args.duration_s:g} s x {args.rounds}",
-                ("path", "req/s", "p50 ms", "p99 ms", "req/s vs direct"),
-                [(name, f"{median(r):.0f}", f"{median(r, 50):.1f}", f"{median(r, 99):.1f}",
-                  ratio(median(r), median(results["direct"])))
-                 for name, r in results.items()])
+    print_table(
+        f"One replica, {args.clients} clients, {args.duration_s:g} s x {args.rounds}",
+        ("path", "req/s", "p50 ms", "p99 ms", "req/s vs direct"),
+        [
+            (
+                name,
+                f"{median(r):.0f}",
+                f"{median(r, 50):.1f}",
+                f"{median(r, 99):.1f}",
+                ratio(median(r), median(results["direct"])),
+            )
+            for name, r in results.items()
+        ],
+    )
     rows, base = [], 0.0
     for replicas in (1, 2, 4):
         if replicas > 1:
@@ -92,11 +116,15 @@ def run(gs: Gpusched, args: argparse.Namespace) -> None:
             run_load(door, 4, 0.5)
         got = [load(door, args) for _ in range(args.rounds)]
         base = base or median(got)
-        rows.append((replicas, f"{median(got):.0f}", f"{median(got, 99):.1f}",
-                     ratio(median(got), base)))
-    print_table(f"Through the front door, {args.clients} clients (replicas share "
-                f"{os.cpu_count()} cores: CPU-bound replicas cannot scale past them)",
-                ("replicas", "req/s", "p99 ms", "vs 1 replica"), rows)
+        rows.append(
+            (replicas, f"{median(got):.0f}", f"{median(got, 99):.1f}", ratio(median(got), base))
+        )
+    print_table(
+        f"Through the front door, {args.clients} clients (replicas share "
+        f"{os.cpu_count()} cores: CPU-bound replicas cannot scale past them)",
+        ("replicas", "req/s", "p99 ms", "vs 1 replica"),
+        rows,
+    )
 
 
 if __name__ == "__main__":

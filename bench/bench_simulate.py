@@ -16,8 +16,16 @@ import statistics
 import time
 from pathlib import Path
 
-from common import (REPO_ROOT, base_env, gpusched_script, interleaved, print_table, ratio,
-                    timed_run, verdict)
+from common import (
+    REPO_ROOT,
+    base_env,
+    gpusched_script,
+    interleaved,
+    print_table,
+    ratio,
+    timed_run,
+    verdict,
+)
 
 from gpusched.sim import simulator, traces
 
@@ -43,8 +51,10 @@ def minimal_fifo(path: Path) -> float:
     jobs = traces.prepare(path, gpus=GPUS, load=LOAD, arrivals="trace", seed=0).jobs
     free, arrival, pending, ends, jct_sum_s = GPUS, 0, [], [], 0.0
     while arrival < len(jobs) or ends:
-        now = min(jobs[arrival].submit_s if arrival < len(jobs) else float("inf"),
-                  ends[0][0] if ends else float("inf"))
+        now = min(
+            jobs[arrival].submit_s if arrival < len(jobs) else float("inf"),
+            ends[0][0] if ends else float("inf"),
+        )
         while ends and ends[0][0] <= now:
             free += heapq.heappop(ends)[1]
         while arrival < len(jobs) and jobs[arrival].submit_s <= now:
@@ -65,18 +75,22 @@ def minimal_fifo(path: Path) -> float:
 def cpu_s() -> float:
     """CPU seconds of this process and its finished children: on a busy shared machine
     wall time mostly measures the wait for a core, CPU time what the replay costs."""
-    own, children = resource.getrusage(resource.RUSAGE_SELF), \
-        resource.getrusage(resource.RUSAGE_CHILDREN)
+    own, children = (
+        resource.getrusage(resource.RUSAGE_SELF),
+        resource.getrusage(resource.RUSAGE_CHILDREN),
+    )
     return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
 
 
 def seconds_of(fn, cpu: list[float], *args):
     """A contender for `interleaved`: returns wall seconds, appends CPU seconds to `cpu`."""
+
     def run() -> float:
         start, start_cpu = time.perf_counter(), cpu_s()
         fn(*args)
         cpu.append(cpu_s() - start_cpu)
         return time.perf_counter() - start
+
     return run
 
 
@@ -92,26 +106,38 @@ def main() -> None:
     if not args.trace.exists():
         raise SystemExit(f"no trace at {args.trace}; pass --trace PATH")
     peer = "minimal count-only FIFO loop (peer)"
-    work = {"parse the trace only (peer)": (parse_only,), peer: (minimal_fifo,),
-            **{f"replay, {d}": (replay, d) for d in DISCIPLINES},
-            "`gpusched simulate` end to end (fifo)": (run_cli,)}
+    work = {
+        "parse the trace only (peer)": (parse_only,),
+        peer: (minimal_fifo,),
+        **{f"replay, {d}": (replay, d) for d in DISCIPLINES},
+        "`gpusched simulate` end to end (fifo)": (run_cli,),
+    }
     cpu: dict[str, list[float]] = {name: [] for name in work}
-    contenders = {name: seconds_of(fn, cpu[name], args.trace, *extra)
-                  for name, (fn, *extra) in work.items()}
+    contenders = {
+        name: seconds_of(fn, cpu[name], args.trace, *extra) for name, (fn, *extra) in work.items()
+    }
     samples = interleaved(args.runs, contenders)
     medians = {name: statistics.median(values) for name, values in samples.items()}
     cpu_medians = {name: statistics.median(values) for name, values in cpu.items()}
-    print_table(f"Replay of {args.trace.name} on {GPUS} GPUs at load {LOAD}: median of "
-                f"{args.runs} runs", ["what", "wall s", "CPU s", "wall vs minimal loop"],
-                [(name, f"{s:.3f}", f"{cpu_medians[name]:.3f}", ratio(s, medians[peer]))
-                 for name, s in medians.items()])
+    print_table(
+        f"Replay of {args.trace.name} on {GPUS} GPUs at load {LOAD}: median of {args.runs} runs",
+        ["what", "wall s", "CPU s", "wall vs minimal loop"],
+        [
+            (name, f"{s:.3f}", f"{cpu_medians[name]:.3f}", ratio(s, medians[peer]))
+            for name, s in medians.items()
+        ],
+    )
     ours_h, loop_h = replay(args.trace, "fifo") / 3600, minimal_fifo(args.trace) / 3600
     agree = "agree" if f"{ours_h:.3f}" == f"{loop_h:.3f}" else "DISAGREE"
-    print(f"\n  average JCT, fifo: gpusched {ours_h:.3f} h, minimal loop {loop_h:.3f} h "
-          f"({agree}; the trace README says 13.364 h)")
+    print(
+        f"\n  average JCT, fifo: gpusched {ours_h:.3f} h, minimal loop {loop_h:.3f} h "
+        f"({agree}; the trace README says 13.364 h)"
+    )
     slowest = max(medians[n] for n in contenders if "peer" not in n)
-    print(f"  slowest replay {slowest:.2f} s; target <= {TARGET_S:.0f} s: "
-          f"{verdict(slowest, TARGET_S)}")
+    print(
+        f"  slowest replay {slowest:.2f} s; target <= {TARGET_S:.0f} s: "
+        f"{verdict(slowest, TARGET_S)}"
+    )
 
 
 if __name__ == "__main__":

@@ -28,15 +28,19 @@ from common import REPO_ROOT, print_table, verdict  # noqa: F401 - REPO_ROOT put
 if os.environ.get("GPUSCHED_BENCH_SRC"):
     sys.path.insert(0, os.environ["GPUSCHED_BENCH_SRC"])
 
-from gpusched.daemon import batches, state, submits  # noqa: E402
-from gpusched.daemon.loop import Call  # noqa: E402
-from gpusched.daemon.request import Request  # noqa: E402
-from bench_big_batches import ME, new_daemon  # noqa: E402
+from bench_big_batches import ME, new_daemon
+
+from gpusched.daemon import batches, state, submits
+from gpusched.daemon.loop import Call
+from gpusched.daemon.request import Request
 
 TARGET_MS = 100.0
 # What a long turn is split into: (name shown, owner, method).
-STEPS = (("batch", batches.Pace, "batch"), ("make known", state.DaemonState, "remember_alike"),
-         ("reply", submits.Submits, "_result"))
+STEPS = (
+    ("batch", batches.Pace, "batch"),
+    ("make known", state.DaemonState, "remember_alike"),
+    ("reply", submits.Submits, "_result"),
+)
 
 
 class Split:
@@ -60,6 +64,7 @@ class Split:
                 return func(*args, **kwargs)
             finally:
                 self.spent[name] = self.spent.get(name, 0.0) + time.perf_counter() - started
+
         setattr(owner, method, staticmethod(timed) if isinstance(real, staticmethod) else timed)
 
     def _collected(self, phase: str, info: dict) -> None:
@@ -76,9 +81,13 @@ class Split:
 
 def sweep_args(root: Path, lines: int) -> dict:
     """A streamed submit as the socket server hands it to the loop, its lines read."""
-    return {"jobs": [{"command": ["/bin/sh", "-c"], "hold": True, "gpus": 0}],
-            "env": {"PATH": "/usr/bin:/bin", "HOME": str(root)}, "cwd": str(root),
-            "stream": "lines", "lines": [f"echo {i}" for i in range(lines)]}
+    return {
+        "jobs": [{"command": ["/bin/sh", "-c"], "hold": True, "gpus": 0}],
+        "env": {"PATH": "/usr/bin:/bin", "HOME": str(root)},
+        "cwd": str(root),
+        "stream": "lines",
+        "lines": [f"echo {i}" for i in range(lines)],
+    }
 
 
 def turns_of(daemon, split: Split, args: dict) -> list[tuple[float, dict[str, float]]]:
@@ -116,15 +125,24 @@ def main() -> None:
     gc.unfreeze()
     median_ms = statistics.median(t for t, _ in turns) * 1e3
     small_ms = max(t for t, _ in small) * 1e3
-    longest = sorted(range(len(turns)), key=lambda i: -turns[i][0])[:opts.show]
-    print_table(f"Loop turns while {opts.lines:,} streamed lines are stored ({len(turns)} turns, "
-                f"{whole_s:.1f} s; target: longest <= {TARGET_MS:.0f} ms)",
-                ["turn", "ms", "/ median", "/ 1-job submit", "spent on (ms)", "verdict"],
-                [[f"{i + 1} of {len(turns)}", f"{turns[i][0] * 1e3:.1f}",
-                  f"{turns[i][0] * 1e3 / median_ms:.1f}x", f"{turns[i][0] * 1e3 / small_ms:.1f}x",
-                  ", ".join(f"{k} {v * 1e3:.1f}" for k, v in sorted(turns[i][1].items())) or "-",
-                  verdict(turns[i][0] * 1e3, TARGET_MS)] for i in longest]
-                + [["median", f"{median_ms:.1f}", "1.0x", f"{median_ms / small_ms:.1f}x", "", ""]])
+    longest = sorted(range(len(turns)), key=lambda i: -turns[i][0])[: opts.show]
+    print_table(
+        f"Loop turns while {opts.lines:,} streamed lines are stored ({len(turns)} turns, "
+        f"{whole_s:.1f} s; target: longest <= {TARGET_MS:.0f} ms)",
+        ["turn", "ms", "/ median", "/ 1-job submit", "spent on (ms)", "verdict"],
+        [
+            [
+                f"{i + 1} of {len(turns)}",
+                f"{turns[i][0] * 1e3:.1f}",
+                f"{turns[i][0] * 1e3 / median_ms:.1f}x",
+                f"{turns[i][0] * 1e3 / small_ms:.1f}x",
+                ", ".join(f"{k} {v * 1e3:.1f}" for k, v in sorted(turns[i][1].items())) or "-",
+                verdict(turns[i][0] * 1e3, TARGET_MS),
+            ]
+            for i in longest
+        ]
+        + [["median", f"{median_ms:.1f}", "1.0x", f"{median_ms / small_ms:.1f}x", "", ""]],
+    )
 
 
 if __name__ == "__main__":

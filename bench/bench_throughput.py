@@ -18,10 +18,15 @@ import time
 from dataclasses import dataclass
 
 import psutil
-
-from common import (Gpusched, TaskSpooler, gpusched_script, print_table, ratio, scratch_dir,
-                    timed_run)
-
+from common import (
+    Gpusched,
+    TaskSpooler,
+    gpusched_script,
+    print_table,
+    ratio,
+    scratch_dir,
+    timed_run,
+)
 
 
 def most_at_once(jobs: list[dict]) -> int:
@@ -38,10 +43,13 @@ def most_at_once(jobs: list[dict]) -> int:
 # keeps at most SLOTS jobs running. Every job reserves a core (--cpus 1), so the host is
 # told it has enough for SLOTS whatever this box has.
 MODES = {
-    "max_running": ("--gpus 0, max_running = {slots}", ["--gpus", "0"],
-                    "[host]\ncpus = 64\n[jobs]\nmax_running = {slots}\n", 1.3),
-    "gpus": ("--gpus 1 on {slots} simulated GPUs", ["--gpus", "1"], "[host]\ncpus = 64\n",
-             1.5),
+    "max_running": (
+        "--gpus 0, max_running = {slots}",
+        ["--gpus", "0"],
+        "[host]\ncpus = 64\n[jobs]\nmax_running = {slots}\n",
+        1.3,
+    ),
+    "gpus": ("--gpus 1 on {slots} simulated GPUs", ["--gpus", "1"], "[host]\ncpus = 64\n", 1.5),
 }
 
 
@@ -69,8 +77,7 @@ def run_gpusched(count: int, slots: int, mode: str) -> GpuschedRun:
         launcher = daemon.children()[0]  # the job supervisor: starts every job, and reaps it
         before = (_cpu_s(daemon), _cpu_s(launcher), _cpu_s(launcher, children=True))
         start = time.perf_counter()
-        _, out = timed_run([gpusched_script(), "submit", *flags, "--from-file", str(lines)],
-                           gs.env)
+        _, out = timed_run([gpusched_script(), "submit", *flags, "--from-file", str(lines)], gs.env)
         jobs = gs.wait([int(i) for i in out.split()])
         elapsed = time.perf_counter() - start
         time.sleep(1.5)  # the last ends are reaped (a shim's within a second)
@@ -78,8 +85,13 @@ def run_gpusched(count: int, slots: int, mode: str) -> GpuschedRun:
     failed = [j["id"] for j in jobs if j["state"] != "succeeded"]
     if failed:
         raise RuntimeError(f"gpusched jobs did not succeed: {failed[:10]}")
-    return GpuschedRun(elapsed, most_at_once(jobs), daemon_cpu_s=after[0] - before[0],
-                       launcher_cpu_s=after[1] - before[1], shims_cpu_s=after[2] - before[2])
+    return GpuschedRun(
+        elapsed,
+        most_at_once(jobs),
+        daemon_cpu_s=after[0] - before[0],
+        launcher_cpu_s=after[1] - before[1],
+        shims_cpu_s=after[2] - before[2],
+    )
 
 
 def run_tsp(count: int, slots: int) -> float:
@@ -113,25 +125,50 @@ def main() -> None:
     for mode, mode_runs in runs.items():
         label, _, _, target = MODES[mode]
         elapsed = statistics.median(r.elapsed_s for r in mode_runs)
-        rows.append([f"gpusched, {label.format(slots=args.slots)}", f"{elapsed:.2f} s",
-                     f"{args.jobs / elapsed:.0f}", str(max(r.most_at_once for r in mode_runs)),
-                     ratio(elapsed, tsp_s),
-                     f"<= {target}x " + ("ok" if elapsed <= target * tsp_s else "MISSED")])
-    rows.append([f"tsp -S {args.slots}, one call per job", f"{tsp_s:.2f} s",
-                 f"{args.jobs / tsp_s:.0f}", "", "1.00x", ""])
-    print_table(f"{args.jobs} jobs of `sh -c true`, {args.slots} at a time, submit until all "
-                f"done (median of {args.rounds} rounds)",
-                ["scheduler", "total", "jobs/s", "most at once", "ratio to tsp",
-                 "target (issue 15)"], rows)
-    print("  each round, seconds: tsp " + " ".join(f"{s:.2f}" for s in tsp_runs) + "; " +
-          "; ".join(f"gpusched ({mode}) " + " ".join(f"{r.elapsed_s:.2f}" for r in mode_runs)
-                    for mode, mode_runs in runs.items()))
+        rows.append(
+            [
+                f"gpusched, {label.format(slots=args.slots)}",
+                f"{elapsed:.2f} s",
+                f"{args.jobs / elapsed:.0f}",
+                str(max(r.most_at_once for r in mode_runs)),
+                ratio(elapsed, tsp_s),
+                f"<= {target}x " + ("ok" if elapsed <= target * tsp_s else "MISSED"),
+            ]
+        )
+    rows.append(
+        [
+            f"tsp -S {args.slots}, one call per job",
+            f"{tsp_s:.2f} s",
+            f"{args.jobs / tsp_s:.0f}",
+            "",
+            "1.00x",
+            "",
+        ]
+    )
+    print_table(
+        f"{args.jobs} jobs of `sh -c true`, {args.slots} at a time, submit until all "
+        f"done (median of {args.rounds} rounds)",
+        ["scheduler", "total", "jobs/s", "most at once", "ratio to tsp", "target (issue 15)"],
+        rows,
+    )
+    print(
+        "  each round, seconds: tsp "
+        + " ".join(f"{s:.2f}" for s in tsp_runs)
+        + "; "
+        + "; ".join(
+            f"gpusched ({mode}) " + " ".join(f"{r.elapsed_s:.2f}" for r in mode_runs)
+            for mode, mode_runs in runs.items()
+        )
+    )
     for mode, mode_runs in runs.items():
         daemon, launcher, shims = (
             statistics.median(getattr(r, field) for r in mode_runs) / args.jobs * 1e3
-            for field in ("daemon_cpu_s", "launcher_cpu_s", "shims_cpu_s"))
-        print(f"  gpusched ({mode}) CPU per job (median): daemon {daemon:.1f} ms, "
-              f"supervisor {launcher:.1f} ms, job (and shim) {shims:.1f} ms")
+            for field in ("daemon_cpu_s", "launcher_cpu_s", "shims_cpu_s")
+        )
+        print(
+            f"  gpusched ({mode}) CPU per job (median): daemon {daemon:.1f} ms, "
+            f"supervisor {launcher:.1f} ms, job (and shim) {shims:.1f} ms"
+        )
 
 
 if __name__ == "__main__":

@@ -53,36 +53,73 @@ def synthetic_snapshot(gpu_count: int = 8, proc_count: int = 60, job_count: int 
     proc_host = {}
     for n in range(proc_count):
         gpu = n % gpu_count
-        procs_by_gpu[gpu].append(GpuProcess(pid=10_000 + n, gpu_uuid=f"GPU-{gpu}",
-                                            used_mem_bytes=(n % 7 + 1) * GIB, user=f"user{n % 5}",
-                                            command=f"python train.py --run {n} --lr 3e-4"))
-        proc_host[10_000 + n] = ProcHost(cpu_pct=float(n % 100), rss_bytes=n * 2**26,
-                                         started_at=now - 60 * n)
-    gpus = tuple(GpuInfo(index=i, uuid=f"GPU-{i}", name="NVIDIA H100 80GB HBM3",
-                         mem_total_bytes=80 * GIB, mem_used_bytes=(10 + 8 * i) * GIB,
-                         util_pct=float(12 * i), bus_id=f"00000000:{0x18 + 16 * i:02X}:00.0",
-                         temperature_c=40 + i, power_w=100.0 + 50 * i, power_limit_w=700.0,
-                         processes=tuple(procs_by_gpu[i])) for i in range(gpu_count))
+        procs_by_gpu[gpu].append(
+            GpuProcess(
+                pid=10_000 + n,
+                gpu_uuid=f"GPU-{gpu}",
+                used_mem_bytes=(n % 7 + 1) * GIB,
+                user=f"user{n % 5}",
+                command=f"python train.py --run {n} --lr 3e-4",
+            )
+        )
+        proc_host[10_000 + n] = ProcHost(
+            cpu_pct=float(n % 100), rss_bytes=n * 2**26, started_at=now - 60 * n
+        )
+    gpus = tuple(
+        GpuInfo(
+            index=i,
+            uuid=f"GPU-{i}",
+            name="NVIDIA H100 80GB HBM3",
+            mem_total_bytes=80 * GIB,
+            mem_used_bytes=(10 + 8 * i) * GIB,
+            util_pct=float(12 * i),
+            bus_id=f"00000000:{0x18 + 16 * i:02X}:00.0",
+            temperature_c=40 + i,
+            power_w=100.0 + 50 * i,
+            power_limit_w=700.0,
+            processes=tuple(procs_by_gpu[i]),
+        )
+        for i in range(gpu_count)
+    )
     jobs = tuple(
-        TopJob(id=n, name=f"job-{n}", user=f"user{n % 5}", uid=1000 + n % 5,
-               state="running" if n < gpu_count else "pending",
-               gpu_indices=(n,) if n < gpu_count else (), gpus_requested=1,
-               gpu_mem_bytes=None if n % 2 else 20 * GIB, priority=n % 3,
-               command=("python", "train.py", f"--seed={n}"), submitted_at=now - 5 * n,
-               started_at=now - 100 if n < gpu_count else None,
-               pending_reason="" if n < gpu_count else "waiting for a free GPU (8 busy)")
-        for n in range(job_count))
-    return Snapshot(now=now, inventory=Inventory(gpus=gpus, backend="nvml", driver_version="550",
-                                                 cuda_version="12.4"),
-                    host=HostInfo("bench", 12.0, 100 * GIB, 256 * GIB, (1.0, 1.0, 1.0)),
-                    daemon=DaemonInfo(1, 100.0, "0.1.0"), jobs=jobs,
-                    pid_jobs=MappingProxyType({10_000 + n: n for n in range(gpu_count)}),
-                    proc_host=MappingProxyType(proc_host))
+        TopJob(
+            id=n,
+            name=f"job-{n}",
+            user=f"user{n % 5}",
+            uid=1000 + n % 5,
+            state="running" if n < gpu_count else "pending",
+            gpu_indices=(n,) if n < gpu_count else (),
+            gpus_requested=1,
+            gpu_mem_bytes=None if n % 2 else 20 * GIB,
+            priority=n % 3,
+            command=("python", "train.py", f"--seed={n}"),
+            submitted_at=now - 5 * n,
+            started_at=now - 100 if n < gpu_count else None,
+            pending_reason="" if n < gpu_count else "waiting for a free GPU (8 busy)",
+        )
+        for n in range(job_count)
+    )
+    return Snapshot(
+        now=now,
+        inventory=Inventory(gpus=gpus, backend="nvml", driver_version="550", cuda_version="12.4"),
+        host=HostInfo("bench", 12.0, 100 * GIB, 256 * GIB, (1.0, 1.0, 1.0)),
+        daemon=DaemonInfo(1, 100.0, "0.1.0"),
+        jobs=jobs,
+        pid_jobs=MappingProxyType({10_000 + n: n for n in range(gpu_count)}),
+        proc_host=MappingProxyType(proc_host),
+    )
 
 
 def _console(height: int | None) -> Console:
-    return Console(file=io.StringIO(), width=COLUMNS, height=height or 10_000, force_terminal=True,
-                   color_system="truecolor", legacy_windows=False, _environ={})
+    return Console(
+        file=io.StringIO(),
+        width=COLUMNS,
+        height=height or 10_000,
+        force_terminal=True,
+        color_system="truecolor",
+        legacy_windows=False,
+        _environ={},
+    )
 
 
 def time_frame(snapshot: Snapshot, height: int | None) -> float:
@@ -101,8 +138,15 @@ def time_rich_table(snapshot: Snapshot) -> float:
     for column in ("ID", "USER", "NAME", "STATE", "GPUS", "PRIO", "REASON"):
         table.add_column(column, no_wrap=True)
     for job in snapshot.jobs:
-        table.add_row(str(job.id), job.user, job.name, job.state, str(job.gpus_requested),
-                      str(job.priority), job.pending_reason)
+        table.add_row(
+            str(job.id),
+            job.user,
+            job.name,
+            job.state,
+            str(job.gpus_requested),
+            str(job.priority),
+            job.pending_reason,
+        )
     console.print(table)
     return time.perf_counter() - start
 
@@ -128,8 +172,13 @@ def bench_render(runs: int) -> None:
     snapshot = synthetic_snapshot()
     for _ in range(3):  # warm imports and caches, untimed
         time_frame(snapshot, LINES)
-    shown_rows = sum(line.startswith("│") for line in to_text(
-        render(snapshot, ViewState(), COLUMNS, LINES), COLUMNS).splitlines()) - 4 * 2
+    shown_rows = (
+        sum(
+            line.startswith("│")
+            for line in to_text(render(snapshot, ViewState(), COLUMNS, LINES), COLUMNS).splitlines()
+        )
+        - 4 * 2
+    )
     live = [time_frame(snapshot, LINES) for _ in range(runs)]
     panels = [time_rich_panels(shown_rows) for _ in range(runs)]
     once = [time_frame(snapshot, None) for _ in range(runs)]
@@ -139,18 +188,35 @@ def bench_render(runs: int) -> None:
     print_table(
         f"one frame: 8 GPUs, 60 processes, 1,000 jobs; median of {runs} runs",
         ["frame", "median", "peer", "peer median", "ratio", f"target <= {FRAME_TARGET_MS:.0f} ms"],
-        [[f"live {COLUMNS}x{LINES}", f"{live_ms:.1f} ms", f"rich Panel+Table, {shown_rows} rows",
-          f"{panels_ms:.1f} ms", ratio(live_ms, panels_ms), verdict(live_ms, FRAME_TARGET_MS)],
-         ["--once (every row)", f"{once_ms:.1f} ms", "rich Table, 1,000 rows", f"{peer_ms:.1f} ms",
-          ratio(once_ms, peer_ms), ""]])
+        [
+            [
+                f"live {COLUMNS}x{LINES}",
+                f"{live_ms:.1f} ms",
+                f"rich Panel+Table, {shown_rows} rows",
+                f"{panels_ms:.1f} ms",
+                ratio(live_ms, panels_ms),
+                verdict(live_ms, FRAME_TARGET_MS),
+            ],
+            [
+                "--once (every row)",
+                f"{once_ms:.1f} ms",
+                "rich Table, 1,000 rows",
+                f"{peer_ms:.1f} ms",
+                ratio(once_ms, peer_ms),
+                "",
+            ],
+        ],
+    )
 
 
 def _outside_processes(home: Path, count: int) -> list[subprocess.Popen]:
     """Real sleeping processes declared as outside users of the simulated GPUs."""
     sleepers = [subprocess.Popen(["sleep", "3600"]) for _ in range(count)]
-    entries = [f'[[process]]\ngpu = {n % 8}\npid = {p.pid}\nuser = "someone"\n'
-               f'memory = "2GiB"\nutil = 5\ncommand = "sleep 3600"\n'
-               for n, p in enumerate(sleepers)]
+    entries = [
+        f'[[process]]\ngpu = {n % 8}\npid = {p.pid}\nuser = "someone"\n'
+        f'memory = "2GiB"\nutil = 5\ncommand = "sleep 3600"\n'
+        for n, p in enumerate(sleepers)
+    ]
     (home / "state" / "simulated_processes.toml").write_text("\n".join(entries))
     return sleepers
 
@@ -159,9 +225,14 @@ def _start_top_in_pty(env: dict[str, str]) -> tuple[subprocess.Popen, int, threa
     master, slave = pty.openpty()
     fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", LINES, COLUMNS, 0, 0))
     env = {k: v for k, v in env.items() if k not in ("COLUMNS", "LINES", "NO_COLOR")}
-    top = subprocess.Popen([gpusched_script(), "top", "--interval", "1"], stdin=slave, stdout=slave,
-                           stderr=slave, env={**env, "TERM": "xterm-256color"},
-                           start_new_session=True)
+    top = subprocess.Popen(
+        [gpusched_script(), "top", "--interval", "1"],
+        stdin=slave,
+        stdout=slave,
+        stderr=slave,
+        env={**env, "TERM": "xterm-256color"},
+        start_new_session=True,
+    )
     os.close(slave)
 
     def drain() -> None:  # a full pty would block top's writes
@@ -217,10 +288,25 @@ def bench_cpu(seconds: float, warmup_s: float) -> None:
         f"CPU of `gpusched top --interval 1` over {seconds:.0f} s, % of one core "
         "(8 GPUs, 60 processes, 1,000 jobs)",
         ["process", "CPU", "peer", "peer CPU", "ratio", f"target <= {CPU_TARGET_PCT:.0f}%"],
-        [["gpusched top", f"{top_pct:.2f}%", "the idle daemon", f"{idle_pct:.2f}%",
-          ratio(top_pct, idle_pct), verdict(top_pct, CPU_TARGET_PCT)],
-         ["the daemon serving top", f"{serving_pct:.2f}%", "the idle daemon", f"{idle_pct:.2f}%",
-          ratio(serving_pct, idle_pct), ""]])
+        [
+            [
+                "gpusched top",
+                f"{top_pct:.2f}%",
+                "the idle daemon",
+                f"{idle_pct:.2f}%",
+                ratio(top_pct, idle_pct),
+                verdict(top_pct, CPU_TARGET_PCT),
+            ],
+            [
+                "the daemon serving top",
+                f"{serving_pct:.2f}%",
+                "the idle daemon",
+                f"{idle_pct:.2f}%",
+                ratio(serving_pct, idle_pct),
+                "",
+            ],
+        ],
+    )
     print(f"  top exited with status {top.returncode} after `q`")
 
 

@@ -15,8 +15,8 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
-from typing import Callable, Iterable, Sequence
 
 import psutil
 
@@ -66,8 +66,12 @@ def print_table(title: str, header: Sequence[str], rows: Iterable[Sequence[objec
     widths = [max(len(row[i]) for row in cells) for i in range(len(header))]
     print(f"\n{title}\n  ({machine_note()})")
     for n, row in enumerate(cells):
-        print("  " + "  ".join(c.ljust(w) if i == 0 else c.rjust(w)
-                               for i, (c, w) in enumerate(zip(row, widths))))
+        print(
+            "  "
+            + "  ".join(
+                c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(row, widths))
+            )
+        )
         if n == 0:
             print("  " + "  ".join("-" * w for w in widths))
 
@@ -75,8 +79,7 @@ def print_table(title: str, header: Sequence[str], rows: Iterable[Sequence[objec
 def timed_run(argv: Sequence[str], env: dict[str, str]) -> tuple[float, str]:
     """(wall seconds, stdout) of one command, which must succeed."""
     start = time.perf_counter()
-    proc = subprocess.run(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                          text=True, check=False)
+    proc = subprocess.run(argv, env=env, capture_output=True, text=True, check=False)
     elapsed = time.perf_counter() - start
     if proc.returncode != 0:
         raise RuntimeError(f"{' '.join(argv)} exited {proc.returncode}: {proc.stderr.strip()}")
@@ -89,7 +92,7 @@ def interleaved(rounds: int, contenders: dict[str, Callable[[], float]]) -> dict
     samples: dict[str, list[float]] = {name: [] for name in contenders}
     order = list(contenders)
     for n in range(rounds):
-        for name in (order if n % 2 == 0 else order[::-1]):
+        for name in order if n % 2 == 0 else order[::-1]:
             samples[name].append(contenders[name]())
     return samples
 
@@ -127,8 +130,11 @@ def base_env() -> dict[str, str]:
     compile its modules from source; the caches go to a scratch directory instead of the
     working tree.
     """
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith(("GPUSCHED_", "XDG_", "TS_")) and k != "PYTHONDONTWRITEBYTECODE"}
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("GPUSCHED_", "XDG_", "TS_")) and k != "PYTHONDONTWRITEBYTECODE"
+    }
     env["PYTHONPYCACHEPREFIX"] = str(scratch_dir() / "pycache")
     return env
 
@@ -143,8 +149,9 @@ def _path_venv_script(src: Path) -> str:
     venv = scratch_dir() / f"venv-{abs(hash(str(src)))}"
     script = venv / "bin" / "gpusched"
     if not script.exists():
-        subprocess.run([sys.base_prefix + "/bin/python3", "-m", "venv", "--without-pip",
-                        str(venv)], check=True)
+        subprocess.run(
+            [sys.base_prefix + "/bin/python3", "-m", "venv", "--without-pip", str(venv)], check=True
+        )
         site = next(venv.glob("lib/python*/site-packages"))
         (site / "gpusched-bench.pth").write_text(f"{src}\n{_site_packages()}\n")
         script.write_text(f"#!{venv}/bin/python\n{console_script_body()}")
@@ -155,10 +162,12 @@ def _path_venv_script(src: Path) -> str:
 # What an older pip (such as 23.2, which Python 3.11's venv brings) writes for a console
 # script: it imports re, and with it enum, functools and collections, before any of
 # gpusched's code.
-OLD_PIP_SCRIPT = ("import re\nimport sys\nfrom gpusched.cli.entry import main\n"
-                  "if __name__ == '__main__':\n"
-                  "    sys.argv[0] = re.sub(r'(-script\\.pyw|\\.exe)?$', '', sys.argv[0])\n"
-                  "    sys.exit(main())\n")
+OLD_PIP_SCRIPT = (
+    "import re\nimport sys\nfrom gpusched.cli.entry import main\n"
+    "if __name__ == '__main__':\n"
+    "    sys.argv[0] = re.sub(r'(-script\\.pyw|\\.exe)?$', '', sys.argv[0])\n"
+    "    sys.exit(main())\n"
+)
 
 
 def console_script_body() -> str:
@@ -184,8 +193,10 @@ def gpusched_script() -> str:
     beside = Path(sys.executable).with_name("gpusched")
     found = str(beside) if beside.exists() else shutil.which("gpusched")
     if not found:
-        raise SystemExit("no gpusched console script beside this Python or on PATH; "
-                         "run the benchmark with the venv's python")
+        raise SystemExit(
+            "no gpusched console script beside this Python or on PATH; "
+            "run the benchmark with the venv's python"
+        )
     return found
 
 
@@ -281,8 +292,9 @@ class TaskSpooler:
         self.home = _private_tmpdir("ts-bench-")
         self.socket = str(self.home / "ts.sock")
         self.env = base_env()
-        self.env.update(TS_SOCKET=self.socket, TS_SAVELIST=str(self.home / "savelist"),
-                        TMPDIR=str(self.home))
+        self.env.update(
+            TS_SOCKET=self.socket, TS_SAVELIST=str(self.home / "savelist"), TMPDIR=str(self.home)
+        )
         self.slots = slots
         self.pid: int | None = None
 

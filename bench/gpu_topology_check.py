@@ -50,8 +50,9 @@ def parse_smi_topo(text: str) -> dict[str, Any]:
     return {"links": links, "cpu_affinity": cpus, "numa_affinity": numa}
 
 
-def compare(inventory: Any, smi_list: list[dict[str, Any]],
-            smi_topo: dict[str, Any]) -> list[tuple[str, str, Any, Any, bool | None]]:
+def compare(
+    inventory: Any, smi_list: list[dict[str, Any]], smi_topo: dict[str, Any]
+) -> list[tuple[str, str, Any, Any, bool | None]]:
     """(what, field, ours, nvidia-smi's, ok) per check; ok None: information only."""
     from gpusched.core.topology import cpu_ranges
 
@@ -65,29 +66,56 @@ def compare(inventory: Any, smi_list: list[dict[str, Any]],
             out.append((what, "present", None, smi["uuid"], False))
             continue
         out.append((what, "uuid", gpu.uuid, smi["uuid"], gpu.uuid == smi["uuid"]))
-        out.append((what, "mig mode", gpu.is_mig_mode, bool(smi["migs"]),
-                    gpu.is_mig_mode or not smi["migs"]))
+        out.append(
+            (
+                what,
+                "mig mode",
+                gpu.is_mig_mode,
+                bool(smi["migs"]),
+                gpu.is_mig_mode or not smi["migs"],
+            )
+        )
         ours = [(m.mig_profile, m.uuid) for m in gpu.mig_devices]
         theirs = [(m["profile"], m["uuid"]) for m in smi["migs"]]
         migs_seen += len(theirs)
         if ours or theirs:
             out.append((what, "MIG devices", ours, theirs, sorted(ours) == sorted(theirs)))
             for mig in gpu.mig_devices:
-                out.append((f"{what} {mig.label}", "parent_uuid", mig.parent_uuid, gpu.uuid,
-                            mig.parent_uuid == gpu.uuid))
+                out.append(
+                    (
+                        f"{what} {mig.label}",
+                        "parent_uuid",
+                        mig.parent_uuid,
+                        gpu.uuid,
+                        mig.parent_uuid == gpu.uuid,
+                    )
+                )
     if not migs_seen:
         out.append(("all", "MIG", "no GPU has MIG devices", "nothing to compare", None))
-    links = [list(row) for row in inventory.links] or ([["X"]] if len(inventory.gpus) == 1
-                                                        else [])
+    links = [list(row) for row in inventory.links] or ([["X"]] if len(inventory.gpus) == 1 else [])
     out.append(("all", "topology matrix", links, smi_topo["links"], links == smi_topo["links"]))
     for n, gpu in enumerate(inventory.gpus):
         if n < len(smi_topo["cpu_affinity"]):
             ours_cpus = cpu_ranges(gpu.cpu_ids)
-            out.append((f"GPU{n}", "cpu affinity", ours_cpus, smi_topo["cpu_affinity"][n],
-                        ours_cpus == smi_topo["cpu_affinity"][n]))
+            out.append(
+                (
+                    f"GPU{n}",
+                    "cpu affinity",
+                    ours_cpus,
+                    smi_topo["cpu_affinity"][n],
+                    ours_cpus == smi_topo["cpu_affinity"][n],
+                )
+            )
             ours_node = "N/A" if gpu.numa_node is None else str(gpu.numa_node)
-            out.append((f"GPU{n}", "numa affinity", ours_node, smi_topo["numa_affinity"][n],
-                        ours_node == smi_topo["numa_affinity"][n]))
+            out.append(
+                (
+                    f"GPU{n}",
+                    "numa affinity",
+                    ours_node,
+                    smi_topo["numa_affinity"][n],
+                    ours_node == smi_topo["numa_affinity"][n],
+                )
+            )
     return out
 
 
@@ -117,9 +145,11 @@ def nvml_own_calls() -> list[str]:
                     mig = pynvml.nvmlDeviceGetMigDeviceHandleByIndex(first, slot)
                 except pynvml.NVMLError:
                     continue
-                lines.append(f"  MIG slot {slot}: {pynvml.nvmlDeviceGetName(mig)} gi="
-                             f"{pynvml.nvmlDeviceGetGpuInstanceId(mig)} ci="
-                             f"{pynvml.nvmlDeviceGetComputeInstanceId(mig)}")
+                lines.append(
+                    f"  MIG slot {slot}: {pynvml.nvmlDeviceGetName(mig)} gi="
+                    f"{pynvml.nvmlDeviceGetGpuInstanceId(mig)} ci="
+                    f"{pynvml.nvmlDeviceGetComputeInstanceId(mig)}"
+                )
     finally:
         pynvml.nvmlShutdown()
     return lines

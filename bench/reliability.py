@@ -17,14 +17,37 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import machine_note  # noqa: E402
-from reliability import (attack_notify, attack_privacy, attack_quota,  # noqa: E402
-                         attack_requestlog, attack_stop, corrupt, crashpoints, diskfull, kills, malformed,
-                         submitters, unauthorized)
-from reliability.harness import Figures  # noqa: E402
+from common import machine_note
+from reliability import (
+    attack_notify,
+    attack_privacy,
+    attack_quota,
+    attack_requestlog,
+    attack_stop,
+    corrupt,
+    crashpoints,
+    diskfull,
+    kills,
+    malformed,
+    submitters,
+    unauthorized,
+)
+from reliability.harness import Figures
 
-PARTS = ("submitters", "kills", "crashpoints", "diskfull", "corrupt", "malformed",
-         "unauthorized", "stops", "notify", "requestlog", "privacy", "quota")
+PARTS = (
+    "submitters",
+    "kills",
+    "crashpoints",
+    "diskfull",
+    "corrupt",
+    "malformed",
+    "unauthorized",
+    "stops",
+    "notify",
+    "requestlog",
+    "privacy",
+    "quota",
+)
 # (submitters, submits each, kill rounds, crash points) for a full run and for CI.
 FULL = (16, 200, 3, 40)
 SMALL = (4, 10, 1, 3)
@@ -32,13 +55,21 @@ SMALL = (4, 10, 1, 3)
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=" ".join(__doc__.split("\n\n")[0].split()))
-    parser.add_argument("--small", action="store_true",
-                        help="the CI size: 4 x 10 submitters, 1 kill round, 3 crash points")
-    parser.add_argument("--seed", type=int, default=None,
-                        help="seed of the crash points' timing (default: random, printed)")
+    parser.add_argument(
+        "--small",
+        action="store_true",
+        help="the CI size: 4 x 10 submitters, 1 kill round, 3 crash points",
+    )
+    parser.add_argument(
+        "--seed",
+        type=int,
+        default=None,
+        help="seed of the crash points' timing (default: random, printed)",
+    )
     parser.add_argument("--json", action="store_true", help="print the figures as JSON")
-    parser.add_argument("--parts", default="",
-                        help="only these parts, comma-separated: " + ", ".join(PARTS))
+    parser.add_argument(
+        "--parts", default="", help="only these parts, comma-separated: " + ", ".join(PARTS)
+    )
     return parser.parse_args(argv)
 
 
@@ -62,8 +93,10 @@ def run_parts(args: argparse.Namespace) -> dict[str, Figures]:
     chosen = [p.strip() for p in args.parts.split(",") if p.strip()] or list(jobs)
     unknown = set(chosen) - set(jobs)
     if unknown:
-        raise SystemExit(f"unknown part(s) {', '.join(sorted(unknown))}; choose from: "
-                         f"{', '.join(jobs)}")
+        raise SystemExit(
+            f"unknown part(s) {', '.join(sorted(unknown))}; choose from: {', '.join(jobs)}"
+        )
+
     # The parts wait on daemons and jobs far more than they compute: run them side by side.
     def timed(name: str) -> Figures:
         started = time.monotonic()
@@ -106,9 +139,17 @@ def main(argv: list[str] | None = None) -> int:
     parts = run_parts(args)
     elapsed_s = time.monotonic() - started
     if args.json:
-        print(json.dumps({"seed": args.seed, "small": args.small, "seconds": round(elapsed_s),
-                          "parts": {name: fig.as_json() for name, fig in parts.items()}},
-                         indent=1))
+        print(
+            json.dumps(
+                {
+                    "seed": args.seed,
+                    "small": args.small,
+                    "seconds": round(elapsed_s),
+                    "parts": {name: fig.as_json() for name, fig in parts.items()},
+                },
+                indent=1,
+            )
+        )
     else:
         print_table(list(parts.values()), args.seed, elapsed_s)
     return 0

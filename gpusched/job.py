@@ -15,8 +15,8 @@ import stat
 import sys
 import threading
 import time
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Callable, Mapping
 
 from gpusched.core import gpuoom
 from gpusched.proc import jobenv
@@ -35,7 +35,7 @@ def _int_or_none(value: str | None) -> int | None:
 
 
 def _signal_or_none(value: str | None) -> int | None:
-    """"SIGUSR1", "USR1" or "10" -> 10; None for anything else."""
+    """ "SIGUSR1", "USR1" or "10" -> 10; None for anything else."""
     if not value:
         return None
     if value.isdigit():
@@ -99,6 +99,7 @@ def info(environ: Mapping[str, str] | None = None) -> JobInfo:
 
 # -- progress -------------------------------------------------------------------------------
 
+
 class _Progress:
     """Rate-limited writer: most calls only read the clock and return."""
 
@@ -141,8 +142,9 @@ class _Progress:
 _progress = _Progress()
 
 
-def progress(fraction: float, message: str = "", *,
-             min_interval_s: float = PROGRESS_MIN_INTERVAL_S) -> bool:
+def progress(
+    fraction: float, message: str = "", *, min_interval_s: float = PROGRESS_MIN_INTERVAL_S
+) -> bool:
     """Report how far the job is (0.0 to 1.0) for `ls`, `show` and `top`.
 
     Cheap enough for every step: at most one small file write per min_interval_s (a
@@ -183,8 +185,11 @@ def read_progress_file(path: str, owner_uid: int | None = None) -> dict | None:
         return None
     try:
         info = os.fstat(fd)
-        if (not stat.S_ISREG(info.st_mode) or info.st_nlink != 1
-                or owner_uid is not None and info.st_uid != owner_uid):
+        if (
+            not stat.S_ISREG(info.st_mode)
+            or info.st_nlink != 1
+            or (owner_uid is not None and info.st_uid != owner_uid)
+        ):
             return None
         raw = os.read(fd, PROGRESS_MAX_BYTES + 1)
         data = json.loads(raw) if len(raw) <= PROGRESS_MAX_BYTES else None
@@ -195,16 +200,21 @@ def read_progress_file(path: str, owner_uid: int | None = None) -> dict | None:
     if not isinstance(data, dict):
         return None
     fraction, updated_at = data.get("fraction"), data.get("updated_at")
-    if not all(isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
-               for v in (fraction, updated_at)):
+    if not all(
+        isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+        for v in (fraction, updated_at)
+    ):
         return None
     message = data.get("message")
-    return {"fraction": min(max(float(fraction), 0.0), 1.0),
-            "message": message[:MESSAGE_MAX_CHARS] if isinstance(message, str) else "",
-            "updated_at": float(updated_at)}
+    return {
+        "fraction": min(max(float(fraction), 0.0), 1.0),
+        "message": message[:MESSAGE_MAX_CHARS] if isinstance(message, str) else "",
+        "updated_at": float(updated_at),
+    }
 
 
 # -- preemption -----------------------------------------------------------------------------
+
 
 class _Preemption:
     """Signal state: which signal came first, and the callback that runs once."""
@@ -238,8 +248,12 @@ class _Preemption:
 _preemption = _Preemption()
 
 
-def on_preempt(callback: Callable[[int], object] | None = None, *,
-               warning_signal: int | None = None, exit_on_sigterm: bool = True) -> None:
+def on_preempt(
+    callback: Callable[[int], object] | None = None,
+    *,
+    warning_signal: int | None = None,
+    exit_on_sigterm: bool = True,
+) -> None:
     """Run callback(signum) once, on the warning signal or SIGTERM, so the job can checkpoint.
 
     gpusched sends SIGTERM on a cancel (SIGKILL follows after the grace period) and a
@@ -266,6 +280,7 @@ def preempt_requested() -> int | None:
 
 
 # -- memory ---------------------------------------------------------------------------------
+
 
 def report_oom(detail: str = "", exit_code: int | None = 1) -> None:
     """Tell gpusched this run ran out of GPU memory, then exit with exit_code (None: return).

@@ -5,7 +5,7 @@ from __future__ import annotations
 import bisect
 import math
 import threading
-from typing import Callable
+from collections.abc import Callable
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
@@ -19,8 +19,9 @@ def _number(value: float) -> str:
 def _labels(pairs: dict[str, str]) -> str:
     if not pairs:
         return ""
-    escaped = (v.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
-               for v in pairs.values())
+    escaped = (
+        v.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n") for v in pairs.values()
+    )
     return "{" + ",".join(f'{k}="{v}"' for k, v in zip(pairs, escaped)) + "}"
 
 
@@ -53,8 +54,11 @@ class Gauge:
         self.name, self.help_text, self.read = name, help_text, read
 
     def render(self) -> list[str]:
-        return [f"# HELP {self.name} {self.help_text}", f"# TYPE {self.name} gauge",
-                f"{self.name} {_number(self.read())}"]
+        return [
+            f"# HELP {self.name} {self.help_text}",
+            f"# TYPE {self.name} gauge",
+            f"{self.name} {_number(self.read())}",
+        ]
 
 
 class Histogram:

@@ -26,6 +26,7 @@ from torch import nn
 JOBS_DIR = Path(__file__).resolve().parent
 sys.path[:0] = [str(JOBS_DIR), str(JOBS_DIR.parent)]  # prom beside us; gpusched from a checkout
 import prom  # noqa: E402  (jobs/prom.py, beside this file)
+
 from gpusched import job  # noqa: E402
 
 MAX_BODY_BYTES = 1 << 20
@@ -36,32 +37,47 @@ LATENCY_BUCKETS_S = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--port", type=int, default=int(os.environ.get("PORT") or 8000),
-                        help="0 picks a free port (default: $PORT, which gpusched gives "
-                        "each replica of a service, else 8000).")
+    parser.add_argument(
+        "--port",
+        type=int,
+        default=int(os.environ.get("PORT") or 8000),
+        help="0 picks a free port (default: $PORT, which gpusched gives "
+        "each replica of a service, else 8000).",
+    )
     parser.add_argument("--port-file", help="Write the port here once listening.")
     parser.add_argument("--max-batch-size", type=int, default=32)
     parser.add_argument("--max-wait-ms", type=float, default=5.0)
-    parser.add_argument("--max-queue", type=int, default=1024,
-                        help="Requests waiting beyond this get 503 (back-pressure).")
+    parser.add_argument(
+        "--max-queue",
+        type=int,
+        default=1024,
+        help="Requests waiting beyond this get 503 (back-pressure).",
+    )
     parser.add_argument("--features", type=int, default=64)
     parser.add_argument("--hidden", type=int, default=512)
     parser.add_argument("--layers", type=int, default=4, help="Hidden layers of the MLP.")
     parser.add_argument("--classes", type=int, default=10)
-    parser.add_argument("--quantize", action="store_true",
-                        help="int8 dynamic quantization of the Linear layers (CPU only).")
-    parser.add_argument("--threads", type=int, default=0,
-                        help="torch intra-op threads (0: torch's default). The HTTP threads "
-                             "need CPU too, so 1 is often fastest on a small CPU.")
+    parser.add_argument(
+        "--quantize",
+        action="store_true",
+        help="int8 dynamic quantization of the Linear layers (CPU only).",
+    )
+    parser.add_argument(
+        "--threads",
+        type=int,
+        default=0,
+        help="torch intra-op threads (0: torch's default). The HTTP threads "
+        "need CPU too, so 1 is often fastest on a small CPU.",
+    )
     args = parser.parse_args(argv)
     if min(args.max_batch_size, args.max_queue, args.layers) < 1 or args.max_wait_ms < 0:
-        parser.error("--max-batch-size, --max-queue and --layers must be >= 1, "
-                     "--max-wait-ms >= 0")
+        parser.error("--max-batch-size, --max-queue and --layers must be >= 1, --max-wait-ms >= 0")
     return args
 
 
-def build_model(features: int, hidden: int, classes: int, layers: int = 4,
-                quantize: bool = False) -> nn.Module:
+def build_model(
+    features: int, hidden: int, classes: int, layers: int = 4, quantize: bool = False
+) -> nn.Module:
     """A fixed random MLP (seeded: every replica answers alike); no weights to download."""
     torch.manual_seed(0)
     blocks: list[nn.Module] = [nn.Linear(features, hidden), nn.ReLU()]
@@ -70,6 +86,7 @@ def build_model(features: int, hidden: int, classes: int, layers: int = 4,
     model = nn.Sequential(*blocks, nn.Linear(hidden, classes)).eval()
     if quantize:
         from torch.ao.quantization import quantize_dynamic
+
         model = quantize_dynamic(model, {nn.Linear}, dtype=torch.qint8)
     return model
 
@@ -85,15 +102,20 @@ class Pending:
 
 class Metrics:
     def __init__(self, queue_depth) -> None:
-        self.requests = prom.Counter("serve_requests_total", "HTTP requests by path and status.",
-                                     ("path", "code"))
-        self.batch_size = prom.Histogram("serve_batch_size", "Requests per forward pass.",
-                                         BATCH_BUCKETS)
-        self.latency = prom.Histogram("serve_request_latency_seconds",
-                                      "Time from request to answer for /predict.",
-                                      LATENCY_BUCKETS_S)
-        self.queue_depth = prom.Gauge("serve_queue_depth", "Requests waiting for a batch.",
-                                      queue_depth)
+        self.requests = prom.Counter(
+            "serve_requests_total", "HTTP requests by path and status.", ("path", "code")
+        )
+        self.batch_size = prom.Histogram(
+            "serve_batch_size", "Requests per forward pass.", BATCH_BUCKETS
+        )
+        self.latency = prom.Histogram(
+            "serve_request_latency_seconds",
+            "Time from request to answer for /predict.",
+            LATENCY_BUCKETS_S,
+        )
+        self.queue_depth = prom.Gauge(
+            "serve_queue_depth", "Requests waiting for a batch.", queue_depth
+        )
 
     def text(self) -> str:
         return prom.render([self.requests, self.batch_size, self.latency, self.queue_depth])
@@ -102,8 +124,15 @@ class Metrics:
 class Batcher:
     """One thread owns the model: it gathers requests into batches and runs them."""
 
-    def __init__(self, model: nn.Module, device: torch.device, max_batch_size: int,
-                 max_wait_ms: float, max_queue: int, threads: int = 0):
+    def __init__(
+        self,
+        model: nn.Module,
+        device: torch.device,
+        max_batch_size: int,
+        max_wait_ms: float,
+        max_queue: int,
+        threads: int = 0,
+    ):
         self.model, self.device = model, device
         self.threads = threads or torch.get_num_threads()
         self.max_batch_size, self.max_wait_s = max_batch_size, max_wait_ms / 1000
@@ -125,8 +154,9 @@ class Batcher:
         while len(batch) < self.max_batch_size:
             left_s = deadline - time.monotonic()
             try:
-                batch.append(self.queue.get(timeout=left_s) if left_s > 0
-                             else self.queue.get_nowait())
+                batch.append(
+                    self.queue.get(timeout=left_s) if left_s > 0 else self.queue.get_nowait()
+                )
             except queue.Empty:
                 break
         return batch
@@ -141,7 +171,7 @@ class Batcher:
                 inputs = torch.tensor([p.features for p in batch], dtype=torch.float32)
                 with torch.inference_mode():
                     outputs = self.model(inputs.to(self.device)).cpu().tolist()
-            except Exception as exc:  # noqa: BLE001 - answer every waiter, keep serving
+            except Exception as exc:
                 outputs, error = [None] * len(batch), f"{type(exc).__name__}: {exc}"
             else:
                 error = ""
@@ -224,8 +254,9 @@ class Handler(BaseHTTPRequestHandler):
         except (ValueError, TypeError, KeyError):
             raise BadRequest(400, f'send JSON {{"input": [{self.features} numbers]}}') from None
         if len(features) != self.features:
-            raise BadRequest(400, f"input has {len(features)} numbers; the model takes "
-                                  f"{self.features}")
+            raise BadRequest(
+                400, f"input has {len(features)} numbers; the model takes {self.features}"
+            )
         return features
 
 
@@ -242,10 +273,12 @@ def write_port_file(path: str, port: int) -> None:
 
 def make_server(args: argparse.Namespace) -> tuple[ThreadingHTTPServer, Batcher]:
     device = torch.device("cuda" if torch.cuda.is_available() and not args.quantize else "cpu")
-    model = build_model(args.features, args.hidden, args.classes, args.layers,
-                        args.quantize).to(device)
-    batcher = Batcher(model, device, args.max_batch_size, args.max_wait_ms, args.max_queue,
-                      args.threads)
+    model = build_model(args.features, args.hidden, args.classes, args.layers, args.quantize).to(
+        device
+    )
+    batcher = Batcher(
+        model, device, args.max_batch_size, args.max_wait_ms, args.max_queue, args.threads
+    )
     handler = type("BoundHandler", (Handler,), {"batcher": batcher, "features": args.features})
     server = Server(("127.0.0.1", args.port), handler)
     return server, batcher
@@ -261,8 +294,11 @@ def main(argv: list[str] | None = None) -> int:
     port = server.server_address[1]
     if args.port_file:
         write_port_file(args.port_file, port)
-    print(f"listening on http://127.0.0.1:{port} (max batch {args.max_batch_size}, "
-          f"max wait {args.max_wait_ms} ms, device {batcher.device})", flush=True)
+    print(
+        f"listening on http://127.0.0.1:{port} (max batch {args.max_batch_size}, "
+        f"max wait {args.max_wait_ms} ms, device {batcher.device})",
+        flush=True,
+    )
     try:
         server.serve_forever(poll_interval=0.5)
     finally:

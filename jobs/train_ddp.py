@@ -23,8 +23,7 @@ import torch.distributed as dist
 from torch import nn
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # gpusched from a checkout
-from gpusched import job  # noqa: E402
-
+from gpusched import job
 
 EVAL_RANK = 1_000_000
 
@@ -49,15 +48,26 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--hidden", type=int, default=128)
     parser.add_argument("--lr", type=float, default=0.01)
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--checkpoint-dir", default="checkpoints/train_ddp",
-                        help="Where checkpoint.pt lives; a re-run resumes from it.")
-    parser.add_argument("--checkpoint-every", type=int, default=200, help="Steps between checkpoints.")
-    parser.add_argument("--log-every", type=int, default=100, help="Steps between throughput lines.")
+    parser.add_argument(
+        "--checkpoint-dir",
+        default="checkpoints/train_ddp",
+        help="Where checkpoint.pt lives; a re-run resumes from it.",
+    )
+    parser.add_argument(
+        "--checkpoint-every", type=int, default=200, help="Steps between checkpoints."
+    )
+    parser.add_argument(
+        "--log-every", type=int, default=100, help="Steps between throughput lines."
+    )
     parser.add_argument("--backend", choices=("auto", "nccl", "gloo"), default="auto")
-    parser.add_argument("--eval-only", action="store_true",
-                        help="Evaluate the checkpoint on held-out batches instead of training.")
-    parser.add_argument("--max-loss", type=float,
-                        help="With --eval-only: exit 1 when the loss is above this.")
+    parser.add_argument(
+        "--eval-only",
+        action="store_true",
+        help="Evaluate the checkpoint on held-out batches instead of training.",
+    )
+    parser.add_argument(
+        "--max-loss", type=float, help="With --eval-only: exit 1 when the loss is above this."
+    )
     return parser.parse_args(argv)
 
 
@@ -98,9 +108,13 @@ class Teacher:
 
 def build_model(args: argparse.Namespace) -> nn.Module:
     torch.manual_seed(args.seed)
-    return nn.Sequential(nn.Linear(args.features, args.hidden), nn.ReLU(),
-                         nn.Linear(args.hidden, args.hidden), nn.ReLU(),
-                         nn.Linear(args.hidden, 1))
+    return nn.Sequential(
+        nn.Linear(args.features, args.hidden),
+        nn.ReLU(),
+        nn.Linear(args.hidden, args.hidden),
+        nn.ReLU(),
+        nn.Linear(args.hidden, 1),
+    )
 
 
 def checkpoint_path(args: argparse.Namespace) -> Path:
@@ -117,14 +131,16 @@ def load_checkpoint(path: Path, model: nn.Module, optimizer: torch.optim.Optimiz
     return int(state["step"])
 
 
-def save_checkpoint(path: Path, model: nn.Module, optimizer: torch.optim.Optimizer,
-                    step: int) -> None:
+def save_checkpoint(
+    path: Path, model: nn.Module, optimizer: torch.optim.Optimizer, step: int
+) -> None:
     """Temp file, fsync, rename, fsync the directory: a crash leaves the old or the new one."""
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
     with open(tmp, "wb") as fh:
-        torch.save({"step": step, "model": model.state_dict(),
-                    "optimizer": optimizer.state_dict()}, fh)
+        torch.save(
+            {"step": step, "model": model.state_dict(), "optimizer": optimizer.state_dict()}, fh
+        )
         fh.flush()
         os.fsync(fh.fileno())
     os.replace(tmp, path)
@@ -154,8 +170,11 @@ def train(args: argparse.Namespace, world: World) -> int:
     optimizer = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=0.9)
     path = checkpoint_path(args)
     start_step = load_checkpoint(path, model, optimizer)
-    log(world, f"backend={dist.get_backend() if world.size > 1 else 'none'} world_size={world.size} "
-               f"master_port={os.environ.get('MASTER_PORT', '-')} device={world.device}")
+    log(
+        world,
+        f"backend={dist.get_backend() if world.size > 1 else 'none'} world_size={world.size} "
+        f"master_port={os.environ.get('MASTER_PORT', '-')} device={world.device}",
+    )
     log(world, f"resumed from step {start_step}" if start_step else "starting from step 0")
     device_ids = [world.device.index] if world.device.type == "cuda" else None
     ddp = nn.parallel.DistributedDataParallel(model, device_ids) if world.size > 1 else model
@@ -177,8 +196,11 @@ def train(args: argparse.Namespace, world: World) -> int:
                 print(f"checkpoint saved at step {done}", flush=True)
         if done % args.log_every == 0 or done == args.steps or signum:
             elapsed_s = time.perf_counter() - window_start_s
-            log(world, f"step {done} loss {loss.item():.4f} "
-                       f"{samples_per_step * window_steps / elapsed_s:.0f} samples/s")
+            log(
+                world,
+                f"step {done} loss {loss.item():.4f} "
+                f"{samples_per_step * window_steps / elapsed_s:.0f} samples/s",
+            )
             window_start_s, window_steps = time.perf_counter(), 0
         if signum:
             log(world, f"preempted by signal {signum} at step {done}; checkpoint saved, exiting")
@@ -198,8 +220,10 @@ def evaluate(args: argparse.Namespace) -> int:
     teacher, loss_fn = Teacher(args.features, args.seed), nn.MSELoss()
     with torch.inference_mode():
         # Rank numbers far above any world size: batches that training never drew.
-        losses = [loss_fn(model(x), y).item()
-                  for x, y in (teacher.batch(0, EVAL_RANK + i, 256) for i in range(8))]
+        losses = [
+            loss_fn(model(x), y).item()
+            for x, y in (teacher.batch(0, EVAL_RANK + i, 256) for i in range(8))
+        ]
     loss = sum(losses) / len(losses)
     print(f"eval loss {loss:.4f} at step {state['step']}", flush=True)
     if args.max_loss is not None and loss > args.max_loss:

@@ -9,22 +9,29 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import psutil
 import pytest
 from filelock import FileLock
 
 from gpusched.proc import runfile
-from processes import home_processes, is_gone, kill_all, with_descendants  # noqa: F401 - for the tests
 from gpusched.proc.seam import ProcessSeam
+
+from processes import home_processes, is_gone, kill_all, with_descendants
+
+# Fixtures shared by many test modules, found by pytest without an import in each.
+pytest_plugins = ["inproc", "systemroot", "queue_damage", "slurmnode"]
 
 REPO = Path(__file__).resolve().parent.parent
 DEADLINE_S = 60.0
 # The console script `pip install` made beside this interpreter: what users type.
 CONSOLE_SCRIPT = Path(sys.executable).parent / "gpusched"
-DEFAULT_HOST_CONFIG = "[host]\ncpus = 64\n"  # generous: a loaded 2-core CI machine is slow, and we poll, never sleep
+DEFAULT_HOST_CONFIG = (
+    "[host]\ncpus = 64\n"  # generous: a loaded 2-core CI machine is slow, and we poll, never sleep
+)
 
 
 def wait_until(predicate: Callable[[], Any], what: str, timeout: float = DEADLINE_S) -> Any:
@@ -69,45 +76,80 @@ class Home:
 
     def __init__(self, path: Path, simulate: str = "4x80GiB"):
         self.path = path
-        self.env = {k: v for k, v in os.environ.items()
-                    if not k.startswith(("GPUSCHED_", "XDG_"))}
-        self.env.update({"GPUSCHED_HOME": str(path), "GPUSCHED_SIMULATE": simulate,
-                         "PYTHONPATH": str(REPO), "NO_COLOR": "1", "COLUMNS": "200"})
+        self.env = {k: v for k, v in os.environ.items() if not k.startswith(("GPUSCHED_", "XDG_"))}
+        self.env.update(
+            {
+                "GPUSCHED_HOME": str(path),
+                "GPUSCHED_SIMULATE": simulate,
+                "PYTHONPATH": str(REPO),
+                "NO_COLOR": "1",
+                "COLUMNS": "200",
+            }
+        )
 
     @property
     def state(self) -> Path:
         return self.path / "state"
 
-    def run(self, *args: str, check: bool = True, input: str | None = None,
-            timeout: float = DEADLINE_S, cwd: str | Path | None = None,
-            env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
-        proc = subprocess.run([sys.executable, "-m", "gpusched", *args], capture_output=True,
-                              text=True, input=input, timeout=timeout, cwd=cwd or self.path,
-                              env={**self.env, **(env or {})})
+    def run(
+        self,
+        *args: str,
+        check: bool = True,
+        input: str | None = None,
+        timeout: float = DEADLINE_S,
+        cwd: str | Path | None = None,
+        env: dict[str, str] | None = None,
+    ) -> subprocess.CompletedProcess:
+        proc = subprocess.run(
+            [sys.executable, "-m", "gpusched", *args],
+            capture_output=True,
+            text=True,
+            input=input,
+            timeout=timeout,
+            cwd=cwd or self.path,
+            env={**self.env, **(env or {})},
+        )
         if check and proc.returncode != 0:
-            raise AssertionError(f"gpusched {' '.join(args)} exited {proc.returncode}:\n"
-                                 f"{proc.stdout}\n{proc.stderr}")
+            raise AssertionError(
+                f"gpusched {' '.join(args)} exited {proc.returncode}:\n{proc.stdout}\n{proc.stderr}"
+            )
         return proc
 
     def user_env(self, path: str = "/usr/bin:/bin", **extra: str) -> dict[str, str]:
         """All that a user's shell (or cron) hands gpusched: PATH, HOME and this home, and
         PYTHONPATH for the code under test; nothing of the test run's own environment."""
-        return {"PATH": path, "HOME": str(self.path), "GPUSCHED_HOME": str(self.path),
-                "GPUSCHED_SIMULATE": self.env["GPUSCHED_SIMULATE"], "PYTHONPATH": str(REPO),
-                **extra}
+        return {
+            "PATH": path,
+            "HOME": str(self.path),
+            "GPUSCHED_HOME": str(self.path),
+            "GPUSCHED_SIMULATE": self.env["GPUSCHED_SIMULATE"],
+            "PYTHONPATH": str(REPO),
+            **extra,
+        }
 
-    def script(self, *args: str, env: dict[str, str] | None = None,
-               cwd: str | Path | None = None, check: bool = True,
-               timeout: float = DEADLINE_S) -> subprocess.CompletedProcess:
+    def script(
+        self,
+        *args: str,
+        env: dict[str, str] | None = None,
+        cwd: str | Path | None = None,
+        check: bool = True,
+        timeout: float = DEADLINE_S,
+    ) -> subprocess.CompletedProcess:
         """`gpusched ARGS` as a user runs it: the installed console script, with exactly
         `env` (default: user_env()), from `cwd` (default: the home)."""
         assert CONSOLE_SCRIPT.exists(), f"no {CONSOLE_SCRIPT}: pip install this checkout first"
-        proc = subprocess.run([str(CONSOLE_SCRIPT), *args], capture_output=True, text=True,
-                              timeout=timeout, cwd=cwd or self.path,
-                              env=self.user_env() if env is None else env)
+        proc = subprocess.run(
+            [str(CONSOLE_SCRIPT), *args],
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            cwd=cwd or self.path,
+            env=self.user_env() if env is None else env,
+        )
         if check and proc.returncode != 0:
-            raise AssertionError(f"gpusched {' '.join(args)} exited {proc.returncode}:\n"
-                                 f"{proc.stdout}\n{proc.stderr}")
+            raise AssertionError(
+                f"gpusched {' '.join(args)} exited {proc.returncode}:\n{proc.stdout}\n{proc.stderr}"
+            )
         return proc
 
     def json(self, command: str, *args: str, input: str | None = None) -> Any:
@@ -124,8 +166,11 @@ class Home:
         return self.json("ls", "--all")
 
     def wait_state(self, job_id: int, *states: str, timeout: float = DEADLINE_S) -> dict:
-        return wait_until(lambda: (j := self.show(job_id))["state"] in states and j,
-                          f"job {job_id} to reach {states}", timeout)
+        return wait_until(
+            lambda: (j := self.show(job_id))["state"] in states and j,
+            f"job {job_id} to reach {states}",
+            timeout,
+        )
 
     def write_config(self, text: str = "") -> None:
         """The home's config file. Unless the test sets [host] itself, jobs are not limited

@@ -16,8 +16,9 @@ from __future__ import annotations
 
 import ctypes
 import uuid as uuid_module
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 import pynvml
 import pytest
@@ -25,10 +26,14 @@ import pytest
 SUCCESS = pynvml.NVML_SUCCESS
 MIB = 2**20
 # Symbols a driver from before the v3 process calls (R470 era) does not have.
-OLD_DRIVER_ABSENT = frozenset({
-    "nvmlDeviceGetComputeRunningProcesses_v3", "nvmlDeviceGetGraphicsRunningProcesses_v3",
-    "nvmlDeviceGetMemoryInfo_v2", "nvmlDeviceGetTemperatureV",
-})
+OLD_DRIVER_ABSENT = frozenset(
+    {
+        "nvmlDeviceGetComputeRunningProcesses_v3",
+        "nvmlDeviceGetGraphicsRunningProcesses_v3",
+        "nvmlDeviceGetMemoryInfo_v2",
+        "nvmlDeviceGetTemperatureV",
+    }
+)
 # The strings libnvidia-ml's nvmlErrorString gives for codes pynvml has no text for.
 _ERROR_STRINGS = {
     pynvml.NVML_ERROR_ARGUMENT_VERSION_MISMATCH: b"Argument version mismatch",
@@ -109,20 +114,36 @@ NVSWITCH_BUS_ID = "00000000:C0:00.0"  # where an NVSwitch's links end (not a GPU
 def make_gpu(model: str, index: int, **overrides: Any) -> FakeGpu:
     """A FakeGpu of a known model with a stable UUID and a bus id per index."""
     name, total, limit_mw, capability, mig_capable = _MODELS[model]
-    values: dict[str, Any] = dict(
-        name=name, uuid=f"GPU-{uuid_module.uuid5(uuid_module.NAMESPACE_DNS, f'{model}{index}')}",
-        mem_total_bytes=total, bus_id=f"00000000:{0x18 + 0x10 * index:02X}:00.0",
-        power_limit_mw=limit_mw, compute_capability=capability, mig_capable=mig_capable)
+    values: dict[str, Any] = {
+        "name": name,
+        "uuid": f"GPU-{uuid_module.uuid5(uuid_module.NAMESPACE_DNS, f'{model}{index}')}",
+        "mem_total_bytes": total,
+        "bus_id": f"00000000:{0x18 + 0x10 * index:02X}:00.0",
+        "power_limit_mw": limit_mw,
+        "compute_capability": capability,
+        "mig_capable": mig_capable,
+    }
     return FakeGpu(**{**values, **overrides})
 
 
-def make_mig(parent: FakeGpu, gi: int, ci: int, profile: str, mem_bytes: int,
-             **overrides: Any) -> FakeGpu:
+def make_mig(
+    parent: FakeGpu, gi: int, ci: int, profile: str, mem_bytes: int, **overrides: Any
+) -> FakeGpu:
     """A MIG device named as current drivers name it: '<parent> MIG 3g.20gb'."""
     mig_uuid = f"MIG-{uuid_module.uuid5(uuid_module.NAMESPACE_DNS, f'{parent.uuid}/{gi}/{ci}')}"
-    return FakeGpu(**{**dict(name=f"{parent.name} MIG {profile}", uuid=mig_uuid,
-                             mem_total_bytes=mem_bytes, gpu_instance_id=gi,
-                             compute_instance_id=ci, mig_profile=profile), **overrides})
+    return FakeGpu(
+        **{
+            **{
+                "name": f"{parent.name} MIG {profile}",
+                "uuid": mig_uuid,
+                "mem_total_bytes": mem_bytes,
+                "gpu_instance_id": gi,
+                "compute_instance_id": ci,
+                "mig_profile": profile,
+            },
+            **overrides,
+        }
+    )
 
 
 def nvlink_box(switched: bool = False) -> list[FakeGpu]:
@@ -135,7 +156,7 @@ def nvlink_box(switched: bool = False) -> list[FakeGpu]:
         if switched:
             gpu.nvlinks = [NVSWITCH_BUS_ID] * 18
         else:
-            island = [g for g in gpus[i // 4 * 4: i // 4 * 4 + 4] if g is not gpu]
+            island = [g for g in gpus[i // 4 * 4 : i // 4 * 4 + 4] if g is not gpu]
             gpu.nvlinks = [peer.bus_id for peer in island for _ in range(6)]
     return gpus
 
@@ -218,13 +239,23 @@ class _Symbol:
 _BY_INDEX = frozenset({"nvmlDeviceGetCount_v2", "nvmlDeviceGetHandleByIndex_v2"})
 _TWO_DEVICES = frozenset({"nvmlDeviceGetTopologyCommonAncestor", "nvmlDeviceGetP2PStatus"})
 # What a MIG device handle cannot answer: the parent GPU's sensors and bus.
-_NOT_ON_MIG = frozenset({
-    "nvmlDeviceGetUtilizationRates", "nvmlDeviceGetTemperature", "nvmlDeviceGetTemperatureV",
-    "nvmlDeviceGetPowerUsage", "nvmlDeviceGetEnforcedPowerLimit", "nvmlDeviceGetPciInfo_v3",
-    "nvmlDeviceGetMigMode", "nvmlDeviceGetMaxMigDeviceCount", "nvmlDeviceGetCpuAffinity",
-    "nvmlDeviceGetMemoryAffinity", "nvmlDeviceGetTopologyCommonAncestor",
-    "nvmlDeviceGetNvLinkState", "nvmlDeviceGetP2PStatus",
-})
+_NOT_ON_MIG = frozenset(
+    {
+        "nvmlDeviceGetUtilizationRates",
+        "nvmlDeviceGetTemperature",
+        "nvmlDeviceGetTemperatureV",
+        "nvmlDeviceGetPowerUsage",
+        "nvmlDeviceGetEnforcedPowerLimit",
+        "nvmlDeviceGetPciInfo_v3",
+        "nvmlDeviceGetMigMode",
+        "nvmlDeviceGetMaxMigDeviceCount",
+        "nvmlDeviceGetCpuAffinity",
+        "nvmlDeviceGetMemoryAffinity",
+        "nvmlDeviceGetTopologyCommonAncestor",
+        "nvmlDeviceGetNvLinkState",
+        "nvmlDeviceGetP2PStatus",
+    }
+)
 
 
 class FakeNvmlLib:
@@ -264,8 +295,10 @@ class FakeNvmlLib:
         impl = getattr(self._c, name, None)
         if impl is None:
             self.unimplemented.append(name)
-            raise FakeNvmlGap(f"the fake NVML library does not implement {name}: add it to "
-                              "tests/fake_nvml.py, or list it in FakeDriver.absent")
+            raise FakeNvmlGap(
+                f"the fake NVML library does not implement {name}: add it to "
+                "tests/fake_nvml.py, or list it in FakeDriver.absent"
+            )
         return _Symbol(self, name, impl)
 
     def handle_of(self, gpu: FakeGpu) -> int:
@@ -342,8 +375,11 @@ class _CFunctions:
         mem = ref._obj
         if mem.version != pynvml.nvmlMemory_v2:
             raise _Fail(pynvml.NVML_ERROR_ARGUMENT_VERSION_MISMATCH)
-        mem.total, mem.reserved, mem.used = (gpu.mem_total_bytes, gpu.mem_reserved_bytes,
-                                             gpu.mem_used_bytes)
+        mem.total, mem.reserved, mem.used = (
+            gpu.mem_total_bytes,
+            gpu.mem_reserved_bytes,
+            gpu.mem_used_bytes,
+        )
         mem.free = gpu.mem_total_bytes - gpu.mem_reserved_bytes - gpu.mem_used_bytes
 
     def nvmlDeviceGetMemoryInfo(self, gpu: FakeGpu, ref: Any) -> None:
@@ -427,8 +463,9 @@ class _CFunctions:
         *compute, gpu_slices = gpu.mig_profile.split(".")[0:-1]  # 1c.3g.20gb, 3g.20gb
         attrs = ref._obj
         attrs.gpuInstanceSliceCount = int(gpu_slices.rstrip("g"))
-        attrs.computeInstanceSliceCount = int(compute[0].rstrip("c")) if compute else \
-            attrs.gpuInstanceSliceCount
+        attrs.computeInstanceSliceCount = (
+            int(compute[0].rstrip("c")) if compute else attrs.gpuInstanceSliceCount
+        )
         attrs.memorySizeMB = gpu.mem_total_bytes // MIB
         attrs.multiprocessorCount = 14 * attrs.computeInstanceSliceCount
 
@@ -461,11 +498,13 @@ class _CFunctions:
     def nvmlDeviceGetP2PStatus(self, gpu: FakeGpu, other: FakeGpu, index: Any, ref: Any) -> None:
         if _value(index) == pynvml.NVML_P2P_CAPS_INDEX_NVLINK:
             linked = other.bus_id in gpu.nvlinks or (
-                NVSWITCH_BUS_ID in gpu.nvlinks and NVSWITCH_BUS_ID in other.nvlinks)
+                NVSWITCH_BUS_ID in gpu.nvlinks and NVSWITCH_BUS_ID in other.nvlinks
+            )
         else:  # over PCIe: within one socket
             linked = gpu.numa_node is not None and gpu.numa_node == other.numa_node
-        ref._obj.value = pynvml.NVML_P2P_STATUS_OK if linked else \
-            pynvml.NVML_P2P_STATUS_NOT_SUPPORTED
+        ref._obj.value = (
+            pynvml.NVML_P2P_STATUS_OK if linked else pynvml.NVML_P2P_STATUS_NOT_SUPPORTED
+        )
 
     def nvmlDeviceGetCpuAffinity(self, gpu: FakeGpu, size: Any, ref: Any) -> None:
         if gpu.numa_node is None:
@@ -518,8 +557,9 @@ def fake_nvml(monkeypatch: pytest.MonkeyPatch) -> Any:
         monkeypatch.setattr(pynvml, "nvmlLib", None)
         monkeypatch.setattr(pynvml, "_nvmlGetFunctionPointer_cache", {})
         monkeypatch.setattr(pynvml, "_nvmlLib_refcount", 0)
-        monkeypatch.setattr(pynvml.NVMLError, "_errcode_to_string",
-                            dict(pynvml.NVMLError._errcode_to_string))
+        monkeypatch.setattr(
+            pynvml.NVMLError, "_errcode_to_string", dict(pynvml.NVMLError._errcode_to_string)
+        )
         monkeypatch.setattr(pynvml, "CDLL", lib.load)
         installed.append(lib)
         return lib

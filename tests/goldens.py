@@ -22,7 +22,16 @@ def check_golden(name: str, text: str) -> None:
     assert path.exists(), f"{path} is missing; GPUSCHED_UPDATE_GOLDEN=1 pytest makes it"
     expected = path.read_text(encoding="utf-8")
     if text != expected:
-        diff = "".join(difflib.unified_diff(expected.splitlines(True), text.splitlines(True),
-                                            f"{name} (expected)", f"{name} (rendered)"))
-        pytest.fail(f"output differs from {path} (GPUSCHED_UPDATE_GOLDEN=1 rewrites it after "
-                    f"a deliberate change):\n{diff}", pytrace=False)
+        diff = "".join(
+            difflib.unified_diff(
+                expected.splitlines(True),
+                text.splitlines(True),
+                f"{name} (expected)",
+                f"{name} (rendered)",
+            )
+        )
+        pytest.fail(
+            f"output differs from {path} (GPUSCHED_UPDATE_GOLDEN=1 rewrites it after "
+            f"a deliberate change):\n{diff}",
+            pytrace=False,
+        )

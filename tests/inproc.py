@@ -15,15 +15,16 @@ import json
 import os
 import signal
 import sqlite3
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import pytest
 
 from gpusched.client import fastsubmit, protocol
-from gpusched.client.paths import ensure_private_dir, resolve_paths
 from gpusched.client.jobrequest import build_request
+from gpusched.client.paths import ensure_private_dir, resolve_paths
 from gpusched.core.config import load_settings
 from gpusched.core.models import Job
 from gpusched.daemon.loop import Call, Daemon
@@ -90,18 +91,30 @@ class FakeShims:
         spec, pid = self.launched[job_id], _FAKE_PID_BASE + len(self.launches)
         os.makedirs(os.path.dirname(spec["run_file"]), exist_ok=True)  # as the shim does
         with open(spec["run_file"], "w") as run:
-            run.write(runfile.record_line("spec", spec) +
-                      runfile.record_line("shim", {"pid": pid, "start_ticks": pid,
-                                                   "run": spec.get("run")}))
+            run.write(
+                runfile.record_line("spec", spec)
+                + runfile.record_line(
+                    "shim", {"pid": pid, "start_ticks": pid, "run": spec.get("run")}
+                )
+            )
         self.alive[job_id] = pid
         return pid
 
-    def exit(self, job_id: int, code: int | None = 0, signum: int | None = None,
-             error: str = "") -> None:
+    def exit(
+        self, job_id: int, code: int | None = 0, signum: int | None = None, error: str = ""
+    ) -> None:
         """The job ended: its shim writes the exit record and is gone."""
-        runfile.append_record(self.launched[job_id]["run_file"], "exit", {
-            "exit_code": code, "signal": signum, "ended_at": self.clock.time(), "error": error,
-            "run": self.launched[job_id].get("run")})
+        runfile.append_record(
+            self.launched[job_id]["run_file"],
+            "exit",
+            {
+                "exit_code": code,
+                "signal": signum,
+                "ended_at": self.clock.time(),
+                "error": error,
+                "run": self.launched[job_id].get("run"),
+            },
+        )
         pid = self.alive.pop(job_id)
         if self.report_end is not None:  # from the run's end address, as a shim reports it
             self.report_end(runfile.WAKE, runfile.end_address(pid, self.launched[job_id]["run"]))
@@ -174,7 +187,7 @@ class FakeShims:
     def pid_owners(self, running: list[Job]) -> dict[int, int]:
         owners = {job.shim_pid: job.id for job in running if job.shim_pid}
         for job in running:
-            owners.update({pid: job.id for pid in self.children.get(job.id, ())})
+            owners.update(dict.fromkeys(self.children.get(job.id, ()), job.id))
         return owners
 
     def remove_container(self, spec: dict) -> None:
@@ -284,8 +297,9 @@ class Box:
         return self.start()
 
     # -- requests and passes -------------------------------------------------------------
-    def send(self, name: str, creds: tuple[int, int, int] = ME, lines: Any = None,
-             **args: Any) -> Call:
+    def send(
+        self, name: str, creds: tuple[int, int, int] = ME, lines: Any = None, **args: Any
+    ) -> Call:
         """A request as the server hands it to the loop, and one turn of the loop; the
         Call is answered, or (a `wait`) still waiting. lines: a streamed submit's."""
         protocol.check_request({"cmd": name, "args": args})
@@ -310,8 +324,9 @@ class Box:
         self.clock.advance(seconds)
         self.daemon.step([])
 
-    def submit_all(self, *argv: str, creds: tuple[int, int, int] = ME,
-                   stdin: str = "") -> list[int]:
+    def submit_all(
+        self, *argv: str, creds: tuple[int, int, int] = ME, stdin: str = ""
+    ) -> list[int]:
         """`gpusched submit ARGV` as the CLI builds the request; the ids queued. stdin:
         what `--from-file -` reads."""
         opts = fastsubmit.parse(list(argv))
@@ -336,8 +351,9 @@ class Box:
     def running(self) -> set[int]:
         return {j.id for j in self.daemon.state.running()}
 
-    def exit(self, job_id: int, code: int | None = 0, signum: int | None = None,
-             seconds: float = 0.0) -> dict:
+    def exit(
+        self, job_id: int, code: int | None = 0, signum: int | None = None, seconds: float = 0.0
+    ) -> dict:
         """`seconds` later, the job's shim records its end; a turn of the loop reads it.
         The job as shown then."""
         if job_id not in self.shims.alive:
@@ -352,9 +368,13 @@ class Box:
         changes: each write gets a new mtime here)."""
         blocks = []
         for proc in processes:
-            blocks.append("[[process]]\n" + "".join(
-                f"{k} = {v!r}\n" if isinstance(v, str) else f"{k} = {v}\n"
-                for k, v in proc.items()))
+            blocks.append(
+                "[[process]]\n"
+                + "".join(
+                    f"{k} = {v!r}\n" if isinstance(v, str) else f"{k} = {v}\n"
+                    for k, v in proc.items()
+                )
+            )
         path = Path(self.paths.sim_processes)
         before = path.stat().st_mtime_ns if path.exists() else 0
         path.write_text("\n".join(blocks))

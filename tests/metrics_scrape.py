@@ -18,10 +18,13 @@ from conftest import Home, wait_until
 
 PROMTOOL = shutil.which("promtool")
 needs_promtool = pytest.mark.skipif(
-    PROMTOOL is None, reason="promtool is missing (Debian package `prometheus`; CI installs it)")
+    PROMTOOL is None, reason="promtool is missing (Debian package `prometheus`; CI installs it)"
+)
 # A job that reports a quarter done, then waits to be cancelled.
-PROGRESS_JOB = ("import time; from gpusched.job import progress; progress(0.25, 'warming up', "
-                "min_interval_s=0); time.sleep(600)")
+PROGRESS_JOB = (
+    "import time; from gpusched.job import progress; progress(0.25, 'warming up', "
+    "min_interval_s=0); time.sleep(600)"
+)
 # What the served daemon's jobs are named and run: none of it may show up in a label.
 SECRET_NAME, SECRET_ARG = "name-not-for-labels", "arg-not-for-labels"
 
@@ -80,14 +83,28 @@ def serving_home(root: Path, max_job_series: int = 64) -> tuple[Home, str]:
     home.write_config(f'[metrics]\nlisten = "127.0.0.1:0"\nmax_job_series = {max_job_series}\n')
     home.start()
     url = metrics_url(home)
-    home.submit("--gpus", "1", "--gpu-mem", "20GiB", "--name", SECRET_NAME, "--",
-                sys.executable, "-c", PROGRESS_JOB, SECRET_ARG)
+    home.submit(
+        "--gpus",
+        "1",
+        "--gpu-mem",
+        "20GiB",
+        "--name",
+        SECRET_NAME,
+        "--",
+        sys.executable,
+        "-c",
+        PROGRESS_JOB,
+        SECRET_ARG,
+    )
     home.submit("--gpus", "1", "--", "sleep", "600")
     home.submit("--gpus", "2", "--", "sleep", "600")  # waits for both GPUs
 
     def settled() -> bool:
         m = scrape(url)
-        return (m.value("gpusched_job_progress_ratio") is not None
-                and m.value("gpusched_jobs", state="running") == 2)
+        return (
+            m.value("gpusched_job_progress_ratio") is not None
+            and m.value("gpusched_jobs", state="running") == 2
+        )
+
     wait_until(settled, "two running jobs and one's progress in a scrape")
     return home, url

@@ -8,15 +8,14 @@ import os
 import shutil
 import sqlite3
 import stat
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 import pytest
 
-from conftest import Home, wait_until
 from gpusched.daemon.store import SCHEMA_VERSION
 
-from gpusched.daemon.store import SCHEMA_VERSION
+from conftest import Home, wait_until
 
 SUFFIXES = ("", "-wal", "-shm")
 
@@ -158,7 +157,7 @@ def bad_page(s: Path) -> None:
     page = conn.execute("PRAGMA page_size").fetchone()[0]
     conn.close()
     data = bytearray((s / "queue.db").read_bytes())
-    data[(root - 1) * page:(root - 1) * page + 12] = b"\x0d\xff\xff\x00\x05" + b"\xff" * 7
+    data[(root - 1) * page : (root - 1) * page + 12] = b"\x0d\xff\xff\x00\x05" + b"\xff" * 7
     (s / "queue.db").write_bytes(bytes(data))
 
 
@@ -210,10 +209,18 @@ VARIANTS: list[tuple[str, str, Callable[[Path], None], str]] = [
     ("missing beside earlier jobs", "clean", missing, "is missing, but"),
     ("empty (0 bytes) beside earlier jobs", "clean", empty, "is empty (0 bytes), but"),
     ("empty beside a -wal", "crashed", empty_beside_wal, "-wal is still there"),
-    ("missing, no job files left", "clean", missing_with_no_job_files,
-     "queue.db.created says a queue was made here"),
-    ("empty, no job files left", "clean", empty_with_no_job_files,
-     "queue.db.created says a queue was made here"),
+    (
+        "missing, no job files left",
+        "clean",
+        missing_with_no_job_files,
+        "queue.db.created says a queue was made here",
+    ),
+    (
+        "empty, no job files left",
+        "clean",
+        empty_with_no_job_files,
+        "queue.db.created says a queue was made here",
+    ),
     ("a dangling symlink", "clean", dangling_link, "which does not exist"),
     ("a symlink to a queue", "clean", link_to_queue, "is a symbolic link"),
     ("a directory", "clean", directory, "is a directory, not a regular file"),
@@ -223,14 +230,26 @@ VARIANTS: list[tuple[str, str, Callable[[Path], None], str]] = [
     ("a spoiled header", "clean", bad_header, "is corrupt (not an SQLite database"),
     ("a spoiled page", "clean", bad_page, "is corrupt ("),
     ("a newer schema", "clean", newer, "has schema version 99, newer than this gpusched"),
-    ("an old schema that fails to update", "clean", old_that_fails,
-     "has the old schema version 3, and updating it failed (duplicate column name"),
-    ("a table missing", "clean", table_gone,
-     f"says schema version {SCHEMA_VERSION} but table meta is missing"),
+    (
+        "an old schema that fails to update",
+        "clean",
+        old_that_fails,
+        "has the old schema version 3, and updating it failed (duplicate column name",
+    ),
+    (
+        "a table missing",
+        "clean",
+        table_gone,
+        f"says schema version {SCHEMA_VERSION} but table meta is missing",
+    ),
     ("a deleted -wal", "crashed", wal_deleted, "the -wal is missing but the -shm"),
     ("a -wal cut short", "crashed", wal_cut, "it was cut short or damaged"),
     ("a damaged -wal frame", "crashed", wal_frame_damaged, "frame 1 of"),
     ("a spoiled -wal header", "crashed", wal_bad_header, "is not an SQLite WAL header"),
-    ("another queue's -wal", "crashed", wal_of_another_queue,
-     "is not the log its -shm index describes"),
+    (
+        "another queue's -wal",
+        "crashed",
+        wal_of_another_queue,
+        "is not the log its -shm index describes",
+    ),
 ]

@@ -21,16 +21,28 @@ from conftest import REPO, wait_until
 HAPROXY = shutil.which("haproxy") or shutil.which("haproxy", path="/usr/sbin:/usr/local/sbin")
 needs_haproxy = pytest.mark.skipif(
     HAPROXY is None,
-    reason="HAProxy is not installed (Debian/Ubuntu: apt-get install haproxy); .ci/run installs it")
+    reason="HAProxy is not installed (Debian/Ubuntu: apt-get install haproxy); .ci/run installs it",
+)
 
 # jobs/serve.py is a torch model: without the `jobs` extra, the tests that run it skip.
 needs_torch = pytest.mark.skipif(
     importlib.util.find_spec("torch") is None,
-    reason="jobs/serve.py needs torch: pip install torch==2.13.0 -e '.[test,jobs]'")
+    reason="jobs/serve.py needs torch: pip install torch==2.13.0 -e '.[test,jobs]'",
+)
 
 SERVER = Path(__file__).resolve().parent / "svcserver.py"
-SERVE = [sys.executable, str(REPO / "jobs" / "serve.py"), "--hidden", "32", "--layers", "1",
-         "--threads", "1", "--max-wait-ms", "0"]
+SERVE = [
+    sys.executable,
+    str(REPO / "jobs" / "serve.py"),
+    "--hidden",
+    "32",
+    "--layers",
+    "1",
+    "--threads",
+    "1",
+    "--max-wait-ms",
+    "0",
+]
 TINY = [sys.executable, str(SERVER)]
 
 
@@ -43,21 +55,31 @@ def show(home, name: str) -> dict:
     return json.loads(home.run("service", "show", name, "--json").stdout)
 
 
-def wait_ready(home, name: str, count: int, timeout: float = 90.0,
-               generation: int | None = None) -> dict:
+def wait_ready(
+    home, name: str, count: int, timeout: float = 90.0, generation: int | None = None
+) -> dict:
     """The service once exactly `count` replicas (of `generation`, if given) are ready and
     no other is left."""
+
     def ready():
         shown = show(home, name)
         replicas = shown["replicas"]
-        good = [r for r in replicas if r["door"] == "ready" and
-                (generation is None or r["generation"] == generation)]
+        good = [
+            r
+            for r in replicas
+            if r["door"] == "ready" and (generation is None or r["generation"] == generation)
+        ]
         return shown if len(good) == count and len(replicas) == count else None
+
     return wait_until(ready, f"{count} ready replica(s) of {name}", timeout)
 
 
-def ask(listen: str, path: str = "/predict", body: bytes | None = None,
-        conn: http.client.HTTPConnection | None = None) -> tuple[int, bytes]:
+def ask(
+    listen: str,
+    path: str = "/predict",
+    body: bytes | None = None,
+    conn: http.client.HTTPConnection | None = None,
+) -> tuple[int, bytes]:
     host, port = listen.rsplit(":", 1)
     own = conn is None
     conn = conn or http.client.HTTPConnection(host, int(port), timeout=30)
@@ -85,8 +107,9 @@ class Traffic:
     """Requests sent without a pause from `clients` threads until stopped: each outcome
     recorded with its time."""
 
-    def __init__(self, listen: str, clients: int = 2, path: str = "/predict",
-                 body: bytes | None = PREDICT):
+    def __init__(
+        self, listen: str, clients: int = 2, path: str = "/predict", body: bytes | None = PREDICT
+    ):
         self.listen, self.path, self.body = listen, path, body
         self.outcomes: list[tuple[float, int]] = []  # (monotonic time, status; 0: no answer)
         self._stop = threading.Event()
@@ -100,7 +123,7 @@ class Traffic:
                 status = 0
             self.outcomes.append((time.monotonic(), status))
 
-    def __enter__(self) -> "Traffic":
+    def __enter__(self) -> Traffic:
         for thread in self._threads:
             thread.start()
         return self

@@ -12,24 +12,35 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 from conftest import Home, wait_until
 
 # Slurm's states and reasons, in gpusched's words (what a user compares).
-SLURM_STATES = {"COMPLETED": "succeeded", "FAILED": "failed", "TIMEOUT": "timeout",
-                "CANCELLED": "cancelled", "PENDING": "pending", "RUNNING": "running",
-                "OUT_OF_MEMORY": "oom", "NODE_FAIL": "lost"}
+SLURM_STATES = {
+    "COMPLETED": "succeeded",
+    "FAILED": "failed",
+    "TIMEOUT": "timeout",
+    "CANCELLED": "cancelled",
+    "PENDING": "pending",
+    "RUNNING": "running",
+    "OUT_OF_MEMORY": "oom",
+    "NODE_FAIL": "lost",
+}
 ENDED = ("succeeded", "failed", "timeout", "cancelled", "oom", "lost")
 SLOW_S = 200.0  # a one-minute Slurm time limit is enforced up to half a minute late
 
 
 def reason_kind(reason: str) -> str:
     """gpusched's pending reason as the Slurm reason it corresponds to."""
-    for start, kind in (("held", "JobHeldUser"), ("waiting for", "Dependency"),
-                        ("behind job", "Priority"), ("needs", "Resources"),
-                        ("array", "JobArrayTaskLimit")):
+    for start, kind in (
+        ("held", "JobHeldUser"),
+        ("waiting for", "Dependency"),
+        ("behind job", "Priority"),
+        ("needs", "Resources"),
+        ("array", "JobArrayTaskLimit"),
+    ):
         if reason.startswith(start):
             return kind
     if "can never be met" in reason:
@@ -45,13 +56,28 @@ class SlurmSide:
         self.node, self.workdir = node, workdir
 
     def submit_lines(self, options: list[str], script: str) -> list[str]:
-        out = self.node.run("sbatch", "--parsable", f"--output={self.workdir}/%j.out",
-                            f"--chdir={self.workdir}", *options, "--wrap", script).stdout
+        out = self.node.run(
+            "sbatch",
+            "--parsable",
+            f"--output={self.workdir}/%j.out",
+            f"--chdir={self.workdir}",
+            *options,
+            "--wrap",
+            script,
+        ).stdout
         return out.split()
 
     def accepts(self, options: list[str]) -> bool:
-        proc = self.node.run("sbatch", "--test-only", f"--chdir={self.workdir}",
-                             "--output=/dev/null", *options, "--wrap", "true", check=False)
+        proc = self.node.run(
+            "sbatch",
+            "--test-only",
+            f"--chdir={self.workdir}",
+            "--output=/dev/null",
+            *options,
+            "--wrap",
+            "true",
+            check=False,
+        )
         return proc.returncode == 0
 
     def control(self, *argv: str) -> int:
@@ -65,9 +91,12 @@ class SlurmSide:
         fields = dict(word.split("=", 1) for word in shown if "=" in word)
         code, _, sig = fields.get("ExitCode", "0:0").partition(":")
         signal = int(sig or 0)
-        return {"state": SLURM_STATES.get(fields["JobState"], fields["JobState"]),
-                "exit_code": None if signal else int(code), "signal": signal or None,
-                "reason": fields.get("Reason", "None")}
+        return {
+            "state": SLURM_STATES.get(fields["JobState"], fields["JobState"]),
+            "exit_code": None if signal else int(code),
+            "signal": signal or None,
+            "reason": fields.get("Reason", "None"),
+        }
 
 
 class GpuschedSide:
@@ -78,12 +107,14 @@ class GpuschedSide:
         self.home, self.workdir = home, workdir
 
     def submit_lines(self, options: list[str], script: str) -> list[str]:
-        return self.home.run("submit", *options, "--", "sh", "-c", script,
-                             cwd=self.workdir).stdout.split()
+        return self.home.run(
+            "submit", *options, "--", "sh", "-c", script, cwd=self.workdir
+        ).stdout.split()
 
     def accepts(self, options: list[str]) -> bool:
-        proc = self.home.run("submit", "--hold", *options, "--", "true", cwd=self.workdir,
-                             check=False)
+        proc = self.home.run(
+            "submit", "--hold", *options, "--", "true", cwd=self.workdir, check=False
+        )
         if proc.returncode == 0:
             self.home.run("cancel", *proc.stdout.split(), check=False)
         return proc.returncode == 0
@@ -96,8 +127,12 @@ class GpuschedSide:
 
     def seen(self, job_id: str) -> dict:
         job = json.loads(self.home.run("show", "--json", job_id).stdout)
-        return {"state": job["state"], "exit_code": job["exit_code"], "signal": job["signal"],
-                "reason": reason_kind(job["pending_reason"])}
+        return {
+            "state": job["state"],
+            "exit_code": job["exit_code"],
+            "signal": job["signal"],
+            "reason": reason_kind(job["pending_reason"]),
+        }
 
 
 # -- helpers shared by the scenarios ---------------------------------------------------------
@@ -107,10 +142,12 @@ def submit(side, options: list[str], script: str) -> str:
     return lines[0]
 
 
-def wait_seen(side, job_id: str, done: Callable[[dict], bool], what: str,
-              timeout: float = 60.0) -> dict:
-    return wait_until(lambda: done(s := side.seen(job_id)) and s,
-                      f"{side.name} job {job_id} {what}", timeout)
+def wait_seen(
+    side, job_id: str, done: Callable[[dict], bool], what: str, timeout: float = 60.0
+) -> dict:
+    return wait_until(
+        lambda: done(s := side.seen(job_id)) and s, f"{side.name} job {job_id} {what}", timeout
+    )
 
 
 def ended(side, job_id: str, timeout: float = 60.0) -> dict:
@@ -135,16 +172,23 @@ def exit_statuses(side) -> dict:
 def dependencies(side) -> dict:
     failing = submit(side, [], "exit 1")
     ok = submit(side, ["--dependency", f"afterok:{failing}"], "true")
-    killed = submit(side, ["--dependency", f"afterok:{failing}",
-                           "--kill-on-invalid-dep=yes"], "true")
+    killed = submit(
+        side, ["--dependency", f"afterok:{failing}", "--kill-on-invalid-dep=yes"], "true"
+    )
     anyway = submit(side, ["--dependency", f"afterany:{failing}"], "true")
     notok = submit(side, ["-d", f"afternotok:{failing}"], "true")
     started = submit(side, ["-d", f"after:{failing}"], "true")
     ended(side, failing)
-    never = wait_seen(side, ok, lambda s: s["reason"] not in ("Dependency", "None"),
-                      "to find its dependency unmet")
-    out = {"afterok on a failure": (never["state"], never["reason"]),
-           "kill-on-invalid-dep": ended(side, killed)["state"]}
+    never = wait_seen(
+        side,
+        ok,
+        lambda s: s["reason"] not in ("Dependency", "None"),
+        "to find its dependency unmet",
+    )
+    out = {
+        "afterok on a failure": (never["state"], never["reason"]),
+        "kill-on-invalid-dep": ended(side, killed)["state"],
+    }
     for row, job_id in (("afterany", anyway), ("afternotok", notok), ("after", started)):
         out[row] = ended(side, job_id)["state"]
     side.cancel(ok)
@@ -155,10 +199,11 @@ def pending_reasons(side) -> dict:
     ids = [submit(side, ["--gpus", "2"], "sleep 60") for _ in range(3)]
     held = submit(side, ["--hold"], "true")
     wait_seen(side, ids[0], lambda s: s["state"] == "running", "to start")
-    reasons = [wait_seen(side, i, lambda s: s["reason"] != "None", "to have a reason")["reason"]
-               for i in ids[1:]]
-    out = {"next in line": reasons[0], "behind it": reasons[1],
-           "held": side.seen(held)["reason"]}
+    reasons = [
+        wait_seen(side, i, lambda s: s["reason"] != "None", "to have a reason")["reason"]
+        for i in ids[1:]
+    ]
+    out = {"next in line": reasons[0], "behind it": reasons[1], "held": side.seen(held)["reason"]}
     for job_id in (*ids, held):
         side.cancel(job_id)
     return out
@@ -166,16 +211,19 @@ def pending_reasons(side) -> dict:
 
 def arrays(side) -> dict:
     var = side.variable
-    array_id = submit(side, ["--array", "0-3%2"],
-                      f"date +%s.%N >> {side.workdir}/start; sleep 2; "
-                      f"date +%s.%N >> {side.workdir}/end; "
-                      f"echo ${var}_ARRAY_TASK_COUNT ${var}_ARRAY_TASK_MIN "
-                      f"${var}_ARRAY_TASK_MAX ${var}_ARRAY_TASK_STEP > {side.workdir}/vars"
-                      if side.name == "slurm" else
-                      f"date +%s.%N >> {side.workdir}/start; sleep 2; "
-                      f"date +%s.%N >> {side.workdir}/end; "
-                      f"echo ${var}_ARRAY_COUNT ${var}_ARRAY_MIN ${var}_ARRAY_MAX "
-                      f"${var}_ARRAY_STEP > {side.workdir}/vars")
+    array_id = submit(
+        side,
+        ["--array", "0-3%2"],
+        f"date +%s.%N >> {side.workdir}/start; sleep 2; "
+        f"date +%s.%N >> {side.workdir}/end; "
+        f"echo ${var}_ARRAY_TASK_COUNT ${var}_ARRAY_TASK_MIN "
+        f"${var}_ARRAY_TASK_MAX ${var}_ARRAY_TASK_STEP > {side.workdir}/vars"
+        if side.name == "slurm"
+        else f"date +%s.%N >> {side.workdir}/start; sleep 2; "
+        f"date +%s.%N >> {side.workdir}/end; "
+        f"echo ${var}_ARRAY_COUNT ${var}_ARRAY_MIN ${var}_ARRAY_MAX "
+        f"${var}_ARRAY_STEP > {side.workdir}/vars",
+    )
     states = [ended(side, f"{array_id}_{i}")["state"] for i in range(4)]
     starts, ends = stamps(side.workdir / "start"), stamps(side.workdir / "end")
     # The most elements running at once, from when each started and ended.
@@ -184,27 +232,40 @@ def arrays(side) -> dict:
     for _, step in events:
         running += step
         most = max(most, running)
-    return {"states": states, "at most at once (%2)": most,
-            "count min max step": (side.workdir / "vars").read_text().split()}
+    return {
+        "states": states,
+        "at most at once (%2)": most,
+        "count min max step": (side.workdir / "vars").read_text().split(),
+    }
 
 
 def gpu_assignment(side) -> dict:
-    ids = [submit(side, ["--gpus", "1"],
-                  f"echo $CUDA_VISIBLE_DEVICES ${side.variable}_JOB_GPUS > {side.workdir}/gpu{n}; "
-                  "sleep 2") for n in range(2)]
+    ids = [
+        submit(
+            side,
+            ["--gpus", "1"],
+            f"echo $CUDA_VISIBLE_DEVICES ${side.variable}_JOB_GPUS > {side.workdir}/gpu{n}; "
+            "sleep 2",
+        )
+        for n in range(2)
+    ]
     for job_id in ids:
         ended(side, job_id)
     seen = sorted((side.workdir / f"gpu{n}").read_text().split() for n in range(2))
-    return {"two jobs run at once on distinct GPUs": len({s[0] for s in seen}) == 2,
-            "CUDA_VISIBLE_DEVICES": [s[0] for s in seen],
-            "the job's GPU indices (SLURM_JOB_GPUS)": [s[1] for s in seen]}
+    return {
+        "two jobs run at once on distinct GPUs": len({s[0] for s in seen}) == 2,
+        "CUDA_VISIBLE_DEVICES": [s[0] for s in seen],
+        "the job's GPU indices (SLURM_JOB_GPUS)": [s[1] for s in seen],
+    }
 
 
 def refused_operations(side) -> dict:
     job_id = submit(side, [], "true")
     ended(side, job_id)
-    return {"hold a finished job": side.control("hold", job_id),
-            "release a finished job": side.control("release", job_id)}
+    return {
+        "hold a finished job": side.control("hold", job_id),
+        "release a finished job": side.control("release", job_id),
+    }
 
 
 def cancel_running(side) -> dict:
@@ -217,13 +278,18 @@ def cancel_running(side) -> dict:
 def time_limit_and_signal(side) -> dict:
     marks = side.workdir
     # B: the main shell alone, which traps the warning; without B: a child that would.
-    batch = submit(side, ["--time", "1", "--signal", "B:USR1@50"],
-                   f"trap 'date +%s.%N > {marks}/batch' USR1; "
-                   "while :; do sleep 1; done")
-    steps = submit(side, ["--time", "1", "--signal", "USR1@50"],
-                   f"python3 -c \"import signal, time; signal.signal(signal.SIGUSR1, "
-                   f"lambda *_: open('{marks}/child', 'w').write(str(time.time()))); "
-                   "time.sleep(600)\"; echo")
+    batch = submit(
+        side,
+        ["--time", "1", "--signal", "B:USR1@50"],
+        f"trap 'date +%s.%N > {marks}/batch' USR1; while :; do sleep 1; done",
+    )
+    steps = submit(
+        side,
+        ["--time", "1", "--signal", "USR1@50"],
+        f'python3 -c "import signal, time; signal.signal(signal.SIGUSR1, '
+        f"lambda *_: open('{marks}/child', 'w').write(str(time.time()))); "
+        'time.sleep(600)"; echo',
+    )
     out = {}
     for row, job_id, mark in (("B:", batch, "batch"), ("no B:", steps, "child")):
         seen = ended(side, job_id, timeout=SLOW_S)
@@ -234,15 +300,46 @@ def time_limit_and_signal(side) -> dict:
 
 # The option lines a Slurm user types: accepted, or refused at submit, on each side.
 OPTION_LINES = [
-    ["--time=0"], ["--time=UNLIMITED"], ["--time=infinite"], ["--time=1.5"],
-    ["--time=2:30:00"], ["--time=1-12"], ["-t", "90"], ["-J", "x"], ["--job-name=x"],
-    ["-D", "."], ["-n", "1"], ["-n", "4"], ["-N", "1"], ["-N", "2"], ["-c", "2"],
-    ["--mem=100"], ["-G", "1"], ["--gpus=1"], ["--gres=gpu:1"], ["--gpus-per-node=1"],
-    ["--gres=tpu:1"], ["--nice=5"], ["--export=ALL,FOO=1"], ["--export=NONE"],
-    ["--array=0-3%2"], ["-a", "1,3,5-7"], ["--array=0-15:4"], ["--kill-on-invalid-dep=yes"],
-    ["-t", "5", "--signal=B:USR1@60"], ["-t", "5", "--signal=USR1"], ["-H"], ["--hold"],
-    ["--no-requeue"], ["--requeue"], ["-p", "debug"], ["-o", "x.out"], ["-e", "x.err"],
-    ["--open-mode=append"], ["-w", "localhost"], ["-q", "normal"],
+    ["--time=0"],
+    ["--time=UNLIMITED"],
+    ["--time=infinite"],
+    ["--time=1.5"],
+    ["--time=2:30:00"],
+    ["--time=1-12"],
+    ["-t", "90"],
+    ["-J", "x"],
+    ["--job-name=x"],
+    ["-D", "."],
+    ["-n", "1"],
+    ["-n", "4"],
+    ["-N", "1"],
+    ["-N", "2"],
+    ["-c", "2"],
+    ["--mem=100"],
+    ["-G", "1"],
+    ["--gpus=1"],
+    ["--gres=gpu:1"],
+    ["--gpus-per-node=1"],
+    ["--gres=tpu:1"],
+    ["--nice=5"],
+    ["--export=ALL,FOO=1"],
+    ["--export=NONE"],
+    ["--array=0-3%2"],
+    ["-a", "1,3,5-7"],
+    ["--array=0-15:4"],
+    ["--kill-on-invalid-dep=yes"],
+    ["-t", "5", "--signal=B:USR1@60"],
+    ["-t", "5", "--signal=USR1"],
+    ["-H"],
+    ["--hold"],
+    ["--no-requeue"],
+    ["--requeue"],
+    ["-p", "debug"],
+    ["-o", "x.out"],
+    ["-e", "x.err"],
+    ["--open-mode=append"],
+    ["-w", "localhost"],
+    ["-q", "normal"],
 ]
 
 
@@ -253,35 +350,57 @@ def option_parsing(side) -> dict:
 def dependency_kinds(side) -> dict:
     """singleton, `?` (any of), aftercorr and --kill-on-invalid-dep=no, and a mix of `,`
     and `?` (Slurm reads it as all `?`; gpusched refuses it)."""
-    work, task = side.workdir, ("$SLURM_ARRAY_TASK_ID" if side.name == "slurm"
-                                else "$GPUSCHED_ARRAY_INDEX")
-    first = submit(side, ["-J", "one"], f"while [ ! -e {work}/go ]; do sleep 0.1; done; exit 3")
+    work, task = (
+        side.workdir,
+        ("$SLURM_ARRAY_TASK_ID" if side.name == "slurm" else "$GPUSCHED_ARRAY_INDEX"),
+    )
+    submit(side, ["-J", "one"], f"while [ ! -e {work}/go ]; do sleep 0.1; done; exit 3")
     single = submit(side, ["-J", "one", "-d", "singleton"], "true")
     failing, ok = submit(side, [], "exit 1"), submit(side, [], "true")
     parents = submit(side, ["--array", "0-3"], f'[ "{task}" != 1 ]')
     children = submit(side, ["--array", "0-4", "-d", f"aftercorr:{parents}"], "true")
     either = submit(side, ["-d", f"afterok:{failing}?afterok:{ok}"], "true")
-    neither = [submit(side, [f"--kill-on-invalid-dep={kill}", "-d",
-                             f"afterok:{failing}?afternotok:{ok}"], "true")
-               for kill in ("no", "yes")]
-    out = {"singleton while one of its name runs": wait_seen(
-        side, single, lambda s: s["reason"] not in ("None", "waiting to be placed"),
-        "to have a reason")["reason"]}
+    neither = [
+        submit(
+            side,
+            [f"--kill-on-invalid-dep={kill}", "-d", f"afterok:{failing}?afternotok:{ok}"],
+            "true",
+        )
+        for kill in ("no", "yes")
+    ]
+    out = {
+        "singleton while one of its name runs": wait_seen(
+            side,
+            single,
+            lambda s: s["reason"] not in ("None", "waiting to be placed"),
+            "to have a reason",
+        )["reason"]
+    }
     (work / "go").touch()
     out["singleton after it failed"] = ended(side, single)["state"]
     out["? (any of) with one met"] = ended(side, either)["state"]
     out["? with none met, --kill-on-invalid-dep=no"] = wait_seen(
-        side, neither[0], lambda s: s["reason"] == "DependencyNeverSatisfied",
-        "to be never satisfiable")["state"]
+        side,
+        neither[0],
+        lambda s: s["reason"] == "DependencyNeverSatisfied",
+        "to be never satisfiable",
+    )["state"]
     out["? with none met, --kill-on-invalid-dep=yes"] = ended(side, neither[1])["state"]
     out["aftercorr elements"] = [
-        wait_seen(side, f"{children}_{i}", lambda s: s["state"] in ENDED
-                  or s["reason"] == "DependencyNeverSatisfied", "to be decided")["state"]
-        for i in range(5)]
+        wait_seen(
+            side,
+            f"{children}_{i}",
+            lambda s: s["state"] in ENDED or s["reason"] == "DependencyNeverSatisfied",
+            "to be decided",
+        )["state"]
+        for i in range(5)
+    ]
     out["',' and '?' mixed"] = side.accepts(["-d", f"afterok:{ok},afterok:{ok}?afterany:{ok}"])
     for job_id in (neither[0], *(f"{children}_{i}" for i in range(5))):
         side.cancel(job_id)
     return out
+
+
 def output_files(side) -> dict:
     """-o/-e with %j, %x, %A_%a, relative to the working directory, and --open-mode."""
     work = side.workdir
@@ -298,13 +417,16 @@ def output_files(side) -> dict:
 
     def read(name: str) -> str | None:
         return (work / name).read_text() if (work / name).exists() else None
-    return {"-o %j: output and errors": read(f"o-{both}.out"),
-            "-o and -e: output": read(f"a-{apart}.out"),
-            "-o and -e: errors": read(f"a-{apart}.err"),
-            "-J named -o %x.out": read("named.out"),
-            "--array -o %A_%a": [read(f"arr-{array_id}_{i}.out") for i in (0, 1)],
-            "--open-mode=append": read("kept.out"),
-            "truncate, the default": read("fresh.out")}
+
+    return {
+        "-o %j: output and errors": read(f"o-{both}.out"),
+        "-o and -e: output": read(f"a-{apart}.out"),
+        "-o and -e: errors": read(f"a-{apart}.err"),
+        "-J named -o %x.out": read("named.out"),
+        "--array -o %A_%a": [read(f"arr-{array_id}_{i}.out") for i in (0, 1)],
+        "--open-mode=append": read("kept.out"),
+        "truncate, the default": read("fresh.out"),
+    }
 
 
 SCENARIOS: dict[str, Callable] = {

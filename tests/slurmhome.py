@@ -29,18 +29,27 @@ def logging_commands(bin_dir: Path, log: Path, sbatch_extra: str = "") -> Path:
     its arguments) and then run the real one: how the tests count the daemon's calls."""
     for name in COMMANDS:
         extra = sbatch_extra if name == "sbatch" else ""
-        executable(bin_dir / name, f"""#!/bin/bash
+        executable(
+            bin_dir / name,
+            f"""#!/bin/bash
 printf '%s\\n' "$(date +%s.%N) {name} $*" >> {log}
 /usr/bin/{name} "$@"
 rc=$?
 {extra}
 exit $rc
-""")
+""",
+        )
     return bin_dir
 
 
-def cluster_home(make_home, slurm, tmp_path: Path, lost_grace: str = "5s",
-                 sbatch_extra: str = "", default: bool = False):
+def cluster_home(
+    make_home,
+    slurm,
+    tmp_path: Path,
+    lost_grace: str = "5s",
+    sbatch_extra: str = "",
+    default: bool = False,
+):
     """A home with cluster "hpc" (its commands logged to tmp_path/calls.log), and its root
     for working directories (a directory the compute node sees: here, the same machine)."""
     shared, root = tmp_path / "shared", tmp_path / "work"
@@ -48,8 +57,9 @@ def cluster_home(make_home, slurm, tmp_path: Path, lost_grace: str = "5s",
     root.mkdir()
     bin_dir = logging_commands(tmp_path / "slurmbin", tmp_path / "calls.log", sbatch_extra)
     home = make_home(name="clusterhome")
-    text = CLUSTER_CONFIG.format(shared=shared, root=root, conf=slurm.conf, bin_dir=bin_dir,
-                                 lost_grace=lost_grace)
+    text = CLUSTER_CONFIG.format(
+        shared=shared, root=root, conf=slurm.conf, bin_dir=bin_dir, lost_grace=lost_grace
+    )
     home.write_config(('default_cluster = "hpc"\n' if default else "") + text)
     return home, root
 

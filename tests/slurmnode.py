@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "contrib" / "slurm"))
-from onenode import PACKAGES, SlurmNode, unavailable_reason  # noqa: E402,F401 - for the tests
+from onenode import PACKAGES, SlurmNode, unavailable_reason  # noqa: F401 - for the tests
 
 
 @pytest.fixture(scope="session")

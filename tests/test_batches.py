@@ -10,8 +10,9 @@ from gpusched.client.protocol import check_request
 from gpusched.daemon import batches
 from gpusched.daemon.loop import Call
 from gpusched.daemon.request import Request
+
 from conftest import Home
-from inproc import ME, box, make_box  # noqa: F401 - fixtures
+from inproc import ME
 
 ELEMENTS = 5000  # over batches.BIG_JOBS
 

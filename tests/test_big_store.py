@@ -4,12 +4,12 @@
 from __future__ import annotations
 
 import psutil
+from test_ls_last import count_rows_read, fill
 
-from conftest import wait_until
 from gpusched.daemon.memtrim import TRIM_AFTER_JOBS_GONE, MemoryTrim
 from gpusched.daemon.pages import SCAN_ROWS
-from inproc import box, make_box  # noqa: F401 - fixtures
-from test_ls_last import count_rows_read, fill
+
+from conftest import wait_until
 
 
 def rss_bytes(pid: int) -> int:
@@ -22,8 +22,17 @@ def test_the_daemon_gives_back_the_memory_of_a_long_queue_once_it_is_gone(home):
     idle = rss_bytes(pid)
     # Jobs with their own log files, which the daemon holds whole (a sweep's jobs with
     # gpusched's own logs it holds as one template: tests/test_compact_queue.py).
-    ids = home.json("submit", "--hold", "--gpus", "0", "-o", "%j.out", "--from-file", "-",
-                    input="true\n" * 20_000)["ids"]
+    ids = home.json(
+        "submit",
+        "--hold",
+        "--gpus",
+        "0",
+        "-o",
+        "%j.out",
+        "--from-file",
+        "-",
+        input="true\n" * 20_000,
+    )["ids"]
     queued = rss_bytes(pid)
     # 20,000 pending jobs live in the daemon's memory (whole: about 2 KB each).
     assert queued > idle + 10 * 2**20
@@ -32,8 +41,11 @@ def test_the_daemon_gives_back_the_memory_of_a_long_queue_once_it_is_gone(home):
     # pages unless told to give them back.
     # Jobs are held compactly, so SQLite's page cache and the allocator's arenas are a
     # larger share of the growth than they were; a third of it must come back.
-    wait_until(lambda: rss_bytes(pid) < queued - (queued - idle) / 3,
-               "the daemon's memory to shrink after the queue emptied", timeout=30)
+    wait_until(
+        lambda: rss_bytes(pid) < queued - (queued - idle) / 3,
+        "the daemon's memory to shrink after the queue emptied",
+        timeout=30,
+    )
 
 
 class Trims:

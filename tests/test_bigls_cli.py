@@ -13,9 +13,10 @@ import socket
 import struct
 
 import pytest
+from test_fast_commands import both_paths as fast_and_typer
+from test_fast_commands import timeless
 
 from conftest import Home, wait_until
-from test_fast_commands import both_paths as fast_and_typer, timeless
 
 ME = pwd.getpwuid(os.getuid()).pw_name
 BIG_ARG = "x" * 40_000  # 30 of these make `ls --all --json` longer than one page (1 MiB)
@@ -38,16 +39,28 @@ def queue(tmp_path_factory):
 
 
 def fill(home: Home, gate) -> None:
-    home.busy = home.submit("--gpus", "4", "--name", "train", "--", "sh", "-c",
-                            f"while [ ! -e {gate} ]; do sleep 0.05; done")
+    home.busy = home.submit(
+        "--gpus",
+        "4",
+        "--name",
+        "train",
+        "--",
+        "sh",
+        "-c",
+        f"while [ ! -e {gate} ]; do sleep 0.05; done",
+    )
     home.wait_state(home.busy, "running")
     # Measured once before any test: `-` and a size would differ between two listings.
     wait_until(lambda: home.show(home.busy)["mem_peak_bytes"], "the running job's memory")
-    home.array = json.loads(home.run("submit", "--json", "--array", "0-149", "--gpus", "1",
-                                     "--", "true").stdout)["array_id"]
+    home.array = json.loads(
+        home.run("submit", "--json", "--array", "0-149", "--gpus", "1", "--", "true").stdout
+    )["array_id"]
     lines = "".join(f"echo {i} {BIG_ARG}\n" for i in range(30))
-    home.grid = json.loads(home.run("submit", "--json", "--name", "grid", "--gpus", "1",
-                                    "--from-file", "-", input=lines).stdout)["ids"]
+    home.grid = json.loads(
+        home.run(
+            "submit", "--json", "--name", "grid", "--gpus", "1", "--from-file", "-", input=lines
+        ).stdout
+    )["ids"]
 
 
 def steady(listing: str) -> str:
@@ -77,35 +90,48 @@ def test_ls_shows_the_first_pending_jobs_and_counts_the_rest(queue):
     lines = out.splitlines()
     assert lines[1].split()[:4] == [str(queue.busy), ME, "train", "running"]
     assert lines[2].split()[:4] == [f"{queue.array}_[0-49]", ME, "true", "50"]
-    assert lines[3:] == [f"and 130 more pending: 100 of array {queue.array}, 30 named grid "
-                         f"({ME}) (--all lists every job)"]
+    assert lines[3:] == [
+        f"and 130 more pending: 100 of array {queue.array}, 30 named grid "
+        f"({ME}) (--all lists every job)"
+    ]
 
 
 def test_ls_json_carries_the_summary(queue):
     reply = json.loads(both_paths(queue, "ls", "--json"))
     assert [job["id"] for job in reply["jobs"]] == [queue.busy] + list(
-        range(queue.array, queue.array + 50))
+        range(queue.array, queue.array + 50)
+    )
     assert reply["more_pending"] == {
-        "count": 130, "others": 0, "other_groups": 0, "groups": [
+        "count": 130,
+        "others": 0,
+        "other_groups": 0,
+        "groups": [
             {"count": 100, "array_id": queue.array, "user": ME, "name": "true"},
-            {"count": 30, "array_id": None, "user": ME, "name": "grid"}]}
+            {"count": 30, "array_id": None, "user": ME, "name": "grid"},
+        ],
+    }
 
 
 def test_filters_keep_working(queue):
     grid = json.loads(both_paths(queue, "ls", "--json", "--name", "grid"))
     assert [job["id"] for job in grid] == queue.grid  # all shown: a plain list
     assert [job["id"] for job in json.loads(both_paths(queue, "ls", "--json", "-t", "R"))] == [
-        queue.busy]
+        queue.busy
+    ]
     pending = json.loads(both_paths(queue, "ls", "--json", "--me", "--state", "pending"))
     assert len(pending["jobs"]) == 50 and pending["more_pending"]["count"] == 130
     assert both_paths(queue, "ls", "--user", "nobody") == (
-        "no jobs match (--all looks at finished ones too)\n")
+        "no jobs match (--all looks at finished ones too)\n"
+    )
 
 
 def test_ls_all_json_lists_every_job_as_one_document(queue):
     jobs = json.loads(both_paths(queue, "ls", "--all", "--json"))
-    assert [job["id"] for job in jobs] == [queue.busy, *range(queue.array, queue.array + 150),
-                                           *queue.grid]
+    assert [job["id"] for job in jobs] == [
+        queue.busy,
+        *range(queue.array, queue.array + 150),
+        *queue.grid,
+    ]
     assert all(BIG_ARG in job["command"][-1] for job in jobs[-30:])
 
 
@@ -129,22 +155,27 @@ def request_frames(home: Home, message: dict) -> list[dict]:
             while True:
                 (size,) = struct.unpack(">I", stream.read(4))
                 frames.append(json.loads(stream.read(size)))
-                if (not message["args"].get("stream") or not frames[-1]["ok"]
-                        or frames[-1]["result"].get("next") is None):
+                if (
+                    not message["args"].get("stream")
+                    or not frames[-1]["ok"]
+                    or frames[-1]["result"].get("next") is None
+                ):
                     return frames
 
 
 def test_a_streamed_list_comes_in_pages_on_one_connection(queue):
-    frames = request_frames(queue, {"cmd": "list", "args": {
-        "all": True, "stream": "pages", "page_bytes": 100_000}})
+    frames = request_frames(
+        queue, {"cmd": "list", "args": {"all": True, "stream": "pages", "page_bytes": 100_000}}
+    )
     assert len(frames) > 3 and all(frame["ok"] for frame in frames)
     ids = [job["id"] for frame in frames for job in frame["result"]["jobs"]]
     assert ids == [queue.busy, *range(queue.array, queue.array + 150), *queue.grid]
     # Without "stream", one page as before: the client asks for the next.
     (one,) = request_frames(queue, {"cmd": "list", "args": {"all": True, "page_bytes": 100_000}})
     # (The ids: a running job's figures move between the two requests.)
-    assert [job["id"] for job in one["result"]["jobs"]] == \
-        [job["id"] for job in frames[0]["result"]["jobs"]]
+    assert [job["id"] for job in one["result"]["jobs"]] == [
+        job["id"] for job in frames[0]["result"]["jobs"]
+    ]
 
 
 def test_the_daemon_answers_others_while_a_stream_waits_for_its_reader(queue):
@@ -154,13 +185,15 @@ def test_the_daemon_answers_others_while_a_stream_waits_for_its_reader(queue):
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
         sock.settimeout(30)  # a daemon that sends nothing fails the test, not hangs it
         sock.connect(status["socket"])
-        body = json.dumps({"cmd": "list", "args": {"all": True, "stream": "pages",
-                                                   "page_bytes": 1024}}).encode()
+        body = json.dumps(
+            {"cmd": "list", "args": {"all": True, "stream": "pages", "page_bytes": 1024}}
+        ).encode()
         sock.sendall(struct.pack(">I", len(body)) + body)
         wait_until(lambda: len(sock.recv(4, socket.MSG_PEEK)) == 4, "the first page")
         # The stream's pages (over 1 MiB) now fill the socket; nobody reads them.
-        assert queue.run("ls", "--name", "train").stdout.splitlines()[1].split()[0] == \
-            str(queue.busy)
+        assert queue.run("ls", "--name", "train").stdout.splitlines()[1].split()[0] == str(
+            queue.busy
+        )
         assert json.loads(queue.run("daemon", "status", "--json").stdout)["pending"] == 180
 
 
@@ -183,10 +216,12 @@ def test_a_submit_is_answered_between_the_pages_of_a_big_listing(home):
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
         sock.settimeout(30)
         sock.connect(status["socket"])
-        body = json.dumps({"cmd": "list", "args": {"all": True, "stream": "pages",
-                                                   "page_bytes": 1024}}).encode()
+        body = json.dumps(
+            {"cmd": "list", "args": {"all": True, "stream": "pages", "page_bytes": 1024}}
+        ).encode()
         sock.sendall(struct.pack(">I", len(body)) + body)
         with sock.makefile("rb") as stream:
+
             def page() -> dict:
                 (size,) = struct.unpack(">I", stream.read(4))
                 return json.loads(stream.read(size))

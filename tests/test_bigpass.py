@@ -18,14 +18,27 @@ from gpusched.daemon.depstates import lowest_by_name
 
 GIB = 2**30
 NOW_S = 10_000.0
-SETTINGS = settings(max_examples=150, deadline=None,
-                    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+SETTINGS = settings(
+    max_examples=150,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
 
 
 def box(gpus: int) -> Inventory:
-    return Inventory(tuple(GpuInfo(index=i, uuid=f"GPU-{i}", name="NVIDIA A100-SXM4-80GB",
-                                   mem_total_bytes=80 * GIB, mem_used_bytes=0, util_pct=0.0)
-                           for i in range(gpus)))
+    return Inventory(
+        tuple(
+            GpuInfo(
+                index=i,
+                uuid=f"GPU-{i}",
+                name="NVIDIA A100-SXM4-80GB",
+                mem_total_bytes=80 * GIB,
+                mem_used_bytes=0,
+                util_pct=0.0,
+            )
+            for i in range(gpus)
+        )
+    )
 
 
 @st.composite
@@ -36,57 +49,100 @@ def jobs(draw, first_id: int = 1) -> list[Job]:
     for n in range(draw(st.integers(0, 40))):
         job_id = first_id + n
         gpus = draw(st.sampled_from([0, 0, 1, 1, 2, 4]))
-        dep = draw(st.sampled_from([(), (), (), (("afterok", 1),), (("afterok", 999),),
-                                    (("singleton", 0),), (("aftercorr", 1),)]))
-        out.append(Job(
-            id=job_id, command=("true",), cwd="/", uid=1000,
-            user=draw(st.sampled_from(["ann", "bob", "cy"])),
-            name=draw(st.sampled_from(["", "a", "b"])),
-            request=Request(gpus=gpus,
-                            gpu_mem_bytes=draw(st.sampled_from([None, None, 30 * GIB]))
-                            if gpus else None,
-                            cpus=draw(st.sampled_from([1, 1, 4])),
-                            mem_bytes=draw(st.sampled_from([None, None, 8 * GIB]))),
-            priority=draw(st.sampled_from([0, 0, 0, 5])), submitted_at=0.0,
-            held=draw(st.sampled_from([False] * 6 + [True])), dependencies=dep,
-            kill_on_invalid_dep=bool(dep) and draw(st.booleans()),
-            eligible_at=draw(st.sampled_from([None] * 6 + [NOW_S + 60, NOW_S - 60])),
-            array_id=1 if draw(st.integers(0, 4)) == 0 else None,
-            array_index=draw(st.sampled_from([None, 0, 1, 2])),
-            array_throttle=2, time_limit_s=draw(st.sampled_from([None, 60.0, 3600.0]))))
-    return [job if job.array_id is not None else replace(job, array_throttle=None)
-            for job in out]
+        dep = draw(
+            st.sampled_from(
+                [
+                    (),
+                    (),
+                    (),
+                    (("afterok", 1),),
+                    (("afterok", 999),),
+                    (("singleton", 0),),
+                    (("aftercorr", 1),),
+                ]
+            )
+        )
+        out.append(
+            Job(
+                id=job_id,
+                command=("true",),
+                cwd="/",
+                uid=1000,
+                user=draw(st.sampled_from(["ann", "bob", "cy"])),
+                name=draw(st.sampled_from(["", "a", "b"])),
+                request=Request(
+                    gpus=gpus,
+                    gpu_mem_bytes=draw(st.sampled_from([None, None, 30 * GIB])) if gpus else None,
+                    cpus=draw(st.sampled_from([1, 1, 4])),
+                    mem_bytes=draw(st.sampled_from([None, None, 8 * GIB])),
+                ),
+                priority=draw(st.sampled_from([0, 0, 0, 5])),
+                submitted_at=0.0,
+                held=draw(st.sampled_from([False] * 6 + [True])),
+                dependencies=dep,
+                kill_on_invalid_dep=bool(dep) and draw(st.booleans()),
+                eligible_at=draw(st.sampled_from([None] * 6 + [NOW_S + 60, NOW_S - 60])),
+                array_id=1 if draw(st.integers(0, 4)) == 0 else None,
+                array_index=draw(st.sampled_from([None, 0, 1, 2])),
+                array_throttle=2,
+                time_limit_s=draw(st.sampled_from([None, 60.0, 3600.0])),
+            )
+        )
+    return [job if job.array_id is not None else replace(job, array_throttle=None) for job in out]
 
 
 def running_jobs(draw_ids: list[int], inventory: Inventory) -> list[Job]:
     """Jobs already running, one per GPU index listed."""
     gpus = inventory.gpus
-    return [transition(Job(id=1000 + i, command=("x",), cwd="/", uid=1000, user="ann",
-                           request=Request(gpus=1), time_limit_s=600.0),
-                       JobState.RUNNING, started_at=NOW_S - 10, gpu_uuids=(gpus[i].uuid,),
-                       gpu_indices=(i,))
-            for i in sorted(set(draw_ids)) if i < len(gpus)]
+    return [
+        transition(
+            Job(
+                id=1000 + i,
+                command=("x",),
+                cwd="/",
+                uid=1000,
+                user="ann",
+                request=Request(gpus=1),
+                time_limit_s=600.0,
+            ),
+            JobState.RUNNING,
+            started_at=NOW_S - 10,
+            gpu_uuids=(gpus[i].uuid,),
+            gpu_indices=(i,),
+        )
+        for i in sorted(set(draw_ids))
+        if i < len(gpus)
+    ]
 
 
-def both_passes(pending: list[Job], running: list[Job], inventory: Inventory,
-                queue: QueueRules, usage: dict[str, float] | None = None,
-                rules: PlacementRules = PlacementRules(policy="pack")):
+def both_passes(
+    pending: list[Job],
+    running: list[Job],
+    inventory: Inventory,
+    queue: QueueRules,
+    usage: dict[str, float] | None = None,
+    rules: PlacementRules | None = None,
+):
     """The whole-queue walk, and the bounded pass over the same jobs in a PendingQueue."""
+    rules = rules or PlacementRules(policy="pack")
     loads = placement.gpu_loads(inventory, running, {}, rules)
     deps = scheduling.DependencyStates({1: JobState.RUNNING})
     # aftercorr:1 pairs element N with element N of job 1's array; singleton looks at the
     # active jobs of its user and name.
-    deps.elements.update({(1, 0): JobState.SUCCEEDED, (1, 1): JobState.FAILED,
-                          (1, 2): JobState.RUNNING})
+    deps.elements.update(
+        {(1, 0): JobState.SUCCEEDED, (1, 1): JobState.FAILED, (1, 2): JobState.RUNNING}
+    )
     deps.same_name.update(lowest_by_name([*pending, *running]))
-    full = scheduling.schedule(pending, running, loads, inventory, rules, queue, NOW_S,
-                               deps, usage=usage)
+    full = scheduling.schedule(
+        pending, running, loads, inventory, rules, queue, NOW_S, deps, usage=usage
+    )
     line = PendingQueue(queue.discipline, per_user=True)
     line.add_many(pending)
     table = {job.id: job for job in pending}
     ordered = line.jobs(table, queuerules.fair_share(queue, usage or {}))
-    bounded = scheduling.schedule(ordered, running, loads, inventory, rules, queue, NOW_S,
-                                  deps, usage=usage, line=line)
+    bounded = scheduling.schedule(
+        ordered, running, loads, inventory, rules, queue, NOW_S, deps, usage=usage, line=line
+    )
     return full, bounded
 
 
@@ -104,39 +160,60 @@ def reasons_of(plan: scheduling.Plan, pending: list[Job]) -> dict[int, str]:
 
 
 @SETTINGS
-@given(pending=jobs(), busy=st.lists(st.integers(0, 3), max_size=4),
-       gpus=st.integers(1, 4), max_running=st.sampled_from([None, 1, 3, 6]),
-       discipline=st.sampled_from(queuerules.DISCIPLINES),
-       per_user=st.sampled_from([(None, None), (1, None), (None, 2)]),
-       draining=st.sampled_from([False] * 5 + [True]))
-def test_a_bounded_pass_starts_every_job_the_whole_walk_starts(pending, busy, gpus, max_running,
-                                                                discipline, per_user, draining):
+@given(
+    pending=jobs(),
+    busy=st.lists(st.integers(0, 3), max_size=4),
+    gpus=st.integers(1, 4),
+    max_running=st.sampled_from([None, 1, 3, 6]),
+    discipline=st.sampled_from(queuerules.DISCIPLINES),
+    per_user=st.sampled_from([(None, None), (1, None), (None, 2)]),
+    draining=st.sampled_from([False] * 5 + [True]),
+)
+def test_a_bounded_pass_starts_every_job_the_whole_walk_starts(
+    pending, busy, gpus, max_running, discipline, per_user, draining
+):
     # The no-starvation property: whatever could start in this pass (the walk of the
     # whole queue says what) starts in it, so a job that can start waits no pass longer.
     inventory = box(gpus)
-    queue = QueueRules(discipline=discipline, max_running_per_user=per_user[0],
-                       max_gpus_per_user=per_user[1], draining=draining,
-                       host=HostCapacity(cpus=8, mem_bytes=64 * GIB, max_running=max_running))
+    queue = QueueRules(
+        discipline=discipline,
+        max_running_per_user=per_user[0],
+        max_gpus_per_user=per_user[1],
+        draining=draining,
+        host=HostCapacity(cpus=8, mem_bytes=64 * GIB, max_running=max_running),
+    )
     usage = {"ann": 50.0, "bob": 5.0}
     full, bounded = both_passes(pending, running_jobs(busy, inventory), inventory, queue, usage)
     assert_same_decisions(full, bounded, pending)
 
 
-def assert_same_decisions(full: scheduling.Plan, bounded: scheduling.Plan,
-                          pending: list[Job]) -> None:
+def assert_same_decisions(
+    full: scheduling.Plan, bounded: scheduling.Plan, pending: list[Job]
+) -> None:
     """The bounded pass starts, places and cancels what the whole walk does, and a reason
     asked for later is the whole walk's, for every job that waits."""
     assert bounded.starts == full.starts
     assert bounded.cancels == full.cancels
     assert bounded.placements == full.placements
     waiting = [job for job in pending if job.id not in dict(full.starts)]
-    assert reasons_of(bounded, waiting) == {job.id: full.reasons[job.id] for job in waiting
-                                            if job.id in full.reasons}
+    assert reasons_of(bounded, waiting) == {
+        job.id: full.reasons[job.id] for job in waiting if job.id in full.reasons
+    }
 
 
 def sweep(count: int, first_id: int = 1, gpus: int = 0) -> list[Job]:
-    return [Job(id=first_id + n, command=("true",), cwd="/", uid=1000, user="ann",
-                request=Request(gpus=gpus), submitted_at=0.0) for n in range(count)]
+    return [
+        Job(
+            id=first_id + n,
+            command=("true",),
+            cwd="/",
+            uid=1000,
+            user="ann",
+            request=Request(gpus=gpus),
+            submitted_at=0.0,
+        )
+        for n in range(count)
+    ]
 
 
 def test_a_pass_behind_max_running_looks_at_a_handful_of_a_100000_job_sweep():
@@ -186,17 +263,23 @@ def test_singleton_and_aftercorr_jobs_of_one_request_are_told_apart():
     """singleton is decided by the job's user and name, aftercorr by its array index: a
     refused one must not stop the pass before a job alike but for those."""
     inventory = box(2)
-    blocker = transition(Job(id=50, command=("x",), cwd="/", uid=1000, user="ann", name="x"),
-                         JobState.RUNNING, started_at=NOW_S - 10)
+    blocker = transition(
+        Job(id=50, command=("x",), cwd="/", uid=1000, user="ann", name="x"),
+        JobState.RUNNING,
+        started_at=NOW_S - 10,
+    )
 
     def job(job_id: int, **fields) -> Job:
-        return Job(id=job_id, command=("true",), cwd="/", uid=1000, user="ann",
-                   submitted_at=0.0, **fields)
+        return Job(
+            id=job_id, command=("true",), cwd="/", uid=1000, user="ann", submitted_at=0.0, **fields
+        )
 
-    pending = [job(2, name="x", dependencies=(("singleton", 0),)),
-               job(3, name="y", dependencies=(("singleton", 0),)),
-               job(4, array_id=4, array_index=2, dependencies=(("aftercorr", 1),)),
-               job(5, array_id=4, array_index=0, dependencies=(("aftercorr", 1),))]
+    pending = [
+        job(2, name="x", dependencies=(("singleton", 0),)),
+        job(3, name="y", dependencies=(("singleton", 0),)),
+        job(4, array_id=4, array_index=2, dependencies=(("aftercorr", 1),)),
+        job(5, array_id=4, array_index=0, dependencies=(("aftercorr", 1),)),
+    ]
     queue = QueueRules(discipline="fifo")
     full, bounded = both_passes(pending, [blocker], inventory, queue)
     assert sorted(i for i, _ in full.starts) == [3, 5]

@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from gpusched.core import scheduling
+
 from inproc import Box
 
 SWEEP = 3_000
@@ -20,12 +21,14 @@ def spied_passes(monkeypatch) -> list[scheduling.Plan]:
     def spy(*args, **kwargs):
         plans.append(real(*args, **kwargs))
         return plans[-1]
+
     monkeypatch.setattr(scheduling, "schedule", spy)
     return plans
 
 
 def test_passes_over_a_sweep_look_at_what_can_start_and_reasons_come_when_asked(
-        tmp_path: Path, monkeypatch):
+    tmp_path: Path, monkeypatch
+):
     box = Box(tmp_path, config=CONFIG)
     plans = spied_passes(monkeypatch)
     ids = box.submit_all("--gpus", "0", "--from-file", "-", stdin="true\n" * SWEEP)
@@ -39,8 +42,9 @@ def test_passes_over_a_sweep_look_at_what_can_start_and_reasons_come_when_asked(
     # Deep in the queue, a job's reason is the one a walk of the whole queue gives it.
     assert box.show(ids[-1])["pending_reason"] == "2 jobs are running (max_running = 2)"
     rows = box.call("list")["jobs"]
-    assert {row["pending_reason"] for row in rows if row["state"] == "pending"} == \
-        {"2 jobs are running (max_running = 2)"}
+    assert {row["pending_reason"] for row in rows if row["state"] == "pending"} == {
+        "2 jobs are running (max_running = 2)"
+    }
 
 
 def test_a_restart_on_a_sweep_shares_what_its_jobs_hold_alike(tmp_path: Path):

@@ -9,21 +9,34 @@ from pathlib import Path
 
 from hypothesis import given
 from hypothesis import strategies as st
+from test_bigpass import (
+    GIB,
+    NOW_S,
+    SETTINGS,
+    assert_same_decisions,
+    both_passes,
+    box,
+    jobs,
+    reasons_of,
+    running_jobs,
+    sweep,
+)
 
 from gpusched.core import placement, queuerules, scheduling
 from gpusched.core.models import Job, Request
 from gpusched.core.pendingqueue import PendingQueue
 from gpusched.core.placement import PlacementRules
 from gpusched.core.queuerules import HostCapacity, QueueRules
+
 from inproc import Box
-from test_bigpass import (GIB, NOW_S, SETTINGS, assert_same_decisions, both_passes, box, jobs,
-                          reasons_of, running_jobs, sweep)
 
 
 def veto_after_odd_placements(request, loads, ctx):
     """A custom policy that says no while an odd number of jobs have been placed: its
     answer changes as a pass starts jobs, so its refusals are never taken as final."""
-    return [] if sum(ctx.placements.values()) % 2 else sorted(loads, key=lambda l: l.gpu.index)
+    return (
+        [] if sum(ctx.placements.values()) % 2 else sorted(loads, key=lambda load: load.gpu.index)
+    )
 
 
 CUSTOM = PlacementRules(policy="pack", custom_policies={"odd": veto_after_odd_placements})
@@ -33,16 +46,27 @@ CUSTOM = PlacementRules(policy="pack", custom_policies={"odd": veto_after_odd_pl
 def big_head_queues(draw) -> list[Job]:
     """Big jobs at the head (some held, some of another size or policy), then a queue of
     many shapes; with ids shuffled or not, so that the shapes interleave."""
-    head = [Job(id=n + 1, command=("true",), cwd="/", uid=1000,
-                user=draw(st.sampled_from(["ann", "bob"])),
-                request=Request(gpus=draw(st.sampled_from([3, 4, 4])),
-                                cpus=draw(st.sampled_from([1, 2]))),
-                held=draw(st.sampled_from([False] * 5 + [True])),
-                policy=draw(st.sampled_from(["", "", "odd"])),
-                submitted_at=0.0, time_limit_s=draw(st.sampled_from([None, 60.0, 7200.0])))
-            for n in range(draw(st.integers(1, 30)))]
-    tail = [replace(job, policy=draw(st.sampled_from(["", "", "", "odd"])))
-            for job in draw(jobs(first_id=len(head) + 1))]
+    head = [
+        Job(
+            id=n + 1,
+            command=("true",),
+            cwd="/",
+            uid=1000,
+            user=draw(st.sampled_from(["ann", "bob"])),
+            request=Request(
+                gpus=draw(st.sampled_from([3, 4, 4])), cpus=draw(st.sampled_from([1, 2]))
+            ),
+            held=draw(st.sampled_from([False] * 5 + [True])),
+            policy=draw(st.sampled_from(["", "", "odd"])),
+            submitted_at=0.0,
+            time_limit_s=draw(st.sampled_from([None, 60.0, 7200.0])),
+        )
+        for n in range(draw(st.integers(1, 30)))
+    ]
+    tail = [
+        replace(job, policy=draw(st.sampled_from(["", "", "", "odd"])))
+        for job in draw(jobs(first_id=len(head) + 1))
+    ]
     queue = head + tail
     if draw(st.booleans()):
         ids = draw(st.permutations([job.id for job in queue]))
@@ -51,19 +75,27 @@ def big_head_queues(draw) -> list[Job]:
 
 
 @SETTINGS
-@given(pending=big_head_queues(), busy=st.lists(st.integers(0, 3), max_size=4),
-       max_running=st.sampled_from([None, 2, 6]),
-       discipline=st.sampled_from(queuerules.DISCIPLINES),
-       per_user=st.sampled_from([(None, None), (2, None), (None, 3)]))
-def test_skipping_refused_shapes_starts_what_the_whole_walk_starts(pending, busy, max_running,
-                                                                    discipline, per_user):
+@given(
+    pending=big_head_queues(),
+    busy=st.lists(st.integers(0, 3), max_size=4),
+    max_running=st.sampled_from([None, 2, 6]),
+    discipline=st.sampled_from(queuerules.DISCIPLINES),
+    per_user=st.sampled_from([(None, None), (2, None), (None, 3)]),
+)
+def test_skipping_refused_shapes_starts_what_the_whole_walk_starts(
+    pending, busy, max_running, discipline, per_user
+):
     inventory = box(4)
-    queue = QueueRules(discipline=discipline, max_running_per_user=per_user[0],
-                       max_gpus_per_user=per_user[1],
-                       host=HostCapacity(cpus=8, mem_bytes=64 * GIB, max_running=max_running))
+    queue = QueueRules(
+        discipline=discipline,
+        max_running_per_user=per_user[0],
+        max_gpus_per_user=per_user[1],
+        host=HostCapacity(cpus=8, mem_bytes=64 * GIB, max_running=max_running),
+    )
     usage = {"ann": 50.0, "bob": 5.0}
-    full, bounded = both_passes(pending, running_jobs(busy, inventory), inventory, queue, usage,
-                                rules=CUSTOM)
+    full, bounded = both_passes(
+        pending, running_jobs(busy, inventory), inventory, queue, usage, rules=CUSTOM
+    )
     assert_same_decisions(full, bounded, pending)
 
 
@@ -84,8 +116,18 @@ def touched_by_a_pass(pending: list[Job], inventory, running, explain: bool):
     line = PendingQueue("fifo")
     line.add_many(pending)
     table = CountingTable((job.id, job) for job in pending)
-    plan = scheduling.schedule(line.jobs(table), running, loads, inventory, rules, QueueRules(),
-                               NOW_S, {}, explain=explain, line=line)
+    plan = scheduling.schedule(
+        line.jobs(table),
+        running,
+        loads,
+        inventory,
+        rules,
+        QueueRules(),
+        NOW_S,
+        {},
+        explain=explain,
+        line=line,
+    )
     return plan, table.reads, len(line.shapes)
 
 
@@ -108,16 +150,26 @@ def test_a_pass_over_interleaved_shapes_reads_a_few_jobs_of_each():
     inventory = box(4)
     running = running_jobs([0], inventory)
     sizes = [4, 2, 1]
-    pending = [replace(job, request=Request(gpus=sizes[(job.id // 100) % 3]))
-               for job in sweep(100_000, first_id=1)]
+    pending = [
+        replace(job, request=Request(gpus=sizes[(job.id // 100) % 3]))
+        for job in sweep(100_000, first_id=1)
+    ]
     plan, reads, shapes = touched_by_a_pass(pending, inventory, running, explain=True)
-    full = scheduling.schedule(pending, running,
-                               placement.gpu_loads(inventory, running, {}, PlacementRules()),
-                               inventory, PlacementRules(policy="pack"), QueueRules(), NOW_S, {})
+    full = scheduling.schedule(
+        pending,
+        running,
+        placement.gpu_loads(inventory, running, {}, PlacementRules()),
+        inventory,
+        PlacementRules(policy="pack"),
+        QueueRules(),
+        NOW_S,
+        {},
+    )
     assert plan.starts == full.starts
     assert reads <= shapes + len(plan.starts)
-    assert reasons_of(plan, pending[-10:]) == {job.id: full.reasons[job.id]
-                                               for job in pending[-10:]}
+    assert reasons_of(plan, pending[-10:]) == {
+        job.id: full.reasons[job.id] for job in pending[-10:]
+    }
 
 
 def test_a_skipped_job_is_explained_with_the_gpus_free_at_its_place_in_line():
@@ -126,8 +178,11 @@ def test_a_skipped_job_is_explained_with_the_gpus_free_at_its_place_in_line():
     # later for B, whom the pass skipped, must say the same.
     inventory = box(4)
     running = running_jobs([0, 1], inventory)
-    pending = [*sweep(2, first_id=1, gpus=4), *sweep(1, first_id=3, gpus=1),
-               *sweep(1, first_id=4, gpus=4)]
+    pending = [
+        *sweep(2, first_id=1, gpus=4),
+        *sweep(1, first_id=3, gpus=1),
+        *sweep(1, first_id=4, gpus=4),
+    ]
     full, bounded = both_passes(pending, running, inventory, QueueRules())
     assert [job_id for job_id, _ in bounded.starts] == [3]
     assert bounded.considered == 2  # A and C: B and D are of A's shape
@@ -137,11 +192,19 @@ def test_a_skipped_job_is_explained_with_the_gpus_free_at_its_place_in_line():
 
 
 @SETTINGS
-@given(ops=st.lists(st.tuples(st.sampled_from(["add", "add_many", "remove"]),
-                              st.integers(1, 60), st.sampled_from([0, 0, 3]),
-                              st.sampled_from([0, 1, 2]), st.sampled_from(["ann", "bob"])),
-                    max_size=80),
-       discipline=st.sampled_from(queuerules.DISCIPLINES))
+@given(
+    ops=st.lists(
+        st.tuples(
+            st.sampled_from(["add", "add_many", "remove"]),
+            st.integers(1, 60),
+            st.sampled_from([0, 0, 3]),
+            st.sampled_from([0, 1, 2]),
+            st.sampled_from(["ann", "bob"]),
+        ),
+        max_size=80,
+    ),
+    discipline=st.sampled_from(queuerules.DISCIPLINES),
+)
 def test_the_lines_stay_in_scheduling_order_as_jobs_come_and_go(ops, discipline):
     # Jobs leave mostly from the head of their line (which only moves a start mark);
     # whatever the order of adds and removes, the merge reads the queue in order_key's order.
@@ -149,11 +212,20 @@ def test_the_lines_stay_in_scheduling_order_as_jobs_come_and_go(ops, discipline)
     queue = QueueRules(discipline=discipline)
     usage = {"ann": 3.0}
     for op, job_id, priority, gpus, user in ops:
-        job = Job(id=job_id, command=("true",), cwd="/", uid=1000, user=user, priority=priority,
-                  request=Request(gpus=gpus), time_limit_s=float(job_id % 7 * 60) or None)
+        job = Job(
+            id=job_id,
+            command=("true",),
+            cwd="/",
+            uid=1000,
+            user=user,
+            priority=priority,
+            request=Request(gpus=gpus),
+            time_limit_s=float(job_id % 7 * 60) or None,
+        )
         if op == "remove" or job_id in table:
-            head = min(table, key=lambda i: queuerules.order_key(table[i], queue, usage),
-                       default=None)
+            head = min(
+                table, key=lambda i: queuerules.order_key(table[i], queue, usage), default=None
+            )
             if head is not None:  # the head of the queue leaves, as a start takes it
                 line.remove(table.pop(head if op == "remove" else job_id))
             continue
@@ -183,8 +255,9 @@ def test_the_daemon_explains_the_big_jobs_it_skipped(tmp_path: Path):
     # Skipped, each explained as the whole walk would: behind the first, with the GPUs that
     # were free when the walk came to it.
     for job_id in (big[1], big[-1]):
-        assert rows[job_id]["pending_reason"] == \
-            f"behind job {big[0]}, which is next in line; {first}"
+        assert (
+            rows[job_id]["pending_reason"] == f"behind job {big[0]}, which is next in line; {first}"
+        )
 
 
 def test_ls_shows_a_skipped_job_behind_the_first_big_one(home):
@@ -201,6 +274,7 @@ def test_ls_shows_a_skipped_job_behind_the_first_big_one(home):
     first = rows[big[0]]["pending_reason"]
     assert first.startswith("needs 4 whole GPUs")
     for job_id in big[1:]:
-        assert rows[job_id]["pending_reason"] == \
-            f"behind job {big[0]}, which is next in line; {first}"
+        assert (
+            rows[job_id]["pending_reason"] == f"behind job {big[0]}, which is next in line; {first}"
+        )
     home.run("cancel", str(hog), str(small))

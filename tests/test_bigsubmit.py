@@ -11,25 +11,27 @@ import subprocess
 import sys
 import termios
 import time
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator
 
 import pytest
 
-from conftest import Home, wait_until
 from gpusched.client import protocol
 from gpusched.client.wire import MAX_FRAME_BYTES
 from gpusched.daemon import batches
 from gpusched.daemon.loop import Call
 from gpusched.daemon.request import Request
-from inproc import ME, box, make_box  # noqa: F401 - fixtures
+
+from conftest import Home, wait_until
+from inproc import ME
 
 OTHER = (2, 4242, 4242)
 
 
-def test_a_sweep_larger_than_one_message_is_queued_in_order_with_contiguous_ids(home: Home,
-                                                                             tmp_path: Path):
+def test_a_sweep_larger_than_one_message_is_queued_in_order_with_contiguous_ids(
+    home: Home, tmp_path: Path
+):
     # 3,000 lines of 6 KB: as one request, over the largest frame (what main sent and refused).
     lines = [f"echo {i} {'x' * 6000}" for i in range(3000)]
     assert sum(map(len, lines)) > MAX_FRAME_BYTES
@@ -44,8 +46,14 @@ def test_a_sweep_larger_than_one_message_is_queued_in_order_with_contiguous_ids(
 def test_a_bad_line_is_named_and_nothing_is_queued(home: Home, tmp_path: Path):
     queued = home.submit("--hold", "--", "true")  # bad input loses nothing already queued
     sweep = tmp_path / "sweep.txt"  # line 8 over the 128 KiB a command may have
-    sweep.write_text("true\n" * 6 + "# six good lines, then one too long\n"
-                     + "echo " + "y" * 140_000 + "\n" + "true\n" * 3)
+    sweep.write_text(
+        "true\n" * 6
+        + "# six good lines, then one too long\n"
+        + "echo "
+        + "y" * 140_000
+        + "\n"
+        + "true\n" * 3
+    )
     proc = home.run("submit", "--hold", "--from-file", str(sweep), check=False)
     assert proc.returncode == 2, proc.stderr
     assert proc.stderr.startswith(f"Error: line 8 of --from-file {sweep}: the command is ")
@@ -63,11 +71,15 @@ def test_the_daemon_refuses_a_bad_streamed_line_by_its_number(home: Home):
     home.write_config('[limits]\ncommand = "1KiB"\n')
     home.start()
     client = Client(resolve_paths({"GPUSCHED_HOME": str(home.path)}), autostart=False)
-    request = {"jobs": [{"command": ["/bin/sh", "-c"], "hold": True}], "cwd": str(home.path),
-               "env": {"PATH": "/bin"}}
-    with pytest.raises(UsageError, match="^command 3 of the submit is 2,0"):
-        streams.call_streamed(client, "submit", "lines",
-                              ["true", "true", "x" * 2000, "true"], **request)
+    request = {
+        "jobs": [{"command": ["/bin/sh", "-c"], "hold": True}],
+        "cwd": str(home.path),
+        "env": {"PATH": "/bin"},
+    }
+    with pytest.raises(UsageError, match=r"^command 3 of the submit is 2,0"):
+        streams.call_streamed(
+            client, "submit", "lines", ["true", "true", "x" * 2000, "true"], **request
+        )
     assert home.jobs() == []
     ids = streams.call_streamed(client, "submit", "lines", ["true"] * 5, **request)["ids"]
     assert len(ids) == 5
@@ -77,11 +89,16 @@ def test_the_daemon_refuses_a_bad_streamed_line_by_its_number(home: Home):
 def piped_submit(home: Home, *options: str, **env: str) -> Iterator[subprocess.Popen]:
     """`gpusched submit OPTIONS --from-file -` reading a pipe the test writes; killed
     after if it is still there."""
-    client = subprocess.Popen([sys.executable, "-m", "gpusched", "submit", *options,
-                               "--from-file", "-"], stdin=subprocess.PIPE,
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                              env={**home.env, **env}, cwd=home.path,
-                              preexec_fn=_ctrl_c_as_at_a_terminal)
+    client = subprocess.Popen(
+        [sys.executable, "-m", "gpusched", "submit", *options, "--from-file", "-"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**home.env, **env},
+        cwd=home.path,
+        preexec_fn=_ctrl_c_as_at_a_terminal,
+    )
     try:
         yield client
     finally:
@@ -120,9 +137,13 @@ def test_ctrl_c_while_a_sweep_streams_queues_nothing_and_says_so(home: Home, typ
 
 def streamed_call(box, count: int) -> Call:
     """A streamed submit of `count` lines handed to the loop, as the server hands it."""
-    args = {"jobs": [{"command": ["/bin/sh", "-c"], "hold": True, "gpus": 0}],
-            "cwd": str(box.root), "env": {"PATH": "/bin"}, "stream": "lines",
-            "lines": [f"echo {i}" for i in range(count)]}
+    args = {
+        "jobs": [{"command": ["/bin/sh", "-c"], "hold": True, "gpus": 0}],
+        "cwd": str(box.root),
+        "env": {"PATH": "/bin"},
+        "stream": "lines",
+        "lines": [f"echo {i}" for i in range(count)],
+    }
     call = Call(Request("submit", args, ME))
     box.daemon.step([call])
     assert call.batched is not None and not call.done.is_set()
@@ -144,8 +165,9 @@ def test_a_submit_cancelled_while_it_is_stored_leaves_nothing(box):
 
 def test_ids_stay_contiguous_while_another_user_submits(box):
     call = streamed_call(box, 3 * batches.BIG_JOBS)
-    other = box.call("submit", OTHER, jobs=[{"command": ["true"], "hold": True}], cwd="/",
-                     env={})["ids"]
+    other = box.call("submit", OTHER, jobs=[{"command": ["true"], "hold": True}], cwd="/", env={})[
+        "ids"
+    ]
     while not call.done.is_set():
         box.step()
     ids = call.result["ids"]
@@ -196,19 +218,37 @@ def test_jobs_stored_alike_read_back_as_stored_whole(tmp_path: Path):
     must read back exactly as Store.insert, which writes every column, stores it."""
     from dataclasses import replace
 
-    from gpusched.core.models import Constraints, Job, Request as JobRequest
+    from gpusched.core.models import Constraints, Job, job_with
+    from gpusched.core.models import Request as JobRequest
     from gpusched.daemon.store import Store
-    from gpusched.core.models import job_with
 
     store = Store(tmp_path / "queue.db")
     templates = [
         Job(id=0, command=("/bin/sh", "-c"), cwd="/w", uid=7, user="u", env={"A": "b"}),
-        Job(id=0, command=("python", "x.py"), cwd="/w", uid=7, user="u", env={}, name="n",
-            priority=-3, held=True, retries=2, retry_delay_s=10.0, mem_growth=1.5,
-            preemptible=True, preempt_grace_s=60, retry_on=("failed", "timeout"),
-            dependencies=(("afterok", 1),), time_limit_s=3600.0, warn_batch=True,
-            container=("img",), request=JobRequest(gpus=2, gpu_mem_bytes=10**9, cpus=4,
-                                                   constraints=Constraints(gpu_type="H100"))),
+        Job(
+            id=0,
+            command=("python", "x.py"),
+            cwd="/w",
+            uid=7,
+            user="u",
+            env={},
+            name="n",
+            priority=-3,
+            held=True,
+            retries=2,
+            retry_delay_s=10.0,
+            mem_growth=1.5,
+            preemptible=True,
+            preempt_grace_s=60,
+            retry_on=("failed", "timeout"),
+            dependencies=(("afterok", 1),),
+            time_limit_s=3600.0,
+            warn_batch=True,
+            container=("img",),
+            request=JobRequest(
+                gpus=2, gpu_mem_bytes=10**9, cpus=4, constraints=Constraints(gpu_type="H100")
+            ),
+        ),
     ]
     with store.write():
         for n, template in enumerate(templates):
@@ -230,8 +270,9 @@ def ctrl_c_raises() -> Iterator[None]:
     signal.signal(signal.SIGINT, before)
 
 
-def test_ctrl_c_after_the_daemon_stored_everything_prints_the_ids(tmp_path: Path, capsys,
-                                                                 ctrl_c_raises):
+def test_ctrl_c_after_the_daemon_stored_everything_prints_the_ids(
+    tmp_path: Path, capsys, ctrl_c_raises
+):
     """The cancel comes too late: the daemon answers with the jobs it queued, and the
     command prints them as it would have, and says how to cancel them."""
     import threading
@@ -257,27 +298,35 @@ def test_ctrl_c_after_the_daemon_stored_everything_prints_the_ids(tmp_path: Path
         def connect(self):
             return ours
 
-    client = Connected(resolve_paths({"GPUSCHED_HOME": str(tmp_path)}), autostart=False,
-                       check_daemon=False)
+    client = Connected(
+        resolve_paths({"GPUSCHED_HOME": str(tmp_path)}), autostart=False, check_daemon=False
+    )
     thread = threading.Thread(target=daemon)
     thread.start()
     try:
         with pytest.raises(KeyboardInterrupt):
-            submit_streamed(client, {"jobs": [{"command": ["/bin/sh", "-c"]}], "cwd": "/"},
-                            iter(["true"] * 6), SubmitOptions())
+            submit_streamed(
+                client,
+                {"jobs": [{"command": ["/bin/sh", "-c"]}], "cwd": "/"},
+                iter(["true"] * 6),
+                SubmitOptions(),
+            )
     finally:
         thread.join()
         daemons.close()
     out, err = capsys.readouterr()
     assert out.split() == [str(i) for i in range(5, 11)]
-    assert err == ("Interrupted too late: jobs 5 to 10 were queued already; "
-                   "`gpusched cancel $(seq 5 10)` cancels them.\n")
+    assert err == (
+        "Interrupted too late: jobs 5 to 10 were queued already; "
+        "`gpusched cancel $(seq 5 10)` cancels them.\n"
+    )
 
 
 def test_jobs_start_and_others_are_answered_while_a_sweep_is_stored(box):
     call = streamed_call(box, 3 * batches.BIG_JOBS)
-    other = box.call("submit", OTHER, jobs=[{"command": ["true"], "gpus": 1}], cwd="/",
-                     env={})["ids"][0]
+    other = box.call("submit", OTHER, jobs=[{"command": ["true"], "gpus": 1}], cwd="/", env={})[
+        "ids"
+    ][0]
     assert not call.done.is_set()
     assert other in box.running()  # started between two batches of the sweep
     assert [j["id"] for j in box.call("list", all=True)["jobs"]] == [other]
@@ -288,8 +337,16 @@ def test_jobs_start_and_others_are_answered_while_a_sweep_is_stored(box):
 
 def test_gpu_mem_auto_estimates_each_line_of_a_sweep_on_its_own(box):
     """Each line is its own job key, with its own history: the template is made per line."""
-    ids = box.submit_all("--gpus", "1", "--gpu-mem", "auto", "--hold", "--from-file", "-",
-                         stdin="python a.py\npython b.py\n")
+    ids = box.submit_all(
+        "--gpus",
+        "1",
+        "--gpu-mem",
+        "auto",
+        "--hold",
+        "--from-file",
+        "-",
+        stdin="python a.py\npython b.py\n",
+    )
     jobs = [box.daemon.state.jobs[i] for i in ids]
     assert [j.job_key for j in jobs] == ["sh -c python a.py", "sh -c python b.py"]
     assert [j.command[-1] for j in jobs] == ["python a.py", "python b.py"]
@@ -303,11 +360,22 @@ def test_job_with_is_dataclasses_replace_without_init():
 
     from gpusched.core.models import Job, job_with
 
-    job = Job(id=3, command=("true",), cwd="/w", uid=7, user="u", env={"A": "b"}, name="n",
-              priority=2, held=True, dependencies=(("afterok", 1),))
+    job = Job(
+        id=3,
+        command=("true",),
+        cwd="/w",
+        uid=7,
+        user="u",
+        env={"A": "b"},
+        name="n",
+        priority=2,
+        held=True,
+        dependencies=(("afterok", 1),),
+    )
     changes = {"id": 4, "array_id": 9, "array_index": 1, "pending_reason": "Priority"}
     copied = job_with(job, **changes)
     assert copied == replace(job, **changes)
-    assert all(getattr(copied, f.name) == getattr(replace(job, **changes), f.name)
-               for f in fields(Job))
+    assert all(
+        getattr(copied, f.name) == getattr(replace(job, **changes), f.name) for f in fields(Job)
+    )
     assert job.id == 3 and job.pending_reason != "Priority"  # the original is untouched

@@ -40,8 +40,7 @@ def imports_of(module: str) -> set[str]:
                 target = node.module or ""
             found.add(target)
             # `from gpusched import placement` imports the submodule gpusched.placement
-            found.update(name for a in node.names
-                         if (name := f"{target}.{a.name}") in MODULES)
+            found.update(name for a in node.names if (name := f"{target}.{a.name}") in MODULES)
     return found
 
 
@@ -54,14 +53,21 @@ def roots(names: set[str]) -> set[str]:
 
 
 def importers_of(target: str) -> set[str]:
-    return {m for m in MODULES
-            if any(n == target or n.startswith(target + ".") for n in imports_of(m))}
+    return {
+        m for m in MODULES if any(n == target or n.startswith(target + ".") for n in imports_of(m))
+    }
 
 
 def test_the_walk_sees_the_package():
     # Guards the guard: an empty walk would make every test below pass vacuously.
-    assert {"gpusched.core.models", "gpusched.core.placement", "gpusched.cli.app",
-            "gpusched.proc.shim", "gpusched.gpus.nvml", "gpusched.daemon.loop"} <= set(MODULES)
+    assert {
+        "gpusched.core.models",
+        "gpusched.core.placement",
+        "gpusched.cli.app",
+        "gpusched.proc.shim",
+        "gpusched.gpus.nvml",
+        "gpusched.daemon.loop",
+    } <= set(MODULES)
     assert "typer" in roots(imports_of("gpusched.cli.app"))
     assert "gpusched.core.models" in imports_of("gpusched.core.placement")
     assert "pynvml" in roots(imports_of("gpusched.gpus.nvml"))
@@ -170,11 +176,15 @@ def module_level_imports(module: str) -> set[str]:
 
 def functions_importing(module: str, target: str) -> set[str]:
     tree = ast.parse(MODULES[module].read_text(encoding="utf-8"))
-    return {fn.name for fn in ast.walk(tree)
-            if isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef))
-            and any(isinstance(n, ast.Import) and any(a.name.split(".")[0] == target
-                                                      for a in n.names)
-                    for n in ast.walk(fn))}
+    return {
+        fn.name
+        for fn in ast.walk(tree)
+        if isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef))
+        and any(
+            isinstance(n, ast.Import) and any(a.name.split(".")[0] == target for a in n.names)
+            for n in ast.walk(fn)
+        )
+    }
 
 
 def test_the_scheduler_never_imports_torch():
@@ -190,8 +200,11 @@ def test_the_scheduler_never_imports_torch():
         if module in lazy:
             continue
         nodes = list(ast.walk(ast.parse(MODULES[module].read_text(encoding="utf-8"))))
-        names = {n.attr if isinstance(n, ast.Attribute) else n.id
-                 for n in nodes if isinstance(n, (ast.Name, ast.Attribute))}
+        names = {
+            n.attr if isinstance(n, ast.Attribute) else n.id
+            for n in nodes
+            if isinstance(n, (ast.Name, ast.Attribute))
+        }
         names |= {a.name for n in nodes if isinstance(n, ast.ImportFrom) for a in n.names}
         for fns in lazy.values():
             assert not names & fns, f"{module} uses {sorted(names & fns)}"
@@ -202,10 +215,19 @@ def test_shim_imports_only_the_standard_library():
     # runs with -I -S, without site-packages. privileges: system mode's drop to the job's
     # user; jobexec: the job's program found on its PATH; runfile: the formats it writes.
     # All standard library only, and none loads the costly modules below.
-    allowed_ours = {"gpusched", "gpusched.proc", "gpusched.proc.privileges",
-                    "gpusched.proc.jobexec", "gpusched.proc.jobtree", "gpusched.proc.runfile",
-                    "gpusched.proc.logcap", "gpusched.core", "gpusched.core.logmark",
-                    "gpusched.proc.containerrun", "gpusched.core.container"}
+    allowed_ours = {
+        "gpusched",
+        "gpusched.proc",
+        "gpusched.proc.privileges",
+        "gpusched.proc.jobexec",
+        "gpusched.proc.jobtree",
+        "gpusched.proc.runfile",
+        "gpusched.proc.logcap",
+        "gpusched.core",
+        "gpusched.core.logmark",
+        "gpusched.proc.containerrun",
+        "gpusched.core.container",
+    }
     costly = {"dataclasses", "typing", "pathlib"}
     seen, todo = set(), ["gpusched.proc.shim"]
     while todo:

@@ -15,9 +15,10 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO, Home, accounts, wait_until
 from gpusched.client.connection import Client
 from gpusched.client.paths import resolve_paths
+
+from conftest import REPO, Home, accounts, wait_until
 
 
 def assert_one_error_line(proc: subprocess.CompletedProcess, status: int, *words: str) -> str:
@@ -43,9 +44,12 @@ def assert_queue_unchanged(home: Home, before: list[dict]) -> None:
     # What `ls --all --json` prints, asked in this process: a Python start-up per check
     # is most of a second on a loaded machine.
     after = Client(resolve_paths(home.env), autostart=False).call("list", all=True)["jobs"]
-    changed = {(a["id"], key) for a, b in zip(after, before)
-               for key in a.keys() | b.keys()
-               if not is_live_reading(key) and a.get(key) != b.get(key)}
+    changed = {
+        (a["id"], key)
+        for a, b in zip(after, before)
+        for key in a.keys() | b.keys()
+        if not is_live_reading(key) and a.get(key) != b.get(key)
+    }
     assert [j["id"] for j in after] == [j["id"] for j in before]
     assert not changed, sorted(changed)
 
@@ -58,14 +62,25 @@ def busy(tmp_path_factory):
     home.path.mkdir()
     gate = root / "go"
     home.done = home.submit("--", "true")
-    home.running = home.submit("--gpus", "1", "--", "sh", "-c",
-                               f"while [ ! -e {gate} ]; do sleep 0.05; done")
+    home.running = home.submit(
+        "--gpus", "1", "--", "sh", "-c", f"while [ ! -e {gate} ]; do sleep 0.05; done"
+    )
     home.pending = home.submit("--gpus", "4", "--", "true")
     client = Client(resolve_paths(home.env), autostart=False)
-    state = lambda i: client.call("show", ids=[i])["jobs"][0]["state"]
-    wait_until(lambda: state(home.done) == "succeeded" and state(home.running) == "running"
-               and client.call("show", ids=[home.pending])["jobs"][0]["pending_reason"]
-               .startswith("needs"), "the queue to settle")
+
+    def state(i):
+        return client.call("show", ids=[i])["jobs"][0]["state"]
+
+    wait_until(
+        lambda: (
+            state(home.done) == "succeeded"
+            and state(home.running) == "running"
+            and client.call("show", ids=[home.pending])["jobs"][0]["pending_reason"].startswith(
+                "needs"
+            )
+        ),
+        "the queue to settle",
+    )
     home.baseline = queue(home)
     yield home
     gate.touch()
@@ -141,8 +156,11 @@ def test_sweep_with_one_bad_line_queues_nothing(busy, tmp_path):
 # Any command would do: the daemon it starts refuses the config and the client says why.
 BAD_CONFIGS = [
     ("[daemon]\nfrobnicate = 1\n", "unknown key 'daemon.frobnicate'", ("ls",)),
-    ("[daemon]\ncancel_grace = \"soon\"\n", "bad value for 'daemon.cancel_grace'",
-     ("submit", "--", "true")),
+    (
+        '[daemon]\ncancel_grace = "soon"\n',
+        "bad value for 'daemon.cancel_grace'",
+        ("submit", "--", "true"),
+    ),
     ("[gpus\nsimulate = 1\n", "not valid TOML", ("daemon", "start")),
     (None, "cannot read config", ("ls",)),
 ]
@@ -179,8 +197,15 @@ def test_a_home_that_is_a_file_is_one_line_for_every_command(home):
     job_id = home.submit("--hold", "--", "true")
     not_a_dir = home.path / "notes.txt"
     not_a_dir.write_text("x\n")
-    for args in (["submit", "--", "true"], ["ls"], ["show", str(job_id)], ["cancel", str(job_id)],
-                 ["daemon", "start"], ["daemon", "run"], ["doctor"]):
+    for args in (
+        ["submit", "--", "true"],
+        ["ls"],
+        ["show", str(job_id)],
+        ["cancel", str(job_id)],
+        ["daemon", "start"],
+        ["daemon", "run"],
+        ["doctor"],
+    ):
         proc = home.run(*args, check=False, env={"GPUSCHED_HOME": str(not_a_dir)})
         assert_one_error_line(proc, 1, f"GPUSCHED_HOME={not_a_dir} is not a directory")
     assert not_a_dir.read_text() == "x\n"
@@ -189,9 +214,21 @@ def test_a_home_that_is_a_file_is_one_line_for_every_command(home):
 
 # -- another user --------------------------------------------------------------------------
 def _can_run_as(user: pwd.struct_passwd, python: str, env: dict) -> bool:
-    probe = subprocess.run(["setpriv", f"--reuid={user.pw_uid}", f"--regid={user.pw_gid}",
-                            "--clear-groups", python, "-c", "import gpusched.cli.app"],
-                           env=env, cwd="/", capture_output=True, timeout=60)
+    probe = subprocess.run(
+        [
+            "setpriv",
+            f"--reuid={user.pw_uid}",
+            f"--regid={user.pw_gid}",
+            "--clear-groups",
+            python,
+            "-c",
+            "import gpusched.cli.app",
+        ],
+        env=env,
+        cwd="/",
+        capture_output=True,
+        timeout=60,
+    )
     return probe.returncode == 0
 
 
@@ -201,16 +238,27 @@ def stranger():
     if os.geteuid() != 0 or not shutil.which("useradd") or not shutil.which("setpriv"):
         pytest.skip("needs root, useradd and setpriv to act as another user")
     name = f"gst{uuid.uuid4().hex[:8]}"
-    accounts("useradd", "--no-create-home", "--home-dir", "/nonexistent",
-             "--shell", "/usr/sbin/nologin", name)
+    accounts(
+        "useradd",
+        "--no-create-home",
+        "--home-dir",
+        "/nonexistent",
+        "--shell",
+        "/usr/sbin/nologin",
+        name,
+    )
     try:
         user = pwd.getpwnam(name)
         # The test interpreter may live where others cannot reach (/root/.pyenv here);
         # then use the system one with this environment's packages on its path.
         packages = {sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"]}
         path = os.pathsep.join([str(REPO), *sorted(packages)])
-        env = {"PATH": os.environ.get("PATH", os.defpath), "HOME": "/", "LC_ALL": "C.UTF-8",
-               "PYTHONPATH": path}
+        env = {
+            "PATH": os.environ.get("PATH", os.defpath),
+            "HOME": "/",
+            "LC_ALL": "C.UTF-8",
+            "PYTHONPATH": path,
+        }
         for python in (sys.executable, shutil.which("python3") or "/usr/bin/python3"):
             if _can_run_as(user, python, env):
                 break
@@ -237,15 +285,30 @@ def open_home():
 def as_stranger(stranger, home: Home, *args: str) -> subprocess.CompletedProcess:
     user, python, env = stranger
     env = {**env, "GPUSCHED_HOME": str(home.path), "GPUSCHED_SIMULATE": "4x80GiB"}
-    return subprocess.run(["setpriv", f"--reuid={user.pw_uid}", f"--regid={user.pw_gid}",
-                           "--clear-groups", python, "-m", "gpusched", *args],
-                          env=env, cwd="/", capture_output=True, text=True, timeout=60)
+    return subprocess.run(
+        [
+            "setpriv",
+            f"--reuid={user.pw_uid}",
+            f"--regid={user.pw_gid}",
+            "--clear-groups",
+            python,
+            "-m",
+            "gpusched",
+            *args,
+        ],
+        env=env,
+        cwd="/",
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
 
 
 def test_another_user_cannot_reach_a_users_daemon(stranger, open_home, tmp_path):
     home = open_home
-    job = home.submit("--gpus", "1", "--", "sh", "-c",
-                      f"while [ ! -e {tmp_path / 'go'} ]; do sleep 0.05; done")
+    job = home.submit(
+        "--gpus", "1", "--", "sh", "-c", f"while [ ! -e {tmp_path / 'go'} ]; do sleep 0.05; done"
+    )
     pid = home.daemon_pid()
     before = queue(home)
     # The socket is 0600 in a 0700 directory: the kernel refuses before the daemon hears it.
@@ -263,8 +326,9 @@ def test_the_daemon_refuses_to_cancel_another_users_job(stranger, open_home, tmp
     # learns its uid from the kernel. No job row is forged.
     home = open_home
     user = stranger[0]
-    mine = home.submit("--gpus", "1", "--", "sh", "-c",
-                       f"while [ ! -e {tmp_path / 'go'} ]; do sleep 0.05; done")
+    mine = home.submit(
+        "--gpus", "1", "--", "sh", "-c", f"while [ ! -e {tmp_path / 'go'} ]; do sleep 0.05; done"
+    )
     os.chmod(home.path / "run", 0o711)
     os.chmod(home.path / "run" / "gpusched.sock", 0o666)
     before = queue(home)
@@ -295,21 +359,33 @@ def test_the_daemon_refuses_to_cancel_another_users_job(stranger, open_home, tmp
 
 
 def _run_into(stdout: int | None, home: Home, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "gpusched", *args], env=home.env,
-                          stdout=stdout, stderr=subprocess.PIPE, text=True, timeout=60)
+    return subprocess.run(
+        [sys.executable, "-m", "gpusched", *args],
+        env=home.env,
+        stdout=stdout,
+        stderr=subprocess.PIPE,
+        text=True,
+        timeout=60,
+    )
 
 
 def test_output_that_cannot_be_written_is_one_line_and_loses_no_job(home):
     """Standard output closed, or a pipe nobody reads any more (`| head`): submit says on
     stderr which job it queued; a listing just stops. Never a traceback."""
     home.start()
-    closed = subprocess.run(["sh", "-c", f'exec "{sys.executable}" -m gpusched submit -- true '
-                                         ">&-"], env=home.env, capture_output=True, text=True,
-                            timeout=60)
+    closed = subprocess.run(
+        ["sh", "-c", f'exec "{sys.executable}" -m gpusched submit -- true >&-'],
+        env=home.env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     err = assert_one_error_line(closed, 1, "standard output is closed")
     queued = [j["id"] for j in queue(home)]
-    assert err == f"Error: queued job {queued[-1]}, but could not print its id: standard " \
-                  "output is closed\n"
+    assert (
+        err == f"Error: queued job {queued[-1]}, but could not print its id: standard "
+        "output is closed\n"
+    )
     read_end, write_end = os.pipe()
     os.close(read_end)  # the reader has left before anything is written
     try:

@@ -7,8 +7,8 @@ from __future__ import annotations
 import gc
 import tempfile
 import tracemalloc
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 import psutil
 from hypothesis import HealthCheck, given, settings
@@ -18,7 +18,8 @@ from gpusched.core.models import Job, job_with
 from gpusched.core.syntax import dependency_job_ids
 from gpusched.daemon import keepneeded
 from gpusched.daemon.jobtable import JobTable
-from inproc import Box, box, make_box  # noqa: F401 - fixtures
+
+from inproc import Box
 
 JOBS = 10_000
 # What a pending job of a sweep may cost, held: its ids, dict entries, the queue's keys.
@@ -62,8 +63,9 @@ def test_a_sweep_of_identical_lines_costs_a_few_hundred_bytes_a_pending_job(make
 def test_the_elements_of_a_held_array_cost_a_few_hundred_bytes_each(make_box):
     # Held: each one's pending reason names its own id (`gpusched release 12`).
     box = make_box(config=SWEEP)
-    grown = traced_bytes(lambda: box.submit_all("--hold", "--array", f"0-{JOBS - 1}", "--",
-                                                "python3", "train.py"))
+    grown = traced_bytes(
+        lambda: box.submit_all("--hold", "--array", f"0-{JOBS - 1}", "--", "python3", "train.py")
+    )
     assert box.daemon.state.pending_count() == JOBS
     assert grown / JOBS < BYTES_PER_JOB
 
@@ -130,21 +132,44 @@ def assert_held_exactly(box: Box, jobs: list[Job]) -> None:
 
 def reasons(job: Job) -> list[Job]:
     """The job with pending reasons a pass or a change may give it, its id in some."""
-    return [job_with(job, id=job.id, pending_reason=reason) for reason in (
-        "", "waiting to be placed", f"held (`gpusched release {job.id}` lets it start)",
-        f"job {job.id} waits for job {job.id + 1}", f"{job.id}\x00{job.id}")]
+    return [
+        job_with(job, id=job.id, pending_reason=reason)
+        for reason in (
+            "",
+            "waiting to be placed",
+            f"held (`gpusched release {job.id}` lets it start)",
+            f"job {job.id} waits for job {job.id + 1}",
+            f"{job.id}\x00{job.id}",
+        )
+    ]
 
 
-SUBMITS = st.lists(st.fixed_dictionaries({
-    "what": st.sampled_from([("--array", "0-5"), ("--array", "1,4,9"), ("--array", "2-20:3"),
-                             ("--from-file", "alike"), ("--from-file", "varied"), ()]),
-    "hold": st.booleans(),
-    "env": st.sampled_from([(), ("--env", "SEED=1"), ("--env", "SEED=2")]),
-    "output": st.sampled_from([(), ("-o", "%j.out"), ("-o", "out-%A_%a.log", "-e", "%x.err")]),
-    "name": st.sampled_from([(), ("--name", "sweep")]),
-    "gpus": st.sampled_from(["0", "1"]),
-    "after_first": st.booleans(),
-}), min_size=1, max_size=4)
+SUBMITS = st.lists(
+    st.fixed_dictionaries(
+        {
+            "what": st.sampled_from(
+                [
+                    ("--array", "0-5"),
+                    ("--array", "1,4,9"),
+                    ("--array", "2-20:3"),
+                    ("--from-file", "alike"),
+                    ("--from-file", "varied"),
+                    (),
+                ]
+            ),
+            "hold": st.booleans(),
+            "env": st.sampled_from([(), ("--env", "SEED=1"), ("--env", "SEED=2")]),
+            "output": st.sampled_from(
+                [(), ("-o", "%j.out"), ("-o", "out-%A_%a.log", "-e", "%x.err")]
+            ),
+            "name": st.sampled_from([(), ("--name", "sweep")]),
+            "gpus": st.sampled_from(["0", "1"]),
+            "after_first": st.booleans(),
+        }
+    ),
+    min_size=1,
+    max_size=4,
+)
 
 
 def submit(box: Box, spec: dict, first_id: int | None) -> list[int]:
@@ -197,8 +222,9 @@ def test_the_daemon_holds_a_sweep_of_20000_pending_jobs_in_a_few_megabytes(home)
     pid = home.start()
     home.run("ls")
     idle = psutil.Process(pid).memory_info().rss
-    ids = home.json("submit", "--hold", "--gpus", "0", "--from-file", "-",
-                    input="python3 train.py\n" * 20_000)["ids"]
+    ids = home.json(
+        "submit", "--hold", "--gpus", "0", "--from-file", "-", input="python3 train.py\n" * 20_000
+    )["ids"]
     assert psutil.Process(pid).memory_info().rss - idle < SWEEP_RSS_BYTES
     some = (ids[0], ids[9_999], ids[-1])
     shown = [home.show(job_id) for job_id in some]
@@ -210,20 +236,30 @@ def test_the_daemon_holds_a_sweep_of_20000_pending_jobs_in_a_few_megabytes(home)
 
 # -- what grows with the queue ---------------------------------------------------------------
 
-def test_a_retention_sweep_reads_a_sweep_of_pending_jobs_once_not_every_turn(make_box,
-                                                                              monkeypatch):
+
+def test_a_retention_sweep_reads_a_sweep_of_pending_jobs_once_not_every_turn(make_box, monkeypatch):
     # Every turn of a sweep over the finished jobs read every active job, to know which
     # finished ones they still need: 100,000 pending made each turn of the loop long.
-    box = make_box(config=SWEEP + 'keep_finished_count = 1\n')
+    box = make_box(config=SWEEP + "keep_finished_count = 1\n")
     finished = []
     for _ in range(3):
         finished.append(box.submit("--gpus", "1", "--", "true"))
         box.exit(finished[-1])
-    box.submit_all("--hold", "--gpus", "0", "--dependency", f"afterok:{finished[0]}",
-                   "--from-file", sweep_file(box, ["true"] * JOBS))
+    box.submit_all(
+        "--hold",
+        "--gpus",
+        "0",
+        "--dependency",
+        f"afterok:{finished[0]}",
+        "--from-file",
+        sweep_file(box, ["true"] * JOBS),
+    )
     reads = []
-    monkeypatch.setattr(keepneeded, "dependency_job_ids",
-                        lambda deps: reads.append(deps) or dependency_job_ids(deps))
+    monkeypatch.setattr(
+        keepneeded,
+        "dependency_job_ids",
+        lambda deps: reads.append(deps) or dependency_job_ids(deps),
+    )
     report = box.call("gc", dry_run=True)
     # Two are past the count of 1; the oldest is kept for the sweep's jobs, the others go.
     assert (report["jobs"], report["kept_for_dependents"]) == (2, 1)

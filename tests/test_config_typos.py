@@ -12,9 +12,9 @@ from gpusched.core.errors import ConfigError
 TYPOS = [
     ("[host]\ncpu = 4\n", "; did you mean 'host.cpus'?"),
     ("[hots]\ncpus = 4\n", "; did you mean [host]?"),
-    ("[scheduler]\npolicy = \"spread\"\n", "; did you mean [scheduling]?"),
-    ("[daemon]\nsimulate = \"2x40GiB\"\n", "; did you mean 'gpus.simulate'?"),  # wrong section
-    ("[host]\nreserved_mem = \"1G\"\n", "; did you mean 'host.reserve_mem'?"),
+    ('[scheduler]\npolicy = "spread"\n', "; did you mean [scheduling]?"),
+    ('[daemon]\nsimulate = "2x40GiB"\n', "; did you mean 'gpus.simulate'?"),  # wrong section
+    ('[host]\nreserved_mem = "1G"\n', "; did you mean 'host.reserve_mem'?"),
 ]
 
 
@@ -36,12 +36,15 @@ def test_the_valid_keys_are_listed_only_when_nothing_is_near(home):
     config.write_text("[daemon]\nfrobnicate = 1\n")
     proc = home.run("ls", check=False)
     assert proc.returncode == 1
-    assert proc.stderr == (f"Error: the gpusched daemon could not start: unknown key "
-                           f"'daemon.frobnicate' in {config}. Known keys: {', '.join(KEYS)}\n")
+    assert proc.stderr == (
+        f"Error: the gpusched daemon could not start: unknown key "
+        f"'daemon.frobnicate' in {config}. Known keys: {', '.join(KEYS)}\n"
+    )
 
 
 def test_a_key_outside_any_section_says_where_it_belongs():
     with pytest.raises(ConfigError) as info:
         settings_from_mapping({"cpus": 4}, "gpusched.toml")
-    assert info.value.message == ("'cpus' in gpusched.toml is outside any section; did you mean "
-                                  "cpus under [host]?")
+    assert info.value.message == (
+        "'cpus' in gpusched.toml is outside any section; did you mean cpus under [host]?"
+    )

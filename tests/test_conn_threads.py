@@ -8,10 +8,10 @@ from __future__ import annotations
 import socket
 import threading
 
-from conftest import wait_until
-
 from gpusched.client import protocol
 from gpusched.daemon.server import FIRST_THREADS, SPARE_THREADS, SocketServer
+
+from conftest import wait_until
 
 
 def _ask(path, cmd: str = "gpus") -> dict:
@@ -75,8 +75,10 @@ def test_every_held_connection_gets_a_thread_and_the_extra_ones_end(tmp_path):
             assert protocol.receive(sock) == {"ok": True, "result": "status"}
             sock.close()
         # The threads the held requests needed end, but for a few that keep waiting.
-        wait_until(lambda: sum(t.is_alive() for t in inside) <= SPARE_THREADS,
-                   "the extra connection threads to end")
+        wait_until(
+            lambda: sum(t.is_alive() for t in inside) <= SPARE_THREADS,
+            "the extra connection threads to end",
+        )
         assert _ask(path) == {"ok": True, "result": "gpus"}
     finally:
         release.set()

@@ -8,11 +8,12 @@ from pathlib import Path
 
 import pytest
 
-from gpusched.client.options import SubmitOptions
 from gpusched.client.jobrequest import container_field
+from gpusched.client.options import SubmitOptions
 from gpusched.core import container, jobspec
 from gpusched.core.errors import UsageError
 from gpusched.daemon import containers
+
 from inproc import Box
 
 UUIDS = ("GPU-11111111-2222-3333-4444-555555555555", "GPU-66666666-7777-8888-9999-000000000000")
@@ -33,8 +34,13 @@ devices:
 
 
 def argv(runtime: str = "podman", **changes) -> list[str]:
-    args = dict(name="gpusched-abcd1234-7-1", cwd="/home/ann/proj", uid=1000, gid=100,
-                env_names=["CUDA_VISIBLE_DEVICES", "GPUSCHED_JOB_ID"])
+    args = {
+        "name": "gpusched-abcd1234-7-1",
+        "cwd": "/home/ann/proj",
+        "uid": 1000,
+        "gid": 100,
+        "env_names": ["CUDA_VISIBLE_DEVICES", "GPUSCHED_JOB_ID"],
+    }
     args.update(changes)
     options = args.pop("options", ())
     return container.run_argv(runtime, "pytorch:24.01", options, ("python", "train.py"), **args)
@@ -43,8 +49,13 @@ def argv(runtime: str = "podman", **changes) -> list[str]:
 def test_podman_runs_the_command_removed_at_the_end_with_an_init_that_passes_signals():
     got = argv()
     assert got[:2] == ["podman", "run"]
-    for option in ("--rm", "--init", "--sig-proxy=true", "--name=gpusched-abcd1234-7-1",
-                   "--network=host"):
+    for option in (
+        "--rm",
+        "--init",
+        "--sig-proxy=true",
+        "--name=gpusched-abcd1234-7-1",
+        "--network=host",
+    ):
         assert option in got
     # The image, then the job's own command, exactly: nothing of ours after the image.
     assert got[-3:] == ["pytorch:24.01", "python", "train.py"]
@@ -64,15 +75,18 @@ def test_the_progress_files_directory_is_mounted_too():
 def test_the_job_environment_passes_by_name_so_values_come_from_the_jobs_environment():
     got = argv(env_names=["CUDA_VISIBLE_DEVICES", "MASTER_PORT"])
     assert "--env=CUDA_VISIBLE_DEVICES" in got and "--env=MASTER_PORT" in got
-    assert not [a for a in got if a.startswith("--env=") and "=" in a[len("--env="):]]
+    assert not [a for a in got if a.startswith("--env=") and "=" in a[len("--env=") :]]
 
 
-@pytest.mark.parametrize("runtime, uid, expected", [
-    ("podman", 1000, ["--userns=keep-id"]),  # rootless podman, as the user: same uid inside
-    ("podman", 0, []),  # rootful podman for root's own job
-    ("docker", 1000, ["--user=1000:100"]),  # docker's daemon is root: name the user
-    ("docker", 0, []),
-])
+@pytest.mark.parametrize(
+    "runtime, uid, expected",
+    [
+        ("podman", 1000, ["--userns=keep-id"]),  # rootless podman, as the user: same uid inside
+        ("podman", 0, []),  # rootful podman for root's own job
+        ("docker", 1000, ["--user=1000:100"]),  # docker's daemon is root: name the user
+        ("docker", 0, []),
+    ],
+)
 def test_the_job_runs_as_its_user(runtime: str, uid: int, expected: list[str]):
     got = argv(runtime, uid=uid)
     assert [a for a in got if a.startswith(("--user", "--userns"))] == expected
@@ -97,10 +111,13 @@ def test_without_a_cdi_name_for_every_gpu_the_runtimes_own_option():
     assert not [a for a in got if a.startswith(("--device", "--gpus"))]
 
 
-@pytest.mark.parametrize("devices, expected", [
-    ("cdi", [f"--device=nvidia.com/gpu={UUIDS[0]}"]),  # even without a spec seen
-    ("runtime", ["--gpus", f'"device={UUIDS[0]}"']),  # even with one
-])
+@pytest.mark.parametrize(
+    "devices, expected",
+    [
+        ("cdi", [f"--device=nvidia.com/gpu={UUIDS[0]}"]),  # even without a spec seen
+        ("runtime", ["--gpus", f'"device={UUIDS[0]}"']),  # even with one
+    ],
+)
 def test_the_devices_setting_forces_one_way(devices: str, expected: list[str]):
     cdi = frozenset(UUIDS) if devices == "runtime" else frozenset()
     got = argv("docker", gpu_uuids=UUIDS[:1], devices=devices, cdi_names=cdi)
@@ -124,8 +141,13 @@ def test_the_users_options_come_last_before_the_image_so_they_override_ours():
 
 
 def test_cdi_specs_in_json_and_of_other_kinds():
-    as_json = json.dumps({"cdiVersion": "0.6.0", "kind": "nvidia.com/gpu",
-                          "devices": [{"name": UUIDS[1]}, {"name": "MIG-abc"}]})
+    as_json = json.dumps(
+        {
+            "cdiVersion": "0.6.0",
+            "kind": "nvidia.com/gpu",
+            "devices": [{"name": UUIDS[1]}, {"name": "MIG-abc"}],
+        }
+    )
     assert container.cdi_gpu_names([as_json]) == {UUIDS[1], "MIG-abc"}
     other = 'kind: vendor.com/fpga\ndevices:\n- name: "GPU-x"\n'
     assert container.cdi_gpu_names([other]) == frozenset()
@@ -137,18 +159,27 @@ def test_names_are_unique_per_home_job_and_attempt_and_valid_for_the_runtimes():
     assert containers.home_token("/a/state") != containers.home_token("/b/state")
 
 
-@pytest.mark.parametrize("host, inside", [
-    ("5,2", "1,0"), ("3", "0"), ("", ""), (",".join(UUIDS), ",".join(UUIDS)),
-    ("MIG-a,4", "MIG-a,0"),
-])
+@pytest.mark.parametrize(
+    "host, inside",
+    [
+        ("5,2", "1,0"),
+        ("3", "0"),
+        ("", ""),
+        (",".join(UUIDS), ",".join(UUIDS)),
+        ("MIG-a,4", "MIG-a,0"),
+    ],
+)
 def test_gpu_indices_are_numbered_as_the_container_sees_them(host: str, inside: str):
     assert container.visible_inside(host) == inside
 
 
 def test_index_mode_numbers_the_jobs_gpus_from_0_inside(tmp_path: Path):
-    box = Box(tmp_path / "home", gpus="4x80GiB",
-              config='[gpus]\nvisible_devices = "index"\n[scheduling]\ngpu_order = [3, 2, 1, 0]\n'
-                     'policy = "order"\n')
+    box = Box(
+        tmp_path / "home",
+        gpus="4x80GiB",
+        config='[gpus]\nvisible_devices = "index"\n[scheduling]\ngpu_order = [3, 2, 1, 0]\n'
+        'policy = "order"\n',
+    )
     job_id = box.submit("--gpus", "2", "--container", "img", "--", "true")
     box.step()
     spec = box.shims.launched[job_id]
@@ -158,32 +189,53 @@ def test_index_mode_numbers_the_jobs_gpus_from_0_inside(tmp_path: Path):
 
 
 def test_removal_stops_at_once_and_ignores_a_container_already_gone():
-    assert container.remove_argv("podman", "n") == ["podman", "rm", "--force", "--ignore",
-                                                    "--time=0", "n"]
+    assert container.remove_argv("podman", "n") == [
+        "podman",
+        "rm",
+        "--force",
+        "--ignore",
+        "--time=0",
+        "n",
+    ]
     assert container.remove_argv("docker", "n") == ["docker", "rm", "--force", "n"]
 
 
-@pytest.mark.parametrize("code, expected", [(143, 15), (137, 9), (138, 10), (3, None),
-                                            (128, None), (125, None), (None, None), (255, None)])
+@pytest.mark.parametrize(
+    "code, expected",
+    [
+        (143, 15),
+        (137, 9),
+        (138, 10),
+        (3, None),
+        (128, None),
+        (125, None),
+        (None, None),
+        (255, None),
+    ],
+)
 def test_the_runtimes_128_plus_n_is_signal_n(code, expected):
     assert container.signal_of_exit(code) == expected
 
 
 # -- submit and the daemon's checks ------------------------------------------------------------
 
+
 def test_submit_sends_the_image_its_options_and_the_env_names():
-    opts = SubmitOptions(container="busybox", container_opt=["--shm-size=1g"],
-                         env=["A=1", "B=x=y"])
-    assert container_field(opts) == {"container": ["busybox", "--env=A", "--env=B",
-                                                   "--shm-size=1g"]}
+    opts = SubmitOptions(container="busybox", container_opt=["--shm-size=1g"], env=["A=1", "B=x=y"])
+    assert container_field(opts) == {
+        "container": ["busybox", "--env=A", "--env=B", "--shm-size=1g"]
+    }
     assert container_field(SubmitOptions()) == {}
 
 
-@pytest.mark.parametrize("opts, words", [
-    (dict(container_opt=["--privileged"]), "add --container IMAGE"),
-    (dict(container="--rm"), "takes an image name"),
-    (dict(container=""), "takes an image name"),
-])
+@pytest.mark.parametrize(
+    "opts, words",
+    [
+        ({"container_opt": ["--privileged"]}, "add --container IMAGE"),
+        ({"container": "--rm"}, "takes an image name"),
+        ({"container": ""}, "takes an image name"),
+    ],
+)
 def test_submit_refuses_what_is_not_a_container(opts: dict, words: str):
     with pytest.raises(UsageError, match=words):
         container_field(SubmitOptions(**opts))
@@ -197,10 +249,12 @@ def test_the_daemon_checks_the_container_field(value):
 
 # -- the daemon's launch (in process) -----------------------------------------------------------
 
+
 def test_a_container_job_is_launched_as_the_runtimes_run(tmp_path: Path):
     box = Box(tmp_path / "home", config='[containers]\nruntime = "docker"\n')
-    job_id = box.submit("--gpus", "2", "--container", "img:1", "--container-opt=--ipc=host",
-                        "--", "python", "t.py")
+    job_id = box.submit(
+        "--gpus", "2", "--container", "img:1", "--container-opt=--ipc=host", "--", "python", "t.py"
+    )
     box.step()
     spec = box.shims.launched[job_id]
     job = box.show(job_id)
@@ -226,12 +280,16 @@ def test_a_plain_job_is_launched_as_before(tmp_path: Path):
 def test_cdi_specs_are_read_from_their_directories(tmp_path: Path):
     (tmp_path / "nvidia.yaml").write_text(CDI_YAML)
     (tmp_path / "notes.txt").write_text(f"name: {UUIDS[1]}\nnvidia.com/gpu")
-    assert containers.read_cdi_names((str(tmp_path), str(tmp_path / "none"))) == \
-        {"0", UUIDS[0], "all"}
+    assert containers.read_cdi_names((str(tmp_path), str(tmp_path / "none"))) == {
+        "0",
+        UUIDS[0],
+        "all",
+    }
 
 
 def test_the_container_of_a_job_whose_shim_died_is_removed_once_its_processes_are_gone(
-        tmp_path: Path):
+    tmp_path: Path,
+):
     box = Box(tmp_path / "home", config='[daemon]\ncancel_grace = "10s"\n')
     job_id = box.submit("--gpus", "1", "--container", "img", "--", "train")
     plain = box.submit("--gpus", "1", "--", "train")

@@ -8,15 +8,16 @@ from __future__ import annotations
 import json
 import os
 import resource
-import signal
 import shutil
+import signal
 import subprocess
 from pathlib import Path
 
 import pytest
 
-from conftest import Home, find_shim, wait_until
 from gpusched.daemon import containers
+
+from conftest import Home, find_shim, wait_until
 
 IMAGE = "localhost/gpusched-test-busybox:1"
 BUSYBOX = "/bin/busybox"  # Debian's busybox-static
@@ -34,18 +35,27 @@ def _limits() -> list[str]:
 
 def _write_configs(root: Path, runtime: str) -> dict[str, str]:
     (root / "storage.conf").write_text(
-        f'[storage]\ndriver = "vfs"\ngraphroot = "{root}/graph"\nrunroot = "{root}/run"\n')
+        f'[storage]\ndriver = "vfs"\ngraphroot = "{root}/graph"\nrunroot = "{root}/run"\n'
+    )
     (root / "containers.conf").write_text(
         f"[containers]\ndefault_ulimits = [{', '.join(_limits())}]\n"
         f'[engine]\ncgroup_manager = "cgroupfs"\nevents_logger = "file"\n'
-        f'tmp_dir = "{root}/tmp"\nruntime = "{runtime}"\n')
-    return {"CONTAINERS_CONF": str(root / "containers.conf"),
-            "CONTAINERS_STORAGE_CONF": str(root / "storage.conf")}
+        f'tmp_dir = "{root}/tmp"\nruntime = "{runtime}"\n'
+    )
+    return {
+        "CONTAINERS_CONF": str(root / "containers.conf"),
+        "CONTAINERS_STORAGE_CONF": str(root / "storage.conf"),
+    }
 
 
 def _podman(env: dict[str, str], *args: str, timeout: float = PROBE_TIMEOUT_S):
-    return subprocess.run(["podman", *args], env={**os.environ, **env}, capture_output=True,
-                          text=True, timeout=timeout)
+    return subprocess.run(
+        ["podman", *args],
+        env={**os.environ, **env},
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
 
 
 def _tiny_image(root: Path, env: dict[str, str]) -> None:
@@ -105,14 +115,26 @@ def log_of(home: Home, job_id: int) -> str:
 
 
 def test_a_container_job_sees_its_gpus_its_directory_and_exits_with_its_status(
-        home: Home, podman_env: dict[str, str]):
+    home: Home, podman_env: dict[str, str]
+):
     proc = home.run(
-        "submit", "--gpus", "2", "--env", "GREETING=hello there", "--container", IMAGE,
-        "--wait", "--", "sh", "-c",
+        "submit",
+        "--gpus",
+        "2",
+        "--env",
+        "GREETING=hello there",
+        "--container",
+        IMAGE,
+        "--wait",
+        "--",
+        "sh",
+        "-c",
         'echo "CVD=$CUDA_VISIBLE_DEVICES NV=$NVIDIA_VISIBLE_DEVICES ID=$GPUSCHED_JOB_ID"; '
         'echo "G=$GREETING H=${HOME_ONLY:-unset} PWD=$(pwd)"; touch made-inside; '
-        'echo to-stderr >&2; exit 3',
-        check=False, env={**podman_env, "HOME_ONLY": "host value"})
+        "echo to-stderr >&2; exit 3",
+        check=False,
+        env={**podman_env, "HOME_ONLY": "host value"},
+    )
     assert proc.returncode == 3, proc.stderr  # --wait exits with the job's status
     job = home.json("ls", "--all")[-1]
     job = home.show(job["id"])
@@ -127,7 +149,8 @@ def test_a_container_job_sees_its_gpus_its_directory_and_exits_with_its_status(
 
 
 def test_a_cancel_ends_a_container_job_as_a_plain_one_and_removes_it(
-        home: Home, podman_env: dict[str, str]):
+    home: Home, podman_env: dict[str, str]
+):
     home.write_config('[daemon]\ncancel_grace = "3s"\n')
     in_box = submit(home, podman_env, "--", "sh", "-c", "echo started; exec sleep 1000")
     plain = home.submit("--", "sleep", "1000")
@@ -145,7 +168,8 @@ def test_a_cancel_ends_a_container_job_as_a_plain_one_and_removes_it(
 
 
 def test_a_cancel_while_the_container_starts_still_cancels_it_and_removes_it(
-        home: Home, podman_env: dict[str, str]):
+    home: Home, podman_env: dict[str, str]
+):
     # The runtime may lose a signal that comes before the container's process exists
     # (podman then exits 0, or passes on nothing): the grace period's SIGKILL ends it.
     home.write_config('[daemon]\ncancel_grace = "2s"\n')
@@ -156,13 +180,22 @@ def test_a_cancel_while_the_container_starts_still_cancels_it_and_removes_it(
 
 
 def test_a_time_limit_ends_a_container_job_that_ignores_sigterm(
-        home: Home, podman_env: dict[str, str]):
+    home: Home, podman_env: dict[str, str]
+):
     # The runtime's client is killed after the grace: the shim removes the container.
     home.write_config('[daemon]\ncancel_grace = "1s"\n')
     # A limit well past the container's start (seconds on a loaded machine): the trap is
     # set by the time the SIGTERM comes.
-    job_id = submit(home, podman_env, "--time", "8s", "--", "sh", "-c",
-                    'trap "" TERM; echo started; while true; do sleep 1; done')
+    job_id = submit(
+        home,
+        podman_env,
+        "--time",
+        "8s",
+        "--",
+        "sh",
+        "-c",
+        'trap "" TERM; echo started; while true; do sleep 1; done',
+    )
     job = home.wait_state(job_id, "timeout")
     assert job["signal"] == 9
     assert "started" in log_of(home, job_id)  # the log is kept
@@ -170,10 +203,20 @@ def test_a_time_limit_ends_a_container_job_that_ignores_sigterm(
 
 
 def test_the_signal_before_the_time_limit_reaches_the_container(
-        home: Home, podman_env: dict[str, str]):
-    job_id = submit(home, podman_env, "--time", "40s", "--signal", "USR1@28", "--", "sh", "-c",
-                    'trap "echo got USR1; exit 0" USR1; echo waiting; '
-                    "while true; do sleep 1; done")
+    home: Home, podman_env: dict[str, str]
+):
+    job_id = submit(
+        home,
+        podman_env,
+        "--time",
+        "40s",
+        "--signal",
+        "USR1@28",
+        "--",
+        "sh",
+        "-c",
+        'trap "echo got USR1; exit 0" USR1; echo waiting; while true; do sleep 1; done',
+    )
     job = home.wait_state(job_id, "succeeded", "failed", "timeout", "cancelled")
     assert job["state"] == "succeeded", log_of(home, job_id)
     assert "waiting\ngot USR1" in log_of(home, job_id)
@@ -181,9 +224,11 @@ def test_the_signal_before_the_time_limit_reaches_the_container(
 
 
 def test_a_killed_daemon_leaves_no_container_once_the_job_ends(
-        home: Home, podman_env: dict[str, str]):
-    job_id = submit(home, podman_env, "--", "sh", "-c",
-                    "while ! test -e go; do sleep 0.2; done; exit 4")
+    home: Home, podman_env: dict[str, str]
+):
+    job_id = submit(
+        home, podman_env, "--", "sh", "-c", "while ! test -e go; do sleep 0.2; done; exit 4"
+    )
     home.wait_state(job_id, "running")
     wait_until(lambda: names_of_home(home, podman_env), "the job's container to run")
     home.kill_daemon()
@@ -194,11 +239,13 @@ def test_a_killed_daemon_leaves_no_container_once_the_job_ends(
 
 
 def test_a_killed_shim_leaves_no_container_once_the_job_is_lost(
-        home: Home, podman_env: dict[str, str]):
+    home: Home, podman_env: dict[str, str]
+):
     home.write_config('[daemon]\ncancel_grace = "2s"\ngpu_poll_interval = "1s"\n')
     # It ignores SIGTERM: the daemon SIGKILLs what it left (the runtime's client too).
-    job_id = submit(home, podman_env, "--", "sh", "-c",
-                    'trap "" TERM; while true; do sleep 1; done')
+    job_id = submit(
+        home, podman_env, "--", "sh", "-c", 'trap "" TERM; while true; do sleep 1; done'
+    )
     home.wait_state(job_id, "running")
     wait_until(lambda: names_of_home(home, podman_env), "the job's container to run")
     pid, _ = wait_until(lambda: find_shim(home.state / "jobs", job_id), "the shim's pid")
@@ -210,8 +257,15 @@ def test_a_killed_shim_leaves_no_container_once_the_job_is_lost(
 
 def test_show_and_resubmit_keep_the_container_on_both_command_paths(home: Home):
     # No runtime needed: the job is held, never started.
-    job_id = home.submit("--hold", "--container", "localhost/img:2",
-                         "--container-opt=--shm-size=1g", "--", "python", "t.py")
+    job_id = home.submit(
+        "--hold",
+        "--container",
+        "localhost/img:2",
+        "--container-opt=--shm-size=1g",
+        "--",
+        "python",
+        "t.py",
+    )
     job = home.show(job_id)
     assert job["container"] == {"image": "localhost/img:2", "options": ["--shm-size=1g"]}
     assert job["command"] == ["python", "t.py"]
@@ -229,16 +283,33 @@ def test_without_the_runtime_the_job_fails_saying_so(home: Home, tmp_path: Path)
     # No podman on the job's PATH: the job cannot start, as a plain job with a typo.
     bare = tmp_path / "bin"
     bare.mkdir()
-    proc = home.script("submit", "--container", IMAGE, "--wait", "--", "true", check=False,
-                       env=home.user_env(path=str(bare)))
+    proc = home.script(
+        "submit",
+        "--container",
+        IMAGE,
+        "--wait",
+        "--",
+        "true",
+        check=False,
+        env=home.user_env(path=str(bare)),
+    )
     assert proc.returncode == 127
     assert f"no such command 'podman' in PATH ({bare})" in proc.stderr
 
 
 def test_an_image_the_runtime_cannot_find_fails_the_job_with_its_words(
-        home: Home, podman_env: dict[str, str]):
-    proc = home.run("submit", "--container", "localhost/gpusched-no-such-image:1", "--wait",
-                    "--", "true", check=False, env=podman_env)
+    home: Home, podman_env: dict[str, str]
+):
+    proc = home.run(
+        "submit",
+        "--container",
+        "localhost/gpusched-no-such-image:1",
+        "--wait",
+        "--",
+        "true",
+        check=False,
+        env=podman_env,
+    )
     assert proc.returncode == 125  # the runtime's own failure
     job = home.json("ls", "--all")[-1]
     assert "gpusched-no-such-image" in home.run("logs", "--stderr", str(job["id"])).stdout

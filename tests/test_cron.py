@@ -23,13 +23,23 @@ class Login:
         (home / ".config/gpusched").mkdir(parents=True)
         (home / ".config/gpusched/gpusched.toml").write_text(DEFAULT_HOST_CONFIG)
         runtime.mkdir(mode=0o700)
-        cron = {"PATH": "/usr/bin:/bin", "HOME": str(home), "PYTHONPATH": str(REPO),
-                "GPUSCHED_SIMULATE": "2x80GiB"}
+        cron = {
+            "PATH": "/usr/bin:/bin",
+            "HOME": str(home),
+            "PYTHONPATH": str(REPO),
+            "GPUSCHED_SIMULATE": "2x80GiB",
+        }
         self.envs = {"cron": cron, "login": {**cron, "XDG_RUNTIME_DIR": str(runtime)}}
 
     def run(self, where: str, *args: str) -> subprocess.CompletedProcess:
-        return subprocess.run([str(CONSOLE_SCRIPT), *args], capture_output=True, text=True,
-                              env=self.envs[where], cwd=self.home, timeout=DEADLINE_S)
+        return subprocess.run(
+            [str(CONSOLE_SCRIPT), *args],
+            capture_output=True,
+            text=True,
+            env=self.envs[where],
+            cwd=self.home,
+            timeout=DEADLINE_S,
+        )
 
     def cleanup(self) -> None:
         self.run("cron", "daemon", "stop")
@@ -83,8 +93,12 @@ CATCHES_TERM = "trap 'exit 0' TERM; sleep 60 & wait"
 def test_a_job_stopped_before_it_succeeded_never_makes_wait_exit_0(home, how):
     limit = ["--time", "2s"] if how == "time limit" else []
     job_id = home.script("submit", *limit, "--", "sh", "-c", CATCHES_TERM).stdout.strip()
-    waiter = subprocess.Popen([str(CONSOLE_SCRIPT), "wait", job_id], env=home.user_env(),
-                              stderr=subprocess.PIPE, text=True)
+    waiter = subprocess.Popen(
+        [str(CONSOLE_SCRIPT), "wait", job_id],
+        env=home.user_env(),
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         if how == "cancel":
             wait_until(lambda: _state(home, job_id) == "running", "the job to start")
@@ -93,8 +107,7 @@ def test_a_job_stopped_before_it_succeeded_never_makes_wait_exit_0(home, how):
     finally:
         waiter.kill()
     job = json.loads(home.script("show", "--json", job_id).stdout)
-    assert (job["state"], job["exit_code"]) == (
-        "cancelled" if how == "cancel" else "timeout", 0)
+    assert (job["state"], job["exit_code"]) == ("cancelled" if how == "cancel" else "timeout", 0)
     again = home.script("wait", job_id, check=False)
     assert again.returncode == 1
 
@@ -105,15 +118,19 @@ def test_a_wait_on_a_job_that_can_never_start_says_why_at_once(home):
     second = home.script("submit", "-d", f"afterok:{first}", "--", "true").stdout.strip()
     proc = home.script("wait", second, check=False)
     assert proc.returncode == 1
-    assert proc.stderr.startswith(f"Error: job {second} can never start (dependency "
-                                  f"afterok:{first} can never be met"), proc.stderr
+    assert proc.stderr.startswith(
+        f"Error: job {second} can never start (dependency afterok:{first} can never be met"
+    ), proc.stderr
     assert len(proc.stderr.splitlines()) == 1
-    submitted = home.script("submit", "--wait", "-d", f"afterok:{first}", "--", "true",
-                            check=False)
+    submitted = home.script("submit", "--wait", "-d", f"afterok:{first}", "--", "true", check=False)
     assert submitted.returncode == 1 and "can never start" in submitted.stderr
     # Asked to keep waiting, it waits on: here until the job is cancelled.
-    waiter = subprocess.Popen([str(CONSOLE_SCRIPT), "wait", "--keep-waiting", second],
-                              env=home.user_env(), stderr=subprocess.PIPE, text=True)
+    waiter = subprocess.Popen(
+        [str(CONSOLE_SCRIPT), "wait", "--keep-waiting", second],
+        env=home.user_env(),
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         with pytest.raises(subprocess.TimeoutExpired):
             waiter.wait(timeout=2)

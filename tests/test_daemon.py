@@ -21,11 +21,12 @@ from pathlib import Path
 import psutil
 import pytest
 
-from conftest import Home, find_shim, is_gone, wait_until
 from gpusched import __version__
 from gpusched.client.connection import Client
 from gpusched.client.paths import resolve_paths
 from gpusched.proc import runfile
+
+from conftest import Home, find_shim, is_gone, wait_until
 
 GiB = 2**30
 
@@ -60,8 +61,10 @@ class Api:
         return self.client.call("gpus")["gpus"]
 
     def wait_state(self, job_id: int, *states: str) -> dict:
-        return wait_until(lambda: (j := self.show(job_id))["state"] in states and j,
-                          f"job {job_id} to reach {states}")
+        return wait_until(
+            lambda: (j := self.show(job_id))["state"] in states and j,
+            f"job {job_id} to reach {states}",
+        )
 
 
 def one_error_line(proc: subprocess.CompletedProcess) -> str:
@@ -76,8 +79,10 @@ def declare_outside(home, memory: str) -> None:
     home.state.mkdir(mode=0o700, parents=True, exist_ok=True)
     path = home.state / "simulated_processes.toml"
     tmp = path.with_suffix(".tmp")
-    tmp.write_text('[[process]]\ngpu = 0\npid = 4242\nuser = "alice"\n'
-                   f'memory = "{memory}"\nutil = 5\ncommand = "python notebook.py"\n')
+    tmp.write_text(
+        '[[process]]\ngpu = 0\npid = 4242\nuser = "alice"\n'
+        f'memory = "{memory}"\nutil = 5\ncommand = "python notebook.py"\n'
+    )
     tmp.rename(path)  # the backend re-reads it: never let it see half a file
 
 
@@ -87,11 +92,14 @@ def test_an_outside_process_keeps_a_job_off_its_gpu(make_home):
     home.write_config('[daemon]\ngpu_poll_interval = "0.2s"\n')
     declare_outside(home, "70GiB")
     job_id = home.submit("--gpu-mem", "20G", "--", "true")
-    job = wait_until(lambda: (j := api.show(job_id))["pending_reason"].startswith("needs") and j,
-                     "the job to be considered")
+    job = wait_until(
+        lambda: (j := api.show(job_id))["pending_reason"].startswith("needs") and j,
+        "the job to be considered",
+    )
     assert job["state"] == "pending"
-    assert job["pending_reason"] == ("needs 1 GPU with 20.0 GiB free; "
-                                     "most free is GPU 0 with 10.0 GiB")
+    assert job["pending_reason"] == (
+        "needs 1 GPU with 20.0 GiB free; most free is GPU 0 with 10.0 GiB"
+    )
     (gpu,) = api.gpus()
     assert gpu["mem_used_bytes"] == 70 * GiB and gpu["jobs"] == []
     assert [(p["pid"], p["user"], p["job"]) for p in gpu["processes"]] == [(4242, "alice", None)]
@@ -111,15 +119,20 @@ def test_jobs_survive_a_killed_daemon_and_gpus_stay_reserved(make_home, tmp_path
     ends = {"ok": "exit 0", "killed": "kill -9 $$"}
     gates = {name: tmp_path / f"go-{name}" for name in ends}
     pids = {name: tmp_path / f"pid-{name}" for name in ends}
-    ids = {name: home.submit("--gpus", "1", "--", "sh", "-c",
-                             f"echo $$ > {pids[name]}; {gate(gates[name])}; {end}")
-           for name, end in ends.items()}
+    ids = {
+        name: home.submit(
+            "--gpus", "1", "--", "sh", "-c", f"echo $$ > {pids[name]}; {gate(gates[name])}; {end}"
+        )
+        for name, end in ends.items()
+    }
     for job_id in ids.values():
         api.wait_state(job_id, "running")
     before = {name: api.show(job_id)["gpus"] for name, job_id in ids.items()}
     assert len({g for gpus in before.values() for g in gpus}) == 2
-    wait_until(lambda: all(p.exists() and p.read_text().strip() for p in pids.values()),
-               "the jobs to write their pids")
+    wait_until(
+        lambda: all(p.exists() and p.read_text().strip() for p in pids.values()),
+        "the jobs to write their pids",
+    )
     old_pid = home.daemon_pid()
 
     home.kill_daemon()
@@ -164,10 +177,13 @@ def file_state(home) -> dict[str, str | None]:
     return out
 
 
-@pytest.mark.parametrize("spoil, words, commands", [
-    (corrupt, "is corrupt", [("daemon", "run"), ("daemon", "start"), ("ls",)]),
-    (newer, "schema version 999", [("daemon", "start")]),
-])
+@pytest.mark.parametrize(
+    "spoil, words, commands",
+    [
+        (corrupt, "is corrupt", [("daemon", "run"), ("daemon", "start"), ("ls",)]),
+        (newer, "schema version 999", [("daemon", "start")]),
+    ],
+)
 def test_a_bad_queue_file_is_refused_and_left_alone(home, spoil, words, commands):
     spoil(home)
     before = file_state(home)
@@ -206,8 +222,9 @@ def test_daemon_stop_leaves_jobs_running_and_the_next_start_adopts_them(make_hom
     home = make_home("1x80GiB")
     api = Api(home)
     pid_file = tmp_path / "pid"
-    job_id = home.submit("--gpus", "1", "--", "sh", "-c",
-                         f"echo $$ > {pid_file}; {gate(tmp_path / 'go')}; exit 4")
+    job_id = home.submit(
+        "--gpus", "1", "--", "sh", "-c", f"echo $$ > {pid_file}; {gate(tmp_path / 'go')}; exit 4"
+    )
     job = api.wait_state(job_id, "running")
     wait_until(lambda: pid_file.exists() and pid_file.read_text().strip(), "the job's pid")
     stopped = home.run("daemon", "stop")
@@ -247,14 +264,15 @@ def test_jobs_cancelled_the_moment_they_start_end_cancelled(make_home, tmp_path)
     it is passed on once the shim is there, and the job does not run on."""
     home = make_home("4x80GiB")
     api = Api(home)
-    ids = [home.submit("--gpus", "1", "--", "sh", "-c", gate(tmp_path / "never"))
-           for _ in range(4)]
+    ids = [home.submit("--gpus", "1", "--", "sh", "-c", gate(tmp_path / "never")) for _ in range(4)]
     for job_id in ids:
         api.wait_state(job_id, "running")
     home.run("cancel", *map(str, ids))
     for job_id in ids:
-        assert api.wait_state(job_id, "cancelled", "failed", "succeeded", "lost")["state"] == \
-            "cancelled"
+        assert (
+            api.wait_state(job_id, "cancelled", "failed", "succeeded", "lost")["state"]
+            == "cancelled"
+        )
 
 
 def test_cancel_pending_and_running_jobs(make_home, tmp_path):
@@ -265,9 +283,14 @@ def test_cancel_pending_and_running_jobs(make_home, tmp_path):
     api = Api(home)
     home.write_config('[daemon]\ncancel_grace = "1s"\n')
     ready, log = tmp_path / "ready", tmp_path / "term.log"
-    stubborn = home.submit("--gpus", "1", "--", "sh", "-c",
-                           f"trap 'echo TERM >> {log}' TERM; touch {ready}; "
-                           "while true; do sleep 0.05; done")
+    stubborn = home.submit(
+        "--gpus",
+        "1",
+        "--",
+        "sh",
+        "-c",
+        f"trap 'echo TERM >> {log}' TERM; touch {ready}; while true; do sleep 0.05; done",
+    )
     waiting = home.submit("--gpus", "1", "--", "sh", "-c", f"touch {tmp_path / 'waiting-ran'}")
     api.wait_state(stubborn, "running")
     wait_until(ready.exists, "the stubborn job to trap SIGTERM")
@@ -311,8 +334,9 @@ def test_a_second_daemon_refuses_to_start(shared):
 # -- waiting and exit statuses -------------------------------------------------------------
 def test_wait_exits_with_the_first_non_zero_status(shared):
     home, api = shared, Api(shared)
-    ok, three, five, killed = home.run("submit", "-f", "-", input="true\nexit 3\nexit 5\n"
-                                       "kill -9 $$\n").stdout.split()
+    ok, three, five, killed = home.run(
+        "submit", "-f", "-", input="true\nexit 3\nexit 5\nkill -9 $$\n"
+    ).stdout.split()
     assert home.run("wait", str(ok)).returncode == 0
     assert home.run("wait", str(ok), str(three), str(five), check=False).returncode == 3
     assert home.run("wait", str(five), str(three), check=False).returncode == 5
@@ -375,13 +399,18 @@ def read_line(proc: subprocess.Popen, timeout: float = 60) -> bytes:
 
 def test_logs_stdout_stderr_and_follow(shared, tmp_path):
     home, api = shared, Api(shared)
-    job_id = home.submit("--", "sh", "-c",
-                         f"echo out1; echo err1 >&2; {gate(tmp_path / 'go')}; echo out2")
+    job_id = home.submit(
+        "--", "sh", "-c", f"echo out1; echo err1 >&2; {gate(tmp_path / 'go')}; echo out2"
+    )
     api.wait_state(job_id, "running")
     wait_until(lambda: home.run("logs", str(job_id)).stdout == "out1\n", "the first line")
     assert home.run("logs", "--stderr", str(job_id)).stdout == "err1\n"
-    follow = subprocess.Popen([sys.executable, "-m", "gpusched", "logs", "-f", str(job_id)],
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=home.env)
+    follow = subprocess.Popen(
+        [sys.executable, "-m", "gpusched", "logs", "-f", str(job_id)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=home.env,
+    )
     try:
         assert read_line(follow) == b"out1\n"
         assert follow.poll() is None  # still following a running job
@@ -407,8 +436,12 @@ def test_any_client_command_starts_the_daemon_and_status_reports_it(make_home):
     assert proc.returncode == 3 and json.loads(proc.stdout)["running"] is False
     gpus = home.json("gpus")  # starts the daemon
     assert gpus["backend"] == "simulated"
-    assert [g["name"] for g in gpus["gpus"]] == ["NVIDIA H100", "NVIDIA H100",
-                                                  "NVIDIA A100", "NVIDIA A100"]
+    assert [g["name"] for g in gpus["gpus"]] == [
+        "NVIDIA H100",
+        "NVIDIA H100",
+        "NVIDIA A100",
+        "NVIDIA A100",
+    ]
     status = daemon_status(home)
     pid = status["pid"]
     assert status["running"] is True
@@ -418,7 +451,7 @@ def test_any_client_command_starts_the_daemon_and_status_reports_it(make_home):
     assert status["backend"] == "simulated"
     assert status["gpu_count"] == 4
     assert 0 <= status["uptime_s"] < 600
-    later = wait_until(lambda: (s := daemon_status(home))["uptime_s"] > status["uptime_s"]
-                       and s, "uptime to grow")
+    later = wait_until(
+        lambda: (s := daemon_status(home))["uptime_s"] > status["uptime_s"] and s, "uptime to grow"
+    )
     assert later["pid"] == pid
-

@@ -10,9 +10,10 @@ import subprocess
 import sys
 from pathlib import Path
 
-from conftest import REPO, Home, wait_until
 from gpusched.client.connection import Client
 from gpusched.client.paths import resolve_paths
+
+from conftest import REPO, Home, wait_until
 
 FIX = "run `gpusched daemon restart` to apply it (running jobs keep running)\n"
 
@@ -29,16 +30,26 @@ def test_other_simulated_gpus_here_are_named_on_every_command(home):
     home.start()  # on 4x80GiB
     job = home.submit("--", "true")
     other = {"GPUSCHED_SIMULATE": "2x40GiB"}
-    expected = warning("the running daemon uses simulated GPUs 4x80GiB but "
-                       "GPUSCHED_SIMULATE=2x40GiB here")
-    for args in (["ls"], ["submit", "--", "true"], ["submit", "-c1", "--", "true"],
-                 ["show", str(job)], ["gpus", "--json"], ["wait", str(job)], ["top", "--once"],
-                 ["daemon", "status"], ["daemon", "start"]):
+    expected = warning(
+        "the running daemon uses simulated GPUs 4x80GiB but GPUSCHED_SIMULATE=2x40GiB here"
+    )
+    for args in (
+        ["ls"],
+        ["submit", "--", "true"],
+        ["submit", "-c1", "--", "true"],
+        ["show", str(job)],
+        ["gpus", "--json"],
+        ["wait", str(job)],
+        ["top", "--once"],
+        ["daemon", "status"],
+        ["daemon", "start"],
+    ):
         proc = home.run(*args, env=other)
         assert proc.stderr == expected, (args, proc.stderr)
     unset = home.run("ls", env={"GPUSCHED_SIMULATE": ""})
-    assert unset.stderr == warning("the running daemon uses simulated GPUs 4x80GiB but "
-                                   "GPUSCHED_SIMULATE is not set here")
+    assert unset.stderr == warning(
+        "the running daemon uses simulated GPUs 4x80GiB but GPUSCHED_SIMULATE is not set here"
+    )
     assert home.run("ls").stderr == ""  # the daemon's own environment: nothing to say
 
 
@@ -49,8 +60,9 @@ def test_a_config_file_changed_since_the_daemon_started_is_named(home):
     os.utime(config, (1, 1))  # touched, the same text: nothing to say
     assert home.run("ls").stderr == ""
     config.write_text(text + "[jobs]\nmax_running = 2\n")
-    assert home.run("ls").stderr == warning(f"the config file {config} changed since the daemon "
-                                            "started")
+    assert home.run("ls").stderr == warning(
+        f"the config file {config} changed since the daemon started"
+    )
     config.write_text(text)  # back as it was
     assert home.run("ls").stderr == ""
     config.unlink()
@@ -60,10 +72,19 @@ def test_a_config_file_changed_since_the_daemon_started_is_named(home):
 def test_daemon_restart_applies_the_environment_and_keeps_jobs_running(home, tmp_path):
     home.start()
     gate = tmp_path / "go"
-    job = home.submit("--gpus", "1", "--gpu-ids", "0", "--", "sh", "-c",
-                      f"while [ ! -e {shlex.quote(str(gate))} ]; do sleep 0.05; done; exit 3")
-    running = wait_until(lambda: (j := show(home, job))["state"] == "running" and j,
-                         "the job to run")
+    job = home.submit(
+        "--gpus",
+        "1",
+        "--gpu-ids",
+        "0",
+        "--",
+        "sh",
+        "-c",
+        f"while [ ! -e {shlex.quote(str(gate))} ]; do sleep 0.05; done; exit 3",
+    )
+    running = wait_until(
+        lambda: (j := show(home, job))["state"] == "running" and j, "the job to run"
+    )
     (home.path / "gpusched.toml").write_text("[host]\ncpus = 32\n")
     other = {"GPUSCHED_SIMULATE": "2x40GiB"}
     proc = home.run("daemon", "restart", env=other)
@@ -82,8 +103,9 @@ def test_daemon_restart_applies_the_environment_and_keeps_jobs_running(home, tmp
 
 def test_daemon_restart_with_no_daemon_starts_one(home):
     proc = home.run("daemon", "restart")
-    assert proc.stdout.startswith("gpusched daemon started (pid ") and \
-        proc.stdout.endswith("; none was running\n")
+    assert proc.stdout.startswith("gpusched daemon started (pid ") and proc.stdout.endswith(
+        "; none was running\n"
+    )
     assert home.daemon_pid() is not None
 
 
@@ -94,8 +116,15 @@ def test_daemon_restart_of_the_system_daemon_points_to_systemctl(tmp_path: Path)
     (socket_dir / "gpusched.sock").touch()
     env = {k: v for k, v in os.environ.items() if not k.startswith(("GPUSCHED_", "XDG_"))}
     env.update({"GPUSCHED_SYSTEM_ROOT": str(tmp_path), "PYTHONPATH": str(REPO)})
-    proc = subprocess.run([sys.executable, "-m", "gpusched", "daemon", "restart"], env=env,
-                          capture_output=True, text=True, timeout=60)
+    proc = subprocess.run(
+        [sys.executable, "-m", "gpusched", "daemon", "restart"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert (proc.returncode, proc.stdout) == (1, "")
-    assert proc.stderr == ("Error: the system daemon is systemd's to restart: run `sudo "
-                           "systemctl restart gpusched` (running jobs keep running)\n")
+    assert proc.stderr == (
+        "Error: the system daemon is systemd's to restart: run `sudo "
+        "systemctl restart gpusched` (running jobs keep running)\n"
+    )

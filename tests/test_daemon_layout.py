@@ -9,9 +9,13 @@ import ast
 from test_boundaries import MODULES, importers_of
 
 LOOP = "gpusched.daemon.loop"
-REQUEST_HANDLING = {"gpusched.daemon.handlers", "gpusched.daemon.queries",
-                    "gpusched.daemon.changes", "gpusched.daemon.submits",
-                    "gpusched.daemon.request"}
+REQUEST_HANDLING = {
+    "gpusched.daemon.handlers",
+    "gpusched.daemon.queries",
+    "gpusched.daemon.changes",
+    "gpusched.daemon.submits",
+    "gpusched.daemon.request",
+}
 
 
 def test_only_the_loop_and_the_cli_know_the_loop():
@@ -29,26 +33,32 @@ def test_request_handling_and_job_control_do_not_know_each_other():
     # Request, Waiter and the id lookups: the loop hands requests over (its calls) and
     # answers waits.
     assert importers_of("gpusched.daemon.request") <= REQUEST_HANDLING | {
-        LOOP, "gpusched.daemon.calls"}
+        LOOP,
+        "gpusched.daemon.calls",
+    }
 
 
 def test_processes_are_reached_through_the_seam_only():
     # psutil in the daemon: its own host figures (status), never a job's processes.
-    assert importers_of("gpusched.proc.seam") <= {"gpusched.daemon.loop",
-                                                  "gpusched.daemon.jobcontrol",
-                                                  # job control's part for dead shims
-                                                  "gpusched.daemon.shimloss",
-                                                  # stopping runs to requeue them, and
-                                                  # preempting (job control's parts)
-                                                  "gpusched.daemon.requeue",
-                                                  "gpusched.daemon.preempt",
-                                                  # idle GPUs warned, cancelled, requeued
-                                                  "gpusched.daemon.idlegpus",
-                                                  "gpusched.daemon.changes",
-                                                  "gpusched.daemon.handlers"}
+    assert importers_of("gpusched.proc.seam") <= {
+        "gpusched.daemon.loop",
+        "gpusched.daemon.jobcontrol",
+        # job control's part for dead shims
+        "gpusched.daemon.shimloss",
+        # stopping runs to requeue them, and
+        # preempting (job control's parts)
+        "gpusched.daemon.requeue",
+        "gpusched.daemon.preempt",
+        # idle GPUs warned, cancelled, requeued
+        "gpusched.daemon.idlegpus",
+        "gpusched.daemon.changes",
+        "gpusched.daemon.handlers",
+    }
     for module in importers_of("psutil"):
         assert not module.startswith("gpusched.daemon.") or module in {
-            "gpusched.daemon.host", "gpusched.daemon.queries"}, module
+            "gpusched.daemon.host",
+            "gpusched.daemon.queries",
+        }, module
 
 
 def _envelopes(module: str) -> set[str]:
@@ -59,7 +69,8 @@ def _envelopes(module: str) -> set[str]:
         if isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
             for node in ast.walk(fn):
                 if isinstance(node, ast.Dict) and any(
-                        isinstance(k, ast.Constant) and k.value == "ok" for k in node.keys):
+                    isinstance(k, ast.Constant) and k.value == "ok" for k in node.keys
+                ):
                     found.add(fn.name)
     return found
 

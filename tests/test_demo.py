@@ -12,10 +12,22 @@ from conftest import CONSOLE_SCRIPT, DEADLINE_S, REPO
 def test_the_demo_shows_what_its_jobs_printed_and_cleans_up(tmp_path):
     tmp = tmp_path / "tmp"
     tmp.mkdir()
-    env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "TMPDIR": str(tmp),
-           "PYTHONPATH": str(REPO), "COLUMNS": "100", "NO_COLOR": "1"}
-    proc = subprocess.run([str(CONSOLE_SCRIPT), "demo"], capture_output=True, text=True,
-                          env=env, cwd=tmp_path, timeout=3 * DEADLINE_S)
+    env = {
+        "PATH": "/usr/bin:/bin",
+        "HOME": str(tmp_path),
+        "TMPDIR": str(tmp),
+        "PYTHONPATH": str(REPO),
+        "COLUMNS": "100",
+        "NO_COLOR": "1",
+    }
+    proc = subprocess.run(
+        [str(CONSOLE_SCRIPT), "demo"],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=tmp_path,
+        timeout=3 * DEADLINE_S,
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     frames = proc.stdout.split("\n-- t = ")[1:]
     assert frames
@@ -23,8 +35,11 @@ def test_the_demo_shows_what_its_jobs_printed_and_cleans_up(tmp_path):
     for frame in frames:
         for line in frame.splitlines():
             cells = line.split()
-            if len(cells) > 5 and cells[0].isdigit() and cells[3] in ("pending", "running",
-                                                                      "succeeded"):
+            if (
+                len(cells) > 5
+                and cells[0].isdigit()
+                and cells[3] in ("pending", "running", "succeeded")
+            ):
                 # A pending job holds no GPU in any frame (once one showed GPU 0).
                 gpus = re.search(r"\s(-|[\d,]+)\s+1\s", line).group(1)
                 assert cells[3] != "pending" or gpus == "-", line

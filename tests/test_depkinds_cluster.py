@@ -7,20 +7,25 @@ from __future__ import annotations
 import json
 
 from slurmhome import cluster_home
-from slurmnode import slurm  # noqa: F401 - the fixture
 
 
-def test_new_dependency_kinds_are_refused_for_a_cluster_job(slurm, make_home, tmp_path):  # noqa: F811
+def test_new_dependency_kinds_are_refused_for_a_cluster_job(slurm, make_home, tmp_path):
     home, root = cluster_home(make_home, slurm, tmp_path)
-    parent = json.loads(home.run("submit", "--json", "--cluster", "hpc", "--hold", "--",
-                                 "true", cwd=root).stdout)["id"]
-    for deps, word in (("singleton", "singleton"), (f"aftercorr:{parent}", "aftercorr"),
-                       (f"afterok:{parent}?afterany:{parent}", "'?' (any of)")):
-        refused = home.run("submit", "--cluster", "hpc", "-d", deps, "--", "true", cwd=root,
-                           check=False)
+    parent = json.loads(
+        home.run("submit", "--json", "--cluster", "hpc", "--hold", "--", "true", cwd=root).stdout
+    )["id"]
+    for deps, word in (
+        ("singleton", "singleton"),
+        (f"aftercorr:{parent}", "aftercorr"),
+        (f"afterok:{parent}?afterany:{parent}", "'?' (any of)"),
+    ):
+        refused = home.run(
+            "submit", "--cluster", "hpc", "-d", deps, "--", "true", cwd=root, check=False
+        )
         assert refused.returncode == 2, refused  # a usage error, as the other dependencies
-        assert refused.stderr.startswith(f"Error: --dependency {word} is not handed to a "
-                                         "cluster (cluster hpc); run the job here")
+        assert refused.stderr.startswith(
+            f"Error: --dependency {word} is not handed to a cluster (cluster hpc); run the job here"
+        )
         assert len(refused.stderr.strip().splitlines()) == 1
     assert [j["id"] for j in json.loads(home.run("ls", "--all", "--json").stdout)] == [parent]
     home.run("cancel", str(parent))

@@ -3,7 +3,7 @@ store and job control; fake shims; a clock the test moves)."""
 
 from __future__ import annotations
 
-from inproc import ME, box, make_box  # noqa: F401 - fixtures
+from inproc import ME
 
 
 def others(uid: int) -> tuple[int, int, int]:
@@ -16,7 +16,8 @@ def test_a_singleton_array_runs_one_element_at_a_time_in_index_order(box):
     assert box.states(*ids) == ["running", "pending", "pending", "pending"]
     assert box.show(theirs)["state"] == "running"  # another user's name is their own
     assert box.show(ids[1])["pending_reason"] == (
-        f"waiting for singleton (job {ids[0]}, also named 'sweep', is running)")
+        f"waiting for singleton (job {ids[0]}, also named 'sweep', is running)"
+    )
     assert box.show(ids[3])["pending_reason"].startswith(f"waiting for singleton (job {ids[0]}")
     # A job of the name without singleton starts at once, and holds the next one back.
     plain = box.submit("-J", "sweep", "--", "true")
@@ -24,7 +25,8 @@ def test_a_singleton_array_runs_one_element_at_a_time_in_index_order(box):
     box.exit(ids[0], 3)  # any end will do
     assert box.states(*ids) == ["failed", "pending", "pending", "pending"]
     assert box.show(ids[1])["pending_reason"] == (
-        f"waiting for singleton (job {plain}, also named 'sweep', is running)")
+        f"waiting for singleton (job {plain}, also named 'sweep', is running)"
+    )
     box.exit(plain)
     for n, job_id in enumerate(ids[1:], 1):
         assert box.states(*ids[n:]) == ["running"] + ["pending"] * (len(ids) - n - 1)
@@ -39,8 +41,8 @@ def test_aftercorr_starts_each_element_after_its_partner(box):
     assert box.states(*children) == ["pending", "running", "pending"]
     box.exit(parents[0], 1)
     assert box.show(children[0])["pending_reason"] == (
-        f"dependency aftercorr:{parents[0]} can never be met: element {parents[0]}_0 ended "
-        "failed")
+        f"dependency aftercorr:{parents[0]} can never be met: element {parents[0]}_0 ended failed"
+    )
     assert box.show(children[2])["pending_reason"] == f"waiting for aftercorr:{parents[0]}_2"
     box.exit(parents[2])
     assert box.states(*children) == ["pending", "running", "running"]

@@ -8,9 +8,11 @@ from __future__ import annotations
 import gc
 import sqlite3
 
-from gpusched.core.models import Job
-from inproc import Box, box, make_box  # noqa: F401 - fixtures
 from test_compact_queue import BYTES_PER_JOB, SWEEP, sweep_file, traced_bytes
+
+from gpusched.core.models import Job
+
+from inproc import Box
 
 JOBS = 10_000
 # Each line its own arguments, as a sweep file has them.
@@ -49,6 +51,7 @@ def test_a_big_submit_of_distinct_lines_holds_them_in_a_few_hundred_bytes_a_job(
 
     def submit() -> list[int]:
         return box.submit_all("--gpus", "0", "--from-file", lines)
+
     assert held_bytes_per_job(box, submit) < BYTES_PER_JOB
 
 
@@ -97,9 +100,10 @@ def assert_entries_answer_as_their_jobs(box: Box) -> int:
 
 def test_distinct_entries_answer_as_their_jobs_before_and_after_a_restart(make_box):
     box = drained_box(make_box)
-    box.submit_all("--gpus", "0", "--name", "sweep", "--from-file",
-                   sweep_file(box, LINES[:40]))
-    box.submit_all("--gpus", "0", "--from-file", sweep_file(box, ["true", "/bin/echo a", *LINES[:5]]))
+    box.submit_all("--gpus", "0", "--name", "sweep", "--from-file", sweep_file(box, LINES[:40]))
+    box.submit_all(
+        "--gpus", "0", "--from-file", sweep_file(box, ["true", "/bin/echo a", *LINES[:5]])
+    )
     assert assert_entries_answer_as_their_jobs(box) >= 40
     box.restart()
     assert assert_entries_answer_as_their_jobs(box) >= 40
@@ -110,8 +114,13 @@ def test_a_damaged_command_among_distinct_rows_is_quarantined_and_the_rest_load(
     ids = box.submit_all("--gpus", "0", "--from-file", sweep_file(box, LINES[:50]))
     commands = {job_id: box.daemon.state.jobs[job_id].command for job_id in ids}
     box.stop()
-    damage = {ids[10]: '["python3", 7]', ids[20]: "[]", ids[30]: "not json",
-              ids[40]: '"python3"', ids[45]: '["a", ["b"]]'}
+    damage = {
+        ids[10]: '["python3", 7]',
+        ids[20]: "[]",
+        ids[30]: "not json",
+        ids[40]: '"python3"',
+        ids[45]: '["a", ["b"]]',
+    }
     with sqlite3.connect(box.paths.db) as db:
         for job_id, text in damage.items():
             db.execute("UPDATE jobs SET command = ? WHERE id = ?", (text, job_id))
@@ -125,9 +134,22 @@ def test_a_damaged_command_among_distinct_rows_is_quarantined_and_the_rest_load(
 
 # -- end to end: the real CLI and daemon ------------------------------------------------------
 
-SHOWN = ("id", "name", "state", "command", "cwd", "dependencies", "array_id",
-         "array_index", "stdout_path", "stderr_path", "held", "gpus", "priority",
-         "submitted_at")
+SHOWN = (
+    "id",
+    "name",
+    "state",
+    "command",
+    "cwd",
+    "dependencies",
+    "array_id",
+    "array_index",
+    "stdout_path",
+    "stderr_path",
+    "held",
+    "gpus",
+    "priority",
+    "submitted_at",
+)
 
 
 def test_each_distinct_sweep_line_shows_the_same_after_a_restart(home, tmp_path):
@@ -138,12 +160,34 @@ def test_each_distinct_sweep_line_shows_the_same_after_a_restart(home, tmp_path)
     sweep.write_text("".join(f"{line}\n" for line in LINES[:300]))
     work = tmp_path / "work"
     work.mkdir()
-    ids = home.json("submit", "--gpus", "0", "--env", "SEED_BASE=7", "--chdir", str(work),
-                    "--dependency", f"afterok:{first}", "--from-file", str(sweep))["ids"]
-    ids += home.json("submit", "--gpus", "1", "--name", "grid", "--hold", "--array", "0-2",
-                     "--from-file", str(sweep))["ids"][:12]
-    ids += home.json("submit", "--gpus", "0", "-o", "out-%j.log", "--from-file",
-                     str(sweep))["ids"][:5]
+    ids = home.json(
+        "submit",
+        "--gpus",
+        "0",
+        "--env",
+        "SEED_BASE=7",
+        "--chdir",
+        str(work),
+        "--dependency",
+        f"afterok:{first}",
+        "--from-file",
+        str(sweep),
+    )["ids"]
+    ids += home.json(
+        "submit",
+        "--gpus",
+        "1",
+        "--name",
+        "grid",
+        "--hold",
+        "--array",
+        "0-2",
+        "--from-file",
+        str(sweep),
+    )["ids"][:12]
+    ids += home.json("submit", "--gpus", "0", "-o", "out-%j.log", "--from-file", str(sweep))["ids"][
+        :5
+    ]
     some = [first, *ids[:3], ids[150], ids[299], *ids[300:312], *ids[-5:]]
     before = [home.show(job_id) for job_id in some]
     envs = [home.run("env", str(job_id)).stdout for job_id in some[1:4]]

@@ -4,26 +4,25 @@ saves what can be saved into a new queue, ids carrying on above the old ones."""
 from __future__ import annotations
 
 import json
-import sqlite3
 from pathlib import Path
 
-import pytest
-
-from queue_damage import (bad_page, bases, fingerprint, missing, place,  # noqa: F401 (bases: a fixture)
-                          sql, wal_frame_damaged)
+from queue_damage import bad_page, fingerprint, missing, place, sql, wal_frame_damaged
 
 
 def spoil_rows(db: Path) -> None:
     """Jobs 4 and 5 pending and ready to run, but their rows are wrong; jobs 2 and 3 too.
     (The crashed base: jobs 1-3 ran, 4-7 are held.)"""
-    sql(db, "UPDATE jobs SET held = 0 WHERE id IN (4, 5)",
+    sql(
+        db,
+        "UPDATE jobs SET held = 0 WHERE id IN (4, 5)",
         "UPDATE jobs SET env = '{not json' WHERE id = 4",  # an active row
         "UPDATE jobs SET gpus = 'many' WHERE id = 5",
         "UPDATE jobs SET state = 'bogus' WHERE id = 3",
         # A NULL where a value must be: the constraint is gone from a hand-edited schema.
         "PRAGMA writable_schema = 1",
         "UPDATE sqlite_master SET sql = replace(sql, 'command TEXT NOT NULL', 'command TEXT') "
-        "WHERE name = 'jobs'")
+        "WHERE name = 'jobs'",
+    )
     sql(db, "UPDATE jobs SET command = NULL WHERE id = 2")
 
 
@@ -43,7 +42,9 @@ def test_bad_rows_are_quarantined_and_the_daemon_runs_the_others(bases, make_hom
     status = json.loads(home.run("daemon", "status", "--json").stdout)
     assert {d["id"] for d in status["damaged_jobs"]} == {2, 3, 4, 5}
     text = home.run("daemon", "status").stdout
-    assert "damaged jobs: 4 skipped and never run" in text and "job 4: env is not valid JSON" in text
+    assert (
+        "damaged jobs: 4 skipped and never run" in text and "job 4: env is not valid JSON" in text
+    )
     shown = home.run("show", "3", check=False)
     assert shown.returncode == 1 and shown.stderr.count("\n") == 1
     assert "job 3 is damaged in the queue (state 'bogus' is not a job state)" in shown.stderr
@@ -60,8 +61,12 @@ def test_doctor_names_each_damaged_row_and_repair_saves_the_rest(bases, make_hom
     spoil_rows(state / "queue.db")
     proc = home.run("doctor", check=False)
     assert proc.returncode == 1, proc.stdout
-    for words in ("job 2 is damaged (command holds None", "job 3 is damaged (state 'bogus'",
-                  "job 4 is damaged (env is not valid JSON", "job 5 is damaged (gpus holds 'many'"):
+    for words in (
+        "job 2 is damaged (command holds None",
+        "job 3 is damaged (state 'bogus'",
+        "job 4 is damaged (env is not valid JSON",
+        "job 5 is damaged (gpus holds 'many'",
+    ):
         assert words in proc.stdout, proc.stdout
     before = fingerprint(state)
     repaired = home.run("doctor", "--repair")
@@ -91,8 +96,11 @@ def test_repair_of_a_damaged_wal_keeps_what_sqlite_can_read(bases, make_home):
     for job_id in (5, 6, 7):
         assert f"could not save job {job_id}: it was only in the damaged part of the -wal" in out
     (kept,) = [p for p in state.glob("queue.db.damaged-*") if not p.name.endswith(("wal", "shm"))]
-    assert {p.name.replace(kept.name, "") for p in state.glob(kept.name + "*")} == \
-        {"", "-wal", "-shm"}  # the old file kept whole, with its sidecars
+    assert {p.name.replace(kept.name, "") for p in state.glob(kept.name + "*")} == {
+        "",
+        "-wal",
+        "-shm",
+    }  # the old file kept whole, with its sidecars
     assert [j["id"] for j in home.jobs()] == [1, 2, 3, 4]
     assert home.submit("--", "true") == 8
 
@@ -150,19 +158,31 @@ BIG_ID = 2**48  # past what a pending job's place in line can hold (core/pending
 
 
 def test_a_pending_row_with_an_id_past_the_largest_is_quarantined_and_doctor_says_so(
-        bases, make_home):
+    bases, make_home
+):
     """A pending row with id 2**48 (written by hand) crashed the daemon at every start,
     while `doctor` said the queue was healthy; and new ids carried on above it."""
     home = make_home("2x80GiB")
     state = place(bases["crashed"], home)
-    sql(state / "queue.db", "CREATE TEMP TABLE big AS SELECT * FROM jobs WHERE id = 6",
-        f"UPDATE big SET id = {BIG_ID}, held = 0", "INSERT INTO jobs SELECT * FROM big")
+    sql(
+        state / "queue.db",
+        "CREATE TEMP TABLE big AS SELECT * FROM jobs WHERE id = 6",
+        f"UPDATE big SET id = {BIG_ID}, held = 0",
+        "INSERT INTO jobs SELECT * FROM big",
+    )
     proc = home.run("doctor", check=False)
     assert proc.returncode == 1, proc.stdout
     assert f"job {BIG_ID} is damaged (id {BIG_ID} is outside the job ids" in proc.stdout
     listed = {j["id"]: j["state"] for j in home.jobs()}  # the daemon starts
-    assert listed == {1: "succeeded", 2: "succeeded", 3: "succeeded", 4: "pending",
-                      5: "pending", 6: "pending", 7: "pending"}
+    assert listed == {
+        1: "succeeded",
+        2: "succeeded",
+        3: "succeeded",
+        4: "pending",
+        5: "pending",
+        6: "pending",
+        7: "pending",
+    }
     status = json.loads(home.run("daemon", "status", "--json").stdout)
     assert [d["id"] for d in status["damaged_jobs"]] == [BIG_ID]
     new = home.submit("--", "true")

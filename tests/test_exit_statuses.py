@@ -11,10 +11,11 @@ import sys
 import pytest
 import typer
 
-from conftest import Home, wait_until
 from gpusched.cli.app import app
 from gpusched.client.connection import Client
 from gpusched.client.paths import resolve_paths
+
+from conftest import Home, wait_until
 
 
 def _state(home: Home, job_id: int) -> dict:
@@ -29,12 +30,18 @@ def queue(tmp_path_factory):
     home.write_config()
     gate = root / "go"
     home.finished = home.submit("--", "echo", "hello")
-    home.running = home.submit("--", "sh", "-c",
-                               f"while [ ! -e {shlex.quote(str(gate))} ]; do sleep 0.05; done")
+    home.running = home.submit(
+        "--", "sh", "-c", f"while [ ! -e {shlex.quote(str(gate))} ]; do sleep 0.05; done"
+    )
     # Held, and after the running job: releasing it (as the test does) never starts it.
     home.held = home.submit("--hold", "--after", str(home.running), "--", "true")
-    wait_until(lambda: _state(home, home.finished)["state"] == "succeeded"
-               and _state(home, home.running)["state"] == "running", "the queue to settle")
+    wait_until(
+        lambda: (
+            _state(home, home.finished)["state"] == "succeeded"
+            and _state(home, home.running)["state"] == "running"
+        ),
+        "the queue to settle",
+    )
     home.tmp = root / "tmp"  # where `demo` makes its home, to check that it cleans up
     home.tmp.mkdir()
     home.env["TMPDIR"] = str(home.tmp)
@@ -48,14 +55,19 @@ def queue(tmp_path_factory):
 # -- refused changes ------------------------------------------------------------------------
 def test_a_refused_hold_release_or_update_exits_1_with_the_reason_on_stderr(queue):
     home = queue
-    for args in (("hold", str(home.running)), ("release", str(home.running)),
-                 ("update", str(home.finished), "--priority", "3")):
+    for args in (
+        ("hold", str(home.running)),
+        ("release", str(home.running)),
+        ("update", str(home.finished), "--priority", "3"),
+    ):
         proc = home.run(*args, check=False)
         assert proc.returncode == 1, (args, proc.stdout, proc.stderr)
         assert proc.stdout == ""
         assert proc.stderr.startswith(f"Error: job {args[1]}: ") and proc.stderr.count("\n") == 1
-    assert "only pending jobs can be held or released" in \
-        home.run("hold", str(home.running), check=False).stderr
+    assert (
+        "only pending jobs can be held or released"
+        in home.run("hold", str(home.running), check=False).stderr
+    )
 
 
 def test_a_mixed_change_prints_every_outcome_changes_what_it_can_and_exits_1(queue):
@@ -63,19 +75,27 @@ def test_a_mixed_change_prints_every_outcome_changes_what_it_can_and_exits_1(que
     proc = home.run("update", str(home.held), str(home.finished), "--priority", "7", check=False)
     assert proc.returncode == 1
     assert proc.stdout == f"job {home.held}: priority 7\n"
-    assert proc.stderr == (f"Error: job {home.finished}: already succeeded; only pending and "
-                           "running jobs can be updated\n")
+    assert proc.stderr == (
+        f"Error: job {home.finished}: already succeeded; only pending and "
+        "running jobs can be updated\n"
+    )
     assert _state(home, home.held)["priority"] == 7
     proc = home.run("hold", str(home.held), str(home.running), check=False)
     assert (proc.returncode, proc.stdout) == (1, f"job {home.held}: held\n")
-    assert proc.stderr == f"Error: job {home.running}: running; only pending jobs can be held or released\n"
+    assert (
+        proc.stderr
+        == f"Error: job {home.running}: running; only pending jobs can be held or released\n"
+    )
 
 
 def test_cancelling_a_job_that_already_ended_is_not_an_error(queue):
     """As scancel: the job is not running, which is what was asked."""
     proc = queue.run("cancel", str(queue.finished))
     assert (proc.returncode, proc.stdout, proc.stderr) == (
-        0, f"job {queue.finished}: already succeeded\n", "")
+        0,
+        f"job {queue.finished}: already succeeded\n",
+        "",
+    )
 
 
 # -- standard output closed, or its reader gone ----------------------------------------------
@@ -85,29 +105,64 @@ def commands(home: Home) -> list[list[str]]:
     return [
         ["submit", "--", "true"],  # the fast path
         ["submit", "-c1", "--", "true"],  # a form the fast path leaves to the full parser
-        ["ls"], ["ls", "--json"], ["show", job], ["show", "--json", job],
-        ["resubmit", "--hold", job], ["_job-ids", "all"],
-        ["cancel", job], ["hold", held], ["release", held], ["update", held, "--priority", "1"],
-        ["drain"], ["resume"], ["logs", job], ["logs", "--follow", job], ["env", job],
-        ["env", "--json", job], ["gpus"], ["gpus", "--json"], ["gpus", "--format", "csv"],
-        ["gpus", "--query", "index,name"], ["top", "--once"], ["top"],
-        ["simulate", str(home.trace)], ["demo"], ["completions", "bash"], ["man"],
-        ["daemon", "status"], ["daemon", "status", "--json"], ["daemon", "start"],
+        ["ls"],
+        ["ls", "--json"],
+        ["show", job],
+        ["show", "--json", job],
+        ["resubmit", "--hold", job],
+        ["_job-ids", "all"],
+        ["cancel", job],
+        ["hold", held],
+        ["release", held],
+        ["update", held, "--priority", "1"],
+        ["drain"],
+        ["resume"],
+        ["logs", job],
+        ["logs", "--follow", job],
+        ["env", job],
+        ["env", "--json", job],
+        ["gpus"],
+        ["gpus", "--json"],
+        ["gpus", "--format", "csv"],
+        ["gpus", "--query", "index,name"],
+        ["top", "--once"],
+        ["top"],
+        ["simulate", str(home.trace)],
+        ["demo"],
+        ["completions", "bash"],
+        ["man"],
+        ["daemon", "status"],
+        ["daemon", "status", "--json"],
+        ["daemon", "start"],
         ["daemon", "install-service", "--user", "--dir", str(home.path)],
-        ["doctor"], ["doctor", "--json"], ["gc", "--dry-run"], ["gc", "--dry-run", "--json"],
-        ["usage"], ["usage", "--since", "7d", "--json"],
-        ["history", "true"], ["history", "--json", "true"],
-        ["--version"], ["--help"], ["submit", "--help"], ["daemon", "--help"],
+        ["doctor"],
+        ["doctor", "--json"],
+        ["gc", "--dry-run"],
+        ["gc", "--dry-run", "--json"],
+        ["usage"],
+        ["usage", "--since", "7d", "--json"],
+        ["history", "true"],
+        ["history", "--json", "true"],
+        ["--version"],
+        ["--help"],
+        ["submit", "--help"],
+        ["daemon", "--help"],
         # The running job goes back to the queue and starts again in the same pass: it is
         # never seen pending (which these two refuse).
-        ["preempt", str(home.running)], ["requeue", str(home.running)],
+        ["preempt", str(home.running)],
+        ["requeue", str(home.running)],
         # Services: a listing for real (none here), the rest by their help (a create or a
         # delete would not be the same the second time round).
-        ["service", "ls"], ["service", "ls", "--json"], ["service", "create", "--help"],
-        ["service", "show", "--help"], ["service", "scale", "--help"],
-        ["service", "update", "--help"], ["service", "delete", "--help"],
+        ["service", "ls"],
+        ["service", "ls", "--json"],
+        ["service", "create", "--help"],
+        ["service", "show", "--help"],
+        ["service", "scale", "--help"],
+        ["service", "update", "--help"],
+        ["service", "delete", "--help"],
         # Last: they stop the daemon (the next command starts it again).
-        ["daemon", "restart"], ["daemon", "stop"],
+        ["daemon", "restart"],
+        ["daemon", "stop"],
     ]
 
 
@@ -135,15 +190,26 @@ def test_every_command_is_in_the_closed_output_test(queue):
 
 def run_with_stdout(home: Home, args: list[str], how: str) -> subprocess.CompletedProcess:
     if how == "closed":  # `gpusched ... >&-`
-        return subprocess.run(["sh", "-c", 'exec "$0" -m gpusched "$@" >&-', sys.executable,
-                               *args], env=home.env, cwd=home.path, capture_output=True,
-                              text=True, timeout=60)
+        return subprocess.run(
+            ["sh", "-c", 'exec "$0" -m gpusched "$@" >&-', sys.executable, *args],
+            env=home.env,
+            cwd=home.path,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
     read_end, write_end = os.pipe()  # `| head -1`, once head has read its line and left
     os.close(read_end)
     try:
-        return subprocess.run([sys.executable, "-m", "gpusched", *args], env=home.env,
-                              cwd=home.path, stdout=write_end, stderr=subprocess.PIPE,
-                              text=True, timeout=60)
+        return subprocess.run(
+            [sys.executable, "-m", "gpusched", *args],
+            env=home.env,
+            cwd=home.path,
+            stdout=write_end,
+            stderr=subprocess.PIPE,
+            text=True,
+            timeout=60,
+        )
     finally:
         os.close(write_end)
 
@@ -158,10 +224,13 @@ def test_every_command_stops_with_status_1_and_nothing_on_stderr_when_its_output
         expected = ""
         if args[0] in ("submit", "resubmit") and "--help" not in args:
             queued = max(j["id"] for j in queue.jobs())
-            expected = (f"Error: queued job {queued}, but could not print its id: standard "
-                        "output is closed\n")
+            expected = (
+                f"Error: queued job {queued}, but could not print its id: standard "
+                "output is closed\n"
+            )
         if (proc.returncode, proc.stderr) != (1, expected):
-            failures.append(f"gpusched {' '.join(args)}: status {proc.returncode}, "
-                            f"stderr {proc.stderr!r}")
+            failures.append(
+                f"gpusched {' '.join(args)}: status {proc.returncode}, stderr {proc.stderr!r}"
+            )
     assert not failures, "\n".join(failures)
     assert list(queue.tmp.iterdir()) == []  # the demo removed its home all the same

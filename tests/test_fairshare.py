@@ -7,8 +7,8 @@ import json
 
 import pytest
 
-from gpusched.daemon.fairshare import UsageLedger
 from gpusched.core.models import Job, JobState, Request
+from gpusched.daemon.fairshare import UsageLedger
 from gpusched.daemon.store import Store
 
 HOUR_S = 3600.0
@@ -31,8 +31,10 @@ def test_runs_count_while_nothing_is_pending_and_the_count_survives_a_restart(ho
     ran_gpu_s = 2 * (job["ended_at"] - job["started_at"])
     # Every GPU-second of the run, less a week's half-life over the run.
     assert usage(home)[user] == pytest.approx(ran_gpu_s, rel=1e-3)
-    assert f"GPU time used (fair share, halving every 7d00h): {user} " in \
-        home.run("daemon", "status").stdout
+    assert (
+        f"GPU time used (fair share, halving every 7d00h): {user} "
+        in home.run("daemon", "status").stdout
+    )
 
     home.run("daemon", "stop")
     home.start()
@@ -40,8 +42,16 @@ def test_runs_count_while_nothing_is_pending_and_the_count_survives_a_restart(ho
 
 
 def _job(user: str, gpus: int, started_at: float) -> Job:
-    return Job(id=1, command=("true",), cwd="/", uid=0, user=user, request=Request(gpus=gpus),
-               state=JobState.RUNNING, started_at=started_at)
+    return Job(
+        id=1,
+        command=("true",),
+        cwd="/",
+        uid=0,
+        user=user,
+        request=Request(gpus=gpus),
+        state=JobState.RUNNING,
+        started_at=started_at,
+    )
 
 
 def test_the_ledger_counts_each_run_to_its_end_and_decays_the_rest(tmp_path):

@@ -5,7 +5,6 @@ nor rich, and the real CLI prints the same bytes on both paths."""
 from __future__ import annotations
 
 import inspect
-import os
 import re
 import subprocess
 import sys
@@ -38,14 +37,14 @@ def typer_parse():
             bound = inspect.signature(_real).bind(output, *args, **kwargs).arguments
             captured.append({k: v for k, v in bound.items() if k != "output"})
             return 0
+
         patch.setattr(jobviews, name, capture)
     click_command = typer.main.get_command(cli.app)
 
     def parse(command: str, argv: list[str]) -> dict | None:
         captured.clear()
         try:
-            click_command.main(args=[command, *argv], prog_name="gpusched",
-                               standalone_mode=False)
+            click_command.main(args=[command, *argv], prog_name="gpusched", standalone_mode=False)
         except (typer.Exit, SystemExit):  # --help
             return None
         except typer.TyperException:  # a usage error (click's, as typer names it)
@@ -66,19 +65,41 @@ def assert_same(command: str, argv: list[str], typer_parse) -> dict | None:
 
 
 TABLE = [
-    ("ls", []), ("ls", ["--all"]), ("ls", ["-a", "-r"]), ("ls", ["--json"]),
-    ("ls", ["--user", "root", "--me"]), ("ls", ["-u", "root,daemon"]),
-    ("ls", ["--state", "pending", "-t", "running"]), ("ls", ["--state=PD"]),
-    ("ls", ["--name", "sweep-*"]), ("ls", ["-n", ""]), ("ls", ["--name="]),
-    ("ls", ["--format", "jobid,state", "--noheader"]), ("ls", ["-O", "jobid"]),
-    ("ls", ["--all", "--"]), ("ls", ["--user", "--me"]),
-    ("show", ["12"]), ("show", ["12_3", "--json"]), ("show", ["--json", "12"]),
-    ("show", ["--", "12"]), ("show", ["x"]), ("show", ["-"]),
-    ("gpus", []), ("gpus", ["--json"]), ("gpus", ["--query", "index,name"]),
-    ("gpus", ["--query=index", "--format", "csv,noheader"]), ("gpus", ["--format", "json"]),
-    ("wait", ["1"]), ("wait", ["1", "2_3", "4"]), ("wait", ["--", "1"]),
-    ("cancel", ["1", "2"]), ("hold", ["3"]), ("release", ["3", "4"]),
-    ("logs", ["5"]), ("logs", ["-f", "5"]), ("logs", ["5", "--stderr", "--follow"]),
+    ("ls", []),
+    ("ls", ["--all"]),
+    ("ls", ["-a", "-r"]),
+    ("ls", ["--json"]),
+    ("ls", ["--user", "root", "--me"]),
+    ("ls", ["-u", "root,daemon"]),
+    ("ls", ["--state", "pending", "-t", "running"]),
+    ("ls", ["--state=PD"]),
+    ("ls", ["--name", "sweep-*"]),
+    ("ls", ["-n", ""]),
+    ("ls", ["--name="]),
+    ("ls", ["--format", "jobid,state", "--noheader"]),
+    ("ls", ["-O", "jobid"]),
+    ("ls", ["--all", "--"]),
+    ("ls", ["--user", "--me"]),
+    ("show", ["12"]),
+    ("show", ["12_3", "--json"]),
+    ("show", ["--json", "12"]),
+    ("show", ["--", "12"]),
+    ("show", ["x"]),
+    ("show", ["-"]),
+    ("gpus", []),
+    ("gpus", ["--json"]),
+    ("gpus", ["--query", "index,name"]),
+    ("gpus", ["--query=index", "--format", "csv,noheader"]),
+    ("gpus", ["--format", "json"]),
+    ("wait", ["1"]),
+    ("wait", ["1", "2_3", "4"]),
+    ("wait", ["--", "1"]),
+    ("cancel", ["1", "2"]),
+    ("hold", ["3"]),
+    ("release", ["3", "4"]),
+    ("logs", ["5"]),
+    ("logs", ["-f", "5"]),
+    ("logs", ["5", "--stderr", "--follow"]),
 ]
 
 
@@ -89,12 +110,28 @@ def test_both_parsers_agree(command, argv, typer_parse):
         assert fast is not None, f"the fast path gave up on {command} {argv}"
 
 
-@pytest.mark.parametrize("command, argv", [
-    ("ls", ["--help"]), ("ls", ["-h"]), ("ls", ["-ar"]), ("ls", ["--al"]), ("ls", ["--all=1"]),
-    ("ls", ["--user"]), ("ls", ["12"]), ("ls", ["-uroot"]), ("show", []), ("show", ["1", "2"]),
-    ("show", ["-1"]), ("cancel", []), ("cancel", ["-3"]), ("wait", ["--json", "1"]),
-    ("logs", ["-fx", "1"]), ("gpus", ["--query"]), ("gpus", ["x"]),
-])
+@pytest.mark.parametrize(
+    "command, argv",
+    [
+        ("ls", ["--help"]),
+        ("ls", ["-h"]),
+        ("ls", ["-ar"]),
+        ("ls", ["--al"]),
+        ("ls", ["--all=1"]),
+        ("ls", ["--user"]),
+        ("ls", ["12"]),
+        ("ls", ["-uroot"]),
+        ("show", []),
+        ("show", ["1", "2"]),
+        ("show", ["-1"]),
+        ("cancel", []),
+        ("cancel", ["-3"]),
+        ("wait", ["--json", "1"]),
+        ("logs", ["-fx", "1"]),
+        ("gpus", ["--query"]),
+        ("gpus", ["x"]),
+    ],
+)
 def test_the_fast_path_hands_over_what_it_does_not_read_exactly(command, argv):
     assert fastcmds.parse(command, argv) is None
 
@@ -102,14 +139,17 @@ def test_the_fast_path_hands_over_what_it_does_not_read_exactly(command, argv):
 def tokens(command: str) -> st.SearchStrategy[str]:
     _, rows = FAST_COMMANDS[command]
     flags = [flag for row in rows for flag in row[1]]
-    words = st.sampled_from(["1", "12_3", "x", "", "-", "--", "-1", "root", "a,b", "-h",
-                             "--bogus", "-ar", "csv"])
+    words = st.sampled_from(
+        ["1", "12_3", "x", "", "-", "--", "-1", "root", "a,b", "-h", "--bogus", "-ar", "csv"]
+    )
     inline = st.builds(lambda f, v: f"{f}={v}", st.sampled_from(flags or ["--x"]), words)
     return st.one_of(st.sampled_from(flags or ["--x"]), words, inline)
 
 
 @pytest.mark.parametrize("command", sorted(FAST_COMMANDS))
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(
+    max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
 @given(data=st.data())
 def test_any_command_line_reads_the_same_on_both_paths(command, data, typer_parse):
     argv = data.draw(st.lists(tokens(command), max_size=6))
@@ -119,18 +159,30 @@ def test_any_command_line_reads_the_same_on_both_paths(command, data, typer_pars
 def test_every_typer_option_is_in_the_table():
     commands = typer.main.get_command(cli.app).commands
     for command, (_, rows) in FAST_COMMANDS.items():
-        typer_flags = {name for p in commands[command].params for name in getattr(p, "opts", ())
-                       if name.startswith("-") and name != "--help"}
+        typer_flags = {
+            name
+            for p in commands[command].params
+            for name in getattr(p, "opts", ())
+            if name.startswith("-") and name != "--help"
+        }
         assert typer_flags == {flag for row in rows for flag in row[1]}, command
 
 
 def imported_after_start(*args: str, env: dict[str, str]) -> set[str]:
     """The modules `gpusched ARGS` imports itself (after the interpreter's site)."""
-    proc = subprocess.run([sys.executable, "-X", "importtime", "-m", "gpusched", *args],
-                          capture_output=True, text=True, env=env, timeout=60)
-    lines = [line.rsplit("|", 1)[-1] for line in proc.stderr.splitlines()
-             if line.startswith("import time:")]
-    after_site = lines[next(i for i, name in enumerate(lines) if name.strip() == "site") + 1:]
+    proc = subprocess.run(
+        [sys.executable, "-X", "importtime", "-m", "gpusched", *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+    )
+    lines = [
+        line.rsplit("|", 1)[-1]
+        for line in proc.stderr.splitlines()
+        if line.startswith("import time:")
+    ]
+    after_site = lines[next(i for i, name in enumerate(lines) if name.strip() == "site") + 1 :]
     return {name.strip().split(".")[0] for name in after_site}
 
 
@@ -139,25 +191,49 @@ def test_the_fast_path_imports_nothing_heavy(home):
     job = home.submit("--", "true")
     home.wait_state(job, "succeeded")
     env = {**home.env, "COLUMNS": "100"}
-    heavy = {"typer", "click", "rich", "typing", "dataclasses", "pathlib", "inspect",
-             # each costs more than a command's budget (issue 15): see test_lean_imports.py
-             "re", "enum", "json", "socket", "selectors", "collections", "functools", "signal"}
-    for args in (["ls"], ["ls", "--all", "--format", "jobid"], ["show", str(job)], ["gpus"],
-                 ["wait", str(job)], ["logs", str(job)], ["cancel", str(job)]):
+    heavy = {
+        "typer",
+        "click",
+        "rich",
+        "typing",
+        "dataclasses",
+        "pathlib",
+        "inspect",
+        # each costs more than a command's budget (issue 15): see test_lean_imports.py
+        "re",
+        "enum",
+        "json",
+        "socket",
+        "selectors",
+        "collections",
+        "functools",
+        "signal",
+    }
+    for args in (
+        ["ls"],
+        ["ls", "--all", "--format", "jobid"],
+        ["show", str(job)],
+        ["gpus"],
+        ["wait", str(job)],
+        ["logs", str(job)],
+        ["cancel", str(job)],
+    ):
         loaded = imported_after_start(*args, env=env)
         assert "gpusched" in loaded, args
         assert not heavy & loaded, (args, heavy & loaded)
     assert "typer" in imported_after_start("ls", env={**env, "GPUSCHED_NO_FAST_PATH": "1"})
 
 
-def both_paths(home, *args: str, env: dict[str, str] | None = None,
-               same=lambda out: out) -> tuple:
+def both_paths(home, *args: str, env: dict[str, str] | None = None, same=lambda out: out) -> tuple:
     """(stdout, stderr, exit status) of `gpusched ARGS` on the fast path, which must be
     the typer path's (both seen through `same`)."""
     fast = home.run(*args, check=False, env=env)
     full = home.run(*args, check=False, env={**(env or {}), "GPUSCHED_NO_FAST_PATH": "1"})
-    assert (same(fast.stdout), fast.stderr, fast.returncode) == \
-        (same(full.stdout), full.stderr, full.returncode), args
+    assert (same(fast.stdout), fast.stderr, fast.returncode) == (
+        same(full.stdout),
+        full.stderr,
+        full.returncode,
+    ), args
     return fast.stdout, fast.stderr, fast.returncode
 
 
@@ -184,19 +260,37 @@ def test_the_real_cli_answers_the_same_on_both_paths(home):
         assert "waiting" in both_paths(home, *args, same=timeless)[0]
     ended_only = ["ls", "--state", "failed,cancelled"]  # their times stand still
     same = [
-        ended_only, ["ls", "--json", *ended_only[1:]],
+        ended_only,
+        ["ls", "--json", *ended_only[1:]],
         ["ls", "--all", "--format", "jobid,name,state,exitcode", "--noheader"],
-        ["ls", "--name", "nomatch"], ["ls", "--all", "--name", "x"],
-        ["show", str(ended)], ["show", str(ended), "--json"],
-        ["gpus", "--query", "index,name,memory.total"], ["gpus", "--format", "csv"],
-        ["wait", str(ended)], ["wait", str(cancelled), str(ended)], ["logs", str(ended)],
-        ["logs", "--stderr", str(ended)], ["cancel", str(cancelled)],
-        ["hold", str(waiting)], ["hold", str(waiting)], ["release", str(waiting)],
-        ["release", str(ended)], ["hold", str(ended), str(waiting)],
+        ["ls", "--name", "nomatch"],
+        ["ls", "--all", "--name", "x"],
+        ["show", str(ended)],
+        ["show", str(ended), "--json"],
+        ["gpus", "--query", "index,name,memory.total"],
+        ["gpus", "--format", "csv"],
+        ["wait", str(ended)],
+        ["wait", str(cancelled), str(ended)],
+        ["logs", str(ended)],
+        ["logs", "--stderr", str(ended)],
+        ["cancel", str(cancelled)],
+        ["hold", str(waiting)],
+        ["hold", str(waiting)],
+        ["release", str(waiting)],
+        ["release", str(ended)],
+        ["hold", str(ended), str(waiting)],
         # errors: the daemon's, the checks', and the parser's (which typer reads for both)
-        ["show", "999"], ["show", "x"], ["cancel", "0"], ["ls", "--state", "bogus"],
-        ["ls", "--user", "no-such-user-here"], ["ls", "--json", "--format", "jobid"],
-        ["ls", "--bogus"], ["ls", "-h"], ["show"], ["cancel", "-1"], ["gpus", "--query", "x"],
+        ["show", "999"],
+        ["show", "x"],
+        ["cancel", "0"],
+        ["ls", "--state", "bogus"],
+        ["ls", "--user", "no-such-user-here"],
+        ["ls", "--json", "--format", "jobid"],
+        ["ls", "--bogus"],
+        ["ls", "-h"],
+        ["show"],
+        ["cancel", "-1"],
+        ["gpus", "--query", "x"],
     ]
     for args in same:
         both_paths(home, *args)

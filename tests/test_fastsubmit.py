@@ -48,10 +48,12 @@ def assert_same(argv: list[str], typer_parse) -> SubmitOptions:
     fast = fastsubmit.parse(argv)
     assert fast is not None, f"the fast path gave up on {argv}"
     full = typer_parse(argv)
+
     # Compare field by field as plain values: a tuple where the other has a list is the
     # same command line, but a different value is a real disagreement.
-    as_plain = lambda o: {k: list(v) if isinstance(v, (list, tuple)) else v
-                          for k, v in o.as_dict().items()}
+    def as_plain(o):
+        return {k: list(v) if isinstance(v, (list, tuple)) else v for k, v in o.as_dict().items()}
+
     assert as_plain(fast) == as_plain(full), argv
     return fast
 
@@ -108,12 +110,41 @@ def test_both_parsers_agree(argv, typer_parse):
 
 
 def test_parsed_values():
-    opts = fastsubmit.parse(["-G", "2", "--gpu-mem", "20G", "-J", "a", "--priority", "-3",
-                             "--cwd", "/tmp", "--env", "A=1", "--env", "B=2", "-W", "--json",
-                             "--", "python", "t.py", "--json"])
-    assert opts == SubmitOptions(command=["python", "t.py", "--json"], gpus="2", gpu_mem="20G",
-                                 name="a", priority=-3, cwd="/tmp", env=["A=1", "B=2"],
-                                 wait=True, json=True)
+    opts = fastsubmit.parse(
+        [
+            "-G",
+            "2",
+            "--gpu-mem",
+            "20G",
+            "-J",
+            "a",
+            "--priority",
+            "-3",
+            "--cwd",
+            "/tmp",
+            "--env",
+            "A=1",
+            "--env",
+            "B=2",
+            "-W",
+            "--json",
+            "--",
+            "python",
+            "t.py",
+            "--json",
+        ]
+    )
+    assert opts == SubmitOptions(
+        command=["python", "t.py", "--json"],
+        gpus="2",
+        gpu_mem="20G",
+        name="a",
+        priority=-3,
+        cwd="/tmp",
+        env=["A=1", "B=2"],
+        wait=True,
+        json=True,
+    )
 
 
 SAMPLES = {"gpu_mem": "20G", "cwd": "/tmp", "from_file": "jobs.txt", "env": "K=V", "gpus": "a100:2"}
@@ -138,8 +169,12 @@ def test_every_fast_option_means_the_same_to_typer(option, typer_parse):
 
 def test_every_typer_option_is_known_to_the_fast_path():
     command = typer.main.get_command(cli.app).commands["submit"]
-    typer_options = {name for p in command.params for name in getattr(p, "opts", ())
-                     if name.startswith("-") and name != "--help"}
+    typer_options = {
+        name
+        for p in command.params
+        for name in getattr(p, "opts", ())
+        if name.startswith("-") and name != "--help"
+    }
     assert typer_options == set(fastsubmit.OPTIONS)
 
 
@@ -153,8 +188,9 @@ def _typer_rows(command_name: str) -> list[tuple]:
         if p.param_type_name != "option" or p.name == "help":
             continue
         value_type = p.type_descriptor.annotation  # str for an Optional[str] too
-        kind = ("list" if p.multiple else "int" if value_type is int else
-                "flag" if p.is_flag else "str")
+        kind = (
+            "list" if p.multiple else "int" if value_type is int else "flag" if p.is_flag else "str"
+        )
         default = list(p.default) if p.multiple else p.default
         rows.append((p.name, tuple(p.opts + p.secondary_opts), kind, default, p.help))
     return rows
@@ -162,8 +198,10 @@ def _typer_rows(command_name: str) -> list[tuple]:
 
 @pytest.mark.parametrize("command, table", [("submit", SUBMIT), ("resubmit", RESUBMIT)])
 def test_the_typer_commands_have_exactly_the_tables_options(command, table):
-    as_typer_reads = [(field, flags, "flag" if kind == "yesno" else kind, default, help_text)
-                      for field, flags, kind, default, help_text in table]
+    as_typer_reads = [
+        (field, flags, "flag" if kind == "yesno" else kind, default, help_text)
+        for field, flags, kind, default, help_text in table
+    ]
     assert _typer_rows(command) == as_typer_reads
 
 
@@ -177,31 +215,74 @@ def test_resubmit_takes_a_subset_of_submits_options():
 def test_the_fast_path_imports_nothing_heavy():
     # Every submit pays for what the fast path imports: no typer or rich, and none of the
     # standard library's slow ones. -S: without site, which imports some of them itself.
-    code = ("import sys; from gpusched.client import fastsubmit, connection; "
-            "print(' '.join(sys.modules))")
-    loaded = subprocess.run([sys.executable, "-S", "-c", code], capture_output=True, text=True,
-                            check=True, env={**os.environ, "PYTHONPATH": str(REPO)}).stdout.split()
+    code = (
+        "import sys; from gpusched.client import fastsubmit, connection; "
+        "print(' '.join(sys.modules))"
+    )
+    loaded = subprocess.run(
+        [sys.executable, "-S", "-c", code],
+        capture_output=True,
+        text=True,
+        check=True,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+    ).stdout.split()
     assert "gpusched.client.options" in loaded
-    heavy = {"typer", "click", "rich", "typing", "dataclasses", "pathlib", "inspect",
-             # each costs more than a command's budget (issue 15): see test_lean_imports.py
-             "re", "enum", "json", "socket", "selectors", "collections", "functools", "signal"}
+    heavy = {
+        "typer",
+        "click",
+        "rich",
+        "typing",
+        "dataclasses",
+        "pathlib",
+        "inspect",
+        # each costs more than a command's budget (issue 15): see test_lean_imports.py
+        "re",
+        "enum",
+        "json",
+        "socket",
+        "selectors",
+        "collections",
+        "functools",
+        "signal",
+    }
     assert not heavy & {name.split(".")[0] for name in loaded}
 
 
-@pytest.mark.parametrize("argv", [
-    ["--help"], ["--gpus", "1", "--help"], ["-h"], ["--gpuz", "1", "--", "x"], ["--verbose"],
-    ["--priority", "one", "--", "x"], ["--cpus", "1.5", "--", "x"], ["--priority", "", "--", "x"],
-    ["--gpus"], ["--gpu-mem"], ["--name"], ["-J"], ["--json=yes", "--", "x"], ["-WG", "1", "x"],
-    ["-G1", "--", "x"], ["--kill-on-invalid-dep=maybe", "--", "x"], ["--kill-on-invalid-dep="],
-])
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["--help"],
+        ["--gpus", "1", "--help"],
+        ["-h"],
+        ["--gpuz", "1", "--", "x"],
+        ["--verbose"],
+        ["--priority", "one", "--", "x"],
+        ["--cpus", "1.5", "--", "x"],
+        ["--priority", "", "--", "x"],
+        ["--gpus"],
+        ["--gpu-mem"],
+        ["--name"],
+        ["-J"],
+        ["--json=yes", "--", "x"],
+        ["-WG", "1", "x"],
+        ["-G1", "--", "x"],
+        ["--kill-on-invalid-dep=maybe", "--", "x"],
+        ["--kill-on-invalid-dep="],
+    ],
+)
 def test_fast_path_hands_over_what_it_does_not_know(argv):
     assert fastsubmit.parse(argv) is None
 
 
-@pytest.mark.parametrize("argv", [
-    ["--priority", "one", "--", "x"], ["--gpuz", "1", "--", "x"], ["--gpus"],
-    ["--kill-on-invalid-dep=maybe", "--", "x"],
-])
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["--priority", "one", "--", "x"],
+        ["--gpuz", "1", "--", "x"],
+        ["--gpus"],
+        ["--kill-on-invalid-dep=maybe", "--", "x"],
+    ],
+)
 def test_what_the_fast_path_hands_over_is_a_usage_error_for_typer(argv, typer_parse, capsys):
     # The full parser then says what is wrong, with exit status 2.
     assert cli.main(["submit", *argv]) == 2
@@ -212,30 +293,35 @@ def test_what_the_fast_path_hands_over_is_a_usage_error_for_typer(argv, typer_pa
 # Command lines built from the fast path's own options, values that look like options
 # included, then a command: both parsers must agree on every one.
 def _option_args(option: str) -> st.SearchStrategy[list[str]]:
-    field, kind = fastsubmit.OPTIONS[option]
+    _field, kind = fastsubmit.OPTIONS[option]
     if kind == "flag":
         return st.just([option])
     if kind == "yesno":
         return st.sampled_from([[option], [f"{option}=yes"], [f"{option}=no"], [f"{option}=No"]])
     if kind == "int":
-        values = st.integers(-10**6, 10**6).map(str)
+        values = st.integers(-(10**6), 10**6).map(str)
     else:
         values = st.sampled_from(["x", "20G", "A=1", "-", "--gpus", "a b", "", "=", "é"])
     return values.map(lambda v: [option, v]) | (
-        values.map(lambda v: [f"{option}={v}"]) if option.startswith("--") else st.nothing())
+        values.map(lambda v: [f"{option}={v}"]) if option.startswith("--") else st.nothing()
+    )
 
 
 command_lines = st.tuples(
     st.lists(st.sampled_from(sorted(fastsubmit.OPTIONS)).flatmap(_option_args), max_size=6),
     st.booleans(),
-    st.lists(st.sampled_from(["python", "train.py", "--lr", "-x", "1", "--", "--gpus"]),
-             min_size=1, max_size=4),
+    st.lists(
+        st.sampled_from(["python", "train.py", "--lr", "-x", "1", "--", "--gpus"]),
+        min_size=1,
+        max_size=4,
+    ),
 ).map(lambda t: [a for opt in t[0] for a in opt] + (["--"] if t[1] else []) + t[2])
 
 
 # The fixture only swaps in a capturing function; every example starts from a clean capture.
-@settings(max_examples=150, deadline=None,
-          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(
+    max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
 @given(command_lines)
 def test_generated_command_lines_agree(typer_parse, argv):
     # A command line the fast path hands over has nothing to disagree about; assume()

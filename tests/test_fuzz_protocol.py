@@ -26,49 +26,122 @@ from gpusched.core.errors import ERROR_KINDS, ProtocolError
 from gpusched.daemon.loop import Call
 from gpusched.daemon.request import WAIT_SLICE_S, Request
 from gpusched.daemon.server import SocketServer
+
 from inproc import ME, Box
 
 # Examples per property: enough to cover each command's arguments many times over, few
 # enough that the file takes seconds, not minutes.
 EXAMPLES = 300
-FUZZ = settings(max_examples=EXAMPLES, deadline=None,
-                suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+FUZZ = settings(
+    max_examples=EXAMPLES,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
 HEADER = struct.Struct(">I")
 
 # Values that found bugs, or sit on a boundary, beside whatever hypothesis makes up.
-SPECIAL = st.sampled_from([
-    None, True, False, 0, 1, -1, 2**31, 2**63 - 1, 2**63, 2**70, -2**70, 1e308, float("nan"),
-    float("inf"), 0.5, "", "\0", "\ud800", "x\udcff", "1", "1_0", "2_", "_1", "9" * 30,
-    "-1", [], {}, [True], [[1]], [None], {"": 1}, "a=b", "/",
-])
-SCALARS = (st.none() | st.booleans() | st.integers(-2**80, 2**80) | st.floats()
-           | st.text(max_size=12) | SPECIAL)
-JSON = st.recursive(SCALARS, lambda inner: st.lists(inner, max_size=4)
-                    | st.dictionaries(st.text(max_size=8), inner, max_size=4), max_leaves=8)
+SPECIAL = st.sampled_from(
+    [
+        None,
+        True,
+        False,
+        0,
+        1,
+        -1,
+        2**31,
+        2**63 - 1,
+        2**63,
+        2**70,
+        -(2**70),
+        1e308,
+        float("nan"),
+        float("inf"),
+        0.5,
+        "",
+        "\0",
+        "\ud800",
+        "x\udcff",
+        "1",
+        "1_0",
+        "2_",
+        "_1",
+        "9" * 30,
+        "-1",
+        [],
+        {},
+        [True],
+        [[1]],
+        [None],
+        {"": 1},
+        "a=b",
+        "/",
+    ]
+)
+SCALARS = (
+    st.none()
+    | st.booleans()
+    | st.integers(-(2**80), 2**80)
+    | st.floats()
+    | st.text(max_size=12)
+    | SPECIAL
+)
+JSON = st.recursive(
+    SCALARS,
+    lambda inner: (
+        st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4)
+    ),
+    max_leaves=8,
+)
 
 GOOD_SPEC = {"command": ["true"], "gpus": 1, "hold": True}
 # A good value for each field of a job spec, so that a spec is often one bad field away
 # from being queued (not refused at its first field every time).
 GOOD_FIELDS = {
-    "command": ["sh", "-c", "exit 0"], "name": "n", "gpus": 2, "gpu_mem_bytes": 2**30,
-    "cpus": 1, "mem_bytes": 2**20, "priority": 5, "hold": True, "kill_on_invalid_dep": True,
-    "dependencies": [["afterok", 1]], "retries": 1, "retry_on": ["failed"],
-    "retry_delay_s": 1.0, "policy": "spread", "time_limit_s": 60, "warn_signal": 10,
-    "warn_before_s": 5, "warn_batch": True, "array": {"indices": [0, 1], "throttle": 1},
-    "preemptible": True, "preempt_grace_s": 30.0,
-    "constraints": {"gpu_ids": [0, 1], "exclude_gpus": [3], "gpu_type": "",
-                    "min_gpu_total_mem_bytes": 0, "min_compute_capability": [1, 0]},
-    "gpu_mem_auto": False, "mem_growth": 1.5, "interactive": True,
+    "command": ["sh", "-c", "exit 0"],
+    "name": "n",
+    "gpus": 2,
+    "gpu_mem_bytes": 2**30,
+    "cpus": 1,
+    "mem_bytes": 2**20,
+    "priority": 5,
+    "hold": True,
+    "kill_on_invalid_dep": True,
+    "dependencies": [["afterok", 1]],
+    "retries": 1,
+    "retry_on": ["failed"],
+    "retry_delay_s": 1.0,
+    "policy": "spread",
+    "time_limit_s": 60,
+    "warn_signal": 10,
+    "warn_before_s": 5,
+    "warn_batch": True,
+    "array": {"indices": [0, 1], "throttle": 1},
+    "preemptible": True,
+    "preempt_grace_s": 30.0,
+    "constraints": {
+        "gpu_ids": [0, 1],
+        "exclude_gpus": [3],
+        "gpu_type": "",
+        "min_gpu_total_mem_bytes": 0,
+        "min_compute_capability": [1, 0],
+    },
+    "gpu_mem_auto": False,
+    "mem_growth": 1.5,
+    "interactive": True,
     "container": ["busybox", "--shm-size=1g"],
-    "output": "/dev/null", "error": "/dev/null", "open_mode": "append",
+    "output": "/dev/null",
+    "error": "/dev/null",
+    "open_mode": "append",
 }
 assert set(GOOD_FIELDS) == set(jobspec.SPEC_FIELDS)
 ANY = SCALARS | JSON  # mostly single values: most checks are of one value's kind
 NESTED = {
     "constraints": st.fixed_dictionaries(
-        {}, optional={k: ANY for k in jobspec.CONSTRAINT_FIELDS}),
-    "array": st.fixed_dictionaries({"indices": st.lists(SCALARS, max_size=3) | ANY},
-                                   optional={"throttle": ANY}),
+        {}, optional=dict.fromkeys(jobspec.CONSTRAINT_FIELDS, ANY)
+    ),
+    "array": st.fixed_dictionaries(
+        {"indices": st.lists(SCALARS, max_size=3) | ANY}, optional={"throttle": ANY}
+    ),
 }
 
 
@@ -88,21 +161,34 @@ def job_specs(draw) -> dict:
 
 # A good value for each argument of each command (ids name the box's seeded jobs).
 GOOD_ARGS = {
-    "jobs": st.lists(job_specs(), min_size=1, max_size=2), "env": st.just({"A": "b"}),
-    "cwd": st.just("/"), "all": st.booleans(), "lean": st.booleans(), "keep_waiting": st.booleans(), "after": st.integers(0, 5),
-    "pending_version": st.sampled_from(["", "x.1"]), "dry_run": st.booleans(),
-    "page_bytes": st.sampled_from([1024, 2**20]), "last": st.integers(1, 5),
+    "jobs": st.lists(job_specs(), min_size=1, max_size=2),
+    "env": st.just({"A": "b"}),
+    "cwd": st.just("/"),
+    "all": st.booleans(),
+    "lean": st.booleans(),
+    "keep_waiting": st.booleans(),
+    "after": st.integers(0, 5),
+    "pending_version": st.sampled_from(["", "x.1"]),
+    "dry_run": st.booleans(),
+    "page_bytes": st.sampled_from([1024, 2**20]),
+    "last": st.integers(1, 5),
     "pending_rows": st.integers(0, 3),
-    "users": st.just(["nobody"]), "states": st.just(["pending", "succeeded"]),
-    "names": st.just(["*"]), "ids": st.lists(st.sampled_from([1, 2, "2_1", "3"]), min_size=1),
-    "id": st.sampled_from([1, "2_0", 3]), "priority": st.just(3), "timeout_s": st.just(0.5),
+    "users": st.just(["nobody"]),
+    "states": st.just(["pending", "succeeded"]),
+    "names": st.just(["*"]),
+    "ids": st.lists(st.sampled_from([1, 2, "2_1", "3"]), min_size=1),
+    "id": st.sampled_from([1, "2_0", 3]),
+    "priority": st.just(3),
+    "timeout_s": st.just(0.5),
     "changes": st.sampled_from([{"priority": 1}, {"gpus": 0}, {"hold": True}]),
-    "since_s": st.sampled_from([0, 3600.5]), "by": st.sampled_from(["user", "name"]),
+    "since_s": st.sampled_from([0, 3600.5]),
+    "by": st.sampled_from(["user", "name"]),
     "cluster": st.sampled_from(["local", "nosuch"]),
     "key": st.sampled_from(["train", "python a.py"]),
     # Services: no create (it would start a real HAProxy); the rest on no service at all.
     "action": st.sampled_from(["list", "show", "scale", "update", "delete"]),
-    "name": st.sampled_from(["web", "x"]), "replicas": st.integers(0, 3),
+    "name": st.sampled_from(["web", "x"]),
+    "replicas": st.integers(0, 3),
     "spec": st.sampled_from([{}, {"min_replicas": 1, "max_replicas": 2}]),
     "stream": st.sampled_from(["lines", "pages"]),
 }
@@ -132,13 +218,27 @@ def frame(body: bytes) -> bytes:
     return HEADER.pack(len(body)) + body
 
 
-BODIES = (st.binary(max_size=64)
-          | JSON.map(lambda v: json.dumps(v).encode())
-          | st.builds(lambda req: json.dumps(req).encode(), requests())
-          | st.text(max_size=30).map(lambda t: t.encode("utf-16"))
-          | st.sampled_from([b"", b"{", b"[1]", b'"ping"', b"null", b"NaN", b'{"cmd": NaN}',
-                             b'{"cmd":"show","args":{"ids":[' + b"9" * 5000 + b"]}}",
-                             b'{"cmd":"ping","cmd":"status"}', b'{"a":"\\ud800"}', b"\xff\xfe"]))
+BODIES = (
+    st.binary(max_size=64)
+    | JSON.map(lambda v: json.dumps(v).encode())
+    | st.builds(lambda req: json.dumps(req).encode(), requests())
+    | st.text(max_size=30).map(lambda t: t.encode("utf-16"))
+    | st.sampled_from(
+        [
+            b"",
+            b"{",
+            b"[1]",
+            b'"ping"',
+            b"null",
+            b"NaN",
+            b'{"cmd": NaN}',
+            b'{"cmd":"show","args":{"ids":[' + b"9" * 5000 + b"]}}",
+            b'{"cmd":"ping","cmd":"status"}',
+            b'{"a":"\\ud800"}',
+            b"\xff\xfe",
+        ]
+    )
+)
 
 
 @st.composite
@@ -150,7 +250,7 @@ def wires(draw) -> bytes:
     if kind == "frame":
         return frame(body)
     if kind == "cut":
-        return frame(body)[:draw(st.integers(0, len(body) + 3))]
+        return frame(body)[: draw(st.integers(0, len(body) + 3))]
     if kind == "length":
         return HEADER.pack(draw(st.integers(0, 2**32 - 1))) + body
     if kind == "two":
@@ -180,6 +280,7 @@ def test_the_socket_server_answers_every_frame_or_closes(tmp_path):
     server.start()
     old_hook, threading.excepthook = threading.excepthook, escaped.append
     try:
+
         @FUZZ
         @given(wires())
         def exchange(data: bytes) -> None:
@@ -250,6 +351,7 @@ def seeded_box(root) -> Box:
 def dispatcher(box: Box):
     """The socket server's dispatch onto the box's loop, a `wait` answered once the clock
     has passed its slice."""
+
     def dispatch(name: str, args: dict, creds: tuple[int, int, int]):
         call = Call(Request(name, args, creds))
         box.daemon.step([call])
@@ -258,6 +360,7 @@ def dispatcher(box: Box):
         if call.error is not None:
             raise call.error
         return json.loads(json.dumps(call.result))
+
     return dispatch
 
 
@@ -307,6 +410,7 @@ def test_any_request_is_answered_and_a_refused_one_changes_nothing(handle):
 
 def test_job_specs_alone_are_answered_and_refusals_queue_nothing(handle):
     """The submit request's jobs, the richest argument, on their own."""
+
     @FUZZ
     @given(st.lists(job_specs(), min_size=1, max_size=3))
     @example([{**GOOD_SPEC, "gpus": None}])

@@ -4,20 +4,35 @@ import json
 
 import pytest
 
-from gpusched.core.errors import UsageError
 from gpusched.cli.gpuquery import parse_query, render
+from gpusched.core.errors import UsageError
 
-ROW = {"index": 0, "label": "0", "uuid": "GPU-1", "name": "NVIDIA H100", "bus_id": "00000000:18:00.0",
-       "mem_total_bytes": 80 * 2**30, "mem_used_bytes": 2**30, "mem_reserved_bytes": 0,
-       "util_pct": 37.4, "temperature_c": None, "power_w": 120.5, "power_limit_w": 700.0,
-       "compute_capability": [9, 0], "healthy": True, "health_reason": "", "jobs": [3, 4]}
+ROW = {
+    "index": 0,
+    "label": "0",
+    "uuid": "GPU-1",
+    "name": "NVIDIA H100",
+    "bus_id": "00000000:18:00.0",
+    "mem_total_bytes": 80 * 2**30,
+    "mem_used_bytes": 2**30,
+    "mem_reserved_bytes": 0,
+    "util_pct": 37.4,
+    "temperature_c": None,
+    "power_w": 120.5,
+    "power_limit_w": 700.0,
+    "compute_capability": [9, 0],
+    "healthy": True,
+    "health_reason": "",
+    "jobs": [3, 4],
+}
 
 
 def test_csv_matches_nvidia_smi_shape_with_header_and_units():
     fields = parse_query("index,name,memory.used,memory.free,utilization.gpu,temperature.gpu")
     assert render([ROW], fields, "csv") == (
         "index, name, memory.used [MiB], memory.free [MiB], utilization.gpu [%], temperature.gpu\n"
-        "0, NVIDIA H100, 1024 MiB, 80896 MiB, 37 %, [N/A]\n")
+        "0, NVIDIA H100, 1024 MiB, 80896 MiB, 37 %, [N/A]\n"
+    )
 
 
 def test_csv_noheader_nounits():
@@ -27,7 +42,8 @@ def test_csv_noheader_nounits():
 
 def test_json_uses_the_field_names():
     assert json.loads(render([ROW], parse_query("uuid,memory.total"), "json")) == [
-        {"uuid": "GPU-1", "memory.total": 81920}]
+        {"uuid": "GPU-1", "memory.total": 81920}
+    ]
 
 
 @pytest.mark.parametrize("query", ["", "index,bogus"])

@@ -12,14 +12,14 @@ import os
 import sys
 from pathlib import Path
 
-from conftest import wait_until
-
-from gpusched.daemon.cgroups import CgroupJobs, own_cgroup
-from gpusched.daemon.host import Host, pick_cpus
 from gpusched.core.models import Inventory, Job, Request
 from gpusched.core.placement import PlacementRules, host_impossible_reason
 from gpusched.core.queuerules import HostCapacity, QueueRules
 from gpusched.core.scheduling import schedule
+from gpusched.daemon.cgroups import CgroupJobs, own_cgroup
+from gpusched.daemon.host import Host, pick_cpus
+
+from conftest import wait_until
 
 
 def test_max_running_caps_concurrent_jobs(home):
@@ -28,8 +28,9 @@ def test_max_running_caps_concurrent_jobs(home):
     home.write_config("[jobs]\nmax_running = 2\n")
     gate = "while [ ! -e go ]; do sleep 0.05; done"
     # One round trip for all three, so that they really compete for the two slots.
-    first, second, third = home.json("submit", "--gpus", "0", "--from-file", "-",
-                                     input=f"{gate}\n{gate}\ntrue\n")["ids"]
+    first, second, third = home.json(
+        "submit", "--gpus", "0", "--from-file", "-", input=f"{gate}\n{gate}\ntrue\n"
+    )["ids"]
     for job_id in (first, second):
         home.wait_state(job_id, "running")
     job = wait_until(lambda: (j := home.show(third))["pending_reason"] and j, "a pending reason")
@@ -65,8 +66,9 @@ def test_gpu_jobs_do_not_queue_behind_cores_unless_they_ask_for_them(home):
     status = json.loads(home.run("daemon", "status", "--json").stdout)
     assert (status["host"]["cpus"], status["host"]["cpus_reserved"]) == (1, 2)
     assert "host: 0 of 1 CPUs free (2 reserved by jobs" in home.run("daemon", "status").stdout
-    none = home.submit("--gpu-mem", "10G", "--cpus", "0", "--", "sh", "-c",
-                       "echo $GPUSCHED_CPUS $OMP_NUM_THREADS")
+    none = home.submit(
+        "--gpu-mem", "10G", "--cpus", "0", "--", "sh", "-c", "echo $GPUSCHED_CPUS $OMP_NUM_THREADS"
+    )
     assert home.wait_state(none, "succeeded")["cpus"] == 0
     assert home.run("logs", str(none)).stdout.split() == ["1", "1"]
     (home.path / "go").touch()
@@ -80,7 +82,8 @@ def test_more_cpus_than_the_box_has_is_refused_naming_its_size(home):
     proc = home.run("submit", "--cpus", "64", "--", "true", check=False)
     assert proc.returncode == 2
     assert proc.stderr.strip().splitlines() == [
-        "Error: job asks for 64 CPUs; this box has 4 usable; see `gpusched gpus`"]
+        "Error: job asks for 64 CPUs; this box has 4 usable; see `gpusched gpus`"
+    ]
     assert home.jobs() == before
 
 
@@ -97,10 +100,18 @@ def test_thread_variables_follow_the_job_cores_unless_set(home):
 def test_job_over_its_memory_ends_oom_and_others_keep_running(home):
     """A real process over its --mem is measured, killed with its group only, and told why
     in its stderr (the decisions about overuse, enforced or not, are in test_inproc_runs.py)."""
-    home.write_config('[host]\ncpus = 64\nenforce_mem = true\n[daemon]\ngpu_poll_interval = "0.2s"\n')
+    home.write_config(
+        '[host]\ncpus = 64\nenforce_mem = true\n[daemon]\ngpu_poll_interval = "0.2s"\n'
+    )
     neighbour = home.submit("--", "sh", "-c", "while [ ! -e go ]; do sleep 0.05; done")
-    hog = home.submit("--mem", "50M", "--", sys.executable, "-c",
-                      "import time; x = b'x' * (400 * 2**20); time.sleep(60)")
+    hog = home.submit(
+        "--mem",
+        "50M",
+        "--",
+        sys.executable,
+        "-c",
+        "import time; x = b'x' * (400 * 2**20); time.sleep(60)",
+    )
     job = home.wait_state(hog, "oom", "failed", "succeeded")
     assert job["state"] == "oom"
     assert job["mem_over"] is True and job["mem_peak_bytes"] > 55 * 2**20
@@ -112,8 +123,14 @@ def test_job_over_its_memory_ends_oom_and_others_keep_running(home):
 
 def test_cpu_binding_pins_the_job_to_its_cores(home):
     home.write_config("[host]\ncpu_binding = true\n")
-    job_id = home.submit("--cpus", "1", "--", sys.executable, "-c",
-                         "import os; print(sorted(os.sched_getaffinity(0)))")
+    job_id = home.submit(
+        "--cpus",
+        "1",
+        "--",
+        sys.executable,
+        "-c",
+        "import os; print(sorted(os.sched_getaffinity(0)))",
+    )
     job = home.wait_state(job_id, "succeeded")
     assert len(job["cpu_ids"]) == 1
     assert home.run("logs", str(job_id)).stdout.strip() == str(job["cpu_ids"])
@@ -130,8 +147,14 @@ def test_status_and_gpus_show_host_resources(home):
 
 
 def _job(job_id: int, cpus: int = 1, mem: int | None = None) -> Job:
-    return Job(id=job_id, command=("true",), cwd="/", uid=0, user="u",
-               request=Request(cpus=cpus, mem_bytes=mem))
+    return Job(
+        id=job_id,
+        command=("true",),
+        cwd="/",
+        uid=0,
+        user="u",
+        request=Request(cpus=cpus, mem_bytes=mem),
+    )
 
 
 def test_schedule_counts_cores_memory_and_the_running_limit():
@@ -141,19 +164,42 @@ def test_schedule_counts_cores_memory_and_the_running_limit():
     assert [job_id for job_id, _ in plan.starts] == [1, 2]
     assert plan.reasons[3] == "needs 1 CPU; 0 of 4 free"
     running = [_job(9, mem=9 * 2**30)]
-    plan = schedule([_job(5, mem=2 * 2**30), _job(6)], running, {}, Inventory(), PlacementRules(),
-                    QueueRules(host=host), now=0.0)
+    plan = schedule(
+        [_job(5, mem=2 * 2**30), _job(6)],
+        running,
+        {},
+        Inventory(),
+        PlacementRules(),
+        QueueRules(host=host),
+        now=0.0,
+    )
     assert plan.reasons[5] == "needs 2.0 GiB of host memory; 1.0 of 10.0 GiB free"
     assert [job_id for job_id, _ in plan.starts] == [6]
-    plan = schedule([_job(7)], [_job(i) for i in range(10, 13)], {}, Inventory(), PlacementRules(),
-                    QueueRules(host=host), now=0.0)
+    plan = schedule(
+        [_job(7)],
+        [_job(i) for i in range(10, 13)],
+        {},
+        Inventory(),
+        PlacementRules(),
+        QueueRules(host=host),
+        now=0.0,
+    )
     assert plan.reasons[7] == "3 jobs are running (max_running = 3)"
 
 
 def test_cores_limit_only_the_jobs_that_wait_for_them():
     host = HostCapacity(cpus=2, mem_bytes=2**40)
-    counted = [Job(id=i, command=("true",), cwd="/", uid=0, user="u",
-                   request=Request(cpus=1, cpus_required=False)) for i in range(1, 5)]
+    counted = [
+        Job(
+            id=i,
+            command=("true",),
+            cwd="/",
+            uid=0,
+            user="u",
+            request=Request(cpus=1, cpus_required=False),
+        )
+        for i in range(1, 5)
+    ]
     pending = counted + [_job(5, cpus=2), _job(6, cpus=0), _job(7, cpus=1)]
     plan = schedule(pending, [], {}, Inventory(), PlacementRules(), QueueRules(host=host), now=0.0)
     assert [job_id for job_id, _ in plan.starts] == [1, 2, 3, 4, 6]
@@ -162,9 +208,13 @@ def test_cores_limit_only_the_jobs_that_wait_for_them():
 
 
 def test_host_impossible_reason_names_the_box():
-    assert host_impossible_reason(Request(cpus=8), 4, 2**30) == \
-        "asks for 8 CPUs; this box has 4 usable"
-    assert "this box has 1.0 GiB usable" in host_impossible_reason(Request(mem_bytes=2**31), 4, 2**30)
+    assert (
+        host_impossible_reason(Request(cpus=8), 4, 2**30)
+        == "asks for 8 CPUs; this box has 4 usable"
+    )
+    assert "this box has 1.0 GiB usable" in host_impossible_reason(
+        Request(mem_bytes=2**31), 4, 2**30
+    )
     assert host_impossible_reason(Request(cpus=4, mem_bytes=2**30), 4, 2**30) is None
 
 

@@ -7,8 +7,6 @@ from __future__ import annotations
 
 import queue
 
-from inproc import box, make_box  # noqa: F401 - fixtures
-
 
 def waited_s(box) -> float:
     """The timeout of the loop's next wait for a call, with nothing on its queue."""

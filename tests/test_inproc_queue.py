@@ -14,7 +14,8 @@ import getpass
 import pytest
 
 from gpusched.core.errors import NotFound, UsageError
-from inproc import ME, box, make_box  # noqa: F401 - fixtures
+
+from inproc import ME
 
 GiB = 2**30
 
@@ -33,8 +34,9 @@ def test_six_50g_jobs_on_four_80g_gpus(box):
     assert sorted(jobs[i]["gpu_indices"][0] for i in ids[:4]) == [0, 1, 2, 3]
     for i in ids[4:]:
         behind = "" if i == ids[4] else f"behind job {ids[4]}, which is next in line; "
-        assert jobs[i]["pending_reason"] == (f"{behind}needs 1 GPU with 50.0 GiB free; "
-                                             "most free is GPU 0 with 30.0 GiB")
+        assert jobs[i]["pending_reason"] == (
+            f"{behind}needs 1 GPU with 50.0 GiB free; most free is GPU 0 with 30.0 GiB"
+        )
         assert jobs[i]["gpus"] == []
     # Free one GPU: exactly one waiting job (the older) takes it.
     assert box.exit(ids[0])["state"] == "succeeded"
@@ -49,8 +51,9 @@ def test_jobs_share_a_gpu_as_memory_allows_and_whole_gpus_are_never_shared(make_
     box = make_box("1x80GiB")
     ids = [box.submit("--gpu-mem", "30G", "--", "true") for _ in range(4)]
     assert box.states(*ids) == ["running", "running", "pending", "pending"]
-    assert box.show(ids[2])["pending_reason"] == ("needs 1 GPU with 30.0 GiB free; "
-                                                  "most free is GPU 0 with 20.0 GiB")
+    assert box.show(ids[2])["pending_reason"] == (
+        "needs 1 GPU with 30.0 GiB free; most free is GPU 0 with 20.0 GiB"
+    )
     (gpu,) = box.call("gpus")["gpus"]
     assert sorted(gpu["jobs"]) == ids[:2]
     for job_id in ids:
@@ -72,14 +75,16 @@ def test_observed_gpu_memory_peak_is_kept_and_counted_in_placement(make_box):
     """A job that uses more than its --gpu-mem (seen per process, as NVML reports it) keeps
     its peak in `show`, and placement counts the larger figure from then on."""
     box = make_box("1x80GiB")
-    hungry = box.submit("--gpus", "1", "--gpu-mem", "10G", "--env", "GPUSCHED_SIM_MEM_USED=50G",
-                        "--", "true")
+    hungry = box.submit(
+        "--gpus", "1", "--gpu-mem", "10G", "--env", "GPUSCHED_SIM_MEM_USED=50G", "--", "true"
+    )
     box.step(box.daemon.settings.gpu_poll_interval_s)  # the shim runs; the GPUs are read
     assert box.show(hungry)["gpu_mem_peak_bytes"] == 50 * GiB
     # 80 GiB - 50 GiB in use leaves 30: a 40 GiB job must wait.
     waiting = box.submit("--gpus", "1", "--gpu-mem", "40G", "--", "true")
     assert box.show(waiting)["pending_reason"].startswith(
-        "needs 1 GPU with 40.0 GiB free; most free is GPU 0 with 30.0 GiB")
+        "needs 1 GPU with 40.0 GiB free; most free is GPU 0 with 30.0 GiB"
+    )
     box.exit(hungry)
     assert box.exit(waiting)["state"] == "succeeded"
 
@@ -92,17 +97,23 @@ def test_the_highest_priority_job_takes_a_freed_gpu_and_update_reorders(box):
     high = box.submit(*gpu0, "--priority", "5", "--", "true")
     bumped = box.submit(*gpu0, "--priority", "1", "--", "true")
     assert box.call("update", ids=[bumped], priority=10) == {
-        "results": {str(bumped): "priority 10"}, "refused": {}}
+        "results": {str(bumped): "priority 10"},
+        "refused": {},
+    }
     assert box.show(bumped)["priority"] == 10
     # Each time the GPU frees up, the highest-priority waiting job takes it.
-    for ended, starts, waiting in ((blocker, bumped, [high, low]), (bumped, high, [low]),
-                                   (high, low, [])):
+    for ended, starts, waiting in (
+        (blocker, bumped, [high, low]),
+        (bumped, high, [low]),
+        (high, low, []),
+    ):
         box.exit(ended)
         assert box.show(starts)["state"] == "running"
         assert box.states(*waiting) == ["pending"] * len(waiting)
     assert box.exit(low)["state"] == "succeeded"
     assert box.call("update", ids=[low], priority=3)["refused"] == {
-        str(low): "already succeeded; only pending and running jobs can be updated"}
+        str(low): "already succeeded; only pending and running jobs can be updated"
+    }
     with pytest.raises(UsageError, match="nothing to update; give --priority N"):
         box.call("update", ids=[low])
 
@@ -124,10 +135,13 @@ def test_hold_and_release(box):
     assert box.call("hold", ids=[waiting])["results"] == {str(waiting): "held"}
     later = box.submit(*gpu1, "--", "true")
     assert box.call("hold", ids=[blocker])["refused"] == {
-        str(blocker): "running; only pending jobs can be held or released"}
+        str(blocker): "running; only pending jobs can be held or released"
+    }
     box.exit(blocker)
     assert box.states(later, waiting) == ["running", "pending"]
-    assert box.show(waiting)["pending_reason"] == f"held (`gpusched release {waiting}` lets it start)"
+    assert (
+        box.show(waiting)["pending_reason"] == f"held (`gpusched release {waiting}` lets it start)"
+    )
     assert box.call("release", ids=[waiting])["results"] == {str(waiting): "released"}
     box.exit(later)
     assert box.show(waiting)["state"] == "running"
@@ -152,8 +166,9 @@ def test_dependencies_order_starts_and_say_when_they_can_never_be_met(box):
     assert box.show(after_ok)["started_at"] >= ok_job["ended_at"]
     cancelled = box.show(notok_ok)
     assert cancelled["state"] == "cancelled"
-    assert cancelled["end_reason"] == (f"dependency afternotok:{ok} can never be met: "
-                                       f"job {ok} ended succeeded")
+    assert cancelled["end_reason"] == (
+        f"dependency afternotok:{ok} can never be met: job {ok} ended succeeded"
+    )
     assert box.show(any_bad)["state"] == "pending"
 
     bad_job = box.exit(bad, 1)
@@ -211,8 +226,11 @@ def test_cancel_takes_an_array_or_one_element(box):
     with pytest.raises(NotFound, match=f"array {e0} has no element 7"):
         box.call("cancel", ids=[f"{e0}_7"])
     assert box.call("cancel", ids=[e0])["results"] == {
-        str(e0): "cancelling", str(e1): "cancelling", str(e2): "cancelled",
-        str(e3): "already cancelled"}
+        str(e0): "cancelling",
+        str(e1): "cancelling",
+        str(e2): "cancelled",
+        str(e3): "already cancelled",
+    }
     assert box.shims.signals == [(e0, 15), (e1, 15)]
     for job_id in (e0, e1):
         assert box.exit(job_id, None, 15)["state"] == "cancelled"
@@ -265,7 +283,8 @@ def test_max_gpus_per_user_counts_each_users_gpus(make_box):
     theirs = box.submit("--gpus", "2", "--", "true", creds=others(54321))
     assert box.states(*mine, theirs) == ["running", "running", "pending", "running"]
     assert box.show(mine[2])["pending_reason"] == (
-        f"{getpass.getuser()} would hold more than 2 GPUs (max_gpus_per_user; holds 2)")
+        f"{getpass.getuser()} would hold more than 2 GPUs (max_gpus_per_user; holds 2)"
+    )
     box.exit(mine[0])
     assert box.show(mine[2])["state"] == "running"
 
@@ -292,8 +311,11 @@ def test_jobs_needing_three_of_four_cores_never_overlap_and_say_why(make_box):
     assert box.states(second, small) == ["running", "pending"]
     box.exit(second)
     assert box.show(small)["state"] == "running"
-    with pytest.raises(UsageError, match=r"^job asks for 64 CPUs; this box has 4 usable; "
-                                         r"see `gpusched gpus`$"):
+    with pytest.raises(
+        UsageError,
+        match=r"^job asks for 64 CPUs; this box has 4 usable; "
+        r"see `gpusched gpus`$",
+    ):
         box.submit("--cpus", "64", "--", "true")
 
 

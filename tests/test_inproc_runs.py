@@ -19,7 +19,8 @@ import pytest
 from gpusched.core.errors import NotFound, UsageError
 from gpusched.daemon.jobcontrol import LAUNCH_TIMEOUT_S
 from gpusched.proc import runfile
-from inproc import ME, box, make_box  # noqa: F401 - fixtures
+
+from inproc import ME
 
 GiB = 2**30
 TERM, KILL, USR1 = int(signal.SIGTERM), int(signal.SIGKILL), int(signal.SIGUSR1)
@@ -51,8 +52,10 @@ def test_time_limit_warns_then_terminates_and_the_end_says_what_it_did(make_box)
     box.step(0.2)
     assert box.shims.signalled(warned) == [USR1, TERM]
     job = box.exit(warned, 143)
-    assert (job["state"], job["end_reason"]) == ("timeout", "time limit of 3s reached "
-                                                 "(it exited with status 143 after SIGTERM)")
+    assert (job["state"], job["end_reason"]) == (
+        "timeout",
+        "time limit of 3s reached (it exited with status 143 after SIGTERM)",
+    )
 
     box.step(2.0)
     assert box.shims.signalled(stubborn) == [TERM]
@@ -69,8 +72,9 @@ def test_a_job_killed_after_ignoring_term_at_its_limit_ends_timeout(box):
     assert box.shims.signalled(job_id) == [TERM]
     job = box.exit(job_id, None, KILL)
     assert (job["state"], job["signal"]) == ("timeout", KILL)
-    assert job["end_reason"] == ("time limit of 2s reached (SIGKILL once the grace period "
-                                 "after SIGTERM ran out)")
+    assert job["end_reason"] == (
+        "time limit of 2s reached (SIGKILL once the grace period after SIGTERM ran out)"
+    )
 
 
 # -- retries ---------------------------------------------------------------------------------
@@ -78,8 +82,9 @@ def test_retries_requeue_failures_only_unless_asked(box):
     at_once = ("--retry-delay", "0")  # which ends retry is the point here, not when
     failing = box.submit("--retries", "2", *at_once, "--", "true")
     cancelled = box.submit("--retries", "2", *at_once, "--", "true")
-    retried = box.submit("--retries", "1", *at_once, "--retry-on", "timeout", "--time", "10s",
-                         "--", "true")
+    retried = box.submit(
+        "--retries", "1", *at_once, "--retry-on", "timeout", "--time", "10s", "--", "true"
+    )
     timed_out = box.submit("--retries", "1", *at_once, "--time", "1s", "--", "true")
 
     assert box.shims.launched[failing]["env"]["GPUSCHED_ATTEMPT"] == "1"
@@ -186,8 +191,9 @@ def test_a_cancel_before_the_shim_is_known_reaches_it_once_it_is(box):
 
 def test_only_the_owner_or_an_admin_changes_a_job(box):
     theirs = box.submit("--hold", "--", "true", creds=(ME[0], 54321, 54321))
-    with pytest.raises(Exception, match=f"job {theirs} belongs to 54321; only they or an "
-                                        "admin may cancel it"):
+    with pytest.raises(
+        Exception, match=f"job {theirs} belongs to 54321; only they or an admin may cancel it"
+    ):
         box.call("cancel", ids=[theirs], creds=(ME[0], 54322, 54322))
     assert box.call("cancel", ids=[theirs])["results"] == {str(theirs): "cancelled"}
 
@@ -216,7 +222,10 @@ def test_jobs_survive_a_daemon_restart_and_their_gpus_stay_reserved(make_box, cr
     for adopted in (three, killed):
         job = box.show(adopted)
         assert (job["state"], job["gpus"], job["started_at"]) == (
-            "running", before[adopted]["gpus"], before[adopted]["started_at"])
+            "running",
+            before[adopted]["gpus"],
+            before[adopted]["started_at"],
+        )
     # Their MASTER_PORTs are kept again.
     assert box.shims.ports == {i: held_ports[i] for i in (three, killed)}
 
@@ -259,7 +268,9 @@ def test_a_shim_not_forked_within_the_launch_timeout_counts_as_dead(box):
     poll(box, 5)
     job = box.show(job_id)
     assert (job["state"], job["end_reason"]) == (
-        "lost", "its shim never started (the shim launcher died?)")
+        "lost",
+        "its shim never started (the shim launcher died?)",
+    )
 
 
 def test_a_job_whose_shim_cannot_start_fails_and_the_daemon_carries_on(box):
@@ -270,7 +281,9 @@ def test_a_job_whose_shim_cannot_start_fails_and_the_daemon_carries_on(box):
     box.step()
     job = box.show(failed)
     assert (job["state"], job["end_reason"]) == (
-        "failed", "cannot start its shim: cannot create its run file: EISDIR")
+        "failed",
+        "cannot start its shim: cannot create its run file: EISDIR",
+    )
     box.shims.hold_forks = False
     assert box.exit(box.submit("--", "true"))["state"] == "succeeded"
 
@@ -279,7 +292,9 @@ def test_a_launcher_that_takes_no_request_fails_the_job(box):
     box.shims.refuse_launches = True
     job = box.show(box.submit("--", "true"))
     assert (job["state"], job["end_reason"]) == (
-        "failed", "cannot start its shim: the shim launcher does not take requests")
+        "failed",
+        "cannot start its shim: the shim launcher does not take requests",
+    )
 
 
 # -- memory ----------------------------------------------------------------------------------
@@ -290,8 +305,13 @@ def test_memory_overuse_is_reported_but_not_stopped_by_default(box):
     poll(box)
     job = box.show(job_id)
     assert (job["state"], job["mem_over"], job["mem_peak_bytes"]) == ("running", True, 100 * 2**20)
-    assert box.shims.notes == [(job["stderr_path"], f"job {job_id} uses 100 MiB of host memory, "
-                                "over its --mem of 20 MiB plus margin (22 MiB)")]
+    assert box.shims.notes == [
+        (
+            job["stderr_path"],
+            f"job {job_id} uses 100 MiB of host memory, "
+            "over its --mem of 20 MiB plus margin (22 MiB)",
+        )
+    ]
     assert box.shims.killed == []
     poll(box)
     assert len(box.shims.notes) == 1  # said once
@@ -306,11 +326,18 @@ def test_job_over_its_memory_ends_oom_and_others_keep_running(make_box):
     box.shims.rss_bytes[hog] = 400 * 2**20
     poll(box)
     assert box.shims.killed == [hog]  # its processes, not its shim, which records the end
-    assert box.shims.notes == [(box.show(hog)["stderr_path"], f"job {hog} uses 400 MiB of host "
-                                "memory, over its --mem of 50 MiB plus margin (55 MiB)")]
+    assert box.shims.notes == [
+        (
+            box.show(hog)["stderr_path"],
+            f"job {hog} uses 400 MiB of host memory, over its --mem of 50 MiB plus margin (55 MiB)",
+        )
+    ]
     job = box.exit(hog, None, KILL)
     assert (job["state"], job["mem_over"], job["mem_peak_bytes"]) == ("oom", True, 400 * 2**20)
-    assert job["end_reason"] == "used more host memory than its --mem of 50.0 MiB (enforce_mem) (SIGKILL)"
+    assert (
+        job["end_reason"]
+        == "used more host memory than its --mem of 50.0 MiB (enforce_mem) (SIGKILL)"
+    )
     assert box.show(neighbour)["state"] == "running"
 
 
@@ -378,6 +405,7 @@ def test_stop_is_for_admins_and_leaves_running_jobs(box):
 def test_a_failing_request_is_answered_and_the_daemon_goes_on(box, monkeypatch):
     def broken(request):
         raise RuntimeError("a bug")
+
     monkeypatch.setitem(box.daemon.handlers._table, "status", broken)
     call = box.send("status")
     assert re.fullmatch("the daemon failed on this request; see its log", call.error.message)

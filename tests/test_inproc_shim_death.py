@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import signal
 
-from inproc import make_box  # noqa: F401 - a fixture
-
 GRACE = '[daemon]\ncancel_grace = "10s"\n'
 
 
@@ -36,11 +34,14 @@ def test_the_gpus_stay_reserved_until_the_processes_left_are_gone(make_box):
     poll(box)
     job = box.show(job_id)
     assert job["state"] == "running" and job["gpus"] == gpus
-    assert job["end_reason"] == ("its shim died; stopping its processes (pids 101, 102); "
-                                 "its GPUs stay reserved until they are gone")
+    assert job["end_reason"] == (
+        "its shim died; stopping its processes (pids 101, 102); "
+        "its GPUs stay reserved until they are gone"
+    )
     box.step()  # 101 ended on SIGTERM
-    assert box.show(job_id)["end_reason"].startswith("its shim died; stopping its processes "
-                                                     "(pid 102);")
+    assert box.show(job_id)["end_reason"].startswith(
+        "its shim died; stopping its processes (pid 102);"
+    )
     assert sorted(box.shims.process_signals) == [(101, signal.SIGTERM), (102, signal.SIGTERM)]
     assert box.shims.notes and "sent SIGTERM" in box.shims.notes[0][1]
 
@@ -53,8 +54,9 @@ def test_the_gpus_stay_reserved_until_the_processes_left_are_gone(make_box):
     job = box.show(job_id)
     assert job["state"] == "lost"
     assert "vanished" in job["end_reason"]
-    assert "stopped the processes it left (pids 101, 102; SIGTERM, then SIGKILL" in \
-        job["end_reason"]
+    assert (
+        "stopped the processes it left (pids 101, 102; SIGTERM, then SIGKILL" in job["end_reason"]
+    )
     assert box.show(waiting)["state"] == "running"
     assert box.show(waiting)["gpus"] == gpus
 
@@ -88,8 +90,10 @@ def test_a_daemon_restart_keeps_the_job_and_its_gpus_until_its_processes_end(mak
     box.start()
     job = box.show(job_id)
     assert (job["state"], job["end_reason"]) == (
-        "lost", "the job's shim vanished without an exit record (killed, or the machine "
-        "rebooted); the processes it left have ended")
+        "lost",
+        "the job's shim vanished without an exit record (killed, or the machine "
+        "rebooted); the processes it left have ended",
+    )
     assert box.show(waiting)["state"] == "running"
 
 
@@ -99,8 +103,9 @@ def test_a_job_whose_shim_died_with_nothing_left_is_lost_at_once(make_box):
     poll(box)
     job = box.show(job_id)
     assert (job["state"], job["end_reason"]) == (
-        "lost", "the job's shim vanished without an exit record (killed, or the machine "
-        "rebooted)")
+        "lost",
+        "the job's shim vanished without an exit record (killed, or the machine rebooted)",
+    )
     assert box.shims.process_signals == []
 
 
@@ -117,8 +122,9 @@ def test_after_a_reboot_nothing_is_looked_for(make_box):
 
 def test_each_attempt_gets_its_own_token_and_retries_wait_for_the_leftovers(make_box):
     box = make_box("1x80GiB", GRACE)
-    job_id = box.submit("--gpus", "1", "--retries", "1", "--retry-on", "lost",
-                        "--retry-delay", "1s", "--", "train")
+    job_id = box.submit(
+        "--gpus", "1", "--retries", "1", "--retry-on", "lost", "--retry-delay", "1s", "--", "train"
+    )
     box.step()
     first = box.shims.launched[job_id]["env"].get("GPUSCHED_RUN_TOKEN", "")
     first_start = box.show(job_id)["started_at"]

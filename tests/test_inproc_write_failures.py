@@ -15,7 +15,9 @@ import pytest
 
 from gpusched.core.errors import GpuschedError
 from gpusched.proc import runfile
-from inproc import DISK_FULL, LOCKED, Box, failing, make_box, box  # noqa: F401 - fixtures
+
+from inproc import DISK_FULL, LOCKED, Box, failing
+
 
 def updates_only(statements: list[str]) -> bool:
     """The loop's passes (and changes): they update jobs; a submit only inserts."""
@@ -30,8 +32,16 @@ def refused(box: Box, name: str, **args) -> str:
 
 def stored(box: Box, job_id: int) -> dict | None:
     job = box.daemon.state.store.get(job_id)
-    return None if job is None else {"state": job.state.value, "held": job.held,
-                                     "priority": job.priority, "attempt": job.attempt}
+    return (
+        None
+        if job is None
+        else {
+            "state": job.state.value,
+            "held": job.held,
+            "priority": job.priority,
+            "attempt": job.attempt,
+        }
+    )
 
 
 def retry(box: Box) -> None:
@@ -43,8 +53,10 @@ def retry(box: Box) -> None:
 def test_a_submit_whose_commit_fails_is_refused_in_words_and_never_runs(box):
     failing(box).failure = DISK_FULL
     message = refused(box, "submit", jobs=[{"command": ["true"]}], cwd=str(box.root))
-    assert message.startswith("the queue cannot be written: the disk is full (database or "
-                              "disk is full). Free space on the filesystem of ")
+    assert message.startswith(
+        "the queue cannot be written: the disk is full (database or "
+        "disk is full). Free space on the filesystem of "
+    )
     assert message.endswith("; nothing was queued.")
     assert box.daemon.state.jobs == {}
     failing(box).failure = None
@@ -61,12 +73,18 @@ def test_ids_a_refused_submit_had_are_not_given_again(box):
     assert box.submit("--", "true") == 7  # 1 to 6 went to the refused submits
 
 
-@pytest.mark.parametrize("verb,args,before", [
-    ("hold", {}, {"state": "pending", "held": False, "priority": 0, "attempt": 1}),
-    ("update", {"priority": 5}, {"state": "pending", "held": False, "priority": 0,
-                                 "attempt": 1}),
-    ("cancel", {}, {"state": "pending", "held": False, "priority": 0, "attempt": 1}),
-])
+@pytest.mark.parametrize(
+    "verb,args,before",
+    [
+        ("hold", {}, {"state": "pending", "held": False, "priority": 0, "attempt": 1}),
+        (
+            "update",
+            {"priority": 5},
+            {"state": "pending", "held": False, "priority": 0, "attempt": 1},
+        ),
+        ("cancel", {}, {"state": "pending", "held": False, "priority": 0, "attempt": 1}),
+    ],
+)
 def test_a_refused_change_of_a_pending_job_changes_nothing(make_box, verb, args, before):
     box = make_box("1x80GiB")
     box.submit("--gpus", "1", "--", "true")  # takes the one GPU
@@ -138,13 +156,17 @@ def test_a_start_that_fails_while_writes_fail_shows_its_end_before_it_is_stored(
     conn = failing(box)
     commits: list[bool] = []
     conn.failure = DISK_FULL  # from the first write after the start's
-    conn.only = lambda statements: updates_only(statements) and (commits.append(True) or
-                                                                   len(commits) > 1)
+    conn.only = lambda statements: (
+        updates_only(statements) and (commits.append(True) or len(commits) > 1)
+    )
     job_id = box.submit("--", "true")
     assert stored(box, job_id)["state"] == "running" and conn.failed_commits == 1
     job = box.show(job_id)
     assert (job["state"], job["end_reason"], job["end_unstored"]) == (
-        "failed", "cannot start its shim: the shim launcher does not take requests", True)
+        "failed",
+        "cannot start its shim: the shim launcher does not take requests",
+        True,
+    )
     (row,) = box.call("list")["jobs"]
     assert (row["id"], row["state"]) == (job_id, "failed")
     conn.failure = None
@@ -166,8 +188,7 @@ def test_a_retry_while_writes_fail_keeps_the_exit_record_and_runs_again_once(box
     retry(box)
     box.step()
     assert box.shims.launches == [job_id, job_id]
-    assert stored(box, job_id) == {"state": "running", "held": False, "priority": 0,
-                                   "attempt": 2}
+    assert stored(box, job_id) == {"state": "running", "held": False, "priority": 0, "attempt": 2}
 
 
 def test_fair_share_usage_of_a_run_ended_during_failures_counts_once(make_box):
@@ -215,10 +236,13 @@ def test_a_stale_run_file_of_another_run_is_never_read_as_this_ones(box):
     stale = {"job_id": 1, "run": "1.1.1.0", "run_file": runfile.run_file(box.paths.jobs_dir, 1)}
     Path(stale["run_file"]).parent.mkdir(exist_ok=True)
     Path(stale["run_file"]).write_text(
-        runfile.record_line("spec", stale) +
-        runfile.record_line("shim", {"pid": 1, "start_ticks": 1, "run": stale["run"]}) +
-        runfile.record_line("exit", {"exit_code": 7, "signal": None, "ended_at": 1.0,
-                                     "error": "", "run": stale["run"]}))
+        runfile.record_line("spec", stale)
+        + runfile.record_line("shim", {"pid": 1, "start_ticks": 1, "run": stale["run"]})
+        + runfile.record_line(
+            "exit",
+            {"exit_code": 7, "signal": None, "ended_at": 1.0, "error": "", "run": stale["run"]},
+        )
+    )
     box.shims.hold_forks = True  # the new shim has not replaced the file yet
     job_id = box.submit("--", "true")
     assert job_id == 1

@@ -14,20 +14,27 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO, wait_until
 from gpusched import job
+
+from conftest import REPO, wait_until
 
 PY = sys.executable
 
 
 def run_python(code: str, env: dict[str, str] | None = None, **kwargs) -> subprocess.Popen:
     """A child interpreter running `code` with the repository importable."""
-    return subprocess.Popen([PY, "-c", textwrap.dedent(code)], text=True,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            env={**os.environ, "PYTHONPATH": str(REPO), **(env or {})}, **kwargs)
+    return subprocess.Popen(
+        [PY, "-c", textwrap.dedent(code)],
+        text=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env={**os.environ, "PYTHONPATH": str(REPO), **(env or {})},
+        **kwargs,
+    )
 
 
 # -- import cost ------------------------------------------------------------------------------
+
 
 def test_import_pulls_in_no_torch_and_nothing_outside_the_standard_library():
     code = """
@@ -45,12 +52,22 @@ def test_import_pulls_in_no_torch_and_nothing_outside_the_standard_library():
 
 # -- info -------------------------------------------------------------------------------------
 
+
 def test_info_reads_the_whole_gpusched_environment():
-    got = job.info({"GPUSCHED_JOB_ID": "17", "GPUSCHED_ARRAY_INDEX": "3", "GPUSCHED_ATTEMPT": "2",
-                    "GPUSCHED_NUM_GPUS": "2", "CUDA_VISIBLE_DEVICES": "GPU-a,GPU-b",
-                    "GPUSCHED_GPU_MEM": str(20 * 2**30), "GPUSCHED_TIME_LIMIT_END": "1000.5",
-                    "GPUSCHED_WARN_SIGNAL": "SIGUSR2",
-                    "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29501"})
+    got = job.info(
+        {
+            "GPUSCHED_JOB_ID": "17",
+            "GPUSCHED_ARRAY_INDEX": "3",
+            "GPUSCHED_ATTEMPT": "2",
+            "GPUSCHED_NUM_GPUS": "2",
+            "CUDA_VISIBLE_DEVICES": "GPU-a,GPU-b",
+            "GPUSCHED_GPU_MEM": str(20 * 2**30),
+            "GPUSCHED_TIME_LIMIT_END": "1000.5",
+            "GPUSCHED_WARN_SIGNAL": "SIGUSR2",
+            "MASTER_ADDR": "127.0.0.1",
+            "MASTER_PORT": "29501",
+        }
+    )
     assert (got.job_id, got.array_index, got.attempt, got.num_gpus) == (17, 3, 2, 2)
     assert got.gpu_ids == ("GPU-a", "GPU-b") and got.gpu_mem_bytes == 20 * 2**30
     assert got.time_left_s(now=990.0) == pytest.approx(10.5)
@@ -61,9 +78,15 @@ def test_info_reads_the_whole_gpusched_environment():
 
 def test_info_outside_gpusched_or_with_garbage_is_none_not_a_crash():
     assert job.info({}) == job.JobInfo(None, None, None, 0, (), None, None, None, None, None)
-    got = job.info({"GPUSCHED_JOB_ID": "x", "GPUSCHED_TIME_LIMIT_END": "nan",
-                    "GPUSCHED_ATTEMPT": "", "CUDA_VISIBLE_DEVICES": "",
-                    "GPUSCHED_WARN_SIGNAL": "SIGNOPE"})
+    got = job.info(
+        {
+            "GPUSCHED_JOB_ID": "x",
+            "GPUSCHED_TIME_LIMIT_END": "nan",
+            "GPUSCHED_ATTEMPT": "",
+            "CUDA_VISIBLE_DEVICES": "",
+            "GPUSCHED_WARN_SIGNAL": "SIGNOPE",
+        }
+    )
     assert (got.job_id, got.time_limit_end, got.attempt, got.gpu_ids) == (None, None, None, ())
     assert got.warn_signal is None
     assert job.info({"GPUSCHED_WARN_SIGNAL": "USR1"}).warn_signal == signal.SIGUSR1
@@ -71,6 +94,7 @@ def test_info_outside_gpusched_or_with_garbage_is_none_not_a_crash():
 
 
 # -- progress ---------------------------------------------------------------------------------
+
 
 @pytest.fixture
 def progress_file(tmp_path, monkeypatch):
@@ -115,11 +139,14 @@ def test_progress_outside_gpusched_or_off_rank_0_does_nothing(progress_file, mon
 
 def test_the_last_rate_limited_report_is_written_at_exit(tmp_path):
     path = tmp_path / "progress.json"
-    proc = run_python("""
+    proc = run_python(
+        """
         from gpusched import job
         job.progress(0.1, "first")
         job.progress(0.9, "last")  # rate-limited now, flushed by atexit
-    """, env={job.PROGRESS_FILE_VAR: str(path)})
+    """,
+        env={job.PROGRESS_FILE_VAR: str(path)},
+    )
     assert proc.wait(timeout=30) == 0, proc.stderr.read()
     assert json.loads(path.read_text())["message"] == "last"
 
@@ -179,12 +206,16 @@ PREEMPT_SCRIPT = """
 """
 
 
-def start_preempt_script(tmp_path, warning="SIGUSR1", mode="exit",
-                         env: dict[str, str] | None = None) -> tuple[subprocess.Popen, Path]:
+def start_preempt_script(
+    tmp_path, warning="SIGUSR1", mode="exit", env: dict[str, str] | None = None
+) -> tuple[subprocess.Popen, Path]:
     marker = tmp_path / "marker"
-    proc = subprocess.Popen([PY, "-c", textwrap.dedent(PREEMPT_SCRIPT), str(marker), warning, mode],
-                            stdout=subprocess.PIPE, text=True,
-                            env={**os.environ, "PYTHONPATH": str(REPO), **(env or {})})
+    proc = subprocess.Popen(
+        [PY, "-c", textwrap.dedent(PREEMPT_SCRIPT), str(marker), warning, mode],
+        stdout=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(REPO), **(env or {})},
+    )
     assert proc.stdout.readline() == "ready\n"
     return proc, marker
 
@@ -202,8 +233,9 @@ def test_sigterm_runs_the_callback_then_exits_143_through_finally(tmp_path):
 
 def test_warning_signal_runs_the_callback_once_and_the_job_goes_on(tmp_path):
     # The signal of `submit --signal`, which gpusched passes on in GPUSCHED_WARN_SIGNAL.
-    proc, marker = start_preempt_script(tmp_path, warning="from-env",
-                                        env={"GPUSCHED_WARN_SIGNAL": "SIGUSR2"})
+    proc, marker = start_preempt_script(
+        tmp_path, warning="from-env", env={"GPUSCHED_WARN_SIGNAL": "SIGUSR2"}
+    )
     proc.send_signal(signal.SIGUSR2)
     wait_until(lambda: "checkpoint done" in lines(marker), "the callback")
     proc.send_signal(signal.SIGUSR2)
@@ -236,6 +268,7 @@ def test_without_exit_on_sigterm_the_loop_sees_the_flag(tmp_path):
 
 # -- limit_torch_memory -----------------------------------------------------------------------
 
+
 def test_limit_torch_memory_without_declared_memory_is_a_no_op():
     result = job.limit_torch_memory({})
     assert not result.is_applied and "--gpu-mem" in result.reason
@@ -244,9 +277,11 @@ def test_limit_torch_memory_without_declared_memory_is_a_no_op():
 def test_limit_torch_memory_sets_the_fraction_of_each_visible_gpu(monkeypatch):
     calls = []
     cuda = types.SimpleNamespace(
-        is_available=lambda: True, device_count=lambda: 2,
+        is_available=lambda: True,
+        device_count=lambda: 2,
         get_device_properties=lambda i: types.SimpleNamespace(total_memory=80 * 2**30),
-        set_per_process_memory_fraction=lambda fraction, device: calls.append((fraction, device)))
+        set_per_process_memory_fraction=lambda fraction, device: calls.append((fraction, device)),
+    )
     monkeypatch.setitem(sys.modules, "torch", types.SimpleNamespace(cuda=cuda))
     result = job.limit_torch_memory({"GPUSCHED_GPU_MEM": str(20 * 2**30)})
     assert result.is_applied and result.fractions == (0.25, 0.25)
@@ -276,9 +311,18 @@ REPORTING_JOB = """
 
 
 def test_progress_and_info_under_the_daemon(home):
-    job_id = home.submit("--gpus", "1", "--gpu-mem", "10G", "--env",
-                         f"{job.PROGRESS_FILE_VAR}=/tmp/not-this-one", "--",
-                         PY, "-c", textwrap.dedent(REPORTING_JOB))
+    job_id = home.submit(
+        "--gpus",
+        "1",
+        "--gpu-mem",
+        "10G",
+        "--env",
+        f"{job.PROGRESS_FILE_VAR}=/tmp/not-this-one",
+        "--",
+        PY,
+        "-c",
+        textwrap.dedent(REPORTING_JOB),
+    )
     shown = wait_until(lambda: (j := home.show(job_id))["progress"] and j, "a progress report")
     assert shown["progress"]["fraction"] == 0.42
     assert shown["progress"]["message"] == "step 42 of 100"

@@ -21,12 +21,14 @@ def test_python_train_py_is_train_py_everywhere(home: Home):
     def gpusched(*args: str) -> str:
         return home.script(*args, env=env).stdout
 
-    ran = int(gpusched("submit", "--gpus", "1", "--", "python", "train.py", "--lr", "0.1")
-              .split()[0])
+    ran = int(
+        gpusched("submit", "--gpus", "1", "--", "python", "train.py", "--lr", "0.1").split()[0]
+    )
     named = int(gpusched("submit", "--name", "finetune", "--", "python", "train.py").split()[0])
     for job_id in (ran, named):
-        assert home.wait_state(job_id, "succeeded", "failed")["state"] == "succeeded", \
-            home.show(job_id)["end_reason"]
+        assert home.wait_state(job_id, "succeeded", "failed")["state"] == "succeeded", home.show(
+            job_id
+        )["end_reason"]
     waiting = int(gpusched("submit", "--hold", "--", "python", "train.py").split()[0])
 
     # show and ls (--json and the table)

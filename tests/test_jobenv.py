@@ -12,49 +12,83 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO, Home, wait_until
 from gpusched.client.connection import Client
 from gpusched.client.paths import resolve_paths
 from gpusched.proc import jobenv
 
+from conftest import REPO, Home, wait_until
+
 GiB = 2**30
 UUID_RE = re.compile(r"^GPU-[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")
 # Every variable the scheduler owns: a submitter's copy never reaches the job.
-SCHEDULER_KEYS = {"CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER", "NVIDIA_VISIBLE_DEVICES",
-                  "GPUSCHED_JOB_ID", "GPUSCHED_NUM_GPUS", "GPUSCHED_GPU_MEM",
-                  "MASTER_ADDR", "MASTER_PORT", "PET_MASTER_PORT",
-                  # added by later features (retries, host resources, arrays, time limits,
-                  # progress reports)
-                  "GPUSCHED_ATTEMPT", "GPUSCHED_CPUS", "GPUSCHED_MEM", "GPUSCHED_ARRAY_ID",
-                  "GPUSCHED_ARRAY_INDEX", "GPUSCHED_TIME_LIMIT_END", "GPUSCHED_WARN_SIGNAL",
-                  "GPUSCHED_PROGRESS_FILE", "GPUSCHED_RUN_TOKEN", "GPUSCHED_RESTARTS",
-                  "GPUSCHED_ARRAY_COUNT", "GPUSCHED_ARRAY_MIN", "GPUSCHED_ARRAY_MAX",
-                  "GPUSCHED_ARRAY_STEP", "GPUSCHED_JOB_GPUS"}
+SCHEDULER_KEYS = {
+    "CUDA_VISIBLE_DEVICES",
+    "CUDA_DEVICE_ORDER",
+    "NVIDIA_VISIBLE_DEVICES",
+    "GPUSCHED_JOB_ID",
+    "GPUSCHED_NUM_GPUS",
+    "GPUSCHED_GPU_MEM",
+    "MASTER_ADDR",
+    "MASTER_PORT",
+    "PET_MASTER_PORT",
+    # added by later features (retries, host resources, arrays, time limits,
+    # progress reports)
+    "GPUSCHED_ATTEMPT",
+    "GPUSCHED_CPUS",
+    "GPUSCHED_MEM",
+    "GPUSCHED_ARRAY_ID",
+    "GPUSCHED_ARRAY_INDEX",
+    "GPUSCHED_TIME_LIMIT_END",
+    "GPUSCHED_WARN_SIGNAL",
+    "GPUSCHED_PROGRESS_FILE",
+    "GPUSCHED_RUN_TOKEN",
+    "GPUSCHED_RESTARTS",
+    "GPUSCHED_ARRAY_COUNT",
+    "GPUSCHED_ARRAY_MIN",
+    "GPUSCHED_ARRAY_MAX",
+    "GPUSCHED_ARRAY_STEP",
+    "GPUSCHED_JOB_GPUS",
+}
 
 
 def submitter_env(home: Home, **extra: str) -> dict[str, str]:
     """Exactly the environment the submitting process has: nothing inherited by accident."""
-    env = {"PATH": os.environ.get("PATH", os.defpath), "HOME": str(home.path),
-           "LANG": "C.UTF-8", "PYTHONPATH": str(REPO),
-           "GPUSCHED_HOME": str(home.path), "GPUSCHED_SIMULATE": home.env["GPUSCHED_SIMULATE"],
-           "ODD_VALUE": "spaces, = signs,\ttabs\nand a newline ✓", "EMPTY": ""}
+    env = {
+        "PATH": os.environ.get("PATH", os.defpath),
+        "HOME": str(home.path),
+        "LANG": "C.UTF-8",
+        "PYTHONPATH": str(REPO),
+        "GPUSCHED_HOME": str(home.path),
+        "GPUSCHED_SIMULATE": home.env["GPUSCHED_SIMULATE"],
+        "ODD_VALUE": "spaces, = signs,\ttabs\nand a newline ✓",
+        "EMPTY": "",
+    }
     env.update(extra)
     return env
 
 
 def submit(home: Home, env: dict[str, str], *args: str, cwd: Path | None = None) -> int:
-    proc = subprocess.run([sys.executable, "-m", "gpusched", "submit", "--json", *args],
-                          capture_output=True, text=True, env=env, cwd=cwd or home.path,
-                          timeout=60)
+    proc = subprocess.run(
+        [sys.executable, "-m", "gpusched", "submit", "--json", *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=cwd or home.path,
+        timeout=60,
+    )
     assert proc.returncode == 0, proc.stderr
     return json.loads(proc.stdout)["id"]
 
 
 def finished(home: Home, job_id: int) -> dict:
     client = Client(resolve_paths(home.env), autostart=False)
-    show = lambda: client.call("show", ids=[job_id])["jobs"][0]
-    job = wait_until(lambda: (j := show())["state"] not in ("pending", "running") and j,
-                     f"job {job_id} to end")
+
+    def show():
+        return client.call("show", ids=[job_id])["jobs"][0]
+
+    job = wait_until(
+        lambda: (j := show())["state"] not in ("pending", "running") and j, f"job {job_id} to end"
+    )
     assert job["state"] == "succeeded", job
     return job
 
@@ -74,31 +108,36 @@ def run_env_job(home: Home, env: dict[str, str], *args: str) -> tuple[dict, dict
 def expected(submitted: dict[str, str], job: dict, ids: list[str], mem: int | None) -> dict:
     """The submitter's environment, less stale scheduler variables, plus the scheduler's."""
     out = {k: v for k, v in submitted.items() if k not in SCHEDULER_KEYS}
-    out.update({
-        "CUDA_VISIBLE_DEVICES": ",".join(ids),
-        "CUDA_DEVICE_ORDER": "PCI_BUS_ID",
-        "NVIDIA_VISIBLE_DEVICES": ",".join(ids) if ids else "none",
-        "GPUSCHED_JOB_ID": str(job["id"]),
-        "GPUSCHED_NUM_GPUS": str(len(ids)),
-        "MASTER_ADDR": "127.0.0.1",
-        "MASTER_PORT": str(job["master_port"]),
-        "PET_MASTER_PORT": str(job["master_port"]),  # torchrun's name for it
-        # Names this attempt; finds the job's processes if its shim dies.
-        "GPUSCHED_RUN_TOKEN": f"{job['id']}.{job['attempt']}.{job['started_at']!r}",
-    })
+    out.update(
+        {
+            "CUDA_VISIBLE_DEVICES": ",".join(ids),
+            "CUDA_DEVICE_ORDER": "PCI_BUS_ID",
+            "NVIDIA_VISIBLE_DEVICES": ",".join(ids) if ids else "none",
+            "GPUSCHED_JOB_ID": str(job["id"]),
+            "GPUSCHED_NUM_GPUS": str(len(ids)),
+            "MASTER_ADDR": "127.0.0.1",
+            "MASTER_PORT": str(job["master_port"]),
+            "PET_MASTER_PORT": str(job["master_port"]),  # torchrun's name for it
+            # Names this attempt; finds the job's processes if its shim dies.
+            "GPUSCHED_RUN_TOKEN": f"{job['id']}.{job['attempt']}.{job['started_at']!r}",
+        }
+    )
     if mem is not None:
         out["GPUSCHED_GPU_MEM"] = str(mem)
     if job["gpu_indices"]:
         out["GPUSCHED_JOB_GPUS"] = ",".join(map(str, job["gpu_indices"]))
     # Later features, for a job that asks for none of them: first attempt, one CPU, math
     # libraries told so unless the submitter said otherwise, and where to report progress.
-    out.update({
-        "GPUSCHED_ATTEMPT": "1",
-        "GPUSCHED_RESTARTS": "0",
-        "GPUSCHED_CPUS": "1",
-        "GPUSCHED_PROGRESS_FILE": str(Path(job["stdout_path"]).parent
-                                      / f"{job['id']}.progress.json"),
-    })
+    out.update(
+        {
+            "GPUSCHED_ATTEMPT": "1",
+            "GPUSCHED_RESTARTS": "0",
+            "GPUSCHED_CPUS": "1",
+            "GPUSCHED_PROGRESS_FILE": str(
+                Path(job["stdout_path"]).parent / f"{job['id']}.progress.json"
+            ),
+        }
+    )
     for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):
         out.setdefault(var, "1")
     return out
@@ -130,7 +169,7 @@ def shared(tmp_path_factory):
 
 def test_environment_is_exactly_the_submitters_plus_the_schedulers(shared):
     # As a job that submits jobs would have them: every one is replaced or dropped.
-    stale = {key: "stale" for key in SCHEDULER_KEYS}
+    stale = dict.fromkeys(SCHEDULER_KEYS, "stale")
     env = submitter_env(shared, **stale)
     job, seen = run_env_job(shared, env, "--gpus", "2", "--gpu-mem", "20G")
     assert len(job["gpus"]) == 2 and all(UUID_RE.match(u) for u in job["gpus"])
@@ -176,8 +215,9 @@ def test_a_cpu_job_sees_no_gpu(shared):
 
 def test_env_options_override_the_submitters(shared):
     env = submitter_env(shared, FOO="outer", KEEP="kept")
-    job, seen = run_env_job(shared, env, "--env", "FOO=inner", "--env", "NEW=a=b",
-                            "--env", "CUDA_VISIBLE_DEVICES=5")
+    job, seen = run_env_job(
+        shared, env, "--env", "FOO=inner", "--env", "NEW=a=b", "--env", "CUDA_VISIBLE_DEVICES=5"
+    )
     want = expected({**env, "FOO": "inner", "NEW": "a=b"}, job, [], None)
     assert seen == want
     # The scheduler's variables win: a job cannot pick its own GPUs through --env.
@@ -204,10 +244,19 @@ def test_concurrent_jobs_get_distinct_master_ports(shared, tmp_path):
     script = f"echo $MASTER_PORT; while [ ! -e {shlex.quote(str(go))} ]; do sleep 0.05; done"
     ids = [submit(shared, env, "--gpus", "1", "--", "sh", "-c", script) for _ in range(2)]
     client = Client(resolve_paths(shared.env), autostart=False)
-    jobs = wait_until(lambda: (js := client.call("show", ids=ids)["jobs"]) and
-                      all(j["state"] == "running" and Path(j["stdout_path"]).exists() and
-                          Path(j["stdout_path"]).read_text().endswith("\n") for j in js) and js,
-                      "both jobs to run and print their port")
+    jobs = wait_until(
+        lambda: (
+            (js := client.call("show", ids=ids)["jobs"])
+            and all(
+                j["state"] == "running"
+                and Path(j["stdout_path"]).exists()
+                and Path(j["stdout_path"]).read_text().endswith("\n")
+                for j in js
+            )
+            and js
+        ),
+        "both jobs to run and print their port",
+    )
     ports = [int(Path(j["stdout_path"]).read_text()) for j in jobs]
     assert ports == [j["master_port"] for j in jobs]
     assert ports[0] != ports[1]

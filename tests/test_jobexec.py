@@ -6,8 +6,9 @@ import os
 
 import pytest
 
-from conftest import executable
 from gpusched.proc import jobexec
+
+from conftest import executable
 
 
 def test_names_with_a_slash_are_used_as_they_are():

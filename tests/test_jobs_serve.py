@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import http.client
 import importlib.util
+import itertools
 import json
 import math
 import re
@@ -66,11 +67,17 @@ def parse_prometheus(text: str) -> dict[str, dict]:
             if len(parts) >= 3 and parts[1] in ("HELP", "TYPE"):
                 if not re.fullmatch(NAME, parts[2]):
                     raise ValueError(f"bad metric name in {line!r}")
-                family = families.setdefault(parts[2], {"type": "untyped", "help": None,
-                                                        "samples": []})
+                family = families.setdefault(
+                    parts[2], {"type": "untyped", "help": None, "samples": []}
+                )
                 key = parts[1].lower()
                 if parts[1] == "TYPE":
-                    if parts[2] in types or family["samples"] or parts[3:] == [] or parts[3] not in TYPES:
+                    if (
+                        parts[2] in types
+                        or family["samples"]
+                        or parts[3:] == []
+                        or parts[3] not in TYPES
+                    ):
                         raise ValueError(f"bad or repeated TYPE: {line!r}")
                     types[parts[2]] = family["type"] = parts[3]
                 elif family["help"] is not None:
@@ -98,13 +105,13 @@ def parse_prometheus(text: str) -> dict[str, dict]:
 
 
 def check_histogram(samples: list) -> None:
-    buckets = [(parse_value(l["le"]), v) for n, l, v in samples if n.endswith("_bucket")]
+    buckets = [(parse_value(labels["le"]), v) for n, labels, v in samples if n.endswith("_bucket")]
     count = [v for n, _, v in samples if n.endswith("_count")]
     if not buckets or buckets[-1][0] != math.inf or len(count) != 1:
         raise ValueError("a histogram needs a +Inf bucket and one _count")
     if [b for b, _ in buckets] != sorted(b for b, _ in buckets):
         raise ValueError("histogram buckets out of order")
-    if any(a > b for (_, a), (_, b) in zip(buckets, buckets[1:])):
+    if any(a > b for (_, a), (_, b) in itertools.pairwise(buckets)):
         raise ValueError("histogram buckets are not cumulative")
     if buckets[-1][1] != count[0] or not any(n.endswith("_sum") for n, _, _ in samples):
         raise ValueError("+Inf bucket differs from _count, or _sum is missing")
@@ -113,13 +120,15 @@ def check_histogram(samples: list) -> None:
 def test_the_parser_refuses_malformed_text():
     good = "# TYPE a counter\na 1\n"
     assert parse_prometheus(good)["a"]["samples"] == [("a", {}, 1.0)]
-    for bad in ("a 1\n",  # no TYPE
-                "# TYPE a counter\na one\n", "# TYPE a counter\na 1",  # no final newline
-                "# TYPE a counter\n# TYPE a counter\na 1\n",
-                "# TYPE a counter\n# TYPE b counter\na 1\nb 1\na 2\n",  # not together
-                '# TYPE a counter\na{x="y} 1\n',
-                '# TYPE h histogram\nh_bucket{le="1"} 2\nh_bucket{le="+Inf"} 1\n'
-                "h_sum 1\nh_count 1\n"):
+    for bad in (
+        "a 1\n",  # no TYPE
+        "# TYPE a counter\na one\n",
+        "# TYPE a counter\na 1",  # no final newline
+        "# TYPE a counter\n# TYPE a counter\na 1\n",
+        "# TYPE a counter\n# TYPE b counter\na 1\nb 1\na 2\n",  # not together
+        '# TYPE a counter\na{x="y} 1\n',
+        '# TYPE h histogram\nh_bucket{le="1"} 2\nh_bucket{le="+Inf"} 1\nh_sum 1\nh_count 1\n',
+    ):
         with pytest.raises(ValueError):
             parse_prometheus(bad)
 
@@ -130,16 +139,19 @@ def test_prom_renders_what_the_parser_accepts_with_escaped_labels():
     histogram = prom.Histogram("size", "Sizes.", (1, 2, 4))
     for value in (1, 3, 3, 9):
         histogram.observe(value)
-    parsed = parse_prometheus(prom.render([counter, histogram,
-                                           prom.Gauge("depth", "Depth.", lambda: 2)]))
+    parsed = parse_prometheus(
+        prom.render([counter, histogram, prom.Gauge("depth", "Depth.", lambda: 2)])
+    )
     assert parsed["requests_total"]["samples"] == [
-        ("requests_total", {"path": '/a\\"b\\\\c\\nd', "code": "200"}, 1.0)]
-    buckets = {l["le"]: v for n, l, v in parsed["size"]["samples"] if n == "size_bucket"}
+        ("requests_total", {"path": '/a\\"b\\\\c\\nd', "code": "200"}, 1.0)
+    ]
+    buckets = {labels["le"]: v for n, labels, v in parsed["size"]["samples"] if n == "size_bucket"}
     assert buckets == {"1": 1, "2": 1, "4": 3, "+Inf": 4}
     assert parsed["depth"]["samples"] == [("depth", {}, 2.0)]
 
 
 # -- the service under gpusched -----------------------------------------------------------------
+
 
 class Client:
     def __init__(self, port: int):
@@ -175,7 +187,7 @@ def concurrent_predictions(client: Client, clients: int, rounds: int) -> list[di
         try:
             for n in range(rounds):
                 results.append(client.predict([seed + n / 10] * 8))
-        except BaseException as exc:  # noqa: BLE001 - reported by the test below
+        except BaseException as exc:
             errors.append(exc)
 
     threads = [threading.Thread(target=one_client, args=(i,)) for i in range(clients)]
@@ -188,19 +200,43 @@ def concurrent_predictions(client: Client, clients: int, rounds: int) -> list[di
 
 
 def samples_of(metrics: dict, family: str) -> dict:
-    return {(name, tuple(sorted(labels.items()))): value
-            for name, labels, value in metrics[family]["samples"]}
+    return {
+        (name, tuple(sorted(labels.items()))): value
+        for name, labels, value in metrics[family]["samples"]
+    }
 
 
 def test_serve_under_gpusched_answers_batches_and_exports_metrics(home, tmp_path):
     pytest.importorskip("torch")
     port_file = tmp_path / "port"
-    job_id = home.submit("--name", "serve", "--", sys.executable, str(JOBS / "serve.py"),
-                         "--port", "0", "--port-file", str(port_file), "--features", "8",
-                         "--hidden", "32", "--layers", "2", "--max-batch-size", "16",
-                         "--max-wait-ms", "20")
-    port = int(wait_until(lambda: port_file.exists() and port_file.read_text(),
-                          "the service to listen", timeout=120))
+    job_id = home.submit(
+        "--name",
+        "serve",
+        "--",
+        sys.executable,
+        str(JOBS / "serve.py"),
+        "--port",
+        "0",
+        "--port-file",
+        str(port_file),
+        "--features",
+        "8",
+        "--hidden",
+        "32",
+        "--layers",
+        "2",
+        "--max-batch-size",
+        "16",
+        "--max-wait-ms",
+        "20",
+    )
+    port = int(
+        wait_until(
+            lambda: port_file.exists() and port_file.read_text(),
+            "the service to listen",
+            timeout=120,
+        )
+    )
     client = Client(port)
     assert client.request("GET", "/healthz") == (200, b"ok\n")
     single = client.predict([0.5] * 8)
@@ -227,10 +263,24 @@ def test_serve_under_gpusched_answers_batches_and_exports_metrics(home, tmp_path
     assert metrics["serve_queue_depth"]["type"] == "gauge"
     assert metrics["serve_queue_depth"]["samples"][0][2] >= 0
 
-    loadgen = subprocess.run([sys.executable, str(JOBS / "loadgen.py"), "--url",
-                              f"http://127.0.0.1:{port}", "--clients", "4", "--duration-s", "1",
-                              "--features", "8", "--json"],
-                             capture_output=True, text=True, timeout=60)
+    loadgen = subprocess.run(
+        [
+            sys.executable,
+            str(JOBS / "loadgen.py"),
+            "--url",
+            f"http://127.0.0.1:{port}",
+            "--clients",
+            "4",
+            "--duration-s",
+            "1",
+            "--features",
+            "8",
+            "--json",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert loadgen.returncode == 0, loadgen.stderr
     summary = json.loads(loadgen.stdout)
     assert summary["requests"] > 0 and summary["errors"] == 0

@@ -26,10 +26,12 @@ SIGNALS = "SIGTERM,SIGINT,SIGHUP,SIGQUIT,SIGUSR1"
 def torchrun_command(checkpoint_dir: Path, steps: int, *extra: str) -> list[str]:
     """The documented idiom: sh -c, so that $MASTER_PORT is the job's, expanded in the job."""
     launcher = f"{shlex.quote(sys.executable)} -m torch.distributed.run"  # = torchrun
-    script = (f'exec {launcher} --nproc-per-node=2 --master-port="$MASTER_PORT" '
-              f"--signals-to-handle={SIGNALS} {shlex.quote(str(TRAIN))} "
-              f"--checkpoint-dir {shlex.quote(str(checkpoint_dir))} --steps {steps} "
-              + " ".join(map(shlex.quote, extra)))
+    script = (
+        f'exec {launcher} --nproc-per-node=2 --master-port="$MASTER_PORT" '
+        f"--signals-to-handle={SIGNALS} {shlex.quote(str(TRAIN))} "
+        f"--checkpoint-dir {shlex.quote(str(checkpoint_dir))} --steps {steps} "
+        + " ".join(map(shlex.quote, extra))
+    )
     return ["--gpus", "2", "--", "sh", "-c", script]
 
 
@@ -51,7 +53,9 @@ def test_trains_with_two_gloo_ranks_checkpoints_and_resumes(home, tmp_path):
     # Away from torchrun's default 29500, so that only the idiom can make the ports match.
     home.write_config("[jobs]\nmaster_port_min = 29731\nmaster_port_max = 29799\n")
     ckpt = tmp_path / "ckpt"
-    first = home.submit(*torchrun_command(ckpt, 20, "--checkpoint-every", "10", "--log-every", "10"))
+    first = home.submit(
+        *torchrun_command(ckpt, 20, "--checkpoint-every", "10", "--log-every", "10")
+    )
     job = home.wait_state(first, "succeeded", "failed", timeout=180)
     log = logs(home, first)
     assert job["state"] == "succeeded", log + home.run("logs", "--stderr", str(first)).stdout
@@ -67,15 +71,21 @@ def test_trains_with_two_gloo_ranks_checkpoints_and_resumes(home, tmp_path):
     check_nightly_eval_passes_the_status_on(home, ckpt, step)
 
 
-def run_until_preempted(home, ckpt: Path, last_step: int, how: str, submit_args: tuple,
-                        preempt, signum: int) -> int:
+def run_until_preempted(
+    home, ckpt: Path, last_step: int, how: str, submit_args: tuple, preempt, signum: int
+) -> int:
     """Resume from last_step, train until told to stop; returns the step checkpointed."""
     # Steps without end and no periodic checkpoint: only the preemption can write one.
-    job_id = home.submit(*submit_args, *torchrun_command(ckpt, 10**9, "--checkpoint-every",
-                                                         str(10**9), "--log-every", str(10**9)))
+    job_id = home.submit(
+        *submit_args,
+        *torchrun_command(ckpt, 10**9, "--checkpoint-every", str(10**9), "--log-every", str(10**9)),
+    )
     # Progress comes from the training loop itself: the ranks are past their set-up.
-    wait_until(lambda: (home.show(job_id)["progress"] or {}).get("fraction", 0) > 0,
-               f"training to report progress ({how})", timeout=180)
+    wait_until(
+        lambda: (home.show(job_id)["progress"] or {}).get("fraction", 0) > 0,
+        f"training to report progress ({how})",
+        timeout=180,
+    )
     preempt(home, job_id)
     ended = home.wait_state(job_id, "cancelled", "failed", "succeeded", timeout=120)
     log = logs(home, job_id)
@@ -90,10 +100,20 @@ def run_until_preempted(home, ckpt: Path, last_step: int, how: str, submit_args:
 
 def check_nightly_eval_passes_the_status_on(home, ckpt: Path, step: int) -> None:
     """jobs/nightly_eval.sh as cron runs it: a loss threshold of 0 must fail, with status 1."""
-    env = {**home.env, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
-           "PYTHON": sys.executable, "CHECKPOINT_DIR": str(ckpt), "MAX_LOSS": "0"}
-    proc = subprocess.run([str(REPO / "jobs" / "nightly_eval.sh")], env=env, text=True,
-                          capture_output=True, timeout=180)
+    env = {
+        **home.env,
+        "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
+        "PYTHON": sys.executable,
+        "CHECKPOINT_DIR": str(ckpt),
+        "MAX_LOSS": "0",
+    }
+    proc = subprocess.run(
+        [str(REPO / "jobs" / "nightly_eval.sh")],
+        env=env,
+        text=True,
+        capture_output=True,
+        timeout=180,
+    )
     assert proc.returncode == 1, proc.stdout + proc.stderr
     assert re.search(rf"eval loss [\d.]+ at step {step}\n", proc.stdout), proc.stdout
     assert "is above --max-loss 0.0" in proc.stderr
@@ -107,6 +127,7 @@ def job_process_group(home, job_id: int) -> int:
     workers, each the leader of a session of its own, share (and the jobs of other test
     runs on the machine, but for GPUSCHED_HOME).
     """
+
     def leader() -> int | None:
         shim = find_shim(home.state / "jobs", job_id)
         try:
@@ -114,6 +135,7 @@ def job_process_group(home, job_id: int) -> int:
             return next((c.pid for c in children if os.getpgid(c.pid) == c.pid), None)
         except (psutil.Error, ProcessLookupError):
             return None
+
     return wait_until(leader, f"job {job_id}'s process group")
 
 
@@ -133,5 +155,7 @@ def nothing(home, job_id: int) -> None:
 # Each way a running job is told to stop, tried in this order: (submit options, what the
 # test does once training runs, the signal the job should see). When `submit --time` and
 # `--signal` exist, add ("--time", "1m", "--signal", "USR1@50s"), nothing, SIGUSR1.
-PREEMPTIONS = {"warning-signal": ((), send_warning_signal, signal.SIGUSR1),
-               "cancel": ((), cancel, signal.SIGTERM)}
+PREEMPTIONS = {
+    "warning-signal": ((), send_warning_signal, signal.SIGUSR1),
+    "cancel": ((), cancel, signal.SIGTERM),
+}

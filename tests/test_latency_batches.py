@@ -14,7 +14,8 @@ from gpusched.client.submitting import build_request
 from gpusched.daemon import batches
 from gpusched.daemon.loop import Call
 from gpusched.daemon.request import Request
-from inproc import ME, box, make_box  # noqa: F401 - fixtures
+
+from inproc import ME
 
 ELEMENTS = 20_000  # over batches.BIG_JOBS
 ROW_WORK_S = 0.00002  # the time to make and insert one row (50 rows a millisecond)
@@ -56,6 +57,7 @@ def disk(box, monkeypatch) -> Disk:
         with real_write():
             yield
         disk.committed()
+
     monkeypatch.setattr(store, "insert_alike", insert_alike)
     monkeypatch.setattr(store, "write", write)
     return disk
@@ -128,6 +130,7 @@ def test_a_committed_submit_is_made_known_a_part_per_turn_then_acknowledged(box,
     def remember_alike(entries):
         sizes.append(len(entries))
         real(entries)
+
     monkeypatch.setattr(state, "remember_alike", remember_alike)
     opts = parse(["--hold", "--array", f"0-{count - 1}", "--", "true"])
     opts.cwd = str(box.root)

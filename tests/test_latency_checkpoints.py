@@ -10,6 +10,7 @@ import pytest
 
 from gpusched.core.models import Job
 from gpusched.daemon.store import Store
+
 from conftest import wait_until
 
 ROWS = 3000  # three times what the thread waits for

@@ -15,8 +15,7 @@ LINES = 3000  # over the size that goes in batches
 QUIET = '[daemon]\ngpu_poll_interval = "3600s"\n'
 
 
-def test_a_long_queue_stays_usable_and_is_all_there_after_a_restart(home: Home,
-                                                                    tmp_path: Path):
+def test_a_long_queue_stays_usable_and_is_all_there_after_a_restart(home: Home, tmp_path: Path):
     home.write_config(QUIET)
     sweep = tmp_path / "sweep.txt"
     sweep.write_text("".join(f"echo {i}\n" for i in range(LINES)))

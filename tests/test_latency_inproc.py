@@ -7,8 +7,10 @@ from __future__ import annotations
 
 import pytest
 
+from gpusched.core.errors import NotFound
 from gpusched.daemon import lshead
-from inproc import Box, box, make_box  # noqa: F401 - fixtures
+
+from inproc import Box
 
 
 @pytest.fixture
@@ -21,6 +23,7 @@ def passes(box, monkeypatch) -> list[int]:
     def counting() -> None:
         counted.append(1)
         real()
+
     monkeypatch.setattr(control, "start_ready", counting)
     return counted
 
@@ -35,12 +38,23 @@ def blocked_queue(box: Box) -> tuple[int, int]:
     return running, waiting
 
 
-@pytest.mark.parametrize("name, args", [
-    ("status", {}), ("list", {}), ("list", {"pending_rows": 100}), ("list", {"all": True}),
-    ("show", {"ids": ["1"]}), ("gpus", {}), ("snapshot", {"lean": True}),
-    ("logs", {"id": "1"}), ("env", {"id": "1"}), ("wait", {"ids": ["1"], "timeout_s": 0}),
-    ("usage", {}), ("history", {"key": "train"}),
-])
+@pytest.mark.parametrize(
+    "name, args",
+    [
+        ("status", {}),
+        ("list", {}),
+        ("list", {"pending_rows": 100}),
+        ("list", {"all": True}),
+        ("show", {"ids": ["1"]}),
+        ("gpus", {}),
+        ("snapshot", {"lean": True}),
+        ("logs", {"id": "1"}),
+        ("env", {"id": "1"}),
+        ("wait", {"ids": ["1"], "timeout_s": 0}),
+        ("usage", {}),
+        ("history", {"key": "train"}),
+    ],
+)
 def test_a_request_that_only_looks_sets_off_no_scheduling_pass(box, passes, name, args):
     blocked_queue(box)
     passes.clear()
@@ -52,8 +66,19 @@ def test_a_request_that_only_looks_sets_off_no_scheduling_pass(box, passes, name
 
 def test_every_read_only_request_is_tested_above():
     from gpusched.daemon.handlers import READ_ONLY
-    tested = {"status", "list", "show", "gpus", "snapshot", "logs", "env", "wait", "usage",
-              "history"}
+
+    tested = {
+        "status",
+        "list",
+        "show",
+        "gpus",
+        "snapshot",
+        "logs",
+        "env",
+        "wait",
+        "usage",
+        "history",
+    }
     assert READ_ONLY == tested
 
 
@@ -73,7 +98,7 @@ def test_a_refused_request_that_may_change_still_sets_off_a_pass(box, passes):
     """A request's name says whether a pass follows, not its outcome (conservative)."""
     blocked_queue(box)
     passes.clear()
-    with pytest.raises(Exception):
+    with pytest.raises(NotFound):
         box.call("cancel", ids=["999"])
     assert passes == [1]
 
@@ -83,8 +108,9 @@ def test_the_ls_and_top_views_of_the_queue_belong_to_one_daemon(make_box):
     their pending queues have the same version."""
     first, second = make_box(), make_box()
     first_ids = first.submit_all("--hold", "--array", "0-4", "--", "true")
-    second_ids = second.submit_all("--hold", "--name", "other", "--from-file", "-",
-                                   stdin="true 1\ntrue 2\n")
+    second_ids = second.submit_all(
+        "--hold", "--name", "other", "--from-file", "-", stdin="true 1\ntrue 2\n"
+    )
     # The same version string: the caches must be told apart by more than it.
     second.daemon.state._pending_nonce = first.daemon.state._pending_nonce
     second.daemon.state._pending_changes = first.daemon.state._pending_changes

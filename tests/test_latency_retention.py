@@ -10,7 +10,8 @@ from gpusched.core import syntax
 from gpusched.daemon import retention
 from gpusched.daemon.loop import Call
 from gpusched.daemon.request import Request
-from inproc import ME, make_box  # noqa: F401 - fixtures
+
+from inproc import ME
 
 HOUR_S = 3600.0
 CHUNK = 200  # active jobs a turn may look at, made small so that a small queue shows it
@@ -26,6 +27,7 @@ def looks(monkeypatch) -> list[int]:
     def counting(deps):
         counted.append(1)
         return real(deps)
+
     monkeypatch.setattr(retention, "dependency_job_ids", counting, raising=False)
     try:
         from gpusched.daemon import keepneeded
@@ -87,8 +89,10 @@ def test_a_job_queued_during_a_sweep_keeps_the_finished_job_it_depends_on(make_b
 
     def submit_once(looked_at: int) -> None:
         if not queued and looked_at:  # the sweep has begun looking, not finished
-            queued.append(box.submit("--hold", "--dependency", f"afterok:{needed[1]}",
-                                     "--", "true"))
+            queued.append(
+                box.submit("--hold", "--dependency", f"afterok:{needed[1]}", "--", "true")
+            )
+
     report, _ = gc_turns(box, looks, submit_once)
     assert queued, "the sweep was over in one turn"
     assert report["kept_for_dependents"] >= 1

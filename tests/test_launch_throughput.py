@@ -11,7 +11,6 @@ import pytest
 
 from gpusched.core.models import Job
 from gpusched.daemon import rows
-from inproc import make_box  # noqa: F401 - fixture
 
 WAITING = 300
 
@@ -45,24 +44,31 @@ def test_a_start_behind_a_full_box_does_not_rebuild_every_waiting_job(make_box, 
     assert job_inits[0] < 50, f"{job_inits[0]} jobs built for one start"
 
     assert box.running() == {*ids[1:4], first}
-    assert box.show(second)["pending_reason"] == \
-        "needs 1 whole GPU; every allowed GPU is held whole by a running job"
+    assert (
+        box.show(second)["pending_reason"]
+        == "needs 1 whole GPU; every allowed GPU is held whole by a running job"
+    )
     for job_id in (ids[6], ids[-1]):
         assert box.show(job_id)["pending_reason"] == (
             f"behind job {second}, which is next in line; needs 1 whole GPU; every allowed "
-            "GPU is held whole by a running job")
+            "GPU is held whole by a running job"
+        )
 
 
 # -- a finished job read back: the faster row checks still catch a damaged row -------------------
 
-@pytest.mark.parametrize("field, value", [
-    ("env", {"PATH": 5}),  # a dict[str, str] with a number in it
-    ("env", {7: "x"}),
-    ("command", ("sh", None)),  # a tuple[str, ...] with a hole
-    ("started_at", "yesterday"),  # float | None
-    ("exit_code", True),  # int | None: a bool is not a count
-    ("array_id", 1.5),
-])
+
+@pytest.mark.parametrize(
+    "field, value",
+    [
+        ("env", {"PATH": 5}),  # a dict[str, str] with a number in it
+        ("env", {7: "x"}),
+        ("command", ("sh", None)),  # a tuple[str, ...] with a hole
+        ("started_at", "yesterday"),  # float | None
+        ("exit_code", True),  # int | None: a bool is not a count
+        ("array_id", 1.5),
+    ],
+)
 def test_a_damaged_value_is_still_caught_by_the_row_checks(field, value):
     job = Job(id=7, command=("true",), cwd="/", uid=0, user="root")
     rows.check_job(job)  # the undamaged job passes
@@ -72,12 +78,22 @@ def test_a_damaged_value_is_still_caught_by_the_row_checks(field, value):
 
 
 def test_whole_numbers_and_none_pass_where_a_job_holds_times():
-    job = Job(id=7, command=("true",), cwd="/", uid=0, user="root", started_at=5, ended_at=None,
-              exit_code=0, env={"A": "b"})
+    job = Job(
+        id=7,
+        command=("true",),
+        cwd="/",
+        uid=0,
+        user="root",
+        started_at=5,
+        ended_at=None,
+        exit_code=0,
+        env={"A": "b"},
+    )
     rows.check_job(job)
 
 
 # -- wait on a sweep's ids after it ended -------------------------------------------------------
+
 
 def test_a_wait_on_many_ended_jobs_reads_them_in_one_go(make_box, monkeypatch):
     """`gpusched wait` on a sweep that has ended read each job from the queue file on its

@@ -11,9 +11,25 @@ import sys
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
-SLOW = {"re", "enum", "json", "socket", "selectors", "collections", "functools", "signal",
-        "typing", "dataclasses", "pathlib", "inspect", "shlex", "struct", "typer", "click",
-        "rich"}
+SLOW = {
+    "re",
+    "enum",
+    "json",
+    "socket",
+    "selectors",
+    "collections",
+    "functools",
+    "signal",
+    "typing",
+    "dataclasses",
+    "pathlib",
+    "inspect",
+    "shlex",
+    "struct",
+    "typer",
+    "click",
+    "rich",
+}
 # What a console script runs (pip's own also imports re for itself, which a command cannot
 # help; uv's does not), under -S: without site, whose .pth hooks import some slow modules
 # themselves. The fast path ends in os._exit, so the modules are listed there.
@@ -32,9 +48,14 @@ sys.exit(main())
 
 
 def modules_at_exit(home, *args: str) -> tuple[set[str], subprocess.CompletedProcess]:
-    proc = subprocess.run([sys.executable, "-S", "-c", CONSOLE_SCRIPT, *args],
-                          capture_output=True, text=True, timeout=60, cwd=home.path,
-                          env={**home.env, "PYTHONPATH": str(REPO)})
+    proc = subprocess.run(
+        [sys.executable, "-S", "-c", CONSOLE_SCRIPT, *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=home.path,
+        env={**home.env, "PYTHONPATH": str(REPO)},
+    )
     lines = [line for line in proc.stderr.splitlines() if line.startswith("MODULES ")]
     assert lines, (args, proc.stderr)
     return set(lines[-1].split()[1:]), proc
@@ -48,12 +69,34 @@ def test_every_fast_command_imports_none_of_the_slow_modules(home):
     other = home.submit("--hold", "--", "true")
     commands = [
         ["submit", "--hold", "--", "true"],
-        ["submit", "--gpus", "1", "--time", "1:30:00", "--gpu-mem", "10G", "--mem", "4G",
-         "--array", "0-3%2", "--hold", "--", "python", "train.py"],
-        ["ls"], ["ls", "--all", "--format", "jobid,state,command"], ["ls", "--last", "2"],
-        ["show", str(ended)], ["gpus"], ["gpus", "--query", "index,name", "--format", "csv"],
-        ["wait", str(ended)], ["logs", str(ended)], ["hold", str(held)],
-        ["release", str(held)], ["cancel", str(other)],
+        [
+            "submit",
+            "--gpus",
+            "1",
+            "--time",
+            "1:30:00",
+            "--gpu-mem",
+            "10G",
+            "--mem",
+            "4G",
+            "--array",
+            "0-3%2",
+            "--hold",
+            "--",
+            "python",
+            "train.py",
+        ],
+        ["ls"],
+        ["ls", "--all", "--format", "jobid,state,command"],
+        ["ls", "--last", "2"],
+        ["show", str(ended)],
+        ["gpus"],
+        ["gpus", "--query", "index,name", "--format", "csv"],
+        ["wait", str(ended)],
+        ["logs", str(ended)],
+        ["hold", str(held)],
+        ["release", str(held)],
+        ["cancel", str(other)],
     ]
     for args in commands:
         loaded, proc = modules_at_exit(home, *args)
@@ -81,8 +124,10 @@ def test_a_bad_job_id_still_reads_as_before(home):
     for env in ({}, {"GPUSCHED_NO_FAST_PATH": "1"}):
         proc = home.run("show", "4_", check=False, env=env)
         assert proc.returncode == 2, proc.stderr
-        assert proc.stderr == ("Error: '4_' is not a job id; give an ID like 12, or "
-                               "ARRAY_INDEX like 12_3 for one element of array 12\n")
+        assert proc.stderr == (
+            "Error: '4_' is not a job id; give an ID like 12, or "
+            "ARRAY_INDEX like 12_3 for one element of array 12\n"
+        )
 
 
 # Needed only for the options that name them: --time, --mem, --after, --array... (the
@@ -90,9 +135,16 @@ def test_a_bad_job_id_still_reads_as_before(home):
 # user name of a socket's owner); and the extension modules a plain submit has no use for
 # (each load costs it a quarter of a millisecond or more: math for sizes' infinity, fcntl
 # for the lock a starting daemon takes).
-NOT_FOR_A_PLAIN_SUBMIT = {"gpusched.core.syntax", "gpusched.core.values",
-                          "gpusched.client.sweepfile", "gpusched.client.outputs",
-                          "gpusched.core.outpattern", "gpusched.core.users", "math", "fcntl"}
+NOT_FOR_A_PLAIN_SUBMIT = {
+    "gpusched.core.syntax",
+    "gpusched.core.values",
+    "gpusched.client.sweepfile",
+    "gpusched.client.outputs",
+    "gpusched.core.outpattern",
+    "gpusched.core.users",
+    "math",
+    "fcntl",
+}
 
 
 def test_a_plain_submit_loads_only_what_it_uses(home):
@@ -101,8 +153,19 @@ def test_a_plain_submit_loads_only_what_it_uses(home):
     assert proc.returncode == 0, proc.stderr
     assert not NOT_FOR_A_PLAIN_SUBMIT & loaded, sorted(NOT_FOR_A_PLAIN_SUBMIT & loaded)
     # The options that need them still load them, and are read as before.
-    loaded, proc = modules_at_exit(home, "submit", "--hold", "--time", "1:00", "-o", "out.txt",
-                                   "--after", proc.stdout.strip(), "--", "true")
+    loaded, proc = modules_at_exit(
+        home,
+        "submit",
+        "--hold",
+        "--time",
+        "1:00",
+        "-o",
+        "out.txt",
+        "--after",
+        proc.stdout.strip(),
+        "--",
+        "true",
+    )
     assert proc.returncode == 0, proc.stderr
     assert {"gpusched.core.syntax", "gpusched.client.outputs"} <= loaded
     job = home.show(int(proc.stdout))

@@ -70,8 +70,11 @@ def test_array_ranges(text):
 @given(words("0123456789-:.dhmsDH" + SPACES + OTHER_DIGITS))
 def test_time_limits(text):
     raw = text.strip()
-    readable = (raw.upper() in syntax.NO_TIME_LIMIT or _SLURM_TIME_RE.fullmatch(raw)
-                or _UNIT_TIME_RE.fullmatch(raw.lower()))
+    readable = (
+        raw.upper() in syntax.NO_TIME_LIMIT
+        or _SLURM_TIME_RE.fullmatch(raw)
+        or _UNIT_TIME_RE.fullmatch(raw.lower())
+    )
     ours = outcome(syntax.parse_time_limit, text)
     assert bool(readable) != (isinstance(ours, tuple) and "is not a time limit" in ours[1])
 
@@ -93,8 +96,11 @@ def test_gpus(text):
 def test_sizes_and_mem(text):
     match = _SIZE_RE.match(text)
     unit = match.group(2).lower() if match else None
-    expected = (int(float(match.group(1)) * units._SIZE_UNITS[unit])
-                if match and unit in units._SIZE_UNITS else None)
+    expected = (
+        int(float(match.group(1)) * units._SIZE_UNITS[unit])
+        if match and unit in units._SIZE_UNITS
+        else None
+    )
     ours = outcome(units.parse_size, text)
     assert ours == expected if expected is not None else ours[0] is ValueError
     bare = bool(_BARE_NUMBER_RE.fullmatch(text.strip()))
@@ -107,8 +113,11 @@ def test_durations(text):
     raw = text.strip().lower()
     parts = _DURATION_RE.findall(raw)
     scale = {"d": 86400, "h": 3600, "m": 60, "s": 1, "ms": 0.001}
-    theirs = (float(sum(float(n) * scale[u] for n, u in parts))
-              if parts and "".join(n + u for n, u in parts) == raw else None)
+    theirs = (
+        float(sum(float(n) * scale[u] for n, u in parts))
+        if parts and "".join(n + u for n, u in parts) == raw
+        else None
+    )
     try:
         seconds = float(raw)
     except ValueError:

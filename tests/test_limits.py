@@ -3,7 +3,6 @@ points 3, 9 and 11), through the real CLI and a real daemon, or its real socket 
 
 from __future__ import annotations
 
-import json
 import re
 import socket
 import struct
@@ -12,13 +11,14 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO, Home, wait_until
 from gpusched.client import protocol
 from gpusched.client.connection import Client
 from gpusched.client.paths import resolve_paths
 from gpusched.core import limits
 from gpusched.core.errors import ProtocolError, UsageError
 from gpusched.daemon.server import SocketServer
+
+from conftest import REPO, Home, wait_until
 
 
 def one_error_line(proc, status: int, *words: str) -> str:
@@ -46,18 +46,33 @@ def client(home: Home) -> Client:
 
 # -- sizes -------------------------------------------------------------------------------
 
+
 def test_a_submit_over_a_limit_is_refused_in_one_line_naming_it(home):
     home.start()
     big = "x" * 100_000  # two arguments: one alone may be at most 128 KiB
-    one_error_line(home.run("submit", "--", "echo", big, big, check=False), 2,
-                   "200,004 bytes", "131,072", "limits.command")
-    one_error_line(home.run("submit", "--name", "n" * 300, "--", "true", check=False), 2,
-                   "job name", "limits.name")
+    one_error_line(
+        home.run("submit", "--", "echo", big, big, check=False),
+        2,
+        "200,004 bytes",
+        "131,072",
+        "limits.command",
+    )
+    one_error_line(
+        home.run("submit", "--name", "n" * 300, "--", "true", check=False),
+        2,
+        "job name",
+        "limits.name",
+    )
     env = {f"BIG{i}": "v" * 100_000 for i in range(11)}
-    one_error_line(home.run("submit", "--", "true", check=False, env=env), 2,
-                   "environment", "limits.env")
-    one_error_line(home.run("submit", "--array", "0-100000", "--", "true", check=False), 2,
-                   "100,001 jobs", "limits.jobs")
+    one_error_line(
+        home.run("submit", "--", "true", check=False, env=env), 2, "environment", "limits.env"
+    )
+    one_error_line(
+        home.run("submit", "--array", "0-100000", "--", "true", check=False),
+        2,
+        "100,001 jobs",
+        "limits.jobs",
+    )
     assert home.json("ls", "--all") == []
 
 
@@ -65,12 +80,17 @@ def test_a_job_name_with_a_control_character_is_refused_in_one_line(home):
     # A newline in -J split the line of Slurm's job-completion log that named the job.
     home.start()
     for name in ("a\nb", "a\rb", "tab\there", "esc\x1b[31m", "del\x7f"):
-        one_error_line(home.run("submit", "-J", name, "--", "true", check=False), 2,
-                       "--name (-J) must not hold control characters", repr(name))
+        one_error_line(
+            home.run("submit", "-J", name, "--", "true", check=False),
+            2,
+            "--name (-J) must not hold control characters",
+            repr(name),
+        )
     assert home.json("ls", "--all") == []
     job_id = home.json("submit", "-J", "fine name", "--", "true")["id"]
-    one_error_line(home.run("resubmit", str(job_id), "--name", "x\ny", check=False), 2,
-                   "--name (-J)")
+    one_error_line(
+        home.run("resubmit", str(job_id), "--name", "x\ny", check=False), 2, "--name (-J)"
+    )
     assert [j["id"] for j in home.json("ls", "--all")] == [job_id]
 
 
@@ -96,8 +116,7 @@ def test_the_daemon_enforces_every_limit_when_the_client_is_bypassed(home):
     base = {"command": ["true"], "name": "", "gpus": 0, "gpu_mem_bytes": None, "priority": 0}
     refusals = [
         ({"jobs": [base], "cwd": "/" + "d" * 9 * 2**20, "env": {}}, "limits.cwd"),
-        ({"jobs": [{**base, "command": ["x" * 200_000]}], "cwd": "/", "env": {}},
-         "limits.command"),
+        ({"jobs": [{**base, "command": ["x" * 200_000]}], "cwd": "/", "env": {}}, "limits.command"),
         ({"jobs": [base], "cwd": "/", "env": {"A": "v" * (2**20)}}, "limits.env"),
         ({"jobs": [base] * 100_001, "cwd": "/", "env": {}}, "limits.jobs"),
     ]
@@ -118,10 +137,19 @@ def test_limits_come_from_the_config_and_the_daemon_applies_them(home):
     home.write_config('[limits]\nname = "8B"\njobs = 10\n')
     home.start()
     # Within the defaults the client sends it; the daemon applies its own config.
-    one_error_line(home.run("submit", "--name", "ninechars", "--", "true", check=False), 2,
-                   "9 bytes", "limit of 8", "limits.name")
-    one_error_line(home.run("submit", "--array", "0-10", "--", "true", check=False), 2,
-                   "11 jobs", "limits.jobs")
+    one_error_line(
+        home.run("submit", "--name", "ninechars", "--", "true", check=False),
+        2,
+        "9 bytes",
+        "limit of 8",
+        "limits.name",
+    )
+    one_error_line(
+        home.run("submit", "--array", "0-10", "--", "true", check=False),
+        2,
+        "11 jobs",
+        "limits.jobs",
+    )
     assert home.submit("--name", "eight888", "--hold", "--", "true")
 
 
@@ -136,6 +164,7 @@ def test_a_deeply_nested_request_is_refused_before_it_is_decoded(home):
 
 
 # -- paged replies -------------------------------------------------------------------------
+
 
 def test_ls_and_wait_answer_however_large_the_queue_even_after_it_is_cancelled(home):
     home.start()
@@ -177,6 +206,7 @@ def test_pages_cover_every_job_once_in_id_order(home):
 
 # -- waits and connections ----------------------------------------------------------------
 
+
 def test_a_wait_with_a_nan_infinite_or_negative_timeout_is_refused_at_once(home):
     home.start()
     job = home.submit("--hold", "--", "true")
@@ -185,11 +215,13 @@ def test_a_wait_with_a_nan_infinite_or_negative_timeout_is_refused_at_once(home)
         reply = raw_request(home, body)
         assert reply["ok"] is False and reply["error"]["message"] == (
             "timeout_s must be a number of at least 0 and at most 1e+09, not "
-            f"{ {b'NaN': 'nan', b'Infinity': 'inf', b'-1': '-1'}[bad]}"), reply
+            f"{ {b'NaN': 'nan', b'Infinity': 'inf', b'-1': '-1'}[bad] }"
+        ), reply
     # The client refuses to send one at all (Client.call sends requests this way).
     with pytest.raises(ProtocolError, match="NaN or an infinite number"):
-        protocol.encode({"cmd": "wait", "args": {"ids": [job], "timeout_s": float("nan")}},
-                        allow_nan=False)
+        protocol.encode(
+            {"cmd": "wait", "args": {"ids": [job], "timeout_s": float("nan")}}, allow_nan=False
+        )
 
 
 @pytest.fixture
@@ -266,8 +298,9 @@ def test_a_flood_of_idle_connections_is_cut_by_the_read_timeout(small_server):
 
 def test_the_readme_gives_each_limits_default_as_the_daemon_has_it():
     section = (REPO / "README.md").read_text().split("### Limits", 1)[1].split("\n## ", 1)[0]
-    documented = dict(re.findall(r"^\| `limits\.(\w+)` \| `?\"?([^`\"|]+)\"?`? \|", section,
-                                 re.MULTILINE))
+    documented = dict(
+        re.findall(r"^\| `limits\.(\w+)` \| `?\"?([^`\"|]+)\"?`? \|", section, re.MULTILINE)
+    )
     assert documented == {key: str(row[1]) for key, row in limits.CONFIG.items()}
 
 
@@ -276,5 +309,10 @@ def test_a_name_is_limited_by_limits_name_alone(home):
     home.start()
     job_id = home.submit("--hold", "--name", "n" * 256, "--", "true")
     assert home.show(job_id)["name"] == "n" * 256
-    one_error_line(home.run("submit", "--name", "n" * 257, "--", "true", check=False), 2,
-                   "257 bytes", "limit of 256", "limits.name")
+    one_error_line(
+        home.run("submit", "--name", "n" * 257, "--", "true", check=False),
+        2,
+        "257 bytes",
+        "limit of 256",
+        "limits.name",
+    )

@@ -6,22 +6,23 @@ from __future__ import annotations
 import json
 import os
 
-from test_system_mode import make_system, system, users  # noqa: F401 - fixtures
-
 SECRETS = ("secret-sweep", "hidden-place")
 
 
-def test_others_see_no_name_cwd_logs_or_submitter_of_a_hidden_job(system, users):  # noqa: F811
+def test_others_see_no_name_cwd_logs_or_submitter_of_a_hidden_job(system, users):
     alice, bob = users
     place = os.path.join(alice.home, "hidden-place")
     system.run_as(alice, "--version")  # the home exists; make the directory as alice
     os.makedirs(place)
     os.chown(place, alice.uid, alice.gid)
-    job_id = system.submit(alice, "--hold", "--name", "secret-sweep", "--cwd", place, "--",
-                           "sleep", "300")
-    seen = {"ls": {j["id"]: j for j in system.json_as(bob, "ls")}[job_id],
-            "ls --all": {j["id"]: j for j in system.json_as(bob, "ls", "--all")}[job_id],
-            "show": system.json_as(bob, "show", str(job_id))}
+    job_id = system.submit(
+        alice, "--hold", "--name", "secret-sweep", "--cwd", place, "--", "sleep", "300"
+    )
+    seen = {
+        "ls": {j["id"]: j for j in system.json_as(bob, "ls")}[job_id],
+        "ls --all": {j["id"]: j for j in system.json_as(bob, "ls", "--all")}[job_id],
+        "show": system.json_as(bob, "show", str(job_id)),
+    }
     for how, job in seen.items():
         assert job["command"] == ["(hidden)"] and job["name"] == "", how
         assert job["cwd"] == job["stdout_path"] == job["stderr_path"] == "(hidden)", how

@@ -34,8 +34,7 @@ def test_a_log_past_the_cap_keeps_its_newest_part_and_says_how_much_went(home):
     assert home.run("logs", "--stderr", str(job_id)).stdout == "done\n"
 
 
-def test_an_uncapped_log_is_written_by_the_job_itself_and_a_capped_one_through_a_pipe(
-        make_home):
+def test_an_uncapped_log_is_written_by_the_job_itself_and_a_capped_one_through_a_pipe(make_home):
     for config, kind in (("", "file"), (CONFIG, "pipe")):
         home = make_home()
         home.write_config(config)
@@ -51,9 +50,11 @@ BURSTS, PER_BURST = 30, 100
 
 def burst_job(home) -> int:
     """A job that writes BURSTS bursts of lines, each after the test opens its gate."""
-    script = (f'i=0; while [ $i -lt {BURSTS} ]; do '
-              f'seq -f "line %g" $((i*{PER_BURST})) $((i*{PER_BURST}+{PER_BURST - 1})); '
-              'while [ ! -e gate.$i ]; do sleep 0.02; done; i=$((i+1)); done')
+    script = (
+        f"i=0; while [ $i -lt {BURSTS} ]; do "
+        f'seq -f "line %g" $((i*{PER_BURST})) $((i*{PER_BURST}+{PER_BURST - 1})); '
+        "while [ ! -e gate.$i ]; do sleep 0.02; done; i=$((i+1)); done"
+    )
     return home.submit("--", "sh", "-c", script)
 
 
@@ -83,8 +84,12 @@ class Reader:
 def test_logs_follow_keeps_its_place_across_trims(home):
     home.write_config(CONFIG)
     job_id = burst_job(home)
-    follow = subprocess.Popen([sys.executable, "-m", "gpusched", "logs", "-f", str(job_id)],
-                              stdout=subprocess.PIPE, env=home.env, cwd=home.path)
+    follow = subprocess.Popen(
+        [sys.executable, "-m", "gpusched", "logs", "-f", str(job_id)],
+        stdout=subprocess.PIPE,
+        env=home.env,
+        cwd=home.path,
+    )
     try:
         reader = Reader(follow)
         for burst in range(BURSTS):  # each burst is a quarter of the cap: many trims
@@ -103,7 +108,10 @@ def test_logs_follow_keeps_its_place_across_trims(home):
 def test_the_cap_holds_while_no_daemon_runs(home):
     home.write_config(CONFIG)
     job_id = burst_job(home)
-    log = lambda: home.run("logs", str(job_id)).stdout
+
+    def log():
+        return home.run("logs", str(job_id)).stdout
+
     wait_until(lambda: f"line {PER_BURST - 1}\n" in log(), "the first burst")
     home.kill_daemon()  # the shim, and the copying, go on
     for burst in range(BURSTS):

@@ -5,11 +5,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from test_system_mode import make_system, pytestmark, users  # noqa: F401 - fixtures, marks
+from systemroot import pytestmark  # noqa: F401 - the module's marks
 
 
-def test_a_capped_log_in_system_mode_is_the_users_own_and_stays_under_the_cap(make_system,
-                                                                               users):
+def test_a_capped_log_in_system_mode_is_the_users_own_and_stays_under_the_cap(make_system, users):
     alice, _ = users
     system = make_system('[jobs]\nmax_log_size = "4K"\n')
     job_id = system.submit(alice, "--", "sh", "-c", "seq -f 'line %g' 1 20000; id -u >&2")

@@ -38,12 +38,12 @@ def serve_then_hang_up(sock_path: Path, got: list) -> socket.socket:
             if message["args"].get("stream") == "lines":
                 while not frame(conn).get("end"):
                     pass
+
     threading.Thread(target=serve, daemon=True).start()
     return server
 
 
-@pytest.mark.parametrize("argv", [["submit", "--", "true"],
-                                  ["submit", "--from-file", "lines.txt"]])
+@pytest.mark.parametrize("argv", [["submit", "--", "true"], ["submit", "--from-file", "lines.txt"]])
 def test_a_submit_sent_whole_and_never_answered_may_have_been_queued(tmp_path, argv):
     home = tmp_path / "home"
     (home / "run").mkdir(parents=True, mode=0o700)
@@ -51,15 +51,20 @@ def test_a_submit_sent_whole_and_never_answered_may_have_been_queued(tmp_path, a
     got: list = []
     server = serve_then_hang_up(home / "run" / "gpusched.sock", got)
     try:
-        proc = subprocess.run([sys.executable, "-m", "gpusched", *argv], capture_output=True,
-                              text=True, timeout=60, cwd=tmp_path,
-                              env={**os.environ, "GPUSCHED_HOME": str(home),
-                                   "PYTHONPATH": str(GPUSCHED_ROOT)})
+        proc = subprocess.run(
+            [sys.executable, "-m", "gpusched", *argv],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            cwd=tmp_path,
+            env={**os.environ, "GPUSCHED_HOME": str(home), "PYTHONPATH": str(GPUSCHED_ROOT)},
+        )
     finally:
         server.close()
     assert got and got[0]["cmd"] == "submit", proc
     assert proc.returncode == 1, proc
     assert proc.stderr.count("\n") == 1 and "Traceback" not in proc.stderr, proc.stderr
-    assert proc.stderr.startswith("Error: lost the connection to the gpusched daemon after "
-                                  "sending the submit"), proc.stderr
+    assert proc.stderr.startswith(
+        "Error: lost the connection to the gpusched daemon after sending the submit"
+    ), proc.stderr
     assert "the job may have been queued: check with `gpusched ls`" in proc.stderr

@@ -7,11 +7,12 @@ import os
 import pwd
 
 import pytest
+from test_cli_errors import assert_one_error_line
 
-from conftest import Home
 from gpusched.cli import listing
 from gpusched.core import jobfilter
-from test_cli_errors import assert_one_error_line
+
+from conftest import Home
 
 ME = pwd.getpwuid(os.getuid()).pw_name
 
@@ -25,8 +26,16 @@ def queue(tmp_path_factory):
     gate = root / "go"
     home.ok = home.submit("--name", "sweep-1", "--", "true")
     home.bad = home.submit("--name", "sweep-2", "--", "sh", "-c", "exit 4")
-    home.busy = home.submit("--gpus", "1", "--name", "train", "--", "sh", "-c",
-                            f"while [ ! -e {gate} ]; do sleep 0.05; done")
+    home.busy = home.submit(
+        "--gpus",
+        "1",
+        "--name",
+        "train",
+        "--",
+        "sh",
+        "-c",
+        f"while [ ! -e {gate} ]; do sleep 0.05; done",
+    )
     home.held = home.submit("--hold", "--name", "eval", "--", "true")
     for job, state in ((home.ok, "succeeded"), (home.bad, "failed"), (home.busy, "running")):
         home.wait_state(job, state)
@@ -67,16 +76,31 @@ def test_name_and_user_filters(queue):
     assert ids(queue, "--me", "--state", "running") == [queue.busy]
     other = next(p.pw_name for p in pwd.getpwall() if p.pw_uid != os.getuid())
     assert ids(queue, "--all", "--user", other) == []
-    assert_one_error_line(queue.run("ls", "--user", "no-such-user-x", check=False), 2,
-                          "'no-such-user-x'")
+    assert_one_error_line(
+        queue.run("ls", "--user", "no-such-user-x", check=False), 2, "'no-such-user-x'"
+    )
     assert "no jobs match" in queue.run("ls", "--name", "nothing-*").stdout
 
 
 def test_format_prints_plain_columns_with_slurm_field_names(queue):
-    out = queue.run("ls", "--all", "--format", "JobID,user,name,state,st,exitcode,gpus,reason",
-                    "--name", "sweep-*,eval").stdout
-    assert out.splitlines()[0].split() == ["JOBID", "USERNAME", "NAME", "STATE",
-                                           "STATECOMPACT", "EXITCODE", "GPUS", "REASON"]
+    out = queue.run(
+        "ls",
+        "--all",
+        "--format",
+        "JobID,user,name,state,st,exitcode,gpus,reason",
+        "--name",
+        "sweep-*,eval",
+    ).stdout
+    assert out.splitlines()[0].split() == [
+        "JOBID",
+        "USERNAME",
+        "NAME",
+        "STATE",
+        "STATECOMPACT",
+        "EXITCODE",
+        "GPUS",
+        "REASON",
+    ]
     rows = [line.split(None, 7) for line in out.splitlines()[1:]]
     assert rows[0] == [str(queue.ok), ME, "sweep-1", "succeeded", "CD", "0:0", "0", "N/A"]
     assert rows[1] == [str(queue.bad), ME, "sweep-2", "failed", "F", "4:0", "0", "N/A"]
@@ -91,11 +115,13 @@ def test_format_prints_plain_columns_with_slurm_field_names(queue):
 
 
 def test_format_errors_name_the_valid_fields(queue):
-    err = assert_one_error_line(queue.run("ls", "--format", "jobid,colour", check=False), 2,
-                                "'colour'")
+    err = assert_one_error_line(
+        queue.run("ls", "--format", "jobid,colour", check=False), 2, "'colour'"
+    )
     assert "jobid" in err and "timeused" in err
-    assert_one_error_line(queue.run("ls", "--json", "--format", "jobid", check=False), 2,
-                          "--json", "--format")
+    assert_one_error_line(
+        queue.run("ls", "--json", "--format", "jobid", check=False), 2, "--json", "--format"
+    )
 
 
 def test_json_respects_the_filters(queue):
@@ -105,8 +131,8 @@ def test_json_respects_the_filters(queue):
 
 def test_the_daemon_checks_the_filters_it_is_sent(queue):
     from gpusched.client.connection import Client
-    from gpusched.core.errors import UsageError
     from gpusched.client.paths import resolve_paths
+    from gpusched.core.errors import UsageError
 
     client = Client(resolve_paths(queue.env), autostart=False)
     for bad in ({"states": ["done"]}, {"users": "root"}, {"names": []}):
@@ -116,7 +142,19 @@ def test_the_daemon_checks_the_filters_it_is_sent(queue):
 
 
 def test_slurm_time_and_size_formats():
-    assert [listing.slurm_duration(s) for s in (0, 59, 61, 3600, 3661, 90061, None)] == \
-        ["0:00", "0:59", "1:01", "1:00:00", "1:01:01", "1-01:01:01", "N/A"]
-    assert [listing.compact_size(b) for b in (None, 512, 2**20, 3 * 2**29, 20 * 2**30)] == \
-        ["N/A", "512B", "1M", "1.5G", "20G"]
+    assert [listing.slurm_duration(s) for s in (0, 59, 61, 3600, 3661, 90061, None)] == [
+        "0:00",
+        "0:59",
+        "1:01",
+        "1:00:00",
+        "1:01:01",
+        "1-01:01:01",
+        "N/A",
+    ]
+    assert [listing.compact_size(b) for b in (None, 512, 2**20, 3 * 2**29, 20 * 2**30)] == [
+        "N/A",
+        "512B",
+        "1M",
+        "1.5G",
+        "20G",
+    ]

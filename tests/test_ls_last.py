@@ -7,13 +7,14 @@ import os
 import pwd
 
 import pytest
+from test_cli_errors import assert_one_error_line
 
-from conftest import Home
 from gpusched.core.errors import UsageError
 from gpusched.core.models import Job, JobState
 from gpusched.daemon.store import Store
-from inproc import ME, FakeClock, box, make_box  # noqa: F401 - fixtures
-from test_cli_errors import assert_one_error_line
+
+from conftest import Home
+from inproc import ME, FakeClock
 
 USER = pwd.getpwuid(os.getuid()).pw_name
 
@@ -23,8 +24,11 @@ def queue(tmp_path_factory):
     """Six finished jobs, a-1 .. a-3 and b-1 .. b-3 interleaved, then a held one."""
     home = Home(tmp_path_factory.mktemp("last") / "home")
     home.write_config()
-    home.done = [home.submit("--gpus", "0", "--name", f"{kind}-{n}", "--", "true")
-                 for n in (1, 2, 3) for kind in "ab"]
+    home.done = [
+        home.submit("--gpus", "0", "--name", f"{kind}-{n}", "--", "true")
+        for n in (1, 2, 3)
+        for kind in "ab"
+    ]
     home.run("wait", *map(str, home.done))
     home.held = home.submit("--hold", "--name", "a-held", "--", "true")
     yield home
@@ -46,8 +50,9 @@ def test_last_counts_only_the_jobs_that_match(queue):
     a_done = queue.done[0::2]
     assert ids(queue, "--all", "--name", "a-*", "--last", "2") == [a_done[-1], queue.held]
     assert ids(queue, "--state", "succeeded", "--last", "2") == queue.done[-2:]
-    out = queue.script("ls", "--all", "--name", "b-*", "--last", "2",
-                       "--format", "jobid,name", "--noheader").stdout
+    out = queue.script(
+        "ls", "--all", "--name", "b-*", "--last", "2", "--format", "jobid,name", "--noheader"
+    ).stdout
     assert out.split() == [str(queue.done[3]), "b-2", str(queue.done[5]), "b-3"]
 
 
@@ -63,9 +68,22 @@ NOW = FakeClock().time()
 
 def finished_jobs(first_id: int, count: int) -> list[Job]:
     """Rows as the daemon stores a job that ran and succeeded."""
-    return [Job(id=i, command=("true",), cwd="/", uid=ME[1], user=USER, name=f"job-{i}",
-                state=JobState.SUCCEEDED, submitted_at=NOW - 3, started_at=NOW - 2, ended_at=NOW - 1,
-                exit_code=0) for i in range(first_id, first_id + count)]
+    return [
+        Job(
+            id=i,
+            command=("true",),
+            cwd="/",
+            uid=ME[1],
+            user=USER,
+            name=f"job-{i}",
+            state=JobState.SUCCEEDED,
+            submitted_at=NOW - 3,
+            started_at=NOW - 2,
+            ended_at=NOW - 1,
+            exit_code=0,
+        )
+        for i in range(first_id, first_id + count)
+    ]
 
 
 def fill(store: Store, count: int) -> None:
@@ -82,6 +100,7 @@ def count_rows_read(box, monkeypatch) -> list[int]:
         jobs = parse(rows)
         read[0] += len(jobs)
         return jobs
+
     monkeypatch.setattr(store, "_jobs", counting)
     return read
 
@@ -135,9 +154,19 @@ def test_ls_sends_last_only_when_given(monkeypatch, capsys):
 
         def stream(self, cmd, **args):  # `ls --all` and `--last` print pages as they come
             yield self.call_paged(cmd, **args)
+
     monkeypatch.setattr(jobviews, "Client", Recorder)
-    options = dict(all_jobs=True, expand=False, as_json=True, users=None, me=False,
-                   states=None, names=None, fields=None, noheader=False)
+    options = {
+        "all_jobs": True,
+        "expand": False,
+        "as_json": True,
+        "users": None,
+        "me": False,
+        "states": None,
+        "names": None,
+        "fields": None,
+        "noheader": False,
+    }
     jobviews.list_jobs(Screen(), **options, last=None)
     jobviews.list_jobs(Screen(), **options, last=5)
     assert "last" not in sent[0] and sent[1]["last"] == 5

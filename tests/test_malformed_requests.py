@@ -9,8 +9,9 @@ import struct
 
 import pytest
 
-from conftest import Home
 from gpusched.client import protocol
+
+from conftest import Home
 
 HEADER = struct.Struct(">I")
 JOB = {"command": ["true"]}
@@ -67,7 +68,10 @@ MALFORMED = {
     "dependency kind a list": ("submit", submit(dependencies=[[["afterok"], 1]])),
     "hold as text": ("submit", submit(hold="no")),
     "gpu index true": ("submit", submit(gpus=1, constraints={"gpu_ids": [True]})),
-    "capability true": ("submit", submit(gpus=1, constraints={"min_compute_capability": [True, 0]})),
+    "capability true": (
+        "submit",
+        submit(gpus=1, constraints={"min_compute_capability": [True, 0]}),
+    ),
     "misspelt field": ("submit", submit(gpu=1)),
     "command with NUL": ("submit", submit(command=["tr\0ue"])),
     "name with a lone surrogate": ("submit", submit(name="\ud800")),
@@ -142,13 +146,16 @@ def test_a_null_argument_or_field_is_one_not_given(daemon_home):
     assert ask(daemon_home, "cancel", ids=[job_id])["ok"]
 
 
-@pytest.mark.parametrize("body", [
-    b'{"cmd": "ping", "cmd": "stop"}',
-    b'{"cmd": "submit", "args": {"jobs": [{"command": ["true"], "hold": true, "hold": false}],'
-    b' "cwd": "/"}}',
-    b'{"cmd": "submit", "args": {"jobs": [{"command": ["true"], "hold": true}], "cwd": "/",'
-    b' "cwd": "/tmp"}}',
-])
+@pytest.mark.parametrize(
+    "body",
+    [
+        b'{"cmd": "ping", "cmd": "stop"}',
+        b'{"cmd": "submit", "args": {"jobs": [{"command": ["true"], "hold": true, "hold": false}],'
+        b' "cwd": "/"}}',
+        b'{"cmd": "submit", "args": {"jobs": [{"command": ["true"], "hold": true}], "cwd": "/",'
+        b' "cwd": "/tmp"}}',
+    ],
+)
 def test_a_key_given_twice_is_refused_at_any_depth(daemon_home, body):
     """json keeps the last of a key given twice: {"cmd":"ping","cmd":"stop"} stopped the
     daemon, and a proxy that checks the first value would be fooled."""

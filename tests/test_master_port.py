@@ -38,8 +38,10 @@ def test_two_daemons_never_give_one_port_to_two_jobs(make_home):
     for home in homes:
         (home.path / "go").touch()
     for home, job_id in zip(homes, jobs):
-        wait_until(lambda: (home.path / "listening").exists() or home.show(job_id)["state"] != "running",
-                   f"job {job_id} to listen on its port")
+        wait_until(
+            lambda: (home.path / "listening").exists() or home.show(job_id)["state"] != "running",  # noqa: B023 - called within this turn of the loop
+            f"job {job_id} to listen on its port",
+        )
         (home.path / "end").touch()
         job = home.wait_state(job_id, "succeeded", "failed")
         assert job["state"] == "succeeded", home.run("logs", "--stderr", str(job_id)).stdout

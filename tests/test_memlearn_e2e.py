@@ -27,23 +27,38 @@ FAST_POLL = '[daemon]\ngpu_poll_interval = "0.2s"\n'
 
 def test_cuda_oom_is_retried_with_more_gpu_memory(home):
     (home.path / "train.py").write_text(TRAIN)
-    proc = home.run("submit", "--wait", "--gpu-mem", "8G", "--retries", "2", "--retry-on",
-                    "gpu_oom", "--retry-delay", "0", "--", "python3", "train.py", check=False)
+    proc = home.run(
+        "submit",
+        "--wait",
+        "--gpu-mem",
+        "8G",
+        "--retries",
+        "2",
+        "--retry-on",
+        "gpu_oom",
+        "--retry-delay",
+        "0",
+        "--",
+        "python3",
+        "train.py",
+        check=False,
+    )
     assert proc.returncode == 0, proc.stderr
     job = home.json("ls", "--all")[0]
     job = home.show(job["id"])
     # 8 GiB x1.25 = 10 GiB: the second attempt fits.
     assert (job["state"], job["attempt"], job["gpu_mem_bytes"]) == ("succeeded", 2, 10 * GIB)
     shown = home.run("show", str(job["id"])).stdout
-    assert ("gpu_mem_reason=raised from 8.0 GiB to 10.0 GiB (x1.25) after attempt 1 ran out "
-            "of GPU memory") in shown
+    assert (
+        "gpu_mem_reason=raised from 8.0 GiB to 10.0 GiB (x1.25) after attempt 1 ran out "
+        "of GPU memory"
+    ) in shown
     assert "attempt 2 with 10737418240" in (home.path / job["stdout_path"]).read_text()
 
 
 def test_without_a_retry_the_job_ends_gpu_oom_and_wait_says_so(home):
     (home.path / "train.py").write_text(TRAIN)
-    proc = home.run("submit", "--wait", "--gpu-mem", "4G", "--", "python3", "train.py",
-                    check=False)
+    proc = home.run("submit", "--wait", "--gpu-mem", "4G", "--", "python3", "train.py", check=False)
     assert proc.returncode == 1  # the job's own exit status
     (job,) = home.json("ls", "--all")
     assert job["state"] == "gpu_oom" and "torch" in job["end_reason"]
@@ -63,8 +78,18 @@ def test_report_oom_from_the_job_api(home):
 def test_gpu_mem_auto_learns_from_history(home):
     home.write_config(FAST_POLL)
     hold = "while [ ! -e go ]; do sleep 0.05; done"
-    first = home.submit("--name", "resnet", "--gpu-mem", "40G", "--env",
-                        "GPUSCHED_SIM_MEM_USED=12G", "--", "sh", "-c", hold)
+    first = home.submit(
+        "--name",
+        "resnet",
+        "--gpu-mem",
+        "40G",
+        "--env",
+        "GPUSCHED_SIM_MEM_USED=12G",
+        "--",
+        "sh",
+        "-c",
+        hold,
+    )
     wait_until(lambda: home.show(first)["gpu_mem_peak_bytes"], "a GPU memory peak recorded")
     (home.path / "go").touch()
     home.wait_state(first, "succeeded")
@@ -85,8 +110,7 @@ def test_gpu_mem_auto_learns_from_history(home):
 
 
 def test_idle_gpus_are_flagged_in_ls_show_and_metrics(home):
-    home.write_config(FAST_POLL + '[idle]\nafter = "1s"\n'
-                      '[metrics]\nlisten = "127.0.0.1:0"\n')
+    home.write_config(FAST_POLL + '[idle]\nafter = "1s"\n[metrics]\nlisten = "127.0.0.1:0"\n')
     home.start()
     idle = home.submit("--gpus", "1", "--env", "GPUSCHED_SIM_UTIL_PCT=0", "--", "sleep", "600")
     busy = home.submit("--gpus", "1", "--", "sleep", "600")
@@ -109,23 +133,36 @@ def test_idle_gpus_are_flagged_in_ls_show_and_metrics(home):
 def test_idle_action_cancel_stops_idle_jobs_but_not_interactive_ones(home):
     home.write_config(FAST_POLL + '[idle]\nafter = "1s"\naction = "cancel"\nall_jobs = true\n')
     idle = home.submit("--gpus", "1", "--env", "GPUSCHED_SIM_UTIL_PCT=0", "--", "sleep", "600")
-    notebook = home.submit("--gpus", "1", "--interactive", "--env", "GPUSCHED_SIM_UTIL_PCT=0",
-                           "--", "sleep", "600")
+    notebook = home.submit(
+        "--gpus", "1", "--interactive", "--env", "GPUSCHED_SIM_UTIL_PCT=0", "--", "sleep", "600"
+    )
     job = home.wait_state(idle, "cancelled", "failed", "succeeded")
     assert job["state"] == "cancelled" and "idle GPUs" in job["end_reason"]
     # The notebook started after the idle job: on a loaded machine its own idle time may
     # not have passed yet when the first is cancelled.
-    kept = wait_until(lambda: (j := home.show(notebook))["gpu_idle_since"] and j,
-                      "the notebook flagged idle")
+    kept = wait_until(
+        lambda: (j := home.show(notebook))["gpu_idle_since"] and j, "the notebook flagged idle"
+    )
     assert kept["state"] == "running" and kept["interactive"] and not kept["cancelling"]
     assert json.loads(home.run("show", "--json", str(notebook)).stdout)["interactive"]
 
 
 def test_idle_action_requeue_sends_a_preemptible_job_back_to_the_queue(home):
     home.write_config(FAST_POLL + '[idle]\nafter = "1s"\naction = "requeue"\n')
-    job_id = home.submit("--gpus", "1", "--preemptible", "--preempt-grace", "1s", "--env",
-                         "GPUSCHED_SIM_UTIL_PCT=0", "--", "sleep", "600")
-    job = wait_until(lambda: (j := home.show(job_id))["restarts"] >= 1 and j,
-                     "the idle job requeued")
+    job_id = home.submit(
+        "--gpus",
+        "1",
+        "--preemptible",
+        "--preempt-grace",
+        "1s",
+        "--env",
+        "GPUSCHED_SIM_UTIL_PCT=0",
+        "--",
+        "sleep",
+        "600",
+    )
+    job = wait_until(
+        lambda: (j := home.show(job_id))["restarts"] >= 1 and j, "the idle job requeued"
+    )
     assert "requeued for idle GPUs" in job["requeue_reason"]
     assert job["state"] in ("pending", "running", "preempted")

@@ -9,11 +9,12 @@ import pytest
 
 from gpusched.core import gpuoom, memestimate
 from gpusched.core.errors import UsageError
-from inproc import box, make_box  # noqa: F401 - fixtures
 
 GIB = 2**30
-TORCH_OOM = ("Traceback (most recent call last):\n"
-             "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB\n")
+TORCH_OOM = (
+    "Traceback (most recent call last):\n"
+    "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB\n"
+)
 
 
 def _run_and_fail(box, job_id: int, log_text: str, code: int = 1) -> dict:
@@ -24,14 +25,23 @@ def _run_and_fail(box, job_id: int, log_text: str, code: int = 1) -> dict:
 
 
 # -- CUDA out of memory ---------------------------------------------------------------------
-@pytest.mark.parametrize("text, framework", [
-    (TORCH_OOM, "torch"),
-    ("RuntimeError: CUDA out of memory.\n", "torch"),
-    ("tensorflow.python.framework.errors_impl.ResourceExhaustedError: OOM when allocating "
-     "tensor with shape[1024]\n", "TensorFlow"),
-    ("jaxlib.xla_extension.XlaRuntimeError: RESOURCE_EXHAUSTED: Out of memory while trying "
-     "to allocate 123 bytes.\n", "JAX"),
-])
+@pytest.mark.parametrize(
+    "text, framework",
+    [
+        (TORCH_OOM, "torch"),
+        ("RuntimeError: CUDA out of memory.\n", "torch"),
+        (
+            "tensorflow.python.framework.errors_impl.ResourceExhaustedError: OOM when allocating "
+            "tensor with shape[1024]\n",
+            "TensorFlow",
+        ),
+        (
+            "jaxlib.xla_extension.XlaRuntimeError: RESOURCE_EXHAUSTED: Out of memory while trying "
+            "to allocate 123 bytes.\n",
+            "JAX",
+        ),
+    ],
+)
 def test_a_failed_run_with_a_frameworks_oom_message_ends_gpu_oom(box, text, framework):
     job_id = box.submit("--gpu-mem", "10G", "--", "python", "train.py")
     job = _run_and_fail(box, job_id, "step 1\n" + text)
@@ -68,12 +78,24 @@ def test_only_the_logs_tail_is_read(box):
 
 
 def test_retry_on_gpu_oom_raises_gpu_mem_by_the_growth(box):
-    job_id = box.submit("--gpu-mem", "20G", "--retries", "2", "--retry-on", "gpu_oom",
-                        "--retry-delay", "60", "--", "python", "train.py")
+    job_id = box.submit(
+        "--gpu-mem",
+        "20G",
+        "--retries",
+        "2",
+        "--retry-on",
+        "gpu_oom",
+        "--retry-delay",
+        "60",
+        "--",
+        "python",
+        "train.py",
+    )
     job = _run_and_fail(box, job_id, TORCH_OOM)
     assert (job["state"], job["attempt"], job["gpu_mem_bytes"]) == ("pending", 2, 25 * GIB)
-    assert job["gpu_mem_reason"] == ("raised from 20.0 GiB to 25.0 GiB (x1.25) after attempt 1 "
-                                     "ran out of GPU memory")
+    assert job["gpu_mem_reason"] == (
+        "raised from 20.0 GiB to 25.0 GiB (x1.25) after attempt 1 ran out of GPU memory"
+    )
     assert "ran out of GPU memory" in job["pending_reason"]
     box.step(60)
     assert job_id in box.running()
@@ -86,8 +108,21 @@ def test_retry_on_gpu_oom_raises_gpu_mem_by_the_growth(box):
 
 def test_mem_growth_and_the_largest_gpu_cap(make_box):
     box = make_box("2x40GiB")
-    job_id = box.submit("--gpu-mem", "16G", "--mem-growth", "2", "--retries", "3",
-                        "--retry-on", "gpu_oom", "--retry-delay", "0", "--", "python", "t.py")
+    job_id = box.submit(
+        "--gpu-mem",
+        "16G",
+        "--mem-growth",
+        "2",
+        "--retries",
+        "3",
+        "--retry-on",
+        "gpu_oom",
+        "--retry-delay",
+        "0",
+        "--",
+        "python",
+        "t.py",
+    )
     job = _run_and_fail(box, job_id, TORCH_OOM)
     assert job["gpu_mem_bytes"] == 32 * GIB and "(x2)" in job["gpu_mem_reason"]
     # 64 GiB is more than a 40 GiB GPU can give: the next attempt gets a whole GPU.
@@ -113,8 +148,17 @@ def test_bad_mem_growth_is_one_clear_error(box):
 
 # -- estimates from history -------------------------------------------------------------------
 def _succeed_with_peak(box, name: str, peak: str) -> int:
-    job_id = box.submit("--name", name, "--gpu-mem", "70G", "--env",
-                        f"GPUSCHED_SIM_MEM_USED={peak}", "--", "python", "train.py")
+    job_id = box.submit(
+        "--name",
+        name,
+        "--gpu-mem",
+        "70G",
+        "--env",
+        f"GPUSCHED_SIM_MEM_USED={peak}",
+        "--",
+        "python",
+        "train.py",
+    )
     box.step()
     box.step(box.daemon.settings.gpu_poll_interval_s)  # a GPU reading records its peak
     assert box.exit(job_id, 0)["state"] == "succeeded"
@@ -125,8 +169,9 @@ def test_gpu_mem_auto_without_history_is_a_whole_gpu(box):
     job_id = box.submit("--name", "fresh", "--gpu-mem", "auto", "--", "python", "train.py")
     job = box.show(job_id)
     assert (job["gpus_requested"], job["gpu_mem_bytes"]) == (1, None)
-    assert job["gpu_mem_reason"] == ("no earlier successful run of this job recorded a GPU "
-                                     "peak: a whole GPU")
+    assert job["gpu_mem_reason"] == (
+        "no earlier successful run of this job recorded a GPU peak: a whole GPU"
+    )
 
 
 def test_gpu_mem_auto_is_the_p95_of_peaks_plus_margin(box):
@@ -143,8 +188,17 @@ def test_gpu_mem_auto_is_the_p95_of_peaks_plus_margin(box):
 
 def test_an_estimate_reads_only_successful_runs_of_the_same_user_and_key(box):
     _succeed_with_peak(box, "train", "10G")
-    failed = box.submit("--name", "train", "--gpu-mem", "70G", "--env",
-                        "GPUSCHED_SIM_MEM_USED=60G", "--", "python", "train.py")
+    failed = box.submit(
+        "--name",
+        "train",
+        "--gpu-mem",
+        "70G",
+        "--env",
+        "GPUSCHED_SIM_MEM_USED=60G",
+        "--",
+        "python",
+        "train.py",
+    )
     box.step()
     box.step(box.daemon.settings.gpu_poll_interval_s)
     box.exit(failed, 1)
@@ -163,8 +217,9 @@ def test_an_unnamed_job_is_keyed_by_its_normalized_command(box):
 
 def test_an_estimate_as_large_as_the_gpu_is_a_whole_gpu(make_box):
     box = make_box("1x40GiB")
-    _succeed_with_peak_small = box.submit("--name", "big", "--gpu-mem", "39G", "--env",
-                                          "GPUSCHED_SIM_MEM_USED=39G", "--", "true")
+    _succeed_with_peak_small = box.submit(
+        "--name", "big", "--gpu-mem", "39G", "--env", "GPUSCHED_SIM_MEM_USED=39G", "--", "true"
+    )
     box.step()
     box.step(box.daemon.settings.gpu_poll_interval_s)
     box.exit(_succeed_with_peak_small, 0)
@@ -173,12 +228,13 @@ def test_an_estimate_as_large_as_the_gpu_is_a_whole_gpu(make_box):
 
 
 # -- idle GPUs ----------------------------------------------------------------------------
-IDLE = "[idle]\nafter = \"10m\"\n"
+IDLE = '[idle]\nafter = "10m"\n'
 
 
 def _idle_job(box, *options: str) -> int:
-    job_id = box.submit("--gpus", "1", "--env", "GPUSCHED_SIM_UTIL_PCT=0", *options,
-                        "--", "python", "nb.py")
+    job_id = box.submit(
+        "--gpus", "1", "--env", "GPUSCHED_SIM_UTIL_PCT=0", *options, "--", "python", "nb.py"
+    )
     box.step()
     assert job_id in box.running()
     return job_id
@@ -214,7 +270,7 @@ def test_idle_is_off_by_default(box):
 
 
 def test_idle_cancel_applies_to_all_jobs_when_the_admin_says_so(make_box):
-    box = make_box(config=IDLE + "action = \"cancel\"\nall_jobs = true\n")
+    box = make_box(config=IDLE + 'action = "cancel"\nall_jobs = true\n')
     job_id = _idle_job(box)
     notebook = _idle_job(box, "--interactive")
     _poll(box, 11)
@@ -226,7 +282,7 @@ def test_idle_cancel_applies_to_all_jobs_when_the_admin_says_so(make_box):
 
 
 def test_idle_cancel_leaves_jobs_that_are_not_preemptible_only_warned(make_box):
-    box = make_box(config=IDLE + "action = \"cancel\"\n")
+    box = make_box(config=IDLE + 'action = "cancel"\n')
     job_id = _idle_job(box)
     _poll(box, 11)
     assert not box.shims.signals and box.show(job_id)["state"] == "running"
@@ -234,7 +290,7 @@ def test_idle_cancel_leaves_jobs_that_are_not_preemptible_only_warned(make_box):
 
 
 def test_idle_requeue_stops_a_preemptible_job_and_queues_it_again(make_box):
-    box = make_box(config=IDLE + "action = \"requeue\"\n")
+    box = make_box(config=IDLE + 'action = "requeue"\n')
     job_id = _idle_job(box, "--preemptible", "--preempt-grace", "30s")
     other = _idle_job(box)  # not preemptible: only warned
     _poll(box, 11)

@@ -13,8 +13,15 @@ import psutil
 import pytest
 
 from conftest import Home, wait_until
-from metrics_scrape import (PROMTOOL, SECRET_ARG, SECRET_NAME, metrics_url, needs_promtool,
-                            scrape, serving_home)
+from metrics_scrape import (
+    PROMTOOL,
+    SECRET_ARG,
+    SECRET_NAME,
+    metrics_url,
+    needs_promtool,
+    scrape,
+    serving_home,
+)
 
 GPU = ("gpu", "uuid")
 JOB = ("job_id", "user")
@@ -104,13 +111,15 @@ def test_the_queue_running_jobs_and_gpus_as_scraped(served):
     assert m.value("gpusched_jobs", state="pending") == 1
     assert m.value("gpusched_jobs_ended_total", state="lost") == 0  # each final state: 0
     pending = [j for j in jobs.values() if j["state"] == "pending"]
-    assert m.value("gpusched_queue_oldest_pending_submit_timestamp_seconds") == \
-        pytest.approx(pending[0]["submitted_at"])
+    assert m.value("gpusched_queue_oldest_pending_submit_timestamp_seconds") == pytest.approx(
+        pending[0]["submitted_at"]
+    )
     first = str(running[0])
     assert m.value("gpusched_job_progress_ratio", job_id=first) == 0.25
     assert m.value("gpusched_job_gpu_memory_requested_bytes", job_id=first) == 20 * 2**30
-    assert {labels["job_id"] for labels, _ in m.samples("gpusched_job_gpus")} == \
-        {str(i) for i in running}
+    assert {labels["job_id"] for labels, _ in m.samples("gpusched_job_gpus")} == {
+        str(i) for i in running
+    }
     assert [v for _, v in m.samples("gpusched_gpu_up")] == [1.0, 1.0]
     assert m.value("gpusched_gpu_memory_total_bytes", gpu="0") == 80 * 2**30
     assert m.value("gpusched_metrics_job_series_dropped") == 0
@@ -119,19 +128,23 @@ def test_the_queue_running_jobs_and_gpus_as_scraped(served):
 @needs_promtool
 def test_promtool_check_metrics_passes_on_a_real_scrape(served):
     text = scrape(served[1]).text
-    check = subprocess.run([PROMTOOL, "check", "metrics"], input=text, capture_output=True,
-                           text=True, timeout=60)
+    check = subprocess.run(
+        [PROMTOOL, "check", "metrics"], input=text, capture_output=True, text=True, timeout=60
+    )
     assert (check.returncode, check.stdout, check.stderr) == (0, "", "")
 
 
 @needs_promtool
 def test_promtool_flags_what_the_naming_rules_forbid():
     """The check above can fail: promtool does object to names in MiB and bare counters."""
-    bad = ("# HELP gpu_memory_used_MiB x\n# TYPE gpu_memory_used_MiB gauge\n"
-           "gpu_memory_used_MiB 1\n# HELP jobs_started x\n# TYPE jobs_started counter\n"
-           "jobs_started 1\n")
-    check = subprocess.run([PROMTOOL, "check", "metrics"], input=bad, capture_output=True,
-                           text=True, timeout=60)
+    bad = (
+        "# HELP gpu_memory_used_MiB x\n# TYPE gpu_memory_used_MiB gauge\n"
+        "gpu_memory_used_MiB 1\n# HELP jobs_started x\n# TYPE jobs_started counter\n"
+        "jobs_started 1\n"
+    )
+    check = subprocess.run(
+        [PROMTOOL, "check", "metrics"], input=bad, capture_output=True, text=True, timeout=60
+    )
     assert check.returncode != 0
 
 
@@ -155,10 +168,11 @@ def test_a_taken_port_leaves_the_daemon_running_and_says_why(home):
         assert home.wait_state(job, "succeeded")
 
 
-@pytest.mark.parametrize("listen", ['"19400"', '"localhost:"', '"127.0.0.1:99999"',
-                                    '"host:port"', "19400"])
+@pytest.mark.parametrize(
+    "listen", ['"19400"', '"localhost:"', '"127.0.0.1:99999"', '"host:port"', "19400"]
+)
 def test_a_bad_listen_address_is_one_line_naming_the_key(home: Home, listen: str):
-    home.write_config(f'[metrics]\nlisten = {listen}\n')
+    home.write_config(f"[metrics]\nlisten = {listen}\n")
     proc = home.run("daemon", "start", check=False)
     assert proc.returncode == 1
     lines = proc.stderr.strip().splitlines()

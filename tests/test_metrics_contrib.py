@@ -64,7 +64,9 @@ def test_the_dashboard_imports_as_is_with_a_datasource_variable():
     variables = model["templating"]["list"]
     assert [v["name"] for v in variables if v["type"] == "datasource"] == ["datasource"]
     assert {v["name"]: v["allValue"] for v in variables if v["type"] == "query"} == {
-        "job": ".+", "instance": ".+"}
+        "job": ".+",
+        "instance": ".+",
+    }
     ids = [p["id"] for p in model["panels"]]
     assert len(ids) == len(set(ids))
     for panel in panels():
@@ -86,11 +88,19 @@ def test_every_query_picks_the_job_and_instance_and_a_rate_interval():
 
 def test_the_dashboard_shows_what_the_issue_lists():
     queried = set().union(*map(series_in, dashboard_exprs()))
-    assert {"gpusched_gpu_memory_used_bytes", "gpusched_gpu_memory_reserved_bytes",
-            "gpusched_gpu_memory_total_bytes", "gpusched_gpu_utilization_ratio",
-            "gpusched_jobs", "gpusched_job_wait_seconds_bucket", "gpusched_user_jobs",
-            "gpusched_job_gpu_memory_used_bytes", "gpusched_job_gpu_memory_requested_bytes",
-            "gpusched_loop_lag_seconds", "gpusched_nvml_up"} <= queried
+    assert {
+        "gpusched_gpu_memory_used_bytes",
+        "gpusched_gpu_memory_reserved_bytes",
+        "gpusched_gpu_memory_total_bytes",
+        "gpusched_gpu_utilization_ratio",
+        "gpusched_jobs",
+        "gpusched_job_wait_seconds_bucket",
+        "gpusched_user_jobs",
+        "gpusched_job_gpu_memory_used_bytes",
+        "gpusched_job_gpu_memory_requested_bytes",
+        "gpusched_loop_lag_seconds",
+        "gpusched_nvml_up",
+    } <= queried
 
 
 def test_every_series_the_dashboard_queries_is_in_a_real_scrape(served_series):
@@ -105,9 +115,16 @@ def test_every_series_the_alerts_query_is_in_a_real_scrape(served_series):
 
 def test_the_alerts_cover_what_the_issue_lists():
     assert set(alert_rules()) == {
-        "GpuschedDown", "GpuschedNvmlFailing", "GpuschedGpuReadsStale", "GpuschedGpuLost",
-        "GpuschedGpuMemoryHeldOutside", "GpuschedJobOverMemoryRequest", "GpuschedJobGpuIdle",
-        "GpuschedOldestPendingJobTooOld", "GpuschedJobWaitP95High"}
+        "GpuschedDown",
+        "GpuschedNvmlFailing",
+        "GpuschedGpuReadsStale",
+        "GpuschedGpuLost",
+        "GpuschedGpuMemoryHeldOutside",
+        "GpuschedJobOverMemoryRequest",
+        "GpuschedJobGpuIdle",
+        "GpuschedOldestPendingJobTooOld",
+        "GpuschedJobWaitP95High",
+    }
 
 
 def test_every_alert_has_a_unit_test_file_that_fires_it_and_keeps_it_quiet():
@@ -117,14 +134,16 @@ def test_every_alert_has_a_unit_test_file_that_fires_it_and_keeps_it_quiet():
         text = test.read_text(encoding="utf-8")
         assert f"alertname: {name}" in text and "exp_alerts: []" in text
         assert "exp_labels:" in text and "exp_annotations:" in text
-    assert {p.name for p in ALERT_TESTS.glob("*.test.yml")} == \
-        {f"{name}.test.yml" for name in alert_rules()}
+    assert {p.name for p in ALERT_TESTS.glob("*.test.yml")} == {
+        f"{name}.test.yml" for name in alert_rules()
+    }
 
 
 @needs_promtool
 def test_promtool_checks_the_alert_rules():
-    check = subprocess.run([PROMTOOL, "check", "rules", str(ALERTS)], capture_output=True,
-                           text=True, timeout=60)
+    check = subprocess.run(
+        [PROMTOOL, "check", "rules", str(ALERTS)], capture_output=True, text=True, timeout=60
+    )
     assert check.returncode == 0, check.stdout + check.stderr
     assert f"SUCCESS: {len(alert_rules())} rules found" in check.stdout
 
@@ -132,8 +151,9 @@ def test_promtool_checks_the_alert_rules():
 @needs_promtool
 def test_promtool_runs_every_alert_s_unit_tests():
     files = sorted(str(p) for p in ALERT_TESTS.glob("*.test.yml"))
-    run = subprocess.run([PROMTOOL, "test", "rules", *files], capture_output=True, text=True,
-                         timeout=120)
+    run = subprocess.run(
+        [PROMTOOL, "test", "rules", *files], capture_output=True, text=True, timeout=120
+    )
     assert run.returncode == 0, run.stdout + run.stderr
     assert run.stdout.count("SUCCESS") == len(files)
 
@@ -143,11 +163,13 @@ def test_every_dashboard_query_is_valid_promql(tmp_path: Path):
     """Each query as a recording rule (the variables given values), for promtool to parse."""
     lines = ["groups:", "  - name: dashboard", "    rules:"]
     for i, expr in enumerate(dashboard_exprs()):
-        concrete = (expr.replace("$__rate_interval", "5m").replace("$job", ".+")
-                    .replace("$instance", ".+"))
+        concrete = (
+            expr.replace("$__rate_interval", "5m").replace("$job", ".+").replace("$instance", ".+")
+        )
         lines += [f"      - record: dashboard:query{i}", f"        expr: {json.dumps(concrete)}"]
     rules = tmp_path / "dashboard-rules.yml"
     rules.write_text("\n".join(lines) + "\n")
-    check = subprocess.run([PROMTOOL, "check", "rules", str(rules)], capture_output=True,
-                           text=True, timeout=60)
+    check = subprocess.run(
+        [PROMTOOL, "check", "rules", str(rules)], capture_output=True, text=True, timeout=60
+    )
     assert check.returncode == 0, check.stdout + check.stderr

@@ -6,15 +6,17 @@ from __future__ import annotations
 
 import pytest
 
-from fake_nvml import FakeDriver, fake_nvml, make_gpu
+from gpusched.core.errors import StoreWriteError
 from gpusched.core.models import Inventory
 from gpusched.daemon.metrics import make_registry
 from gpusched.daemon.telemetry import END_STATES
 from gpusched.gpus.nvml import NvmlBackend
-from inproc import Box, make_box
+
+from fake_nvml import FakeDriver, fake_nvml, make_gpu
+from inproc import Box
 from metrics_scrape import Scrape, scrape_registry
 
-__all__ = ["fake_nvml", "make_box"]  # the fixtures, imported so that pytest finds them here
+__all__ = ["fake_nvml"]  # the fixture, imported so that pytest finds it here
 
 
 def scrape_box(box: Box) -> Scrape:
@@ -33,12 +35,17 @@ def test_starts_and_ends_are_counted_by_final_state(make_box):
     started = m.value("gpusched_jobs_started_total")
     assert m.value("gpusched_jobs_submitted_total") == 3
     assert {s: m.value("gpusched_jobs_ended_total", state=s) for s in END_STATES} == {
-        **dict.fromkeys(END_STATES, 0.0), "succeeded": 1, "failed": 1, "cancelled": 1}
+        **dict.fromkeys(END_STATES, 0.0),
+        "succeeded": 1,
+        "failed": 1,
+        "cancelled": 1,
+    }
     assert m.value("gpusched_job_wait_seconds_count") == started
     # Every job that started has ended; a job cancelled before it started has no run time.
     assert m.value("gpusched_job_run_seconds_count") == started
-    assert m.value("gpusched_jobs", state="running") == m.value("gpusched_jobs",
-                                                                state="pending") == 0
+    assert (
+        m.value("gpusched_jobs", state="running") == m.value("gpusched_jobs", state="pending") == 0
+    )
 
 
 def test_wait_and_run_times_are_the_clock_s(make_box):
@@ -80,8 +87,9 @@ def test_a_retry_is_another_start_but_not_another_wait_or_end(make_box):
 def test_every_queue_state_is_present_and_counted_by_user(make_box):
     box = make_box("1x80GiB")
     m = scrape_box(box)
-    assert m.value("gpusched_jobs", state="pending") == m.value("gpusched_jobs",
-                                                                state="running") == 0
+    assert (
+        m.value("gpusched_jobs", state="pending") == m.value("gpusched_jobs", state="running") == 0
+    )
     assert m.samples("gpusched_user_jobs") == []
     assert m.value("gpusched_queue_oldest_pending_submit_timestamp_seconds") is None
     running = box.submit("--gpus", "1", "--", "true")
@@ -96,8 +104,11 @@ def test_every_queue_state_is_present_and_counted_by_user(make_box):
     assert m.value("gpusched_user_jobs", state="pending") == 2
     assert m.value("gpusched_user_jobs", state="running") == 1
     # A job on hold is not what makes a queue look stuck.
-    assert m.value("gpusched_queue_oldest_pending_submit_timestamp_seconds") == \
-        box.show(waiting)["submitted_at"] != box.show(held)["submitted_at"]
+    assert (
+        m.value("gpusched_queue_oldest_pending_submit_timestamp_seconds")
+        == box.show(waiting)["submitted_at"]
+        != box.show(held)["submitted_at"]
+    )
 
 
 def test_per_job_series_are_capped_and_the_rest_counted(make_box):
@@ -153,6 +164,7 @@ def test_a_failing_gpu_read_shows_as_nvml_down_and_counts(make_box, monkeypatch)
 
     def broken(running=()):
         raise RuntimeError("NVML Shared Library Not Found")
+
     monkeypatch.setattr(box.daemon.backend, "read", broken)
     box.clock.advance(5)
     box.daemon.read_gpus()
@@ -197,7 +209,7 @@ def test_loop_lag_is_how_long_the_current_turn_has_run(make_box):
 def test_a_failed_write_counts_nothing(make_box):
     box = make_box("1x80GiB")
     with box.failing_writes():
-        with pytest.raises(Exception):
+        with pytest.raises(StoreWriteError):
             box.submit("--gpus", "1", "--", "true")
     m = scrape_box(box)
     assert m.value("gpusched_jobs_submitted_total") == 0

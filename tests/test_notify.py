@@ -4,12 +4,12 @@ real hook processes, a real HTTP server on a free local port."""
 from __future__ import annotations
 
 import json
-import os
 import socket
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, HTTPServer
 from pathlib import Path
+from typing import ClassVar
 
 import pytest
 
@@ -36,15 +36,25 @@ def test_a_hook_gets_the_job_as_env_and_json_and_never_runs_its_name(home, tmp_p
     out = tmp_path / "out"
     out.mkdir()
     hook = executable(tmp_path / "record.sh", RECORDER)
-    home.write_config(f'[[notify]]\nevents = ["start", "end", "fail"]\n'
-                      f'command = ["{hook}", "{out}"]\nlog_lines = 5\n')
+    home.write_config(
+        f'[[notify]]\nevents = ["start", "end", "fail"]\n'
+        f'command = ["{hook}", "{out}"]\nlog_lines = 5\n'
+    )
     name = HOSTILE_NAME
-    job = home.submit("--name", name, "--", "sh", "-c",
-                      "echo one; echo two; echo Traceback >&2; echo boom >&2; exit 3",
-                      "$(touch PWNED4)")
+    job = home.submit(
+        "--name",
+        name,
+        "--",
+        "sh",
+        "-c",
+        "echo one; echo two; echo Traceback >&2; echo boom >&2; exit 3",
+        "$(touch PWNED4)",
+    )
     home.wait_state(job, "failed")
-    wait_until(lambda: (out / "stdin-fail").exists() and notify_log(home).count("\n") >= 3,
-               "the three hook runs")
+    wait_until(
+        lambda: (out / "stdin-fail").exists() and notify_log(home).count("\n") >= 3,
+        "the three hook runs",
+    )
     event = json.loads((out / "stdin-fail").read_text())
     assert event["event"] == "fail" and event["job"]["id"] == job
     assert event["job"]["name"] == name and event["job"]["exit_code"] == 3
@@ -53,8 +63,9 @@ def test_a_hook_gets_the_job_as_env_and_json_and_never_runs_its_name(home, tmp_p
     env = (out / "env-fail").read_text()
     assert f"GPUSCHED_JOB_ID={job}\n" in env and "GPUSCHED_JOB_STATE=failed\n" in env
     assert "GPUSCHED_JOB_EXIT_CODE=3\n" in env and "GPUSCHED_EVENT=fail\n" in env
-    assert {p.name for p in out.iterdir()} == {f"{k}-{e}" for k in ("env", "stdin")
-                                               for e in ("start", "end", "fail")}
+    assert {p.name for p in out.iterdir()} == {
+        f"{k}-{e}" for k in ("env", "stdin") for e in ("start", "end", "fail")
+    }
     executed = [*tmp_path.rglob("PWNED*"), *Path("/").glob("PWNED*")]
     assert not executed, "a job's name or command was executed"
     assert f"job {job} fail -> {hook}: exit 0" in notify_log(home)
@@ -63,28 +74,33 @@ def test_a_hook_gets_the_job_as_env_and_json_and_never_runs_its_name(home, tmp_p
 def test_a_slow_hook_blocks_nothing_and_its_timeout_kills_its_group(home, tmp_path):
     pids = tmp_path / "pids"
     hook = executable(tmp_path / "slow.sh", f"#!/bin/sh\nsleep 300 &\necho $! >> {pids}\nwait\n")
-    home.write_config(f'[[notify]]\nevents = ["end"]\ncommand = ["{hook}"]\n'
-                      'timeout = "20s"\n')
+    home.write_config(f'[[notify]]\nevents = ["end"]\ncommand = ["{hook}"]\ntimeout = "20s"\n')
     first = home.submit("--", "true")
     home.wait_state(first, "succeeded")
-    sleeper = int(wait_until(lambda: pids.exists() and pids.read_text().strip(),
-                             "the hook's background sleep"))
+    sleeper = int(
+        wait_until(
+            lambda: pids.exists() and pids.read_text().strip(), "the hook's background sleep"
+        )
+    )
     # While the hook runs, the daemon answers and starts and ends other jobs.
     second = home.submit("--", "true")
     home.wait_state(second, "succeeded")
     assert not is_gone(sleeper), "the hook ended before the second job: the test proves nothing"
-    wait_until(lambda: f"job {first} end -> {hook}: timeout after 20 s" in notify_log(home),
-               "the hook's timeout", timeout=90)
+    wait_until(
+        lambda: f"job {first} end -> {hook}: timeout after 20 s" in notify_log(home),
+        "the hook's timeout",
+        timeout=90,
+    )
     wait_until(lambda: is_gone(sleeper), "the hook's whole process group to be killed")
 
 
 class Receiver(BaseHTTPRequestHandler):
     """A chat webhook that fails with 503 first, then takes the posts."""
 
-    statuses: list[int] = []
-    bodies: list[dict] = []
+    statuses: ClassVar[list[int]] = []
+    bodies: ClassVar[list[dict]] = []
 
-    def do_POST(self) -> None:  # noqa: N802 - http.server's name
+    def do_POST(self) -> None:
         length = int(self.headers["Content-Length"])
         type(self).bodies.append(json.loads(self.rfile.read(length)))
         status = type(self).statuses.pop(0) if type(self).statuses else 200
@@ -117,15 +133,18 @@ def test_a_webhook_gets_escaped_text_and_is_retried_after_a_503(home, receiver):
     assert body["event"] == "fail" and body["job"]["id"] == job
     assert "&lt;!channel&gt; &amp; co" in body["text"] and "<!channel>" not in body["text"]
     log = wait_until(lambda: "HTTP 200" in notify_log(home) and notify_log(home), "the log")
-    assert f"job {job} fail -> http://127.0.0.1:{server.server_port}/…: HTTP 200 after 2 tries" in log
+    assert (
+        f"job {job} fail -> http://127.0.0.1:{server.server_port}/…: HTTP 200 after 2 tries" in log
+    )
     assert "secret-token" not in log
 
 
 def test_a_webhook_answering_404_is_not_retried(home, receiver):
     server, handler = receiver
     handler.statuses[:] = [404]
-    home.write_config(f'[[notify]]\nevents = ["end"]\n'
-                      f'url = "http://127.0.0.1:{server.server_port}/gone"\n')
+    home.write_config(
+        f'[[notify]]\nevents = ["end"]\nurl = "http://127.0.0.1:{server.server_port}/gone"\n'
+    )
     job = home.submit("--", "true")
     home.wait_state(job, "succeeded")
     wait_until(lambda: "given up" in notify_log(home), "the post to be given up")
@@ -145,13 +164,18 @@ def test_a_job_pending_too_long_is_told_once(make_home, tmp_path):
     out.mkdir()
     hook = executable(tmp_path / "record.sh", RECORDER)
     gate = tmp_path / "gate"
-    home.write_config(f'[[notify]]\nevents = ["pending_longer_than"]\n'
-                      f'pending_longer_than = "1s"\ncommand = ["{hook}", "{out}"]\n')
-    blocker = home.submit("--gpus", "1", "--", "sh", "-c", f"while [ ! -e {gate} ]; do "
-                          "sleep 0.1; done")
+    home.write_config(
+        f'[[notify]]\nevents = ["pending_longer_than"]\n'
+        f'pending_longer_than = "1s"\ncommand = ["{hook}", "{out}"]\n'
+    )
+    blocker = home.submit(
+        "--gpus", "1", "--", "sh", "-c", f"while [ ! -e {gate} ]; do sleep 0.1; done"
+    )
     waiting = home.submit("--gpus", "1", "--", "true")
-    wait_until(lambda: f"job {waiting} pending_longer_than" in notify_log(home),
-               "the pending job's notification")
+    wait_until(
+        lambda: f"job {waiting} pending_longer_than" in notify_log(home),
+        "the pending job's notification",
+    )
     event = json.loads((out / "stdin-pending_longer_than").read_text())
     assert event["job"]["id"] == waiting and event["job"]["state"] == "pending"
     gate.touch()
@@ -162,20 +186,26 @@ def test_a_job_pending_too_long_is_told_once(make_home, tmp_path):
 
 def peak_rss_bytes(pid: int) -> int:
     """The process's peak resident memory (VmHWM): a high-water mark, not a sample."""
-    line = next(x for x in Path(f"/proc/{pid}/status").read_text().splitlines()
-                if x.startswith("VmHWM:"))
+    line = next(
+        x for x in Path(f"/proc/{pid}/status").read_text().splitlines() if x.startswith("VmHWM:")
+    )
     return int(line.split()[1]) * 1024
 
 
 def test_a_hook_that_prints_a_gigabyte_costs_the_daemon_no_memory(home):
-    home.write_config('[[notify]]\nevents = ["end"]\ncommand = ["sh", "-c", "head -c 1G '
-                      '/dev/zero; echo; echo printed it all; exit 4"]\n')
+    home.write_config(
+        '[[notify]]\nevents = ["end"]\ncommand = ["sh", "-c", "head -c 1G '
+        '/dev/zero; echo; echo printed it all; exit 4"]\n'
+    )
     daemon = home.start()
     before = peak_rss_bytes(daemon)
     job = home.submit("--", "true")
     home.wait_state(job, "succeeded")
-    wait_until(lambda: f"job {job} end -> sh: exit 4 printed it all" in notify_log(home),
-               "the hook's end, with the last line it printed", timeout=120)
+    wait_until(
+        lambda: f"job {job} end -> sh: exit 4 printed it all" in notify_log(home),
+        "the hook's end, with the last line it printed",
+        timeout=120,
+    )
     grown = peak_rss_bytes(daemon) - before
     assert grown < 64 * 1024 * 1024, f"the daemon's peak memory grew by {grown} bytes"
 
@@ -222,20 +252,29 @@ def dripping():
     server.server.close()
 
 
-def test_a_dripping_webhook_is_cut_off_and_later_notifications_still_go_out(home, dripping,
-                                                                             tmp_path):
+def test_a_dripping_webhook_is_cut_off_and_later_notifications_still_go_out(
+    home, dripping, tmp_path
+):
     out = tmp_path / "out"
     out.mkdir()
     hook = executable(tmp_path / "mark.sh", '#!/bin/sh\ntouch "$1/$GPUSCHED_JOB_ID"\n')
-    home.write_config(f'[[notify]]\nevents = ["end"]\nurl = "http://127.0.0.1:{dripping.port}/x"'
-                      '\ntimeout = "2s"\nretries = 0\n\n'
-                      f'[[notify]]\nevents = ["end"]\ncommand = ["{hook}", "{out}"]\n')
+    home.write_config(
+        f'[[notify]]\nevents = ["end"]\nurl = "http://127.0.0.1:{dripping.port}/x"'
+        '\ntimeout = "2s"\nretries = 0\n\n'
+        f'[[notify]]\nevents = ["end"]\ncommand = ["{hook}", "{out}"]\n'
+    )
     jobs = [home.submit("--", "true") for _ in range(6)]  # more posts than threads
     for job in jobs:
         home.wait_state(job, "succeeded")
-    wait_until(lambda: all((out / str(job)).exists() for job in jobs),
-               "every job's hook, after the dripping posts")
-    wait_until(lambda: notify_log(home).count("(cut off) after 1 try, given up") == len(jobs),
-               "every post to be cut off at its deadline")
-    wait_until(lambda: dripping.cut_off == dripping.posts == len(jobs),
-               "the server to see each connection closed")
+    wait_until(
+        lambda: all((out / str(job)).exists() for job in jobs),
+        "every job's hook, after the dripping posts",
+    )
+    wait_until(
+        lambda: notify_log(home).count("(cut off) after 1 try, given up") == len(jobs),
+        "every post to be cut off at its deadline",
+    )
+    wait_until(
+        lambda: dripping.cut_off == dripping.posts == len(jobs),
+        "the server to see each connection closed",
+    )

@@ -15,7 +15,6 @@ from gpusched.daemon.notifyqueue import FairQueue
 from gpusched.proc.hookrun import OUTPUT_KEPT_BYTES, run_hook
 
 from conftest import is_gone, wait_until
-from inproc import make_box  # noqa: F401 - fixtures
 
 ALL = '["start", "end", "fail", "timeout", "oom", "lost"]'
 
@@ -24,7 +23,8 @@ def notified(box) -> list[tuple[str, int]]:
     """What the box's notifier would send from now on: (event, job id)."""
     seen: list[tuple[str, int]] = []
     box.daemon.state.notifier.dispatch = lambda rule, event: seen.append(
-        (event["event"], event["job"]["id"]))
+        (event["event"], event["job"]["id"])
+    )
     return seen
 
 
@@ -85,8 +85,9 @@ def test_nothing_is_sent_for_a_change_that_was_not_committed(make_box):
 
 
 def test_pending_longer_than_tells_once_and_skips_held_jobs(make_box):
-    box = make_box("1x80GiB", config=config('["pending_longer_than"]',
-                                            'pending_longer_than = "1h"'))
+    box = make_box(
+        "1x80GiB", config=config('["pending_longer_than"]', 'pending_longer_than = "1h"')
+    )
     seen = notified(box)
     box.submit("--gpus", "1", "--", "holder")
     waiting = box.submit("--gpus", "1", "--", "waiting")
@@ -103,21 +104,33 @@ def test_hostile_names_stay_data():
     from gpusched.core.models import Job, JobState
 
     name = "<!channel> $(touch x) 'a\"\nb\0c"
-    job = Job(id=7, command=("sh", "-c", "$(rm -rf ~)"), cwd="/", uid=1, user="al",
-              name=name, state=JobState.FAILED, exit_code=1, submitted_at=1.0)
+    job = Job(
+        id=7,
+        command=("sh", "-c", "$(rm -rf ~)"),
+        cwd="/",
+        uid=1,
+        user="al",
+        name=name,
+        state=JobState.FAILED,
+        exit_code=1,
+        submitted_at=1.0,
+    )
     event = event_body("fail", job, 2.0, "ws1")
     assert "&lt;!channel&gt;" in chat_text(event) and "<!" not in chat_text(event)
     assert hook_env(event)["GPUSCHED_JOB_NAME"] == name  # NULs go when the hook is run
 
 
-@pytest.mark.parametrize("entry, message", [
-    ({"events": ["end"], "command": "notify-send done"}, "write it as an argv list"),
-    ({"events": ["finish"], "command": ["x"]}, "'finish' is not one of: start, end"),
-    ({"events": ["end"]}, "has neither 'command' nor 'url'"),
-    ({"events": ["end"], "url": "ftp://x"}, "http:// or https://"),
-    ({"events": ["pending_longer_than"], "command": ["x"]}, "go together"),
-    ({"events": ["end"], "command": ["x"], "timout": "1s"}, "unknown key 'timout'"),
-])
+@pytest.mark.parametrize(
+    "entry, message",
+    [
+        ({"events": ["end"], "command": "notify-send done"}, "write it as an argv list"),
+        ({"events": ["finish"], "command": ["x"]}, "'finish' is not one of: start, end"),
+        ({"events": ["end"]}, "has neither 'command' nor 'url'"),
+        ({"events": ["end"], "url": "ftp://x"}, "http:// or https://"),
+        ({"events": ["pending_longer_than"], "command": ["x"]}, "go together"),
+        ({"events": ["end"], "command": ["x"], "timout": "1s"}, "unknown key 'timout'"),
+    ],
+)
 def test_bad_entries_name_the_entry_and_the_key(entry, message):
     with pytest.raises(ConfigError) as info:
         settings_from_mapping({"notify": [{"events": ["end"], "command": ["ok"]}, entry]}, "c")
@@ -134,8 +147,12 @@ def test_a_hooks_output_is_read_as_it_comes_and_only_its_last_kib_kept():
     KiB at any moment, and keeps the end."""
     tracemalloc.start()
     try:
-        result = run_hook(("sh", "-c", "head -c 268435456 /dev/zero; echo; echo the end"),
-                          {}, b"x" * (1024 * 1024), 60)
+        result = run_hook(
+            ("sh", "-c", "head -c 268435456 /dev/zero; echo; echo the end"),
+            {},
+            b"x" * (1024 * 1024),
+            60,
+        )
         peak_bytes = tracemalloc.get_traced_memory()[1]
     finally:
         tracemalloc.stop()
@@ -146,8 +163,7 @@ def test_a_hooks_output_is_read_as_it_comes_and_only_its_last_kib_kept():
 
 def test_a_hook_whose_child_keeps_its_output_open_is_killed_at_its_timeout(tmp_path):
     pid_file = tmp_path / "pid"
-    result = run_hook(("sh", "-c", f"sleep 300 & echo $! > {pid_file}; echo started"), {},
-                      b"", 1)
+    result = run_hook(("sh", "-c", f"sleep 300 & echo $! > {pid_file}; echo started"), {}, b"", 1)
     assert result.outcome == "timeout after 1 s (killed)" and result.output == "started\n"
     wait_until(lambda: is_gone(int(pid_file.read_text())), "the hook's child to be killed")
 

@@ -15,7 +15,7 @@ import pytest
 
 from conftest import executable, wait_until
 from processes import kill_all
-from test_system_mode import make_system, pytestmark, users  # noqa: F401 - fixtures
+from systemroot import pytestmark  # noqa: F401 - the module's marks
 
 WHO = """#!/bin/sh
 # Says who ran it, and where, for the job in the event (whole, or not at all: mv).
@@ -44,17 +44,22 @@ def own_entries(user, text: str, mode: int = 0o644) -> Path:
     return path
 
 
-def test_site_hooks_run_as_the_service_user_and_own_hooks_as_the_owner(make_system, users,
-                                                                      shared_dir):
+def test_site_hooks_run_as_the_service_user_and_own_hooks_as_the_owner(
+    make_system, users, shared_dir
+):
     alice, bob = users
     out = shared_dir
     hook = executable(out / "who.sh", WHO)
-    system = make_system(f'[system]\nservice_user = "{bob.name}"\n\n'
-                         f'[[notify]]\nevents = ["end"]\ncommand = ["{hook}", "{out}", "site"]\n')
+    system = make_system(
+        f'[system]\nservice_user = "{bob.name}"\n\n'
+        f'[[notify]]\nevents = ["end"]\ncommand = ["{hook}", "{out}", "site"]\n'
+    )
     own_entries(alice, f'[[notify]]\nevents = ["end"]\ncommand = ["{hook}", "{out}", "own"]\n')
     job = system.submit(alice, "--", "true")
-    wait_until(lambda: (out / f"site-{job}").exists() and (out / f"own-{job}").exists(),
-               "both hooks to run")
+    wait_until(
+        lambda: (out / f"site-{job}").exists() and (out / f"own-{job}").exists(),
+        "both hooks to run",
+    )
     site = (out / f"site-{job}").read_text().split("\n")
     own = (out / f"own-{job}").read_text().split("\n")
     assert int(site[0]) == bob.uid and site[3] == "end"
@@ -66,24 +71,35 @@ def test_own_entries_others_can_write_are_ignored_and_logged(make_system, users,
     out = shared_dir
     hook = executable(out / "who.sh", WHO)
     system = make_system()
-    own_entries(alice, f'[[notify]]\nevents = ["end"]\ncommand = ["{hook}", "{out}", "own"]\n',
-                mode=0o666)
+    own_entries(
+        alice, f'[[notify]]\nevents = ["end"]\ncommand = ["{hook}", "{out}", "own"]\n', mode=0o666
+    )
     job = system.submit(alice, "--", "true")
     log = system.path / "var/lib/gpusched/notify.log"
-    line = wait_until(lambda: log.exists() and next(
-        (x for x in log.read_text().splitlines() if f"job {job} end -> " in x), None),
-        "the end's line in the notification log")
-    assert line.endswith(f"uid {alice.uid}'s entries: {alice.home}/.config/gpusched/"
-                         f"notify.toml must be a regular file of uid {alice.uid} that only "
-                         "it can write; its entries are ignored")
+    line = wait_until(
+        lambda: (
+            log.exists()
+            and next((x for x in log.read_text().splitlines() if f"job {job} end -> " in x), None)
+        ),
+        "the end's line in the notification log",
+    )
+    assert line.endswith(
+        f"uid {alice.uid}'s entries: {alice.home}/.config/gpusched/"
+        f"notify.toml must be a regular file of uid {alice.uid} that only "
+        "it can write; its entries are ignored"
+    )
     assert not (out / f"own-{job}").exists()
 
 
 def sleeping_hooks(user) -> list[psutil.Process]:
     """The user's own hooks that sleep (SLEEPER), oldest first."""
-    found = [p for p in psutil.process_iter(["uids", "cmdline", "create_time"])
-             if p.info["uids"] and p.info["uids"].real == user.uid
-             and p.info["cmdline"] == ["sleep", SLEEPER]]
+    found = [
+        p
+        for p in psutil.process_iter(["uids", "cmdline", "create_time"])
+        if p.info["uids"]
+        and p.info["uids"].real == user.uid
+        and p.info["cmdline"] == ["sleep", SLEEPER]
+    ]
     return sorted(found, key=lambda p: p.info["create_time"])
 
 
@@ -98,33 +114,45 @@ def kill_sleepers(users):
 
 
 def test_a_users_sleeping_hooks_delay_neither_the_sites_nor_another_users(
-        make_system, users, shared_dir, kill_sleepers):
+    make_system, users, shared_dir, kill_sleepers
+):
     alice, bob = users
     out = shared_dir
     hook = executable(out / "who.sh", WHO)
-    system = make_system(f'[system]\nuser_notify_timeout = "2h"\n\n'
-                         f'[[notify]]\nevents = ["end"]\ncommand = ["{hook}", "{out}", "site"]\n')
-    own_entries(alice, f'[[notify]]\nevents = ["end"]\ncommand = ["sleep", "{SLEEPER}"]\n'
-                'timeout = "2h"\n')
+    system = make_system(
+        f'[system]\nuser_notify_timeout = "2h"\n\n'
+        f'[[notify]]\nevents = ["end"]\ncommand = ["{hook}", "{out}", "site"]\n'
+    )
+    own_entries(
+        alice, f'[[notify]]\nevents = ["end"]\ncommand = ["sleep", "{SLEEPER}"]\ntimeout = "2h"\n'
+    )
     own_entries(bob, f'[[notify]]\nevents = ["end"]\ncommand = ["{hook}", "{out}", "own"]\n')
     for job in [system.submit(alice, "--", "true") for _ in range(4)]:  # a hook per thread
         system.wait_state(job, "succeeded")
     first = wait_until(lambda: sleeping_hooks(alice), "alice's first sleeping hook")[0]
     job = system.submit(bob, "--", "true")
-    wait_until(lambda: (out / f"site-{job}").exists() and (out / f"own-{job}").exists(),
-               "the site's hook and bob's own for bob's job")
+    wait_until(
+        lambda: (out / f"site-{job}").exists() and (out / f"own-{job}").exists(),
+        "the site's hook and bob's own for bob's job",
+    )
     assert first.is_running(), "alice's hook ended first: the test proves nothing"
 
 
 def test_a_users_hook_runs_no_longer_than_the_site_allows(make_system, users, kill_sleepers):
     alice, _ = users
     system = make_system('[system]\nuser_notify_timeout = "2s"\n')
-    own_entries(alice, f'[[notify]]\nevents = ["end"]\ncommand = ["sleep", "{SLEEPER}"]\n'
-                'timeout = "2h"\n')
+    own_entries(
+        alice, f'[[notify]]\nevents = ["end"]\ncommand = ["sleep", "{SLEEPER}"]\ntimeout = "2h"\n'
+    )
     job = system.submit(alice, "--", "true")
     log = system.path / "var/lib/gpusched/notify.log"
-    wait_until(lambda: log.exists() and f"job {job} end -> sleep: timeout after 2 s (killed)"
-               in log.read_text(), "alice's hook to be killed at the site's maximum")
+    wait_until(
+        lambda: (
+            log.exists()
+            and f"job {job} end -> sleep: timeout after 2 s (killed)" in log.read_text()
+        ),
+        "alice's hook to be killed at the site's maximum",
+    )
 
 
 def test_the_log_tail_never_opens_a_fifo_of_another_user(make_system, users, shared_dir):
@@ -140,9 +168,20 @@ def test_the_log_tail_never_opens_a_fifo_of_another_user(make_system, users, sha
         folder.chmod(0o755)
     os.mkfifo(bobs / "out", 0o644)
     os.chown(bobs / "out", bob.uid, bob.gid)
-    writer = subprocess.Popen(["setpriv", f"--reuid={bob.uid}", f"--regid={bob.gid}",
-                               "--init-groups", "sh", "-c", 'exec 3>"$1"; touch "$2"', "sh",
-                               str(bobs / "out"), str(bobs / "opened")])
+    writer = subprocess.Popen(
+        [
+            "setpriv",
+            f"--reuid={bob.uid}",
+            f"--regid={bob.gid}",
+            "--init-groups",
+            "sh",
+            "-c",
+            'exec 3>"$1"; touch "$2"',
+            "sh",
+            str(bobs / "out"),
+            str(bobs / "opened"),
+        ]
+    )
     try:
         job = system.submit(alice, "--hold", "-o", str(mine / "out"), "--", "true")
         mine.rename(shared_dir / "alice-before")
@@ -150,10 +189,13 @@ def test_the_log_tail_never_opens_a_fifo_of_another_user(make_system, users, sha
         os.chown(mine, alice.uid, alice.gid, follow_symlinks=False)
         system.run_as(alice, "cancel", str(job))
         log = system.path / "var/lib/gpusched/notify.log"
-        wait_until(lambda: log.exists() and f"job {job} end -> true: exit 0" in log.read_text(),
-                   "the hook of the cancelled job")
-        assert writer.poll() is None and not (bobs / "opened").exists(), \
+        wait_until(
+            lambda: log.exists() and f"job {job} end -> true: exit 0" in log.read_text(),
+            "the hook of the cancelled job",
+        )
+        assert writer.poll() is None and not (bobs / "opened").exists(), (
             "the daemon opened bob's FIFO"
+        )
     finally:
         writer.kill()
         writer.wait()

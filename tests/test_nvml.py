@@ -15,8 +15,15 @@ import pytest
 from gpusched.gpus import nvml
 from gpusched.gpus.nvml import NvmlBackend
 
-from fake_nvml import (OLD_DRIVER_ABSENT, FakeDriver, FakeNvmlGap, FakeProcess, fake_nvml,
-                       make_gpu, make_mig)
+from fake_nvml import (
+    OLD_DRIVER_ABSENT,
+    FakeDriver,
+    FakeNvmlGap,
+    FakeProcess,
+    fake_nvml,
+    make_gpu,
+    make_mig,
+)
 
 __all__ = ["fake_nvml"]  # the fixture, imported so that pytest finds it here
 
@@ -45,16 +52,33 @@ class _Clock:
 
 def test_modern_driver_reads_several_gpu_models(fake_nvml):
     me = os.getpid()
-    h100 = make_gpu("H100", 0, mem_used_bytes=20 * GIB, mem_reserved_bytes=512 * MIB,
-                    util_pct=87, temperature_c=61, power_mw=512_345,
-                    processes=[FakeProcess(me, 18 * GIB)])
+    h100 = make_gpu(
+        "H100",
+        0,
+        mem_used_bytes=20 * GIB,
+        mem_reserved_bytes=512 * MIB,
+        util_pct=87,
+        temperature_c=61,
+        power_mw=512_345,
+        processes=[FakeProcess(me, 18 * GIB)],
+    )
     a100 = make_gpu("A100", 1, mem_used_bytes=0, util_pct=0, temperature_c=30, power_mw=55_000)
     # A C+G process is in both lists: listed once, with the memory that one list knows.
-    l4 = make_gpu("L4", 2, mem_used_bytes=3 * GIB, util_pct=12, temperature_c=44,
-                  power_mw=30_250, processes=[FakeProcess(me, 2 * GIB, frozenset({"compute"})),
-                                              FakeProcess(me, None, frozenset({"graphics"}))])
-    lib = fake_nvml(FakeDriver(gpus=[h100, a100, l4], driver_version="550.54.15",
-                               cuda_version=12040))
+    l4 = make_gpu(
+        "L4",
+        2,
+        mem_used_bytes=3 * GIB,
+        util_pct=12,
+        temperature_c=44,
+        power_mw=30_250,
+        processes=[
+            FakeProcess(me, 2 * GIB, frozenset({"compute"})),
+            FakeProcess(me, None, frozenset({"graphics"})),
+        ],
+    )
+    lib = fake_nvml(
+        FakeDriver(gpus=[h100, a100, l4], driver_version="550.54.15", cuda_version=12040)
+    )
 
     inv = NvmlBackend().read()
 
@@ -63,10 +87,16 @@ def test_modern_driver_reads_several_gpu_models(fake_nvml):
     assert inv.read_at == pytest.approx(time.time(), abs=60)
     assert [g.index for g in inv.gpus] == [0, 1, 2]
     assert [g.uuid for g in inv.gpus] == [h100.uuid, a100.uuid, l4.uuid]
-    assert [g.name for g in inv.gpus] == ["NVIDIA H100 80GB HBM3", "NVIDIA A100-SXM4-40GB",
-                                          "NVIDIA L4"]
-    assert [g.bus_id for g in inv.gpus] == ["00000000:18:00.0", "00000000:28:00.0",
-                                            "00000000:38:00.0"]
+    assert [g.name for g in inv.gpus] == [
+        "NVIDIA H100 80GB HBM3",
+        "NVIDIA A100-SXM4-40GB",
+        "NVIDIA L4",
+    ]
+    assert [g.bus_id for g in inv.gpus] == [
+        "00000000:18:00.0",
+        "00000000:28:00.0",
+        "00000000:38:00.0",
+    ]
     gpu0 = inv.gpus[0]
     # v2 memory: used leaves the driver's reserved memory out, as nvidia-smi shows it.
     assert (gpu0.mem_total_bytes, gpu0.mem_used_bytes) == (81559 * MIB, 20 * GIB)
@@ -90,12 +120,19 @@ def test_modern_driver_reads_several_gpu_models(fake_nvml):
 
 def test_old_driver_without_v3_process_symbols_falls_back(fake_nvml):
     me = os.getpid()
-    gpu = make_gpu("T4", 0, mem_used_bytes=5 * GIB, mem_reserved_bytes=256 * MIB,
-                   temperature_c=52,
-                   processes=[FakeProcess(me, 4 * GIB),
-                              FakeProcess(1, None, frozenset({"graphics"}))])
-    lib = fake_nvml(FakeDriver(gpus=[gpu], driver_version="470.256.02", cuda_version=11040,
-                               absent=OLD_DRIVER_ABSENT))
+    gpu = make_gpu(
+        "T4",
+        0,
+        mem_used_bytes=5 * GIB,
+        mem_reserved_bytes=256 * MIB,
+        temperature_c=52,
+        processes=[FakeProcess(me, 4 * GIB), FakeProcess(1, None, frozenset({"graphics"}))],
+    )
+    lib = fake_nvml(
+        FakeDriver(
+            gpus=[gpu], driver_version="470.256.02", cuda_version=11040, absent=OLD_DRIVER_ABSENT
+        )
+    )
 
     backend = NvmlBackend()
     inv = backend.read()
@@ -108,8 +145,11 @@ def test_old_driver_without_v3_process_symbols_falls_back(fake_nvml):
     assert (gpu0.mem_total_bytes, gpu0.mem_used_bytes) == (15360 * MIB, 5 * GIB + 256 * MIB)
     assert gpu0.temperature_c == 52
     assert set(lib.absent_lookups) == OLD_DRIVER_ABSENT
-    assert {"nvmlDeviceGetComputeRunningProcesses_v2", "nvmlDeviceGetGraphicsRunningProcesses_v2",
-            "nvmlDeviceGetTemperature"} <= set(lib.calls)
+    assert {
+        "nvmlDeviceGetComputeRunningProcesses_v2",
+        "nvmlDeviceGetGraphicsRunningProcesses_v2",
+        "nvmlDeviceGetTemperature",
+    } <= set(lib.calls)
     # pynvml's own unversioned wrapper breaks on this driver: the reason for the fallback.
     handle = pynvml.nvmlDeviceGetHandleByIndex(0)
     with pytest.raises(pynvml.NVMLLibraryMismatchError):
@@ -134,8 +174,9 @@ def test_library_not_found_explains_and_suggests_simulated_gpus(fake_nvml):
 
 
 def test_driver_not_loaded_explains_and_retries_every_30s(fake_nvml):
-    lib = fake_nvml(FakeDriver(gpus=[make_gpu("A100", 0)],
-                               init_result=pynvml.NVML_ERROR_DRIVER_NOT_LOADED))
+    lib = fake_nvml(
+        FakeDriver(gpus=[make_gpu("A100", 0)], init_result=pynvml.NVML_ERROR_DRIVER_NOT_LOADED)
+    )
     clock = _Clock()
     backend = NvmlBackend(clock=clock)
 
@@ -154,11 +195,15 @@ def test_driver_not_loaded_explains_and_retries_every_30s(fake_nvml):
     backend.close()
 
 
-@pytest.mark.parametrize("code, expected", [
-    (pynvml.NVML_ERROR_LIB_RM_VERSION_MISMATCH, "driver upgrade without a reboot"),
-    (pynvml.NVML_ERROR_NO_PERMISSION, "no permission on /dev/nvidia*"),
-    (pynvml.NVML_ERROR_UNKNOWN, "NVML could not start (NVMLError_Unknown: Unknown Error)"),
-], ids=["rm-version-mismatch", "no-permission", "unknown"])
+@pytest.mark.parametrize(
+    "code, expected",
+    [
+        (pynvml.NVML_ERROR_LIB_RM_VERSION_MISMATCH, "driver upgrade without a reboot"),
+        (pynvml.NVML_ERROR_NO_PERMISSION, "no permission on /dev/nvidia*"),
+        (pynvml.NVML_ERROR_UNKNOWN, "NVML could not start (NVMLError_Unknown: Unknown Error)"),
+    ],
+    ids=["rm-version-mismatch", "no-permission", "unknown"],
+)
 def test_other_init_failures_explain_themselves(fake_nvml, code, expected):
     fake_nvml(FakeDriver(gpus=[make_gpu("L4", 0)], init_result=code))
 
@@ -182,11 +227,13 @@ def test_one_gpu_lost_while_others_work(fake_nvml):
     good0 = make_gpu("H100", 0, mem_used_bytes=GIB, temperature_c=40)
     lost = make_gpu("H100", 1, is_lost=True)  # fallen off the bus: even the handle fails
     # Lost after its handle was taken: the memory call is the first to say so.
-    lost_late = make_gpu("H100", 2, errors={
-        "nvmlDeviceGetMemoryInfo_v2": pynvml.NVML_ERROR_GPU_IS_LOST})
+    lost_late = make_gpu(
+        "H100", 2, errors={"nvmlDeviceGetMemoryInfo_v2": pynvml.NVML_ERROR_GPU_IS_LOST}
+    )
     # Lost while reading its power: the fields read so far are kept.
-    lost_mid = make_gpu("H100", 3, errors={
-        "nvmlDeviceGetPowerUsage": pynvml.NVML_ERROR_GPU_IS_LOST})
+    lost_mid = make_gpu(
+        "H100", 3, errors={"nvmlDeviceGetPowerUsage": pynvml.NVML_ERROR_GPU_IS_LOST}
+    )
     good4 = make_gpu("H100", 4, mem_used_bytes=2 * GIB, temperature_c=41)
     lib = fake_nvml(FakeDriver(gpus=[good0, lost, lost_late, lost_mid, good4]))
 
@@ -210,9 +257,17 @@ def test_one_gpu_lost_while_others_work(fake_nvml):
 
 
 def test_power_not_supported_is_none_and_the_rest_is_read(fake_nvml):
-    gpu = make_gpu("L4", 0, temperature_c=50, util_pct=33, mem_used_bytes=GIB, errors={
-        "nvmlDeviceGetPowerUsage": pynvml.NVML_ERROR_NOT_SUPPORTED,
-        "nvmlDeviceGetEnforcedPowerLimit": pynvml.NVML_ERROR_NOT_SUPPORTED})
+    gpu = make_gpu(
+        "L4",
+        0,
+        temperature_c=50,
+        util_pct=33,
+        mem_used_bytes=GIB,
+        errors={
+            "nvmlDeviceGetPowerUsage": pynvml.NVML_ERROR_NOT_SUPPORTED,
+            "nvmlDeviceGetEnforcedPowerLimit": pynvml.NVML_ERROR_NOT_SUPPORTED,
+        },
+    )
     fake_nvml(FakeDriver(gpus=[gpu]))
 
     [gpu0] = NvmlBackend().read().gpus
@@ -223,8 +278,13 @@ def test_power_not_supported_is_none_and_the_rest_is_read(fake_nvml):
 
 
 def test_memory_v2_refused_falls_back_to_v1(fake_nvml):
-    gpu = make_gpu("A100", 0, mem_used_bytes=GIB, mem_reserved_bytes=MIB,
-                   errors={"nvmlDeviceGetMemoryInfo_v2": pynvml.NVML_ERROR_NOT_SUPPORTED})
+    gpu = make_gpu(
+        "A100",
+        0,
+        mem_used_bytes=GIB,
+        mem_reserved_bytes=MIB,
+        errors={"nvmlDeviceGetMemoryInfo_v2": pynvml.NVML_ERROR_NOT_SUPPORTED},
+    )
     lib = fake_nvml(FakeDriver(gpus=[gpu]))
 
     [gpu0] = NvmlBackend().read().gpus
@@ -250,10 +310,24 @@ def test_mig_gpu_with_two_instances(fake_nvml):
     me = os.getpid()
     parent = make_gpu("A100", 0, mem_used_bytes=9 * GIB)
     parent.mig_devices = [
-        make_mig(parent, gi=1, ci=0, profile="3g.20gb", mem_bytes=19968 * MIB,
-                 mem_used_bytes=6 * GIB, processes=[FakeProcess(me, 6 * GIB)]),
-        make_mig(parent, gi=2, ci=0, profile="3g.20gb", mem_bytes=19968 * MIB,
-                 mem_used_bytes=3 * GIB, processes=[FakeProcess(1, None)]),
+        make_mig(
+            parent,
+            gi=1,
+            ci=0,
+            profile="3g.20gb",
+            mem_bytes=19968 * MIB,
+            mem_used_bytes=6 * GIB,
+            processes=[FakeProcess(me, 6 * GIB)],
+        ),
+        make_mig(
+            parent,
+            gi=2,
+            ci=0,
+            profile="3g.20gb",
+            mem_bytes=19968 * MIB,
+            mem_used_bytes=3 * GIB,
+            processes=[FakeProcess(1, None)],
+        ),
     ]
     other = make_gpu("A100", 1)  # MIG-capable, MIG mode off
     fake_nvml(FakeDriver(gpus=[parent, other]))
@@ -267,15 +341,19 @@ def test_mig_gpu_with_two_instances(fake_nvml):
     assert mig1.uuid.startswith("MIG-") and mig1.uuid == parent.mig_devices[0].uuid
     assert mig2.uuid == parent.mig_devices[1].uuid
     assert (mig1.index, mig1.parent_index, mig1.gpu_instance_id, mig1.compute_instance_id) == (
-        0, 0, 1, 0)
+        0,
+        0,
+        1,
+        0,
+    )
     assert (mig2.gpu_instance_id, mig2.compute_instance_id, mig2.label) == (2, 0, "0/2")
     assert mig1.name == "NVIDIA A100-SXM4-40GB MIG 3g.20gb"
     assert (mig1.mem_total_bytes, mig1.mem_used_bytes) == (19968 * MIB, 6 * GIB)
     assert (mig1.bus_id, mig1.compute_capability) == ("00000000:18:00.0", (8, 0))
     assert [(p.pid, p.gpu_uuid, p.used_mem_bytes) for p in mig1.processes] == [
-        (me, mig1.uuid, 6 * GIB)]
-    assert [(p.pid, p.gpu_uuid, p.used_mem_bytes) for p in mig2.processes] == [
-        (1, mig2.uuid, None)]
+        (me, mig1.uuid, 6 * GIB)
+    ]
+    assert [(p.pid, p.gpu_uuid, p.used_mem_bytes) for p in mig2.processes] == [(1, mig2.uuid, None)]
     assert inv.gpus[1].mig_devices == ()
     assert [g.uuid for g in inv.schedulable()] == [mig1.uuid, mig2.uuid, other.uuid]
 

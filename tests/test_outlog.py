@@ -13,7 +13,6 @@ import pytest
 
 from conftest import REPO, executable, wait_until
 from slurmhome import cluster_home
-from slurmnode import slurm  # noqa: F401 - the fixture
 
 
 def work_dir(home, *subdirs: str) -> Path:
@@ -25,8 +24,10 @@ def work_dir(home, *subdirs: str) -> Path:
 
 def test_a_scripts_sbatch_output_goes_to_its_file_relative_to_the_working_directory(home):
     work = work_dir(home, "logs")
-    executable(work / "train.sh", "#!/bin/sh\n#SBATCH -J train\n#SBATCH -o logs/%x-%j.out\n"
-               "echo out; echo err >&2\n")
+    executable(
+        work / "train.sh",
+        "#!/bin/sh\n#SBATCH -J train\n#SBATCH -o logs/%x-%j.out\necho out; echo err >&2\n",
+    )
     job_id = int(home.run("submit", "--", "./train.sh", cwd=work).stdout)
     job = home.wait_state(job_id, "succeeded", "failed")
     chosen = work / "logs" / f"train-{job_id}.out"
@@ -43,10 +44,21 @@ def test_a_scripts_sbatch_output_goes_to_its_file_relative_to_the_working_direct
 
 def test_output_and_error_apart_with_the_array_patterns(home):
     work = work_dir(home, "out")
-    array_id = int(home.run("submit", "-o", "out/%A_%a.out", "--error=out/%A_%3a.err",
-                            "--array", "0-1", "--", "sh", "-c",
-                            "echo o$GPUSCHED_ARRAY_INDEX; echo e$GPUSCHED_ARRAY_INDEX >&2",
-                            cwd=work).stdout)
+    array_id = int(
+        home.run(
+            "submit",
+            "-o",
+            "out/%A_%a.out",
+            "--error=out/%A_%3a.err",
+            "--array",
+            "0-1",
+            "--",
+            "sh",
+            "-c",
+            "echo o$GPUSCHED_ARRAY_INDEX; echo e$GPUSCHED_ARRAY_INDEX >&2",
+            cwd=work,
+        ).stdout
+    )
     jobs = [j for j in home.jobs() if j["array_id"] == array_id]
     assert len(jobs) == 2
     for job in jobs:
@@ -73,8 +85,11 @@ def test_open_mode_truncate_is_the_default_and_append_keeps_the_file(home):
     for name in ("fresh.out", "kept.out"):
         (work / name).write_text("before\n")
     fresh = int(home.run("submit", "-o", "fresh.out", "--", "echo", "new", cwd=work).stdout)
-    kept = int(home.run("submit", "-o", "kept.out", "--open-mode=append", "--", "echo", "new",
-                        cwd=work).stdout)
+    kept = int(
+        home.run(
+            "submit", "-o", "kept.out", "--open-mode=append", "--", "echo", "new", cwd=work
+        ).stdout
+    )
     for job_id in (fresh, kept):
         home.wait_state(job_id, "succeeded")
     assert (work / "fresh.out").read_text() == "new\n"
@@ -85,9 +100,22 @@ def test_open_mode_truncate_is_the_default_and_append_keeps_the_file(home):
 def test_a_retried_job_truncates_at_its_first_run_only(home):
     work = work_dir(home)
     (work / "r.out").write_text("an older job's\n")
-    job_id = int(home.run("submit", "-o", "r.out", "--retries", "1", "--retry-delay", "0",
-                          "--", "sh", "-c", "echo run $GPUSCHED_ATTEMPT; exit 1",
-                          cwd=work).stdout)
+    job_id = int(
+        home.run(
+            "submit",
+            "-o",
+            "r.out",
+            "--retries",
+            "1",
+            "--retry-delay",
+            "0",
+            "--",
+            "sh",
+            "-c",
+            "echo run $GPUSCHED_ATTEMPT; exit 1",
+            cwd=work,
+        ).stdout
+    )
     job = home.wait_state(job_id, "failed")
     assert job["attempt"] == 2
     assert (work / "r.out").read_text() == "run 1\nrun 2\n"
@@ -97,9 +125,11 @@ def test_a_missing_directory_is_refused_at_submit(home):
     work = work_dir(home)
     proc = home.run("submit", "-o", "nowhere/%j.out", "--", "true", cwd=work, check=False)
     assert proc.returncode == 1 and proc.stdout == ""
-    assert proc.stderr == (f"Error: --output nowhere/%j.out: the directory {work}/nowhere does "
-                           "not exist. Create it first (Slurm would fail the job), or give "
-                           "another path\n")
+    assert proc.stderr == (
+        f"Error: --output nowhere/%j.out: the directory {work}/nowhere does "
+        "not exist. Create it first (Slurm would fail the job), or give "
+        "another path\n"
+    )
     proc = home.run("submit", "-e", "/nonexistent-dir/x.err", "--", "true", check=False)
     assert proc.returncode == 1 and "/nonexistent-dir does not exist" in proc.stderr
     assert home.jobs() == []
@@ -120,8 +150,7 @@ def test_an_output_name_that_is_not_utf8_is_refused_and_the_queue_kept(home):
 
 def test_a_directory_gone_before_the_start_fails_the_job_with_the_reason(home):
     work = work_dir(home, "gone")
-    job_id = int(home.run("submit", "--hold", "-o", "gone/x.out", "--", "true",
-                          cwd=work).stdout)
+    job_id = int(home.run("submit", "--hold", "-o", "gone/x.out", "--", "true", cwd=work).stdout)
     (work / "gone").rmdir()
     home.run("release", str(job_id))
     job = home.wait_state(job_id, "failed")
@@ -140,31 +169,52 @@ def test_a_fifo_as_output_fails_its_job_at_the_start_and_holds_up_nothing(make_h
         home.write_config('[jobs]\nmax_log_size = "1M"\n')
     work = work_dir(home)
     os.mkfifo(work / "pipe")
-    ids = [int(home.run("submit", "--gpus", "1", "--time", "5s", option, "pipe", "--",
-                        "sleep", "600", cwd=work).stdout) for option in ("-o", "-e")]
+    ids = [
+        int(
+            home.run(
+                "submit",
+                "--gpus",
+                "1",
+                "--time",
+                "5s",
+                option,
+                "pipe",
+                "--",
+                "sleep",
+                "600",
+                cwd=work,
+            ).stdout
+        )
+        for option in ("-o", "-e")
+    ]
     for job_id in ids:
         job = home.wait_state(job_id, "failed", "succeeded", "timeout", "cancelled", timeout=30)
         assert job["state"] == "failed", job
-        assert job["end_reason"] == (f"cannot start: output {work / 'pipe'} is a FIFO (named "
-                                     "pipe); give a regular file, a terminal or /dev/null")
-    quiet = home.submit("--gpus", "1", "-o", "/dev/null", "--", "sh", "-c",
-                        "echo out; echo err >&2")
+        assert job["end_reason"] == (
+            f"cannot start: output {work / 'pipe'} is a FIFO (named "
+            "pipe); give a regular file, a terminal or /dev/null"
+        )
+    quiet = home.submit(
+        "--gpus", "1", "-o", "/dev/null", "--", "sh", "-c", "echo out; echo err >&2"
+    )
     assert home.wait_state(quiet, "succeeded", "failed")["state"] == "succeeded"
 
 
 def test_a_bad_open_mode_names_the_valid_ones(home):
-    proc = home.run("submit", "-o", "x.out", "--open-mode", "sometimes", "--", "true",
-                    check=False)
+    proc = home.run("submit", "-o", "x.out", "--open-mode", "sometimes", "--", "true", check=False)
     assert proc.returncode == 2
-    assert proc.stderr == ("Error: --open-mode 'sometimes' is not a mode; valid: truncate, "
-                           "append\n")
+    assert proc.stderr == (
+        "Error: --open-mode 'sometimes' is not a mode; valid: truncate, append\n"
+    )
 
 
 def test_gc_never_removes_the_users_output_files(home):
     home.write_config("[jobs]\nkeep_finished_count = 1\n")
     work = work_dir(home)
-    ids = [int(home.run("submit", "-o", f"mine-{i}.out", "--", "echo", str(i),
-                        cwd=work).stdout) for i in range(2)]
+    ids = [
+        int(home.run("submit", "-o", f"mine-{i}.out", "--", "echo", str(i), cwd=work).stdout)
+        for i in range(2)
+    ]
     for job_id in ids:
         home.wait_state(job_id, "succeeded")
     assert home.run("gc").stdout.startswith("removed 1 finished job(s)")
@@ -176,22 +226,47 @@ def test_gc_never_removes_the_users_output_files(home):
 def test_the_log_cap_and_the_gpu_oom_scan_follow_the_chosen_file(home):
     home.write_config('[jobs]\nmax_log_size = "4K"\n')
     work = work_dir(home)
-    job_id = int(home.run("submit", "-o", "big.out", "--", "sh", "-c",
-                          "seq -f 'line %g' 1 20000; echo done >&2", cwd=work).stdout)
+    job_id = int(
+        home.run(
+            "submit",
+            "-o",
+            "big.out",
+            "--",
+            "sh",
+            "-c",
+            "seq -f 'line %g' 1 20000; echo done >&2",
+            cwd=work,
+        ).stdout
+    )
     home.wait_state(job_id, "succeeded")
     text = (work / "big.out").read_text()
     assert text.startswith("[gpusched: ") and text.endswith("done\n")
     assert len(text.encode()) <= 4096
-    oom = int(home.run("submit", "--gpus", "1", "-o", "oom.out", "--", "sh", "-c",
-                       "echo 'torch.OutOfMemoryError: CUDA out of memory. Tried to "
-                       "allocate 2.00 GiB' >&2; exit 1", cwd=work).stdout)
+    oom = int(
+        home.run(
+            "submit",
+            "--gpus",
+            "1",
+            "-o",
+            "oom.out",
+            "--",
+            "sh",
+            "-c",
+            "echo 'torch.OutOfMemoryError: CUDA out of memory. Tried to "
+            "allocate 2.00 GiB' >&2; exit 1",
+            cwd=work,
+        ).stdout
+    )
     assert home.wait_state(oom, "gpu_oom", "failed")["state"] == "gpu_oom"
 
 
 def test_submit_json_and_show_json_name_the_files(home):
     work = work_dir(home)
-    job_id = json.loads(home.run("submit", "--json", "-J", "named", "--output", "%x.%j.log",
-                                 "--", "true", cwd=work).stdout)["id"]
+    job_id = json.loads(
+        home.run(
+            "submit", "--json", "-J", "named", "--output", "%x.%j.log", "--", "true", cwd=work
+        ).stdout
+    )["id"]
     job = home.wait_state(job_id, "succeeded")
     assert job["stdout_path"] == str(work / f"named.{job_id}.log")
 
@@ -203,19 +278,23 @@ def test_resubmit_expands_the_patterns_again_for_the_new_job(home):
     second = int(home.run("resubmit", str(first)).stdout)
     job = home.wait_state(second, "succeeded")
     assert job["stdout_path"] == str(work / f"r-{second}.out")
-    assert (work / f"r-{first}.out").read_text() == (work / f"r-{second}.out").read_text() \
-        == "again\n"
+    assert (
+        (work / f"r-{first}.out").read_text() == (work / f"r-{second}.out").read_text() == "again\n"
+    )
 
 
-def test_a_cluster_job_refuses_output_files_in_one_line(slurm, make_home, tmp_path):  # noqa: F811
+def test_a_cluster_job_refuses_output_files_in_one_line(slurm, make_home, tmp_path):
     home, root = cluster_home(make_home, slurm, tmp_path)
-    refused = home.run("submit", "--cluster", "hpc", "-o", "x.out", "--", "true", cwd=root,
-                       check=False)
+    refused = home.run(
+        "submit", "--cluster", "hpc", "-o", "x.out", "--", "true", cwd=root, check=False
+    )
     assert refused.returncode == 1
-    assert refused.stderr == ("Error: cannot hand this job to cluster hpc: --output and "
-                              "--error are not handed to a cluster yet: its jobs' logs are on "
-                              "the shared directory, read with `gpusched logs ID`; leave them "
-                              "out\n")
+    assert refused.stderr == (
+        "Error: cannot hand this job to cluster hpc: --output and "
+        "--error are not handed to a cluster yet: its jobs' logs are on "
+        "the shared directory, read with `gpusched logs ID`; leave them "
+        "out\n"
+    )
 
 
 PROGRESS_JOB = """
@@ -230,8 +309,20 @@ while not os.path.exists("release"):
 
 def test_progress_is_reported_and_kept_out_of_the_users_directory(home):
     work = work_dir(home, "logs")
-    job_id = int(home.run("submit", "-o", "logs/p.out", "--env", f"REPO={REPO}", "--",
-                          sys.executable, "-c", PROGRESS_JOB, cwd=work).stdout)
+    job_id = int(
+        home.run(
+            "submit",
+            "-o",
+            "logs/p.out",
+            "--env",
+            f"REPO={REPO}",
+            "--",
+            sys.executable,
+            "-c",
+            PROGRESS_JOB,
+            cwd=work,
+        ).stdout
+    )
     shown = wait_until(lambda: (j := home.show(job_id))["progress"] and j, "a progress report")
     assert shown["progress"]["message"] == "step 42"
     (work / "release").touch()

@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from test_system_mode import make_system, pytestmark, system, users  # noqa: F401 - fixtures
-
 from gpusched.core.values import HIDDEN
 from gpusched.proc import privileges
+
+from systemroot import pytestmark  # noqa: F401 - the module's marks
 
 
 def test_a_users_output_file_is_made_as_the_user_in_the_working_directory(system, users):
@@ -22,8 +22,19 @@ def test_a_users_output_file_is_made_as_the_user_in_the_working_directory(system
     out_dir = Path(alice.home) / "runs"
     out_dir.mkdir()
     os.chown(out_dir, alice.uid, alice.gid)
-    job_id = int(system.run_as(alice, "submit", "-o", "runs/%u-%j.out", "--", "sh", "-c",
-                               "id -u; echo err >&2", cwd=alice.home).stdout)
+    job_id = int(
+        system.run_as(
+            alice,
+            "submit",
+            "-o",
+            "runs/%u-%j.out",
+            "--",
+            "sh",
+            "-c",
+            "id -u; echo err >&2",
+            cwd=alice.home,
+        ).stdout
+    )
     job = system.wait_state(job_id, "succeeded", "failed")
     assert job["state"] == "succeeded", job["end_reason"]
     chosen = out_dir / f"{alice.name}-{job_id}.out"
@@ -43,11 +54,16 @@ def test_a_user_cannot_make_the_daemon_write_a_file_the_user_cannot(system, user
     link = Path(alice.home) / "link.out"
     link.symlink_to(target)
     os.chown(link, alice.uid, alice.gid, follow_symlinks=False)
-    ids = [int(system.run_as(alice, "submit", *options, "--", "echo", "written",
-                             cwd=alice.home).stdout)
-           for options in (["-o", "link.out"],  # a link to root's file, truncate
-                           ["-e", str(target), "--open-mode=append"],  # root's file itself
-                           ["-o", str(guarded / "new.out")])]  # a file in root's directory
+    ids = [
+        int(
+            system.run_as(alice, "submit", *options, "--", "echo", "written", cwd=alice.home).stdout
+        )
+        for options in (
+            ["-o", "link.out"],  # a link to root's file, truncate
+            ["-e", str(target), "--open-mode=append"],  # root's file itself
+            ["-o", str(guarded / "new.out")],
+        )
+    ]  # a file in root's directory
     for job_id in ids:
         job = system.wait_state(job_id, "succeeded", "failed")
         assert job["state"] == "failed"
@@ -63,12 +79,17 @@ def test_a_fifo_as_a_users_output_fails_the_job_rather_than_holding_it(system, u
     pipe = Path(alice.home) / "pipe"
     os.mkfifo(pipe)
     os.chown(pipe, alice.uid, alice.gid)
-    job_id = int(system.run_as(alice, "submit", "--time", "5s", "-o", "pipe", "--",
-                               "sleep", "600", cwd=alice.home).stdout)
+    job_id = int(
+        system.run_as(
+            alice, "submit", "--time", "5s", "-o", "pipe", "--", "sleep", "600", cwd=alice.home
+        ).stdout
+    )
     job = system.wait_state(job_id, "failed", "succeeded", "timeout", "cancelled")
     assert job["state"] == "failed", job
-    assert job["end_reason"] == (f"cannot start: output {pipe} is a FIFO (named pipe); "
-                                 "give a regular file, a terminal or /dev/null")
+    assert job["end_reason"] == (
+        f"cannot start: output {pipe} is a FIFO (named pipe); "
+        "give a regular file, a terminal or /dev/null"
+    )
 
 
 @pytest.fixture
@@ -111,8 +132,16 @@ def test_the_daemon_opens_only_regular_files_of_the_jobs_user_as_that_user(users
     fd = privileges.open_owned(str(own), os.O_RDONLY, alice.uid)
     assert fd is not None and os.read(fd, 10) == b"x"
     os.close(fd)
-    for name in ("others.out", "bobs.out", "link.out", "fifo.out", "missing.out",
-                 "roots-only/own.out", "through/own.out", "/dev/zero"):
+    for name in (
+        "others.out",
+        "bobs.out",
+        "link.out",
+        "fifo.out",
+        "missing.out",
+        "roots-only/own.out",
+        "through/own.out",
+        "/dev/zero",
+    ):
         path = str(shared_dir / name)
         assert privileges.open_owned(path, os.O_WRONLY, alice.uid) is None, name
         assert privileges.open_owned(path, os.O_RDONLY, alice.uid) is None, name
@@ -128,8 +157,10 @@ def test_root_reads_a_users_log_only_as_that_user(system, users, shared_dir):
     runs = shared_dir / "runs"
     runs.mkdir()
     owned(runs, alice, None, 0o755)
-    swapped = [system.submit(alice, "-o", str(runs / name), "--", "echo", "mine")
-               for name in ("zero", "shadow")]
+    swapped = [
+        system.submit(alice, "-o", str(runs / name), "--", "echo", "mine")
+        for name in ("zero", "shadow")
+    ]
     for job in swapped:
         system.wait_state(job, "succeeded")
     assert system.run_as(None, "logs", str(swapped[0])).stdout == "mine\n"
@@ -144,5 +175,7 @@ def test_root_reads_a_users_log_only_as_that_user(system, users, shared_dir):
         os.unlink(runs)
     proc = system.run_as(None, "logs", str(shadow), check=False)
     assert proc.returncode == 1 and proc.stdout == "", proc.stdout[:200]
-    assert proc.stderr == (f"Error: not showing the log of job {shadow}: /etc/shadow is not "
-                           f"a regular file of {alice.name}'s. Only such a file is shown\n")
+    assert proc.stderr == (
+        f"Error: not showing the log of job {shadow}: /etc/shadow is not "
+        f"a regular file of {alice.name}'s. Only such a file is shown\n"
+    )

@@ -41,10 +41,12 @@ def test_patterns_expand_as_slurm_expanded_them(pattern, expected):
 
 def test_array_elements_expand_as_slurm_expanded_them():
     pattern = "a-%A_%a-%j-%3a.out"
-    assert expand(pattern, **{**JOB, "job_id": 27}, array_id=21, array_index=2) \
-        == "a-21_2-27-002.out"
-    assert expand(pattern, **{**JOB, "job_id": 21}, array_id=21, array_index=3) \
-        == "a-21_3-21-003.out"
+    assert (
+        expand(pattern, **{**JOB, "job_id": 27}, array_id=21, array_index=2) == "a-21_2-27-002.out"
+    )
+    assert (
+        expand(pattern, **{**JOB, "job_id": 21}, array_id=21, array_index=3) == "a-21_3-21-003.out"
+    )
 
 
 def test_a_relative_pattern_is_relative_to_the_working_directory():

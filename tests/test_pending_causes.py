@@ -9,7 +9,6 @@ import pytest
 from gpusched.core.placement import Veto
 from gpusched.core.policies import _guarded
 from gpusched.daemon import loop
-from inproc import make_box  # noqa: F401 - fixture
 
 
 def too_hot(request, candidates, ctx):
@@ -27,8 +26,10 @@ def broken(request, candidates, ctx):
 @pytest.fixture
 def policies(monkeypatch):
     """Installed policies, as the gpusched.policies entry points load them (guarded)."""
-    found = {name: _guarded(name, fn) for name, fn in
-             (("too-hot", too_hot), ("not-gpu-0", not_gpu_0), ("broken", broken))}
+    found = {
+        name: _guarded(name, fn)
+        for name, fn in (("too-hot", too_hot), ("not-gpu-0", not_gpu_0), ("broken", broken))
+    }
     monkeypatch.setattr(loop, "load_custom_policies", lambda: found)
 
 
@@ -41,9 +42,10 @@ def test_a_custom_policys_veto_names_the_policy_and_why(make_box, policies):
     assert reasons == {
         hot: "turned down by policy too-hot: every GPU is over 80 C",
         picky: "turned down by policy not-gpu-0: it chose none of the GPUs that can take "
-               "the job (GPU 0)",
+        "the job (GPU 0)",
         failing: "turned down by policy broken: it failed (KeyError; the daemon's log has "
-                 "the traceback)"}
+        "the traceback)",
+    }
     # Vetoed jobs hold nobody back: a job of the built-in policy starts behind them.
     assert box.show(box.submit("--gpus", "1", "--", "true"))["state"] == "running"
 
@@ -56,8 +58,9 @@ def test_a_job_backfill_keeps_back_says_it_would_delay_the_reserved_start(make_b
     short = box.submit("--gpus", "1", "--time", "30m", "--", "true")
     assert box.states(first, big, endless, short) == ["running", "pending", "pending", "running"]
     assert box.show(big)["pending_reason"].startswith("needs 2 whole GPUs")
-    assert box.show(endless)["pending_reason"] == \
-        f"would delay job {big}'s reserved start (backfill)"
+    assert (
+        box.show(endless)["pending_reason"] == f"would delay job {big}'s reserved start (backfill)"
+    )
 
 
 def test_a_held_job_says_held_while_the_queue_drains(make_box):
@@ -68,11 +71,17 @@ def test_a_held_job_says_held_while_the_queue_drains(make_box):
     plain = box.submit("--", "true")
     box.step()
     for job_id in (held_before, held_during):
-        assert box.show(job_id)["pending_reason"] == \
-            f"held (`gpusched release {job_id}` lets it start)"
-    assert box.show(plain)["pending_reason"] == \
-        "the queue is draining (`gpusched resume` starts jobs again)"
+        assert (
+            box.show(job_id)["pending_reason"]
+            == f"held (`gpusched release {job_id}` lets it start)"
+        )
+    assert (
+        box.show(plain)["pending_reason"]
+        == "the queue is draining (`gpusched resume` starts jobs again)"
+    )
     box.call("resume")
     assert box.show(plain)["state"] == "running"
-    assert box.show(held_during)["pending_reason"] == \
-        f"held (`gpusched release {held_during}` lets it start)"
+    assert (
+        box.show(held_during)["pending_reason"]
+        == f"held (`gpusched release {held_during}` lets it start)"
+    )

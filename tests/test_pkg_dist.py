@@ -14,26 +14,39 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO
 from gpusched import __version__
+
+from conftest import REPO
 
 pytest.importorskip("setuptools", minversion="77")  # the `test` extra brings it
 needs_git = pytest.mark.skipif(shutil.which("git") is None, reason="git is not installed")
 DIST = "gpusched_cli"
-BUILD = ("import sys; from setuptools import build_meta as b; "
-         "print(getattr(b, sys.argv[1])(sys.argv[2]))")
+BUILD = (
+    "import sys; from setuptools import build_meta as b; "
+    "print(getattr(b, sys.argv[1])(sys.argv[2]))"
+)
 
 
 def git(cwd: Path, *args: str) -> str:
-    return subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@example.com", *args],
-                          cwd=cwd, check=True, capture_output=True, text=True).stdout.strip()
+    return subprocess.run(
+        ["git", "-c", "user.name=t", "-c", "user.email=t@example.com", *args],
+        cwd=cwd,
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout.strip()
 
 
 def build(source: Path, hook: str, out: Path) -> Path:
     """What pip and `python -m build` run: the PEP 517 hook of the backend, in SOURCE."""
     out.mkdir(exist_ok=True)
-    proc = subprocess.run([sys.executable, "-c", BUILD, hook, str(out)], cwd=source,
-                          capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        [sys.executable, "-c", BUILD, hook, str(out)],
+        cwd=source,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     return out / proc.stdout.strip().splitlines()[-1]
 
@@ -73,8 +86,13 @@ def test_the_wheel_holds_every_module_the_man_page_and_the_commit(checkout, tmp_
     assert "gpusched = gpusched.cli.entry:main" in entry_points
     assert man_page == (root / "man/gpusched.1").read_bytes()
     # The unpacked wheel alone (no .git beside it) still names its commit.
-    proc = subprocess.run([sys.executable, "-m", "gpusched", "--version"], capture_output=True,
-                          text=True, cwd=tmp_path, env={"PYTHONPATH": str(tmp_path / "site")})
+    proc = subprocess.run(
+        [sys.executable, "-m", "gpusched", "--version"],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        env={"PYTHONPATH": str(tmp_path / "site")},
+    )
     assert proc.stdout == f"gpusched {__version__} (commit {commit[:12]})\n", proc.stderr
 
 
@@ -86,11 +104,24 @@ def test_the_sdist_holds_what_the_docs_and_the_wheel_need(checkout, tmp_path):
     with tarfile.open(sdist) as archive:
         names = {name.partition("/")[2] for name in archive.getnames()}
         archive.extractall(tmp_path, filter="data")
-    wanted = {"pyproject.toml", "setup.py", "MANIFEST.in", "README.md", "CHANGELOG.md",
-              "gpusched.toml.example", "man/gpusched.1", "completions/gpusched.bash",
-              "completions/_gpusched", "completions/gpusched.fish", "jobs/README.md",
-              "jobs/train_ddp.py", "contrib/notify/notify-desktop.sh", "docs/shared-server.md",
-              "tests/conftest.py", "gpusched/_commit.py"}
+    wanted = {
+        "pyproject.toml",
+        "setup.py",
+        "MANIFEST.in",
+        "README.md",
+        "CHANGELOG.md",
+        "gpusched.toml.example",
+        "man/gpusched.1",
+        "completions/gpusched.bash",
+        "completions/_gpusched",
+        "completions/gpusched.fish",
+        "jobs/README.md",
+        "jobs/train_ddp.py",
+        "contrib/notify/notify-desktop.sh",
+        "docs/shared-server.md",
+        "tests/conftest.py",
+        "gpusched/_commit.py",
+    }
     assert wanted - names == set()
     assert not [n for n in names if "__pycache__" in n or n.endswith(".pyc")]
     # pip building a wheel from the sdist (no .git there) keeps the commit.

@@ -10,27 +10,47 @@ import sys
 from pathlib import Path
 
 import pytest
+from test_lean_imports import CONSOLE_SCRIPT as LISTING_SCRIPT
 
-from conftest import CONSOLE_SCRIPT, REPO
 from gpusched import __version__
 from gpusched.cli.version import build_commit, checkout_commit
-from test_lean_imports import CONSOLE_SCRIPT as LISTING_SCRIPT
+
+from conftest import CONSOLE_SCRIPT, REPO
 
 needs_git = pytest.mark.skipif(shutil.which("git") is None, reason="git is not installed")
 
 
 def git(cwd: Path, *args: str) -> str:
-    return subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@example.com",
-                           "-c", "init.defaultBranch=main", *args], cwd=cwd, check=True,
-                          capture_output=True, text=True).stdout.strip()
+    return subprocess.run(
+        [
+            "git",
+            "-c",
+            "user.name=t",
+            "-c",
+            "user.email=t@example.com",
+            "-c",
+            "init.defaultBranch=main",
+            *args,
+        ],
+        cwd=cwd,
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout.strip()
 
 
 def version_of(pythonpath: Path, *, fast: bool = True) -> subprocess.CompletedProcess:
     env = {"PATH": "/usr/bin:/bin", "HOME": str(pythonpath), "PYTHONPATH": str(pythonpath)}
     if not fast:
         env["GPUSCHED_NO_FAST_PATH"] = "1"
-    return subprocess.run([str(CONSOLE_SCRIPT), "--version"], capture_output=True, text=True,
-                          env=env, cwd=pythonpath, timeout=60)
+    return subprocess.run(
+        [str(CONSOLE_SCRIPT), "--version"],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=pythonpath,
+        timeout=60,
+    )
 
 
 @needs_git
@@ -46,17 +66,23 @@ def test_version_from_this_checkout_names_its_commit():
 
 def test_version_of_an_installed_copy_is_the_version_alone(tmp_path):
     # As a wheel installs it: the package, with no .git beside it.
-    shutil.copytree(REPO / "gpusched", tmp_path / "gpusched",
-                    ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copytree(
+        REPO / "gpusched", tmp_path / "gpusched", ignore=shutil.ignore_patterns("__pycache__")
+    )
     for fast in (True, False):
         proc = version_of(tmp_path, fast=fast)
         assert (proc.returncode, proc.stdout, proc.stderr) == (0, f"gpusched {__version__}\n", "")
 
 
 def test_version_imports_no_command_line_library(tmp_path):
-    proc = subprocess.run([sys.executable, "-S", "-c", LISTING_SCRIPT, "--version"],
-                          capture_output=True, text=True, timeout=60, cwd=tmp_path,
-                          env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(REPO)})
+    proc = subprocess.run(
+        [sys.executable, "-S", "-c", LISTING_SCRIPT, "--version"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=tmp_path,
+        env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(REPO)},
+    )
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.startswith(f"gpusched {__version__}")
     loaded = {name.split(".")[0] for name in proc.stderr.split("MODULES ")[-1].split()}

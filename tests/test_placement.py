@@ -17,12 +17,24 @@ GiB = 2**30
 RULES = PlacementRules()  # 90 % utilization limit, 512 MiB headroom, 1 GiB idle for whole GPUs
 
 
-def gpu(index: int, total_gib: float = 80, used_gib: float | None = 0, util: float | None = 0.0,
-        healthy: bool = True, processes: tuple = ()) -> GpuInfo:
-    return GpuInfo(index=index, uuid=f"GPU-{index}", name="Simulated GPU",
-                   mem_total_bytes=int(total_gib * GiB),
-                   mem_used_bytes=None if used_gib is None else int(used_gib * GiB),
-                   util_pct=util, is_healthy=healthy, processes=processes)
+def gpu(
+    index: int,
+    total_gib: float = 80,
+    used_gib: float | None = 0,
+    util: float | None = 0.0,
+    healthy: bool = True,
+    processes: tuple = (),
+) -> GpuInfo:
+    return GpuInfo(
+        index=index,
+        uuid=f"GPU-{index}",
+        name="Simulated GPU",
+        mem_total_bytes=int(total_gib * GiB),
+        mem_used_bytes=None if used_gib is None else int(used_gib * GiB),
+        util_pct=util,
+        is_healthy=healthy,
+        processes=processes,
+    )
 
 
 def box(*gpus: GpuInfo) -> Inventory:
@@ -31,8 +43,15 @@ def box(*gpus: GpuInfo) -> Inventory:
 
 def job(job_id: int, gpus: int = 1, mem_gib: float | None = None, priority: int = 0) -> Job:
     mem = None if mem_gib is None else int(mem_gib * GiB)
-    return Job(id=job_id, command=("train",), cwd="/", uid=1000, user="ada",
-               request=Request(gpus, mem), priority=priority)
+    return Job(
+        id=job_id,
+        command=("train",),
+        cwd="/",
+        uid=1000,
+        user="ada",
+        request=Request(gpus, mem),
+        priority=priority,
+    )
 
 
 def job_order(jobs):
@@ -45,8 +64,13 @@ def plan(pending, loads, inventory, rules, running=()):
 
 
 def running_on(j: Job, *indices: int) -> Job:
-    return replace(j, state=JobState.RUNNING, gpu_uuids=tuple(f"GPU-{i}" for i in indices),
-                   gpu_indices=indices, shim_pid=10_000 + j.id)
+    return replace(
+        j,
+        state=JobState.RUNNING,
+        gpu_uuids=tuple(f"GPU-{i}" for i in indices),
+        gpu_indices=indices,
+        shim_pid=10_000 + j.id,
+    )
 
 
 def place(pending, inventory, running=(), pid_jobs=None, rules=RULES):
@@ -76,7 +100,8 @@ def test_a_job_that_does_not_fit_does_not_block_smaller_ones():
     # Skip-ahead: the first job needs two whole GPUs, only one is idle.
     inventory = box(gpu(0), gpu(1, used_gib=40))
     starts, reasons = place(
-        [job(1, gpus=2, priority=9), job(2, gpus=1), job(3, gpus=1, mem_gib=10)], inventory)
+        [job(1, gpus=2, priority=9), job(2, gpus=1), job(3, gpus=1, mem_gib=10)], inventory
+    )
     assert starts == {2: (0,), 3: (1,)}
     assert reasons == {1: "needs 2 whole GPUs; 1 free (GPU 0)"}
 
@@ -107,14 +132,17 @@ def test_best_fit_packs_the_fullest_gpu_that_still_fits():
 def test_sharing_jobs_fill_a_gpu_as_far_as_memory_goes():
     starts, reasons = place([job(i, mem_gib=30) for i in range(1, 5)], box(gpu(0)))
     assert starts == {1: (0,), 2: (0,)}
-    assert reasons == {3: "needs 1 GPU with 30.0 GiB free; most free is GPU 0 with 20.0 GiB",
-                       4: "behind job 3, which is next in line; needs 1 GPU with 30.0 GiB "
-                          "free; most free is GPU 0 with 20.0 GiB"}
+    assert reasons == {
+        3: "needs 1 GPU with 30.0 GiB free; most free is GPU 0 with 20.0 GiB",
+        4: "behind job 3, which is next in line; needs 1 GPU with 30.0 GiB "
+        "free; most free is GPU 0 with 20.0 GiB",
+    }
 
 
 def test_six_50g_jobs_on_four_80g_gpus():
-    starts, reasons = place([job(i, mem_gib=50) for i in range(1, 7)],
-                            box(gpu(0), gpu(1), gpu(2), gpu(3)))
+    starts, reasons = place(
+        [job(i, mem_gib=50) for i in range(1, 7)], box(gpu(0), gpu(1), gpu(2), gpu(3))
+    )
     assert sorted(starts.values()) == [(0,), (1,), (2,), (3,)]
     assert set(reasons) == {5, 6}
     assert reasons[5] == "needs 1 GPU with 50.0 GiB free; most free is GPU 0 with 30.0 GiB"
@@ -141,8 +169,9 @@ def test_busy_and_unhealthy_gpus_take_nothing():
     assert place([job(1, mem_gib=10), job(2, mem_gib=10)], inventory)[0] == {1: (2,), 2: (2,)}
     starts, reasons = place([job(1, mem_gib=10)], box(gpu(0, util=95), gpu(1, healthy=False)))
     assert starts == {}
-    assert reasons[1] == ("needs 1 GPU with 10.0 GiB free; most free is GPU 0 with 80.0 GiB, "
-                          "but it is 95% busy")
+    assert reasons[1] == (
+        "needs 1 GPU with 10.0 GiB free; most free is GPU 0 with 80.0 GiB, but it is 95% busy"
+    )
     (reason,) = place([job(1)], box(gpu(0, healthy=False)))[1].values()
     assert reason == "needs 1 whole GPU; every allowed GPU is unhealthy"
 
@@ -233,8 +262,10 @@ def test_outside_process_is_not_ours():
 
 # -- MIG -----------------------------------------------------------------------------------
 def test_mig_devices_are_given_out_one_job_each():
-    migs = tuple(replace(gpu(10 + i, total_gib=10), uuid=f"MIG-{i}", parent_index=0,
-                         gpu_instance_id=i) for i in range(2))
+    migs = tuple(
+        replace(gpu(10 + i, total_gib=10), uuid=f"MIG-{i}", parent_index=0, gpu_instance_id=i)
+        for i in range(2)
+    )
     inventory = box(replace(gpu(0), mig_devices=migs))
     loads = gpu_loads(inventory, [], {})
     assert set(loads) == {"MIG-0", "MIG-1"}  # the parent itself is never given out
@@ -246,24 +277,37 @@ def test_mig_devices_are_given_out_one_job_each():
 # -- reasons and impossible requests -------------------------------------------------------
 def test_reason_when_there_are_no_gpus():
     assert place([job(1)], Inventory(problem="NVML is not installed"))[1] == {
-        1: "NVML is not installed"}
+        1: "NVML is not installed"
+    }
     assert place([job(1)], Inventory())[1] == {1: "no GPUs are available to gpusched"}
 
 
-@pytest.mark.parametrize("request_, reason", [
-    (Request(5), "asks for 5 GPUs; this box has 4 ("),
-    (Request(1, 100 * GiB),
-     "asks for 100.0 GiB on each of 1 GPU(s); the largest here have 80.0 GiB"),
-    (Request(2, 50 * GiB), "asks for 50.0 GiB on each of 2 GPU(s); the largest here have 40.0 GiB"),
-    (Request(0), None), (Request(4), None), (Request(1, 80 * GiB), None),
-    (Request(1, 41 * GiB), None),
-])
+@pytest.mark.parametrize(
+    "request_, reason",
+    [
+        (Request(5), "asks for 5 GPUs; this box has 4 ("),
+        (
+            Request(1, 100 * GiB),
+            "asks for 100.0 GiB on each of 1 GPU(s); the largest here have 80.0 GiB",
+        ),
+        (
+            Request(2, 50 * GiB),
+            "asks for 50.0 GiB on each of 2 GPU(s); the largest here have 40.0 GiB",
+        ),
+        (Request(0), None),
+        (Request(4), None),
+        (Request(1, 80 * GiB), None),
+        (Request(1, 41 * GiB), None),
+    ],
+)
 def test_impossible_requests(request_, reason):
-    inventory = box(gpu(0, total_gib=80), gpu(1, total_gib=40), gpu(2, total_gib=40),
-                    gpu(3, total_gib=16))
+    inventory = box(
+        gpu(0, total_gib=80), gpu(1, total_gib=40), gpu(2, total_gib=40), gpu(3, total_gib=16)
+    )
     found = impossible_reason(request_, inventory)
-    assert found == reason or (reason is not None and reason.endswith("(")
-                               and found.startswith(reason))
+    assert found == reason or (
+        reason is not None and reason.endswith("(") and found.startswith(reason)
+    )
 
 
 def test_nothing_is_impossible_before_the_gpus_were_read():
@@ -272,18 +316,30 @@ def test_nothing_is_impossible_before_the_gpus_were_read():
 
 # -- properties ----------------------------------------------------------------------------
 gpus_st = st.lists(
-    st.builds(lambda total, used_frac, util, healthy: (total, used_frac, util, healthy),
-              st.sampled_from([16, 40, 80]), st.floats(0, 1), st.sampled_from([0.0, 30.0, 95.0]),
-              st.booleans().map(lambda b: b or True) | st.just(False)),
-    min_size=1, max_size=6)
+    st.builds(
+        lambda total, used_frac, util, healthy: (total, used_frac, util, healthy),
+        st.sampled_from([16, 40, 80]),
+        st.floats(0, 1),
+        st.sampled_from([0.0, 30.0, 95.0]),
+        st.booleans().map(lambda b: b or True) | st.just(False),
+    ),
+    min_size=1,
+    max_size=6,
+)
 requests_st = st.lists(
     st.tuples(st.integers(0, 3), st.none() | st.integers(1, 90), st.integers(-2, 2)),
-    min_size=0, max_size=12)
+    min_size=0,
+    max_size=12,
+)
 
 
 def _inventory(spec) -> Inventory:
-    return box(*(gpu(i, total_gib=t, used_gib=round(t * f, 2), util=u, healthy=h)
-                 for i, (t, f, u, h) in enumerate(spec)))
+    return box(
+        *(
+            gpu(i, total_gib=t, used_gib=round(t * f, 2), util=u, healthy=h)
+            for i, (t, f, u, h) in enumerate(spec)
+        )
+    )
 
 
 def _declared(j: Job, g: GpuInfo) -> int:
@@ -321,7 +377,7 @@ def test_placement_invariants(gpu_spec, requests, split):
         # Among jobs asking for the same thing, the earlier in order never waits for a later one.
         order = job_order(batch)
         for a_pos, a in enumerate(order):
-            for b in order[a_pos + 1:]:
+            for b in order[a_pos + 1 :]:
                 if a.request == b.request and b.id in started:
                     assert a.id in started
     on_gpu: dict[str, list[Job]] = {}
@@ -356,12 +412,26 @@ def test_a_jobs_observed_peak_counts_when_it_is_using_less_now():
     """Declared 10 GiB, seen at 50 GiB, using 20 GiB now: 30 GiB more may come back."""
     from gpusched.core.models import GpuInfo, GpuProcess, Inventory, Job, JobState, Request
 
-    gpu = GpuInfo(index=0, uuid="GPU-a", name="g", mem_total_bytes=80 * GiB,
-                  mem_used_bytes=20 * GiB, util_pct=0.0,
-                  processes=(GpuProcess(pid=4242, gpu_uuid="GPU-a", used_mem_bytes=20 * GiB),))
-    running = Job(id=1, command=("x",), cwd="/", uid=0, user="u", state=JobState.RUNNING,
-                  request=Request(gpus=1, gpu_mem_bytes=10 * GiB), gpu_uuids=("GPU-a",),
-                  gpu_mem_peak_bytes=50 * GiB)
+    gpu = GpuInfo(
+        index=0,
+        uuid="GPU-a",
+        name="g",
+        mem_total_bytes=80 * GiB,
+        mem_used_bytes=20 * GiB,
+        util_pct=0.0,
+        processes=(GpuProcess(pid=4242, gpu_uuid="GPU-a", used_mem_bytes=20 * GiB),),
+    )
+    running = Job(
+        id=1,
+        command=("x",),
+        cwd="/",
+        uid=0,
+        user="u",
+        state=JobState.RUNNING,
+        request=Request(gpus=1, gpu_mem_bytes=10 * GiB),
+        gpu_uuids=("GPU-a",),
+        gpu_mem_peak_bytes=50 * GiB,
+    )
     loads = gpu_loads(Inventory(gpus=(gpu,)), [running], {4242: 1})
     assert loads["GPU-a"].promised_bytes == 30 * GiB
     assert loads["GPU-a"].effective_free_bytes == 30 * GiB

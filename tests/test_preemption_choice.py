@@ -11,8 +11,7 @@ from hypothesis import strategies as st
 from gpusched.core import placement
 from gpusched.core.models import GpuInfo, Inventory, Job, JobState, Request
 from gpusched.core.placement import PlacementRules
-from gpusched.core.preemption import (PreemptionRules, can_preempt, choose_victims,
-                                      loads_without)
+from gpusched.core.preemption import PreemptionRules, can_preempt, choose_victims, loads_without
 
 GIB = 2**30
 NOW = 10_000.0
@@ -21,21 +20,49 @@ NO_MIN = PreemptionRules(min_run_s=0.0)
 
 
 def box(gpus: int) -> Inventory:
-    return Inventory(tuple(GpuInfo(index=i, uuid=f"GPU-{i}", name="Sim", mem_total_bytes=80 * GIB,
-                                   mem_used_bytes=0, util_pct=0.0) for i in range(gpus)))
+    return Inventory(
+        tuple(
+            GpuInfo(
+                index=i,
+                uuid=f"GPU-{i}",
+                name="Sim",
+                mem_total_bytes=80 * GIB,
+                mem_used_bytes=0,
+                util_pct=0.0,
+            )
+            for i in range(gpus)
+        )
+    )
 
 
-def job(job_id: int, gpus: tuple[int, ...] = (), priority: int = 0, preemptible: bool = True,
-        mem_gib: int | None = None, ran_s: float = 1000.0, preemptions: int = 0,
-        count: int | None = None) -> Job:
+def job(
+    job_id: int,
+    gpus: tuple[int, ...] = (),
+    priority: int = 0,
+    preemptible: bool = True,
+    mem_gib: int | None = None,
+    ran_s: float = 1000.0,
+    preemptions: int = 0,
+    count: int | None = None,
+) -> Job:
     running = bool(gpus)
-    return Job(id=job_id, command=("x",), cwd="/", uid=0, user="u", priority=priority,
-               request=Request(gpus=count or len(gpus) or 1,
-                               gpu_mem_bytes=None if mem_gib is None else mem_gib * GIB),
-               state=JobState.RUNNING if running else JobState.PENDING,
-               started_at=NOW - ran_s if running else None, preemptible=preemptible,
-               preemptions=preemptions, gpu_uuids=tuple(f"GPU-{g}" for g in gpus),
-               gpu_indices=gpus)
+    return Job(
+        id=job_id,
+        command=("x",),
+        cwd="/",
+        uid=0,
+        user="u",
+        priority=priority,
+        request=Request(
+            gpus=count or len(gpus) or 1, gpu_mem_bytes=None if mem_gib is None else mem_gib * GIB
+        ),
+        state=JobState.RUNNING if running else JobState.PENDING,
+        started_at=NOW - ran_s if running else None,
+        preemptible=preemptible,
+        preemptions=preemptions,
+        gpu_uuids=tuple(f"GPU-{g}" for g in gpus),
+        gpu_indices=gpus,
+    )
 
 
 def choose(urgent: Job, running: list[Job], gpus: int, rules: PreemptionRules = NO_MIN):
@@ -68,8 +95,10 @@ def test_a_free_gpu_plus_one_victim():
 def test_none_when_the_job_fits_already_or_nothing_would_do():
     running = [job(1, (0,))]
     assert choose(job(9, priority=10), running, 2) is None  # GPU 1 is free
-    assert choose(job(9, priority=10, count=2), [job(1, (0,)), job(2, (1,), preemptible=False)],
-                  2) is None
+    assert (
+        choose(job(9, priority=10, count=2), [job(1, (0,)), job(2, (1,), preemptible=False)], 2)
+        is None
+    )
 
 
 def test_never_a_job_of_the_same_or_higher_priority():
@@ -82,12 +111,17 @@ def test_the_rules_that_protect_a_job():
     assert choose(job(9, priority=10), [young], 1, PreemptionRules(min_run_s=300)) is None
     assert choose(job(9, priority=10), [young], 1, PreemptionRules(min_run_s=30)) == [1]
     worn = job(1, (0,), preemptions=3)
-    assert choose(job(9, priority=10), [worn], 1, PreemptionRules(min_run_s=0,
-                                                                  max_preemptions=3)) is None
-    assert choose(job(9, priority=10), [worn], 1, PreemptionRules(min_run_s=0,
-                                                                  max_preemptions=0)) == [1]
-    assert choose(job(9, priority=10), [job(1, (0,))], 1,
-                  PreemptionRules(enabled=False, min_run_s=0)) is None
+    assert (
+        choose(job(9, priority=10), [worn], 1, PreemptionRules(min_run_s=0, max_preemptions=3))
+        is None
+    )
+    assert choose(
+        job(9, priority=10), [worn], 1, PreemptionRules(min_run_s=0, max_preemptions=0)
+    ) == [1]
+    assert (
+        choose(job(9, priority=10), [job(1, (0,))], 1, PreemptionRules(enabled=False, min_run_s=0))
+        is None
+    )
 
 
 def test_shared_gpus_free_only_as_much_memory_as_needed():
@@ -105,9 +139,12 @@ def boxes(draw):
     running, next_id, g = [], 1, 0
     while g < gpus:
         kind = draw(st.sampled_from(["empty", "whole", "double", "shared"]))
-        common = dict(priority=draw(st.integers(0, 5)), preemptible=draw(st.booleans()),
-                      ran_s=draw(st.sampled_from([10.0, 400.0, 5000.0])),
-                      preemptions=draw(st.integers(0, 4)))
+        common = {
+            "priority": draw(st.integers(0, 5)),
+            "preemptible": draw(st.booleans()),
+            "ran_s": draw(st.sampled_from([10.0, 400.0, 5000.0])),
+            "preemptions": draw(st.integers(0, 4)),
+        }
         if kind == "whole" or (kind == "double" and g + 1 >= gpus):
             running.append(job(next_id, (g,), **common))
         elif kind == "double":
@@ -115,13 +152,18 @@ def boxes(draw):
             g += 1
         elif kind == "shared":
             for _ in range(draw(st.integers(1, 2))):
-                running.append(job(next_id, (g,), mem_gib=draw(st.sampled_from([10, 30])),
-                                   **common))
+                running.append(
+                    job(next_id, (g,), mem_gib=draw(st.sampled_from([10, 30])), **common)
+                )
                 next_id += 1
         next_id += 1
         g += 1
-    urgent = job(100, priority=draw(st.integers(0, 6)), count=draw(st.integers(1, gpus)),
-                 mem_gib=draw(st.sampled_from([None, None, 20, 50])))
+    urgent = job(
+        100,
+        priority=draw(st.integers(0, 6)),
+        count=draw(st.integers(1, gpus)),
+        mem_gib=draw(st.sampled_from([None, None, 20, 50])),
+    )
     return gpus, running, urgent
 
 
@@ -130,8 +172,13 @@ def boxes(draw):
 def test_properties_of_every_choice(case, rules):
     gpus, running, urgent = case
     loads = placement.gpu_loads(box(gpus), running, {}, RULES)
-    fits = lambda victims: placement.choose_gpus(  # noqa: E731
-        urgent.request, loads_without(loads, victims, {}), RULES, {}) is not None
+
+    def fits(victims):
+        return (
+            placement.choose_gpus(urgent.request, loads_without(loads, victims, {}), RULES, {})
+            is not None
+        )
+
     found = choose_victims(urgent, running, loads, RULES, rules, NOW)
     allowed = [j for j in running if can_preempt(j, urgent, rules, NOW)]
     if found is None:

@@ -7,10 +7,10 @@ import re
 
 import pytest
 
-from conftest import make_home, wait_until  # noqa: F401 - fixtures
+from conftest import wait_until
 
 pytest.importorskip("torch")
-from test_jobs_train import saved_step, torchrun_command  # noqa: E402
+from test_jobs_train import saved_step, torchrun_command
 
 # About ten seconds of training on a small CPU: time enough to be preempted midway.
 STEPS = 1200
@@ -18,16 +18,30 @@ STEPS = 1200
 
 def test_ddp_training_is_preempted_requeued_and_resumes_from_its_checkpoint(make_home, tmp_path):
     home = make_home("2x80GiB")
-    home.write_config('[preemption]\nmin_run_before_preempt = "0s"\n'
-                      "[jobs]\nmaster_port_min = 29801\nmaster_port_max = 29899\n")
+    home.write_config(
+        '[preemption]\nmin_run_before_preempt = "0s"\n'
+        "[jobs]\nmaster_port_min = 29801\nmaster_port_max = 29899\n"
+    )
     ckpt = tmp_path / "ckpt"
-    command = torchrun_command(ckpt, STEPS, "--checkpoint-every", str(10**9),
-                               "--log-every", str(10**9))
+    command = torchrun_command(
+        ckpt, STEPS, "--checkpoint-every", str(10**9), "--log-every", str(10**9)
+    )
     train = home.submit("--preemptible", *command)
-    wait_until(lambda: (home.show(train)["progress"] or {}).get("fraction", 0) > 0,
-               "training to report progress", timeout=180)
-    urgent = home.submit("--gpus", "1", "--priority", "10", "--", "sh", "-c",
-                         'echo "urgent on $CUDA_VISIBLE_DEVICES"')
+    wait_until(
+        lambda: (home.show(train)["progress"] or {}).get("fraction", 0) > 0,
+        "training to report progress",
+        timeout=180,
+    )
+    urgent = home.submit(
+        "--gpus",
+        "1",
+        "--priority",
+        "10",
+        "--",
+        "sh",
+        "-c",
+        'echo "urgent on $CUDA_VISIBLE_DEVICES"',
+    )
     assert home.wait_state(urgent, "succeeded", timeout=120)["state"] == "succeeded"
     job = home.wait_state(train, "succeeded", "failed", timeout=240)
     log = home.run("logs", str(train)).stdout

@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import signal
 
-from inproc import make_box  # noqa: F401 - fixture
-
 NO_MIN_RUN = '[preemption]\nmin_run_before_preempt = "0s"\n'
 USR1, TERM = signal.SIGUSR1, signal.SIGTERM
 
@@ -21,8 +19,9 @@ def running(box, *argv: str) -> int:
 
 def test_an_urgent_job_preempts_a_preemptible_one_and_takes_its_gpu(make_box):
     box = make_box("1x80GiB", NO_MIN_RUN)
-    low = running(box, "--gpus", "1", "--preemptible", "--preempt-grace", "30s", "--",
-                  "python", "train.py")
+    low = running(
+        box, "--gpus", "1", "--preemptible", "--preempt-grace", "30s", "--", "python", "train.py"
+    )
     urgent = box.submit("--gpus", "1", "--priority", "10", "--", "python", "eval.py")
     box.step()
     assert box.shims.signalled(low) == [USR1]
@@ -93,8 +92,20 @@ def test_a_job_is_preempted_at_most_max_preemptions_times(make_box):
 
 def test_the_fewest_and_cheapest_victims_are_chosen(make_box):
     box = make_box("4x80GiB", NO_MIN_RUN)
-    jobs = {prio: running(box, "--gpus", "1", "--preemptible", "--priority", str(prio), "--",
-                          "python", f"p{prio}.py") for prio in (3, 1, 2, 4)}
+    jobs = {
+        prio: running(
+            box,
+            "--gpus",
+            "1",
+            "--preemptible",
+            "--priority",
+            str(prio),
+            "--",
+            "python",
+            f"p{prio}.py",
+        )
+        for prio in (3, 1, 2, 4)
+    }
     urgent = box.submit("--gpus", "2", "--priority", "9", "--", "python", "eval.py")
     box.step()
     signalled = {prio for prio, job_id in jobs.items() if box.shims.signalled(job_id)}

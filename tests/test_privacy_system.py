@@ -12,16 +12,27 @@ import uuid
 
 from gpusched.client.protocol import COMMANDS, SERVICE_ACTIONS
 from gpusched.core.services import Service
-from gpusched.daemon.servicereqs import META_PREFIX
 from gpusched.daemon.handlers import READ_ONLY
+from gpusched.daemon.servicereqs import META_PREFIX
+
 from services_util import needs_haproxy
-from test_system_mode import make_system, users  # noqa: F401 - fixtures
 
 # Every command of the protocol is one of these. A new command fails
 # test_every_command_is_walked_as_another_user until it is put in one: a command that
 # reads goes in WALKS, with the CLI forms that send it.
-CHANGES_ONLY = {"submit", "cancel", "hold", "release", "update", "requeue", "preempt",
-                "drain", "resume", "stop", "resubmit"}
+CHANGES_ONLY = {
+    "submit",
+    "cancel",
+    "hold",
+    "release",
+    "update",
+    "requeue",
+    "preempt",
+    "drain",
+    "resume",
+    "stop",
+    "resubmit",
+}
 SHOWS_NOTHING = {"ping"}  # answers with the daemon's pid only
 SERVICE_READS, SERVICE_CHANGES = {"list", "show"}, {"create", "scale", "update", "delete"}
 # -O with every field that can carry a job's private facts.
@@ -33,37 +44,58 @@ def walks(ids: dict[str, int], key: str) -> dict[str, list[list[str]]]:
     done, running, array = (str(ids[k]) for k in ("done", "running", "array"))
     return {
         "status": [["daemon", "status"], ["daemon", "status", "--json"]],
-        "list": [["ls"], ["ls", "--json"], ["ls", "--all"], ["ls", "--all", "--json"],
-                 ["ls", "-r"], ["ls", "--all", "-r", "--json"], ["ls", "--last", "9"],
-                 ["ls", "--all", "--format", FIELDS], ["ls", "--all", "-r", "--format", FIELDS]],
-        "show": [["show", done, running, array], ["show", "--json", done, running, array],
-                 ["show", str(ids["bobs"])]],  # Bob's job, which depends on Alice's
+        "list": [
+            ["ls"],
+            ["ls", "--json"],
+            ["ls", "--all"],
+            ["ls", "--all", "--json"],
+            ["ls", "-r"],
+            ["ls", "--all", "-r", "--json"],
+            ["ls", "--last", "9"],
+            ["ls", "--all", "--format", FIELDS],
+            ["ls", "--all", "-r", "--format", FIELDS],
+        ],
+        "show": [
+            ["show", done, running, array],
+            ["show", "--json", done, running, array],
+            ["show", str(ids["bobs"])],
+        ],  # Bob's job, which depends on Alice's
         "wait": [["wait", done]],
         "gpus": [["gpus"], ["gpus", "--json"]],
         "snapshot": [["top", "--once"]],
         "logs": [["logs", done], ["logs", "--stderr", done]],
         "env": [["env", done]],
-        "usage": [["usage"], ["usage", "--json"], ["usage", "--by", "name"],
-                  ["usage", "--by", "name", "--json"]],
+        "usage": [
+            ["usage"],
+            ["usage", "--json"],
+            ["usage", "--by", "name"],
+            ["usage", "--by", "name", "--json"],
+        ],
         "history": [["history", key], ["history", key, "--json"]],
         "gc": [["gc", "--dry-run"], ["gc", "--dry-run", "--json"]],
-        "service": [["service", "ls"], ["service", "ls", "--json"], ["service", "show", "svc"],
-                    ["service", "show", "svc", "--json"]],
+        "service": [
+            ["service", "ls"],
+            ["service", "ls", "--json"],
+            ["service", "show", "svc"],
+            ["service", "show", "svc", "--json"],
+        ],
     }
 
 
 def test_every_command_is_walked_as_another_user():
     walked = set(walks({"done": 1, "running": 2, "array": 3, "bobs": 4}, "k"))
     unknown = set(COMMANDS) - walked - CHANGES_ONLY - SHOWS_NOTHING
-    assert not unknown, (f"commands {sorted(unknown)} are not walked as another user: add "
-                         "their CLI forms to walks() in tests/test_privacy_system.py")
+    assert not unknown, (
+        f"commands {sorted(unknown)} are not walked as another user: add "
+        "their CLI forms to walks() in tests/test_privacy_system.py"
+    )
     assert READ_ONLY <= walked, f"read-only commands not walked: {sorted(READ_ONLY - walked)}"
     unknown = set(SERVICE_ACTIONS) - SERVICE_READS - SERVICE_CHANGES
     assert not unknown, f"service actions to classify as reads or changes: {sorted(unknown)}"
 
 
 @needs_haproxy
-def test_no_read_command_shows_another_users_private_facts(make_system, users):  # noqa: F811
+def test_no_read_command_shows_another_users_private_facts(make_system, users):
     alice, bob = users
     system = make_system()
     secret = f"s{uuid.uuid4().hex[:10]}"
@@ -74,15 +106,20 @@ def test_no_read_command_shows_another_users_private_facts(make_system, users): 
     mine = ["--name", f"nm-{secret}", "--cwd", place]
     env = {"PRIVATE": f"env-{secret}"}
     command = ["sh", "-c", "sleep 300", f"cmd-{secret}"]
-    ids = {"done": system.submit(alice, *mine, "--", "sh", "-c", "true", f"cmd-{secret}",
-                                 extra_env=env),
-           "running": system.submit(alice, *mine, "--gpus", "1", "--", *command, extra_env=env),
-           "array": system.json_as(alice, "submit", *mine, "--hold", "--array", "0-1", "--",
-                                   *command, extra_env=env)["array_id"]}
+    ids = {
+        "done": system.submit(
+            alice, *mine, "--", "sh", "-c", "true", f"cmd-{secret}", extra_env=env
+        ),
+        "running": system.submit(alice, *mine, "--gpus", "1", "--", *command, extra_env=env),
+        "array": system.json_as(
+            alice, "submit", *mine, "--hold", "--array", "0-1", "--", *command, extra_env=env
+        )["array_id"],
+    }
     system.wait_state(ids["done"], "succeeded")
     system.wait_state(ids["running"], "running")
-    ids["bobs"] = system.submit(bob, "--hold", "--dependency", f"afterok:{ids['running']}",
-                                "--", "true")
+    ids["bobs"] = system.submit(
+        bob, "--hold", "--dependency", f"afterok:{ids['running']}", "--", "true"
+    )
     seed_service(system, alice, {"command": command, "name": "svc"}, env, place)
     key = f"nm-{secret}"
 
@@ -99,8 +136,13 @@ def test_no_read_command_shows_another_users_private_facts(make_system, users): 
                 continue
             assert secret not in text, (args, text)
     # Alice sees her own, in each of the places Bob could not.
-    for args in (["ls", "--json"], ["show", str(ids["done"])], ["usage", "--by", "name"],
-                 ["service", "show", "svc", "--json"], ["ls", "--all", "--format", FIELDS]):
+    for args in (
+        ["ls", "--json"],
+        ["show", str(ids["done"])],
+        ["usage", "--by", "name"],
+        ["service", "show", "svc", "--json"],
+        ["ls", "--all", "--format", FIELDS],
+    ):
         assert secret in seen(alice, args), args
     assert json.loads(seen(alice, ["history", key, "--json"]))["runs"]
     system.run_as(alice, "service", "delete", "svc")
@@ -114,7 +156,9 @@ def seed_service(system, owner, job: dict, env: dict, cwd: str) -> None:
     system.wait_gone()
     service = Service(name="svc", uid=owner.uid, user=owner.name, job=job, env=env, cwd=cwd)
     with sqlite3.connect(system.path / "var/lib/gpusched/queue.db") as db:
-        db.execute("INSERT INTO meta (key, value) VALUES (?, ?)",
-                   (META_PREFIX + "svc", json.dumps(service.to_dict())))
+        db.execute(
+            "INSERT INTO meta (key, value) VALUES (?, ?)",
+            (META_PREFIX + "svc", json.dumps(service.to_dict())),
+        )
     db.close()
     system.start()

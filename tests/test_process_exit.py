@@ -7,18 +7,21 @@ import subprocess
 
 import psutil
 
-from conftest import wait_until
 from gpusched.client.connection import is_running, wait_for_exit
+
+from conftest import wait_until
 from processes import is_gone, kill_all
 
 
 def _zombie() -> tuple[subprocess.Popen, int]:
     """A child of a process that never reaps it: `sleep 0` under a shell that execs `sleep`."""
-    parent = subprocess.Popen(["sh", "-c", "sleep 0 & echo $!; exec sleep 60"],
-                              stdout=subprocess.PIPE, text=True)
+    parent = subprocess.Popen(
+        ["sh", "-c", "sleep 0 & echo $!; exec sleep 60"], stdout=subprocess.PIPE, text=True
+    )
     pid = int(parent.stdout.readline())
-    wait_until(lambda: psutil.Process(pid).status() == psutil.STATUS_ZOMBIE,
-               "the unreaped child to exit")
+    wait_until(
+        lambda: psutil.Process(pid).status() == psutil.STATUS_ZOMBIE, "the unreaped child to exit"
+    )
     return parent, pid
 
 
@@ -39,4 +42,3 @@ def test_a_live_process_is_running_and_the_cleanup_ends_it():
     kill_all([psutil.Process(proc.pid)])
     assert is_gone(proc.pid)  # killed, and reaped by is_gone since it is ours
     assert not psutil.pid_exists(proc.pid)
-

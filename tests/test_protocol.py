@@ -15,10 +15,11 @@ import time
 
 import pytest
 
-from conftest import Home
 from gpusched.client import protocol, wire
 from gpusched.core.errors import ProtocolError
 from gpusched.daemon.server import SocketServer
+
+from conftest import Home
 
 HEADER = struct.Struct(">I")
 
@@ -83,10 +84,15 @@ def test_truncated_header(pair):
         protocol.receive(b)
 
 
-@pytest.mark.parametrize("body, match", [
-    (b"not json at all", "not JSON"), (b"\xff\xfe\x00", "not JSON"),
-    (b"[1, 2, 3]", "not a JSON object"), (b'"ping"', "not a JSON object"),
-])
+@pytest.mark.parametrize(
+    "body, match",
+    [
+        (b"not json at all", "not JSON"),
+        (b"\xff\xfe\x00", "not JSON"),
+        (b"[1, 2, 3]", "not a JSON object"),
+        (b'"ping"', "not a JSON object"),
+    ],
+)
 def test_non_json_and_non_objects(pair, body, match):
     a, b = pair
     a.sendall(frame(body))
@@ -95,16 +101,19 @@ def test_non_json_and_non_objects(pair, body, match):
 
 
 # -- the command table ---------------------------------------------------------------------
-@pytest.mark.parametrize("message, match", [
-    ({"cmd": "frobnicate"}, "unknown command 'frobnicate'; known: "),
-    ({"cmd": 3}, "'cmd' string"),
-    ({"args": {}}, "'cmd' string"),
-    (["ping"], "JSON object"),
-    ({"cmd": "show", "args": {}}, r"'show': missing \['ids'\], unexpected \[\]"),
-    ({"cmd": "ping", "args": {"x": 1}}, r"unexpected \['x'\]"),
-    ({"cmd": "submit", "args": {"jobs": [], "uid": 0}}, r"unexpected \['uid'\]"),
-    ({"cmd": "show", "args": [1]}, "args must be a JSON object"),
-])
+@pytest.mark.parametrize(
+    "message, match",
+    [
+        ({"cmd": "frobnicate"}, "unknown command 'frobnicate'; known: "),
+        ({"cmd": 3}, "'cmd' string"),
+        ({"args": {}}, "'cmd' string"),
+        (["ping"], "JSON object"),
+        ({"cmd": "show", "args": {}}, r"'show': missing \['ids'\], unexpected \[\]"),
+        ({"cmd": "ping", "args": {"x": 1}}, r"unexpected \['x'\]"),
+        ({"cmd": "submit", "args": {"jobs": [], "uid": 0}}, r"unexpected \['uid'\]"),
+        ({"cmd": "show", "args": [1]}, "args must be a JSON object"),
+    ],
+)
 def test_requests_are_checked_against_the_table(message, match):
     with pytest.raises(ProtocolError, match=match):
         protocol.check_request(message)
@@ -119,11 +128,13 @@ def test_unknown_command_lists_the_known_ones():
 def test_valid_requests_pass():
     assert protocol.check_request({"cmd": "ping"}) == ("ping", {})
     assert protocol.check_request({"cmd": "wait", "args": {"ids": [1], "timeout_s": 2}}) == (
-        "wait", {"ids": [1], "timeout_s": 2})
+        "wait",
+        {"ids": [1], "timeout_s": 2},
+    )
 
 
 def test_peer_credentials_come_from_the_kernel(pair):
-    a, b = pair
+    _a, b = pair
     assert protocol.peer_credentials(b) == (os.getpid(), os.getuid(), os.getgid())
 
 
@@ -237,7 +248,9 @@ def running(daemon_home):
     yield daemon_home
     # Whatever a test sent, the daemon is the same one and still answers.
     assert exchange(daemon_home, frame(b'{"cmd": "ping"}')) == {
-        "ok": True, "result": {"pid": daemon_home.pid}}
+        "ok": True,
+        "result": {"pid": daemon_home.pid},
+    }
 
 
 def test_daemon_refuses_an_oversized_frame_without_reading_it(running):
@@ -263,11 +276,18 @@ def test_daemon_checks_args_against_the_table(running):
     before = running.jobs()
     jobs = [{"command": ["true"]}]
     # A client cannot claim an identity: there is no such argument.
-    reply = exchange(running, frame(json.dumps(
-        {"cmd": "submit", "args": {"jobs": jobs, "cwd": "/", "uid": 0, "user": "root"}}).encode()))
+    reply = exchange(
+        running,
+        frame(
+            json.dumps(
+                {"cmd": "submit", "args": {"jobs": jobs, "cwd": "/", "uid": 0, "user": "root"}}
+            ).encode()
+        ),
+    )
     assert_protocol_error(reply, "unexpected ['uid', 'user']")
-    assert_protocol_error(exchange(running, frame(b'{"cmd": "cancel", "args": {}}')),
-                          "missing ['ids']")
+    assert_protocol_error(
+        exchange(running, frame(b'{"cmd": "cancel", "args": {}}')), "missing ['ids']"
+    )
     assert running.jobs() == before
 
 
@@ -284,9 +304,14 @@ def test_daemon_serves_others_while_a_client_stalls(running):
 
 def test_submitter_uid_and_pid_are_recorded(running):
     home = running
-    proc = subprocess.Popen([sys.executable, "-m", "gpusched", "submit", "--json", "--", "true"],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env=home.env, cwd=home.path)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "gpusched", "submit", "--json", "--", "true"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=home.env,
+        cwd=home.path,
+    )
     out, err = proc.communicate(timeout=60)
     assert proc.returncode == 0, err
     job = home.show(json.loads(out)["id"])

@@ -19,10 +19,18 @@ from typing import Any
 
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
-from hypothesis.stateful import (Bundle, RuleBasedStateMachine, initialize, invariant, multiple,
-                                 precondition, rule)
+from hypothesis.stateful import (
+    Bundle,
+    RuleBasedStateMachine,
+    initialize,
+    invariant,
+    multiple,
+    precondition,
+    rule,
+)
 
 from gpusched.core.errors import GpuschedError
+
 from inproc import Box
 
 GPUS = 2
@@ -41,14 +49,25 @@ class Errors(logging.Handler):
 
 
 # A job spec as the CLI sends it; `bad` ones are refused by the daemon's checks.
-SPECS = st.fixed_dictionaries({
-    "gpus": st.integers(0, GPUS + 1),  # one more than the box has: refused
-    "hold": st.booleans(),
-    "retries": st.integers(0, 1),
-    "array": st.none() | st.integers(1, 3),
-    "bad": st.sampled_from([None, None, None, ("gpus", True), ("retry_on", [[1]]),
-                            ("array", 5), ("priority", 2**70)]),
-})
+SPECS = st.fixed_dictionaries(
+    {
+        "gpus": st.integers(0, GPUS + 1),  # one more than the box has: refused
+        "hold": st.booleans(),
+        "retries": st.integers(0, 1),
+        "array": st.none() | st.integers(1, 3),
+        "bad": st.sampled_from(
+            [
+                None,
+                None,
+                None,
+                ("gpus", True),
+                ("retry_on", [[1]]),
+                ("array", 5),
+                ("priority", 2**70),
+            ]
+        ),
+    }
+)
 
 
 class QueueMachine(RuleBasedStateMachine):
@@ -85,22 +104,31 @@ class QueueMachine(RuleBasedStateMachine):
     def stored_rows(self) -> list[tuple]:
         """What a change could alter, job by job."""
         with sqlite3.connect(f"file:{self.box.paths.db}?mode=ro", uri=True) as db:
-            return db.execute("SELECT id, state, held, cancel_requested, priority FROM jobs "
-                              "ORDER BY id").fetchall()
+            return db.execute(
+                "SELECT id, state, held, cancel_requested, priority FROM jobs ORDER BY id"
+            ).fetchall()
 
     # -- rules ---------------------------------------------------------------------------
     @initialize(target=jobs)
     def a_first_job(self):
-        return multiple(*self._submit({"gpus": 1, "hold": False, "retries": 0, "array": None,
-                                       "bad": None}, deps=[]))
+        return multiple(
+            *self._submit(
+                {"gpus": 1, "hold": False, "retries": 0, "array": None, "bad": None}, deps=[]
+            )
+        )
 
     @rule(target=jobs, spec=SPECS, deps=st.lists(jobs, max_size=2), unknown_dep=st.booleans())
     def submit(self, spec, deps, unknown_dep):
         return multiple(*self._submit(spec, deps + ([10**9] if unknown_dep else [])))
 
     def _submit(self, spec: dict, deps: list[int]) -> list[int]:
-        job = {"command": ["true"], "gpus": spec["gpus"], "hold": spec["hold"],
-               "retries": spec["retries"], "dependencies": [["afterany", d] for d in deps]}
+        job = {
+            "command": ["true"],
+            "gpus": spec["gpus"],
+            "hold": spec["hold"],
+            "retries": spec["retries"],
+            "dependencies": [["afterany", d] for d in deps],
+        }
         if spec["array"]:
             job["array"] = {"indices": list(range(spec["array"])), "throttle": None}
         if spec["bad"]:
@@ -114,7 +142,7 @@ class QueueMachine(RuleBasedStateMachine):
         ids = outcome["ids"]
         assert not set(ids) & self.acked, f"ids {ids} given out again"
         self.acked |= set(ids)
-        self.attempts.update({i: spec["retries"] + 1 for i in ids})
+        self.attempts.update(dict.fromkeys(ids, spec["retries"] + 1))
         return ids
 
     @rule(job=jobs)
@@ -161,8 +189,12 @@ class QueueMachine(RuleBasedStateMachine):
         """A full disk refuses a submit and a change: nothing stored, nothing remembered."""
         before = self.stored_rows()
         with self.box.failing_writes():
-            job_spec = {"command": ["true"], "gpus": min(spec["gpus"], GPUS),
-                        "hold": spec["hold"], "retries": spec["retries"]}
+            job_spec = {
+                "command": ["true"],
+                "gpus": min(spec["gpus"], GPUS),
+                "hold": spec["hold"],
+                "retries": spec["retries"],
+            }
             outcome = self.request("submit", jobs=[job_spec], cwd=str(self.root))
             assert isinstance(outcome, GpuschedError), "a submit on a full disk was acknowledged"
             self.request(verb, ids=[job])  # refused, or nothing to write (an ended job)
@@ -215,6 +247,9 @@ class QueueMachine(RuleBasedStateMachine):
 
 # Each run is a fresh daemon and up to 40 steps; a few dozen runs take seconds.
 QueueMachine.TestCase.settings = settings(
-    max_examples=40, stateful_step_count=40, deadline=None,
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
+    max_examples=40,
+    stateful_step_count=40,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
+)
 test_the_queue_machine = QueueMachine.TestCase

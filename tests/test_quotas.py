@@ -9,16 +9,18 @@ import socket
 import sqlite3
 import threading
 
-from conftest import Home, wait_until
+from test_limits import one_error_line
+
 from gpusched.client import protocol
 from gpusched.core.config import Settings
 from gpusched.core.errors import GpuschedError
 from gpusched.core.models import Job
-from gpusched.daemon.jobtable import Kinds
 from gpusched.daemon.framebudget import FrameBudget
+from gpusched.daemon.jobtable import Kinds
 from gpusched.daemon.quotas import CountedTable, Reservation, job_bytes
 from gpusched.daemon.server import SocketServer
-from test_limits import one_error_line
+
+from conftest import Home, wait_until
 
 
 def held_ids(home: Home) -> list[int]:
@@ -30,22 +32,34 @@ def test_a_submit_over_queued_jobs_is_refused_whole_and_cancelling_frees_the_quo
     home.start()
     first = home.json("submit", "--hold", "--array", "0-2", "--", "true")["array_id"]
     before = home.jobs()
-    err = one_error_line(home.run("submit", "--hold", "--array", "0-2", "--", "true",
-                                  check=False), 1,
-                         "has 3 jobs queued", "adds 3", "limit of 5", "limits.queued_jobs",
-                         "gpusched cancel")
+    err = one_error_line(
+        home.run("submit", "--hold", "--array", "0-2", "--", "true", check=False),
+        1,
+        "has 3 jobs queued",
+        "adds 3",
+        "limit of 5",
+        "limits.queued_jobs",
+        "gpusched cancel",
+    )
     assert "nothing was queued" in err
     # Nor a --from-file sweep, whose lines stream after the request.
-    one_error_line(home.run("submit", "--hold", "--from-file", "-",
-                            input="true\ntrue\ntrue\n", check=False), 1, "limits.queued_jobs")
+    one_error_line(
+        home.run("submit", "--hold", "--from-file", "-", input="true\ntrue\ntrue\n", check=False),
+        1,
+        "limits.queued_jobs",
+    )
     assert home.jobs() == before  # the earlier jobs untouched, nothing of the others queued
     home.run("cancel", str(first))  # the whole array
     assert home.json("submit", "--hold", "--array", "0-4", "--", "true")
     # Counted again after a restart, from the jobs the daemon loads.
     home.run("daemon", "stop")
     home.start()
-    one_error_line(home.run("submit", "--hold", "--", "true", check=False), 1,
-                   "has 5 jobs queued", "limits.queued_jobs")
+    one_error_line(
+        home.run("submit", "--hold", "--", "true", check=False),
+        1,
+        "has 5 jobs queued",
+        "limits.queued_jobs",
+    )
     # Nor does a cancelled job come back past it.
     again = home.run("requeue", str(first), check=False)
     assert again.returncode == 1 and "limits.queued_jobs" in again.stderr, again
@@ -56,8 +70,13 @@ def test_a_submit_over_queued_bytes_is_refused_and_an_ended_job_frees_it(home):
     home.start()
     env = {"BIG": "v" * 120_000}
     held = json.loads(home.run("submit", "--json", "--hold", "--", "true", env=env).stdout)["id"]
-    one_error_line(home.run("submit", "--hold", "--", "true", check=False, env=env), 1,
-                   "bytes queued", "limit of 204,800", "limits.queued_bytes")
+    one_error_line(
+        home.run("submit", "--hold", "--", "true", check=False, env=env),
+        1,
+        "bytes queued",
+        "limit of 204,800",
+        "limits.queued_bytes",
+    )
     assert held_ids(home) == [held]
     home.run("release", str(held))
     home.wait_state(held, "succeeded")
@@ -70,8 +89,16 @@ def test_the_table_counts_each_users_jobs_as_they_come_and_go():
     env = {"A": "b"}
 
     def job(job_id: int, uid: int) -> Job:
-        return Job(id=job_id, command=("echo", "hi"), cwd="/w", uid=uid, user=f"u{uid}",
-                   env=env, stdout_path=f"/l/{job_id}.out", stderr_path=f"/l/{job_id}.err")
+        return Job(
+            id=job_id,
+            command=("echo", "hi"),
+            cwd="/w",
+            uid=uid,
+            user=f"u{uid}",
+            env=env,
+            stdout_path=f"/l/{job_id}.out",
+            stderr_path=f"/l/{job_id}.err",
+        )
 
     for job_id in range(1, 4):
         table[job_id] = job(job_id, 1000)
@@ -146,16 +173,18 @@ def test_a_submit_being_stored_in_batches_counts_against_the_quota(home):
     home.write_config("[limits]\nqueued_jobs = 50000\n")
     home.start()
     done: list = []
-    big = threading.Thread(target=lambda: done.append(home.run(
-        "submit", "--hold", "--array", "0-49999", "--", "true", check=False)))
+    big = threading.Thread(
+        target=lambda: done.append(
+            home.run("submit", "--hold", "--array", "0-49999", "--", "true", check=False)
+        )
+    )
     big.start()
     # Stored a batch per turn over seconds, its rows marked incomplete until the last.
     db = home.state / "queue.db"
 
     def storing() -> bool:
         with sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=30) as conn:
-            return bool(conn.execute("SELECT 1 FROM meta WHERE key LIKE 'incomplete%'")
-                        .fetchall())
+            return bool(conn.execute("SELECT 1 FROM meta WHERE key LIKE 'incomplete%'").fetchall())
 
     wait_until(lambda: storing() or done, "the big submit to be stored")
     small = home.run("submit", "--hold", "--", "true", check=False)

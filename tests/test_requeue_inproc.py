@@ -7,7 +7,6 @@ import signal
 
 import pytest
 
-from inproc import box, make_box  # noqa: F401 - fixtures
 
 def started(box, *argv: str) -> int:
     job_id = box.submit(*argv)
@@ -70,7 +69,10 @@ def test_requeue_refuses_a_pending_job(box):
 
 def test_preempt_refuses_a_job_that_is_not_running(box):
     job_id = box.submit("--hold", "--", "true")
-    assert "only running jobs can be preempted" in box.call("preempt", ids=[job_id])["refused"][str(job_id)]
+    assert (
+        "only running jobs can be preempted"
+        in box.call("preempt", ids=[job_id])["refused"][str(job_id)]
+    )
 
 
 def test_restarts_do_not_use_up_retries(box):

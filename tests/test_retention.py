@@ -13,7 +13,8 @@ from gpusched.daemon import retention
 from gpusched.daemon.loop import Call
 from gpusched.daemon.request import Request
 from gpusched.proc import runfile
-from inproc import ME, make_box  # noqa: F401 - fixtures
+
+from inproc import ME
 
 HOUR_S = 3600.0
 
@@ -63,10 +64,15 @@ def test_the_usage_of_removed_jobs_is_kept_by_user_and_state(make_box):
     removed = box.call("status")["removed_jobs"]
     user = box.show(ran(box))["user"]
     assert removed["jobs"] == 2
-    assert removed["by_user"][user]["succeeded"] == {"jobs": 1, "run_s": 100.0,
-                                                    "gpu_s": 200.0, "core_s": 400.0,
-                                                    "mem_byte_s": 0.0, "waited": 1,
-                                                    "wait_s": 0.0}
+    assert removed["by_user"][user]["succeeded"] == {
+        "jobs": 1,
+        "run_s": 100.0,
+        "gpu_s": 200.0,
+        "core_s": 400.0,
+        "mem_byte_s": 0.0,
+        "waited": 1,
+        "wait_s": 0.0,
+    }
     assert removed["by_user"][user]["failed"]["gpu_s"] == 50.0
     box.restart()  # stored, not only in memory
     assert box.call("status")["removed_jobs"] == removed
@@ -158,8 +164,7 @@ def test_a_home_with_flat_files_of_an_older_version_keeps_its_running_job(make_b
     assert box.exit(job_id, 4)["exit_code"] == 4
 
 
-def test_a_pass_that_could_remove_nothing_is_skipped_until_a_job_is_old(make_box,
-                                                                        monkeypatch):
+def test_a_pass_that_could_remove_nothing_is_skipped_until_a_job_is_old(make_box, monkeypatch):
     box = make_box(config='[jobs]\nkeep_finished = "1h"\n')
     kept = ran(box)
     sweep_due(box)  # a whole pass: the oldest job it kept ended just now

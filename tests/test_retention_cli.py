@@ -71,7 +71,10 @@ def test_job_files_go_in_id_range_directories(home):
     ended(home, job_id)
     jobs = home.state / "jobs"
     assert sorted(p.name for p in (jobs / "0001").iterdir()) == [
-        "1001.run.jsonl", "1001.stderr.log", "1001.stdout.log"]
+        "1001.run.jsonl",
+        "1001.stderr.log",
+        "1001.stdout.log",
+    ]
     assert not list(jobs.glob("1001.*"))  # nothing flat
     assert home.show(job_id)["stdout_path"] == str(jobs / "0001" / "1001.stdout.log")
     assert home.run("logs", str(job_id)).stdout == "thousand-and-one\n"
@@ -102,7 +105,10 @@ def test_a_home_of_flat_files_from_an_older_version_keeps_working(home):
     flatten(home)
     jobs = home.state / "jobs"
     assert sorted(p.name for p in jobs.iterdir()) == [
-        f"{first}.run.jsonl", f"{first}.stderr.log", f"{first}.stdout.log"]
+        f"{first}.run.jsonl",
+        f"{first}.stderr.log",
+        f"{first}.stdout.log",
+    ]
     home.start()
     assert home.run("logs", str(first)).stdout == "first\n"  # an old job's log, found
     assert "each in the queue" in home.run("doctor", check=False).stdout

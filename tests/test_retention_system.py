@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from test_system_mode import make_system, pytestmark, users  # noqa: F401 - fixtures, marks
+from systemroot import pytestmark  # noqa: F401 - the module's marks
 
 
 def test_gc_is_for_admins_and_removes_logs_in_the_users_directories(make_system, users):

@@ -17,18 +17,28 @@ from pathlib import Path
 
 import psutil
 
-from conftest import find_shim, wait_until
 from gpusched.proc import runfile, shim
+
+from conftest import find_shim, wait_until
 
 SHIM = Path(shim.__file__)
 
 
 def _spec(tmp_path: Path, command: list[str], env: dict | None = None) -> dict:
-    return {"job_id": 1, "run_file": runfile.run_file(tmp_path / "jobs", 1), "command": command,
-            "env": env or {"PATH": os.defpath},
-            "cwd": str(tmp_path), "stdout": str(tmp_path / "out.log"),
-            "stderr": str(tmp_path / "err.log"), "grace_s": 1.0,
-            "wake": str(tmp_path / "wake"), "cpu_ids": [], "cgroup": "", "run_as": None}
+    return {
+        "job_id": 1,
+        "run_file": runfile.run_file(tmp_path / "jobs", 1),
+        "command": command,
+        "env": env or {"PATH": os.defpath},
+        "cwd": str(tmp_path),
+        "stdout": str(tmp_path / "out.log"),
+        "stderr": str(tmp_path / "err.log"),
+        "grace_s": 1.0,
+        "wake": str(tmp_path / "wake"),
+        "cpu_ids": [],
+        "cgroup": "",
+        "run_as": None,
+    }
 
 
 def _write_spec(spec: dict) -> Path:
@@ -40,8 +50,9 @@ def _write_spec(spec: dict) -> Path:
 
 
 def _run_shim(spec: dict) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-I", "-S", str(SHIM), str(_write_spec(spec))],
-                            start_new_session=True)
+    return subprocess.Popen(
+        [sys.executable, "-I", "-S", str(SHIM), str(_write_spec(spec))], start_new_session=True
+    )
 
 
 def test_a_shim_records_its_pid_and_the_jobs_end_and_wakes_the_daemon(tmp_path):
@@ -50,8 +61,11 @@ def test_a_shim_records_its_pid_and_the_jobs_end_and_wakes_the_daemon(tmp_path):
         wake.bind(str(tmp_path / "wake"))
         wake.settimeout(30)
         gate = tmp_path / "go"
-        proc = _run_shim(_spec(tmp_path, ["sh", "-c", f"echo hi; until [ -e {gate} ]; "
-                                                            "do sleep 0.05; done; exit 3"]))
+        proc = _run_shim(
+            _spec(
+                tmp_path, ["sh", "-c", f"echo hi; until [ -e {gate} ]; do sleep 0.05; done; exit 3"]
+            )
+        )
         try:
             found = wait_until(lambda: find_shim(jobs, 1), "the shim's record")
             assert found == (proc.pid, psutil.Process(proc.pid).create_time())
@@ -89,8 +103,7 @@ def test_the_exit_record_is_found_behind_a_long_spec_and_in_any_order(tmp_path):
     """A spec far longer than the tail the daemon reads, and a stray "shim" record after
     the exit record: the daemon finds the exit record all the same."""
     jobs = tmp_path / "jobs"
-    proc = _run_shim(_spec(tmp_path, ["true"], env={"PATH": os.defpath,
-                                                           "BIG": "x" * 100_000}))
+    proc = _run_shim(_spec(tmp_path, ["true"], env={"PATH": os.defpath, "BIG": "x" * 100_000}))
     assert proc.wait(timeout=30) == 0
     runfile.append_record(runfile.run_file(jobs, 1), "shim", {"pid": 1, "start_ticks": 0})
     record = runfile.read_run(jobs, 1).exit
@@ -117,8 +130,10 @@ def test_proc_stat_is_read_past_a_process_name_with_spaces_and_parentheses(tmp_p
     try:
         found = psutil.Process(proc.pid)
         # Asleep in sleep(1) itself, past the exec and the loader: it has memory, CPU time.
-        wait_until(lambda: found.name() == "a) (b c" and found.status() == "sleeping",
-                   "the process to take its odd name and sleep")
+        wait_until(
+            lambda: found.name() == "a) (b c" and found.status() == "sleeping",
+            "the process to take its odd name and sleep",
+        )
         stat = runfile.read_proc_stat(proc.pid)
         assert stat.ppid == os.getpid()
         started_at = psutil.boot_time() + stat.start_ticks / os.sysconf("SC_CLK_TCK")
@@ -138,4 +153,3 @@ def test_a_launch_failure_datagram_names_its_job_and_a_plain_wake_does_not():
     reason = "cannot create its run file: [Errno 21] Is a directory: '/x/3.run.jsonl'"
     assert runfile.parse_launch_failure(runfile.launch_failure(3, reason)) == (3, reason)
     assert runfile.parse_launch_failure(runfile.WAKE) is None
-

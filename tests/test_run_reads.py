@@ -13,8 +13,6 @@ import pytest
 
 from gpusched.proc import runfile
 
-from inproc import make_box  # noqa: F401 (fixture)
-
 SLOW_POLL = '[daemon]\ngpu_poll_interval = "60s"\n'  # no liveness check during a test
 
 
@@ -127,8 +125,9 @@ def test_a_job_being_launched_is_read_when_a_cancel_waits_for_its_pid(make_box, 
     assert set(reads) == {ids[1]}
 
 
-@pytest.mark.parametrize("flags", [("--gpus", "0", "--time", "10"), ("--gpus", "1")],
-                         ids=["time-limit", "gpus"])
+@pytest.mark.parametrize(
+    "flags", [("--gpus", "0", "--time", "10"), ("--gpus", "1")], ids=["time-limit", "gpus"]
+)
 def test_a_job_being_launched_is_read_until_its_pid_is_known(make_box, reads, flags):
     """A time limit's signal needs the pid; so does telling GPU processes apart."""
     box = make_box(config=SLOW_POLL)

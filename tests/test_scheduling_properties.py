@@ -18,8 +18,11 @@ GIB = 2**30
 NOW_S = 10_000.0
 NAMES = ("NVIDIA A100-SXM4-80GB", "NVIDIA H100 80GB HBM3", "NVIDIA GeForce RTX 4090")
 POLICIES = tuple(placement.BUILTIN_POLICIES)
-SETTINGS = settings(max_examples=80, deadline=None,
-                    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+SETTINGS = settings(
+    max_examples=80,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
 
 
 @st.composite
@@ -28,18 +31,36 @@ def gpus(draw, index: int) -> GpuInfo:
     name = draw(st.sampled_from(NAMES))
     capability = draw(st.sampled_from([None, (7, 0), (8, 0), (9, 0)]))
     gpu = GpuInfo(
-        index=index, uuid=f"GPU-{index}", name=name, mem_total_bytes=total,
+        index=index,
+        uuid=f"GPU-{index}",
+        name=name,
+        mem_total_bytes=total,
         # With no processes of ours listed, all used memory belongs to someone else.
         # None is a driver that would not say; "almost full" leaves less than the headroom.
-        mem_used_bytes=draw(st.sampled_from([None, 0, 0, 0, GIB // 2, 2 * GIB, total // 2, total,
-                                             total - 4 * GIB - GIB // 4])),
+        mem_used_bytes=draw(
+            st.sampled_from(
+                [None, 0, 0, 0, GIB // 2, 2 * GIB, total // 2, total, total - 4 * GIB - GIB // 4]
+            )
+        ),
         util_pct=draw(st.sampled_from([None, 0.0, 0.0, 0.0, 40.0, 95.0])),
-        is_healthy=draw(st.sampled_from([True] * 5 + [False])), compute_capability=capability)
+        is_healthy=draw(st.sampled_from([True] * 5 + [False])),
+        compute_capability=capability,
+    )
     if draw(st.integers(0, 3)) == 0:  # MIG mode: only its devices are given out
-        migs = tuple(GpuInfo(index=index, uuid=f"MIG-{index}-{m}", name=name,
-                             mem_total_bytes=total // 4, mem_used_bytes=0, util_pct=0.0,
-                             compute_capability=capability, parent_index=index,
-                             gpu_instance_id=m) for m in range(draw(st.integers(1, 3))))
+        migs = tuple(
+            GpuInfo(
+                index=index,
+                uuid=f"MIG-{index}-{m}",
+                name=name,
+                mem_total_bytes=total // 4,
+                mem_used_bytes=0,
+                util_pct=0.0,
+                compute_capability=capability,
+                parent_index=index,
+                gpu_instance_id=m,
+            )
+            for m in range(draw(st.integers(1, 3)))
+        )
         gpu = replace(gpu, mig_devices=migs)
     return gpu
 
@@ -55,14 +76,17 @@ some_constraints = st.builds(
     exclude_gpus=st.sampled_from([(), (), (0,), (1,), (2, 4)]),
     gpu_type=st.sampled_from(["", "", "H100", "a100"]),
     min_gpu_total_mem_bytes=st.sampled_from([0, 0, 40 * GIB]),
-    min_compute_capability=st.sampled_from([None, None, (8, 0)]))
+    min_compute_capability=st.sampled_from([None, None, (8, 0)]),
+)
 # Mostly none, so that jobs compete for the same GPUs.
 constraints = st.one_of(st.just(Constraints()), st.just(Constraints()), some_constraints)
 
 requests = st.builds(
-    Request, gpus=st.sampled_from([0, 1, 1, 1, 2, 2, 3]),
+    Request,
+    gpus=st.sampled_from([0, 1, 1, 1, 2, 2, 3]),
     gpu_mem_bytes=st.sampled_from([None, None, GIB, 4 * GIB, 10 * GIB, 30 * GIB]),
-    constraints=constraints)
+    constraints=constraints,
+)
 
 
 @st.composite
@@ -72,11 +96,20 @@ def jobs(draw, first_id: int, max_size: int) -> list[Job]:
         request = draw(requests)
         if request.gpus == 0:
             request = replace(request, gpu_mem_bytes=None)
-        out.append(Job(id=first_id + n, command=("train",), cwd="/", uid=1000,
-                       user=draw(st.sampled_from(["ann", "bob", "cy"])), request=request,
-                       priority=draw(st.integers(0, 3)), submitted_at=float(first_id + n),
-                       time_limit_s=draw(st.sampled_from([None, 10.0, 100.0, 5000.0])),
-                       policy=draw(st.sampled_from(["", ""] + list(POLICIES)))))
+        out.append(
+            Job(
+                id=first_id + n,
+                command=("train",),
+                cwd="/",
+                uid=1000,
+                user=draw(st.sampled_from(["ann", "bob", "cy"])),
+                request=request,
+                priority=draw(st.integers(0, 3)),
+                submitted_at=float(first_id + n),
+                time_limit_s=draw(st.sampled_from([None, 10.0, 100.0, 5000.0])),
+                policy=draw(st.sampled_from(["", ""] + list(POLICIES))),
+            )
+        )
     return out
 
 
@@ -95,9 +128,15 @@ def reserve(inventory: Inventory, wanted: list[Job], seed: int) -> list[Job]:
             continue
         for gpu in chosen:
             held[gpu.uuid].append(job)
-        running.append(transition(job, JobState.RUNNING, started_at=NOW_S - rng.uniform(0, 50),
-                                  gpu_uuids=tuple(g.uuid for g in chosen),
-                                  gpu_indices=tuple(g.index for g in chosen)))
+        running.append(
+            transition(
+                job,
+                JobState.RUNNING,
+                started_at=NOW_S - rng.uniform(0, 50),
+                gpu_uuids=tuple(g.uuid for g in chosen),
+                gpu_indices=tuple(g.index for g in chosen),
+            )
+        )
     return running
 
 
@@ -115,9 +154,11 @@ def situations(draw, disciplines=queuerules.DISCIPLINES, max_gpus: int = 5):
     inventory = draw(inventories(max_gpus))
     running = reserve(inventory, draw(jobs(1, 6)), draw(st.integers(0, 2**16)))
     pending = draw(jobs(100, 12))
-    rules = PlacementRules(policy=draw(st.sampled_from(POLICIES)),
-                           gpu_weights={0: 2.0, 2: 0.5},
-                           gpu_order=tuple(draw(st.permutations(range(5)))))
+    rules = PlacementRules(
+        policy=draw(st.sampled_from(POLICIES)),
+        gpu_weights={0: 2.0, 2: 0.5},
+        gpu_order=tuple(draw(st.permutations(range(5)))),
+    )
     queue = QueueRules(discipline=draw(st.sampled_from(disciplines)))
     usage = {"ann": draw(st.floats(0, 1e6)), "bob": draw(st.floats(0, 1e6))}
     placements = {i: draw(st.integers(0, 5)) for i in range(5)}
@@ -127,9 +168,18 @@ def situations(draw, disciplines=queuerules.DISCIPLINES, max_gpus: int = 5):
 def plan_for(situation, pending=None, explain: bool = True) -> scheduling.Plan:
     inventory, running, all_pending, rules, queue, usage, placements = situation
     loads = placement.gpu_loads(inventory, running, {}, rules, now=NOW_S)
-    return scheduling.schedule(all_pending if pending is None else pending, running, loads,
-                               inventory, rules, queue, NOW_S, usage=usage,
-                               placements=placements, explain=explain)
+    return scheduling.schedule(
+        all_pending if pending is None else pending,
+        running,
+        loads,
+        inventory,
+        rules,
+        queue,
+        NOW_S,
+        usage=usage,
+        placements=placements,
+        explain=explain,
+    )
 
 
 @SETTINGS
@@ -161,8 +211,9 @@ def test_starts_respect_memory_exclusivity_gangs_and_constraints(situation):
             assert len(held) == 1, f"{uuid} is shared by jobs {[j.id for j in held]}"
         else:
             promised = sum(j.request.gpu_mem_bytes for j in held)
-            assert (device.mem_used_bytes or 0) + promised + rules.mem_headroom_bytes \
-                <= device.mem_total_bytes
+            assert (
+                device.mem_used_bytes or 0
+            ) + promised + rules.mem_headroom_bytes <= device.mem_total_bytes
 
 
 def loads_after(situation, starts) -> dict:
@@ -186,10 +237,16 @@ def test_a_higher_priority_job_that_fits_is_never_passed_over(situation):
     for job in pending:
         if job.id in started:
             continue
-        ahead = [(i, c) for i, c in plan.starts
-                 if (-_priority(pending, i), i) < (-job.priority, job.id)]
-        assert placement.choose_gpus(job.request, loads_after(situation, ahead), rules,
-                                     policy=job.policy) is None or job.request.gpus == 0
+        ahead = [
+            (i, c) for i, c in plan.starts if (-_priority(pending, i), i) < (-job.priority, job.id)
+        ]
+        assert (
+            placement.choose_gpus(
+                job.request, loads_after(situation, ahead), rules, policy=job.policy
+            )
+            is None
+            or job.request.gpus == 0
+        )
 
 
 def _priority(pending: list[Job], job_id: int) -> int:
@@ -223,16 +280,29 @@ def test_results_are_deterministic_for_the_same_input(situation, rng):
 @given(situations())
 def test_one_pass_is_a_fixpoint(situation):
     # The simulator runs one pass per event: a second pass right after starts nothing more.
-    inventory, running, pending, rules, queue, usage, placements = situation
+    inventory, running, pending, rules, queue, usage, _placements = situation
     plan = plan_for(situation)
     chosen = dict(plan.starts)
     now_running = list(running)
     for job in pending:
         if job.id in chosen:
-            now_running.append(transition(job, JobState.RUNNING, started_at=NOW_S,
-                                          gpu_uuids=tuple(g.uuid for g in chosen[job.id])))
-    again = (inventory, now_running, [j for j in pending if j.id not in chosen], rules, queue,
-             usage, plan.placements)
+            now_running.append(
+                transition(
+                    job,
+                    JobState.RUNNING,
+                    started_at=NOW_S,
+                    gpu_uuids=tuple(g.uuid for g in chosen[job.id]),
+                )
+            )
+    again = (
+        inventory,
+        now_running,
+        [j for j in pending if j.id not in chosen],
+        rules,
+        queue,
+        usage,
+        plan.placements,
+    )
     assert plan_for(again).starts == ()
 
 
@@ -252,13 +322,32 @@ def test_the_plan_counts_its_starts_in_the_round_robin_counter(situation):
 
 
 @SETTINGS
-@given(st.lists(st.tuples(st.integers(-3, 3), st.sampled_from(["ann", "bob", "cy"]),
-                          st.sampled_from([None, 60.0, 3600.0])), max_size=40),
-       st.sampled_from(["fifo", "backfill", "fairshare", "sjf"]), st.randoms())
+@given(
+    st.lists(
+        st.tuples(
+            st.integers(-3, 3),
+            st.sampled_from(["ann", "bob", "cy"]),
+            st.sampled_from([None, 60.0, 3600.0]),
+        ),
+        max_size=40,
+    ),
+    st.sampled_from(["fifo", "backfill", "fairshare", "sjf"]),
+    st.randoms(),
+)
 def test_the_queue_order_is_order_keys_whatever_the_discipline(specs, discipline, rnd):
     """queue_order sorts without a Python call per job where it can: same order as order_key."""
-    jobs = [Job(id=i + 1, command=("true",), cwd="/", uid=0, user=user, priority=priority,
-                time_limit_s=limit) for i, (priority, user, limit) in enumerate(specs)]
+    jobs = [
+        Job(
+            id=i + 1,
+            command=("true",),
+            cwd="/",
+            uid=0,
+            user=user,
+            priority=priority,
+            time_limit_s=limit,
+        )
+        for i, (priority, user, limit) in enumerate(specs)
+    ]
     rnd.shuffle(jobs)
     rules = QueueRules(discipline=discipline, user_weights={"bob": 2.0})
     usage = {"ann": 50.0, "bob": 50.0}

@@ -12,6 +12,7 @@ the client library, which costs milliseconds instead of a Python start per look.
 from __future__ import annotations
 
 import getpass
+import itertools
 import os
 import re
 import shlex
@@ -20,9 +21,10 @@ from pathlib import Path
 
 import pytest
 
-from conftest import DEADLINE_S, REPO, Home, is_gone, wait_until
 from gpusched.client.connection import Client
 from gpusched.client.paths import resolve_paths
+
+from conftest import DEADLINE_S, REPO, Home, is_gone, wait_until
 
 
 # -- helpers --------------------------------------------------------------------------------
@@ -50,8 +52,10 @@ def box(shared):
     active = [i for i, j in jobs(shared).items() if j["state"] in ("pending", "running")]
     if active:
         client(shared).call("cancel", ids=active)
-        wait_until(lambda: not any(j["state"] in ("pending", "running")
-                                   for j in jobs(shared).values()), "the shared queue to empty")
+        wait_until(
+            lambda: not any(j["state"] in ("pending", "running") for j in jobs(shared).values()),
+            "the shared queue to empty",
+        )
 
 
 def client(home) -> Client:
@@ -75,14 +79,19 @@ def jobs(home) -> dict[int, dict]:
 
 
 def wait_state(home, job_id: int, *states: str, timeout: float = DEADLINE_S) -> dict:
-    return wait_until(lambda: (j := show(home, job_id))["state"] in states and j,
-                      f"job {job_id} to reach {states}", timeout)
+    return wait_until(
+        lambda: (j := show(home, job_id))["state"] in states and j,
+        f"job {job_id} to reach {states}",
+        timeout,
+    )
 
 
 def wait_reason(home, job_id: int, start: str) -> dict:
     """Wait until a pending job's reason starts with `start`: a scheduling pass saw it."""
-    job = wait_until(lambda: (j := show(home, job_id))["pending_reason"].startswith(start) and j,
-                     f"job {job_id} to wait because {start!r}")
+    job = wait_until(
+        lambda: (j := show(home, job_id))["pending_reason"].startswith(start) and j,
+        f"job {job_id} to wait because {start!r}",
+    )
     assert job["state"] == "pending"
     return job
 
@@ -110,8 +119,9 @@ def declare_outside(home, *processes: dict) -> float:
     home.state.mkdir(parents=True, exist_ok=True)
     blocks = []
     for proc in processes:
-        fields = "".join(f"{k} = {v!r}\n" if isinstance(v, str) else f"{k} = {v}\n"
-                         for k, v in proc.items())
+        fields = "".join(
+            f"{k} = {v!r}\n" if isinstance(v, str) else f"{k} = {v}\n" for k, v in proc.items()
+        )
         blocks.append("[[process]]\n" + fields)
     target = home.state / "simulated_processes.toml"
     tmp = target.with_suffix(".tmp")
@@ -122,7 +132,9 @@ def declare_outside(home, *processes: dict) -> float:
 
 
 def outside_seen(home, gpu: int) -> set[int]:
-    return {p["pid"] for p in client(home).call("gpus")["gpus"][gpu]["processes"] if p["job"] is None}
+    return {
+        p["pid"] for p in client(home).call("gpus")["gpus"][gpu]["processes"] if p["job"] is None
+    }
 
 
 def stamp(path: Path) -> float:
@@ -146,7 +158,7 @@ def test_the_highest_priority_job_takes_a_freed_gpu_and_update_reorders(box, tmp
     assert out == f"job {bumped}: priority 10\n"
     (tmp_path / "blocker").touch()
     ran = [wait_state(home, i, "succeeded") for i in (bumped, high, low)]
-    for earlier, later in zip(ran, ran[1:]):
+    for earlier, later in itertools.pairwise(ran):
         assert later["started_at"] >= earlier["ended_at"]
 
 
@@ -179,7 +191,8 @@ def test_a_job_after_another_starts_once_it_ended_and_bad_dependencies_are_refus
     unknown = refused(home, "submit", "--after", "99999", "--", "true")
     assert "dependency on job 99999, which does not exist" in unknown
     assert "KIND one of afterok, afterany, afternotok" in refused(
-        home, "submit", "-d", f"before:{ok}", "--", "true")
+        home, "submit", "-d", f"before:{ok}", "--", "true"
+    )
 
 
 # -- arrays ---------------------------------------------------------------------------------
@@ -190,16 +203,23 @@ def test_an_array_runs_at_most_its_throttle_folds_in_ls_and_cancels(box, tmp_pat
     home = box
     out = tmp_path / "array"
     out.mkdir()
-    array_id = home.json("submit", "--array", "0-5%2", *sh(
-        f'echo "$GPUSCHED_ARRAY_ID $GPUSCHED_ARRAY_INDEX" > {out}/start-$GPUSCHED_ARRAY_INDEX; '
-        f'while [ ! -e {tmp_path}/go.$GPUSCHED_ARRAY_INDEX ]; do sleep 0.05; done'))["ids"][0]
+    array_id = home.json(
+        "submit",
+        "--array",
+        "0-5%2",
+        *sh(
+            f'echo "$GPUSCHED_ARRAY_ID $GPUSCHED_ARRAY_INDEX" > {out}/start-$GPUSCHED_ARRAY_INDEX; '
+            f"while [ ! -e {tmp_path}/go.$GPUSCHED_ARRAY_INDEX ]; do sleep 0.05; done"
+        ),
+    )["ids"][0]
     ids = list(range(array_id, array_id + 6))
     wait_until(lambda: len(list(out.glob("start-*"))) == 2, "two elements to start")
     listed = jobs(home)
     assert [listed[i]["array_index"] for i in ids] == [0, 1, 2, 3, 4, 5]
     assert [listed[i]["state"] for i in ids] == ["running"] * 2 + ["pending"] * 4
     assert wait_reason(home, ids[-1], "array")["pending_reason"] == (
-        f"array {array_id} already runs 2 at once (%2)")
+        f"array {array_id} already runs 2 at once (%2)"
+    )
 
     folded = home.run("ls").stdout.splitlines()
     rows = [line for line in folded if line.startswith(f"{array_id}_")]
@@ -208,8 +228,7 @@ def test_an_array_runs_at_most_its_throttle_folds_in_ls_and_cancels(box, tmp_pat
     assert len(folded) == 2  # the header and the array
     expanded = home.run("ls", "-r").stdout.splitlines()
     # Each element by its ARRAY_INDEX, as squeue -r names them (not its bare job id).
-    assert sorted(line.split()[0] for line in expanded[1:]) == [f"{array_id}_{i}"
-                                                                for i in range(6)]
+    assert sorted(line.split()[0] for line in expanded[1:]) == [f"{array_id}_{i}" for i in range(6)]
 
     (tmp_path / "go.0").touch()
     wait_state(home, ids[0], "succeeded")
@@ -221,7 +240,8 @@ def test_an_array_runs_at_most_its_throttle_folds_in_ls_and_cancels(box, tmp_pat
     assert home.run("cancel", f"{array_id}_5").stdout == f"job {ids[5]}: cancelled\n"
     assert home.run("cancel", str(array_id)).stdout == (
         f"job {ids[0]}: already succeeded\njob {ids[1]}: cancelling\njob {ids[2]}: cancelling\n"
-        f"job {ids[3]}: cancelled\njob {ids[4]}: cancelled\njob {ids[5]}: already cancelled\n")
+        f"job {ids[3]}: cancelled\njob {ids[4]}: cancelled\njob {ids[5]}: already cancelled\n"
+    )
     for job_id in ids[1:]:
         wait_state(home, job_id, "cancelled")
     assert sorted(p.name for p in out.iterdir()) == ["start-0", "start-1", "start-2"]
@@ -234,9 +254,16 @@ def test_time_limit_warns_then_terminates_and_kills_a_job_that_ignores_term(box,
     SIGTERM (when each is due, and what the end says, are in test_inproc_runs.py)."""
     home = box
     t = tmp_path
-    job_id = home.submit("--time", "2s", "--signal", "B:USR1@1", *sh(
-        f"trap 'date +%s.%N > {t}/usr1' USR1; trap 'date +%s.%N > {t}/term' TERM; "
-        f"env > {t}/env; while :; do sleep 0.05; done"))
+    job_id = home.submit(
+        "--time",
+        "2s",
+        "--signal",
+        "B:USR1@1",
+        *sh(
+            f"trap 'date +%s.%N > {t}/usr1' USR1; trap 'date +%s.%N > {t}/term' TERM; "
+            f"env > {t}/env; while :; do sleep 0.05; done"
+        ),
+    )
 
     job = wait_state(home, job_id, "timeout", "failed", "succeeded", timeout=30)
     assert (job["state"], job["signal"]) == ("timeout", 9)
@@ -259,11 +286,18 @@ def test_a_failing_job_is_retried_after_its_delay_and_ls_says_when(box, tmp_path
     test_inproc_runs.py)."""
     home = box
     attempts = tmp_path / "attempts"  # each attempt writes its number and its start
-    failing = home.submit("--retries", "1", "--retry-delay", "1s", *sh(
-        f'echo "$GPUSCHED_ATTEMPT $(date +%s.%N)" >> {attempts}; exit 3'))
+    failing = home.submit(
+        "--retries",
+        "1",
+        "--retry-delay",
+        "1s",
+        *sh(f'echo "$GPUSCHED_ATTEMPT $(date +%s.%N)" >> {attempts}; exit 3'),
+    )
     later = home.submit("--retries", "1", "--retry-delay", "1m", *sh("exit 4"))
     job = wait_reason(home, later, "retrying")
-    found = re.fullmatch(r"retrying after attempt 1 failed; eligible in (\d+)s", job["pending_reason"])
+    found = re.fullmatch(
+        r"retrying after attempt 1 failed; eligible in (\d+)s", job["pending_reason"]
+    )
     assert found and 1 <= int(found.group(1)) <= 60, job["pending_reason"]
     assert job["eligible_at"] > time.time() and job["exit_code"] == 4
     assert "retrying after attempt 1 failed" in home.run("ls").stdout
@@ -271,12 +305,14 @@ def test_a_failing_job_is_retried_after_its_delay_and_ls_says_when(box, tmp_path
 
     job = wait_state(home, failing, "failed")
     assert (job["attempt"], job["exit_code"]) == (2, 3)
-    (first, first_s), (second, second_s) = (line.split() for line in
-                                            attempts.read_text().splitlines())
+    (first, first_s), (second, second_s) = (
+        line.split() for line in attempts.read_text().splitlines()
+    )
     assert (first, second) == ("1", "2")
     assert float(second_s) - float(first_s) >= 1.0  # the delay, on the job's own clock
     assert "--retry-on takes: failed, timeout" in refused(
-        home, "submit", "--retries", "1", "--retry-on", "sometimes", "--", "true")
+        home, "submit", "--retries", "1", "--retry-on", "sometimes", "--", "true"
+    )
 
 
 # -- drain ----------------------------------------------------------------------------------
@@ -292,7 +328,8 @@ def test_drain_and_per_user_limits_survive_a_restart(make_home, tmp_path):
     second = home.submit("--", "true")
     wait_state(home, first, "running")
     assert wait_reason(home, second, user)["pending_reason"] == (
-        f"{user} already runs 1 jobs (max_running_per_user)")
+        f"{user} already runs 1 jobs (max_running_per_user)"
+    )
 
     assert home.run("drain").stdout == "draining: nothing new starts; 1 job(s) still running\n"
     # The running job finishes; the job that waited for it now waits for the drain.
@@ -323,13 +360,17 @@ def test_gpu_constraints_on_a_mixed_box(make_home):
     configure(home)
     # The very first command starts the daemon: even then the GPUs are known at submit.
     error = refused(home, "submit", "--gpus", "1", "--gpu-type", "V100", "--", "true")
-    assert error == ("Error: job asks for 1 GPU that meets its constraints; none of the 4 GPUs "
-                     "here meet them (GPU 0: NVIDIA H100, 80.0 GiB, sm 9.0; GPU 1: NVIDIA H100, "
-                     "80.0 GiB, sm 9.0; GPU 2: NVIDIA A100, 40.0 GiB, sm 8.0; GPU 3: NVIDIA A100, "
-                     "40.0 GiB, sm 8.0); see `gpusched gpus`\n")
-    for args in (["--gpus", "3", "--min-compute-capability", "9.0"],
-                 ["--gpus", "1", "--min-gpu-total-mem", "100G"],
-                 ["--gpus", "4", "--exclude-gpus", "3"]):
+    assert error == (
+        "Error: job asks for 1 GPU that meets its constraints; none of the 4 GPUs "
+        "here meet them (GPU 0: NVIDIA H100, 80.0 GiB, sm 9.0; GPU 1: NVIDIA H100, "
+        "80.0 GiB, sm 9.0; GPU 2: NVIDIA A100, 40.0 GiB, sm 8.0; GPU 3: NVIDIA A100, "
+        "40.0 GiB, sm 8.0); see `gpusched gpus`\n"
+    )
+    for args in (
+        ["--gpus", "3", "--min-compute-capability", "9.0"],
+        ["--gpus", "1", "--min-gpu-total-mem", "100G"],
+        ["--gpus", "4", "--exclude-gpus", "3"],
+    ):
         error = refused(home, "submit", *args, "--", "true")
         assert "its constraints; " in error and "of the 4 GPUs here meet them (" in error
         assert "NVIDIA A100" in error
@@ -337,8 +378,9 @@ def test_gpu_constraints_on_a_mixed_box(make_home):
     assert "this box has no GPU 7: it has GPUs 0-3" in error
     error = refused(home, "submit", "--gpu-mem", "50G", "--gpu-type", "A100", "--", "true")
     assert "asks for 50.0 GiB on each of 1 GPU(s); the largest here have 40.0 GiB" in error
-    assert "need --gpus 1 or more" in refused(home, "submit", "--gpus", "0", "--gpu-type", "A100",
-                                              "--", "true")
+    assert "need --gpus 1 or more" in refused(
+        home, "submit", "--gpus", "0", "--gpu-type", "A100", "--", "true"
+    )
 
     cases = {
         ("--gpus", "2", "--gpu-ids", "0,2"): [[0, 2]],
@@ -373,8 +415,10 @@ def test_spread_pack_and_order_policies(box, tmp_path):
     assert two("--policy", "order") == [[2], [2]]
     assert client(home).call("status")["policy"] == "pack"
     error = refused(home, "submit", "--gpus", "1", "--policy", "fastest", "--", "true")
-    assert error == ("Error: unknown policy 'fastest'; choose one of: pack, spread, round-robin, "
-                     "weighted-round-robin, order\n")
+    assert error == (
+        "Error: unknown policy 'fastest'; choose one of: pack, spread, round-robin, "
+        "weighted-round-robin, order\n"
+    )
     (tmp_path / "go").touch()
 
 
@@ -383,7 +427,9 @@ def test_round_robin_policies(make_home):
     configure(home, '[scheduling]\npolicy = "round-robin"\ngpu_weights = [2, 1, 1]\n')
 
     def placed(count: int, *args: str) -> list[int]:
-        ids = home.json("submit", "--gpu-mem", "1G", *args, "--array", f"1-{count}", "--", "true")["ids"]
+        ids = home.json("submit", "--gpu-mem", "1G", *args, "--array", f"1-{count}", "--", "true")[
+            "ids"
+        ]
         return [wait_state(home, i, "succeeded")["gpu_indices"][0] for i in ids]
 
     # Weighted: GPU 0 (weight 2) takes twice the jobs of GPUs 1 and 2.
@@ -418,11 +464,13 @@ def install_example_policy(root: Path) -> None:
     (root / "example_gpusched_policy.py").write_text(POLICY_MODULE)
     info = root / "example_gpusched_policy-1.0.dist-info"
     info.mkdir()
-    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: example-gpusched-policy\n"
-                                   "Version: 1.0\n")
+    (info / "METADATA").write_text(
+        "Metadata-Version: 2.1\nName: example-gpusched-policy\nVersion: 1.0\n"
+    )
     (info / "entry_points.txt").write_text(
         "[gpusched.policies]\nlast-first = example_gpusched_policy:last_first\n"
-        "twice = example_gpusched_policy:twice\nbroken = example_gpusched_policy:broken\n")
+        "twice = example_gpusched_policy:twice\nbroken = example_gpusched_policy:broken\n"
+    )
 
 
 def test_a_custom_policy_from_an_installed_package(home, tmp_path):
@@ -441,7 +489,8 @@ def test_a_custom_policy_from_an_installed_package(home, tmp_path):
     assert wait_state(home, again, "running")["gpu_indices"] == [3]
     assert refused(home, "submit", "--gpus", "1", "--policy", "fastest", "--", "true") == (
         "Error: unknown policy 'fastest'; choose one of: pack, spread, round-robin, "
-        "weighted-round-robin, order, last-first, twice, broken\n")
+        "weighted-round-robin, order, last-first, twice, broken\n"
+    )
 
     # Policies are third-party code. One that offers a GPU twice cannot give a job the same
     # GPU twice, and one that fails places nothing; the daemon goes on placing other jobs.
@@ -459,15 +508,20 @@ def test_a_custom_policy_from_an_installed_package(home, tmp_path):
     configure(home, '[scheduling]\npolicy = "fastest"\n')
     proc = home.run("submit", "--", "true", check=False)
     assert proc.returncode == 1 and "Traceback" not in proc.stderr
-    assert ("scheduling.policy: unknown policy 'fastest'; choose one of: pack, spread, "
-            "round-robin, weighted-round-robin, order, last-first, twice, broken") in proc.stderr
+    assert (
+        "scheduling.policy: unknown policy 'fastest'; choose one of: pack, spread, "
+        "round-robin, weighted-round-robin, order, last-first, twice, broken"
+    ) in proc.stderr
 
 
 # -- outside processes ----------------------------------------------------------------------
 def test_outside_processes_block_unless_small_or_idle(make_home, tmp_path):
     home = make_home("2x80GiB")
-    configure(home, '[gpus]\noutside = "block"\noutside_ignore_below = "1GiB"\n'
-                    'outside_idle_after = "3s"\n', daemon='gpu_poll_interval = "0.2s"\n')
+    configure(
+        home,
+        '[gpus]\noutside = "block"\noutside_ignore_below = "1GiB"\noutside_idle_after = "3s"\n',
+        daemon='gpu_poll_interval = "0.2s"\n',
+    )
     # Declared before the daemon starts: it reads the GPUs before it places a job.
     declare_outside(home, {"gpu": 0, "pid": 4242, "user": "alice", "memory": "5GiB", "util": 40})
     # Best fit would choose GPU 0, the fuller one; "block" keeps every job off it.
@@ -475,14 +529,16 @@ def test_outside_processes_block_unless_small_or_idle(make_home, tmp_path):
     assert wait_state(home, anywhere, "succeeded")["gpu_indices"] == [1]
     pinned = home.submit("--gpu-mem", "1G", "--gpu-ids", "0", "--", "true")
     assert wait_reason(home, pinned, "GPU 0")["pending_reason"] == (
-        "GPU 0 is in use by pid 4242 (alice)")
+        "GPU 0 is in use by pid 4242 (alice)"
+    )
     # Under outside_ignore_below the process no longer counts.
     declare_outside(home, {"gpu": 0, "pid": 4242, "user": "alice", "memory": "512MiB", "util": 40})
     assert wait_state(home, pinned, "succeeded")["gpu_indices"] == [0]
 
     # A big process idle (0% busy) for outside_idle_after is ignored too, not before.
-    written = declare_outside(home, {"gpu": 0, "pid": 4343, "user": "bob", "memory": "20GiB",
-                                     "util": 0})
+    written = declare_outside(
+        home, {"gpu": 0, "pid": 4343, "user": "bob", "memory": "20GiB", "util": 0}
+    )
     wait_until(lambda: outside_seen(home, 0) == {4343}, "the daemon to see the idle process")
     idle = home.submit("--gpu-mem", "1G", "--gpu-ids", "0", "--", "true")
     job = wait_state(home, idle, "succeeded")

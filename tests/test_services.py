@@ -14,20 +14,33 @@ import time
 
 import pytest
 
-from conftest import REPO, wait_until
 from gpusched.cli import service_cmds
 from gpusched.client.connection import Client
 from gpusched.client.paths import resolve_paths
 from gpusched.core.errors import UsageError
-from services_util import (SERVE, PREDICT, TINY, Traffic, ask, create, needs_haproxy,
-                           needs_torch, show, wait_ready, who_answers)
+
+from conftest import REPO, wait_until
+from services_util import (
+    PREDICT,
+    SERVE,
+    TINY,
+    Traffic,
+    ask,
+    create,
+    needs_haproxy,
+    needs_torch,
+    show,
+    wait_ready,
+    who_answers,
+)
 
 
 @needs_haproxy
 @needs_torch
 def test_replicas_are_jobs_with_their_own_port_behind_the_front_door(home):
-    created = create(home, "web", "--replicas", "2", "--gpus", "1", "--health", "/healthz",
-                     command=SERVE)
+    created = create(
+        home, "web", "--replicas", "2", "--gpus", "1", "--health", "/healthz", command=SERVE
+    )
     assert created["wanted"] == 2 and created["listen"].startswith("127.0.0.1:")
     shown = wait_ready(home, "web", 2)
     ports = [r["port"] for r in shown["replicas"]]
@@ -50,8 +63,10 @@ def test_replicas_are_jobs_with_their_own_port_behind_the_front_door(home):
     home.run("service", "scale", "web", "1")
     wait_ready(home, "web", 1)
     home.run("service", "delete", "web")
-    wait_until(lambda: not [j for j in home.jobs() if j["state"] in ("pending", "running")],
-               "the replicas to end")
+    wait_until(
+        lambda: not [j for j in home.jobs() if j["state"] in ("pending", "running")],
+        "the replicas to end",
+    )
     assert home.run("service", "show", "web", check=False).returncode == 1
 
 
@@ -78,8 +93,18 @@ def test_weighted_sends_requests_in_the_ratio_of_the_weights(home):
 
 @needs_haproxy
 def test_least_connections_sends_fewer_requests_to_a_slow_replica(home):
-    created = create(home, "lc", "--replicas", "2", "--balance", "leastconn",
-                     "--env", "SLOW_SLOT=0", "--env", "DELAY_S=0.3")
+    created = create(
+        home,
+        "lc",
+        "--replicas",
+        "2",
+        "--balance",
+        "leastconn",
+        "--env",
+        "SLOW_SLOT=0",
+        "--env",
+        "DELAY_S=0.3",
+    )
     shown = wait_ready(home, "lc", 2)
     with Traffic(created["listen"], clients=4, path="/", body=None) as traffic:
         wait_until(lambda: traffic.served() >= 40, "40 requests served")
@@ -98,14 +123,18 @@ def test_a_killed_replica_costs_no_request_once_removed_and_is_replaced(home):
     with Traffic(created["listen"], clients=2, path="/", body=None) as traffic:
         wait_until(lambda: traffic.served() >= 20, "traffic flowing")
         # The replica's server: by its port, which no other replica anywhere has.
-        server = next(p for p in home.processes()
-                      if (p.environ() or {}).get("PORT") == str(victim["port"])
-                      and "svcserver" in " ".join(p.cmdline()))
+        server = next(
+            p
+            for p in home.processes()
+            if (p.environ() or {}).get("PORT") == str(victim["port"])
+            and "svcserver" in " ".join(p.cmdline())
+        )
         os.kill(server.pid, signal.SIGKILL)
         # Out of the front door: its job ended and its server removed.
-        wait_until(lambda: victim["job_id"] not in
-                   [r["job_id"] for r in show(home, "kill")["replicas"]],
-                   "the killed replica to leave the front door")
+        wait_until(
+            lambda: victim["job_id"] not in [r["job_id"] for r in show(home, "kill")["replicas"]],
+            "the killed replica to leave the front door",
+        )
         removed_at = time.monotonic()
         replaced = wait_ready(home, "kill", 2)
         served_before = traffic.served()
@@ -119,9 +148,12 @@ def test_without_haproxy_create_says_how_to_install_it(home):
     home.write_config('[services]\nhaproxy = "/nonexistent/haproxy"\n')
     proc = home.run("service", "create", "x", "--", "true", check=False)
     assert proc.returncode == 1
-    assert proc.stderr.startswith("Error: services need HAProxy") and "apt-get install haproxy" \
-        in proc.stderr and len(proc.stderr.splitlines()) == 1, proc.stderr
-    assert not [j for j in home.jobs()]
+    assert (
+        proc.stderr.startswith("Error: services need HAProxy")
+        and "apt-get install haproxy" in proc.stderr
+        and len(proc.stderr.splitlines()) == 1
+    ), proc.stderr
+    assert not list(home.jobs())
 
 
 def test_a_bad_balance_lists_the_choices(home):
@@ -133,20 +165,26 @@ def test_a_bad_balance_lists_the_choices(home):
 def test_a_services_environment_is_checked_as_a_submits_on_create_and_update(home, tmp_path):
     # Through the protocol, bypassing the client: before, {"A=B": "x"} was taken, and each
     # replica's start killed the job supervisor (the unrelated job below was then lost).
-    running = home.submit("--gpus", "0", "--", "sh", "-c",
-                          f"until [ -e {tmp_path / 'go'} ]; do sleep 0.05; done")
+    running = home.submit(
+        "--gpus", "0", "--", "sh", "-c", f"until [ -e {tmp_path / 'go'} ]; do sleep 0.05; done"
+    )
     home.wait_state(running, "running")
     cli = Client(resolve_paths(home.env), autostart=False)
     job = {"command": TINY, "name": "web", "gpus": 0}
     for env in ({"A=B": "x"}, {"": "x"}, {"A": "x\0y"}):
-        with pytest.raises(UsageError, match="spec.env|environment variable"):
-            cli.call("service", action="create", name="web",
-                     spec={"job": job, "env": env, "cwd": "/"})
+        with pytest.raises(UsageError, match=r"spec\.env|environment variable"):
+            cli.call(
+                "service", action="create", name="web", spec={"job": job, "env": env, "cwd": "/"}
+            )
     assert cli.call("service", action="list")["services"] == []
     create(home, "web", "--replicas", "0")
     with pytest.raises(UsageError, match=r"spec\.env: 'A=B' is not an environment variable"):
-        cli.call("service", action="update", name="web",
-                 spec={"job": job, "env": {"A=B": "x"}, "cwd": "/"})
+        cli.call(
+            "service",
+            action="update",
+            name="web",
+            spec={"job": job, "env": {"A=B": "x"}, "cwd": "/"},
+        )
     assert show(home, "web")["generation"] == 1
     (tmp_path / "go").touch()
     assert home.wait_state(running, "succeeded", "failed", "lost")["state"] == "succeeded"
@@ -167,15 +205,40 @@ def test_the_docs_durations_of_a_service_are_taken():
 def test_load_grows_replicas_to_max_and_quiet_gives_the_gpu_back_to_a_batch_job(make_home):
     home = make_home("2x80GiB")
     # Simulated GPUs show a fixed utilization per job: low here, so that load decides.
-    created = create(home, "auto", "--replicas", "1:2", "--gpus", "1", "--health", "/healthz",
-                     "--env", "GPUSCHED_SIM_UTIL_PCT=5",
-                     "--target-in-flight", "1", "--window", "3s", "--cooldown", "3s",
-                     command=SERVE)
+    created = create(
+        home,
+        "auto",
+        "--replicas",
+        "1:2",
+        "--gpus",
+        "1",
+        "--health",
+        "/healthz",
+        "--env",
+        "GPUSCHED_SIM_UTIL_PCT=5",
+        "--target-in-flight",
+        "1",
+        "--window",
+        "3s",
+        "--cooldown",
+        "3s",
+        command=SERVE,
+    )
     wait_ready(home, "auto", 1)
-    load = subprocess.Popen([sys.executable, str(REPO / "jobs" / "loadgen.py"),
-                             "--url", f"http://{created['listen']}", "--clients", "6",
-                             "--duration-s", "300"], stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL)
+    load = subprocess.Popen(
+        [
+            sys.executable,
+            str(REPO / "jobs" / "loadgen.py"),
+            "--url",
+            f"http://{created['listen']}",
+            "--clients",
+            "6",
+            "--duration-s",
+            "300",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     try:
         grown = wait_ready(home, "auto", 2, timeout=120)
     finally:
@@ -199,8 +262,12 @@ def test_a_replica_that_cannot_start_is_retried_ever_later_not_in_a_loop(home):
     create(home, "broken", "--replicas", "1", command=["sh", "-c", "exit 3"])
 
     def events():
-        return [e["event"] for e in show(home, "broken")["events"]
-                if "before passing a health check" in e["event"]]
+        return [
+            e["event"]
+            for e in show(home, "broken")["events"]
+            if "before passing a health check" in e["event"]
+        ]
+
     found = wait_until(lambda: len(e := events()) >= 2 and e, "two failed replicas")
     assert "(1 in a row); the next one in 2s" in found[0]
     assert "(2 in a row); the next one in 4s" in found[1]
@@ -215,10 +282,16 @@ def test_a_replica_the_gpus_cannot_take_now_waits_with_its_reason(make_home):
     wait_ready(home, "one", 1)
     home.run("service", "scale", "one", "2")
     # Submitted, it reads "waiting to be placed" until the next scheduling pass explains it.
-    waiting = wait_until(lambda: [r for r in show(home, "one")["replicas"]
-                                  if r["state"] == "pending" and r["pending_reason"]
-                                  and r["pending_reason"] != "waiting to be placed"],
-                         "the second replica to wait with its reason")
+    waiting = wait_until(
+        lambda: [
+            r
+            for r in show(home, "one")["replicas"]
+            if r["state"] == "pending"
+            and r["pending_reason"]
+            and r["pending_reason"] != "waiting to be placed"
+        ],
+        "the second replica to wait with its reason",
+    )
     assert "GPU" in waiting[0]["pending_reason"]
     assert "pending" in home.run("service", "show", "one").stdout
 

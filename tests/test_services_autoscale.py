@@ -14,16 +14,35 @@ NOON = 12 * 60
 
 
 def service(wanted: int = 2, low: int = 1, high: int = 4, **changes) -> Service:
-    return Service(name="web", uid=1, user="u", job={}, env={}, cwd="/", min_replicas=low,
-                   max_replicas=high, wanted=wanted, autoscale=RULE, **changes)
+    return Service(
+        name="web",
+        uid=1,
+        user="u",
+        job={},
+        env={},
+        cwd="/",
+        min_replicas=low,
+        max_replicas=high,
+        wanted=wanted,
+        autoscale=RULE,
+        **changes,
+    )
 
 
-def window(in_flight: int, running: int = 2, p95_ms: float | None = None,
-           util: float | None = None, now: float = 1000.0, every_s: float = 1.0,
-           span_s: float = 30.0) -> list[LoadSample]:
+def window(
+    in_flight: int,
+    running: int = 2,
+    p95_ms: float | None = None,
+    util: float | None = None,
+    now: float = 1000.0,
+    every_s: float = 1.0,
+    span_s: float = 30.0,
+) -> list[LoadSample]:
     count = int(span_s / every_s) + 1
-    return [LoadSample(now - span_s + i * every_s, in_flight, running, p95_ms, util)
-            for i in range(count)]
+    return [
+        LoadSample(now - span_s + i * every_s, in_flight, running, p95_ms, util)
+        for i in range(count)
+    ]
 
 
 def test_requests_in_flight_over_target_for_the_whole_window_add_one_replica():
@@ -48,10 +67,14 @@ def test_never_above_max_nor_below_min():
 
 
 def test_p95_latency_or_gpu_utilization_over_target_add_a_replica():
-    assert decide(service(), window(in_flight=1, p95_ms=250), 1000.0, 0.0, NOON) == \
-        (3, "p95 latency over target")
-    assert decide(service(), window(in_flight=1, util=95), 1000.0, 0.0, NOON) == \
-        (3, "GPU utilization over target")
+    assert decide(service(), window(in_flight=1, p95_ms=250), 1000.0, 0.0, NOON) == (
+        3,
+        "p95 latency over target",
+    )
+    assert decide(service(), window(in_flight=1, util=95), 1000.0, 0.0, NOON) == (
+        3,
+        "GPU utilization over target",
+    )
 
 
 def test_hysteresis_scales_down_only_well_below_every_target():
@@ -59,8 +82,10 @@ def test_hysteresis_scales_down_only_well_below_every_target():
     assert decide(service(), window(in_flight=2), 1000.0, 0.0, NOON) == (2, "")
     # Low load, but latency still near its target: nothing moves.
     assert decide(service(), window(in_flight=0, p95_ms=90), 1000.0, 0.0, NOON) == (2, "")
-    assert decide(service(), window(in_flight=0, p95_ms=5, util=3), 1000.0, 0.0, NOON) == \
-        (1, "load below target")
+    assert decide(service(), window(in_flight=0, p95_ms=5, util=3), 1000.0, 0.0, NOON) == (
+        1,
+        "load below target",
+    )
 
 
 def test_a_schedule_window_caps_replicas_even_below_min_and_wraps_midnight():
@@ -88,12 +113,17 @@ def test_bad_replicas_are_refused(text):
         model.parse_replicas(text)
 
 
-@pytest.mark.parametrize("bad", [("parse_listen", "127.0.0.1:80\nglobal"),
-                                 ("parse_health", "/ok\n  server x"),
-                                 ("parse_health", "healthz"),
-                                 ("parse_schedule", ["7-9=1"]),
-                                 ("parse_weights", "3,0"),
-                                 ("check_name", "Web Server")])
+@pytest.mark.parametrize(
+    "bad",
+    [
+        ("parse_listen", "127.0.0.1:80\nglobal"),
+        ("parse_health", "/ok\n  server x"),
+        ("parse_health", "healthz"),
+        ("parse_schedule", ["7-9=1"]),
+        ("parse_weights", "3,0"),
+        ("check_name", "Web Server"),
+    ],
+)
 def test_what_goes_into_haproxys_config_is_checked(bad):
     function, value = bad
     with pytest.raises(UsageError):

@@ -22,8 +22,10 @@ def test_requests_latency_and_scale_events_in_show_ls_and_metrics(home):
     created = create(home, "obs", "--replicas", "1")
     wait_ready(home, "obs", 1)
     assert sum(who_answers(created["listen"], 12).values()) == 12
-    shown = wait_until(lambda: (s := show(home, "obs"))["requests_total"] >= 12 and s,
-                       "the front door's request log to count 12 requests")
+    shown = wait_until(
+        lambda: (s := show(home, "obs"))["requests_total"] >= 12 and s,
+        "the front door's request log to count 12 requests",
+    )
     assert shown["failed_total"] == 0 and sum(shown["latency_counts"]) >= 12
     assert shown["p95_ms"] is not None and shown["requests_per_s"] > 0
     home.run("service", "scale", "obs", "2")
@@ -32,8 +34,10 @@ def test_requests_latency_and_scale_events_in_show_ls_and_metrics(home):
     assert "2 ready of 2 wanted" in text and "scaled to 2 replica(s)" in text
     assert "(0 failed)" in text
     # `gpusched top` has a line for the services (once their figures are sampled).
-    wait_until(lambda: "Services: obs 2/2 ready" in home.run("top", "--once").stdout,
-               "top to show the service")
+    wait_until(
+        lambda: "Services: obs 2/2 ready" in home.run("top", "--once").stdout,
+        "top to show the service",
+    )
     table = home.run("service", "ls").stdout.splitlines()
     assert table[0].split()[:3] == ["NAME", "USER", "REPLICAS"] and "2/2" in table[1]
 
@@ -42,6 +46,7 @@ def test_requests_latency_and_scale_events_in_show_ls_and_metrics(home):
         ok = got.value("gpusched_service_requests_total", service="obs", outcome="ok")
         ready = got.value("gpusched_service_replicas_ready", service="obs")
         return got if ok and ok >= 12 and ready == 2 else None
+
     got = wait_until(scraped, "/metrics to show the service")
     assert got.value("gpusched_service_replicas_wanted", service="obs") == 2
     assert got.value("gpusched_service_scale_events_total", service="obs") == 1

@@ -9,10 +9,11 @@ import re
 import socket
 import threading
 
-from conftest import wait_until
 from gpusched.daemon import servicedoor
 from gpusched.daemon.servicedoor import Door
 from gpusched.proc.haproxy import new_token, parse_line
+
+from conftest import wait_until
 from services_util import ask, create, needs_haproxy, show, wait_ready
 
 TOKEN = "0123456789abcdef" * 2
@@ -23,12 +24,18 @@ GOOD = f"<134>Dec  2 18:30:00 haproxy[42]: {TOKEN} 12 200 r5\n".encode()
 def test_a_line_counts_only_whole_with_its_secret_and_ascii_digits():
     assert parse_line(GOOD, TOKEN) == (12.0, 200, "r5")
     assert parse_line(GOOD.replace(b" 200 ", b" -1 "), TOKEN) == (12.0, -1, "r5")
-    bad = [GOOD.replace(TOKEN.encode(), new_token().encode()),  # another secret
-           b"<134>haproxy[1]: 5000 200 r1\n",  # no secret: the old format, from anyone
-           GOOD.replace(b" 12 ", " ² ".encode()),  # '²'.isdigit() is true
-           GOOD.replace(b" 200 ", " 2٠٠ ".encode()),  # Arabic-Indic zeros
-           GOOD.replace(b" 12 ", b" 1e9 "), GOOD.replace(b" 12 ", b" 99999999999 "),
-           GOOD + b"x" * 3000, b"\xff\xfe" * 2000, b"", b"garbage"]
+    bad = [
+        GOOD.replace(TOKEN.encode(), new_token().encode()),  # another secret
+        b"<134>haproxy[1]: 5000 200 r1\n",  # no secret: the old format, from anyone
+        GOOD.replace(b" 12 ", " ² ".encode()),  # '²'.isdigit() is true
+        GOOD.replace(b" 200 ", " 2٠٠ ".encode()),  # Arabic-Indic zeros
+        GOOD.replace(b" 12 ", b" 1e9 "),
+        GOOD.replace(b" 12 ", b" 99999999999 "),
+        GOOD + b"x" * 3000,
+        b"\xff\xfe" * 2000,
+        b"",
+        b"garbage",
+    ]
     for message in bad:
         assert parse_line(message, TOKEN) is None, message
 
@@ -76,7 +83,7 @@ class Sender:
                     sock.sendto(message, ("127.0.0.1", self.port))
                     self.sent += 1
 
-    def __enter__(self) -> "Sender":
+    def __enter__(self) -> Sender:
         self._thread.start()
         return self
 
@@ -88,8 +95,13 @@ class Sender:
 @needs_haproxy
 def test_bad_or_foreign_request_log_lines_neither_stop_the_service_nor_count(home):
     created = create(home, "door", "--replicas", "0")
-    messages = ["<134>haproxy[1]: ² 200 r1\n".encode(), b"garbage", b"x" * 4000,
-                b"<134>haproxy[1]: 5000 200 r1\n", b"<134>haproxy[1]: -1 503 r1\n"]
+    messages = [
+        "<134>haproxy[1]: ² 200 r1\n".encode(),
+        b"garbage",
+        b"x" * 4000,
+        b"<134>haproxy[1]: 5000 200 r1\n",
+        b"<134>haproxy[1]: -1 503 r1\n",
+    ]
     with Sender(_log_port(home, "door"), messages) as sender:
         wait_until(lambda: sender.sent >= 50, "bad lines sent")
         # The manager's steps go on: the replica asked for is queued and let in.
@@ -97,8 +109,10 @@ def test_bad_or_foreign_request_log_lines_neither_stop_the_service_nor_count(hom
         wait_ready(home, "door", 1)
         for _ in range(5):
             assert ask(created["listen"], "/")[0] == 200
-        shown = wait_until(lambda: (s := show(home, "door"))["requests_total"] >= 5 and s,
-                           "the front door's own lines to count")
+        shown = wait_until(
+            lambda: (s := show(home, "door"))["requests_total"] >= 5 and s,
+            "the front door's own lines to count",
+        )
     assert shown["requests_total"] == 5 and shown["failed_total"] == 0
     assert shown["log_lines_refused"] >= 50
     log = (home.path / "state" / "daemon.log").read_text()

@@ -14,7 +14,7 @@ import psutil
 
 from conftest import wait_until
 from services_util import SERVER, ask, needs_haproxy
-from test_system_mode import make_system, pytestmark, users  # noqa: F401 - fixtures
+from systemroot import pytestmark  # noqa: F401 - the module's marks
 
 
 def _service(system, user, action: str, *args: str) -> dict:
@@ -26,14 +26,16 @@ def _show(system, user, name: str) -> dict:
 
 
 @needs_haproxy
-def test_a_users_service_runs_as_that_user_and_only_that_user_changes_it(make_system,
-                                                                        users):
+def test_a_users_service_runs_as_that_user_and_only_that_user_changes_it(make_system, users):
     alice, bob = users
     system = make_system()
-    created = _service(system, alice, "create", "web", "--replicas", "1", "--",
-                       system.python, str(SERVER))
-    shown = wait_until(lambda: (s := _show(system, alice, "web"))["running"] == 1 and s,
-                       "alice's replica to pass its health check")
+    created = _service(
+        system, alice, "create", "web", "--replicas", "1", "--", system.python, str(SERVER)
+    )
+    shown = wait_until(
+        lambda: (s := _show(system, alice, "web"))["running"] == 1 and s,
+        "alice's replica to pass its health check",
+    )
     # The replica is alice's job, and answers through the front door.
     replica = shown["replicas"][0]["job_id"]
     assert system.show(replica)["uid"] == alice.uid
@@ -51,13 +53,22 @@ def test_a_users_service_runs_as_that_user_and_only_that_user_changes_it(make_sy
         assert info.st_uid == 0 and stat.S_IMODE(info.st_mode) == 0o700, folder
     assert admin.is_socket()
     # Bob can neither change it nor stop it.
-    for args in (("scale", "web", "3"), ("update", "web", "--replicas", "1:3"),
-                 ("delete", "web")):
+    for args in (("scale", "web", "3"), ("update", "web", "--replicas", "1:3"), ("delete", "web")):
         proc = system.run_as(bob, "service", *args, check=False)
         assert proc.returncode == 1 and "belongs to" in proc.stderr, (args, proc.stderr)
     # Nor listen on its port: a second front door does not share the first one's.
-    taken = system.run_as(bob, "service", "create", "steal", "--listen", created["listen"],
-                          "--", system.python, str(SERVER), check=False)
+    taken = system.run_as(
+        bob,
+        "service",
+        "create",
+        "steal",
+        "--listen",
+        created["listen"],
+        "--",
+        system.python,
+        str(SERVER),
+        check=False,
+    )
     assert taken.returncode == 1 and "did not start" in taken.stderr, taken.stderr
     assert not (config.parent / "steal.haproxy.cfg").exists()  # nothing of it is kept
     after = _show(system, alice, "web")
@@ -65,6 +76,8 @@ def test_a_users_service_runs_as_that_user_and_only_that_user_changes_it(make_sy
     assert [j for j in system.json_as(None, "ls", "--all") if j["uid"] == bob.uid] == []
     # Alice deletes it: the front door goes, and its socket with it.
     system.run_as(alice, "service", "delete", "web")
-    wait_until(lambda: not psutil.pid_exists(door.pid) or door.status() == "zombie",
-               "the front door to stop")
+    wait_until(
+        lambda: not psutil.pid_exists(door.pid) or door.status() == "zombie",
+        "the front door to stop",
+    )
     assert not os.path.exists(admin)

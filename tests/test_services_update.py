@@ -6,21 +6,22 @@ from __future__ import annotations
 import json
 
 from conftest import wait_until
-from services_util import (SERVE, Traffic, ask, create, needs_haproxy, needs_torch, show,
-                           wait_ready)
+from services_util import SERVE, Traffic, ask, create, needs_haproxy, needs_torch, show, wait_ready
 
 
 @needs_haproxy
 @needs_torch
 def test_a_rolling_update_under_traffic_loses_no_request(home):
-    created = create(home, "roll", "--replicas", "2", "--health", "/healthz", "--gpus", "1",
-                     command=SERVE)
+    created = create(
+        home, "roll", "--replicas", "2", "--health", "/healthz", "--gpus", "1", command=SERVE
+    )
     before = wait_ready(home, "roll", 2)
     old_ids = {r["job_id"] for r in before["replicas"]}
     with Traffic(created["listen"], clients=2) as traffic:
         wait_until(lambda: traffic.served() >= 10, "traffic flowing")
-        updated = json.loads(home.run("service", "update", "roll", "--json", "--", *SERVE,
-                                      "--layers", "2").stdout)
+        updated = json.loads(
+            home.run("service", "update", "roll", "--json", "--", *SERVE, "--layers", "2").stdout
+        )
         assert updated["generation"] == 2
         after = wait_ready(home, "roll", 2, timeout=180, generation=2)
         served = traffic.served()

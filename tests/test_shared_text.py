@@ -7,9 +7,10 @@ import json
 import os
 import pwd
 
-from conftest import wait_until
 from gpusched.core.users import current_user_name, user_name
 from gpusched.tui.draw import printable, request_human
+
+from conftest import wait_until
 
 EVIL = "\x1b[31m[red]evil[/red]\x07 :thumbs_up:"
 
@@ -19,7 +20,8 @@ def declare_outside(home, command: str) -> None:
     home.state.mkdir(mode=0o700, parents=True, exist_ok=True)
     (home.state / "simulated_processes.toml").write_text(  # JSON's escapes are TOML's too
         f'[[process]]\ngpu = 0\npid = 4242\nuser = "alice"\nmemory = "1GiB"\n'
-        f'command = {json.dumps(command)}\n')
+        f"command = {json.dumps(command)}\n"
+    )
 
 
 def test_gpus_and_top_show_a_strangers_command_alike_and_inert(home):
@@ -29,8 +31,10 @@ def test_gpus_and_top_show_a_strangers_command_alike_and_inert(home):
     declare_outside(home, EVIL)
     shown = printable(EVIL)
     assert "\x1b" not in shown and "[red]" in shown
-    listing = wait_until(lambda: shown in (out := home.run("gpus").stdout) and out,
-                         "gpus to list the outside process")
+    listing = wait_until(
+        lambda: shown in (out := home.run("gpus").stdout) and out,
+        "gpus to list the outside process",
+    )
     assert "\x1b" not in listing and "\x07" not in listing
     frame = home.run("top", "--once").stdout
     assert shown in frame and "\x1b" not in frame

@@ -6,14 +6,19 @@ import subprocess
 
 import psutil
 
-from conftest import is_gone, wait_until
 from gpusched.proc import jobtree, runfile
+
+from conftest import is_gone, wait_until
 
 # The job starts a child in a session of its own (as torchrun does with its workers),
 # and waits for a file before ending. The child writes its own pid once it is in its new
 # session (the job's `$!` would be there before setsid has run), then becomes the sleep.
-ESCAPER = ("sh", "-c", "setsid sh -c 'echo $$ > escaped.tmp && mv escaped.tmp escaped.pid && "
-           "exec sleep 300' & while [ ! -e end ]; do sleep 0.05; done")
+ESCAPER = (
+    "sh",
+    "-c",
+    "setsid sh -c 'echo $$ > escaped.tmp && mv escaped.tmp escaped.pid && "
+    "exec sleep 300' & while [ ! -e end ]; do sleep 0.05; done",
+)
 
 
 def _escaped(home) -> psutil.Process:

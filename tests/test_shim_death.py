@@ -15,17 +15,18 @@ from pathlib import Path
 import psutil
 import pytest
 
-from conftest import Home, executable, find_shim, is_gone, wait_until
 from gpusched.client.connection import Client
 from gpusched.client.paths import resolve_paths
 from gpusched.daemon import shimloss
 from gpusched.proc import leftovers, runfile
 from gpusched.proc.seam import ProcessSeam
 
+from conftest import Home, executable, find_shim, is_gone, wait_until
+
 # The job: a leader that forks a child, one that ignores SIGTERM (it ends by itself once
 # GATE exists), and one that leaves the job's session with setsid(), ignoring SIGTERM too
 # when STUBBORN_DETACHED is set. Each writes its pid to a file in OUT once it is set up.
-JOB = r'''
+JOB = r"""
 import os, signal, sys, time
 out, gate = sys.argv[1], sys.argv[2]
 
@@ -49,10 +50,10 @@ child("detached", lambda: (os.setsid(), os.environ.get("STUBBORN_DETACHED") and 
 note("leader")
 while True:
     time.sleep(1)
-'''
+"""
 NAMES = ("leader", "child", "stubborn", "detached")
 # Run as the next job: which of the pids given are still running when it starts.
-STILL_RUNNING = r'''
+STILL_RUNNING = r"""
 import sys
 def running(pid):
     try:
@@ -61,7 +62,7 @@ def running(pid):
     except OSError:
         return False
 print(" ".join(p for p in sys.argv[1:] if running(p)) or "none")
-'''
+"""
 
 
 def look(home: Home, job_id: int) -> dict:
@@ -74,8 +75,16 @@ def start_job(home: Home, tmp_path: Path, **env: str) -> tuple[int, dict[str, in
     out, gate = tmp_path / "pids", tmp_path / "gate"
     out.mkdir()
     script = executable(tmp_path / "job.py", JOB)
-    job_id = home.submit("--gpus", "1", *(f"--env={k}={v}" for k, v in env.items()), "--",
-                         sys.executable, str(script), str(out), str(gate))
+    job_id = home.submit(
+        "--gpus",
+        "1",
+        *(f"--env={k}={v}" for k, v in env.items()),
+        "--",
+        sys.executable,
+        str(script),
+        str(out),
+        str(gate),
+    )
     wait_until(lambda: all((out / name).exists() for name in NAMES), "the job's processes")
     return job_id, {name: int((out / name).read_text()) for name in NAMES}, gate
 
@@ -97,29 +106,37 @@ def kill_shim(home: Home, job_id: int) -> str:
 
 
 @pytest.mark.parametrize("watcher", WATCHERS)
-def test_the_gpu_of_a_killed_shims_job_waits_until_its_processes_are_gone(make_home, tmp_path,
-                                                                          watcher):
+def test_the_gpu_of_a_killed_shims_job_waits_until_its_processes_are_gone(
+    make_home, tmp_path, watcher
+):
     home = make_home("1x80GiB")
     # A long grace: the process that ignores SIGTERM ends when the test lets it.
-    home.write_config('[daemon]\ngpu_poll_interval = "1s"\ncancel_grace = "10m"\n' +
-                      WATCHERS[watcher])
+    home.write_config(
+        '[daemon]\ngpu_poll_interval = "1s"\ncancel_grace = "10m"\n' + WATCHERS[watcher]
+    )
     home.start()
     job_id, pids, gate = start_job(home, tmp_path)
-    waiting = home.submit("--gpus", "1", "--", sys.executable, "-c", STILL_RUNNING,
-                          *map(str, pids.values()))
+    waiting = home.submit(
+        "--gpus", "1", "--", sys.executable, "-c", STILL_RUNNING, *map(str, pids.values())
+    )
     vanished = kill_shim(home, job_id)
     assert vanished == (shimloss.VANISHED if watcher == "shim" else shimloss.SUPERVISOR_VANISHED)
 
     stopping = f"its {watcher} died; stopping its processes"
-    job = wait_until(lambda: (j := look(home, job_id))["end_reason"].startswith(stopping) and j,
-                     "the daemon to stop the job's processes")
+    job = wait_until(
+        lambda: (j := look(home, job_id))["end_reason"].startswith(stopping) and j,
+        "the daemon to stop the job's processes",
+    )
     assert job["state"] == "running"
     # SIGTERM ended all but the one that ignores it, the one that left the session too.
-    wait_until(lambda: all(is_gone(pids[n]) for n in ("leader", "child", "detached")),
-               "the processes that take SIGTERM to end")
+    wait_until(
+        lambda: all(is_gone(pids[n]) for n in ("leader", "child", "detached")),
+        "the processes that take SIGTERM to end",
+    )
     assert not is_gone(pids["stubborn"])
-    row = next(line for line in home.run("ls").stdout.splitlines()
-               if line.split()[0] == str(job_id))
+    row = next(
+        line for line in home.run("ls").stdout.splitlines() if line.split()[0] == str(job_id)
+    )
     assert "running" in row and stopping in row
     assert look(home, job_id)["shim_lost"] is True
     assert look(home, waiting)["state"] == "pending"
@@ -134,14 +151,16 @@ def test_the_gpu_of_a_killed_shims_job_waits_until_its_processes_are_gone(make_h
     gate.touch()  # the last process ends
     lost = home.wait_state(job_id, "lost", "failed", "succeeded")
     assert lost["end_reason"].startswith(
-        f"{vanished}; gpusched stopped the processes it left (pid "), lost["end_reason"]
+        f"{vanished}; gpusched stopped the processes it left (pid "
+    ), lost["end_reason"]
     done = home.wait_state(waiting, "succeeded", "failed")
     assert done["gpus"] == job["gpus"]
     assert Path(done["stdout_path"]).read_text().strip() == "none"
 
 
 def test_processes_that_ignore_sigterm_get_sigkill_and_no_one_elses_are_touched(
-        make_home, tmp_path):
+    make_home, tmp_path
+):
     home = make_home("1x80GiB")
     home.write_config('[daemon]\ngpu_poll_interval = "1s"\ncancel_grace = "1s"\n')
     home.start()
@@ -155,8 +174,10 @@ def test_processes_that_ignore_sigterm_get_sigkill_and_no_one_elses_are_touched(
     try:
         kill_shim(home, job_id)
         lost = home.wait_state(job_id, "lost", "failed", "succeeded")
-        assert "SIGTERM, then SIGKILL after the cancel grace) before freeing its GPUs" in \
-            lost["end_reason"], lost["end_reason"]
+        assert (
+            "SIGTERM, then SIGKILL after the cancel grace) before freeing its GPUs"
+            in lost["end_reason"]
+        ), lost["end_reason"]
         assert all(is_gone(pid) for pid in pids.values())
         assert decoy.poll() is None, "a process that is not the job's was stopped"
     finally:

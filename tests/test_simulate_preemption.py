@@ -5,16 +5,18 @@ from __future__ import annotations
 
 import json
 
-import pytest
+from test_simulator import PHILLY, gpusched, history, needs_philly
 
 from gpusched.sim import preemptsim, simulator, traces
-from test_simulator import PHILLY, gpusched, history, needs_philly
 
 
 def replay(path, gpus: int, urgent: set[int], preemption: bool) -> dict[str, tuple]:
     results, count = preemptsim.simulate_with_priorities(
-        traces.load_trace(path).jobs, gpus=gpus, urgent=frozenset(urgent),
-        model=preemptsim.PreemptionModel() if preemption else None)
+        traces.load_trace(path).jobs,
+        gpus=gpus,
+        urgent=frozenset(urgent),
+        model=preemptsim.PreemptionModel() if preemption else None,
+    )
     return {r.job_id: (r.start_s, r.end_s) for r in results}, count
 
 
@@ -39,8 +41,15 @@ def test_a_job_is_not_preempted_in_its_first_five_minutes(tmp_path):
 def test_the_urgent_job_gets_the_held_gpus_before_a_lower_one(tmp_path):
     # Two victims on two GPUs; one ends by itself during the grace. The small job that
     # arrives then must not take its GPU from the urgent two-GPU job.
-    path = history(tmp_path, [("a", "u", 0, 1, 1030), ("b", "u", 0, 1, 10_000),
-                              ("urgent", "v", 1000, 2, 100), ("small", "w", 1031, 1, 50)])
+    path = history(
+        tmp_path,
+        [
+            ("a", "u", 0, 1, 1030),
+            ("b", "u", 0, 1, 10_000),
+            ("urgent", "v", 1000, 2, 100),
+            ("small", "w", 1031, 1, 50),
+        ],
+    )
     times, count = replay(path, 2, {2}, preemption=True)
     assert count == 2
     assert times["urgent"] == (1060, 1160)
@@ -50,8 +59,9 @@ def test_the_urgent_job_gets_the_held_gpus_before_a_lower_one(tmp_path):
 @needs_philly
 def test_without_preemption_or_priorities_the_reference_figure_stands():
     trace = traces.prepare(PHILLY, gpus=8, load=0.5, arrivals="trace", seed=0)
-    results, count = preemptsim.simulate_with_priorities(trace.jobs, gpus=8, urgent=frozenset(),
-                                                         model=preemptsim.PreemptionModel())
+    results, count = preemptsim.simulate_with_priorities(
+        trace.jobs, gpus=8, urgent=frozenset(), model=preemptsim.PreemptionModel()
+    )
     assert count == 0
     avg_jct_h = simulator.compute_metrics(results, 8).avg_jct_s / 3600
     assert round(avg_jct_h, 3) == 13.364
@@ -68,8 +78,9 @@ def test_cli_reports_the_urgent_jobs_with_and_without_preemption():
     assert on["high_priority"]["jobs"] == off["high_priority"]["jobs"] == 182
     assert on["preemptions"] > 0 and off["preemptions"] == 0
     assert on["high_priority"]["avg_jct_s"] < off["high_priority"]["avg_jct_s"]
-    assert on["high_priority"]["avg_bounded_slowdown"] < \
-        off["high_priority"]["avg_bounded_slowdown"]
+    assert (
+        on["high_priority"]["avg_bounded_slowdown"] < off["high_priority"]["avg_bounded_slowdown"]
+    )
 
 
 def test_cli_refuses_a_share_outside_0_to_1(tmp_path):

@@ -6,7 +6,6 @@ import json
 
 from conftest import executable, wait_until
 from slurmhome import cluster_home, show
-from slurmnode import slurm  # noqa: F401 - the fixture
 
 
 def _submit(home, root, *args: str) -> int:
@@ -15,21 +14,36 @@ def _submit(home, root, *args: str) -> int:
 
 
 def test_two_gpu_jobs_get_distinct_gpus_and_wait_returns_the_exit_status(
-        slurm, make_home, tmp_path):  # noqa: F811
+    slurm, make_home, tmp_path
+):
     home, root = cluster_home(make_home, slurm, tmp_path)
-    ids = [_submit(home, root, "--gpus", "1", "--", "bash", "-c",
-                   'echo "gpus=$SLURM_JOB_GPUS job=$GPUSCHED_JOB_ID"; sleep 1') for _ in range(2)]
+    ids = [
+        _submit(
+            home,
+            root,
+            "--gpus",
+            "1",
+            "--",
+            "bash",
+            "-c",
+            'echo "gpus=$SLURM_JOB_GPUS job=$GPUSCHED_JOB_ID"; sleep 1',
+        )
+        for _ in range(2)
+    ]
     failing = _submit(home, root, "--", "bash", "-c", "echo to-stderr >&2; exit 3")
     waited = home.run("wait", str(failing), check=False)
     assert waited.returncode == 3, waited.stderr
-    submitted = home.run("submit", "--cluster", "hpc", "--wait", "--", "bash", "-c", "exit 4",
-                         cwd=root, check=False)
+    submitted = home.run(
+        "submit", "--cluster", "hpc", "--wait", "--", "bash", "-c", "exit 4", cwd=root, check=False
+    )
     assert submitted.returncode == 4, submitted.stderr
     for job_id in ids:
         assert home.run("wait", str(job_id), check=False).returncode == 0
     outputs = {home.run("logs", str(j)).stdout.strip() for j in ids}
-    assert outputs == {f"gpus=0 job={ids[0]}", f"gpus=1 job={ids[1]}"} or \
-        outputs == {f"gpus=1 job={ids[0]}", f"gpus=0 job={ids[1]}"}
+    assert outputs == {f"gpus=0 job={ids[0]}", f"gpus=1 job={ids[1]}"} or outputs == {
+        f"gpus=1 job={ids[0]}",
+        f"gpus=0 job={ids[1]}",
+    }
     assert home.run("logs", "--stderr", str(failing)).stdout.strip() == "to-stderr"
     shown = show(home, failing)
     assert shown["state"] == "failed" and shown["exit_code"] == 3
@@ -41,36 +55,43 @@ def test_two_gpu_jobs_get_distinct_gpus_and_wait_returns_the_exit_status(
 
 
 def test_options_slurm_cannot_honour_are_refused_before_anything_is_queued(
-        slurm, make_home, tmp_path):  # noqa: F811
+    slurm, make_home, tmp_path
+):
     home, root = cluster_home(make_home, slurm, tmp_path)
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
     for args, cwd, said, status in (
-            (["--gpu-mem", "20G"], root, "no GPU of cluster hpc has 20.0 GiB", 1),
-            (["--gpu-ids", "1"], root, "--gpu-ids and --exclude-gpus name GPUs of this machine", 1),
-            ([], elsewhere, f"the working directory {elsewhere} is not under", 1),
-            (["--cluster", "nosuch"], root, "no cluster 'nosuch' in the daemon's config; "
-                                            "valid: local, hpc", 2)):
-        refused = home.run("submit", "--cluster", "hpc", *args, "--", "true", cwd=cwd,
-                           check=False)
+        (["--gpu-mem", "20G"], root, "no GPU of cluster hpc has 20.0 GiB", 1),
+        (["--gpu-ids", "1"], root, "--gpu-ids and --exclude-gpus name GPUs of this machine", 1),
+        ([], elsewhere, f"the working directory {elsewhere} is not under", 1),
+        (
+            ["--cluster", "nosuch"],
+            root,
+            "no cluster 'nosuch' in the daemon's config; valid: local, hpc",
+            2,
+        ),
+    ):
+        refused = home.run("submit", "--cluster", "hpc", *args, "--", "true", cwd=cwd, check=False)
         assert refused.returncode == status, refused
         assert refused.stderr.startswith("Error: ") and said in refused.stderr
         assert len(refused.stderr.strip().splitlines()) == 1
     assert home.run("ls", "--all").stdout.strip().count("\n") == 0  # the header alone
 
 
-def test_default_cluster_makes_it_implicit_and_local_runs_here(slurm, make_home, tmp_path):  # noqa: F811
+def test_default_cluster_makes_it_implicit_and_local_runs_here(slurm, make_home, tmp_path):
     home, root = cluster_home(make_home, slurm, tmp_path, default=True)
     remote = json.loads(home.run("submit", "--json", "--", "true", cwd=root).stdout)["id"]
-    local = json.loads(home.run("submit", "--json", "--cluster", "local", "--", "true",
-                                cwd=root).stdout)["id"]
+    local = json.loads(
+        home.run("submit", "--json", "--cluster", "local", "--", "true", cwd=root).stdout
+    )["id"]
     home.run("wait", str(remote), str(local))
     assert show(home, remote)["cluster"]["slurm_job_id"]
     assert "cluster" not in show(home, local)
 
 
 def test_the_wrapper_fails_a_job_whose_directory_is_gone_and_keeps_its_environment(
-        slurm, make_home, tmp_path):  # noqa: F811
+    slurm, make_home, tmp_path
+):
     home, root = cluster_home(make_home, slurm, tmp_path)
     # SBATCH_* in the daemon's environment would override the job's options.
     home.run("daemon", "start", env={"SBATCH_TIMELIMIT": "7"})
@@ -80,9 +101,19 @@ def test_the_wrapper_fails_a_job_whose_directory_is_gone_and_keeps_its_environme
     gone.rmdir()
     home.run("release", str(lost_dir))
     ended = home.wait_state(lost_dir, "failed", "succeeded")
-    assert ended["state"] == "failed" and "cannot enter the working directory" in ended["end_reason"]
-    job_id = _submit(home, root, "--env", "FOO=a b\nc", "--", "bash", "-c",
-                     'printf "%s|" "$FOO"; sleep 2; echo done')
+    assert (
+        ended["state"] == "failed" and "cannot enter the working directory" in ended["end_reason"]
+    )
+    job_id = _submit(
+        home,
+        root,
+        "--env",
+        "FOO=a b\nc",
+        "--",
+        "bash",
+        "-c",
+        'printf "%s|" "$FOO"; sleep 2; echo done',
+    )
     wait_until(lambda: show(home, job_id)["state"] == "running", "the job to run")
     key = show(home, job_id)["cluster"]["slurm_job_id"]
     assert "TimeLimit=UNLIMITED" in slurm.run("scontrol", "show", "job", key).stdout
@@ -91,7 +122,8 @@ def test_the_wrapper_fails_a_job_whose_directory_is_gone_and_keeps_its_environme
 
 
 def test_a_cluster_job_whose_cluster_left_the_config_is_cancelled_here_and_says_so(
-        make_home, tmp_path):
+    make_home, tmp_path
+):
     # A [clusters.*] table removed while a job was handed over (as a system daemon's must
     # now be): cancel cannot reach Slurm, so it says what to do there, and never fails.
     bin_dir, shared = tmp_path / "bin", tmp_path / "shared"
@@ -100,15 +132,19 @@ def test_a_cluster_job_whose_cluster_left_the_config_is_cancelled_here_and_says_
     for name in ("squeue", "sacct", "scancel"):
         executable(bin_dir / name, "#!/bin/sh\nexit 0\n")
     home = make_home()
-    home.write_config(f'[clusters.hpc]\nshared_dir = "{shared}"\nbin_dir = "{bin_dir}"\n'
-                      'lost_grace = "1h"\n')
+    home.write_config(
+        f'[clusters.hpc]\nshared_dir = "{shared}"\nbin_dir = "{bin_dir}"\nlost_grace = "1h"\n'
+    )
     job_id = json.loads(home.run("submit", "--json", "--cluster", "hpc", "--", "true").stdout)["id"]
-    wait_until(lambda: home.show(job_id)["cluster"]["slurm_job_id"] == "4242",
-               "the job to be handed over")
+    wait_until(
+        lambda: home.show(job_id)["cluster"]["slurm_job_id"] == "4242", "the job to be handed over"
+    )
     home.run("daemon", "stop")
     home.write_config("")
     assert home.run("cancel", str(job_id)).stdout.strip() == f"job {job_id}: cancelled"
     job = home.show(job_id)
     assert (job["state"], job["end_reason"]) == (
-        "cancelled", "cancelled by " + job["user"] + "; cluster hpc is not in the daemon's "
-        "config, so Slurm was not told: scancel 4242 there")
+        "cancelled",
+        "cancelled by " + job["user"] + "; cluster hpc is not in the daemon's "
+        "config, so Slurm was not told: scancel 4242 there",
+    )

@@ -13,7 +13,6 @@ import pytest
 
 from conftest import REPO
 from slurmcompat import SCENARIOS, GpuschedSide, SlurmSide, settle
-from slurmnode import slurm  # noqa: F401 - the fixture
 
 COMPAT_DOC = REPO / "docs" / "slurm-compat.md"
 
@@ -30,13 +29,13 @@ def deliberate_rows() -> set[str]:
 
 def test_the_doc_names_only_rows_the_suite_has():
     """A listed row no scenario has would excuse nothing: a typo, or a row renamed."""
-    scenarios = {name for name in SCENARIOS}
+    scenarios = set(SCENARIOS)
     for row in deliberate_rows():
         assert row.split(": ", 1)[0] in scenarios, row
 
 
 @pytest.mark.parametrize("name", list(SCENARIOS))
-def test_scenario_matches_slurm(name, slurm, make_home, tmp_path):  # noqa: F811
+def test_scenario_matches_slurm(name, slurm, make_home, tmp_path):
     home = make_home("2x80GiB")
     home.start()
     sides = []
@@ -51,8 +50,12 @@ def test_scenario_matches_slurm(name, slurm, make_home, tmp_path):  # noqa: F811
     finally:
         slurm.cancel_all()
     allowed = deliberate_rows()
-    unlisted = {row: (slurm_seen.get(row), ours.get(row))
-                for row in slurm_seen.keys() | ours.keys()
-                if slurm_seen.get(row) != ours.get(row) and f"{name}: {row}" not in allowed}
-    assert not unlisted, (f"{name}: rows that differ from Slurm (slurm, gpusched) and are not "
-                          f"in docs/slurm-compat.md: {unlisted}")
+    unlisted = {
+        row: (slurm_seen.get(row), ours.get(row))
+        for row in slurm_seen.keys() | ours.keys()
+        if slurm_seen.get(row) != ours.get(row) and f"{name}: {row}" not in allowed
+    }
+    assert not unlisted, (
+        f"{name}: rows that differ from Slurm (slurm, gpusched) and are not "
+        f"in docs/slurm-compat.md: {unlisted}"
+    )

@@ -13,11 +13,14 @@ def test_time_zero_unlimited_and_infinite_mean_no_limit(home, spelling):
     assert job["time_limit_s"] is None
 
 
-@pytest.mark.parametrize("argv, option, key", [
-    (["--time", "999999999"], "--time", "time-limit-s"),
-    (["--retry-delay", "99999999d"], "--retry-delay", "retry-delay-s"),
-    (["--time", "10", "--signal", "USR1@99999999999"], "--signal", "warn-before-s"),
-])
+@pytest.mark.parametrize(
+    "argv, option, key",
+    [
+        (["--time", "999999999"], "--time", "time-limit-s"),
+        (["--retry-delay", "99999999d"], "--retry-delay", "retry-delay-s"),
+        (["--time", "10", "--signal", "USR1@99999999999"], "--signal", "warn-before-s"),
+    ],
+)
 def test_errors_name_the_option_typed(home, argv, option, key):
     home.start()
     proc = home.run("submit", *argv, "--", "true", check=False)

@@ -15,23 +15,27 @@ def test_slurm_letters_name_hold_and_chdir(home, tmp_path, env):
     home.start()
     where = tmp_path / "work"
     where.mkdir()
-    out = home.run("submit", "-J", "sweep", "-D", str(where), "-H", "-n", "1", "-N", "1",
-                   "--", "true", env=env)
+    out = home.run(
+        "submit", "-J", "sweep", "-D", str(where), "-H", "-n", "1", "-N", "1", "--", "true", env=env
+    )
     job = home.show(int(out.stdout))
     assert (job["name"], job["cwd"], job["state"]) == ("sweep", str(where), "pending")
     assert job["held"]
 
 
 @pytest.mark.parametrize("env", PATHS, ids=PATH_IDS)
-@pytest.mark.parametrize("argv, says", [
-    (["-n", "4"], "Error: --ntasks 4: a gpusched job is one task"),
-    (["-N", "2"], "Error: --nodes 2: gpusched runs each job on this one machine"),
-    (["-p", "gpu"], "Error: -p (Slurm's --partition) is not supported"),
-    (["--partition=gpu"], "Error: --partition is not supported"),
-    (["-w", "node1"], "Error: -w (Slurm's --nodelist) is not supported"),
-    (["-q", "high"], "Error: -q (Slurm's --qos) is not supported"),
-    (["--parsable"], "Error: --parsable is not supported: submit prints the job's id alone"),
-])
+@pytest.mark.parametrize(
+    "argv, says",
+    [
+        (["-n", "4"], "Error: --ntasks 4: a gpusched job is one task"),
+        (["-N", "2"], "Error: --nodes 2: gpusched runs each job on this one machine"),
+        (["-p", "gpu"], "Error: -p (Slurm's --partition) is not supported"),
+        (["--partition=gpu"], "Error: --partition is not supported"),
+        (["-w", "node1"], "Error: -w (Slurm's --nodelist) is not supported"),
+        (["-q", "high"], "Error: -q (Slurm's --qos) is not supported"),
+        (["--parsable"], "Error: --parsable is not supported: submit prints the job's id alone"),
+    ],
+)
 def test_letters_slurm_gives_other_meanings_are_refused(home, env, argv, says):
     # Before the fix -n 4 named the job "4" and -e err.txt set a variable: both ran.
     proc = home.run("submit", *argv, "--", "true", check=False, env=env)
@@ -44,8 +48,9 @@ def test_letters_slurm_gives_other_meanings_are_refused(home, env, argv, says):
 def test_stray_words_before_the_double_dash_are_refused(home, env):
     home.start()
     first = home.submit("--", "true")
-    proc = home.run("submit", "-d", f"afterok:{first}", "69", "70", "--", "true",
-                    check=False, env=env)
+    proc = home.run(
+        "submit", "-d", f"afterok:{first}", "69", "70", "--", "true", check=False, env=env
+    )
     assert proc.returncode == 2, proc.stdout
     assert proc.stderr.startswith("Error: '69 70' before `--` is neither an option nor its value")
     assert [j["id"] for j in home.jobs()] == [first]  # nothing was queued

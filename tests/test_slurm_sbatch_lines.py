@@ -28,10 +28,13 @@ def test_sbatch_lines_apply_and_the_command_line_wins(home, tmp_path, env, runne
     assert (job["gpus_requested"], job["priority"]) == (1, 0)  # after `echo hi`: not read
 
 
-@pytest.mark.parametrize("line, says", [
-    ("#SBATCH --mail-type=END", "is not an option gpusched reads"),
-    ("#SBATCH -p gpu", "-p (Slurm's --partition) is not supported"),
-])
+@pytest.mark.parametrize(
+    "line, says",
+    [
+        ("#SBATCH --mail-type=END", "is not an option gpusched reads"),
+        ("#SBATCH -p gpu", "-p (Slurm's --partition) is not supported"),
+    ],
+)
 def test_a_line_gpusched_cannot_honour_is_refused(home, tmp_path, line, says):
     executable(tmp_path / "job.sh", f"#!/bin/sh\n{line}\ntrue\n")
     proc = home.run("submit", "--", "./job.sh", cwd=tmp_path, check=False)

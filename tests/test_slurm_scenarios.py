@@ -9,7 +9,6 @@ import time
 
 from conftest import executable, wait_until
 from slurmhome import calls, cluster_home, show
-from slurmnode import slurm  # noqa: F401 - the fixture
 
 
 def _submit(home, root, *args: str) -> int:
@@ -23,7 +22,7 @@ def _slurm_state(node, key: str) -> str:
     return row.stdout.strip()
 
 
-def test_cancel_is_confirmed_by_slurm(slurm, make_home, tmp_path):  # noqa: F811
+def test_cancel_is_confirmed_by_slurm(slurm, make_home, tmp_path):
     home, root = cluster_home(make_home, slurm, tmp_path)
     job_id = _submit(home, root, "--", "sleep", "300")
     wait_until(lambda: show(home, job_id)["state"] == "running", "the job to run on Slurm")
@@ -35,26 +34,45 @@ def test_cancel_is_confirmed_by_slurm(slurm, make_home, tmp_path):  # noqa: F811
     # Queued here but not handed over yet (held): cancelled at once, nothing sent to Slurm.
     held = _submit(home, root, "--hold", "--", "true")
     home.run("cancel", str(held))
-    assert show(home, held)["state"] == "cancelled" and show(home, held)["cluster"]["slurm_job_id"] == ""
+    assert (
+        show(home, held)["state"] == "cancelled"
+        and show(home, held)["cluster"]["slurm_job_id"] == ""
+    )
 
 
-def test_time_limit_ends_timeout_after_the_warning_reached_the_command(
-        slurm, make_home, tmp_path):  # noqa: F811
+def test_time_limit_ends_timeout_after_the_warning_reached_the_command(slurm, make_home, tmp_path):
     home, root = cluster_home(make_home, slurm, tmp_path)
-    job_id = _submit(home, root, "--time", "1", "--signal", "USR1@45", "--", "bash", "-c",
-                     'trap "touch warned" USR1; while :; do sleep 0.2; done')
+    job_id = _submit(
+        home,
+        root,
+        "--time",
+        "1",
+        "--signal",
+        "USR1@45",
+        "--",
+        "bash",
+        "-c",
+        'trap "touch warned" USR1; while :; do sleep 0.2; done',
+    )
     ended = home.wait_state(job_id, "timeout", "failed", "succeeded", timeout=150)
     assert ended["state"] == "timeout", ended
     assert (root / "warned").exists()
 
 
-def test_an_array_throttled_to_two_never_runs_three_and_keeps_each_end(
-        slurm, make_home, tmp_path):  # noqa: F811
+def test_an_array_throttled_to_two_never_runs_three_and_keeps_each_end(slurm, make_home, tmp_path):
     home, root = cluster_home(make_home, slurm, tmp_path)
-    first = _submit(home, root, "--array", "0-5%2", "--", "bash", "-c",
-                    'echo "start $(date +%s.%N)" > "t$GPUSCHED_ARRAY_INDEX"; sleep 1; '
-                    'echo "end $(date +%s.%N)" >> "t$GPUSCHED_ARRAY_INDEX"; '
-                    '[ "$GPUSCHED_ARRAY_INDEX" != 3 ]')
+    first = _submit(
+        home,
+        root,
+        "--array",
+        "0-5%2",
+        "--",
+        "bash",
+        "-c",
+        'echo "start $(date +%s.%N)" > "t$GPUSCHED_ARRAY_INDEX"; sleep 1; '
+        'echo "end $(date +%s.%N)" >> "t$GPUSCHED_ARRAY_INDEX"; '
+        '[ "$GPUSCHED_ARRAY_INDEX" != 3 ]',
+    )
     home.run("wait", str(first), check=False, timeout=120)
     states = [show(home, first + i)["state"] for i in range(6)]
     assert states == ["succeeded"] * 3 + ["failed"] + ["succeeded"] * 2
@@ -67,7 +85,7 @@ def test_an_array_throttled_to_two_never_runs_three_and_keeps_each_end(
     assert home.run("logs", f"{first}_4").returncode == 0
 
 
-def test_a_failed_parent_cancels_its_afterok_dependent(slurm, make_home, tmp_path):  # noqa: F811
+def test_a_failed_parent_cancels_its_afterok_dependent(slurm, make_home, tmp_path):
     home, root = cluster_home(make_home, slurm, tmp_path)
     parent = _submit(home, root, "--", "bash", "-c", "sleep 2; exit 1")
     child = _submit(home, root, "--dependency", f"afterok:{parent}", "--", "true")
@@ -75,22 +93,36 @@ def test_a_failed_parent_cancels_its_afterok_dependent(slurm, make_home, tmp_pat
     assert show(home, parent)["state"] == "failed"
 
 
-def test_a_retry_is_a_second_slurm_job_under_the_same_id(slurm, make_home, tmp_path):  # noqa: F811
+def test_a_retry_is_a_second_slurm_job_under_the_same_id(slurm, make_home, tmp_path):
     home, root = cluster_home(make_home, slurm, tmp_path)
-    job_id = _submit(home, root, "--retries", "1", "--retry-delay", "0", "--", "bash", "-c",
-                     '[ "$GPUSCHED_ATTEMPT" = 2 ]')
+    job_id = _submit(
+        home,
+        root,
+        "--retries",
+        "1",
+        "--retry-delay",
+        "0",
+        "--",
+        "bash",
+        "-c",
+        '[ "$GPUSCHED_ATTEMPT" = 2 ]',
+    )
     ended = home.wait_state(job_id, "succeeded", "failed")
     assert ended["state"] == "succeeded" and ended["attempt"] == 2
     slurm_ids = ended["cluster"]["slurm_job_ids"]
     assert len(slurm_ids) == 2 and len(set(slurm_ids)) == 2
 
 
-def test_a_daemon_killed_just_after_sbatch_never_submits_twice(slurm, make_home, tmp_path):  # noqa: F811
+def test_a_daemon_killed_just_after_sbatch_never_submits_twice(slurm, make_home, tmp_path):
     flag = tmp_path / "killed-once"
     # The logged sbatch kills the daemon (its parent) once the real sbatch has submitted:
     # the job is in Slurm, and the daemon never read its id.
-    home, root = cluster_home(make_home, slurm, tmp_path, sbatch_extra=(
-        f'if [ ! -e {flag} ]; then touch {flag}; kill -9 $PPID; fi'))
+    home, root = cluster_home(
+        make_home,
+        slurm,
+        tmp_path,
+        sbatch_extra=(f"if [ ! -e {flag} ]; then touch {flag}; kill -9 $PPID; fi"),
+    )
     job_id = _submit(home, root, "--", "true")
     wait_until(lambda: flag.exists() and home.daemon_pid() is None, "the daemon to be killed")
     home.start()
@@ -101,14 +133,15 @@ def test_a_daemon_killed_just_after_sbatch_never_submits_twice(slurm, make_home,
     assert [c[0] for c in calls(tmp_path)].count("sbatch") == 1
 
 
-def test_jobs_are_stale_not_failed_while_slurmctld_is_down(slurm, make_home, tmp_path):  # noqa: F811
+def test_jobs_are_stale_not_failed_while_slurmctld_is_down(slurm, make_home, tmp_path):
     home, root = cluster_home(make_home, slurm, tmp_path, lost_grace="2s")
     job_id = _submit(home, root, "--", "sleep", "4")
     wait_until(lambda: show(home, job_id)["state"] == "running", "the job to run")
     slurm.stop_controller()
     try:
-        stale = wait_until(lambda: (j := show(home, job_id))["cluster"]["stale"] and j,
-                           "the job to show as stale")
+        stale = wait_until(
+            lambda: (j := show(home, job_id))["cluster"]["stale"] and j, "the job to show as stale"
+        )
         assert stale["state"] == "running"
         assert "STALE" in home.run("ls").stdout
         assert f"hpc {stale['cluster']['slurm_job_id']}" in home.run("top", "--once").stdout
@@ -122,7 +155,7 @@ def test_jobs_are_stale_not_failed_while_slurmctld_is_down(slurm, make_home, tmp
     assert show(home, job_id)["cluster"]["stale"] == ""
 
 
-def test_polling_stays_within_its_budget_of_slurm_calls(slurm, make_home, tmp_path):  # noqa: F811
+def test_polling_stays_within_its_budget_of_slurm_calls(slurm, make_home, tmp_path):
     home, root = cluster_home(make_home, slurm, tmp_path)
     started = time.monotonic()
     first = _submit(home, root, "--cpus", "0", "--array", "0-119", "--", "true")
@@ -145,12 +178,15 @@ def test_polling_stays_within_its_budget_of_slurm_calls(slurm, make_home, tmp_pa
 
 
 def test_a_job_slurm_forgot_without_an_exit_record_is_lost_never_succeeded(
-        slurm, make_home, tmp_path):  # noqa: F811
+    slurm, make_home, tmp_path
+):
     home, root = cluster_home(make_home, slurm, tmp_path, lost_grace="3s")
     # As if slurmctld had purged the job (MinJobAge) and there were no accounting at all.
     executable(tmp_path / "slurmbin" / "squeue", "#!/bin/sh\nexit 0\n")
-    executable(tmp_path / "slurmbin" / "sacct",
-               "#!/bin/sh\necho 'Slurm accounting storage is disabled' >&2\nexit 1\n")
+    executable(
+        tmp_path / "slurmbin" / "sacct",
+        "#!/bin/sh\necho 'Slurm accounting storage is disabled' >&2\nexit 1\n",
+    )
     # The command kills the wrapper (its parent): no exit record is ever written.
     job_id = _submit(home, root, "--", "bash", "-c", "kill -9 $PPID")
     ended = home.wait_state(job_id, "lost", "succeeded", "failed")

@@ -14,14 +14,14 @@ def test_gres_gpus_per_node_and_nice(home):
     assert per_node["gpus_requested"] == 1
 
 
-@pytest.mark.parametrize("export, expected", [
-    ("NONE,FOO=1", {"FOO": "1"}),
-    ("FOO=1,HOME", {"FOO": "1", "HOME": "here"}),
-])
+@pytest.mark.parametrize(
+    "export, expected", [("NONE,FOO=1", {"FOO": "1"}), ("FOO=1,HOME", {"FOO": "1", "HOME": "here"})]
+)
 def test_export_lists_only_what_it_names(home, export, expected):
     home.start()
-    job_id = home.run("submit", "--hold", "--export", export, "--", "true",
-                      env={"HOME": "here", "OTHER": "x"}).stdout.strip()
+    job_id = home.run(
+        "submit", "--hold", "--export", export, "--", "true", env={"HOME": "here", "OTHER": "x"}
+    ).stdout.strip()
     submitted = home.run("env", job_id).stdout
     got = dict(line.split("=", 1) for line in submitted.splitlines())
     assert got == expected
@@ -34,10 +34,13 @@ def test_export_all_keeps_the_environment_and_adds(home):
     assert got["FOO"] == "1" and got["GPUSCHED_HOME"] == str(home.path)
 
 
-@pytest.mark.parametrize("argv, says", [
-    (["--requeue"], "Error: --requeue is not supported"),
-    (["--gres", "tpu:1"], "Error: --gres 'tpu:1': only GPUs"),
-])
+@pytest.mark.parametrize(
+    "argv, says",
+    [
+        (["--requeue"], "Error: --requeue is not supported"),
+        (["--gres", "tpu:1"], "Error: --gres 'tpu:1': only GPUs"),
+    ],
+)
 def test_spellings_gpusched_cannot_honour_are_refused(home, argv, says):
     proc = home.run("submit", *argv, "--", "true", check=False)
     assert proc.returncode == 2 and proc.stderr.startswith(says)

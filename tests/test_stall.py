@@ -13,13 +13,14 @@ from pathlib import Path
 
 import pytest
 
-from conftest import Home
 from gpusched.client.fastsubmit import parse
 from gpusched.client.jobrequest import build_request
 from gpusched.daemon import batches
 from gpusched.daemon.loop import Call
 from gpusched.daemon.request import Request
-from inproc import ME, box, make_box  # noqa: F401 - fixtures
+
+from conftest import Home
+from inproc import ME
 
 
 class Clock:
@@ -41,9 +42,13 @@ def submit_call(box, *argv: str) -> Call:
 def streamed_call(box, count: int) -> Call:
     """A streamed submit of `count` distinct lines (a template each), as the server hands
     it to the loop."""
-    args = {"jobs": [{"command": ["/bin/sh", "-c"], "hold": True, "gpus": 0}],
-            "cwd": str(box.root), "env": {"PATH": "/bin"}, "stream": "lines",
-            "lines": [f"echo {i}" for i in range(count)]}
+    args = {
+        "jobs": [{"command": ["/bin/sh", "-c"], "hold": True, "gpus": 0}],
+        "cwd": str(box.root),
+        "env": {"PATH": "/bin"},
+        "stream": "lines",
+        "lines": [f"echo {i}" for i in range(count)],
+    }
     return Call(Request("submit", args, ME))
 
 
@@ -73,6 +78,7 @@ def test_a_committed_submit_is_made_known_in_parts_that_fit_a_turn(box, monkeypa
         if sum(n for n, _ in parts) > 8000:
             clock.per_job_s = 0.000002  # the machine is quiet again: parts grow back
         real(entries)
+
     monkeypatch.setattr(state, "remember_alike", remember_alike)
     count = 20_000
     call = submit_call(box, "--hold", "--array", f"0-{count - 1}", "--", "true")
@@ -80,8 +86,9 @@ def test_a_committed_submit_is_made_known_in_parts_that_fit_a_turn(box, monkeypa
     sizes = [n for n, _ in parts]
     assert sum(sizes) == count and len(call.result["ids"]) == count
     # Each part fits the budget at the pace of the part before it.
-    assert all(n * pace <= batches.TURN_BUDGET_S * 1.01
-               for (n, _), (_, pace) in zip(parts[1:], parts)), parts
+    assert all(
+        n * pace <= batches.TURN_BUDGET_S * 1.01 for (n, _), (_, pace) in zip(parts[1:], parts)
+    ), parts
     assert sizes[0] <= batches.KNOWN_FIRST, parts
     assert max(sizes) <= batches.KNOWN_PER_TURN
     slow = [n for n, pace in parts if pace == 0.0001]
@@ -103,6 +110,7 @@ def test_each_turn_of_a_big_submit_collects_its_own_garbage_cycles(box, monkeypa
         node.me = node  # a cycle, dropped at once: only the collector frees it
         cycles.append(weakref.ref(node))
         real(template, jobs)
+
     monkeypatch.setattr(store, "insert_alike", insert_alike)
     call = streamed_call(box, 3 * batches.BIG_JOBS)
     calls, alive_after_turns = [call], []
@@ -141,8 +149,14 @@ def test_a_big_submits_reply_reads_as_before(home: Home, tmp_path: Path, array: 
     lines = 1500 if array else 3000
     sweep = tmp_path / "sweep.txt"
     sweep.write_text("".join(f"echo {i}\n" for i in range(lines)))
-    argv = ["--hold", "--gpus", "0", *(["--array", "0-1"] if array else []),
-            "--from-file", str(sweep)]
+    argv = [
+        "--hold",
+        "--gpus",
+        "0",
+        *(["--array", "0-1"] if array else []),
+        "--from-file",
+        str(sweep),
+    ]
     out = home.run("submit", "--json", *argv).stdout
     first = json.loads(out)["ids"][0]
     ids = list(range(first, first + 3000))

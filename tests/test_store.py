@@ -18,9 +18,19 @@ SIDECARS = ("-wal", "-shm", "-journal")
 
 
 def new_job(**changes) -> Job:
-    values = dict(id=0, command=("python", "train.py"), cwd="/work", uid=1000, user="ada",
-                  request=Request(1, 20 * 2**30), name="train", priority=3,
-                  env={"A": "1", "B": "x=y"}, submitted_at=1700000000.5, submit_pid=4321)
+    values = {
+        "id": 0,
+        "command": ("python", "train.py"),
+        "cwd": "/work",
+        "uid": 1000,
+        "user": "ada",
+        "request": Request(1, 20 * 2**30),
+        "name": "train",
+        "priority": 3,
+        "env": {"A": "1", "B": "x=y"},
+        "submitted_at": 1700000000.5,
+        "submit_pid": 4321,
+    }
     values.update(changes)
     return Job(**values)
 
@@ -81,9 +91,17 @@ def test_job_round_trips(store):
 
 def test_running_job_round_trips(store):
     (job_id,) = add(store, new_job())
-    job = transition(store.get(job_id), JobState.RUNNING, started_at=1700000001.0,
-                     gpu_uuids=("GPU-a", "GPU-b"), gpu_indices=(2, 3), master_port=29501,
-                     shim_pid=77, shim_start_time=1700000000.9, boot_id="boot")
+    job = transition(
+        store.get(job_id),
+        JobState.RUNNING,
+        started_at=1700000001.0,
+        gpu_uuids=("GPU-a", "GPU-b"),
+        gpu_indices=(2, 3),
+        master_port=29501,
+        shim_pid=77,
+        shim_start_time=1700000000.9,
+        boot_id="boot",
+    )
     with store.write():
         store.update(job)
     assert store.get(job_id) == job
@@ -145,7 +163,8 @@ def build_at_version(db: Path, version: int) -> None:
         conn.execute(
             "INSERT INTO jobs (name, state, command, cwd, env, uid, user, gpus, gpu_mem_bytes, "
             "priority, submitted_at) VALUES ('old', 'pending', '[\"true\"]', '/', '{}', 7, 'bob', "
-            "1, NULL, 0, 1.0)")
+            "1, NULL, 0, 1.0)"
+        )
     conn.commit()
     conn.close()
 
@@ -160,7 +179,11 @@ def test_migrates_from_every_older_version(db, version):
         if version >= 1:
             (old,) = store.active()
             assert (old.name, old.user, old.command, old.request.gpus) == (
-                "old", "bob", ("true",), 1)
+                "old",
+                "bob",
+                ("true",),
+                1,
+            )
         (new_id,) = add(store, new_job())
         assert store.get(new_id) == new_job(id=new_id)
     finally:
@@ -176,22 +199,32 @@ def test_version_3_jobs_keep_their_cores_as_a_limit_only_when_they_asked(db):
         conn.execute(
             "INSERT INTO jobs (name, state, command, cwd, env, uid, user, gpus, priority, "
             f"submitted_at, cpus) VALUES ('v3', 'pending', '[\"true\"]', '/', '{{}}', 7, 'bob', "
-            f"{gpus}, 0, 1.0, {cpus})")
+            f"{gpus}, 0, 1.0, {cpus})"
+        )
     conn.commit()
     conn.close()
     store = Store(db)
     try:
         jobs = store.active()
         assert [(j.request.gpus, j.request.cpus, j.request.cpus_required) for j in jobs] == [
-            (1, 1, False), (0, 1, True), (2, 4, True)]
-        assert {(j.retry_delay_s, j.eligible_at, j.last_attempt_end) for j in jobs} == {(10.0, None, "")}
+            (1, 1, False),
+            (0, 1, True),
+            (2, 4, True),
+        ]
+        assert {(j.retry_delay_s, j.eligible_at, j.last_attempt_end) for j in jobs} == {
+            (10.0, None, "")
+        }
     finally:
         store.close()
 
 
 def test_a_waiting_retry_round_trips(store):
-    (job_id,) = add(store, new_job(request=Request(1, cpus=0, cpus_required=True), retry_delay_s=2.5))
-    job = replace(store.get(job_id), attempt=2, eligible_at=1700000100.25, last_attempt_end="timeout")
+    (job_id,) = add(
+        store, new_job(request=Request(1, cpus=0, cpus_required=True), retry_delay_s=2.5)
+    )
+    job = replace(
+        store.get(job_id), attempt=2, eligible_at=1700000100.25, last_attempt_end="timeout"
+    )
     with store.write():
         store.update(job)
     assert store.get(job_id) == job
@@ -226,7 +259,7 @@ def corrupt_a_page(db: Path) -> None:
     data = bytearray(db.read_bytes())
     page = int.from_bytes(data[16:18], "big")
     assert len(data) >= 2 * page
-    data[page:2 * page] = b"\xa5" * page  # the jobs table's root page
+    data[page : 2 * page] = b"\xa5" * page  # the jobs table's root page
     db.write_bytes(bytes(data))
 
 
@@ -237,10 +270,15 @@ def newer_schema(db: Path) -> None:
     conn.close()
 
 
-@pytest.mark.parametrize("spoil, words", [
-    (corrupt_garbage, "is corrupt"), (corrupt_header, "is corrupt"),
-    (corrupt_a_page, "is corrupt"), (newer_schema, "newer than this gpusched"),
-])
+@pytest.mark.parametrize(
+    "spoil, words",
+    [
+        (corrupt_garbage, "is corrupt"),
+        (corrupt_header, "is corrupt"),
+        (corrupt_a_page, "is corrupt"),
+        (newer_schema, "newer than this gpusched"),
+    ],
+)
 def test_refuses_a_bad_file_and_leaves_it_byte_identical(db, spoil, words):
     spoil(db)
     before = snapshot(db)

@@ -11,7 +11,7 @@ import sys
 
 import pytest
 
-from queue_damage import VARIANTS, bases, fingerprint, place  # noqa: F401 (bases: a fixture)
+from queue_damage import VARIANTS, fingerprint, place
 
 
 def one_error_line(proc: subprocess.CompletedProcess, log_before: bool = False) -> str:
@@ -28,7 +28,8 @@ def one_error_line(proc: subprocess.CompletedProcess, log_before: bool = False) 
 
 @pytest.mark.parametrize("name, base, spoil, words", VARIANTS, ids=[v[0] for v in VARIANTS])
 def test_a_damaged_queue_is_refused_in_one_line_and_left_byte_identical(
-        bases, make_home, name, base, spoil, words):
+    bases, make_home, name, base, spoil, words
+):
     home = make_home("2x80GiB")
     state = place(bases[base], home)
     spoil(state)
@@ -96,8 +97,14 @@ def test_an_unreadable_queue_is_not_called_corrupt(bases, make_home):
     before = fingerprint(state)
     # Root without CAP_DAC_OVERRIDE reads as an ordinary user does: the daemon it starts too.
     drop = ["setpriv", "--bounding-set=-dac_override,-dac_read_search"]
-    proc = subprocess.run([*drop, sys.executable, "-m", "gpusched", "ls"], env=home.env,
-                          cwd=home.path, capture_output=True, text=True, timeout=60)
+    proc = subprocess.run(
+        [*drop, sys.executable, "-m", "gpusched", "ls"],
+        env=home.env,
+        cwd=home.path,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     line = one_error_line(proc)
     assert "cannot be read and written by uid 0" in line and "belongs to uid 65534" in line, line
     assert "corrupt" not in line and "do not move it aside" in line

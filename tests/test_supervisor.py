@@ -13,11 +13,12 @@ from pathlib import Path
 import psutil
 import pytest
 
-from conftest import Home, find_shim, is_gone, wait_until
 from gpusched.client.paths import resolve_paths
 from gpusched.daemon import shimloss
 from gpusched.proc import runfile
 from gpusched.proc.supervisor import HELLO, SOCKET_NAME
+
+from conftest import Home, find_shim, is_gone, wait_until
 
 
 def gate(path: Path, code: int = 0) -> str:
@@ -69,8 +70,7 @@ def test_the_jobs_of_a_killed_supervisor_are_reported_lost_with_the_reason(make_
     home = make_home()
     home.write_config('[daemon]\ngpu_poll_interval = "1s"\ncancel_grace = "1s"\n')
     home.start()
-    ids = [home.submit("--gpus", "0", "--", "sh", "-c", gate(tmp_path / "never"))
-           for _ in range(3)]
+    ids = [home.submit("--gpus", "0", "--", "sh", "-c", gate(tmp_path / "never")) for _ in range(3)]
     jobs = [supervised_job(home, job_id) for job_id in ids]
     os.kill(jobs[0].parent().pid, signal.SIGKILL)
 
@@ -104,8 +104,14 @@ def test_cancel_of_a_plain_job_that_ignores_sigterm_kills_it_after_the_grace(mak
     home.write_config('[daemon]\ncancel_grace = "1s"\n')
     home.start()
     ready = tmp_path / "ready"
-    job_id = home.submit("--gpus", "0", "--", "sh", "-c",
-                         f"trap '' TERM; touch {ready}; while :; do sleep 0.05; done")
+    job_id = home.submit(
+        "--gpus",
+        "0",
+        "--",
+        "sh",
+        "-c",
+        f"trap '' TERM; touch {ready}; while :; do sleep 0.05; done",
+    )
     job = supervised_job(home, job_id)
     wait_until(ready.exists, "the job to ignore SIGTERM")
     home.run("cancel", str(job_id))
@@ -142,12 +148,13 @@ def adopted_term_ignorer(make_home, tmp_path: Path, runner: str, how: str, *subm
     return home, job_id, recorded.pid
 
 
-@pytest.mark.parametrize("runner, how", [("supervisor", "restart"), ("supervisor", "sigkill"),
-                                         ("shim", "restart")])
+@pytest.mark.parametrize(
+    "runner, how", [("supervisor", "restart"), ("supervisor", "sigkill"), ("shim", "restart")]
+)
 def test_an_adopted_job_that_ignores_sigterm_is_cancelled_after_the_grace(
-        make_home, tmp_path, runner, how):
-    home, job_id, watched = adopted_term_ignorer(make_home, tmp_path, runner, how,
-                                                 "--gpus", "1")
+    make_home, tmp_path, runner, how
+):
+    home, job_id, watched = adopted_term_ignorer(make_home, tmp_path, runner, how, "--gpus", "1")
     home.run("cancel", str(job_id))  # after a SIGKILL, this command starts the daemon
     ended = home.wait_state(job_id, *STOPPED, timeout=30)
     assert ended["state"] == "cancelled" and ended["signal"] == signal.SIGKILL, ended
@@ -155,14 +162,16 @@ def test_an_adopted_job_that_ignores_sigterm_is_cancelled_after_the_grace(
 
 
 def test_an_adopted_job_that_ignores_sigterm_stops_at_its_time_limit(make_home, tmp_path):
-    home, job_id, _ = adopted_term_ignorer(make_home, tmp_path, "supervisor", "restart",
-                                           "--gpus", "1", "--time", "8s")
+    home, job_id, _ = adopted_term_ignorer(
+        make_home, tmp_path, "supervisor", "restart", "--gpus", "1", "--time", "8s"
+    )
     ended = home.wait_state(job_id, *STOPPED, timeout=40)
     assert ended["state"] == "timeout" and ended["signal"] == signal.SIGKILL, ended
 
 
 def test_a_job_whose_environment_exec_refuses_fails_alone_and_the_supervisor_serves_on(
-        home, tmp_path):
+    home, tmp_path
+):
     # The daemon refuses such an environment (values.environment); one that reaches the
     # supervisor all the same (a spec of an older daemon's) must fail that job's start
     # only: before, posix_spawn's ValueError ended the supervisor, and every job it
@@ -174,14 +183,20 @@ def test_a_job_whose_environment_exec_refuses_fails_alone_and_the_supervisor_ser
         spec = json.loads(run.readline())
     bad_id = job_id + 1000
     del spec["record"]
-    spec.update(job_id=bad_id, run_file=runfile.run_file(jobs_root, bad_id), run="bad-env",
-                env={**spec["env"], "A=B": "x"})
+    spec.update(
+        job_id=bad_id,
+        run_file=runfile.run_file(jobs_root, bad_id),
+        run="bad-env",
+        env={**spec["env"], "A=B": "x"},
+    )
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as link:
         link.connect(os.path.join(resolve_paths(home.env).run_dir, SOCKET_NAME))
         assert link.recv(100).startswith(HELLO)
         link.sendall(json.dumps(spec).encode() + b"\n")
-    ended = wait_until(lambda: is_gone(supervisor) or runfile.read_run(jobs_root, bad_id).exit,
-                       "the bad job's start to fail")
+    ended = wait_until(
+        lambda: is_gone(supervisor) or runfile.read_run(jobs_root, bad_id).exit,
+        "the bad job's start to fail",
+    )
     assert not is_gone(supervisor)
     assert ended.exit_code == 127 and "environment" in ended.error, ended
     (tmp_path / "go").touch()

@@ -14,17 +14,28 @@ import os
 import select
 import socket
 
-from conftest import wait_until
 from gpusched.proc import jobenv, runfile, supervisor
+
+from conftest import wait_until
 
 
 def _spec(tmp_path, job_id: int, wake: str) -> bytes:
     run = f"{job_id}.1.0.0"
-    spec = {"job_id": job_id, "run": run, "run_file": runfile.run_file(str(tmp_path), job_id),
-            "command": ["true"], "env": {"PATH": os.defpath, jobenv.RUN_TOKEN: run},
-            "cwd": str(tmp_path), "stdout": str(tmp_path / f"{job_id}.out"),
-            "stderr": str(tmp_path / f"{job_id}.err"), "grace_s": 1.0, "wake": wake,
-            "cpu_ids": [], "cgroup": "", "run_as": None}
+    spec = {
+        "job_id": job_id,
+        "run": run,
+        "run_file": runfile.run_file(str(tmp_path), job_id),
+        "command": ["true"],
+        "env": {"PATH": os.defpath, jobenv.RUN_TOKEN: run},
+        "cwd": str(tmp_path),
+        "stdout": str(tmp_path / f"{job_id}.out"),
+        "stderr": str(tmp_path / f"{job_id}.err"),
+        "grace_s": 1.0,
+        "wake": wake,
+        "cpu_ids": [],
+        "cgroup": "",
+        "run_as": None,
+    }
     return (json.dumps(spec) + "\n").encode()
 
 
@@ -60,8 +71,10 @@ def test_a_turn_records_the_ends_it_saw_before_it_starts_jobs(tmp_path, monkeypa
         order = []
         end, launch = sup._end, sup._launch
         sup._end = lambda jobs: (order.append(("end", [j.pid for j in jobs])), end(jobs))
-        sup._launch = lambda spec, line: (order.append(("start", spec["job_id"])),
-                                          launch(spec, line))
+        sup._launch = lambda spec, line: (
+            order.append(("start", spec["job_id"])),
+            launch(spec, line),
+        )
         daemon.sendall(_spec(tmp_path, 2, str(tmp_path / "wake.sock")))
         wait_until(lambda: _readable(next(iter(sup.links))), "the second job's request")
         _one_turn(sup)  # both the end and the request are there for this turn

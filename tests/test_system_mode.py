@@ -4,201 +4,17 @@ from __future__ import annotations
 
 import json
 import os
-import pwd
 import shutil
 import signal
 import stat
 import subprocess
-import sys
-import sysconfig
-import tempfile
-import uuid
 from pathlib import Path
 
 import psutil
 import pytest
 
-from conftest import (DEADLINE_S, REPO, accounts, executable, find_shim, is_gone, kill_all,
-                      wait_until, with_descendants)
-
-TOOLS = ("useradd", "userdel", "groupadd", "groupdel", "setpriv")
-pytestmark = [
-    pytest.mark.skipif(os.geteuid() != 0, reason="system mode tests create users: run as root"),
-    pytest.mark.skipif(not all(shutil.which(t) for t in TOOLS),
-                       reason=f"needs {', '.join(TOOLS)} (util-linux, shadow-utils)"),
-]
-
-
-class User:
-    def __init__(self, name: str):
-        entry = pwd.getpwnam(name)
-        self.name, self.uid, self.gid, self.home = name, entry.pw_uid, entry.pw_gid, entry.pw_dir
-
-    @property
-    def groups(self) -> list[int]:
-        return sorted(set(os.getgrouplist(self.name, self.gid)))
-
-
-@pytest.fixture(scope="module")
-def users():
-    """Two fresh users: A is also in an extra group, so supplementary groups show."""
-    tag = uuid.uuid4().hex[:6]
-    group, names = f"gpsg{tag}", (f"gpsa{tag}", f"gpsb{tag}")
-    accounts("groupadd", group)
-    try:
-        accounts("useradd", "-m", "-G", group, names[0])
-        accounts("useradd", "-m", names[1])
-        alice = User(names[0])
-        alice.extra_group = group
-        yield alice, User(names[1])
-    finally:
-        for name in names:
-            accounts("userdel", "-r", name, check=False)
-        accounts("groupdel", group, check=False)
-
-
-def _python_for_users() -> tuple[str, str]:
-    """An interpreter that other users may run (this one may sit under /root), and its
-    PYTHONPATH: the repository, then this environment's packages."""
-    path = f"{REPO}:{sysconfig.get_paths()['purelib']}"
-    system_python = shutil.which("python3", path="/usr/local/bin:/usr/bin:/bin") or ""
-    for python in (sys.executable, system_python):
-        if python and _runs_as_nobody(python, path):
-            return python, path
-    pytest.skip("no Python interpreter that an ordinary user may run imports gpusched here")
-
-
-def _runs_as_nobody(python: str, path: str) -> bool:
-    # Through `env`: setpriv's own exec may still resolve the path with root's rights.
-    probe = subprocess.run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups",
-                            "env", python, "-c", "import gpusched.cli.app, psutil"],
-                           env={"PYTHONPATH": path, "PATH": os.defpath}, capture_output=True)
-    return probe.returncode == 0
-
-
-class SystemRoot:
-    """A system-mode daemon whose /etc, /var and /run live under a temporary directory."""
-
-    def __init__(self, path: Path, simulate: str = "4x80GiB"):
-        self.path = path
-        self.python, self.pythonpath = _python_for_users()
-        self.env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "GPUSCHED_SYSTEM_ROOT": str(path),
-                    "PYTHONPATH": self.pythonpath, "NO_COLOR": "1", "COLUMNS": "200"}
-        self.daemon_env = {**self.env, "GPUSCHED_SIMULATE": simulate}
-        self.daemon_pid = 0
-
-    @property
-    def socket(self) -> Path:
-        return self.path / "run/gpusched/gpusched.sock"
-
-    @property
-    def audit_log(self) -> Path:
-        return self.path / "var/lib/gpusched/audit.log"
-
-    def start(self) -> int:
-        """Start it detached, as systemd would: not our child, so `daemon stop` sees it go."""
-        log = self.path / "daemon.out"
-        subprocess.run(["sh", "-c", '"$0" -m gpusched daemon run --system >>"$1" 2>&1 &',
-                        sys.executable, str(log)], env=self.daemon_env, check=True, cwd="/",
-                       start_new_session=True, stdin=subprocess.DEVNULL)
-        self.daemon_pid = wait_until(self._status_pid, "the system daemon to answer")
-        return self.daemon_pid
-
-    def _status_pid(self) -> int | None:
-        """The system daemon's pid once it answers. Until its socket exists, root's
-        commands go to root's own user daemon, if one runs on this machine: that one's
-        answer must not count, or the test's users would go to daemons of their own."""
-        proc = self.run_as(None, "daemon", "status", "--json", check=False)
-        if proc.returncode != 0:
-            return None
-        status = json.loads(proc.stdout)
-        return status["pid"] if status["daemon"] == "system" else None
-
-    def wait_gone(self) -> None:
-        pid = self.daemon_pid
-        wait_until(lambda: is_gone(pid), "the daemon to exit")
-
-    def kill(self) -> None:
-        os.kill(self.daemon_pid, signal.SIGKILL)
-        self.wait_gone()
-
-    def run_as(self, user: User | None, *args: str, check: bool = True,
-               extra_env: dict[str, str] | None = None,
-               cwd: str | None = None) -> subprocess.CompletedProcess:
-        """`gpusched ARGS` as USER (None: root). extra_env is applied by `env` after the
-        switch, so that nothing of it (LD_PRELOAD...) reaches a root process."""
-        command = [*(f"{k}={v}" for k, v in (extra_env or {}).items()), self.python, "-m",
-                   "gpusched", *args]
-        command = ["env", *command]
-        env = dict(self.env)
-        if user is not None:
-            command = ["setpriv", f"--reuid={user.uid}", f"--regid={user.gid}",
-                       "--init-groups", *command]
-            env.update(HOME=user.home, USER=user.name, LOGNAME=user.name)
-        proc = subprocess.run(command, capture_output=True, text=True, env=env,
-                              cwd=cwd or (user.home if user else "/"), timeout=DEADLINE_S)
-        if check and proc.returncode != 0:
-            raise AssertionError(f"gpusched {' '.join(args)} as {user and user.name} exited "
-                                 f"{proc.returncode}:\n{proc.stdout}\n{proc.stderr}")
-        return proc
-
-    def json_as(self, user: User | None, command: str, *args: str, **kw) -> object:
-        return json.loads(self.run_as(user, command, "--json", *args, **kw).stdout)
-
-    def submit(self, user: User, *args: str, **kw) -> int:
-        return self.json_as(user, "submit", *args, **kw)["id"]
-
-    def show(self, job_id: int) -> dict:
-        return self.json_as(None, "show", str(job_id))
-
-    def wait_state(self, job_id: int, *states: str) -> dict:
-        return wait_until(lambda: (j := self.show(job_id))["state"] in states and j,
-                          f"job {job_id} to reach {states}")
-
-    def audit(self) -> list[dict]:
-        if not self.audit_log.exists():
-            return []
-        return [json.loads(line) for line in self.audit_log.read_text().splitlines()]
-
-    def cleanup(self) -> None:
-        """Every daemon of this root (started with its GPUSCHED_SYSTEM_ROOT), its launcher,
-        shims and jobs, and any process still running from a path inside it."""
-        mine = []
-        for proc in psutil.process_iter(["cmdline", "environ"]):
-            env = proc.info["environ"] or {}
-            if env.get("GPUSCHED_SYSTEM_ROOT") == str(self.path) or any(
-                    str(self.path) in part for part in proc.info["cmdline"] or ()):
-                mine.append(proc)
-        kill_all(with_descendants(mine))
-        shutil.rmtree(self.path, ignore_errors=True)
-
-
-@pytest.fixture
-def make_system(users):
-    """Start system daemons, each in a fresh root that the test users can traverse, with
-    an optional /etc/gpusched/gpusched.toml."""
-    _python_for_users()  # skips before anything is made
-    roots: list[SystemRoot] = []
-
-    def make(config: str = "") -> SystemRoot:
-        # Not under pytest's tmp_path: its parents are 0700 root, which users cannot pass.
-        root = SystemRoot(Path(tempfile.mkdtemp(prefix="gpss-", dir="/tmp")))
-        roots.append(root)
-        os.chmod(root.path, 0o755)
-        if config:
-            (root.path / "etc/gpusched").mkdir(parents=True)
-            (root.path / "etc/gpusched/gpusched.toml").write_text(config)
-        root.start()
-        return root
-
-    yield make
-    for root in roots:
-        root.cleanup()
-
-
-@pytest.fixture
-def system(make_system):
-    return make_system()
+from conftest import executable, find_shim, wait_until
+from systemroot import SystemRoot, pytestmark  # noqa: F401 - the module's marks
 
 
 def _run_uids(system: SystemRoot, job_id: int) -> tuple[int, set[int]] | None:
@@ -215,6 +31,7 @@ def _run_uids(system: SystemRoot, job_id: int) -> tuple[int, set[int]] | None:
 
 
 # -- the daemon and its files --------------------------------------------------------------
+
 
 def test_system_daemon_layout_and_status_says_which(system, users):
     alice, _ = users
@@ -246,8 +63,17 @@ def test_job_runs_as_its_submitter_with_private_logs(system, users):
         assert (info.st_uid, info.st_gid) == (alice.uid, alice.gid), path
         assert not info.st_mode & 0o077, f"{path} is readable by others"
     assert system.run_as(alice, "logs", "--stderr", str(job_id)).stdout == "oops\n"
-    peek = subprocess.run(["setpriv", f"--reuid={bob.uid}", f"--regid={bob.gid}",
-                           "--init-groups", "cat", job["stdout_path"]], capture_output=True)
+    peek = subprocess.run(
+        [
+            "setpriv",
+            f"--reuid={bob.uid}",
+            f"--regid={bob.gid}",
+            "--init-groups",
+            "cat",
+            job["stdout_path"],
+        ],
+        capture_output=True,
+    )
     assert peek.returncode != 0 and b"Permission denied" in peek.stderr
 
 
@@ -282,13 +108,15 @@ def test_a_bare_command_is_found_on_the_submitters_path_as_the_submitter(system,
     ran = system.run_as(alice, "logs", str(job_id)).stdout
     assert ran == f"{her_bin}/hello-tool as {alice.uid}\n"
     # A typo says so in words: at `submit --wait`, in `show` and in her stderr log.
-    typo = system.run_as(alice, "submit", "--wait", "--", "hello-tol", extra_env={"PATH": path},
-                         check=False)
+    typo = system.run_as(
+        alice, "submit", "--wait", "--", "hello-tol", extra_env={"PATH": path}, check=False
+    )
     typo_id, why = int(typo.stdout), f"no such command 'hello-tol' in PATH ({path})"
     assert (typo.returncode, typo.stderr) == (127, f"Error: job {typo_id} could not start: {why}\n")
     assert system.show(typo_id)["end_reason"] == f"cannot start: {why}"
     assert system.run_as(alice, "logs", "--stderr", str(typo_id)).stdout == (
-        f"gpusched: cannot start: {why}\n")
+        f"gpusched: cannot start: {why}\n"
+    )
 
 
 def test_other_users_cannot_touch_a_job_and_every_denial_is_audited(system, users):
@@ -296,14 +124,20 @@ def test_other_users_cannot_touch_a_job_and_every_denial_is_audited(system, user
     running = system.submit(alice, "--", "sleep", "300")
     held = system.submit(alice, "--hold", "--", "sleep", "300")
     system.wait_state(running, "running")
-    attempts = [("cancel", str(running)), ("hold", str(held)), ("release", str(held)),
-                ("update", str(held), "--priority", "5"), ("logs", str(running)),
-                ("env", str(running))]
+    attempts = [
+        ("cancel", str(running)),
+        ("hold", str(held)),
+        ("release", str(held)),
+        ("update", str(held), "--priority", "5"),
+        ("logs", str(running)),
+        ("env", str(running)),
+    ]
     for args in attempts:
         proc = system.run_as(bob, *args, check=False)
         assert proc.returncode == 1, args
-        assert proc.stderr.startswith(f"Error: job {args[1]} belongs to {alice.name}; only "
-                                      "they or an admin may"), proc.stderr
+        assert proc.stderr.startswith(
+            f"Error: job {args[1]} belongs to {alice.name}; only they or an admin may"
+        ), proc.stderr
     assert system.show(running)["state"] == "running"
     assert system.show(held)["held"] and system.show(held)["priority"] == 0
     entries = system.audit()
@@ -336,11 +170,13 @@ def test_only_the_owner_or_an_admin_resubmits_and_the_copy_runs_as_the_owner(sys
     before = system.json_as(None, "ls", "--all")
     proc = system.run_as(bob, "resubmit", str(job_id), check=False)
     assert proc.returncode == 1
-    assert proc.stderr == (f"Error: job {job_id} belongs to {alice.name}; only they or an "
-                           "admin may resubmit it\n")
+    assert proc.stderr == (
+        f"Error: job {job_id} belongs to {alice.name}; only they or an admin may resubmit it\n"
+    )
     assert system.json_as(None, "ls", "--all") == before  # nothing queued
-    assert [(e["request"], e["job"], e["uid"]) for e in system.audit()] == \
-        [("resubmit", job_id, bob.uid)]
+    assert [(e["request"], e["job"], e["uid"]) for e in system.audit()] == [
+        ("resubmit", job_id, bob.uid)
+    ]
     # The owner may, and so may root; either way the copy is alice's job, run as her.
     for who in (alice, None):
         again = int(system.run_as(who, "resubmit", str(job_id)).stdout)
@@ -353,7 +189,10 @@ def test_ls_filters_select_what_the_caller_may_see(system, users):
     alice, bob = users
     unnamed = system.submit(alice, "--hold", "--", "sleep", "300")  # named after its program
     bobs = system.submit(bob, "--hold", "--name", "mine", "--", "true")
-    ids = lambda who, *args: [j["id"] for j in system.json_as(who, "ls", *args)]
+
+    def ids(who, *args):
+        return [j["id"] for j in system.json_as(who, "ls", *args)]
+
     assert ids(bob, "--user", alice.name) == [unnamed]
     assert ids(bob, "--me") == [bobs]
     assert ids(alice, "--name", "sleep") == [unnamed]
@@ -371,19 +210,23 @@ def test_users_ld_preload_and_pythonpath_never_run_as_root(system, users, tmp_pa
     os.chmod(marker, 0o666)
     source = probe_dir / "probe.c"
     source.write_text(
-        '#include <stdio.h>\n#include <unistd.h>\n'
-        '__attribute__((constructor)) static void mark(void) {\n'
+        "#include <stdio.h>\n#include <unistd.h>\n"
+        "__attribute__((constructor)) static void mark(void) {\n"
         f'  FILE *f = fopen("{marker}", "a");\n'
-        '  if (f) { fprintf(f, "%d\\n", (int)getuid()); fclose(f); }\n}\n')
+        '  if (f) { fprintf(f, "%d\\n", (int)getuid()); fclose(f); }\n}\n'
+    )
     library = probe_dir / "probe.so"
     subprocess.run(["gcc", "-shared", "-fPIC", "-o", str(library), str(source)], check=True)
     (probe_dir / "sitecustomize.py").write_text(
-        f"import os\nwith open({str(marker)!r}, 'a') as f:\n    f.write(f'{{os.getuid()}}\\n')\n")
-    hostile = {"LD_PRELOAD": str(library), "PYTHONSTARTUP": str(probe_dir / "sitecustomize.py"),
-               "PYTHONPATH": f"{probe_dir}:{system.pythonpath}"}
+        f"import os\nwith open({str(marker)!r}, 'a') as f:\n    f.write(f'{{os.getuid()}}\\n')\n"
+    )
+    hostile = {
+        "LD_PRELOAD": str(library),
+        "PYTHONSTARTUP": str(probe_dir / "sitecustomize.py"),
+        "PYTHONPATH": f"{probe_dir}:{system.pythonpath}",
+    }
 
-    job_id = system.submit(alice, "--", "sh", "-c", "python3 -c pass || true",
-                           extra_env=hostile)
+    job_id = system.submit(alice, "--", "sh", "-c", "python3 -c pass || true", extra_env=hostile)
     assert system.wait_state(job_id, "succeeded", "failed")["state"] == "succeeded"
     env = system.json_as(alice, "env", str(job_id))
     assert env["LD_PRELOAD"] == str(library)  # it was captured, and reached the job
@@ -399,33 +242,58 @@ def test_client_refuses_a_socket_of_another_user(system, users):
         path.mkdir()
         os.chown(path, bob.uid, bob.gid)
     fake_socket, received = fake_dir / "gpusched.sock", out_dir / "received"
-    listener = ("import socket, sys\n"
-                "s = socket.socket(socket.AF_UNIX); s.bind(sys.argv[1]); s.listen()\n"
-                "import os; os.chmod(sys.argv[1], 0o666)\n"
-                "while True:\n"
-                "    c, _ = s.accept(); data = b''\n"
-                "    while chunk := c.recv(65536): data += chunk\n"
-                "    open(sys.argv[2], 'a').write(f'{len(data)}\\n'); c.close()\n")
-    fake = subprocess.Popen(["setpriv", f"--reuid={bob.uid}", f"--regid={bob.gid}",
-                             "--init-groups", system.python, "-c", listener, str(fake_socket),
-                             str(received)], start_new_session=True, env={"PATH": os.defpath})
+    listener = (
+        "import socket, sys\n"
+        "s = socket.socket(socket.AF_UNIX); s.bind(sys.argv[1]); s.listen()\n"
+        "import os; os.chmod(sys.argv[1], 0o666)\n"
+        "while True:\n"
+        "    c, _ = s.accept(); data = b''\n"
+        "    while chunk := c.recv(65536): data += chunk\n"
+        "    open(sys.argv[2], 'a').write(f'{len(data)}\\n'); c.close()\n"
+    )
+    fake = subprocess.Popen(
+        [
+            "setpriv",
+            f"--reuid={bob.uid}",
+            f"--regid={bob.gid}",
+            "--init-groups",
+            system.python,
+            "-c",
+            listener,
+            str(fake_socket),
+            str(received),
+        ],
+        start_new_session=True,
+        env={"PATH": os.defpath},
+    )
     try:
         wait_until(fake_socket.exists, "the planted socket")
-        proc = system.run_as(alice, "ls", check=False,
-                             extra_env={"GPUSCHED_SOCKET": str(fake_socket)})
+        proc = system.run_as(
+            alice, "ls", check=False, extra_env={"GPUSCHED_SOCKET": str(fake_socket)}
+        )
         assert proc.returncode == 1
-        assert proc.stderr.startswith("Error: refusing to talk to the gpusched daemon: its "
-                                      f"socket {fake_socket} belongs to {bob.name}"), proc.stderr
+        assert proc.stderr.startswith(
+            "Error: refusing to talk to the gpusched daemon: its "
+            f"socket {fake_socket} belongs to {bob.name}"
+        ), proc.stderr
         # Even when the path looks right, the listening process's uid gives it away.
         os.chown(fake_socket, 0, 0)
         os.chown(fake_dir, 0, 0)
-        proc = system.run_as(alice, "submit", "--", "true", check=False,
-                             extra_env={"GPUSCHED_SOCKET": str(fake_socket)})
+        proc = system.run_as(
+            alice,
+            "submit",
+            "--",
+            "true",
+            check=False,
+            extra_env={"GPUSCHED_SOCKET": str(fake_socket)},
+        )
         assert proc.returncode == 1
         assert "the process listening on its socket belongs to" in proc.stderr, proc.stderr
         # The line is written after the file is made: wait for the line, not the file.
-        wait_until(lambda: received.exists() and received.read_text().endswith("\n"),
-                   "the fake daemon to see the connection close")
+        wait_until(
+            lambda: received.exists() and received.read_text().endswith("\n"),
+            "the fake daemon to see the connection close",
+        )
         assert received.read_text().split() == ["0"]  # connected, but not one byte was sent
     finally:
         os.killpg(fake.pid, signal.SIGKILL)
@@ -434,13 +302,17 @@ def test_client_refuses_a_socket_of_another_user(system, users):
 
 def test_restarted_system_daemon_readopts_every_users_running_jobs(system, users):
     alice, bob = users
-    jobs = {alice: system.submit(alice, "--", "sleep", "300"),
-            bob: system.submit(bob, "--", "sleep", "300")}
+    jobs = {
+        alice: system.submit(alice, "--", "sleep", "300"),
+        bob: system.submit(bob, "--", "sleep", "300"),
+    }
     before = {}
     for user, job_id in jobs.items():
         before[job_id] = system.wait_state(job_id, "running")
-        uids = wait_until(lambda: (u := _run_uids(system, job_id)) and u[1] and u,
-                          f"job {job_id}'s processes")
+        uids = wait_until(
+            lambda: (u := _run_uids(system, job_id)) and u[1] and u,  # noqa: B023 - called within this turn of the loop
+            f"job {job_id}'s processes",
+        )
         assert uids == (0, {user.uid})  # a root shim, the job as its user
     system.kill()
     system.start()
@@ -465,8 +337,7 @@ def test_only_root_stops_the_system_daemon(system, users):
 
 def test_admin_group_members_act_on_anyones_jobs_and_show_commands_all(make_system, users):
     alice, bob = users
-    system = make_system(f'[system]\nadmin_group = "{alice.extra_group}"\n'
-                         'show_commands = "all"\n')
+    system = make_system(f'[system]\nadmin_group = "{alice.extra_group}"\nshow_commands = "all"\n')
     bobs = system.submit(bob, "--hold", "--", "sleep", "300")
     alices = system.submit(alice, "--hold", "--", "sleep", "300")
     # show_commands = "all": everyone sees every command line.
@@ -478,6 +349,9 @@ def test_admin_group_members_act_on_anyones_jobs_and_show_commands_all(make_syst
     assert system.run_as(bob, "cancel", str(alices), check=False).returncode == 1
     system.run_as(alice, "drain")
     assert system.run_as(bob, "resume", check=False).stderr.startswith(
-        "Error: only an admin may drain or resume the queue")
-    assert [(e["user"], e["request"]) for e in system.audit()] == [(bob.name, "cancel"),
-                                                                   (bob.name, "resume")]
+        "Error: only an admin may drain or resume the queue"
+    )
+    assert [(e["user"], e["request"]) for e in system.audit()] == [
+        (bob.name, "cancel"),
+        (bob.name, "resume"),
+    ]

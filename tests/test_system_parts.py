@@ -12,15 +12,16 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO, wait_until
-from gpusched.proc import privileges
 from gpusched.client import protocol, trust
-from gpusched.core.config import Settings
-from gpusched.client.paths import resolve_paths
-from gpusched.daemon.startup import check_mode
-from gpusched.core.errors import ConfigError, PermissionDenied
 from gpusched.client.modes import client_paths, daemon_paths, system_paths
+from gpusched.client.paths import resolve_paths
+from gpusched.core.config import Settings
+from gpusched.core.errors import ConfigError, PermissionDenied
 from gpusched.daemon.server import SocketServer
+from gpusched.daemon.startup import check_mode
+from gpusched.proc import privileges
+
+from conftest import REPO, wait_until
 
 
 # -- which daemon ----------------------------------------------------------------------------
@@ -53,7 +54,7 @@ def test_daemon_run_is_a_system_daemon_by_flag_or_by_the_system_config(tmp_path)
 
 def test_a_user_config_asking_for_system_mode_is_an_error_naming_the_key(tmp_path):
     paths = resolve_paths({"GPUSCHED_HOME": str(tmp_path)})
-    with pytest.raises(ConfigError, match="daemon.mode"):
+    with pytest.raises(ConfigError, match=r"daemon\.mode"):
         check_mode(paths, Settings(mode="system"))
     check_mode(paths, Settings())
 
@@ -89,7 +90,7 @@ def test_client_refuses_what_is_not_a_socket_and_a_directory_others_can_write(tm
 
 def test_the_system_daemon_socket_must_be_root_or_the_service_users(tmp_path):
     paths = system_paths({"GPUSCHED_SYSTEM_ROOT": str(tmp_path)})
-    with pytest.raises(PermissionDenied, match="not to root or system.service_user"):
+    with pytest.raises(PermissionDenied, match=r"not to root or system\.service_user"):
         trust.require_trusted(12345, "its socket", paths)
     trust.require_trusted(0, "its socket", paths)
 
@@ -166,8 +167,7 @@ def test_connections_per_uid_are_capped_and_freed_when_they_close(tmp_path):
 
 def test_exempt_uids_are_never_capped(tmp_path):
     path = tmp_path / "s.sock"
-    server = SocketServer(path, lambda *a: None, max_per_uid=1,
-                          exempt_uids={os.getuid()})
+    server = SocketServer(path, lambda *a: None, max_per_uid=1, exempt_uids={os.getuid()})
     server.start()
     try:
         socks = []
@@ -186,8 +186,13 @@ def test_exempt_uids_are_never_capped(tmp_path):
 
 # -- systemd units -----------------------------------------------------------------------------
 def _gpusched(*args):
-    return subprocess.run([sys.executable, "-m", "gpusched", *args], capture_output=True,
-                          text=True, cwd=REPO, timeout=60)
+    return subprocess.run(
+        [sys.executable, "-m", "gpusched", *args],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=60,
+    )
 
 
 @pytest.mark.parametrize("kind", ["--system", "--user"])
@@ -210,11 +215,30 @@ def test_install_service_writes_the_unit_and_prints_the_next_commands(tmp_path, 
 
 
 def test_install_service_carries_the_home_and_simulated_gpus_it_was_given(tmp_path):
-    env = {"PATH": os.environ["PATH"], "PYTHONPATH": str(REPO), "HOME": str(tmp_path),
-           "GPUSCHED_HOME": "my home", "GPUSCHED_SIMULATE": "2x80GiB"}
-    proc = subprocess.run([sys.executable, "-m", "gpusched", "daemon", "install-service",
-                           "--user", "--dir", str(tmp_path)], capture_output=True, text=True,
-                          cwd=tmp_path, env=env, timeout=60)
+    env = {
+        "PATH": os.environ["PATH"],
+        "PYTHONPATH": str(REPO),
+        "HOME": str(tmp_path),
+        "GPUSCHED_HOME": "my home",
+        "GPUSCHED_SIMULATE": "2x80GiB",
+    }
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "gpusched",
+            "daemon",
+            "install-service",
+            "--user",
+            "--dir",
+            str(tmp_path),
+        ],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        env=env,
+        timeout=60,
+    )
     assert proc.returncode == 0, proc.stderr
     unit = (tmp_path / "gpusched.service").read_text()
     assert f'Environment="GPUSCHED_HOME={tmp_path}/my home"' in unit

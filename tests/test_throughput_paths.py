@@ -16,16 +16,18 @@ from pathlib import Path
 
 import pytest
 
-from conftest import wait_until
 from gpusched.client.paths import resolve_paths
 from gpusched.core import placement, queuerules, scheduling
 from gpusched.core.models import GpuInfo, Inventory, Job, JobState, Request
 from gpusched.proc import runfile, shim
 
-GiB = 1024 ** 3
+from conftest import wait_until
+
+GiB = 1024**3
 
 
 # -- the daemon answers a shim once the job's end is stored -------------------------------------
+
 
 def _report_end(wake_path: str, run: str) -> socket.socket:
     """What a shim does when its job ends: a wake-up from the run's end address."""
@@ -56,8 +58,10 @@ def test_the_daemon_tells_a_shim_its_jobs_end_is_stored_only_once_it_is(home):
     running = home.submit("--gpus", "0", "--", "sleep", "300")
     home.wait_state(done, "succeeded")
     home.wait_state(running, "running")
-    wait_until(lambda: os.path.exists(runfile.run_file(paths.jobs_dir, running)),
-               "the running job's run file")
+    wait_until(
+        lambda: os.path.exists(runfile.run_file(paths.jobs_dir, running)),
+        "the running job's run file",
+    )
 
     with _report_end(paths.wake_socket, _run_token(paths.jobs_dir, done)) as ended:
         assert _answer(ended, 30) == (runfile.STORED, paths.wake_socket)
@@ -86,11 +90,16 @@ def test_a_flood_of_forged_reports_is_answered_without_harm(home):
 
 # -- the shim flushes its exit record unless the daemon said it stored the end --------------------
 
+
 def _spec(tmp_path: Path) -> dict:
     run_file = tmp_path / "1.run.jsonl"
     run_file.write_text("")
-    return {"job_id": 1, "run": "1.1.123.5", "run_file": str(run_file),
-            "wake": str(tmp_path / "wake")}
+    return {
+        "job_id": 1,
+        "run": "1.1.123.5",
+        "run_file": str(run_file),
+        "wake": str(tmp_path / "wake"),
+    }
 
 
 def _play_daemon(tmp_path: Path, answer: bytes | None, from_path: str = "wake") -> threading.Thread:
@@ -114,14 +123,19 @@ def _play_daemon(tmp_path: Path, answer: bytes | None, from_path: str = "wake") 
     return thread
 
 
-@pytest.mark.parametrize("answer, from_path, flushed", [
-    (runfile.STORED, "wake", False),  # the daemon has the end: no flush
-    (None, "wake", True),  # no answer (a daemon that cannot write its queue)
-    (b"nonsense", "wake", True),
-    (runfile.STORED, "impostor", True),  # "stored", but not from the daemon's socket
-], ids=["stored", "no-answer", "other-answer", "impostor"])
+@pytest.mark.parametrize(
+    "answer, from_path, flushed",
+    [
+        (runfile.STORED, "wake", False),  # the daemon has the end: no flush
+        (None, "wake", True),  # no answer (a daemon that cannot write its queue)
+        (b"nonsense", "wake", True),
+        (runfile.STORED, "impostor", True),  # "stored", but not from the daemon's socket
+    ],
+    ids=["stored", "no-answer", "other-answer", "impostor"],
+)
 def test_the_shim_flushes_its_exit_record_unless_the_daemon_stored_the_end(
-        tmp_path, monkeypatch, answer, from_path, flushed):
+    tmp_path, monkeypatch, answer, from_path, flushed
+):
     spec = _spec(tmp_path)
     daemon = _play_daemon(tmp_path, answer, from_path)
     flushes = []
@@ -144,16 +158,38 @@ def test_with_no_daemon_the_shim_flushes_its_exit_record_at_once(tmp_path, monke
 
 # -- one scheduling pass over a long queue of alike jobs ---------------------------------------
 
+
 def _gpus(count: int) -> Inventory:
-    return Inventory(gpus=tuple(
-        GpuInfo(index=i, uuid=f"GPU-{i}", name="Simulated GPU", mem_total_bytes=80 * GiB,
-                mem_used_bytes=0, util_pct=0.0) for i in range(count)), backend="simulated")
+    return Inventory(
+        gpus=tuple(
+            GpuInfo(
+                index=i,
+                uuid=f"GPU-{i}",
+                name="Simulated GPU",
+                mem_total_bytes=80 * GiB,
+                mem_used_bytes=0,
+                util_pct=0.0,
+            )
+            for i in range(count)
+        ),
+        backend="simulated",
+    )
 
 
 def _pending(first_id: int, count: int, request: Request) -> list[Job]:
-    return [Job(id=i, command=("true",), cwd="/", user="u", uid=1000, request=request,
-                state=JobState.PENDING, submitted_at=float(i))
-            for i in range(first_id, first_id + count)]
+    return [
+        Job(
+            id=i,
+            command=("true",),
+            cwd="/",
+            user="u",
+            uid=1000,
+            request=request,
+            state=JobState.PENDING,
+            submitted_at=float(i),
+        )
+        for i in range(first_id, first_id + count)
+    ]
 
 
 def test_alike_jobs_that_cannot_start_are_explained_once_per_pass(monkeypatch):
@@ -164,11 +200,13 @@ def test_alike_jobs_that_cannot_start_are_explained_once_per_pass(monkeypatch):
     pending = _pending(1, 1000, whole) + _pending(2000, 3, Request(gpus=1, gpu_mem_bytes=GiB))
     calls = []
     real = placement.pending_reason
-    monkeypatch.setattr(placement, "pending_reason",
-                        lambda *args: calls.append(args[0]) or real(*args))
+    monkeypatch.setattr(
+        placement, "pending_reason", lambda *args: calls.append(args[0]) or real(*args)
+    )
     loads = placement.gpu_loads(inventory, [], {})
-    plan = scheduling.schedule(pending, [], loads, inventory, placement.PlacementRules(),
-                               queuerules.QueueRules(), now=1.0)
+    plan = scheduling.schedule(
+        pending, [], loads, inventory, placement.PlacementRules(), queuerules.QueueRules(), now=1.0
+    )
 
     assert [job_id for job_id, _ in plan.starts] == [1, 2, 3, 4]
     assert len(calls) == 2  # one per kind of request, on the loads after the starts
@@ -177,6 +215,7 @@ def test_alike_jobs_that_cannot_start_are_explained_once_per_pass(monkeypatch):
         placement.take(after, next(j for j in pending if j.id == job_id), gpus)
     for job in pending[4:]:
         behind = "" if job.id == 5 else "behind job 5, which is next in line; "
-        assert plan.reasons[job.id] == behind + real(job.request, after, inventory,
-                                                     placement.PlacementRules())
+        assert plan.reasons[job.id] == behind + real(
+            job.request, after, inventory, placement.PlacementRules()
+        )
     assert plan.reasons[5] == "needs 1 whole GPU; every allowed GPU is held whole by a running job"

@@ -8,7 +8,6 @@ import os
 from gpusched.client.paths import resolve_paths
 from gpusched.gpus import open_backend
 from gpusched.tui.snapshot import SnapshotSource
-from inproc import box, make_box  # noqa: F401 - fixtures
 
 
 def job_ids(reply: dict) -> list[int]:
@@ -28,9 +27,11 @@ def test_pending_jobs_come_again_only_when_they_changed(box):
     box.step(5.0)
     assert box.call("snapshot", lean=True, pending_version=version)["pending_same"]
     # ...but any change to a pending job does: a new one, a hold, a start.
-    for change in (lambda: box.submit("--hold", "--", "true"),
-                   lambda: box.call("release", ids=[str(pending[0])]),
-                   lambda: box.exit(running)):
+    for change in (
+        lambda: box.submit("--hold", "--", "true"),
+        lambda: box.call("release", ids=[str(pending[0])]),
+        lambda: box.exit(running),
+    ):
         change()
         reply = box.call("snapshot", lean=True, pending_version=version)
         assert not reply["pending_same"] and reply["pending_version"] != version
@@ -60,13 +61,15 @@ def test_top_keeps_the_pending_jobs_it_has_and_sees_changes(home, monkeypatch):
         sent.append(len(reply["jobs"]))
         versions.append(args.get("pending_version", "not sent"))
         return reply
+
     versions: list = []
     monkeypatch.setattr(source.client, "call", counting)
     try:
         frames = [source.take() for _ in range(3)]
         for frame in frames:
             assert [(j.id, j.state) for j in frame.jobs] == (
-                [(running, "running")] + [(i, "pending") for i in queued])
+                [(running, "running")] + [(i, "pending") for i in queued]
+            )
         assert sent == [4, 1, 1]  # the queue once, then only the running job
         # Not sent at all at first: a daemon older than pending_version refuses it.
         assert versions[0] == "not sent" and versions[1] == versions[2] != "not sent"

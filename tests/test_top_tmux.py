@@ -19,7 +19,8 @@ from conftest import DEADLINE_S, is_gone, wait_until
 
 TMUX = shutil.which("tmux")
 pytestmark = pytest.mark.skipif(
-    TMUX is None, reason="tmux is not installed (Debian package `tmux`; .ci/run installs it)")
+    TMUX is None, reason="tmux is not installed (Debian package `tmux`; .ci/run installs it)"
+)
 
 COLUMNS, LINES = 120, 45
 
@@ -30,19 +31,26 @@ class Tmux:
     def __init__(self, env: dict[str, str]):
         self.socket = f"gpusched-test-{os.getpid()}-{uuid.uuid4().hex[:8]}"
         # COLUMNS/LINES from the test environment would override the window's real size.
-        self.env = {k: v for k, v in env.items()
-                    if k not in ("COLUMNS", "LINES", "NO_COLOR", "TMUX")}
+        self.env = {
+            k: v for k, v in env.items() if k not in ("COLUMNS", "LINES", "NO_COLOR", "TMUX")
+        }
 
     def cmd(self, *args: str) -> str:
-        proc = subprocess.run([TMUX, "-L", self.socket, "-f", "/dev/null", *args], env=self.env,
-                              capture_output=True, text=True, timeout=DEADLINE_S)
+        proc = subprocess.run(
+            [TMUX, "-L", self.socket, "-f", "/dev/null", *args],
+            env=self.env,
+            capture_output=True,
+            text=True,
+            timeout=DEADLINE_S,
+        )
         assert proc.returncode == 0, f"tmux {' '.join(args)}: {proc.stderr}"
         return proc.stdout
 
     def start(self, cwd: str, columns: int = COLUMNS, lines: int = LINES) -> None:
         shell = ["env", "PS1=$ ", "bash", "--norc", "--noprofile", "-i"]
-        self.cmd("new-session", "-d", "-s", "t", "-x", str(columns), "-y", str(lines), "-c", cwd,
-                 *shell)
+        self.cmd(
+            "new-session", "-d", "-s", "t", "-x", str(columns), "-y", str(lines), "-c", cwd, *shell
+        )
         wait_until(lambda: self.screen().rstrip().endswith("$"), "the shell prompt")
 
     def screen(self, escapes: bool = False) -> str:
@@ -76,8 +84,12 @@ class Tmux:
         return psutil.Process(self.shell_pid()).children()
 
     def kill(self) -> None:
-        subprocess.run([TMUX, "-L", self.socket, "kill-server"], env=self.env,
-                       capture_output=True, timeout=DEADLINE_S)
+        subprocess.run(
+            [TMUX, "-L", self.socket, "kill-server"],
+            env=self.env,
+            capture_output=True,
+            timeout=DEADLINE_S,
+        )
 
 
 @pytest.fixture
@@ -165,13 +177,15 @@ def test_a_full_box_on_an_80x24_terminal_still_shows_the_first_pending_job(make_
     # Eight GPUs and eight running jobs fill an 80x24 screen; what waits must still show.
     home = make_home("8x80GiB")
     home.start()
-    running = [home.submit("--gpus", "1", "--name", f"busy{n}", "--", "sleep", "300")
-               for n in range(8)]
+    running = [
+        home.submit("--gpus", "1", "--name", f"busy{n}", "--", "sleep", "300") for n in range(8)
+    ]
     for job_id in running:
         home.wait_state(job_id, "running")
     waiting = home.submit("--gpus", "2", "--name", "waiter", "--", "true")
-    wait_until(lambda: home.show(waiting)["pending_reason"].startswith("needs"),
-               "the pending reason")
+    wait_until(
+        lambda: home.show(waiting)["pending_reason"].startswith("needs"), "the pending reason"
+    )
     tmux = Tmux(home.env)
     try:
         tmux.start(str(home.path), columns=80, lines=24)

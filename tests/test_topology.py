@@ -9,10 +9,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from conftest import wait_until
 from gpusched.core import topology
 from gpusched.sim.simulator import simulate
 from gpusched.sim.traces import TraceJob
+
+from conftest import wait_until
 
 ISLANDS = topology.nvlink_islands("0-3,4-7", 8)
 PCIE_LABELS = ("PIX", "PXB", "PHB", "NODE", "SYS")
@@ -113,9 +114,20 @@ def test_gpus_topology_prints_the_simulated_matrix(make_home):
     for env in ({}, {"GPUSCHED_NO_FAST_PATH": "1"}):
         lines = home.run("gpus", "--topology", env=env).stdout.splitlines()
         assert lines[0].split("\t")[1:] == [f"GPU{i}" for i in range(8)] + [
-            "CPU Affinity", "NUMA Affinity"]
-        assert lines[1].split("\t")[:9] == ["GPU0", " X ", "NV18", "NV18", "NV18",
-                                            "SYS", "SYS", "SYS", "SYS"]
+            "CPU Affinity",
+            "NUMA Affinity",
+        ]
+        assert lines[1].split("\t")[:9] == [
+            "GPU0",
+            " X ",
+            "NV18",
+            "NV18",
+            "NV18",
+            "SYS",
+            "SYS",
+            "SYS",
+            "SYS",
+        ]
         assert "Legend:" in lines and any(line.startswith("  NV#") for line in lines)
     data = home.json("gpus", "--topology")
     assert data["links"] == [list(row) for row in ISLANDS]

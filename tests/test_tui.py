@@ -10,15 +10,23 @@ from types import MappingProxyType
 import pytest
 
 from gpusched.core.models import GpuInfo, GpuProcess, Inventory
-from gpusched.tui.model import (DaemonInfo, HostInfo, ProcHost, Snapshot, TopJob, ViewState,
-                                apply_key)
+from gpusched.tui.model import (
+    DaemonInfo,
+    HostInfo,
+    ProcHost,
+    Snapshot,
+    TopJob,
+    ViewState,
+    apply_key,
+)
 from gpusched.tui.render import SORT_KEYS, layout_for, printable, render, to_text
+
 from goldens import check_golden
+
 GIB = 2**30
 NOW = 1_700_000_000.0
 EVIL_NAME = "\x1b[31m[/red]x\x07"
 ME = ViewState(my_uid=1000, my_user="me")
-
 
 
 def test_top_colours_loads_by_the_configs_percentages():
@@ -26,83 +34,217 @@ def test_top_colours_loads_by_the_configs_percentages():
     from gpusched.tui.app import my_view
 
     defaults = Settings()
-    assert (ViewState().warn_pct, ViewState().crit_pct) == (defaults.top_warn_pct,
-                                                           defaults.top_crit_pct)
+    assert (ViewState().warn_pct, ViewState().crit_pct) == (
+        defaults.top_warn_pct,
+        defaults.top_crit_pct,
+    )
     view = my_view(Settings(top_warn_pct=10.0, top_crit_pct=20.0))
     assert (view.warn_pct, view.crit_pct, view.my_uid) == (10.0, 20.0, os.getuid())
 
-def _proc(pid: int, gpu: str, gib: float, user: str | None, command: str | None,
-          visible: bool = True) -> GpuProcess:
-    return GpuProcess(pid=pid, gpu_uuid=gpu, used_mem_bytes=int(gib * GIB), user=user,
-                      command=command, is_visible=visible)
+
+def _proc(
+    pid: int, gpu: str, gib: float, user: str | None, command: str | None, visible: bool = True
+) -> GpuProcess:
+    return GpuProcess(
+        pid=pid,
+        gpu_uuid=gpu,
+        used_mem_bytes=int(gib * GIB),
+        user=user,
+        command=command,
+        is_visible=visible,
+    )
 
 
 def _gpus() -> tuple[GpuInfo, ...]:
-    busy = GpuInfo(index=0, uuid="GPU-0", name="NVIDIA H100 80GB HBM3", mem_total_bytes=80 * GIB,
-                   mem_used_bytes=74 * GIB, util_pct=97.0, bus_id="00000000:18:00.0",
-                   temperature_c=71, power_w=612.4, power_limit_w=700.0, processes=(
-                       _proc(1001, "GPU-0", 60, "alice", "python train.py --epochs 90"),
-                       _proc(2002, "GPU-0", 10, "bob", "jupyter-kernel"),
-                       _proc(3003, "GPU-0", 4, None, None, visible=False)))
-    migs = tuple(GpuInfo(index=1, uuid=f"MIG-1-{gi}", name="NVIDIA A100 MIG 3g.40gb",
-                         mem_total_bytes=40 * GIB, mem_used_bytes=used * GIB, parent_index=1,
-                         gpu_instance_id=gi, bus_id="00000000:28:00.0", processes=procs)
-                 for gi, used, procs in (
-                     (1, 18, (_proc(1101, "MIG-1-1", 18, "me", "python serve.py"),)), (2, 0, ())))
-    mig_parent = GpuInfo(index=1, uuid="GPU-1", name="NVIDIA A100-SXM4-80GB",
-                         mem_total_bytes=80 * GIB, mem_used_bytes=18 * GIB, util_pct=35.0,
-                         bus_id="00000000:28:00.0", temperature_c=48, power_w=180.0,
-                         power_limit_w=400.0, mig_devices=migs)
-    lost = GpuInfo(index=2, uuid="GPU-2", name="Unknown GPU", mem_total_bytes=0,
-                   is_healthy=False, health_reason="GPU has fallen off the bus")
-    idle = GpuInfo(index=3, uuid="GPU-3", name="NVIDIA H100 80GB HBM3", mem_total_bytes=80 * GIB,
-                   mem_used_bytes=1 * GIB, util_pct=3.0, bus_id="00000000:48:00.0",
-                   temperature_c=33, power_w=71.0, power_limit_w=700.0)
+    busy = GpuInfo(
+        index=0,
+        uuid="GPU-0",
+        name="NVIDIA H100 80GB HBM3",
+        mem_total_bytes=80 * GIB,
+        mem_used_bytes=74 * GIB,
+        util_pct=97.0,
+        bus_id="00000000:18:00.0",
+        temperature_c=71,
+        power_w=612.4,
+        power_limit_w=700.0,
+        processes=(
+            _proc(1001, "GPU-0", 60, "alice", "python train.py --epochs 90"),
+            _proc(2002, "GPU-0", 10, "bob", "jupyter-kernel"),
+            _proc(3003, "GPU-0", 4, None, None, visible=False),
+        ),
+    )
+    migs = tuple(
+        GpuInfo(
+            index=1,
+            uuid=f"MIG-1-{gi}",
+            name="NVIDIA A100 MIG 3g.40gb",
+            mem_total_bytes=40 * GIB,
+            mem_used_bytes=used * GIB,
+            parent_index=1,
+            gpu_instance_id=gi,
+            bus_id="00000000:28:00.0",
+            processes=procs,
+        )
+        for gi, used, procs in (
+            (1, 18, (_proc(1101, "MIG-1-1", 18, "me", "python serve.py"),)),
+            (2, 0, ()),
+        )
+    )
+    mig_parent = GpuInfo(
+        index=1,
+        uuid="GPU-1",
+        name="NVIDIA A100-SXM4-80GB",
+        mem_total_bytes=80 * GIB,
+        mem_used_bytes=18 * GIB,
+        util_pct=35.0,
+        bus_id="00000000:28:00.0",
+        temperature_c=48,
+        power_w=180.0,
+        power_limit_w=400.0,
+        mig_devices=migs,
+    )
+    lost = GpuInfo(
+        index=2,
+        uuid="GPU-2",
+        name="Unknown GPU",
+        mem_total_bytes=0,
+        is_healthy=False,
+        health_reason="GPU has fallen off the bus",
+    )
+    idle = GpuInfo(
+        index=3,
+        uuid="GPU-3",
+        name="NVIDIA H100 80GB HBM3",
+        mem_total_bytes=80 * GIB,
+        mem_used_bytes=1 * GIB,
+        util_pct=3.0,
+        bus_id="00000000:48:00.0",
+        temperature_c=33,
+        power_w=71.0,
+        power_limit_w=700.0,
+    )
     return busy, mig_parent, lost, idle
 
 
 def _job(job_id: int, state: str, user: str, uid: int, name: str, **fields) -> TopJob:
-    return TopJob(id=job_id, name=name, user=user, uid=uid, state=state,
-                  command=fields.pop("command", ("python", f"{name}.py")),
-                  submitted_at=fields.pop("submitted_at", NOW - 3600 + job_id), **fields)
+    return TopJob(
+        id=job_id,
+        name=name,
+        user=user,
+        uid=uid,
+        state=state,
+        command=fields.pop("command", ("python", f"{name}.py")),
+        submitted_at=fields.pop("submitted_at", NOW - 3600 + job_id),
+        **fields,
+    )
 
 
 def _jobs() -> tuple[TopJob, ...]:
     return (
-        _job(7, "running", "alice", 1001, "train-llm", gpu_indices=(0,), gpus_requested=1,
-             started_at=NOW - 5025, time_limit_s=8 * 3600.0, progress_pct=62.0,
-             progress_message="epoch 56/90"),
-        _job(8, "running", "me", 1000, "serve", gpu_indices=(1,), gpu_uuids=("MIG-1-1",),
-             gpus_requested=1,
-             gpu_mem_bytes=20 * GIB, started_at=NOW - 640),
-        _job(9, "running", "me", 1000, "eval", gpu_indices=(3,), gpus_requested=1,
-             gpu_mem_bytes=20 * GIB, started_at=NOW - 4),
-        _job(10, "pending", "bob", 1002, "sweep-a", gpus_requested=2,
-             pending_reason="needs 2 whole GPUs, 1 is free (GPU 2 is lost)"),
-        _job(11, "pending", "me", 1000, EVIL_NAME, gpus_requested=1, gpu_mem_bytes=30 * GIB,
-             priority=5, command=("sh", "-c", "printf '\x1b]0;pwned\x07'"),
-             pending_reason="waiting for 30.0 GiB on one GPU (most free: 6.0 GiB)"),
-        *(_job(n, "pending", "carol", 1003, f"grid-{n}", gpus_requested=1,
-               pending_reason="waiting behind higher priority jobs") for n in range(12, 18)),
+        _job(
+            7,
+            "running",
+            "alice",
+            1001,
+            "train-llm",
+            gpu_indices=(0,),
+            gpus_requested=1,
+            started_at=NOW - 5025,
+            time_limit_s=8 * 3600.0,
+            progress_pct=62.0,
+            progress_message="epoch 56/90",
+        ),
+        _job(
+            8,
+            "running",
+            "me",
+            1000,
+            "serve",
+            gpu_indices=(1,),
+            gpu_uuids=("MIG-1-1",),
+            gpus_requested=1,
+            gpu_mem_bytes=20 * GIB,
+            started_at=NOW - 640,
+        ),
+        _job(
+            9,
+            "running",
+            "me",
+            1000,
+            "eval",
+            gpu_indices=(3,),
+            gpus_requested=1,
+            gpu_mem_bytes=20 * GIB,
+            started_at=NOW - 4,
+        ),
+        _job(
+            10,
+            "pending",
+            "bob",
+            1002,
+            "sweep-a",
+            gpus_requested=2,
+            pending_reason="needs 2 whole GPUs, 1 is free (GPU 2 is lost)",
+        ),
+        _job(
+            11,
+            "pending",
+            "me",
+            1000,
+            EVIL_NAME,
+            gpus_requested=1,
+            gpu_mem_bytes=30 * GIB,
+            priority=5,
+            command=("sh", "-c", "printf '\x1b]0;pwned\x07'"),
+            pending_reason="waiting for 30.0 GiB on one GPU (most free: 6.0 GiB)",
+        ),
+        *(
+            _job(
+                n,
+                "pending",
+                "carol",
+                1003,
+                f"grid-{n}",
+                gpus_requested=1,
+                pending_reason="waiting behind higher priority jobs",
+            )
+            for n in range(12, 18)
+        ),
     )
 
 
 def sample_snapshot(**changes) -> Snapshot:
     """A fixed frame: nothing in it depends on the clock, the host or the time zone."""
-    fields = dict(
-        now=NOW, utc_offset_s=0, version="0.1.0",
-        inventory=Inventory(gpus=_gpus(), backend="nvml", driver_version="550.54.15",
-                            cuda_version="12.4", read_at=NOW),
-        host=HostInfo(hostname="gpubox", cpu_pct=37.5, mem_used_bytes=200 * GIB,
-                      mem_total_bytes=256 * GIB, load_avg=(5.12, 4.8, 4.01)),
-        daemon=DaemonInfo(pid=4242, uptime_s=3 * 86400 + 7200, version="0.1.0"),
-        reserved_bytes=MappingProxyType({"GPU-3": 19 * GIB, "MIG-1-1": 2 * GIB}),
-        pid_jobs=MappingProxyType({1001: 7, 1101: 8}),
-        jobs=_jobs(),
-        proc_host=MappingProxyType({
-            1001: ProcHost(cpu_pct=101.3, rss_bytes=12 * GIB, started_at=NOW - 5000),
-            1101: ProcHost(cpu_pct=12.0, rss_bytes=3 * GIB, started_at=NOW - 630),
-            2002: ProcHost()}))
+    fields = {
+        "now": NOW,
+        "utc_offset_s": 0,
+        "version": "0.1.0",
+        "inventory": Inventory(
+            gpus=_gpus(),
+            backend="nvml",
+            driver_version="550.54.15",
+            cuda_version="12.4",
+            read_at=NOW,
+        ),
+        "host": HostInfo(
+            hostname="gpubox",
+            cpu_pct=37.5,
+            mem_used_bytes=200 * GIB,
+            mem_total_bytes=256 * GIB,
+            load_avg=(5.12, 4.8, 4.01),
+        ),
+        "daemon": DaemonInfo(pid=4242, uptime_s=3 * 86400 + 7200, version="0.1.0"),
+        "reserved_bytes": MappingProxyType({"GPU-3": 19 * GIB, "MIG-1-1": 2 * GIB}),
+        "pid_jobs": MappingProxyType({1001: 7, 1101: 8}),
+        "jobs": _jobs(),
+        "proc_host": MappingProxyType(
+            {
+                1001: ProcHost(cpu_pct=101.3, rss_bytes=12 * GIB, started_at=NOW - 5000),
+                1101: ProcHost(cpu_pct=12.0, rss_bytes=3 * GIB, started_at=NOW - 630),
+                2002: ProcHost(),
+            }
+        ),
+    }
     fields.update(changes)
     return Snapshot(**fields)
 
@@ -113,11 +255,18 @@ def frame(width: int, height: int | None = None, view: ViewState = ME, **changes
 
 def coloured(width: int, view: ViewState = ME, **changes) -> str:
     """The frame as a colour terminal would receive it, escape sequences included."""
-    from rich.console import Console
     import io
 
-    console = Console(file=io.StringIO(), width=width, force_terminal=True,
-                      color_system="standard", legacy_windows=False, _environ={})
+    from rich.console import Console
+
+    console = Console(
+        file=io.StringIO(),
+        width=width,
+        force_terminal=True,
+        color_system="standard",
+        legacy_windows=False,
+        _environ={},
+    )
     console.print(render(sample_snapshot(**changes), view, width, None))
     return console.file.getvalue()
 
@@ -131,8 +280,17 @@ def test_golden_frame_of_a_short_terminal():
     check_golden("top_80x24.txt", frame(80, 24))
 
 
-@pytest.mark.parametrize("width, layout", [(59, "minimal"), (79, "minimal"), (80, "compact"),
-                                           (139, "compact"), (140, "full"), (250, "full")])
+@pytest.mark.parametrize(
+    "width, layout",
+    [
+        (59, "minimal"),
+        (79, "minimal"),
+        (80, "compact"),
+        (139, "compact"),
+        (140, "full"),
+        (250, "full"),
+    ],
+)
 def test_layout_by_width(width, layout):
     assert layout_for(width) == layout
 
@@ -141,9 +299,20 @@ def test_golden_frames_show_every_kind_of_row():
     # Guards the goldens: a fixture that lost its MIG, lost GPU or outside rows would
     # keep matching a golden file rewritten from it.
     text = frame(140)
-    for needle in ("└ 1/1", "└ 1/2", "GPU has fallen off the bus", "external", "3003",
-                   "(pid in another namespace)", "Running (3)", "Pending (8)", "62%",
-                   "needs 2 whole GPUs", "1h23m / 8h00m", "19.0 GiB"):
+    for needle in (
+        "└ 1/1",
+        "└ 1/2",
+        "GPU has fallen off the bus",
+        "external",
+        "3003",
+        "(pid in another namespace)",
+        "Running (3)",
+        "Pending (8)",
+        "62%",
+        "needs 2 whole GPUs",
+        "1h23m / 8h00m",
+        "19.0 GiB",
+    ):
         assert needle in text, needle
 
 
@@ -156,8 +325,13 @@ def test_job_name_with_escape_sequence_is_shown_escaped():
 
 def test_escape_sequences_in_commands_are_shown_escaped():
     busy, *rest = sample_snapshot().inventory.gpus
-    evil = GpuProcess(pid=5005, gpu_uuid="GPU-0", used_mem_bytes=GIB, user="me",
-                      command="sh -c '\x1b]0;pwned\x07\x1b[2J'")
+    evil = GpuProcess(
+        pid=5005,
+        gpu_uuid="GPU-0",
+        used_mem_bytes=GIB,
+        user="me",
+        command="sh -c '\x1b]0;pwned\x07\x1b[2J'",
+    )
     gpus = (GpuInfo(**{**busy.__dict__, "processes": busy.processes + (evil,)}), *rest)
     inventory = Inventory(gpus=gpus, backend="nvml")
     raw = coloured(140, inventory=inventory)
@@ -187,22 +361,47 @@ def test_short_terminal_cuts_pending_rows_first_and_keeps_every_gpu():
 
 def _busy_box(gpu_count: int) -> dict:
     """A full box: every GPU busy with two processes and a running job of its own."""
-    gpus = tuple(GpuInfo(index=i, uuid=f"GPU-{i}", name="NVIDIA H100 80GB HBM3",
-                         mem_total_bytes=80 * GIB, mem_used_bytes=70 * GIB, util_pct=99.0,
-                         processes=(_proc(5000 + i, f"GPU-{i}", 60, "alice", "python a.py"),
-                                    _proc(6000 + i, f"GPU-{i}", 10, "bob", "jupyter")))
-                 for i in range(gpu_count))
-    running = tuple(_job(100 + i, "running", "alice", 1001, f"run-{i}", gpu_indices=(i,),
-                         gpus_requested=1, started_at=NOW - 60) for i in range(gpu_count))
+    gpus = tuple(
+        GpuInfo(
+            index=i,
+            uuid=f"GPU-{i}",
+            name="NVIDIA H100 80GB HBM3",
+            mem_total_bytes=80 * GIB,
+            mem_used_bytes=70 * GIB,
+            util_pct=99.0,
+            processes=(
+                _proc(5000 + i, f"GPU-{i}", 60, "alice", "python a.py"),
+                _proc(6000 + i, f"GPU-{i}", 10, "bob", "jupyter"),
+            ),
+        )
+        for i in range(gpu_count)
+    )
+    running = tuple(
+        _job(
+            100 + i,
+            "running",
+            "alice",
+            1001,
+            f"run-{i}",
+            gpu_indices=(i,),
+            gpus_requested=1,
+            started_at=NOW - 60,
+        )
+        for i in range(gpu_count)
+    )
     pending = tuple(j for j in _jobs() if j.state == "pending")
-    return {"inventory": Inventory(gpus=gpus, backend="nvml"), "jobs": running + pending,
-            "pid_jobs": MappingProxyType({5000 + i: 100 + i for i in range(gpu_count)})}
+    return {
+        "inventory": Inventory(gpus=gpus, backend="nvml"),
+        "jobs": running + pending,
+        "pid_jobs": MappingProxyType({5000 + i: 100 + i for i in range(gpu_count)}),
+    }
 
 
 @pytest.mark.parametrize("gpu_count", [4, 8, 16, 64])
 @pytest.mark.parametrize("width, height", [(80, 24), (100, 30), (60, 20)])
 def test_a_short_terminal_always_shows_the_pending_count_and_the_first_reason(
-        gpu_count, width, height):
+    gpu_count, width, height
+):
     text = frame(width, height, **_busy_box(gpu_count))
     assert len(text.splitlines()) <= height
     pending = text.split("Pending (8)")[1]  # the count, in the panel's title
@@ -212,8 +411,17 @@ def test_a_short_terminal_always_shows_the_pending_count_and_the_first_reason(
 
 
 def test_a_cancelling_job_says_so_in_the_running_panel():
-    stubborn = _job(20, "running", "me", 1000, "stubborn", gpu_indices=(3,), gpus_requested=1,
-                    started_at=NOW - 30, cancelling=True)
+    stubborn = _job(
+        20,
+        "running",
+        "me",
+        1000,
+        "stubborn",
+        gpu_indices=(3,),
+        gpus_requested=1,
+        started_at=NOW - 30,
+        cancelling=True,
+    )
     for width in (60, 80, 140):
         text = frame(width, jobs=_jobs() + (stubborn,))
         assert re.search(r"│ +20 +me +stubborn +cancelling ", text), text
@@ -223,7 +431,8 @@ def test_a_cancelling_job_says_so_in_the_running_panel():
 
 def test_many_pending_jobs_end_in_a_count():
     jobs = sample_snapshot().jobs + tuple(
-        _job(n, "pending", "dave", 1004, f"bulk-{n}", gpus_requested=1) for n in range(100, 1100))
+        _job(n, "pending", "dave", 1004, f"bulk-{n}", gpus_requested=1) for n in range(100, 1100)
+    )
     text = frame(100, 40, jobs=jobs)
     assert "Pending (1008)" in text
     assert re.search(r"\.\.\. \d+ more", text.split("Pending (1008)")[1])
@@ -294,13 +503,32 @@ def test_snapshot_is_immutable():
 def test_top_job_reads_the_daemons_job_fields():
     from gpusched.core.models import Job, JobState, Request, job_to_dict
 
-    job = Job(id=3, command=("python", "x.py"), cwd="/", uid=7, user="u", name="n",
-              request=Request(2, 5 * GIB), priority=4, state=JobState.PENDING,
-              submitted_at=NOW, pending_reason="why")
+    job = Job(
+        id=3,
+        command=("python", "x.py"),
+        cwd="/",
+        uid=7,
+        user="u",
+        name="n",
+        request=Request(2, 5 * GIB),
+        priority=4,
+        state=JobState.PENDING,
+        submitted_at=NOW,
+        pending_reason="why",
+    )
     top = TopJob.from_dict(job_to_dict(job))
-    assert (top.id, top.name, top.user, top.uid, top.state, top.gpus_requested,
-            top.gpu_mem_bytes, top.priority, top.command, top.pending_reason) == (
-        3, "n", "u", 7, "pending", 2, 5 * GIB, 4, ("python", "x.py"), "why")
+    assert (
+        top.id,
+        top.name,
+        top.user,
+        top.uid,
+        top.state,
+        top.gpus_requested,
+        top.gpu_mem_bytes,
+        top.priority,
+        top.command,
+        top.pending_reason,
+    ) == (3, "n", "u", 7, "pending", 2, 5 * GIB, 4, ("python", "x.py"), "why")
     # What `snapshot` adds to a running job that reported progress (handlers.with_progress).
     report = {"fraction": 0.25, "message": "epoch 1/4", "updated_at": NOW}
     running = TopJob.from_dict({**job_to_dict(job), "state": "running", "progress": report})
@@ -345,13 +573,13 @@ def test_top_once_without_a_daemon_reads_the_gpus_and_says_so(home):
     home.state.mkdir(parents=True)
     (home.state / "simulated_processes.toml").write_text(
         '[[process]]\ngpu = 2\npid = 999999\nuser = "someone"\nmemory = "5GiB"\n'
-        'command = "outside-job"\n')
+        'command = "outside-job"\n'
+    )
     out = home.run("top", "--once", env={"COLUMNS": "100"}).stdout
     assert "gpusched daemon is not running" in out
     assert out.count("Simulated GPU") == 4
     assert re.search(r"│ +2 +999999 +someone +external +5\.0 GiB +N/A", out), out
     assert home.run("daemon", "status", check=False).returncode == 3  # top started none
-
 
 
 def test_top_refuses_an_interval_that_would_spin(home):
@@ -364,8 +592,15 @@ def write_screenshot(path: Path, width: int = 140) -> None:
     """docs/top.svg: this file's fixed snapshot at 140 columns, exported by rich."""
     from rich.console import Console
 
-    console = Console(record=True, width=width, force_terminal=True, color_system="truecolor",
-                      file=open(os.devnull, "w"), legacy_windows=False, _environ={})
+    console = Console(
+        record=True,
+        width=width,
+        force_terminal=True,
+        color_system="truecolor",
+        file=open(os.devnull, "w"),
+        legacy_windows=False,
+        _environ={},
+    )
     console.print(render(sample_snapshot(), ME, width, None))
     console.save_svg(str(path), title="gpusched top")
 
@@ -378,10 +613,31 @@ if __name__ == "__main__":  # python tests/test_tui.py docs/top.svg
 
 def test_array_elements_are_named_by_their_array_index():
     """As ls -r and squeue name them: element 2 of array 58 is 58_2, not job 60."""
-    jobs = (_job(60, "running", "me", 1000, "sweep", gpu_indices=(0,), gpus_requested=1,
-                 started_at=NOW - 60, array_id=58, array_index=2),
-            _job(61, "pending", "me", 1000, "sweep", gpus_requested=1, array_id=58,
-                 array_index=3, pending_reason="waiting"))
+    jobs = (
+        _job(
+            60,
+            "running",
+            "me",
+            1000,
+            "sweep",
+            gpu_indices=(0,),
+            gpus_requested=1,
+            started_at=NOW - 60,
+            array_id=58,
+            array_index=2,
+        ),
+        _job(
+            61,
+            "pending",
+            "me",
+            1000,
+            "sweep",
+            gpus_requested=1,
+            array_id=58,
+            array_index=3,
+            pending_reason="waiting",
+        ),
+    )
     text = frame(140, 40, jobs=jobs)
     rows = [line.strip("│ ").split()[0] for line in text.splitlines() if " sweep " in line]
     assert rows == ["58_2", "58_3"], text

@@ -10,9 +10,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from gpusched.client.paths import ensure_private_dir, resolve_paths
 from gpusched.core import configkeys
 from gpusched.core.config import Settings, example_toml, load_settings, settings_from_mapping
-from gpusched.client.paths import ensure_private_dir, resolve_paths
 from gpusched.core.errors import ConfigError
 from gpusched.core.units import duration_human, parse_duration, parse_size, size_human
 
@@ -26,18 +26,35 @@ GiB = 2**30
 
 
 # -- sizes ---------------------------------------------------------------------------------
-@pytest.mark.parametrize("text, expected", [
-    ("20G", 20 * GiB), ("20GiB", 20 * GiB), ("20gib", 20 * GiB), ("20 GiB", 20 * GiB),
-    (" 20G ", 20 * GiB), ("20GB", 20 * 10**9), ("512MiB", 512 * 2**20), ("512M", 512 * 2**20),
-    ("1.5T", int(1.5 * 2**40)), ("2TB", 2 * 10**12), ("1K", 1024), ("1KB", 1000),
-    ("1024", 1024), ("1024B", 1024), ("0", 0), (1024, 1024), (0, 0),
-])
+@pytest.mark.parametrize(
+    "text, expected",
+    [
+        ("20G", 20 * GiB),
+        ("20GiB", 20 * GiB),
+        ("20gib", 20 * GiB),
+        ("20 GiB", 20 * GiB),
+        (" 20G ", 20 * GiB),
+        ("20GB", 20 * 10**9),
+        ("512MiB", 512 * 2**20),
+        ("512M", 512 * 2**20),
+        ("1.5T", int(1.5 * 2**40)),
+        ("2TB", 2 * 10**12),
+        ("1K", 1024),
+        ("1KB", 1000),
+        ("1024", 1024),
+        ("1024B", 1024),
+        ("0", 0),
+        (1024, 1024),
+        (0, 0),
+    ],
+)
 def test_parse_size(text, expected):
     assert parse_size(text) == expected
 
 
-@pytest.mark.parametrize("text", ["12XB", "", "G", "-5G", "1e3", "20 G B", "1.2.3G", "GiB20",
-                                  "ten", True, -1])
+@pytest.mark.parametrize(
+    "text", ["12XB", "", "G", "-5G", "1e3", "20 G B", "1.2.3G", "GiB20", "ten", True, -1]
+)
 def test_parse_size_refuses_and_names_the_value(text):
     with pytest.raises(ValueError) as info:
         parse_size(text)
@@ -53,15 +70,27 @@ def test_parse_size_of_plain_bytes_is_exact(n):
 
 @given(st.integers(min_value=0, max_value=10**6), st.sampled_from(["K", "M", "G", "T"]))
 def test_binary_units_agree_with_their_long_names(n, unit):
-    assert parse_size(f"{n}{unit}") == parse_size(f"{n}{unit}iB") == n * 2 ** (
-        10 * "KMGT".index(unit) + 10)
+    assert (
+        parse_size(f"{n}{unit}")
+        == parse_size(f"{n}{unit}iB")
+        == n * 2 ** (10 * "KMGT".index(unit) + 10)
+    )
 
 
-@pytest.mark.parametrize("num_bytes, text", [
-    (None, "N/A"), (0, "0 B"), (1023, "1023 B"), (1024, "1.0 KiB"), (20 * GiB, "20.0 GiB"),
-    (int(12.34 * GiB), "12.3 GiB"), (512 * 2**20, "512.0 MiB"), (3 * 2**40, "3.0 TiB"),
-    (5000 * 2**40, "5000.0 TiB"),
-])
+@pytest.mark.parametrize(
+    "num_bytes, text",
+    [
+        (None, "N/A"),
+        (0, "0 B"),
+        (1023, "1023 B"),
+        (1024, "1.0 KiB"),
+        (20 * GiB, "20.0 GiB"),
+        (int(12.34 * GiB), "12.3 GiB"),
+        (512 * 2**20, "512.0 MiB"),
+        (3 * 2**40, "3.0 TiB"),
+        (5000 * 2**40, "5000.0 TiB"),
+    ],
+)
 def test_size_human(num_bytes, text):
     assert size_human(num_bytes) == text
 
@@ -74,27 +103,50 @@ def test_size_human_reads_back_to_the_same_gib(n):
 
 
 # -- durations -----------------------------------------------------------------------------
-@pytest.mark.parametrize("text, seconds", [
-    ("90", 90.0), ("1.5", 1.5), ("2h30m", 9000.0), ("45s", 45.0), ("1d", 86400.0),
-    ("1d2h3m4s", 93784.0), ("0.5s", 0.5), (" 10M ", 600.0), (30, 30.0), (2.5, 2.5), ("0", 0.0),
-    ("200ms", 0.2), ("1s500ms", 1.5), ("2m", 120.0),
-])
+@pytest.mark.parametrize(
+    "text, seconds",
+    [
+        ("90", 90.0),
+        ("1.5", 1.5),
+        ("2h30m", 9000.0),
+        ("45s", 45.0),
+        ("1d", 86400.0),
+        ("1d2h3m4s", 93784.0),
+        ("0.5s", 0.5),
+        (" 10M ", 600.0),
+        (30, 30.0),
+        (2.5, 2.5),
+        ("0", 0.0),
+        ("200ms", 0.2),
+        ("1s500ms", 1.5),
+        ("2m", 120.0),
+    ],
+)
 def test_parse_duration(text, seconds):
     assert parse_duration(text) == seconds
 
 
-@pytest.mark.parametrize("text", ["soon", "5x", "-1", "1h 30m", "h", "", "2h-30m", -3, "1.5.2s",
-                                  "ms", "200mss", "2sms"])
+@pytest.mark.parametrize(
+    "text", ["soon", "5x", "-1", "1h 30m", "h", "", "2h-30m", -3, "1.5.2s", "ms", "200mss", "2sms"]
+)
 def test_parse_duration_refuses_and_names_the_value(text):
     with pytest.raises(ValueError) as info:
         parse_duration(text)
     assert str(text) in str(info.value)
 
 
-@pytest.mark.parametrize("seconds, text", [
-    (None, "-"), (0, "0s"), (59.9, "59s"), (62, "1m02s"), (3725, "1h02m"), (90061, "1d01h"),
-    (-5, "0s"),
-])
+@pytest.mark.parametrize(
+    "seconds, text",
+    [
+        (None, "-"),
+        (0, "0s"),
+        (59.9, "59s"),
+        (62, "1m02s"),
+        (3725, "1h02m"),
+        (90061, "1d01h"),
+        (-5, "0s"),
+    ],
+)
 def test_duration_human(seconds, text):
     assert duration_human(seconds) == text
 
@@ -116,14 +168,22 @@ def test_defaults_without_a_file(tmp_path):
 
 
 def test_values_from_the_file(tmp_path):
-    settings = load(tmp_path, '[daemon]\ngpu_poll_interval = "30s"\ncancel_grace = 1.5\n'
-                              '[gpus]\nvisible_devices = "index"\nmem_headroom = "1GiB"\n'
-                              'max_util_pct = 50\n[jobs]\nmaster_port_min = 40000\n'
-                              'master_port_max = 40100\n')
-    assert settings == Settings(gpu_poll_interval_s=30.0, cancel_grace_s=1.5,
-                                visible_devices="index", mem_headroom_bytes=GiB,
-                                max_util_pct=50.0, master_port_min=40000,
-                                master_port_max=40100)
+    settings = load(
+        tmp_path,
+        '[daemon]\ngpu_poll_interval = "30s"\ncancel_grace = 1.5\n'
+        '[gpus]\nvisible_devices = "index"\nmem_headroom = "1GiB"\n'
+        "max_util_pct = 50\n[jobs]\nmaster_port_min = 40000\n"
+        "master_port_max = 40100\n",
+    )
+    assert settings == Settings(
+        gpu_poll_interval_s=30.0,
+        cancel_grace_s=1.5,
+        visible_devices="index",
+        mem_headroom_bytes=GiB,
+        max_util_pct=50.0,
+        master_port_min=40000,
+        master_port_max=40100,
+    )
 
 
 def test_environment_simulate_wins_over_the_file(tmp_path):
@@ -132,24 +192,27 @@ def test_environment_simulate_wins_over_the_file(tmp_path):
     assert load(tmp_path, '[gpus]\nsimulate = "1x40GiB"\n').simulate == "1x40GiB"
 
 
-@pytest.mark.parametrize("text, named", [
-    ("[daemon]\nfrobnicate = 1\n", "'daemon.frobnicate'"),
-    ("[nosuch]\nkey = 1\n", "'nosuch.key'"),
-    ("[gpus]\nvisible_devices = 'serial'\n", "'gpus.visible_devices'"),
-    ("[gpus]\nmax_util_pct = 150\n", "'gpus.max_util_pct'"),
-    ("[gpus]\nmax_util_pct = 'lots'\n", "'gpus.max_util_pct'"),
-    ("[gpus]\nmem_headroom = '12XB'\n", "'gpus.mem_headroom'"),
-    ("[daemon]\ncancel_grace = 'soon'\n", "'daemon.cancel_grace'"),
-    ("[daemon]\ngpu_poll_interval = 0\n", "'daemon.gpu_poll_interval'"),
-    ("[jobs]\nmaster_port_min = 80\n", "'jobs.master_port_min'"),
-    ("[jobs]\nmaster_port_max = 30000.5\n", "'jobs.master_port_max'"),
-    ("[jobs]\nmaster_port_min = 30000\nmaster_port_max = 29000\n", "'jobs.master_port_min'"),
-    ("[gpus]\nsimulate = 4\n", "'gpus.simulate'"),
-    ("daemon = 3\n", "'daemon'"),
-    # The names a submit's environment may have (values.environment), and no others.
-    ('[jobs]\nenv = { "A=B" = "x" }\n', "'jobs.env'"),
-    ('[jobs]\nenv = { "" = "x" }\n', "'jobs.env'"),
-])
+@pytest.mark.parametrize(
+    "text, named",
+    [
+        ("[daemon]\nfrobnicate = 1\n", "'daemon.frobnicate'"),
+        ("[nosuch]\nkey = 1\n", "'nosuch.key'"),
+        ("[gpus]\nvisible_devices = 'serial'\n", "'gpus.visible_devices'"),
+        ("[gpus]\nmax_util_pct = 150\n", "'gpus.max_util_pct'"),
+        ("[gpus]\nmax_util_pct = 'lots'\n", "'gpus.max_util_pct'"),
+        ("[gpus]\nmem_headroom = '12XB'\n", "'gpus.mem_headroom'"),
+        ("[daemon]\ncancel_grace = 'soon'\n", "'daemon.cancel_grace'"),
+        ("[daemon]\ngpu_poll_interval = 0\n", "'daemon.gpu_poll_interval'"),
+        ("[jobs]\nmaster_port_min = 80\n", "'jobs.master_port_min'"),
+        ("[jobs]\nmaster_port_max = 30000.5\n", "'jobs.master_port_max'"),
+        ("[jobs]\nmaster_port_min = 30000\nmaster_port_max = 29000\n", "'jobs.master_port_min'"),
+        ("[gpus]\nsimulate = 4\n", "'gpus.simulate'"),
+        ("daemon = 3\n", "'daemon'"),
+        # The names a submit's environment may have (values.environment), and no others.
+        ('[jobs]\nenv = { "A=B" = "x" }\n', "'jobs.env'"),
+        ('[jobs]\nenv = { "" = "x" }\n', "'jobs.env'"),
+    ],
+)
 def test_bad_config_names_the_key_and_the_file(tmp_path, text, named):
     with pytest.raises(ConfigError) as info:
         load(tmp_path, text)
@@ -179,7 +242,7 @@ def test_unreadable_config_names_the_file(tmp_path, make_unreadable):
     if make_unreadable == "directory":
         path.mkdir()
     else:
-        path.write_bytes(b"[daemon]\ncancel_grace = \"\xff\xfe\"\n")
+        path.write_bytes(b'[daemon]\ncancel_grace = "\xff\xfe"\n')
     with pytest.raises(ConfigError) as info:
         load_settings(path, {})
     assert info.value.message.startswith(f"cannot read config {path}")
@@ -195,8 +258,9 @@ def test_the_daemon_and_the_simulator_build_placement_rules_alike():
 
     assert placement_rules(Settings(), {}) == PlacementRules()
     for policy in BUILTIN_POLICIES:
-        assert simulator.check_choices(4, policy, "fifo") == \
-            placement_rules(Settings(policy=policy), {})
+        assert simulator.check_choices(4, policy, "fifo") == placement_rules(
+            Settings(policy=policy), {}
+        )
 
 
 def test_the_config_takes_exactly_the_schedulers_disciplines(tmp_path):
@@ -218,7 +282,8 @@ def test_example_file_matches_the_code():
     example = REPO / "gpusched.toml.example"
     assert example.exists(), "gpusched.toml.example is missing: write config.example_toml() to it"
     assert example.read_text(encoding="utf-8") == example_toml(), (
-        "gpusched.toml.example is stale: regenerate it from gpusched.core.config.example_toml()")
+        "gpusched.toml.example is stale: regenerate it from gpusched.core.config.example_toml()"
+    )
 
 
 def test_example_lists_every_key_with_its_default():
@@ -239,24 +304,32 @@ def test_gpusched_home_holds_everything(tmp_path):
 
 
 def test_xdg_directories(tmp_path):
-    paths = resolve_paths({"HOME": str(tmp_path), "XDG_STATE_HOME": str(tmp_path / "s"),
-                           "XDG_CONFIG_HOME": str(tmp_path / "c"),
-                           "XDG_RUNTIME_DIR": str(tmp_path / "r")})
+    paths = resolve_paths(
+        {
+            "HOME": str(tmp_path),
+            "XDG_STATE_HOME": str(tmp_path / "s"),
+            "XDG_CONFIG_HOME": str(tmp_path / "c"),
+            "XDG_RUNTIME_DIR": str(tmp_path / "r"),
+        }
+    )
     assert paths.state_dir == str(tmp_path / "s" / "gpusched")
     assert paths.config_file == str(tmp_path / "c" / "gpusched" / "gpusched.toml")
     # The socket sits beside the state's lock: cron (no XDG_RUNTIME_DIR) and a login shell
     # (with it) find one daemon.
     assert paths.run_dir == str(tmp_path / "s" / "gpusched" / "run")
-    assert resolve_paths({"HOME": str(tmp_path), "XDG_STATE_HOME": str(tmp_path / "s")}
-                         ).socket == paths.socket
+    assert (
+        resolve_paths({"HOME": str(tmp_path), "XDG_STATE_HOME": str(tmp_path / "s")}).socket
+        == paths.socket
+    )
     fallback = resolve_paths({"HOME": str(tmp_path)})
     assert fallback.state_dir == str(tmp_path / ".local/state/gpusched")
     assert fallback.config_file == str(tmp_path / ".config/gpusched/gpusched.toml")
 
 
 def test_config_override(tmp_path):
-    paths = resolve_paths({"GPUSCHED_HOME": str(tmp_path),
-                           "GPUSCHED_CONFIG": str(tmp_path / "x.toml")})
+    paths = resolve_paths(
+        {"GPUSCHED_HOME": str(tmp_path), "GPUSCHED_CONFIG": str(tmp_path / "x.toml")}
+    )
     assert paths.config_file == str(tmp_path / "x.toml")
 
 

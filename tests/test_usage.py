@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-
 import pytest
 
 
@@ -25,8 +24,16 @@ def test_usage_sums_gpu_time_and_ends_per_user_and_keeps_removed_jobs(home):
     assert me["gpu_seconds"] == pytest.approx(gpu_s)
     text = home.run("usage").stdout
     # STATES, not ENDED: the column counts running and pending jobs too.
-    assert text.splitlines()[1].split() == ["USER", "JOBS", "GPU-H", "MEM", "GiB-H", "MEAN",
-                                            "WAIT", "STATES"]
+    assert text.splitlines()[1].split() == [
+        "USER",
+        "JOBS",
+        "GPU-H",
+        "MEM",
+        "GiB-H",
+        "MEAN",
+        "WAIT",
+        "STATES",
+    ]
     assert "failed 1 succeeded 1" in text
     # Retention keeps one finished job: the first goes, and still counts.
     home.run("gc")
@@ -41,10 +48,13 @@ def test_usage_sums_gpu_time_and_ends_per_user_and_keeps_removed_jobs(home):
     assert [line["key"] for line in by_name["groups"]] == ["eval"]
 
 
-@pytest.mark.parametrize("args, message", [
-    (["--by", "group"], "--by 'group': choose one of user, name"),
-    (["--since", "lately"], "--since 'lately'"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--by", "group"], "--by 'group': choose one of user, name"),
+        (["--since", "lately"], "--since 'lately'"),
+    ],
+)
 def test_bad_options_are_one_line_errors(home, args, message):
     proc = home.run("usage", *args, check=False)
     assert proc.returncode == 2 and proc.stderr.startswith(f"Error: {message}")

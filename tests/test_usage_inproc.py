@@ -9,7 +9,9 @@ from gpusched.core.errors import UsageError
 from gpusched.daemon import usage
 from gpusched.daemon.loop import Call
 from gpusched.daemon.request import Request
-from inproc import ME, make_box  # noqa: F401 - fixtures
+
+from inproc import ME
+
 
 def by_key(report: dict) -> dict[str, dict]:
     return {line["key"]: line for line in report["groups"]}
@@ -77,7 +79,8 @@ def test_a_wrong_grouping_lists_the_valid_ones(make_box):
 
 
 def test_a_large_report_reads_a_window_a_turn_and_others_are_answered_meanwhile(
-        make_box, monkeypatch):
+    make_box, monkeypatch
+):
     """A report over a long history must not hold the loop: it reads the store a window
     of ids per turn (a whole store of 100,000 at once held the loop for a second)."""
     monkeypatch.setattr(usage, "WINDOW_IDS", 10)

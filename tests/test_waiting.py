@@ -22,9 +22,16 @@ def as_at_a_terminal() -> None:
 
 
 def gpusched(home, *args: str) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "gpusched", *args], stdin=subprocess.DEVNULL,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env=home.env, cwd=home.path, preexec_fn=as_at_a_terminal)
+    return subprocess.Popen(
+        [sys.executable, "-m", "gpusched", *args],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=home.env,
+        cwd=home.path,
+        preexec_fn=as_at_a_terminal,
+    )
 
 
 def read_line(stream, what: str) -> str:
@@ -89,8 +96,10 @@ def test_ctrl_c_during_submit_wait_says_the_job_keeps_running(home):
     home.wait_state(job_id, "running")
     status, _, err = interrupt(proc)
     assert status == 130
-    assert err == (f"Interrupted: stopped waiting; job {job_id} keeps running. "
-                   f"`gpusched cancel {job_id}` cancels it.\n")
+    assert err == (
+        f"Interrupted: stopped waiting; job {job_id} keeps running. "
+        f"`gpusched cancel {job_id}` cancels it.\n"
+    )
     assert home.show(job_id)["state"] == "running"
 
 
@@ -112,7 +121,9 @@ def test_ctrl_c_during_wait_says_the_jobs_keep_running(home):
     proc = gpusched(home, "wait", str(running), str(queued))
     status, out, err = interrupt(proc)
     assert status == 130 and out == ""
-    assert err == (f"Interrupted: stopped waiting; job {running} keeps running and job "
-                   f"{queued} stays queued. `gpusched cancel {running} {queued}` cancels "
-                   "them.\n")
+    assert err == (
+        f"Interrupted: stopped waiting; job {running} keeps running and job "
+        f"{queued} stays queued. `gpusched cancel {running} {queued}` cancels "
+        "them.\n"
+    )
     assert [home.show(i)["state"] for i in (running, queued)] == ["running", "pending"]

@@ -28,8 +28,12 @@ sys.stdin.read()  # until the test closes it
 def hold_queue_lock(db: Path) -> subprocess.Popen:
     """Another process that takes the queue's write lock and keeps it (as an sqlite3
     shell left in a transaction would)."""
-    holder = subprocess.Popen([sys.executable, "-c", LOCK_HOLDER, str(db)],
-                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    holder = subprocess.Popen(
+        [sys.executable, "-c", LOCK_HOLDER, str(db)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     assert holder.stdout.readline().strip() == "locked"
     return holder
 
@@ -58,16 +62,19 @@ def test_a_held_lock_refuses_a_submit_in_words_and_ends_are_kept(home, tmp_path)
     try:
         proc = home.run("submit", "--", "touch", str(out / "refused"), check=False)
         assert proc.returncode == 1
-        assert proc.stderr.startswith("Error: the queue cannot be written: the queue is locked "
-                                      "by another process (database is locked). Close what holds ")
+        assert proc.stderr.startswith(
+            "Error: the queue cannot be written: the queue is locked "
+            "by another process (database is locked). Close what holds "
+        )
         assert proc.stderr.endswith("; nothing was queued.\n") and proc.stderr.count("\n") == 1
         (out / "go").touch()  # the job ends while its end cannot be stored
         listing = home.run("ls", "--json")
         assert [j["id"] for j in json.loads(listing.stdout)] == [ended]
         assert listing.stderr.startswith("Warning: the queue cannot be written since ")
         assert "the queue is locked by another process" in listing.stderr
-        assert write_problem(home)["cause"] == ("the queue is locked by another process "
-                                                "(database is locked)")
+        assert write_problem(home)["cause"] == (
+            "the queue is locked by another process (database is locked)"
+        )
         assert "writes: FAILING: " in home.run("daemon", "status").stdout
     finally:
         let_go(holder)
@@ -89,8 +96,11 @@ def small_state_dir(home):
     the daemon is stopped before it is unmounted."""
     state = home.state
     state.mkdir(parents=True, exist_ok=True)
-    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=2m,mode=0700", "tmpfs",
-                              str(state)], capture_output=True, text=True)
+    mounted = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=2m,mode=0700", "tmpfs", str(state)],
+        capture_output=True,
+        text=True,
+    )
     if mounted.returncode != 0:
         pytest.skip(f"cannot mount a tmpfs here (needs root): {mounted.stderr.strip()}")
     try:
@@ -119,7 +129,8 @@ def fill(directory: Path) -> Path:
 
 
 def test_a_full_disk_refuses_submits_that_never_run_and_the_daemon_recovers(
-        home, small_state_dir, tmp_path):
+    home, small_state_dir, tmp_path
+):
     out = tmp_path / "out"
     out.mkdir()
     home.start()
@@ -131,9 +142,14 @@ def test_a_full_disk_refuses_submits_that_never_run_and_the_daemon_recovers(
         proc = home.run("submit", "--", "touch", str(out / f"refused-{n}"), check=False)
         assert proc.returncode == 1
         refusals.append(proc.stderr)
-    assert all(r.startswith("Error: the queue cannot be written: the disk is full (database "
-                            f"or disk is full). Free space on the filesystem of {small_state_dir}")
-               and r.endswith("; nothing was queued.\n") for r in refusals), refusals
+    assert all(
+        r.startswith(
+            "Error: the queue cannot be written: the disk is full (database "
+            f"or disk is full). Free space on the filesystem of {small_state_dir}"
+        )
+        and r.endswith("; nothing was queued.\n")
+        for r in refusals
+    ), refusals
     # The daemon is up and answers reads, saying why writes fail.
     assert [j["id"] for j in home.jobs()] == [first]
     assert "the disk is full" in home.run("ls").stderr

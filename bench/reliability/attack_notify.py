@@ -28,8 +28,12 @@ MARK = '#!/bin/sh\ntouch "$1/$2-$GPUSCHED_JOB_ID"\n'
 
 def measure(small: bool) -> Figures:
     fig = Figures("notifications under attack")
-    fig.counts.update(notifications_late=0, notifications_never_sent=0, posts_not_cut_off=0,
-                      daemon_memory_growth=0)
+    fig.counts.update(
+        notifications_late=0,
+        notifications_never_sent=0,
+        posts_not_cut_off=0,
+        daemon_memory_growth=0,
+    )
     _flood_and_drip(fig, jobs=4 if small else 8, flood_mib=256 if small else 1024)
     if os.geteuid() != 0 or not all(shutil.which(t) for t in TOOLS):
         fig.notes.append(f"the never-ending user hook needs root and {', '.join(TOOLS)}")
@@ -47,12 +51,16 @@ def _flood_and_drip(fig: Figures, jobs: int, flood_mib: int) -> None:
     mark.write_text(MARK)
     mark.chmod(0o755)
     drip = _Dripping()
-    home = Home("notify", config=(
-        f'[[notify]]\nevents = ["end"]\ncommand = ["sh", "-c", "head -c {flood_mib}M '
-        '/dev/zero"]\n\n'
-        f'[[notify]]\nevents = ["end"]\nurl = "http://127.0.0.1:{drip.port}/hook"\n'
-        f'timeout = "{POST_TIMEOUT_S}s"\nretries = 0\n\n'
-        f'[[notify]]\nevents = ["end"]\ncommand = ["{mark}", "{out}", "mark"]\n'))
+    home = Home(
+        "notify",
+        config=(
+            f'[[notify]]\nevents = ["end"]\ncommand = ["sh", "-c", "head -c {flood_mib}M '
+            '/dev/zero"]\n\n'
+            f'[[notify]]\nevents = ["end"]\nurl = "http://127.0.0.1:{drip.port}/hook"\n'
+            f'timeout = "{POST_TIMEOUT_S}s"\nretries = 0\n\n'
+            f'[[notify]]\nevents = ["end"]\ncommand = ["{mark}", "{out}", "mark"]\n'
+        ),
+    )
     try:
         pid = home.start()
         if not pid:
@@ -62,14 +70,21 @@ def _flood_and_drip(fig: Figures, jobs: int, flood_mib: int) -> None:
         ids = [home.cli("submit", "--", "true").stdout.strip() for _ in range(jobs)]
         _count_delays(fig, lambda job: out / f"mark-{job}", ids, lambda: home.jobs() or [])
         grown = _peak_rss(pid) - before
-        fig.info.update(flood_mib_per_hook=flood_mib, hooks=jobs, daemon_peak_growth_mib=round(
-            grown / 2**20, 1), dripping_posts=drip.posts)
+        fig.info.update(
+            flood_mib_per_hook=flood_mib,
+            hooks=jobs,
+            daemon_peak_growth_mib=round(grown / 2**20, 1),
+            dripping_posts=drip.posts,
+        )
         if grown > GROWTH_BOUND_BYTES:
             fig.fail("daemon_memory_growth", f"peak RSS grew {grown} bytes")
         cut = poll(lambda: drip.cut_off >= jobs, POST_TIMEOUT_S * jobs + 30)
         if not cut:
-            fig.fail("posts_not_cut_off", f"{jobs - drip.cut_off} of {jobs} posts still open",
-                     by=jobs - drip.cut_off)
+            fig.fail(
+                "posts_not_cut_off",
+                f"{jobs - drip.cut_off} of {jobs} posts still open",
+                by=jobs - drip.cut_off,
+            )
     finally:
         home.close()
         drip.close()
@@ -152,24 +167,27 @@ def _never_ending(fig: Figures, python: str, pythonpath: str) -> None:
     etc.mkdir(parents=True)
     (etc / "gpusched.toml").write_text(
         '[system]\nuser_notify_timeout = "2h"\n\n'
-        f'[[notify]]\nevents = ["end"]\ncommand = ["{mark}", "{out}", "site"]\n')
+        f'[[notify]]\nevents = ["end"]\ncommand = ["{mark}", "{out}", "site"]\n'
+    )
     try:
         with two_users() as (alice, bob):
             try:
                 _own_entries(alice, f'command = ["sleep", "{SLEEPER}"]\ntimeout = "2h"\n')
                 _own_entries(bob, f'command = ["{mark}", "{out}", "own"]\n')
                 if not system.start():
-                    fig.notes.append("the never-ending user hook: the system daemon did not "
-                                     "start")
+                    fig.notes.append("the never-ending user hook: the system daemon did not start")
                     return
                 for _ in range(4):  # as many as the site had threads before
                     system.as_user(alice, "submit", "--", "true")
                 poll(lambda: _sleepers(alice.pw_uid), 30)
-                ids = [system.as_user(bob, "submit", "--", "true").stdout.strip()
-                       for _ in range(2)]
+                ids = [system.as_user(bob, "submit", "--", "true").stdout.strip() for _ in range(2)]
                 for kind in ("site", "own"):
-                    _count_delays(fig, lambda job, kind=kind: out / f"{kind}-{job}", ids,
-                                  lambda: _json_list(system))
+                    _count_delays(
+                        fig,
+                        lambda job, kind=kind: out / f"{kind}-{job}",
+                        ids,
+                        lambda: _json_list(system),
+                    )
                 fig.info["never_ending_hooks_running"] = len(_sleepers(alice.pw_uid))
             finally:  # not the daemon's processes: they run from no path of its root
                 kill_all(_sleepers(alice.pw_uid))
@@ -188,9 +206,11 @@ def _own_entries(user, command: str) -> None:
 
 
 def _sleepers(uid: int) -> list[psutil.Process]:
-    return [p for p in psutil.process_iter(["uids", "cmdline"])
-            if p.info["uids"] and p.info["uids"].real == uid
-            and p.info["cmdline"] == ["sleep", SLEEPER]]
+    return [
+        p
+        for p in psutil.process_iter(["uids", "cmdline"])
+        if p.info["uids"] and p.info["uids"].real == uid and p.info["cmdline"] == ["sleep", SLEEPER]
+    ]
 
 
 def _json_list(system: System) -> list[dict]:

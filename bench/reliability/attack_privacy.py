@@ -17,14 +17,32 @@ FIELDS = "jobid,jobarrayid,name,user,state,reason,exitcode,dependency,progress,w
 
 def _reads(targets: dict[str, str], small: bool) -> list[tuple[str, ...]]:
     jobs = list(targets.values())
-    reads = [("ls",), ("ls", "--json"), ("ls", "--all", "--json"), ("ls", "-r"),
-             ("ls", "--all", "--format", FIELDS), ("show", *jobs), ("show", "--json", *jobs),
-             ("usage", "--by", "name"), ("usage", "--by", "name", "--json"), ("gpus", "--json"),
-             ("top", "--once"), ("daemon", "status", "--json"), ("service", "ls", "--json"),
-             ("service", "show", "--json", "alices")]
+    reads = [
+        ("ls",),
+        ("ls", "--json"),
+        ("ls", "--all", "--json"),
+        ("ls", "-r"),
+        ("ls", "--all", "--format", FIELDS),
+        ("show", *jobs),
+        ("show", "--json", *jobs),
+        ("usage", "--by", "name"),
+        ("usage", "--by", "name", "--json"),
+        ("gpus", "--json"),
+        ("top", "--once"),
+        ("daemon", "status", "--json"),
+        ("service", "ls", "--json"),
+        ("service", "show", "--json", "alices"),
+    ]
     if not small:
-        reads += [("ls", "--all", "-r", "--json"), ("ls", "--last", "9"), ("gpus",),
-                  ("usage",), ("usage", "--json"), ("service", "ls"), ("service", "show", "alices")]
+        reads += [
+            ("ls", "--all", "-r", "--json"),
+            ("ls", "--last", "9"),
+            ("gpus",),
+            ("usage",),
+            ("usage", "--json"),
+            ("service", "ls"),
+            ("service", "show", "alices"),
+        ]
     return reads
 
 
@@ -37,13 +55,29 @@ def measure(small: bool) -> Figures:
         system, alice, bob = found
         targets = _alice_jobs(system, alice)
         if "running" in targets:  # a running job is counted by usage, and is on a GPU
-            poll(lambda: '"running"' in system.as_user(None, "show", "--json",
-                                                      targets["running"]).stdout, 30)
-        made = system.as_user(alice, "service", "create", "alices", "--cwd",
-                              f"{alice.pw_dir}/secret-project", "--", "sh", "-c",
-                              "sleep 300", "s3cr3t", env={"SECRET": "s3cr3t"})
-        fig.info["service"] = "made" if made.returncode == 0 else \
-            f"not made: {made.stderr.strip()[:120]}"
+            poll(
+                lambda: (
+                    '"running"' in system.as_user(None, "show", "--json", targets["running"]).stdout
+                ),
+                30,
+            )
+        made = system.as_user(
+            alice,
+            "service",
+            "create",
+            "alices",
+            "--cwd",
+            f"{alice.pw_dir}/secret-project",
+            "--",
+            "sh",
+            "-c",
+            "sleep 300",
+            "s3cr3t",
+            env={"SECRET": "s3cr3t"},
+        )
+        fig.info["service"] = (
+            "made" if made.returncode == 0 else f"not made: {made.stderr.strip()[:120]}"
+        )
         reads = _reads(targets, small)
 
         def read(args: tuple[str, ...]) -> None:
@@ -51,11 +85,13 @@ def measure(small: bool) -> Figures:
             said = done.stdout + done.stderr
             if any(secret in said for secret in SECRETS):
                 fig.fail("leaks", " ".join(args))
+
         with ThreadPoolExecutor(4) as pool:
             list(pool.map(read, reads))
         fig.info["reads"] = len(reads)
         # Alice's own answers hold them: the reads above would have shown a leak.
         fig.info["owner_sees_own"] = all(
             SECRETS[0] in system.as_user(alice, *args).stdout
-            for args in (("ls", "--json"), ("usage", "--by", "name")))
+            for args in (("ls", "--json"), ("usage", "--by", "name"))
+        )
     return fig

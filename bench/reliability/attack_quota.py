@@ -41,8 +41,10 @@ def _quotas(small: bool) -> tuple[int, int]:
 
 def _config(small: bool) -> str:
     jobs, size_mib = _quotas(small)
-    return (f'[limits]\nqueued_jobs = {jobs}\nqueued_bytes = "{size_mib}MiB"\n'
-            '[metrics]\nlisten = "127.0.0.1:0"\n')
+    return (
+        f'[limits]\nqueued_jobs = {jobs}\nqueued_bytes = "{size_mib}MiB"\n'
+        '[metrics]\nlisten = "127.0.0.1:0"\n'
+    )
 
 
 def _peak_rss_bytes(pid: int) -> int:
@@ -60,8 +62,9 @@ def _dir_bytes(path: Path) -> int:
 def _submit(home: Home, *args: str, env: dict | None = None) -> tuple[int, str, float, list]:
     """(exit status, stderr, seconds taken, array ids) of one held submit."""
     started = time.monotonic()
-    proc = home.cli("submit", "--json", "--hold", *args, "--", "true",
-                    *((BIG_ARG,) if env else ()), env=env)
+    proc = home.cli(
+        "submit", "--json", "--hold", *args, "--", "true", *((BIG_ARG,) if env else ()), env=env
+    )
     took = time.monotonic() - started
     ids = []
     if proc.returncode == 0:
@@ -70,8 +73,9 @@ def _submit(home: Home, *args: str, env: dict | None = None) -> tuple[int, str, 
     return proc.returncode, proc.stderr, took, ids
 
 
-def _fill(home: Home, fig: Figures, key: str, chunk: list[str], most: int,
-          env: dict | None = None) -> list:
+def _fill(
+    home: Home, fig: Figures, key: str, chunk: list[str], most: int, env: dict | None = None
+) -> list:
     """Submit chunk after chunk until the quota refuses one; the ids queued. The refusal
     must be one line, exit 1, naming the key; the queue must not hold more than `most`."""
     ids: list = []
@@ -79,8 +83,12 @@ def _fill(home: Home, fig: Figures, key: str, chunk: list[str], most: int,
         status, err, _, queued = _submit(home, *chunk, env=env)
         ids += queued
         if status:
-            if status != 1 or not err.startswith("Error: ") or err.count("\n") != 1 \
-                    or f"limits.{key}" not in err:
+            if (
+                status != 1
+                or not err.startswith("Error: ")
+                or err.count("\n") != 1
+                or f"limits.{key}" not in err
+            ):
                 fig.fail("quota_not_enforced", f"{key}: refused as {status}: {err.strip()[:200]}")
             break
     else:
@@ -94,7 +102,7 @@ def _fill(home: Home, fig: Figures, key: str, chunk: list[str], most: int,
 
 def _cancel(home: Home, fig: Figures, ids: list) -> None:
     for at in range(0, len(ids), 200):
-        if home.cli("cancel", *map(str, ids[at:at + 200])).returncode:
+        if home.cli("cancel", *map(str, ids[at : at + 200])).returncode:
             fig.fail("others_refused", "cancel refused")
 
 
@@ -106,8 +114,11 @@ def _others_while(home: Home, fig: Figures, what: str, attack) -> None:
     def other() -> None:
         while not stop.is_set():
             started = time.monotonic()
-            proc = home.cli("daemon", "status", "--json") if what == "status" else \
-                home.cli("submit", "--hold", "--", "true")
+            proc = (
+                home.cli("daemon", "status", "--json")
+                if what == "status"
+                else home.cli("submit", "--hold", "--", "true")
+            )
             took.append(time.monotonic() - started)
             if proc.returncode:
                 refused.append(proc.stderr.strip()[:200])
@@ -125,8 +136,11 @@ def _others_while(home: Home, fig: Figures, what: str, attack) -> None:
         fig.fail("others_refused", f"a {what} during the attack: {err}")
     stalled = [t for t in took if t > STALL_S]
     if stalled:
-        fig.fail("others_stalled", f"{len(stalled)} {what} call(s) took over {STALL_S} s "
-                 f"(slowest {max(stalled):.1f} s)", by=len(stalled))
+        fig.fail(
+            "others_stalled",
+            f"{len(stalled)} {what} call(s) took over {STALL_S} s (slowest {max(stalled):.1f} s)",
+            by=len(stalled),
+        )
 
 
 def _frames(path: str) -> None:
@@ -177,8 +191,11 @@ def _metrics(home: Home, fig: Figures, daemon: psutil.Process, small: bool) -> N
             fig.fail("threads", "no scrape answered within 60 s of the idle connections")
         fig.info["threads_with_idle_metrics_connections"] = max(seen)
         if max(seen) > before + MAX_CONNECTIONS + METRICS_SLACK_THREADS:
-            fig.fail("threads", f"{max(seen)} threads with {len(idle)} idle connections "
-                     f"(from {before})", by=max(seen) - before)
+            fig.fail(
+                "threads",
+                f"{max(seen)} threads with {len(idle)} idle connections (from {before})",
+                by=max(seen) - before,
+            )
     except OSError as exc:
         fig.fail("threads", f"/metrics: {exc}")
     finally:
@@ -188,8 +205,14 @@ def _metrics(home: Home, fig: Figures, daemon: psutil.Process, small: bool) -> N
 
 def measure(small: bool) -> Figures:
     fig = Figures("one user swelling the daemon")
-    fig.counts.update(quota_not_enforced=0, others_refused=0, others_stalled=0,
-                      rss_growth=0, disk_growth=0, threads=0)
+    fig.counts.update(
+        quota_not_enforced=0,
+        others_refused=0,
+        others_stalled=0,
+        rss_growth=0,
+        disk_growth=0,
+        threads=0,
+    )
     home = Home("quota", config=_config(small))
     try:
         daemon = psutil.Process(home.start())
@@ -202,8 +225,7 @@ def measure(small: bool) -> Figures:
         fig.info["jobs_s"] = round(time.monotonic() - started, 1)
         fig.info["peak_rss_mb_after_jobs"] = _peak_rss_bytes(daemon.pid) // 2**20
         _cancel(home, fig, ids[-1:])
-        _others_while(home, fig, "submit", lambda: home.cli("ls", "--all", "--json",
-                                                             timeout_s=600))
+        _others_while(home, fig, "submit", lambda: home.cli("ls", "--all", "--json", timeout_s=600))
         _cancel(home, fig, ids)
         if _submit(home)[0]:
             fig.fail("others_refused", "a submit after cancelling every job")

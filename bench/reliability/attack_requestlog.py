@@ -55,16 +55,22 @@ def bad_lines(token: str) -> dict[str, bytes]:
 
 def spoofed() -> dict[str, bytes]:
     """(class, datagram): well formed, but not from the service's front door."""
-    return {"no secret (anyone's fake latency)": HEADER + b"5000 200 r1\n",
-            "another secret": HEADER + f" {secrets.token_hex(16)} 5000 200 r1\n".encode()}
+    return {
+        "no secret (anyone's fake latency)": HEADER + b"5000 200 r1\n",
+        "another secret": HEADER + f" {secrets.token_hex(16)} 5000 200 r1\n".encode(),
+    }
 
 
 def _send(home: Home, port: int, messages: list[bytes], rounds: int, seconds: float) -> int:
     """Sent by another process; how many datagrams it sent."""
     listing = home.path / "datagrams.hex"
     listing.write_text("".join(f"x{m.hex()}\n" for m in messages))
-    done = subprocess.run([sys.executable, "-c", SENDER, str(port), str(listing), str(rounds),
-                           str(seconds)], capture_output=True, text=True, timeout=seconds + 60)
+    done = subprocess.run(
+        [sys.executable, "-c", SENDER, str(port), str(listing), str(rounds), str(seconds)],
+        capture_output=True,
+        text=True,
+        timeout=seconds + 60,
+    )
     return int(done.stdout or 0)
 
 
@@ -94,8 +100,11 @@ def _spoof(home: Home, fig: Figures, port: int, listen: str, rounds: int) -> Non
     counted = poll(lambda: (s := _show(home)) and s["requests_total"] >= before + served and s)
     taken = (counted or {}).get("requests_total", before + served) - before - served
     if taken:
-        fig.fail("spoofed_lines_taken", f"{taken} request(s) counted beyond the {served} "
-                 "served", by=taken)
+        fig.fail(
+            "spoofed_lines_taken",
+            f"{taken} request(s) counted beyond the {served} served",
+            by=taken,
+        )
     fig.info["log_lines_refused"] = (counted or {}).get("log_lines_refused")
 
 
@@ -110,11 +119,14 @@ def _flood(home: Home, fig: Figures, port: int, token: str, small: bool) -> None
         rss_before = daemon.memory_info().rss
         total = (_show(home) or {}).get("requests_total", 0)
         sent += _send(home, port, flood, 0, seconds)
-        settled = poll(lambda: (s := _show(home)) and s["requests_total"] > total and s)
+        settled = poll(lambda: (s := _show(home)) and s["requests_total"] > total and s)  # noqa: B023 - called within this turn of the loop
         counted += (settled or {}).get("requests_total", total) - total
     growth_mb = (daemon.memory_info().rss - rss_before) / 2**20
-    fig.info.update(flood_lines_sent=sent, flood_lines_counted=counted,
-                    daemon_rss_growth_mb_second_flood=round(growth_mb, 1))
+    fig.info.update(
+        flood_lines_sent=sent,
+        flood_lines_counted=counted,
+        daemon_rss_growth_mb_second_flood=round(growth_mb, 1),
+    )
     if growth_mb > RSS_GROWTH_MOST_MB:
         fig.fail("window_growth", f"the daemon grew {growth_mb:.0f} MB in the second flood")
 
@@ -124,13 +136,21 @@ def measure(small: bool) -> Figures:
     if not shutil.which("haproxy") and not shutil.which("haproxy", path="/usr/sbin"):
         fig.skipped = "HAProxy is not installed"
         return fig
-    fig.counts.update(steps_aborted=0, services_frozen=0, spoofed_lines_taken=0,
-                      window_growth=0)
+    fig.counts.update(steps_aborted=0, services_frozen=0, spoofed_lines_taken=0, window_growth=0)
     home = Home("requestlog")
     try:
         home.start()
-        created = home.json("service", "create", "door", "--json", "--replicas", "0", "--",
-                            sys.executable, str(SERVER))
+        created = home.json(
+            "service",
+            "create",
+            "door",
+            "--json",
+            "--replicas",
+            "0",
+            "--",
+            sys.executable,
+            str(SERVER),
+        )
         port, token = _config(home)
         rounds = 200 if small else 2000
         classes = bad_lines(token)

@@ -21,11 +21,18 @@ TIME_LIMIT_S = 8
 
 def measure(small: bool) -> Figures:
     jobs = 2 if small else 4  # one GPU each, of 4: none waits
-    fig = Figures(f"stops ({jobs} TERM-ignoring jobs per home adopted after a restart and "
-                  f"after a SIGKILL, cancelled or at --time; FIFO outputs; grace {GRACE_S:g} s)")
-    fig.counts.update(not_stopped_after_restart=0, not_stopped_after_sigkill=0,
-                      time_limit_overrun=0, fifo_not_stopped=0, fifo_no_reason=0,
-                      blocked_after_fifo=0)
+    fig = Figures(
+        f"stops ({jobs} TERM-ignoring jobs per home adopted after a restart and "
+        f"after a SIGKILL, cancelled or at --time; FIFO outputs; grace {GRACE_S:g} s)"
+    )
+    fig.counts.update(
+        not_stopped_after_restart=0,
+        not_stopped_after_sigkill=0,
+        time_limit_overrun=0,
+        fifo_not_stopped=0,
+        fifo_no_reason=0,
+        blocked_after_fifo=0,
+    )
     fig.info["slowest_stop_s"] = 0.0
     homes = [("stop", CONFIG)] + ([] if small else [("stop-shims", CONFIG + SHIMS)])
     for tag, config in homes:
@@ -76,10 +83,14 @@ def _adopted_cancel(home: Home, fig: Figures, how: str, count: int) -> None:
     for job_id in ids:
         job = _ended_within(home, job_id, cancelled_at, GRACE_S + SLACK_S)
         if job is None:
-            fig.fail(f"not_stopped_after_{how}", f"job {job_id} still "
-                     f"{_show(home, job_id).get('state')} {GRACE_S + SLACK_S:g} s after cancel")
-    fig.info["slowest_stop_s"] = max(fig.info["slowest_stop_s"],
-                                     round(time.monotonic() - cancelled_at, 1))
+            fig.fail(
+                f"not_stopped_after_{how}",
+                f"job {job_id} still "
+                f"{_show(home, job_id).get('state')} {GRACE_S + SLACK_S:g} s after cancel",
+            )
+    fig.info["slowest_stop_s"] = max(
+        fig.info["slowest_stop_s"], round(time.monotonic() - cancelled_at, 1)
+    )
 
 
 def _adopted_time_limit(home: Home, fig: Figures) -> None:
@@ -91,9 +102,12 @@ def _adopted_time_limit(home: Home, fig: Figures) -> None:
     _adopt(home, [job_id], "restart")
     job = _ended_within(home, job_id, submitted_at, TIME_LIMIT_S + GRACE_S + SLACK_S)
     if job is None or job["state"] != "timeout":
-        fig.fail("time_limit_overrun", f"job {job_id} with --time {TIME_LIMIT_S}s: "
-                 f"{_show(home, job_id).get('state')} after "
-                 f"{round(time.monotonic() - submitted_at)} s")
+        fig.fail(
+            "time_limit_overrun",
+            f"job {job_id} with --time {TIME_LIMIT_S}s: "
+            f"{_show(home, job_id).get('state')} after "
+            f"{round(time.monotonic() - submitted_at)} s",
+        )
 
 
 def _fifo_outputs(home: Home, fig: Figures) -> None:
@@ -110,6 +124,8 @@ def _fifo_outputs(home: Home, fig: Figures) -> None:
         elif job["state"] == "failed" and "FIFO" not in (job.get("end_reason") or ""):
             fig.fail("fifo_no_reason", f"{option} FIFO: {job.get('end_reason')!r}")
     after = _submit(home, "-o", os.devnull, command="true")
-    if after is None or (_ended_within(home, after, time.monotonic(), SLACK_S) or {}).get(
-            "state") != "succeeded":
+    if (
+        after is None
+        or (_ended_within(home, after, time.monotonic(), SLACK_S) or {}).get("state") != "succeeded"
+    ):
         fig.fail("blocked_after_fifo", f"a plain job after them (-o /dev/null): job {after}")

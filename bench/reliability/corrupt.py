@@ -9,15 +9,15 @@ import os
 import random
 import shutil
 import subprocess
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Callable
 
 from reliability import variants
 from reliability.harness import Figures, Home, python_for_others
 
 GOOD_JOBS = ("k0", "k1", "k2")  # held jobs in every intact queue
-CRASH_JOBS = ("w0", "w1")       # held jobs only in the -wal of a crashed daemon
+CRASH_JOBS = ("w0", "w1")  # held jobs only in the -wal of a crashed daemon
 # Words that must not be in the refusal: what it says of the file would be wrong.
 MISLEADING = {"unreadable": "corrupt", "directory": "corrupt", "fifo": "corrupt"}
 
@@ -76,9 +76,24 @@ def _start(home: Home, as_nobody: bool) -> subprocess.CompletedProcess:
     python, path = python_for_others() or ("", "")
     env = {**home.env, "PYTHONPATH": path, "HOME": str(home.path)}
     try:
-        return subprocess.run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups",
-                               python, "-m", "gpusched", "daemon", "start"], env=env,
-                              capture_output=True, text=True, timeout=90, cwd="/")
+        return subprocess.run(
+            [
+                "setpriv",
+                "--reuid=65534",
+                "--regid=65534",
+                "--clear-groups",
+                python,
+                "-m",
+                "gpusched",
+                "daemon",
+                "start",
+            ],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=90,
+            cwd="/",
+        )
     except subprocess.TimeoutExpired as exc:
         return subprocess.CompletedProcess(exc.cmd, 124, "", "timed out")
 
@@ -103,15 +118,25 @@ def _try(name: str, expect: str, build: Callable[[Path], None], fig: Figures) ->
         home.close()
 
 
-def _judge(name: str, expect: str, started: subprocess.CompletedProcess,
-           listed: list[dict] | None, changed: bool, fig: Figures) -> None:
+def _judge(
+    name: str,
+    expect: str,
+    started: subprocess.CompletedProcess,
+    listed: list[dict] | None,
+    changed: bool,
+    fig: Figures,
+) -> None:
     lines = (started.stderr or "").strip().splitlines()
     names = {job["name"] for job in listed or ()}
     if expect == "refuse":
         if started.returncode == 0:
             fig.fail("started_on_damage", f"{name}: the daemon started")
-        elif (len(lines) != 1 or not lines[0].startswith("Error:") or "internal error" in lines[0]
-              or MISLEADING.get(name, "\0") in lines[0]):
+        elif (
+            len(lines) != 1
+            or not lines[0].startswith("Error:")
+            or "internal error" in lines[0]
+            or MISLEADING.get(name, "\0") in lines[0]
+        ):
             fig.fail("unclear_refusal", f"{name}: {' / '.join(lines)[:160]}")
         if changed:
             fig.fail("file_changed", f"{name}: the queue's files changed")
@@ -123,8 +148,9 @@ def _judge(name: str, expect: str, started: subprocess.CompletedProcess,
 
 def measure() -> Figures:
     fig = Figures("corrupt queue")
-    fig.counts.update(started_on_damage=0, file_changed=0, unclear_refusal=0, bad_row_fatal=0,
-                      intact_refused=0)
+    fig.counts.update(
+        started_on_damage=0, file_changed=0, unclear_refusal=0, bad_row_fatal=0, intact_refused=0
+    )
     clean, crashed = make_sources()
     chosen = variants.build_all(clean, crashed, random.Random(14))
     if python_for_others() is None:

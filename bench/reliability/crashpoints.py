@@ -18,18 +18,20 @@ class Traffic:
     def __init__(self, home: Home, rng: random.Random):
         self.home, self.rng = home, rng
         self.runs = home.path / "runs"
-        self.acked: dict[str, int] = {}      # token -> id
-        self.refused: set[str] = set()       # an answer that refused the submit
-        self.ambiguous: set[str] = set()     # the daemon went away mid-request
-        self.cancelled: set[int] = set()       # ids whose cancel was acked
+        self.acked: dict[str, int] = {}  # token -> id
+        self.refused: set[str] = set()  # an answer that refused the submit
+        self.ambiguous: set[str] = set()  # the daemon went away mid-request
+        self.cancelled: set[int] = set()  # ids whose cancel was acked
         # Of those, the ones acked as pending ("cancelled", not "cancelling"): they must
         # never run. A running job's process may still be starting when its cancel is acked
         # (its SIGTERM follows), so only the pending ones say anything about starts.
         self.cancelled_pending: set[int] = set()
         self._done = threading.Event()
         self._lock = threading.Lock()
-        self.threads = [threading.Thread(target=self._submits, daemon=True),
-                        threading.Thread(target=self._cancels, daemon=True)]
+        self.threads = [
+            threading.Thread(target=self._submits, daemon=True),
+            threading.Thread(target=self._cancels, daemon=True),
+        ]
 
     def __enter__(self) -> Traffic:
         for thread in self.threads:
@@ -46,8 +48,17 @@ class Traffic:
         while not self._done.is_set():
             token = f"c{n}"
             n += 1
-            proc = self.home.cli("submit", "--gpus", "1", "--name", token, "--", "sh", "-c",
-                                 f'echo {token} $(date +%s.%N) >> {self.runs}; sleep 0.3')
+            proc = self.home.cli(
+                "submit",
+                "--gpus",
+                "1",
+                "--name",
+                token,
+                "--",
+                "sh",
+                "-c",
+                f"echo {token} $(date +%s.%N) >> {self.runs}; sleep 0.3",
+            )
             with self._lock:
                 if proc.returncode == 0 and proc.stdout.strip().isdigit():
                     self.acked[token] = int(proc.stdout)
@@ -95,9 +106,14 @@ def measure(points: int, seed: int) -> Figures:
                 kills += home.kill_daemon()
         home.start()
         _check(home, traffic, fig)
-        fig.info.update(kills=kills, acked=len(traffic.acked), cancels=len(traffic.cancelled),
-                        cancels_of_pending=len(traffic.cancelled_pending),
-                        refused=len(traffic.refused), connection_lost=len(traffic.ambiguous))
+        fig.info.update(
+            kills=kills,
+            acked=len(traffic.acked),
+            cancels=len(traffic.cancelled),
+            cancels_of_pending=len(traffic.cancelled_pending),
+            refused=len(traffic.refused),
+            connection_lost=len(traffic.ambiguous),
+        )
     finally:
         home.close()
     return fig
@@ -105,13 +121,25 @@ def measure(points: int, seed: int) -> Figures:
 
 def _check(home: Home, traffic: Traffic, fig: Figures) -> None:
     acked_ids = set(traffic.acked.values())
-    jobs = poll(lambda: (js := home.jobs()) is not None and all(
-        j["state"] in ENDED for j in js if j["id"] in acked_ids) and js, 120) or home.jobs() or []
+    jobs = (
+        poll(
+            lambda: (
+                (js := home.jobs()) is not None
+                and all(j["state"] in ENDED for j in js if j["id"] in acked_ids)
+                and js
+            ),
+            120,
+        )
+        or home.jobs()
+        or []
+    )
     by_id = {job["id"]: job for job in jobs}
     for token, job_id in traffic.acked.items():
         if by_id.get(job_id, {}).get("name") != token:
-            fig.fail("acked_missing", f"{token} acked as job {job_id}; stored: "
-                     f"{by_id.get(job_id, {}).get('name')}")
+            fig.fail(
+                "acked_missing",
+                f"{token} acked as job {job_id}; stored: {by_id.get(job_id, {}).get('name')}",
+            )
     started = traffic.started()
     for token, times in started.items():
         if len(times) > 1:

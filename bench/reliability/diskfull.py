@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import os
 import subprocess
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Callable, Iterator
 
 from reliability.harness import Figures, Home, is_gone, poll
 from reliability.jobwatch import ENDED
@@ -22,8 +22,11 @@ def small_disk(path: Path) -> Iterator[str]:
     if os.geteuid() != 0:
         yield "needs root to mount a small tmpfs"
         return
-    done = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={TMPFS_SIZE}", "tmpfs",
-                           str(path)], capture_output=True, text=True)
+    done = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", f"size={TMPFS_SIZE}", "tmpfs", str(path)],
+        capture_output=True,
+        text=True,
+    )
     if done.returncode != 0:
         yield f"cannot mount a tmpfs: {done.stderr.strip()}"
         return
@@ -55,8 +58,16 @@ class Run:
         self.runs = home.path / "runs"  # outside the full disk
 
     def submit(self, token: str, command: str, *options: str) -> None:
-        proc = self.home.cli("submit", *options, "--name", token, "--", "sh", "-c",
-                             f"echo {token} >> {self.runs}; {command}")
+        proc = self.home.cli(
+            "submit",
+            *options,
+            "--name",
+            token,
+            "--",
+            "sh",
+            "-c",
+            f"echo {token} >> {self.runs}; {command}",
+        )
         if proc.returncode == 0 and proc.stdout.strip().isdigit():
             self.acked[token] = int(proc.stdout)
         else:
@@ -82,14 +93,26 @@ class Run:
         self.home.start()
         fig.fail(f"{key}_daemon_crashes", by=self.crashes)
         ids = set(self.acked.values())
-        jobs = poll(lambda: (js := self.home.jobs()) is not None and all(
-            j["state"] in ENDED for j in js if j["id"] in ids) and js, 60) or self.home.jobs() or []
+        jobs = (
+            poll(
+                lambda: (
+                    (js := self.home.jobs()) is not None
+                    and all(j["state"] in ENDED for j in js if j["id"] in ids)
+                    and js
+                ),
+                60,
+            )
+            or self.home.jobs()
+            or []
+        )
         by_id = {job["id"]: job for job in jobs}
         for token, job_id in self.acked.items():
             job = by_id.get(job_id)
             if job is None or job["name"] != token:
-                fig.fail(f"{key}_acked_lost", f"{token} acked as {job_id}, stored as "
-                         f"{job and job['name']}")
+                fig.fail(
+                    f"{key}_acked_lost",
+                    f"{token} acked as {job_id}, stored as {job and job['name']}",
+                )
             elif job["state"] not in ENDED:
                 fig.fail(f"{key}_hung_jobs", f"job {job_id} still {job['state']}")
         ran = set(self.runs.read_text().split()) if self.runs.exists() else set()
@@ -116,8 +139,7 @@ def _logs_full(home: Home, run: Run) -> None:
     filler.unlink()
 
 
-def _scenario(fig: Figures, key: str, small_dir: str,
-              submits: Callable[[Home, Run], None]) -> None:
+def _scenario(fig: Figures, key: str, small_dir: str, submits: Callable[[Home, Run], None]) -> None:
     """A home whose SMALL_DIR (under the state directory) is the small disk."""
     home = Home(f"df{key}")
     with small_disk(home.state / small_dir) as why:

@@ -11,29 +11,37 @@ import struct
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import psutil
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from common import _private_tmpdir, base_env, gpusched_script, remove_at_exit  # noqa: E402
+from common import _private_tmpdir, base_env, gpusched_script, remove_at_exit
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tests"))
-from processes import home_processes, is_gone, kill_all, with_descendants  # noqa: E402,F401 - the tests' own clean-up
+from processes import home_processes, is_gone, kill_all, with_descendants
 
 DEADLINE_S = 60.0
 HOST_CONFIG = "[host]\ncpus = 64\n"  # jobs never wait for this machine's few cores
 # How the CLI says that the daemon went away during a request: the request may or may
 # not have been applied (as after any crash), unlike an answer that refused it.
-CONNECTION_LOST = ("lost the connection", "closed the connection without an answer",
-                   "no gpusched daemon", "not running", "did not answer", "could not start")
+CONNECTION_LOST = (
+    "lost the connection",
+    "closed the connection without an answer",
+    "no gpusched daemon",
+    "not running",
+    "did not answer",
+    "could not start",
+)
 
 
 @dataclass
 class Figures:
     """One part's figures: `counts` are failures (0 when all is well), `info` is context."""
+
     title: str
     counts: dict[str, int] = field(default_factory=dict)
     info: dict[str, Any] = field(default_factory=dict)
@@ -47,8 +55,13 @@ class Figures:
             self.notes.append(f"{key}: {note}")
 
     def as_json(self) -> dict[str, Any]:
-        return {"title": self.title, "failures": self.counts, "info": self.info,
-                "notes": self.notes, "skipped": self.skipped or None}
+        return {
+            "title": self.title,
+            "failures": self.counts,
+            "info": self.info,
+            "notes": self.notes,
+            "skipped": self.skipped or None,
+        }
 
 
 def poll(predicate: Callable[[], Any], timeout_s: float = DEADLINE_S) -> Any:
@@ -70,8 +83,9 @@ class Home:
         self.path = _private_tmpdir(f"gs-rel-{tag}-")
         (self.path / "gpusched.toml").write_text(config + "\n" + HOST_CONFIG)
         self.env = base_env()
-        self.env.update(GPUSCHED_HOME=str(self.path), GPUSCHED_SIMULATE=simulate,
-                        NO_COLOR="1", COLUMNS="200")
+        self.env.update(
+            GPUSCHED_HOME=str(self.path), GPUSCHED_SIMULATE=simulate, NO_COLOR="1", COLUMNS="200"
+        )
 
     @property
     def state(self) -> Path:
@@ -85,13 +99,24 @@ class Home:
     def log(self) -> Path:
         return self.state / "daemon.log"
 
-    def cli(self, *args: str, timeout_s: float = DEADLINE_S, cwd: str | None = None,
-            env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    def cli(
+        self,
+        *args: str,
+        timeout_s: float = DEADLINE_S,
+        cwd: str | None = None,
+        env: dict[str, str] | None = None,
+    ) -> subprocess.CompletedProcess:
         """`gpusched ARGS` as a user types it; a hung command counts as exit status 124."""
         try:
-            return subprocess.run([gpusched_script(), *args], capture_output=True, text=True,
-                                  env={**self.env, **(env or {})}, cwd=cwd or str(self.path),
-                                  timeout=timeout_s, stdin=subprocess.DEVNULL)
+            return subprocess.run(
+                [gpusched_script(), *args],
+                capture_output=True,
+                text=True,
+                env={**self.env, **(env or {})},
+                cwd=cwd or str(self.path),
+                timeout=timeout_s,
+                stdin=subprocess.DEVNULL,
+            )
         except subprocess.TimeoutExpired as exc:
             return subprocess.CompletedProcess(exc.cmd, 124, "", "timed out")
 
@@ -153,7 +178,7 @@ def lost_connection(proc: subprocess.CompletedProcess) -> bool:
     return proc.returncode == 124 or any(s in proc.stderr for s in CONNECTION_LOST)
 
 
-def raw_request(path: str, frame: bytes, timeout_s: float = 5.0) -> dict | None | str:
+def raw_request(path: str, frame: bytes, timeout_s: float = 5.0) -> dict | str | None:
     """Send FRAME (header and all) as is; the reply, None for no reply, "closed" when
     the daemon closed without one."""
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
@@ -167,7 +192,7 @@ def raw_request(path: str, frame: bytes, timeout_s: float = 5.0) -> dict | None 
                 return "closed"
             (size,) = struct.unpack(">I", header)
             return json.loads(_read(sock, size))
-        except (socket.timeout, TimeoutError):
+        except TimeoutError:
             return None
         except (OSError, ValueError):
             return "closed"
@@ -199,12 +224,28 @@ def python_for_others() -> tuple[str, str] | None:
     import sysconfig
 
     import gpusched  # the checkout the console script imports: PYTHONPATH or the venv's
+
     repo = str(Path(gpusched.__file__).resolve().parent.parent)
     path = f"{repo}:{sysconfig.get_paths()['purelib']}"
     for python in (sys.executable, shutil.which("python3", path="/usr/local/bin:/usr/bin:/bin")):
-        if python and subprocess.run(
-                ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "env", python,
-                 "-c", "import gpusched.cli.app, psutil"], env={"PYTHONPATH": path, "PATH": os.defpath},
-                capture_output=True, cwd="/").returncode == 0:
+        if (
+            python
+            and subprocess.run(
+                [
+                    "setpriv",
+                    "--reuid=65534",
+                    "--regid=65534",
+                    "--clear-groups",
+                    "env",
+                    python,
+                    "-c",
+                    "import gpusched.cli.app, psutil",
+                ],
+                env={"PYTHONPATH": path, "PATH": os.defpath},
+                capture_output=True,
+                cwd="/",
+            ).returncode
+            == 0
+        ):
             return python, path
     return None

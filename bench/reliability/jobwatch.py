@@ -22,8 +22,11 @@ def job_processes(home: Home) -> dict[int, list[tuple[int, tuple[str, ...]]]]:
             env = proc.info["environ"] or {}
         except psutil.Error:
             continue
-        if (env.get("GPUSCHED_HOME") != str(home.path) or "GPUSCHED_JOB_ID" not in env
-                or proc.info["status"] == psutil.STATUS_ZOMBIE):
+        if (
+            env.get("GPUSCHED_HOME") != str(home.path)
+            or "GPUSCHED_JOB_ID" not in env
+            or proc.info["status"] == psutil.STATUS_ZOMBIE
+        ):
             continue
         gpus = tuple(g for g in env.get("CUDA_VISIBLE_DEVICES", "").split(",") if g)
         out.setdefault(int(env["GPUSCHED_JOB_ID"]), []).append((proc.pid, gpus))
@@ -59,8 +62,11 @@ class LeaseWatch(threading.Thread):
         while not self._done.is_set():
             jobs = self.home.json("ls", "--all", "--json", timeout_s=10)
             if jobs is not None:
-                now = {(gpu, frozenset(ids)) for gpu, ids in holders(self.home, jobs).items()
-                       if len(ids) > 1}
+                now = {
+                    (gpu, frozenset(ids))
+                    for gpu, ids in holders(self.home, jobs).items()
+                    if len(ids) > 1
+                }
                 self.double |= now & seen_last
                 seen_last = now
             time.sleep(self.interval_s)
@@ -76,9 +82,11 @@ def orphans(home: Home, jobs: list[dict], settle_s: float = 10.0) -> dict[int, l
     state = {job["id"]: job["state"] for job in jobs}
     deadline = time.monotonic() + settle_s
     while True:
-        left = {job_id: [pid for pid, _ in procs]
-                for job_id, procs in job_processes(home).items()
-                if state.get(job_id) in (*ENDED, None)}
+        left = {
+            job_id: [pid for pid, _ in procs]
+            for job_id, procs in job_processes(home).items()
+            if state.get(job_id) in (*ENDED, None)
+        }
         if not left or time.monotonic() > deadline:
             return left
         time.sleep(0.2)

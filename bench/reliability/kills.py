@@ -77,8 +77,14 @@ def _round(home: Home, fig: Figures, kill_a_shim: bool) -> None:
     running = set(job_processes(home))
     poll(lambda: not running & set(job_processes(home)) - {victim}, 10)
     home.start()
-    done = poll(lambda: (jobs := home.jobs()) is not None and all(
-        j["state"] in ENDED for j in jobs if j["id"] in expected) and jobs, 90)
+    done = poll(
+        lambda: (
+            (jobs := home.jobs()) is not None
+            and all(j["state"] in ENDED for j in jobs if j["id"] in expected)
+            and jobs
+        ),
+        90,
+    )
     jobs = done or home.jobs() or []
     by_id = {job["id"]: job for job in jobs}
     for job_id, (name, state, code, sig) in expected.items():
@@ -104,13 +110,16 @@ _SHIMS = '[jobs]\nmax_log_size = "1GiB"\n'
 
 
 def measure(rounds: int) -> Figures:
-    fig = Figures(f"SIGKILL rounds ({rounds} on a home of supervised jobs and {rounds} on one "
-                  f"of jobs with shims, {len(AWKWARD)} awkward jobs each and there a killed "
-                  "shim, 4 whole GPUs)")
+    fig = Figures(
+        f"SIGKILL rounds ({rounds} on a home of supervised jobs and {rounds} on one "
+        f"of jobs with shims, {len(AWKWARD)} awkward jobs each and there a killed "
+        "shim, 4 whole GPUs)"
+    )
     fig.counts.update(exit_status_lost=0, orphans=0, double_leases=0)
     for tag, config in (("kills", ""), ("kills-shims", _SHIMS)):
-        _rounds_on(Home(tag, simulate="4x80GiB", config=config), fig, rounds,
-                   kill_a_shim=bool(config))
+        _rounds_on(
+            Home(tag, simulate="4x80GiB", config=config), fig, rounds, kill_a_shim=bool(config)
+        )
     return fig
 
 
@@ -123,7 +132,9 @@ def _rounds_on(home: Home, fig: Figures, rounds: int, kill_a_shim: bool) -> None
             _round(home, fig, kill_a_shim)
     finally:
         watch.stop()
-        fig.fail("double_leases", "; ".join(f"GPU {g[:12]}: jobs {sorted(ids)}"
-                                            for g, ids in sorted(watch.double)),
-                 by=len(watch.double))
+        fig.fail(
+            "double_leases",
+            "; ".join(f"GPU {g[:12]}: jobs {sorted(ids)}" for g, ids in sorted(watch.double)),
+            by=len(watch.double),
+        )
         home.close()

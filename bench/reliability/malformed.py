@@ -18,8 +18,9 @@ def _submit(**changes: object) -> bytes:
 
 
 def _submit_args(**args: object) -> bytes:
-    return request("submit", **{"jobs": [{"command": ["true"], "hold": True}], "env": {},
-                                "cwd": "/", **args})
+    return request(
+        "submit", **{"jobs": [{"command": ["true"], "hold": True}], "env": {}, "cwd": "/", **args}
+    )
 
 
 def classes(array_id: int, held_id: int) -> list[tuple[str, bytes, str]]:
@@ -35,8 +36,11 @@ def classes(array_id: int, held_id: int) -> list[tuple[str, bytes, str]]:
         ("JSON array", frame(b"[1, 2]"), "refuse"),
         ("JSON string", frame(b'"ping"'), "refuse"),
         ("100k-deep nesting", frame(b'{"cmd": "show", "args": {"ids": ' + deep + b"}}"), "refuse"),
-        ("5000-digit integer", frame(b'{"cmd": "show", "args": {"ids": [' + b"9" * 5000
-                                     + b"]}}"), "refuse"),
+        (
+            "5000-digit integer",
+            frame(b'{"cmd": "show", "args": {"ids": [' + b"9" * 5000 + b"]}}"),
+            "refuse",
+        ),
         ("cmd not a string", frame(b'{"cmd": 5}'), "refuse"),
         ("unknown cmd", request("format_disk"), "refuse"),
         ("args not an object", frame(b'{"cmd": "show", "args": [1]}'), "refuse"),
@@ -49,8 +53,11 @@ def classes(array_id: int, held_id: int) -> list[tuple[str, bytes, str]]:
         ("id true", request("cancel", ids=[True]), "refuse"),
         ("id negative", request("hold", ids=[-1]), "refuse"),
         ("empty array index (5_)", request("cancel", ids=[f"{array_id}_"]), "refuse"),
-        ("wait timeout NaN", frame(b'{"cmd": "wait", "args": {"ids": [%d], "timeout_s": NaN}}'
-                                   % held_id), "refuse"),
+        (
+            "wait timeout NaN",
+            frame(b'{"cmd": "wait", "args": {"ids": [%d], "timeout_s": NaN}}' % held_id),
+            "refuse",
+        ),
         ("wait timeout a string", request("wait", ids=[held_id], timeout_s="soon"), "refuse"),
         ("list limit a string", request("list", limit="x"), "refuse"),
         ("list users a string", request("list", users="root"), "refuse"),
@@ -73,15 +80,26 @@ def classes(array_id: int, held_id: int) -> list[tuple[str, bytes, str]]:
         ("topology false", _submit(constraints={"topology": False}), "refuse"),
         # json keeps the last of a key given twice: this one stopped the daemon.
         ("a key twice (ping, then stop)", frame(b'{"cmd": "ping", "cmd": "stop"}'), "refuse"),
-        ("a key twice in a job", frame(b'{"cmd": "submit", "args": {"jobs": [{"command": '
-                                       b'["true"], "hold": true, "hold": false}], "env": {}, '
-                                       b'"cwd": "/"}}'), "refuse"),
+        (
+            "a key twice in a job",
+            frame(
+                b'{"cmd": "submit", "args": {"jobs": [{"command": '
+                b'["true"], "hold": true, "hold": false}], "env": {}, '
+                b'"cwd": "/"}}'
+            ),
+            "refuse",
+        ),
         ("a key beside cmd and args", frame(b'{"cmd": "ping", "as_uid": 0}'), "refuse"),
         ("retry_on [[1]]", _submit(retry_on=[[1]]), "refuse"),
         ("dependency on a huge id", _submit(dependencies=[["afterok", 10**30]]), "refuse"),
-        ("time limit NaN", frame(b'{"cmd": "submit", "args": {"jobs": [{"command": ["true"], '
-                                 b'"hold": true, "time_limit_s": NaN}], "env": {}, "cwd": "/"}}'),
-         "refuse"),
+        (
+            "time limit NaN",
+            frame(
+                b'{"cmd": "submit", "args": {"jobs": [{"command": ["true"], '
+                b'"hold": true, "time_limit_s": NaN}], "env": {}, "cwd": "/"}}'
+            ),
+            "refuse",
+        ),
         ("env a string", _submit_args(env="A=1"), "refuse"),
         ("env value a number", _submit_args(env={"A": 5}), "refuse"),
         ("cwd a number", _submit_args(cwd=5), "refuse"),
@@ -91,9 +109,13 @@ def classes(array_id: int, held_id: int) -> list[tuple[str, bytes, str]]:
         ("environment of 9 MiB", _submit_args(env={"PAD": "e" * HUGE}), "refuse"),
         # One more than limits.jobs allows: refused at once. (100,000 are queued in batches
         # that leave the loop free: bench/bench_big_batches.py measures that.)
-        ("100,001 jobs in one submit", request(
-            "submit", jobs=[{"command": ["true"], "hold": True}] * 100_001, env={}, cwd="/"),
-         "refuse"),
+        (
+            "100,001 jobs in one submit",
+            request(
+                "submit", jobs=[{"command": ["true"], "hold": True}] * 100_001, env={}, cwd="/"
+            ),
+            "refuse",
+        ),
     ]
     return out
 
@@ -103,8 +125,9 @@ def _send(home: Home, sock: str, data: bytes, fig: Figures, name: str, expect: s
     answer = raw_request(sock, data, timeout_s=5)
     # An exception on a connection's thread reaches the log after the connection closed.
     poll(lambda: home.tracebacks() > before, 0.3)
-    if home.tracebacks() > before or (isinstance(answer, dict) and FAILED_ON_REQUEST in str(
-            answer.get("error"))):
+    if home.tracebacks() > before or (
+        isinstance(answer, dict) and FAILED_ON_REQUEST in str(answer.get("error"))
+    ):
         fig.fail("exceptions", name)
     elif expect == "refuse" and not isinstance(answer, dict):
         fig.fail("no_reply", f"{name}: {answer or 'nothing within 5 s'}")

@@ -26,22 +26,35 @@ def measure(submitters: int, per_submitter: int) -> Figures:
     try:
         home.start()
         with ThreadPoolExecutor(submitters) as pool:
-            results = [r for rs in pool.map(lambda w: _submit_many(home, w, per_submitter),
-                                             range(submitters)) for r in rs]
+            results = [
+                r
+                for rs in pool.map(
+                    lambda w: _submit_many(home, w, per_submitter), range(submitters)
+                )
+                for r in rs
+            ]
         stored = home.jobs() or []
         acked = {name: job_id for name, job_id in results if job_id is not None}
         by_id = {job["id"]: job for job in stored}
         names = collections.Counter(job["name"] for job in stored)
         ids_acked = collections.Counter(acked.values())
-        fig.info.update(submits=len(results), acked=len(acked), stored=len(stored),
-                        refused=len(results) - len(acked))
+        fig.info.update(
+            submits=len(results),
+            acked=len(acked),
+            stored=len(stored),
+            refused=len(results) - len(acked),
+        )
         for name, job_id in acked.items():
             job = by_id.get(job_id)
             if job is None or job["name"] != name:
-                fig.fail("acked_not_stored", f"{name} acked as {job_id}, stored as "
-                         f"{job and job['name']}")
-        fig.fail("duplicates", by=sum(n - 1 for n in names.values() if n > 1)
-                 + sum(n - 1 for n in ids_acked.values() if n > 1))
+                fig.fail(
+                    "acked_not_stored", f"{name} acked as {job_id}, stored as {job and job['name']}"
+                )
+        fig.fail(
+            "duplicates",
+            by=sum(n - 1 for n in names.values() if n > 1)
+            + sum(n - 1 for n in ids_acked.values() if n > 1),
+        )
         fig.counts.setdefault("acked_not_stored", 0)
         fig.fail("stored_not_acked", by=sum(1 for job in stored if job["name"] not in acked))
         fig.fail("refused", by=len(results) - len(acked))  # a healthy daemon takes them all

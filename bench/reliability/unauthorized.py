@@ -10,10 +10,10 @@ import shutil
 import subprocess
 import tempfile
 import uuid
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator
 
 import psutil
 from filelock import FileLock
@@ -52,28 +52,61 @@ class System:
         self.root = Path(tempfile.mkdtemp(prefix="gprel-", dir="/tmp"))
         os.chmod(self.root, 0o755)  # the users must reach its socket
         self.python = python
-        self.env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "GPUSCHED_SYSTEM_ROOT": str(self.root),
-                    "PYTHONPATH": pythonpath, "NO_COLOR": "1", "COLUMNS": "200"}
+        self.env = {
+            "PATH": "/usr/local/bin:/usr/bin:/bin",
+            "GPUSCHED_SYSTEM_ROOT": str(self.root),
+            "PYTHONPATH": pythonpath,
+            "NO_COLOR": "1",
+            "COLUMNS": "200",
+        }
 
     def start(self) -> bool:
-        subprocess.run(["sh", "-c", '"$0" -m gpusched daemon run --system >>"$1" 2>&1 &',
-                        self.python, str(self.root / "daemon.out")],
-                       env={**self.env, "GPUSCHED_SIMULATE": "4x80GiB"}, cwd="/",
-                       start_new_session=True, stdin=subprocess.DEVNULL, check=True)
+        subprocess.run(
+            [
+                "sh",
+                "-c",
+                '"$0" -m gpusched daemon run --system >>"$1" 2>&1 &',
+                self.python,
+                str(self.root / "daemon.out"),
+            ],
+            env={**self.env, "GPUSCHED_SIMULATE": "4x80GiB"},
+            cwd="/",
+            start_new_session=True,
+            stdin=subprocess.DEVNULL,
+            check=True,
+        )
         return bool(poll(lambda: self.as_user(None, "daemon", "status").returncode == 0, 60))
 
-    def as_user(self, user: pwd.struct_passwd | None, *args: str,
-                env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
-        command = ["env", *(f"{k}={v}" for k, v in (env or {}).items()), self.python, "-m",
-                   "gpusched", *args]
+    def as_user(
+        self, user: pwd.struct_passwd | None, *args: str, env: dict[str, str] | None = None
+    ) -> subprocess.CompletedProcess:
+        command = [
+            "env",
+            *(f"{k}={v}" for k, v in (env or {}).items()),
+            self.python,
+            "-m",
+            "gpusched",
+            *args,
+        ]
         run_env = dict(self.env)
         if user is not None:
-            command = ["setpriv", f"--reuid={user.pw_uid}", f"--regid={user.pw_gid}",
-                       "--init-groups", *command]
+            command = [
+                "setpriv",
+                f"--reuid={user.pw_uid}",
+                f"--regid={user.pw_gid}",
+                "--init-groups",
+                *command,
+            ]
             run_env.update(HOME=user.pw_dir, USER=user.pw_name, LOGNAME=user.pw_name)
         try:
-            return subprocess.run(command, capture_output=True, text=True, env=run_env,
-                                  cwd=user.pw_dir if user else "/", timeout=60)
+            return subprocess.run(
+                command,
+                capture_output=True,
+                text=True,
+                env=run_env,
+                cwd=user.pw_dir if user else "/",
+                timeout=60,
+            )
         except subprocess.TimeoutExpired as exc:
             return subprocess.CompletedProcess(exc.cmd, 124, "", "timed out")
 
@@ -82,7 +115,8 @@ class System:
         for proc in psutil.process_iter(["cmdline", "environ"]):
             env = proc.info["environ"] or {}
             if env.get("GPUSCHED_SYSTEM_ROOT") == str(self.root) or any(
-                    str(self.root) in part for part in proc.info["cmdline"] or ()):
+                str(self.root) in part for part in proc.info["cmdline"] or ()
+            ):
                 mine.append(proc)
         kill_all(with_descendants(mine))
         shutil.rmtree(self.root, ignore_errors=True)
@@ -91,12 +125,30 @@ class System:
 def _alice_jobs(system: System, alice: pwd.struct_passwd) -> dict[str, str]:
     """Her jobs to aim at: running, held, an array and one of its elements."""
     secret_dir = Path(alice.pw_dir) / "secret-project"
-    subprocess.run(["setpriv", f"--reuid={alice.pw_uid}", f"--regid={alice.pw_gid}",
-                    "--init-groups", "mkdir", "-p", str(secret_dir)], check=True)
+    subprocess.run(
+        [
+            "setpriv",
+            f"--reuid={alice.pw_uid}",
+            f"--regid={alice.pw_gid}",
+            "--init-groups",
+            "mkdir",
+            "-p",
+            str(secret_dir),
+        ],
+        check=True,
+    )
 
     def submit(*args: str) -> str:
-        out = system.as_user(alice, "submit", "--name", "alice-secret-name", "--cwd",
-                             str(secret_dir), *args, env={"SECRET": "s3cr3t"})
+        out = system.as_user(
+            alice,
+            "submit",
+            "--name",
+            "alice-secret-name",
+            "--cwd",
+            str(secret_dir),
+            *args,
+            env={"SECRET": "s3cr3t"},
+        )
         return out.stdout.split()[0] if out.returncode == 0 else ""
 
     running = submit("--", "sh", "-c", "echo s3cr3t; sleep 300")
@@ -114,23 +166,45 @@ def _leaks(shown: str) -> bool:
         return False
     jobs = jobs if isinstance(jobs, list) else [jobs]
     # A hidden field reads HIDDEN (or null): it says nothing.
-    return any(any(job.get(key) not in (None, "", HIDDEN) for key in PRIVATE)
-               or job.get("name") == "alice-secret-name"
-               or "s3cr3t" in json.dumps(job.get("command")) for job in jobs)
+    return any(
+        any(job.get(key) not in (None, "", HIDDEN) for key in PRIVATE)
+        or job.get("name") == "alice-secret-name"
+        or "s3cr3t" in json.dumps(job.get("command"))
+        for job in jobs
+    )
 
 
-def _attempts(system: System, alice: pwd.struct_passwd, bob: pwd.struct_passwd,
-              fig: Figures) -> None:
+def _attempts(
+    system: System, alice: pwd.struct_passwd, bob: pwd.struct_passwd, fig: Figures
+) -> None:
     targets = _alice_jobs(system, alice)
     if "running" in targets:
-        poll(lambda: '"running"' in system.as_user(None, "show", "--json",
-                                                  targets["running"]).stdout, 30)
-    tries = [(f"{args[0]} {what}", args, False) for what, job in targets.items() for args in (
-        ("cancel", job), ("hold", job), ("release", job), ("update", job, "--priority", "5"),
-        ("logs", job), ("logs", "--stderr", job), ("env", job), ("resubmit", job))]
+        poll(
+            lambda: (
+                '"running"' in system.as_user(None, "show", "--json", targets["running"]).stdout
+            ),
+            30,
+        )
+    tries = [
+        (f"{args[0]} {what}", args, False)
+        for what, job in targets.items()
+        for args in (
+            ("cancel", job),
+            ("hold", job),
+            ("release", job),
+            ("update", job, "--priority", "5"),
+            ("logs", job),
+            ("logs", "--stderr", job),
+            ("env", job),
+            ("resubmit", job),
+        )
+    ]
     tries += [(f"show {what}", ("show", "--json", job), True) for what, job in targets.items()]
-    tries += [("ls --all", ("ls", "--all", "--json"), True), ("drain", ("drain",), False),
-              ("resume", ("resume",), False)]
+    tries += [
+        ("ls --all", ("ls", "--all", "--json"), True),
+        ("drain", ("drain",), False),
+        ("resume", ("resume",), False),
+    ]
 
     def attempt(name: str, args: tuple[str, ...], reads: bool) -> None:
         done = system.as_user(bob, *args)
@@ -143,20 +217,30 @@ def _attempts(system: System, alice: pwd.struct_passwd, bob: pwd.struct_passwd,
     _count(fig, "daemon stop", system.as_user(None, "daemon", "status").returncode != 0)
 
 
-def _user_daemon_attempts(system: System, alice: pwd.struct_passwd, bob: pwd.struct_passwd,
-                          fig: Figures) -> None:
+def _user_daemon_attempts(
+    system: System, alice: pwd.struct_passwd, bob: pwd.struct_passwd, fig: Figures
+) -> None:
     """Bob pointing his CLI at Alice's own user-mode daemon."""
     # A system root with no daemon in it: the CLI then uses the user's own daemon.
-    user_env = {"GPUSCHED_HOME": f"{alice.pw_dir}/gs", "GPUSCHED_SIMULATE": "2x80GiB",
-                "GPUSCHED_SYSTEM_ROOT": str(system.root / "absent")}
+    user_env = {
+        "GPUSCHED_HOME": f"{alice.pw_dir}/gs",
+        "GPUSCHED_SIMULATE": "2x80GiB",
+        "GPUSCHED_SYSTEM_ROOT": str(system.root / "absent"),
+    }
     system.as_user(alice, "daemon", "start", env=user_env)
     job = system.as_user(alice, "submit", "--hold", "--", "true", env=user_env).stdout.strip()
     for args in (("ls", "--all"), ("submit", "--", "true"), ("cancel", job or "1")):
-        _count(fig, f"{args[0]} on alice's daemon",
-               system.as_user(bob, *args, env=user_env).returncode == 0)
+        _count(
+            fig,
+            f"{args[0]} on alice's daemon",
+            system.as_user(bob, *args, env=user_env).returncode == 0,
+        )
     system.as_user(bob, "daemon", "stop", env=user_env)
-    _count(fig, "daemon stop on alice's daemon",
-           system.as_user(alice, "daemon", "status", env=user_env).returncode != 0)
+    _count(
+        fig,
+        "daemon stop on alice's daemon",
+        system.as_user(alice, "daemon", "status", env=user_env).returncode != 0,
+    )
     system.as_user(alice, "daemon", "stop", env=user_env)
 
 
@@ -167,8 +251,9 @@ def _count(fig: Figures, name: str, succeeded: bool) -> None:
 
 
 @contextmanager
-def system_and_two_users(fig: Figures) -> Iterator[tuple[System, pwd.struct_passwd,
-                                                        pwd.struct_passwd] | None]:
+def system_and_two_users(
+    fig: Figures,
+) -> Iterator[tuple[System, pwd.struct_passwd, pwd.struct_passwd] | None]:
     """A started system daemon and two new users; None, with fig.skipped saying why, where
     this machine cannot have them."""
     if os.geteuid() != 0 or not all(shutil.which(t) for t in TOOLS):

@@ -6,8 +6,8 @@ import os
 import random
 import shutil
 import sqlite3
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 Build = Callable[[Path], None]
 
@@ -16,17 +16,20 @@ def _copy(source: Path, *names: str) -> Build:
     def build(state: Path) -> None:
         for name in names:
             shutil.copy2(source / name, state / name)
+
     return build
 
 
 def _bytes(make: Callable[[bytes], bytes], source: Path) -> Build:
     def build(state: Path) -> None:
         (state / "queue.db").write_bytes(make((source / "queue.db").read_bytes()))
+
     return build
 
 
 def _sql(source: Path, *statements: str) -> Build:
     """The intact queue with SQL applied to it (a copy: the source stays intact)."""
+
     def build(state: Path) -> None:
         shutil.copy2(source / "queue.db", state / "queue.db")
         conn = sqlite3.connect(state / "queue.db", isolation_level=None)
@@ -37,18 +40,23 @@ def _sql(source: Path, *statements: str) -> Build:
         for extra in ("queue.db-wal", "queue.db-shm"):
             if (state / extra).exists():
                 (state / extra).unlink()
+
     return build
 
 
 def _old_schema(state: Path) -> None:
     """A queue as the first version of gpusched wrote it, with one job per GOOD_JOBS name."""
     from gpusched.daemon.store import MIGRATIONS
+
     conn = sqlite3.connect(state / "queue.db", isolation_level=None)
     conn.executescript(MIGRATIONS[0])
     for name in ("k0", "k1", "k2"):
-        conn.execute("INSERT INTO jobs (name, state, command, cwd, env, uid, user, gpus, "
-                     "submitted_at) VALUES (?, 'pending', '[\"true\"]', '/', '{}', 0, 'root', "
-                     "0, 1.0)", (name,))
+        conn.execute(
+            "INSERT INTO jobs (name, state, command, cwd, env, uid, user, gpus, "
+            "submitted_at) VALUES (?, 'pending', '[\"true\"]', '/', '{}', 0, 'root', "
+            "0, 1.0)",
+            (name,),
+        )
     conn.execute("PRAGMA user_version = 1")
     conn.close()
 
@@ -59,7 +67,7 @@ def build_all(clean: Path, crashed: Path, rng: random.Random) -> list[tuple[str,
 
     def zero_page(data: bytes) -> bytes:
         page = 4096
-        return data[:page] + b"\0" * page + data[2 * page:]
+        return data[:page] + b"\0" * page + data[2 * page :]
 
     def dangling(state: Path) -> None:
         # Into a directory that exists: a daemon that follows it creates a queue there.
@@ -73,7 +81,7 @@ def build_all(clean: Path, crashed: Path, rng: random.Random) -> list[tuple[str,
         _copy(crashed, "queue.db", "queue.db-wal", "queue.db-shm")(state)
         wal = bytearray((state / "queue.db-wal").read_bytes())
         middle = len(wal) // 2
-        wal[middle:middle + 512] = rng.randbytes(512)
+        wal[middle : middle + 512] = rng.randbytes(512)
         (state / "queue.db-wal").write_bytes(bytes(wal))
 
     def empty(state: Path) -> None:
@@ -89,7 +97,7 @@ def build_all(clean: Path, crashed: Path, rng: random.Random) -> list[tuple[str,
     return [
         ("empty", "refuse", empty),
         ("missing", "refuse", _copy(clean, "queue.db.created")),
-        ("truncated", "refuse", _bytes(lambda d: d[:len(d) // 2], clean)),
+        ("truncated", "refuse", _bytes(lambda d: d[: len(d) // 2], clean)),
         ("random bytes", "refuse", lambda s: (s / "queue.db").write_bytes(noise)),
         ("garbage header", "refuse", _bytes(lambda d: noise[:100] + d[100:], clean)),
         ("zeroed page", "refuse", _bytes(zero_page, clean)),
@@ -103,13 +111,23 @@ def build_all(clean: Path, crashed: Path, rng: random.Random) -> list[tuple[str,
         ("-shm without -wal, nothing in it lost", "open", shm_only),
         ("newer schema", "refuse", _sql(clean, "PRAGMA user_version = 99")),
         ("schema version reset", "refuse", _sql(clean, "PRAGMA user_version = 0")),
-        ("foreign database", "refuse", _sql(clean, "DROP TABLE jobs",
-                                            "CREATE TABLE notes (x TEXT)")),
+        (
+            "foreign database",
+            "refuse",
+            _sql(clean, "DROP TABLE jobs", "CREATE TABLE notes (x TEXT)"),
+        ),
         ("old schema (v1)", "open", _old_schema),
-        ("bad row state", "quarantine", _sql(clean, "INSERT INTO jobs (name, state, command, "
-                                             "cwd, env, uid, user, gpus, submitted_at) VALUES "
-                                             "('bad', 'bogus', '[\"true\"]', '/', '{}', 0, "
-                                             "'root', 0, 1.0)")),
+        (
+            "bad row state",
+            "quarantine",
+            _sql(
+                clean,
+                "INSERT INTO jobs (name, state, command, "
+                "cwd, env, uid, user, gpus, submitted_at) VALUES "
+                "('bad', 'bogus', '[\"true\"]', '/', '{}', 0, "
+                "'root', 0, 1.0)",
+            ),
+        ),
         ("bad row JSON (active)", "quarantine", _sql(clean, *_bad_row("pending"))),
         ("bad row JSON (finished)", "quarantine", _sql(clean, *_bad_row("failed"))),
     ]
@@ -117,5 +135,7 @@ def build_all(clean: Path, crashed: Path, rng: random.Random) -> list[tuple[str,
 
 def _bad_row(state: str) -> tuple[str, ...]:
     """A fourth job, whose command column is not JSON."""
-    return (f"INSERT INTO jobs (name, state, command, cwd, env, uid, user, gpus, submitted_at) "
-            f"VALUES ('bad', '{state}', '[oops', '/', '{{}}', 0, 'root', 0, 1.0)",)
+    return (
+        f"INSERT INTO jobs (name, state, command, cwd, env, uid, user, gpus, submitted_at) "
+        f"VALUES ('bad', '{state}', '[oops', '/', '{{}}', 0, 'root', 0, 1.0)",
+    )

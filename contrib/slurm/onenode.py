@@ -22,7 +22,6 @@ import shutil
 import signal
 import socket
 import subprocess
-import tempfile
 import sys
 import time
 from pathlib import Path
@@ -70,8 +69,11 @@ def unavailable_reason() -> str | None:
     """Why no Slurm node can be started here, or None when one can."""
     if os.geteuid() != 0:
         return "a one-node Slurm needs root (slurmd runs jobs as their users)"
-    missing = [tool for tool in ("slurmctld", "slurmd", "sbatch", "munged")
-               if not shutil.which(tool, path="/usr/sbin:/usr/bin:/sbin:/bin")]
+    missing = [
+        tool
+        for tool in ("slurmctld", "slurmd", "sbatch", "munged")
+        if not shutil.which(tool, path="/usr/sbin:/usr/bin:/sbin:/bin")
+    ]
     if missing:
         return f"Slurm is not installed ({', '.join(missing)} missing): apt-get install {PACKAGES}"
     return None
@@ -104,10 +106,18 @@ class SlurmNode:
         """Add to a process's environment to talk to this node."""
         return {"SLURM_CONF": str(self.conf)}
 
-    def run(self, *argv: str, check: bool = True, timeout: float = 30.0) -> subprocess.CompletedProcess:
+    def run(
+        self, *argv: str, check: bool = True, timeout: float = 30.0
+    ) -> subprocess.CompletedProcess:
         """A Slurm command against this node."""
-        return subprocess.run(argv, env={**os.environ, **self.env}, capture_output=True,
-                              text=True, check=check, timeout=timeout)
+        return subprocess.run(
+            argv,
+            env={**os.environ, **self.env},
+            capture_output=True,
+            text=True,
+            check=check,
+            timeout=timeout,
+        )
 
     def start(self) -> None:
         for sub in ("etc", "state", "spool", "log", "jobs", "fakegpu", "run"):
@@ -116,18 +126,28 @@ class SlurmNode:
         os.chmod(self.base, 0o755)
         for index in (0, 1):
             (self.base / "fakegpu" / f"nvidia{index}").symlink_to("/dev/null")
-        self.conf.write_text(_CONF.format(base=self.base, ctld_port=_free_port(),
-                                          slurmd_port=_free_port()))
+        self.conf.write_text(
+            _CONF.format(base=self.base, ctld_port=_free_port(), slurmd_port=_free_port())
+        )
         (self.base / "etc" / "gres.conf").write_text(
-            "AutoDetect=off\n"
-            f"NodeName=localhost Name=gpu File={self.base}/fakegpu/nvidia[0-1]\n")
+            f"AutoDetect=off\nNodeName=localhost Name=gpu File={self.base}/fakegpu/nvidia[0-1]\n"
+        )
         deadline = time.monotonic() + START_DEADLINE_S
         key, run = self.base / "munge" / "munge.key", self.base / "run"
-        subprocess.run(["mungekey", "--create", f"--keyfile={key}", "--force"], check=True,
-                       capture_output=True)
-        subprocess.run(["munged", f"--socket={run}/munge.sock", f"--key-file={key}",
-                        f"--pid-file={run}/munged.pid", f"--log-file={self.base}/log/munged.log",
-                        f"--seed-file={self.base}/munge/munged.seed"], check=True)
+        subprocess.run(
+            ["mungekey", "--create", f"--keyfile={key}", "--force"], check=True, capture_output=True
+        )
+        subprocess.run(
+            [
+                "munged",
+                f"--socket={run}/munge.sock",
+                f"--key-file={key}",
+                f"--pid-file={run}/munged.pid",
+                f"--log-file={self.base}/log/munged.log",
+                f"--seed-file={self.base}/munge/munged.seed",
+            ],
+            check=True,
+        )
         self.pids.append(_read_pid(run / "munged.pid", deadline))
         self.run("slurmctld", "-f", str(self.conf))
         self.pids.append(_read_pid(run / "slurmctld.pid", deadline))
@@ -161,8 +181,10 @@ class SlurmNode:
         raise RuntimeError(f"slurmctld did not come back:\n{self.log_tail()}")
 
     def log_tail(self, lines: int = 20) -> str:
-        return "\n".join("\n".join(log.read_text(errors="replace").splitlines()[-lines:])
-                         for log in sorted((self.base / "log").glob("*.log")))
+        return "\n".join(
+            "\n".join(log.read_text(errors="replace").splitlines()[-lines:])
+            for log in sorted((self.base / "log").glob("*.log"))
+        )
 
     def cancel_all(self) -> None:
         """Stopping slurmd does not stop its jobs' slurmstepd: cancel every job first."""
@@ -177,9 +199,11 @@ class SlurmNode:
         """Cancel every job, then stop the daemons (those this object started, else those
         whose pid files are under its directory)."""
         if not self.pids:
-            self.pids = [int(p.read_text()) for name in ("munged", "slurmctld", "slurmd")
-                         if (p := self.base / "run" / f"{name}.pid").exists()
-                         and p.read_text().strip()]
+            self.pids = [
+                int(p.read_text())
+                for name in ("munged", "slurmctld", "slurmd")
+                if (p := self.base / "run" / f"{name}.pid").exists() and p.read_text().strip()
+            ]
         if self.pids:
             self.cancel_all()
         for pid in reversed(self.pids):

@@ -8,9 +8,19 @@ import sys
 
 import typer
 
-from gpusched import __version__
-from gpusched.cli import (daemon_cmds, doctor_cmds, gc_cmds, gpu_cmds, history_cmds, job_cmds,
-                          requeue_cmds, service_cmds, submit_cmds, tool_cmds, usage_cmds)
+from gpusched.cli import (
+    daemon_cmds,
+    doctor_cmds,
+    gc_cmds,
+    gpu_cmds,
+    history_cmds,
+    job_cmds,
+    requeue_cmds,
+    service_cmds,
+    submit_cmds,
+    tool_cmds,
+    usage_cmds,
+)
 from gpusched.cli.helpformat import App
 from gpusched.core import syntax
 from gpusched.core.errors import GpuschedError, detach_stdout, report_error, report_unexpected
@@ -28,8 +38,9 @@ def _version(value: bool) -> None:
 
 @app.callback()
 def main_options(
-    version: bool = typer.Option(False, "--version", callback=_version, is_eager=True,
-                                 help="Print the version and exit."),
+    version: bool = typer.Option(
+        False, "--version", callback=_version, is_eager=True, help="Print the version and exit."
+    ),
 ) -> None:
     """Schedule jobs on the GPUs of a shared machine.
 
@@ -43,15 +54,34 @@ def main_options(
 
 
 # The commands, in the order `gpusched --help` lists them; the daemon's are a group.
-for commands in (submit_cmds, job_cmds, requeue_cmds, gpu_cmds, tool_cmds, doctor_cmds,
-                 gc_cmds, usage_cmds, history_cmds):
+for commands in (
+    submit_cmds,
+    job_cmds,
+    requeue_cmds,
+    gpu_cmds,
+    tool_cmds,
+    doctor_cmds,
+    gc_cmds,
+    usage_cmds,
+    history_cmds,
+):
     app.add_typer(commands.app)
 app.add_typer(daemon_cmds.app, name="daemon")
 app.add_typer(service_cmds.app, name="service")
 
 
-JOB_ID_COMMANDS = ("show", "logs", "env", "wait", "cancel", "hold", "release", "update",
-                   "requeue", "preempt")
+JOB_ID_COMMANDS = (
+    "show",
+    "logs",
+    "env",
+    "wait",
+    "cancel",
+    "hold",
+    "release",
+    "update",
+    "requeue",
+    "preempt",
+)
 
 
 def _is_negative_number(option: object) -> bool:
@@ -96,5 +126,5 @@ def _run(args: list[str]) -> int:
         return 1
     except KeyboardInterrupt:
         return 130
-    except Exception as exc:  # noqa: BLE001 - a bug: one line for the user, details on request
+    except Exception as exc:
         return report_unexpected(exc)

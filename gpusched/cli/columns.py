@@ -10,14 +10,16 @@ from gpusched.core.record import Record
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from typing import Callable, Sequence
+    from collections.abc import Callable, Sequence
+    from typing import Any, ClassVar
+
 
 # header; soft_min: cut this far first (0: never cut); hard_min: and this far once the
 # secondary columns are hidden; rank: among the columns that may be cut, lower ranks are
 # cut first; default: when every row shows this, a short terminal hides it.
 class Column(Record):
     __slots__ = ("header", "soft_min", "hard_min", "rank", "default")
-    _defaults = {"soft_min": 0, "hard_min": 0, "rank": 0, "default": None}
+    _defaults: ClassVar[dict[str, Any]] = {"soft_min": 0, "hard_min": 0, "rank": 0, "default": None}
 
 
 # How a table gives way on a narrow terminal: columns; secondary: hidden, in this order,
@@ -32,8 +34,9 @@ def _text(cell: Cell) -> str:
     return "".join(text for text, _ in cell)
 
 
-def fit_widths(plan: Plan, rows: Sequence[Sequence[Cell]], width: int
-               ) -> tuple[list[int | None], int]:
+def fit_widths(
+    plan: Plan, rows: Sequence[Sequence[Cell]], width: int
+) -> tuple[list[int | None], int]:
     """Each column's width (None: hidden) and the gap between columns.
 
     Steps, until the last column gets what it wants: the gap narrows to one space,
@@ -42,8 +45,10 @@ def fit_widths(plan: Plan, rows: Sequence[Sequence[Cell]], width: int
     others are cut to their hard minimums. Last resorts go only to keep it last_least.
     """
     columns = plan.columns
-    natural = [max([len(col.header)] + [cell_width(row[i]) for row in rows])
-               for i, col in enumerate(columns)]
+    natural = [
+        max([len(col.header)] + [cell_width(row[i]) for row in rows])
+        for i, col in enumerate(columns)
+    ]
     widths: list[int | None] = list(natural)
     wanted = min(natural[-1], max(plan.last_wanted, width // 3))
     gap = 2
@@ -63,21 +68,28 @@ def fit_widths(plan: Plan, rows: Sequence[Sequence[Cell]], width: int
     def cut(level: str) -> Callable[[], None]:
         def step() -> None:
             while not fits(wanted):
-                cuttable = [(-col.rank, w, i) for i, col in enumerate(columns[:-1])
-                            if (least := getattr(col, level)) and (w := widths[i]) is not None
-                            and w > least]
+                cuttable = [
+                    (-col.rank, w, i)
+                    for i, col in enumerate(columns[:-1])
+                    if (least := getattr(col, level)) and (w := widths[i]) is not None and w > least
+                ]
                 if not cuttable:
                     return
                 widest = max(cuttable)[2]
                 widths[widest] = (widths[widest] or 1) - 1
+
         return step
 
     if fits(natural[-1]):
         return widths, gap
     if not fits(wanted):
         gap = 1
-    steps = [hide_defaults, cut("soft_min"), *(lambda h=h: hide(h) for h in plan.secondary),
-             cut("hard_min")]
+    steps = [
+        hide_defaults,
+        cut("soft_min"),
+        *(lambda h=h: hide(h) for h in plan.secondary),
+        cut("hard_min"),
+    ]
     for step in steps:
         if fits(wanted):
             break

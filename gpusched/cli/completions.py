@@ -31,8 +31,10 @@ class Node:
 
 
 def _ids_scope(command: Any, path: tuple[str, ...]) -> str:
-    takes_ids = any(p.param_type_name == "argument" and (p.metavar or "").startswith("JOBID")
-                    for p in command.params)
+    takes_ids = any(
+        p.param_type_name == "argument" and (p.metavar or "").startswith("JOBID")
+        for p in command.params
+    )
     if not takes_ids:
         return ""
     return "active" if path[-1] in ACTIVE_ID_COMMANDS else "all"
@@ -49,11 +51,20 @@ def tree(command: Any, path: tuple[str, ...] = ()) -> Node:
             options.append((opt, (param.help or "").split("\n")[0]))
             if not param.is_flag:
                 value_options.append(opt)
-    children = tuple(tree(sub, path + (name,))
-                     for name, sub in sorted(getattr(command, "commands", {}).items())
-                     if not getattr(sub, "hidden", False))
-    return Node(path, command.get_short_help_str(60) if path else "", tuple(options), children,
-                tuple(value_options), _ids_scope(command, path), ARGUMENT_WORDS.get(path, ()))
+    children = tuple(
+        tree(sub, path + (name,))
+        for name, sub in sorted(getattr(command, "commands", {}).items())
+        if not getattr(sub, "hidden", False)
+    )
+    return Node(
+        path,
+        command.get_short_help_str(60) if path else "",
+        tuple(options),
+        children,
+        tuple(value_options),
+        _ids_scope(command, path),
+        ARGUMENT_WORDS.get(path, ()),
+    )
 
 
 def _walk(node: Node):
@@ -75,70 +86,92 @@ def _bash(root: Node) -> str:
     cases = []
     for node in _walk(root):
         words = [c.path[-1] for c in node.children] + [o for o, _ in node.options]
-        cases.append(f'        {_quote(" ".join(node.path))}) words={_quote(" ".join(words))}'
-                     f' values={_quote(" ".join(node.value_options))} ids={node.ids}'
-                     f' args={_quote(" ".join(node.words))} ;;')
-    return "\n".join([
-        f"# {_HEADER.format(shell='bash')}",
-        "_gpusched() {",
-        '    local cur="${COMP_WORDS[COMP_CWORD]}" prev="${COMP_WORDS[COMP_CWORD-1]}"',
-        '    local path="" i word words="" values="" ids="" args=""',
-        "    for ((i = 1; i < COMP_CWORD; i++)); do",
-        '        word="${COMP_WORDS[i]}"',
-        '        [[ $word == -- ]] && return 0  # the job\'s own command: default completion',
-        '        [[ $word == -* ]] && continue',
-        '        case "${path:+$path }$word" in',
-        *[f"            {_quote(' '.join(n.path))}) path={_quote(' '.join(n.path))} ;;"
-          for n in _walk(root) if n.path],
-        "            *) break ;;",
-        "        esac",
-        "    done",
-        '    case "$path" in',
-        *cases,
-        "    esac",
-        # Below a group, complete its subcommands; below a command, only its options.
-        f"    if [[ $cur == -* || {_bash_is_group(root)} ]]; then",
-        '        COMPREPLY=($(compgen -W "$words" -- "$cur"))',
-        '    elif [[ " $values " == *" $prev "* ]]; then',
-        "        return 0  # an option's value",
-        '    elif [[ -n $ids ]]; then',
-        '        COMPREPLY=($(compgen -W "$(gpusched _job-ids "$ids" 2>/dev/null | cut -f1)" -- "$cur"))',
-        '    elif [[ -n $args ]]; then',
-        '        COMPREPLY=($(compgen -W "$args" -- "$cur"))',
-        "    fi",
-        "}",
-        "complete -o default -F _gpusched gpusched",
-        "",
-    ])
+        cases.append(
+            f"        {_quote(' '.join(node.path))}) words={_quote(' '.join(words))}"
+            f" values={_quote(' '.join(node.value_options))} ids={node.ids}"
+            f" args={_quote(' '.join(node.words))} ;;"
+        )
+    return "\n".join(
+        [
+            f"# {_HEADER.format(shell='bash')}",
+            "_gpusched() {",
+            '    local cur="${COMP_WORDS[COMP_CWORD]}" prev="${COMP_WORDS[COMP_CWORD-1]}"',
+            '    local path="" i word words="" values="" ids="" args=""',
+            "    for ((i = 1; i < COMP_CWORD; i++)); do",
+            '        word="${COMP_WORDS[i]}"',
+            "        [[ $word == -- ]] && return 0  # the job's own command: default completion",
+            "        [[ $word == -* ]] && continue",
+            '        case "${path:+$path }$word" in',
+            *[
+                f"            {_quote(' '.join(n.path))}) path={_quote(' '.join(n.path))} ;;"
+                for n in _walk(root)
+                if n.path
+            ],
+            "            *) break ;;",
+            "        esac",
+            "    done",
+            '    case "$path" in',
+            *cases,
+            "    esac",
+            # Below a group, complete its subcommands; below a command, only its options.
+            f"    if [[ $cur == -* || {_bash_is_group(root)} ]]; then",
+            '        COMPREPLY=($(compgen -W "$words" -- "$cur"))',
+            '    elif [[ " $values " == *" $prev "* ]]; then',
+            "        return 0  # an option's value",
+            "    elif [[ -n $ids ]]; then",
+            '        COMPREPLY=($(compgen -W "$(gpusched _job-ids "$ids" 2>/dev/null | cut -f1)" -- "$cur"))',
+            "    elif [[ -n $args ]]; then",
+            '        COMPREPLY=($(compgen -W "$args" -- "$cur"))',
+            "    fi",
+            "}",
+            "complete -o default -F _gpusched gpusched",
+            "",
+        ]
+    )
 
 
 def _zsh(root: Node) -> str:
-    lines = ["#compdef gpusched", f"# {_HEADER.format(shell='zsh')}", "_gpusched() {",
-             "  local -a subs opts values args jobs", "  local path_='' ids='' i",
-             "  for (( i = 2; i < CURRENT; i++ )); do",
-             "    [[ ${words[i]} == -- ]] && { _normal; return }",
-             "    [[ ${words[i]} == -* ]] && continue",
-             '    case "${path_:+$path_ }${words[i]}" in']
-    lines += [f"      {_quote(' '.join(n.path))}) path_={_quote(' '.join(n.path))} ;;"
-              for n in _walk(root) if n.path]
+    lines = [
+        "#compdef gpusched",
+        f"# {_HEADER.format(shell='zsh')}",
+        "_gpusched() {",
+        "  local -a subs opts values args jobs",
+        "  local path_='' ids='' i",
+        "  for (( i = 2; i < CURRENT; i++ )); do",
+        "    [[ ${words[i]} == -- ]] && { _normal; return }",
+        "    [[ ${words[i]} == -* ]] && continue",
+        '    case "${path_:+$path_ }${words[i]}" in',
+    ]
+    lines += [
+        f"      {_quote(' '.join(n.path))}) path_={_quote(' '.join(n.path))} ;;"
+        for n in _walk(root)
+        if n.path
+    ]
     lines += ["      *) break ;;", "    esac", "  done", '  case "$path_" in']
     for node in _walk(root):
         subs = " ".join(_quote(f"{c.path[-1]}:{c.help}") for c in node.children)
         opts = " ".join(_quote(o) for o, _ in node.options)
         values = " ".join(_quote(o) for o in node.value_options)
         words = " ".join(_quote(w) for w in node.words)
-        lines.append(f"    {_quote(' '.join(node.path))}) subs=({subs}); opts=({opts}); "
-                     f"values=({values}); ids={_quote(node.ids)}; args=({words}) ;;")
-    lines += ["  esac",
-              "  if [[ $PREFIX == -* ]]; then compadd -- $opts",
-              "  elif (( ${#subs} )); then _describe 'command' subs",
-              "  elif (( ${values[(Ie)${words[CURRENT-1]}]} )); then _files  # an option's value",
-              "  elif [[ -n $ids ]]; then",
-              "    jobs=(${(f)\"$(gpusched _job-ids $ids 2>/dev/null)\"})",
-              "    jobs=(${jobs/$'\\t'/:})",
-              "    _describe 'job' jobs",
-              "  elif (( ${#args} )); then compadd -- $args",
-              "  else _files; fi", "}", '_gpusched "$@"', ""]
+        lines.append(
+            f"    {_quote(' '.join(node.path))}) subs=({subs}); opts=({opts}); "
+            f"values=({values}); ids={_quote(node.ids)}; args=({words}) ;;"
+        )
+    lines += [
+        "  esac",
+        "  if [[ $PREFIX == -* ]]; then compadd -- $opts",
+        "  elif (( ${#subs} )); then _describe 'command' subs",
+        "  elif (( ${values[(Ie)${words[CURRENT-1]}]} )); then _files  # an option's value",
+        "  elif [[ -n $ids ]]; then",
+        '    jobs=(${(f)"$(gpusched _job-ids $ids 2>/dev/null)"})',
+        "    jobs=(${jobs/$'\\t'/:})",
+        "    _describe 'job' jobs",
+        "  elif (( ${#args} )); then compadd -- $args",
+        "  else _files; fi",
+        "}",
+        '_gpusched "$@"',
+        "",
+    ]
     return "\n".join(lines)
 
 
@@ -150,19 +183,29 @@ def _fish(root: Node) -> str:
                 cond = "__fish_use_subcommand"
             else:
                 names = " ".join(c.path[-1] for c in node.children)
-                cond = (f"__fish_seen_subcommand_from {node.path[-1]}; and not "
-                        f"__fish_seen_subcommand_from {names}")
-            lines.append(f"complete -c gpusched -f -n {_quote(cond)} -a {child.path[-1]} "
-                         f"-d {_quote(child.help)}")
+                cond = (
+                    f"__fish_seen_subcommand_from {node.path[-1]}; and not "
+                    f"__fish_seen_subcommand_from {names}"
+                )
+            lines.append(
+                f"complete -c gpusched -f -n {_quote(cond)} -a {child.path[-1]} "
+                f"-d {_quote(child.help)}"
+            )
         if node.ids or node.words:
-            values = (f"(gpusched _job-ids {node.ids} 2>/dev/null)" if node.ids
-                      else " ".join(node.words))
-            lines.append(f"complete -c gpusched -f -n "
-                         f"{_quote(f'__fish_seen_subcommand_from {node.path[-1]}')} "
-                         f"-a {_quote(values)}")
+            values = (
+                f"(gpusched _job-ids {node.ids} 2>/dev/null)" if node.ids else " ".join(node.words)
+            )
+            lines.append(
+                f"complete -c gpusched -f -n "
+                f"{_quote(f'__fish_seen_subcommand_from {node.path[-1]}')} "
+                f"-a {_quote(values)}"
+            )
         for option, text in node.options:
-            cond = (f"__fish_seen_subcommand_from {node.path[-1]}" if node.path
-                    else "__fish_use_subcommand")
+            cond = (
+                f"__fish_seen_subcommand_from {node.path[-1]}"
+                if node.path
+                else "__fish_use_subcommand"
+            )
             flag = f"-l {option[2:]}" if option.startswith("--") else f"-s {option[1:]}"
             lines.append(f"complete -c gpusched -n {_quote(cond)} {flag} -d {_quote(text)}")
     return "\n".join(lines) + "\n"

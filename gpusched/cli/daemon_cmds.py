@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
-from typing import Optional
 
 import typer
 
@@ -15,23 +14,30 @@ from gpusched.client.connection import Client, start_daemon, wait_for_exit
 from gpusched.client.submitting import print_json
 from gpusched.core.errors import DaemonUnavailable, GpuschedError, UsageError
 
-app = App(no_args_is_help=True, help="Start, stop and inspect the daemon.\n\n"
-          "Example: gpusched daemon status")
+app = App(
+    no_args_is_help=True,
+    help="Start, stop and inspect the daemon.\n\nExample: gpusched daemon status",
+)
 
 
 @app.command("run")
 def daemon_run(
-    system: bool = typer.Option(False, "--system",
-                                help="One daemon for all users (as root): docs/shared-server.md."),
-    user: bool = typer.Option(False, "--user", hidden=True,
-                              help="This user's daemon even if the system config says system."),
+    system: bool = typer.Option(
+        False, "--system", help="One daemon for all users (as root): docs/shared-server.md."
+    ),
+    user: bool = typer.Option(
+        False,
+        "--user",
+        hidden=True,
+        help="This user's daemon even if the system config says system.",
+    ),
 ) -> None:
     """Run the daemon in the foreground (for systemd).
 
     Example: gpusched daemon run --system
     """
-    from gpusched.daemon.startup import serve
     from gpusched.client.modes import daemon_paths
+    from gpusched.daemon.startup import serve
 
     if system and user:
         raise UsageError("choose one of --system and --user")
@@ -83,11 +89,15 @@ def daemon_restart() -> None:
     """
     client = Client(autostart=False, check_daemon=False)
     if client.paths.is_system:
-        raise GpuschedError("the system daemon is systemd's to restart: run `sudo systemctl "
-                            "restart gpusched` (running jobs keep running)")
+        raise GpuschedError(
+            "the system daemon is systemd's to restart: run `sudo systemctl "
+            "restart gpusched` (running jobs keep running)"
+        )
     if client.paths.mode != "user":
-        raise GpuschedError(f"gpusched does not start the daemon at GPUSCHED_SOCKET="
-                            f"{client.paths.socket}; restart it where it was started")
+        raise GpuschedError(
+            f"gpusched does not start the daemon at GPUSCHED_SOCKET="
+            f"{client.paths.socket}; restart it where it was started"
+        )
     left = _stop_daemon(client)
     pid = _start_daemon(client)
     if left is None:
@@ -131,15 +141,23 @@ def daemon_status(as_json: bool = typer.Option(False, "--json", help=JSON_HELP))
         if as_json:
             print_json({"running": False, "daemon": which, "socket": str(client.paths.socket)})
         else:
-            out.print(f"gpusched daemon is not running ({which} daemon, socket "
-                      f"{client.paths.socket})")
+            out.print(
+                f"gpusched daemon is not running ({which} daemon, socket {client.paths.socket})"
+            )
         raise typer.Exit(3)
     status = client.call("status")
     if as_json:
         # The daemon's "running" is its count of running jobs; here "running" says whether
         # the daemon runs, as in the not-running case, and the counts get their own names.
-        print_json({**status, "running": True, "running_jobs": status["running"],
-                    "pending_jobs": status["pending"], "daemon": which})
+        print_json(
+            {
+                **status,
+                "running": True,
+                "running_jobs": status["running"],
+                "pending_jobs": status["pending"],
+                "daemon": which,
+            }
+        )
     else:
         out.print(f"using the {which} daemon at {client.paths.socket}", markup=False)
         out.print("\n".join(render.status_lines(status)), markup=False)
@@ -149,8 +167,9 @@ def daemon_status(as_json: bool = typer.Option(False, "--json", help=JSON_HELP))
 def daemon_install_service(
     system: bool = typer.Option(False, "--system", help="The root daemon for all users."),
     user: bool = typer.Option(False, "--user", help="Your own daemon, under systemd --user."),
-    directory: Optional[Path] = typer.Option(None, "--dir",
-                                             help="Write the unit here instead of systemd's directory."),
+    directory: Path | None = typer.Option(
+        None, "--dir", help="Write the unit here instead of systemd's directory."
+    ),
 ) -> None:
     """Write the systemd unit and print how to enable it.
 
@@ -163,9 +182,10 @@ def daemon_install_service(
     path = install(system, directory)
     kept = carried()
     if kept:
-        out.print("the unit runs the daemon with "
-                  + " ".join(f"{k}={v}" for k, v in kept.items()), markup=False)
+        out.print(
+            "the unit runs the daemon with " + " ".join(f"{k}={v}" for k, v in kept.items()),
+            markup=False,
+        )
     out.print(f"wrote {path}; now run:", markup=False)
     for command in next_commands(system):
         out.print(f"  {command}", markup=False)
-

@@ -31,9 +31,16 @@ _DEADLINE_S = 120.0
 
 
 def _submit_all(client: Client, env: dict[str, str], cwd: str) -> list[int]:
-    jobs = [{"command": ["sh", "-c", f"echo $CUDA_VISIBLE_DEVICES; sleep {secs}"],
-             "name": name, "gpus": gpus, "gpu_mem_bytes": mem * GIB if mem else None,
-             "priority": 0} for name, gpus, mem, secs in DEMO_JOBS]
+    jobs = [
+        {
+            "command": ["sh", "-c", f"echo $CUDA_VISIBLE_DEVICES; sleep {secs}"],
+            "name": name,
+            "gpus": gpus,
+            "gpu_mem_bytes": mem * GIB if mem else None,
+            "priority": 0,
+        }
+        for name, gpus, mem, secs in DEMO_JOBS
+    ]
     return client.call("submit", jobs=jobs, env=env, cwd=cwd)["ids"]
 
 
@@ -44,8 +51,9 @@ def _show(console: Console, client: Client, started: float) -> bool:
     # Two requests, two moments: each GPU's jobs are taken from the listing above it, so
     # that a job that started in between is not pending in one table and on a GPU below.
     for gpu in gpus["gpus"]:
-        gpu["jobs"] = [j["id"] for j in jobs if j["state"] == "running"
-                       and gpu["uuid"] in j["gpus"]]
+        gpu["jobs"] = [
+            j["id"] for j in jobs if j["state"] == "running" and gpu["uuid"] in j["gpus"]
+        ]
     console.print(f"\n-- t = {time.monotonic() - started:.0f} s --")
     console.print(render.jobs_table(jobs, console.width))
     console.print()
@@ -56,17 +64,22 @@ def _show(console: Console, client: Client, started: float) -> bool:
 def _show_outputs(console: Console, client: Client) -> None:
     """What each job printed, its CUDA_VISIBLE_DEVICES (GPU UUIDs), as the GPUs it names."""
     index_of = {gpu["uuid"]: str(gpu["index"]) for gpu in client.call("gpus")["gpus"]}
-    console.print("\nWhat each job printed (`gpusched logs ID`): the GPUs its "
-                  "CUDA_VISIBLE_DEVICES named")
+    console.print(
+        "\nWhat each job printed (`gpusched logs ID`): the GPUs its CUDA_VISIBLE_DEVICES named"
+    )
     for job in client.call("list", all=True)["jobs"]:
         try:
             printed = Path(job["stdout_path"]).read_text(errors="replace").split()
         except OSError as exc:
             printed = [f"(no log: {exc.strerror})"]
         seen = ",".join(index_of.get(word, word) for word in ",".join(printed).split(",") if word)
-        console.print(f"  job {job['id']} {job['name']:<11} GPU {seen}" if seen else
-                      f"  job {job['id']} {job['name']:<11} no GPU (empty)",
-                      markup=False, highlight=False)
+        console.print(
+            f"  job {job['id']} {job['name']:<11} GPU {seen}"
+            if seen
+            else f"  job {job['id']} {job['name']:<11} no GPU (empty)",
+            markup=False,
+            highlight=False,
+        )
 
 
 def run_demo(console: Console) -> int:
@@ -84,8 +97,10 @@ def run_demo(console: Console) -> int:
         start_daemon(paths, environ=env)
         client.wait_until_up().close()
         ids = _submit_all(client, env, home)
-        console.print(f"Submitted {len(ids)} jobs: whole-GPU, memory-sharing (30 GiB each), "
-                      "a CPU job, and a 4-GPU job that waits for every GPU.")
+        console.print(
+            f"Submitted {len(ids)} jobs: whole-GPU, memory-sharing (30 GiB each), "
+            "a CPU job, and a 4-GPU job that waits for every GPU."
+        )
         started = time.monotonic()
         while _show(console, client, started):
             if time.monotonic() - started > _DEADLINE_S:
@@ -93,8 +108,10 @@ def run_demo(console: Console) -> int:
                 return 1
             time.sleep(_REFRESH_S)
         _show_outputs(console, client)
-        console.print("All jobs finished: each one saw only its GPUs (CUDA_VISIBLE_DEVICES), "
-                      "and memory-sharing jobs shared a GPU while whole-GPU jobs did not.")
+        console.print(
+            "All jobs finished: each one saw only its GPUs (CUDA_VISIBLE_DEVICES), "
+            "and memory-sharing jobs shared a GPU while whole-GPU jobs did not."
+        )
         return 0
     finally:
         _clean_up(client, ids, Path(home))
@@ -108,6 +125,6 @@ def _clean_up(client: Client, ids: list[int], home: Path) -> None:
         pid = client.call("status")["pid"]
         client.call("stop")
         wait_for_exit(pid, 30.0)
-    except Exception:  # noqa: BLE001 - clean up what we can, whatever failed
+    except Exception:
         pass
     shutil.rmtree(home, ignore_errors=True)

@@ -14,10 +14,15 @@ _MARKS = {"ok": "ok     ", "note": "note   ", "problem": "PROBLEM"}
 
 @app.command()
 def doctor(
-    repair: bool = typer.Option(False, "--repair", help=(
-        "Copy every job that can be saved into a new queue, ids carrying on above the "
-        "old ones, and keep the old file beside it (renamed with the time). Only while no "
-        "daemon runs.")),
+    repair: bool = typer.Option(
+        False,
+        "--repair",
+        help=(
+            "Copy every job that can be saved into a new queue, ids carrying on above the "
+            "old ones, and keep the old file beside it (renamed with the time). Only while no "
+            "daemon runs."
+        ),
+    ),
     system: bool = typer.Option(False, "--system", help="Check the system daemon's home."),
     as_json: bool = typer.Option(False, "--json", help=JSON_HELP),
 ) -> None:
@@ -51,8 +56,11 @@ def doctor(
         out.print(f"gpusched doctor: {report.state_dir}", markup=False)
         for finding in report.findings:
             out.print(f"  {_MARKS[finding.status]}  {finding.message}", markup=False)
-        verdict = "healthy" if report.is_healthy else \
-            "not healthy: see the PROBLEM lines (`gpusched doctor --repair` saves what it can)"
+        verdict = (
+            "healthy"
+            if report.is_healthy
+            else "not healthy: see the PROBLEM lines (`gpusched doctor --repair` saves what it can)"
+        )
         out.print(verdict, markup=False)
     raise typer.Exit(0 if report.is_healthy else 1)
 
@@ -67,13 +75,19 @@ def _repair(paths, as_json: bool) -> int:
         print_json(result.to_dict())
         return 0
     if not result.repaired:
-        out.print(f"nothing to repair: the queue at {paths.db} is healthy "
-                  f"({len(result.saved)} job(s)); nothing was changed", markup=False)
+        out.print(
+            f"nothing to repair: the queue at {paths.db} is healthy "
+            f"({len(result.saved)} job(s)); nothing was changed",
+            markup=False,
+        )
         return 0
     out.print(f"repaired {paths.db}: {result.problem or 'damaged rows'}", markup=False)
     shown = ", ".join(map(str, result.saved[:10])) + (" ..." if len(result.saved) > 10 else "")
-    out.print(f"  saved {len(result.saved)} job(s) (ids {shown or 'none'}) into a new queue; "
-              f"new jobs get ids from {result.next_id}", markup=False)
+    out.print(
+        f"  saved {len(result.saved)} job(s) (ids {shown or 'none'}) into a new queue; "
+        f"new jobs get ids from {result.next_id}",
+        markup=False,
+    )
     for job_id, reason in sorted(result.left_out.items()):
         out.print(f"  could not save job {job_id}: {reason}", markup=False)
     if result.kept_as:

@@ -51,8 +51,9 @@ def parse(command: str, argv: list[str]) -> dict | None:
                 values[field] = int(value) if kind == "int" else value
             except ValueError:
                 return None
-    wanted = {"": len(positional) == 0, "one": len(positional) == 1,
-              "many": len(positional) >= 1}[arguments]
+    wanted = {"": len(positional) == 0, "one": len(positional) == 1, "many": len(positional) >= 1}[
+        arguments
+    ]
     if not wanted:
         return None
     if arguments == "one":
@@ -78,5 +79,5 @@ def try_fast_command(command: str, argv: list[str]) -> int | None:
         return report_error(exc)
     except KeyboardInterrupt:
         return 130
-    except Exception as exc:  # noqa: BLE001 - as cli/app.py: one line, never a traceback
+    except Exception as exc:
         return report_unexpected(exc)

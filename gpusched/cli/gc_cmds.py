@@ -17,9 +17,12 @@ app = App()
 
 @app.command()
 def gc(
-    dry_run: bool = typer.Option(False, "--dry-run", "-n",
-                                 help="Only say what would be removed: counts, bytes, "
-                                 "oldest and newest."),
+    dry_run: bool = typer.Option(
+        False,
+        "--dry-run",
+        "-n",
+        help="Only say what would be removed: counts, bytes, oldest and newest.",
+    ),
     as_json: bool = typer.Option(False, "--json", help=JSON_HELP),
 ) -> None:
     """Remove old finished jobs now, with their files.
@@ -48,26 +51,37 @@ def gc(
 def gc_lines(report: dict) -> str:
     """The report in words: what went (or would go), and what the settings keep."""
     verb = "would remove" if report["dry_run"] else "removed"
-    text = (f"{verb} {report['jobs']} finished job(s) and {size_human(report['bytes'])} of "
-            "their files")
+    text = (
+        f"{verb} {report['jobs']} finished job(s) and {size_human(report['bytes'])} of their files"
+    )
     if report["jobs"]:
-        text += (f"; they ended between {_when(report['oldest_ended_at'])} and "
-                 f"{_when(report['newest_ended_at'])}")
+        text += (
+            f"; they ended between {_when(report['oldest_ended_at'])} and "
+            f"{_when(report['newest_ended_at'])}"
+        )
     if report["kept_for_dependents"]:
-        text += (f"\nkept {report['kept_for_dependents']} old job(s) that active jobs depend "
-                 "on, or whose arrays are still active")
+        text += (
+            f"\nkept {report['kept_for_dependents']} old job(s) that active jobs depend "
+            "on, or whose arrays are still active"
+        )
     removed = report.get("removed_so_far") or {}
     if removed.get("jobs"):
-        gpu_s = sum(sums["gpu_s"] for states in removed["by_user"].values()
-                    for sums in states.values())
-        text += (f"\nusage of the {removed['jobs']} job(s) removed so far is kept: "
-                 f"{duration_human(gpu_s)} of GPU time (by user and state in `gpusched "
-                 "daemon status --json`, removed_jobs)")
+        gpu_s = sum(
+            sums["gpu_s"] for states in removed["by_user"].values() for sums in states.values()
+        )
+        text += (
+            f"\nusage of the {removed['jobs']} job(s) removed so far is kept: "
+            f"{duration_human(gpu_s)} of GPU time (by user and state in `gpusched "
+            "daemon status --json`, removed_jobs)"
+        )
     keep_s, count = report["keep_finished_s"], report["keep_finished_count"]
-    kept = [f"for {duration_human(keep_s)}" if keep_s is not None else "",
-            f"the newest {count}" if count else ""]
-    text += "\nfinished jobs are kept " + (" and at most ".join(filter(None, kept)) or
-                                           "for good ([jobs] keep_finished is off)")
+    kept = [
+        f"for {duration_human(keep_s)}" if keep_s is not None else "",
+        f"the newest {count}" if count else "",
+    ]
+    text += "\nfinished jobs are kept " + (
+        " and at most ".join(filter(None, kept)) or "for good ([jobs] keep_finished is off)"
+    )
     return text
 
 

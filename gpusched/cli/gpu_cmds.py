@@ -43,4 +43,3 @@ def top(
     from gpusched.tui.app import run_top
 
     raise typer.Exit(run_top(interval=interval, once=once, open_backend=open_backend))
-

@@ -7,7 +7,8 @@ from gpusched.core.errors import UsageError
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # typing is not imported on the fast command path
-    from typing import Any, Callable
+    from collections.abc import Callable
+    from typing import Any
 
 _MIB = 2**20
 
@@ -34,17 +35,26 @@ FIELDS: dict[str, tuple[Callable[[dict], Any], str]] = {
     "memory.used": (_mib("mem_used_bytes"), " MiB"),
     "memory.free": (_free_mib, " MiB"),
     "memory.reserved": (_mib("mem_reserved_bytes"), " MiB"),  # gpusched's promise, not NVML's
-    "utilization.gpu": (lambda g: None if g.get("util_pct") is None else round(g["util_pct"]), " %"),
+    "utilization.gpu": (
+        lambda g: None if g.get("util_pct") is None else round(g["util_pct"]),
+        " %",
+    ),
     "temperature.gpu": (lambda g: g.get("temperature_c"), ""),
     "power.draw": (lambda g: g.get("power_w"), " W"),
     "power.limit": (lambda g: g.get("power_limit_w"), " W"),
-    "compute_cap": (lambda g: ".".join(map(str, g["compute_capability"]))
-                    if g.get("compute_capability") else None, ""),
+    "compute_cap": (
+        lambda g: (
+            ".".join(map(str, g["compute_capability"])) if g.get("compute_capability") else None
+        ),
+        "",
+    ),
     "health": (lambda g: "ok" if g["healthy"] else (g.get("health_reason") or "lost"), ""),
     "jobs": (lambda g: " ".join(str(j) for j in g["jobs"]), ""),
     # MIG, as nvidia-smi's mig.mode.current; a MIG device's own fields are N/A elsewhere.
-    "mig.mode.current": (lambda g: None if g.get("parent_uuid")
-                         else "Enabled" if g.get("mig_mode") else "Disabled", ""),
+    "mig.mode.current": (
+        lambda g: None if g.get("parent_uuid") else "Enabled" if g.get("mig_mode") else "Disabled",
+        "",
+    ),
     "mig.profile": (lambda g: g.get("mig_profile"), ""),
     "mig.parent_uuid": (lambda g: g.get("parent_uuid"), ""),
     "mig.gpu_instance_id": (lambda g: g.get("gpu_instance_id"), ""),
@@ -59,8 +69,10 @@ def parse_query(query: str) -> list[str]:
     fields = [f.strip() for f in query.split(",") if f.strip()]
     unknown = [f for f in fields if f not in FIELDS]
     if not fields or unknown:
-        raise UsageError(f"unknown --query field {unknown[0] if unknown else query!r}; "
-                         f"choose from: {', '.join(FIELDS)}")
+        raise UsageError(
+            f"unknown --query field {unknown[0] if unknown else query!r}; "
+            f"choose from: {', '.join(FIELDS)}"
+        )
     return fields
 
 
@@ -78,11 +90,15 @@ def render(rows: list[dict], fields: list[str], fmt: str) -> str:
     units = "nounits" not in modifiers
     lines = []
     if "noheader" not in modifiers:
-        lines.append(", ".join(f + (f" [{FIELDS[f][1].strip()}]" if units and FIELDS[f][1] else "")
-                               for f in fields))
+        lines.append(
+            ", ".join(
+                f + (f" [{FIELDS[f][1].strip()}]" if units and FIELDS[f][1] else "") for f in fields
+            )
+        )
     for gpu in rows:
-        lines.append(", ".join(_cell(FIELDS[f][0](gpu), FIELDS[f][1] if units else "")
-                               for f in fields))
+        lines.append(
+            ", ".join(_cell(FIELDS[f][0](gpu), FIELDS[f][1] if units else "") for f in fields)
+        )
     return "".join(line + "\n" for line in lines)
 
 

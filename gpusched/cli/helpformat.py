@@ -18,23 +18,59 @@ HELP_OPTIONS = ["-h", "--help"]
 # What to type after each option that takes a value; one name means one idea in every
 # command (`--gpus N` in submit, resubmit and simulate).
 PLACEHOLDERS = {
-    "--gpus": "N", "--gpu-mem": "SIZE|auto", "--name": "NAME", "--priority": "N", "--cwd": "DIR",
-    "--env": "NAME=VALUE", "--from-file": "FILE", "--after": "JOBID[,JOBID]",
-    "--dependency": "TYPE:JOBID[:JOBID]", "--array": "INDICES[%N]", "--time": "DURATION",
-    "--signal": "SIG@SECONDS", "--retries": "N", "--retry-on": "END[,END]",
-    "--policy": "POLICY", "--gpu-ids": "GPU[,GPU]", "--exclude-gpus": "GPU[,GPU]",
-    "--gpu-type": "MODEL", "--min-gpu-total-mem": "SIZE", "--min-compute-capability": "X.Y",
-    "--cpus": "N", "--mem": "SIZE", "--interval": "SECONDS", "--query": "FIELDS",
-    "--format": "FORMAT", "--discipline": "DISCIPLINE", "--load": "FRACTION",
-    "--arrivals": "trace|poisson", "--seed": "N", "--dir": "DIR", "--user": "USER[,USER]",
-    "--state": "STATE[,STATE]", "--mem-growth": "FACTOR", "--container": "IMAGE",
-    "--container-opt": "OPT", "--retry-delay": "DURATION", "--preempt-grace": "DURATION",
-    "--open-mode": "truncate|append", "--output": "FILE", "--error": "FILE",
-    "--target-latency": "DURATION", "--target-in-flight": "N", "--window": "DURATION",
-    "--cooldown": "DURATION", "--high-priority-share": "FRACTION", "--replicas": "N[:MAX]",
+    "--gpus": "N",
+    "--gpu-mem": "SIZE|auto",
+    "--name": "NAME",
+    "--priority": "N",
+    "--cwd": "DIR",
+    "--env": "NAME=VALUE",
+    "--from-file": "FILE",
+    "--after": "JOBID[,JOBID]",
+    "--dependency": "TYPE:JOBID[:JOBID]",
+    "--array": "INDICES[%N]",
+    "--time": "DURATION",
+    "--signal": "SIG@SECONDS",
+    "--retries": "N",
+    "--retry-on": "END[,END]",
+    "--policy": "POLICY",
+    "--gpu-ids": "GPU[,GPU]",
+    "--exclude-gpus": "GPU[,GPU]",
+    "--gpu-type": "MODEL",
+    "--min-gpu-total-mem": "SIZE",
+    "--min-compute-capability": "X.Y",
+    "--cpus": "N",
+    "--mem": "SIZE",
+    "--interval": "SECONDS",
+    "--query": "FIELDS",
+    "--format": "FORMAT",
+    "--discipline": "DISCIPLINE",
+    "--load": "FRACTION",
+    "--arrivals": "trace|poisson",
+    "--seed": "N",
+    "--dir": "DIR",
+    "--user": "USER[,USER]",
+    "--state": "STATE[,STATE]",
+    "--mem-growth": "FACTOR",
+    "--container": "IMAGE",
+    "--container-opt": "OPT",
+    "--retry-delay": "DURATION",
+    "--preempt-grace": "DURATION",
+    "--open-mode": "truncate|append",
+    "--output": "FILE",
+    "--error": "FILE",
+    "--target-latency": "DURATION",
+    "--target-in-flight": "N",
+    "--window": "DURATION",
+    "--cooldown": "DURATION",
+    "--high-priority-share": "FRACTION",
+    "--replicas": "N[:MAX]",
     # sbatch's spellings (client/options.py)
-    "--gpus-per-node": "N", "--ntasks": "N", "--nodes": "N", "--nice": "N",
-    "--gres": "gpu[:TYPE]:N", "--export": "ALL|NONE|NAME[=VALUE]",
+    "--gpus-per-node": "N",
+    "--ntasks": "N",
+    "--nodes": "N",
+    "--nice": "N",
+    "--gres": "gpu[:TYPE]:N",
+    "--export": "ALL|NONE|NAME[=VALUE]",
 }
 
 
@@ -65,10 +101,16 @@ def _usage_pieces(command: Any, ctx: Any) -> list[str]:
 
 
 def _format_parameters(command: Any, ctx: Any, formatter: Any) -> None:
-    arguments = [(placeholder(p), p.help or "") for p in command.get_params(ctx)
-                 if p.param_type_name == "argument" and not p.hidden]
-    options = [record for p in command.get_params(ctx)
-               if p.param_type_name == "option" and (record := p.get_help_record(ctx))]
+    arguments = [
+        (placeholder(p), p.help or "")
+        for p in command.get_params(ctx)
+        if p.param_type_name == "argument" and not p.hidden
+    ]
+    options = [
+        record
+        for p in command.get_params(ctx)
+        if p.param_type_name == "option" and (record := p.get_help_record(ctx))
+    ]
     if arguments:
         with formatter.section("Arguments"):
             formatter.write_dl(arguments)

@@ -3,8 +3,6 @@
 
 from __future__ import annotations
 
-from typing import List, Optional
-
 import typer
 
 from gpusched.cli.common import JSON_HELP, out
@@ -21,11 +19,12 @@ app = App()
 
 @app.command()
 def history(
-    key: List[str] = typer.Argument(..., metavar="NAME",
-                                    help="The job's name as ls shows it, or its command "
-                                         "(after --)."),
-    last: Optional[int] = typer.Option(None, "--last", metavar="N",
-                                       help="The newest N runs (default 20)."),
+    key: list[str] = typer.Argument(
+        ..., metavar="NAME", help="The job's name as ls shows it, or its command (after --)."
+    ),
+    last: int | None = typer.Option(
+        None, "--last", metavar="N", help="The newest N runs (default 20)."
+    ),
     as_json: bool = typer.Option(False, "--json", help=JSON_HELP),
 ) -> None:
     """Your earlier finished runs of a job, newest first.
@@ -46,8 +45,11 @@ def history(
       gpusched history train-resnet --json
     """
     # A command is filed with its program's directory left out and spaces collapsed.
-    name = job_key("", key if len(key) > 1 else key[0].split()) \
-        if len(key) > 1 or " " in key[0] else key[0]
+    name = (
+        job_key("", key if len(key) > 1 else key[0].split())
+        if len(key) > 1 or " " in key[0]
+        else key[0]
+    )
     if last is not None and last < 1:
         raise UsageError(f"--last wants 1 or more runs, not {last}")
     report = Client().call("history", key=name, last=last)
@@ -60,21 +62,32 @@ def history(
 def history_text(report: dict) -> str:
     """The runs as a table, then the estimate and why."""
     head = ("ID", "STATE", "ENDED", "RUN", "GPU_MEM", "GPU_MEM_PEAK")
-    rows = [(str(run["id"]), run["state"], local_time(run["ended_at"]),
-             duration_human(run["ended_at"] - run["started_at"])
-             if run["started_at"] is not None and run["ended_at"] is not None else "-",
-             size_human(run["gpu_mem_bytes"]) if run["gpu_mem_bytes"] else "whole",
-             size_human(run["gpu_mem_peak_bytes"]) if run["gpu_mem_peak_bytes"] else "-")
-            for run in report["runs"]]
+    rows = [
+        (
+            str(run["id"]),
+            run["state"],
+            local_time(run["ended_at"]),
+            duration_human(run["ended_at"] - run["started_at"])
+            if run["started_at"] is not None and run["ended_at"] is not None
+            else "-",
+            size_human(run["gpu_mem_bytes"]) if run["gpu_mem_bytes"] else "whole",
+            size_human(run["gpu_mem_peak_bytes"]) if run["gpu_mem_peak_bytes"] else "-",
+        )
+        for run in report["runs"]
+    ]
     if not rows:
-        lines = [f"no finished runs of {report['key']!r} (a job's name as ls shows it, or "
-                 "its command after --)"]
+        lines = [
+            f"no finished runs of {report['key']!r} (a job's name as ls shows it, or "
+            "its command after --)"
+        ]
     else:
         widths = [max(len(r[i]) for r in [head, *rows]) for i in range(len(head))]
-        lines = ["  ".join(cell.ljust(w) for cell, w in zip(r, widths)).rstrip()
-                 for r in [head, *rows]]
+        lines = [
+            "  ".join(cell.ljust(w) for cell, w in zip(r, widths)).rstrip() for r in [head, *rows]
+        ]
     estimate = report["estimate"]
     key = estimate.get("key", report["key"])
-    lines.append(f"--gpu-mem auto{f' for {key!r}' if key != report['key'] else ''}: "
-                 f"{estimate['reason']}")
+    lines.append(
+        f"--gpu-mem auto{f' for {key!r}' if key != report['key'] else ''}: {estimate['reason']}"
+    )
     return "\n".join(lines)

@@ -5,7 +5,7 @@ those commands' options in cmdoptions.py."""
 from __future__ import annotations
 
 import sys
-from typing import Any, List, Optional
+from typing import Any
 
 import typer
 
@@ -42,8 +42,9 @@ def list_jobs(**options: Any) -> None:
 
 @app.command()
 @with_options(SHOW)
-def show(job_id: str = typer.Argument(..., metavar="JOBID", help=JOB_ID_HELP),
-         **options: Any) -> None:
+def show(
+    job_id: str = typer.Argument(..., metavar="JOBID", help=JOB_ID_HELP), **options: Any
+) -> None:
     """Everything about one job.
 
     Example: gpusched show 12
@@ -52,7 +53,7 @@ def show(job_id: str = typer.Argument(..., metavar="JOBID", help=JOB_ID_HELP),
 
 
 @app.command()
-def cancel(job_ids: List[str] = typer.Argument(..., metavar=JOB_IDS, help=JOB_IDS_HELP)) -> None:
+def cancel(job_ids: list[str] = typer.Argument(..., metavar=JOB_IDS, help=JOB_IDS_HELP)) -> None:
     """Cancel jobs: pending ones never start, running ones stop.
 
     A running job gets SIGTERM, then SIGKILL after the daemon's cancel_grace.
@@ -63,7 +64,7 @@ def cancel(job_ids: List[str] = typer.Argument(..., metavar=JOB_IDS, help=JOB_ID
 
 
 @app.command()
-def hold(job_ids: List[str] = typer.Argument(..., metavar=JOB_IDS, help=JOB_IDS_HELP)) -> None:
+def hold(job_ids: list[str] = typer.Argument(..., metavar=JOB_IDS, help=JOB_IDS_HELP)) -> None:
     """Keep pending jobs from starting until `release`.
 
     Example: gpusched hold 12
@@ -72,7 +73,7 @@ def hold(job_ids: List[str] = typer.Argument(..., metavar=JOB_IDS, help=JOB_IDS_
 
 
 @app.command()
-def release(job_ids: List[str] = typer.Argument(..., metavar=JOB_IDS, help=JOB_IDS_HELP)) -> None:
+def release(job_ids: list[str] = typer.Argument(..., metavar=JOB_IDS, help=JOB_IDS_HELP)) -> None:
     """Let held jobs start.
 
     Example: gpusched release 12
@@ -82,8 +83,8 @@ def release(job_ids: List[str] = typer.Argument(..., metavar=JOB_IDS, help=JOB_I
 
 @app.command()
 def update(
-    job_ids: List[str] = typer.Argument(..., metavar=JOB_IDS, help=JOB_IDS_HELP),
-    priority: Optional[int] = typer.Option(None, "--priority", help="The new priority."),
+    job_ids: list[str] = typer.Argument(..., metavar=JOB_IDS, help=JOB_IDS_HELP),
+    priority: int | None = typer.Option(None, "--priority", help="The new priority."),
 ) -> None:
     """Change queued jobs.
 
@@ -114,8 +115,9 @@ def resume() -> None:
 
 @app.command()
 @with_options(WAIT)
-def wait(job_ids: List[str] = typer.Argument(..., metavar=JOB_IDS, help=JOB_IDS_HELP),
-         **options: Any) -> None:
+def wait(
+    job_ids: list[str] = typer.Argument(..., metavar=JOB_IDS, help=JOB_IDS_HELP), **options: Any
+) -> None:
     """Wait for jobs to end; exit with the first failure's status.
 
     An array's id waits for all its elements. The exit status is the first non-zero
@@ -129,8 +131,9 @@ def wait(job_ids: List[str] = typer.Argument(..., metavar=JOB_IDS, help=JOB_IDS_
 
 @app.command()
 @with_options(LOGS)
-def logs(job_id: str = typer.Argument(..., metavar="JOBID", help=JOB_ID_HELP),
-         **options: Any) -> None:
+def logs(
+    job_id: str = typer.Argument(..., metavar="JOBID", help=JOB_ID_HELP), **options: Any
+) -> None:
     """Print a job's output.
 
     Example: gpusched logs -f 12
@@ -154,4 +157,3 @@ def job_env(
         print_json(env)
     else:
         sys.stdout.write("".join(f"{k}={v}\n" for k, v in sorted(env.items())))
-

@@ -25,9 +25,19 @@ def print_json(data: object) -> None:
     write(data)
 
 
-def list_jobs(output: Any, all_jobs: bool, expand: bool, as_json: bool, users: str | None,
-              me: bool, states: str | None, names: str | None, fields: str | None,
-              noheader: bool, last: int | None = None) -> int:
+def list_jobs(
+    output: Any,
+    all_jobs: bool,
+    expand: bool,
+    as_json: bool,
+    users: str | None,
+    me: bool,
+    states: str | None,
+    names: str | None,
+    fields: str | None,
+    noheader: bool,
+    last: int | None = None,
+) -> int:
     if as_json and fields is not None:
         raise UsageError("choose one of --json and --format")
     if last is not None and last < 1:
@@ -97,19 +107,22 @@ def _warning_first(pages: Any) -> Any:
         yield page
 
 
-def draw_jobs(output: Any, jobs: list[dict], expand: bool, filtered: bool,
-              finished_too: bool) -> None:
+def draw_jobs(
+    output: Any, jobs: list[dict], expand: bool, filtered: bool, finished_too: bool
+) -> None:
     """`ls`'s table, or what it says when no job is listed."""
     from gpusched.cli import lsview
 
     if jobs:
         output.lines(lsview.ls_lines(jobs if expand else lsview.fold_arrays(jobs), output.width))
     elif filtered:
-        output.text("no jobs match" + ("" if finished_too else
-                                       " (--all looks at finished ones too)"))
+        output.text(
+            "no jobs match" + ("" if finished_too else " (--all looks at finished ones too)")
+        )
     else:
-        output.text("no jobs" if finished_too else
-                    "no pending or running jobs (--all shows finished ones)")
+        output.text(
+            "no jobs" if finished_too else "no pending or running jobs (--all shows finished ones)"
+        )
 
 
 def show(output: Any, job_id: str, as_json: bool) -> int:
@@ -136,8 +149,7 @@ def change(output: Any, command: str, job_ids: list[str], **args: object) -> int
     return 1 if refused else 0
 
 
-def wait(output: Any, job_ids: list[str], notify: bool = False,
-         keep_waiting: bool = False) -> int:
+def wait(output: Any, job_ids: list[str], notify: bool = False, keep_waiting: bool = False) -> int:
     from gpusched.client.submitting import ended_status, wait_or_explain
 
     jobs = wait_or_explain(Client(), [syntax.job_id_text(i) for i in job_ids], keep_waiting)
@@ -155,8 +167,9 @@ def logs(output: Any, job_id: str, follow: bool, stderr: bool) -> int:
     return 0
 
 
-def gpus(output: Any, as_json: bool, query: str | None, fmt: str | None,
-         topology: bool = False) -> int:
+def gpus(
+    output: Any, as_json: bool, query: str | None, fmt: str | None, topology: bool = False
+) -> int:
     from gpusched.cli import gpuquery
 
     if query is None and fmt is not None:

@@ -14,9 +14,11 @@ from gpusched.core.users import current_user_name
 # the fast command path imports this module for every `ls`.
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from typing import Any, Callable
+    from collections.abc import Callable
+    from typing import Any
 
 # -- --format ----------------------------------------------------------------------------
+
 
 def slurm_duration(seconds: float | None) -> str:
     """Slurm's time format: M:SS, H:MM:SS, D-HH:MM:SS."""
@@ -35,7 +37,7 @@ def compact_size(num_bytes: int | None) -> str:
     if not num_bytes:
         return "N/A"
     for power, unit in ((4, "T"), (3, "G"), (2, "M"), (1, "K")):
-        scale = 1024 ** power
+        scale = 1024**power
         if num_bytes >= scale:
             value = num_bytes / scale
             return f"{value:.0f}{unit}" if value == int(value) else f"{value:.1f}{unit}"
@@ -100,8 +102,9 @@ FIELDS: dict[str, Callable[[dict, float], Any]] = {
     "cpus": lambda j, now: j["cpus"],
     "minmemory": lambda j, now: compact_size(j["mem_bytes"]),
     "timeused": lambda j, now: slurm_duration(_used_s(j, now)),
-    "timelimit": lambda j, now: (slurm_duration(j["time_limit_s"])
-                                 if j["time_limit_s"] is not None else "UNLIMITED"),
+    "timelimit": lambda j, now: (
+        slurm_duration(j["time_limit_s"]) if j["time_limit_s"] is not None else "UNLIMITED"
+    ),
     "timeleft": _left,
     "submittime": lambda j, now: _timestamp(j["submitted_at"]),
     "starttime": lambda j, now: _timestamp(j["started_at"]),
@@ -111,9 +114,17 @@ FIELDS: dict[str, Callable[[dict, float], Any]] = {
     "workdir": lambda j, now: j["cwd"],
     "command": lambda j, now: " ".join(map(shell_quote, j["command"])),
 }
-ALIASES = {"user": "username", "uid": "userid", "id": "jobid", "st": "statecompact",
-           "numcpus": "cpus", "mem": "minmemory", "time": "timeused", "nodelist": "gpuids",
-           "cwd": "workdir"}
+ALIASES = {
+    "user": "username",
+    "uid": "userid",
+    "id": "jobid",
+    "st": "statecompact",
+    "numcpus": "cpus",
+    "mem": "minmemory",
+    "time": "timeused",
+    "nodelist": "gpuids",
+    "cwd": "workdir",
+}
 DEFAULT_FORMAT = "jobid,username,name,state,gpus,gpuids,timeused,reason"
 
 
@@ -136,8 +147,9 @@ def _cell(value: Any) -> str:
     return " ".join("".join(ch if ch.isprintable() else " " for ch in text).split()) or "N/A"
 
 
-def format_rows(jobs: list[dict[str, Any]], fields: list[str], header: bool = True,
-                now: float | None = None) -> str:
+def format_rows(
+    jobs: list[dict[str, Any]], fields: list[str], header: bool = True, now: float | None = None
+) -> str:
     """Plain columns, each as wide as its widest cell, two spaces apart; the last unpadded."""
     now = time.time() if now is None else now
     rows = [[_cell(FIELDS[f](job, now)) for f in fields] for job in jobs]
@@ -146,13 +158,13 @@ def format_rows(jobs: list[dict[str, Any]], fields: list[str], header: bool = Tr
     if not rows:
         return ""
     widths = [max(len(row[i]) for row in rows) for i in range(len(fields) - 1)]
-    lines = ["  ".join([*(cell.ljust(w) for cell, w in zip(row, widths)), row[-1]])
-             for row in rows]
+    lines = ["  ".join([*(cell.ljust(w) for cell, w in zip(row, widths)), row[-1]]) for row in rows]
     return "\n".join(lines) + "\n"
 
 
-def request_filters(users: str | None, me: bool, states: str | None,
-                    names: str | None) -> dict[str, list[str]]:
+def request_filters(
+    users: str | None, me: bool, states: str | None, names: str | None
+) -> dict[str, list[str]]:
     """`ls` options as the `list` request's filters, checked before the daemon is asked."""
     args: dict[str, list[str]] = {}
     wanted = items(users) if users is not None else []

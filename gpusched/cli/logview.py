@@ -19,11 +19,17 @@ _FOLLOW_POLL_S = 0.2
 
 def pending_note(job: dict[str, Any], follow: bool) -> str:
     """Said once on stderr for a job that has not started: why it waits, what comes next."""
-    started = ("has not started yet" if job["attempt"] <= 1  # else the log holds earlier runs
-               else f"waits to start attempt {job['attempt']}")
+    started = (
+        "has not started yet"
+        if job["attempt"] <= 1  # else the log holds earlier runs
+        else f"waits to start attempt {job['attempt']}"
+    )
     reason = f" (pending: {job['pending_reason']})" if job["pending_reason"] else " (pending)"
-    then = ("waiting for it to start, then following its output" if follow else
-            f"`gpusched logs -f {job['id']}` waits for it and follows its output")
+    then = (
+        "waiting for it to start, then following its output"
+        if follow
+        else f"`gpusched logs -f {job['id']}` waits for it and follows its output"
+    )
     return f"job {job['id']} {started}{reason}; {then}"
 
 
@@ -51,12 +57,16 @@ def _read_log(job: dict[str, Any], path: str, shown: int) -> tuple[bytes, int]:
     except FileNotFoundError:
         return b"", shown  # not started yet: the shim creates the file
     except PrivilegeError:
-        raise GpuschedError(f"not showing the log of job {job['id']}: {path} is not a regular "
-                            f"file of {job['user']}'s. Only such a file is shown") from None
+        raise GpuschedError(
+            f"not showing the log of job {job['id']}: {path} is not a regular "
+            f"file of {job['user']}'s. Only such a file is shown"
+        ) from None
     except PermissionError:
         who = "they may not read it either" if os.geteuid() == 0 else "read it as them or as root"
-        raise GpuschedError(f"cannot read the log of job {job['id']} ({path}): it is "
-                            f"{job['user']}'s own file; {who}") from None
+        raise GpuschedError(
+            f"cannot read the log of job {job['id']} ({path}): it is "
+            f"{job['user']}'s own file; {who}"
+        ) from None
     except OSError as exc:
         raise GpuschedError(f"cannot read the log of job {job['id']} ({path}): {exc}") from None
 

@@ -14,7 +14,8 @@ from gpusched.cli import lsview
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from typing import Any, Iterable
+    from collections.abc import Iterable
+    from typing import Any
 
 
 def write_json(pages: Iterable[dict[str, Any]]) -> None:

@@ -10,17 +10,34 @@ import time
 
 from gpusched.cli.columns import Column, Plan, fit_line, fit_widths
 from gpusched.client.clusterview import cluster_human
-from gpusched.client.textcells import (Cell, Line, Seg, command_human, job_label, printable,
-                                       request_human)
+from gpusched.client.textcells import (
+    Cell,
+    Line,
+    Seg,
+    command_human,
+    job_label,
+    printable,
+    request_human,
+)
 from gpusched.core.units import duration_human, size_human
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
 
-STATE_STYLE = {"pending": "yellow", "running": "green", "succeeded": "bold green",
-                "failed": "red", "cancelled": "magenta", "timeout": "red", "oom": "red",
-                "lost": "red", "cancelling": "magenta", "preempting": "magenta", "gpu_oom": "red"}
+STATE_STYLE = {
+    "pending": "yellow",
+    "running": "green",
+    "succeeded": "bold green",
+    "failed": "red",
+    "cancelled": "magenta",
+    "timeout": "red",
+    "oom": "red",
+    "lost": "red",
+    "cancelling": "magenta",
+    "preempting": "magenta",
+    "gpu_oom": "red",
+}
 
 
 def mem_human(job: dict[str, Any]) -> str:
@@ -35,12 +52,14 @@ def mem_human(job: dict[str, Any]) -> str:
 def host_line(host: dict[str, Any]) -> str:
     # GPU jobs that do not wait for cores may hold more than the box has: none are free.
     cpus_free = max(host["cpus"] - host["cpus_reserved"], 0)
-    return (f"host: {cpus_free} of {host['cpus']} CPUs free "
-            f"({host['cpus_reserved']} reserved by jobs, {host['cpu_used_pct']:.0f}% busy); "
-            f"memory {size_human(host['mem_bytes'] - host['mem_reserved_bytes'])} of "
-            f"{size_human(host['mem_bytes'])} free for jobs "
-            f"({size_human(host['mem_reserved_bytes'])} reserved, "
-            f"{size_human(host['mem_used_bytes'])} used on the host)")
+    return (
+        f"host: {cpus_free} of {host['cpus']} CPUs free "
+        f"({host['cpus_reserved']} reserved by jobs, {host['cpu_used_pct']:.0f}% busy); "
+        f"memory {size_human(host['mem_bytes'] - host['mem_reserved_bytes'])} of "
+        f"{size_human(host['mem_bytes'])} free for jobs "
+        f"({size_human(host['mem_reserved_bytes'])} reserved, "
+        f"{size_human(host['mem_used_bytes'])} used on the host)"
+    )
 
 
 def shown_state(job: dict[str, Any]) -> str:
@@ -121,8 +140,10 @@ class _Fold:
         self.add(first)
 
     def add(self, element: dict[str, Any]) -> None:
-        self.low, self.high = min(self.low, element["array_index"]), \
-            max(self.high, element["array_index"])
+        self.low, self.high = (
+            min(self.low, element["array_index"]),
+            max(self.high, element["array_index"]),
+        )
         self.counts[element["state"]] = self.counts.get(element["state"], 0) + 1
         if element["state"] == "running":
             self.gpus.update(element["gpu_indices"])
@@ -132,21 +153,37 @@ class _Fold:
     def row(self) -> dict[str, Any]:
         first = self.first
         throttle = f"%{first['array_throttle']}" if first.get("array_throttle") else ""
-        return {**first, "id": f"{first['array_id']}_[{self.low}-{self.high}{throttle}]",
-                "folded": ", ".join(f"{n} {state}" for state, n in self.counts.items()),
-                "gpu_indices": sorted(self.gpus), "pending_reason": self.pending_reason or ""}
+        return {
+            **first,
+            "id": f"{first['array_id']}_[{self.low}-{self.high}{throttle}]",
+            "folded": ", ".join(f"{n} {state}" for state, n in self.counts.items()),
+            "gpu_indices": sorted(self.gpus),
+            "pending_reason": self.pending_reason or "",
+        }
 
 
 # How `ls` gives way on a narrow terminal: free text is cut first and the state last;
 # CPUS, MEM and PROG go before anything is cut hard; the reason is never dropped. A size
 # (REQUEST, MEM) is shown whole or not at all: `1x30.0…` would lose its unit.
 LS_PLAN = Plan(
-    columns=(Column("ID"), Column("USER", 8, 4, 1), Column("NAME", 12, 6, 1),
-             Column("STATE", 12, 10, 4), Column("REQUEST"), Column("GPUS", 7, 4, 2),
-             Column("CPUS", default="1"), Column("MEM", default="-"), Column("TIME"),
-             Column("PROG", default="-"), Column("REASON / COMMAND")),
-    secondary=("PROG", "CPUS", "MEM"), last_resort=("GPUS", "TIME", "REQUEST", "USER", "NAME"),
-    last_wanted=20, last_least=12)
+    columns=(
+        Column("ID"),
+        Column("USER", 8, 4, 1),
+        Column("NAME", 12, 6, 1),
+        Column("STATE", 12, 10, 4),
+        Column("REQUEST"),
+        Column("GPUS", 7, 4, 2),
+        Column("CPUS", default="1"),
+        Column("MEM", default="-"),
+        Column("TIME"),
+        Column("PROG", default="-"),
+        Column("REASON / COMMAND"),
+    ),
+    secondary=("PROG", "CPUS", "MEM"),
+    last_resort=("GPUS", "TIME", "REQUEST", "USER", "NAME"),
+    last_wanted=20,
+    last_least=12,
+)
 
 
 def _ls_cells(job: dict[str, Any], now: float, max_chars: int) -> list[Cell]:
@@ -156,18 +193,26 @@ def _ls_cells(job: dict[str, Any], now: float, max_chars: int) -> list[Cell]:
         end = job["ended_at"] or now
         elapsed = end - (job["started_at"] or end)
         # A job whose shim died says what is being done instead: its processes stopped.
-        detail = job["end_reason"] if job.get("shim_lost") else \
-            command_human(job["command"], max_chars)
+        detail = (
+            job["end_reason"] if job.get("shim_lost") else command_human(job["command"], max_chars)
+        )
     if job.get("cluster"):  # handed to Slurm: where it is there, and how fresh that is
         detail = f"{cluster_human(job['cluster'], now)} · {detail}"
     mem = mem_human(job)
     # A group of an array is named 6_[0-2] already; a job by itself 12, or 51_0.
-    texts = [job["id"] if isinstance(job["id"], str) else job_label(job), job["user"], job["name"], None,
-             request_human(job["gpus_requested"], job["gpu_mem_bytes"]),
-             ",".join(job.get("gpu_labels") or map(str, job["gpu_indices"])) or "-",
-             str(job.get("cpus", 1)),
-             None, duration_human(elapsed), progress_human(job.get("progress")),
-             detail]
+    texts = [
+        job["id"] if isinstance(job["id"], str) else job_label(job),
+        job["user"],
+        job["name"],
+        None,
+        request_human(job["gpus_requested"], job["gpu_mem_bytes"]),
+        ",".join(job.get("gpu_labels") or map(str, job["gpu_indices"])) or "-",
+        str(job.get("cpus", 1)),
+        None,
+        duration_human(elapsed),
+        progress_human(job.get("progress")),
+        detail,
+    ]
     # Cut before escaping: a field of 100,000 characters costs no more than the width.
     cells = [[(printable(text[:max_chars]), "")] if text is not None else [] for text in texts]
     cells[3] = _state_cell(job)
@@ -175,8 +220,9 @@ def _ls_cells(job: dict[str, Any], now: float, max_chars: int) -> list[Cell]:
     return cells
 
 
-def ls_lines(jobs: list[dict[str, Any]], width: int = 1000, now: float | None = None,
-             header: bool = True) -> list[Line]:
+def ls_lines(
+    jobs: list[dict[str, Any]], width: int = 1000, now: float | None = None, header: bool = True
+) -> list[Line]:
     """`ls`: one line per job within `width` columns (a pipe gets 1000: one job a line),
     under the header line unless told (the later pages of `ls --all`)."""
     now = time.time() if now is None else now
@@ -210,8 +256,9 @@ def more_pending_line(more: dict[str, Any]) -> str:
     return f"and {more['count']:,} more pending: {', '.join(parts)} (--all lists every job)"
 
 
-def progress_human(progress: dict[str, Any] | None, with_message: bool = False,
-                   now: float | None = None) -> str:
+def progress_human(
+    progress: dict[str, Any] | None, with_message: bool = False, now: float | None = None
+) -> str:
     """A running job's last gpusched.job.progress() report: "42%" ("-" without one)."""
     if not progress:
         return "-"
@@ -222,8 +269,6 @@ def progress_human(progress: dict[str, Any] | None, with_message: bool = False,
     return printable(" ".join(p for p in parts if p))
 
 
-
-
 # `gpus`: the columns of its two tables, and each row's cells as text (style "red" for a
 # GPU's health problem). Both tables print these; render.py with rich, plainout.py without.
 GPU_COLUMNS = ("GPU", "NAME", "MEMORY USED / RESERVED / TOTAL", "UTIL", "HEALTH", "JOBS")
@@ -231,8 +276,10 @@ PROCESS_COLUMNS = ("GPU", "PID", "USER", "JOB", "GPU MEM", "COMMAND")
 
 
 def gpu_row(gpu: dict[str, Any]) -> list[Seg]:
-    memory = (f"{size_human(gpu['mem_used_bytes'])} / {size_human(gpu['mem_reserved_bytes'])}"
-              f" / {size_human(gpu['mem_total_bytes'])}")
+    memory = (
+        f"{size_human(gpu['mem_used_bytes'])} / {size_human(gpu['mem_reserved_bytes'])}"
+        f" / {size_human(gpu['mem_total_bytes'])}"
+    )
     util = "N/A" if gpu["util_pct"] is None else f"{gpu['util_pct']:.0f}%"
     health = ("ok", "") if gpu["healthy"] else (printable(gpu["health_reason"] or "lost"), "red")
     jobs = ",".join(str(j) for j in gpu["jobs"]) or "-"
@@ -241,8 +288,7 @@ def gpu_row(gpu: dict[str, Any]) -> list[Seg]:
         jobs = "MIG mode"
     elif gpu.get("parent_uuid"):
         label = f"└ {label}"
-    return [(label, ""), (printable(gpu["name"]), ""), (memory, ""), (util, ""), health,
-            (jobs, "")]
+    return [(label, ""), (printable(gpu["name"]), ""), (memory, ""), (util, ""), health, (jobs, "")]
 
 
 def process_rows(result: dict[str, Any]) -> list[list[str]]:
@@ -251,8 +297,16 @@ def process_rows(result: dict[str, Any]) -> list[list[str]]:
         for proc in gpu["processes"]:
             pid = str(proc["pid"]) if proc["visible"] else f"{proc['pid']} (other namespace)"
             job = str(proc["job"]) if proc["job"] is not None else "external"
-            rows.append([gpu["label"], pid, printable(proc["user"] or "?"), job,
-                         size_human(proc["used_mem_bytes"]), printable(proc["command"] or "?")])
+            rows.append(
+                [
+                    gpu["label"],
+                    pid,
+                    printable(proc["user"] or "?"),
+                    job,
+                    size_human(proc["used_mem_bytes"]),
+                    printable(proc["command"] or "?"),
+                ]
+            )
     return rows
 
 
@@ -261,5 +315,7 @@ def write_problem_line(problem: dict[str, Any] | None) -> str | None:
     if not problem:
         return None
     since = time.strftime("%H:%M:%S", time.localtime(problem.get("since") or time.time()))
-    return (f"the queue cannot be written since {since}: {problem['cause']}; submits and "
-            f"changes are refused until it can. {problem['remedy']}.")
+    return (
+        f"the queue cannot be written since {since}: {problem['cause']}; submits and "
+        f"changes are refused until it can. {problem['remedy']}."
+    )

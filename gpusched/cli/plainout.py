@@ -25,8 +25,14 @@ if TYPE_CHECKING:
 
 # Each style the listings use -> its SGR parameters, in rich's order (attributes, then
 # the colour); and with NO_COLOR, which keeps attributes and drops colours.
-SGR = {"bold": "1", "yellow": "33", "green": "32", "bold green": "1;32", "red": "31",
-       "magenta": "35"}
+SGR = {
+    "bold": "1",
+    "yellow": "33",
+    "green": "32",
+    "bold green": "1;32",
+    "red": "31",
+    "magenta": "35",
+}
 SGR_NO_COLOR = {"bold": "1", "bold green": "1"}
 PIPE_WIDTH = 1000  # cli/common.py's Console on a pipe: one job a line
 
@@ -91,8 +97,13 @@ class Screen:
         terminal = is_terminal(environ, self.stream)
         dumb = terminal and environ.get("TERM", "").lower() in ("dumb", "unknown")
         self.width = screen_width(environ, self.stream.isatty(), dumb)
-        self.styles = None if not terminal or dumb else \
-            SGR_NO_COLOR if environ.get("NO_COLOR", "") != "" else SGR
+        self.styles = (
+            None
+            if not terminal or dumb
+            else SGR_NO_COLOR
+            if environ.get("NO_COLOR", "") != ""
+            else SGR
+        )
         self._rich = None
 
     def rich(self) -> Any:
@@ -100,8 +111,7 @@ class Screen:
             from gpusched.cli.common import console_for, out
             from gpusched.cli.render import RichOutput
 
-            self._rich = RichOutput(out if self.stream is sys.stdout else
-                                    console_for(self.stream))
+            self._rich = RichOutput(out if self.stream is sys.stdout else console_for(self.stream))
         return self._rich
 
     def _styled(self, text: str, style: str) -> str:
@@ -114,8 +124,12 @@ class Screen:
 
     def _fits(self, text: str) -> bool:
         """Whether rich prints this line of text as it is."""
-        return (text.isascii() and text.isprintable() and len(text) <= self.width
-                and not has_emoji_code(text))
+        return (
+            text.isascii()
+            and text.isprintable()
+            and len(text) <= self.width
+            and not has_emoji_code(text)
+        )
 
     def text(self, line: str) -> None:
         """A line of plain text, never read as markup."""
@@ -132,8 +146,7 @@ class Screen:
         try:
             if any(cell_width(line) > self.width for line in lines):
                 raise Fallback("rich would crop it")
-            drawn = "".join("".join(self._styled(t, s) for t, s in line) + "\n"
-                            for line in lines)
+            drawn = "".join("".join(self._styled(t, s) for t, s in line) + "\n" for line in lines)
         except Fallback:
             self.rich().lines(lines)
             return
@@ -145,9 +158,13 @@ class Screen:
             rows = []
             for gpu in result["gpus"]:
                 label, name, memory, util, health, jobs = gpu_row(gpu)
-                rows.append(plain_cells([label[0]]) + [name]
-                            + plain_cells([memory[0], util[0]]) + [health]
-                            + plain_cells([jobs[0]]))
+                rows.append(
+                    plain_cells([label[0]])
+                    + [name]
+                    + plain_cells([memory[0], util[0]])
+                    + [health]
+                    + plain_cells([jobs[0]])
+                )
             drawn = self._table(GPU_COLUMNS, rows)
         except Fallback:
             self.rich().gpus(result)
@@ -160,8 +177,10 @@ class Screen:
         if not rows:
             return False
         try:
-            cells = [plain_cells([label, pid]) + [(user, "")] + plain_cells([job, mem])
-                     + [(command, "")] for label, pid, user, job, mem, command in rows]
+            cells = [
+                plain_cells([label, pid]) + [(user, "")] + plain_cells([job, mem]) + [(command, "")]
+                for label, pid, user, job, mem, command in rows
+            ]
             drawn = "\n" + self._table(PROCESS_COLUMNS, cells)
         except Fallback:
             return self.rich().processes(result)
@@ -171,8 +190,10 @@ class Screen:
     def _table(self, headers: tuple, rows: list[list[tuple[str, str]]]) -> str:
         """A rich Table(box=None, header_style="bold", pad_edge=False) of cells (text,
         style), when it fits the width: rich would shrink it otherwise."""
-        widths = [max([text_width(h)] + [text_width(row[i][0]) for row in rows])
-                  for i, h in enumerate(headers)]
+        widths = [
+            max([text_width(h)] + [text_width(row[i][0]) for row in rows])
+            for i, h in enumerate(headers)
+        ]
         if sum(widths) + 2 * (len(widths) - 1) > self.width:
             raise Fallback("rich would shrink it")
         lines = []

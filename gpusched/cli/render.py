@@ -11,13 +11,24 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from gpusched.cli.lsview import (GPU_COLUMNS, PROCESS_COLUMNS, fold_arrays,  # noqa: F401
-                                 gpu_row, host_line, ls_lines, mem_human, process_rows,
-                                 progress_human, shown_state, state_human,
-                                 write_problem_line)
 from gpusched.cli.common import out
-from gpusched.tui.draw import Frame
+from gpusched.cli.lsview import (  # noqa: F401
+    GPU_COLUMNS,
+    PROCESS_COLUMNS,
+    fold_arrays,
+    gpu_row,
+    host_line,
+    ls_lines,
+    mem_human,
+    process_rows,
+    progress_human,
+    shown_state,
+    state_human,
+    write_problem_line,
+)
 from gpusched.core.units import duration_human
+from gpusched.tui.draw import Frame
+
 
 def _plain(text: str) -> Text:
     """A cell of text from elsewhere (GPU names, commands), already printable: never read
@@ -70,8 +81,9 @@ def gpus_table(result: dict[str, Any]) -> Table:
         table.add_column(column)
     for gpu in result["gpus"]:
         label, (name, _), memory, util, (health, style), jobs = gpu_row(gpu)
-        table.add_row(label[0], _plain(name), memory[0], util[0], Text(health, style=style),
-                      jobs[0])
+        table.add_row(
+            label[0], _plain(name), memory[0], util[0], Text(health, style=style), jobs[0]
+        )
     return table
 
 
@@ -93,8 +105,10 @@ def usage_line(usage: dict[str, float], half_life_s: float | None, shown: int = 
     listed = ", ".join(f"{user} {duration_human(usage[user])}" for user in users[:shown])
     if len(users) > shown:
         listed += f" and {len(users) - shown} more"
-    return (f"GPU time used (fair share, halving every {duration_human(half_life_s)}): "
-            f"{listed or 'none yet'}")
+    return (
+        f"GPU time used (fair share, halving every {duration_human(half_life_s)}): "
+        f"{listed or 'none yet'}"
+    )
 
 
 def status_lines(status: dict[str, Any]) -> list[str]:

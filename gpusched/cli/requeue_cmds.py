@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from typing import List
-
 import typer
 
 from gpusched.cli import jobviews
@@ -15,8 +13,7 @@ app = App()
 
 
 @app.command()
-def requeue(job_ids: List[str] = typer.Argument(..., metavar=JOB_IDS,
-                                                help=JOB_IDS_HELP)) -> None:
+def requeue(job_ids: list[str] = typer.Argument(..., metavar=JOB_IDS, help=JOB_IDS_HELP)) -> None:
     """Put jobs back in the queue under their ids.
 
     As `scontrol requeue` does: a running job is stopped (SIGTERM, then SIGKILL after the daemon's cancel_grace) and
@@ -30,8 +27,7 @@ def requeue(job_ids: List[str] = typer.Argument(..., metavar=JOB_IDS,
 
 
 @app.command()
-def preempt(job_ids: List[str] = typer.Argument(..., metavar=JOB_IDS,
-                                                help=JOB_IDS_HELP)) -> None:
+def preempt(job_ids: list[str] = typer.Argument(..., metavar=JOB_IDS, help=JOB_IDS_HELP)) -> None:
     """Preempt running jobs now, back to the queue.
 
     Checkpoint signal, grace, stop, and back to the queue under the same id.

@@ -54,11 +54,13 @@ WantedBy=default.target
 """
 
 
-def unit_text(system: bool, python: str | None = None,
-              environ: dict[str, str] | None = None) -> str:
+def unit_text(
+    system: bool, python: str | None = None, environ: dict[str, str] | None = None
+) -> str:
     python = python or sys.executable
     return (_SYSTEM_UNIT if system else _USER_UNIT).format(
-        python=python, environment="".join(environment_lines(environ)))
+        python=python, environment="".join(environment_lines(environ))
+    )
 
 
 def environment_lines(environ: dict[str, str] | None = None) -> list[str]:
@@ -92,8 +94,11 @@ def default_unit_dir(system: bool, environ: dict[str, str] | None = None) -> Pat
 def next_commands(system: bool) -> list[str]:
     if system:
         return ["systemctl daemon-reload", f"systemctl enable --now {UNIT}"]
-    return ["systemctl --user daemon-reload", f"systemctl --user enable --now {UNIT}",
-            "loginctl enable-linger $USER   # keep it (and your jobs' daemon) after logout"]
+    return [
+        "systemctl --user daemon-reload",
+        f"systemctl --user enable --now {UNIT}",
+        "loginctl enable-linger $USER   # keep it (and your jobs' daemon) after logout",
+    ]
 
 
 def unsafe_code_paths() -> list[str]:
@@ -113,9 +118,11 @@ def install(system: bool, directory: Path | None = None) -> Path:
     if system:
         unsafe = unsafe_code_paths()
         if unsafe:
-            raise GpuschedError(f"the system daemon would run as root code that others can "
-                                f"change: {', '.join(unsafe)}; install gpusched as root in a "
-                                "root-owned environment first.")
+            raise GpuschedError(
+                f"the system daemon would run as root code that others can "
+                f"change: {', '.join(unsafe)}; install gpusched as root in a "
+                "root-owned environment first."
+            )
     target_dir = directory or default_unit_dir(system)
     path = target_dir / UNIT_NAME
     try:
@@ -125,6 +132,7 @@ def install(system: bool, directory: Path | None = None) -> Path:
         os.chmod(tmp, 0o644)
         os.replace(tmp, path)
     except OSError as exc:
-        raise GpuschedError(f"cannot write {path}: {exc.strerror}"
-                            f"{' (run it as root)' if system else ''}") from None
+        raise GpuschedError(
+            f"cannot write {path}: {exc.strerror}{' (run it as root)' if system else ''}"
+        ) from None
     return path

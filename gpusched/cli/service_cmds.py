@@ -5,7 +5,7 @@
 
 from __future__ import annotations
 
-from typing import Any, List, Optional
+from typing import Any
 
 import typer
 
@@ -13,30 +13,48 @@ from gpusched.cli.common import JSON_HELP, out
 from gpusched.cli.helpformat import App
 from gpusched.cli.submit_cmds import with_options
 from gpusched.client.connection import Client
+from gpusched.client.jobrequest import build_request, check_limits, env_pairs
 from gpusched.client.options import SUBMIT, SubmitOptions
-from gpusched.client.jobrequest import env_pairs, build_request, check_limits
 from gpusched.client.submitting import print_json
 from gpusched.core import services as model
 from gpusched.core.errors import UsageError
 from gpusched.core.units import parse_duration
 
-app = App(no_args_is_help=True, help=(
-    "Inference services: jobs behind a front door, autoscaled.\n\n"
-    "Each service's replicas are jobs behind an HAProxy front door; docs/services.md "
-    "explains them with a worked example.\n\n"
-    "\b\nExamples:\n  gpusched service create web --replicas 1:3 -- python serve.py\n"
-    "  gpusched service ls"))
+app = App(
+    no_args_is_help=True,
+    help=(
+        "Inference services: jobs behind a front door, autoscaled.\n\n"
+        "Each service's replicas are jobs behind an HAProxy front door; docs/services.md "
+        "explains them with a worked example.\n\n"
+        "\b\nExamples:\n  gpusched service create web --replicas 1:3 -- python serve.py\n"
+        "  gpusched service ls"
+    ),
+)
 
 # submit's options that shape each replica's job; the rest (arrays, dependencies, waiting,
 # time limits, retries) do not fit a server that runs until it is stopped.
-_JOB_FIELDS = ("gpus", "gpu_mem", "priority", "cwd", "env", "policy", "gpu_ids", "exclude_gpus",
-               "gpu_type", "min_gpu_total_mem", "min_compute_capability", "cpus", "mem")
+_JOB_FIELDS = (
+    "gpus",
+    "gpu_mem",
+    "priority",
+    "cwd",
+    "env",
+    "policy",
+    "gpu_ids",
+    "exclude_gpus",
+    "gpu_type",
+    "min_gpu_total_mem",
+    "min_compute_capability",
+    "cpus",
+    "mem",
+)
 JOB_OPTIONS = tuple(row for row in SUBMIT if row[0] in _JOB_FIELDS)
-_COMMAND = typer.Argument(None, metavar="-- COMMAND...",
-                          help="The server; it listens on 127.0.0.1:$PORT.")
+_COMMAND = typer.Argument(
+    None, metavar="-- COMMAND...", help="The server; it listens on 127.0.0.1:$PORT."
+)
 _NAME = typer.Argument(..., metavar="NAME", help="The service.")
 _JSON = typer.Option(False, "--json", help=JSON_HELP)
-_REPLICAS_HELP = ("MIN[:MAX] replicas; with a MAX, autoscaled between them on load.")
+_REPLICAS_HELP = "MIN[:MAX] replicas; with a MAX, autoscaled between them on load."
 
 
 def job_spec(command: list[str], options: dict[str, Any], service: str) -> dict[str, Any]:
@@ -96,28 +114,40 @@ def _seconds(text: str | None, option: str) -> float | None:
 @with_options(JOB_OPTIONS)
 def create(
     name: str = _NAME,
-    command: Optional[List[str]] = _COMMAND,
+    command: list[str] | None = _COMMAND,
     replicas: str = typer.Option("1", "--replicas", "-r", help=_REPLICAS_HELP),
-    listen: str = typer.Option("127.0.0.1:0", "--listen",
-                               help="The front door's HOST:PORT (port 0: a free one)."),
-    balance: str = typer.Option("roundrobin", "--balance",
-                                help="roundrobin, leastconn or weighted."),
-    weights: Optional[str] = typer.Option(None, "--weights",
-                                          help="With --balance weighted: one weight per "
-                                          "replica, 3,1 (default: each GPU's GiB)."),
-    health: str = typer.Option("", "--health", help="HTTP path that answers 200 while a "
-                               "replica is healthy, /healthz (default: it accepts connections)."),
-    target_latency: Optional[str] = typer.Option(None, "--target-latency",
-                                                 help="Autoscaling: p95 latency to stay "
-                                                 "under, 200ms."),
-    target_in_flight: float = typer.Option(4.0, "--target-in-flight",
-                                           help="Autoscaling: requests in flight per replica."),
-    window: str = typer.Option("30s", "--window", help="Autoscaling: how long a load must "
-                               "last before replicas change."),
-    cooldown: str = typer.Option("60s", "--cooldown",
-                                 help="Autoscaling: the least time between two changes."),
-    schedule: List[str] = typer.Option([], "--schedule", help="At most N replicas in a daily "
-                                       "window, HH:MM-HH:MM=N; repeatable."),
+    listen: str = typer.Option(
+        "127.0.0.1:0", "--listen", help="The front door's HOST:PORT (port 0: a free one)."
+    ),
+    balance: str = typer.Option(
+        "roundrobin", "--balance", help="roundrobin, leastconn or weighted."
+    ),
+    weights: str | None = typer.Option(
+        None,
+        "--weights",
+        help="With --balance weighted: one weight per replica, 3,1 (default: each GPU's GiB).",
+    ),
+    health: str = typer.Option(
+        "",
+        "--health",
+        help="HTTP path that answers 200 while a "
+        "replica is healthy, /healthz (default: it accepts connections).",
+    ),
+    target_latency: str | None = typer.Option(
+        None, "--target-latency", help="Autoscaling: p95 latency to stay under, 200ms."
+    ),
+    target_in_flight: float = typer.Option(
+        4.0, "--target-in-flight", help="Autoscaling: requests in flight per replica."
+    ),
+    window: str = typer.Option(
+        "30s", "--window", help="Autoscaling: how long a load must last before replicas change."
+    ),
+    cooldown: str = typer.Option(
+        "60s", "--cooldown", help="Autoscaling: the least time between two changes."
+    ),
+    schedule: list[str] = typer.Option(
+        [], "--schedule", help="At most N replicas in a daily window, HH:MM-HH:MM=N; repeatable."
+    ),
     as_json: bool = _JSON,
     **options: Any,
 ) -> None:
@@ -134,16 +164,21 @@ def create(
       gpusched service create emb --replicas 2 --balance leastconn -- ./serve.sh
     """
     latency_s = _seconds(target_latency, "--target-latency")
-    spec = {**job_spec(list(command or []), options, model.check_name(name)),
-            **replicas_spec(replicas), "listen": model.parse_listen(listen),
-            "balance": model.parse_balance(balance),
-            "weights": list(model.parse_weights(weights)),
-            "health": model.parse_health(health), "schedule": [list(w) for w in
-                                                    model.parse_schedule(schedule)],
-            "autoscale": {"target_in_flight": target_in_flight,
-                          "target_latency_ms": latency_s * 1000 if latency_s else None,
-                          "window_s": _seconds(window, "--window"),
-                          "cooldown_s": _seconds(cooldown, "--cooldown")}}
+    spec = {
+        **job_spec(list(command or []), options, model.check_name(name)),
+        **replicas_spec(replicas),
+        "listen": model.parse_listen(listen),
+        "balance": model.parse_balance(balance),
+        "weights": list(model.parse_weights(weights)),
+        "health": model.parse_health(health),
+        "schedule": [list(w) for w in model.parse_schedule(schedule)],
+        "autoscale": {
+            "target_in_flight": target_in_flight,
+            "target_latency_ms": latency_s * 1000 if latency_s else None,
+            "window_s": _seconds(window, "--window"),
+            "cooldown_s": _seconds(cooldown, "--cooldown"),
+        },
+    }
     if weights and balance != "weighted":
         raise UsageError("--weights goes with --balance weighted")
     shown = Client().call("service", action="create", name=name, spec=spec)
@@ -167,6 +202,7 @@ def list_services(as_json: bool = _JSON) -> None:
         out.print("no services; `gpusched service create -h` tells how to make one")
         return
     from gpusched.cli.servicetext import table
+
     out.print(table(services))
 
 
@@ -182,9 +218,11 @@ def show(name: str = _NAME, as_json: bool = _JSON) -> None:
 
 
 @app.command()
-def scale(name: str = _NAME,
-          replicas: int = typer.Argument(..., metavar="N", help="Replicas wanted."),
-          as_json: bool = _JSON) -> None:
+def scale(
+    name: str = _NAME,
+    replicas: int = typer.Argument(..., metavar="N", help="Replicas wanted."),
+    as_json: bool = _JSON,
+) -> None:
     """Run N replicas (within MIN..MAX for an autoscaled service).
 
     A replica less is drained first: it takes no new request and ends once its
@@ -199,10 +237,13 @@ def scale(name: str = _NAME,
 
 @app.command()
 @with_options(JOB_OPTIONS)
-def update(name: str = _NAME, command: Optional[List[str]] = _COMMAND,
-           replicas: Optional[str] = typer.Option(None, "--replicas", "-r",
-                                                  help=_REPLICAS_HELP),
-           as_json: bool = _JSON, **options: Any) -> None:
+def update(
+    name: str = _NAME,
+    command: list[str] | None = _COMMAND,
+    replicas: str | None = typer.Option(None, "--replicas", "-r", help=_REPLICAS_HELP),
+    as_json: bool = _JSON,
+    **options: Any,
+) -> None:
     """Replace every replica, one at a time (a rolling update).
 
     A new replica passes its health check before an old one is drained and stopped;
@@ -233,8 +274,10 @@ def delete(name: str = _NAME, as_json: bool = _JSON) -> None:
     if as_json:
         print_json(result)
         return
-    out.print(f"deleted service {name}; cancelled replica jobs: "
-              f"{', '.join(map(str, result['stopped_jobs'])) or 'none'}")
+    out.print(
+        f"deleted service {name}; cancelled replica jobs: "
+        f"{', '.join(map(str, result['stopped_jobs'])) or 'none'}"
+    )
 
 
 def _print(shown: dict, as_json: bool) -> None:
@@ -242,4 +285,5 @@ def _print(shown: dict, as_json: bool) -> None:
         print_json(shown)
         return
     from gpusched.cli.servicetext import details
+
     out.print(details(shown))

@@ -18,13 +18,20 @@ from gpusched.sim.simulator import TAU_S, Metrics, check_choices, compute_metric
 
 
 def _report(trace: traces.Trace, metrics: Metrics, settings: dict) -> dict:
-    return {"trace": trace.source, **settings, "arrival_scale": trace.arrival_scale,
-            **asdict(metrics)}
+    return {
+        "trace": trace.source,
+        **settings,
+        "arrival_scale": trace.arrival_scale,
+        **asdict(metrics),
+    }
 
 
 def _print_table(report: dict) -> None:
-    load = f"load {report['load']:g} (arrivals x{report['arrival_scale']:.3f})" \
-        if report["load"] is not None else "original load"
+    load = (
+        f"load {report['load']:g} (arrivals x{report['arrival_scale']:.3f})"
+        if report["load"] is not None
+        else "original load"
+    )
     seed = f", seed {report['seed']}" if report["arrivals"] == "poisson" else ""
     lines = [
         f"{report['trace']}: {report['jobs']} jobs, {report['tenants']} tenants on "
@@ -42,19 +49,24 @@ def _print_table(report: dict) -> None:
         ("simulated in", f"{report['elapsed_s']:.2f} s"),
     ]
     width = max(len(name) for name, _ in lines[1:])
-    sys.stdout.write(lines[0] + "\n" + "".join(f"  {name:<{width}}  {value:>10}\n"
-                                               for name, value in lines[1:]))
+    sys.stdout.write(
+        lines[0] + "\n" + "".join(f"  {name:<{width}}  {value:>10}\n" for name, value in lines[1:])
+    )
 
 
 def _priority_lines(report: dict) -> list[tuple[str, str]]:
     high = report.get("high_priority")
     if not high:
         return []
-    lines = [("high-priority jobs", f"{high['jobs']} ({report['high_priority_share']:.0%})"),
-             ("preemptions", str(report["preemptions"]) if report["preemption"] else "off")]
+    lines = [
+        ("high-priority jobs", f"{high['jobs']} ({report['high_priority_share']:.0%})"),
+        ("preemptions", str(report["preemptions"]) if report["preemption"] else "off"),
+    ]
     if high["jobs"]:
-        lines += [("  their average JCT", f"{high['avg_jct_s'] / 3600:.3f} h"),
-                  ("  their avg bounded slowdown", f"{high['avg_bounded_slowdown']:.3f}")]
+        lines += [
+            ("  their average JCT", f"{high['avg_jct_s'] / 3600:.3f} h"),
+            ("  their avg bounded slowdown", f"{high['avg_bounded_slowdown']:.3f}"),
+        ]
     return lines
 
 
@@ -68,8 +80,15 @@ def _host(cpus: int | None, mem: str | None) -> HostCapacity | None:
     return HostCapacity(cpus=cpus or 10**6, mem_bytes=2**62 if mem_bytes is None else mem_bytes)
 
 
-def _with_priorities(prepared: traces.Trace, gpus: int, policy: str, discipline: str,
-                     preemption: bool, share: float, seed: int) -> tuple[Metrics, dict]:
+def _with_priorities(
+    prepared: traces.Trace,
+    gpus: int,
+    policy: str,
+    discipline: str,
+    preemption: bool,
+    share: float,
+    seed: int,
+) -> tuple[Metrics, dict]:
     """Replay with a seeded share of urgent jobs (and preemption): the metrics, and the
     report's further fields: the urgent jobs' own figures, how many preemptions."""
     from gpusched.sim import preemptsim
@@ -78,43 +97,75 @@ def _with_priorities(prepared: traces.Trace, gpus: int, policy: str, discipline:
         raise UsageError(f"--high-priority-share must be between 0 and 1, not {share:g}")
     urgent = preemptsim.urgent_ids(len(prepared.jobs), share, seed)
     results, preemptions = preemptsim.simulate_with_priorities(
-        prepared.jobs, gpus=gpus, urgent=urgent, policy=policy, discipline=discipline,
-        model=preemptsim.PreemptionModel() if preemption else None)
+        prepared.jobs,
+        gpus=gpus,
+        urgent=urgent,
+        policy=policy,
+        discipline=discipline,
+        model=preemptsim.PreemptionModel() if preemption else None,
+    )
     high = [r for n, r in enumerate(results) if n in urgent]
     high_metrics = compute_metrics(high, gpus) if high else None
     return compute_metrics(results, gpus), {
-            "preemption": preemption, "high_priority_share": share, "preemptions": preemptions,
-            "high_priority": {"jobs": len(high),
-                              "avg_jct_s": high_metrics and high_metrics.avg_jct_s,
-                              "avg_bounded_slowdown": high_metrics and
-                              high_metrics.avg_bounded_slowdown}}
+        "preemption": preemption,
+        "high_priority_share": share,
+        "preemptions": preemptions,
+        "high_priority": {
+            "jobs": len(high),
+            "avg_jct_s": high_metrics and high_metrics.avg_jct_s,
+            "avg_bounded_slowdown": high_metrics and high_metrics.avg_bounded_slowdown,
+        },
+    }
 
 
-def simulate_command(trace: Path, *, gpus: int, policy: str, discipline: str,
-                     load: float | None, arrivals: str, seed: int, as_json: bool,
-                     cpus: int | None = None, mem: str | None = None,
-                     preemption: bool = False, high_priority_share: float | None = None,
-                     estimates: bool = False) -> int:
+def simulate_command(
+    trace: Path,
+    *,
+    gpus: int,
+    policy: str,
+    discipline: str,
+    load: float | None,
+    arrivals: str,
+    seed: int,
+    as_json: bool,
+    cpus: int | None = None,
+    mem: str | None = None,
+    preemption: bool = False,
+    high_priority_share: float | None = None,
+    estimates: bool = False,
+) -> int:
     """`gpusched simulate`: replay, then print the metrics as a table or JSON."""
     rules = check_choices(gpus, policy, discipline)  # before reading a large file
     started_s = time.perf_counter()
     prepared = traces.prepare(trace, gpus=gpus, load=load, arrivals=arrivals, seed=seed)
     host = _host(cpus, mem)
     if (preemption or high_priority_share is not None) and host is not None:
-        raise UsageError("--preemption and --high-priority-share count GPUs only; leave out "
-                         "--cpus and --mem")
-    settings = {"gpus": gpus, "cpus": cpus, "mem": mem, "policy": policy, "discipline": discipline, "load": load,
-                "arrivals": arrivals, "seed": seed if arrivals == "poisson" else None}
+        raise UsageError(
+            "--preemption and --high-priority-share count GPUs only; leave out --cpus and --mem"
+        )
+    settings = {
+        "gpus": gpus,
+        "cpus": cpus,
+        "mem": mem,
+        "policy": policy,
+        "discipline": discipline,
+        "load": load,
+        "arrivals": arrivals,
+        "seed": seed if arrivals == "poisson" else None,
+    }
     model = None
     if estimates and (preemption or high_priority_share is not None):
-        raise UsageError("--estimates replays without priorities; leave out --preemption and "
-                         "--high-priority-share")
+        raise UsageError(
+            "--estimates replays without priorities; leave out --preemption and "
+            "--high-priority-share"
+        )
     if preemption or high_priority_share is not None:
         from gpusched.sim.preemptsim import DEFAULT_HIGH_SHARE
 
         share = DEFAULT_HIGH_SHARE if high_priority_share is None else high_priority_share
-        metrics, extra = _with_priorities(prepared, gpus, policy, discipline, preemption,
-                                          share, seed)
+        metrics, extra = _with_priorities(
+            prepared, gpus, policy, discipline, preemption, share, seed
+        )
         report = {**_report(prepared, metrics, settings), **extra}
     else:
         jobs = prepared.jobs
@@ -137,7 +188,9 @@ def simulate_command(trace: Path, *, gpus: int, policy: str, discipline: str,
 
 def estimates_text(found: dict) -> str:
     """simulate --estimates, in words."""
-    return (f"  with --gpu-mem auto: {found['estimated']} jobs estimated, "
-            f"{found['whole_gpu']} on whole GPUs (no history yet, or as large as a GPU); "
-            f"{found['shared_gpu']} shared a GPU; {found['would_oom']} would have run out of "
-            f"GPU memory; memory asked {found['mem_asked_ratio'] * 100:.1f} % of whole GPUs\n")
+    return (
+        f"  with --gpu-mem auto: {found['estimated']} jobs estimated, "
+        f"{found['whole_gpu']} on whole GPUs (no history yet, or as large as a GPU); "
+        f"{found['shared_gpu']} shared a GPU; {found['would_oom']} would have run out of "
+        f"GPU memory; memory asked {found['mem_asked_ratio'] * 100:.1f} % of whole GPUs\n"
+    )

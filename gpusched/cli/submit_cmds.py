@@ -7,7 +7,8 @@ same table); the typer signatures here are built from it.
 from __future__ import annotations
 
 import inspect
-from typing import Any, Callable, List, Optional
+from collections.abc import Callable
+from typing import Any, Optional
 
 import typer
 
@@ -16,25 +17,37 @@ from gpusched.client.options import RESUBMIT, RESUBMIT_FIELDS, SUBMIT, SubmitOpt
 from gpusched.client.submitting import submit_and_report
 
 app = App()
-_TYPES = {"str": str, "int": int, "list": List[str], "flag": bool, "yesno": bool}
+_TYPES = {"str": str, "int": int, "list": list[str], "flag": bool, "yesno": bool}
 
 
 def with_options(rows: tuple) -> Callable[[Callable], Callable]:
     """Give a command whose options come as **options the signature typer reads: its own
     parameters, then a keyword parameter per row of an options table, named as the row's
     field (a SubmitOptions field for submit's); a row's sixth item is its metavar."""
+
     def decorate(command: Callable) -> Callable:
-        params = [p for p in inspect.signature(command, eval_str=True).parameters.values()
-                  if p.kind is not inspect.Parameter.VAR_KEYWORD]
+        params = [
+            p
+            for p in inspect.signature(command, eval_str=True).parameters.values()
+            if p.kind is not inspect.Parameter.VAR_KEYWORD
+        ]
         for field, flags, kind, default, help_text, *metavar in rows:
-            option = typer.Option(list(default) if kind == "list" else default, *flags,
-                                  help=help_text, metavar=metavar[0] if metavar else None)
-            annotation = _TYPES[kind] if default is not None else Optional[_TYPES[kind]]
-            params.append(inspect.Parameter(field, inspect.Parameter.KEYWORD_ONLY,
-                                            default=option, annotation=annotation))
+            option = typer.Option(
+                list(default) if kind == "list" else default,
+                *flags,
+                help=help_text,
+                metavar=metavar[0] if metavar else None,
+            )
+            annotation = _TYPES[kind] if default is not None else Optional[_TYPES[kind]]  # noqa: UP045 - typer reads it at run time, on Python 3.10 too
+            params.append(
+                inspect.Parameter(
+                    field, inspect.Parameter.KEYWORD_ONLY, default=option, annotation=annotation
+                )
+            )
         command.__signature__ = inspect.Signature(params)
         command.__annotations__ = {p.name: p.annotation for p in params}
         return command
+
     return decorate
 
 
@@ -43,7 +56,7 @@ class SubmitCommand(Command):
     no value, so the fast path's parser folds that form into the bare flag first. sbatch
     options gpusched refuses, and stray words before `--`, are refused first."""
 
-    def parse_args(self, ctx, args):  # noqa: ANN001 - click's signature
+    def parse_args(self, ctx, args):
         from gpusched.client.fastsubmit import OPTIONS, fold_yes_no
         from gpusched.client.slurmflags import check_command_line
 
@@ -54,8 +67,9 @@ class SubmitCommand(Command):
 @app.command(cls=SubmitCommand, context_settings={"allow_interspersed_args": False})
 @with_options(SUBMIT)
 def submit(
-    command: Optional[List[str]] = typer.Argument(None, metavar="-- COMMAND...",
-                                                  help="The command and its arguments."),
+    command: list[str] | None = typer.Argument(
+        None, metavar="-- COMMAND...", help="The command and its arguments."
+    ),
     **options: Any,
 ) -> None:
     """Queue a job and print its id.
@@ -73,8 +87,11 @@ def submit(
 @app.command()
 @with_options(RESUBMIT)
 def resubmit(
-    job_id: str = typer.Argument(..., metavar="JOBID", help="The job to run again (an "
-                                 "array's id: the whole array; ARRAY_INDEX: one element)."),
+    job_id: str = typer.Argument(
+        ...,
+        metavar="JOBID",
+        help="The job to run again (an array's id: the whole array; ARRAY_INDEX: one element).",
+    ),
     **options: Any,
 ) -> None:
     """Run a job again as a new job, and print its id.
@@ -93,7 +110,10 @@ def resubmit(
     from gpusched.client.submitting import resubmit_and_report
 
     # Not given: None, or False for a flag (0 and "" are values someone gave).
-    given = [name for name, value in options.items()
-             if name in RESUBMIT_FIELDS and value is not None and value is not False]
+    given = [
+        name
+        for name, value in options.items()
+        if name in RESUBMIT_FIELDS and value is not None and value is not False
+    ]
     opts = SubmitOptions(**{k: v for k, v in options.items() if v is not None})
     raise typer.Exit(resubmit_and_report(job_id, opts, given))

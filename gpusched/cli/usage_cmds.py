@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import time
-from typing import Optional
 
 import typer
 
@@ -16,16 +15,20 @@ from gpusched.core.units import duration_human, parse_duration
 
 app = App()
 GROUPINGS = ("user", "name")  # daemon/usage.py's, written out: the CLI does not import the daemon
-GIB = 1024 ** 3
+GIB = 1024**3
 
 
 @app.command()
 def usage(
-    since: Optional[str] = typer.Option(None, "--since", metavar="DURATION",
-                                        help="Only the last DURATION, e.g. 7d, 12h (default: "
-                                        "everything the queue remembers)."),
-    by: str = typer.Option("user", "--by", metavar="user|name",
-                           help="Group by user or by job name."),
+    since: str | None = typer.Option(
+        None,
+        "--since",
+        metavar="DURATION",
+        help="Only the last DURATION, e.g. 7d, 12h (default: everything the queue remembers).",
+    ),
+    by: str = typer.Option(
+        "user", "--by", metavar="user|name", help="Group by user or by job name."
+    ),
     as_json: bool = typer.Option(False, "--json", help=JSON_HELP),
 ) -> None:
     """Who used the GPUs, and how much.
@@ -61,26 +64,48 @@ def usage(
 
 def usage_text(report: dict) -> str:
     """The report as a table, a total line, and what it leaves out."""
-    head = ("USER" if report["by"] == "user" else "NAME", "JOBS", "GPU-H", "MEM GiB-H",
-            "MEAN WAIT", "STATES")  # every job counted, running ones too: not only ended
+    head = (
+        "USER" if report["by"] == "user" else "NAME",
+        "JOBS",
+        "GPU-H",
+        "MEM GiB-H",
+        "MEAN WAIT",
+        "STATES",
+    )  # every job counted, running ones too: not only ended
     rows = [_cells(line) for line in report["groups"]]
     rows.append(_cells({**report["total"], "key": "total"}))
     widths = [max(len(str(r[i])) for r in [head, *rows]) for i in range(len(head))]
-    lines = ["  ".join(str(cell).ljust(w) for cell, w in zip(r, widths)).rstrip()
-             for r in [head, *rows]]
+    lines = [
+        "  ".join(str(cell).ljust(w) for cell, w in zip(r, widths)).rstrip() for r in [head, *rows]
+    ]
     since = report["since"]
-    lines.insert(0, "usage " + ("of all time" if since is None else
-                                f"since {time.strftime('%Y-%m-%d %H:%M', time.localtime(since))}"))
+    lines.insert(
+        0,
+        "usage "
+        + (
+            "of all time"
+            if since is None
+            else f"since {time.strftime('%Y-%m-%d %H:%M', time.localtime(since))}"
+        ),
+    )
     removed = report["removed_jobs"]
     if removed["jobs"] and not removed["included"]:
-        lines.append(f"not counted: {removed['jobs']} job(s) removed by [jobs] keep_finished "
-                     "(their usage is kept per user, without times: see `gpusched usage` "
-                     "with no --since)")
+        lines.append(
+            f"not counted: {removed['jobs']} job(s) removed by [jobs] keep_finished "
+            "(their usage is kept per user, without times: see `gpusched usage` "
+            "with no --since)"
+        )
     return "\n".join(lines)
 
 
 def _cells(line: dict) -> tuple:
     states = " ".join(f"{state} {count}" for state, count in line["states"].items())
     wait = "-" if line["mean_wait_s"] is None else duration_human(line["mean_wait_s"])
-    return (line["key"] or "(no name)", line["jobs"], f"{line['gpu_seconds'] / 3600:.2f}",
-            f"{line['gpu_mem_byte_seconds'] / GIB / 3600:.2f}", wait, states or "-")
+    return (
+        line["key"] or "(no name)",
+        line["jobs"],
+        f"{line['gpu_seconds'] / 3600:.2f}",
+        f"{line['gpu_mem_byte_seconds'] / GIB / 3600:.2f}",
+        wait,
+        states or "-",
+    )

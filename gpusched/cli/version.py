@@ -47,7 +47,7 @@ def checkout_commit(checkout: str) -> str:
         head = _read(os.path.join(git_dir, "HEAD"))
         if not head.startswith("ref:"):
             return head if _is_sha(head) else ""  # a detached HEAD names the commit itself
-        return _resolve_ref(git_dir, head[len("ref:"):].strip())
+        return _resolve_ref(git_dir, head[len("ref:") :].strip())
     except (OSError, UnicodeDecodeError):
         return ""
 
@@ -61,7 +61,7 @@ def _git_dir(dot_git: str) -> str:
     line = _read(dot_git)
     if not line.startswith("gitdir:"):
         return ""
-    return os.path.join(os.path.dirname(dot_git), line[len("gitdir:"):].strip())
+    return os.path.join(os.path.dirname(dot_git), line[len("gitdir:") :].strip())
 
 
 def _resolve_ref(git_dir: str, ref: str) -> str:

@@ -12,8 +12,11 @@ if TYPE_CHECKING:  # typing is not imported on the fast command path
 def cluster_human(cluster: dict[str, Any], now: float) -> str:
     """`hpc 123 RUNNING on n7, as of 4s ago`; `STALE (why)` while Slurm does not answer:
     the state shown is then the last one Slurm gave, never a guess."""
-    parts = [cluster["name"], cluster["slurm_job_id"] or "(not submitted yet)",
-             cluster["slurm_state"]]
+    parts = [
+        cluster["name"],
+        cluster["slurm_job_id"] or "(not submitted yet)",
+        cluster["slurm_state"],
+    ]
     if cluster["node"]:
         parts.append(f"on {cluster['node']}")
     if cluster.get("gpu_ids"):

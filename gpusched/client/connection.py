@@ -10,9 +10,9 @@ import sys
 import time
 
 from gpusched.client import trust, wire
+from gpusched.client.modes import client_paths
 from gpusched.client.paths import Paths, ensure_private_dir
 from gpusched.core.errors import ERROR_KINDS, DaemonUnavailable, GpuschedError, PermissionDenied
-from gpusched.client.modes import client_paths
 
 # typing is imported only by type checkers: it costs every CLI call several ms.
 TYPE_CHECKING = False
@@ -28,15 +28,20 @@ _compared_daemon = False
 
 # What a request that reached the daemon may have done when its answer never came (one
 # that changes nothing: no more than the plain error).
-_MAY_BE_DONE = {"submit": "the job may have been queued",
-                "resubmit": "the job may have been queued",
-                **{cmd: f"the {cmd} may have been done" for cmd in (
-                    "cancel", "hold", "release", "update", "requeue", "preempt", "gc")}}
+_MAY_BE_DONE = {
+    "submit": "the job may have been queued",
+    "resubmit": "the job may have been queued",
+    **{
+        cmd: f"the {cmd} may have been done"
+        for cmd in ("cancel", "hold", "release", "update", "requeue", "preempt", "gc")
+    },
+}
 
 
 class Client:
-    def __init__(self, paths: Paths | None = None, autostart: bool = True,
-                 check_daemon: bool | None = None):
+    def __init__(
+        self, paths: Paths | None = None, autostart: bool = True, check_daemon: bool | None = None
+    ):
         """check_daemon: warn when the daemon runs with other GPUs or config than this
         process's environment asks for; by default when the paths come from it too."""
         self.check_daemon = paths is None if check_daemon is None else check_daemon
@@ -59,12 +64,16 @@ class Client:
 
     def not_running_message(self) -> str:
         if self.paths.is_system:
-            return (f"the system gpusched daemon ({self.paths.socket}) is not running; ask an "
-                    "admin to start it (`systemctl start gpusched`).")
+            return (
+                f"the system gpusched daemon ({self.paths.socket}) is not running; ask an "
+                "admin to start it (`systemctl start gpusched`)."
+            )
         if self.paths.mode == "socket":
             return f"no gpusched daemon listens on GPUSCHED_SOCKET={self.paths.socket}."
-        return (f"no gpusched daemon is running for {self.paths.state_dir}; start one with "
-                "`gpusched daemon start`.")
+        return (
+            f"no gpusched daemon is running for {self.paths.state_dir}; start one with "
+            "`gpusched daemon start`."
+        )
 
     def connect(self) -> Any:
         try:
@@ -73,13 +82,16 @@ class Client:
             if not self.autostart:
                 raise DaemonUnavailable(self.not_running_message()) from None
         except PermissionError:
-            raise PermissionDenied(f"cannot connect to the gpusched daemon at {self.paths.socket}: "
-                                   "permission denied (it belongs to another user). Use your own: "
-                                   "unset GPUSCHED_HOME or point it at a directory of yours.") from None
+            raise PermissionDenied(
+                f"cannot connect to the gpusched daemon at {self.paths.socket}: "
+                "permission denied (it belongs to another user). Use your own: "
+                "unset GPUSCHED_HOME or point it at a directory of yours."
+            ) from None
         return self.wait_until_up(daemon=start_daemon(self.paths))
 
-    def wait_until_up(self, timeout_s: float = START_TIMEOUT_S,
-                      daemon: StartedDaemon | None = None) -> Any:
+    def wait_until_up(
+        self, timeout_s: float = START_TIMEOUT_S, daemon: StartedDaemon | None = None
+    ) -> Any:
         """Connect once the daemon listens; fail at once if the one we started gave up."""
         deadline = time.monotonic() + timeout_s
         delay = 0.005
@@ -89,13 +101,17 @@ class Client:
             except (FileNotFoundError, ConnectionRefusedError):
                 # A daemon that lost the lock to a concurrent start exits too; then the
                 # winner holds the lock and comes up, so only an unheld lock means failure.
-                if (daemon is not None and daemon.process.poll() is not None
-                        and not lock_is_held(self.paths.lock)):
+                if (
+                    daemon is not None
+                    and daemon.process.poll() is not None
+                    and not lock_is_held(self.paths.lock)
+                ):
                     raise DaemonUnavailable(daemon.failure(self.paths)) from None
                 if time.monotonic() > deadline:
                     raise DaemonUnavailable(
                         f"the gpusched daemon did not start within {timeout_s:.0f} s; see "
-                        f"{self.paths.daemon_log}") from None
+                        f"{self.paths.daemon_log}"
+                    ) from None
                 time.sleep(delay)
                 delay = min(delay * 2, 0.1)
 
@@ -125,11 +141,14 @@ class Client:
         the command, when the daemon had all of it (and may have done it)."""
         done = _MAY_BE_DONE.get(sent)  # type: ignore[arg-type]
         if done is None:
-            raise DaemonUnavailable(f"lost the connection to the gpusched daemon ({why}); "
-                                    f"see {self.paths.daemon_log}") from None
-        raise DaemonUnavailable(f"lost the connection to the gpusched daemon after sending "
-                                f"the {sent} ({why}); {done}: check with `gpusched ls`, and "
-                                f"see {self.paths.daemon_log}") from None
+            raise DaemonUnavailable(
+                f"lost the connection to the gpusched daemon ({why}); see {self.paths.daemon_log}"
+            ) from None
+        raise DaemonUnavailable(
+            f"lost the connection to the gpusched daemon after sending "
+            f"the {sent} ({why}); {done}: check with `gpusched ls`, and "
+            f"see {self.paths.daemon_log}"
+        ) from None
 
     def result_of(self, reply: dict[str, Any] | None) -> Any:
         """A reply's result, raising the daemon's error as ours (client/pagestream.py too)."""
@@ -143,8 +162,7 @@ class Client:
             raise cls(error.get("message", "the daemon refused the request"))
         return reply.get("result")
 
-    def call_paged(self, cmd: str, timeout_s: float | None = 60.0,
-                   **args: Any) -> dict[str, Any]:
+    def call_paged(self, cmd: str, timeout_s: float | None = 60.0, **args: Any) -> dict[str, Any]:
         """A request whose reply comes in pages (list, show, wait): asked again from
         each reply's "next" until the last; the last reply, with every page's jobs."""
         jobs: list = []
@@ -201,12 +219,15 @@ class StartedDaemon:
                 lines = fh.read(1 << 20).decode(errors="replace").splitlines()
         except OSError:
             lines = []
-        message = next((line[len("Error: "):] for line in reversed(lines)
-                        if line.startswith("Error: ")), "")
+        message = next(
+            (line[len("Error: ") :] for line in reversed(lines) if line.startswith("Error: ")), ""
+        )
         if message:
             return f"the gpusched daemon could not start: {message}"
-        return (f"the gpusched daemon exited with status {self.process.returncode} before it "
-                f"was ready; see {paths.daemon_log}")
+        return (
+            f"the gpusched daemon exited with status {self.process.returncode} before it "
+            f"was ready; see {paths.daemon_log}"
+        )
 
 
 def lock_is_held(path: str) -> bool:
@@ -235,9 +256,16 @@ def start_daemon(paths: Paths, environ: dict[str, str] | None = None) -> Started
     log_fd = os.open(paths.daemon_log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
     try:
         offset = os.fstat(log_fd).st_size
-        process = subprocess.Popen([sys.executable, "-m", "gpusched", "daemon", "run", "--user"],
-                                   stdin=subprocess.DEVNULL, stdout=log_fd, stderr=log_fd,
-                                   start_new_session=True, close_fds=True, env=env, cwd="/")
+        process = subprocess.Popen(
+            [sys.executable, "-m", "gpusched", "daemon", "run", "--user"],
+            stdin=subprocess.DEVNULL,
+            stdout=log_fd,
+            stderr=log_fd,
+            start_new_session=True,
+            close_fds=True,
+            env=env,
+            cwd="/",
+        )
     finally:
         os.close(log_fd)
     return StartedDaemon(process, offset)

@@ -45,9 +45,13 @@ def _notify_send(title: str, body: str) -> bool:
     import subprocess
 
     try:
-        done = subprocess.run(["notify-send", "-a", "gpusched", "--", title, body],
-                              stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                              stderr=subprocess.DEVNULL, timeout=NOTIFY_SEND_TIMEOUT_S)
+        done = subprocess.run(
+            ["notify-send", "-a", "gpusched", "--", title, body],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            timeout=NOTIFY_SEND_TIMEOUT_S,
+        )
     except (OSError, subprocess.SubprocessError):
         return False
     return done.returncode == 0
@@ -58,6 +62,9 @@ def watch_in_background(ids: list[int]) -> None:
     running in this session (so its bell reaches this terminal) once submit returns."""
     import subprocess
 
-    subprocess.Popen([sys.executable, "-m", "gpusched", "wait", "--notify", *map(str, ids)],
-                     stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                     start_new_session=True)
+    subprocess.Popen(
+        [sys.executable, "-m", "gpusched", "wait", "--notify", *map(str, ids)],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        start_new_session=True,
+    )

@@ -37,13 +37,18 @@ def _sha256(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
-def fingerprint(config: dict[str, Any], simulate: str, simulate_configured: str,
-                environ: dict[str, str]) -> dict[str, Any]:
+def fingerprint(
+    config: dict[str, Any], simulate: str, simulate_configured: str, environ: dict[str, str]
+) -> dict[str, Any]:
     """What a daemon tells its clients about how it was started: the config file's stamp
     from before it read the file, the simulated GPUs in use ("" for real ones), those the
     config file asks for, and GPUSCHED_SIMULATE as it found it."""
-    return {"config": config, "simulate": simulate, "simulate_configured": simulate_configured,
-            "simulate_env": environ.get(SIMULATE_ENV, "")}
+    return {
+        "config": config,
+        "simulate": simulate,
+        "simulate_configured": simulate_configured,
+        "simulate_env": environ.get(SIMULATE_ENV, ""),
+    }
 
 
 def _config_changed(stamp: dict[str, Any]) -> bool:
@@ -68,11 +73,14 @@ def differences(daemon: dict[str, Any], paths: Paths, environ: dict[str, str]) -
         here = environ.get(SIMULATE_ENV, "")
         if (here or daemon["simulate_configured"]) != daemon["simulate"]:
             asked = f"{SIMULATE_ENV}={here}" if here else f"{SIMULATE_ENV} is not set"
-            found.append(f"the running daemon uses {_gpus_text(daemon['simulate'])} but "
-                         f"{asked} here")
+            found.append(
+                f"the running daemon uses {_gpus_text(daemon['simulate'])} but {asked} here"
+            )
         if paths.config_file != config["path"]:
-            found.append(f"the running daemon read the config file {config['path']} but here "
-                         f"it is {paths.config_file}")
+            found.append(
+                f"the running daemon read the config file {config['path']} but here "
+                f"it is {paths.config_file}"
+            )
             return found
     if _config_changed(config):
         found.append(f"the config file {config['path']} changed since the daemon started")
@@ -91,6 +99,9 @@ def warning(daemon: Any, paths: Paths, environ: dict[str, str]) -> str | None:
     if not found:
         return None
     it = "it" if len(found) == 1 else "them"
-    fix = (f"run `gpusched daemon restart` to apply {it}" if paths.mode == "user" else
-           f"`systemctl restart gpusched` (as root) applies {it}")
-    return (f"gpusched: warning: {', and '.join(found)}; {fix} (running jobs keep running)")
+    fix = (
+        f"run `gpusched daemon restart` to apply {it}"
+        if paths.mode == "user"
+        else f"`systemctl restart gpusched` (as root) applies {it}"
+    )
+    return f"gpusched: warning: {', and '.join(found)}; {fix} (running jobs keep running)"

@@ -8,10 +8,10 @@ way. tests/test_fastsubmit.py keeps the two parsers in step.
 
 from __future__ import annotations
 
-from gpusched.core.errors import GpuschedError, UsageError, report_error
 from gpusched.client.options import SUBMIT, SubmitOptions, flags_of
 from gpusched.client.slurmflags import check_command_line
 from gpusched.client.submitting import submit_and_report
+from gpusched.core.errors import GpuschedError, UsageError, report_error
 
 # option -> (SubmitOptions field, kind), from the one table of submit's options.
 OPTIONS = flags_of(SUBMIT)
@@ -32,7 +32,7 @@ def parse(argv: list[str]) -> SubmitOptions | None:
     while i < len(argv):
         arg = argv[i]
         if arg == "--":
-            opts.command = argv[i + 1:]
+            opts.command = argv[i + 1 :]
             return opts
         if not arg.startswith("-") or arg == "-":
             opts.command = argv[i:]  # the command starts at the first non-option

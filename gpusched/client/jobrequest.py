@@ -13,7 +13,8 @@ from gpusched.core.errors import UsageError
 # typing would cost every submit several ms.
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from typing import Any, Iterable
+    from collections.abc import Iterable
+    from typing import Any
 
 
 def _syntax() -> Any:
@@ -25,8 +26,14 @@ def _syntax() -> Any:
 
 
 # The options that choose among the GPUs (SubmitOptions fields).
-GPU_CONSTRAINT_OPTIONS = ("gpu_ids", "exclude_gpus", "gpu_type", "min_gpu_total_mem",
-                          "min_compute_capability", "topology")
+GPU_CONSTRAINT_OPTIONS = (
+    "gpu_ids",
+    "exclude_gpus",
+    "gpu_type",
+    "min_gpu_total_mem",
+    "min_compute_capability",
+    "topology",
+)
 
 
 def env_pairs(pairs: Iterable[str]) -> dict[str, str]:
@@ -55,8 +62,9 @@ def size_option(text: str | None, option: str) -> int | None:
     if text is None:
         return None
     if text.strip().replace(".", "", 1).isdecimal():
-        raise UsageError(f"{option} {text}: give a unit, e.g. {text.strip()}G (GiB) or "
-                         f"{text.strip()}M (MiB)")
+        raise UsageError(
+            f"{option} {text}: give a unit, e.g. {text.strip()}G (GiB) or {text.strip()}M (MiB)"
+        )
     from gpusched.core.units import parse_size
 
     try:
@@ -106,15 +114,18 @@ def gpus_and_type(opts: SubmitOptions) -> tuple[int | None, str]:
     if opts.gres is not None:
         from_gres = gres_as_gpus(opts.gres)
         if gpus is not None and syntax.parse_gpus(str(gpus)) != syntax.parse_gpus(from_gres):
-            raise UsageError(f"--gpus {gpus} and --gres {opts.gres} ask for different GPUs; "
-                             "give one of them")
+            raise UsageError(
+                f"--gpus {gpus} and --gres {opts.gres} ask for different GPUs; give one of them"
+            )
         gpus = from_gres
     if gpus is None:
         return None, gpu_type
     count, named_type = syntax.parse_gpus(str(gpus))
     if named_type and gpu_type and named_type.lower() != gpu_type.lower():
-        raise UsageError(f"--gpus {opts.gpus} and --gpu-type {gpu_type} name different GPU "
-                         "types; give one of them")
+        raise UsageError(
+            f"--gpus {opts.gpus} and --gpu-type {gpu_type} name different GPU "
+            "types; give one of them"
+        )
     return count, named_type or gpu_type
 
 
@@ -122,17 +133,22 @@ def scheduling_fields(opts: SubmitOptions) -> dict[str, Any]:
     """The Slurm-style options of a job spec: hold, dependencies, arrays, limits, constraints."""
     spec: dict[str, Any] = {
         "mem_bytes": None if opts.mem is None else _syntax().parse_mem(opts.mem),
-        "hold": opts.hold, "kill_on_invalid_dep": opts.kill_on_invalid_dep,
-        "dependencies": [list(d) for d in _syntax().parse_dependencies(
-            opts.after, opts.dependency)] if opts.after or opts.dependency else [],
-        "retries": opts.retries, "policy": opts.policy or "",
-        "constraints": {"gpu_ids": _index_list(opts.gpu_ids, "--gpu-ids"),
-                        "exclude_gpus": _index_list(opts.exclude_gpus, "--exclude-gpus"),
-                        "gpu_type": gpus_and_type(opts)[1],
-                        "min_gpu_total_mem_bytes": size_option(opts.min_gpu_total_mem,
-                                                               "--min-gpu-total-mem") or 0,
-                        "min_compute_capability": _capability(opts.min_compute_capability),
-                        "topology": opts.topology or ""},
+        "hold": opts.hold,
+        "kill_on_invalid_dep": opts.kill_on_invalid_dep,
+        "dependencies": [list(d) for d in _syntax().parse_dependencies(opts.after, opts.dependency)]
+        if opts.after or opts.dependency
+        else [],
+        "retries": opts.retries,
+        "policy": opts.policy or "",
+        "constraints": {
+            "gpu_ids": _index_list(opts.gpu_ids, "--gpu-ids"),
+            "exclude_gpus": _index_list(opts.exclude_gpus, "--exclude-gpus"),
+            "gpu_type": gpus_and_type(opts)[1],
+            "min_gpu_total_mem_bytes": size_option(opts.min_gpu_total_mem, "--min-gpu-total-mem")
+            or 0,
+            "min_compute_capability": _capability(opts.min_compute_capability),
+            "topology": opts.topology or "",
+        },
     }
     if opts.cpus is not None:  # only cores asked for are a limit (see jobspec)
         spec["cpus"] = opts.cpus
@@ -149,8 +165,9 @@ def scheduling_fields(opts: SubmitOptions) -> dict[str, Any]:
         spec["time_limit_s"] = time_limit_s
     if opts.signal is not None:
         if time_limit_s is None:
-            raise UsageError("--signal warns before the time limit: add a --time limit "
-                             "(not 0 or UNLIMITED)")
+            raise UsageError(
+                "--signal warns before the time limit: add a --time limit (not 0 or UNLIMITED)"
+            )
         syntax = _syntax()
         try:
             spec["warn_signal"], spec["warn_before_s"] = syntax.parse_signal_spec(opts.signal)
@@ -206,12 +223,16 @@ def job_cwd(option: str | None) -> str:
             here = os.getcwd()
         except FileNotFoundError:  # deleted under the shell that runs us
             if option is None:
-                raise UsageError("the current directory no longer exists (was it deleted?), "
-                                 "and a job runs where it is submitted. cd to a directory "
-                                 "that exists, or give --cwd DIR") from None
-            raise UsageError(f"--cwd {option} is relative to the current directory, which no "
-                             "longer exists (was it deleted?). cd to a directory that "
-                             "exists, or give an absolute --cwd") from None
+                raise UsageError(
+                    "the current directory no longer exists (was it deleted?), "
+                    "and a job runs where it is submitted. cd to a directory "
+                    "that exists, or give --cwd DIR"
+                ) from None
+            raise UsageError(
+                f"--cwd {option} is relative to the current directory, which no "
+                "longer exists (was it deleted?). cd to a directory that "
+                "exists, or give an absolute --cwd"
+            ) from None
         option = os.path.join(here, option or "")
     cwd = os.path.normpath(option)
     if not os.path.exists(cwd):
@@ -231,8 +252,9 @@ def build_request(opts: SubmitOptions) -> dict[str, Any]:
         raise UsageError(f"--gpu-mem must be more than zero, not {opts.gpu_mem!r}")
     # Asking for GPU memory or for particular GPUs means a GPU: without --gpus, one (of
     # the GPUs --gpu-ids names, say); --gpus N asks for more.
-    wants_gpu = gpu_mem_bytes or gpu_mem_auto or any(getattr(opts, name)
-                                                      for name in GPU_CONSTRAINT_OPTIONS)
+    wants_gpu = (
+        gpu_mem_bytes or gpu_mem_auto or any(getattr(opts, name) for name in GPU_CONSTRAINT_OPTIONS)
+    )
     gpus = gpus_asked if gpus_asked is not None else (1 if wants_gpu else 0)
     cwd = job_cwd(opts.cwd)
     env = submitting_environment()
@@ -249,15 +271,27 @@ def build_request(opts: SubmitOptions) -> dict[str, Any]:
     elif opts.command:
         command = list(opts.command)
     else:
-        raise UsageError("no command to run; put it after `--`, e.g. "
-                         "`gpusched submit --gpus 1 -- python train.py`")
-    extra = {**scheduling_fields(opts), **container_field(opts),
-             **_output_fields(opts, cwd, command)}
+        raise UsageError(
+            "no command to run; put it after `--`, e.g. "
+            "`gpusched submit --gpus 1 -- python train.py`"
+        )
+    extra = {
+        **scheduling_fields(opts),
+        **container_field(opts),
+        **_output_fields(opts, cwd, command),
+    }
     if gpu_mem_auto:
         extra["gpu_mem_auto"] = True
-    jobs = [{"command": command, "name": opts.name, "gpus": gpus,
-             "gpu_mem_bytes": gpu_mem_bytes, "priority": opts.priority - (opts.nice or 0),
-             **extra}]
+    jobs = [
+        {
+            "command": command,
+            "name": opts.name,
+            "gpus": gpus,
+            "gpu_mem_bytes": gpu_mem_bytes,
+            "priority": opts.priority - (opts.nice or 0),
+            **extra,
+        }
+    ]
     request = {"jobs": jobs, "env": env, "cwd": cwd}
     if opts.cluster:
         request["cluster"] = opts.cluster
@@ -268,8 +302,9 @@ def build_request(opts: SubmitOptions) -> dict[str, Any]:
 
         check_limits(request)
         array = extra.get("array")
-        request["lines"] = sweepfile.sweep_lines(opts.from_file,
-                                                 len(array["indices"]) if array else 1)
+        request["lines"] = sweepfile.sweep_lines(
+            opts.from_file, len(array["indices"]) if array else 1
+        )
     return request
 
 
@@ -280,8 +315,9 @@ def _output_fields(opts: SubmitOptions, cwd: str, command: list[str]) -> dict[st
     from gpusched.client.outputs import output_fields
     from gpusched.core.jobname import program_name
 
-    return output_fields(opts.output, opts.error, opts.open_mode, cwd,
-                         opts.name or program_name(command))
+    return output_fields(
+        opts.output, opts.error, opts.open_mode, cwd, opts.name or program_name(command)
+    )
 
 
 def container_field(opts: SubmitOptions) -> dict[str, Any]:
@@ -289,12 +325,15 @@ def container_field(opts: SubmitOptions) -> dict[str, Any]:
     variables --env sets are passed into the container by name (core/container.py)."""
     if opts.container is None:
         if opts.container_opt:
-            raise UsageError("--container-opt is an option for the container runtime: add "
-                             "--container IMAGE")
+            raise UsageError(
+                "--container-opt is an option for the container runtime: add --container IMAGE"
+            )
         return {}
     if not opts.container or opts.container.startswith("-"):
-        raise UsageError(f"--container takes an image name, not {opts.container!r}; give "
-                         "runtime options with --container-opt")
+        raise UsageError(
+            f"--container takes an image name, not {opts.container!r}; give "
+            "runtime options with --container-opt"
+        )
     by_name = [f"--env={name}" for name in env_pairs(opts.env)]
     return {"container": [opts.container, *by_name, *opts.container_opt]}
 
@@ -311,5 +350,6 @@ def check_limits(request: dict[str, Any]) -> None:
         from gpusched.client.modes import client_paths
         from gpusched.core.config import load_settings
 
-        limits.check_submit(request, limits.from_settings(
-            load_settings(client_paths().config_file, environ={})))
+        limits.check_submit(
+            request, limits.from_settings(load_settings(client_paths().config_file, environ={}))
+        )

@@ -17,9 +17,13 @@ def system_paths(environ: dict[str, str] | None = None) -> Paths:
     env = os.environ if environ is None else environ
     root = absolute(env.get(SYSTEM_ROOT_ENV) or "/")
     join = os.path.join
-    return Paths(state_dir=join(root, "var/lib/gpusched"), run_dir=join(root, "run/gpusched"),
-                 config_file=join(root, "etc/gpusched/gpusched.toml"), mode="system",
-                 log_root=join(root, "var/log/gpusched"))
+    return Paths(
+        state_dir=join(root, "var/lib/gpusched"),
+        run_dir=join(root, "run/gpusched"),
+        config_file=join(root, "etc/gpusched/gpusched.toml"),
+        mode="system",
+        log_root=join(root, "var/log/gpusched"),
+    )
 
 
 def client_paths(environ: dict[str, str] | None = None) -> Paths:
@@ -27,8 +31,9 @@ def client_paths(environ: dict[str, str] | None = None) -> Paths:
     exists, else the user's own daemon (started on demand)."""
     env = os.environ if environ is None else environ
     if env.get("GPUSCHED_SOCKET"):
-        return resolve_paths(env)._replace(mode="socket",
-                                           socket_file=absolute(env["GPUSCHED_SOCKET"]))
+        return resolve_paths(env)._replace(
+            mode="socket", socket_file=absolute(env["GPUSCHED_SOCKET"])
+        )
     if not env.get("GPUSCHED_HOME"):
         system = system_paths(env)
         if os.path.lexists(system.socket):
@@ -57,7 +62,9 @@ def ensure_public_dir(path: str) -> None:
     os.makedirs(path, mode=0o755, exist_ok=True)
     info = os.lstat(path)
     if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.geteuid():
-        raise ConfigError(f"{path} is not a directory owned by uid {os.geteuid()}; remove it "
-                          "and start the daemon again.")
+        raise ConfigError(
+            f"{path} is not a directory owned by uid {os.geteuid()}; remove it "
+            "and start the daemon again."
+        )
     if stat.S_IMODE(info.st_mode) != 0o755:
         os.chmod(path, 0o755)

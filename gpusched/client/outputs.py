@@ -24,8 +24,9 @@ def open_mode(text: str) -> str:
     return mode
 
 
-def output_fields(output: str | None, error: str | None, mode: str | None, cwd: str,
-                  name: str) -> dict[str, str]:
+def output_fields(
+    output: str | None, error: str | None, mode: str | None, cwd: str, name: str
+) -> dict[str, str]:
     """The job spec's output fields: the patterns, and the open mode when there is a file
     of the user's to open (gpusched's own logs are new files, appended to); {} for none.
     name: the job's name as %x gives it."""
@@ -35,8 +36,9 @@ def output_fields(output: str | None, error: str | None, mode: str | None, cwd: 
         if pattern is None:
             continue
         if not pattern.strip() or "\0" in pattern:
-            raise UsageError(f"{option} wants a file name (patterns: %j, %A, %a, %x), not "
-                             f"{pattern!r}")
+            raise UsageError(
+                f"{option} wants a file name (patterns: %j, %A, %a, %x), not {pattern!r}"
+            )
         _check_dir(option, pattern, cwd, name)
         fields[key] = pattern
     if fields:
@@ -47,8 +49,11 @@ def output_fields(output: str | None, error: str | None, mode: str | None, cwd: 
 def _check_dir(option: str, pattern: str, cwd: str, name: str) -> None:
     from gpusched.core.users import current_user_name  # pwd: only for a job with -o/-e
 
-    folder = outpattern.known_dir(pattern, cwd, name=name, user=current_user_name(),
-                                  host=os.uname().nodename)
+    folder = outpattern.known_dir(
+        pattern, cwd, name=name, user=current_user_name(), host=os.uname().nodename
+    )
     if folder is not None and not os.path.isdir(folder):
-        raise GpuschedError(f"{option} {pattern}: the directory {folder} does not exist. "
-                            "Create it first (Slurm would fail the job), or give another path")
+        raise GpuschedError(
+            f"{option} {pattern}: the directory {folder} does not exist. "
+            "Create it first (Slurm would fail the job), or give another path"
+        )

@@ -16,7 +16,8 @@ from gpusched.core.errors import ProtocolError
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from typing import Any, Iterator
+    from collections.abc import Iterator
+    from typing import Any
 
 # A stream's pages wait in the socket for a reader busy printing (`ls --all | less`):
 # longer than a request's usual send timeout, but not for ever.
@@ -34,8 +35,9 @@ def next_request(message: Any, answer: dict[str, Any]) -> dict[str, Any] | None:
     return None if after is None else {**message, "args": {**args, "after": after}}
 
 
-def pages(client: Any, cmd: str, timeout_s: float | None = 60.0,
-          **args: Any) -> Iterator[dict[str, Any]]:
+def pages(
+    client: Any, cmd: str, timeout_s: float | None = 60.0, **args: Any
+) -> Iterator[dict[str, Any]]:
     """The client's side: each page's result of a streamed request, as it arrives. A daemon
     too old to stream refuses the argument: then each page is asked for on its own."""
     sock = client.connect()
@@ -63,4 +65,3 @@ def _receive(client: Any, sock: Any) -> dict[str, Any] | None:
         return wire.receive(sock)
     except OSError as exc:  # TimeoutError too
         client.lost(exc)
-

@@ -14,8 +14,13 @@ import stat
 from gpusched.core.errors import ConfigError
 from gpusched.core.record import Record
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any, ClassVar
+
 # Unix socket paths are limited to 108 bytes (sun_path); stay well under it.
 _SOCKET_PATH_MAX = 100
+
 
 class Paths(Record):
     """Where one gpusched instance keeps its state, socket and config (absolute strings).
@@ -27,7 +32,7 @@ class Paths(Record):
     """
 
     __slots__ = ("state_dir", "run_dir", "config_file", "mode", "socket_file", "log_root")
-    _defaults = {"mode": "user", "socket_file": None, "log_root": None}
+    _defaults: ClassVar[dict[str, Any]] = {"mode": "user", "socket_file": None, "log_root": None}
 
     @property
     def is_system(self) -> bool:
@@ -89,14 +94,17 @@ def resolve_paths(environ: dict[str, str] | None = None) -> Paths:
         root = absolute(home)
         if os.path.exists(root) and not os.path.isdir(root):
             # Else every command fails deep inside, on a path below it.
-            raise ConfigError(f"GPUSCHED_HOME={home} is not a directory; point it at a "
-                              "directory (it is created if missing).")
+            raise ConfigError(
+                f"GPUSCHED_HOME={home} is not a directory; point it at a "
+                "directory (it is created if missing)."
+            )
         state, run, config = join(root, "state"), join(root, "run"), join(root, "gpusched.toml")
     else:
         user_home = env.get("HOME") or os.path.expanduser("~")
         state = join(env.get("XDG_STATE_HOME") or join(user_home, ".local/state"), "gpusched")
-        config = join(env.get("XDG_CONFIG_HOME") or join(user_home, ".config"),
-                      "gpusched/gpusched.toml")
+        config = join(
+            env.get("XDG_CONFIG_HOME") or join(user_home, ".config"), "gpusched/gpusched.toml"
+        )
         # The socket follows the state directory (and so its lock), never XDG_RUNTIME_DIR:
         # cron, sudo -u and a login shell differ in that variable, and one user's queue has
         # one daemon, whichever of them asks first.

@@ -6,8 +6,7 @@ too for the daemon and the tests.
 
 from __future__ import annotations
 
-from gpusched.client.wire import (MAX_FRAME_BYTES, encode, peer_credentials,  # noqa: F401
-                                  receive, send)
+from gpusched.client.wire import MAX_FRAME_BYTES, encode, peer_credentials, receive, send  # noqa: F401
 from gpusched.core import syntax, values
 from gpusched.core.errors import ProtocolError
 
@@ -15,7 +14,8 @@ from gpusched.core.errors import ProtocolError
 # typing would cost each several ms.
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from typing import Any, Callable
+    from collections.abc import Callable
+    from typing import Any
 
 READ_TIMEOUT_S = 10.0
 
@@ -91,11 +91,28 @@ SERVICE_ACTIONS = ("create", "list", "show", "scale", "update", "delete")
 
 # The job fields a `snapshot` with lean=true carries: what `gpusched top` draws. A full
 # job row is several times larger, and top asks every second for every queued job.
-LEAN_JOB_FIELDS = ("id", "name", "user", "uid", "state", "gpus", "gpu_indices",
-                   "gpus_requested", "gpu_mem_bytes", "priority", "command", "submitted_at",
-                   "started_at", "pending_reason", "time_limit_s", "progress", "cancelling",
-                   "cluster",  # cluster: only on cluster jobs
-                   "preempting", "gpu_idle_since")
+LEAN_JOB_FIELDS = (
+    "id",
+    "name",
+    "user",
+    "uid",
+    "state",
+    "gpus",
+    "gpu_indices",
+    "gpus_requested",
+    "gpu_mem_bytes",
+    "priority",
+    "command",
+    "submitted_at",
+    "started_at",
+    "pending_reason",
+    "time_limit_s",
+    "progress",
+    "cancelling",
+    "cluster",  # cluster: only on cluster jobs
+    "preempting",
+    "gpu_idle_since",
+)
 
 
 def _job_ids(value: Any) -> list:
@@ -103,16 +120,18 @@ def _job_ids(value: Any) -> list:
 
 
 def _names(what: str) -> Callable[[Any], list]:
-    return lambda value: values.list_of(value, what, lambda v: values.text(v, f"each of {what}"),
-                                        nonempty=True)
+    return lambda value: values.list_of(
+        value, what, lambda v: values.text(v, f"each of {what}"), nonempty=True
+    )
 
 
 # How each argument's value is checked before a handler sees it: its kind and bounds
 # (what it means, a job id that exists, is for the handler). A null optional argument
 # is one not given.
 ARGUMENTS: dict[str, Callable[[Any], Any]] = {
-    "jobs": lambda v: values.list_of(v, "jobs", lambda job: values.mapping(job, "each job"),
-                                     nonempty=True),
+    "jobs": lambda v: values.list_of(
+        v, "jobs", lambda job: values.mapping(job, "each job"), nonempty=True
+    ),
     "env": values.environment,
     "cwd": lambda v: values.text(v, "the working directory (cwd)"),
     "all": lambda v: values.flag(v, "all"),
@@ -125,11 +144,14 @@ ARGUMENTS: dict[str, Callable[[Any], Any]] = {
     "page_bytes": lambda v: values.whole_number(v, "page_bytes", 1, 2**31),
     "last": lambda v: values.whole_number(v, "last", 1, 2**63 - 1),
     "pending_rows": lambda v: values.whole_number(v, "pending_rows", 0, 2**31),
-    "users": _names("users"), "states": _names("states"), "names": _names("names"),
+    "users": _names("users"),
+    "states": _names("states"),
+    "names": _names("names"),
     "ids": _job_ids,
     "id": syntax.parse_job_id,
-    "priority": lambda v: values.whole_number(v, "priority", -syntax.MAX_PRIORITY,
-                                              syntax.MAX_PRIORITY),
+    "priority": lambda v: values.whole_number(
+        v, "priority", -syntax.MAX_PRIORITY, syntax.MAX_PRIORITY
+    ),
     "timeout_s": lambda v: values.number(v, "timeout_s", 0, 10**9),
     "changes": lambda v: values.mapping(v, "changes"),
     "since_s": lambda v: values.number(v, "since_s", 0, 10**11),
@@ -157,19 +179,22 @@ def check_request(message: Any) -> tuple[str, dict[str, Any]]:
     name, args = message["cmd"], message.get("args", {})
     spec = COMMANDS.get(name)
     if spec is None:
-        raise ProtocolError(f"unknown command {values.shown(name)}; known: "
-                            f"{', '.join(sorted(COMMANDS))}")
-    if len(message) > 2 or len(message) == 2 and "args" not in message:
+        raise ProtocolError(
+            f"unknown command {values.shown(name)}; known: {', '.join(sorted(COMMANDS))}"
+        )
+    if len(message) > 2 or (len(message) == 2 and "args" not in message):
         unknown = sorted(message.keys() - REQUEST_KEYS)
-        raise ProtocolError(f"a request has only the keys 'cmd' and 'args', not "
-                            f"{values.shown(unknown[0])}")
+        raise ProtocolError(
+            f"a request has only the keys 'cmd' and 'args', not {values.shown(unknown[0])}"
+        )
     if not isinstance(args, dict):
         raise ProtocolError(f"'{name}': args must be a JSON object")
     missing = spec.required - args.keys()
     extra = args.keys() - spec.required - spec.optional
     if missing or extra:
-        raise ProtocolError(f"'{name}': missing {sorted(missing)}, "
-                            f"unexpected {values.shown(sorted(extra))}")
+        raise ProtocolError(
+            f"'{name}': missing {sorted(missing)}, unexpected {values.shown(sorted(extra))}"
+        )
     for key, value in args.items():
         if value is not None or key in spec.required:
             ARGUMENTS[key](value)

@@ -41,7 +41,7 @@ def sbatch_words(path: str) -> list[tuple[str, list[str]]]:
             import shlex  # only for a script that has #SBATCH lines (shlex imports re)
 
             try:
-                found.append((text, shlex.split(text[len("#SBATCH"):], comments=True)))
+                found.append((text, shlex.split(text[len("#SBATCH") :], comments=True)))
             except ValueError as exc:
                 raise UsageError(f"{text!r} in {path}: {exc}. Fix the line") from None
         elif text and not text.startswith("#"):
@@ -66,8 +66,10 @@ def with_script_options(opts: SubmitOptions, cwd: str) -> SubmitOptions:
         except UsageError as exc:
             raise UsageError(f"{line!r} in {path}: {exc.message}") from None
         if found is None:
-            raise UsageError(f"{line!r} in {path} is not an option gpusched reads. Remove "
-                             "the line, or see `gpusched submit --help`")
+            raise UsageError(
+                f"{line!r} in {path} is not an option gpusched reads. Remove "
+                "the line, or see `gpusched submit --help`"
+            )
         for name, default in SubmitOptions.DEFAULTS.items():
             value = getattr(found, name)
             if name != "command" and value != default and getattr(opts, name) == default:

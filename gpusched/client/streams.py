@@ -18,7 +18,8 @@ from gpusched.core.errors import ProtocolError
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from typing import Any, Iterable, Iterator
+    from collections.abc import Iterable, Iterator
+    from typing import Any
 
 PART_BYTES = 1 << 20  # a part's body: far under wire.MAX_FRAME_BYTES, quick to decode
 END = {"end": True}
@@ -66,8 +67,7 @@ class Interrupted(Exception):
         self.reply, self.sent_all = reply, sent_all
 
 
-def call_streamed(client: Any, cmd: str, kind: str, items: Iterable[str],
-                  **args: Any) -> Any:
+def call_streamed(client: Any, cmd: str, kind: str, items: Iterable[str], **args: Any) -> Any:
     """Send a streamed request and return its result, as Client.call does. Ctrl-C
     becomes Interrupted; an error raised by `items` (a bad line) cancels the request."""
     try:
@@ -117,8 +117,9 @@ def _send_quietly(sock: Any, message: dict[str, Any]) -> bool:
         return False
 
 
-def _reply_after_refusal(sock: Any, exc: OSError, client: Any,
-                         sent: str | None) -> dict[str, Any] | None:
+def _reply_after_refusal(
+    sock: Any, exc: OSError, client: Any, sent: str | None
+) -> dict[str, Any] | None:
     """The daemon's reply when sending failed: it may have refused the request and
     closed (a full connection count, say); else the connection was lost. sent: the
     command, once its end frame went (the daemon may have done it)."""

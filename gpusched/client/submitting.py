@@ -3,6 +3,7 @@ request itself is built by client/jobrequest.py)."""
 
 from __future__ import annotations
 
+import itertools
 import os
 import sys
 
@@ -14,7 +15,8 @@ from gpusched.core.errors import GpuschedError, ProtocolError, UsageError, detac
 # typing would cost every submit several ms.
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from typing import Any, Iterable
+    from collections.abc import Iterable
+    from typing import Any
 
 
 def exit_status(job: dict[str, Any]) -> int:
@@ -30,8 +32,7 @@ def exit_status(job: dict[str, Any]) -> int:
     return 1
 
 
-def wait_for_jobs(client: Any, ids: list[int], keep_waiting: bool = False
-                  ) -> list[dict[str, Any]]:
+def wait_for_jobs(client: Any, ids: list[int], keep_waiting: bool = False) -> list[dict[str, Any]]:
     """Block until every job ended; the daemon answers in slices, so ask again until done.
     A job that can never start (its dependency failed) ends the wait at once with an
     error saying why, unless keep_waiting."""
@@ -40,14 +41,17 @@ def wait_for_jobs(client: Any, ids: list[int], keep_waiting: bool = False
         result = client.call_paged("wait", timeout_s=None, **args)
         if result.get("never"):
             job_id, why = result["never"]["id"], result["never"]["reason"]
-            raise GpuschedError(f"job {job_id} can never start ({why}); `gpusched cancel "
-                                f"{job_id}` removes it, `gpusched wait --keep-waiting` waits on")
+            raise GpuschedError(
+                f"job {job_id} can never start ({why}); `gpusched cancel "
+                f"{job_id}` removes it, `gpusched wait --keep-waiting` waits on"
+            )
         if result["done"]:
             return result["jobs"]
 
 
-def wait_or_explain(client: Any, ids: list[int], keep_waiting: bool = False
-                    ) -> list[dict[str, Any]]:
+def wait_or_explain(
+    client: Any, ids: list[int], keep_waiting: bool = False
+) -> list[dict[str, Any]]:
     """wait_for_jobs; on Ctrl-C, say on stderr that the jobs go on and how to cancel them,
     then let KeyboardInterrupt end the command (status 130)."""
     try:
@@ -74,15 +78,19 @@ def _interrupted_note(client: Any, ids: list[int]) -> str:
         found = [j["id"] for j in live if j["state"] == state]
         if found:
             groups.append(f"{_jobs_named(found)} {one if len(found) == 1 else many}")
-    return (f"Interrupted: stopped waiting; {' and '.join(groups)}. "
-            f"`{_cancel_command(live, ids)}` cancels "
-            f"{'it' if len(live) == 1 else 'them'}.")
+    return (
+        f"Interrupted: stopped waiting; {' and '.join(groups)}. "
+        f"`{_cancel_command(live, ids)}` cancels "
+        f"{'it' if len(live) == 1 else 'them'}."
+    )
 
 
 _ENDED = ("succeeded", "failed", "cancelled", "timeout", "oom", "lost", "gpu_oom")
-_GOING_ON = (("running", "keeps running", "keep running"),
-             ("pending", "stays queued", "stay queued"),
-             ("unknown", "is still queued or running", "are still queued or running"))
+_GOING_ON = (
+    ("running", "keeps running", "keep running"),
+    ("pending", "stays queued", "stay queued"),
+    ("unknown", "is still queued or running", "are still queued or running"),
+)
 
 
 def _cancel_command(jobs: list[dict[str, Any]], waited_ids: list[int]) -> str:
@@ -104,7 +112,7 @@ def _jobs_named(ids: list[int]) -> str:
 def _id_words(ids: list[int]) -> str:
     """Ids as the shell gives them to a command: a few listed, evenly spaced ones (a
     sweep's) as `$(seq FIRST STEP LAST)`."""
-    steps = {b - a for a, b in zip(ids, ids[1:])}
+    steps = {b - a for a, b in itertools.pairwise(ids)}
     if len(ids) <= 5 or len(steps) != 1:
         return " ".join(map(str, ids))
     step = steps.pop()
@@ -131,7 +139,7 @@ def ended_status(jobs: list[dict[str, Any]]) -> int:
         if job.get("state") == "failed" and reason.startswith("cannot start"):
             unstarted.setdefault(reason, []).append(job["id"])
     for reason, ids in unstarted.items():  # "cannot start: why" -> "could not start: why"
-        sys.stderr.write(f"Error: {_jobs_named(ids)} could not{reason[len('cannot'):]}\n")
+        sys.stderr.write(f"Error: {_jobs_named(ids)} could not{reason[len('cannot') :]}\n")
     return next((s for s in map(exit_status, jobs) if s != 0), 0)
 
 
@@ -171,8 +179,9 @@ def submit_and_report(opts: SubmitOptions) -> int:
 _NOTHING_QUEUED = "Interrupted: nothing of this submit was queued.\n"
 
 
-def submit_streamed(client: Any, request: dict[str, Any], lines: Iterable[str | None],
-                    opts: SubmitOptions) -> dict[str, Any]:
+def submit_streamed(
+    client: Any, request: dict[str, Any], lines: Iterable[str | None], opts: SubmitOptions
+) -> dict[str, Any]:
     """A --from-file submit, its lines streamed. Ctrl-C asks the daemon to drop it; the
     daemon then says whether it did (nothing queued) or had already queued every job,
     and so does stderr, before the command ends with status 130."""
@@ -183,18 +192,23 @@ def submit_streamed(client: Any, request: dict[str, Any], lines: Iterable[str | 
     except streams.Interrupted as stop:
         if stop.reply is not None and stop.reply.get("ok"):
             result = stop.reply["result"]
-            report_queued(client, result,
-                          SubmitOptions(**{**opts.as_dict(), "wait": False, "notify": False}))
+            report_queued(
+                client, result, SubmitOptions(**{**opts.as_dict(), "wait": False, "notify": False})
+            )
             ids = result["ids"]
-            sys.stderr.write(f"Interrupted too late: {_jobs_named(ids)} "
-                             f"{'was' if len(ids) == 1 else 'were'} queued already; "
-                             f"`gpusched cancel {_id_words(result['array_ids'] or ids)}` "
-                             f"cancels {'it' if len(ids) == 1 else 'them'}.\n")
+            sys.stderr.write(
+                f"Interrupted too late: {_jobs_named(ids)} "
+                f"{'was' if len(ids) == 1 else 'were'} queued already; "
+                f"`gpusched cancel {_id_words(result['array_ids'] or ids)}` "
+                f"cancels {'it' if len(ids) == 1 else 'them'}.\n"
+            )
         elif stop.reply is not None or not stop.sent_all:
             sys.stderr.write(_NOTHING_QUEUED)
         else:
-            sys.stderr.write("Interrupted: the daemon did not say whether it queued the "
-                             "jobs; see `gpusched ls`.\n")
+            sys.stderr.write(
+                "Interrupted: the daemon did not say whether it queued the "
+                "jobs; see `gpusched ls`.\n"
+            )
         raise KeyboardInterrupt from None
 
 
@@ -213,9 +227,11 @@ def report_queued(client: Any, result: dict[str, Any], opts: SubmitOptions) -> i
     except (OSError, AttributeError, ValueError):  # no stdout (closed), or a closed pipe
         detach_stdout()
         # The jobs are queued whatever became of the output: name them where it can be read.
-        raise GpuschedError(f"queued {_jobs_named(ids)}, but could not print "
-                            f"{'its id' if len(ids) == 1 else 'their ids'}: standard output "
-                            "is closed") from None
+        raise GpuschedError(
+            f"queued {_jobs_named(ids)}, but could not print "
+            f"{'its id' if len(ids) == 1 else 'their ids'}: standard output "
+            "is closed"
+        ) from None
     if opts.notify and not opts.wait:
         from gpusched.client.desktop import watch_in_background
 
@@ -238,8 +254,10 @@ def resubmit_and_report(job_id: str, opts: SubmitOptions, given: Iterable[str]) 
     probe = SubmitOptions(**{**opts.as_dict(), "command": ["resubmit"], "cwd": "/", "env": []})
     spec = build_request(probe)["jobs"][0]
     if spec.get("gpu_mem_auto") and "gpu_mem" in given:
-        raise UsageError("resubmit --gpu-mem takes a size such as 20G; auto is for submit, "
-                         "which estimates from the job's history")
+        raise UsageError(
+            "resubmit --gpu-mem takes a size such as 20G; auto is for submit, "
+            "which estimates from the job's history"
+        )
     changes = {RESUBMIT_FIELDS[option]: spec[RESUBMIT_FIELDS[option]] for option in given}
     client = Client()
     return report_queued(client, client.call("resubmit", id=job_id, changes=changes), opts)

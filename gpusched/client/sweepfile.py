@@ -15,7 +15,7 @@ from gpusched.core.values import is_text
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from typing import Iterator
+    from collections.abc import Iterator
 
 # Each line is a shell command, as a sweep file holds it: the job's command is this
 # prefix and the line.
@@ -96,9 +96,10 @@ def _decoded(data: bytes, path: str, lines_before: int) -> str:
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as exc:
-        line = lines_before + data[:exc.start].count(b"\n") + 1
-        raise UsageError(f"cannot read --from-file {path}: line {line} is not UTF-8 text "
-                         f"({exc.reason})") from None
+        line = lines_before + data[: exc.start].count(b"\n") + 1
+        raise UsageError(
+            f"cannot read --from-file {path}: line {line} is not UTF-8 text ({exc.reason})"
+        ) from None
 
 
 class _LineChecker:
@@ -114,20 +115,24 @@ class _LineChecker:
     def check(self, line: str, number: int) -> str:
         self.count += 1
         if not is_text(line, os_text=True):
-            raise UsageError(f"line {number} of --from-file {self.path} has a NUL character; "
-                             "nothing was queued")
+            raise UsageError(
+                f"line {number} of --from-file {self.path} has a NUL character; nothing was queued"
+            )
         size = self._prefix_bytes + limits.text_bytes(line)
         while True:
             try:
                 if size > self.limits.command_bytes:
-                    raise limits.over("the command", size, self.limits.command_bytes,
-                                      "limits.command")
+                    raise limits.over(
+                        "the command", size, self.limits.command_bytes, "limits.command"
+                    )
                 limits.check_job_count(self.count * self.jobs_per_line, self.limits)
                 return line
             except UsageError as exc:
                 if self._configured:
-                    raise UsageError(f"line {number} of --from-file {self.path}: "
-                                     f"{exc.message}; nothing was queued") from None
+                    raise UsageError(
+                        f"line {number} of --from-file {self.path}: "
+                        f"{exc.message}; nothing was queued"
+                    ) from None
                 self._use_config()
 
     def _use_config(self) -> None:

@@ -14,7 +14,8 @@ from gpusched.core.values import HIDDEN
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from typing import Sequence
+    from collections.abc import Sequence
+    from typing import Any
 
 Seg = tuple[str, str]  # text, style
 Cell = list[Seg]
@@ -30,8 +31,7 @@ def printable(text: str) -> str:
 
 
 # The characters shlex.quote leaves unquoted ([\w@%+=:,./-] in ASCII).
-_SHELL_SAFE = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789"
-                        "_@%+=:,./-")
+_SHELL_SAFE = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_@%+=:,./-")
 
 
 def shell_quote(word: str) -> str:
@@ -49,8 +49,8 @@ def command_human(command: Sequence[str], max_chars: int = 4096) -> str:
         return HIDDEN
     # Words are cut before they are quoted: quoting (and escaping for the terminal) an
     # argument of 100,000 characters would cost a listing far more than the width it shows.
-    text = " ".join(shell_quote(word[:max_chars + 1]) for word in command[:max_chars])
-    return text if len(text) <= max_chars else text[:max(0, max_chars - 1)] + "…"
+    text = " ".join(shell_quote(word[: max_chars + 1]) for word in command[:max_chars])
+    return text if len(text) <= max_chars else text[: max(0, max_chars - 1)] + "…"
 
 
 def job_label(job: Any) -> str:
@@ -102,6 +102,6 @@ def clip(cell: Cell, width: int) -> Cell:
             out.append((text, style))
             left -= text_width(text)
         else:
-            out.append((set_cell_size(text, max(0, left - 1)) + "…"[: left], style))
+            out.append((set_cell_size(text, max(0, left - 1)) + "…"[:left], style))
             break
     return out

@@ -14,8 +14,8 @@ def _service_uid(paths: Paths) -> int | None:
     """The uid of `system.service_user` in the system config, if one is set."""
     import pwd
 
-    from gpusched.core.config import load_settings  # only for a socket that is not the caller's
     from gpusched.client.modes import system_paths
+    from gpusched.core.config import load_settings  # only for a socket that is not the caller's
 
     config = paths.config_file if paths.is_system else system_paths().config_file
     try:
@@ -40,10 +40,12 @@ def require_trusted(uid: int, what: str, paths: Paths) -> None:
     if uid == _service_uid(paths):
         return
     trusted = "root or system.service_user" if paths.is_system else "you or root"
-    raise PermissionDenied(f"refusing to talk to the gpusched daemon: {what} belongs to "
-                           f"{_owner_name(uid)}, not to {trusted}; another user may be "
-                           "impersonating the daemon. Remove it, or set GPUSCHED_SOCKET to the "
-                           "real daemon's socket.")
+    raise PermissionDenied(
+        f"refusing to talk to the gpusched daemon: {what} belongs to "
+        f"{_owner_name(uid)}, not to {trusted}; another user may be "
+        "impersonating the daemon. Remove it, or set GPUSCHED_SOCKET to the "
+        "real daemon's socket."
+    )
 
 
 def check_socket_path(paths: Paths) -> None:
@@ -54,20 +56,23 @@ def check_socket_path(paths: Paths) -> None:
     path = paths.socket
     info = os.lstat(path)
     if not stat.S_ISSOCK(info.st_mode):
-        raise PermissionDenied(f"refusing to talk to the gpusched daemon: {path} is not a socket "
-                               "(a link or a file); remove it.")
+        raise PermissionDenied(
+            f"refusing to talk to the gpusched daemon: {path} is not a socket "
+            "(a link or a file); remove it."
+        )
     require_trusted(info.st_uid, f"its socket {path}", paths)
     directory = os.path.dirname(path)
     parent = os.lstat(directory)
     require_trusted(parent.st_uid, f"the socket's directory {directory}", paths)
     if parent.st_mode & 0o022 and not parent.st_mode & stat.S_ISVTX:
-        raise PermissionDenied(f"refusing to talk to the gpusched daemon: {directory} can be "
-                               "written by others, so its socket could be replaced; make it 0755 "
-                               "or 0700.")
+        raise PermissionDenied(
+            f"refusing to talk to the gpusched daemon: {directory} can be "
+            "written by others, so its socket could be replaced; make it 0755 "
+            "or 0700."
+        )
 
 
 def check_peer(sock: object, paths: Paths) -> None:
     """After connecting, before sending: the process listening is a trusted uid's (the kernel
     says so, which no race between the path check and connect can fake)."""
-    require_trusted(wire.peer_credentials(sock)[1], "the process listening on its socket",
-                    paths)
+    require_trusted(wire.peer_credentials(sock)[1], "the process listening on its socket", paths)

@@ -43,8 +43,11 @@ class _ScannerContext:
     parse_float = float
     parse_int = int
     # json's own table for NaN and the infinities, which its decoder accepts.
-    parse_constant = {"NaN": float("nan"), "Infinity": float("inf"),
-                      "-Infinity": float("-inf")}.__getitem__
+    parse_constant = {
+        "NaN": float("nan"),
+        "Infinity": float("inf"),
+        "-Infinity": float("-inf"),
+    }.__getitem__
 
 
 class _UniqueKeysContext(_ScannerContext):
@@ -67,8 +70,9 @@ def _duplicate_key(pairs: list) -> ProtocolError:
         if key in seen:
             break
         seen.add(key)
-    return ProtocolError(f"the request gives the key {shown(key)} twice in one object; give "
-                         "each key once")
+    return ProtocolError(
+        f"the request gives the key {shown(key)} twice in one object; give each key once"
+    )
 
 
 _scan_once = _json.make_scanner(_ScannerContext()) if _json else None
@@ -86,8 +90,9 @@ def _json_error(*_: object) -> None:
 
 def _encoder(allow_nan: bool) -> Any:
     # As json.dumps(separators=(",", ":"), allow_nan=...) builds it (check_circular: {}).
-    return _json.make_encoder({}, _json_error, _json.encode_basestring_ascii, None, ":", ",",
-                              False, False, allow_nan)
+    return _json.make_encoder(
+        {}, _json_error, _json.encode_basestring_ascii, None, ":", ",", False, False, allow_nan
+    )
 
 
 def dumps(message: Any, allow_nan: bool = True) -> str:
@@ -113,8 +118,9 @@ def loads(body: bytes | str, unique_keys: bool = False) -> Any:
             pass  # not plain UTF-8 JSON: json says what it is, or what is wrong
     import json  # only for what the common road does not take
 
-    return json.loads(body, object_pairs_hook=_UniqueKeysContext.object_pairs_hook
-                      if unique_keys else None)
+    return json.loads(
+        body, object_pairs_hook=_UniqueKeysContext.object_pairs_hook if unique_keys else None
+    )
 
 
 def _scan_plain(body: bytes | str, scan: Any) -> Any:
@@ -139,10 +145,13 @@ def encode(message: dict[str, Any], allow_nan: bool = True) -> bytes:
     try:
         body = dumps(message, allow_nan).encode()
     except ValueError:
-        raise ProtocolError("a request cannot carry NaN or an infinite number; give a finite "
-                            "one") from None
+        raise ProtocolError(
+            "a request cannot carry NaN or an infinite number; give a finite one"
+        ) from None
     if len(body) > MAX_FRAME_BYTES:
-        raise ProtocolError(f"message of {len(body)} bytes is over the {MAX_FRAME_BYTES}-byte limit")
+        raise ProtocolError(
+            f"message of {len(body)} bytes is over the {MAX_FRAME_BYTES}-byte limit"
+        )
     return len(body).to_bytes(HEADER_BYTES, "big") + body
 
 
@@ -170,8 +179,9 @@ def _read_exact(sock: Any, size: int, deadline: float | None = None) -> bytes:
     return b"".join(chunks)
 
 
-def receive(sock: Any, timeout_s: float | None = None, max_depth: int | None = None,
-            admit: Any = None) -> dict[str, Any] | None:
+def receive(
+    sock: Any, timeout_s: float | None = None, max_depth: int | None = None, admit: Any = None
+) -> dict[str, Any] | None:
     """One frame, or None when the peer closed cleanly between frames.
 
     timeout_s bounds the whole frame, not each read: a peer that trickles a byte at a
@@ -184,8 +194,9 @@ def receive(sock: Any, timeout_s: float | None = None, max_depth: int | None = N
     first = _recv(sock, HEADER_BYTES, deadline)
     if not first:
         return None
-    header = first + (_read_exact(sock, HEADER_BYTES - len(first), deadline)
-                      if len(first) < HEADER_BYTES else b"")
+    header = first + (
+        _read_exact(sock, HEADER_BYTES - len(first), deadline) if len(first) < HEADER_BYTES else b""
+    )
     size = int.from_bytes(header, "big")
     if size > MAX_FRAME_BYTES:
         raise ProtocolError(f"message of {size} bytes is over the {MAX_FRAME_BYTES}-byte limit")
@@ -225,5 +236,7 @@ def peer_credentials(sock: Any) -> tuple[int, int, int]:
     """(pid, uid, gid) of the process at the other end, from the kernel (SO_PEERCRED):
     three C ints in this machine's byte order."""
     creds = sock.getsockopt(_socket.SOL_SOCKET, _socket.SO_PEERCRED, 12)
-    return tuple(int.from_bytes(creds[i:i + 4], sys.byteorder, signed=True)  # type: ignore
-                 for i in (0, 4, 8))
+    return tuple(
+        int.from_bytes(creds[i : i + 4], sys.byteorder, signed=True)  # type: ignore
+        for i in (0, 4, 8)
+    )

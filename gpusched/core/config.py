@@ -9,12 +9,12 @@ from pathlib import Path
 from typing import Any
 
 from gpusched.core import limits
-from gpusched.core.errors import ConfigError
 from gpusched.core.clusterconf import ClusterConfig, check_default, parse_clusters
 from gpusched.core.clusterconf import example as clusters_example
+from gpusched.core.configkeys import KEYS
+from gpusched.core.errors import ConfigError
 from gpusched.core.notifyconf import NotifyRule, parse_rules
 from gpusched.core.notifyconf import example as notify_example
-from gpusched.core.configkeys import KEYS
 from gpusched.core.placement import PlacementRules
 from gpusched.core.queuerules import QueueRules
 
@@ -145,14 +145,15 @@ def _unknown_key(section: str, key: str | None, source: str) -> ConfigError:
         near = _near_key("", section)
         if near:
             owner, name = near.split(".")
-            return ConfigError(f"'{section}' in {source} is outside any section; did you mean "
-                               f"{name} under [{owner}]?")
+            return ConfigError(
+                f"'{section}' in {source} is outside any section; did you mean "
+                f"{name} under [{owner}]?"
+            )
         what = f"'{section}' in {source} is not a known key"
     elif section not in sections and (near := get_close_matches(section, sections, n=1)):
         return ConfigError(f"unknown section [{section}] in {source}; did you mean [{near[0]}]?")
     elif near_key := _near_key(section, key):
-        return ConfigError(f"unknown key '{section}.{key}' in {source}; did you mean "
-                           f"'{near_key}'?")
+        return ConfigError(f"unknown key '{section}.{key}' in {source}; did you mean '{near_key}'?")
     else:
         what = f"unknown key '{section}.{key}' in {source}"
     return ConfigError(f"{what}. Known keys: {', '.join(KEYS)}")
@@ -182,8 +183,9 @@ def settings_from_mapping(data: dict[str, Any], source: str) -> Settings:
     if "clusters" in changes:
         changes["clusters"] = parse_clusters(changes["clusters"], source)
     if "default_cluster" in changes:
-        changes["default_cluster"] = check_default(changes["default_cluster"],
-                                                   changes.get("clusters", ()), source)
+        changes["default_cluster"] = check_default(
+            changes["default_cluster"], changes.get("clusters", ()), source
+        )
     settings = replace(Settings(), **changes)
     if settings.top_warn_pct >= settings.top_crit_pct:
         raise ConfigError(f"{source}: 'top.warn_pct' must be below 'top.crit_pct'")
@@ -201,8 +203,9 @@ def load_settings(config_path: str | Path, environ: dict[str, str] | None = None
         try:
             data = _toml().loads(config_path.read_text(encoding="utf-8"))
         except (OSError, UnicodeDecodeError) as exc:
-            raise ConfigError(f"cannot read config {config_path}: {exc}. Fix its permissions "
-                              "or move it away.") from None
+            raise ConfigError(
+                f"cannot read config {config_path}: {exc}. Fix its permissions or move it away."
+            ) from None
         except _toml().TOMLDecodeError as exc:
             raise ConfigError(f"config {config_path} is not valid TOML: {exc}") from None
         settings = settings_from_mapping(data, str(config_path))
@@ -220,13 +223,21 @@ def example_toml() -> str:
         if name != section:
             lines += ["", f"[{name}]"]
             section = name
-        value = (f'"{default}"' if isinstance(default, str) else
-                 str(default).lower() if isinstance(default, bool) else str(default))
+        value = (
+            f'"{default}"'
+            if isinstance(default, str)
+            else str(default).lower()
+            if isinstance(default, bool)
+            else str(default)
+        )
         lines += [f"# {doc}", f"{key} = {value}"]
     lines += notify_example()
     lines += clusters_example()
     return "\n".join(lines) + "\n"
 
 
-assert {f.name for f in fields(Settings)} == {v[0] for v in KEYS.values()} | {"notify", "clusters",
-                                                                     "default_cluster"}
+assert {f.name for f in fields(Settings)} == {v[0] for v in KEYS.values()} | {
+    "notify",
+    "clusters",
+    "default_cluster",
+}

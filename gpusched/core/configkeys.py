@@ -4,7 +4,8 @@ typo test are made from the same table)."""
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from gpusched.core import container, limits, values
 from gpusched.core.errors import UsageError
@@ -13,11 +14,13 @@ from gpusched.core.placement import BUILTIN_POLICIES
 from gpusched.core.syntax import MAX_PRIORITY, WARN_SIGNAL_NAMES
 from gpusched.core.units import parse_duration, parse_size
 
+
 def _choice(*valid: str) -> Callable[[Any], str]:
     def parse(value: Any) -> str:
         if value not in valid:
             raise ValueError(f"{value!r} is not one of: {', '.join(valid)}")
         return value
+
     return parse
 
 
@@ -30,6 +33,7 @@ def _number(low: float, high: float, kind: type = float) -> Callable[[Any], Any]
         if not low <= value <= high:
             raise ValueError(f"{value} is outside {low:g}..{high:g}")
         return kind(value)
+
     return parse
 
 
@@ -52,12 +56,13 @@ def _list_of(kind: type, low: float) -> Callable[[Any], tuple]:
         if not isinstance(value, list):
             raise ValueError(f"{value!r} is not a list")
         return tuple(_number(low, 1e9, kind)(v) for v in value)
+
     return parse
 
 
 def _env_table(value: Any) -> tuple[tuple[str, str], ...]:
     if not isinstance(value, dict) or not all(isinstance(v, str) for v in value.values()):
-        raise ValueError(f"{value!r} is not a table of NAME = \"value\" strings")
+        raise ValueError(f'{value!r} is not a table of NAME = "value" strings')
     try:  # the names a submit's environment may have, checked by the same reader
         values.environment(value, "jobs.env")
     except UsageError as exc:
@@ -84,17 +89,19 @@ def _user_flags(value: Any) -> tuple[tuple[str, bool], ...]:
 
 
 def parse_listen(value: str) -> tuple[str, int]:
-    """"HOST:PORT" (an IPv6 host in brackets: "[::1]:19400") as (host, port)."""
+    """ "HOST:PORT" (an IPv6 host in brackets: "[::1]:19400") as (host, port)."""
     host, sep, port = value.rpartition(":")
     if not sep or not host or not port.isdigit() or int(port) > 65535:
-        raise ValueError(f"{value!r} is not HOST:PORT with a port in 0..65535 (0: any free one), "
-                         "e.g. \"127.0.0.1:19400\"")
+        raise ValueError(
+            f"{value!r} is not HOST:PORT with a port in 0..65535 (0: any free one), "
+            'e.g. "127.0.0.1:19400"'
+        )
     return host.strip("[]"), int(port)
 
 
 def _listen(value: Any) -> str:
     if isinstance(value, int) and not isinstance(value, bool):  # a bare port
-        raise ValueError(f"{value!r} is not a string; write \"127.0.0.1:{value}\"")
+        raise ValueError(f'{value!r} is not a string; write "127.0.0.1:{value}"')
     if _text(value):
         parse_listen(value)
     return value
@@ -113,147 +120,360 @@ def _positive_duration(value: Any) -> float:
 # TOML key -> (Settings field, parser, default as written in TOML, what it does). One
 # table drives loading, the example file and the test that keeps the two in step.
 KEYS: dict[str, tuple[str, Callable[[Any], Any], Any, str]] = {
-    "daemon.gpu_poll_interval": ("gpu_poll_interval_s", _positive_duration, "2s",
-                                 "How often the daemon reads the GPUs (jobs still start at once)."),
-    "daemon.cancel_grace": ("cancel_grace_s", parse_duration, "10s",
-                            "Between SIGTERM and SIGKILL when a running job is cancelled."),
-    "daemon.mode": ("mode", _choice("user", "system"), "user",
-                    '"system": one root daemon for all users (read from /etc/gpusched/gpusched.toml).'),
-    "daemon.max_connections_per_uid": ("max_connections_per_uid", _number(0, 10**6, int), 32,
-                                       "Open connections one user may hold (0: no limit; root and "
-                                       "the daemon's own user are exempt)."),
-    "gpus.simulate": ("simulate", _text, "",
-                      'Simulated GPUs instead of NVML, e.g. "4x80GiB" or '
-                      '"2xH100-80GiB,2xA100-40GiB" (env GPUSCHED_SIMULATE wins).'),
-    "gpus.visible_devices": ("visible_devices", _choice("uuid", "index"), "uuid",
-                             'CUDA_VISIBLE_DEVICES as GPU UUIDs ("uuid") or indices ("index").'),
-    "gpus.max_util_pct": ("max_util_pct", _number(0, 100), 90,
-                          "A GPU this busy (percent) takes no new jobs."),
-    "gpus.mem_headroom": ("mem_headroom_bytes", parse_size, "512MiB",
-                          "Free memory kept on a GPU beyond what a sharing job asks for."),
-    "gpus.exclusive_idle_mem": ("exclusive_idle_mem_bytes", parse_size, "1GiB",
-                                "A whole-GPU job needs a GPU whose other users hold at most this."),
-    "gpus.outside": ("outside", _choice("count", "block"), "count",
-                     'Processes gpusched did not start: "count" their memory, or "block" the GPU.'),
-    "gpus.outside_ignore_below": ("outside_ignore_below_bytes", parse_size, "0MiB",
-                                  "Ignore outside processes holding less than this."),
-    "gpus.outside_idle_after": ("outside_idle_after_s", _optional_duration, "",
-                                'Ignore an outside process idle (0% busy) this long, e.g. "2h"; '
-                                '"" never.'),
-    "scheduling.policy": ("policy", _text, "pack",
-                          f"{', '.join(BUILTIN_POLICIES)}, or a policy from the "
-                          "gpusched.policies entry points."),
-    "scheduling.discipline": ("discipline", _choice(*DISCIPLINES), "fifo",
-                              f"Queue order: {', '.join(DISCIPLINES)} (fifo skips ahead)."),
-    "scheduling.gpu_weights": ("gpu_weights", _list_of(float, 0.001), [],
-                               "weighted-round-robin: a weight per GPU index, e.g. [2, 1, 1, 1]."),
-    "scheduling.gpu_order": ("gpu_order", _list_of(int, 0), [],
-                             "order: GPU indices in the order to fill them, e.g. [3, 2, 1, 0]."),
-    "scheduling.fairshare_half_life": ("fairshare_half_life_s", _positive_duration, "7d",
-                                       "fairshare: past usage counts half after this long."),
-    "scheduling.user_weights": ("user_weights", _user_weights, {},
-                                "fairshare: shares per user, e.g. { alice = 2 } (default 1)."),
-    "scheduling.max_gpus_per_user": ("max_gpus_per_user", _number(0, 10**6, int), 0,
-                                     "At most this many GPUs held by one user's jobs (0: no limit)."),
-    "scheduling.max_running_per_user": ("max_running_per_user", _number(0, 10**6, int), 0,
-                                        "At most this many running jobs per user (0: no limit)."),
-    "scheduling.max_user_priority": ("max_user_priority",
-                                     _number(-MAX_PRIORITY, MAX_PRIORITY, int), 0,
-                                     "The highest --priority a user who is not an admin may "
-                                     "give (submit, update): raising a job above others' is "
-                                     "the admins' (in user mode, the daemon's user is)."),
-    "host.cpus": ("host_cpus", _number(0, 100_000, int), 0,
-                  "Cores jobs may use; 0 = those in the daemon's CPU affinity."),
-    "host.reserve_cpus": ("reserve_cpus", _number(0, 100_000, int), 0,
-                          "Cores kept for the system (the lowest-numbered ones)."),
-    "host.reserve_mem": ("reserve_mem_bytes", parse_size, "0MiB",
-                         "Host memory kept for the system."),
-    "host.cpu_binding": ("cpu_binding", _bool, False,
-                         "Pin each job to its own cores with CPU affinity (those nearest "
-                         "its GPUs first)."),
-    "host.enforce_mem": ("enforce_mem", _bool, False,
-                         "Stop a job (state oom) that uses more host memory than --mem + margin."),
-    "host.mem_margin_pct": ("mem_margin_pct", _number(0, 1000), 10,
-                            "How far past its --mem a job may go before it is reported (percent)."),
-    "top.warn_pct": ("top_warn_pct", _number(0, 100), 50,
-                     "`gpusched top` colours a load from this percent yellow..."),
+    "daemon.gpu_poll_interval": (
+        "gpu_poll_interval_s",
+        _positive_duration,
+        "2s",
+        "How often the daemon reads the GPUs (jobs still start at once).",
+    ),
+    "daemon.cancel_grace": (
+        "cancel_grace_s",
+        parse_duration,
+        "10s",
+        "Between SIGTERM and SIGKILL when a running job is cancelled.",
+    ),
+    "daemon.mode": (
+        "mode",
+        _choice("user", "system"),
+        "user",
+        '"system": one root daemon for all users (read from /etc/gpusched/gpusched.toml).',
+    ),
+    "daemon.max_connections_per_uid": (
+        "max_connections_per_uid",
+        _number(0, 10**6, int),
+        32,
+        "Open connections one user may hold (0: no limit; root and "
+        "the daemon's own user are exempt).",
+    ),
+    "gpus.simulate": (
+        "simulate",
+        _text,
+        "",
+        'Simulated GPUs instead of NVML, e.g. "4x80GiB" or '
+        '"2xH100-80GiB,2xA100-40GiB" (env GPUSCHED_SIMULATE wins).',
+    ),
+    "gpus.visible_devices": (
+        "visible_devices",
+        _choice("uuid", "index"),
+        "uuid",
+        'CUDA_VISIBLE_DEVICES as GPU UUIDs ("uuid") or indices ("index").',
+    ),
+    "gpus.max_util_pct": (
+        "max_util_pct",
+        _number(0, 100),
+        90,
+        "A GPU this busy (percent) takes no new jobs.",
+    ),
+    "gpus.mem_headroom": (
+        "mem_headroom_bytes",
+        parse_size,
+        "512MiB",
+        "Free memory kept on a GPU beyond what a sharing job asks for.",
+    ),
+    "gpus.exclusive_idle_mem": (
+        "exclusive_idle_mem_bytes",
+        parse_size,
+        "1GiB",
+        "A whole-GPU job needs a GPU whose other users hold at most this.",
+    ),
+    "gpus.outside": (
+        "outside",
+        _choice("count", "block"),
+        "count",
+        'Processes gpusched did not start: "count" their memory, or "block" the GPU.',
+    ),
+    "gpus.outside_ignore_below": (
+        "outside_ignore_below_bytes",
+        parse_size,
+        "0MiB",
+        "Ignore outside processes holding less than this.",
+    ),
+    "gpus.outside_idle_after": (
+        "outside_idle_after_s",
+        _optional_duration,
+        "",
+        'Ignore an outside process idle (0% busy) this long, e.g. "2h"; "" never.',
+    ),
+    "scheduling.policy": (
+        "policy",
+        _text,
+        "pack",
+        f"{', '.join(BUILTIN_POLICIES)}, or a policy from the gpusched.policies entry points.",
+    ),
+    "scheduling.discipline": (
+        "discipline",
+        _choice(*DISCIPLINES),
+        "fifo",
+        f"Queue order: {', '.join(DISCIPLINES)} (fifo skips ahead).",
+    ),
+    "scheduling.gpu_weights": (
+        "gpu_weights",
+        _list_of(float, 0.001),
+        [],
+        "weighted-round-robin: a weight per GPU index, e.g. [2, 1, 1, 1].",
+    ),
+    "scheduling.gpu_order": (
+        "gpu_order",
+        _list_of(int, 0),
+        [],
+        "order: GPU indices in the order to fill them, e.g. [3, 2, 1, 0].",
+    ),
+    "scheduling.fairshare_half_life": (
+        "fairshare_half_life_s",
+        _positive_duration,
+        "7d",
+        "fairshare: past usage counts half after this long.",
+    ),
+    "scheduling.user_weights": (
+        "user_weights",
+        _user_weights,
+        {},
+        "fairshare: shares per user, e.g. { alice = 2 } (default 1).",
+    ),
+    "scheduling.max_gpus_per_user": (
+        "max_gpus_per_user",
+        _number(0, 10**6, int),
+        0,
+        "At most this many GPUs held by one user's jobs (0: no limit).",
+    ),
+    "scheduling.max_running_per_user": (
+        "max_running_per_user",
+        _number(0, 10**6, int),
+        0,
+        "At most this many running jobs per user (0: no limit).",
+    ),
+    "scheduling.max_user_priority": (
+        "max_user_priority",
+        _number(-MAX_PRIORITY, MAX_PRIORITY, int),
+        0,
+        "The highest --priority a user who is not an admin may "
+        "give (submit, update): raising a job above others' is "
+        "the admins' (in user mode, the daemon's user is).",
+    ),
+    "host.cpus": (
+        "host_cpus",
+        _number(0, 100_000, int),
+        0,
+        "Cores jobs may use; 0 = those in the daemon's CPU affinity.",
+    ),
+    "host.reserve_cpus": (
+        "reserve_cpus",
+        _number(0, 100_000, int),
+        0,
+        "Cores kept for the system (the lowest-numbered ones).",
+    ),
+    "host.reserve_mem": (
+        "reserve_mem_bytes",
+        parse_size,
+        "0MiB",
+        "Host memory kept for the system.",
+    ),
+    "host.cpu_binding": (
+        "cpu_binding",
+        _bool,
+        False,
+        "Pin each job to its own cores with CPU affinity (those nearest its GPUs first).",
+    ),
+    "host.enforce_mem": (
+        "enforce_mem",
+        _bool,
+        False,
+        "Stop a job (state oom) that uses more host memory than --mem + margin.",
+    ),
+    "host.mem_margin_pct": (
+        "mem_margin_pct",
+        _number(0, 1000),
+        10,
+        "How far past its --mem a job may go before it is reported (percent).",
+    ),
+    "top.warn_pct": (
+        "top_warn_pct",
+        _number(0, 100),
+        50,
+        "`gpusched top` colours a load from this percent yellow...",
+    ),
     "top.crit_pct": ("top_crit_pct", _number(0, 100), 80, "...and from this percent red."),
-    "jobs.max_running": ("max_running", _number(0, 10**6, int), 0,
-                         "At most this many jobs run at once, like `tsp -S` (0: no limit)."),
-    "jobs.env": ("job_env", _env_table, {},
-                 'Variables every job gets unless its own environment sets them, e.g. '
-                 '{ TF_FORCE_GPU_ALLOW_GROWTH = "true" }.'),
-    "jobs.keep_finished": ("keep_finished_s", _optional_duration, "30d",
-                           "Finished jobs that ended longer ago than this are removed, with "
-                           "their files; their usage stays in a summary (\"\": keep them)."),
-    "jobs.keep_finished_count": ("keep_finished_count", _number(0, 10**9, int), 100000,
-                                 "At most this many finished jobs are kept, the newest (0: "
-                                 "no limit)."),
-    "jobs.max_log_size": ("max_log_size_bytes", _optional_size, "",
-                          "A job's log beyond this size loses its oldest part, and says so "
-                          "(\"\": no cap), e.g. \"100M\"."),
-    "jobs.master_port_min": ("master_port_min", _number(1024, 65535, int), 29500,
-                             "Lowest MASTER_PORT given to a job (torchrun's default is 29500)."),
-    "jobs.master_port_max": ("master_port_max", _number(1024, 65535, int), 29999,
-                             "Highest MASTER_PORT given to a job."),
-    "system.service_user": ("service_user", _text, "",
-                            "System mode: a non-root user the daemon runs as, trusted by clients "
-                            "besides root."),
-    "system.user_notify_timeout": ("user_notify_timeout_s", _positive_duration, "30s",
-                                   "System mode: the longest a user's own [[notify]] command "
-                                   "may run (a longer timeout of theirs is cut to this)."),
-    "system.admin_group": ("admin_group", _text, "",
-                           "System mode: members of this group may cancel, hold, update and "
-                           "inspect anyone's jobs."),
-    "system.show_commands": ("show_commands", _choice("own", "all"), "own",
-                             'Whose command lines `ls`, `show` and `top` show: "own" (the '
-                             'owner\'s and to admins) or "all".'),
-    "metrics.listen": ("metrics_listen", _listen, "",
-                       'Serve Prometheus metrics at http://HOST:PORT/metrics, e.g. '
-                       '"127.0.0.1:19400" (docs/monitoring.md); "" off.'),
-    "metrics.max_job_series": ("metrics_max_job_series", _number(0, 100_000, int), 64,
-                               "Running jobs given per-job series; the rest are counted in "
-                               "gpusched_metrics_job_series_dropped."),
-    "memory.estimate_margin_pct": ("estimate_margin_pct", _number(0, 1000), 10,
-                                   "--gpu-mem auto adds this much (percent) to the p95 of "
-                                   "earlier runs' GPU memory peaks."),
-    "memory.estimate_runs": ("estimate_runs", _number(1, 10_000, int), 50,
-                             "--gpu-mem auto reads this many of the newest successful runs."),
-    "idle.after": ("idle_after_s", _optional_duration, "",
-                   'A running job whose GPUs all stayed at 0% busy this long is flagged idle, '
-                   'e.g. "30m"; "" off.'),
-    "idle.action": ("idle_action", _choice(*IDLE_ACTIONS), "warn",
-                    '"warn" (flag it, a line in its log), "requeue" or "cancel" an idle job '
-                    '(preemptible ones only, unless all_jobs; never --interactive ones).'),
-    "idle.all_jobs": ("idle_all_jobs", _bool, False,
-                      "idle.action applies to every job, not only preemptible ones."),
-    "preemption.enabled": ("preemption_enabled", _bool, True,
-                           "Stop preemptible jobs of a lower priority when a job cannot start "
-                           "otherwise (docs/job-semantics.md#preemption-and-requeue)."),
-    "preemption.default_preemptible": ("default_preemptible", _bool, False,
-                                       "Jobs are preemptible unless submitted with "
-                                       "--no-preemptible."),
-    "preemption.user_defaults": ("preemptible_users", _user_flags, {},
-                                 "Per user, instead of default_preemptible, e.g. "
-                                 "{ alice = true }."),
-    "preemption.grace": ("preempt_grace_s", parse_duration, "60s",
-                         "Between the checkpoint signal and SIGTERM (--preempt-grace)."),
-    "preemption.signal": ("preempt_signal", _choice(*WARN_SIGNAL_NAMES), "USR1",
-                          "The checkpoint signal, unless the job's --signal names one."),
-    "preemption.max_preemptions": ("max_preemptions", _number(0, 10**6, int), 3,
-                                   "A job is preempted at most this often (0: no limit)."),
-    "preemption.min_run_before_preempt": ("min_run_before_preempt_s", parse_duration, "5m",
-                                          "A job is never preempted in its first minutes."),
-    "services.haproxy": ("haproxy", _text, "haproxy",
-                         "The HAProxy program services' front doors run (docs/services.md): a "
-                         "name found on PATH or in /usr/sbin, or a path."),
-    "containers.runtime": ("container_runtime", _choice(*container.RUNTIMES), "podman",
-                           "What runs `submit --container` jobs: podman or docker "
-                           "(docs/real-gpus.md)."),
-    "containers.devices": ("container_devices", _choice(*container.DEVICE_MODES), "auto",
-                           'How a container gets its GPUs: "cdi" (by UUID from a CDI spec), '
-                           '"runtime" (docker --gpus, podman\'s NVIDIA hook), "auto" (CDI '
-                           'when a spec names them).'),
+    "jobs.max_running": (
+        "max_running",
+        _number(0, 10**6, int),
+        0,
+        "At most this many jobs run at once, like `tsp -S` (0: no limit).",
+    ),
+    "jobs.env": (
+        "job_env",
+        _env_table,
+        {},
+        "Variables every job gets unless its own environment sets them, e.g. "
+        '{ TF_FORCE_GPU_ALLOW_GROWTH = "true" }.',
+    ),
+    "jobs.keep_finished": (
+        "keep_finished_s",
+        _optional_duration,
+        "30d",
+        "Finished jobs that ended longer ago than this are removed, with "
+        'their files; their usage stays in a summary ("": keep them).',
+    ),
+    "jobs.keep_finished_count": (
+        "keep_finished_count",
+        _number(0, 10**9, int),
+        100000,
+        "At most this many finished jobs are kept, the newest (0: no limit).",
+    ),
+    "jobs.max_log_size": (
+        "max_log_size_bytes",
+        _optional_size,
+        "",
+        "A job's log beyond this size loses its oldest part, and says so "
+        '("": no cap), e.g. "100M".',
+    ),
+    "jobs.master_port_min": (
+        "master_port_min",
+        _number(1024, 65535, int),
+        29500,
+        "Lowest MASTER_PORT given to a job (torchrun's default is 29500).",
+    ),
+    "jobs.master_port_max": (
+        "master_port_max",
+        _number(1024, 65535, int),
+        29999,
+        "Highest MASTER_PORT given to a job.",
+    ),
+    "system.service_user": (
+        "service_user",
+        _text,
+        "",
+        "System mode: a non-root user the daemon runs as, trusted by clients besides root.",
+    ),
+    "system.user_notify_timeout": (
+        "user_notify_timeout_s",
+        _positive_duration,
+        "30s",
+        "System mode: the longest a user's own [[notify]] command "
+        "may run (a longer timeout of theirs is cut to this).",
+    ),
+    "system.admin_group": (
+        "admin_group",
+        _text,
+        "",
+        "System mode: members of this group may cancel, hold, update and inspect anyone's jobs.",
+    ),
+    "system.show_commands": (
+        "show_commands",
+        _choice("own", "all"),
+        "own",
+        'Whose command lines `ls`, `show` and `top` show: "own" (the '
+        'owner\'s and to admins) or "all".',
+    ),
+    "metrics.listen": (
+        "metrics_listen",
+        _listen,
+        "",
+        "Serve Prometheus metrics at http://HOST:PORT/metrics, e.g. "
+        '"127.0.0.1:19400" (docs/monitoring.md); "" off.',
+    ),
+    "metrics.max_job_series": (
+        "metrics_max_job_series",
+        _number(0, 100_000, int),
+        64,
+        "Running jobs given per-job series; the rest are counted in "
+        "gpusched_metrics_job_series_dropped.",
+    ),
+    "memory.estimate_margin_pct": (
+        "estimate_margin_pct",
+        _number(0, 1000),
+        10,
+        "--gpu-mem auto adds this much (percent) to the p95 of earlier runs' GPU memory peaks.",
+    ),
+    "memory.estimate_runs": (
+        "estimate_runs",
+        _number(1, 10_000, int),
+        50,
+        "--gpu-mem auto reads this many of the newest successful runs.",
+    ),
+    "idle.after": (
+        "idle_after_s",
+        _optional_duration,
+        "",
+        "A running job whose GPUs all stayed at 0% busy this long is flagged idle, "
+        'e.g. "30m"; "" off.',
+    ),
+    "idle.action": (
+        "idle_action",
+        _choice(*IDLE_ACTIONS),
+        "warn",
+        '"warn" (flag it, a line in its log), "requeue" or "cancel" an idle job '
+        "(preemptible ones only, unless all_jobs; never --interactive ones).",
+    ),
+    "idle.all_jobs": (
+        "idle_all_jobs",
+        _bool,
+        False,
+        "idle.action applies to every job, not only preemptible ones.",
+    ),
+    "preemption.enabled": (
+        "preemption_enabled",
+        _bool,
+        True,
+        "Stop preemptible jobs of a lower priority when a job cannot start "
+        "otherwise (docs/job-semantics.md#preemption-and-requeue).",
+    ),
+    "preemption.default_preemptible": (
+        "default_preemptible",
+        _bool,
+        False,
+        "Jobs are preemptible unless submitted with --no-preemptible.",
+    ),
+    "preemption.user_defaults": (
+        "preemptible_users",
+        _user_flags,
+        {},
+        "Per user, instead of default_preemptible, e.g. { alice = true }.",
+    ),
+    "preemption.grace": (
+        "preempt_grace_s",
+        parse_duration,
+        "60s",
+        "Between the checkpoint signal and SIGTERM (--preempt-grace).",
+    ),
+    "preemption.signal": (
+        "preempt_signal",
+        _choice(*WARN_SIGNAL_NAMES),
+        "USR1",
+        "The checkpoint signal, unless the job's --signal names one.",
+    ),
+    "preemption.max_preemptions": (
+        "max_preemptions",
+        _number(0, 10**6, int),
+        3,
+        "A job is preempted at most this often (0: no limit).",
+    ),
+    "preemption.min_run_before_preempt": (
+        "min_run_before_preempt_s",
+        parse_duration,
+        "5m",
+        "A job is never preempted in its first minutes.",
+    ),
+    "services.haproxy": (
+        "haproxy",
+        _text,
+        "haproxy",
+        "The HAProxy program services' front doors run (docs/services.md): a "
+        "name found on PATH or in /usr/sbin, or a path.",
+    ),
+    "containers.runtime": (
+        "container_runtime",
+        _choice(*container.RUNTIMES),
+        "podman",
+        "What runs `submit --container` jobs: podman or docker (docs/real-gpus.md).",
+    ),
+    "containers.devices": (
+        "container_devices",
+        _choice(*container.DEVICE_MODES),
+        "auto",
+        'How a container gets its GPUs: "cdi" (by UUID from a CDI spec), '
+        '"runtime" (docker --gpus, podman\'s NVIDIA hook), "auto" (CDI '
+        "when a spec names them).",
+    ),
 }
 
 
@@ -263,11 +483,18 @@ def _size_up_to(high: int) -> Callable[[Any], int]:
         if not 1 <= size <= high:
             raise ValueError(f"{value!r} is outside 1B..{high // 1024}KiB")
         return size
+
     return parse
 
 
 # The [limits] table: sizes are written as sizes ("128KiB"), counts as numbers; the
 # lowest depth still lets every real request through (a submit nests six levels).
 for _key, (_field, _default, _high, _doc) in limits.CONFIG.items():
-    KEYS[f"limits.{_key}"] = (_field, _size_up_to(_high) if isinstance(_default, str) else
-                              _number(8 if _key == "json_depth" else 1, _high, int), _default, _doc)
+    KEYS[f"limits.{_key}"] = (
+        _field,
+        _size_up_to(_high)
+        if isinstance(_default, str)
+        else _number(8 if _key == "json_depth" else 1, _high, int),
+        _default,
+        _doc,
+    )

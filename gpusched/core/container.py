@@ -50,8 +50,9 @@ def cdi_gpu_names(spec_texts: list[str]) -> frozenset[str]:
     return frozenset(names)
 
 
-def device_args(runtime: str, devices: str, gpu_uuids: tuple[str, ...],
-                cdi_names: frozenset[str]) -> list[str]:
+def device_args(
+    runtime: str, devices: str, gpu_uuids: tuple[str, ...], cdi_names: frozenset[str]
+) -> list[str]:
     """The options that give the container the job's GPUs, and only those."""
     if not gpu_uuids:
         return []  # NVIDIA_VISIBLE_DEVICES=none (the job's environment) for the hook
@@ -76,11 +77,23 @@ def user_args(runtime: str, uid: int, gid: int) -> list[str]:
     return ["--userns=keep-id"]
 
 
-def run_argv(runtime: str, image: str, options: tuple[str, ...], command: tuple[str, ...], *,
-             name: str, cwd: str, uid: int, gid: int, env_names: list[str],
-             gpu_uuids: tuple[str, ...] = (), devices: str = "auto",
-             cdi_names: frozenset[str] = frozenset(), cpu_ids: tuple[int, ...] = (),
-             mounts: tuple[str, ...] = ()) -> list[str]:
+def run_argv(
+    runtime: str,
+    image: str,
+    options: tuple[str, ...],
+    command: tuple[str, ...],
+    *,
+    name: str,
+    cwd: str,
+    uid: int,
+    gid: int,
+    env_names: list[str],
+    gpu_uuids: tuple[str, ...] = (),
+    devices: str = "auto",
+    cdi_names: frozenset[str] = frozenset(),
+    cpu_ids: tuple[int, ...] = (),
+    mounts: tuple[str, ...] = (),
+) -> list[str]:
     """`RUNTIME run ... IMAGE COMMAND` for one run of a job.
 
     mounts: directories the job also needs at the same path (where its progress file is).
@@ -89,10 +102,18 @@ def run_argv(runtime: str, image: str, options: tuple[str, ...], command: tuple[
     environment, the job's): the job-environment contract and the job's --env. The user's
     options come last before the image, so that they may override ours.
     """
-    argv = [runtime, "run", "--rm", "--init", "--sig-proxy=true", f"--name={name}",
-            # The host's network, as a plain job has: MASTER_PORT is held on the host.
-            "--network=host",
-            f"--volume={cwd}:{cwd}", f"--workdir={cwd}"]
+    argv = [
+        runtime,
+        "run",
+        "--rm",
+        "--init",
+        "--sig-proxy=true",
+        f"--name={name}",
+        # The host's network, as a plain job has: MASTER_PORT is held on the host.
+        "--network=host",
+        f"--volume={cwd}:{cwd}",
+        f"--workdir={cwd}",
+    ]
     argv += [f"--volume={path}:{path}" for path in mounts if path != cwd]
     argv += user_args(runtime, uid, gid)
     argv += device_args(runtime, devices, gpu_uuids, cdi_names)

@@ -4,7 +4,8 @@ one of them (`?`). The daemon's scheduler and the preemption check both ask here
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from gpusched.core.models import Job, JobState
 from gpusched.core.syntax import ANY_OF, SINGLETON
@@ -34,16 +35,20 @@ def dependency_status(job: Job, states: Mapping[int, JobState]) -> tuple[bool, s
     all of them, or with Slurm's `?` (ANY_OF first) any one of them."""
     any_of = bool(job.dependencies) and job.dependencies[0][0] == ANY_OF
     # (the dependency as the user wrote it, verdict, what it waits for or why never)
-    checked = [(kind if kind == SINGLETON else f"{kind}:{dep}",
-                *_verdict(kind, dep, job, states))
-               for kind, dep in job.dependencies if kind != ANY_OF]
+    checked = [
+        (kind if kind == SINGLETON else f"{kind}:{dep}", *_verdict(kind, dep, job, states))
+        for kind, dep in job.dependencies
+        if kind != ANY_OF
+    ]
     waiting = [text for _, verdict, text in checked if verdict == WAIT]
     if any_of and checked:
         if any(verdict == MET for _, verdict, _ in checked):
             return False, ""
         if not waiting:
-            return True, (f"dependency {'?'.join(word for word, _, _ in checked)} {NEVER_MET}"
-                          f": {'; '.join(text for _, _, text in checked)}")
+            return True, (
+                f"dependency {'?'.join(word for word, _, _ in checked)} {NEVER_MET}"
+                f": {'; '.join(text for _, _, text in checked)}"
+            )
         return False, f"waiting for {' or '.join(waiting)}"
     for word, verdict, text in checked:
         if verdict == NEVER:
@@ -82,8 +87,13 @@ def _singleton(job: Job, same_name: Mapping) -> tuple[str, str]:
     """Slurm's singleton: wait while another job of the same user and name runs, or waits
     ahead of this one in submission order; met whatever state they ended in."""
     for other_id, state in same_name.get((job.uid, job.display_name), ()):
-        if other_id != job.id and not state.is_final and (
-                state is not JobState.PENDING or other_id < job.id):
-            return WAIT, f"singleton (job {other_id}, also named {job.display_name!r}, " \
-                         f"is {state.value})"
+        if (
+            other_id != job.id
+            and not state.is_final
+            and (state is not JobState.PENDING or other_id < job.id)
+        ):
+            return (
+                WAIT,
+                f"singleton (job {other_id}, also named {job.display_name!r}, is {state.value})",
+            )
     return MET, ""

@@ -50,11 +50,12 @@ class StoreWriteError(GpuschedError):
     def __init__(self, cause: str, remedy: str, undone: str = ""):
         # cause: what went wrong, in words, with SQLite's own; remedy: what to do about it;
         # undone: what the refusal means for the request ("nothing was queued").
-        super().__init__(f"the queue cannot be written: {cause}. {remedy}"
-                         + (f"; {undone}." if undone else "."))
+        super().__init__(
+            f"the queue cannot be written: {cause}. {remedy}" + (f"; {undone}." if undone else ".")
+        )
         self.cause, self.remedy = cause, remedy
 
-    def saying(self, undone: str) -> "StoreWriteError":
+    def saying(self, undone: str) -> StoreWriteError:
         """The same failure, ending with what it means for one request."""
         return StoreWriteError(self.cause, self.remedy, undone)
 
@@ -96,8 +97,10 @@ def report_unexpected(exc: Exception) -> int:
         return 1
     if os.environ.get("GPUSCHED_DEBUG"):
         raise exc
-    sys.stderr.write(f"Error: internal error: {type(exc).__name__}: {exc}. Rerun with "
-                     "GPUSCHED_DEBUG=1 for details and report it.\n")
+    sys.stderr.write(
+        f"Error: internal error: {type(exc).__name__}: {exc}. Rerun with "
+        "GPUSCHED_DEBUG=1 for details and report it.\n"
+    )
     return 1
 
 

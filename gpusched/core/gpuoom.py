@@ -57,8 +57,9 @@ def round_up(size_bytes: float) -> int:
     return int(math.ceil(size_bytes / ROUND_BYTES) * ROUND_BYTES)
 
 
-def grown_bytes(gpu_mem_bytes: int | None, growth: float,
-                usable_bytes: int) -> tuple[bool, int | None]:
+def grown_bytes(
+    gpu_mem_bytes: int | None, growth: float, usable_bytes: int
+) -> tuple[bool, int | None]:
     """(whether it can grow, the --gpu-mem of the next attempt): this one's times growth,
     rounded up; None, a whole GPU, once that is as much as the largest GPU can give
     (usable_bytes: its memory less the headroom). A job on whole GPUs cannot grow."""
@@ -72,8 +73,10 @@ def usable_bytes(request: Request, inventory: Inventory, headroom_bytes: int) ->
     """The most memory per GPU a sharing job could ever be given here: the
     request.gpus-th largest GPU its constraints allow, less the headroom kept free on a
     shared GPU ([gpus] mem_headroom). 0: no GPU known yet."""
-    allowed = sorted((g.mem_total_bytes for g in inventory.schedulable()
-                      if request.constraints.allows(g)), reverse=True)
+    allowed = sorted(
+        (g.mem_total_bytes for g in inventory.schedulable() if request.constraints.allows(g)),
+        reverse=True,
+    )
     if not 0 < request.gpus <= len(allowed):
         return 0
     return max(1, allowed[request.gpus - 1] - headroom_bytes)

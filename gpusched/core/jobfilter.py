@@ -14,20 +14,37 @@ from gpusched.core.syntax import items
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from typing import Any, Callable
+    from collections.abc import Callable
+    from typing import Any
 
 STATES = tuple(s.value for s in JobState)
 FINAL = frozenset(s.value for s in FINAL_STATES)
 # Slurm's names and compact codes (squeue -t), for people who type those.
-SLURM_STATES = {"pd": "pending", "r": "running", "completed": "succeeded", "cd": "succeeded",
-                "f": "failed", "ca": "cancelled", "to": "timeout", "node_fail": "lost",
-                "nf": "lost"}
+SLURM_STATES = {
+    "pd": "pending",
+    "r": "running",
+    "completed": "succeeded",
+    "cd": "succeeded",
+    "f": "failed",
+    "ca": "cancelled",
+    "to": "timeout",
+    "node_fail": "lost",
+    "nf": "lost",
+}
 # Out of memory, host or GPU: both show as OOM (COMPACT), so OOM selects both; gpu_oom
 # alone selects the GPU's.
 OUT_OF_MEMORY = ("oom", "gpu_oom")
-COMPACT = {"pending": "PD", "running": "R", "succeeded": "CD", "failed": "F",
-           "cancelled": "CA", "timeout": "TO", "oom": "OOM", "lost": "NF",
-           "gpu_oom": "OOM"}
+COMPACT = {
+    "pending": "PD",
+    "running": "R",
+    "succeeded": "CD",
+    "failed": "F",
+    "cancelled": "CA",
+    "timeout": "TO",
+    "oom": "OOM",
+    "lost": "NF",
+    "gpu_oom": "OOM",
+}
 
 
 def parse_states(text: str) -> list[str]:
@@ -39,8 +56,10 @@ def parse_states(text: str) -> list[str]:
             continue
         state = SLURM_STATES.get(item.lower(), item.lower())
         if state not in STATES:
-            raise UsageError(f"--state: no state {item!r}; choose from {', '.join(STATES)} "
-                             "(or Slurm's PD, R, CD, F, CA, TO, OOM, NF)")
+            raise UsageError(
+                f"--state: no state {item!r}; choose from {', '.join(STATES)} "
+                "(or Slurm's PD, R, CD, F, CA, TO, OOM, NF)"
+            )
         states.append(state)
     if not states:
         raise UsageError(f"--state wants states like running,pending, not {text!r}")
@@ -49,8 +68,9 @@ def parse_states(text: str) -> list[str]:
 
 def _list_of_strings(args: dict, key: str) -> list[str] | None:
     value = args.get(key)
-    if value is not None and (not isinstance(value, list) or not value
-                              or not all(isinstance(v, str) for v in value)):
+    if value is not None and (
+        not isinstance(value, list) or not value or not all(isinstance(v, str) for v in value)
+    ):
         raise UsageError(f"list: {key} must be a non-empty list of strings")
     return value
 
@@ -69,5 +89,7 @@ def matcher(args: dict) -> Callable[[str, str, str], bool]:
     if states and not set(states) <= set(STATES):
         raise UsageError(f"list: states must be among {', '.join(STATES)}")
     return lambda user, state, name: (
-        (users is None or user in users) and (states is None or state in states)
-        and (names is None or any(fnmatch.fnmatchcase(name, n) for n in names)))
+        (users is None or user in users)
+        and (states is None or state in states)
+        and (names is None or any(fnmatch.fnmatchcase(name, n) for n in names))
+    )

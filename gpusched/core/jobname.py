@@ -5,12 +5,14 @@ from __future__ import annotations
 import json
 import re
 import shlex
+from collections.abc import Sequence
 from functools import lru_cache
-from typing import Sequence
 
 # Programs that run the script (or module, or command string) named after their options.
-_INTERPRETER = re.compile(r"(python|pypy)(\d+(\.\d+)*)?[a-z]?|bash|sh|zsh|dash|ksh|mksh|"
-                          r"(perl|ruby|node|nodejs|Rscript|julia|lua|php)(\d+(\.\d+)*)?")
+_INTERPRETER = re.compile(
+    r"(python|pypy)(\d+(\.\d+)*)?[a-z]?|bash|sh|zsh|dash|ksh|mksh|"
+    r"(perl|ruby|node|nodejs|Rscript|julia|lua|php)(\d+(\.\d+)*)?"
+)
 _SHELLS = {"bash", "sh", "zsh", "dash", "ksh", "mksh"}
 # Options that take the next word as their value.
 _PYTHON_VALUED = {"-W", "-X", "-Q"}
@@ -25,25 +27,44 @@ _CODE = {"-e", "-E", "--eval", "-p", "--print"}  # perl, ruby, node, Rscript: co
 _LAUNCHERS: dict[str, tuple[frozenset[str], int, bool]] = {
     "env": (frozenset({"-u", "--unset", "-C", "--chdir"}), 0, False),
     "nice": (frozenset({"-n", "--adjustment"}), 0, False),
-    "nohup": (frozenset(), 0, False), "exec": (frozenset(), 0, False),
-    "command": (frozenset(), 0, False), "catchsegv": (frozenset(), 0, False),
+    "nohup": (frozenset(), 0, False),
+    "exec": (frozenset(), 0, False),
+    "command": (frozenset(), 0, False),
+    "catchsegv": (frozenset(), 0, False),
     "time": (frozenset({"-f", "--format", "-o", "--output"}), 0, False),
     "timeout": (frozenset({"-s", "--signal", "-k", "--kill-after"}), 1, False),
     "stdbuf": (frozenset({"-i", "-o", "-e"}), 0, False),
     "ionice": (frozenset({"-c", "--class", "-n", "--classdata"}), 0, False),
-    "taskset": (frozenset(), 1, False), "chrt": (frozenset(), 1, False),
-    "numactl": (frozenset(), 0, True), "xvfb-run": (frozenset(), 0, True),
-    "srun": (frozenset(), 0, True), "mpirun": (frozenset(), 0, True),
-    "mpiexec": (frozenset(), 0, True), "torchrun": (frozenset(), 0, True),
+    "taskset": (frozenset(), 1, False),
+    "chrt": (frozenset(), 1, False),
+    "numactl": (frozenset(), 0, True),
+    "xvfb-run": (frozenset(), 0, True),
+    "srun": (frozenset(), 0, True),
+    "mpirun": (frozenset(), 0, True),
+    "mpiexec": (frozenset(), 0, True),
+    "torchrun": (frozenset(), 0, True),
     "deepspeed": (frozenset(), 0, True),
 }
 # Tools whose subcommand runs a command: `accelerate launch`, `uv run`, `conda run -n env`.
-_SUBCOMMAND = {"accelerate": "launch", "uv": "run", "poetry": "run", "pipenv": "run",
-               "pdm": "run", "hatch": "run", "conda": "run", "mamba": "run",
-               "micromamba": "run", "pixi": "run"}
+_SUBCOMMAND = {
+    "accelerate": "launch",
+    "uv": "run",
+    "poetry": "run",
+    "pipenv": "run",
+    "pdm": "run",
+    "hatch": "run",
+    "conda": "run",
+    "mamba": "run",
+    "micromamba": "run",
+    "pixi": "run",
+}
 # `python -m` modules that are launchers themselves.
-_LAUNCHER_MODULES = {"torch.distributed.run", "torch.distributed.launch",
-                     "accelerate.commands.launch", "deepspeed.launcher.runner"}
+_LAUNCHER_MODULES = {
+    "torch.distributed.run",
+    "torch.distributed.launch",
+    "accelerate.commands.launch",
+    "deepspeed.launcher.runner",
+}
 _ASSIGNMENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*=")
 # A script's extension; any other (a.yaml, ds.json) is an option's value, not a program.
 _SCRIPT = re.compile(r"\.(py|pyz|sh|bash|zsh|pl|rb|js|mjs|cjs|ts|[Rr]|jl|lua|php|exe)$")
@@ -100,8 +121,11 @@ def _base(word: str) -> str:
 
 def _looks_like_program(word: str) -> bool:
     base = _base(word)
-    return (_kind(base) is not _PLAIN or bool(_SCRIPT.search(base))
-            or "/" in word and not _EXTENSION.search(base))
+    return (
+        _kind(base) is not _PLAIN
+        or bool(_SCRIPT.search(base))
+        or ("/" in word and not _EXTENSION.search(base))
+    )
 
 
 def _name(words: tuple[str, ...]) -> str:
@@ -110,21 +134,20 @@ def _name(words: tuple[str, ...]) -> str:
         at += 1  # VAR=value before the program (env's, or a shell's)
     if at == len(words):
         return ""
-    base, rest = _base(words[at]), words[at + 1:]
+    base, rest = _base(words[at]), words[at + 1 :]
     kind = _kind(base)
     if kind is _LAUNCHER:
         return _launched(rest, *_LAUNCHERS[base]) or base
     if kind is _TOOL:
         if _SUBCOMMAND[base] not in rest:
             return base
-        return _launched(rest[rest.index(_SUBCOMMAND[base]) + 1:], frozenset(), 0, True) or base
+        return _launched(rest[rest.index(_SUBCOMMAND[base]) + 1 :], frozenset(), 0, True) or base
     if kind is _RUNS_SCRIPT:
         return _script(base, rest) or base
     return base
 
 
-def _launched(words: tuple[str, ...], valued: frozenset[str], positional: int,
-              guess: bool) -> str:
+def _launched(words: tuple[str, ...], valued: frozenset[str], positional: int, guess: bool) -> str:
     """The program a launcher runs, given the words after the launcher's name."""
     at, guessed = 0, ""
     while at < len(words) and words[at].startswith("-") and words[at] != "-":
@@ -132,9 +155,14 @@ def _launched(words: tuple[str, ...], valued: frozenset[str], positional: int,
         at += 1
         if option == "--":
             break
-        if at < len(words) and "=" not in option and (
-                option in valued or guess and not words[at].startswith("-")
-                and not _looks_like_program(words[at])):
+        if (
+            at < len(words)
+            and "=" not in option
+            and (
+                option in valued
+                or (guess and not words[at].startswith("-") and not _looks_like_program(words[at]))
+            )
+        ):
             guessed = words[at]
             at += 1
     at += positional
@@ -155,7 +183,7 @@ def _script(interpreter: str, words: tuple[str, ...]) -> str:
         if python and option.startswith("-m"):
             module = option[2:] or (words[at] if at < len(words) else "")
             if module in _LAUNCHER_MODULES:
-                return _launched(words[at + (not option[2:]):], frozenset(), 0, True)
+                return _launched(words[at + (not option[2:]) :], frozenset(), 0, True)
             return module
         if option.startswith("-c") if python else not shell and option in _CODE:
             return ""

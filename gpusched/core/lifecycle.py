@@ -17,9 +17,15 @@ TERMINATE = "terminate"
 # job's own --retry-delay, when that is longer).
 RETRY_DELAY_CAP_S = 300.0
 # How a run ended, as a pending reason says it: "retrying after attempt 2 timed out".
-_ENDED = {"failed": "failed", "timeout": "timed out", "cancelled": "was cancelled",
-          "oom": "ran out of memory", "lost": "was lost", "preempted": "was preempted",
-          "gpu_oom": "ran out of GPU memory"}
+_ENDED = {
+    "failed": "failed",
+    "timeout": "timed out",
+    "cancelled": "was cancelled",
+    "oom": "ran out of memory",
+    "lost": "was lost",
+    "preempted": "was preempted",
+    "gpu_oom": "ran out of GPU memory",
+}
 
 
 def end_state(job: Job, exit_code: int | None, error: str) -> JobState:
@@ -35,8 +41,9 @@ def end_state(job: Job, exit_code: int | None, error: str) -> JobState:
     return JobState.FAILED
 
 
-def end_reason(job: Job, state: JobState, exit_code: int | None, signum: int | None,
-               error: str) -> str:
+def end_reason(
+    job: Job, state: JobState, exit_code: int | None, signum: int | None, error: str
+) -> str:
     """Why a run ended, in words: the shim's error, else what gpusched did to the job.
 
     A cancel stores who asked in end_reason while the job still runs (handlers); this
@@ -57,20 +64,36 @@ def end_reason(job: Job, state: JobState, exit_code: int | None, signum: int | N
     if state is JobState.TIMEOUT:
         return f"time limit of {duration_human(job.time_limit_s)} reached{how}"
     if state is JobState.OOM:
-        return (f"used more host memory than its --mem of {size_human(job.request.mem_bytes)}"
-                f" (enforce_mem){how}")
+        return (
+            f"used more host memory than its --mem of {size_human(job.request.mem_bytes)}"
+            f" (enforce_mem){how}"
+        )
     return f"{job.end_reason or 'cancelled'} while running{how}"
 
 
 # What a job's next run starts without: the last run's GPUs, shim, port, flags and host
 # memory (its GPU memory peak stays: placement counts it).
-_NEXT_RUN = dict(started_at=None, gpu_uuids=(), gpu_indices=(), master_port=None, shim_pid=None,
-                 shim_start_time=None, cancel_requested=False, warned=False, timed_out=False,
-                 oom_killed=False, cpu_ids=(), requeueing=False, requeue_term_at=None,
-                 end_reason="", mem_peak_bytes=None, mem_over=False)
+_NEXT_RUN = {
+    "started_at": None,
+    "gpu_uuids": (),
+    "gpu_indices": (),
+    "master_port": None,
+    "shim_pid": None,
+    "shim_start_time": None,
+    "cancel_requested": False,
+    "warned": False,
+    "timed_out": False,
+    "oom_killed": False,
+    "cpu_ids": (),
+    "requeueing": False,
+    "requeue_term_at": None,
+    "end_reason": "",
+    "mem_peak_bytes": None,
+    "mem_over": False,
+}
 # A retry's pending job keeps its last run's exit code and signal (`show` says how it
 # ended); the run it starts has its own, so they go as it starts.
-_LAST_OUTCOME = dict(exit_code=None, signal=None, mem_peak_bytes=None, mem_over=False)
+_LAST_OUTCOME = {"exit_code": None, "signal": None, "mem_peak_bytes": None, "mem_over": False}
 
 
 def start_run(job: Job, now: float, **placed: Any) -> Job:
@@ -84,9 +107,15 @@ def finish(job: Job, state: JobState, now: float, retry: bool = True, **record) 
     (restarts) do not use up retries."""
     if retry and state.value in job.retry_on and job.attempt - job.restarts <= job.retries:
         again = transition(
-            job, JobState.PENDING, **_NEXT_RUN, attempt=job.attempt + 1,
-            eligible_at=now + retry_delay_s(job), last_attempt_end=state.value,
-            exit_code=record.get("exit_code"), signal=record.get("signal"))
+            job,
+            JobState.PENDING,
+            **_NEXT_RUN,
+            attempt=job.attempt + 1,
+            eligible_at=now + retry_delay_s(job),
+            last_attempt_end=state.value,
+            exit_code=record.get("exit_code"),
+            signal=record.get("signal"),
+        )
         return replace(again, pending_reason=retry_reason(again, now))
     return transition(job, state, ended_at=now, **record)
 
@@ -94,9 +123,16 @@ def finish(job: Job, state: JobState, now: float, retry: bool = True, **record) 
 def requeue(job: Job) -> Job:
     """A preempted job, or an ended one, back in the queue as `scontrol requeue` puts it:
     the same id, the next attempt, one more restart, eligible at once."""
-    pending = transition(job, JobState.PENDING, **_NEXT_RUN, ended_at=None, eligible_at=None,
-                         attempt=job.attempt + 1, restarts=job.restarts + 1,
-                         last_attempt_end=job.state.value)
+    pending = transition(
+        job,
+        JobState.PENDING,
+        **_NEXT_RUN,
+        ended_at=None,
+        eligible_at=None,
+        attempt=job.attempt + 1,
+        restarts=job.restarts + 1,
+        last_attempt_end=job.state.value,
+    )
     # The reason says who: "requeued by alice at ...", "preempted by job 7 (...) at ...".
     return replace(pending, pending_reason=job.requeue_reason or "requeued")
 
@@ -127,9 +163,11 @@ def mem_limit_bytes(job: Job, margin_pct: float) -> int | None:
 
 
 def mem_warning(job: Job, rss_bytes: int, limit_bytes: int) -> str:
-    return (f"job {job.id} uses {rss_bytes / 2**20:.0f} MiB of host memory, over its "
-            f"--mem of {job.request.mem_bytes / 2**20:.0f} MiB plus margin "
-            f"({limit_bytes / 2**20:.0f} MiB)")
+    return (
+        f"job {job.id} uses {rss_bytes / 2**20:.0f} MiB of host memory, over its "
+        f"--mem of {job.request.mem_bytes / 2**20:.0f} MiB plus margin "
+        f"({limit_bytes / 2**20:.0f} MiB)"
+    )
 
 
 def limit_deadline(job: Job) -> float | None:

@@ -14,32 +14,69 @@ from gpusched.core.units import parse_size
 
 
 class Limits(Record):
-    __slots__ = ("command_bytes", "cwd_bytes", "env_bytes", "name_bytes", "jobs", "json_depth",
-                 "queued_jobs", "queued_bytes")
+    __slots__ = (
+        "command_bytes",
+        "cwd_bytes",
+        "env_bytes",
+        "name_bytes",
+        "jobs",
+        "json_depth",
+        "queued_jobs",
+        "queued_bytes",
+    )
+
 
 # [limits] key -> (Settings field, default as written in TOML, highest value allowed, what
 # it bounds). The highest values keep one listed job (whose command, cwd and name a reply
 # carries, escaped up to six times over in JSON) well under the 16 MiB frame.
 CONFIG = {
-    "command": ("limit_command_bytes", "128KiB", 2 * 2**20,
-                "Bytes of a job's command line, all its arguments together."),
-    "cwd": ("limit_cwd_bytes", "4KiB", 64 * 2**10,
-            "Bytes of a job's working directory path (Linux's PATH_MAX is 4 KiB)."),
-    "env": ("limit_env_bytes", "1MiB", 8 * 2**20,
-            "Bytes of a job's environment, all NAME=VALUE pairs together."),
+    "command": (
+        "limit_command_bytes",
+        "128KiB",
+        2 * 2**20,
+        "Bytes of a job's command line, all its arguments together.",
+    ),
+    "cwd": (
+        "limit_cwd_bytes",
+        "4KiB",
+        64 * 2**10,
+        "Bytes of a job's working directory path (Linux's PATH_MAX is 4 KiB).",
+    ),
+    "env": (
+        "limit_env_bytes",
+        "1MiB",
+        8 * 2**20,
+        "Bytes of a job's environment, all NAME=VALUE pairs together.",
+    ),
     "name": ("limit_name_bytes", "256B", 4 * 2**10, "Bytes of a job's --name."),
-    "jobs": ("limit_jobs", 100_000, 1_000_000,
-             "Jobs one submit queues (array elements times --from-file lines), and job ids "
-             "one request names."),
-    "json_depth": ("limit_json_depth", 32, 500,
-                   "How deeply a request's JSON may nest objects and lists."),
+    "jobs": (
+        "limit_jobs",
+        100_000,
+        1_000_000,
+        "Jobs one submit queues (array elements times --from-file lines), and job ids "
+        "one request names.",
+    ),
+    "json_depth": (
+        "limit_json_depth",
+        32,
+        500,
+        "How deeply a request's JSON may nest objects and lists.",
+    ),
     # Per user, over all their submits (daemon/quotas.py): what one user may keep on the
     # daemon's disk and in its memory.
-    "queued_jobs": ("limit_queued_jobs", 200_000, 10**9,
-                    "Jobs one user may have pending, held or running at once."),
-    "queued_bytes": ("limit_queued_bytes", "512MiB", 2**40,
-                     "Bytes one user's pending, held and running jobs may store: each job's "
-                     "command, environment, working directory and name."),
+    "queued_jobs": (
+        "limit_queued_jobs",
+        200_000,
+        10**9,
+        "Jobs one user may have pending, held or running at once.",
+    ),
+    "queued_bytes": (
+        "limit_queued_bytes",
+        "512MiB",
+        2**40,
+        "Bytes one user's pending, held and running jobs may store: each job's "
+        "command, environment, working directory and name.",
+    ),
 }
 DEFAULT = Limits(*(parse_size(default) for _, default, _, _ in CONFIG.values()))
 
@@ -55,9 +92,11 @@ def text_bytes(text: str) -> int:
 
 
 def over(what: str, size: int, limit: int, key: str, unit: str = "bytes") -> UsageError:
-    return UsageError(f"{what} is {size:,} {unit}, over the limit of {limit:,} ({key} in the "
-                      "daemon's config); make it smaller, or ask the daemon's admin to "
-                      f"raise {key}")
+    return UsageError(
+        f"{what} is {size:,} {unit}, over the limit of {limit:,} ({key} in the "
+        "daemon's config); make it smaller, or ask the daemon's admin to "
+        f"raise {key}"
+    )
 
 
 def check_owner(env: object, cwd: object, limits: Limits) -> None:
@@ -65,11 +104,13 @@ def check_owner(env: object, cwd: object, limits: Limits) -> None:
     if isinstance(cwd, str) and (size := text_bytes(cwd)) > limits.cwd_bytes:
         raise over("the working directory", size, limits.cwd_bytes, "limits.cwd")
     if isinstance(env, dict):
-        size = sum(text_bytes(k) + 1 + text_bytes(v) for k, v in env.items()
-                   if isinstance(k, str) and isinstance(v, str))
+        size = sum(
+            text_bytes(k) + 1 + text_bytes(v)
+            for k, v in env.items()
+            if isinstance(k, str) and isinstance(v, str)
+        )
         if size > limits.env_bytes:
-            raise over("the job environment (all NAME=VALUE)", size, limits.env_bytes,
-                        "limits.env")
+            raise over("the job environment (all NAME=VALUE)", size, limits.env_bytes, "limits.env")
 
 
 def check_spec(spec: object, limits: Limits) -> None:
@@ -146,5 +187,7 @@ def check_depth(raw: bytes, max_depth: int) -> None:
         return
     depth = json_depth(raw)
     if depth > max_depth:
-        raise ProtocolError(f"the request nests {depth:,} levels deep, over the limit of "
-                            f"{max_depth} (limits.json_depth in the daemon's config)")
+        raise ProtocolError(
+            f"the request nests {depth:,} levels deep, over the limit of "
+            f"{max_depth} (limits.json_depth in the daemon's config)"
+        )

@@ -3,7 +3,8 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING
 
 from gpusched.core import topology
 from gpusched.core.models import GpuInfo, Request
@@ -18,8 +19,12 @@ def _whole(gpus: Sequence[GpuInfo], links: Sequence[Sequence[str]]) -> bool:
     return bool(links) and all(g.parent_index is None and g.index < len(links) for g in gpus)
 
 
-def best_linked(request: Request, ordered: Sequence[GpuInfo], loads: Mapping[str, GpuLoad],
-                 links: Sequence[Sequence[str]]) -> Sequence[GpuInfo] | None:
+def best_linked(
+    request: Request,
+    ordered: Sequence[GpuInfo],
+    loads: Mapping[str, GpuLoad],
+    links: Sequence[Sequence[str]],
+) -> Sequence[GpuInfo] | None:
     """The policy's first GPUs, or the best-linked set among them; None when --topology
     strict would have to take a set linked worse than the box allows."""
     if request.gpus <= 1 or not _whole(ordered, links):
@@ -33,22 +38,32 @@ def best_linked(request: Request, ordered: Sequence[GpuInfo], loads: Mapping[str
     return [by_index[i] for i in chosen]
 
 
-def _best_rank(request: Request, loads: Mapping[str, GpuLoad],
-               links: Sequence[Sequence[str]]) -> int | None:
+def _best_rank(
+    request: Request, loads: Mapping[str, GpuLoad], links: Sequence[Sequence[str]]
+) -> int | None:
     """The worst link of the best set the allowed healthy GPUs could ever give."""
-    allowed = sorted(l.gpu.index for l in loads.values()
-                     if l.gpu.is_healthy and request.constraints.allows(l.gpu))
-    if len(allowed) < request.gpus or not _whole([l.gpu for l in loads.values()], links):
+    allowed = sorted(
+        load.gpu.index
+        for load in loads.values()
+        if load.gpu.is_healthy and request.constraints.allows(load.gpu)
+    )
+    if len(allowed) < request.gpus or not _whole([load.gpu for load in loads.values()], links):
         return None
     return topology.best_possible_rank(allowed, request.gpus, links)
 
 
-def strict_reason(request: Request, fitting: Sequence[GpuLoad], loads: Mapping[str, GpuLoad],
-                   links: Sequence[Sequence[str]]) -> str:
+def strict_reason(
+    request: Request,
+    fitting: Sequence[GpuLoad],
+    loads: Mapping[str, GpuLoad],
+    links: Sequence[Sequence[str]],
+) -> str:
     """Why a --topology strict job waits although enough GPUs are free."""
     best = _best_rank(request, loads, links)
-    free = topology.best_set(sorted(l.gpu.index for l in fitting), request.gpus, links)
+    free = topology.best_set(sorted(load.gpu.index for load in fitting), request.gpus, links)
     worst = topology.set_cost(free, links)[0]
-    return (f"--topology strict: waits for {request.gpus} GPUs linked by "
-            f"{topology.rank_label(best or 0)}; the free ones "
-            f"({', '.join(map(str, free))}) would cross {topology.rank_label(worst)}")
+    return (
+        f"--topology strict: waits for {request.gpus} GPUs linked by "
+        f"{topology.rank_label(best or 0)}; the free ones "
+        f"({', '.join(map(str, free))}) would cross {topology.rank_label(worst)}"
+    )

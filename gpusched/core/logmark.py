@@ -30,7 +30,7 @@ def read_mark(head: bytes) -> tuple[int, int]:
     if not head.startswith(_HEAD):
         return 0, 0
     end = head.find(b"\n", 0, MARK_MAX_BYTES)
-    number, middle, _ = head[len(_HEAD):max(end, 0)].partition(_MIDDLE)
+    number, middle, _ = head[len(_HEAD) : max(end, 0)].partition(_MIDDLE)
     if end < 0 or not middle or not number.isdigit():
         return 0, 0
     return int(number), end + 1

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from typing import Sequence
+from collections.abc import Sequence
 
 from gpusched.core.gpuoom import round_up
 from gpusched.core.units import size_human
@@ -33,8 +33,7 @@ def percentile(values: Sequence[int], pct: float = PERCENTILE) -> int:
     return ordered[max(0, math.ceil(pct / 100 * len(ordered)) - 1)]
 
 
-def estimate(peaks: Sequence[int], margin_pct: float,
-             usable_bytes: int) -> tuple[int | None, str]:
+def estimate(peaks: Sequence[int], margin_pct: float, usable_bytes: int) -> tuple[int | None, str]:
     """(--gpu-mem in bytes, why) from earlier runs' peaks: their p95 plus the margin,
     rounded up; (None: a whole GPU, why) without history, or when that is as much as
     the largest GPU can give a sharing job (usable_bytes, 0: unknown). The reason never
@@ -45,7 +44,11 @@ def estimate(peaks: Sequence[int], margin_pct: float,
     wanted = round_up(p95 * (1 + margin_pct / 100))
     runs = f"{len(peaks)} run{'s' if len(peaks) != 1 else ''}"
     if usable_bytes and wanted >= usable_bytes:
-        return None, (f"estimated from {runs}: {size_human(wanted)}, as large as a whole GPU "
-                      f"(p95 peak {size_human(p95)} + {margin_pct:g}%)")
-    return wanted, (f"estimated from {runs}: {size_human(wanted)} (p95 peak "
-                    f"{size_human(p95)} + {margin_pct:g}%, rounded up)")
+        return None, (
+            f"estimated from {runs}: {size_human(wanted)}, as large as a whole GPU "
+            f"(p95 peak {size_human(p95)} + {margin_pct:g}%)"
+        )
+    return wanted, (
+        f"estimated from {runs}: {size_human(wanted)} (p95 peak "
+        f"{size_human(p95)} + {margin_pct:g}%, rounded up)"
+    )

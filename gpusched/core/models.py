@@ -40,8 +40,17 @@ class JobState(str, enum.Enum):
         return self in FINAL_STATES
 
 
-FINAL_STATES = frozenset({JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED,
-                          JobState.TIMEOUT, JobState.OOM, JobState.LOST, JobState.GPU_OOM})
+FINAL_STATES = frozenset(
+    {
+        JobState.SUCCEEDED,
+        JobState.FAILED,
+        JobState.CANCELLED,
+        JobState.TIMEOUT,
+        JobState.OOM,
+        JobState.LOST,
+        JobState.GPU_OOM,
+    }
+)
 
 # Every legal edge. RUNNING -> PENDING is taken when a job with retries left is re-queued;
 # RUNNING -> PREEMPTED -> PENDING when a run is stopped to be requeued. The only way out
@@ -49,9 +58,19 @@ FINAL_STATES = frozenset({JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLE
 # a job whose shim vanished without an exit record.
 TRANSITIONS: dict[JobState, frozenset[JobState]] = {
     JobState.PENDING: frozenset({JobState.RUNNING, JobState.CANCELLED}),
-    JobState.RUNNING: frozenset({JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED,
-                                 JobState.TIMEOUT, JobState.OOM, JobState.LOST,
-                                 JobState.GPU_OOM, JobState.PENDING, JobState.PREEMPTED}),
+    JobState.RUNNING: frozenset(
+        {
+            JobState.SUCCEEDED,
+            JobState.FAILED,
+            JobState.CANCELLED,
+            JobState.TIMEOUT,
+            JobState.OOM,
+            JobState.LOST,
+            JobState.GPU_OOM,
+            JobState.PENDING,
+            JobState.PREEMPTED,
+        }
+    ),
     JobState.PREEMPTED: frozenset({JobState.PENDING}),
     **{state: frozenset({JobState.PENDING}) for state in FINAL_STATES},
 }
@@ -84,12 +103,17 @@ class Constraints:
             return False
         if index in self.exclude_gpus or gpu.mem_total_bytes < self.min_gpu_total_mem_bytes:
             return False
-        if self.gpu_type and self.gpu_type.lower() not in gpu.name.lower() \
-                and self.gpu_type.lower() != (gpu.mig_profile or "").lower():
+        if (
+            self.gpu_type
+            and self.gpu_type.lower() not in gpu.name.lower()
+            and self.gpu_type.lower() != (gpu.mig_profile or "").lower()
+        ):
             return False
         if self.min_compute_capability is not None:
-            return gpu.compute_capability is not None and \
-                gpu.compute_capability >= self.min_compute_capability
+            return (
+                gpu.compute_capability is not None
+                and gpu.compute_capability >= self.min_compute_capability
+            )
         return True
 
 
@@ -320,47 +344,80 @@ class Inventory:
 def job_to_dict(job: Job) -> dict:
     """A job as stable JSON fields (what `show --json` prints)."""
     return {
-        "id": job.id, "name": job.display_name, "state": job.state.value,
+        "id": job.id,
+        "name": job.display_name,
+        "state": job.state.value,
         # A running job told to stop (SIGTERM sent) that has not ended yet: it may be
         # ignoring SIGTERM until the grace period's SIGKILL.
         "cancelling": job.is_running and job.cancel_requested,
         # A running job whose shim (or supervisor) died: end_reason says which of its
         # processes are being stopped; it ends `lost` once they are gone.
         "shim_lost": job.is_running and job.end_reason.startswith(LOST_WATCHER_REASONS),
-        "exit_code": job.exit_code, "signal": job.signal,
-        "gpus": list(job.gpu_uuids), "gpu_indices": list(job.gpu_indices),
-        "gpus_requested": job.request.gpus, "gpu_mem_bytes": job.request.gpu_mem_bytes,
-        "priority": job.priority, "user": job.user, "uid": job.uid, "submit_pid": job.submit_pid,
-        "command": list(job.command), "cwd": job.cwd,
-        "submitted_at": job.submitted_at, "started_at": job.started_at, "ended_at": job.ended_at,
+        "exit_code": job.exit_code,
+        "signal": job.signal,
+        "gpus": list(job.gpu_uuids),
+        "gpu_indices": list(job.gpu_indices),
+        "gpus_requested": job.request.gpus,
+        "gpu_mem_bytes": job.request.gpu_mem_bytes,
+        "priority": job.priority,
+        "user": job.user,
+        "uid": job.uid,
+        "submit_pid": job.submit_pid,
+        "command": list(job.command),
+        "cwd": job.cwd,
+        "submitted_at": job.submitted_at,
+        "started_at": job.started_at,
+        "ended_at": job.ended_at,
         "pending_reason": job.pending_reason if job.state is JobState.PENDING else "",
-        "end_reason": job.end_reason, "master_port": job.master_port,
-        "stdout_path": job.stdout_path, "stderr_path": job.stderr_path,
-        "output_pattern": job.output_pattern, "error_pattern": job.error_pattern,
+        "end_reason": job.end_reason,
+        "master_port": job.master_port,
+        "stdout_path": job.stdout_path,
+        "stderr_path": job.stderr_path,
+        "output_pattern": job.output_pattern,
+        "error_pattern": job.error_pattern,
         "open_mode": job.open_mode,
-        "held": job.held, "dependencies": dependency_words(job.dependencies),
-        "array_id": job.array_id, "array_index": job.array_index,
-        "array_throttle": job.array_throttle, "time_limit_s": job.time_limit_s,
-        "warn_signal": job.warn_signal, "warn_before_s": job.warn_before_s,
+        "held": job.held,
+        "dependencies": dependency_words(job.dependencies),
+        "array_id": job.array_id,
+        "array_index": job.array_index,
+        "array_throttle": job.array_throttle,
+        "time_limit_s": job.time_limit_s,
+        "warn_signal": job.warn_signal,
+        "warn_before_s": job.warn_before_s,
         "warn_batch": job.warn_batch,
-        "retries": job.retries, "attempt": job.attempt, "retry_delay_s": job.retry_delay_s,
-        "eligible_at": job.eligible_at, "policy": job.policy,
+        "retries": job.retries,
+        "attempt": job.attempt,
+        "retry_delay_s": job.retry_delay_s,
+        "eligible_at": job.eligible_at,
+        "policy": job.policy,
         "constraints": asdict(job.request.constraints),
-        "cpus": job.request.cpus, "cpus_required": job.request.cpus_required,
+        "cpus": job.request.cpus,
+        "cpus_required": job.request.cpus_required,
         "mem_bytes": job.request.mem_bytes,
-        "cpu_ids": list(job.cpu_ids), "mem_peak_bytes": job.mem_peak_bytes,
-        "gpu_mem_peak_bytes": job.gpu_mem_peak_bytes, "mem_over": job.mem_over,
+        "cpu_ids": list(job.cpu_ids),
+        "mem_peak_bytes": job.mem_peak_bytes,
+        "gpu_mem_peak_bytes": job.gpu_mem_peak_bytes,
+        "mem_over": job.mem_over,
         # A running job being stopped to be requeued (preempted, or `gpusched requeue`).
         "preempting": job.is_running and job.requeueing,
-        "preemptible": job.preemptible, "preempt_grace_s": job.preempt_grace_s,
-        "restarts": job.restarts, "preemptions": job.preemptions,
-        "requeue_reason": job.requeue_reason, "preempted_by": job.preempted_by,
-        "preempted_at": job.preempted_at, "preempted_jobs": list(job.preempted_jobs),
+        "preemptible": job.preemptible,
+        "preempt_grace_s": job.preempt_grace_s,
+        "restarts": job.restarts,
+        "preemptions": job.preemptions,
+        "requeue_reason": job.requeue_reason,
+        "preempted_by": job.preempted_by,
+        "preempted_at": job.preempted_at,
+        "preempted_jobs": list(job.preempted_jobs),
         "preempted_jobs_at": job.preempted_jobs_at,
-        "mem_growth": job.mem_growth, "job_key": job.job_key,
-        "gpu_mem_reason": job.gpu_mem_reason, "interactive": job.interactive,
-        "container": ({"image": job.container[0], "options": list(job.container[1:])}
-                      if job.container else None),
+        "mem_growth": job.mem_growth,
+        "job_key": job.job_key,
+        "gpu_mem_reason": job.gpu_mem_reason,
+        "interactive": job.interactive,
+        "container": (
+            {"image": job.container[0], "options": list(job.container[1:])}
+            if job.container
+            else None
+        ),
     }
 
 

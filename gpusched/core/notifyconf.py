@@ -41,7 +41,7 @@ class NotifyRule:
 
 # key -> what it is, for errors and the example file
 KEYS = {
-    "events": 'list of events: ' + ", ".join(EVENTS),
+    "events": "list of events: " + ", ".join(EVENTS),
     "command": 'argv list, e.g. ["/usr/local/bin/on-job-end", "--quiet"] (no shell)',
     "url": "webhook URL (http or https), posted a JSON body with a Slack-style `text`",
     "timeout": 'per run or POST, e.g. "30s"',
@@ -54,10 +54,13 @@ KEYS = {
 def parse_rules(value: Any, source: str) -> tuple[NotifyRule, ...]:
     """The `notify` array of tables; each problem names the entry and the key."""
     if not isinstance(value, list):
-        raise ConfigError(f"{source}: 'notify' must be an array of tables: write each entry "
-                          "under its own [[notify]] header")
-    return tuple(_rule(entry, f"{source}: [[notify]] entry {n}")
-                 for n, entry in enumerate(value, 1))
+        raise ConfigError(
+            f"{source}: 'notify' must be an array of tables: write each entry "
+            "under its own [[notify]] header"
+        )
+    return tuple(
+        _rule(entry, f"{source}: [[notify]] entry {n}") for n, entry in enumerate(value, 1)
+    )
 
 
 def _rule(entry: Any, where: str) -> NotifyRule:
@@ -68,20 +71,27 @@ def _rule(entry: Any, where: str) -> NotifyRule:
         raise ConfigError(f"{where}: unknown key '{unknown[0]}'. Known keys: {', '.join(KEYS)}")
     try:
         rule = NotifyRule(
-            events=_events(entry.get("events")), command=_argv(entry.get("command", [])),
+            events=_events(entry.get("events")),
+            command=_argv(entry.get("command", [])),
             url=_url(entry.get("url", "")),
             timeout_s=_positive(entry.get("timeout", "30s"), "timeout"),
             retries=_count(entry.get("retries", 3), "retries", 10),
-            pending_longer_than_s=(None if "pending_longer_than" not in entry else
-                                   _positive(entry["pending_longer_than"], "pending_longer_than")),
-            log_lines=_count(entry.get("log_lines", 20), "log_lines", 1000))
+            pending_longer_than_s=(
+                None
+                if "pending_longer_than" not in entry
+                else _positive(entry["pending_longer_than"], "pending_longer_than")
+            ),
+            log_lines=_count(entry.get("log_lines", 20), "log_lines", 1000),
+        )
     except ValueError as exc:
         raise ConfigError(f"{where}: {exc}") from None
     if not rule.command and not rule.url:
         raise ConfigError(f"{where} has neither 'command' nor 'url'. Give it one of them")
     if rule.wants("pending_longer_than") != (rule.pending_longer_than_s is not None):
-        raise ConfigError(f"{where}: the pending_longer_than event and the "
-                          "'pending_longer_than' key go together. Give both or neither")
+        raise ConfigError(
+            f"{where}: the pending_longer_than event and the "
+            "'pending_longer_than' key go together. Give both or neither"
+        )
     return rule
 
 
@@ -97,8 +107,10 @@ def _events(value: Any) -> tuple[str, ...]:
 def _argv(value: Any) -> tuple[str, ...]:
     if isinstance(value, str):
         # A string would need a shell or a split: both are how job names end up executed.
-        raise ValueError(f"'command' is the string {value!r}; write it as an argv list, "
-                         f"e.g. [{', '.join(repr(w) for w in value.split()[:2])}]")
+        raise ValueError(
+            f"'command' is the string {value!r}; write it as an argv list, "
+            f"e.g. [{', '.join(repr(w) for w in value.split()[:2])}]"
+        )
     if not isinstance(value, list) or not all(isinstance(w, str) and w for w in value):
         raise ValueError(f"'command' must be a list of non-empty strings, not {value!r}")
     return tuple(value)
@@ -125,12 +137,21 @@ def _count(value: Any, key: str, high: int) -> int:
 
 def example() -> list[str]:
     """A commented [[notify]] entry for the example config (entries are optional)."""
-    lines = ["", "# [[notify]] entries (any number; none by default): run a command or post a",
-             "# webhook on job events. docs/monitoring.md has the environment and the JSON.",
-             "# [[notify]]"]
-    values = {"events": '["fail", "timeout", "oom", "lost"]',
-              "command": '["/usr/local/bin/on-job-end"]', "url": '""', "timeout": '"30s"',
-              "retries": "3", "pending_longer_than": '"2h"', "log_lines": "20"}
+    lines = [
+        "",
+        "# [[notify]] entries (any number; none by default): run a command or post a",
+        "# webhook on job events. docs/monitoring.md has the environment and the JSON.",
+        "# [[notify]]",
+    ]
+    values = {
+        "events": '["fail", "timeout", "oom", "lost"]',
+        "command": '["/usr/local/bin/on-job-end"]',
+        "url": '""',
+        "timeout": '"30s"',
+        "retries": "3",
+        "pending_longer_than": '"2h"',
+        "log_lines": "20",
+    }
     for key, doc in KEYS.items():
         lines += [f"# {key} = {values[key]}  # {doc}"]
     return lines

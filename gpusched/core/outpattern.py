@@ -39,17 +39,30 @@ def _tokens(pattern: str):
             while end < len(pattern) and pattern[end].isdigit():
                 end += 1
             letter = pattern[end] if end < len(pattern) else ""
-            yield pattern[i:end + 1], letter, min(int(pattern[i + 1:end] or 0), MAX_WIDTH)
+            yield pattern[i : end + 1], letter, min(int(pattern[i + 1 : end] or 0), MAX_WIDTH)
             i = end + 1
 
 
-def expand(pattern: str, job_id: int, name: str, user: str, host: str,
-           array_id: int | None = None, array_index: int | None = None) -> str:
+def expand(
+    pattern: str,
+    job_id: int,
+    name: str,
+    user: str,
+    host: str,
+    array_id: int | None = None,
+    array_index: int | None = None,
+) -> str:
     """The file name `pattern` gives for this job (not yet joined to its directory)."""
     if "\\" in pattern:
         return pattern.replace("\\", "")
-    numbers = {"j": job_id, "J": job_id, "A": job_id if array_id is None else array_id,
-               "a": NO_ARRAY_INDEX if array_index is None else array_index, "t": 0, "n": 0}
+    numbers = {
+        "j": job_id,
+        "J": job_id,
+        "A": job_id if array_id is None else array_id,
+        "a": NO_ARRAY_INDEX if array_index is None else array_index,
+        "t": 0,
+        "n": 0,
+    }
     names = {"x": name, "u": user, "N": host.split(".", 1)[0], "s": "batch"}
     out = []
     for text, letter, width in _tokens(pattern):
@@ -72,8 +85,8 @@ def known_dir(pattern: str, cwd: str, name: str, user: str, host: str) -> str | 
     """The directory a pattern's file will be in, when that does not depend on the job's
     id (else None): what `submit` can check before the job is queued."""
     folder = os.path.dirname(pattern)
-    if "\\" not in pattern and any(letter and letter in ID_LETTERS
-                                  for _, letter, _ in _tokens(folder)):
+    if "\\" not in pattern and any(
+        letter and letter in ID_LETTERS for _, letter, _ in _tokens(folder)
+    ):
         return None
-    return os.path.dirname(expand_path(pattern, cwd, job_id=0, name=name, user=user,
-                                       host=host))
+    return os.path.dirname(expand_path(pattern, cwd, job_id=0, name=name, user=user, host=host))

@@ -7,8 +7,8 @@ pass itself, its order and its reasons are core/scheduling.py's.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import Mapping, Sequence
 
 from gpusched.core import placement
 from gpusched.core.models import GpuInfo, Job
@@ -40,8 +40,9 @@ def expected_end(job: Job, now: float) -> float:
     return (job.started_at if job.started_at is not None else now) + job.time_limit_s
 
 
-def new_pass(running: Sequence[Job], loads: Mapping[str, GpuLoad],
-             placements: Mapping[int, int], now: float) -> PassCounts:
+def new_pass(
+    running: Sequence[Job], loads: Mapping[str, GpuLoad], placements: Mapping[int, int], now: float
+) -> PassCounts:
     p = PassCounts(dict(loads), dict(placements), {}, {}, {}, {})
     for job in running:
         count_job(p, job, job.gpu_uuids, now)
@@ -72,13 +73,16 @@ def take(p: PassCounts, job: Job, chosen: Sequence[GpuInfo], now: float) -> None
 
 def reserve(job: Job, p: PassCounts, rules: PlacementRules, now: float) -> None:
     """EASY backfill: the first blocked job is promised the soonest time enough GPUs free up."""
-    allowed = [l for l in p.loads.values()
-               if l.gpu.is_healthy and job.request.constraints.allows(l.gpu)]
+    allowed = [
+        load
+        for load in p.loads.values()
+        if load.gpu.is_healthy and job.request.constraints.allows(load.gpu)
+    ]
     if len(allowed) < job.request.gpus:
         return
-    ends = sorted(p.ends.get(l.gpu.uuid, now) for l in allowed)
+    ends = sorted(p.ends.get(load.gpu.uuid, now) for load in allowed)
     start = ends[job.request.gpus - 1]
-    p.reservation = (start, frozenset(l.gpu.uuid for l in allowed), job.request.gpus, job.id)
+    p.reservation = (start, frozenset(load.gpu.uuid for load in allowed), job.request.gpus, job.id)
 
 
 def delays_reservation(job: Job, gpus: Sequence[GpuInfo], p: PassCounts, now: float) -> bool:
@@ -93,13 +97,19 @@ def delays_reservation(job: Job, gpus: Sequence[GpuInfo], p: PassCounts, now: fl
     if expected_end(job, now) <= start:
         return False
     taken = {g.uuid for g in gpus}
-    free_at_start = sum(1 for uuid in allowed
-                        if uuid not in taken and p.ends.get(uuid, now) <= start)
+    free_at_start = sum(
+        1 for uuid in allowed if uuid not in taken and p.ends.get(uuid, now) <= start
+    )
     return free_at_start < need
 
 
-def gpus_for(job: Job, p: PassCounts, rules: PlacementRules, unplaceable: set[tuple],
-             held: Mapping[str, int] | None = None) -> tuple[GpuInfo, ...] | None:
+def gpus_for(
+    job: Job,
+    p: PassCounts,
+    rules: PlacementRules,
+    unplaceable: set[tuple],
+    held: Mapping[str, int] | None = None,
+) -> tuple[GpuInfo, ...] | None:
     """The GPUs for a job now, or None when it does not fit.
 
     Loads only fill up during a pass, so a request that found too few GPUs once finds too
@@ -119,8 +129,11 @@ def gpus_for(job: Job, p: PassCounts, rules: PlacementRules, unplaceable: set[tu
         loads = None  # too few for any policy: choose_gpus needs that many that fit
     else:
         loads = p.loads
-    chosen = None if loads is None else placement.choose_gpus(
-        job.request, loads, rules, p.placements, job.policy, p.links)
+    chosen = (
+        None
+        if loads is None
+        else placement.choose_gpus(job.request, loads, rules, p.placements, job.policy, p.links)
+    )
     if chosen is None and key[1] in placement.BUILTIN_POLICIES:
         unplaceable.add(key)
     return chosen
@@ -136,6 +149,12 @@ def count_usable(p: PassCounts) -> int:
 
 def counts_now(p: PassCounts) -> PassCounts:
     """A copy of the pass's counts, which a start changes in place."""
-    return replace(p, loads=dict(p.loads), placements=dict(p.placements),
-                   user_gpus=dict(p.user_gpus), user_jobs=dict(p.user_jobs),
-                   array_running=dict(p.array_running), ends=dict(p.ends))
+    return replace(
+        p,
+        loads=dict(p.loads),
+        placements=dict(p.placements),
+        user_gpus=dict(p.user_gpus),
+        user_jobs=dict(p.user_jobs),
+        array_running=dict(p.array_running),
+        ends=dict(p.ends),
+    )

@@ -13,8 +13,9 @@ from __future__ import annotations
 import heapq
 import math
 from bisect import bisect_left, insort
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from operator import itemgetter
-from typing import Any, Callable, Iterable, Iterator, Mapping
+from typing import Any
 
 from gpusched.core.models import Job
 from gpusched.core.syntax import MAX_JOB_ID, SINGLETON
@@ -28,19 +29,29 @@ def shape_of(job: Job, per_user: bool = True) -> tuple:
     The user counts only where per-user limits are set. Two dependency kinds are decided
     by more than the dependency itself: singleton by the job's user and name, aftercorr by
     its array index."""
-    return (job.request, job.policy, job.user if per_user else "", job.held,
-            job.dependencies, job.kill_on_invalid_dep, job.eligible_at,
-            job.array_id if job.array_throttle is not None else None, job.array_throttle,
-            job.id if job.preempt_hold else None,
-            _decided_by(job) if job.dependencies else None)
+    return (
+        job.request,
+        job.policy,
+        job.user if per_user else "",
+        job.held,
+        job.dependencies,
+        job.kill_on_invalid_dep,
+        job.eligible_at,
+        job.array_id if job.array_throttle is not None else None,
+        job.array_throttle,
+        job.id if job.preempt_hold else None,
+        _decided_by(job) if job.dependencies else None,
+    )
 
 
 def _decided_by(job: Job) -> tuple | None:
     kinds = {kind for kind, _ in job.dependencies}
     if SINGLETON not in kinds and "aftercorr" not in kinds:
         return None
-    return ((job.uid, job.display_name) if SINGLETON in kinds else None,
-            job.array_index if "aftercorr" in kinds else None)
+    return (
+        (job.uid, job.display_name) if SINGLETON in kinds else None,
+        job.array_index if "aftercorr" in kinds else None,
+    )
 
 
 def may_be_cancelled(shape: tuple) -> bool:
@@ -60,8 +71,11 @@ def line_key(job: Job, discipline: str) -> Any:
     """A job's place in its user's line: queuerules.order_key, less fair share (the same
     for all of one user's jobs, so the lines are merged by it at each pass)."""
     if discipline == "sjf":
-        return (-job.priority, job.time_limit_s if job.time_limit_s is not None else math.inf,
-                job.id)
+        return (
+            -job.priority,
+            job.time_limit_s if job.time_limit_s is not None else math.inf,
+            job.id,
+        )
     return job.id - job.priority * _ID_SPAN if job.priority else job.id
 
 
@@ -107,8 +121,11 @@ class PendingQueue:
 
     def add(self, job: Job) -> None:
         name = self._line_name(job, self._count(job))
-        insort(self._lines.setdefault(name, []), line_key(job, self.discipline),
-               self._heads.get(name, 0))
+        insort(
+            self._lines.setdefault(name, []),
+            line_key(job, self.discipline),
+            self._heads.get(name, 0),
+        )
 
     def add_many(self, jobs: Iterable[Job]) -> None:
         """add() for many jobs: appended, then each line touched sorted once."""
@@ -163,8 +180,11 @@ class PendingQueue:
     def same_place(self, old: Job, new: Job) -> bool:
         """Whether replacing old by new changes neither its place nor its counts (a new
         pending reason, a shim's pid...): most changes to a pending job."""
-        return (old.user == new.user and line_key(old, self.discipline) ==
-                line_key(new, self.discipline) and self._shape(old) == self._shape(new))
+        return (
+            old.user == new.user
+            and line_key(old, self.discipline) == line_key(new, self.discipline)
+            and self._shape(old) == self._shape(new)
+        )
 
     def shape(self, number: int) -> tuple:
         return self._shapes[number]
@@ -178,8 +198,7 @@ class PendingQueue:
         head of the line. `share`: each user's fair share (fairshare only)."""
         return map(itemgetter(0), _merged(self, share, set()))
 
-    def jobs(self, table: Mapping[int, Job],
-             share: Callable[[str], float] | None = None) -> Walk:
+    def jobs(self, table: Mapping[int, Job], share: Callable[[str], float] | None = None) -> Walk:
         """The jobs of `table` (id -> job) in scheduling order, as a Walk."""
         return Walk(self, table, share)
 
@@ -210,8 +229,9 @@ class Walk:
     lazily. Once a shape's number is put in `skipped`, the rest of its jobs are passed over
     at once, line by line, instead of one by one (core/scheduling.py, Bound)."""
 
-    def __init__(self, queue: PendingQueue, table: Mapping[int, Job],
-                 share: Callable[[str], float] | None):
+    def __init__(
+        self, queue: PendingQueue, table: Mapping[int, Job], share: Callable[[str], float] | None
+    ):
         self.queue = queue
         self.skipped: set[int] = set()
         self.number = -1  # the shape of the job read last
@@ -229,8 +249,9 @@ class Walk:
             yield table[job_id]
 
 
-def _merged(queue: PendingQueue, share: Callable[[str], float] | None,
-            skipped: set[int]) -> Iterator[tuple[int, int]]:
+def _merged(
+    queue: PendingQueue, share: Callable[[str], float] | None, skipped: set[int]
+) -> Iterator[tuple[int, int]]:
     """The ids (with their shape's number) of the queue's lines merged in scheduling order,
     a line dropped when it comes up with its shape in `skipped`. Keys hold their job's id,
     so no two are equal and the order does not depend on how the jobs are split into lines."""
@@ -250,13 +271,26 @@ def _merged(queue: PendingQueue, share: Callable[[str], float] | None,
         positions.append(head)
         numbers.append(name[1] if fairshare else name)
     heapq.heapify(heap)
-    return _merge_lines(heap, lines, positions, numbers, shares if fair else None, skipped,
-                        queue.discipline == "sjf")
+    return _merge_lines(
+        heap,
+        lines,
+        positions,
+        numbers,
+        shares if fair else None,
+        skipped,
+        queue.discipline == "sjf",
+    )
 
 
-def _merge_lines(heap: list[tuple], lines: list[list], positions: list[int],
-                 numbers: list[int], shares: list[float] | None, skipped: set[int],
-                 sjf: bool) -> Iterator[tuple[int, int]]:
+def _merge_lines(
+    heap: list[tuple],
+    lines: list[list],
+    positions: list[int],
+    numbers: list[int],
+    shares: list[float] | None,
+    skipped: set[int],
+    sjf: bool,
+) -> Iterator[tuple[int, int]]:
     """heapq.merge of the lines, less the ones whose shape is skipped. `heap`: each line's
     first sort key and its index; `positions`: where each line starts; `shares`: each
     line's user's share (fairshare)."""

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Callable, Mapping, Sequence
 
 from gpusched.core import linkplace
 from gpusched.core.models import GpuInfo, GpuProcess, Inventory, Job, Request
@@ -79,33 +79,39 @@ def _pack(request: Request, loads: Sequence[GpuLoad], ctx: PolicyContext) -> lis
     # Best fit: the least free memory that still fits, so big holes stay for big jobs.
     # On a tie the highest index wins, keeping GPU 0 (the one people's desktops and
     # stray notebooks use) for last.
-    return sorted(loads, key=lambda l: (l.effective_free_bytes, -l.gpu.index))
+    return sorted(loads, key=lambda load: (load.effective_free_bytes, -load.gpu.index))
 
 
 def _spread(request: Request, loads: Sequence[GpuLoad], ctx: PolicyContext) -> list[GpuLoad]:
-    return sorted(loads, key=lambda l: (-l.effective_free_bytes, l.gpu.util_pct or 0.0,
-                                        -l.gpu.index))
+    return sorted(
+        loads,
+        key=lambda load: (-load.effective_free_bytes, load.gpu.util_pct or 0.0, -load.gpu.index),
+    )
 
 
 def _round_robin(request: Request, loads: Sequence[GpuLoad], ctx: PolicyContext) -> list[GpuLoad]:
-    return sorted(loads, key=lambda l: (ctx.placements.get(l.gpu.index, 0), l.gpu.index))
+    return sorted(loads, key=lambda load: (ctx.placements.get(load.gpu.index, 0), load.gpu.index))
 
 
 def _weighted(request: Request, loads: Sequence[GpuLoad], ctx: PolicyContext) -> list[GpuLoad]:
     def key(load: GpuLoad) -> tuple[float, float, int]:
         weight = ctx.weights.get(load.gpu.index, 1.0)
         return (ctx.placements.get(load.gpu.index, 0) / weight, -weight, load.gpu.index)
+
     return sorted(loads, key=key)
 
 
 def _order(request: Request, loads: Sequence[GpuLoad], ctx: PolicyContext) -> list[GpuLoad]:
     rank = {index: pos for pos, index in enumerate(ctx.order)}
-    return sorted(loads, key=lambda l: (rank.get(l.gpu.index, len(rank)), l.gpu.index))
+    return sorted(loads, key=lambda load: (rank.get(load.gpu.index, len(rank)), load.gpu.index))
 
 
 BUILTIN_POLICIES: dict[str, Policy] = {
-    "pack": _pack, "spread": _spread, "round-robin": _round_robin,
-    "weighted-round-robin": _weighted, "order": _order,
+    "pack": _pack,
+    "spread": _spread,
+    "round-robin": _round_robin,
+    "weighted-round-robin": _weighted,
+    "order": _order,
 }
 
 
@@ -121,8 +127,9 @@ def _declared_bytes(job: Job, gpu: GpuInfo) -> int:
     return max(job.request.gpu_mem_bytes, job.gpu_mem_peak_bytes or 0)
 
 
-def _is_ignored(proc: GpuProcess, rules: PlacementRules, idle_since: Mapping[int, float],
-                now: float) -> bool:
+def _is_ignored(
+    proc: GpuProcess, rules: PlacementRules, idle_since: Mapping[int, float], now: float
+) -> bool:
     if proc.used_mem_bytes is not None and proc.used_mem_bytes < rules.outside_ignore_below_bytes:
         return True
     if rules.outside_idle_after_s is None or proc.pid not in idle_since:
@@ -130,8 +137,13 @@ def _is_ignored(proc: GpuProcess, rules: PlacementRules, idle_since: Mapping[int
     return now - idle_since[proc.pid] >= rules.outside_idle_after_s
 
 
-def _outside_view(gpu: GpuInfo, pid_jobs: Mapping[int, int], rules: PlacementRules,
-                  idle_since: Mapping[int, float], now: float) -> tuple[int, str]:
+def _outside_view(
+    gpu: GpuInfo,
+    pid_jobs: Mapping[int, int],
+    rules: PlacementRules,
+    idle_since: Mapping[int, float],
+    now: float,
+) -> tuple[int, str]:
     """(ignored outside bytes, block reason) for the processes gpusched did not start."""
     ignored, blockers = 0, []
     for proc in gpu.processes:
@@ -165,9 +177,14 @@ def job_gpu_peaks(inventory: Inventory, pid_jobs: Mapping[int, int]) -> dict[int
     return peaks
 
 
-def gpu_loads(inventory: Inventory, running: Sequence[Job], pid_jobs: Mapping[int, int],
-              rules: PlacementRules = PlacementRules(),
-              idle_since: Mapping[int, float] | None = None, now: float = 0.0) -> dict[str, GpuLoad]:
+def gpu_loads(
+    inventory: Inventory,
+    running: Sequence[Job],
+    pid_jobs: Mapping[int, int],
+    rules: PlacementRules = PlacementRules(),
+    idle_since: Mapping[int, float] | None = None,
+    now: float = 0.0,
+) -> dict[str, GpuLoad]:
     """Per GPU: our jobs on it, what they use now (by process), and what they still will."""
     idle_since = idle_since or {}
     observed = observed_usage(inventory, pid_jobs)
@@ -182,16 +199,20 @@ def gpu_loads(inventory: Inventory, running: Sequence[Job], pid_jobs: Mapping[in
                 continue
             used = observed.get((job.id, uuid), 0)
             loads[uuid] = replace(
-                load, job_ids=load.job_ids + (job.id,),
+                load,
+                job_ids=load.job_ids + (job.id,),
                 promised_bytes=load.promised_bytes + max(0, _declared_bytes(job, load.gpu) - used),
                 ours_used_bytes=load.ours_used_bytes + used,
-                is_held_exclusively=load.is_held_exclusively or job.request.is_exclusive
-                or load.gpu.parent_index is not None)
+                is_held_exclusively=load.is_held_exclusively
+                or job.request.is_exclusive
+                or load.gpu.parent_index is not None,
+            )
     return loads
 
 
-def track_idle(inventory: Inventory, pid_jobs: Mapping[int, int],
-               idle_since: Mapping[int, float], now: float) -> dict[int, float]:
+def track_idle(
+    inventory: Inventory, pid_jobs: Mapping[int, int], idle_since: Mapping[int, float], now: float
+) -> dict[int, float]:
     """Since when each outside process has shown 0% utilization (for outside_idle_after).
 
     A process whose utilization is unknown is never taken for idle.
@@ -206,8 +227,12 @@ def track_idle(inventory: Inventory, pid_jobs: Mapping[int, int],
 
 def is_usable(load: GpuLoad) -> bool:
     # A GPU in MIG mode is never given out whole: CUDA can use only its MIG devices.
-    return (load.gpu.is_healthy and not load.gpu.is_mig_mode and not load.is_held_exclusively
-            and not load.blocked_by)
+    return (
+        load.gpu.is_healthy
+        and not load.gpu.is_mig_mode
+        and not load.is_held_exclusively
+        and not load.blocked_by
+    )
 
 
 def _is_busy(load: GpuLoad, rules: PlacementRules) -> bool:
@@ -227,22 +252,27 @@ def fits(load: GpuLoad, request: Request, rules: PlacementRules) -> bool:
     return load.effective_free_bytes >= request.gpu_mem_bytes + rules.mem_headroom_bytes
 
 
-def choose_gpus(request: Request, loads: Mapping[str, GpuLoad], rules: PlacementRules,
-                placements: Mapping[int, int] | None = None, policy: str = "",
-                links: Sequence[Sequence[str]] = ()) -> tuple[GpuInfo, ...] | None:
+def choose_gpus(
+    request: Request,
+    loads: Mapping[str, GpuLoad],
+    rules: PlacementRules,
+    placements: Mapping[int, int] | None = None,
+    policy: str = "",
+    links: Sequence[Sequence[str]] = (),
+) -> tuple[GpuInfo, ...] | None:
     """All the GPUs a job asks for, or None: a multi-GPU job gets all or nothing.
 
     With `links` (Inventory.links), a multi-GPU job gets the best-linked set of the
     fitting GPUs, the policy's order breaking ties.
     """
-    fitting = [l for l in loads.values() if fits(l, request, rules)]
+    fitting = [load for load in loads.values() if fits(load, request, rules)]
     if len(fitting) < request.gpus:
         return None
     name = policy or rules.policy
     choose = BUILTIN_POLICIES.get(name) or rules.custom_policies[name]
     ctx = PolicyContext(placements or {}, rules.gpu_weights, rules.gpu_order)
     try:
-        ordered = [l.gpu for l in choose(request, fitting, ctx)]
+        ordered = [load.gpu for load in choose(request, fitting, ctx)]
     except Veto:
         return None
     chosen = linkplace.best_linked(request, ordered, loads, links)
@@ -250,8 +280,11 @@ def choose_gpus(request: Request, loads: Mapping[str, GpuLoad], rules: Placement
         return None
     uuids = [g.uuid for g in chosen]
     # A custom policy may veto GPUs, never invent them or offer one twice.
-    if (len(uuids) < request.gpus or len(set(uuids)) < len(uuids)
-            or not set(uuids) <= {l.gpu.uuid for l in fitting}):
+    if (
+        len(uuids) < request.gpus
+        or len(set(uuids)) < len(uuids)
+        or not set(uuids) <= {load.gpu.uuid for load in fitting}
+    ):
         return None
     # The policy chose which GPUs; the job gets them in index order (CUDA_VISIBLE_DEVICES,
     # ls, show), as nvidia-smi numbers them: its cuda:0 is its lowest GPU, not 3 of 3,2,1,0.
@@ -263,13 +296,17 @@ def take(loads: dict[str, GpuLoad], job: Job, gpus: Sequence[GpuInfo]) -> None:
     for gpu in gpus:
         load = loads[gpu.uuid]
         loads[gpu.uuid] = replace(
-            load, job_ids=load.job_ids + (job.id,),
+            load,
+            job_ids=load.job_ids + (job.id,),
             promised_bytes=load.promised_bytes + _declared_bytes(job, gpu),
-            is_held_exclusively=job.request.is_exclusive or gpu.parent_index is not None)
+            is_held_exclusively=job.request.is_exclusive or gpu.parent_index is not None,
+        )
 
 
 def _labels(loads: Sequence[GpuLoad]) -> str:
-    return ", ".join(f"GPU {l.gpu.label}" for l in sorted(loads, key=lambda l: l.gpu.index))
+    return ", ".join(
+        f"GPU {load.gpu.label}" for load in sorted(loads, key=lambda load: load.gpu.index)
+    )
 
 
 def _size(num_bytes: int) -> str:
@@ -279,17 +316,22 @@ def _size(num_bytes: int) -> str:
 POLICY_REFUSAL = "turned down by policy"  # how policy_refusal's reasons begin
 
 
-def policy_refusal(request: Request, fitting: Sequence[GpuLoad], rules: PlacementRules,
-                   policy: str, placements: Mapping[int, int] | None = None) -> str:
+def policy_refusal(
+    request: Request,
+    fitting: Sequence[GpuLoad],
+    rules: PlacementRules,
+    policy: str,
+    placements: Mapping[int, int] | None = None,
+) -> str:
     """Why a custom policy gives the request none of the GPUs that can take it, asked
     again (it is pure); "" for a built-in policy, or when it gives enough."""
     choose = rules.custom_policies.get(policy)
     if choose is None:
         return ""
     ctx = PolicyContext(placements or {}, rules.gpu_weights, rules.gpu_order)
-    offered = {l.gpu.uuid for l in fitting}
+    offered = {load.gpu.uuid for load in fitting}
     try:
-        uuids = [l.gpu.uuid for l in choose(request, fitting, ctx)]
+        uuids = [load.gpu.uuid for load in choose(request, fitting, ctx)]
     except Veto as veto:
         why = str(veto) or "it gave no reason"
     else:
@@ -297,16 +339,22 @@ def policy_refusal(request: Request, fitting: Sequence[GpuLoad], rules: Placemen
             why = "it chose a GPU it was not offered, or one twice"
         elif len(uuids) < request.gpus:
             some = f"{len(uuids)} of" if uuids else "none of"
-            why = (f"it chose {some} the GPUs that can take the job ({_labels(fitting)})"
-                   + (f"; it needs {request.gpus}" if request.gpus > 1 else ""))
+            why = f"it chose {some} the GPUs that can take the job ({_labels(fitting)})" + (
+                f"; it needs {request.gpus}" if request.gpus > 1 else ""
+            )
         else:
             return ""
     return f"{POLICY_REFUSAL} {policy}: {why}"
 
 
-def pending_reason(request: Request, loads: Mapping[str, GpuLoad], inventory: Inventory,
-                   rules: PlacementRules, policy: str = "",
-                   placements: Mapping[int, int] | None = None) -> str:
+def pending_reason(
+    request: Request,
+    loads: Mapping[str, GpuLoad],
+    inventory: Inventory,
+    rules: PlacementRules,
+    policy: str = "",
+    placements: Mapping[int, int] | None = None,
+) -> str:
     """Why the GPUs cannot take a request now, in words a person can act on. policy: the
     job's, if not the rules' (a custom one may turn down GPUs that fit), and placements
     the counts it is given."""
@@ -314,20 +362,24 @@ def pending_reason(request: Request, loads: Mapping[str, GpuLoad], inventory: In
     plural = "s" if n != 1 else ""
     if not loads:
         return inventory.problem or "no GPUs are available to gpusched"
-    allowed = [l for l in loads.values() if request.constraints.allows(l.gpu)]
-    usable = [l for l in allowed if is_usable(l)]
+    allowed = [load for load in loads.values() if request.constraints.allows(load.gpu)]
+    usable = [load for load in allowed if is_usable(load)]
     if request.is_exclusive:
         need = f"needs {n} whole GPU{plural}"
     else:
         need = f"needs {n} GPU{plural} with {_size(request.gpu_mem_bytes)} free"
     if not usable:
-        blocked = next((l.blocked_by for l in allowed if l.blocked_by), "")
-        held = any(l.is_held_exclusively for l in allowed)
+        blocked = next((load.blocked_by for load in allowed if load.blocked_by), "")
+        held = any(load.is_held_exclusively for load in allowed)
         return blocked or f"{need}; every allowed GPU is " + (
-            "held whole by a running job" if held else "unhealthy")
-    fitting = [l for l in usable if fits(l, request, rules)]  # in choose_gpus' order
-    refused = policy_refusal(request, fitting, rules, policy or rules.policy, placements) \
-        if len(fitting) >= n else ""
+            "held whole by a running job" if held else "unhealthy"
+        )
+    fitting = [load for load in usable if fits(load, request, rules)]  # in choose_gpus' order
+    refused = (
+        policy_refusal(request, fitting, rules, policy or rules.policy, placements)
+        if len(fitting) >= n
+        else ""
+    )
     if refused:
         return refused
     if len(fitting) >= n and request.constraints.topology == "strict":
@@ -337,10 +389,12 @@ def pending_reason(request: Request, loads: Mapping[str, GpuLoad], inventory: In
         return f"{need}; {len(fitting)} free" + (f" ({fit_labels})" if fitting else "")
     if fitting:
         return f"{need} each; only {len(fitting)} ha{'s' if len(fitting) == 1 else 've'} it ({fit_labels})"
-    best = max(usable, key=lambda l: (l.effective_free_bytes, -l.gpu.index))
+    best = max(usable, key=lambda load: (load.effective_free_bytes, -load.gpu.index))
     busy = f", but it is {best.gpu.util_pct:.0f}% busy" if _is_busy(best, rules) else ""
-    return (f"{need}; most free is GPU {best.gpu.label} with "
-            f"{_size(max(0, best.effective_free_bytes))}{busy}")
+    return (
+        f"{need}; most free is GPU {best.gpu.label} with "
+        f"{_size(max(0, best.effective_free_bytes))}{busy}"
+    )
 
 
 def host_impossible_reason(request: Request, cpus: int, mem_bytes: int) -> str | None:
@@ -348,8 +402,10 @@ def host_impossible_reason(request: Request, cpus: int, mem_bytes: int) -> str |
     if request.cpus > cpus:
         return f"asks for {request.cpus} CPUs; this box has {cpus} usable"
     if request.mem_bytes is not None and request.mem_bytes > mem_bytes:
-        return (f"asks for {_size(request.mem_bytes)} of host memory; this box has "
-                f"{_size(mem_bytes)} usable")
+        return (
+            f"asks for {_size(request.mem_bytes)} of host memory; this box has "
+            f"{_size(mem_bytes)} usable"
+        )
     return None
 
 
@@ -361,25 +417,37 @@ def impossible_reason(request: Request, inventory: Inventory) -> str | None:
     indices = sorted({g.index for g in devices})  # a MIG device has its GPU's index
     absent = [i for i in request.constraints.gpu_ids if i not in indices]
     if absent:
-        return (f"asks for --gpu-ids {','.join(map(str, request.constraints.gpu_ids))}, but "
-                f"this box has no GPU {' or '.join(map(str, absent))}: it has GPUs "
-                f"{_index_ranges(indices)}")
+        return (
+            f"asks for --gpu-ids {','.join(map(str, request.constraints.gpu_ids))}, but "
+            f"this box has no GPU {' or '.join(map(str, absent))}: it has GPUs "
+            f"{_index_ranges(indices)}"
+        )
     allowed = [g for g in devices if request.constraints.allows(g)]
     if request.gpus > len(allowed):
-        names = "; ".join(f"GPU {g.label}: {g.name}, {_size(g.mem_total_bytes)}" +
-                          (f", sm {g.compute_capability[0]}.{g.compute_capability[1]}"
-                           if g.compute_capability else "") for g in devices)
+        names = "; ".join(
+            f"GPU {g.label}: {g.name}, {_size(g.mem_total_bytes)}"
+            + (
+                f", sm {g.compute_capability[0]}.{g.compute_capability[1]}"
+                if g.compute_capability
+                else ""
+            )
+            for g in devices
+        )
         if len(allowed) == len(devices):
             return f"asks for {request.gpus} GPUs; this box has {len(devices)} ({names})"
         some = f"only {len(allowed)}" if allowed else "none"
         wanted = "1 GPU that meets" if request.gpus == 1 else f"{request.gpus} GPUs that meet"
-        return (f"asks for {wanted} its constraints; {some} of the {len(devices)} GPUs here "
-                f"{'meets' if len(allowed) == 1 else 'meet'} them ({names})")
+        return (
+            f"asks for {wanted} its constraints; {some} of the {len(devices)} GPUs here "
+            f"{'meets' if len(allowed) == 1 else 'meet'} them ({names})"
+        )
     if request.gpu_mem_bytes is not None:
         big = sorted((g.mem_total_bytes for g in allowed), reverse=True)[request.gpus - 1]
         if request.gpu_mem_bytes > big:
-            return (f"asks for {_size(request.gpu_mem_bytes)} on each of {request.gpus} GPU(s); "
-                    f"the largest here have {_size(big)}")
+            return (
+                f"asks for {_size(request.gpu_mem_bytes)} on each of {request.gpus} GPU(s); "
+                f"the largest here have {_size(big)}"
+            )
     return None
 
 

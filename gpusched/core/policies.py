@@ -6,7 +6,7 @@ import logging
 
 from gpusched.core.config import Settings
 from gpusched.core.errors import ConfigError
-from gpusched.core.placement import BUILTIN_POLICIES, GpuLoad, Policy, PlacementRules, Veto
+from gpusched.core.placement import BUILTIN_POLICIES, GpuLoad, PlacementRules, Policy, Veto
 
 log = logging.getLogger("gpusched.policies")
 ENTRY_POINT_GROUP = "gpusched.policies"
@@ -23,11 +23,13 @@ def load_custom_policies() -> dict[str, Policy]:
     found: dict[str, Policy] = {}
     for entry in entry_points(group=ENTRY_POINT_GROUP):
         if entry.name in BUILTIN_POLICIES:
-            log.warning("policy %r from %s shadows a built-in one; ignored", entry.name, entry.value)
+            log.warning(
+                "policy %r from %s shadows a built-in one; ignored", entry.name, entry.value
+            )
             continue
         try:
             policy = entry.load()
-        except Exception:  # noqa: BLE001 - third-party code: any failure means "not available"
+        except Exception:
             log.exception("cannot load policy %r (%s)", entry.name, entry.value)
             continue
         if callable(policy):
@@ -43,27 +45,36 @@ def _guarded(name: str, policy: Policy) -> Policy:
     def run(request, candidates, ctx):
         nonlocal reported
         try:
-            return [l for l in policy(request, candidates, ctx) if isinstance(l, GpuLoad)]
+            return [load for load in policy(request, candidates, ctx) if isinstance(load, GpuLoad)]
         except Veto:
             raise
-        except Exception as error:  # noqa: BLE001 - third-party code: any failure means "no GPU"
+        except Exception as error:
             if not reported:  # every pass would fail alike: one traceback is enough
                 log.exception("policy %r failed; jobs that use it wait", name)
                 reported = True
-            raise Veto(f"it failed ({type(error).__name__}; the daemon's log has the "
-                       "traceback)") from None
+            raise Veto(
+                f"it failed ({type(error).__name__}; the daemon's log has the traceback)"
+            ) from None
+
     return run
 
 
 def placement_rules(settings: Settings, custom: dict[str, Policy]) -> PlacementRules:
     names = [*BUILTIN_POLICIES, *custom]
     if settings.policy not in names:
-        raise ConfigError(f"scheduling.policy: unknown policy {settings.policy!r}; choose one of: "
-                          f"{', '.join(names)}")
+        raise ConfigError(
+            f"scheduling.policy: unknown policy {settings.policy!r}; choose one of: "
+            f"{', '.join(names)}"
+        )
     return PlacementRules(
-        max_util_pct=settings.max_util_pct, mem_headroom_bytes=settings.mem_headroom_bytes,
-        exclusive_idle_mem_bytes=settings.exclusive_idle_mem_bytes, policy=settings.policy,
-        outside=settings.outside, outside_ignore_below_bytes=settings.outside_ignore_below_bytes,
+        max_util_pct=settings.max_util_pct,
+        mem_headroom_bytes=settings.mem_headroom_bytes,
+        exclusive_idle_mem_bytes=settings.exclusive_idle_mem_bytes,
+        policy=settings.policy,
+        outside=settings.outside,
+        outside_ignore_below_bytes=settings.outside_ignore_below_bytes,
         outside_idle_after_s=settings.outside_idle_after_s,
-        gpu_weights=dict(enumerate(settings.gpu_weights)), gpu_order=settings.gpu_order,
-        custom_policies=custom)
+        gpu_weights=dict(enumerate(settings.gpu_weights)),
+        gpu_order=settings.gpu_order,
+        custom_policies=custom,
+    )

@@ -7,8 +7,8 @@ choose_victims, so the simulator measures the very choices the daemon makes.
 from __future__ import annotations
 
 import itertools
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import Mapping, Sequence
 
 from gpusched.core import placement
 from gpusched.core.models import Job
@@ -47,8 +47,9 @@ def can_preempt(victim: Job, urgent: Job, rules: PreemptionRules, now: float) ->
     return now - started >= rules.min_run_s
 
 
-def loads_without(loads: Mapping[str, GpuLoad], victims: Sequence[Job],
-                  observed: Mapping[tuple[int, str], int]) -> dict[str, GpuLoad]:
+def loads_without(
+    loads: Mapping[str, GpuLoad], victims: Sequence[Job], observed: Mapping[tuple[int, str], int]
+) -> dict[str, GpuLoad]:
     """The GPU loads as they would be once the victims stopped: their places and promised
     memory gone, and the memory the driver sees them hold counted as free."""
     out = dict(loads)
@@ -64,18 +65,27 @@ def loads_without(loads: Mapping[str, GpuLoad], victims: Sequence[Job],
             # known then, rather than their last reading (placement skips busy GPUs).
             gpu = load.gpu if ids else replace(load.gpu, util_pct=None)
             out[uuid] = replace(
-                load, gpu=gpu, job_ids=ids, ours_used_bytes=max(0, load.ours_used_bytes - used),
+                load,
+                gpu=gpu,
+                job_ids=ids,
+                ours_used_bytes=max(0, load.ours_used_bytes - used),
                 ignored_outside_bytes=load.ignored_outside_bytes + used,
                 promised_bytes=max(0, load.promised_bytes - max(0, declared - used)),
                 # A whole GPU (or MIG device) has one job: once it goes, no one holds it.
-                is_held_exclusively=load.is_held_exclusively and bool(ids))
+                is_held_exclusively=load.is_held_exclusively and bool(ids),
+            )
     return out
 
 
-def choose_victims(urgent: Job, running: Sequence[Job], loads: Mapping[str, GpuLoad],
-                   rules: PlacementRules, preemption: PreemptionRules, now: float,
-                   observed: Mapping[tuple[int, str], int] | None = None
-                   ) -> tuple[Job, ...] | None:
+def choose_victims(
+    urgent: Job,
+    running: Sequence[Job],
+    loads: Mapping[str, GpuLoad],
+    rules: PlacementRules,
+    preemption: PreemptionRules,
+    now: float,
+    observed: Mapping[tuple[int, str], int] | None = None,
+) -> tuple[Job, ...] | None:
     """The fewest preemptible running jobs whose stop lets `urgent` start, cheapest first
     (victim_key), never one more than needed; None when no such set exists (or the
     job fits already, or preemption is off). `loads` are the GPUs as placement sees them
@@ -85,8 +95,10 @@ def choose_victims(urgent: Job, running: Sequence[Job], loads: Mapping[str, GpuL
     observed = observed or {}
     if _fits(urgent, loads, rules):
         return None
-    candidates = sorted((j for j in running if can_preempt(j, urgent, preemption, now)),
-                        key=lambda j: victim_key(j, now))
+    candidates = sorted(
+        (j for j in running if can_preempt(j, urgent, preemption, now)),
+        key=lambda j: victim_key(j, now),
+    )
     if not candidates or not _fits(urgent, loads_without(loads, candidates, observed), rules):
         return None
     if len(candidates) <= EXACT_SEARCH_MAX:
@@ -98,23 +110,36 @@ def _fits(urgent: Job, loads: Mapping[str, GpuLoad], rules: PlacementRules) -> b
     return placement.choose_gpus(urgent.request, loads, rules, {}, urgent.policy) is not None
 
 
-def _fewest_exact(urgent: Job, candidates: list[Job], loads: Mapping[str, GpuLoad],
-                  rules: PlacementRules, observed: Mapping[tuple[int, str], int],
-                  now: float) -> tuple[Job, ...] | None:
+def _fewest_exact(
+    urgent: Job,
+    candidates: list[Job],
+    loads: Mapping[str, GpuLoad],
+    rules: PlacementRules,
+    observed: Mapping[tuple[int, str], int],
+    now: float,
+) -> tuple[Job, ...] | None:
     """The smallest set that fits; among sets of that size, the cheapest (the costliest
     victim as cheap as can be, then the next...)."""
     for size in range(1, len(candidates) + 1):
-        fitting = [combo for combo in itertools.combinations(candidates, size)
-                   if _fits(urgent, loads_without(loads, combo, observed), rules)]
+        fitting = [
+            combo
+            for combo in itertools.combinations(candidates, size)
+            if _fits(urgent, loads_without(loads, combo, observed), rules)
+        ]
         if fitting:
-            return min(fitting, key=lambda combo: sorted((victim_key(j, now) for j in combo),
-                                                         reverse=True))
+            return min(
+                fitting, key=lambda combo: sorted((victim_key(j, now) for j in combo), reverse=True)
+            )
     return None
 
 
-def _fewest_greedy(urgent: Job, candidates: list[Job], loads: Mapping[str, GpuLoad],
-                   rules: PlacementRules,
-                   observed: Mapping[tuple[int, str], int]) -> tuple[Job, ...] | None:
+def _fewest_greedy(
+    urgent: Job,
+    candidates: list[Job],
+    loads: Mapping[str, GpuLoad],
+    rules: PlacementRules,
+    observed: Mapping[tuple[int, str], int],
+) -> tuple[Job, ...] | None:
     chosen: list[Job] = []
     for job in candidates:
         chosen.append(job)
@@ -132,9 +157,14 @@ def held_gpus(pending: Sequence[Job]) -> dict[str, int]:
     return {uuid: job.id for job in pending for uuid in job.preempt_hold}
 
 
-def job_defaults(user: str, preemptible: bool | None, grace_s: float | None,
-                 default_preemptible: bool, user_defaults: Mapping[str, bool],
-                 default_grace_s: float) -> tuple[bool, float]:
+def job_defaults(
+    user: str,
+    preemptible: bool | None,
+    grace_s: float | None,
+    default_preemptible: bool,
+    user_defaults: Mapping[str, bool],
+    default_grace_s: float,
+) -> tuple[bool, float]:
     """A new job's (preemptible, grace): as submitted, else the user's default from the
     config, else the config's."""
     if preemptible is None:

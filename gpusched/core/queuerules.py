@@ -8,9 +8,9 @@ daemon's accounting use them without the scheduler.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from operator import attrgetter
-from typing import Callable, Iterable, Mapping, Sequence
 
 # DISCIPLINES, the names QueueRules.discipline takes, lives in models for the command line.
 from gpusched.core.models import DISCIPLINES, Job
@@ -39,18 +39,20 @@ class QueueRules:
     host: HostCapacity | None = None  # None: host resources are not counted (the simulator)
 
 
-
 def order_key(job: Job, rules: QueueRules, usage: Mapping[str, float]):
     if rules.discipline == "fairshare":
         share = usage.get(job.user, 0.0) / rules.user_weights.get(job.user, 1.0)
         return (-job.priority, share, job.id)
     if rules.discipline == "sjf":
-        return (-job.priority, job.time_limit_s if job.time_limit_s is not None else math.inf, job.id)
+        return (
+            -job.priority,
+            job.time_limit_s if job.time_limit_s is not None else math.inf,
+            job.id,
+        )
     return (-job.priority, job.id)
 
 
-def fair_share(rules: QueueRules,
-               usage: Mapping[str, float]) -> Callable[[str], float] | None:
+def fair_share(rules: QueueRules, usage: Mapping[str, float]) -> Callable[[str], float] | None:
     """Each user's share, by which fairshare merges the users' lines (order_key's); None
     under the other disciplines."""
     if rules.discipline != "fairshare":
@@ -58,8 +60,7 @@ def fair_share(rules: QueueRules,
     return lambda user: usage.get(user, 0.0) / rules.user_weights.get(user, 1.0)
 
 
-def queue_order(pending: Sequence[Job], rules: QueueRules,
-                usage: Mapping[str, float]) -> list[Job]:
+def queue_order(pending: Sequence[Job], rules: QueueRules, usage: Mapping[str, float]) -> list[Job]:
     """The jobs in the order a pass considers them (order_key's)."""
     if rules.discipline in ("fairshare", "sjf"):
         return sorted(pending, key=lambda j: order_key(j, rules, usage))
@@ -71,16 +72,25 @@ def queue_order(pending: Sequence[Job], rules: QueueRules,
     return ordered
 
 
-def decay_usage(usage: Mapping[str, float], running: Sequence[Job], elapsed_s: float,
-                half_life_s: float) -> dict[str, float]:
+def decay_usage(
+    usage: Mapping[str, float], running: Sequence[Job], elapsed_s: float, half_life_s: float
+) -> dict[str, float]:
     """Fair-share usage in GPU-seconds: old usage halves every half-life, running jobs add
     their GPUs for the whole time (the simulator's step, from one event to the next)."""
-    return add_usage(usage, ((job.user, max(job.request.gpus, 0) * elapsed_s)
-                             for job in running), elapsed_s, half_life_s)
+    return add_usage(
+        usage,
+        ((job.user, max(job.request.gpus, 0) * elapsed_s) for job in running),
+        elapsed_s,
+        half_life_s,
+    )
 
 
-def add_usage(usage: Mapping[str, float], gpu_seconds: Iterable[tuple[str, float]],
-              elapsed_s: float, half_life_s: float) -> dict[str, float]:
+def add_usage(
+    usage: Mapping[str, float],
+    gpu_seconds: Iterable[tuple[str, float]],
+    elapsed_s: float,
+    half_life_s: float,
+) -> dict[str, float]:
     """Fair-share usage after elapsed_s: the old halves every half-life, then each
     (user, GPU-seconds) used meanwhile is added."""
     factor = 0.5 ** (elapsed_s / half_life_s) if half_life_s > 0 else 0.0

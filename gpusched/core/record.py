@@ -10,12 +10,12 @@ from __future__ import annotations
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from typing import Any
+    from typing import Any, ClassVar
 
 
 class Record:
     __slots__: tuple[str, ...] = ()
-    _defaults: dict[str, Any] = {}  # field -> its value when not given
+    _defaults: ClassVar[dict[str, Any]] = {}  # field -> its value when not given
 
     def __init__(self, *args: Any, **kwargs: Any):
         fields = self.__slots__
@@ -42,5 +42,8 @@ class Record:
         return hash(self._values())
 
     def __repr__(self) -> str:
-        return f"{type(self).__name__}(" + ", ".join(
-            f"{name}={value!r}" for name, value in zip(self.__slots__, self._values())) + ")"
+        return (
+            f"{type(self).__name__}("
+            + ", ".join(f"{name}={value!r}" for name, value in zip(self.__slots__, self._values()))
+            + ")"
+        )

@@ -8,17 +8,25 @@ from __future__ import annotations
 
 import itertools
 from bisect import bisect_right
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from operator import itemgetter
-from typing import Callable, Iterable, Iterator, Mapping, Sequence
 
 from gpusched.core import lifecycle, placement
+
 # Here for the daemon's callers: what dependencies decide lives in core/dependencies.py.
 from gpusched.core.dependencies import DependencyStates, dependency_status  # noqa: F401
 from gpusched.core.models import GpuInfo, Inventory, Job, JobState, Request
+from gpusched.core.passcounts import (
+    PassCounts,
+    counts_now,
+    delays_reservation,
+    gpus_for,
+    new_pass,
+    reserve,
+    take,
+)
 from gpusched.core.pendingqueue import Bound, PendingQueue, Walk
-from gpusched.core.passcounts import (PassCounts, counts_now, delays_reservation, gpus_for,
-                                      new_pass, reserve, take)
 from gpusched.core.placement import GpuLoad, PlacementRules
 from gpusched.core.queuerules import HostCapacity, QueueRules, order_key, queue_order
 
@@ -48,24 +56,37 @@ def _limit_reason(job: Job, p: PassCounts, rules: QueueRules) -> str:
         return held_reason(job.id)
     if rules.draining:
         return "the queue is draining (`gpusched resume` starts jobs again)"
-    if job.array_id is not None and job.array_throttle is not None and \
-            p.array_running.get(job.array_id, 0) >= job.array_throttle:
+    if (
+        job.array_id is not None
+        and job.array_throttle is not None
+        and p.array_running.get(job.array_id, 0) >= job.array_throttle
+    ):
         return f"array {job.array_id} already runs {job.array_throttle} at once (%{job.array_throttle})"
-    if rules.max_running_per_user is not None and \
-            p.user_jobs.get(job.user, 0) >= rules.max_running_per_user:
+    if (
+        rules.max_running_per_user is not None
+        and p.user_jobs.get(job.user, 0) >= rules.max_running_per_user
+    ):
         return f"{job.user} already runs {rules.max_running_per_user} jobs (max_running_per_user)"
-    if rules.max_gpus_per_user is not None and \
-            p.user_gpus.get(job.user, 0) + job.request.gpus > rules.max_gpus_per_user:
-        return (f"{job.user} would hold more than {rules.max_gpus_per_user} GPUs "
-                f"(max_gpus_per_user; holds {p.user_gpus.get(job.user, 0)})")
+    if (
+        rules.max_gpus_per_user is not None
+        and p.user_gpus.get(job.user, 0) + job.request.gpus > rules.max_gpus_per_user
+    ):
+        return (
+            f"{job.user} would hold more than {rules.max_gpus_per_user} GPUs "
+            f"(max_gpus_per_user; holds {p.user_gpus.get(job.user, 0)})"
+        )
     return _host_reason(job, p, rules.host) if rules.host else ""
 
 
 def _box_is_full(p: PassCounts, queue: QueueRules) -> bool:
     """Whether max_running is reached, so that no job of any kind can start."""
     host = queue.host
-    return (host is not None and host.max_running is not None and p.running >= host.max_running
-            and not queue.draining)
+    return (
+        host is not None
+        and host.max_running is not None
+        and p.running >= host.max_running
+        and not queue.draining
+    )
 
 
 def _host_reason(job: Job, p: PassCounts, host: HostCapacity) -> str:
@@ -80,8 +101,10 @@ def _host_reason(job: Job, p: PassCounts, host: HostCapacity) -> str:
     mem = job.request.mem_bytes
     if mem is not None and mem > host.mem_bytes - p.mem_used_bytes:
         free = max(host.mem_bytes - p.mem_used_bytes, 0)
-        return (f"needs {mem / 2**30:.1f} GiB of host memory; {free / 2**30:.1f} of "
-                f"{host.mem_bytes / 2**30:.1f} GiB free")
+        return (
+            f"needs {mem / 2**30:.1f} GiB of host memory; {free / 2**30:.1f} of "
+            f"{host.mem_bytes / 2**30:.1f} GiB free"
+        )
     return ""
 
 
@@ -89,21 +112,24 @@ def _host_reason(job: Job, p: PassCounts, host: HostCapacity) -> str:
 GpuReasons = dict[tuple[Request, str], str]
 
 
-def _gpu_reason(job: Job, p: PassCounts, inventory: Inventory, rules: PlacementRules,
-                known: GpuReasons) -> str:
+def _gpu_reason(
+    job: Job, p: PassCounts, inventory: Inventory, rules: PlacementRules, known: GpuReasons
+) -> str:
     """placement.pending_reason, worked out once per request and policy until the loads
     change: a long queue of alike jobs on a full box is asked after every end, one job at
     a time."""
     key = (job.request, job.policy)
     why = known.get(key)
     if why is None:
-        why = known[key] = placement.pending_reason(job.request, p.loads, inventory, rules,
-                                                    job.policy, p.placements)
+        why = known[key] = placement.pending_reason(
+            job.request, p.loads, inventory, rules, job.policy, p.placements
+        )
     return why
 
 
-def _waits_on_dependencies(job: Job, dep_states: Mapping[int, JobState],
-                           reasons: dict[int, str], cancels: dict[int, str]) -> bool:
+def _waits_on_dependencies(
+    job: Job, dep_states: Mapping[int, JobState], reasons: dict[int, str], cancels: dict[int, str]
+) -> bool:
     """Whether the job's dependencies keep it from starting (noting why, or cancelling
     it when they never can be met and it asked for that)."""
     if not job.dependencies:
@@ -171,8 +197,11 @@ def _consider(job: Job, w: _Walk) -> tuple[int, tuple[GpuInfo, ...] | None]:
     if why:
         w.reasons[job.id] = why
         return BLOCKED, None
-    chosen = gpus_for(job, p, w.rules, w.unplaceable, w.held) \
-        if w.free_any or not job.request.gpus else None
+    chosen = (
+        gpus_for(job, p, w.rules, w.unplaceable, w.held)
+        if w.free_any or not job.request.gpus
+        else None
+    )
     if chosen is not None and delays_reservation(job, chosen, p, now):
         if w.explain:
             w.reasons[job.id] = f"would delay job {p.reservation[-1]}'s reserved start (backfill)"
@@ -188,8 +217,11 @@ def _consider(job: Job, w: _Walk) -> tuple[int, tuple[GpuInfo, ...] | None]:
         # others wait behind it (a job that fits still starts ahead of it). A job its
         # policy turned down waits for its policy, not behind another, nor others behind it.
         vetoed = why.startswith(placement.POLICY_REFUSAL)
-        w.reasons[job.id] = why if w.first_blocked is None or vetoed else \
-            f"behind job {w.first_blocked}, which is next in line; {why}"
+        w.reasons[job.id] = (
+            why
+            if w.first_blocked is None or vetoed
+            else f"behind job {w.first_blocked}, which is next in line; {why}"
+        )
     if w.first_blocked is None and not vetoed:
         w.first_blocked = job.id
     # A custom policy may veto GPUs by placement counts, which change as jobs start.
@@ -202,8 +234,9 @@ def _start(job: Job, chosen: tuple[GpuInfo, ...], w: _Walk) -> None:
     take(w.p, job, chosen, w.now)
 
 
-def _look_at_cancels(rest: Iterator[Job], bound: Bound, w: _Walk, full_reason: str,
-                     seen: list[int]) -> None:
+def _look_at_cancels(
+    rest: Iterator[Job], bound: Bound, w: _Walk, full_reason: str, seen: list[int]
+) -> None:
     """With max_running reached, a bounded pass still looks at the jobs that it may have
     to cancel (a dependency never met), and only while such jobs are ahead: every other
     shape is blocked, so that the walk passes over their jobs."""
@@ -232,8 +265,7 @@ def _as_of(job: Job, w: _Walk, usage: Mapping[str, float]) -> _Walk:
     return scratch
 
 
-def _explainer(w: _Walk, seen: set[int],
-               usage: Mapping[str, float]) -> Callable[[Job], str | None]:
+def _explainer(w: _Walk, seen: set[int], usage: Mapping[str, float]) -> Callable[[Job], str | None]:
     """The reason a pending job the pass stopped before, or skipped, would have been given,
     worked out when asked (`show`, `ls`): the counts it is weighed against are those the
     whole walk had at its place (_as_of), so the answer is the one the whole walk would
@@ -248,16 +280,25 @@ def _explainer(w: _Walk, seen: set[int],
         elif _consider(job, scratch)[0] == START:
             return None  # new since the pass: the next one decides
         return scratch.reasons.get(job.id) or scratch.cancels.get(job.id)
+
     return explain
 
 
-def schedule(pending: Iterable[Job], running: Sequence[Job], loads: Mapping[str, GpuLoad],
-             inventory: Inventory, rules: PlacementRules, queue: QueueRules, now: float,
-             dep_states: Mapping[int, JobState] | None = None,
-             usage: Mapping[str, float] | None = None,
-             placements: Mapping[int, int] | None = None, explain: bool = True,
-             held: Mapping[str, int] | None = None,
-             line: PendingQueue | None = None) -> Plan:
+def schedule(
+    pending: Iterable[Job],
+    running: Sequence[Job],
+    loads: Mapping[str, GpuLoad],
+    inventory: Inventory,
+    rules: PlacementRules,
+    queue: QueueRules,
+    now: float,
+    dep_states: Mapping[int, JobState] | None = None,
+    usage: Mapping[str, float] | None = None,
+    placements: Mapping[int, int] | None = None,
+    explain: bool = True,
+    held: Mapping[str, int] | None = None,
+    line: PendingQueue | None = None,
+) -> Plan:
     """One pass over the queue: every job that may start and fits starts, in order.
 
     A job that does not fit never blocks the ones behind it (skip-ahead), except under
@@ -271,8 +312,17 @@ def schedule(pending: Iterable[Job], running: Sequence[Job], loads: Mapping[str,
     p = new_pass(running, loads, placements or {}, now)
     p.links = inventory.links
     deps = {} if dep_states is None else dep_states  # a lookup filled on demand starts empty
-    w = _Walk(p, rules, queue, inventory, now, deps, held, explain,
-              any(placement.is_usable(l) for l in p.loads.values()))
+    w = _Walk(
+        p,
+        rules,
+        queue,
+        inventory,
+        now,
+        deps,
+        held,
+        explain,
+        any(placement.is_usable(load) for load in p.loads.values()),
+    )
     walk = pending if isinstance(pending, Walk) else None
     bound = Bound(line, walk) if line is not None else None
     if walk is not None and explain:

@@ -6,11 +6,12 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any, Sequence
+from typing import Any
 
-from gpusched.core.errors import UsageError
 from gpusched.core import values
+from gpusched.core.errors import UsageError
 from gpusched.core.values import shown
 
 # In each replica's environment, besides what every job gets:
@@ -77,7 +78,7 @@ class Service:
         return out
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> "Service":
+    def from_dict(cls, data: dict[str, Any]) -> Service:
         data = dict(data)
         data["weights"] = tuple(data.get("weights") or ())
         data["schedule"] = tuple(tuple(w) for w in data.get("schedule") or ())
@@ -98,8 +99,7 @@ def check_spec(spec: dict) -> dict[str, Any]:
         out["cwd"] = values.text(spec["cwd"] or "/", "spec.cwd")
     if spec.get("min_replicas") is not None or spec.get("max_replicas") is not None:
         low = values.whole_number(spec.get("min_replicas"), "spec.min_replicas", 0, MAX_REPLICAS)
-        high = values.whole_number(spec.get("max_replicas"), "spec.max_replicas", low,
-                                   MAX_REPLICAS)
+        high = values.whole_number(spec.get("max_replicas"), "spec.max_replicas", low, MAX_REPLICAS)
         out.update(min_replicas=low, max_replicas=high)
     if spec.get("listen") is not None:
         out["listen"] = parse_listen(values.text(spec["listen"], "spec.listen"))
@@ -107,25 +107,42 @@ def check_spec(spec: dict) -> dict[str, Any]:
         out["balance"] = parse_balance(spec["balance"])
     if spec.get("health") is not None:
         out["health"] = parse_health(values.text(spec["health"], "spec.health"))
-    out["weights"] = tuple(values.list_of(spec.get("weights") or [], "spec.weights",
-                                          lambda w: values.whole_number(w, "a weight", 1, 256)))
-    out["schedule"] = tuple(tuple(values.list_of(w, "a schedule window", lambda n: values.
-                                                 whole_number(n, "a minute", 0, 1440)))
-                            for w in values.list_of(spec.get("schedule") or [], "spec.schedule",
-                                                    lambda w: w))
+    out["weights"] = tuple(
+        values.list_of(
+            spec.get("weights") or [],
+            "spec.weights",
+            lambda w: values.whole_number(w, "a weight", 1, 256),
+        )
+    )
+    out["schedule"] = tuple(
+        tuple(
+            values.list_of(
+                w, "a schedule window", lambda n: values.whole_number(n, "a minute", 0, 1440)
+            )
+        )
+        for w in values.list_of(spec.get("schedule") or [], "spec.schedule", lambda w: w)
+    )
     if any(len(w) != 3 for w in out["schedule"]):
         raise UsageError("spec.schedule: each window is [from minute, to minute, at most]")
-    rule = values.mapping(spec.get("autoscale") or {}, "spec.autoscale",
-                          keys=tuple(Autoscale.__dataclass_fields__))
-    out["autoscale"] = Autoscale(**{k: values.number(v, f"autoscale.{k}", 0.001, 10**7)
-                                    for k, v in rule.items() if v is not None})
+    rule = values.mapping(
+        spec.get("autoscale") or {}, "spec.autoscale", keys=tuple(Autoscale.__dataclass_fields__)
+    )
+    out["autoscale"] = Autoscale(
+        **{
+            k: values.number(v, f"autoscale.{k}", 0.001, 10**7)
+            for k, v in rule.items()
+            if v is not None
+        }
+    )
     return out
 
 
 def check_name(name: Any) -> str:
     if not isinstance(name, str) or not _NAME.fullmatch(name):
-        raise UsageError(f"service name {shown(name)} is not valid; use 1-32 lower-case "
-                         "letters, digits, '-' or '_', starting with a letter")
+        raise UsageError(
+            f"service name {shown(name)} is not valid; use 1-32 lower-case "
+            "letters, digits, '-' or '_', starting with a letter"
+        )
     return name
 
 
@@ -170,8 +187,9 @@ def parse_weights(text: str | None) -> tuple[int, ...]:
     except ValueError:
         weights = ()
     if not weights or not all(1 <= w <= 256 for w in weights):
-        raise UsageError(f"--weights {shown(text)} is not a list of whole numbers 1-256, one "
-                         "per replica: 3,1")
+        raise UsageError(
+            f"--weights {shown(text)} is not a list of whole numbers 1-256, one per replica: 3,1"
+        )
     return weights
 
 
@@ -181,8 +199,7 @@ def parse_schedule(texts: Sequence[str]) -> tuple[tuple[int, int, int], ...]:
     for text in texts:
         match = _WINDOW.fullmatch(text.strip())
         if not match:
-            raise UsageError(f"--schedule {shown(text)} is not HH:MM-HH:MM=N; e.g. "
-                             "00:00-07:00=1")
+            raise UsageError(f"--schedule {shown(text)} is not HH:MM-HH:MM=N; e.g. 00:00-07:00=1")
         h1, m1, h2, m2, most = (int(g) for g in match.groups())
         if h1 > 24 or h2 > 24 or m1 > 59 or m2 > 59:
             raise UsageError(f"--schedule {shown(text)}: no such time of day")
@@ -194,8 +211,11 @@ def scheduled_cap(service: Service, minute_of_day: int) -> int:
     """The most replicas the schedule allows at this minute (windows may wrap midnight)."""
     cap = service.max_replicas
     for start, end, most in service.schedule:
-        inside = start <= minute_of_day < end if start <= end else \
-            (minute_of_day >= start or minute_of_day < end)
+        inside = (
+            start <= minute_of_day < end
+            if start <= end
+            else (minute_of_day >= start or minute_of_day < end)
+        )
         if inside:
             cap = min(cap, most)
     return cap
@@ -225,8 +245,13 @@ def p95(latencies_ms: Sequence[float]) -> float | None:
     return ordered[min(len(ordered) - 1, math.ceil(0.95 * len(ordered)) - 1)]
 
 
-def decide(service: Service, samples: Sequence[LoadSample], now_s: float,
-           last_change_s: float, minute_of_day: int) -> tuple[int, str]:
+def decide(
+    service: Service,
+    samples: Sequence[LoadSample],
+    now_s: float,
+    last_change_s: float,
+    minute_of_day: int,
+) -> tuple[int, str]:
     """The replicas wanted, and why: one more while any measure is over its target over the
     whole window, one fewer once all are well below, none within the cool-down; always
     within MIN..MAX and the schedule."""
@@ -236,9 +261,13 @@ def decide(service: Service, samples: Sequence[LoadSample], now_s: float,
         return max(low, min(high, wanted)), "schedule" if wanted > high else "minimum"
     rule = service.autoscale
     window = [s for s in samples if s.at_s >= now_s - rule.window_s]
-    if (not service.autoscaled or now_s - last_change_s < rule.cooldown_s or not window
-            or now_s < service.autoscale_resumes_at  # scaled by hand: its cool-down
-            or window[0].at_s > now_s - rule.window_s * 0.8):  # the window is not covered
+    if (
+        not service.autoscaled
+        or now_s - last_change_s < rule.cooldown_s
+        or not window
+        or now_s < service.autoscale_resumes_at  # scaled by hand: its cool-down
+        or window[0].at_s > now_s - rule.window_s * 0.8
+    ):  # the window is not covered
         return wanted, ""
     ratios = load_ratios(rule, window)
     if ratios and max(ratios.values()) > 1.0 and wanted < high:
@@ -281,10 +310,16 @@ def merged_job(stored: dict, given: dict) -> dict:
     Asking for GPU memory or particular GPUs means a GPU, as at submit."""
     out = dict(stored)
     for key, value in given.items():
-        out[key] = {**out[key], **value} if isinstance(value, dict) and isinstance(
-            out.get(key), dict) else value
-    wants_gpu = given.get("gpu_mem_bytes") or given.get("gpu_mem_auto") or any(
-        (given.get("constraints") or {}).values())
+        out[key] = (
+            {**out[key], **value}
+            if isinstance(value, dict) and isinstance(out.get(key), dict)
+            else value
+        )
+    wants_gpu = (
+        given.get("gpu_mem_bytes")
+        or given.get("gpu_mem_auto")
+        or any((given.get("constraints") or {}).values())
+    )
     if wants_gpu and not out.get("gpus"):
         out["gpus"] = 1
     if given.get("gpus") == 0:  # as resubmit's --gpus 0: no GPU memory nor GPU constraints
@@ -317,8 +352,10 @@ def rollout_words(generation: int, wanted: int, replicas: Sequence[dict]) -> str
     if leaving is not None:
         return f"{words}; draining old replica job {leaving['job_id']}"
     if pending is not None:
-        return (f"{words}; replica job {pending['job_id']} waits: "
-                f"{pending['pending_reason'] or 'to be placed'}")
+        return (
+            f"{words}; replica job {pending['job_id']} waits: "
+            f"{pending['pending_reason'] or 'to be placed'}"
+        )
     if starting is not None:
         return f"{words}; replica job {starting['job_id']} waits for its health check"
     return f"{words}; replacing the next one"

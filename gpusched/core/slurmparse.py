@@ -11,18 +11,29 @@ from gpusched.core.models import JobState
 
 # squeue's columns, in order: filters (-j, -t) are honoured by this text form, not by
 # --json on 22.05 (tests/fixtures/slurm_22.05). exit_code is the raw wait(2) status.
-SQUEUE_FORMAT = ("JobID:|,ArrayJobID:|,ArrayTaskID:|,State:|,Reason:|,exit_code:|,"
-                 "NodeList:|,StartTime:|,EndTime:|,Comment:|,Name:|")
+SQUEUE_FORMAT = (
+    "JobID:|,ArrayJobID:|,ArrayTaskID:|,State:|,Reason:|,exit_code:|,"
+    "NodeList:|,StartTime:|,EndTime:|,Comment:|,Name:|"
+)
 SACCT_FIELDS = "JobID,JobName,State,ExitCode,Start,End,NodeList"
 # Slurm states that end a job, and the gpusched state each means before the wrapper's
 # exit record is read (COMPLETED and FAILED are decided by the record).
-_FINAL = {"COMPLETED": JobState.SUCCEEDED, "FAILED": JobState.FAILED,
-          "CANCELLED": JobState.CANCELLED, "TIMEOUT": JobState.TIMEOUT,
-          "DEADLINE": JobState.TIMEOUT, "OUT_OF_MEMORY": JobState.OOM,
-          "NODE_FAIL": JobState.LOST, "BOOT_FAIL": JobState.LOST, "PREEMPTED": JobState.LOST,
-          "REVOKED": JobState.CANCELLED, "SPECIAL_EXIT": JobState.FAILED}
-_RUNNING = frozenset({"RUNNING", "COMPLETING", "SUSPENDED", "STOPPED", "SIGNALING",
-                      "STAGE_OUT", "RESIZING"})
+_FINAL = {
+    "COMPLETED": JobState.SUCCEEDED,
+    "FAILED": JobState.FAILED,
+    "CANCELLED": JobState.CANCELLED,
+    "TIMEOUT": JobState.TIMEOUT,
+    "DEADLINE": JobState.TIMEOUT,
+    "OUT_OF_MEMORY": JobState.OOM,
+    "NODE_FAIL": JobState.LOST,
+    "BOOT_FAIL": JobState.LOST,
+    "PREEMPTED": JobState.LOST,
+    "REVOKED": JobState.CANCELLED,
+    "SPECIAL_EXIT": JobState.FAILED,
+}
+_RUNNING = frozenset(
+    {"RUNNING", "COMPLETING", "SUSPENDED", "STOPPED", "SIGNALING", "STAGE_OUT", "RESIZING"}
+)
 
 
 @dataclass(frozen=True)
@@ -78,10 +89,17 @@ def parse_squeue(text: str) -> dict[str, SlurmRow]:
         key = f"{array_job}_{task}" if task and task != "N/A" and task.isdigit() else job_id
         raw = cells[5].strip()
         code, sig = decode_wait_status(int(raw)) if raw.isdigit() else (None, None)
-        rows[key] = SlurmRow(key=key, state=cells[3].strip().split(" ")[0],
-                             reason=_text(cells[4]), exit_code=code, signal=sig,
-                             node=_text(cells[6]), started_at=_time(cells[7]),
-                             ended_at=_time(cells[8]), comment=_text(cells[9]))
+        rows[key] = SlurmRow(
+            key=key,
+            state=cells[3].strip().split(" ")[0],
+            reason=_text(cells[4]),
+            exit_code=code,
+            signal=sig,
+            node=_text(cells[6]),
+            started_at=_time(cells[7]),
+            ended_at=_time(cells[8]),
+            comment=_text(cells[9]),
+        )
     return rows
 
 
@@ -101,10 +119,14 @@ def parse_sacct(text: str) -> dict[str, SlurmRow]:
         code_text, _, sig_text = cells.get("ExitCode", "").partition(":")
         sig = int(sig_text) if sig_text.isdigit() and int(sig_text) else None
         rows[key] = SlurmRow(
-            key=key, state=cells.get("State", "").split(" ")[0],
-            exit_code=int(code_text) if code_text.isdigit() and not sig else None, signal=sig,
-            node=_text(cells.get("NodeList", "")), started_at=_time(cells.get("Start", "")),
-            ended_at=_time(cells.get("End", "")))
+            key=key,
+            state=cells.get("State", "").split(" ")[0],
+            exit_code=int(code_text) if code_text.isdigit() and not sig else None,
+            signal=sig,
+            node=_text(cells.get("NodeList", "")),
+            started_at=_time(cells.get("Start", "")),
+            ended_at=_time(cells.get("End", "")),
+        )
     return rows
 
 

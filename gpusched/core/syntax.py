@@ -38,8 +38,10 @@ WARN_SIGNAL_NAMES = ("USR1", "USR2", "INT", "HUP", "QUIT", "TERM")
 WARN_SIGNALS = tuple(getattr(_signal, f"SIG{name}") for name in WARN_SIGNAL_NAMES)
 JOB_ID_FORMS = "an ID like 12, or ARRAY_INDEX like 12_3 for one element of array 12"
 # Slurm's --time: M, M:S, H:M:S, D-H, D-H:M, D-H:M:S; and gpusched's own 45s, 2h30m, 1d.
-TIME_FORMS = ("minutes (90), M:S, H:M:S, D-H, D-H:M or D-H:M:S as in Slurm, or units "
-              "(45s, 2h30m, 1d); 0 or UNLIMITED for no limit")
+TIME_FORMS = (
+    "minutes (90), M:S, H:M:S, D-H, D-H:M or D-H:M:S as in Slurm, or units "
+    "(45s, 2h30m, 1d); 0 or UNLIMITED for no limit"
+)
 NO_TIME_LIMIT = ("0", "UNLIMITED", "INFINITE")
 
 
@@ -109,7 +111,9 @@ def parse_array(text: str) -> tuple[tuple[int, ...], int | None]:
     throttle = None
     if throttle_text:
         if not throttle_text.isdigit() or int(throttle_text) < 1:
-            raise UsageError(f"--array: the part after % must be a positive count, not {throttle_text!r}")
+            raise UsageError(
+                f"--array: the part after % must be a positive count, not {throttle_text!r}"
+            )
         throttle = int(throttle_text)
     return tuple(sorted(set(indices))), throttle
 
@@ -118,8 +122,7 @@ def _array_range(text: str) -> tuple[int, int, int] | None:
     """'3' -> (3, 3, 1), '0-99' -> (0, 99, 1), '0-15:4' -> (0, 15, 4); None otherwise."""
     first, dash, rest = text.partition("-")
     last, colon, step = rest.partition(":")
-    if not (is_digits(first) and (is_digits(last) or not dash)
-            and (is_digits(step) or not colon)):
+    if not (is_digits(first) and (is_digits(last) or not dash) and (is_digits(step) or not colon)):
         return None
     return int(first), int(last) if dash else int(first), int(step) if colon else 1
 
@@ -138,12 +141,16 @@ def parse_dependencies(after: list[str], dependency: list[str]) -> list[tuple[st
     if any_of and ("," in any_of[0] or len(after) + len(dependency) > 1):
         # Slurm takes one separator per expression (and reads a mix as all `?`): refused
         # rather than guessed at, as `a,b?c` may mean (a and b) or c.
-        raise UsageError(f"--dependency {any_of[0]!r} mixes '?' (any of) with ',' or other "
-                         "dependencies (all of); give one expression with one separator")
+        raise UsageError(
+            f"--dependency {any_of[0]!r} mixes '?' (any of) with ',' or other "
+            "dependencies (all of); give one expression with one separator"
+        )
     for text in dependency:
         if "+" in text:
-            raise UsageError(f"--dependency {text!r}: a delay after the start "
-                             "(after:ID+MINUTES) is not supported; use after:ID")
+            raise UsageError(
+                f"--dependency {text!r}: a delay after the start "
+                "(after:ID+MINUTES) is not supported; use after:ID"
+            )
         for clause in filter(None, (c.strip() for c in text.split("?" if any_of else ","))):
             deps += _dependency_clause(clause)
     return [(ANY_OF, 0), *deps] if any_of and deps else deps
@@ -156,16 +163,17 @@ def _dependency_clause(clause: str) -> list[tuple[str, int | str]]:
     if kind == SINGLETON and not ids:
         return [(SINGLETON, 0)]
     if kind not in DEPENDENCY_KINDS or not ids:
-        raise UsageError(f"--dependency wants KIND:ID[:ID] with KIND one of "
-                         f"{', '.join(DEPENDENCY_KINDS)}, or singleton, not {clause!r}")
+        raise UsageError(
+            f"--dependency wants KIND:ID[:ID] with KIND one of "
+            f"{', '.join(DEPENDENCY_KINDS)}, or singleton, not {clause!r}"
+        )
     return [(kind, _dependency_id(i, "--dependency")) for i in ids]
 
 
 def dependency_words(deps) -> list[str]:
     """A job's dependencies as Slurm writes them, one word per condition that must hold:
     ['afterok:3', 'singleton'], or one word for any of them: ['afterok:3?afterany:5']."""
-    words = [kind if kind == SINGLETON else f"{kind}:{dep}" for kind, dep in deps
-             if kind != ANY_OF]
+    words = [kind if kind == SINGLETON else f"{kind}:{dep}" for kind, dep in deps if kind != ANY_OF]
     return ["?".join(words)] if words and deps[0][0] == ANY_OF else words
 
 
@@ -191,10 +199,13 @@ def parse_time_limit(text: str) -> float | None:
     raw = text.strip()
     if raw.upper() in NO_TIME_LIMIT:
         return None
-    days, dash, clock_text = raw.rpartition("-") if "-" in raw else (None, "", raw)
+    days, _dash, clock_text = raw.rpartition("-") if "-" in raw else (None, "", raw)
     clock_parts = clock_text.split(":")
-    if (days is None or is_digits(days)) and len(clock_parts) <= 3 \
-            and all(map(is_digits, clock_parts)):
+    if (
+        (days is None or is_digits(days))
+        and len(clock_parts) <= 3
+        and all(map(is_digits, clock_parts))
+    ):
         clock = [int(p) for p in clock_parts]
         if days is None:  # M, M:S or H:M:S
             hours, minutes, seconds = clock if len(clock) == 3 else [0, *clock, 0][:3]
@@ -210,8 +221,10 @@ def parse_time_limit(text: str) -> float | None:
     if total < 1:
         raise UsageError(f"--time {text!r} is under the shortest limit, 1 s")
     if total > MAX_DURATION_S:
-        raise UsageError(f"--time {text!r} is over the longest limit, 100 years; give a "
-                         "shorter one, or 0 or UNLIMITED for none")
+        raise UsageError(
+            f"--time {text!r} is over the longest limit, 100 years; give a "
+            "shorter one, or 0 or UNLIMITED for none"
+        )
     return float(total)
 
 
@@ -219,8 +232,11 @@ def parse_gpus(text: str) -> tuple[int, str]:
     """Slurm's --gpus [TYPE:]N: '2' -> (2, ''); 'a100:2' -> (2, 'a100'), 2 GPUs whose name
     contains a100 (as --gpu-type a100)."""
     gpu_type, colon, count = text.strip().rpartition(":")
-    if is_digits(count) and not (colon and not gpu_type) and not any(
-            c in ":," or c.isspace() for c in gpu_type):
+    if (
+        is_digits(count)
+        and not (colon and not gpu_type)
+        and not any(c in ":," or c.isspace() for c in gpu_type)
+    ):
         return int(count), gpu_type
     if text.strip().startswith("-") and is_digits(text.strip()[1:]):
         raise UsageError(f"--gpus must be 0 or more, not {text}")
@@ -235,11 +251,14 @@ def parse_mem(text: str) -> int:
     try:
         mem_bytes = parse_size(f"{raw}M" if is_bare_number(raw) else raw)
     except ValueError:
-        raise UsageError(f"--mem wants a size like 16G or 512M (a bare number is MiB, as in "
-                         f"Slurm), not {text!r}") from None
+        raise UsageError(
+            f"--mem wants a size like 16G or 512M (a bare number is MiB, as in Slurm), not {text!r}"
+        ) from None
     if mem_bytes == 0:
-        raise UsageError(f"--mem {text}: Slurm's 0 (all of a node's memory) is not supported; "
-                         "give a size like 16G")
+        raise UsageError(
+            f"--mem {text}: Slurm's 0 (all of a node's memory) is not supported; "
+            "give a size like 16G"
+        )
     return mem_bytes
 
 
@@ -262,15 +281,20 @@ def parse_signal_spec(text: str) -> tuple[int, float]:
     if colon and prefix in ("R", "B", "RB", "BR"):
         name = rest
     names = ", ".join(WARN_SIGNAL_NAMES)
-    bad = ValueError(f"--signal wants [B:]SIGNAL[@SECONDS] like USR1@120 with SIGNAL one of "
-                     f"{names}, not {text!r}")
+    bad = ValueError(
+        f"--signal wants [B:]SIGNAL[@SECONDS] like USR1@120 with SIGNAL one of "
+        f"{names}, not {text!r}"
+    )
     if before and not is_bare_number(before.strip()):
         raise bad
     import signal  # signal's names: only for --signal
 
     try:
-        signum = int(name) if is_digits(name) else \
-            int(signal.Signals[name if name.startswith("SIG") else f"SIG{name}"])
+        signum = (
+            int(name)
+            if is_digits(name)
+            else int(signal.Signals[name if name.startswith("SIG") else f"SIG{name}"])
+        )
     except KeyError:
         raise bad from None
     if signum not in WARN_SIGNALS:

@@ -9,22 +9,30 @@ An empty matrix means the backend could not tell: placement then ignores topolog
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from functools import lru_cache
 from itertools import combinations
 from math import comb
-from typing import Mapping, Sequence
 
 # PCIe levels from nearest to farthest; every NV<n> is nearer than all of them.
 PCIE_LEVELS = ("PIX", "PXB", "PHB", "NODE", "SYS")
 LEGEND = (
     ("X", "Self"),
-    ("SYS", "Connection traversing PCIe as well as the SMP interconnect between NUMA nodes "
-            "(e.g., QPI/UPI)"),
-    ("NODE", "Connection traversing PCIe as well as the interconnect between PCIe Host "
-             "Bridges within a NUMA node"),
+    (
+        "SYS",
+        "Connection traversing PCIe as well as the SMP interconnect between NUMA nodes "
+        "(e.g., QPI/UPI)",
+    ),
+    (
+        "NODE",
+        "Connection traversing PCIe as well as the interconnect between PCIe Host "
+        "Bridges within a NUMA node",
+    ),
     ("PHB", "Connection traversing PCIe as well as a PCIe Host Bridge (typically the CPU)"),
-    ("PXB", "Connection traversing multiple PCIe bridges (without traversing the PCIe Host "
-            "Bridge)"),
+    (
+        "PXB",
+        "Connection traversing multiple PCIe bridges (without traversing the PCIe Host Bridge)",
+    ),
     ("PIX", "Connection traversing at most a single PCIe bridge"),
     ("NV#", "Connection traversing a bonded set of # NVLinks"),
 )
@@ -67,8 +75,7 @@ def _cost(indices: Sequence[int], ranks: Sequence[Sequence[int]]) -> tuple[int, 
     return (max(pair_ranks, default=0), sum(pair_ranks))
 
 
-def best_set(ordered: Sequence[int], count: int,
-             links: Sequence[Sequence[str]]) -> tuple[int, ...]:
+def best_set(ordered: Sequence[int], count: int, links: Sequence[Sequence[str]]) -> tuple[int, ...]:
     """The `count` GPUs of `ordered` (positions in `links`, most preferred first) with the
     lowest set_cost; among equally linked sets, the one the placement policy prefers.
 
@@ -82,6 +89,7 @@ def best_set(ordered: Sequence[int], count: int,
 
     def key(chosen: Sequence[int]) -> tuple[int, int, list[int]]:
         return (*_cost(chosen, ranks), sorted(rank[g] for g in chosen))
+
     if comb(len(ordered), count) <= EXACT_SEARCH_MAX_SETS:
         best = min(combinations(ordered, count), key=key)
     else:
@@ -89,8 +97,9 @@ def best_set(ordered: Sequence[int], count: int,
     return tuple(sorted(best, key=rank.__getitem__))
 
 
-def _grow(seed: int, ordered: Sequence[int], count: int,
-          ranks: Sequence[Sequence[int]]) -> tuple[int, ...]:
+def _grow(
+    seed: int, ordered: Sequence[int], count: int, ranks: Sequence[Sequence[int]]
+) -> tuple[int, ...]:
     """A set grown from `seed`, each step adding the GPU whose worst link to it is best
     (its worst and summed links to the set kept up to date: n steps of n, not n^2)."""
     chosen = [seed]
@@ -104,8 +113,7 @@ def _grow(seed: int, ordered: Sequence[int], count: int,
     return tuple(chosen)
 
 
-def best_possible_rank(allowed: Sequence[int], count: int,
-                       links: Sequence[Sequence[str]]) -> int:
+def best_possible_rank(allowed: Sequence[int], count: int, links: Sequence[Sequence[str]]) -> int:
     """The worst-link rank of the best set this box could ever give (all GPUs free):
     what `--topology strict` waits for."""
     return set_cost(best_set(allowed, count, links), links)[0]
@@ -126,12 +134,19 @@ def nvlink_islands(groups: str, gpu_count: int) -> list[list[str]]:
         except ValueError:
             raise ValueError(f"bad NVLink group {group!r}: write e.g. nvlink=0-3,4-7") from None
         if not span or span[-1] >= gpu_count or any(g in m for m in members for g in span):
-            raise ValueError(f"bad NVLink group {group!r}: use GPUs 0-{gpu_count - 1}, each "
-                             "in one group, e.g. nvlink=0-3,4-7")
+            raise ValueError(
+                f"bad NVLink group {group!r}: use GPUs 0-{gpu_count - 1}, each "
+                "in one group, e.g. nvlink=0-3,4-7"
+            )
         members.append(span)
     group_of: Mapping[int, int] = {g: n for n, span in enumerate(members) for g in span}
-    return [["X" if a == b else "NV18" if group_of.get(a, -1) == group_of.get(b, -2)
-             else "SYS" for b in range(gpu_count)] for a in range(gpu_count)]
+    return [
+        [
+            "X" if a == b else "NV18" if group_of.get(a, -1) == group_of.get(b, -2) else "SYS"
+            for b in range(gpu_count)
+        ]
+        for a in range(gpu_count)
+    ]
 
 
 def cpu_ranges(cpu_ids: Sequence[int]) -> str:

@@ -12,11 +12,20 @@ _INFINITY = float("inf")
 
 # Bare K/M/G/T mean binary units, as GPU memory is always sized (nvidia-smi's MiB).
 _SIZE_UNITS = {
-    "": 1, "b": 1,
-    "k": 2**10, "kb": 10**3, "kib": 2**10,
-    "m": 2**20, "mb": 10**6, "mib": 2**20,
-    "g": 2**30, "gb": 10**9, "gib": 2**30,
-    "t": 2**40, "tb": 10**12, "tib": 2**40,
+    "": 1,
+    "b": 1,
+    "k": 2**10,
+    "kb": 10**3,
+    "kib": 2**10,
+    "m": 2**20,
+    "mb": 10**6,
+    "mib": 2**20,
+    "g": 2**30,
+    "gb": 10**9,
+    "gib": 2**30,
+    "t": 2**40,
+    "tb": 10**12,
+    "tib": 2**40,
 }
 _DURATION_UNITS = {"d": 86400, "h": 3600, "m": 60, "s": 1, "ms": 0.001}
 
@@ -25,13 +34,14 @@ def number_end(text: str, start: int = 0, ascii_only: bool = False) -> int:
     """Where a number like 12 or 1.5 that starts at START ends: START when none does.
     Digits are what re's \\d reads (any decimal digit, which float() takes), or with
     ascii_only [0-9]."""
+
     def digits_end(i: int) -> int:
         while i < len(text) and text[i].isdecimal() and (text[i].isascii() or not ascii_only):
             i += 1
         return i
 
     end = digits_end(start)
-    if end > start and text[end:end + 1] == ".":
+    if end > start and text[end : end + 1] == ".":
         fraction_end = digits_end(end + 1)
         if fraction_end > end + 1:
             return fraction_end
@@ -45,7 +55,7 @@ def duration_parts(text: str, ascii_only: bool = False) -> list[tuple[str, str]]
     parts, i = [], 0
     while i < len(text):
         end = number_end(text, i, ascii_only)
-        unit = "ms" if text.startswith("ms", end) else text[end:end + 1]
+        unit = "ms" if text.startswith("ms", end) else text[end : end + 1]
         if end == i or unit not in _DURATION_UNITS:
             return None
         parts.append((text[i:end], unit))
@@ -62,8 +72,11 @@ def parse_size(text: str | int) -> int:
     raw = str(text).strip()
     end = number_end(raw)
     unit = raw[end:].lstrip()
-    if end == 0 or not (unit.isascii() and unit.isalpha() or not unit) \
-            or unit.lower() not in _SIZE_UNITS:
+    if (
+        end == 0
+        or not ((unit.isascii() and unit.isalpha()) or not unit)
+        or unit.lower() not in _SIZE_UNITS
+    ):
         raise ValueError(
             f"not a size: {text!r} (use a number with B, K/KiB, M/MiB, G/GiB, T/TiB, "
             "or KB/MB/GB/TB for powers of ten)"
@@ -83,8 +96,9 @@ def parse_duration(text: str | int | float) -> float:
     except ValueError:
         parts = duration_parts(raw)
         if parts is None:
-            raise ValueError(f"not a duration: {text!r} (use seconds, or e.g. 2h30m, 45s, 1d, "
-                             "200ms)")
+            raise ValueError(
+                f"not a duration: {text!r} (use seconds, or e.g. 2h30m, 45s, 1d, 200ms)"
+            ) from None
         return float(sum(float(n) * _DURATION_UNITS[u] for n, u in parts))
     if not 0 <= seconds < _INFINITY:
         raise ValueError(f"duration must be a finite number of seconds, not {text!r}")

@@ -18,7 +18,8 @@ HIDDEN = "(hidden)"  # stands in for another user's command line in what a calle
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from typing import Any, Callable, Collection
+    from collections.abc import Callable, Collection
+    from typing import Any
 
 SHOWN_CHARS = 60  # of a refused value, in its error message: a request may carry megabytes
 
@@ -27,13 +28,16 @@ def shown(value: Any) -> str:
     """A refused value as an error message quotes it: its repr (one line, whatever it
     holds), cut short."""
     if isinstance(value, (str, list, dict)) and len(value) > SHOWN_CHARS:
-        value = value[:SHOWN_CHARS] if not isinstance(value, dict) else dict(
-            list(value.items())[:SHOWN_CHARS])
+        value = (
+            value[:SHOWN_CHARS]
+            if not isinstance(value, dict)
+            else dict(list(value.items())[:SHOWN_CHARS])
+        )
     try:
         text = repr(value)
     except (ValueError, RecursionError):  # an int over Python's 4300-digit limit; deep nesting
         text = f"a {type(value).__name__} too large to show"
-    return text if len(text) <= SHOWN_CHARS else text[:SHOWN_CHARS - 3] + "..."
+    return text if len(text) <= SHOWN_CHARS else text[: SHOWN_CHARS - 3] + "..."
 
 
 def is_whole(value: Any, low: int, high: int) -> bool:
@@ -50,10 +54,15 @@ def whole_number(value: Any, what: str, low: int, high: int) -> int:
 
 def number(value: Any, what: str, low: float, high: float) -> float:
     """A finite number (int or float) from low to high; never a bool, NaN or infinity."""
-    if (isinstance(value, bool) or not isinstance(value, (int, float))
-            or not math.isfinite(value) or not low <= value <= high):
-        raise UsageError(f"{what} must be a number of at least {low:g} and at most {high:g}, "
-                         f"not {shown(value)}")
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, (int, float))
+        or not math.isfinite(value)
+        or not low <= value <= high
+    ):
+        raise UsageError(
+            f"{what} must be a number of at least {low:g} and at most {high:g}, not {shown(value)}"
+        )
     return float(value)
 
 
@@ -79,7 +88,7 @@ def is_text(value: Any, os_text: bool = False) -> bool:
 
 # C0 controls, DEL and C1: a newline or carriage return in a name splits a line of a log
 # that others read line by line (Slurm's job-completion log, sacct's output).
-_CONTROLS = {i: "?" for i in (*range(0x20), *range(0x7F, 0xA0))}
+_CONTROLS = dict.fromkeys((*range(32), *range(127, 160)), "?")
 
 
 def has_controls(value: str) -> bool:
@@ -94,16 +103,18 @@ def without_controls(value: str) -> str:
 def text(value: Any, what: str, os_text: bool = False) -> str:
     """A string as is_text says."""
     if not is_text(value, os_text):
-        raise UsageError(f"{what} must be a string without NUL characters or lone "
-                         f"surrogates, not {shown(value)}")
+        raise UsageError(
+            f"{what} must be a string without NUL characters or lone surrogates, not {shown(value)}"
+        )
     return value
 
 
 def list_of(value: Any, what: str, read: Callable[[Any], Any], nonempty: bool = False) -> list:
     """A JSON list, each item checked by read (which raises for a bad one)."""
     if not isinstance(value, list) or (nonempty and not value):
-        raise UsageError(f"{what} must be a {'non-empty ' if nonempty else ''}list, "
-                         f"not {shown(value)}")
+        raise UsageError(
+            f"{what} must be a {'non-empty ' if nonempty else ''}list, not {shown(value)}"
+        )
     return [read(item) for item in value]
 
 
@@ -114,8 +125,9 @@ def mapping(value: Any, what: str, keys: Collection[str] | None = None) -> dict[
         raise UsageError(f"{what} must be a JSON object, not {shown(value)}")
     unknown = sorted(set(value) - set(keys)) if keys is not None else []
     if unknown:
-        raise UsageError(f"{what}: unknown field {shown(unknown[0])}; known: "
-                         f"{', '.join(sorted(keys))}")
+        raise UsageError(
+            f"{what}: unknown field {shown(unknown[0])}; known: {', '.join(sorted(keys))}"
+        )
     return value
 
 
@@ -124,8 +136,9 @@ def environment(value: Any, what: str = "env") -> dict[str, str]:
     environment a job may get (a submit's, a service's) is read by this one reader."""
     for name, setting in mapping(value, what).items():
         if not name or "=" in name:
-            raise UsageError(f"{what}: {shown(name)} is not an environment variable "
-                             "name (empty, or with '=')")
+            raise UsageError(
+                f"{what}: {shown(name)} is not an environment variable name (empty, or with '=')"
+            )
         text(name, "an environment variable's name", os_text=True)
         if not is_text(setting, os_text=True):  # the message is built only then
             text(setting, f"the environment variable {shown(name)}", os_text=True)

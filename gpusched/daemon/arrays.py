@@ -24,8 +24,9 @@ class ArrayShapes:
             return {}
         env = self._by_array.get(job.array_id)
         if env is None:
-            indices = [j.array_index for j in self.store.array(job.array_id)
-                       if j.array_index is not None]
+            indices = [
+                j.array_index for j in self.store.array(job.array_id) if j.array_index is not None
+            ]
             env = jobenv.array_environment(indices or [job.array_index or 0])
             if len(self._by_array) >= _ARRAYS_KEPT:
                 self._by_array.pop(next(iter(self._by_array)))  # the oldest
@@ -35,8 +36,9 @@ class ArrayShapes:
 
 def array_ended_as(array_id: int, elements: list[Job]) -> str:
     """How an ended array ended, naming its first element that did not succeed."""
-    failed = next((j for j in elements if j.state.is_final and j.state is not JobState.SUCCEEDED),
-                  None)
+    failed = next(
+        (j for j in elements if j.state.is_final and j.state is not JobState.SUCCEEDED), None
+    )
     if failed is None:
         return f"every element of array {array_id} succeeded"
     return f"element {array_id}_{failed.array_index} (job {failed.id}) ended {failed.state.value}"

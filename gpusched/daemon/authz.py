@@ -8,7 +8,8 @@ import logging
 import os
 import pwd
 import time
-from typing import Any, Iterable
+from collections.abc import Iterable
+from typing import Any
 
 from gpusched.core.errors import PermissionDenied
 from gpusched.core.models import HIDDEN, Job, job_to_dict
@@ -24,8 +25,9 @@ class Authz:
     """Decisions for one daemon: root and the daemon's own user are always admins, and so
     are members of `system.admin_group`; everyone else acts only on their own jobs."""
 
-    def __init__(self, owner_uid: int, audit_path: str, admin_group: str = "",
-                 show_commands: str = "own"):
+    def __init__(
+        self, owner_uid: int, audit_path: str, admin_group: str = "", show_commands: str = "own"
+    ):
         self.owner_uid, self.audit_path = owner_uid, audit_path
         self.admin_group, self.show_commands = admin_group, show_commands
 
@@ -42,8 +44,9 @@ class Authz:
             return False
         return group_gid in os.getgrouplist(entry.pw_name, entry.pw_gid)
 
-    def require_owner(self, jobs: Iterable[Job], creds: tuple[int, int, int], action: str,
-                      request: str) -> None:
+    def require_owner(
+        self, jobs: Iterable[Job], creds: tuple[int, int, int], action: str, request: str
+    ) -> None:
         """Refuse the whole request, before touching any job, if one is not the caller's.
 
         action completes "only they or an admin may ...", e.g. "cancel it".
@@ -53,11 +56,13 @@ class Authz:
         if strangers and not self.is_admin(uid):
             job = strangers[0]
             self.audit(creds, request, job.id, "not the owner")
-            raise PermissionDenied(f"job {job.id} belongs to {job.user}; only they or an admin "
-                                   f"may {action}")
+            raise PermissionDenied(
+                f"job {job.id} belongs to {job.user}; only they or an admin may {action}"
+            )
 
-    def require_admin(self, creds: tuple[int, int, int], request: str, what: str,
-                      root_only: bool = False) -> None:
+    def require_admin(
+        self, creds: tuple[int, int, int], request: str, what: str, root_only: bool = False
+    ) -> None:
         uid = creds[1]
         allowed = uid in (0, self.owner_uid) if root_only else self.is_admin(uid)
         if not allowed:
@@ -65,17 +70,25 @@ class Authz:
             who = "root or the daemon's user" if root_only else "an admin"
             raise PermissionDenied(f"only {who} may {what}")
 
-    def audit(self, creds: tuple[int, int, int], request: str, job_id: int | None,
-              reason: str) -> None:
+    def audit(
+        self, creds: tuple[int, int, int], request: str, job_id: int | None, reason: str
+    ) -> None:
         """One JSON line per denial; the file is the daemon's own (0600)."""
         pid, uid, _ = creds
-        entry = {"time": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "uid": uid,
-                 "user": user_name(uid), "pid": pid, "request": request, "job": job_id,
-                 "denied": reason}
+        entry = {
+            "time": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+            "uid": uid,
+            "user": user_name(uid),
+            "pid": pid,
+            "request": request,
+            "job": job_id,
+            "denied": reason,
+        }
         log.warning("denied %s of job %s to uid %d (pid %d): %s", request, job_id, uid, pid, reason)
         try:
-            fd = os.open(self.audit_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW,
-                         0o600)
+            fd = os.open(
+                self.audit_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW, 0o600
+            )
         except OSError:
             log.exception("cannot write the audit log %s", self.audit_path)
             return
@@ -138,8 +151,13 @@ class Viewer:
         if self.sees(shown["uid"]):
             return shown
         job = {k: v for k, v in shown["job"].items() if k in _SERVICE_JOB_PUBLIC}
-        return {**shown, "job": {**job, "command": [HIDDEN]}, "cwd": HIDDEN, "env": None,
-                "problem": HIDDEN if shown.get("problem") else ""}
+        return {
+            **shown,
+            "job": {**job, "command": [HIDDEN]},
+            "cwd": HIDDEN,
+            "env": None,
+            "problem": HIDDEN if shown.get("problem") else "",
+        }
 
     def jobs(self, jobs: Iterable[Job]) -> list[dict[str, Any]]:
         return [self.job(j) for j in jobs]
@@ -151,8 +169,10 @@ class Viewer:
         out = []
         for gpu in gpus:
             gpu = dict(gpu)
-            gpu["processes"] = [p if p.get("user") == self._name else {**p, "command": HIDDEN}
-                                for p in gpu.get("processes", ())]
+            gpu["processes"] = [
+                p if p.get("user") == self._name else {**p, "command": HIDDEN}
+                for p in gpu.get("processes", ())
+            ]
             if gpu.get("mig_devices"):
                 gpu["mig_devices"] = self.gpus(gpu["mig_devices"])
             out.append(gpu)

@@ -17,12 +17,13 @@ from __future__ import annotations
 import itertools
 import logging
 import time
-from typing import Any, Callable, Iterator
+from collections.abc import Callable, Iterator
+from typing import Any
 
 from gpusched.core.errors import GpuschedError
 from gpusched.core.models import Job
-from gpusched.daemon.state import DaemonState
 from gpusched.daemon.quotas import Reservation
+from gpusched.daemon.state import DaemonState
 from gpusched.daemon.store import Store
 
 log = logging.getLogger("gpusched.daemon.batches")
@@ -44,7 +45,9 @@ KNOWN_PER_TURN = 5000
 KNOWN_MIN = 50
 _INCOMPLETE = "incomplete_submit:"
 CANCELLED = "the submit was cancelled before it was stored; nothing of it was queued"
-_NOT_QUEUED = "nothing of this submit was queued"  # meta key prefix: first id -> last id of a submit
+_NOT_QUEUED = (
+    "nothing of this submit was queued"  # meta key prefix: first id -> last id of a submit
+)
 
 
 def purge_incomplete(store: Store) -> None:
@@ -54,7 +57,7 @@ def purge_incomplete(store: Store) -> None:
         return
     with store.write():
         for key, last in marks.items():
-            first = int(key[len(_INCOMPLETE):])
+            first = int(key[len(_INCOMPLETE) :])
             store.delete_jobs(first, int(last))
             store.delete_meta(key)
             log.warning("removed jobs %d-%s of a submit that never completed", first, last)
@@ -101,7 +104,7 @@ def step_oldest(calls: list) -> None:
         return
     try:
         result = call.batched.step()
-    except Exception as exc:  # noqa: BLE001 - one request's failure must not stop the loop
+    except Exception as exc:
         if not isinstance(exc, GpuschedError):
             log.exception("request %r failed in a batch", call.request.name)
             exc = GpuschedError("the daemon failed on this request; see its log")
@@ -114,8 +117,9 @@ def step_oldest(calls: list) -> None:
         call.answer(result)
 
 
-def _for_a_turn(items: Iterator, work: Callable[[list], None],
-                budget_s: float = TURN_BUDGET_S) -> bool:
+def _for_a_turn(
+    items: Iterator, work: Callable[[list], None], budget_s: float = TURN_BUDGET_S
+) -> bool:
     """work() on chunks of items for about budget_s; whether items are left."""
     deadline = _monotonic() + budget_s
     while True:
@@ -148,8 +152,7 @@ class Pace:
             more = _for_a_turn(items, work, self.work_s)
         turn_s = _monotonic() - started
         if turn_s > 0:  # the work's share of the goal, in the proportion this turn showed
-            self.work_s = min(TURN_BUDGET_S, max(MIN_WORK_S,
-                                                 self.work_s * TURN_GOAL_S / turn_s))
+            self.work_s = min(TURN_BUDGET_S, max(MIN_WORK_S, self.work_s * TURN_GOAL_S / turn_s))
         return more
 
 
@@ -167,9 +170,14 @@ class BatchedSubmit(Batched):
     them, as before the commit), and acknowledged. make_jobs(ids) yields the jobs with those ids, in
     order, each with the template it was made from (Store.insert_alike)."""
 
-    def __init__(self, state: DaemonState, count: int,
-                 make_jobs: Callable[[list[int]], Iterator[tuple[Job, Job]]],
-                 result_of: Callable[[list[int]], dict], held: Reservation | None = None):
+    def __init__(
+        self,
+        state: DaemonState,
+        count: int,
+        make_jobs: Callable[[list[int]], Iterator[tuple[Job, Job]]],
+        result_of: Callable[[list[int]], dict],
+        held: Reservation | None = None,
+    ):
         self.state, self.count = state, count
         # Its jobs counted against its user's quota until the table holds them.
         self._held = held
@@ -188,8 +196,7 @@ class BatchedSubmit(Batched):
             self._reserve()
             return None
         if not self.committed:
-            more = self._pace.batch(self._left, self._insert,
-                                    self.state.write(undone=_NOT_QUEUED))
+            more = self._pace.batch(self._left, self._insert, self.state.write(undone=_NOT_QUEUED))
             if more:
                 return None
             with self.state.write(undone=_NOT_QUEUED):  # the one commit that makes it real
@@ -202,7 +209,7 @@ class BatchedSubmit(Batched):
         """The next jobs known to the scheduler and to requests: with 100,000 at once, the
         queue's bookkeeping alone took several hundred ms of one turn."""
         started = _monotonic()
-        part = self._stored[self._known:self._known + self._known_part]
+        part = self._stored[self._known : self._known + self._known_part]
         self.state.incoming.remove(self._unknown_ids())
         self._known += len(part)
         if self._known < len(self._stored):
@@ -222,7 +229,7 @@ class BatchedSubmit(Batched):
             self.state.jobs.reserved.remove(self._held)
 
     def _unknown_ids(self) -> range:
-        return self._ids[self._known:]
+        return self._ids[self._known :]
 
     def _reserve(self) -> None:
         store = self.state.store
@@ -256,9 +263,10 @@ class BatchedSubmit(Batched):
             with store.write():
                 store.delete_jobs(self._ids[0], self._ids[-1])
                 store.delete_meta(self._mark)
-        except Exception:  # noqa: BLE001 - the mark stays: start-up removes them
-            log.exception("could not remove the incomplete submit of jobs %d-%d",
-                          self._ids[0], self._ids[-1])
+        except Exception:
+            log.exception(
+                "could not remove the incomplete submit of jobs %d-%d", self._ids[0], self._ids[-1]
+            )
             return
         self.state.incoming.remove(self._ids)
 
@@ -267,8 +275,9 @@ class BatchedChange(Batched):
     """A change (cancel, hold, release, update) applied a batch of jobs per turn.
     apply(job) returns (outcome, refused): what happened, or why it could not."""
 
-    def __init__(self, state: DaemonState, jobs: list[Job],
-                 apply: Callable[[Job], tuple[str, bool]]):
+    def __init__(
+        self, state: DaemonState, jobs: list[Job], apply: Callable[[Job], tuple[str, bool]]
+    ):
         self.state, self._apply = state, apply
         self._left = iter(jobs)
         self.results: dict[str, str] = {}

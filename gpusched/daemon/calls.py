@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import queue
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 from gpusched.core.errors import GpuschedError
 from gpusched.daemon.batches import Batched
@@ -46,8 +47,13 @@ class Calls:
     def __init__(self) -> None:
         self.queue: queue.Queue[Any] = queue.Queue()  # Calls, and _WAKE
 
-    def dispatch(self, name: str, args: dict[str, Any], creds: tuple[int, int, int],
-                 gone: Callable[[], bool] | None = None) -> Any:
+    def dispatch(
+        self,
+        name: str,
+        args: dict[str, Any],
+        creds: tuple[int, int, int],
+        gone: Callable[[], bool] | None = None,
+    ) -> Any:
         """On a connection thread: the request's result, from the loop thread; raises its
         GpuschedError. gone(): whether the client cancelled meanwhile (a streamed request:
         the loop drops what of it has not committed)."""

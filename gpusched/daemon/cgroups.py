@@ -45,8 +45,9 @@ class CgroupJobs:
         self.base = base
 
     @classmethod
-    def detect(cls, root: Path = CGROUP_ROOT,
-               proc_cgroup: Path = Path("/proc/self/cgroup")) -> CgroupJobs | None:
+    def detect(
+        cls, root: Path = CGROUP_ROOT, proc_cgroup: Path = Path("/proc/self/cgroup")
+    ) -> CgroupJobs | None:
         own = own_cgroup(proc_cgroup)
         if own is None or not (root / "cgroup.controllers").exists():
             return None

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import signal
+from collections.abc import Callable
 from dataclasses import replace
-from typing import Callable
 
 from gpusched.core import jobspec
 from gpusched.core.errors import GpuschedError, UsageError
@@ -26,8 +26,13 @@ class Changes:
     def __init__(self, state: DaemonState, setup: Setup, seam: ProcessSeam):
         self.state, self.setup, self.seam = state, setup, seam
 
-    def change(self, req: Request, verb: str, apply: Callable[[Job], str],
-               allowed: Callable[[], None] = lambda: None) -> dict | batches.BatchedChange:
+    def change(
+        self,
+        req: Request,
+        verb: str,
+        apply: Callable[[Job], str],
+        allowed: Callable[[], None] = lambda: None,
+    ) -> dict | batches.BatchedChange:
         """Apply a change to each job named: what happened to each in "results", and
         why each job that could not be changed was not in "refused" (the client then
         exits 1). allowed: raises if the caller may not make this change at all (asked
@@ -41,6 +46,7 @@ class Changes:
                 return apply(job), False
             except Refused as exc:
                 return str(exc), True
+
         # Thousands of jobs (a big array) are changed a batch per turn of the loop.
         work = batches.BatchedChange(self.state, jobs, outcome)
         return work if len(jobs) > batches.BIG_JOBS else work.run_all()
@@ -55,8 +61,14 @@ class Changes:
         if job.id in self.state.remote_ids:  # Slurm's job: cancelled there (slurmpoll.py)
             return self.state.clusters.cancel(job, who)
         if job.state is JobState.PENDING:
-            self.state.save(transition(job, JobState.CANCELLED, ended_at=self.setup.clock.time(),
-                                       end_reason=f"cancelled by {who} before it started"))
+            self.state.save(
+                transition(
+                    job,
+                    JobState.CANCELLED,
+                    ended_at=self.setup.clock.time(),
+                    end_reason=f"cancelled by {who} before it started",
+                )
+            )
             return "cancelled"
         if not job.cancel_requested:
             # Who asked is kept for the end: lifecycle.end_reason adds how the job went.
@@ -81,35 +93,49 @@ class Changes:
         return "held" if held else "released"
 
     def update(self, req: Request) -> dict:
-        priority = jobspec.whole_number(req.args, "priority", None, -jobspec.MAX_PRIORITY,
-                                        jobspec.MAX_PRIORITY)
+        priority = jobspec.whole_number(
+            req.args, "priority", None, -jobspec.MAX_PRIORITY, jobspec.MAX_PRIORITY
+        )
         if priority is None:
             raise UsageError("nothing to update; give --priority N")
 
         def apply(job: Job) -> str:
             if job.state.is_final:
-                raise Refused(f"already {job.state.value}; only pending and running jobs "
-                              "can be updated")
+                raise Refused(
+                    f"already {job.state.value}; only pending and running jobs can be updated"
+                )
             self.state.save(replace(job, priority=priority))
             return f"priority {priority}"
-        return self.change(req, "update", apply,
-                           lambda: check_priority(self.setup, req.creds, priority))
+
+        return self.change(
+            req, "update", apply, lambda: check_priority(self.setup, req.creds, priority)
+        )
 
     def requeue(self, req: Request) -> dict:
         def one(job: Job, now: float, who: str) -> str:
             if job.state.is_final:  # back among its owner's queued jobs: within their quota
                 try:
-                    self.state.jobs.check(job.uid, job.user, 1, quotas.job_bytes(job),
-                                          self.setup.settings, "requeueing it")
+                    self.state.jobs.check(
+                        job.uid,
+                        job.user,
+                        1,
+                        quotas.job_bytes(job),
+                        self.setup.settings,
+                        "requeueing it",
+                    )
                 except GpuschedError as exc:
                     raise NotNow(exc.message) from None
             return requeue_one(self.state, self.seam, job, now, who)
+
         return self._requeueing(req, "requeue", one)
 
     def preempt(self, req: Request) -> dict:
         signum = self.setup.settings.preempt_signal
-        return self._requeueing(req, "preempt", lambda job, now, who: preempt_one(
-            self.state, self.seam, job, now, who, signum))
+        return self._requeueing(
+            req,
+            "preempt",
+            lambda job, now, who: preempt_one(self.state, self.seam, job, now, who, signum),
+        )
 
     def _requeueing(self, req: Request, verb: str, one: Callable[[Job, float, str], str]) -> dict:
         """A job back in the queue under its id (daemon/requeue.py), for its owner or an admin."""
@@ -120,6 +146,7 @@ class Changes:
                 return one(job, self.setup.clock.time(), who)
             except NotNow as exc:
                 raise Refused(str(exc)) from None
+
         return self.change(req, verb, apply)
 
     def drain(self, req: Request) -> dict:

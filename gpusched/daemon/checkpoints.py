@@ -34,8 +34,7 @@ class Checkpointer:
         self._rows_at_last = 0
         self.checkpoints = 0  # done, for tests and the log
         self._failing = False
-        self._thread = threading.Thread(target=self._run, name="gpusched-checkpoints",
-                                        daemon=True)
+        self._thread = threading.Thread(target=self._run, name="gpusched-checkpoints", daemon=True)
 
     def attach(self, store) -> None:
         """Take the store's checkpoints over (daemon/store.py calls committed() after
@@ -74,8 +73,10 @@ class Checkpointer:
             conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
         except sqlite3.Error as exc:
             if not self._failing:  # said once, until one works again
-                log.warning("checkpointing the queue's log failed (%s); tried again after "
-                            "the next writes", exc)
+                log.warning(
+                    "checkpointing the queue's log failed (%s); tried again after the next writes",
+                    exc,
+                )
             self._failing = True
             return
         self._failing = False

@@ -58,20 +58,32 @@ def removal_of(job: Job, runtime: str, state_dir: str) -> dict:
     """How the run's container is removed (by proc/containerrun.py): its name, the
     runtime's argv, how many tries."""
     name = container.container_name(home_token(state_dir), job.id, job.attempt)
-    return {"argv": container.remove_argv(runtime, name), "name": name,
-            "tries": _REMOVE_TRIES[runtime]}
+    return {
+        "argv": container.remove_argv(runtime, name),
+        "name": name,
+        "tries": _REMOVE_TRIES[runtime],
+    }
 
 
 def lost_removal(job: Job, settings: Settings, paths: Paths) -> dict:
     """What removes the container of a job whose shim died (which would have removed
     it): as the job's user, in the environment it was submitted with."""
     removal = removal_of(job, settings.container_runtime, paths.state_dir)
-    return {"container_remove": removal, "env": dict(job.env),
-            "run_as": job.uid if paths.is_system else None}
+    return {
+        "container_remove": removal,
+        "env": dict(job.env),
+        "run_as": job.uid if paths.is_system else None,
+    }
 
 
-def in_container(spec: dict, job: Job, runtime: str, devices: str, state_dir: str,
-                 cdi_dirs: tuple[str, ...] = CDI_DIRS) -> dict:
+def in_container(
+    spec: dict,
+    job: Job,
+    runtime: str,
+    devices: str,
+    state_dir: str,
+    cdi_dirs: tuple[str, ...] = CDI_DIRS,
+) -> dict:
     """A plain job's shim spec turned into the container job's: its command run by the
     runtime, and the removal its shim runs when the job has ended."""
     image, options = job.container[0], job.container[1:]
@@ -79,10 +91,21 @@ def in_container(spec: dict, job: Job, runtime: str, devices: str, state_dir: st
     name = removal["name"]
     env_names = [var for var in jobenv.VARIABLES if var in spec["env"]]
     argv = container.run_argv(
-        runtime, image, options, job.command, name=name, cwd=job.cwd, uid=job.uid,
-        gid=_gid_of(job.uid), env_names=env_names, gpu_uuids=job.gpu_uuids, devices=devices,
+        runtime,
+        image,
+        options,
+        job.command,
+        name=name,
+        cwd=job.cwd,
+        uid=job.uid,
+        gid=_gid_of(job.uid),
+        env_names=env_names,
+        gpu_uuids=job.gpu_uuids,
+        devices=devices,
         cdi_names=read_cdi_names(cdi_dirs) if job.gpu_uuids else frozenset(),
-        cpu_ids=job.cpu_ids, mounts=_progress_dir(spec["env"]))
+        cpu_ids=job.cpu_ids,
+        mounts=_progress_dir(spec["env"]),
+    )
     env, visible = dict(spec["env"]), jobenv.CUDA_VISIBLE_DEVICES
     if visible in env:  # visible_devices = "index": the job's GPUs are numbered anew inside
         env[visible] = container.visible_inside(env[visible])

@@ -55,10 +55,14 @@ class Report:
         self.findings.append(Finding(status, topic, message, details))
 
     def to_dict(self) -> dict:
-        return {"healthy": self.is_healthy, "state_dir": self.state_dir,
-                "findings": [asdict(f) for f in self.findings],
-                "jobs": len(self.rows.job_states), "last_id": self.rows.last_id,
-                "damaged_jobs": [{"id": i, "reason": r} for i, r in sorted(self.rows.damaged.items())]}
+        return {
+            "healthy": self.is_healthy,
+            "state_dir": self.state_dir,
+            "findings": [asdict(f) for f in self.findings],
+            "jobs": len(self.rows.job_states),
+            "last_id": self.rows.last_id,
+            "damaged_jobs": [{"id": i, "reason": r} for i, r in sorted(self.rows.damaged.items())],
+        }
 
 
 def read_rows(conn: sqlite3.Connection) -> QueueRows:
@@ -80,8 +84,9 @@ def read_rows(conn: sqlite3.Connection) -> QueueRows:
     except sqlite3.DatabaseError as exc:
         out.error = str(exc)
     try:
-        seq = conn.execute("SELECT seq FROM sqlite_sequence WHERE name = 'jobs' AND seq <= ?",
-                           (MAX_JOB_ID,)).fetchone()
+        seq = conn.execute(
+            "SELECT seq FROM sqlite_sequence WHERE name = 'jobs' AND seq <= ?", (MAX_JOB_ID,)
+        ).fetchone()
         out.last_id = max(out.last_id, seq[0] if seq else 0)
     except sqlite3.DatabaseError:
         pass
@@ -92,8 +97,12 @@ def diagnose(paths: Paths) -> Report:
     report = Report(paths.state_dir)
     check_config(report, paths)
     if not os.path.isdir(paths.state_dir):
-        report.add(OK, "home", f"{paths.state_dir} does not exist yet: the first command "
-                   "starts a daemon that creates a new queue there")
+        report.add(
+            OK,
+            "home",
+            f"{paths.state_dir} does not exist yet: the first command "
+            "starts a daemon that creates a new queue there",
+        )
         return report
     check_dir(report, paths.state_dir, "the state directory")
     running = lock_is_held(paths.lock)
@@ -121,11 +130,19 @@ def check_dir(report: Report, path: str, what: str) -> None:
     except FileNotFoundError:
         return
     if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.getuid():
-        report.add(PROBLEM, "home", f"{what} {path} is not a directory owned by uid "
-                   f"{os.getuid()}: move it aside and let gpusched make a new one")
+        report.add(
+            PROBLEM,
+            "home",
+            f"{what} {path} is not a directory owned by uid "
+            f"{os.getuid()}: move it aside and let gpusched make a new one",
+        )
     elif stat.S_IMODE(info.st_mode) & 0o077:
-        report.add(PROBLEM, "home", f"{what} {path} is open to others (mode "
-                   f"{stat.S_IMODE(info.st_mode):04o}): `chmod 700 {path}`")
+        report.add(
+            PROBLEM,
+            "home",
+            f"{what} {path} is open to others (mode "
+            f"{stat.S_IMODE(info.st_mode):04o}): `chmod 700 {path}`",
+        )
 
 
 def check_daemon(report: Report, paths: Paths, running: bool) -> None:
@@ -135,14 +152,25 @@ def check_daemon(report: Report, paths: Paths, running: bool) -> None:
         if socket_there:
             info = os.lstat(paths.socket)
             if info.st_uid != os.getuid() or not stat.S_ISSOCK(info.st_mode):
-                report.add(PROBLEM, "daemon", f"{paths.socket} is not a socket of uid "
-                           f"{os.getuid()}: clients will refuse it; restart the daemon")
+                report.add(
+                    PROBLEM,
+                    "daemon",
+                    f"{paths.socket} is not a socket of uid "
+                    f"{os.getuid()}: clients will refuse it; restart the daemon",
+                )
         else:
-            report.add(PROBLEM, "daemon", f"a daemon holds the lock but {paths.socket} is gone: "
-                       "`gpusched daemon restart`")
+            report.add(
+                PROBLEM,
+                "daemon",
+                f"a daemon holds the lock but {paths.socket} is gone: `gpusched daemon restart`",
+            )
     elif socket_there:
-        report.add(NOTE, "daemon", f"no daemon runs; {paths.socket} is left from the last one "
-                   "(harmless: the next daemon replaces it)")
+        report.add(
+            NOTE,
+            "daemon",
+            f"no daemon runs; {paths.socket} is left from the last one "
+            "(harmless: the next daemon replaces it)",
+        )
 
 
 def check_queue(report: Report, paths: Paths, running: bool) -> None:
@@ -159,8 +187,9 @@ def check_queue(report: Report, paths: Paths, running: bool) -> None:
         except sqlite3.DatabaseError as exc:
             lines, rows = [str(exc)], QueueRows(error=str(exc))
         if lines != ["ok"]:
-            report.add(PROBLEM, "queue", f"queue file {paths.db} is corrupt: {lines[0]}",
-                       tuple(lines))
+            report.add(
+                PROBLEM, "queue", f"queue file {paths.db} is corrupt: {lines[0]}", tuple(lines)
+            )
         report.rows = rows
     else:
         verdict = storecheck.inspect(paths.db, MIGRATIONS, paths.jobs_dir, "integrity_check")
@@ -170,8 +199,12 @@ def check_queue(report: Report, paths: Paths, running: bool) -> None:
         if not verdict.is_usable:
             report.add(PROBLEM, "queue", verdict.message, verdict.details)
         elif verdict.kind == "old":
-            report.add(NOTE, "queue", f"queue file {paths.db} has the old schema version "
-                       f"{verdict.version}: the next daemon updates it")
+            report.add(
+                NOTE,
+                "queue",
+                f"queue file {paths.db} has the old schema version "
+                f"{verdict.version}: the next daemon updates it",
+            )
         if verdict.kind in ("symlink", "not_regular", "unreadable", "newer", "earlier_queue"):
             return  # nothing more can be read, or should be
         try:
@@ -185,17 +218,29 @@ def check_queue(report: Report, paths: Paths, running: bool) -> None:
 def describe_rows(report: Report, paths: Paths) -> None:
     rows = report.rows
     if rows.error:
-        report.add(PROBLEM, "rows", f"not every row could be read ({rows.error}); "
-                   "`gpusched doctor --repair` saves those that can be")
+        report.add(
+            PROBLEM,
+            "rows",
+            f"not every row could be read ({rows.error}); "
+            "`gpusched doctor --repair` saves those that can be",
+        )
     for job_id, reason in sorted(rows.damaged.items()):
-        report.add(PROBLEM, "rows", f"job {job_id} is damaged ({reason}): the daemon skips it "
-                   "and never runs it; `gpusched doctor --repair` leaves it out of a new queue")
+        report.add(
+            PROBLEM,
+            "rows",
+            f"job {job_id} is damaged ({reason}): the daemon skips it "
+            "and never runs it; `gpusched doctor --repair` leaves it out of a new queue",
+        )
     states: dict[str, int] = {}
     for state in rows.job_states.values():
         states[state] = states.get(state, 0) + 1
     summary = ", ".join(f"{n} {s}" for s, n in sorted(states.items())) or "no jobs"
-    report.add(OK, "queue", f"queue file {paths.db}: {len(rows.job_states)} readable job(s) "
-               f"({summary}); the next id is {rows.last_id + 1}")
+    report.add(
+        OK,
+        "queue",
+        f"queue file {paths.db}: {len(rows.job_states)} readable job(s) "
+        f"({summary}); the next id is {rows.last_id + 1}",
+    )
 
 
 def check_job_files(report: Report, paths: Paths) -> None:
@@ -204,19 +249,33 @@ def check_job_files(report: Report, paths: Paths) -> None:
     known = rows.job_states.keys() | rows.damaged.keys()
     above = sorted(i for i in files if i > rows.last_id)
     if above:
-        report.add(PROBLEM, "jobs", f"{paths.jobs_dir} holds files of job(s) "
-                   f"{_ids(above)} above the queue's last id {rows.last_id}: new jobs would be "
-                   "given these ids; `gpusched doctor --repair` starts ids above them")
+        report.add(
+            PROBLEM,
+            "jobs",
+            f"{paths.jobs_dir} holds files of job(s) "
+            f"{_ids(above)} above the queue's last id {rows.last_id}: new jobs would be "
+            "given these ids; `gpusched doctor --repair` starts ids above them",
+        )
     orphans = sorted(i for i in files if i <= rows.last_id and i not in known)
     if orphans:
-        report.add(NOTE, "jobs", f"{paths.jobs_dir} holds files of job(s) {_ids(orphans)} that "
-                   "the queue no longer has (kept logs; safe to delete)")
+        report.add(
+            NOTE,
+            "jobs",
+            f"{paths.jobs_dir} holds files of job(s) {_ids(orphans)} that "
+            "the queue no longer has (kept logs; safe to delete)",
+        )
     running = [i for i, s in rows.job_states.items() if s == "running"]
-    lost = sorted(i for i in running if not os.path.exists(runfile.run_file_found(paths.jobs_dir, i)))
+    lost = sorted(
+        i for i in running if not os.path.exists(runfile.run_file_found(paths.jobs_dir, i))
+    )
     if lost:
-        report.add(PROBLEM, "jobs", f"running job(s) {_ids(lost)} have no run file in "
-                   f"{paths.jobs_dir}: the daemon cannot find their processes and will mark "
-                   "them lost")
+        report.add(
+            PROBLEM,
+            "jobs",
+            f"running job(s) {_ids(lost)} have no run file in "
+            f"{paths.jobs_dir}: the daemon cannot find their processes and will mark "
+            "them lost",
+        )
     if files and not (above or orphans or lost):
         report.add(OK, "jobs", f"{paths.jobs_dir}: files of {len(files)} job(s), each in the queue")
 

@@ -8,7 +8,8 @@ waits a moment for runfile.STORED; without it, it makes the exit record durable 
 from __future__ import annotations
 
 import queue
-from typing import Any, Callable, Mapping
+from collections.abc import Callable, Mapping
+from typing import Any
 
 from gpusched.core.models import Job
 from gpusched.proc import runfile

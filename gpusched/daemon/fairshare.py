@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import logging
 import time
-from typing import Sequence
+from collections.abc import Sequence
 
 from gpusched.core import queuerules
 from gpusched.core.models import Job
@@ -61,8 +61,7 @@ class UsageLedger:
         usage = queuerules.add_usage(ended, used, max(now - self.at, 0.0), self.half_life_s)
         return {user: value for user, value in usage.items() if value > 0}
 
-    def account(self, running: Sequence[Job], now: float, store: Store,
-                save: bool = False) -> None:
+    def account(self, running: Sequence[Job], now: float, store: Store, save: bool = False) -> None:
         """Bring the usage up to `now` (inside a write transaction), and store it when a
         run ended, when asked, or when it is due while jobs run."""
         ended = bool(self._ended)

@@ -36,7 +36,8 @@ class FrameBudget:
                     raise ProtocolError(
                         f"the daemon is reading {self.used_bytes:,} bytes of other large "
                         f"requests, and this one of {size:,} bytes would take it over its "
-                        f"{self.budget_bytes:,} at once; try again in a moment")
+                        f"{self.budget_bytes:,} at once; try again in a moment"
+                    )
                 self._freed.wait(left)
             self.used_bytes += size
 
@@ -46,7 +47,7 @@ class FrameBudget:
                 self.used_bytes -= size
                 self._freed.notify_all()
 
-    def reader(self) -> "Taken":
+    def reader(self) -> Taken:
         return Taken(self)
 
 

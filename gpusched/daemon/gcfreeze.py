@@ -19,8 +19,8 @@ reads (each full one walked every job read so far), one of what it made, and a f
 from __future__ import annotations
 
 import gc
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Callable, Iterator
 
 THAW_FRACTION = 4  # unfreeze once the active jobs are this many times fewer than when frozen
 # or this few, whatever they were: a full scan of them takes a few ms (and a big request
@@ -46,8 +46,9 @@ class CollectorHold:
         """No big request left: the collector on, and what was frozen back to it once
         most of those jobs have gone."""
         gc.enable()
-        if self.frozen_with_jobs and active_jobs <= max(THAW_JOBS, self.frozen_with_jobs //
-                                                        THAW_FRACTION):
+        if self.frozen_with_jobs and active_jobs <= max(
+            THAW_JOBS, self.frozen_with_jobs // THAW_FRACTION
+        ):
             gc.unfreeze()
             self.frozen_with_jobs = 0
 

@@ -24,8 +24,10 @@ HISTORY_STATES = ("succeeded", "failed", "timeout", "oom", "gpu_oom", "cancelled
 def log_tail(job: Job, size_bytes: int = gpuoom.TAIL_BYTES) -> bytes:
     """The last size_bytes of the job's stderr log (its stdout too, when that is another
     file): where frameworks print an out-of-memory traceback. b"" if unreadable."""
-    return b"".join(_file_tail(path, size_bytes, job.uid) for path in
-                    dict.fromkeys(p for p in (job.stderr_path, job.stdout_path) if p))
+    return b"".join(
+        _file_tail(path, size_bytes, job.uid)
+        for path in dict.fromkeys(p for p in (job.stderr_path, job.stdout_path) if p)
+    )
 
 
 def _file_tail(path: str, size_bytes: int, uid: int) -> bytes:
@@ -43,8 +45,9 @@ def _file_tail(path: str, size_bytes: int, uid: int) -> bytes:
         os.close(fd)
 
 
-def gpu_oom_end(job: Job, state: JobState, exit_code: int | None, signum: int | None,
-                error: str) -> str:
+def gpu_oom_end(
+    job: Job, state: JobState, exit_code: int | None, signum: int | None, error: str
+) -> str:
     """Why a GPU job's failed run died of CUDA out of memory, from its log; "" if not."""
     if state is not JobState.FAILED or job.request.gpus == 0 or job.requeueing:
         return ""
@@ -57,30 +60,43 @@ def retry_with_more(job: Job, inventory: Inventory, headroom_bytes: int) -> tupl
     (the job unchanged, why a retry is no use) when it already had whole GPUs."""
     request, before = job.request, job.request.gpu_mem_bytes
     can_grow, grown = gpuoom.grown_bytes(
-        before, job.mem_growth, gpuoom.usable_bytes(request, inventory, headroom_bytes))
+        before, job.mem_growth, gpuoom.usable_bytes(request, inventory, headroom_bytes)
+    )
     if not can_grow:
         return job, "not retried: it already had whole GPUs"
     after = f"{size_human(grown)}" if grown else "a whole GPU (the largest GPU's memory)"
-    reason = (f"raised from {size_human(before)} to {after} (x{job.mem_growth:g}) after "
-              f"attempt {job.attempt} ran out of GPU memory")
-    return replace(job, request=replace(request, gpu_mem_bytes=grown),
-                   gpu_mem_reason=reason), ""
+    reason = (
+        f"raised from {size_human(before)} to {after} (x{job.mem_growth:g}) after "
+        f"attempt {job.attempt} ran out of GPU memory"
+    )
+    return replace(job, request=replace(request, gpu_mem_bytes=grown), gpu_mem_reason=reason), ""
 
 
-def estimate_request(store: Store, settings: Settings, uid: int, key: str,
-                     request: Request, inventory: Inventory) -> tuple[Request, str]:
+def estimate_request(
+    store: Store, settings: Settings, uid: int, key: str, request: Request, inventory: Inventory
+) -> tuple[Request, str]:
     """--gpu-mem auto: the request with the estimate for this user's job key, and why."""
     rows = store.gpu_peaks(uid, key, ESTIMATE_STATES, settings.estimate_runs)
     peaks = [row["gpu_mem_peak_bytes"] for row in rows if row["gpu_mem_peak_bytes"]]
-    mem, why = memestimate.estimate(peaks, settings.estimate_margin_pct, gpuoom.usable_bytes(
-        request, inventory, settings.mem_headroom_bytes))
+    mem, why = memestimate.estimate(
+        peaks,
+        settings.estimate_margin_pct,
+        gpuoom.usable_bytes(request, inventory, settings.mem_headroom_bytes),
+    )
     return replace(request, gpu_mem_bytes=mem), why
 
 
 HISTORY_RUNS = 20  # `gpusched history` without --last
 WINDOW_ROWS = 2000  # rows one look for runs by their program reads (as daemon/usage.py)
-_RUN_FIELDS = ("id", "state", "started_at", "ended_at", "attempt", "gpu_mem_bytes",
-               "gpu_mem_peak_bytes")
+_RUN_FIELDS = (
+    "id",
+    "state",
+    "started_at",
+    "ended_at",
+    "attempt",
+    "gpu_mem_bytes",
+    "gpu_mem_peak_bytes",
+)
 
 
 def history_request(state, setup, req) -> HistoryReport:
@@ -100,33 +116,40 @@ class HistoryReport(Batched):
     def __init__(self, state: Any, setup: Any, uid: int, key: str, count: int):
         self.store, self.settings, self.inventory = state.store, setup.settings, state.inventory
         self.uid, self.key, self.count = uid, key, count
-        self.runs = [{**dict(row), "job_key": key}
-                     for row in self.store.gpu_peaks(uid, key, HISTORY_STATES, count)]
+        self.runs = [
+            {**dict(row), "job_key": key}
+            for row in self.store.gpu_peaks(uid, key, HISTORY_STATES, count)
+        ]
         self._floor = self.runs[-1]["id"] if len(self.runs) == count else 0
         self._top, self._found = 2**63 - 1, 0
 
     def step(self) -> dict | None:
         deadline = time.monotonic() + TURN_BUDGET_S  # real time: a turn's length
         while self._top > self._floor and self._found < self.count:
-            rows, self._top = self.store.runs_by_program(self.uid, self.key, HISTORY_STATES,
-                                                         self._top, WINDOW_ROWS)
+            rows, self._top = self.store.runs_by_program(
+                self.uid, self.key, HISTORY_STATES, self._top, WINDOW_ROWS
+            )
             self.runs += [dict(row) for row in rows]
             self._found += len(rows)
             if time.monotonic() >= deadline:
                 return None
-        runs = sorted(self.runs, key=lambda run: -run["id"])[:self.count]
+        runs = sorted(self.runs, key=lambda run: -run["id"])[: self.count]
         # Runs of one name may be filed under several keys (`python train.py --lr 0.1`,
         # `--lr 1`): the estimate is the one that submitting the newest again would get.
         job_key = runs[0]["job_key"] if runs else self.key
-        request, why = estimate_request(self.store, self.settings, self.uid, job_key,
-                                        Request(gpus=1), self.inventory)
-        return {"key": self.key, "runs": [{f: run[f] for f in _RUN_FIELDS} for run in runs],
-                "estimate": {"gpu_mem_bytes": request.gpu_mem_bytes, "reason": why,
-                             "key": job_key}}
+        request, why = estimate_request(
+            self.store, self.settings, self.uid, job_key, Request(gpus=1), self.inventory
+        )
+        return {
+            "key": self.key,
+            "runs": [{f: run[f] for f in _RUN_FIELDS} for run in runs],
+            "estimate": {"gpu_mem_bytes": request.gpu_mem_bytes, "reason": why, "key": job_key},
+        }
 
 
-def settle_end(job: Job, state: JobState, reason: str, record, inventory: Inventory,
-               headroom_bytes: int) -> tuple[Job, JobState, str, bool]:
+def settle_end(
+    job: Job, state: JobState, reason: str, record, inventory: Inventory, headroom_bytes: int
+) -> tuple[Job, JobState, str, bool]:
     """A run's end as JobControl stores it: (job, state, end reason, whether it may be
     retried). A failed GPU run whose log shows CUDA out of memory ends gpu_oom; if it
     is retried on that, its next attempt gets more memory (retry_with_more)."""

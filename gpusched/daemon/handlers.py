@@ -6,7 +6,8 @@ GpuschedError; the reply around either is built by the socket server (server.rep
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from gpusched.client.protocol import COMMANDS
 from gpusched.core import limits
@@ -24,33 +25,48 @@ from gpusched.proc.seam import ProcessSeam
 # Requests that only look: they change nothing a scheduling pass depends on, so they set
 # none off (with 100,000 pending a pass is the longest part of a turn, and `top` asks every
 # second). Every other request, refused or not, is followed by a pass, as before.
-READ_ONLY = frozenset({"status", "list", "show", "wait", "gpus", "snapshot", "logs", "env",
-                       "usage", "history"})
+READ_ONLY = frozenset(
+    {"status", "list", "show", "wait", "gpus", "snapshot", "logs", "env", "usage", "history"}
+)
 
 
 class Handlers:
     def __init__(self, state: DaemonState, setup: Setup, seam: ProcessSeam):
-        queries, changes, submits = Queries(state, setup), Changes(state, setup, seam), \
-            Submits(state, setup)
+        queries, changes, submits = (
+            Queries(state, setup),
+            Changes(state, setup, seam),
+            Submits(state, setup),
+        )
         self._limits = limits.from_settings(setup.settings)
         self.services = ServiceManager(state, setup, submits, changes)
         self._table: dict[str, Callable[[Request], Any]] = {
-            "status": queries.status, "list": queries.list, "show": queries.show,
-            "wait": queries.wait, "gpus": queries.gpus, "snapshot": queries.snapshot,
-            "logs": queries.logs, "env": queries.env,
-            "cancel": changes.cancel, "hold": changes.hold, "release": changes.release,
-            "update": changes.update, "drain": changes.drain, "resume": changes.resume,
+            "status": queries.status,
+            "list": queries.list,
+            "show": queries.show,
+            "wait": queries.wait,
+            "gpus": queries.gpus,
+            "snapshot": queries.snapshot,
+            "logs": queries.logs,
+            "env": queries.env,
+            "cancel": changes.cancel,
+            "hold": changes.hold,
+            "release": changes.release,
+            "update": changes.update,
+            "drain": changes.drain,
+            "resume": changes.resume,
             "stop": changes.stop,
-            "requeue": changes.requeue, "preempt": changes.preempt,
-            "submit": submits.submit, "resubmit": submits.resubmit,
-            "gc": lambda req: retention.gc_request(state, setup, req.creds,
-                                                   bool(req.args.get("dry_run"))),
+            "requeue": changes.requeue,
+            "preempt": changes.preempt,
+            "submit": submits.submit,
+            "resubmit": submits.resubmit,
+            "gc": lambda req: retention.gc_request(
+                state, setup, req.creds, bool(req.args.get("dry_run"))
+            ),
             "usage": lambda req: usage_request(state, setup, req),
             "history": lambda req: gpumemory.history_request(state, setup, req),
             "service": self.services.request,
         }
-        assert set(self._table) | SERVER_COMMANDS == set(COMMANDS), \
-            "handlers and protocol disagree"
+        assert set(self._table) | SERVER_COMMANDS == set(COMMANDS), "handlers and protocol disagree"
 
     @staticmethod
     def may_change(requests: list[Request]) -> bool:

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass
-from typing import Collection, Iterable, Sequence
 
 import psutil
 
@@ -30,7 +30,7 @@ def detect_host(settings: Settings) -> Host:
         affinity = sorted(os.sched_getaffinity(0))
     except (AttributeError, OSError):
         affinity = list(range(os.cpu_count() or 1))
-    usable = affinity[settings.reserve_cpus:] or affinity[-1:]
+    usable = affinity[settings.reserve_cpus :] or affinity[-1:]
     cpus = settings.host_cpus or len(usable)
     mem = max(psutil.virtual_memory().total - settings.reserve_mem_bytes, 0)
     return Host(tuple(usable), cpus, mem)
@@ -45,8 +45,9 @@ def near_cpus(gpus: Sequence[GpuInfo]) -> set[int]:
     return set.intersection(*sets) or set.union(*sets)
 
 
-def pick_cpus(host: Host, count: int, taken: Iterable[int],
-              near: Collection[int] = ()) -> tuple[int, ...]:
+def pick_cpus(
+    host: Host, count: int, taken: Iterable[int], near: Collection[int] = ()
+) -> tuple[int, ...]:
     """The lowest free cores for a pinned job, those `near` its GPUs first (memory traffic
     between a job's cores and GPUs then stays on one socket); when host.cpus counts more
     cores than exist (an override), pinned jobs share the real ones round the ring."""

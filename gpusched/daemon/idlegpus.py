@@ -5,20 +5,21 @@ from __future__ import annotations
 
 import logging
 import signal
+from collections.abc import Mapping
 from dataclasses import replace
-from typing import Mapping
 
 from gpusched.core.models import Inventory, Job
-from gpusched.daemon import requeue
 from gpusched.core.units import duration_human
+from gpusched.daemon import requeue
 from gpusched.daemon.state import DaemonState, Setup
 from gpusched.proc.seam import ProcessSeam
 
 log = logging.getLogger("gpusched.idle")
 
 
-def track(inventory: Inventory, running: list[Job], since: Mapping[int, float],
-          now: float) -> dict[int, float]:
+def track(
+    inventory: Inventory, running: list[Job], since: Mapping[int, float], now: float
+) -> dict[int, float]:
     """Since when each running GPU job's GPUs have all shown 0% busy. A GPU whose
     utilization is unknown, or that is missing from the reading, is never taken for idle."""
     util = {gpu.uuid: gpu.util_pct for gpu in inventory.schedulable()}
@@ -57,8 +58,11 @@ class IdleGpus:
         state = self.state
         state.gpu_idle_since = track(state.inventory, state.running(), state.gpu_idle_since, now)
         self.acted &= state.gpu_idle_since.keys()  # busy again: a later spell counts anew
-        due = [job for job in state.running() if job.id not in self.acted
-               and flagged_since(state, settings, job.id, now) is not None]
+        due = [
+            job
+            for job in state.running()
+            if job.id not in self.acted and flagged_since(state, settings, job.id, now) is not None
+        ]
         for job in due:
             self.acted.add(job.id)
             self.act(job, now - state.gpu_idle_since[job.id])
@@ -66,8 +70,10 @@ class IdleGpus:
     def act(self, job: Job, idle_s: float) -> None:
         settings = self.setup.settings
         action = settings.idle_action if is_subject(job, settings.idle_all_jobs) else "warn"
-        what = (f"job {job.id}'s GPUs have all been 0% busy for {duration_human(idle_s)} "
-                f"([idle] after = {duration_human(settings.idle_after_s)})")
+        what = (
+            f"job {job.id}'s GPUs have all been 0% busy for {duration_human(idle_s)} "
+            f"([idle] after = {duration_human(settings.idle_after_s)})"
+        )
         log.info("%s: %s", what, action)
         if action == "warn":
             self.seam.append_to_log(job.stderr_path, what, job.uid)  # it adds "gpusched: "
@@ -76,17 +82,26 @@ class IdleGpus:
         elif action == "requeue":
             # The preemption's path: its checkpoint signal and grace, then back to the
             # queue under its id, where it waits like any pending job.
-            requeue.stop_and_requeue(self.state, self.seam, job, self.setup.clock.time(),
-                                     f"requeued for idle GPUs ({what})",
-                                     requeue.checkpoint_signal(job, settings.preempt_signal),
-                                     job.preempt_grace_s)
+            requeue.stop_and_requeue(
+                self.state,
+                self.seam,
+                job,
+                self.setup.clock.time(),
+                f"requeued for idle GPUs ({what})",
+                requeue.checkpoint_signal(job, settings.preempt_signal),
+                job.preempt_grace_s,
+            )
 
     def cancel(self, job: Job, what: str) -> None:
         """Stop the job as `cancel` would; it ends cancelled, saying why."""
         if job.cancel_requested:
             return
         with self.state.write():
-            self.state.save(replace(job, cancel_requested=True,
-                                    end_reason=f"cancelled for idle GPUs ({what}; "
-                                               "[idle] action = cancel)"))
+            self.state.save(
+                replace(
+                    job,
+                    cancel_requested=True,
+                    end_reason=f"cancelled for idle GPUs ({what}; [idle] action = cancel)",
+                )
+            )
             self.state.after_commit(lambda: self.seam.signal_job(job, signal.SIGTERM))

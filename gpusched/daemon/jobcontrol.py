@@ -7,17 +7,16 @@ import queue
 import signal
 from dataclasses import replace
 
-from gpusched.daemon import containers, gpumemory, host
 from gpusched.core import lifecycle, placement, preemption, queuerules, scheduling
-from gpusched.proc import jobenv, runfile
-from gpusched.proc.seam import ProcessSeam
 from gpusched.core.errors import StoreWriteError
 from gpusched.core.models import GpuInfo, Job, JobState, job_with, transition
-from gpusched.daemon import preempt, requeue, runreads
+from gpusched.daemon import containers, gpumemory, host, preempt, requeue, runreads
 from gpusched.daemon.arrays import ArrayShapes
 from gpusched.daemon.depstates import DependencyLookup
 from gpusched.daemon.shimloss import ShimLoss
 from gpusched.daemon.state import DaemonState, Setup
+from gpusched.proc import jobenv, runfile
+from gpusched.proc.seam import ProcessSeam
 
 log = logging.getLogger("gpusched.jobs")
 # A shim is forked within milliseconds of its launch; one whose pid has not appeared in
@@ -51,8 +50,11 @@ class JobControl:
         state.usage.load(state.store)
         state.load_active(state.store.each_active())
         now = self.setup.clock.time()
-        self.retry_at = {job_id: job.eligible_at for job_id, job in state.pending_alike()
-                         if job.eligible_at is not None and job.eligible_at > now}
+        self.retry_at = {
+            job_id: job.eligible_at
+            for job_id, job in state.pending_alike()
+            if job.eligible_at is not None and job.eligible_at > now
+        }
         self.holders = {job_id for job_id, job in state.pending_alike() if job.preempt_hold}
         try:
             self.reconcile_running(check_liveness=True, adopting=True)
@@ -88,8 +90,12 @@ class JobControl:
                     # it, so that a stop goes there, which sends the grace's SIGKILL.
                     self.seam.identify_shim(*run.shim)
                 if record is None and run.shim is None and job.id in failed_launches:
-                    self.end(job, JobState.FAILED, self.setup.clock.time(),
-                             end_reason=f"cannot start its shim: {failed_launches[job.id]}")
+                    self.end(
+                        job,
+                        JobState.FAILED,
+                        self.setup.clock.time(),
+                        end_reason=f"cannot start its shim: {failed_launches[job.id]}",
+                    )
                     continue
                 looked_at = check_liveness or self.shim_loss.is_stopping(job.id)
                 if record is None and looked_at and not self._is_alive(job):
@@ -102,13 +108,26 @@ class JobControl:
                     if self.setup.cgroups and self.setup.cgroups.oom_killed(job.id):
                         job = replace(job, oom_killed=True)
                     state = lifecycle.end_state(job, record.exit_code, record.error)
-                    reason = lifecycle.end_reason(job, state, record.exit_code, record.signal,
-                                                  record.error)
+                    reason = lifecycle.end_reason(
+                        job, state, record.exit_code, record.signal, record.error
+                    )
                     job, state, reason, retry = gpumemory.settle_end(
-                        job, state, reason, record, self.state.inventory,
-                        self.setup.settings.mem_headroom_bytes)
-                    self.end(job, state, record.ended_at, retry=retry,
-                             exit_code=record.exit_code, signal=record.signal, end_reason=reason)
+                        job,
+                        state,
+                        reason,
+                        record,
+                        self.state.inventory,
+                        self.setup.settings.mem_headroom_bytes,
+                    )
+                    self.end(
+                        job,
+                        state,
+                        record.ended_at,
+                        retry=retry,
+                        exit_code=record.exit_code,
+                        signal=record.signal,
+                        end_reason=reason,
+                    )
 
     def _take_launch_failures(self) -> dict[int, str]:
         failures = {}
@@ -133,8 +152,9 @@ class JobControl:
             self._signal_after_commit(job, signal.SIGTERM)
         elif job.requeueing and (job.requeue_term_at or 0.0) > self.setup.clock.time():
             self.state.save(job)
-            self._signal_after_commit(job, requeue.checkpoint_signal(
-                job, self.setup.settings.preempt_signal))
+            self._signal_after_commit(
+                job, requeue.checkpoint_signal(job, self.setup.settings.preempt_signal)
+            )
         else:
             self.state.remember(job)
         return job
@@ -144,8 +164,12 @@ class JobControl:
         stay its own while processes it left run on (daemon/shimloss.py)."""
         now = self.setup.clock.time()
         if job.shim_pid is None:
-            self.end(job, JobState.LOST, now,
-                     end_reason="its shim never started (the shim launcher died?)")
+            self.end(
+                job,
+                JobState.LOST,
+                now,
+                end_reason="its shim never started (the shim launcher died?)",
+            )
             return
         stopping = self.shim_loss.stop_leftovers(job)
         if stopping is None:
@@ -161,8 +185,7 @@ class JobControl:
             return self.setup.clock.time() - (job.started_at or 0.0) < LAUNCH_TIMEOUT_S
         return self.seam.is_alive(job)
 
-    def end(self, job: Job, end_state: JobState, when: float, retry: bool = True,
-            **record) -> None:
+    def end(self, job: Job, end_state: JobState, when: float, retry: bool = True, **record) -> None:
         """Store a run's end (inside a write); its port, cgroup and run file are let go
         once that commits: until then the run file is the only record of the end."""
         self.state.usage.run_ended(job, when)
@@ -200,8 +223,9 @@ class JobControl:
             limit = lifecycle.mem_limit_bytes(job, settings.mem_margin_pct)
             if limit is not None and rss > limit and not job.mem_over:
                 update["mem_over"] = True
-                self.seam.append_to_log(job.stderr_path, lifecycle.mem_warning(job, rss, limit),
-                                        job.uid)
+                self.seam.append_to_log(
+                    job.stderr_path, lifecycle.mem_warning(job, rss, limit), job.uid
+                )
             if limit is not None and rss > limit and settings.enforce_mem and not job.oom_killed:
                 update["oom_killed"] = True
                 self.seam.kill_job_now(job)  # the shim records the kill; end_state says oom
@@ -211,9 +235,13 @@ class JobControl:
 
     def record_gpu_peaks(self, observed: dict[int, int]) -> None:
         """Keep each job's largest GPU memory seen on one of its GPUs (from NVML processes)."""
-        self._save_all([replace(job, gpu_mem_peak_bytes=observed[job.id])
-                        for job in self.state.running()
-                        if observed.get(job.id, 0) > (job.gpu_mem_peak_bytes or 0)])
+        self._save_all(
+            [
+                replace(job, gpu_mem_peak_bytes=observed[job.id])
+                for job in self.state.running()
+                if observed.get(job.id, 0) > (job.gpu_mem_peak_bytes or 0)
+            ]
+        )
 
     def _save_all(self, jobs: list[Job]) -> None:
         if jobs:
@@ -249,8 +277,9 @@ class JobControl:
 
     def next_deadline(self) -> float | None:
         """When the next time-limit action is due, or a re-queued job may start (epoch s)."""
-        times = [step[0] for job in self.state.running()
-                 if (step := lifecycle.next_limit_action(job))]
+        times = [
+            step[0] for job in self.state.running() if (step := lifecycle.next_limit_action(job))
+        ]
         for when in (self.shim_loss.next_deadline(), requeue.next_deadline(self.state.running())):
             times += [when] if when is not None else []
         return min(times + list(self.retry_at.values()), default=None)
@@ -270,28 +299,48 @@ class JobControl:
             return
         now = self.setup.clock.time()
         running = state.running()
-        loads = placement.gpu_loads(state.inventory, running, state.pid_jobs, rules,
-                                    state.idle_since, now)
+        loads = placement.gpu_loads(
+            state.inventory, running, state.pid_jobs, rules, state.idle_since, now
+        )
         dep_states = DependencyLookup(state.jobs, state.store)
         queue_rules = self.setup.queue_rules(state.draining)
         # Jobs that preempted others, and the GPUs kept for them: a few ids, not a walk
         # of a queue that may hold 100,000 jobs.
-        holders = [job for job_id in self.holders if (job := state.jobs.get(job_id))
-                   and job.state is JobState.PENDING and job.preempt_hold]
+        holders = [
+            job
+            for job_id in self.holders
+            if (job := state.jobs.get(job_id))
+            and job.state is JobState.PENDING
+            and job.preempt_hold
+        ]
         self.holders = {job.id for job in holders}
         held = preemption.held_gpus(holders)
         # The queue in order, read only as far as the pass goes (docs/scheduling.md).
         ordered = state.pending_in_order(queuerules.fair_share(queue_rules, state.usage.usage))
-        plan = scheduling.schedule(ordered, running, loads, state.inventory, rules,
-                                   queue_rules, now, dep_states, state.usage.usage,
-                                   self.placements, held=held, line=state.queue)
+        plan = scheduling.schedule(
+            ordered,
+            running,
+            loads,
+            state.inventory,
+            rules,
+            queue_rules,
+            now,
+            dep_states,
+            state.usage.usage,
+            self.placements,
+            held=held,
+            line=state.queue,
+        )
         self.placements = dict(plan.placements)
         with state.write():
             for job_id, gpus in plan.starts:
                 self.start(state.jobs[job_id], gpus)
             for job_id, reason in plan.cancels.items():
-                state.save(transition(state.jobs[job_id], JobState.CANCELLED, ended_at=now,
-                                      end_reason=reason))
+                state.save(
+                    transition(
+                        state.jobs[job_id], JobState.CANCELLED, ended_at=now, end_reason=reason
+                    )
+                )
             for job_id, reason in plan.reasons.items():
                 job = state.jobs[job_id]
                 if job.pending_reason != reason and not job.preempt_hold:
@@ -299,8 +348,7 @@ class JobControl:
             if holders:
                 preempt.release_spent_holds(state, holders, {job_id for job_id, _ in plan.starts})
             if not plan.starts:  # else the GPUs changed: the next pass weighs preemption
-                urgent = preempt.preempt_for_waiting(state, self.setup, self.seam, dep_states,
-                                                     now)
+                urgent = preempt.preempt_for_waiting(state, self.setup, self.seam, dep_states, now)
                 self.holders.update([urgent.id] if urgent else [])
             elif any(job.preemptible for job in state.running()):
                 state.schedule_needed = True
@@ -309,12 +357,17 @@ class JobControl:
     def start(self, job: Job, gpus: tuple[GpuInfo, ...]) -> None:
         settings, paths, running = self.setup.settings, self.setup.paths, self.state.running()
         taken = [j.master_port for j in running if j.master_port]
-        port = self.seam.pick_master_port(job.id, settings.master_port_min,
-                                          settings.master_port_max, taken)
+        port = self.seam.pick_master_port(
+            job.id, settings.master_port_min, settings.master_port_max, taken
+        )
         if settings.cpu_binding:
             busy = [c for j in running for c in j.cpu_ids]
-            job = replace(job, cpu_ids=host.pick_cpus(self.setup.host, job.request.cpus, busy,
-                                                      host.near_cpus(gpus)))
+            job = replace(
+                job,
+                cpu_ids=host.pick_cpus(
+                    self.setup.host, job.request.cpus, busy, host.near_cpus(gpus)
+                ),
+            )
         cgroup = None
         limit = lifecycle.mem_limit_bytes(job, settings.mem_margin_pct)
         if self.setup.cgroups and settings.enforce_mem and limit is not None:
@@ -323,24 +376,49 @@ class JobControl:
         # memory counts as promised (placement.gpu_loads). Its shim's pid comes later,
         # from the run file (_found_shim).
         started = lifecycle.start_run(
-            job, self.setup.clock.time(),
-            gpu_uuids=tuple(g.uuid for g in gpus), gpu_indices=tuple(g.index for g in gpus),
-            master_port=port, pending_reason="", eligible_at=None, boot_id=self.seam.boot_id,
-            preempt_hold=())
+            job,
+            self.setup.clock.time(),
+            gpu_uuids=tuple(g.uuid for g in gpus),
+            gpu_indices=tuple(g.index for g in gpus),
+            master_port=port,
+            pending_reason="",
+            eligible_at=None,
+            boot_id=self.seam.boot_id,
+            preempt_hold=(),
+        )
         # The run's token names its run-file records and marks its processes, so that
         # they are found should its shim die.
         own_logs = runfile.own_log_paths(paths.jobs_dir, paths.log_root, job.user, job.id)
-        env = jobenv.job_environment(started, gpus, port, settings.visible_devices,
-                                     started.started_at, runfile.run_token(started),
-                                     dict(settings.job_env), own_logs[0])
+        env = jobenv.job_environment(
+            started,
+            gpus,
+            port,
+            settings.visible_devices,
+            started.started_at,
+            runfile.run_token(started),
+            dict(settings.job_env),
+            own_logs[0],
+        )
         env.update(self.array_shapes.environment(started))
-        spec = runfile.run_spec(started, env, paths.jobs_dir, paths.wake_socket,
-                                settings.cancel_grace_s, cgroup,
-                                run_as=job.uid if paths.is_system else None,
-                                max_log_bytes=settings.max_log_size_bytes, own_logs=own_logs)
+        spec = runfile.run_spec(
+            started,
+            env,
+            paths.jobs_dir,
+            paths.wake_socket,
+            settings.cancel_grace_s,
+            cgroup,
+            run_as=job.uid if paths.is_system else None,
+            max_log_bytes=settings.max_log_size_bytes,
+            own_logs=own_logs,
+        )
         if started.container:
-            spec = containers.in_container(spec, started, settings.container_runtime,
-                                           settings.container_devices, paths.state_dir)
+            spec = containers.in_container(
+                spec,
+                started,
+                settings.container_runtime,
+                settings.container_devices,
+                paths.state_dir,
+            )
         self.state.save(started)
         # Launched only once the start is stored (launch_started); if storing it fails,
         # what was taken for it is given back and a later pass tries again.
@@ -369,7 +447,11 @@ class JobControl:
                 with self.state.write():
                     now = self.setup.clock.time()
                     for job_id, why in failed.items():
-                        self.end(self.state.jobs[job_id], JobState.FAILED, now,
-                                 end_reason=f"cannot start its shim: {why}")
+                        self.end(
+                            self.state.jobs[job_id],
+                            JobState.FAILED,
+                            now,
+                            end_reason=f"cannot start its shim: {why}",
+                        )
             except StoreWriteError:
                 self._put_back(failed)  # a later pass ends them (reconcile_running)

@@ -17,9 +17,8 @@ the command's own words, whatever the job's other 70 fields hold.
 
 from __future__ import annotations
 
-from collections.abc import MutableMapping
+from collections.abc import Callable, Iterable, Iterator, MutableMapping
 from operator import attrgetter
-from typing import Callable, Iterable, Iterator
 
 from gpusched.core.memestimate import job_key as derived_key
 from gpusched.core.models import Job, JobState
@@ -34,8 +33,13 @@ _COMMAND, _SUBMITTED, _KEY = (_SLOTS.index(name) for name in _DISTINCT)
 # the template keeps alive: a dict has no hash, a Request's is Python code), the array index
 # less the id, the pending reason, id marked, and the program (the display name of a job
 # without --name). (Its state is pending.)
-_shared_values = attrgetter(*(name for name in _SLOTS if name not in (
-    *_OWN, *_DISTINCT, "env", "request", "pending_reason", "state")))
+_shared_values = attrgetter(
+    *(
+        name
+        for name in _SLOTS
+        if name not in (*_OWN, *_DISTINCT, "env", "request", "pending_reason", "state")
+    )
+)
 _all_values = attrgetter(*_SLOTS)
 _REASON = _SLOTS.index("pending_reason")
 _PENDING = JobState.PENDING
@@ -54,8 +58,9 @@ class Distinct:
     __slots__ = ("template", "command", "submitted_at", "_job_key")
     id = 0  # as a template's: the job is built from it (JobTable)
 
-    def __init__(self, template: Job, command: tuple[str, ...], submitted_at: float,
-                 job_key: str | None):
+    def __init__(
+        self, template: Job, command: tuple[str, ...], submitted_at: float, job_key: str | None
+    ):
         """job_key None: the one its command gives (core/memestimate.py), as a sweep's
         lines without --name have: not a second copy of each line."""
         self.template, self.command = template, command
@@ -103,8 +108,9 @@ class Kinds:
     def lean(self, job: Job) -> Job | Distinct:
         """What a table holds for job: the template it shares with jobs alike (with the
         fields it differs in: Distinct), or the job."""
-        if job.state is not _PENDING or \
-                (job.stdout_path, job.stderr_path) != self._log_paths(job.user, job.id):
+        if job.state is not _PENDING or (job.stdout_path, job.stderr_path) != self._log_paths(
+            job.user, job.id
+        ):
             return job
         reason, job_id = job.pending_reason, str(job.id)
         if job_id in reason:
@@ -114,8 +120,14 @@ class Kinds:
         index = job.array_index
         offset = None if index is None else index - job.id
         command = job.command
-        key = (_shared_values(job), id(job.env), id(job.request), offset, reason,
-               command[0] if command else None)
+        key = (
+            _shared_values(job),
+            id(job.env),
+            id(job.request),
+            offset,
+            reason,
+            command[0] if command else None,
+        )
         last = self._last
         if last is not None and key == last[0]:
             template = last[1]  # as the job before (a sweep comes in a run): no hash of the key
@@ -149,8 +161,9 @@ class Kinds:
         """Forget the templates no job holds any more (reasons change, jobs start), once
         they have doubled since the last look: a look reads every entry."""
         used = {id(template_of(entry)) for entry in self.in_use() if not entry.id}
-        self._by_key = {key: template for key, template in self._by_key.items()
-                        if id(template) in used}
+        self._by_key = {
+            key: template for key, template in self._by_key.items() if id(template) in used
+        }
         self._values, self._last = {}, None
         self._prune_at = max(FIRST_PRUNE, 2 * len(self._by_key))
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import itertools
 from collections import deque
-from typing import Iterable, Iterator
+from collections.abc import Iterable, Iterator
 
 from gpusched.core.models import Job
 from gpusched.core.syntax import dependency_job_ids

@@ -52,9 +52,15 @@ class Daemon:
     attach(); the processes outside it are reached through `seam`, the time through
     `clock` (the time module, or in tests a clock they move)."""
 
-    def __init__(self, paths: Paths, settings: Settings, backend: GpuBackend,
-                 fingerprint: dict[str, Any] | None = None, seam: ProcessSeam | None = None,
-                 clock: Any = time):
+    def __init__(
+        self,
+        paths: Paths,
+        settings: Settings,
+        backend: GpuBackend,
+        fingerprint: dict[str, Any] | None = None,
+        seam: ProcessSeam | None = None,
+        clock: Any = time,
+    ):
         self.paths, self.settings, self.backend = paths, settings, backend
         # How this daemon was started (config file, simulated GPUs), in every reply, so
         # that a client can tell when it would start it otherwise (gpusched/client/drift.py).
@@ -64,8 +70,9 @@ class Daemon:
         self.started_at = clock.time()
         self.rules = placement_rules(settings, load_custom_policies())
         self.host = detect_host(settings)
-        self.authz = Authz(os.getuid(), paths.audit_log, settings.admin_group,
-                           settings.show_commands)
+        self.authz = Authz(
+            os.getuid(), paths.audit_log, settings.admin_group, settings.show_commands
+        )
         self.calls = Calls()  # from the connection threads (calls.dispatch)
         self._waiters: list[Call] = []
         self.memory = MemoryTrim()
@@ -87,9 +94,16 @@ class Daemon:
     def attach(self, store: Store) -> None:
         """The state on this store, and the parts that act on it, each given it explicitly."""
         os.makedirs(self.paths.jobs_dir, mode=0o700, exist_ok=True)
-        setup = Setup(self.paths, self.settings, self.rules, self.host, self.authz,
-                      daemon_cgroups(self.settings.enforce_mem), self.started_at,
-                      self.clock)
+        setup = Setup(
+            self.paths,
+            self.settings,
+            self.rules,
+            self.host,
+            self.authz,
+            daemon_cgroups(self.settings.enforce_mem),
+            self.started_at,
+            self.clock,
+        )
         purge_incomplete(store)  # submits a crash cut short were never acknowledged
         self.state, self.setup = DaemonState(store, setup, self.backend.name), setup
         clusters = ClusterJobs(self.state, setup)
@@ -110,8 +124,9 @@ class Daemon:
     def save_usage(self) -> None:
         try:
             with self.state.write():  # a restart goes on from this usage
-                self.state.usage.account(self.state.running(), self.clock.time(),
-                                         self.state.store, save=True)
+                self.state.usage.account(
+                    self.state.running(), self.clock.time(), self.state.store, save=True
+                )
         except StoreWriteError:
             pass  # in the log; a restart counts running jobs from the last usage stored
 
@@ -123,9 +138,13 @@ class Daemon:
                 call.answer(call.batched.finish())
                 continue
             call.batched.abandon()
-            call.fail(GpuschedError("the daemon stopped before this request was done; "
-                                    "nothing of a submit was queued, a change may be partly "
-                                    "made: run it again"))
+            call.fail(
+                GpuschedError(
+                    "the daemon stopped before this request was done; "
+                    "nothing of a submit was queued, a change may be partly "
+                    "made: run it again"
+                )
+            )
         self.calls.fail_all("the daemon is stopping")
 
     # -- the loop -----------------------------------------------------------------------
@@ -139,8 +158,11 @@ class Daemon:
     def stop_if_unreachable(self) -> None:
         why = self.home_watch.lost() if self.home_watch is not None else None
         if why:
-            log.warning("%s: no client can reach this daemon any more; stopping (running "
-                        "jobs go on under their shims)", why)
+            log.warning(
+                "%s: no client can reach this daemon any more; stopping (running "
+                "jobs go on under their shims)",
+                why,
+            )
             self.state.stopping = True
 
     def step(self, calls: list[Call]) -> None:
@@ -160,8 +182,10 @@ class Daemon:
         if self.state.writes.retry_due():
             try:
                 with self.state.write():  # the loop's own changes: one commit per pass
-                    self.run_pass(schedule=self.state.writes.failing or self.handlers.may_change(
-                        [call.request for call in calls]))
+                    self.run_pass(
+                        schedule=self.state.writes.failing
+                        or self.handlers.may_change([call.request for call in calls])
+                    )
                 self.control.launch_started()
             except StoreWriteError:
                 pass  # nothing of the pass happened; said once in the log (WriteHealth)
@@ -180,7 +204,7 @@ class Daemon:
             outcome = self.handlers.handle(call.request)
         except GpuschedError as exc:
             call.fail(exc)
-        except Exception:  # noqa: BLE001 - a bug in one request must not stop the daemon
+        except Exception:
             log.exception("request %r failed", call.request.name)
             call.fail(GpuschedError("the daemon failed on this request; see its log"))
         else:
@@ -224,8 +248,9 @@ class Daemon:
         self.control.enforce_limits(now)
         # A retry after failed writes writes the usage, if nothing else: a commit is the
         # only proof that writes work again.
-        self.state.usage.account(self.state.running(), now, self.state.store,
-                                 save=self.state.writes.failing)
+        self.state.usage.account(
+            self.state.running(), now, self.state.store, save=self.state.writes.failing
+        )
         if self.control.retries_due(now):
             self.state.schedule_needed = True
         if self.state.gpus_dirty or poll_due:
@@ -240,8 +265,12 @@ class Daemon:
         deadline = self.control.next_deadline()
         if deadline is not None:
             wake = min(wake, deadline - self.clock.time())
-        if (self._waiters or self.handlers.services.services or self.state.remote_ids
-                or self.state.writes.failing):
+        if (
+            self._waiters
+            or self.handlers.services.services
+            or self.state.remote_ids
+            or self.state.writes.failing
+        ):
             wake = min(wake, _LIVELY_SLEEP_S)
         busy = self._batched or self.retention.busy
         timeout = 0.0 if busy else min(_MAX_SLEEP_S, max(0.0, wake))
@@ -263,23 +292,27 @@ class Daemon:
         running = state.running()
         try:
             state.inventory = self.backend.read(running)
-        except Exception as exc:  # noqa: BLE001 - a backend failure must not stop the queue
+        except Exception as exc:
             log.exception("reading the GPUs failed")
-            state.inventory = Inventory(backend=self.backend.name,
-                                        problem=f"reading the GPUs failed: {exc}")
+            state.inventory = Inventory(
+                backend=self.backend.name, problem=f"reading the GPUs failed: {exc}"
+            )
         state.telemetry.gpus_read(state.inventory, self.clock.time())
         gpu_pids = {p.pid for g in state.inventory.schedulable() for p in g.processes}
         shims = {job.shim_pid: job.id for job in running if job.shim_pid}
         # A full process scan only when some GPU process is not a known shim:
         # it costs tens of milliseconds, and this runs after every job that held a GPU.
-        state.pid_jobs = self.seam.pid_owners(running) if gpu_pids - shims.keys() else \
-            {pid: shims[pid] for pid in gpu_pids}
-        state.idle_since = placement.track_idle(state.inventory, state.pid_jobs,
-                                                state.idle_since, self.clock.time())
+        state.pid_jobs = (
+            self.seam.pid_owners(running)
+            if gpu_pids - shims.keys()
+            else {pid: shims[pid] for pid in gpu_pids}
+        )
+        state.idle_since = placement.track_idle(
+            state.inventory, state.pid_jobs, state.idle_since, self.clock.time()
+        )
         self.idle_gpus.step(self.clock.time())
         if state.pid_jobs:
-            self.control.record_gpu_peaks(placement.job_gpu_peaks(state.inventory,
-                                                                  state.pid_jobs))
+            self.control.record_gpu_peaks(placement.job_gpu_peaks(state.inventory, state.pid_jobs))
         state.gpus_dirty = False
         state.schedule_needed = True
         self._next_gpu_read = self.clock.monotonic() + self.settings.gpu_poll_interval_s
@@ -293,4 +326,3 @@ class Daemon:
             else:
                 still.append(call)
         self._waiters = still
-

@@ -9,8 +9,9 @@ queue here too.
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
 from operator import attrgetter
-from typing import Any, Iterable, Mapping
+from typing import Any
 
 from gpusched.core import jobfilter
 from gpusched.core.models import Job
@@ -86,16 +87,20 @@ def count_groups(pending: Iterable[tuple[int, Job]], jobs: Mapping[int, Job]) ->
     return {key: [count, jobs[first]] for key, (count, first) in groups.items()}
 
 
-def head(state: DaemonState, viewer: Viewer, args: dict[str, Any],
-         shown: int) -> tuple[list[Job], dict[str, Any] | None]:
+def head(
+    state: DaemonState, viewer: Viewer, args: dict[str, Any], shown: int
+) -> tuple[list[Job], dict[str, Any] | None]:
     """The active jobs a plain `ls` looks at, in id order: every one not pending here (the
     running ones, cluster jobs) and the first `shown` pending ones that pass the filters;
     and the summary of the matching pending jobs left over (None when none are)."""
     others = state.running() + [job for i in state.remote_ids if (job := state.jobs.get(i))]
     if any(args.get(key) for key in ("users", "states", "names")):
         passes = jobfilter.matcher(args)
-        pending = sorted((job_id, job) for job_id, job in state.pending_alike()
-                         if passes(job.user, job.state.value, viewer.name_of(job)))
+        pending = sorted(
+            (job_id, job)
+            for job_id, job in state.pending_alike()
+            if passes(job.user, job.state.value, viewer.name_of(job))
+        )
         first = [state.jobs[job_id] for job_id, _ in pending[:shown]]
         groups = count_groups(pending[shown:], state.jobs)
     else:
@@ -122,14 +127,23 @@ def summary(groups: dict[Any, list], viewer: Viewer) -> dict[str, Any]:
     """How many jobs, and the largest groups among them, largest first (ties: the group
     with the lowest id first); the rest counted as others, in other groups."""
     visible: dict[Any, list] = {}  # another user's names are hidden: those groups merge
-    for (count, first) in groups.values():
+    for count, first in groups.values():
         group = visible.setdefault(group_of(first, viewer.name_of(first)), [0, first])
         group[0] += count
         group[1] = min(group[1], first, key=_by_id)
     largest = sorted(visible.values(), key=lambda g: (-g[0], g[1].id))[:GROUPS_SENT]
     total = sum(count for count, _ in visible.values())
-    return {"count": total, "groups": [
-        {"count": count, "array_id": first.array_id, "user": first.user,
-         "name": viewer.name_of(first)} for count, first in largest],
+    return {
+        "count": total,
+        "groups": [
+            {
+                "count": count,
+                "array_id": first.array_id,
+                "user": first.user,
+                "name": viewer.name_of(first),
+            }
+            for count, first in largest
+        ],
         "others": total - sum(count for count, _ in largest),
-        "other_groups": len(visible) - len(largest)}
+        "other_groups": len(visible) - len(largest),
+    }

@@ -8,7 +8,7 @@ size although it held no more jobs than before. glibc's malloc_trim() returns th
 from __future__ import annotations
 
 import ctypes
-from typing import Callable
+from collections.abc import Callable
 
 # A trim is due once the active jobs fell by this many from their high-water mark, and
 # to half of it at most: a trim walks the whole heap (a few ms), so not for a few jobs.
@@ -41,8 +41,11 @@ class MemoryTrim:
         # and by then the request that emptied the queue, with all it held, is gone too.
         settled, self._last_count = active_count == self._last_count, active_count
         self.high_water = max(self.high_water, active_count)
-        if (not settled or self.high_water - active_count < TRIM_AFTER_JOBS_GONE
-                or active_count * 2 > self.high_water):
+        if (
+            not settled
+            or self.high_water - active_count < TRIM_AFTER_JOBS_GONE
+            or active_count * 2 > self.high_water
+        ):
             return False
         self.high_water = active_count
         compact()

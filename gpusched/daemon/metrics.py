@@ -59,9 +59,11 @@ def serve_metrics(state: DaemonState, setup: Setup) -> MetricsEndpoint:
             server, thread = start_server(host, port, make_registry(state, setup))
         except OSError as exc:
             log.error("not serving metrics on %s: %s", listen, exc)
-            endpoint = MetricsEndpoint(f"not served: cannot listen on {listen}: {exc}. "
-                                       "Set [metrics] listen to a free port and restart the "
-                                       "daemon.")
+            endpoint = MetricsEndpoint(
+                f"not served: cannot listen on {listen}: {exc}. "
+                "Set [metrics] listen to a free port and restart the "
+                "daemon."
+            )
         else:
             bound_host, bound_port = server.server_address[:2]
             shown = f"[{bound_host}]" if ":" in bound_host else bound_host

@@ -20,8 +20,9 @@ def start_server(host: str, port: int, registry: Any) -> tuple[Any, threading.Th
     from prometheus_client import make_wsgi_app
 
     # As prometheus_client picks them: the first address the host gives, and its family.
-    family, *_, address = socket.getaddrinfo(host or None, port, type=socket.SOCK_STREAM,
-                                             flags=socket.AI_PASSIVE)[0]
+    family, *_, address = socket.getaddrinfo(
+        host or None, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
+    )[0]
     host = address[0]
     server_class = type("MetricsServer", (_BoundedServer,), {"address_family": family})
     server = make_server(host, port, make_wsgi_app(registry), server_class, _QuietHandler)

@@ -16,7 +16,8 @@ import os
 import socket
 import threading
 import time
-from typing import Any, Callable, Iterable
+from collections.abc import Callable, Iterable
+from typing import Any
 
 from gpusched import __version__
 from gpusched.core.errors import ConfigError
@@ -54,9 +55,15 @@ class Notifier:
     """Decides what to send and hands it to the pool. `dispatch(rule, event)` is what
     queues one delivery; tests replace it to see the decisions."""
 
-    def __init__(self, rules: tuple[NotifyRule, ...], log_path: str, clock: Any = time,
-                 site_uid: int | None = None, user_hooks: bool = False,
-                 user_timeout_s: float = 30.0):
+    def __init__(
+        self,
+        rules: tuple[NotifyRule, ...],
+        log_path: str,
+        clock: Any = time,
+        site_uid: int | None = None,
+        user_hooks: bool = False,
+        user_timeout_s: float = 30.0,
+    ):
         self.rules, self.log_path, self.clock = rules, log_path, clock
         self.site_uid = site_uid  # whom site hooks run as (a root daemon only)
         # System mode with a root daemon: each job's owner may have entries of their own
@@ -85,8 +92,9 @@ class Notifier:
             if self.user_hooks:
                 self.dispatch(None, body)  # the owner's file is read off the loop
 
-    def check_pending(self, pending: Callable[[], Iterable[tuple[int, Job]]],
-                      job_of: Callable[[int], Job]) -> None:
+    def check_pending(
+        self, pending: Callable[[], Iterable[tuple[int, Job]]], job_of: Callable[[int], Job]
+    ) -> None:
         """Tell, once per job and threshold, of each job pending longer than a rule's
         threshold. Held jobs are left out: their wait is their owner's choice.
         pending(): (id, job or its template) pairs (DaemonState.pending_alike), read only
@@ -103,8 +111,9 @@ class Notifier:
                     continue
                 still.add(key)
                 if key not in told:
-                    self.dispatch(rule, event_body("pending_longer_than", job_of(job_id), now,
-                                                   self.host))
+                    self.dispatch(
+                        rule, event_body("pending_longer_than", job_of(job_id), now, self.host)
+                    )
         self._told_pending = still  # forget jobs that started or went: bounded by the queue
 
     def close(self) -> None:
@@ -125,14 +134,21 @@ class Notifier:
                 # Daemon threads: a stopping daemon never waits for a hook (close() kills them).
                 for pool, count in ((self._site, SITE_WORKERS), (self._users, USER_WORKERS)):
                     for _ in range(count):
-                        worker = threading.Thread(target=self._work, args=(pool,), daemon=True,
-                                                  name=f"gpusched-notify-{len(self._workers)}")
+                        worker = threading.Thread(
+                            target=self._work,
+                            args=(pool,),
+                            daemon=True,
+                            name=f"gpusched-notify-{len(self._workers)}",
+                        )
                         worker.start()
                         self._workers.append(worker)
         pool, lane = (self._site, SITE) if rule else (self._users, event["job"]["uid"])
         if not pool.put(lane, (rule, event)):
-            self._write_log(event, "all" if rule else f"uid {lane}'s entries",
-                            "dropped: too many notifications waiting")
+            self._write_log(
+                event,
+                "all" if rule else f"uid {lane}'s entries",
+                "dropped: too many notifications waiting",
+            )
 
     def _work(self, pool: FairQueue) -> None:
         while not self._closed:
@@ -151,10 +167,11 @@ class Notifier:
                 self._run(rule, event, self.site_uid, "/", None)
             if rule.url:
                 event = with_log_tail(event, rule.log_lines)
-                outcome = webhook.post(rule.url, {**event, "text": chat_text(event)},
-                                       rule.timeout_s, rule.retries)
+                outcome = webhook.post(
+                    rule.url, {**event, "text": chat_text(event)}, rule.timeout_s, rule.retries
+                )
                 self._write_log(event, webhook.redacted(rule.url), outcome)
-        except Exception:  # noqa: BLE001 - a bad hook must not take the pool down
+        except Exception:
             log.exception("notification for job %s failed", event["job"]["id"])
 
     def _deliver_owners(self, event: dict) -> None:
@@ -170,11 +187,19 @@ class Notifier:
             if rule.wants(event["event"]):
                 self._run(rule, event, uid, home, home)
 
-    def _run(self, rule: NotifyRule, event: dict, as_uid: int | None, cwd: str,
-             home: str | None) -> None:
+    def _run(
+        self, rule: NotifyRule, event: dict, as_uid: int | None, cwd: str, home: str | None
+    ) -> None:
         event = with_log_tail(event, rule.log_lines)
-        result = run_hook(rule.command, hook_env(event, home), json.dumps(event).encode(),
-                          rule.timeout_s, as_uid=as_uid, cwd=cwd, running=self._running)
+        result = run_hook(
+            rule.command,
+            hook_env(event, home),
+            json.dumps(event).encode(),
+            rule.timeout_s,
+            as_uid=as_uid,
+            cwd=cwd,
+            running=self._running,
+        )
         detail = result.output.strip().splitlines()[-1:] if not result.ok else []
         self._write_log(event, rule.command[0], " ".join([result.outcome, *detail]))
 
@@ -197,9 +222,14 @@ def make_notifier(settings: Any, paths: Any, clock: Any) -> Notifier:
     """The daemon's notifier: the config's entries, and in system mode with a root daemon
     the job owners' own entries too."""
     root_system = paths.is_system and os.geteuid() == 0
-    return Notifier(settings.notify, paths.notify_log, clock,
-                    site_uid(settings, paths.is_system), user_hooks=root_system,
-                    user_timeout_s=settings.user_notify_timeout_s)
+    return Notifier(
+        settings.notify,
+        paths.notify_log,
+        clock,
+        site_uid(settings, paths.is_system),
+        user_hooks=root_system,
+        user_timeout_s=settings.user_notify_timeout_s,
+    )
 
 
 def site_uid(settings: Any, is_system: bool) -> int | None:
@@ -220,18 +250,33 @@ def event_body(event: str, job: Job, now_s: float, host: str) -> dict:
     waited_s = (job.started_at or now_s) - job.submitted_at
     ran_s = (job.ended_at or now_s) - job.started_at if job.started_at else None
     return {
-        "version": 1, "event": event,
+        "version": 1,
+        "event": event,
         "timestamp": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(now_s)),
-        "host": host, "gpusched_version": __version__,
-        "job": {"id": job.id, "name": job.display_name, "user": job.user, "uid": job.uid,
-                "state": job.state.value, "exit_code": job.exit_code, "signal": job.signal,
-                "end_reason": job.end_reason, "attempt": job.attempt,
-                "command": list(job.command), "cwd": job.cwd, "log": job.stdout_path,
-                "err_log": job.stderr_path,
-                "gpus": list(job.gpu_indices), "gpu_uuids": list(job.gpu_uuids),
-                "submitted": job.submitted_at, "started": job.started_at,
-                "ended": job.ended_at, "wait_s": max(0.0, waited_s),
-                "run_s": None if ran_s is None else max(0.0, ran_s)},
+        "host": host,
+        "gpusched_version": __version__,
+        "job": {
+            "id": job.id,
+            "name": job.display_name,
+            "user": job.user,
+            "uid": job.uid,
+            "state": job.state.value,
+            "exit_code": job.exit_code,
+            "signal": job.signal,
+            "end_reason": job.end_reason,
+            "attempt": job.attempt,
+            "command": list(job.command),
+            "cwd": job.cwd,
+            "log": job.stdout_path,
+            "err_log": job.stderr_path,
+            "gpus": list(job.gpu_indices),
+            "gpu_uuids": list(job.gpu_uuids),
+            "submitted": job.submitted_at,
+            "started": job.started_at,
+            "ended": job.ended_at,
+            "wait_s": max(0.0, waited_s),
+            "run_s": None if ran_s is None else max(0.0, ran_s),
+        },
     }
 
 
@@ -240,8 +285,11 @@ def with_log_tail(event: dict, lines: int) -> dict:
     traceback is on stderr); none twice when both go to one file."""
     job = event["job"]
     apart = job["err_log"] and job["err_log"] != job["log"]
-    return {**event, "log_tail": log_tail(job["log"], lines, job["uid"]),
-            "err_tail": log_tail(job["err_log"], lines, job["uid"]) if apart else []}
+    return {
+        **event,
+        "log_tail": log_tail(job["log"], lines, job["uid"]),
+        "err_tail": log_tail(job["err_log"], lines, job["uid"]) if apart else [],
+    }
 
 
 def hook_env(event: dict, home: str | None = None) -> dict[str, str]:
@@ -252,18 +300,23 @@ def hook_env(event: dict, home: str | None = None) -> dict[str, str]:
     def text(value: Any) -> str:
         return "" if value is None else str(int(value) if isinstance(value, float) else value)
 
-    env = {"PATH": os.environ.get("PATH", "/usr/local/bin:/usr/bin:/bin"),
-           "LANG": os.environ.get("LANG", "C.UTF-8"), "HOME": home or os.environ.get("HOME", "/"),
-           "GPUSCHED_EVENT": event["event"], "GPUSCHED_HOSTNAME": event["host"],
-           "GPUSCHED_VERSION": event["gpusched_version"],
-           "GPUSCHED_JOB_GPUS": ",".join(map(str, job["gpus"])),
-           "GPUSCHED_JOB_GPU_UUIDS": ",".join(job["gpu_uuids"]),
-           "GPUSCHED_JOB_WORKDIR": job["cwd"], "GPUSCHED_JOB_LOG": job["log"],
-           "GPUSCHED_JOB_SUBMIT_TIME": text(job["submitted"]),
-           "GPUSCHED_JOB_START_TIME": text(job["started"]),
-           "GPUSCHED_JOB_END_TIME": text(job["ended"]),
-           "GPUSCHED_JOB_WAIT_SECONDS": text(job["wait_s"]),
-           "GPUSCHED_JOB_RUNTIME_SECONDS": text(job["run_s"])}
+    env = {
+        "PATH": os.environ.get("PATH", "/usr/local/bin:/usr/bin:/bin"),
+        "LANG": os.environ.get("LANG", "C.UTF-8"),
+        "HOME": home or os.environ.get("HOME", "/"),
+        "GPUSCHED_EVENT": event["event"],
+        "GPUSCHED_HOSTNAME": event["host"],
+        "GPUSCHED_VERSION": event["gpusched_version"],
+        "GPUSCHED_JOB_GPUS": ",".join(map(str, job["gpus"])),
+        "GPUSCHED_JOB_GPU_UUIDS": ",".join(job["gpu_uuids"]),
+        "GPUSCHED_JOB_WORKDIR": job["cwd"],
+        "GPUSCHED_JOB_LOG": job["log"],
+        "GPUSCHED_JOB_SUBMIT_TIME": text(job["submitted"]),
+        "GPUSCHED_JOB_START_TIME": text(job["started"]),
+        "GPUSCHED_JOB_END_TIME": text(job["ended"]),
+        "GPUSCHED_JOB_WAIT_SECONDS": text(job["wait_s"]),
+        "GPUSCHED_JOB_RUNTIME_SECONDS": text(job["run_s"]),
+    }
     for key in ("id", "name", "user", "state", "exit_code", "signal", "attempt"):
         env[f"GPUSCHED_JOB_{key.upper()}"] = text(job[key])
     return env
@@ -274,7 +327,8 @@ def chat_text(event: dict) -> str:
     job = event["job"]
     name = f" ({job['name']})" if job["name"] else ""
     what = {"start": "started", "pending_longer_than": "still pending"}.get(
-        event["event"], job["state"])
+        event["event"], job["state"]
+    )
     if job["exit_code"] not in (None, 0):
         what += f" (exit {job['exit_code']})"
     gpus = f" on GPUs {','.join(map(str, job['gpus']))}" if job["gpus"] else ""

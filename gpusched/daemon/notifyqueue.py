@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import threading
 from collections import Counter, deque
-from typing import Any, Hashable
+from collections.abc import Hashable
+from typing import Any
 
 
 class FairQueue:
@@ -34,8 +35,9 @@ class FairQueue:
         The caller tells done(lane) when it has been delivered."""
         with self._changed:
             while True:
-                lane = next((lane for lane in self._lanes
-                             if self._running[lane] < self.per_lane), None)
+                lane = next(
+                    (lane for lane in self._lanes if self._running[lane] < self.per_lane), None
+                )
                 if lane is not None:
                     break
                 self._changed.wait()

@@ -10,7 +10,8 @@ from __future__ import annotations
 import bisect
 import collections
 import json
-from typing import Any, Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any
 
 from gpusched.core import jobspec
 from gpusched.core.models import Job
@@ -63,16 +64,17 @@ def by_position(items: list, args: dict, rows_of: Callable[[list], list[dict]]) 
 def lazy(items: list, rows_of: Callable[[list], list[dict]], chunk: int = 200) -> Iterable[dict]:
     """rows_of(items), made a few hundred at a time: a page stops long before 100,000 are."""
     for at in range(0, len(items), chunk):
-        yield from rows_of(items[at:at + chunk])
+        yield from rows_of(items[at : at + chunk])
 
 
-def list_candidates(active: dict[int, Job], finished: Callable[[int, int, int], list[Job]] | None,
-                    after: int) -> tuple[list[Job], int | None]:
+def list_candidates(
+    active: dict[int, Job], finished: Callable[[int, int, int], list[Job]] | None, after: int
+) -> tuple[list[Job], int | None]:
     """The jobs with ids after `after`, in id order, that one `list` page looks at: up to
     SCAN_ROWS active ones and as many finished ones (finished(after, count, up_to) reads
     them from the store); and the last id looked at when more are left beyond (else None)."""
     ids = sorted(active)
-    ids = ids[bisect.bisect_right(ids, after):]
+    ids = ids[bisect.bisect_right(ids, after) :]
     horizon = ids[SCAN_ROWS - 1] if len(ids) > SCAN_ROWS else None
     jobs = [active[i] for i in ids[:SCAN_ROWS]]
     if finished is not None:  # none beyond the active ones' horizon: the page ends there
@@ -86,8 +88,12 @@ def list_candidates(active: dict[int, Job], finished: Callable[[int, int, int], 
     return jobs, horizon
 
 
-def list_page(jobs: list[Job], horizon: int | None, rows_of: Callable[[list[Job]], list[dict]],
-              budget_bytes: int) -> dict[str, Any]:
+def list_page(
+    jobs: list[Job],
+    horizon: int | None,
+    rows_of: Callable[[list[Job]], list[dict]],
+    budget_bytes: int,
+) -> dict[str, Any]:
     """The page of rows (rows_of: viewed, filtered) for the candidate jobs; "next" is the
     last id this page covered when more may follow."""
     page, more = fill(lazy(jobs, rows_of), budget_bytes)
@@ -96,20 +102,20 @@ def list_page(jobs: list[Job], horizon: int | None, rows_of: Callable[[list[Job]
     return {"jobs": page, "next": horizon}
 
 
-def newest_first(active: dict[int, Job], finished: Callable[[int, int], list[Job]] | None,
-                 chunk: int) -> Iterator[list[Job]]:
+def newest_first(
+    active: dict[int, Job], finished: Callable[[int, int], list[Job]] | None, chunk: int
+) -> Iterator[list[Job]]:
     """Every job (the active ones, and finished ones read from the store by
     finished(top_id, count) when given) in chunks, highest ids first: each chunk reads
     at most `chunk` rows of each kind, so a caller that stops early reads only the top."""
     ids, top = sorted(active), MAX_JOB_ID
     while True:
         at = bisect.bisect_right(ids, top)
-        newer = [active[i] for i in ids[max(0, at - chunk):at]]
+        newer = [active[i] for i in ids[max(0, at - chunk) : at]]
         older = finished(top, chunk) if finished is not None else []
         # Where both kinds are known complete: below the higher of the two cut-offs, one
         # kind may hold more than this chunk read, so those wait for the next chunk.
-        floor = max(newer[0].id if at > chunk else 0,
-                    older[-1].id if len(older) == chunk else 0)
+        floor = max(newer[0].id if at > chunk else 0, older[-1].id if len(older) == chunk else 0)
         jobs = sorted((j for j in newer + older if j.id >= floor), key=lambda j: -j.id)
         if jobs:
             yield jobs
@@ -118,9 +124,13 @@ def newest_first(active: dict[int, Job], finished: Callable[[int, int], list[Job
         top, chunk = floor - 1, min(chunk * 2, SCAN_ROWS)
 
 
-def last_candidates(active: dict[int, Job], finished: Callable[[int, int], list[Job]] | None,
-                    matching: Callable[[list[Job]], list[dict]], count: int,
-                    after: int) -> tuple[list[Job], int | None]:
+def last_candidates(
+    active: dict[int, Job],
+    finished: Callable[[int, int], list[Job]] | None,
+    matching: Callable[[list[Job]], list[dict]],
+    count: int,
+    after: int,
+) -> tuple[list[Job], int | None]:
     """list_candidates() for a `list` with "last": the jobs from the count-th newest match
     on (or from `after`, if higher: a later page), in id order, and the horizon. The jobs
     are read newest first, once, down to there, however many older ones the store holds."""

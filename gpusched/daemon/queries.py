@@ -8,14 +8,13 @@ from typing import Any
 import psutil
 
 from gpusched import __version__
-from gpusched.core import dependencies, jobfilter, placement
-from gpusched.core.models import (HIDDEN, GpuInfo, Job, JobState, inventory_to_dict,
-                                   job_to_dict)
 from gpusched.client.protocol import LEAN_JOB_FIELDS
+from gpusched.core import dependencies, jobfilter, placement
+from gpusched.core.models import HIDDEN, GpuInfo, Job, JobState, inventory_to_dict, job_to_dict
 from gpusched.daemon import idlegpus, lshead, pages
 from gpusched.daemon.progress import progress_of
-from gpusched.daemon.retention import removed_summary
 from gpusched.daemon.request import WAIT_SLICE_S, Request, Waiter, named, named_each
+from gpusched.daemon.retention import removed_summary
 from gpusched.daemon.state import DaemonState, Setup
 
 
@@ -26,54 +25,75 @@ class Queries:
     def status(self, req: Request) -> dict:
         state, setup = self.state, self.setup
         now = setup.clock.time()
-        return {"pid": os.getpid(), "uptime_s": now - setup.started_at, "version": __version__,
-                "backend": state.inventory.backend, "gpu_count": len(state.inventory.gpus),
-                "gpu_problem": state.inventory.problem, "state_dir": str(setup.paths.state_dir),
-                "socket": str(setup.paths.socket), "running": len(state.running()),
-                "pending": state.pending_count(), "draining": state.draining,
-                "policy": setup.rules.policy,
-                "discipline": setup.queue_rules(state.draining).discipline,
-                "host": self.host_usage(), "mem_enforcement": setup.mem_enforcement(),
-                "fairshare_usage": state.usage.until(state.running(), now),
-                "fairshare_half_life_s": setup.settings.fairshare_half_life_s,
-                "removed_jobs": removed_summary(state.store),
-                "write_problem": state.writes.to_dict(), "metrics": state.metrics_status,
-                "damaged_jobs": [{"id": i, "reason": r}
-                                 for i, r in sorted(state.store.damaged.items())]}
+        return {
+            "pid": os.getpid(),
+            "uptime_s": now - setup.started_at,
+            "version": __version__,
+            "backend": state.inventory.backend,
+            "gpu_count": len(state.inventory.gpus),
+            "gpu_problem": state.inventory.problem,
+            "state_dir": str(setup.paths.state_dir),
+            "socket": str(setup.paths.socket),
+            "running": len(state.running()),
+            "pending": state.pending_count(),
+            "draining": state.draining,
+            "policy": setup.rules.policy,
+            "discipline": setup.queue_rules(state.draining).discipline,
+            "host": self.host_usage(),
+            "mem_enforcement": setup.mem_enforcement(),
+            "fairshare_usage": state.usage.until(state.running(), now),
+            "fairshare_half_life_s": setup.settings.fairshare_half_life_s,
+            "removed_jobs": removed_summary(state.store),
+            "write_problem": state.writes.to_dict(),
+            "metrics": state.metrics_status,
+            "damaged_jobs": [
+                {"id": i, "reason": r} for i, r in sorted(state.store.damaged.items())
+            ],
+        }
 
     def host_usage(self) -> dict:
         """Cores and memory: usable, reserved by running jobs, and used by the whole host."""
         host, running = self.setup.host, self.state.running()
         mem = psutil.virtual_memory()
-        return {"cpus": host.cpus, "cpus_reserved": sum(j.request.cpus for j in running),
-                "mem_bytes": host.mem_bytes,
-                "mem_reserved_bytes": sum(j.request.mem_bytes or 0 for j in running),
-                "mem_used_bytes": mem.total - mem.available,
-                "cpu_used_pct": psutil.cpu_percent(interval=None)}
+        return {
+            "cpus": host.cpus,
+            "cpus_reserved": sum(j.request.cpus for j in running),
+            "mem_bytes": host.mem_bytes,
+            "mem_reserved_bytes": sum(j.request.mem_bytes or 0 for j in running),
+            "mem_used_bytes": mem.total - mem.available,
+            "cpu_used_pct": psutil.cpu_percent(interval=None),
+        }
 
     def list(self, req: Request) -> dict:
         """One page of the jobs the caller may see that pass the filters, in id order
         (pages.py): all of them, pending, running and (with all, or a finished state
         asked for) finished, however many; or with "last" only the newest that many."""
         state = self.state
-        with_finished = bool(req.args.get("all")
-                             or set(req.args.get("states") or ()) & jobfilter.FINAL)
+        with_finished = bool(
+            req.args.get("all") or set(req.args.get("states") or ()) & jobfilter.FINAL
+        )
         viewer = self.setup.authz.viewer(req.creds[1])
 
         def matching(some: list) -> list[dict]:
             # Filtered as the caller sees them: a hidden name must not be found by its pattern.
             return jobfilter.select(viewer.jobs(self._as_known(some)), req.args)
+
         after, last = pages.start(req.args), pages.last(req.args)
         rows_of = lambda some: self.with_progress(matching(some))  # noqa: E731
         if req.args.get("pending_rows") is not None and not with_finished and last is None:
             return self._head(req, viewer, after, rows_of)
         if last is None:
             jobs, horizon = pages.list_candidates(
-                state.jobs, state.store.finished if with_finished else None, after)
+                state.jobs, state.store.finished if with_finished else None, after
+            )
         else:  # each page finds the newest `last` again: pages stay stateless
             jobs, horizon = pages.last_candidates(
-                state.jobs, state.store.finished_down_from if with_finished else None,
-                matching, last, after)
+                state.jobs,
+                state.store.finished_down_from if with_finished else None,
+                matching,
+                last,
+                after,
+            )
         page = pages.list_page(jobs, horizon, rows_of, pages.budget(req.args))
         return {**page, "write_problem": state.writes.to_dict()}
 
@@ -81,15 +101,17 @@ class Queries:
         """A plain `ls`: the running jobs and the first pending ones, in pages like any
         list (each page works out the same head again), and the rest as a summary."""
         jobs, more = lshead.head(self.state, viewer, req.args, req.args["pending_rows"])
-        page = pages.list_page([job for job in jobs if job.id > after], None, rows_of,
-                               pages.budget(req.args))
+        page = pages.list_page(
+            [job for job in jobs if job.id > after], None, rows_of, pages.budget(req.args)
+        )
         return {**page, "more_pending": more, "write_problem": self.state.writes.to_dict()}
 
     def show(self, req: Request) -> dict:
         jobs = named_each(self.state, req.args["ids"], whole_arrays=False)
         viewer = self.setup.authz.viewer(req.creds[1])
-        return pages.by_position(jobs, req.args,
-                                 lambda some: self.with_progress(viewer.jobs(self._as_known(some))))
+        return pages.by_position(
+            jobs, req.args, lambda some: self.with_progress(viewer.jobs(self._as_known(some)))
+        )
 
     def _as_known(self, jobs: list[Job]) -> list[Job]:
         """The jobs with the ends the daemon knows but could not store yet (a full disk)."""
@@ -107,9 +129,11 @@ class Queries:
         for row in rows:
             if any(uuid.startswith("MIG-") for uuid in row["gpus"]):
                 # A MIG device is GPU 0/2, not GPU 0: ls names it as gpus and top do.
-                mig_labels = mig_labels or {device.uuid: device.label
-                                            for gpu in self.state.inventory.gpus
-                                            for device in gpu.mig_devices}
+                mig_labels = mig_labels or {
+                    device.uuid: device.label
+                    for gpu in self.state.inventory.gpus
+                    for device in gpu.mig_devices
+                }
                 row["gpu_labels"] = [mig_labels.get(uuid, "?") for uuid in row["gpus"]]
             row["gpu_idle_since"] = idlegpus.flagged_since(self.state, settings, row["id"], now)
             row["end_unstored"] = row["id"] in self.state.unstored_ends
@@ -161,8 +185,10 @@ class Queries:
 
         def rows_of(some: list[int]) -> list[dict]:
             stored = state.store.many([i for i in some if i not in state.jobs])  # one query
-            return self.with_progress(viewer.jobs(
-                [job for i in some if (job := state.jobs.get(i) or stored.get(i))]))
+            return self.with_progress(
+                viewer.jobs([job for i in some if (job := state.jobs.get(i) or stored.get(i))])
+            )
+
         # An ended job has left the active ones: done once none named is still there.
         # Until then the jobs are not sent: the client only asks again.
         if any(i in state.jobs for i in ids):
@@ -173,44 +199,72 @@ class Queries:
 
     def gpus(self, req: Request) -> dict:
         state = self.state
-        loads = dict((gpu.uuid, load) for gpu, load in self._loads())
+        loads = {gpu.uuid: load for gpu, load in self._loads()}
         # Each whole GPU, then its MIG devices: a GPU in MIG mode is a row of its own
         # (its UUID, temperature and power), never given jobs itself.
-        rows = [self._gpu_row(device, loads.get(device.uuid))
-                for gpu in state.inventory.gpus for device in (gpu, *gpu.mig_devices)]
+        rows = [
+            self._gpu_row(device, loads.get(device.uuid))
+            for gpu in state.inventory.gpus
+            for device in (gpu, *gpu.mig_devices)
+        ]
         rows = self.setup.authz.viewer(req.creds[1]).gpus(rows)
-        return {"backend": state.inventory.backend, "problem": state.inventory.problem,
-                "gpus": rows, "host": self.host_usage(),
-                "links": [list(row) for row in state.inventory.links]}
+        return {
+            "backend": state.inventory.backend,
+            "problem": state.inventory.problem,
+            "gpus": rows,
+            "host": self.host_usage(),
+            "links": [list(row) for row in state.inventory.links],
+        }
 
     def _gpu_row(self, gpu: GpuInfo, load: Any) -> dict:
-        return {"index": gpu.index, "label": gpu.label, "uuid": gpu.uuid,
-                "name": gpu.name, "healthy": gpu.is_healthy,
-                "health_reason": gpu.health_reason, "bus_id": gpu.bus_id,
-                "mem_total_bytes": gpu.mem_total_bytes,
-                "mem_used_bytes": gpu.mem_used_bytes,
-                "mem_reserved_bytes": load.promised_bytes if load else 0,
-                "util_pct": gpu.util_pct,
-                "temperature_c": gpu.temperature_c, "power_w": gpu.power_w,
-                "power_limit_w": gpu.power_limit_w,
-                "compute_capability": gpu.compute_capability,
-                "mig_mode": gpu.is_mig_mode, "parent_uuid": gpu.parent_uuid,
-                "gpu_instance_id": gpu.gpu_instance_id,
-                "compute_instance_id": gpu.compute_instance_id,
-                "mig_profile": gpu.mig_profile, "numa_node": gpu.numa_node,
-                "cpu_affinity": list(gpu.cpu_ids),
-                "jobs": list(load.job_ids) if load else [],
-                "processes": [{"pid": p.pid, "user": p.user, "command": p.command,
-                               "used_mem_bytes": p.used_mem_bytes,
-                               "job": self.state.pid_jobs.get(p.pid),
-                               "visible": p.is_visible}
-                              for p in gpu.processes]}
+        return {
+            "index": gpu.index,
+            "label": gpu.label,
+            "uuid": gpu.uuid,
+            "name": gpu.name,
+            "healthy": gpu.is_healthy,
+            "health_reason": gpu.health_reason,
+            "bus_id": gpu.bus_id,
+            "mem_total_bytes": gpu.mem_total_bytes,
+            "mem_used_bytes": gpu.mem_used_bytes,
+            "mem_reserved_bytes": load.promised_bytes if load else 0,
+            "util_pct": gpu.util_pct,
+            "temperature_c": gpu.temperature_c,
+            "power_w": gpu.power_w,
+            "power_limit_w": gpu.power_limit_w,
+            "compute_capability": gpu.compute_capability,
+            "mig_mode": gpu.is_mig_mode,
+            "parent_uuid": gpu.parent_uuid,
+            "gpu_instance_id": gpu.gpu_instance_id,
+            "compute_instance_id": gpu.compute_instance_id,
+            "mig_profile": gpu.mig_profile,
+            "numa_node": gpu.numa_node,
+            "cpu_affinity": list(gpu.cpu_ids),
+            "jobs": list(load.job_ids) if load else [],
+            "processes": [
+                {
+                    "pid": p.pid,
+                    "user": p.user,
+                    "command": p.command,
+                    "used_mem_bytes": p.used_mem_bytes,
+                    "job": self.state.pid_jobs.get(p.pid),
+                    "visible": p.is_visible,
+                }
+                for p in gpu.processes
+            ],
+        }
 
     def _loads(self) -> list:
         """(GPU, its load: jobs on it and memory promised to them) for each schedulable GPU."""
         state = self.state
-        loads = placement.gpu_loads(state.inventory, state.running(), state.pid_jobs,
-                                    self.setup.rules, state.idle_since, self.setup.clock.time())
+        loads = placement.gpu_loads(
+            state.inventory,
+            state.running(),
+            state.pid_jobs,
+            self.setup.rules,
+            state.idle_since,
+            self.setup.clock.time(),
+        )
         return [(gpu, loads[gpu.uuid]) for gpu in state.inventory.schedulable()]
 
     def snapshot(self, req: Request) -> dict:
@@ -235,19 +289,32 @@ class Queries:
 
         def rows_of(some: list) -> list[dict]:
             rows = self.with_progress(viewer.jobs(some))
-            return [{key: row[key] for key in LEAN_JOB_FIELDS if key in row} for row in rows] \
-                if lean else rows
+            return (
+                [{key: row[key] for key in LEAN_JOB_FIELDS if key in row} for row in rows]
+                if lean
+                else rows
+            )
+
         jobs, _ = pages.fill(pages.lazy(active, rows_of), pages.MAX_PAGE_BYTES)
-        return {"daemon": self.status(req), "inventory": inventory,
-                "reserved_bytes": {gpu.uuid: load.promised_bytes for gpu, load in self._loads()},
-                "pid_jobs": {str(pid): job for pid, job in state.pid_jobs.items()}, "jobs": jobs,
-                "jobs_left_out": len(active) - len(jobs), "pending_version": version,
-                # What the pending rows stand for: top counts them, not the rows it got.
-                "pending_total": lshead.pending_count(state) + sum(
-                    1 for job in remote if job.state is JobState.PENDING),
-                "pending_mine": lshead.pending_count(state, req.creds[1]) + sum(
-                    1 for job in remote if job.state is JobState.PENDING
-                    and job.uid == req.creds[1]),
-                "pending_same": same, "services": [
-                    {k: f[k] for k in ("name", "wanted", "ready", "requests_per_s", "p95_ms",
-                                       "in_flight")} for f in state.service_figures]}
+        return {
+            "daemon": self.status(req),
+            "inventory": inventory,
+            "reserved_bytes": {gpu.uuid: load.promised_bytes for gpu, load in self._loads()},
+            "pid_jobs": {str(pid): job for pid, job in state.pid_jobs.items()},
+            "jobs": jobs,
+            "jobs_left_out": len(active) - len(jobs),
+            "pending_version": version,
+            # What the pending rows stand for: top counts them, not the rows it got.
+            "pending_total": lshead.pending_count(state)
+            + sum(1 for job in remote if job.state is JobState.PENDING),
+            "pending_mine": lshead.pending_count(state, req.creds[1])
+            + sum(1 for job in remote if job.state is JobState.PENDING and job.uid == req.creds[1]),
+            "pending_same": same,
+            "services": [
+                {
+                    k: f[k]
+                    for k in ("name", "wanted", "ready", "requests_per_s", "p95_ms", "in_flight")
+                }
+                for f in state.service_figures
+            ],
+        }

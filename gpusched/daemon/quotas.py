@@ -28,8 +28,11 @@ class _EnvSizes:
         found = self._sizes.get(id(env))
         if found is not None and found[0] is env:
             return found[1]
-        size = sum(_text_bytes(k) + 1 + _text_bytes(v) for k, v in env.items()) \
-            if isinstance(env, dict) else 0
+        size = (
+            sum(_text_bytes(k) + 1 + _text_bytes(v) for k, v in env.items())
+            if isinstance(env, dict)
+            else 0
+        )
         if len(self._sizes) >= _ENV_SIZES_KEPT:
             self._sizes.clear()
         self._sizes[id(env)] = (env, size)
@@ -54,8 +57,12 @@ def command_bytes(command: Any) -> int:
 def job_bytes(job: Any) -> int:
     """The text a job's row stores that its submitter chose: command, environment, working
     directory and name (a Job, or a table's template or Distinct entry for it)."""
-    return (command_bytes(job.command) + env_bytes(job.env) + _text_bytes(job.cwd)
-            + _text_bytes(job.name))
+    return (
+        command_bytes(job.command)
+        + env_bytes(job.env)
+        + _text_bytes(job.cwd)
+        + _text_bytes(job.name)
+    )
 
 
 class Reservation:
@@ -133,18 +140,21 @@ class CountedTable(JobTable):
                 jobs, size = jobs + held.jobs, size + held.bytes
         return jobs, size
 
-    def check(self, uid: int, user: str, jobs: int, size: int, settings: Any,
-              what: str = "this submit") -> None:
+    def check(
+        self, uid: int, user: str, jobs: int, size: int, settings: Any, what: str = "this submit"
+    ) -> None:
         """Refuse a submit of `jobs` jobs storing `size` bytes that takes the uid over
         limits.queued_jobs or limits.queued_bytes."""
         has_jobs, has_bytes = self.used(uid)
         for key, has, adds, limit, unit in (
-                ("queued_jobs", has_jobs, jobs, settings.limit_queued_jobs, "jobs"),
-                ("queued_bytes", has_bytes, size, settings.limit_queued_bytes, "bytes")):
+            ("queued_jobs", has_jobs, jobs, settings.limit_queued_jobs, "jobs"),
+            ("queued_bytes", has_bytes, size, settings.limit_queued_bytes, "bytes"),
+        ):
             if has + adds > limit:
                 raise GpuschedError(
                     f"user {user} has {has:,} {unit} queued (pending, held or running) and "
                     f"{what} adds {adds:,}, over the limit of {limit:,} (limits.{key} in the "
                     "daemon's config); nothing was queued. Cancel some jobs (`gpusched "
                     "cancel`) or wait for them to end, or ask the daemon's admin to raise "
-                    f"limits.{key}")
+                    f"limits.{key}"
+                )

@@ -27,10 +27,13 @@ from gpusched.daemon.store import Store
 # What --repair does not decide for the user: the check's own message says what to do.
 _BY_HAND = ("symlink", "not_regular", "unreadable", "newer")
 # What was wrong, in a few words, by the start-up check's kind.
-_PROBLEMS = {"earlier_queue": "the queue file was missing or empty beside earlier jobs",
-             "wal": "its -wal could not be trusted", "corrupt": "the queue file was corrupt",
-             "schema": "its tables did not match their schema version",
-             "old_failed": "its old schema could not be updated"}
+_PROBLEMS = {
+    "earlier_queue": "the queue file was missing or empty beside earlier jobs",
+    "wal": "its -wal could not be trusted",
+    "corrupt": "the queue file was corrupt",
+    "schema": "its tables did not match their schema version",
+    "old_failed": "its old schema could not be updated",
+}
 
 
 @dataclass
@@ -43,9 +46,15 @@ class Repair:
     repaired: bool = False  # False: the queue was healthy, nothing was changed
 
     def to_dict(self) -> dict:
-        return {"repaired": self.repaired, "problem": self.problem, "saved": len(self.saved),
-                "saved_ids": self.saved, "kept_as": self.kept_as, "next_id": self.next_id,
-                "left_out": [{"id": i, "reason": r} for i, r in sorted(self.left_out.items())]}
+        return {
+            "repaired": self.repaired,
+            "problem": self.problem,
+            "saved": len(self.saved),
+            "saved_ids": self.saved,
+            "kept_as": self.kept_as,
+            "next_id": self.next_id,
+            "left_out": [{"id": i, "reason": r} for i, r in sorted(self.left_out.items())],
+        }
 
 
 def repair(paths: Paths) -> Repair:
@@ -53,9 +62,11 @@ def repair(paths: Paths) -> Repair:
     try:
         lock.acquire()
     except Timeout:
-        raise GpuschedError(f"a gpusched daemon runs for {paths.state_dir}; stop it first "
-                            "(`gpusched daemon stop`), then run `gpusched doctor --repair` "
-                            "again.") from None
+        raise GpuschedError(
+            f"a gpusched daemon runs for {paths.state_dir}; stop it first "
+            "(`gpusched daemon stop`), then run `gpusched doctor --repair` "
+            "again."
+        ) from None
     try:
         return _repair(paths)
     finally:
@@ -143,8 +154,10 @@ def _highest(*ids: object) -> int:
 
 def _last_id(conn: sqlite3.Connection) -> int:
     found = 0
-    for query in ("SELECT seq FROM sqlite_sequence WHERE name = 'jobs' AND seq <= ?",
-                  "SELECT max(id) FROM jobs WHERE id <= ?"):  # past MAX_JOB_ID: damage
+    for query in (
+        "SELECT seq FROM sqlite_sequence WHERE name = 'jobs' AND seq <= ?",
+        "SELECT max(id) FROM jobs WHERE id <= ?",
+    ):  # past MAX_JOB_ID: damage
         try:
             row = conn.execute(query, (MAX_JOB_ID,)).fetchone()
             found = max(found, (row[0] or 0) if row else 0)

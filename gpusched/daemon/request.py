@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping
+from typing import Any
 
 from gpusched.core import syntax
 from gpusched.core.errors import NotFound, PermissionDenied, UsageError
@@ -25,8 +26,13 @@ class Waiter:
     """A `wait` whose jobs still run: the loop answers it with result() once every job it
     names has ended, or at its deadline (a monotonic time), whichever comes first."""
 
-    def __init__(self, ids: list[int], result: Callable[[], dict], deadline: float,
-                 never_starts: Callable[[int], str | None] | None = None):
+    def __init__(
+        self,
+        ids: list[int],
+        result: Callable[[], dict],
+        deadline: float,
+        never_starts: Callable[[int], str | None] | None = None,
+    ):
         self.ids, self.result, self.deadline = ids, result, deadline
         self._ended = 0  # how many of the leading ids are known to have ended
         # A job id -> why it can never start (None: it may): a `wait` that is not told
@@ -66,8 +72,9 @@ def find_job(state: DaemonState, job_id: Any, known: Mapping[int, Job] | None = 
     return job
 
 
-def named(state: DaemonState, item: Any, whole_arrays: bool,
-          known: Mapping[int, Job] | None = None) -> list[Job]:
+def named(
+    state: DaemonState, item: Any, whole_arrays: bool, known: Mapping[int, Job] | None = None
+) -> list[Job]:
     """The jobs an id names: ID, or ARRAY_INDEX (12_3) for one element of array 12.
     With whole_arrays, an array's id names every element (the commands that change
     jobs, and wait); otherwise the one job with that id (show, logs, env)."""
@@ -104,8 +111,13 @@ def named_each(state: DaemonState, ids: Any, whole_arrays: bool) -> list[Job]:
 def _stored(state: DaemonState, ids: list) -> dict[int, Job]:
     """The ended jobs among plain ids, read in one query: a `wait` on a sweep's 1,000
     ended jobs made 1,000 queries. Ids of a submit being stored are left to state.find."""
-    wanted = [i for i in ids if type(i) is int and i not in state.jobs
-              and not any(i in incoming for incoming in state.incoming)]
+    wanted = [
+        i
+        for i in ids
+        if type(i) is int
+        and i not in state.jobs
+        and not any(i in incoming for incoming in state.incoming)
+    ]
     return state.store.many(wanted) if len(wanted) > 1 else {}
 
 
@@ -120,6 +132,8 @@ def check_priority(setup: Setup, creds: tuple[int, int, int], priority: int) -> 
     raising a job's priority is the operators')."""
     cap = setup.settings.max_user_priority
     if priority > cap and not setup.authz.is_admin(creds[1]):
-        raise PermissionDenied(f"priority {priority} is over {cap}, the highest a user who is "
-                               "not an admin may give (scheduling.max_user_priority in the "
-                               "daemon's config); give a lower one, or ask an admin")
+        raise PermissionDenied(
+            f"priority {priority} is over {cap}, the highest a user who is "
+            "not an admin may give (scheduling.max_user_priority in the "
+            "daemon's config); give a lower one, or ask an admin"
+        )

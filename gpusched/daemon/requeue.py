@@ -24,9 +24,16 @@ from gpusched.proc.seam import ProcessSeam
 log = logging.getLogger("gpusched.jobs")
 
 
-def stop_and_requeue(state: DaemonState, seam: ProcessSeam, job: Job, now: float, reason: str,
-                     signum: int = signal.SIGTERM, grace_s: float = 0.0,
-                     preempted_by: int | None = None) -> Job:
+def stop_and_requeue(
+    state: DaemonState,
+    seam: ProcessSeam,
+    job: Job,
+    now: float,
+    reason: str,
+    signum: int = signal.SIGTERM,
+    grace_s: float = 0.0,
+    preempted_by: int | None = None,
+) -> Job:
     """Begin to stop a running job so that it goes back to the queue (inside a write, or
     in a write of its own). `signum` goes first, once stored; unless that is SIGTERM,
     SIGTERM follows `grace_s` later (send_due_terms), and the shim sends SIGKILL after
@@ -36,11 +43,16 @@ def stop_and_requeue(state: DaemonState, seam: ProcessSeam, job: Job, now: float
     if job.requeueing or not job.is_running:
         return job
     is_term = signum == signal.SIGTERM
-    changed = replace(job, requeueing=True, requeue_reason=reason,
-                      requeue_term_at=None if is_term else now + grace_s)
+    changed = replace(
+        job,
+        requeueing=True,
+        requeue_reason=reason,
+        requeue_term_at=None if is_term else now + grace_s,
+    )
     if preempted_by is not None:
-        changed = replace(changed, preempted_by=preempted_by, preempted_at=now,
-                          preemptions=job.preemptions + 1)
+        changed = replace(
+            changed, preempted_by=preempted_by, preempted_at=now, preemptions=job.preemptions + 1
+        )
     with state.write():
         # A job being launched (its pid not known yet) may already run and write a
         # checkpoint: it gets the signal once its pid is (JobControl._found_shim; SIGTERM
@@ -57,8 +69,14 @@ def stop_and_requeue(state: DaemonState, seam: ProcessSeam, job: Job, now: float
 def send_due_terms(state: DaemonState, seam: ProcessSeam, now: float) -> None:
     """SIGTERM to each job being requeued whose grace has run out (stored as sent first:
     a restart does not send it again; the shim sends SIGKILL after the cancel grace)."""
-    due = [job for job in state.running() if job.requeueing and job.shim_pid is not None
-           and job.requeue_term_at is not None and job.requeue_term_at <= now]
+    due = [
+        job
+        for job in state.running()
+        if job.requeueing
+        and job.shim_pid is not None
+        and job.requeue_term_at is not None
+        and job.requeue_term_at <= now
+    ]
     if not due:
         return
     with state.write():
@@ -70,8 +88,14 @@ def send_due_terms(state: DaemonState, seam: ProcessSeam, now: float) -> None:
 
 def next_deadline(running: list[Job]) -> float | None:
     """When the next job being requeued gets SIGTERM (epoch seconds), if any."""
-    return min((job.requeue_term_at for job in running
-                if job.requeueing and job.requeue_term_at is not None), default=None)
+    return min(
+        (
+            job.requeue_term_at
+            for job in running
+            if job.requeueing and job.requeue_term_at is not None
+        ),
+        default=None,
+    )
 
 
 def is_requeued_end(job: Job) -> bool:
@@ -102,6 +126,7 @@ def requeue_ended(state: DaemonState, job: Job, reason: str) -> Job:
 
 
 # -- the requests `requeue` and `preempt` (daemon/changes.py hands each job here) ----------
+
 
 class NotNow(Exception):
     """A job the request cannot requeue (a pending one): refused, the others go on."""
@@ -134,8 +159,9 @@ def requeue_one(state: DaemonState, seam: ProcessSeam, job: Job, now: float, who
     return "stopping; it goes back to the queue when it ends"
 
 
-def preempt_one(state: DaemonState, seam: ProcessSeam, job: Job, now: float, who: str,
-                configured_signal: str) -> str:
+def preempt_one(
+    state: DaemonState, seam: ProcessSeam, job: Job, now: float, who: str, configured_signal: str
+) -> str:
     """`gpusched preempt`: a running job sent its checkpoint signal, given its grace,
     stopped and queued again, whatever waits."""
     if not job.is_running:
@@ -143,7 +169,16 @@ def preempt_one(state: DaemonState, seam: ProcessSeam, job: Job, now: float, who
     if job.requeueing:
         return "already being requeued"
     signum = checkpoint_signal(job, configured_signal)
-    stop_and_requeue(state, seam, job, now, f"preempted by {who} at {local_time(now)}",
-                     signum=signum, grace_s=job.preempt_grace_s)
-    return (f"preempting: {signal.Signals(signum).name} now, SIGTERM in "
-            f"{job.preempt_grace_s:g}s unless it ends first; then it goes back to the queue")
+    stop_and_requeue(
+        state,
+        seam,
+        job,
+        now,
+        f"preempted by {who} at {local_time(now)}",
+        signum=signum,
+        grace_s=job.preempt_grace_s,
+    )
+    return (
+        f"preempting: {signal.Signals(signum).name} now, SIGTERM in "
+        f"{job.preempt_grace_s:g}s unless it ends first; then it goes back to the queue"
+    )

@@ -58,9 +58,16 @@ class Sweep(Batched):
         self._next_id = 1
         self.needed = Needed(state)  # started with the sweep's first turn
         self.oldest_kept_ended_at: float | None = None  # of the finished jobs left
-        self.report = {"dry_run": dry_run, "jobs": 0, "bytes": 0, "oldest_ended_at": None,
-                       "newest_ended_at": None, "kept_for_dependents": 0,
-                       "keep_finished_s": keep_s, "keep_finished_count": count}
+        self.report = {
+            "dry_run": dry_run,
+            "jobs": 0,
+            "bytes": 0,
+            "oldest_ended_at": None,
+            "newest_ended_at": None,
+            "kept_for_dependents": 0,
+            "keep_finished_s": keep_s,
+            "keep_finished_count": count,
+        }
 
     def step(self) -> dict | None:
         try:
@@ -87,10 +94,17 @@ class Sweep(Batched):
         deadline, windows = time.monotonic() + TURN_BUDGET_S, WINDOWS_PER_TURN
         keep = self.needed.depended_on, self.needed.busy_arrays
         chosen: list[sqlite3.Row] = []
-        with nullcontext() if self.dry_run else self.state.write(
-                undone="no finished job was removed"):
-            while (self._next_id <= self._last_id and windows and len(chosen) < REMOVALS_PER_TURN
-                   and time.monotonic() < deadline):
+        with (
+            nullcontext()
+            if self.dry_run
+            else self.state.write(undone="no finished job was removed")
+        ):
+            while (
+                self._next_id <= self._last_id
+                and windows
+                and len(chosen) < REMOVALS_PER_TURN
+                and time.monotonic() < deadline
+            ):
                 windows -= 1
                 # No more ids than may still go this turn: each is at most one removal.
                 ids = min(WINDOW_IDS, REMOVALS_PER_TURN - len(chosen))
@@ -99,8 +113,9 @@ class Sweep(Batched):
                 chosen += [row for row in rows if self._goes(row, keep)]
             if chosen and not self.dry_run:
                 store.delete_ids([row["id"] for row in chosen])
-                store.set_meta(SUMMARY_KEY, json.dumps(add_to_summary(removed_summary(store),
-                                                                      chosen)))
+                store.set_meta(
+                    SUMMARY_KEY, json.dumps(add_to_summary(removed_summary(store), chosen))
+                )
         self._count(chosen)  # committed: now the files may go
         if self._next_id <= self._last_id:
             return None
@@ -109,20 +124,25 @@ class Sweep(Batched):
     def can_skip(self, oldest_kept_ended_at: float | None) -> bool:
         """Whether nothing can be old enough to go: no finished job past the count, and
         the oldest one an earlier pass left still inside keep_finished."""
-        return (self._excess == 0 and oldest_kept_ended_at is not None
-                and (self._cutoff is None or self._cutoff < oldest_kept_ended_at))
+        return (
+            self._excess == 0
+            and oldest_kept_ended_at is not None
+            and (self._cutoff is None or self._cutoff < oldest_kept_ended_at)
+        )
 
     def _goes(self, row: sqlite3.Row, keep: tuple[set, set]) -> bool:
         ended = row["ended_at"]
-        old = self._excess > 0 or (self._cutoff is not None and ended is not None
-                                   and ended < self._cutoff)
+        old = self._excess > 0 or (
+            self._cutoff is not None and ended is not None and ended < self._cutoff
+        )
         depended_on, busy_arrays = keep
         if old and (row["id"] in depended_on or row["array_id"] in busy_arrays):
             self.report["kept_for_dependents"] += 1
             old = False
         if not old:
-            if ended is not None and (self.oldest_kept_ended_at is None
-                                      or ended < self.oldest_kept_ended_at):
+            if ended is not None and (
+                self.oldest_kept_ended_at is None or ended < self.oldest_kept_ended_at
+            ):
                 self.oldest_kept_ended_at = ended
             return False
         self._excess -= 1
@@ -142,6 +162,7 @@ class Sweep(Batched):
 
 
 # -- the summary ------------------------------------------------------------------------------
+
 
 def load_summary(text: str) -> dict:
     """The usage of removed jobs: {"jobs": N, "by_user": {user: {state: {"jobs", "run_s",
@@ -166,8 +187,11 @@ def add_to_summary(summary: dict, rows: list[sqlite3.Row]) -> dict:
     daemon/usagerow.py measures (the sums an older daemon wrote lack the newer keys)."""
     for row in rows:
         used = row_usage(row)
-        sums = summary["by_user"].setdefault(row["user"], {}).setdefault(
-            row["state"], {"jobs": 0, "run_s": 0.0, "gpu_s": 0.0, "core_s": 0.0})
+        sums = (
+            summary["by_user"]
+            .setdefault(row["user"], {})
+            .setdefault(row["state"], {"jobs": 0, "run_s": 0.0, "gpu_s": 0.0, "core_s": 0.0})
+        )
         sums["jobs"] += 1
         sums["run_s"] += used["run_s"]
         sums["gpu_s"] += used["gpu_s"]
@@ -182,6 +206,7 @@ def add_to_summary(summary: dict, rows: list[sqlite3.Row]) -> dict:
 
 # -- the files --------------------------------------------------------------------------------
 
+
 def job_files(jobs_dir: str, log_root: str | None, row: sqlite3.Row) -> list[str]:
     """A finished job's files that gpusched made: run file, logs, progress file. A path
     outside the jobs directory and the log root is never gpusched's to remove, nor are
@@ -194,8 +219,11 @@ def job_files(jobs_dir: str, log_root: str | None, row: sqlite3.Row) -> list[str
         if path and (not row["open_mode"] or path in own_logs):
             paths.append(path)
     if row["stdout_path"]:
-        paths.append(runfile.progress_path(own_logs[0] if row["open_mode"]
-                                           else row["stdout_path"], row["id"]))
+        paths.append(
+            runfile.progress_path(
+                own_logs[0] if row["open_mode"] else row["stdout_path"], row["id"]
+            )
+        )
     return [path for path in dict.fromkeys(paths) if path.startswith(tuple(own_roots))]
 
 
@@ -235,16 +263,19 @@ def _remove_empty_dirs(jobs_dir: str, ids: set[int]) -> None:
             pass  # not empty: other jobs' files are there
 
 
-def gc_request(state: DaemonState, setup: Setup, creds: tuple[int, int, int],
-               dry_run: bool) -> Sweep:
+def gc_request(
+    state: DaemonState, setup: Setup, creds: tuple[int, int, int], dry_run: bool
+) -> Sweep:
     """`gpusched gc [--dry-run]`: a sweep now, answered when done (admins only in system
     mode; in user mode the daemon's user is its admin)."""
-    setup.authz.require_admin(creds, "gc", "see what gc would remove" if dry_run
-                              else "remove finished jobs")
+    setup.authz.require_admin(
+        creds, "gc", "see what gc would remove" if dry_run else "remove finished jobs"
+    )
     return Sweep(state, setup, dry_run=dry_run)
 
 
 # -- the daemon's own sweeps ------------------------------------------------------------------
+
 
 class Retention:
     """Starts a sweep at start-up and every SWEEP_INTERVAL_S, and steps it once a turn."""
@@ -285,13 +316,17 @@ class Retention:
         except StoreWriteError:
             self._sweep = None  # said in the log (WriteHealth); tried again when next due
             return
-        except Exception:  # noqa: BLE001 - a bug here must not stop the queue
-            log.exception("removing old finished jobs failed; tried again in %g s",
-                          SWEEP_INTERVAL_S)
+        except Exception:
+            log.exception(
+                "removing old finished jobs failed; tried again in %g s", SWEEP_INTERVAL_S
+            )
             self._sweep = None
             return
         if report is not None:
             self._oldest_kept, self._sweep = self._sweep.oldest_kept_ended_at, None
             if report["jobs"]:
-                log.info("removed %d finished job(s) and %d bytes of their files",
-                         report["jobs"], report["bytes"])
+                log.info(
+                    "removed %d finished job(s) and %d bytes of their files",
+                    report["jobs"],
+                    report["bytes"],
+                )

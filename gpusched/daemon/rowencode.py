@@ -15,16 +15,43 @@ _JOB_FIELDS = [f.name for f in fields(Job) if f.name != "request"]
 
 # What the jobs of one submit (a sweep's lines, an array's elements) differ in: the rest of
 # each one's row is its template's (store.Store.insert_alike).
-PER_JOB_FIELDS = ("id", "command", "job_key", "array_id", "array_index", "array_throttle",
-                  "stdout_path", "stderr_path", "pending_reason")
+PER_JOB_FIELDS = (
+    "id",
+    "command",
+    "job_key",
+    "array_id",
+    "array_index",
+    "array_throttle",
+    "stdout_path",
+    "stderr_path",
+    "pending_reason",
+)
 
 # Fixed at submit: an update need not rewrite (nor re-encode) them, the environment above
 # all. The request (GPUs, memory, constraints, CPUs) is fixed too, and stored apart.
-_SET_AT_SUBMIT = frozenset({"command", "env", "cwd", "uid", "user", "submit_pid", "submitted_at",
-                            "dependencies", "retry_on", "retry_delay_s",
-                            "preemptible", "preempt_grace_s", "mem_growth", "job_key",
-                            "interactive", "container", "output_pattern", "error_pattern",
-                            "open_mode"})
+_SET_AT_SUBMIT = frozenset(
+    {
+        "command",
+        "env",
+        "cwd",
+        "uid",
+        "user",
+        "submit_pid",
+        "submitted_at",
+        "dependencies",
+        "retry_on",
+        "retry_delay_s",
+        "preemptible",
+        "preempt_grace_s",
+        "mem_growth",
+        "job_key",
+        "interactive",
+        "container",
+        "output_pattern",
+        "error_pattern",
+        "open_mode",
+    }
+)
 _UPDATED_FIELDS = [n for n in _JOB_FIELDS if n not in _SET_AT_SUBMIT]
 
 

@@ -13,19 +13,40 @@ import json
 import sqlite3
 import types
 import typing
+from collections.abc import Callable
 from dataclasses import fields, is_dataclass
 from operator import itemgetter
-from typing import Any, Callable
+from typing import Any
 
 from gpusched.core.models import Constraints, Job, JobState, Request
 from gpusched.core.syntax import MAX_JOB_ID
 
 # Columns stored as JSON, and whether their value is a tuple in the Job.
-JSON_TUPLES = {"command": True, "env": False, "gpu_uuids": True, "gpu_indices": True,
-               "dependencies": True, "retry_on": True, "cpu_ids": True,
-               "preempted_jobs": True, "preempt_hold": True, "container": True}
-BOOLEANS = ("cancel_requested", "held", "kill_on_invalid_dep", "warned", "timed_out",
-            "mem_over", "oom_killed", "preemptible", "requeueing", "interactive", "warn_batch")
+JSON_TUPLES = {
+    "command": True,
+    "env": False,
+    "gpu_uuids": True,
+    "gpu_indices": True,
+    "dependencies": True,
+    "retry_on": True,
+    "cpu_ids": True,
+    "preempted_jobs": True,
+    "preempt_hold": True,
+    "container": True,
+}
+BOOLEANS = (
+    "cancel_requested",
+    "held",
+    "kill_on_invalid_dep",
+    "warned",
+    "timed_out",
+    "mem_over",
+    "oom_killed",
+    "preemptible",
+    "requeueing",
+    "interactive",
+    "warn_batch",
+)
 STATES = tuple(state.value for state in JobState)
 
 
@@ -58,13 +79,18 @@ def _checker(hint: Any) -> Callable[[Any], bool]:
             item = _checker(args[0])
             return lambda v: type(v) is tuple and all(map(item, v))
         items = [_checker(a) for a in args]
-        return lambda v: (type(v) is tuple and len(v) == len(items)
-                          and all(check(x) for check, x in zip(items, v)))
+        return lambda v: (
+            type(v) is tuple
+            and len(v) == len(items)
+            and all(check(x) for check, x in zip(items, v))
+        )
     if origin is dict:
         if args[0] in _EXACT and args[1] in _EXACT:  # a job's environment: dozens of items
             key_kind, value_kind = args
-            return lambda v: type(v) is dict and all(
-                type(k) is key_kind and type(x) is value_kind for k, x in v.items())
+            return lambda v: (
+                type(v) is dict
+                and all(type(k) is key_kind and type(x) is value_kind for k, x in v.items())
+            )
         key, value = (_checker(a) for a in args)
         return lambda v: type(v) is dict and all(key(k) and value(x) for k, x in v.items())
     if hint is type(None):
@@ -84,8 +110,11 @@ def _field_checks(cls: type) -> list[tuple[str, Callable[[Any], bool]]]:
 
 
 # (the record's path from the Job, its checks): the job, its request, the request's constraints
-_RECORD_CHECKS = [((), _field_checks(Job)), (("request",), _field_checks(Request)),
-                  (("request", "constraints"), _field_checks(Constraints))]
+_RECORD_CHECKS = [
+    ((), _field_checks(Job)),
+    (("request",), _field_checks(Request)),
+    (("request", "constraints"), _field_checks(Constraints)),
+]
 
 
 def _json_column(job_id: int, key: str, text: Any) -> Any:
@@ -115,10 +144,14 @@ def _request(job_id: int, values: dict) -> Request:
     """The request's columns, taken out of the row (an older schema lacks some: defaults)."""
     d = _REQUEST_DEFAULTS
     constraints = values.pop("constraints", None)
-    return Request(values.pop("gpus", d.gpus), values.pop("gpu_mem_bytes", d.gpu_mem_bytes),
-                   d.constraints if constraints is None else _constraints(job_id, constraints),
-                   values.pop("cpus", d.cpus), values.pop("mem_bytes", d.mem_bytes),
-                   _boolean(values.pop("cpus_required", d.cpus_required)))
+    return Request(
+        values.pop("gpus", d.gpus),
+        values.pop("gpu_mem_bytes", d.gpu_mem_bytes),
+        d.constraints if constraints is None else _constraints(job_id, constraints),
+        values.pop("cpus", d.cpus),
+        values.pop("mem_bytes", d.mem_bytes),
+        _boolean(values.pop("cpus_required", d.cpus_required)),
+    )
 
 
 def _short(value: Any, limit: int = 60) -> str:
@@ -151,8 +184,19 @@ class Shared:
 
 _MISSING = object()
 # Text columns that many rows hold alike: kept as one str object each (Shared).
-_SHARED_TEXTS = ("cwd", "user", "name", "pending_reason", "end_reason", "boot_id", "job_key",
-                 "gpu_mem_reason", "policy", "last_attempt_end", "requeue_reason")
+_SHARED_TEXTS = (
+    "cwd",
+    "user",
+    "name",
+    "pending_reason",
+    "end_reason",
+    "boot_id",
+    "job_key",
+    "gpu_mem_reason",
+    "policy",
+    "last_attempt_end",
+    "requeue_reason",
+)
 
 
 def row_to_job(row: sqlite3.Row, shared: Shared | None = None) -> Job:
@@ -196,8 +240,7 @@ def _shared_request(job_id: int, values: dict, shared: Shared) -> Request:
     return request
 
 
-_REQUEST_COLUMNS = ("gpus", "gpu_mem_bytes", "constraints", "cpus", "mem_bytes",
-                    "cpus_required")
+_REQUEST_COLUMNS = ("gpus", "gpu_mem_bytes", "constraints", "cpus", "mem_bytes", "cpus_required")
 
 
 def _boolean(value: Any) -> Any:
@@ -235,9 +278,17 @@ def check_job(job: Job, checked: set | None = None) -> None:
 
 # Columns that differ from one job of a sweep to the next, with the types they may hold
 # (the command: its JSON text, decoded by _own_command).
-_OWN = {"id": (int,), "stdout_path": (str,), "stderr_path": (str,), "submitted_at": (int, float),
-        "array_index": (int, type(None)), "submit_pid": (int, type(None)),
-        "pending_reason": (str,), "job_key": (str,), "command": (str,)}
+_OWN = {
+    "id": (int,),
+    "stdout_path": (str,),
+    "stderr_path": (str,),
+    "submitted_at": (int, float),
+    "array_index": (int, type(None)),
+    "submit_pid": (int, type(None)),
+    "pending_reason": (str,),
+    "job_key": (str,),
+    "command": (str,),
+}
 _FIELDS = tuple(f.name for f in fields(Job))
 _loads = json.JSONDecoder().decode
 

@@ -20,7 +20,7 @@ running and one ending at a time, that was four reads for one end); it reads:
 from __future__ import annotations
 
 import queue
-from typing import Iterable
+from collections.abc import Iterable
 
 from gpusched.core import lifecycle
 from gpusched.core.models import Job
@@ -53,17 +53,25 @@ class RunReads:
             self._reported.put(job_id)
 
 
-def to_read(running: Iterable[Job], reported: set[int] | None, read_all: bool,
-            also: set[int]) -> list[Job]:
+def to_read(
+    running: Iterable[Job], reported: set[int] | None, read_all: bool, also: set[int]
+) -> list[Job]:
     """The running jobs whose run file this pass reads (see the module's docstring);
     `also`: ids read whatever else holds (launch failures, leftovers being stopped)."""
     if read_all or reported is None:
         return list(running)
-    return [job for job in running
-            if job.id in reported or job.id in also or (job.shim_pid is None and _awaits_pid(job))]
+    return [
+        job
+        for job in running
+        if job.id in reported or job.id in also or (job.shim_pid is None and _awaits_pid(job))
+    ]
 
 
 def _awaits_pid(job: Job) -> bool:
     """Whether something waits for the pid of a job being launched (see the docstring)."""
-    return bool(job.cancel_requested or job.requeueing or job.gpu_indices
-                or lifecycle.next_limit_action(job) is not None)
+    return bool(
+        job.cancel_requested
+        or job.requeueing
+        or job.gpu_indices
+        or lifecycle.next_limit_action(job) is not None
+    )

@@ -7,13 +7,15 @@ import os
 import socket
 import threading
 import time
-from typing import Any, Callable, Collection
+from collections.abc import Callable, Collection
+from typing import Any
 
 from gpusched.client import pagestream, protocol
-from gpusched.core.limits import DEFAULT as DEFAULT_LIMITS, Limits
+from gpusched.core.errors import GpuschedError, ProtocolError, error_kind
+from gpusched.core.limits import DEFAULT as DEFAULT_LIMITS
+from gpusched.core.limits import Limits
 from gpusched.daemon import streamin
 from gpusched.daemon.framebudget import FrameBudget
-from gpusched.core.errors import GpuschedError, ProtocolError, error_kind
 from gpusched.proc.runfile import WAKE_MAX_BYTES
 
 log = logging.getLogger("gpusched.daemon.server")
@@ -32,14 +34,17 @@ FIRST_THREADS = 2
 SPARE_THREADS = 4
 
 
-def reply(result: Any = None, error: GpuschedError | None = None,
-          daemon: dict[str, Any] | None = None) -> dict[str, Any]:
+def reply(
+    result: Any = None, error: GpuschedError | None = None, daemon: dict[str, Any] | None = None
+) -> dict[str, Any]:
     """The envelope of every reply the daemon sends: {"ok": true, "result": ...} or
     {"ok": false, "error": {"kind", "message"}}; with the answers to dispatched commands,
     how the daemon was started ("daemon", see gpusched/client/drift.py)."""
-    out: dict[str, Any] = ({"ok": False, "error": {"kind": error_kind(error),
-                                                   "message": error.message}}
-                           if error is not None else {"ok": True, "result": result})
+    out: dict[str, Any] = (
+        {"ok": False, "error": {"kind": error_kind(error), "message": error.message}}
+        if error is not None
+        else {"ok": True, "result": result}
+    )
     if daemon is not None:
         out["daemon"] = daemon
     return out
@@ -92,10 +97,18 @@ def close_unix(sock: socket.socket, path: str) -> None:
 
 
 class SocketServer:
-    def __init__(self, path: str, dispatch: Dispatch, mode: int = 0o600, max_per_uid: int = 0,
-                 exempt_uids: Collection[int] = (), stamp: dict[str, Any] | None = None,
-                 max_json_depth: int | None = None, limits: Limits = DEFAULT_LIMITS,
-                 frames: FrameBudget | None = None):
+    def __init__(
+        self,
+        path: str,
+        dispatch: Dispatch,
+        mode: int = 0o600,
+        max_per_uid: int = 0,
+        exempt_uids: Collection[int] = (),
+        stamp: dict[str, Any] | None = None,
+        max_json_depth: int | None = None,
+        limits: Limits = DEFAULT_LIMITS,
+        frames: FrameBudget | None = None,
+    ):
         self.path, self._max_json_depth = path, max_json_depth
         self._frames = frames or FrameBudget()  # large frames read at once, all connections
         self._limits = limits  # what a streamed request's items are checked against
@@ -146,8 +159,11 @@ class SocketServer:
         try:
             threading.Thread(target=self._accept_and_serve, name="conn", daemon=True).start()
         except RuntimeError as exc:
-            log.warning("could not start another connection thread (%s); serving with the "
-                        "%d there are", exc, len(self._open) + self._idle)
+            log.warning(
+                "could not start another connection thread (%s); serving with the %d there are",
+                exc,
+                len(self._open) + self._idle,
+            )
             return
         self._idle += 1
 
@@ -188,16 +204,24 @@ class SocketServer:
             return None
         with self._open_lock:
             count = self._per_uid.get(uid, 0)
-            over = bool(self._max_per_uid) and uid not in self._exempt and count >= self._max_per_uid
+            over = (
+                bool(self._max_per_uid) and uid not in self._exempt and count >= self._max_per_uid
+            )
             if not over:
                 self._per_uid[uid] = count + 1
         if not over:
             return uid
         log.warning("refused a connection from uid %d: %d already open", uid, count)
         conn.settimeout(1.0)
-        self._try_send(conn, reply(error=GpuschedError(
-            f"uid {uid} already has {count} open connections to the daemon (the limit, "
-            "daemon.max_connections_per_uid); wait for some to finish and try again")))
+        self._try_send(
+            conn,
+            reply(
+                error=GpuschedError(
+                    f"uid {uid} already has {count} open connections to the daemon (the limit, "
+                    "daemon.max_connections_per_uid); wait for some to finish and try again"
+                )
+            ),
+        )
         conn.close()
         return None
 
@@ -222,11 +246,17 @@ class SocketServer:
         with conn:
             try:
                 creds = protocol.peer_credentials(conn)
-                while (message := protocol.receive(conn, protocol.READ_TIMEOUT_S,
-                                                   self._max_json_depth, taken)) is not None:
+                while (
+                    message := protocol.receive(
+                        conn, protocol.READ_TIMEOUT_S, self._max_json_depth, taken
+                    )
+                ) is not None:
                     streamed = streamin.is_streamed(message)
-                    answer = self._handle(message, creds, conn) if streamed else \
-                        self._handle_counted(message, creds)
+                    answer = (
+                        self._handle(message, creds, conn)
+                        if streamed
+                        else self._handle_counted(message, creds)
+                    )
                     conn.settimeout(protocol.READ_TIMEOUT_S)  # a reader that stalls is cut off too
                     protocol.send(conn, answer)
                     taken.release()
@@ -235,13 +265,14 @@ class SocketServer:
                     self._stream_rest(conn, message, answer, creds)
             except ProtocolError as exc:
                 self._try_send(conn, reply(error=exc))
-            except (OSError, socket.timeout):
+            except (TimeoutError, OSError):
                 pass  # the client went away or stalled; nothing is half-applied
             finally:
                 taken.release()
 
-    def _stream_rest(self, conn: socket.socket, message: Any, answer: dict[str, Any],
-                     creds: tuple[int, int, int]) -> None:
+    def _stream_rest(
+        self, conn: socket.socket, message: Any, answer: dict[str, Any], creds: tuple[int, int, int]
+    ) -> None:
         """The pages after the first of a streamed reply (client/pagestream.py): each asked
         of the loop in turn, so that it answers everyone else between two pages."""
         while (message := pagestream.next_request(message, answer)) is not None:
@@ -253,8 +284,12 @@ class SocketServer:
         """_handle; a `wait` moves its connection from the user's open connections to
         their waiting ones while the daemon holds it (up to WAIT_SLICE_S)."""
         uid = creds[1]
-        if (not isinstance(message, dict) or message.get("cmd") != "wait"
-                or not self._max_per_uid or uid in self._exempt):
+        if (
+            not isinstance(message, dict)
+            or message.get("cmd") != "wait"
+            or not self._max_per_uid
+            or uid in self._exempt
+        ):
             return self._handle(message, creds)
         with self._open_lock:
             waiting = self._waiting_per_uid.get(uid, 0)
@@ -262,9 +297,12 @@ class SocketServer:
                 self._waiting_per_uid[uid] = waiting + 1
                 self._per_uid[uid] -= 1
         if waiting >= self._max_per_uid:
-            return reply(error=GpuschedError(
-                f"uid {uid} already waits on {waiting} connections (the limit, "
-                "daemon.max_connections_per_uid); wait for some to finish and try again"))
+            return reply(
+                error=GpuschedError(
+                    f"uid {uid} already waits on {waiting} connections (the limit, "
+                    "daemon.max_connections_per_uid); wait for some to finish and try again"
+                )
+            )
         try:
             return self._handle(message, creds)
         finally:
@@ -272,8 +310,9 @@ class SocketServer:
                 self._waiting_per_uid[uid] -= 1
                 self._per_uid[uid] = self._per_uid.get(uid, 0) + 1
 
-    def _handle(self, message: Any, creds: tuple[int, int, int],
-                parts_from: socket.socket | None = None) -> dict[str, Any]:
+    def _handle(
+        self, message: Any, creds: tuple[int, int, int], parts_from: socket.socket | None = None
+    ) -> dict[str, Any]:
         """The reply to a request; to a streamed one (daemon/streamin.py) once its parts,
         read from `parts_from`, are in and done."""
         try:
@@ -282,18 +321,27 @@ class SocketServer:
                 return reply({"pid": os.getpid()})
             try:
                 if parts_from is not None:
-                    return reply(streamin.serve_stream(
-                        parts_from, name, args, self._max_json_depth, self._limits,
-                        lambda *call, gone: self._dispatch(*call, creds, gone=gone),
-                        self._frames.reader()),
-                        daemon=self._stamp)
+                    return reply(
+                        streamin.serve_stream(
+                            parts_from,
+                            name,
+                            args,
+                            self._max_json_depth,
+                            self._limits,
+                            lambda *call, gone: self._dispatch(*call, creds, gone=gone),
+                            self._frames.reader(),
+                        ),
+                        daemon=self._stamp,
+                    )
                 return reply(self._dispatch(name, args, creds), daemon=self._stamp)
             except GpuschedError as exc:
                 return reply(error=exc, daemon=self._stamp)
         except GpuschedError as exc:
             return reply(error=exc)
-        except Exception:  # noqa: BLE001 - one bad request must not kill the daemon
-            log.exception("request %r failed", message.get("cmd") if isinstance(message, dict) else None)
+        except Exception:
+            log.exception(
+                "request %r failed", message.get("cmd") if isinstance(message, dict) else None
+            )
             return reply(error=GpuschedError("the daemon failed on this request; see its log"))
 
     @staticmethod

@@ -7,7 +7,7 @@ from __future__ import annotations
 import logging
 import time
 from collections import deque
-from typing import Callable
+from collections.abc import Callable
 
 from gpusched.core.services import LoadSample, p95
 from gpusched.proc.haproxy import Proxy, RequestLog, ServerStat, new_token
@@ -48,8 +48,13 @@ class Door:
         self.restart_at_mono = 0.0
         self.rolling = 0  # the update being rolled out, until its last old replica is gone
 
-    def count_ends(self, active_ids: set[int], now_mono: float, now: float,
-                   ended: Callable[[int], tuple[str, str]]) -> None:
+    def count_ends(
+        self,
+        active_ids: set[int],
+        now_mono: float,
+        now: float,
+        ended: Callable[[int], tuple[str, str]],
+    ) -> None:
         """Replicas gone without the service stopping them (it forgets those it stops):
         each an event, ended(job id) -> (which replica, how it ended)."""
         for job_id in [i for i in self.seen if i not in active_ids]:
@@ -60,11 +65,14 @@ class Door:
                 self.note(f"{who} died: {how}", now)
             else:
                 self.failures_in_row += 1
-                delay_s = min(2.0 ** self.failures_in_row, 60.0)
+                delay_s = min(2.0**self.failures_in_row, 60.0)
                 self.restart_at_mono = now_mono + delay_s
-                self.note(f"{who} died before passing a health check: {how} "
-                          f"({self.failures_in_row} in a row); the next one in {delay_s:.0f}s "
-                          "(see `gpusched logs`)", now)
+                self.note(
+                    f"{who} died before passing a health check: {how} "
+                    f"({self.failures_in_row} in a row); the next one in {delay_s:.0f}s "
+                    "(see `gpusched logs`)",
+                    now,
+                )
         for job_id, status in self.servers.items():
             if status == "ready" and job_id in active_ids:  # also one adopted at a restart
                 self.seen[job_id] = True
@@ -84,8 +92,12 @@ class Door:
         port = known.get("log_port", 0)
         self.requests = RequestLog(port, known.get("token") or new_token())
         if port and (self.requests.port != port or "token" not in known):
-            log.warning("service %s: its request log port %d is taken, or has no secret; "
-                        "restarting its front door", self.proxy.name, port)
+            log.warning(
+                "service %s: its request log port %d is taken, or has no secret; "
+                "restarting its front door",
+                self.proxy.name,
+                port,
+            )
             self.proxy.stop()
 
     def close(self) -> None:
@@ -98,9 +110,13 @@ class Door:
         self.read_stats()
         for name, stat in self.stats.items():
             if name.startswith("r") and name[1:].isdigit():
-                self.servers[int(name[1:])] = "draining" if stat.status.startswith("DRAIN") \
-                    and stat.checked_ok else "ready" if stat.status.startswith("UP") \
+                self.servers[int(name[1:])] = (
+                    "draining"
+                    if stat.status.startswith("DRAIN") and stat.checked_ok
+                    else "ready"
+                    if stat.status.startswith("UP")
                     else "checking"
+                )
 
     def read_stats(self) -> bool:
         try:
@@ -154,14 +170,19 @@ class Door:
         requests = sum(count for when, count in self.counted if when >= now - window_s)
         last = self.samples[-1] if self.samples else None
         return {
-            "proxy_pid": self.proxy.pid(), "problem": self.problem,
-            "requests_total": self.requests_total, "failed_total": self.failed_total,
+            "proxy_pid": self.proxy.pid(),
+            "problem": self.problem,
+            "requests_total": self.requests_total,
+            "failed_total": self.failed_total,
             "log_lines_refused": self.requests.refused if self.requests else 0,
             "in_flight": last.in_flight if last else 0,
             "requests_per_s": round(requests / window_s, 3),
-            "p50_ms": _quantile(recent, 0.5), "p95_ms": p95(recent),
-            "latency_buckets_ms": list(LATENCY_BUCKETS_MS), "latency_counts": list(self.histogram),
-            "latency_sum_ms": self.latency_sum_ms, "scale_events_total": self.scale_events,
+            "p50_ms": _quantile(recent, 0.5),
+            "p95_ms": p95(recent),
+            "latency_buckets_ms": list(LATENCY_BUCKETS_MS),
+            "latency_counts": list(self.histogram),
+            "latency_sum_ms": self.latency_sum_ms,
+            "scale_events_total": self.scale_events,
             "events": [{"at": at, "event": text} for at, text in self.events],
         }
 

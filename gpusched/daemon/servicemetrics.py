@@ -3,7 +3,8 @@ sample (DaemonState.service_figures): a scrape never waits for the loop."""
 
 from __future__ import annotations
 
-from typing import Any, Iterable
+from collections.abc import Iterable
+from typing import Any
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 
@@ -14,23 +15,36 @@ def service_families(figures: Iterable[dict[str, Any]]) -> list:
     figures = list(figures)
     if not figures:  # a daemon without services shows no empty service families
         return []
-    wanted = GaugeMetricFamily("gpusched_service_replicas_wanted",
-                               "Replicas a service wants now (scale, autoscaling).", labels=LABELS)
-    ready = GaugeMetricFamily("gpusched_service_replicas_ready",
-                              "Replicas in the front door, passing their health checks.",
-                              labels=LABELS)
-    in_flight = GaugeMetricFamily("gpusched_service_requests_in_flight",
-                                  "Requests the front door is serving or queueing.",
-                                  labels=LABELS)
-    requests = CounterMetricFamily("gpusched_service_requests",
-                                   "Requests answered through the front door.",
-                                   labels=LABELS + ["outcome"])
-    scaled = CounterMetricFamily("gpusched_service_scale_events",
-                                 "Changes of the replicas wanted, by autoscaling or by hand.",
-                                 labels=LABELS)
-    latency = HistogramMetricFamily("gpusched_service_request_duration_seconds",
-                                    "Time from request to answer through the front door.",
-                                    labels=LABELS)
+    wanted = GaugeMetricFamily(
+        "gpusched_service_replicas_wanted",
+        "Replicas a service wants now (scale, autoscaling).",
+        labels=LABELS,
+    )
+    ready = GaugeMetricFamily(
+        "gpusched_service_replicas_ready",
+        "Replicas in the front door, passing their health checks.",
+        labels=LABELS,
+    )
+    in_flight = GaugeMetricFamily(
+        "gpusched_service_requests_in_flight",
+        "Requests the front door is serving or queueing.",
+        labels=LABELS,
+    )
+    requests = CounterMetricFamily(
+        "gpusched_service_requests",
+        "Requests answered through the front door.",
+        labels=LABELS + ["outcome"],
+    )
+    scaled = CounterMetricFamily(
+        "gpusched_service_scale_events",
+        "Changes of the replicas wanted, by autoscaling or by hand.",
+        labels=LABELS,
+    )
+    latency = HistogramMetricFamily(
+        "gpusched_service_request_duration_seconds",
+        "Time from request to answer through the front door.",
+        labels=LABELS,
+    )
     for f in figures:
         name = [f["name"]]
         wanted.add_metric(name, f["wanted"])

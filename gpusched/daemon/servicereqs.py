@@ -27,8 +27,11 @@ class ServiceRequests:
         # Each answer as the caller may see it (authz.Viewer: another user's command is theirs).
         shown = self.setup.authz.viewer(req.creds[1]).service
         if action == "list":
-            return {"services": [shown(self.describe(service))
-                                 for _, service in sorted(self.services.items())]}
+            return {
+                "services": [
+                    shown(self.describe(service)) for _, service in sorted(self.services.items())
+                ]
+            }
         if "name" not in args or args["name"] is None:
             raise UsageError(f"service {action} needs a service name")
         if action == "create":
@@ -45,22 +48,27 @@ class ServiceRequests:
         service = self.services.get(name) if isinstance(name, str) else None
         if service is None:
             known = ", ".join(sorted(self.services)) or "none yet"
-            raise NotFound(f"no service {name!r} (services: {known}); `gpusched service ls` "
-                           "lists them")
+            raise NotFound(
+                f"no service {name!r} (services: {known}); `gpusched service ls` lists them"
+            )
         if creds is not None:
             uid = creds[1]
             if uid != service.uid and not self.setup.authz.is_admin(uid):
                 # As a job of another user's: audited, and exit 1 (not a bad command line).
                 self.setup.authz.audit(creds, "service", None, f"not the owner of {name}")
-                raise PermissionDenied(f"service {name} belongs to {service.user}; only its "
-                                       "owner or an admin may change it")
+                raise PermissionDenied(
+                    f"service {name} belongs to {service.user}; only its "
+                    "owner or an admin may change it"
+                )
         return service
 
     def create(self, args: dict, creds: tuple[int, int, int]) -> dict:
         name = model.check_name(args.get("name"))
         if name in self.services:
-            raise UsageError(f"service {name} exists already; `gpusched service update {name}`"
-                             " changes it, `gpusched service delete` removes it")
+            raise UsageError(
+                f"service {name} exists already; `gpusched service update {name}`"
+                " changes it, `gpusched service delete` removes it"
+            )
         spec = model.check_spec(args.get("spec") or {})
         if "job" not in spec:
             raise UsageError("a service needs a command; put it after `--`")
@@ -71,11 +79,20 @@ class ServiceRequests:
         low, high = spec.pop("min_replicas", 1), spec.pop("max_replicas", 1)
         spec["listen"] = self.pick_listen(spec.get("listen") or "127.0.0.1:0")
         if int(spec["listen"].rpartition(":")[2]) < 1024 and not self.setup.authz.is_admin(uid):
-            raise UsageError(f"--listen {spec['listen']}: ports below 1024 are for admins; "
-                             "pick a port from 1024 up")
-        service = model.Service(name=name, uid=uid, user=user_name(uid), min_replicas=low,
-                                max_replicas=high, wanted=low, created_at=self.clock.time(),
-                                **spec)
+            raise UsageError(
+                f"--listen {spec['listen']}: ports below 1024 are for admins; "
+                "pick a port from 1024 up"
+            )
+        service = model.Service(
+            name=name,
+            uid=uid,
+            user=user_name(uid),
+            min_replicas=low,
+            max_replicas=high,
+            wanted=low,
+            created_at=self.clock.time(),
+            **spec,
+        )
         owner = Job(id=0, command=(), cwd=service.cwd, uid=uid, user=service.user, env={})
         template = self.submits._template(service.job, owner)  # refused now, not at each replica
         self.submits.check_priority(creds, template.priority)
@@ -88,15 +105,18 @@ class ServiceRequests:
             door.close()
             self.doors.pop(name, None)
             raise
-        door.note(f"created with {low} replica(s), front door on {service.listen}",
-                  self.clock.time())
+        door.note(
+            f"created with {low} replica(s), front door on {service.listen}", self.clock.time()
+        )
         return self.describe(service)
 
     def check_limits(self, spec: dict) -> None:
         """A replica's command, name, environment and directory against [limits], as a
         submit's are: a client can be bypassed, and each replica is queued from them."""
-        limits.check_submit({"jobs": [spec["job"]], "env": spec["env"], "cwd": spec["cwd"]},
-                            limits.from_settings(self.setup.settings))
+        limits.check_submit(
+            {"jobs": [spec["job"]], "env": spec["env"], "cwd": spec["cwd"]},
+            limits.from_settings(self.setup.settings),
+        )
 
     def pick_listen(self, listen: str) -> str:
         if listen.endswith(":0"):
@@ -108,9 +128,11 @@ class ServiceRequests:
         if not isinstance(replicas, int) or not 0 <= replicas <= model.MAX_REPLICAS:
             raise UsageError(f"replicas must be 0-{model.MAX_REPLICAS}, not {replicas!r}")
         if service.autoscaled and not service.min_replicas <= replicas <= service.max_replicas:
-            raise UsageError(f"service {name} scales itself between {service.min_replicas} and "
-                             f"{service.max_replicas}; `gpusched service update {name} "
-                             f"--replicas MIN:MAX` changes that")
+            raise UsageError(
+                f"service {name} scales itself between {service.min_replicas} and "
+                f"{service.max_replicas}; `gpusched service update {name} "
+                f"--replicas MIN:MAX` changes that"
+            )
         now = self.clock.time()
         if service.autoscaled:  # the autoscaler must not undo it at its next sample
             service = replace(service, autoscale_resumes_at=now + service.autoscale.cooldown_s)
@@ -128,15 +150,18 @@ class ServiceRequests:
         changes: dict[str, Any] = {"generation": service.generation + 1}
         if given.keys() & {"job", "env", "cwd"}:
             # Over what the service has: what the update does not give stays as it was.
-            job = {"job": model.merged_job(service.job, given.get("job") or {}),
-                   "env": {**service.env, **given.get("env", {})},
-                   "cwd": given.get("cwd", service.cwd)}
+            job = {
+                "job": model.merged_job(service.job, given.get("job") or {}),
+                "env": {**service.env, **given.get("env", {})},
+                "cwd": given.get("cwd", service.cwd),
+            }
             self.check_limits(job)
             changes.update(job)
         if "min_replicas" in given:
             low, high = given["min_replicas"], given["max_replicas"]
-            changes.update(min_replicas=low, max_replicas=high,
-                           wanted=max(low, min(high, service.wanted)))
+            changes.update(
+                min_replicas=low, max_replicas=high, wanted=max(low, min(high, service.wanted))
+            )
         updated = replace(service, **changes)
         owner = Job(id=0, command=(), cwd=updated.cwd, uid=service.uid, user=service.user, env={})
         template = self.submits._template(updated.job, owner)
@@ -144,8 +169,9 @@ class ServiceRequests:
         self.save(updated)
         door = self.door(name)
         door.rolling = updated.generation
-        door.note(f"update {updated.generation}: replicas replaced one at a time",
-                  self.clock.time())
+        door.note(
+            f"update {updated.generation}: replicas replaced one at a time", self.clock.time()
+        )
         return self.describe(updated)
 
     def delete(self, name: Any, creds: tuple[int, int, int]) -> dict:
@@ -168,17 +194,27 @@ class ServiceRequests:
         replicas = []
         for job in self.replicas(service.name):
             stat = door.stats.get(Door.server_name(job.id))
-            replicas.append({
-                "job_id": job.id, "state": job.state.value, "port": int(job.env[PORT_VAR]),
-                "generation": int(job.env.get(GENERATION_VAR, 1)),
-                "door": door.servers.get(job.id, "-"), "gpu_indices": list(job.gpu_indices),
-                "requests": stat.total if stat else 0, "in_flight": stat.in_flight if stat else 0,
-                "weight": stat.weight if stat else None,
-                "pending_reason": job.pending_reason if job.state is JobState.PENDING else ""})
+            replicas.append(
+                {
+                    "job_id": job.id,
+                    "state": job.state.value,
+                    "port": int(job.env[PORT_VAR]),
+                    "generation": int(job.env.get(GENERATION_VAR, 1)),
+                    "door": door.servers.get(job.id, "-"),
+                    "gpu_indices": list(job.gpu_indices),
+                    "requests": stat.total if stat else 0,
+                    "in_flight": stat.in_flight if stat else 0,
+                    "weight": stat.weight if stat else None,
+                    "pending_reason": job.pending_reason if job.state is JobState.PENDING else "",
+                }
+            )
         low, high = model.bounds(service, minute_of_day(now))
-        return {**service.to_dict(), "env": None, "running": sum(
-                    1 for r in replicas if r["door"] == "ready"),
-                "bounds_now": [low, high], "replicas": replicas,
-                "updating": model.rollout_words(service.generation, service.wanted, replicas),
-                **door.summary(now)}
-
+        return {
+            **service.to_dict(),
+            "env": None,
+            "running": sum(1 for r in replicas if r["door"] == "ready"),
+            "bounds_now": [low, high],
+            "replicas": replicas,
+            "updating": model.rollout_words(service.generation, service.wanted, replicas),
+            **door.summary(now),
+        }

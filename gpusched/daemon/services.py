@@ -12,9 +12,9 @@ import socket
 from typing import Any
 
 from gpusched.core import services as model
-from gpusched.core.services import GENERATION_VAR, PORT_VAR, SERVICE_VAR, SLOT_VAR
 from gpusched.core.errors import GpuschedError, StoreWriteError
 from gpusched.core.models import Job, JobState
+from gpusched.core.services import GENERATION_VAR, PORT_VAR, SERVICE_VAR, SLOT_VAR
 from gpusched.core.syntax import signal_name
 from gpusched.daemon.servicedoor import Door, minute_of_day
 from gpusched.daemon.servicereqs import META_PREFIX, ServiceRequests
@@ -81,9 +81,14 @@ class ServiceManager(ServiceRequests):
         binary = haproxy.require_binary(self.setup.settings.haproxy)
         door.close()
         door.open_log(fresh=True)  # a new port and secret: the old ones may be known
-        door.proxy.write_config(service.listen, service.balance, service.health,
-                                door.requests.port, door.requests.token,
-                                haproxy.owner_identity(service.uid, service.name))
+        door.proxy.write_config(
+            service.listen,
+            service.balance,
+            service.health,
+            door.requests.port,
+            door.requests.token,
+            haproxy.owner_identity(service.uid, service.name),
+        )
         door.servers.clear()
         door.proxy.start(binary)
         door.problem = ""
@@ -98,10 +103,22 @@ class ServiceManager(ServiceRequests):
 
     def add_replica(self, service: model.Service, slot: int) -> int:
         taken = {int(j.env[PORT_VAR]) for name in self.services for j in self.replicas(name)}
-        env = {**service.env, SERVICE_VAR: service.name, PORT_VAR: str(self.free_port(taken)),
-               GENERATION_VAR: str(service.generation), SLOT_VAR: str(slot)}
-        owner = Job(id=0, command=(), cwd=service.cwd, uid=service.uid, user=service.user,
-                    env=env, submitted_at=self.clock.time())
+        env = {
+            **service.env,
+            SERVICE_VAR: service.name,
+            PORT_VAR: str(self.free_port(taken)),
+            GENERATION_VAR: str(service.generation),
+            SLOT_VAR: str(slot),
+        }
+        owner = Job(
+            id=0,
+            command=(),
+            cwd=service.cwd,
+            uid=service.uid,
+            user=service.user,
+            env=env,
+            submitted_at=self.clock.time(),
+        )
         # A submit's own checks and insert (daemon/submits.py), for the service's owner.
         template = self.submits._template(service.job, owner)
         self.replicas(service.name)  # the ids are gathered before this one is added
@@ -120,8 +137,12 @@ class ServiceManager(ServiceRequests):
         job = self.state.find(job_id)
         if job is None:
             return f"replica job {job_id}", "ended"
-        how = model.end_words(job.state.value, job.exit_code,
-                              signal_name(job.signal) if job.signal else "", job.end_reason)
+        how = model.end_words(
+            job.state.value,
+            job.exit_code,
+            signal_name(job.signal) if job.signal else "",
+            job.end_reason,
+        )
         return f"replica {job.env.get(SLOT_VAR, '?')} (job {job_id})", how
 
     # -- the loop's part -------------------------------------------------------------------
@@ -142,16 +163,19 @@ class ServiceManager(ServiceRequests):
                 self.door(name).problem = exc.message
             except OSError as exc:  # HAProxy between a stop and a start, say: next step
                 self.door(name).problem = f"HAProxy's admin socket did not answer: {exc}"
-            except Exception:  # noqa: BLE001 - one service's trouble must not stop the loop
+            except Exception:
                 log.exception("service %s: a step failed", name)
         if sample:
             self.state.service_figures = [self.figures(s) for _, s in sorted(self.services.items())]
 
     def figures(self, service: model.Service) -> dict[str, Any]:
         door = self.door(service.name)
-        return {"name": service.name, "wanted": service.wanted,
-                "ready": sum(1 for s in door.servers.values() if s == "ready"),
-                **door.summary(self.clock.time())}
+        return {
+            "name": service.name,
+            "wanted": service.wanted,
+            "ready": sum(1 for s in door.servers.values() if s == "ready"),
+            **door.summary(self.clock.time()),
+        }
 
     def step_service(self, service: model.Service, sample: bool) -> None:
         door = self.door(service.name)
@@ -177,15 +201,23 @@ class ServiceManager(ServiceRequests):
         door.problem = ""  # a whole step went through
 
     def gpu_util_pct(self, service: model.Service) -> float | None:
-        indices = {i for j in self.replicas(service.name) if j.state is JobState.RUNNING
-                   for i in j.gpu_indices}
-        utils = [g.util_pct for g in self.state.inventory.gpus
-                 if g.index in indices and g.util_pct is not None]
+        indices = {
+            i
+            for j in self.replicas(service.name)
+            if j.state is JobState.RUNNING
+            for i in j.gpu_indices
+        }
+        utils = [
+            g.util_pct
+            for g in self.state.inventory.gpus
+            if g.index in indices and g.util_pct is not None
+        ]
         return sum(utils) / len(utils) if utils else None
 
     def autoscale(self, service: model.Service, door: Door, now: float) -> model.Service:
-        wanted, why = model.decide(service, list(door.samples), now, door.last_change_s,
-                                   minute_of_day(now))
+        wanted, why = model.decide(
+            service, list(door.samples), now, door.last_change_s, minute_of_day(now)
+        )
         if wanted == service.wanted:
             return service
         self.save(model.scaled(service, wanted))
@@ -204,14 +236,16 @@ class ServiceManager(ServiceRequests):
         mem = [g.mem_total_bytes for g in self.state.inventory.gpus if g.index in job.gpu_indices]
         return max(1, min(256, (mem[0] >> 30) if mem else 1))
 
-    def sync_door(self, service: model.Service, door: Door, replicas: list[Job],
-                  now: float) -> None:
+    def sync_door(
+        self, service: model.Service, door: Door, replicas: list[Job], now: float
+    ) -> None:
         """Running replicas in, checked before they take requests; ended ones out."""
         running = {j.id: j for j in replicas if j.state is JobState.RUNNING}
         for job_id, job in running.items():
             if job_id not in door.servers:
-                door.proxy.add_server(Door.server_name(job_id), int(job.env[PORT_VAR]),
-                                      self.weight(service, job))
+                door.proxy.add_server(
+                    Door.server_name(job_id), int(job.env[PORT_VAR]), self.weight(service, job)
+                )
                 door.servers[job_id] = "checking"
         for job_id, status in list(door.servers.items()):
             stat = door.stats.get(Door.server_name(job_id))
@@ -219,15 +253,15 @@ class ServiceManager(ServiceRequests):
                 door.proxy.ready_server(Door.server_name(job_id))
                 door.servers[job_id] = "ready"
                 door.note(f"replica job {job_id} passed its health check", now)
-            elif job_id not in self.state.jobs or (
-                    status != "draining" and job_id not in running):
+            elif job_id not in self.state.jobs or (status != "draining" and job_id not in running):
                 if door.proxy.remove_server(Door.server_name(job_id)):
                     door.servers.pop(job_id, None)
             elif status == "draining":
                 self.finish_drain(service, door, job_id, stat, now)
 
-    def finish_drain(self, service: model.Service, door: Door, job_id: int, stat: Any,
-                     now: float) -> None:
+    def finish_drain(
+        self, service: model.Service, door: Door, job_id: int, stat: Any, now: float
+    ) -> None:
         since = door.draining_since.setdefault(job_id, now)
         if stat is not None and stat.in_flight > 0 and now - since < _DRAIN_MOST_S:
             return
@@ -248,8 +282,9 @@ class ServiceManager(ServiceRequests):
         elif door.servers.get(job.id) != "draining":
             self.stop_replica(service, job)
 
-    def keep_count(self, service: model.Service, door: Door, replicas: list[Job],
-                   now: float) -> None:
+    def keep_count(
+        self, service: model.Service, door: Door, replicas: list[Job], now: float
+    ) -> None:
         """As many replicas of this generation as wanted; while an update rolls, one more,
         and an old one retired for each new one that is ready. Where the one more cannot
         be placed beside the old ones, an old one goes first (maxSurge 0)."""
@@ -259,32 +294,47 @@ class ServiceManager(ServiceRequests):
         ready_new = sum(1 for j in current if door.servers.get(j.id) == "ready")
         waiting = [j for j in current if j.state is JobState.PENDING]
         # The scheduler looked at it and could not place it ("waiting to be placed": not yet).
-        no_room = [j for j in waiting if self.state.reason_of(j) not in ("", "waiting to be "
-                                                                           "placed")]
+        no_room = [
+            j for j in waiting if self.state.reason_of(j) not in ("", "waiting to be placed")
+        ]
         # An old replica makes room only while every other one serves: none leaving, and
         # no new one still starting.
-        busy = len(replicas) < len(self.replicas(service.name)) or len(live) < len(replicas) \
+        busy = (
+            len(replicas) < len(self.replicas(service.name))
+            or len(live) < len(replicas)
             or any(j not in waiting and door.servers.get(j.id) != "ready" for j in current)
+        )
         if old and (ready_new + len(old) > service.wanted or not service.wanted):
             # Replicas that never took a request go first, then the oldest.
             victim = min(old, key=lambda j: (door.servers.get(j.id) == "ready", j.id))
             self.retire(service, door, victim, now)
         elif old and no_room and len(live) > service.wanted and not busy:
             victim = min(old, key=lambda j: (door.servers.get(j.id) == "ready", j.id))
-            door.note(f"no room for replica job {no_room[0].id} beside the old ones "
-                      f"({self.state.reason_of(no_room[0])}): old replica job {victim.id} "
-                      "goes first", now)
+            door.note(
+                f"no room for replica job {no_room[0].id} beside the old ones "
+                f"({self.state.reason_of(no_room[0])}): old replica job {victim.id} "
+                "goes first",
+                now,
+            )
             self.retire(service, door, victim, now)
-        elif (not old and not busy and ready_new >= service.wanted
-              and door.rolling == service.generation):
+        elif (
+            not old
+            and not busy
+            and ready_new >= service.wanted
+            and door.rolling == service.generation
+        ):
             door.rolling = 0
             door.note(f"update {service.generation} done: every replica replaced", now)
         elif len(current) > service.wanted:
             # The newest go first, those not serving before those that are.
             victim = max(current, key=lambda j: (door.servers.get(j.id) != "ready", j.id))
             self.retire(service, door, victim, now)
-        elif (len(current) < service.wanted and len(live) < service.wanted + (1 if old else 0)
-              and not (old and waiting) and self.clock.monotonic() >= door.restart_at_mono):
+        elif (
+            len(current) < service.wanted
+            and len(live) < service.wanted + (1 if old else 0)
+            and not (old and waiting)
+            and self.clock.monotonic() >= door.restart_at_mono
+        ):
             slots = {int(j.env.get(SLOT_VAR, -1)) for j in current}
             slot = min(set(range(service.wanted + 1)) - slots)
             job_id = self.add_replica(service, slot)

@@ -13,8 +13,7 @@ import logging
 import signal
 from dataclasses import replace
 
-from gpusched.core.models import (LOST_WATCHER_REASONS, SHIM_LOST_REASON,
-                                   SUPERVISOR_LOST_REASON, Job)
+from gpusched.core.models import LOST_WATCHER_REASONS, SHIM_LOST_REASON, SUPERVISOR_LOST_REASON, Job
 from gpusched.daemon.state import Setup
 from gpusched.proc import leftovers, runfile
 from gpusched.proc.seam import ProcessSeam
@@ -24,8 +23,10 @@ log = logging.getLogger("gpusched.jobs")
 VANISHED = "the job's shim vanished without an exit record (killed, or the machine rebooted)"
 # A job the supervisor started without a shim (proc/supervisor.py) whose supervisor died:
 # nothing records its end any more.
-SUPERVISOR_VANISHED = ("the job supervisor that watched the job vanished without an exit "
-                       "record (killed, or the machine rebooted)")
+SUPERVISOR_VANISHED = (
+    "the job supervisor that watched the job vanished without an exit "
+    "record (killed, or the machine rebooted)"
+)
 _PIDS_SHOWN = 8  # a reason stays one readable line however many processes a job left
 
 
@@ -57,8 +58,9 @@ class ShimLoss:
             self.seam.signal_processes(found, signal.SIGKILL)
         else:
             # New ones too: a child forked since the first SIGTERM gets its own.
-            self.seam.signal_processes({p: t for p, t in found.items() if p not in seen},
-                                       signal.SIGTERM)
+            self.seam.signal_processes(
+                {p: t for p, t in found.items() if p not in seen}, signal.SIGTERM
+            )
         supervised = shim is not None and shim.supervised  # found: its record is there
         if not seen:
             who = "supervisor" if supervised else "shim"
@@ -67,20 +69,22 @@ class ShimLoss:
             self.seam.append_to_log(job.stderr_path, note, job.uid)
         seen.update(found)
         why = SUPERVISOR_LOST_REASON if supervised else SHIM_LOST_REASON
-        return replace(job, end_reason=f"{why} ({_pids(found)}); its GPUs stay reserved until "
-                                       "they are gone")
+        return replace(
+            job, end_reason=f"{why} ({_pids(found)}); its GPUs stay reserved until they are gone"
+        )
 
     def lost_reason(self, job: Job) -> str:
         """Why the job ended lost, saying what was done to what it left; forgets the job."""
         self.term_sent_at.pop(job.id, None)
         stopped = self.signalled.pop(job.id, set())
-        how = "SIGTERM, then SIGKILL after the cancel grace" if job.id in self.killed else \
-            "SIGTERM"
+        how = "SIGTERM, then SIGKILL after the cancel grace" if job.id in self.killed else "SIGTERM"
         self.killed.discard(job.id)
         vanished = SUPERVISOR_VANISHED if self._supervised(job) else VANISHED
         if stopped:
-            return (f"{vanished}; gpusched stopped the processes it left "
-                    f"({_pids(stopped)}; {how}) before freeing its GPUs")
+            return (
+                f"{vanished}; gpusched stopped the processes it left "
+                f"({_pids(stopped)}; {how}) before freeing its GPUs"
+            )
         if job.end_reason.startswith(LOST_WATCHER_REASONS):  # stopped before a restart
             return f"{vanished}; the processes it left have ended"
         return vanished
@@ -93,8 +97,14 @@ class ShimLoss:
     def next_deadline(self) -> float | None:
         """When the next SIGKILL of leftovers is due (epoch s)."""
         grace_s = self.setup.settings.cancel_grace_s
-        return min((sent + grace_s for job_id, sent in self.term_sent_at.items()
-                    if job_id not in self.killed), default=None)
+        return min(
+            (
+                sent + grace_s
+                for job_id, sent in self.term_sent_at.items()
+                if job_id not in self.killed
+            ),
+            default=None,
+        )
 
     def _leftovers(self, job: Job, shim: runfile.ShimRecord | None) -> dict[int, int]:
         """pid -> start ticks of the job's live processes (none when its shim never ran, or

@@ -5,11 +5,16 @@ from __future__ import annotations
 import logging
 import os
 import subprocess
-from typing import Sequence
+from collections.abc import Sequence
 
 from gpusched.core.clusterconf import ClusterConfig
-from gpusched.core.slurmparse import SACCT_FIELDS, SQUEUE_FORMAT, SlurmRow, parse_sacct, \
-    parse_squeue
+from gpusched.core.slurmparse import (
+    SACCT_FIELDS,
+    SQUEUE_FORMAT,
+    SlurmRow,
+    parse_sacct,
+    parse_squeue,
+)
 
 log = logging.getLogger("gpusched.daemon.slurmcmd")
 
@@ -31,8 +36,11 @@ class SlurmCommands:
     def __init__(self, cluster: ClusterConfig, environ: dict[str, str] | None = None):
         self.cluster = cluster
         base = dict(os.environ if environ is None else environ)
-        self.env = {k: v for k, v in base.items()
-                    if not k.startswith(("SBATCH_", "SLURM_", "SQUEUE_", "SACCT_", "SCANCEL_"))}
+        self.env = {
+            k: v
+            for k, v in base.items()
+            if not k.startswith(("SBATCH_", "SLURM_", "SQUEUE_", "SACCT_", "SCANCEL_"))
+        }
         conf = cluster.slurm_conf or base.get("SLURM_CONF", "")
         if conf:
             self.env["SLURM_CONF"] = conf
@@ -42,16 +50,21 @@ class SlurmCommands:
         self.calls = 0  # every command run, for `daemon status` and the tests
 
     def _run(self, argv: Sequence[str]) -> subprocess.CompletedProcess:
-        program = os.path.join(self.cluster.bin_dir, argv[0]) if self.cluster.bin_dir \
-            else argv[0]
+        program = os.path.join(self.cluster.bin_dir, argv[0]) if self.cluster.bin_dir else argv[0]
         self.calls += 1
         try:
-            return subprocess.run([program, *argv[1:]], env=self.env, capture_output=True,
-                                  text=True, timeout=self.cluster.command_timeout_s,
-                                  stdin=subprocess.DEVNULL)
+            return subprocess.run(
+                [program, *argv[1:]],
+                env=self.env,
+                capture_output=True,
+                text=True,
+                timeout=self.cluster.command_timeout_s,
+                stdin=subprocess.DEVNULL,
+            )
         except subprocess.TimeoutExpired:
-            raise SlurmError(f"{argv[0]} did not answer within "
-                             f"{self.cluster.command_timeout_s:g} s") from None
+            raise SlurmError(
+                f"{argv[0]} did not answer within {self.cluster.command_timeout_s:g} s"
+            ) from None
         except OSError as exc:
             raise SlurmError(f"cannot run {program}: {exc.strerror}") from None
 
@@ -73,9 +86,10 @@ class SlurmCommands:
         IDS_PER_CALL ids; a job Slurm forgot is simply not in the result."""
         rows: dict[str, SlurmRow] = {}
         for start in range(0, len(keys), IDS_PER_CALL):
-            chunk = keys[start:start + IDS_PER_CALL]
-            done = self._run(["squeue", "-h", "-r", "-t", "all", "-j", ",".join(chunk),
-                              "-O", SQUEUE_FORMAT])
+            chunk = keys[start : start + IDS_PER_CALL]
+            done = self._run(
+                ["squeue", "-h", "-r", "-t", "all", "-j", ",".join(chunk), "-O", SQUEUE_FORMAT]
+            )
             if done.returncode != 0 and _ALL_PURGED not in done.stderr:
                 raise SlurmError(f"squeue: {self._said(done)}")
             rows.update(parse_squeue(done.stdout))
@@ -95,15 +109,15 @@ class SlurmCommands:
             return {}
         rows: dict[str, SlurmRow] = {}
         for start in range(0, len(keys), IDS_PER_CALL):
-            chunk = ",".join(keys[start:start + IDS_PER_CALL])
-            done = self._run(["sacct", self.sacct_mode or "-X", "-P", "-j", chunk,
-                              "-o", SACCT_FIELDS])
+            chunk = ",".join(keys[start : start + IDS_PER_CALL])
+            done = self._run(
+                ["sacct", self.sacct_mode or "-X", "-P", "-j", chunk, "-o", SACCT_FIELDS]
+            )
             no_database = done.returncode != 0 and any(n in done.stderr for n in _NO_ACCOUNTING)
             if not self.sacct_mode and no_database:
                 done = self._run(["sacct", "-c", "-P", "-j", chunk, "-o", SACCT_FIELDS])
                 if done.returncode != 0:  # no job completion log either: records alone
-                    log.info("no accounting on cluster %s: %s", self.cluster.name,
-                             self._said(done))
+                    log.info("no accounting on cluster %s: %s", self.cluster.name, self._said(done))
                     self.sacct_mode = "none"
                     return rows
                 self.sacct_mode = "-c"

@@ -24,8 +24,7 @@ class Plan:
     """One sbatch to run: the jobs it submits (a job, or elements of one array), its
     command line, and the files to write first on the shared directory."""
 
-    def __init__(self, group: list[Job], argv: list[str], base: str, script: str,
-                 env_file: str):
+    def __init__(self, group: list[Job], argv: list[str], base: str, script: str, env_file: str):
         self.group, self.argv = group, argv
         self.base, self.script, self.env_file = base, script, env_file
 
@@ -45,16 +44,26 @@ class HandOver:
         if not cut_short:
             self.recovered.add(cluster.name)
             return
-        worker.run(self.c.commands[cluster.name].own_jobs,
-                   lambda rows, error: self._recovered(cluster, cut_short, rows, error))
+        worker.run(
+            self.c.commands[cluster.name].own_jobs,
+            lambda rows, error: self._recovered(cluster, cut_short, rows, error),
+        )
 
-    def _recovered(self, cluster: ClusterConfig, cut_short: list[int],
-                   rows: dict[str, SlurmRow] | None, error: BaseException | None) -> None:
+    def _recovered(
+        self,
+        cluster: ClusterConfig,
+        cut_short: list[int],
+        rows: dict[str, SlurmRow] | None,
+        error: BaseException | None,
+    ) -> None:
         if error is not None:
             self.c.failed(cluster.name, error)
             return
-        found = {row.comment: row for row in rows.values()
-                 if row.comment.startswith(slurmspec.MARKER_PREFIX)}
+        found = {
+            row.comment: row
+            for row in rows.values()
+            if row.comment.startswith(slurmspec.MARKER_PREFIX)
+        }
         with self.c.state.write():
             for job_id in cut_short:
                 job = self.c.state.find(job_id)
@@ -74,13 +83,20 @@ class HandOver:
         self.c.save_run(job.id)
 
     # -- handing over --------------------------------------------------------------------
-    def hand_over(self, cluster: ClusterConfig, jobs: list[Job], now: float,
-                  worker: SlurmWorker) -> bool:
+    def hand_over(
+        self, cluster: ClusterConfig, jobs: list[Job], now: float, worker: SlurmWorker
+    ) -> bool:
         """Give Slurm the jobs that are due, in one task of the worker; whether any were."""
         runs = self.c.runs
-        due = [j for j in jobs if j.state is JobState.PENDING and not j.held
-               and not runs[j.id]["submitting"] and str(j.attempt) not in runs[j.id]["slurm"]
-               and (j.eligible_at is None or j.eligible_at <= now)]
+        due = [
+            j
+            for j in jobs
+            if j.state is JobState.PENDING
+            and not j.held
+            and not runs[j.id]["submitting"]
+            and str(j.attempt) not in runs[j.id]["slurm"]
+            and (j.eligible_at is None or j.eligible_at <= now)
+        ]
         groups: dict[tuple, list[Job]] = {}
         for job in sorted(due, key=lambda j: j.id):
             group = (job.array_id, job.attempt) if job.array_id is not None else (job.id, 0)
@@ -98,8 +114,10 @@ class HandOver:
                     runs[job.id].update(submitting=job.attempt, marker=_mark(plan.argv))
                     self.c.save_run(job.id)
         commands = self.c.commands[cluster.name]
-        worker.run(lambda: _sbatch_all(commands, plans),
-                   lambda results, error: self._submitted(cluster, plans, results, error))
+        worker.run(
+            lambda: _sbatch_all(commands, plans),
+            lambda results, error: self._submitted(cluster, plans, results, error),
+        )
         return True
 
     def _dependencies(self, job: Job) -> list[tuple[str, str]] | None:
@@ -110,36 +128,44 @@ class HandOver:
         state = self.c.state
         for kind, dep in job.dependencies:
             elements = [state.jobs.get(j.id, j) for j in state.store.array(dep)]
-            verdict, key = dependency_state(kind, state.find(dep), self.c.runs.get(dep),
-                                            elements)
+            verdict, key = dependency_state(kind, state.find(dep), self.c.runs.get(dep), elements)
             if verdict == MET:
                 continue
             if verdict == NEVER:
                 with state.write():
-                    state.save(transition(job, JobState.CANCELLED,
-                                          ended_at=self.c.setup.clock.time(),
-                                          end_reason=f"its dependency {kind}:{dep} can never "
-                                          "be met"))
+                    state.save(
+                        transition(
+                            job,
+                            JobState.CANCELLED,
+                            ended_at=self.c.setup.clock.time(),
+                            end_reason=f"its dependency {kind}:{dep} can never be met",
+                        )
+                    )
             if verdict != SLURM:
                 return None
             deps.append((kind, key))
         return deps
 
-    def _plan(self, cluster: ClusterConfig, group: list[Job], deps: list[tuple[str, str]]
-              ) -> Plan:
+    def _plan(self, cluster: ClusterConfig, group: list[Job], deps: list[tuple[str, str]]) -> Plan:
         first, base = group[0], self.c.base_dir(cluster)
         name = first.array_id if first.array_id is not None else first.id
         script = os.path.join(base, f"{name}.{first.attempt}.sh")
         output, error = first.stdout_path, first.stderr_path
         if first.array_id is not None:  # Slurm puts each element's index for %a
-            output, error = (os.path.join(base, f"{first.array_id}_%a.{ext}")
-                             for ext in ("out", "err"))
+            output, error = (
+                os.path.join(base, f"{first.array_id}_%a.{ext}") for ext in ("out", "err")
+            )
         mark = slurmspec.marker(self.c.uuid, first.id, first.attempt)
         argv = slurmspec.sbatch_argv(group, cluster, script, output, error, mark, deps)
         return Plan(group, argv, base, script, os.path.join(base, f"{first.id}.env"))
 
-    def _submitted(self, cluster: ClusterConfig, plans: list[Plan], results: list | None,
-                   error: BaseException | None) -> None:
+    def _submitted(
+        self,
+        cluster: ClusterConfig,
+        plans: list[Plan],
+        results: list | None,
+        error: BaseException | None,
+    ) -> None:
         """Store each Slurm id; put back what was not submitted (and say why)."""
         results = results or [("error", f"{error}")] * len(plans)
         commands, problem = self.c.commands[cluster.name], ""
@@ -152,18 +178,20 @@ class HandOver:
                     if outcome != "ok":
                         problem = problem or value
                         self.c.save_run(job.id)
-                        self.c.state.save(pending_because(
-                            job, f"not handed to Slurm yet ({value}); trying again"))
+                        self.c.state.save(
+                            pending_because(job, f"not handed to Slurm yet ({value}); trying again")
+                        )
                         continue
-                    key = f"{value}_{job.array_index}" if job.array_index is not None \
-                        else value
+                    key = f"{value}_{job.array_index}" if job.array_index is not None else value
                     run["slurm"][str(job.attempt)] = key
                     self.c.save_run(job.id)
-                    self.c.state.save(pending_because(
-                        job, f"Slurm job {key} on {cluster.name}: submitted"))
+                    self.c.state.save(
+                        pending_because(job, f"Slurm job {key} on {cluster.name}: submitted")
+                    )
                     if job.cancel_requested:  # cancelled while sbatch ran: see cancel()
-                        self.c.worker(cluster.name).run(lambda k=key: commands.scancel([k]),
-                                                        log_failure)
+                        self.c.worker(cluster.name).run(
+                            lambda k=key: commands.scancel([k]), log_failure
+                        )
         if problem:
             self.c.failed(cluster.name, SlurmError(problem))
         self.c.wake(cluster.name)

@@ -6,7 +6,8 @@ from __future__ import annotations
 import logging
 import queue
 import threading
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 log = logging.getLogger("gpusched.daemon.slurmworker")
 
@@ -35,7 +36,7 @@ class SlurmWorker:
             work, then = self._tasks.get()
             try:
                 result, error = work(), None
-            except Exception as exc:  # noqa: BLE001 - handed to the loop, which decides
+            except Exception as exc:
                 result, error = None, exc
             self._done.put((then, result, error))
             self._wake()
@@ -50,5 +51,5 @@ class SlurmWorker:
             self.pending -= 1
             try:
                 then(result, error)
-            except Exception:  # noqa: BLE001 - one bad follow-up must not stop the loop
+            except Exception:
                 log.exception("a Slurm follow-up failed")

@@ -39,21 +39,31 @@ def serve(paths: Paths) -> None:
     check_mode(paths, settings)
     backend = open_backend(settings.simulate, paths.sim_processes)
     configured = load_settings(paths.config_file, environ={}).simulate
-    run(Daemon(paths, settings, backend,
-               drift.fingerprint(config, settings.simulate, configured, dict(os.environ))))
+    run(
+        Daemon(
+            paths,
+            settings,
+            backend,
+            drift.fingerprint(config, settings.simulate, configured, dict(os.environ)),
+        )
+    )
 
 
 def check_mode(paths: Paths, settings: Settings) -> None:
     """A system config read by a user daemon, a system daemon that cannot switch users, or
     one asked to hand jobs to a cluster."""
     if settings.mode == "system" and not paths.is_system:
-        raise ConfigError(f"{paths.config_file}: daemon.mode is \"system\", but this is a user "
-                          "daemon's config; put it in /etc/gpusched/gpusched.toml or run "
-                          "`gpusched daemon run --system` as root.")
+        raise ConfigError(
+            f'{paths.config_file}: daemon.mode is "system", but this is a user '
+            "daemon's config; put it in /etc/gpusched/gpusched.toml or run "
+            "`gpusched daemon run --system` as root."
+        )
     if paths.is_system and os.geteuid() != 0 and not settings.service_user:
-        raise ConfigError("system mode starts every job as its submitter, which needs root; "
-                          "run `gpusched daemon run --system` as root (the systemd unit does), "
-                          "or set system.service_user for a user with CAP_SETUID and CAP_SETGID.")
+        raise ConfigError(
+            "system mode starts every job as its submitter, which needs root; "
+            "run `gpusched daemon run --system` as root (the systemd unit does), "
+            "or set system.service_user for a user with CAP_SETUID and CAP_SETGID."
+        )
     if paths.is_system:
         refuse_in_system_mode(settings.clusters, paths.config_file)
 
@@ -66,17 +76,22 @@ def run(daemon: Daemon) -> None:
     try:
         lock.acquire()
     except Timeout:
-        raise GpuschedError(f"a gpusched daemon already runs for {paths.state_dir}; "
-                            "use `gpusched daemon status`.") from None
+        raise GpuschedError(
+            f"a gpusched daemon already runs for {paths.state_dir}; use `gpusched daemon status`."
+        ) from None
     try:
         store = Store(paths.db, paths.jobs_dir)
         # System mode: anyone may connect; who they are comes from SO_PEERCRED.
-        server = SocketServer(paths.socket, daemon.calls.dispatch,
-                              mode=0o666 if paths.is_system else 0o600,
-                              max_per_uid=settings.max_connections_per_uid,
-                              exempt_uids={0, os.getuid()}, stamp=daemon.fingerprint,
-                              max_json_depth=settings.limit_json_depth,
-                              limits=limits.from_settings(settings))
+        server = SocketServer(
+            paths.socket,
+            daemon.calls.dispatch,
+            mode=0o666 if paths.is_system else 0o600,
+            max_per_uid=settings.max_connections_per_uid,
+            exempt_uids={0, os.getuid()},
+            stamp=daemon.fingerprint,
+            max_json_depth=settings.limit_json_depth,
+            limits=limits.from_settings(settings),
+        )
         checkpoints = Checkpointer(str(paths.db))  # off the loop's thread
         checkpoints.attach(store)
         try:
@@ -90,8 +105,12 @@ def run(daemon: Daemon) -> None:
             metrics = serve_metrics(daemon.state, daemon.setup)
             wake = WakeListener(paths.wake_socket, daemon.wake)
             daemon.answer_shim = wake.answer
-            log.info("gpusched %s daemon started (pid %d, backend %s)",
-                     __version__, os.getpid(), daemon.backend.name)
+            log.info(
+                "gpusched %s daemon started (pid %d, backend %s)",
+                __version__,
+                os.getpid(),
+                daemon.backend.name,
+            )
             try:
                 daemon.loop()
                 daemon.save_usage()
@@ -135,8 +154,11 @@ class HomeWatch:
         for path, identity in self.identities.items():
             found = file_identity(path)
             if found != identity:
-                return f"{path} is gone" if found is None else \
-                    f"{path} is another file now (a daemon started there since?)"
+                return (
+                    f"{path} is gone"
+                    if found is None
+                    else f"{path} is another file now (a daemon started there since?)"
+                )
         return None
 
 

@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import secrets
 import time
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import partial
-from typing import Any, Callable, Iterable, Iterator
+from typing import Any
 
 from gpusched.client.paths import Paths
 from gpusched.core import queuerules
@@ -47,10 +48,13 @@ class Setup:
     def queue_rules(self, draining: bool) -> queuerules.QueueRules:
         s = self.settings
         return queuerules.QueueRules(
-            discipline=s.discipline, user_weights=dict(s.user_weights),
+            discipline=s.discipline,
+            user_weights=dict(s.user_weights),
             max_gpus_per_user=s.max_gpus_per_user or None,
-            max_running_per_user=s.max_running_per_user or None, draining=draining,
-            host=self.host.capacity(s.max_running))
+            max_running_per_user=s.max_running_per_user or None,
+            draining=draining,
+            host=self.host.capacity(s.max_running),
+        )
 
     def mem_enforcement(self) -> str:
         """How --mem is enforced, for `daemon status`."""
@@ -58,8 +62,10 @@ class Setup:
             return "off (overuse is reported, not stopped)"
         if self.cgroups:
             return self.cgroups.describe()
-        return (f"process-tree measurement every {self.settings.gpu_poll_interval_s:g} s "
-                "(no writable cgroup v2 tree)")
+        return (
+            f"process-tree measurement every {self.settings.gpu_poll_interval_s:g} s "
+            "(no writable cgroup v2 tree)"
+        )
 
 
 class DaemonState:
@@ -76,8 +82,10 @@ class DaemonState:
         self.kinds.in_use = lambda: (entry for _, entry in self.jobs.alike())
         # The pending ones in scheduling order, kept in step by _place (never sorted per
         # pass), and the last pass's reasons for those it stopped before (set_later).
-        self.queue = PendingQueue(setup.settings.discipline, per_user=bool(
-            setup.settings.max_gpus_per_user or setup.settings.max_running_per_user))
+        self.queue = PendingQueue(
+            setup.settings.discipline,
+            per_user=bool(setup.settings.max_gpus_per_user or setup.settings.max_running_per_user),
+        )
         self._later: tuple[str, Callable[[Job], str | None]] | None = None
         self.usage = UsageLedger(setup.settings.fairshare_half_life_s, setup.clock.time())
         # The GPUs as last read, which processes on them belong to which job, and since
@@ -204,8 +212,11 @@ class DaemonState:
     def reason_of(self, job: Job) -> str:
         """A pending job's reason as the last pass would have written it had it looked at
         every job (a bounded pass stops early; core/scheduling.py)."""
-        if self._later is not None and self._later[0] == self.pending_version and \
-                self._pending.holds(job):
+        if (
+            self._later is not None
+            and self._later[0] == self.pending_version
+            and self._pending.holds(job)
+        ):
             why = self._later[1](job)
             if why is not None:
                 return why
@@ -252,11 +263,14 @@ class DaemonState:
         if job_id in self._pending or (job is not None and job.state is JobState.PENDING):
             self._pending_changes += 1
         local = job is not None and job_id not in self.remote_ids
-        self._requeue(self._pending.get(job_id),
-                      job if local and job.state is JobState.PENDING else None)
+        self._requeue(
+            self._pending.get(job_id), job if local and job.state is JobState.PENDING else None
+        )
         entry = None if job is None else self.kinds.lean(job)
-        for subset, belongs in ((self.jobs, job is not None),
-                                (self._pending, local and job.state is JobState.PENDING)):
+        for subset, belongs in (
+            (self.jobs, job is not None),
+            (self._pending, local and job.state is JobState.PENDING),
+        ):
             if belongs:
                 subset.put_lean(job_id, entry)
             else:
@@ -319,6 +333,7 @@ class DaemonState:
         """Undo this if the write under way fails (a port held, a cgroup made for a start)."""
         if self._undo is not None:
             self._on_rollback.append(action)
+
     def remember_new(self, jobs: Iterable[Job]) -> None:
         """remember() for many jobs just queued (all pending), in a few dict updates."""
         self.remember_alike((job.id, self.kinds.lean(job)) for job in jobs)

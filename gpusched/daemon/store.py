@@ -5,18 +5,18 @@ from __future__ import annotations
 import json
 import logging
 import sqlite3
-from operator import attrgetter
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
+from operator import attrgetter
 from pathlib import Path
-from typing import Callable, Iterable, Iterator, Sequence
 
 from gpusched.core.errors import GpuschedError, StoreError
+from gpusched.core.models import Job, JobState
 from gpusched.core.syntax import MAX_JOB_ID
 from gpusched.daemon import storecheck
-from gpusched.core.models import Job, JobState
-from gpusched.daemon.schema import MIGRATIONS, SCHEMA_VERSION
 from gpusched.daemon.rowencode import PER_JOB_FIELDS, job_to_row, same_value, sql_literal
 from gpusched.daemon.rows import STATES, DamagedRow, RowDecoder, Shared, row_to_job
+from gpusched.daemon.schema import MIGRATIONS, SCHEMA_VERSION
 from gpusched.daemon.storehistory import IDS_PER_QUERY, FinishedJobs
 from gpusched.daemon.writefail import is_write_failure, write_error
 
@@ -67,7 +67,8 @@ class Store(FinishedJobs):
                 raise StoreError(
                     f"queue file {self.path} has the old schema version {target}, and updating "
                     f"it to version {target + 1} failed ({exc}); gpusched rolled the update "
-                    f"back. {storecheck.DOCTOR}; {storecheck.REPAIR}.") from None
+                    f"back. {storecheck.DOCTOR}; {storecheck.REPAIR}."
+                ) from None
 
     @contextmanager
     def write(self) -> Iterator[None]:
@@ -145,8 +146,13 @@ class Store(FinishedJobs):
         encoding and binding every row whole took most of a 100,000-job submit's time."""
         base = job_to_row(template)
         defaults = self._column_defaults()
-        columns = [name for name, value in base.items() if name in PER_JOB_FIELDS
-                   or name not in defaults or not same_value(value, defaults[name])]
+        columns = [
+            name
+            for name, value in base.items()
+            if name in PER_JOB_FIELDS
+            or name not in defaults
+            or not same_value(value, defaults[name])
+        ]
         slots = [(columns.index(name), name) for name in PER_JOB_FIELDS]
         command_at = columns.index("command")
         fixed = [base[name] for name in columns]
@@ -187,23 +193,29 @@ class Store(FinishedJobs):
         (last,) = self._conn.execute(
             "SELECT max(coalesce((SELECT seq FROM sqlite_sequence WHERE name = 'jobs' "
             "AND seq <= ?1), 0), coalesce((SELECT max(id) FROM jobs WHERE id <= ?1), 0))",
-            (MAX_JOB_ID,)).fetchone()
+            (MAX_JOB_ID,),
+        ).fetchone()
         first = max(last, self._last_id_given) + 1
         if first + count - 1 > MAX_JOB_ID:
-            raise GpuschedError(f"the queue has no job ids left: the next is {first:,}, and "
-                                f"{MAX_JOB_ID:,} is the largest; nothing was queued. Run "
-                                "`gpusched doctor`")
+            raise GpuschedError(
+                f"the queue has no job ids left: the next is {first:,}, and "
+                f"{MAX_JOB_ID:,} is the largest; nothing was queued. Run "
+                "`gpusched doctor`"
+            )
         self._last_id_given = first + count - 1
         return list(range(first, first + count))
 
     def reserve_ids(self, last_id: int) -> None:
         """Never give out an id up to last_id, even before rows with them exist (a repaired
         queue carries on the old one's ids; a submit stored in batches reserves its own)."""
-        self._conn.execute("INSERT OR IGNORE INTO sqlite_sequence (name, seq) "
-                           "SELECT 'jobs', 0 WHERE NOT EXISTS "
-                           "(SELECT 1 FROM sqlite_sequence WHERE name = 'jobs')")
-        self._conn.execute("UPDATE sqlite_sequence SET seq = max(seq, ?) WHERE name = 'jobs'",
-                           (last_id,))
+        self._conn.execute(
+            "INSERT OR IGNORE INTO sqlite_sequence (name, seq) "
+            "SELECT 'jobs', 0 WHERE NOT EXISTS "
+            "(SELECT 1 FROM sqlite_sequence WHERE name = 'jobs')"
+        )
+        self._conn.execute(
+            "UPDATE sqlite_sequence SET seq = max(seq, ?) WHERE name = 'jobs'", (last_id,)
+        )
 
     def update(self, job: Job) -> None:
         """Store what can change after submit; the rest stays as inserted."""
@@ -226,15 +238,20 @@ class Store(FinishedJobs):
         """Remember a damaged row (for `daemon status`) and log it once."""
         if job_id not in self.damaged:
             self.damaged[job_id] = reason
-            log.warning("job %s in %s is damaged (%s): it is skipped and never run; "
-                        "`gpusched doctor` tells more", job_id, self.path, reason)
+            log.warning(
+                "job %s in %s is damaged (%s): it is skipped and never run; "
+                "`gpusched doctor` tells more",
+                job_id,
+                self.path,
+                reason,
+            )
 
     def _find_bad_states(self) -> None:
         # Cheap in SQL, and such a row is in neither the active set nor a state's listing.
         marks = ",".join("?" * len(STATES))
         for job_id, state in self._conn.execute(
-                f"SELECT id, state FROM jobs WHERE state NOT IN ({marks}) OR state IS NULL",
-                STATES):
+            f"SELECT id, state FROM jobs WHERE state NOT IN ({marks}) OR state IS NULL", STATES
+        ):
             self.quarantine(job_id, f"state {state!r} is not a job state")
 
     def get(self, job_id: int) -> Job | None:
@@ -246,9 +263,11 @@ class Store(FinishedJobs):
             return row_to_job(row)
         except DamagedRow as damage:
             self.quarantine(damage.job_id, damage.reason)
-            raise StoreError(f"job {job_id} is damaged in the queue ({damage.reason}); gpusched "
-                             "skips it and never runs it. Run `gpusched doctor` to see what "
-                             "can be saved.") from None
+            raise StoreError(
+                f"job {job_id} is damaged in the queue ({damage.reason}); gpusched "
+                "skips it and never runs it. Run `gpusched doctor` to see what "
+                "can be saved."
+            ) from None
 
     def many(self, ids: Iterable[int]) -> dict[int, Job]:
         """The jobs with these ids that exist (damaged ones left out)."""
@@ -257,10 +276,11 @@ class Store(FinishedJobs):
     def _rows_by_id(self, columns: str, ids: Iterable[int]) -> Iterator[sqlite3.Row]:
         ids = list(ids)
         for start in range(0, len(ids), IDS_PER_QUERY):  # one query per few hundred
-            chunk = ids[start:start + IDS_PER_QUERY]
+            chunk = ids[start : start + IDS_PER_QUERY]
             marks = ",".join("?" * len(chunk))
-            yield from self._conn.execute(f"SELECT {columns} FROM jobs WHERE id IN ({marks})",
-                                          chunk)
+            yield from self._conn.execute(
+                f"SELECT {columns} FROM jobs WHERE id IN ({marks})", chunk
+            )
 
     def active(self) -> list[Job]:
         """Pending and running jobs, in id order."""
@@ -294,24 +314,30 @@ class Store(FinishedJobs):
         return row[0] if row else default
 
     def set_meta(self, key: str, value: str) -> None:
-        self._conn.execute("INSERT INTO meta (key, value) VALUES (?, ?) "
-                           "ON CONFLICT(key) DO UPDATE SET value = excluded.value", (key, value))
+        self._conn.execute(
+            "INSERT INTO meta (key, value) VALUES (?, ?) "
+            "ON CONFLICT(key) DO UPDATE SET value = excluded.value",
+            (key, value),
+        )
 
     def states(self, ids: Iterable[int]) -> dict[int, JobState]:
         """The state of each given job that exists (for dependencies on finished jobs)."""
-        return {row[0]: JobState(row[1]) for row in self._rows_by_id("id, state", ids)
-                if row[1] in STATES}  # a damaged one is as unknown
+        return {
+            row[0]: JobState(row[1])
+            for row in self._rows_by_id("id, state", ids)
+            if row[1] in STATES
+        }  # a damaged one is as unknown
 
     def array_ids(self, array_id: int) -> list[int]:
-        rows = self._conn.execute("SELECT id FROM jobs WHERE array_id = ? ORDER BY id",
-                                  (array_id,))
+        rows = self._conn.execute("SELECT id FROM jobs WHERE array_id = ? ORDER BY id", (array_id,))
         return [row[0] for row in rows]
 
     # -- submits done in batches (daemon/batches.py) ------------------------------------
     def meta_starting(self, prefix: str) -> dict[str, str]:
-        rows = self._conn.execute("SELECT key, value FROM meta WHERE substr(key, 1, ?) = ?",
-                                  (len(prefix), prefix))
-        return {key: value for key, value in rows}
+        rows = self._conn.execute(
+            "SELECT key, value FROM meta WHERE substr(key, 1, ?) = ?", (len(prefix), prefix)
+        )
+        return dict(rows)
 
     def delete_meta(self, key: str) -> None:
         self._conn.execute("DELETE FROM meta WHERE key = ?", (key,))

@@ -17,9 +17,9 @@ import sqlite3
 import stat
 import tempfile
 import time
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Iterator, Sequence
 
 from gpusched.core.errors import StoreError
 from gpusched.daemon.walcheck import wal_problem
@@ -35,8 +35,13 @@ CREATED = ".created"
 DOCTOR = "Run `gpusched doctor` to see what can be saved"
 REPAIR = "`gpusched doctor --repair` copies it into a new queue and keeps this file"
 
-_KINDS = {stat.S_IFDIR: "directory", stat.S_IFIFO: "FIFO (named pipe)", stat.S_IFSOCK: "socket",
-          stat.S_IFCHR: "character device", stat.S_IFBLK: "block device"}
+_KINDS = {
+    stat.S_IFDIR: "directory",
+    stat.S_IFIFO: "FIFO (named pipe)",
+    stat.S_IFSOCK: "socket",
+    stat.S_IFCHR: "character device",
+    stat.S_IFBLK: "block device",
+}
 
 
 @dataclass(frozen=True)
@@ -66,17 +71,24 @@ def require_trusted(path: str, migrations: Sequence[str], jobs_dir: str | None =
     return verdict.version
 
 
-def inspect(path: str, migrations: Sequence[str], jobs_dir: str | None = None,
-            integrity: str = "quick_check") -> Verdict:
+def inspect(
+    path: str,
+    migrations: Sequence[str],
+    jobs_dir: str | None = None,
+    integrity: str = "quick_check",
+) -> Verdict:
     """Look at the queue file and its sidecars without changing a byte of them."""
     try:
         info = os.lstat(path)
     except FileNotFoundError:
         return _new_queue(path, "is missing", jobs_dir)
     except OSError as exc:
-        return Verdict("unreadable", f"queue file {path} cannot be looked at ({exc.strerror}); "
-                       "gpusched left it untouched. Check the permissions of its directory "
-                       "(`gpusched doctor` tells more).")
+        return Verdict(
+            "unreadable",
+            f"queue file {path} cannot be looked at ({exc.strerror}); "
+            "gpusched left it untouched. Check the permissions of its directory "
+            "(`gpusched doctor` tells more).",
+        )
     problem = _file_problem(path, info, "queue file")
     for suffix in SIDECARS:
         problem = problem or _sidecar_problem(path + suffix)
@@ -88,13 +100,17 @@ def inspect(path: str, migrations: Sequence[str], jobs_dir: str | None = None,
     if not header.startswith(SQLITE_MAGIC) or len(header) < 100:
         return _corrupt(path, [f"not an SQLite database: it starts with {header[:16]!r}"])
     page_bytes = int.from_bytes(header[16:18], "big")
-    problem_words = wal_problem(_read(path + "-wal"), _read(path + "-shm"),
-                                65536 if page_bytes == 1 else page_bytes)
+    problem_words = wal_problem(
+        _read(path + "-wal"), _read(path + "-shm"), 65536 if page_bytes == 1 else page_bytes
+    )
     if problem_words:
-        return Verdict("wal", f"queue file {path}: {problem_words}. gpusched left the files "
-                       "untouched, as opening them would silently drop acknowledged jobs. "
-                       "Put back the original -wal if you have it; else run `gpusched doctor` "
-                       f"to see what can be saved; {REPAIR}.")
+        return Verdict(
+            "wal",
+            f"queue file {path}: {problem_words}. gpusched left the files "
+            "untouched, as opening them would silently drop acknowledged jobs. "
+            "Put back the original -wal if you have it; else run `gpusched doctor` "
+            f"to see what can be saved; {REPAIR}.",
+        )
     return _check_contents(path, migrations, jobs_dir, integrity)
 
 
@@ -102,20 +118,29 @@ def _file_problem(path: str, info: os.stat_result, what: str) -> Verdict | None:
     if stat.S_ISLNK(info.st_mode):
         target = os.readlink(path)
         dangling = "" if os.path.exists(path) else ", which does not exist"
-        return Verdict("symlink", f"{what} {path} is a symbolic link (to {target}{dangling}); "
-                       "gpusched keeps its queue in a regular file and does not follow links. "
-                       f"Put the file itself at {path}, or remove the link (`gpusched doctor` tells "
-                       "more).")
+        return Verdict(
+            "symlink",
+            f"{what} {path} is a symbolic link (to {target}{dangling}); "
+            "gpusched keeps its queue in a regular file and does not follow links. "
+            f"Put the file itself at {path}, or remove the link (`gpusched doctor` tells "
+            "more).",
+        )
     if not stat.S_ISREG(info.st_mode):
         kind = _KINDS.get(stat.S_IFMT(info.st_mode), "special file")
-        return Verdict("not_regular", f"{what} {path} is a {kind}, not a regular file; gpusched "
-                       "left it untouched. Move it out of the way (`gpusched doctor` tells more).")
+        return Verdict(
+            "not_regular",
+            f"{what} {path} is a {kind}, not a regular file; gpusched "
+            "left it untouched. Move it out of the way (`gpusched doctor` tells more).",
+        )
     if not os.access(path, os.R_OK | os.W_OK):
-        return Verdict("unreadable", f"{what} {path} cannot be read and written by uid "
-                       f"{os.getuid()} (it belongs to uid {info.st_uid}, mode "
-                       f"{stat.S_IMODE(info.st_mode):04o}); gpusched left it untouched. The file "
-                       "may well be intact: do not move it aside, give it back to this user "
-                       f"(`sudo chown {os.getuid()} {path}`); `gpusched doctor` tells more.")
+        return Verdict(
+            "unreadable",
+            f"{what} {path} cannot be read and written by uid "
+            f"{os.getuid()} (it belongs to uid {info.st_uid}, mode "
+            f"{stat.S_IMODE(info.st_mode):04o}); gpusched left it untouched. The file "
+            "may well be intact: do not move it aside, give it back to this user "
+            f"(`sudo chown {os.getuid()} {path}`); `gpusched doctor` tells more.",
+        )
     return None
 
 
@@ -154,8 +179,9 @@ def _new_queue(path: str, how: str, jobs_dir: str | None) -> Verdict:
     evidence = []
     jobs = earlier_jobs(jobs_dir)
     if jobs:
-        evidence.append(f"{jobs_dir} holds the files of {len(jobs)} earlier job(s), up to id "
-                        f"{max(jobs)}")
+        evidence.append(
+            f"{jobs_dir} holds the files of {len(jobs)} earlier job(s), up to id {max(jobs)}"
+        )
     sidecars = [path + suffix for suffix in SIDECARS if os.path.lexists(path + suffix)]
     evidence += [f"{sidecar} is still there" for sidecar in sidecars]
     if os.path.lexists(path + CREATED):
@@ -168,10 +194,13 @@ def _new_queue(path: str, how: str, jobs_dir: str | None) -> Verdict:
         risk = "they may hold its jobs"
     else:
         risk = "a new queue would lose its jobs and give their ids again"
-    return Verdict("earlier_queue", f"queue file {path} {how}, but {' and '.join(evidence)}: "
-                   f"{risk}. gpusched left everything "
-                   f"untouched. Put back the queue file if you have it; else run `gpusched "
-                   "doctor --repair`, which starts a new queue whose ids continue above them.")
+    return Verdict(
+        "earlier_queue",
+        f"queue file {path} {how}, but {' and '.join(evidence)}: "
+        f"{risk}. gpusched left everything "
+        f"untouched. Put back the queue file if you have it; else run `gpusched "
+        "doctor --repair`, which starts a new queue whose ids continue above them.",
+    )
 
 
 def mark_created(path: str) -> None:
@@ -181,7 +210,9 @@ def mark_created(path: str) -> None:
         return
     try:
         with open(marker + ".tmp", "w", encoding="utf-8") as out:
-            out.write(f"a gpusched queue was made here on {time.strftime('%Y-%m-%d %H:%M:%S %z')}\n")
+            out.write(
+                f"a gpusched queue was made here on {time.strftime('%Y-%m-%d %H:%M:%S %z')}\n"
+            )
             out.flush()
             os.fsync(out.fileno())
         os.replace(marker + ".tmp", marker)
@@ -193,8 +224,12 @@ def _corrupt(path: str, lines: list[str]) -> Verdict:
     first = lines[0] if lines else "unknown"
     more = f"{len(lines)} problems, the first: " if len(lines) > 1 else ""
     where = "; all of them are in the daemon's log" if len(lines) > 1 else ""
-    return Verdict("corrupt", f"queue file {path} is corrupt ({more}{first}{where}); gpusched "
-                   f"left it untouched. {DOCTOR}; {REPAIR}.", details=tuple(lines))
+    return Verdict(
+        "corrupt",
+        f"queue file {path} is corrupt ({more}{first}{where}); gpusched "
+        f"left it untouched. {DOCTOR}; {REPAIR}.",
+        details=tuple(lines),
+    )
 
 
 @contextmanager
@@ -240,8 +275,12 @@ def expected_columns(migrations: Sequence[str], version: int) -> dict[str, list[
 
 
 def table_columns(conn: sqlite3.Connection) -> dict[str, list[str]]:
-    tables = [r[0] for r in conn.execute(
-        "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%'")]
+    tables = [
+        r[0]
+        for r in conn.execute(
+            "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%'"
+        )
+    ]
     return {t: [r[1] for r in conn.execute(f'PRAGMA table_info("{t}")')] for t in tables}
 
 
@@ -280,34 +319,50 @@ def _trial_migration(conn: sqlite3.Connection, migrations: Sequence[str], versio
     return ""
 
 
-def _check_contents(path: str, migrations: Sequence[str], jobs_dir: str | None,
-                    integrity: str) -> Verdict:
+def _check_contents(
+    path: str, migrations: Sequence[str], jobs_dir: str | None, integrity: str
+) -> Verdict:
     try:
         with reading(path) as conn:
             version = conn.execute("PRAGMA user_version").fetchone()[0]
             if version > len(migrations):
-                return Verdict("newer", f"queue file {path} has schema version {version}, newer "
-                               f"than this gpusched understands ({len(migrations)}); gpusched "
-                               "left it untouched. Upgrade gpusched (`gpusched doctor` tells more).", version)
+                return Verdict(
+                    "newer",
+                    f"queue file {path} has schema version {version}, newer "
+                    f"than this gpusched understands ({len(migrations)}); gpusched "
+                    "left it untouched. Upgrade gpusched (`gpusched doctor` tells more).",
+                    version,
+                )
             lines = integrity_lines(conn, integrity)
             have = table_columns(conn)
             failed = _trial_migration(conn, migrations, version) if lines == ["ok"] else ""
     except sqlite3.DatabaseError as exc:
         return _corrupt(path, [str(exc)])
     except OSError as exc:
-        return Verdict("unreadable", f"queue file {path} could not be copied for a read-only "
-                       f"check ({exc}); gpusched left it untouched. Free some space in "
-                       f"{tempfile.gettempdir()} and try again (`gpusched doctor` tells more).")
+        return Verdict(
+            "unreadable",
+            f"queue file {path} could not be copied for a read-only "
+            f"check ({exc}); gpusched left it untouched. Free some space in "
+            f"{tempfile.gettempdir()} and try again (`gpusched doctor` tells more).",
+        )
     if lines != ["ok"]:
         return _corrupt(path, lines)
     mismatch = schema_mismatch(have, expected_columns(migrations, version))
     if mismatch:
-        return Verdict("schema", f"queue file {path} says schema version {version} but {mismatch}"
-                       f"; gpusched left it untouched. {DOCTOR}; {REPAIR}.", version)
+        return Verdict(
+            "schema",
+            f"queue file {path} says schema version {version} but {mismatch}"
+            f"; gpusched left it untouched. {DOCTOR}; {REPAIR}.",
+            version,
+        )
     if failed:
-        return Verdict("old_failed", f"queue file {path} has the old schema version {version}, "
-                       f"and updating it failed ({failed}); gpusched left it untouched. "
-                       f"{DOCTOR}; {REPAIR}.", version)
+        return Verdict(
+            "old_failed",
+            f"queue file {path} has the old schema version {version}, "
+            f"and updating it failed ({failed}); gpusched left it untouched. "
+            f"{DOCTOR}; {REPAIR}.",
+            version,
+        )
     if version == 0:
         return _new_queue(path, "holds no queue yet", jobs_dir)
     return Verdict("ok" if version == len(migrations) else "old", version=version)

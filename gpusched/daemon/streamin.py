@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import select
 import socket
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from gpusched.client import protocol
 from gpusched.core import limits as limits_mod
@@ -39,8 +40,10 @@ def is_streamed(message: Any) -> bool:
 def check_kind(name: str, args: dict[str, Any]) -> None:
     kind = args.get("stream")
     if STREAMS.get(name) != kind:
-        raise ProtocolError(f"'{name}' does not stream {kind!r}; streamed requests: "
-                            + ", ".join(f"{n} ({k})" for n, k in STREAMS.items()))
+        raise ProtocolError(
+            f"'{name}' does not stream {kind!r}; streamed requests: "
+            + ", ".join(f"{n} ({k})" for n, k in STREAMS.items())
+        )
 
 
 class LinesIn:
@@ -66,10 +69,12 @@ class LinesIn:
                 for line in part:
                     lines.append(_checked(line, len(lines) + 1, prefix_bytes, limits))
                 if len(lines) > limits.jobs or total_bytes > MAX_STREAM_BYTES:
-                    raise UsageError(f"the submit has over {len(lines):,} commands "
-                                     f"({total_bytes:,} bytes) so far, over the limit of "
-                                     f"{limits.jobs:,} (limits.jobs in the daemon's config); "
-                                     "split it, or ask the daemon's admin to raise limits.jobs")
+                    raise UsageError(
+                        f"the submit has over {len(lines):,} commands "
+                        f"({total_bytes:,} bytes) so far, over the limit of "
+                        f"{limits.jobs:,} (limits.jobs in the daemon's config); "
+                        "split it, or ask the daemon's admin to raise limits.jobs"
+                    )
             except GpuschedError as exc:
                 error, lines = exc, []
         if error is not None:
@@ -80,26 +85,33 @@ class LinesIn:
 
     def _next_part(self) -> list | None:
         try:
-            message = protocol.receive(self.conn, protocol.READ_TIMEOUT_S, self.max_depth,
-                                       self.taken)
+            message = protocol.receive(
+                self.conn, protocol.READ_TIMEOUT_S, self.max_depth, self.taken
+            )
         except OSError as exc:  # it stalled (TimeoutError), or the connection broke
-            raise ClientGone(f"the stream stopped before its end frame ({exc or 'timed out'}); "
-                             "nothing of the request was done") from None
+            raise ClientGone(
+                f"the stream stopped before its end frame ({exc or 'timed out'}); "
+                "nothing of the request was done"
+            ) from None
         finally:
             if self.taken is not None:
                 self.taken.release()  # decoded: the lines are counted as lines
         if message is None:
-            raise ClientGone("the connection closed before the stream's end frame; nothing "
-                             "of the request was done")
+            raise ClientGone(
+                "the connection closed before the stream's end frame; nothing "
+                "of the request was done"
+            )
         if message.get("cancel") is True:
-            raise ClientGone("the request was cancelled before all of it arrived; nothing "
-                             "of it was done")
+            raise ClientGone(
+                "the request was cancelled before all of it arrived; nothing of it was done"
+            )
         if message.get("end") is True:
             return None
         part = message.get("part")
         if not isinstance(part, list):
-            raise ProtocolError("a streamed request's frames are {\"part\": [...]}, then "
-                                "{\"end\": true}")
+            raise ProtocolError(
+                'a streamed request\'s frames are {"part": [...]}, then {"end": true}'
+            )
         return part
 
     def gone(self) -> bool:
@@ -115,19 +127,28 @@ class LinesIn:
 
 def _checked(line: Any, number: int, prefix_bytes: int, limits: limits_mod.Limits) -> str:
     if not is_text(line, os_text=True):
-        raise UsageError(f"command {number} of the submit is not text without NUL "
-                         "characters; nothing was queued")
+        raise UsageError(
+            f"command {number} of the submit is not text without NUL characters; nothing was queued"
+        )
     size = prefix_bytes + limits_mod.text_bytes(line)
     if size > limits.command_bytes:
-        raise UsageError(f"command {number} of the submit is {size:,} bytes, over the limit "
-                         f"of {limits.command_bytes:,} (limits.command in the daemon's "
-                         "config); nothing was queued")
+        raise UsageError(
+            f"command {number} of the submit is {size:,} bytes, over the limit "
+            f"of {limits.command_bytes:,} (limits.command in the daemon's "
+            "config); nothing was queued"
+        )
     return line
 
 
-def serve_stream(conn: socket.socket, name: str, args: dict[str, Any], max_depth: int | None,
-                 limits: limits_mod.Limits, dispatch: Callable[..., Any],
-                 taken: Any = None) -> Any:
+def serve_stream(
+    conn: socket.socket,
+    name: str,
+    args: dict[str, Any],
+    max_depth: int | None,
+    limits: limits_mod.Limits,
+    dispatch: Callable[..., Any],
+    taken: Any = None,
+) -> Any:
     """Read the stream of a checked request and hand it to the loop with its lines."""
     check_kind(name, args)
     specs = args.get("jobs")

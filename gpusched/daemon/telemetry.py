@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import bisect
 import threading
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Callable, Iterator
 
 from gpusched.core.models import FINAL_STATES, Inventory, Job, JobState
 
@@ -128,6 +128,15 @@ class Telemetry:
     def copy(self) -> Counts:
         with self._lock:
             c = self._counts
-            return Counts(c.submitted, c.started, dict(c.ended), c.wait.copy(), c.run.copy(),
-                          c.gpu_reads, c.gpu_read_errors, c.last_good_read_s, c.busy_since_mono,
-                          dict(c.known_gpus))
+            return Counts(
+                c.submitted,
+                c.started,
+                dict(c.ended),
+                c.wait.copy(),
+                c.run.copy(),
+                c.gpu_reads,
+                c.gpu_read_errors,
+                c.last_good_read_s,
+                c.busy_since_mono,
+                dict(c.known_gpus),
+            )

@@ -29,8 +29,7 @@ def usage_request(state: DaemonState, setup: Setup, req: Any) -> UsageReport:
     by = req.args.get("by") or "user"
     if by not in GROUPINGS:
         raise UsageError(f"cannot group usage by {by!r}; use one of: {', '.join(GROUPINGS)}")
-    return UsageReport(state, setup, by, req.args.get("since_s"),
-                       setup.authz.viewer(req.creds[1]))
+    return UsageReport(state, setup, by, req.args.get("since_s"), setup.authz.viewer(req.creds[1]))
 
 
 class UsageReport(Batched):
@@ -48,9 +47,12 @@ class UsageReport(Batched):
         deadline = time.monotonic() + TURN_BUDGET_S  # real time, as batches.py: a turn's length
         while self._next_id <= self._last_id:  # at least one window a turn, however slow
             last = self._next_id + WINDOW_IDS - 1
-            rows = self.state.store.used_between(self._next_id, last,
-                                                 0.0 if self.since is None else self.since,
-                                                 by_name=self.by == "name")
+            rows = self.state.store.used_between(
+                self._next_id,
+                last,
+                0.0 if self.since is None else self.since,
+                by_name=self.by == "name",
+            )
             self._next_id = last + 1
             for row in rows:
                 self._add_row(row)
@@ -62,15 +64,22 @@ class UsageReport(Batched):
         if row["started_at"] is None and row["ended_at"] is None:
             return  # pending: nothing used yet
         # A job's name is the one `ls` shows: its --name, else its program (core/jobname.py).
-        key = row["user"] if self.by == "user" else \
-            row["name"] or program_name_of_json(row["command"])
+        key = (
+            row["user"]
+            if self.by == "user"
+            else row["name"] or program_name_of_json(row["command"])
+        )
         key = self.viewer.usage_key(key, row["uid"], self.by)
         sums = self.groups.setdefault(key, _empty())
         used = row_usage(row, self.since, self.now)
         sums["jobs"] += 1
         sums["states"][row["state"]] = sums["states"].get(row["state"], 0) + 1
-        _add(sums, used["gpu_s"], used["mem_byte_s"],
-             *((1, used["wait_s"]) if used["wait_s"] >= 0 else (0, 0.0)))
+        _add(
+            sums,
+            used["gpu_s"],
+            used["mem_byte_s"],
+            *((1, used["wait_s"]) if used["wait_s"] >= 0 else (0, 0.0)),
+        )
 
     def _report(self) -> dict:
         groups = self.groups
@@ -80,15 +89,18 @@ class UsageReport(Batched):
         included = self.since is None and self.by == "user"
         if included:
             _add_removed(groups, removed)
-        return {"since": self.since, "until": self.now, "by": self.by,
-                "groups": [_finish(key, sums) for key, sums in sorted(groups.items())],
-                "total": _finish("", _total(groups.values())),
-                "removed_jobs": {"jobs": removed.get("jobs", 0), "included": included}}
+        return {
+            "since": self.since,
+            "until": self.now,
+            "by": self.by,
+            "groups": [_finish(key, sums) for key, sums in sorted(groups.items())],
+            "total": _finish("", _total(groups.values())),
+            "removed_jobs": {"jobs": removed.get("jobs", 0), "included": included},
+        }
 
 
 def _empty() -> dict:
-    return {"jobs": 0, "states": {}, "gpu_s": 0.0, "mem_byte_s": 0.0, "waited": 0,
-            "wait_s": 0.0}
+    return {"jobs": 0, "states": {}, "gpu_s": 0.0, "mem_byte_s": 0.0, "waited": 0, "wait_s": 0.0}
 
 
 def _add(sums: dict, gpu_s: float, mem_byte_s: float, waited: int, wait_s: float) -> None:
@@ -104,8 +116,13 @@ def _add_removed(groups: dict[str, dict], removed: dict) -> None:
         for state_name, part in states.items():
             sums["jobs"] += part.get("jobs", 0)
             sums["states"][state_name] = sums["states"].get(state_name, 0) + part.get("jobs", 0)
-            _add(sums, part.get("gpu_s", 0.0), part.get("mem_byte_s", 0.0),
-                 part.get("waited", 0), part.get("wait_s", 0.0))
+            _add(
+                sums,
+                part.get("gpu_s", 0.0),
+                part.get("mem_byte_s", 0.0),
+                part.get("waited", 0),
+                part.get("wait_s", 0.0),
+            )
 
 
 def _total(all_sums: Any) -> dict:
@@ -120,6 +137,11 @@ def _total(all_sums: Any) -> dict:
 
 def _finish(key: str, sums: dict) -> dict:
     """One line of the report, in base units (seconds, byte-seconds)."""
-    return {"key": key, "jobs": sums["jobs"], "states": dict(sorted(sums["states"].items())),
-            "gpu_seconds": sums["gpu_s"], "gpu_mem_byte_seconds": sums["mem_byte_s"],
-            "mean_wait_s": sums["wait_s"] / sums["waited"] if sums["waited"] else None}
+    return {
+        "key": key,
+        "jobs": sums["jobs"],
+        "states": dict(sorted(sums["states"].items())),
+        "gpu_seconds": sums["gpu_s"],
+        "gpu_mem_byte_seconds": sums["mem_byte_s"],
+        "mean_wait_s": sums["wait_s"] / sums["waited"] if sums["waited"] else None,
+    }

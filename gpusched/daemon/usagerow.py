@@ -4,11 +4,13 @@ summed by `gpusched usage` (daemon/usage.py) and by retention's summary of remov
 from __future__ import annotations
 
 import json
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 
-def row_usage(row: Mapping[str, Any], since_s: float | None = None,
-              now_s: float | None = None) -> dict[str, float]:
+def row_usage(
+    row: Mapping[str, Any], since_s: float | None = None, now_s: float | None = None
+) -> dict[str, float]:
     """run_s, gpu_s, mem_byte_s (peak GPU memory seen on a GPU x its GPUs x the run: an
     upper estimate, as only the peak is kept) and wait_s (-1: not counted) of one row,
     its run clipped to since_s..now_s when given. A retried job counts its last attempt's
@@ -23,5 +25,9 @@ def row_usage(row: Mapping[str, Any], since_s: float | None = None,
     wait_s = -1.0
     if started is not None and row["attempt"] == 1 and (since_s is None or started >= since_s):
         wait_s = max(0.0, started - row["submitted_at"])
-    return {"run_s": run_s, "gpu_s": run_s * gpus,
-            "mem_byte_s": run_s * gpus * (row["gpu_mem_peak_bytes"] or 0), "wait_s": wait_s}
+    return {
+        "run_s": run_s,
+        "gpu_s": run_s * gpus,
+        "mem_byte_s": run_s * gpus * (row["gpu_mem_peak_bytes"] or 0),
+        "wait_s": wait_s,
+    }

@@ -39,13 +39,18 @@ def user_rules(uid: int, timeout_max_s: float) -> tuple[str, tuple[NotifyRule, .
     rules = parse_rules(data.get("notify", []), path)
     for n, rule in enumerate(rules, 1):
         if rule.url:
-            raise ConfigError(f"{path}: [[notify]] entry {n} has a 'url'; a user's entries "
-                              "run commands only (post with curl from one)")
+            raise ConfigError(
+                f"{path}: [[notify]] entry {n} has a 'url'; a user's entries "
+                "run commands only (post with curl from one)"
+            )
         if rule.wants("pending_longer_than"):
-            raise ConfigError(f"{path}: [[notify]] entry {n} asks for pending_longer_than, "
-                              "which only the site's config can; use the other events")
-    return path, tuple(replace(rule, timeout_s=min(rule.timeout_s, timeout_max_s))
-                       for rule in rules)
+            raise ConfigError(
+                f"{path}: [[notify]] entry {n} asks for pending_longer_than, "
+                "which only the site's config can; use the other events"
+            )
+    return path, tuple(
+        replace(rule, timeout_s=min(rule.timeout_s, timeout_max_s)) for rule in rules
+    )
 
 
 def _read_own_file(path: str, uid: int) -> str | None:
@@ -60,10 +65,13 @@ def _read_own_file(path: str, uid: int) -> str | None:
     with os.fdopen(fd, "rb") as f:
         info = os.fstat(fd)
         if not stat.S_ISREG(info.st_mode) or info.st_uid != uid or info.st_mode & 0o022:
-            raise ConfigError(f"{path} must be a regular file of uid {uid} that only it can "
-                              "write; its entries are ignored")
+            raise ConfigError(
+                f"{path} must be a regular file of uid {uid} that only it can "
+                "write; its entries are ignored"
+            )
         data = f.read(USER_FILE_MAX_BYTES + 1)
     if len(data) > USER_FILE_MAX_BYTES:
-        raise ConfigError(f"{path} is over {USER_FILE_MAX_BYTES // 1024} KiB; its entries "
-                          "are ignored")
+        raise ConfigError(
+            f"{path} is over {USER_FILE_MAX_BYTES // 1024} KiB; its entries are ignored"
+        )
     return data.decode("utf-8", "replace")

@@ -64,26 +64,41 @@ def read_wal(data: bytes, db_page_bytes: int) -> WalLog:
     if _checksum(data[:24], order, 0, 0) != (c0, c1):
         return WalLog(len(data), problem="its header's checksum is wrong")
     if page_bytes != db_page_bytes:
-        return WalLog(len(data), (salt1, salt2), page_bytes, problem=(
-            f"its pages are {page_bytes} bytes but the queue file's are {db_page_bytes}: "
-            "it belongs to another database"))
+        return WalLog(
+            len(data),
+            (salt1, salt2),
+            page_bytes,
+            problem=(
+                f"its pages are {page_bytes} bytes but the queue file's are {db_page_bytes}: "
+                "it belongs to another database"
+            ),
+        )
     frame_bytes = FRAME_HEADER_BYTES + page_bytes
     frames = (len(data) - WAL_HEADER_BYTES) // frame_bytes
     sums, valid, broken_at = (c0, c1), 0, None
     for n in range(frames):
         start = WAL_HEADER_BYTES + n * frame_bytes
-        page_no, commit, f_salt1, f_salt2, f0, f1 = struct.unpack(">6I", data[start:start + 24])
+        page_no, commit, f_salt1, f_salt2, f0, f1 = struct.unpack(">6I", data[start : start + 24])
         if (f_salt1, f_salt2) != (salt1, salt2):
             if broken_at is None:
                 break  # a frame of an earlier log, overwritten from the start: the end
             continue
         if broken_at is not None:
             # A frame of this log after the break: what came after the damage is lost.
-            return WalLog(len(data), (salt1, salt2), page_bytes, frames, valid, problem=(
-                f"frame {broken_at + 1} of {frames} is damaged (its checksum is wrong) and "
-                "commits after it would be lost"))
-        sums = _checksum(data[start:start + 8] + data[start + 24:start + frame_bytes], order,
-                         *sums)
+            return WalLog(
+                len(data),
+                (salt1, salt2),
+                page_bytes,
+                frames,
+                valid,
+                problem=(
+                    f"frame {broken_at + 1} of {frames} is damaged (its checksum is wrong) and "
+                    "commits after it would be lost"
+                ),
+            )
+        sums = _checksum(
+            data[start : start + 8] + data[start + 24 : start + frame_bytes], order, *sums
+        )
         if page_no == 0 or sums != (f0, f1):
             broken_at = n  # the last frame torn by a crash is normal; more after it is not
             continue
@@ -107,11 +122,12 @@ def resummed(data: bytes) -> bytes | None:
     out[24:32] = struct.pack(">2I", *sums)
     frame_bytes = FRAME_HEADER_BYTES + page_bytes
     for start in range(WAL_HEADER_BYTES, len(data) - frame_bytes + 1, frame_bytes):
-        if struct.unpack(">2I", data[start + 8:start + 16]) != (salt1, salt2):
+        if struct.unpack(">2I", data[start + 8 : start + 16]) != (salt1, salt2):
             break
-        sums = _checksum(data[start:start + 8] + data[start + 24:start + frame_bytes], order,
-                         *sums)
-        out[start + 16:start + 24] = struct.pack(">2I", *sums)
+        sums = _checksum(
+            data[start : start + 8] + data[start + 24 : start + frame_bytes], order, *sums
+        )
+        out[start + 16 : start + 24] = struct.pack(">2I", *sums)
     return bytes(out)
 
 
@@ -135,9 +151,11 @@ def wal_problem(wal: bytes | None, shm: bytes | None, db_page_bytes: int) -> str
     if wal is None:
         if index is None or not index.is_valid or index.max_frame <= index.backfilled:
             return ""  # no log, or every frame it had was copied into the queue file
-        return (f"the -wal is missing but the -shm beside it says it held "
-                f"{index.max_frame - index.backfilled} frame(s) not yet copied into the queue "
-                "file: the last commits were deleted with it")
+        return (
+            f"the -wal is missing but the -shm beside it says it held "
+            f"{index.max_frame - index.backfilled} frame(s) not yet copied into the queue "
+            "file: the last commits were deleted with it"
+        )
     log = read_wal(wal, db_page_bytes)
     if log.problem:
         return f"the -wal cannot be trusted: {log.problem}"
@@ -145,6 +163,8 @@ def wal_problem(wal: bytes | None, shm: bytes | None, db_page_bytes: int) -> str
         if index.salts != log.salts and index.max_frame > index.backfilled:
             return "the -wal is not the log its -shm index describes (their salts differ)"
         if log.valid_frames < index.max_frame and index.salts == log.salts:
-            return (f"the -wal holds {log.valid_frames} readable frame(s) but its -shm index "
-                    f"says {index.max_frame}: it was cut short or damaged")
+            return (
+                f"the -wal holds {log.valid_frames} readable frame(s) but its -shm index "
+                f"says {index.max_frame}: it was cut short or damaged"
+            )
     return ""

@@ -11,7 +11,8 @@ import threading
 import time
 import urllib.error
 import urllib.request
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 from urllib.parse import urlsplit
 
 from gpusched import __version__
@@ -39,7 +40,7 @@ class _Cutoff:
         self._timer = threading.Timer(seconds, self._fire)
         self._timer.daemon = True
 
-    def __enter__(self) -> "_Cutoff":
+    def __enter__(self) -> _Cutoff:
         self._timer.start()
         return self
 
@@ -70,8 +71,10 @@ class _Cutoff:
                     self._sockets.append(conn.sock)
                     if self.fired:  # the deadline came during the connect
                         _shut(conn.sock)
+
             conn.connect = connect_and_watch
             return conn
+
         return make
 
     def _fire(self) -> None:
@@ -100,8 +103,13 @@ def worth_retrying(status: int | None) -> bool:
     return status is None or status == 429 or status >= 500
 
 
-def post(url: str, body: dict, timeout_s: float, retries: int,
-         sleep: Callable[[float], None] = time.sleep) -> str:
+def post(
+    url: str,
+    body: dict,
+    timeout_s: float,
+    retries: int,
+    sleep: Callable[[float], None] = time.sleep,
+) -> str:
     """What happened, for the notification log: "HTTP 200 after 1 try", ..."""
     data = json.dumps(body).encode()
     outcome, delay_s = "", BACKOFF_FIRST_S
@@ -119,8 +127,12 @@ def post(url: str, body: dict, timeout_s: float, retries: int,
 
 def _post_once(url: str, data: bytes, timeout_s: float) -> tuple[int | None, str]:
     """One try, connect to answer, within timeout_s however slowly the server answers."""
-    request = urllib.request.Request(url, data=data, method="POST", headers={
-        "Content-Type": "application/json", "User-Agent": f"gpusched/{__version__}"})
+    request = urllib.request.Request(
+        url,
+        data=data,
+        method="POST",
+        headers={"Content-Type": "application/json", "User-Agent": f"gpusched/{__version__}"},
+    )
     with _Cutoff(timeout_s) as cutoff:
         try:
             with cutoff.opener().open(request, timeout=timeout_s) as answer:

@@ -29,20 +29,27 @@ def write_error(exc: sqlite3.Error, db_path: Path) -> StoreWriteError:
     if name.startswith("SQLITE_IOERR") and _disk_is_full(where):
         name = "SQLITE_FULL"  # some writes (an fsync) report a full disk as an I/O error
     if name.startswith("SQLITE_FULL"):
-        return StoreWriteError(f"the disk is full ({exc})",
-                               f"Free space on the filesystem of {where}")
+        return StoreWriteError(
+            f"the disk is full ({exc})", f"Free space on the filesystem of {where}"
+        )
     if name.startswith(("SQLITE_BUSY", "SQLITE_LOCKED")):
-        return StoreWriteError(f"the queue is locked by another process ({exc})",
-                               f"Close what holds {db_path} open for writing (an sqlite3 "
-                               "shell, a backup) and try again")
+        return StoreWriteError(
+            f"the queue is locked by another process ({exc})",
+            f"Close what holds {db_path} open for writing (an sqlite3 "
+            "shell, a backup) and try again",
+        )
     if name.startswith("SQLITE_READONLY"):
-        return StoreWriteError(f"the queue file is read-only ({exc})",
-                               f"Let the daemon's user write {db_path} and {where}")
+        return StoreWriteError(
+            f"the queue file is read-only ({exc})",
+            f"Let the daemon's user write {db_path} and {where}",
+        )
     if name.startswith("SQLITE_IOERR"):
-        return StoreWriteError(f"an I/O error ({exc})",
-                               f"Check the disk that holds {where} (`dmesg` may say more)")
-    return StoreWriteError(f"{exc} ({name or type(exc).__name__})",
-                           "See the daemon's log and `gpusched daemon status`")
+        return StoreWriteError(
+            f"an I/O error ({exc})", f"Check the disk that holds {where} (`dmesg` may say more)"
+        )
+    return StoreWriteError(
+        f"{exc} ({name or type(exc).__name__})", "See the daemon's log and `gpusched daemon status`"
+    )
 
 
 def _disk_is_full(directory: Path) -> bool:
@@ -74,15 +81,22 @@ class WriteHealth:
             self._retry_delay_s = FIRST_RETRY_S
             self._retry_at = self.clock.monotonic() + self._retry_delay_s
         if self.failure is None or self.failure.cause != error.cause:
-            log.error("writes to the queue fail: %s. %s. Requests that change the queue are "
-                      "refused; reads are answered, and the daemon retries its own writes "
-                      "(starts, ends) until one commits.", error.cause, error.remedy)
+            log.error(
+                "writes to the queue fail: %s. %s. Requests that change the queue are "
+                "refused; reads are answered, and the daemon retries its own writes "
+                "(starts, ends) until one commits.",
+                error.cause,
+                error.remedy,
+            )
         self.failure = error
 
     def worked(self) -> None:
         if self.failure is not None:
-            log.warning("writes to the queue work again, after %.0f s of failing (%s)",
-                        self.clock.time() - (self.since or 0.0), self.failure.cause)
+            log.warning(
+                "writes to the queue work again, after %.0f s of failing (%s)",
+                self.clock.time() - (self.since or 0.0),
+                self.failure.cause,
+            )
         self.failure, self.since = None, None
 
     def retry_due(self) -> bool:
@@ -100,5 +114,4 @@ class WriteHealth:
         """For `daemon status` and `ls`: None while writes work."""
         if self.failure is None:
             return None
-        return {"cause": self.failure.cause, "remedy": self.failure.remedy,
-                "since": self.since}
+        return {"cause": self.failure.cause, "remedy": self.failure.remedy, "since": self.since}

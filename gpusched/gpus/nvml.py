@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import replace
-from typing import Any, Callable, Sequence
+from typing import Any
 
 import psutil
 
@@ -35,10 +36,15 @@ _INIT_PROBLEMS = {
 # After these a GPU gets no new jobs: it has fallen off the bus or needs a reset.
 _FATAL_ERRORS = ("NVML_ERROR_GPU_IS_LOST", "NVML_ERROR_RESET_REQUIRED")
 # The v2 memory call is missing or refused on older drivers and some virtual GPUs.
-_MEMORY_V1_ERRORS = ("NVML_ERROR_FUNCTION_NOT_FOUND", "NVML_ERROR_NOT_SUPPORTED",
-                     "NVML_ERROR_ARGUMENT_VERSION_MISMATCH")
-_NO_MIG_DEVICES = ("MIG mode is on but the GPU has no MIG devices; create GPU and compute "
-                   "instances (nvidia-smi mig) to use it")
+_MEMORY_V1_ERRORS = (
+    "NVML_ERROR_FUNCTION_NOT_FOUND",
+    "NVML_ERROR_NOT_SUPPORTED",
+    "NVML_ERROR_ARGUMENT_VERSION_MISMATCH",
+)
+_NO_MIG_DEVICES = (
+    "MIG mode is on but the GPU has no MIG devices; create GPU and compute "
+    "instances (nvidia-smi mig) to use it"
+)
 _NOT_AVAILABLE = 2**64 - 1  # NVML_VALUE_NOT_AVAILABLE as an unsigned long long
 
 
@@ -49,14 +55,18 @@ def _codes(names: Sequence[str]) -> set[int]:
 def _init_problem(exc: Exception) -> str:
     """One sentence saying why NVML did not start and what to do about it."""
     if isinstance(exc, pynvml.NVMLLibraryMismatchError):  # not an NVMLError subclass
-        return (f"The installed nvidia-ml-py does not match the NVIDIA driver ({exc}); install "
-                f"a matching nvidia-ml-py, {_TRY_SIMULATED}.")
+        return (
+            f"The installed nvidia-ml-py does not match the NVIDIA driver ({exc}); install "
+            f"a matching nvidia-ml-py, {_TRY_SIMULATED}."
+        )
     code = getattr(exc, "value", None)
     for name, text in _INIT_PROBLEMS.items():
         if code == getattr(pynvml, name, object()):
             return f"{text}, {_TRY_SIMULATED}."
-    return (f"NVML could not start ({type(exc).__name__}: {exc}), so no GPUs can be used; "
-            f"check that nvidia-smi works, {_TRY_SIMULATED}.")
+    return (
+        f"NVML could not start ({type(exc).__name__}: {exc}), so no GPUs can be used; "
+        f"check that nvidia-smi works, {_TRY_SIMULATED}."
+    )
 
 
 class _Probe:
@@ -131,8 +141,13 @@ def _attribute(pid: int, gpu_uuid: str, used: int | None) -> GpuProcess:
         return GpuProcess(pid=pid, gpu_uuid=gpu_uuid, used_mem_bytes=used, is_visible=False)
     except psutil.Error:
         return GpuProcess(pid=pid, gpu_uuid=gpu_uuid, used_mem_bytes=used)
-    return GpuProcess(pid=pid, gpu_uuid=gpu_uuid, used_mem_bytes=used,
-                      user=_quietly(proc.username), command=_command(proc))
+    return GpuProcess(
+        pid=pid,
+        gpu_uuid=gpu_uuid,
+        used_mem_bytes=used,
+        user=_quietly(proc.username),
+        command=_command(proc),
+    )
 
 
 def _processes(handle: Any, gpu_uuid: str, probe: _Probe) -> tuple[GpuProcess, ...]:
@@ -162,10 +177,15 @@ def _identity(handle: Any, index: int, probe: _Probe) -> GpuInfo:
     uuid, name = probe(pynvml.nvmlDeviceGetUUID, handle), probe(pynvml.nvmlDeviceGetName, handle)
     memory = probe(_memory_bytes, handle)
     reason = probe.lost_reason or ("" if uuid and memory else "NVML cannot read its UUID or memory")
-    return GpuInfo(index=index, uuid=uuid or f"unknown-{index}", name=name or "Unknown GPU",
-                   mem_total_bytes=memory[0] if memory else 0,
-                   mem_used_bytes=memory[1] if memory else None,
-                   is_healthy=not reason, health_reason=reason)
+    return GpuInfo(
+        index=index,
+        uuid=uuid or f"unknown-{index}",
+        name=name or "Unknown GPU",
+        mem_total_bytes=memory[0] if memory else 0,
+        mem_used_bytes=memory[1] if memory else None,
+        is_healthy=not reason,
+        health_reason=reason,
+    )
 
 
 def _is_mig_enabled(handle: Any, probe: _Probe) -> bool:
@@ -180,12 +200,18 @@ def _read_mig(handle: Any, parent: GpuInfo) -> GpuInfo:
     if not mig.is_healthy:
         return replace(mig, parent_index=parent.index)
     return replace(
-        mig, bus_id=parent.bus_id, compute_capability=parent.compute_capability,
-        processes=_processes(handle, mig.uuid, probe), parent_index=parent.index,
+        mig,
+        bus_id=parent.bus_id,
+        compute_capability=parent.compute_capability,
+        processes=_processes(handle, mig.uuid, probe),
+        parent_index=parent.index,
         gpu_instance_id=probe(pynvml.nvmlDeviceGetGpuInstanceId, handle),
         compute_instance_id=probe(pynvml.nvmlDeviceGetComputeInstanceId, handle),
-        parent_uuid=parent.uuid, mig_profile=_mig_profile(handle, mig.name, probe),
-        cpu_ids=parent.cpu_ids, numa_node=parent.numa_node)
+        parent_uuid=parent.uuid,
+        mig_profile=_mig_profile(handle, mig.name, probe),
+        cpu_ids=parent.cpu_ids,
+        numa_node=parent.numa_node,
+    )
 
 
 def _mig_profile(handle: Any, name: str, probe: _Probe) -> str | None:
@@ -215,21 +241,28 @@ def _read_gpu(index: int) -> GpuInfo:
     try:
         handle = pynvml.nvmlDeviceGetHandleByIndex(index)
     except pynvml.NVMLError as exc:
-        return GpuInfo(index=index, uuid=f"unknown-{index}", name="Unknown GPU",
-                       mem_total_bytes=0, is_healthy=False,
-                       health_reason=f"NVML cannot open GPU {index}: {exc}")
+        return GpuInfo(
+            index=index,
+            uuid=f"unknown-{index}",
+            name="Unknown GPU",
+            mem_total_bytes=0,
+            is_healthy=False,
+            health_reason=f"NVML cannot open GPU {index}: {exc}",
+        )
     probe = _Probe()
     gpu = _identity(handle, index, probe)
     if not gpu.is_healthy:  # a lost GPU can be slow to answer; ask it nothing more
         return gpu
     util = probe(pynvml.nvmlDeviceGetUtilizationRates, handle)
     gpu = replace(
-        gpu, util_pct=None if util is None else float(util.gpu),
+        gpu,
+        util_pct=None if util is None else float(util.gpu),
         bus_id=_bus_id(probe(pynvml.nvmlDeviceGetPciInfo, handle)),
         temperature_c=probe(_temperature_c, handle),
         power_w=_watts(probe(pynvml.nvmlDeviceGetPowerUsage, handle)),
         power_limit_w=_watts(probe(pynvml.nvmlDeviceGetEnforcedPowerLimit, handle)),
-        compute_capability=probe(pynvml.nvmlDeviceGetCudaComputeCapability, handle))
+        compute_capability=probe(pynvml.nvmlDeviceGetCudaComputeCapability, handle),
+    )
     cpu_ids, numa_node = nvmltopo.read_affinity(pynvml, handle)
     gpu = replace(gpu, cpu_ids=cpu_ids, numa_node=numa_node)
     if _is_mig_enabled(handle, probe):
@@ -248,9 +281,14 @@ def _read_gpu_safely(index: int) -> GpuInfo:
     try:
         return _read_gpu(index)
     except Exception as exc:  # one broken GPU must never break the whole listing
-        return GpuInfo(index=index, uuid=f"unknown-{index}", name="Unknown GPU",
-                       mem_total_bytes=0, is_healthy=False,
-                       health_reason=f"reading GPU {index} failed: {type(exc).__name__}: {exc}")
+        return GpuInfo(
+            index=index,
+            uuid=f"unknown-{index}",
+            name="Unknown GPU",
+            mem_total_bytes=0,
+            is_healthy=False,
+            health_reason=f"reading GPU {index} failed: {type(exc).__name__}: {exc}",
+        )
 
 
 def _cuda_version(probe: _Probe) -> str | None:
@@ -277,8 +315,10 @@ class NvmlBackend:
             return self._is_initialized
         self._next_init_at = self._clock() + RETRY_INIT_S
         if pynvml is None:
-            self._problem = (f"The pynvml module (package nvidia-ml-py) cannot be imported "
-                             f"({_IMPORT_ERROR}); reinstall gpusched, {_TRY_SIMULATED}.")
+            self._problem = (
+                f"The pynvml module (package nvidia-ml-py) cannot be imported "
+                f"({_IMPORT_ERROR}); reinstall gpusched, {_TRY_SIMULATED}."
+            )
             return False
         try:
             pynvml.nvmlInit()
@@ -292,9 +332,14 @@ class NvmlBackend:
         return True
 
     def _inventory(self, gpus: tuple[GpuInfo, ...] = (), problem: str = "") -> Inventory:
-        return Inventory(gpus=gpus, backend=self.name, problem=problem,
-                         driver_version=self._driver_version, cuda_version=self._cuda_version,
-                         read_at=time.time())
+        return Inventory(
+            gpus=gpus,
+            backend=self.name,
+            problem=problem,
+            driver_version=self._driver_version,
+            cuda_version=self._cuda_version,
+            read_at=time.time(),
+        )
 
     def read(self, running: Sequence[Job] = ()) -> Inventory:
         if not self._start():
@@ -304,14 +349,19 @@ class NvmlBackend:
         except Exception as exc:  # the driver went away under us: start again later
             self.close()
             self._next_init_at = self._clock() + RETRY_INIT_S
-            self._problem = (f"NVML stopped answering ({exc}), so no GPUs can be used; check "
-                             f"that nvidia-smi works, {_TRY_SIMULATED}.")
+            self._problem = (
+                f"NVML stopped answering ({exc}), so no GPUs can be used; check "
+                f"that nvidia-smi works, {_TRY_SIMULATED}."
+            )
             return self._inventory(problem=self._problem)
         if count == 0:
-            return self._inventory(problem=(
-                f"NVML found no NVIDIA GPUs (driver {self._driver_version or 'unknown'}); check "
-                f"that nvidia-smi lists them and that /dev/nvidia* is visible here, "
-                f"{_TRY_SIMULATED}."))
+            return self._inventory(
+                problem=(
+                    f"NVML found no NVIDIA GPUs (driver {self._driver_version or 'unknown'}); check "
+                    f"that nvidia-smi lists them and that /dev/nvidia* is visible here, "
+                    f"{_TRY_SIMULATED}."
+                )
+            )
         gpus = tuple(_read_gpu_safely(i) for i in range(count))
         return replace(self._inventory(gpus=gpus), links=self._links(gpus))
 
@@ -321,8 +371,10 @@ class NvmlBackend:
         key = tuple(g.uuid if g.is_healthy else "" for g in gpus)
         if key != self._links_key:
             # A lost GPU is asked nothing (it can be slow to answer): its links are N/A.
-            handles = [_Probe()(pynvml.nvmlDeviceGetHandleByIndex, g.index) if g.is_healthy
-                       else None for g in gpus]
+            handles = [
+                _Probe()(pynvml.nvmlDeviceGetHandleByIndex, g.index) if g.is_healthy else None
+                for g in gpus
+            ]
             links = nvmltopo.read_links(pynvml, handles, [g.bus_id or "" for g in gpus])
             self._links_key, self._links_cache = key, links
         return self._links_cache

@@ -9,7 +9,8 @@ calls): a failure leaves that part unknown, never the whole reading.
 from __future__ import annotations
 
 import os
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 # nvmlDeviceGetTopologyCommonAncestor's levels as nvidia-smi prints them. A board with
 # two GPUs (INTERNAL) shows as PIX: one bridge between them.
@@ -40,8 +41,14 @@ def _nvlink_peers(nv: Any, handle: Any) -> list[str]:
     return peers
 
 
-def _nvlink_label(nv: Any, handles: Sequence[Any], peers: Sequence[list[str]],
-                  buses: Sequence[str], a: int, b: int) -> str:
+def _nvlink_label(
+    nv: Any,
+    handles: Sequence[Any],
+    peers: Sequence[list[str]],
+    buses: Sequence[str],
+    a: int,
+    b: int,
+) -> str:
     """NV<n>: links straight to the other GPU, else links into NVSwitches that NVML says
     carry peer-to-peer traffic between the two; "" when they are not NVLinked."""
     direct = peers[a].count(buses[b])
@@ -65,7 +72,9 @@ def _pcie_label(nv: Any, handles: Sequence[Any], a: int, b: int) -> str | None:
     return _LEVELS.get(int(level), "SYS")
 
 
-def read_links(nv: Any, handles: Sequence[Any], buses: Sequence[str]) -> tuple[tuple[str, ...], ...]:
+def read_links(
+    nv: Any, handles: Sequence[Any], buses: Sequence[str]
+) -> tuple[tuple[str, ...], ...]:
     """The link matrix (core/topology.py); () when NVML cannot tell the PCIe distances.
     `handles` has None for a GPU that is not asked (lost)."""
     if len(handles) < 2:
@@ -78,8 +87,7 @@ def read_links(nv: Any, handles: Sequence[Any], buses: Sequence[str]) -> tuple[t
             if a == b or handles[a] is None or handles[b] is None:
                 row.append("X" if a == b else "N/A")  # a lost GPU: never placed anyway
                 continue
-            label = (_nvlink_label(nv, handles, peers, buses, a, b)
-                     or _pcie_label(nv, handles, a, b))
+            label = _nvlink_label(nv, handles, peers, buses, a, b) or _pcie_label(nv, handles, a, b)
             if label is None:
                 return ()
             row.append(label)
@@ -88,8 +96,12 @@ def read_links(nv: Any, handles: Sequence[Any], buses: Sequence[str]) -> tuple[t
 
 
 def _bits(words: Any) -> list[int]:
-    return [w * _WORD_BITS + bit for w, word in enumerate(words)
-            for bit in range(_WORD_BITS) if int(word) >> bit & 1]
+    return [
+        w * _WORD_BITS + bit
+        for w, word in enumerate(words)
+        for bit in range(_WORD_BITS)
+        if int(word) >> bit & 1
+    ]
 
 
 def read_affinity(nv: Any, handle: Any) -> tuple[tuple[int, ...], int | None]:

@@ -6,9 +6,10 @@ import re
 import sys
 import time
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 from gpusched.core import topology
 from gpusched.core.models import GpuInfo, GpuProcess, Inventory, Job
@@ -22,8 +23,18 @@ else:  # pragma: no cover
 _PART_RE = re.compile(r"^(?:(\d+)x)?(?:([A-Za-z][\w ]*?)-)?(\d+(?:\.\d+)?\s*[KMGT]i?B?)$", re.I)
 _UUID_NAMESPACE = uuid.UUID("5d1b7c0e-3f0a-4b8e-9c71-0d6e2a9f4b11")
 # Compute capability by model, so `--min-compute-capability` behaves as on real cards.
-_CAPABILITY = {"H200": (9, 0), "H100": (9, 0), "A100": (8, 0), "A30": (8, 0), "L40": (8, 9),
-               "L4": (8, 9), "A40": (8, 6), "A10": (8, 6), "V100": (7, 0), "T4": (7, 5)}
+_CAPABILITY = {
+    "H200": (9, 0),
+    "H100": (9, 0),
+    "A100": (8, 0),
+    "A30": (8, 0),
+    "L40": (8, 9),
+    "L4": (8, 9),
+    "A40": (8, 6),
+    "A10": (8, 6),
+    "V100": (7, 0),
+    "T4": (7, 5),
+}
 # What a running job looks like when it does not declare GPUSCHED_SIM_MEM_USED/UTIL_PCT.
 _EXCLUSIVE_MEM_FRACTION = 0.9
 _EXCLUSIVE_UTIL_PCT = 90.0
@@ -75,9 +86,14 @@ def _job_usage(job: Job, total: int) -> tuple[int, float]:
 
 def _outside_entry(raw: dict[str, Any]) -> dict[str, Any]:
     """One [[process]] table of the outside-processes file, checked and normalized."""
-    return {"gpu": int(raw["gpu"]), "pid": int(raw.get("pid", 0)),
-            "user": str(raw.get("user", "")) or None, "memory": parse_size(raw.get("memory", 0)),
-            "util": float(raw.get("util", 0)), "command": str(raw.get("command", ""))}
+    return {
+        "gpu": int(raw["gpu"]),
+        "pid": int(raw.get("pid", 0)),
+        "user": str(raw.get("user", "")) or None,
+        "memory": parse_size(raw.get("memory", 0)),
+        "util": float(raw.get("util", 0)),
+        "command": str(raw.get("command", "")),
+    }
 
 
 def parse_links(spec: str, gpu_count: int) -> tuple[tuple[str, ...], ...]:
@@ -87,16 +103,21 @@ def parse_links(spec: str, gpu_count: int) -> tuple[tuple[str, ...], ...]:
         return ()
     key, _, value = options.partition("=")
     if key.strip() != "nvlink" or not value.strip():
-        raise ValueError(f"bad simulated topology {options!r}: write e.g. "
-                         f"8xH100-80GiB:nvlink=0-3,4-7")
+        raise ValueError(
+            f"bad simulated topology {options!r}: write e.g. 8xH100-80GiB:nvlink=0-3,4-7"
+        )
     return tuple(map(tuple, topology.nvlink_islands(value.strip(), gpu_count)))
 
 
 class SimulatedBackend:
     name = "simulated"
 
-    def __init__(self, gpus: list[SimGpu], processes_file: str | Path,
-                 links: tuple[tuple[str, ...], ...] = ()):
+    def __init__(
+        self,
+        gpus: list[SimGpu],
+        processes_file: str | Path,
+        links: tuple[tuple[str, ...], ...] = (),
+    ):
         self._gpus = gpus
         self._links = links
         self._processes_file = Path(processes_file)
@@ -133,30 +154,51 @@ class SimulatedBackend:
                 if gpu_uuid in job.gpu_uuids and job.shim_pid:
                     mem, job_util = _job_usage(job, sim.mem_total_bytes)
                     mem_used, util = mem_used + mem, util + job_util
-                    procs.append(GpuProcess(pid=job.shim_pid, gpu_uuid=gpu_uuid,
-                                            used_mem_bytes=mem, user=job.user,
-                                            command=" ".join(job.command), util_pct=job_util))
+                    procs.append(
+                        GpuProcess(
+                            pid=job.shim_pid,
+                            gpu_uuid=gpu_uuid,
+                            used_mem_bytes=mem,
+                            user=job.user,
+                            command=" ".join(job.command),
+                            util_pct=job_util,
+                        )
+                    )
             for entry in outside:
                 if entry["gpu"] != index:
                     continue
                 mem, proc_util = entry["memory"], entry["util"]
                 mem_used, util = mem_used + mem, util + proc_util
-                procs.append(GpuProcess(pid=entry["pid"], gpu_uuid=gpu_uuid, used_mem_bytes=mem,
-                                        user=entry["user"], command=entry["command"],
-                                        util_pct=proc_util))
+                procs.append(
+                    GpuProcess(
+                        pid=entry["pid"],
+                        gpu_uuid=gpu_uuid,
+                        used_mem_bytes=mem,
+                        user=entry["user"],
+                        command=entry["command"],
+                        util_pct=proc_util,
+                    )
+                )
             util = min(100.0, util)
-            gpus.append(GpuInfo(
-                index=index, uuid=gpu_uuid,
-                name=f"NVIDIA {sim.model}" if sim.model else "Simulated GPU",
-                mem_total_bytes=sim.mem_total_bytes,
-                mem_used_bytes=min(mem_used, sim.mem_total_bytes), util_pct=util,
-                bus_id=f"00000000:{0x18 + index * 0x10:02X}:00.0",
-                temperature_c=int(32 + util * 0.4), power_w=round(60 + util * 3.4, 1),
-                power_limit_w=700.0 if sim.model.upper() in ("H100", "H200") else 400.0,
-                compute_capability=_CAPABILITY.get(sim.model.upper()),
-                processes=tuple(procs)))
-        return Inventory(gpus=tuple(gpus), backend=self.name, read_at=time.time(),
-                         links=self._links)
+            gpus.append(
+                GpuInfo(
+                    index=index,
+                    uuid=gpu_uuid,
+                    name=f"NVIDIA {sim.model}" if sim.model else "Simulated GPU",
+                    mem_total_bytes=sim.mem_total_bytes,
+                    mem_used_bytes=min(mem_used, sim.mem_total_bytes),
+                    util_pct=util,
+                    bus_id=f"00000000:{0x18 + index * 0x10:02X}:00.0",
+                    temperature_c=int(32 + util * 0.4),
+                    power_w=round(60 + util * 3.4, 1),
+                    power_limit_w=700.0 if sim.model.upper() in ("H100", "H200") else 400.0,
+                    compute_capability=_CAPABILITY.get(sim.model.upper()),
+                    processes=tuple(procs),
+                )
+            )
+        return Inventory(
+            gpus=tuple(gpus), backend=self.name, read_at=time.time(), links=self._links
+        )
 
     def close(self) -> None:
         pass

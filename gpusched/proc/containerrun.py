@@ -46,9 +46,16 @@ def _run_once(argv: list[str], env: dict, run_as: int | None) -> str:
         who = privileges.identity_of(int(run_as))
         drop = {"user": who.uid, "group": who.gid, "extra_groups": list(who.groups)}
     try:
-        done = subprocess.run(argv, env=env, cwd="/", stdin=subprocess.DEVNULL,
-                              capture_output=True, timeout=REMOVE_TIMEOUT_S,
-                              start_new_session=True, **drop)
+        done = subprocess.run(
+            argv,
+            env=env,
+            cwd="/",
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            timeout=REMOVE_TIMEOUT_S,
+            start_new_session=True,
+            **drop,
+        )
     except subprocess.TimeoutExpired:
         return f"no answer in {REMOVE_TIMEOUT_S:g} s"
     except (OSError, ValueError, subprocess.SubprocessError) as exc:
@@ -58,8 +65,9 @@ def _run_once(argv: list[str], env: dict, run_as: int | None) -> str:
     return f"exit {done.returncode}: {done.stderr.decode(errors='replace').strip()[-300:]}"
 
 
-def finish(spec: dict, exit_code: int | None, signum: int | None,
-           note) -> tuple[int | None, int | None]:  # note(line): into the job's log
+def finish(
+    spec: dict, exit_code: int | None, signum: int | None, note
+) -> tuple[int | None, int | None]:  # note(line): into the job's log
     """After the runtime's client has exited: remove the container (note(why) if that
     fails), and the job's (exit code, signal) as for a plain job: the runtime reports a
     job ended by signal N as exit status 128+N."""

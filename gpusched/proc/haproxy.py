@@ -19,8 +19,10 @@ from pathlib import Path
 from gpusched.core.errors import GpuschedError
 from gpusched.proc import privileges
 
-INSTALL_HINT = ("install HAProxy from your distribution's packages (Debian/Ubuntu: "
-                "`sudo apt-get install haproxy`; Fedora: `sudo dnf install haproxy`)")
+INSTALL_HINT = (
+    "install HAProxy from your distribution's packages (Debian/Ubuntu: "
+    "`sudo apt-get install haproxy`; Fedora: `sudo dnf install haproxy`)"
+)
 BACKEND = "replicas"
 # HAProxy refuses longer admin socket paths (sun_path, less room for its own suffixes).
 _ADMIN_PATH_MAX = 90
@@ -82,15 +84,18 @@ def owner_identity(uid: int, name: str) -> tuple[int, int] | None:
     try:
         return uid, privileges.identity_of(uid).gid
     except privileges.PrivilegeError:
-        raise GpuschedError(f"the owner of service {name}, uid {uid}, has no account here; "
-                            f"`gpusched service delete {name}` removes it") from None
+        raise GpuschedError(
+            f"the owner of service {name}, uid {uid}, has no account here; "
+            f"`gpusched service delete {name}` removes it"
+        ) from None
 
 
 def require_binary(configured: str = "haproxy") -> str:
     found = find_binary(configured)
     if not found:
-        raise GpuschedError(f"services need HAProxy, and {configured!r} was not found; "
-                            f"{INSTALL_HINT}.")
+        raise GpuschedError(
+            f"services need HAProxy, and {configured!r} was not found; {INSTALL_HINT}."
+        )
     return found
 
 
@@ -118,8 +123,9 @@ class Proxy:
         self.admin_path = os.path.join(socket_folder, "services", f"svc-{digest}.sock")
         if len(self.admin_path) > _ADMIN_PATH_MAX:  # a deep home: a short private folder
             folder_digest = hashlib.sha256(socket_folder.encode()).hexdigest()[:16]
-            self.admin_path = os.path.join(f"/tmp/gpusched-{os.getuid()}-{folder_digest}",
-                                           f"svc-{digest}.sock")
+            self.admin_path = os.path.join(
+                f"/tmp/gpusched-{os.getuid()}-{folder_digest}", f"svc-{digest}.sock"
+            )
         self.fresh_admin_path = self.admin_path
         self.admin_path = self.configured().get("admin", self.admin_path)
 
@@ -141,17 +147,31 @@ class Proxy:
                 found["token"] = words[1].strip('"')
         return found
 
-    def write_config(self, listen: str, balance: str, health: str, log_port: int,
-                     token: str, identity: tuple[int, int] | None) -> None:
+    def write_config(
+        self,
+        listen: str,
+        balance: str,
+        health: str,
+        log_port: int,
+        token: str,
+        identity: tuple[int, int] | None,
+    ) -> None:
         self.admin_path = self.fresh_admin_path
-        check = (f"    option httpchk GET {health}\n    http-check expect status 200\n"
-                 if health else "")
-        text = _CONFIG.format(name=self.name, admin=self.admin_path, log=f"127.0.0.1:{log_port}",
-                              token=token, log_format=_LOG_FORMAT, listen=listen,
-                              identity="" if identity is None else
-                              f"    uid {identity[0]}\n    gid {identity[1]}\n",
-                              backend=BACKEND, check=check,
-                              balance="roundrobin" if balance == "weighted" else balance)
+        check = (
+            f"    option httpchk GET {health}\n    http-check expect status 200\n" if health else ""
+        )
+        text = _CONFIG.format(
+            name=self.name,
+            admin=self.admin_path,
+            log=f"127.0.0.1:{log_port}",
+            token=token,
+            log_format=_LOG_FORMAT,
+            listen=listen,
+            identity="" if identity is None else f"    uid {identity[0]}\n    gid {identity[1]}\n",
+            backend=BACKEND,
+            check=check,
+            balance="roundrobin" if balance == "weighted" else balance,
+        )
         tmp = f"{self.config_path}.tmp"
         Path(tmp).write_text(text)
         os.replace(tmp, self.config_path)
@@ -164,10 +184,15 @@ class Proxy:
             os.unlink(self.admin_path)
         except FileNotFoundError:
             pass
-        done = subprocess.run([binary, "-D", "-f", self.config_path, "-p", self.pid_path],
-                              stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                              stderr=subprocess.PIPE, text=True, timeout=30,
-                              start_new_session=True)
+        done = subprocess.run(
+            [binary, "-D", "-f", self.config_path, "-p", self.pid_path],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+            timeout=30,
+            start_new_session=True,
+        )
         if done.returncode != 0:
             words = " ".join(done.stderr.split())[-300:] or f"exit status {done.returncode}"
             raise GpuschedError(f"HAProxy for service {self.name} did not start: {words}")
@@ -210,8 +235,9 @@ class Proxy:
         return b"".join(chunks).decode(errors="replace")
 
     def add_server(self, server: str, port: int, weight: int) -> None:
-        answer = self.command(f"add server {BACKEND}/{server} 127.0.0.1:{port} "
-                              f"weight {weight} {_CHECK}")
+        answer = self.command(
+            f"add server {BACKEND}/{server} 127.0.0.1:{port} weight {weight} {_CHECK}"
+        )
         if "New server registered" not in answer and "Already exists" not in answer:
             raise OSError(answer.strip())
         # Added in maintenance; checked while draining (no requests), let in only once a
@@ -244,10 +270,13 @@ class Proxy:
             if row.get("pxname") != BACKEND:
                 continue
             out[row["svname"]] = ServerStat(
-                name=row["svname"], status=row.get("status", ""),
+                name=row["svname"],
+                status=row.get("status", ""),
                 in_flight=_int(row.get("scur")) + _int(row.get("qcur")),
-                total=_int(row.get("stot")), weight=_int(row.get("weight")),
-                checked_ok=row.get("check_status", "").endswith("OK"))
+                total=_int(row.get("stot")),
+                weight=_int(row.get("weight")),
+                checked_ok=row.get("check_status", "").endswith("OK"),
+            )
         return out
 
 
@@ -255,10 +284,15 @@ def _private_dir(path: str) -> None:
     """A folder for the admin socket that only we can enter (it may be under /tmp)."""
     os.makedirs(path, mode=0o700, exist_ok=True)
     info = os.lstat(path)
-    if not os.path.isdir(path) or os.path.islink(path) or info.st_uid != os.getuid() \
-            or info.st_mode & 0o077:
-        raise GpuschedError(f"{path} is not a private folder of this user; remove it, then "
-                            "try again")
+    if (
+        not os.path.isdir(path)
+        or os.path.islink(path)
+        or info.st_uid != os.getuid()
+        or info.st_mode & 0o077
+    ):
+        raise GpuschedError(
+            f"{path} is not a private folder of this user; remove it, then try again"
+        )
 
 
 def _int(text: str | None) -> int:

@@ -10,8 +10,9 @@ import selectors
 import signal
 import subprocess
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import IO, Callable
+from typing import IO
 
 from gpusched.proc.privileges import identity_of
 
@@ -37,9 +38,15 @@ def clean_env(values: dict[str, str]) -> dict[str, str]:
     return {key: value.replace("\0", "")[:ENV_VALUE_MAX_BYTES] for key, value in values.items()}
 
 
-def run_hook(argv: tuple[str, ...], env: dict[str, str], stdin_bytes: bytes,
-             timeout_s: float, as_uid: int | None = None, cwd: str = "/",
-             running: Callable[[int, bool], None] = lambda pid, started: None) -> HookResult:
+def run_hook(
+    argv: tuple[str, ...],
+    env: dict[str, str],
+    stdin_bytes: bytes,
+    timeout_s: float,
+    as_uid: int | None = None,
+    cwd: str = "/",
+    running: Callable[[int, bool], None] = lambda pid, started: None,
+) -> HookResult:
     """Run it and wait at most timeout_s; as_uid (a root daemon only): as that user, with
     that user's groups and nothing else of root's. running(pid, True/False) is told when
     it starts and ends, so that a stopping daemon can kill it."""
@@ -48,10 +55,18 @@ def run_hook(argv: tuple[str, ...], env: dict[str, str], stdin_bytes: bytes,
         if as_uid is not None and os.geteuid() == 0 and as_uid != 0:
             who = identity_of(as_uid)
             drop = {"user": who.uid, "group": who.gid, "extra_groups": list(who.groups)}
-        proc = subprocess.Popen(list(argv), shell=False, env=clean_env(env), cwd=cwd,
-                                stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                stderr=subprocess.STDOUT, start_new_session=True,
-                                close_fds=True, **drop)
+        proc = subprocess.Popen(
+            list(argv),
+            shell=False,
+            env=clean_env(env),
+            cwd=cwd,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            close_fds=True,
+            **drop,
+        )
     except (OSError, ValueError, subprocess.SubprocessError) as exc:  # PrivilegeError too
         return HookResult(f"cannot run: {exc}", "")
     running(proc.pid, True)
@@ -75,12 +90,15 @@ def _wait(proc: subprocess.Popen, stdin_bytes: bytes, timeout_s: float) -> HookR
         except subprocess.TimeoutExpired:
             pass  # stuck in the kernel: subprocess reaps it later; the thread goes on
         return HookResult(f"timeout after {timeout_s:g} s (killed)", _text(tail))
-    return HookResult(f"exit {proc.returncode}" if proc.returncode >= 0
-                      else f"killed by signal {-proc.returncode}", _text(tail))
+    return HookResult(
+        f"exit {proc.returncode}"
+        if proc.returncode >= 0
+        else f"killed by signal {-proc.returncode}",
+        _text(tail),
+    )
 
 
-def _pump(proc: subprocess.Popen, stdin_bytes: bytes,
-          deadline: float) -> tuple[bytearray, bool]:
+def _pump(proc: subprocess.Popen, stdin_bytes: bytes, deadline: float) -> tuple[bytearray, bool]:
     """Feed stdin and drain stdout until the hook closes it or the deadline: (the last
     OUTPUT_KEPT_BYTES of what it printed, the rest read and dropped; whether its output
     ended). Closes both pipes either way: nothing is waited for past the deadline."""
@@ -105,7 +123,7 @@ def _pump(proc: subprocess.Popen, stdin_bytes: bytes,
                 if not chunk:
                     selector.unregister(proc.stdout)
                     drained = True
-                del tail[:max(0, len(tail) + len(chunk) - OUTPUT_KEPT_BYTES)]
+                del tail[: max(0, len(tail) + len(chunk) - OUTPUT_KEPT_BYTES)]
                 tail += chunk[-OUTPUT_KEPT_BYTES:]
     proc.stdin.close()
     proc.stdout.close()
@@ -115,7 +133,7 @@ def _pump(proc: subprocess.Popen, stdin_bytes: bytes,
 def _feed(pipe: IO[bytes], left: memoryview) -> memoryview:
     # What is left of stdin after one write; nothing when the hook closed its end.
     try:
-        return left[os.write(pipe.fileno(), left[:READ_CHUNK_BYTES]):]
+        return left[os.write(pipe.fileno(), left[:READ_CHUNK_BYTES]) :]
     except BlockingIOError:
         return left
     except OSError:  # BrokenPipeError: the hook does not read its stdin

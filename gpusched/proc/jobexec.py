@@ -52,8 +52,10 @@ def start_program(argv: list, env: dict, start):  # start(program) -> its result
         raise StartError(exec_failure(exc, program)) from None
     except ValueError as exc:  # a name with '=' or a NUL: exec and posix_spawn raise this
         # One job's bad environment fails that job's start, never its supervisor's loop.
-        raise StartError(f"cannot run {_absolute(program)}: its command or environment "
-                         f"cannot be passed to a program ({exc})") from None
+        raise StartError(
+            f"cannot run {_absolute(program)}: its command or environment "
+            f"cannot be passed to a program ({exc})"
+        ) from None
 
 
 def exec_failure(exc: OSError, program: str) -> str:
@@ -108,8 +110,9 @@ def enter_cwd(cwd: str) -> None:
         if exc.errno == errno.ENOENT:
             raise StartError(f"working directory {cwd} no longer exists") from None
         if exc.errno == errno.EACCES:
-            raise StartError(f"working directory {cwd} cannot be entered "
-                             "(permission denied)") from None
+            raise StartError(
+                f"working directory {cwd} cannot be entered (permission denied)"
+            ) from None
         if exc.errno == errno.ENOTDIR:
             raise StartError(f"working directory {cwd} is not a directory") from None
         raise StartError(f"cannot enter working directory {cwd}: {_plain(exc)}") from None
@@ -117,8 +120,11 @@ def enter_cwd(cwd: str) -> None:
 
 # What an output may be: a file, or a character device (a terminal, /dev/null). A FIFO
 # would hold its open(), and the job, not yet able to take a signal, until a reader came.
-_OTHER_KINDS = {stat.S_IFIFO: "a FIFO (named pipe)", stat.S_IFSOCK: "a socket",
-                stat.S_IFBLK: "a block device"}
+_OTHER_KINDS = {
+    stat.S_IFIFO: "a FIFO (named pipe)",
+    stat.S_IFSOCK: "a socket",
+    stat.S_IFBLK: "a block device",
+}
 
 
 def open_output(path: str, flags: int, mode: int) -> int:

@@ -35,7 +35,7 @@ def _become_shim(spec: dict, spec_line: bytes) -> None:
         os.chdir("/")
         _signal.signal(_signal.SIGCHLD, _signal.SIG_DFL)  # plain ints: see shim.py
         code = shim.run(spec, spec_line)
-    except BaseException as exc:  # noqa: BLE001 - the daemon would otherwise wait a minute
+    except BaseException as exc:
         # Ignored by the daemon once the run file shows the shim got going.
         shim.notify_daemon(spec, runfile.launch_failure(spec["job_id"], f"the shim failed: {exc}"))
     finally:

@@ -21,8 +21,9 @@ from collections import namedtuple
 
 from gpusched.proc import jobenv, runfile
 
-JobMarks = namedtuple("JobMarks", "shim_pid shim_start_ticks uid token cgroup supervised",
-                      defaults=(False,))
+JobMarks = namedtuple(
+    "JobMarks", "shim_pid shim_start_ticks uid token cgroup supervised", defaults=(False,)
+)
 JobMarks.__doc__ = """How a job's processes are recognised: its shim's pid and start ticks
 (from the run file's "shim" record), the job's uid, its run token and its cgroup directory
 ("" or None: none); supervised: the "shim" is the job's own process, leader of its
@@ -31,8 +32,14 @@ session (started by the supervisor, proc/supervisor.py), one of those found."""
 
 def marks_of(run_spec: dict, shim: tuple[int, int], uid: int) -> JobMarks:
     """The marks of the run whose run file holds this spec and "shim" record."""
-    return JobMarks(shim[0], shim[1], uid, run_spec.get("env", {}).get(jobenv.RUN_TOKEN, ""),
-                    run_spec.get("cgroup") or "", getattr(shim, "supervised", False))
+    return JobMarks(
+        shim[0],
+        shim[1],
+        uid,
+        run_spec.get("env", {}).get(jobenv.RUN_TOKEN, ""),
+        run_spec.get("cgroup") or "",
+        getattr(shim, "supervised", False),
+    )
 
 
 def find(marks: JobMarks) -> dict[int, int]:
@@ -54,8 +61,11 @@ def find(marks: JobMarks) -> dict[int, int]:
         # Every process of the job started after its shim: an older one never belongs.
         if stat.state == "Z" or stat.start_ticks < marks.shim_start_ticks:
             continue
-        if (in_session and stat.session == marks.shim_pid) or pid in in_cgroup or \
-                (entry is not None and carries(pid, entry, marks.uid)):
+        if (
+            (in_session and stat.session == marks.shim_pid)
+            or pid in in_cgroup
+            or (entry is not None and carries(pid, entry, marks.uid))
+        ):
             found[pid] = stat.start_ticks
     return found
 

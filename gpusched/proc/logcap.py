@@ -48,8 +48,9 @@ def outputs(spec: dict, out_fd: int, err_fd: int) -> tuple[int, int]:
 def _piped(log_fd: int, cap: int) -> int:
     """A pipe's write end, whose read end a thread copies into the log (taken over)."""
     read_end, write_end = os.pipe2(os.O_CLOEXEC)
-    _pumps.append(threading.Thread(target=_copy, daemon=True,
-                                   args=(read_end, CappedLog(log_fd, cap))))
+    _pumps.append(
+        threading.Thread(target=_copy, daemon=True, args=(read_end, CappedLog(log_fd, cap)))
+    )
     return write_end
 
 
@@ -68,8 +69,11 @@ class Handoff:
         job's stdout and stderr are instead: a pipe's write end, or the file itself."""
         out_capped, err_capped, same = layout(out_fd, err_fd)
         capped = (out_capped, err_capped and not same)
-        socket.send_fds(self.child_sock, [b"".join(b"1" if c else b"0" for c in capped)],
-                        [fd for fd, c in zip((out_fd, err_fd), capped) if c])
+        socket.send_fds(
+            self.child_sock,
+            [b"".join(b"1" if c else b"0" for c in capped)],
+            [fd for fd, c in zip((out_fd, err_fd), capped) if c],
+        )
         ends = [out_fd, err_fd]
         for i, is_capped in enumerate(capped):
             if is_capped:
@@ -90,9 +94,12 @@ class Handoff:
         self.parent_sock.close()
         logs = iter(fds)
         for i, (read_end, _) in enumerate(self.pipes):
-            if which[i:i + 1] == b"1" and len(fds) == which.count(b"1"):
-                _pumps.append(threading.Thread(target=_copy, daemon=True,
-                                               args=(read_end, CappedLog(next(logs), self.cap))))
+            if which[i : i + 1] == b"1" and len(fds) == which.count(b"1"):
+                _pumps.append(
+                    threading.Thread(
+                        target=_copy, daemon=True, args=(read_end, CappedLog(next(logs), self.cap))
+                    )
+                )
             else:
                 os.close(read_end)
         if len(fds) != which.count(b"1"):
@@ -154,7 +161,7 @@ class CappedLog:
         kept = os.pread(self.fd, keep, self.size - keep)
         line_start = kept.find(b"\n", 0, min(len(kept) - 1, 4096))
         if line_start >= 0:
-            kept = kept[line_start + 1:]
+            kept = kept[line_start + 1 :]
         dropped += self.size - mark_bytes - len(kept)
         text = logmark.mark_line(dropped, self.cap_bytes) + kept
         os.pwrite(self.fd, text, 0)

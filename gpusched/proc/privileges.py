@@ -55,11 +55,14 @@ def drop(who: Identity) -> None:
 
 def verify(who: Identity) -> None:
     if os.getresuid() != (who.uid,) * 3 or os.getresgid() != (who.gid,) * 3:
-        raise PrivilegeError(f"the switch to uid {who.uid} / gid {who.gid} did not take: "
-                             f"uids {os.getresuid()}, gids {os.getresgid()}")
+        raise PrivilegeError(
+            f"the switch to uid {who.uid} / gid {who.gid} did not take: "
+            f"uids {os.getresuid()}, gids {os.getresgid()}"
+        )
     if set(os.getgroups()) != set(who.groups):
-        raise PrivilegeError(f"supplementary groups are {sorted(os.getgroups())}, "
-                             f"not {list(who.groups)}")
+        raise PrivilegeError(
+            f"supplementary groups are {sorted(os.getgroups())}, not {list(who.groups)}"
+        )
     if who.uid != 0:
         try:
             os.setuid(0)
@@ -72,10 +75,11 @@ def prepare_log_dir(path: str, who: Identity) -> None:
     """Root side: LOG_ROOT/USER, created 0700 and owned by the user, in a root-owned
     parent that nobody else can write (so the user cannot swap the directory itself)."""
     parent = os.lstat(os.path.dirname(path))
-    if (not stat.S_ISDIR(parent.st_mode) or parent.st_uid != os.geteuid()
-            or parent.st_mode & 0o022):
-        raise PrivilegeError(f"{os.path.dirname(path)} must be a directory of uid "
-                             f"{os.geteuid()} that only it can write")
+    if not stat.S_ISDIR(parent.st_mode) or parent.st_uid != os.geteuid() or parent.st_mode & 0o022:
+        raise PrivilegeError(
+            f"{os.path.dirname(path)} must be a directory of uid "
+            f"{os.geteuid()} that only it can write"
+        )
     try:
         os.mkdir(path, 0o700)
         os.chown(path, who.uid, who.gid, follow_symlinks=False)
@@ -83,8 +87,10 @@ def prepare_log_dir(path: str, who: Identity) -> None:
         pass
     info = os.lstat(path)
     if not stat.S_ISDIR(info.st_mode) or info.st_uid != who.uid:
-        raise PrivilegeError(f"log directory {path} is not a directory owned by {who.name}; "
-                             "an admin should remove it")
+        raise PrivilegeError(
+            f"log directory {path} is not a directory owned by {who.name}; "
+            "an admin should remove it"
+        )
 
 
 def open_owned(path: str, flags: int, uid: int) -> int | None:
@@ -155,8 +161,11 @@ def _open_regular(path: str, flags: int, uid: int) -> int:
 def open_log(path: str) -> int:
     """User side: append to a regular file of our own, never through a symlink, and never
     blocking on a FIFO planted in its place."""
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW | os.O_NONBLOCK
-                 | os.O_CLOEXEC, 0o600)
+    fd = os.open(
+        path,
+        os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC,
+        0o600,
+    )
     info = os.fstat(fd)
     if not stat.S_ISREG(info.st_mode) or info.st_uid != os.geteuid():
         os.close(fd)

@@ -13,6 +13,10 @@ import json
 import os
 from collections import namedtuple
 
+TYPE_CHECKING = False  # not `typing`: the shim imports this module, and typing costs time
+if TYPE_CHECKING:
+    from gpusched.core.models import Job
+
 # -- a job's files ----------------------------------------------------------------------------
 # They lie in the jobs directory, named by the job's id: ID.run.jsonl, ID.stdout.log,
 # ID.stderr.log and ID.progress.json, in a subdirectory per range of IDS_PER_DIR ids
@@ -108,8 +112,7 @@ def log_paths(jobs_root: str | os.PathLike, job_id: int, flat: bool = False) -> 
     return stem + ".stdout.log", stem + ".stderr.log"  # one join: a big submit makes 100,000
 
 
-def own_log_paths(jobs_root: str, log_root: str | None, user: str,
-                  job_id: int) -> tuple[str, str]:
+def own_log_paths(jobs_root: str, log_root: str | None, user: str, job_id: int) -> tuple[str, str]:
     """gpusched's own logs of a job: beside its run file; in system mode (log_root) in the
     user's own log directory, so that the user's client reads them directly and root
     never writes them. A job's --output and --error files are the user's, not these."""
@@ -131,29 +134,50 @@ def run_token(job: Job) -> str:
     return f"{job.id}.{job.attempt}.{job.started_at!r}"
 
 
-def run_spec(job: Job, env: dict[str, str], jobs_root: str, wake_path: str, grace_s: float,
-             cgroup: os.PathLike | None = None, run_as: int | None = None,
-             max_log_bytes: int = 0, own_logs: tuple[str, ...] = ()) -> dict:
+def run_spec(
+    job: Job,
+    env: dict[str, str],
+    jobs_root: str,
+    wake_path: str,
+    grace_s: float,
+    cgroup: os.PathLike | None = None,
+    run_as: int | None = None,
+    max_log_bytes: int = 0,
+    own_logs: tuple[str, ...] = (),
+) -> dict:
     """The spec a job's shim is launched with, its run file's first record. The shim
     makes every file of the run (see begin_run_file). run_as (system mode): the shim
     drops to this uid before the job touches any path. max_log_bytes: each log's cap
     (0: none; proc/logcap.py). own_logs: gpusched's own log paths of the job; its logs
     that are not (--output, --error) are the user's files, "user_logs"."""
-    return {"job_id": job.id, "run": run_token(job), "run_file": run_file(jobs_root, job.id),
-            "command": list(job.command), "env": dict(env), "cwd": job.cwd,
-            "stdout": job.stdout_path, "stderr": job.stderr_path, "grace_s": grace_s,
-            "wake": str(wake_path), "cpu_ids": list(job.cpu_ids),
-            "cgroup": str(cgroup) if cgroup else "", "run_as": run_as,
-            **({"max_log_bytes": max_log_bytes} if max_log_bytes else {}),
-            **user_logs_fields(job, own_logs)}
+    return {
+        "job_id": job.id,
+        "run": run_token(job),
+        "run_file": run_file(jobs_root, job.id),
+        "command": list(job.command),
+        "env": dict(env),
+        "cwd": job.cwd,
+        "stdout": job.stdout_path,
+        "stderr": job.stderr_path,
+        "grace_s": grace_s,
+        "wake": str(wake_path),
+        "cpu_ids": list(job.cpu_ids),
+        "cgroup": str(cgroup) if cgroup else "",
+        "run_as": run_as,
+        **({"max_log_bytes": max_log_bytes} if max_log_bytes else {}),
+        **user_logs_fields(job, own_logs),
+    }
 
 
 def user_logs_fields(job: Job, own_logs: tuple[str, ...]) -> dict:
     """The run spec's "user_logs" (the job's --output/--error files) and "truncate"
     (--open-mode truncate, at the job's first run only: a retried, requeued or preempted
     job's later runs append, keeping what the earlier ones wrote)."""
-    users = [p for p in dict.fromkeys((job.stdout_path, job.stderr_path))
-             if p and p not in own_logs] if job.open_mode else []
+    users = (
+        [p for p in dict.fromkeys((job.stdout_path, job.stderr_path)) if p and p not in own_logs]
+        if job.open_mode
+        else []
+    )
     if not users:
         return {}
     first_run = job.attempt == 1 and job.restarts == 0
@@ -161,6 +185,7 @@ def user_logs_fields(job: Job, own_logs: tuple[str, ...]) -> dict:
 
 
 # -- the shim writes --------------------------------------------------------------------------
+
 
 def record_line(kind: str, data: dict) -> str:
     return json.dumps({"record": kind, **data}) + "\n"
@@ -175,8 +200,9 @@ def append_record(path: str, kind: str, data: dict) -> None:
         os.close(fd)
 
 
-def begin_run_file(spec: dict, spec_line: bytes | None = None,
-                   supervised: tuple[int, int] | None = None) -> str:
+def begin_run_file(
+    spec: dict, spec_line: bytes | None = None, supervised: tuple[int, int] | None = None
+) -> str:
     """Create the run file with the spec and this shim's own record; its path.
 
     spec_line: the spec as the launcher received it (one JSON object), written as it is
@@ -185,8 +211,11 @@ def begin_run_file(spec: dict, spec_line: bytes | None = None,
     leads its own session, and the daemon signals and watches it as a shim.
     """
     path = spec["run_file"]
-    spec_record = (b'{"record": "spec", ' + spec_line.strip()[1:] + b"\n" if spec_line
-                   else record_line(SPEC, spec).encode())
+    spec_record = (
+        b'{"record": "spec", ' + spec_line.strip()[1:] + b"\n"
+        if spec_line
+        else record_line(SPEC, spec).encode()
+    )
     if supervised is None:
         owner = {"pid": os.getpid(), "start_ticks": read_proc_stat().start_ticks}
     else:
@@ -222,8 +251,9 @@ ExitRecord = namedtuple("ExitRecord", "exit_code signal ended_at error", default
 
 def append_exit(path: str, record: ExitRecord, run: str | None = None) -> None:
     """The shim's last record: how the job ended (run: the spec's run token)."""
-    append_record(path, EXIT, {**record._asdict(), "error": record.error[:MAX_ERROR_CHARS],
-                               "run": run})
+    append_record(
+        path, EXIT, {**record._asdict(), "error": record.error[:MAX_ERROR_CHARS], "run": run}
+    )
 
 
 # -- the daemon reads -------------------------------------------------------------------------
@@ -255,11 +285,16 @@ def read_run(jobs_root: str | os.PathLike, job_id: int, run: str | None = None) 
             continue  # another run's, left in the file
         try:
             if data.get("record") == SHIM and shim_record is None:
-                shim_record = ShimRecord(int(data["pid"]), int(data["start_ticks"]),
-                                         bool(data.get("supervised")))
+                shim_record = ShimRecord(
+                    int(data["pid"]), int(data["start_ticks"]), bool(data.get("supervised"))
+                )
             elif data.get("record") == EXIT:
-                exit_record = ExitRecord(data.get("exit_code"), data.get("signal"),
-                                         float(data.get("ended_at", 0)), data.get("error", ""))
+                exit_record = ExitRecord(
+                    data.get("exit_code"),
+                    data.get("signal"),
+                    float(data.get("ended_at", 0)),
+                    data.get("error", ""),
+                )
         except (KeyError, TypeError, ValueError):
             continue  # not written by a shim of ours: as if absent
     return RunState(shim_record, exit_record)
@@ -326,7 +361,7 @@ def ended_run(address: object) -> str | None:
     """The run token of a shim's end address; None for any other sender."""
     if not isinstance(address, bytes) or not address.startswith(_END_ADDRESS):
         return None
-    _, _, run = address[len(_END_ADDRESS):].decode(errors="replace").partition(" ")
+    _, _, run = address[len(_END_ADDRESS) :].decode(errors="replace").partition(" ")
     return run or None
 
 
@@ -334,15 +369,16 @@ def parse_launch_failure(message: bytes) -> tuple[int, str] | None:
     """(job id, reason) of a launch_failure datagram; None for a plain wake-up."""
     if not message.startswith(_LAUNCH_FAILED):
         return None
-    job_id, _, reason = message[len(_LAUNCH_FAILED):].decode(errors="replace").partition(" ")
+    job_id, _, reason = message[len(_LAUNCH_FAILED) :].decode(errors="replace").partition(" ")
     return (int(job_id), reason) if job_id.isdigit() else None
 
 
 # -- /proc/PID/stat ---------------------------------------------------------------------------
 
 # The fields of proc(5)'s /proc/PID/stat that gpusched reads, in clock ticks and pages.
-ProcStat = namedtuple("ProcStat",
-                      "ppid utime_ticks stime_ticks start_ticks rss_pages state session")
+ProcStat = namedtuple(
+    "ProcStat", "ppid utime_ticks stime_ticks start_ticks rss_pages state session"
+)
 ProcStat.start_ticks.__doc__ = """When the process started, in clock ticks since boot: with
 its pid, it names one process for good, and no clock step can change it."""
 ProcStat.state.__doc__ = """One letter: R, S, D, ..., Z for a zombie (ended, not reaped yet)."""
@@ -359,7 +395,13 @@ def read_proc_stat(pid: int | str = "self") -> ProcStat:
         os.close(fd)
     # Fields from the 3rd (state) on: the name before them, in (...), may hold spaces
     # and parentheses, so the split starts after the last ")".
-    fields = data[data.rindex(b")") + 2:].split()
-    return ProcStat(ppid=int(fields[1]), utime_ticks=int(fields[11]),
-                    stime_ticks=int(fields[12]), start_ticks=int(fields[19]),
-                    rss_pages=int(fields[21]), state=fields[0].decode(), session=int(fields[3]))
+    fields = data[data.rindex(b")") + 2 :].split()
+    return ProcStat(
+        ppid=int(fields[1]),
+        utime_ticks=int(fields[11]),
+        stime_ticks=int(fields[12]),
+        start_ticks=int(fields[19]),
+        rss_pages=int(fields[21]),
+        state=fields[0].decode(),
+        session=int(fields[3]),
+    )

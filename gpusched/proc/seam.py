@@ -12,8 +12,8 @@ import os
 import signal
 import socket
 import threading
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Iterable
 
 import psutil
 
@@ -138,8 +138,9 @@ class ProcessSeam:
 
     def _signal_supervised(self, pid: int, signum: int) -> bool:
         try:
-            if self._supervisor.send({"op": "signal", "pid": pid, "signal": int(signum)},
-                                     start=False):
+            if self._supervisor.send(
+                {"op": "signal", "pid": pid, "signal": int(signum)}, start=False
+            ):
                 return True
         except OSError:
             pass
@@ -252,8 +253,12 @@ class ProcessSeam:
         may take seconds."""
         from gpusched.proc import containerrun
 
-        threading.Thread(target=containerrun.remove, args=(spec,), daemon=True,
-                         name=f"remove {spec['container_remove']['name']}").start()
+        threading.Thread(
+            target=containerrun.remove,
+            args=(spec,),
+            daemon=True,
+            name=f"remove {spec['container_remove']['name']}",
+        ).start()
 
     @staticmethod
     def append_to_log(path: str, line: str, uid: int) -> None:

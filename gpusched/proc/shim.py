@@ -24,11 +24,17 @@ import time
 if __name__ == "__main__":  # run by path with -I -S: make the package importable
     sys.path.insert(0, os.path.abspath(os.path.join(__file__, "..", "..", "..")))
 
-from gpusched.proc import jobexec, jobtree, runfile  # noqa: E402 - standard library only, like this module
+from gpusched.proc import jobexec, jobtree, runfile
 
 # Signals a user (or the daemon) may send to the shim that belong to the job instead.
-FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2,
-             signal.SIGQUIT)
+FORWARDED = (
+    signal.SIGTERM,
+    signal.SIGINT,
+    signal.SIGHUP,
+    signal.SIGUSR1,
+    signal.SIGUSR2,
+    signal.SIGQUIT,
+)
 
 
 def make_durable(path: str) -> None:
@@ -122,9 +128,12 @@ def _exec_job(spec: dict, who, write_end: int, handoff=None) -> None:
         os.dup2(out_fd, 1)
         os.dup2(err_fd, 2)
         # Found as the user, in the job's directory, on the job's own PATH.
-        jobexec.start_program(spec["command"], spec["env"],
-                              lambda program: os.execve(program, spec["command"], spec["env"]))
-    except BaseException as exc:  # noqa: BLE001 - report anything, then die
+        jobexec.start_program(
+            spec["command"],
+            spec["env"],
+            lambda program: os.execve(program, spec["command"], spec["env"]),
+        )
+    except BaseException as exc:
         message = jobexec.in_words(exc)
         if dropped:  # only as the user: root never writes into a user's directory
             _note_in_log(spec, who, f"gpusched: cannot start: {message}\n")
@@ -159,10 +168,18 @@ def _spawn_as_ourselves(spec: dict, own_session: bool = False) -> int:
         def spawn_program(program: str) -> int:
             group = {"setsid": True} if own_session else {"setpgroup": 0}
             return os.posix_spawn(
-                program, spec["command"], spec["env"], **group,
-                setsigmask=(), setsigdef=(*FORWARDED, signal.SIGCHLD),
-                file_actions=[(os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0),
-                              (os.POSIX_SPAWN_DUP2, out_fd, 1), (os.POSIX_SPAWN_DUP2, err_fd, 2)])
+                program,
+                spec["command"],
+                spec["env"],
+                **group,
+                setsigmask=(),
+                setsigdef=(*FORWARDED, signal.SIGCHLD),
+                file_actions=[
+                    (os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0),
+                    (os.POSIX_SPAWN_DUP2, out_fd, 1),
+                    (os.POSIX_SPAWN_DUP2, err_fd, 2),
+                ],
+            )
 
         try:  # found on the job's own PATH, from its working directory (entered above)
             return jobexec.start_program(spec["command"], spec["env"], spawn_program)
@@ -246,7 +263,7 @@ def notify_daemon(spec: dict, message: bytes = runfile.WAKE) -> socket.socket | 
             except OSError:
                 pass  # not Linux, or the name is taken: a wake-up all the same
         sock.setblocking(False)
-        sock.sendto(message[:runfile.WAKE_MAX_BYTES], spec["wake"])
+        sock.sendto(message[: runfile.WAKE_MAX_BYTES], spec["wake"])
         if sock.getsockname():
             return sock
     except OSError:
@@ -309,8 +326,9 @@ def run(spec: dict, spec_line: bytes | None = None) -> int:
     try:
         run_path = runfile.begin_run_file(spec, spec_line)
     except OSError as exc:
-        notify_daemon(spec, runfile.launch_failure(spec["job_id"],
-                                                   f"cannot create its run file: {exc}"))
+        notify_daemon(
+            spec, runfile.launch_failure(spec["job_id"], f"cannot create its run file: {exc}")
+        )
         return 1
     jobtree.become_subreaper()
     try:
@@ -322,8 +340,11 @@ def run(spec: dict, spec_line: bytes | None = None) -> int:
     cap = _log_cap(spec)
     if cap is not None:
         cap.start()  # copying the job's output, now that nothing forks any more
-    forward = jobtree.Forwarder(pid, float(spec.get("grace_s", 10.0)),  # the job leads its group
-                                "container_remove" in spec)
+    forward = jobtree.Forwarder(
+        pid,
+        float(spec.get("grace_s", 10.0)),  # the job leads its group
+        "container_remove" in spec,
+    )
     for sig in FORWARDED:
         _signal.signal(sig, forward)
     _signal.signal(signal.SIGALRM, forward.kill)

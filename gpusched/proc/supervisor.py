@@ -38,10 +38,9 @@ import time
 if __name__ == "__main__":  # run by path with -I -S: make the package importable
     sys.path.insert(0, os.path.abspath(os.path.join(__file__, "..", "..", "..")))
 
-from gpusched.proc import jobtree, launcher, supervisorsignals  # noqa: E402
-from gpusched.proc.supervisorends import Ends  # noqa: E402
-from gpusched.proc.supervisorstart import (  # noqa: E402
-    Supervised, has_fds_for_one_more, needs_shim, start)
+from gpusched.proc import jobtree, launcher, supervisorsignals
+from gpusched.proc.supervisorends import Ends
+from gpusched.proc.supervisorstart import Supervised, has_fds_for_one_more, needs_shim, start
 
 SOCKET_NAME = "sup.sock"  # in the daemon's run directory: short, for AF_UNIX's 107 bytes
 HELLO = b"gpusched-supervisor "  # + our pid and a newline: sent to every daemon that connects
@@ -100,8 +99,11 @@ class Supervisor:
         return False
 
     def _timeout_s(self) -> float:
-        due = [when for when in (supervisorsignals.next_kill_at(self.by_pid),
-                                 self.ends.next_flush_at()) if when is not None]
+        due = [
+            when
+            for when in (supervisorsignals.next_kill_at(self.by_pid), self.ends.next_flush_at())
+            if when is not None
+        ]
         if due:
             return max(0.0, min(due) - time.monotonic())
         if self.shims or not self.connected_once:
@@ -119,8 +121,9 @@ class Supervisor:
     def _take(self, conn: socket.socket) -> None:
         """Serve a connection of our own user only: it may start jobs as that user (root
         in system mode)."""
-        uid = _SO_PEERCRED.unpack(conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED,
-                                                  _SO_PEERCRED.size))[1]
+        uid = _SO_PEERCRED.unpack(
+            conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, _SO_PEERCRED.size)
+        )[1]
         if uid != os.geteuid():
             conn.close()
             return
@@ -158,8 +161,9 @@ class Supervisor:
         if not isinstance(request, dict):
             return
         if request.get("op") == "signal":
-            supervisorsignals.signal_job(self.by_pid, self.shims, int(request["pid"]),
-                                         int(request["signal"]))
+            supervisorsignals.signal_job(
+                self.by_pid, self.shims, int(request["pid"]), int(request["signal"])
+            )
         elif "job_id" in request:
             self._launch(request, line)
 

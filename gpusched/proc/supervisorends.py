@@ -50,8 +50,9 @@ class Ends:
             code, signum = _exit_of(status)
             killpg(job.pid, signal.SIGKILL)  # leftovers in its group hold GPU memory
             try:
-                runfile.append_exit(job.run_file, runfile.ExitRecord(code, signum, time.time()),
-                                    job.run)
+                runfile.append_exit(
+                    job.run_file, runfile.ExitRecord(code, signum, time.time()), job.run
+                )
             except OSError:
                 pass  # no record: the daemon reports the job lost
             else:
@@ -67,8 +68,12 @@ class Ends:
         if sock is None:
             flush.append(job.run_file)
             return
-        self.reports[sock.fileno()] = (sock, job.run_file, job.wake,
-                                       time.monotonic() + shim.STORED_WAIT_S)
+        self.reports[sock.fileno()] = (
+            sock,
+            job.run_file,
+            job.wake,
+            time.monotonic() + shim.STORED_WAIT_S,
+        )
         self.poll.register(sock.fileno(), select.EPOLLIN)
 
     def answered(self, fd: int) -> None:

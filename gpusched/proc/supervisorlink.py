@@ -77,9 +77,14 @@ class SupervisorLink:
             listener.listen(64)
             self._proc = subprocess.Popen(
                 [sys.executable, "-I", "-S", SUPERVISOR_PATH, str(listener.fileno())],
-                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                stderr=subprocess.DEVNULL, start_new_session=True, close_fds=True,
-                pass_fds=(listener.fileno(),), env={"PATH": os.defpath})
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+                start_new_session=True,
+                close_fds=True,
+                pass_fds=(listener.fileno(),),
+                env={"PATH": os.defpath},
+            )
         return _hello(self.path)
 
     def close(self) -> None:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 import signal
 import time
-from typing import Iterable
+from collections.abc import Iterable
 
 from gpusched.proc import jobenv, leftovers
 
@@ -43,8 +43,7 @@ def kill_overdue(by_pid: dict, shims: set[int]) -> None:
 
 def next_kill_at(by_pid: dict) -> float | None:
     """When the next grace runs out (monotonic), if any runs."""
-    return min((job.kill_at for job in by_pid.values() if job.kill_at is not None),
-               default=None)
+    return min((job.kill_at for job in by_pid.values() if job.kill_at is not None), default=None)
 
 
 def signal_orphans(jobs: Iterable, signum: int, by_pid: dict, shims: set[int]) -> None:

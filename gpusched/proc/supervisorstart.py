@@ -14,7 +14,7 @@ import os
 import resource
 import signal
 import time
-from typing import Callable
+from collections.abc import Callable
 
 from gpusched.proc import jobenv, jobexec, runfile, shim, supervisorends
 
@@ -29,8 +29,13 @@ _FDS_SPARE = 64  # descriptors kept for links, a spawn's logs, run files
 def needs_shim(spec: dict) -> bool:
     """Whether the job needs a shim of its own: a privilege drop (system mode), a cgroup to
     join, a container to remove, or logs to cap (threads that copy its output)."""
-    return (spec.get("run_as") is not None or bool(spec.get("cgroup"))
-            or bool(spec.get("max_log_bytes")) or "container_remove" in spec or not CAN_SUPERVISE)
+    return (
+        spec.get("run_as") is not None
+        or bool(spec.get("cgroup"))
+        or bool(spec.get("max_log_bytes"))
+        or "container_remove" in spec
+        or not CAN_SUPERVISE
+    )
 
 
 def has_fds_for_one_more(fds_held: int) -> bool:
@@ -52,8 +57,9 @@ class Supervised:
         self.kill_at: float | None = None  # when a SIGTERM's grace runs out (monotonic)
 
 
-def start(spec: dict, line: bytes, dirs: set[str],
-          wake: Callable[[str], None]) -> Supervised | None:
+def start(
+    spec: dict, line: bytes, dirs: set[str], wake: Callable[[str], None]
+) -> Supervised | None:
     """Spawn the job and write its run file; None if it could not start (its exit record
     then says why, made durable, and the daemon is woken: wake(path)). dirs: the id-range
     directories known to exist (added to)."""
@@ -74,8 +80,9 @@ def start(spec: dict, line: bytes, dirs: set[str],
         os.killpg(pid, signal.SIGKILL)
         os.waitpid(pid, 0)
         os.close(pidfd)
-        shim.notify_daemon(spec, runfile.launch_failure(
-            spec["job_id"], f"cannot create its run file: {exc}"))
+        shim.notify_daemon(
+            spec, runfile.launch_failure(spec["job_id"], f"cannot create its run file: {exc}")
+        )
         return None
     return Supervised(spec, pid, pidfd)
 
@@ -83,8 +90,7 @@ def start(spec: dict, line: bytes, dirs: set[str],
 def _failed_start(spec: dict, line: bytes, why: str, wake: Callable[[str], None]) -> None:
     try:
         path = runfile.begin_run_file(spec, line)
-        runfile.append_exit(path, runfile.ExitRecord(127, None, time.time(), why),
-                            spec.get("run"))
+        runfile.append_exit(path, runfile.ExitRecord(127, None, time.time(), why), spec.get("run"))
         supervisorends.make_durable([path])
     except OSError as exc:
         why = f"cannot create its run file: {exc}"

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import random
 import zlib
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from typing import Sequence
 
 from gpusched.core import memestimate
 from gpusched.core.placement import PlacementRules
@@ -57,9 +57,13 @@ def memory_model(trace_jobs: Sequence[TraceJob], seed: int = 0) -> list[MemoryMo
     return out
 
 
-def with_estimates(trace_jobs: Sequence[TraceJob], model: Sequence[MemoryModel],
-                   rules: PlacementRules, margin_pct: float = 10.0,
-                   runs: int = memestimate.HISTORY_RUNS) -> list[TraceJob]:
+def with_estimates(
+    trace_jobs: Sequence[TraceJob],
+    model: Sequence[MemoryModel],
+    rules: PlacementRules,
+    margin_pct: float = 10.0,
+    runs: int = memestimate.HISTORY_RUNS,
+) -> list[TraceJob]:
     """The trace with each job's --gpu-mem as --gpu-mem auto would set it."""
     usable = GPU_MEM_BYTES - rules.mem_headroom_bytes
     ended: dict[str, list[tuple[float, int]]] = {}  # key -> (earliest end, peak)
@@ -72,8 +76,9 @@ def with_estimates(trace_jobs: Sequence[TraceJob], model: Sequence[MemoryModel],
     return out
 
 
-def report(estimated: Sequence[TraceJob], model: Sequence[MemoryModel],
-           results: Sequence[JobResult]) -> EstimateReport:
+def report(
+    estimated: Sequence[TraceJob], model: Sequence[MemoryModel], results: Sequence[JobResult]
+) -> EstimateReport:
     """What replaying with estimates did: sharing, and who would have hit OOM."""
     spans: dict[int, list[tuple[float, float, int]]] = {}
     for n, result in enumerate(results):
@@ -94,6 +99,10 @@ def report(estimated: Sequence[TraceJob], model: Sequence[MemoryModel],
         estimated=sum(1 for j in estimated if j.gpu_mem_bytes is not None),
         whole_gpu=sum(1 for j in estimated if j.gpu_mem_bytes is None),
         shared_gpu=len(shared),
-        would_oom=sum(1 for j, m in zip(estimated, model)
-                      if j.gpu_mem_bytes is not None and m.peak_bytes > j.gpu_mem_bytes),
-        mem_asked_ratio=asked / (GPU_MEM_BYTES * sum(j.num_gpus for j in estimated)))
+        would_oom=sum(
+            1
+            for j, m in zip(estimated, model)
+            if j.gpu_mem_bytes is not None and m.peak_bytes > j.gpu_mem_bytes
+        ),
+        mem_asked_ratio=asked / (GPU_MEM_BYTES * sum(j.num_gpus for j in estimated)),
+    )

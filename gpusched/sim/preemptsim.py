@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import heapq
 import random
-from dataclasses import dataclass, replace
-from typing import Sequence
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
 
 from gpusched.core import placement, preemption, queuerules, scheduling
 from gpusched.core.models import Job, JobState
@@ -30,7 +30,7 @@ class PreemptionModel:
 
     grace_s: float = 60.0  # the victim runs on this long, then checkpoints and stops
     restart_s: float = 60.0  # added to its remaining work: start-up and reload
-    rules: preemption.PreemptionRules = preemption.PreemptionRules()
+    rules: preemption.PreemptionRules = field(default_factory=preemption.PreemptionRules)
 
 
 def urgent_ids(count: int, share: float, seed: int) -> frozenset[int]:
@@ -74,9 +74,15 @@ class _PreemptiveReplay(_Replay):
             if left_s <= 0:
                 self.ended[job_id] = when
                 continue
-            again = replace(job, state=JobState.PENDING, started_at=None, gpu_uuids=(),
-                            gpu_indices=(), requeueing=False,
-                            time_limit_s=left_s + self.model.restart_s)
+            again = replace(
+                job,
+                state=JobState.PENDING,
+                started_at=None,
+                gpu_uuids=(),
+                gpu_indices=(),
+                requeueing=False,
+                time_limit_s=left_s + self.model.restart_s,
+            )
             self.pending.append(again)
             self.pending_sizes[again.request.gpus] += 1
 
@@ -90,10 +96,19 @@ class _PreemptiveReplay(_Replay):
     def _start_pass(self, now: float) -> bool:
         running = list(self.running.values())
         loads = placement.gpu_loads(self.inventory, running, {}, self.rules)
-        plan = scheduling.schedule(self.pending, running, loads, self.inventory, self.rules,
-                                   self.queue, now, usage=self.usage,
-                                   placements=self.placements, explain=False,
-                                   held=preemption.held_gpus(self.pending))
+        plan = scheduling.schedule(
+            self.pending,
+            running,
+            loads,
+            self.inventory,
+            self.rules,
+            self.queue,
+            now,
+            usage=self.usage,
+            placements=self.placements,
+            explain=False,
+            held=preemption.held_gpus(self.pending),
+        )
         if not plan.starts:
             return False
         self.placements = dict(plan.placements)
@@ -116,8 +131,10 @@ class _PreemptiveReplay(_Replay):
 
     def _release_holds(self) -> None:
         urgent = set(self.stopping_for.values())
-        self.pending = [replace(j, preempt_hold=()) if j.preempt_hold and j.id not in urgent
-                        else j for j in self.pending]
+        self.pending = [
+            replace(j, preempt_hold=()) if j.preempt_hold and j.id not in urgent else j
+            for j in self.pending
+        ]
 
     def _preempt(self, now: float) -> None:
         if self.stopping:
@@ -129,8 +146,9 @@ class _PreemptiveReplay(_Replay):
         loads = placement.gpu_loads(self.inventory, running, {}, self.rules)
         ready = [j for j in self.pending if j.priority > lowest and j.request.gpus]
         for urgent in queuerules.queue_order(ready, self.queue, self.usage):
-            victims = preemption.choose_victims(urgent, running, loads, self.rules,
-                                                self.model.rules, now)
+            victims = preemption.choose_victims(
+                urgent, running, loads, self.rules, self.model.rules, now
+            )
             if victims:
                 self._stop(urgent, victims, now)
                 return
@@ -141,8 +159,11 @@ class _PreemptiveReplay(_Replay):
         """An event when the next job that may be preempted for an urgent one leaves its
         first minutes (the daemon weighs preemption again at each GPU poll)."""
         min_run_s = self.model.rules.min_run_s
-        later = [j.started_at + min_run_s for j in running if j.preemptible and
-                 j.priority < priority and j.started_at + min_run_s > now]
+        later = [
+            j.started_at + min_run_s
+            for j in running
+            if j.preemptible and j.priority < priority and j.started_at + min_run_s > now
+        ]
         if later and min(later) not in self.wakes:
             self.wakes.add(min(later))
             heapq.heappush(self.ends, (min(later), -1))  # no job: finish_until skips it
@@ -151,8 +172,9 @@ class _PreemptiveReplay(_Replay):
         stop_s = now + self.model.grace_s
         for victim in victims:
             end_s = self.end_at[victim.id]
-            self.running[victim.id] = replace(victim, requeueing=True,
-                                              preemptions=victim.preemptions + 1)
+            self.running[victim.id] = replace(
+                victim, requeueing=True, preemptions=victim.preemptions + 1
+            )
             self.preemptions += 1
             if end_s <= stop_s:
                 continue  # it ends within its grace anyway
@@ -161,27 +183,43 @@ class _PreemptiveReplay(_Replay):
             self.end_at[victim.id] = stop_s
             heapq.heappush(self.ends, (stop_s, victim.id))
         hold = tuple(uuid for v in victims for uuid in v.gpu_uuids)
-        self.pending = [replace(j, preempt_hold=hold) if j.id == urgent.id else j
-                        for j in self.pending]
+        self.pending = [
+            replace(j, preempt_hold=hold) if j.id == urgent.id else j for j in self.pending
+        ]
 
 
-def simulate_with_priorities(trace_jobs: Sequence[traces.TraceJob], *, gpus: int,
-                             urgent: frozenset[int], model: PreemptionModel | None,
-                             policy: str = "pack", discipline: str = "fifo",
-                             half_life_s: float = simulator.DEFAULT_HALF_LIFE_S
-                             ) -> tuple[list[JobResult], int]:
+def simulate_with_priorities(
+    trace_jobs: Sequence[traces.TraceJob],
+    *,
+    gpus: int,
+    urgent: frozenset[int],
+    model: PreemptionModel | None,
+    policy: str = "pack",
+    discipline: str = "fifo",
+    half_life_s: float = simulator.DEFAULT_HALF_LIFE_S,
+) -> tuple[list[JobResult], int]:
     """Every job's submit, first start and final end, with the jobs at the positions in
     `urgent` at priority HIGH_PRIORITY, and preemption when `model` is given; and how
     many preemptions there were."""
     rules = simulator.check_choices(gpus, policy, discipline)
     simulator.check_trace_fits(trace_jobs, gpus, rules)
-    jobs = [replace(job, priority=HIGH_PRIORITY if job.id in urgent else 0, preemptible=True)
-            for job in simulator._as_jobs(trace_jobs)]
-    replay = _PreemptiveReplay(jobs, gpus, model, rules=rules,
-                               queue=queuerules.QueueRules(discipline=discipline),
-                               half_life_s=half_life_s)
+    jobs = [
+        replace(job, priority=HIGH_PRIORITY if job.id in urgent else 0, preemptible=True)
+        for job in simulator._as_jobs(trace_jobs)
+    ]
+    replay = _PreemptiveReplay(
+        jobs,
+        gpus,
+        model,
+        rules=rules,
+        queue=queuerules.QueueRules(discipline=discipline),
+        half_life_s=half_life_s,
+    )
     started = replay.run()
     # Where a job ran is left out: a preempted job ran in several places.
-    return [JobResult(t.job_id, t.tenant, t.num_gpus, t.duration_s, t.submit_s,
-                      started[n][0], replay.ended[n]) for n, t in enumerate(trace_jobs)], \
-        replay.preemptions
+    return [
+        JobResult(
+            t.job_id, t.tenant, t.num_gpus, t.duration_s, t.submit_s, started[n][0], replay.ended[n]
+        )
+        for n, t in enumerate(trace_jobs)
+    ], replay.preemptions

@@ -3,21 +3,22 @@
 from __future__ import annotations
 
 import heapq
+import itertools
 import math
 import statistics
 from collections import Counter
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Mapping, Sequence
 
 from gpusched.core import lifecycle, placement, queuerules, scheduling
 from gpusched.core.config import Settings
-from gpusched.sim import traces
 from gpusched.core.errors import GpuschedError, UsageError
 from gpusched.core.models import GpuInfo, Inventory, Job, Request
+from gpusched.core.pendingqueue import PendingQueue
 from gpusched.core.placement import PlacementRules, Policy
 from gpusched.core.policies import placement_rules
-from gpusched.core.pendingqueue import PendingQueue
 from gpusched.core.queuerules import HostCapacity, QueueRules, fair_share
+from gpusched.sim import traces
 
 GPU_MEM_BYTES = 80 * 2**30  # each simulated GPU: an 80 GiB card, idle, nothing outside
 TAU_S = 10.0  # bounded slowdown ignores how short jobs shorter than this are
@@ -64,53 +65,89 @@ class Metrics:
 
 def simulated_box(gpus: int, links: Sequence[Sequence[str]] = ()) -> Inventory:
     """`gpus` alike GPUs; with `links` (core/topology.py), placed by their connectivity."""
-    return Inventory(tuple(GpuInfo(index=i, uuid=f"GPU-sim-{i}", name="Simulated 80GB",
-                                   mem_total_bytes=GPU_MEM_BYTES, mem_used_bytes=0, util_pct=0.0)
-                           for i in range(gpus)), links=tuple(tuple(row) for row in links))
+    return Inventory(
+        tuple(
+            GpuInfo(
+                index=i,
+                uuid=f"GPU-sim-{i}",
+                name="Simulated 80GB",
+                mem_total_bytes=GPU_MEM_BYTES,
+                mem_used_bytes=0,
+                util_pct=0.0,
+            )
+            for i in range(gpus)
+        ),
+        links=tuple(tuple(row) for row in links),
+    )
 
 
 def _as_jobs(trace_jobs: Sequence[traces.TraceJob]) -> list[Job]:
     # Job ids follow submission order, as the daemon's do: FIFO and every tie-break
     # below "priority" in queuerules.order_key rely on it. The time limit is the true
     # duration (exact estimates): backfill reserves with it, and sjf becomes the oracle.
-    return [Job(id=n, command=(), cwd="", uid=0, user=t.tenant,
-                request=Request(gpus=t.num_gpus, gpu_mem_bytes=t.gpu_mem_bytes,
-                                cpus=t.cpus, mem_bytes=t.mem_bytes),
-                submitted_at=t.submit_s, time_limit_s=t.duration_s)
-            for n, t in enumerate(trace_jobs)]
+    return [
+        Job(
+            id=n,
+            command=(),
+            cwd="",
+            uid=0,
+            user=t.tenant,
+            request=Request(
+                gpus=t.num_gpus, gpu_mem_bytes=t.gpu_mem_bytes, cpus=t.cpus, mem_bytes=t.mem_bytes
+            ),
+            submitted_at=t.submit_s,
+            time_limit_s=t.duration_s,
+        )
+        for n, t in enumerate(trace_jobs)
+    ]
 
 
-def check_trace_fits(trace_jobs: Sequence[traces.TraceJob], gpus: int,
-                     rules: PlacementRules) -> None:
+def check_trace_fits(
+    trace_jobs: Sequence[traces.TraceJob], gpus: int, rules: PlacementRules
+) -> None:
     """Refuse jobs that no state of the simulated box could run (they would wait forever)."""
     for job in trace_jobs:
         if job.num_gpus > gpus:
-            raise UsageError(f"job {job.job_id} asks for {job.num_gpus} GPUs; the simulated "
-                             f"box has {gpus}. Use --gpus {job.num_gpus} or more.")
+            raise UsageError(
+                f"job {job.job_id} asks for {job.num_gpus} GPUs; the simulated "
+                f"box has {gpus}. Use --gpus {job.num_gpus} or more."
+            )
         usable_bytes = GPU_MEM_BYTES - rules.mem_headroom_bytes
         if job.gpu_mem_bytes is not None and job.gpu_mem_bytes > usable_bytes:
-            raise GpuschedError(f"job {job.job_id} asks for {job.gpu_mem_bytes} bytes per GPU; "
-                                f"simulated GPUs can give {usable_bytes} (80 GiB less the "
-                                "headroom). Fix its gpu_mem_bytes, or leave it empty for "
-                                "a whole GPU.")
-    if any(a.submit_s > b.submit_s for a, b in zip(trace_jobs, trace_jobs[1:])):
-        raise GpuschedError("trace jobs are not in submission order; load them with "
-                            "traces.load_trace, which sorts them.")
+            raise GpuschedError(
+                f"job {job.job_id} asks for {job.gpu_mem_bytes} bytes per GPU; "
+                f"simulated GPUs can give {usable_bytes} (80 GiB less the "
+                "headroom). Fix its gpu_mem_bytes, or leave it empty for "
+                "a whole GPU."
+            )
+    if any(a.submit_s > b.submit_s for a, b in itertools.pairwise(trace_jobs)):
+        raise GpuschedError(
+            "trace jobs are not in submission order; load them with "
+            "traces.load_trace, which sorts them."
+        )
 
 
 class _Replay:
     """The simulation state between events; `run` is the event loop."""
 
-    def __init__(self, jobs: list[Job], gpus: int, rules: PlacementRules, queue: QueueRules,
-                 half_life_s: float, links: Sequence[Sequence[str]] = ()):
+    def __init__(
+        self,
+        jobs: list[Job],
+        gpus: int,
+        rules: PlacementRules,
+        queue: QueueRules,
+        half_life_s: float,
+        links: Sequence[Sequence[str]] = (),
+    ):
         self.jobs, self.rules, self.queue, self.half_life_s = jobs, rules, queue, half_life_s
         self.inventory = simulated_box(gpus, links)
         self.gpus = gpus
         self.pending: list[Job] = []  # _PreemptiveReplay's queue; this one's is `line`
         # The queue in order, as the daemon keeps it: a pass reads only its head
         # (core/pendingqueue.py), so 100,000 waiting jobs cost a pass little.
-        self.line = PendingQueue(queue.discipline, per_user=bool(
-            queue.max_gpus_per_user or queue.max_running_per_user))
+        self.line = PendingQueue(
+            queue.discipline, per_user=bool(queue.max_gpus_per_user or queue.max_running_per_user)
+        )
         self.waiting: dict[int, Job] = {}
         self.running: dict[int, Job] = {}
         self.ends: list[tuple[float, int]] = []  # heap of (expected end, job id)
@@ -134,12 +171,15 @@ class _Replay:
         # fixpoint: nothing frees up during a pass, and skip-ahead already tried every job.
         arrival, last_s = 0, 0.0
         while arrival < len(self.jobs) or self.ends:
-            next_arrival_s = self.jobs[arrival].submitted_at if arrival < len(self.jobs) else math.inf
+            next_arrival_s = (
+                self.jobs[arrival].submitted_at if arrival < len(self.jobs) else math.inf
+            )
             now = min(next_arrival_s, self.ends[0][0] if self.ends else math.inf)
             if self.queue.discipline == "fairshare":
                 running = list(self.running.values())
-                self.usage = queuerules.decay_usage(self.usage, running, now - last_s,
-                                                    self.half_life_s)
+                self.usage = queuerules.decay_usage(
+                    self.usage, running, now - last_s, self.half_life_s
+                )
             last_s = now
             self.finish_until(now)
             while arrival < len(self.jobs) and self.jobs[arrival].submitted_at <= now:
@@ -182,10 +222,19 @@ class _Replay:
         running = list(self.running.values())
         loads = self.current_loads(running)
         ordered = self.line.jobs(self.waiting, fair_share(self.queue, self.usage))
-        plan = scheduling.schedule(ordered, running, loads, self.inventory, self.rules,
-                                   self.queue, now, usage=self.usage,
-                                   placements=self.placements, explain=False,
-                                   line=self.line)
+        plan = scheduling.schedule(
+            ordered,
+            running,
+            loads,
+            self.inventory,
+            self.rules,
+            self.queue,
+            now,
+            usage=self.usage,
+            placements=self.placements,
+            explain=False,
+            line=self.line,
+        )
         if not plan.starts:
             return
         self.placements = dict(plan.placements)
@@ -203,8 +252,12 @@ class _Replay:
         return self.loads
 
     def launch(self, job: Job, gpus: Sequence[GpuInfo], now: float) -> None:
-        job = lifecycle.start_run(job, now, gpu_uuids=tuple(g.uuid for g in gpus),
-                                  gpu_indices=tuple(g.index for g in gpus))
+        job = lifecycle.start_run(
+            job,
+            now,
+            gpu_uuids=tuple(g.uuid for g in gpus),
+            gpu_indices=tuple(g.index for g in gpus),
+        )
         self.running[job.id] = job
         self.stale_uuids.update(job.gpu_uuids)
         heapq.heappush(self.ends, (now + job.time_limit_s, job.id))
@@ -226,22 +279,31 @@ def _rules(policy: str, custom: Mapping[str, Policy] | None) -> PlacementRules:
     return placement_rules(Settings(policy=policy), custom)
 
 
-def check_choices(gpus: int, policy: str, discipline: str,
-                  custom_policies: Mapping[str, Policy] | None = None) -> PlacementRules:
+def check_choices(
+    gpus: int, policy: str, discipline: str, custom_policies: Mapping[str, Policy] | None = None
+) -> PlacementRules:
     """The placement rules for a run; a bad GPU count or name is a UsageError."""
     if gpus < 1:
         raise UsageError(f"--gpus {gpus}: the simulated box needs at least 1 GPU.")
     if discipline not in queuerules.DISCIPLINES:
-        raise UsageError(f"unknown discipline {discipline!r}. Choose one of: "
-                         f"{', '.join(queuerules.DISCIPLINES)}.")
+        raise UsageError(
+            f"unknown discipline {discipline!r}. Choose one of: "
+            f"{', '.join(queuerules.DISCIPLINES)}."
+        )
     return _rules(policy, custom_policies)
 
 
-def simulate(trace_jobs: Sequence[traces.TraceJob], *, gpus: int, policy: str = Settings.policy,
-             discipline: str = Settings.discipline, half_life_s: float = DEFAULT_HALF_LIFE_S,
-             custom_policies: Mapping[str, Policy] | None = None,
-             host: HostCapacity | None = None,
-             links: Sequence[Sequence[str]] = ()) -> list[JobResult]:
+def simulate(
+    trace_jobs: Sequence[traces.TraceJob],
+    *,
+    gpus: int,
+    policy: str = Settings.policy,
+    discipline: str = Settings.discipline,
+    half_life_s: float = DEFAULT_HALF_LIFE_S,
+    custom_policies: Mapping[str, Policy] | None = None,
+    host: HostCapacity | None = None,
+    links: Sequence[Sequence[str]] = (),
+) -> list[JobResult]:
     """Every job's submit, start and end when `gpus` identical GPUs serve the trace.
 
     With `links` (core/topology.nvlink_islands), multi-GPU jobs get the best-linked GPUs,
@@ -254,17 +316,31 @@ def simulate(trace_jobs: Sequence[traces.TraceJob], *, gpus: int, policy: str = 
     check_trace_fits(trace_jobs, gpus, rules)
     jobs = _as_jobs(trace_jobs)
     if host is not None:
-        too_big = next((t for t in trace_jobs if t.cpus > host.cpus or
-                        (t.mem_bytes or 0) > host.mem_bytes), None)
+        too_big = next(
+            (t for t in trace_jobs if t.cpus > host.cpus or (t.mem_bytes or 0) > host.mem_bytes),
+            None,
+        )
         if too_big is not None:
-            raise UsageError(f"trace job {too_big.job_id} needs more CPUs or memory than the "
-                             f"simulated host has ({host.cpus} CPUs, "
-                             f"{host.mem_bytes / 2**30:.1f} GiB)")
+            raise UsageError(
+                f"trace job {too_big.job_id} needs more CPUs or memory than the "
+                f"simulated host has ({host.cpus} CPUs, "
+                f"{host.mem_bytes / 2**30:.1f} GiB)"
+            )
     queue = QueueRules(discipline=discipline, host=host)
     started = _Replay(jobs, gpus, rules, queue, half_life_s, links).run()
-    return [JobResult(t.job_id, t.tenant, t.num_gpus, t.duration_s, t.submit_s,
-                      started[n][0], started[n][0] + t.duration_s, started[n][1])
-            for n, t in enumerate(trace_jobs)]
+    return [
+        JobResult(
+            t.job_id,
+            t.tenant,
+            t.num_gpus,
+            t.duration_s,
+            t.submit_s,
+            started[n][0],
+            started[n][0] + t.duration_s,
+            started[n][1],
+        )
+        for n, t in enumerate(trace_jobs)
+    ]
 
 
 def percentile(values: Sequence[float], pct: float) -> float:
@@ -307,10 +383,14 @@ def compute_metrics(results: Sequence[JobResult], gpus: int) -> Metrics:
     for r in results:
         by_tenant.setdefault(r.tenant, []).append(r.bounded_slowdown)
     return Metrics(
-        jobs=len(results), tenants=len(by_tenant),
-        avg_jct_s=statistics.fmean(jcts), median_jct_s=statistics.median(jcts),
-        p99_jct_s=percentile(jcts, 99), avg_wait_s=statistics.fmean(r.wait_s for r in results),
+        jobs=len(results),
+        tenants=len(by_tenant),
+        avg_jct_s=statistics.fmean(jcts),
+        median_jct_s=statistics.median(jcts),
+        p99_jct_s=percentile(jcts, 99),
+        avg_wait_s=statistics.fmean(r.wait_s for r in results),
         avg_bounded_slowdown=statistics.fmean(r.bounded_slowdown for r in results),
         makespan_s=makespan_s,
         gpu_utilization=busy_s / (gpus * makespan_s) if makespan_s > 0 else 0.0,
-        jain_fairness=jain_index([statistics.fmean(v) for v in by_tenant.values()]))
+        jain_fairness=jain_index([statistics.fmean(v) for v in by_tenant.values()]),
+    )

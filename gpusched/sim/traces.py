@@ -11,8 +11,15 @@ from pathlib import Path
 from gpusched.core.errors import GpuschedError, UsageError
 
 DAY_S = 86400.0
-PHILLY_COLUMNS = ("job_id", "tenant", "orig_timestamp", "submit_raw_s", "num_gpus",
-                  "duration_s", "gpu_time_s")
+PHILLY_COLUMNS = (
+    "job_id",
+    "tenant",
+    "orig_timestamp",
+    "submit_raw_s",
+    "num_gpus",
+    "duration_s",
+    "gpu_time_s",
+)
 HISTORY_COLUMNS = ("job_id", "user", "submit_s", "num_gpus", "duration_s")
 HISTORY_OPTIONAL = ("gpu_mem_bytes", "cpus", "mem_bytes")
 ARRIVALS = ("trace", "poisson")
@@ -48,20 +55,27 @@ def _field(row: dict, column: str, where: str, kind: type, minimum: float):
         value = kind(text)
     except ValueError:
         noun = "a whole number" if kind is int else "a number"
-        raise GpuschedError(f"{where}, column {column}: {text!r} is not {noun}. "
-                            "Fix the value in the file.") from None
+        raise GpuschedError(
+            f"{where}, column {column}: {text!r} is not {noun}. Fix the value in the file."
+        ) from None
     if not math.isfinite(value) or value < minimum:
-        raise GpuschedError(f"{where}, column {column}: {text!r} must be at least {minimum:g}. "
-                            "Fix the value in the file.")
+        raise GpuschedError(
+            f"{where}, column {column}: {text!r} must be at least {minimum:g}. "
+            "Fix the value in the file."
+        )
     return value
 
 
 def _philly_job(row: dict, where: str) -> TraceJob:
     gpus = _field(row, "num_gpus", where, int, 1)
-    return TraceJob(job_id=row["job_id"].strip(), tenant=row["tenant"].strip(),
-                    submit_s=_field(row, "submit_raw_s", where, float, 0),
-                    num_gpus=gpus, duration_s=_field(row, "duration_s", where, float, 0),
-                    gpu_time_s=_field(row, "gpu_time_s", where, float, 0))
+    return TraceJob(
+        job_id=row["job_id"].strip(),
+        tenant=row["tenant"].strip(),
+        submit_s=_field(row, "submit_raw_s", where, float, 0),
+        num_gpus=gpus,
+        duration_s=_field(row, "duration_s", where, float, 0),
+        gpu_time_s=_field(row, "gpu_time_s", where, float, 0),
+    )
 
 
 def _optional(row: dict, column: str, where: str, minimum: int) -> int | None:
@@ -72,12 +86,17 @@ def _history_job(row: dict, where: str) -> TraceJob:
     # CPU-only jobs (num_gpus 0) compete for the host's cores and memory only.
     gpus = _field(row, "num_gpus", where, int, 0)
     duration_s = _field(row, "duration_s", where, float, 0)
-    return TraceJob(job_id=row["job_id"].strip(), tenant=row["user"].strip(),
-                    submit_s=_field(row, "submit_s", where, float, 0), num_gpus=gpus,
-                    duration_s=duration_s, gpu_time_s=gpus * duration_s,
-                    gpu_mem_bytes=_optional(row, "gpu_mem_bytes", where, 1),
-                    cpus=_optional(row, "cpus", where, 1) or 1,
-                    mem_bytes=_optional(row, "mem_bytes", where, 1))
+    return TraceJob(
+        job_id=row["job_id"].strip(),
+        tenant=row["user"].strip(),
+        submit_s=_field(row, "submit_s", where, float, 0),
+        num_gpus=gpus,
+        duration_s=duration_s,
+        gpu_time_s=gpus * duration_s,
+        gpu_mem_bytes=_optional(row, "gpu_mem_bytes", where, 1),
+        cpus=_optional(row, "cpus", where, 1) or 1,
+        mem_bytes=_optional(row, "mem_bytes", where, 1),
+    )
 
 
 def _pick_format(header: list[str], path: Path):
@@ -90,7 +109,8 @@ def _pick_format(header: list[str], path: Path):
         f"{path} line 1: unknown trace header ({', '.join(names) or 'empty'}). Use the Philly "
         f"columns ({', '.join(PHILLY_COLUMNS)}) or the history columns "
         f"({', '.join(HISTORY_COLUMNS)}, optionally {', '.join(HISTORY_OPTIONAL)}); "
-        "docs/scheduling.md has both.")
+        "docs/scheduling.md has both."
+    )
 
 
 def _window_s(jobs: list[TraceJob]) -> float:
@@ -106,8 +126,9 @@ def load_trace(path: Path) -> Trace:
         with open(path, newline="", encoding="utf-8") as handle:
             rows = list(csv.reader(handle))
     except (OSError, UnicodeDecodeError) as exc:
-        raise GpuschedError(f"cannot read trace {path}: {getattr(exc, 'strerror', None) or exc}. "
-                            "Check the path.") from None
+        raise GpuschedError(
+            f"cannot read trace {path}: {getattr(exc, 'strerror', None) or exc}. Check the path."
+        ) from None
     if not rows:
         raise GpuschedError(f"{path} is empty. A trace needs a header line and one line per job.")
     parse, names = _pick_format(rows[0], path)
@@ -117,12 +138,14 @@ def load_trace(path: Path) -> Trace:
             continue
         where = f"{path} line {number}"
         if len(cells) != len(names):
-            raise GpuschedError(f"{where}: {len(cells)} columns where the header has "
-                                f"{len(names)}. Fix the line.")
+            raise GpuschedError(
+                f"{where}: {len(cells)} columns where the header has {len(names)}. Fix the line."
+            )
         job = parse(dict(zip(names, cells)), where)
         if job.job_id in seen:
-            raise GpuschedError(f"{where}, column job_id: job {job.job_id} appears twice. "
-                                "Give each job its own id.")
+            raise GpuschedError(
+                f"{where}, column job_id: job {job.job_id} appears twice. Give each job its own id."
+            )
         seen.add(job.job_id)
         jobs.append(job)
     if not jobs:
@@ -143,8 +166,9 @@ def scale_to_load(trace: Trace, load: float, gpus: int) -> Trace:
         raise UsageError(f"--load {load} must be above 0 (0.5 means the GPUs are half busy).")
     scale = sum(j.gpu_time_s for j in trace.jobs) / (load * gpus * trace.window_s)
     jobs = tuple(replace(j, submit_s=j.submit_s * scale) for j in trace.jobs)
-    return replace(trace, jobs=jobs, window_s=trace.window_s * scale,
-                   arrival_scale=trace.arrival_scale * scale)
+    return replace(
+        trace, jobs=jobs, window_s=trace.window_s * scale, arrival_scale=trace.arrival_scale * scale
+    )
 
 
 def poisson_arrivals(trace: Trace, seed: int) -> Trace:

@@ -6,7 +6,8 @@ from __future__ import annotations
 import os
 import sys
 import time
-from typing import TYPE_CHECKING, Any, Callable
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 from gpusched.core.config import Settings, load_settings
 from gpusched.core.users import current_user_name
@@ -18,8 +19,12 @@ if TYPE_CHECKING:
 
 def my_view(settings: Settings) -> ViewState:
     """The view for whoever runs top, with the config's load colours."""
-    return ViewState(my_uid=os.getuid(), my_user=current_user_name(),
-                     warn_pct=settings.top_warn_pct, crit_pct=settings.top_crit_pct)
+    return ViewState(
+        my_uid=os.getuid(),
+        my_user=current_user_name(),
+        warn_pct=settings.top_warn_pct,
+        crit_pct=settings.top_crit_pct,
+    )
 
 
 def run_top(interval: float, once: bool, open_backend: Callable[[str, str], Any]) -> int:
@@ -72,10 +77,18 @@ def live(source: SnapshotSource, interval: float, view: ViewState) -> int:
     console = Console(highlight=False)
     try:
         with ExitStack() as stack:
-            keys = (stack.enter_context(KeyReader(sys.stdin.fileno()))
-                    if sys.stdin.isatty() else None)
-            screen = stack.enter_context(Live(console=console, screen=True, auto_refresh=False,
-                                              redirect_stdout=False, redirect_stderr=False))
+            keys = (
+                stack.enter_context(KeyReader(sys.stdin.fileno())) if sys.stdin.isatty() else None
+            )
+            screen = stack.enter_context(
+                Live(
+                    console=console,
+                    screen=True,
+                    auto_refresh=False,
+                    redirect_stdout=False,
+                    redirect_stderr=False,
+                )
+            )
             snapshot, next_at = source.take(), time.monotonic() + interval
             while True:
                 width, height = console.size

@@ -3,15 +3,24 @@
 from __future__ import annotations
 
 import re
-from typing import Iterable, Sequence
+from collections.abc import Iterable, Sequence
 
 from rich.cells import cell_len, set_cell_size
 from rich.console import Console, ConsoleOptions, RenderResult
 from rich.segment import Segment
 
 # The text helpers live where the fast command path can use them without rich.
-from gpusched.client.textcells import (Cell, Line, Seg, cell_width, clip,  # noqa: F401
-                                       command_human, printable, request_human, text_width)
+from gpusched.client.textcells import (  # noqa: F401
+    Cell,
+    Line,
+    Seg,
+    cell_width,
+    clip,
+    command_human,
+    printable,
+    request_human,
+    text_width,
+)
 
 # Who gets the lines of a short terminal first: pending rows are cut first (the header
 # still counts them all), the GPU rows last.
@@ -54,7 +63,7 @@ def pad(cell: Cell, width: int, justify: str = "left") -> Cell:
 
 
 def columns(spec: str) -> tuple[Column, ...]:
-    """"GPU>|NAME<1": GPU right-justified; NAME left-justified, with 1 share of the spare."""
+    """ "GPU>|NAME<1": GPU right-justified; NAME left-justified, with 1 share of the spare."""
     parsed = (re.fullmatch(r"(.+)([<>])(\d*)", c) for c in spec.split("|"))
     return tuple((m[1], "right" if m[2] == ">" else "left", int(m[3] or 0)) for m in parsed if m)
 
@@ -62,8 +71,10 @@ def columns(spec: str) -> tuple[Column, ...]:
 def column_widths(columns: Sequence[Column], rows: Sequence[Row], room: int) -> list[int]:
     """Column widths within `room`: natural widths and the spare shared by ratio; when
     even the natural widths do not fit, the widest columns are cut."""
-    widths = [max([len(header)] + [cell_width(cells[i]) for cells, _ in rows])
-              for i, (header, _, _) in enumerate(columns)]
+    widths = [
+        max([len(header)] + [cell_width(cells[i]) for cells, _ in rows])
+        for i, (header, _, _) in enumerate(columns)
+    ]
     shares = [ratio for _, _, ratio in columns]
     room -= 2 * (len(columns) - 1)
     spare = room - sum(w for w, share in zip(widths, shares) if not share)
@@ -96,17 +107,22 @@ def border(left: str, title: str, right: str, width: int) -> Line:
     return [(left + "─", ""), (label, "bold"), (rule + right, "")]
 
 
-def panel(title: str, columns: Sequence[Column], rows: list[Row], hidden: int,
-           width: int) -> list[Line]:
+def panel(
+    title: str, columns: Sequence[Column], rows: list[Row], hidden: int, width: int
+) -> list[Line]:
     """A boxed table: one line per row (cells cut, never wrapped), then "... N more"."""
     widths = column_widths(columns, rows, width - 4)
 
     def line(cells: Iterable[Cell], style: str) -> Line:
         pieces: Line = [("│ ", "")]
         for n, (cell, (_, justify, _), w) in enumerate(zip(cells, columns, widths)):
-            pieces += [("  " if n else "", ""),
-                       *((t, f"{style} {s}" if style and s else style or s)
-                         for t, s in pad(cell, w, justify))]
+            pieces += [
+                ("  " if n else "", ""),
+                *(
+                    (t, f"{style} {s}" if style and s else style or s)
+                    for t, s in pad(cell, w, justify)
+                ),
+            ]
         pieces.append((" " * max(0, width - 4 - sum(widths) - 2 * (len(widths) - 1)) + " │", ""))
         return merged(pieces)
 

@@ -42,8 +42,11 @@ class KeyReader:
         self._wake_r, self._wake_w = os.pipe()
         for fd in (self._wake_r, self._wake_w):
             os.set_blocking(fd, False)
-        for signum, handler in ((signal.SIGTERM, self._terminate), (signal.SIGHUP, self._terminate),
-                                (signal.SIGWINCH, self._wake)):
+        for signum, handler in (
+            (signal.SIGTERM, self._terminate),
+            (signal.SIGHUP, self._terminate),
+            (signal.SIGWINCH, self._wake),
+        ):
             self._old_handlers[signum] = signal.signal(signum, handler)
         tty.setcbreak(self.fd, termios.TCSANOW)
         return self

@@ -4,9 +4,10 @@ the pure render and the Live loop."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from types import MappingProxyType
-from typing import Any, Mapping, NamedTuple
+from typing import Any, NamedTuple
 
 from gpusched import __version__
 from gpusched.core.config import Settings
@@ -75,22 +76,31 @@ class TopJob(NamedTuple):
     def from_dict(cls, job: Mapping[str, Any]) -> TopJob:
         progress = job.get("progress") or {}
         fraction = progress.get("fraction")
-        return cls(id=job["id"], name=job.get("name") or "", user=job.get("user") or "?",
-                   uid=job.get("uid", -1), state=job["state"],
-                   gpu_indices=tuple(job.get("gpu_indices") or ()),
-                   gpu_uuids=tuple(job.get("gpus") or ()),
-                   gpus_requested=job.get("gpus_requested", 0),
-                   gpu_mem_bytes=job.get("gpu_mem_bytes"), priority=job.get("priority", 0),
-                   command=tuple(job.get("command") or ()),
-                   submitted_at=job.get("submitted_at") or 0.0, started_at=job.get("started_at"),
-                   pending_reason=job.get("pending_reason") or "",
-                   time_limit_s=job.get("time_limit_s"),
-                   progress_pct=None if fraction is None else 100.0 * fraction,
-                   progress_message=progress.get("message") or "",
-                   cancelling=bool(job.get("cancelling")), cluster=job.get("cluster"),
-                   preempting=bool(job.get("preempting")),
-                   gpu_idle_since=job.get("gpu_idle_since"), array_id=job.get("array_id"),
-                   array_index=job.get("array_index"))
+        return cls(
+            id=job["id"],
+            name=job.get("name") or "",
+            user=job.get("user") or "?",
+            uid=job.get("uid", -1),
+            state=job["state"],
+            gpu_indices=tuple(job.get("gpu_indices") or ()),
+            gpu_uuids=tuple(job.get("gpus") or ()),
+            gpus_requested=job.get("gpus_requested", 0),
+            gpu_mem_bytes=job.get("gpu_mem_bytes"),
+            priority=job.get("priority", 0),
+            command=tuple(job.get("command") or ()),
+            submitted_at=job.get("submitted_at") or 0.0,
+            started_at=job.get("started_at"),
+            pending_reason=job.get("pending_reason") or "",
+            time_limit_s=job.get("time_limit_s"),
+            progress_pct=None if fraction is None else 100.0 * fraction,
+            progress_message=progress.get("message") or "",
+            cancelling=bool(job.get("cancelling")),
+            cluster=job.get("cluster"),
+            preempting=bool(job.get("preempting")),
+            gpu_idle_since=job.get("gpu_idle_since"),
+            array_id=job.get("array_id"),
+            array_index=job.get("array_index"),
+        )
 
 
 @dataclass(frozen=True)

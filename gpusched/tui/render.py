@@ -5,16 +5,17 @@ from __future__ import annotations
 import io
 import textwrap
 import time
-from typing import TYPE_CHECKING, Any, Callable
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 from rich.cells import cell_len
 from rich.console import Console
 
-from gpusched.tui import draw
-from gpusched.tui.draw import Cell, Column, Frame, Line, Row, printable
 from gpusched.client.clusterview import cluster_human
 from gpusched.client.textcells import job_label
 from gpusched.core.units import duration_human, size_human
+from gpusched.tui import draw
+from gpusched.tui.draw import Cell, Column, Frame, Line, Row, printable
 
 if TYPE_CHECKING:
     from gpusched.core.models import GpuInfo, GpuProcess
@@ -60,10 +61,15 @@ def _title_line(snapshot: Snapshot, layout: str, width: int) -> Line:
         if snapshot.pending_total is not None:  # a long queue: only the first ones came
             counts["pending"] = snapshot.pending_total
         pid = "" if layout == "minimal" else f" (pid {daemon.pid})"
-        items += [f"{counts['running']} running · {counts['pending']} pending",
-                  f"daemon up {duration_human(daemon.uptime_s)}{pid}"]
-    items.append("simulated GPUs" if inv.backend == "simulated" else
-                 f"driver {inv.driver_version or 'N/A'} · CUDA {inv.cuda_version or 'N/A'}")
+        items += [
+            f"{counts['running']} running · {counts['pending']} pending",
+            f"daemon up {duration_human(daemon.uptime_s)}{pid}",
+        ]
+    items.append(
+        "simulated GPUs"
+        if inv.backend == "simulated"
+        else f"driver {inv.driver_version or 'N/A'} · CUDA {inv.cuda_version or 'N/A'}"
+    )
     items.append(f"gpusched {snapshot.version}")
     line, used = [("gpusched top", "bold")], len("gpusched top")
     for item in map(printable, items):  # most important first; what does not fit is left out
@@ -80,10 +86,20 @@ def _host_line(snapshot: Snapshot, view: ViewState, width: int) -> Line:
     mem = _gib_pair(host.mem_used_bytes, host.mem_total_bytes)
     mem += "" if mem_pct is None else f" ({mem_pct:.0f}%)"
     load = "N/A" if host.load_avg is None else " ".join(f"{x:.2f}" for x in host.load_avg)
-    return draw.clip([("CPU ", "bold"), ("N/A" if host.cpu_pct is None else f"{host.cpu_pct:.0f}%",
-                                     _load_style(host.cpu_pct, view)),
-                  ("  MEM ", "bold"), (mem, _load_style(mem_pct, view)), ("  LOAD ", "bold"),
-                  (load, "")], width)
+    return draw.clip(
+        [
+            ("CPU ", "bold"),
+            (
+                "N/A" if host.cpu_pct is None else f"{host.cpu_pct:.0f}%",
+                _load_style(host.cpu_pct, view),
+            ),
+            ("  MEM ", "bold"),
+            (mem, _load_style(mem_pct, view)),
+            ("  LOAD ", "bold"),
+            (load, ""),
+        ],
+        width,
+    )
 
 
 def _footer(view: ViewState, layout: str, width: int) -> Line:
@@ -91,8 +107,11 @@ def _footer(view: ViewState, layout: str, width: int) -> Line:
     if view.only_mine:
         line += [("only mine", "bold reverse cyan"), (" ", "")]
     keys = "q quit  p pause  u mine  s sort  ? help" if layout != "minimal" else "q p u s ?"
-    line += [(f"sort: {SORT_KEYS[view.sort_index % len(SORT_KEYS)]}", "bold"), ("  ", ""),
-             (keys, "dim")]
+    line += [
+        (f"sort: {SORT_KEYS[view.sort_index % len(SORT_KEYS)]}", "bold"),
+        ("  ", ""),
+        (keys, "dim"),
+    ]
     return draw.clip(line, width)
 
 
@@ -103,11 +122,14 @@ def _wrapped(text: str, width: int, max_lines: int, style: str) -> list[Line]:
 
 # -- the panels --------------------------------------------------------------------------
 _COLUMNS = {
-    ("gpus", "full"): draw.columns("GPU>|NAME<|BUS-ID<|TEMP>|POWER>|MEMORY<|RESERVED>|UTIL<|HEALTH<1"),
+    ("gpus", "full"): draw.columns(
+        "GPU>|NAME<|BUS-ID<|TEMP>|POWER>|MEMORY<|RESERVED>|UTIL<|HEALTH<1"
+    ),
     ("gpus", "compact"): draw.columns("GPU>|NAME<|MEMORY<|UTIL<|HEALTH<1"),
     ("gpus", "minimal"): draw.columns("GPU>|MEMORY<|UTIL<|HEALTH<1"),
-    ("processes", "full"):
-        draw.columns("GPU>|PID>|USER<|JOB<|GPU MEM>|CPU>|HOST MEM>|TIME>|COMMAND<1"),
+    ("processes", "full"): draw.columns(
+        "GPU>|PID>|USER<|JOB<|GPU MEM>|CPU>|HOST MEM>|TIME>|COMMAND<1"
+    ),
     ("processes", "compact"): draw.columns("GPU>|PID>|USER<|JOB<|GPU MEM>|CPU>|TIME>|COMMAND<1"),
     ("processes", "minimal"): draw.columns("GPU>|PID>|USER<|JOB<|GPU MEM>|COMMAND<1"),
     ("pending", "full"): draw.columns("ID>|USER<|NAME<1|REQUEST<|PRIO>|WAITED>|REASON<3"),
@@ -128,33 +150,40 @@ def _bar(pct: float | None, reserved_pct: float | None, cells: int, style: str) 
 
 def _gpu_items(snapshot: Snapshot, _view: ViewState) -> list[tuple[GpuInfo, bool]]:
     """Every GPU, each followed by its MIG devices: (device, is_mig)."""
-    return [row for gpu in snapshot.inventory.gpus
-            for row in [(gpu, False)] + [(mig, True) for mig in gpu.mig_devices]]
+    return [
+        row
+        for gpu in snapshot.inventory.gpus
+        for row in [(gpu, False)] + [(mig, True) for mig in gpu.mig_devices]
+    ]
 
 
-def _gpu_row(snapshot: Snapshot, view: ViewState, layout: str,
-             item: tuple[GpuInfo, bool]) -> dict:
+def _gpu_row(snapshot: Snapshot, view: ViewState, layout: str, item: tuple[GpuInfo, bool]) -> dict:
     gpu, is_mig = item
     cells, reserved = _BAR_CELLS[layout], snapshot.reserved_bytes.get(gpu.uuid, 0)
     mem_pct = _pct(gpu.mem_used_bytes, gpu.mem_total_bytes)
     util = "N/A" if gpu.util_pct is None else f"{gpu.util_pct:3.0f}%"
-    power = ("N/A" if gpu.power_w is None
-             else f"{gpu.power_w:.0f}W / {gpu.power_limit_w or 0:.0f}W")
+    power = "N/A" if gpu.power_w is None else f"{gpu.power_w:.0f}W / {gpu.power_limit_w or 0:.0f}W"
     shared = {  # a MIG device shares these with its parent GPU: shown once, on the parent
-        "BUS-ID": (gpu.bus_id or "N/A").removeprefix("00000000:"), "POWER": power,
-        "TEMP": "N/A" if gpu.temperature_c is None else f"{gpu.temperature_c}C"}
-    return {"GPU": draw.c(f" └ {gpu.label}" if is_mig else gpu.label),
-            "NAME": draw.c(gpu.name.removeprefix("NVIDIA ")),
-            **{key: draw.c("" if is_mig else value) for key, value in shared.items()},
-            "MEMORY": _bar(mem_pct, _pct(reserved, gpu.mem_total_bytes), cells,
-                           _load_style(mem_pct, view))
-            + [(" " + _gib_pair(gpu.mem_used_bytes, gpu.mem_total_bytes), "")],
-            "RESERVED": draw.c(size_human(reserved) if reserved else "-"),
-            "UTIL": _bar(gpu.util_pct, 0.0, cells, _load_style(gpu.util_pct, view))
-            + [(" " + util, "")],
-            "HEALTH": draw.c("ok", "green") if gpu.is_healthy
-            else draw.c(gpu.health_reason or "lost", "bold red"),
-            "": "" if gpu.is_healthy else "red"}
+        "BUS-ID": (gpu.bus_id or "N/A").removeprefix("00000000:"),
+        "POWER": power,
+        "TEMP": "N/A" if gpu.temperature_c is None else f"{gpu.temperature_c}C",
+    }
+    return {
+        "GPU": draw.c(f" └ {gpu.label}" if is_mig else gpu.label),
+        "NAME": draw.c(gpu.name.removeprefix("NVIDIA ")),
+        **{key: draw.c("" if is_mig else value) for key, value in shared.items()},
+        "MEMORY": _bar(
+            mem_pct, _pct(reserved, gpu.mem_total_bytes), cells, _load_style(mem_pct, view)
+        )
+        + [(" " + _gib_pair(gpu.mem_used_bytes, gpu.mem_total_bytes), "")],
+        "RESERVED": draw.c(size_human(reserved) if reserved else "-"),
+        "UTIL": _bar(gpu.util_pct, 0.0, cells, _load_style(gpu.util_pct, view))
+        + [(" " + util, "")],
+        "HEALTH": draw.c("ok", "green")
+        if gpu.is_healthy
+        else draw.c(gpu.health_reason or "lost", "bold red"),
+        "": "" if gpu.is_healthy else "red",
+    }
 
 
 class _NoHost:
@@ -165,9 +194,12 @@ class _NoHost:
 
 def _proc_items(snapshot: Snapshot, view: ViewState) -> list[tuple[str, GpuProcess]]:
     """(GPU label, process) for every process the view shows, in its sort order."""
-    found = [(order, gpu.label, proc)
-             for order, gpu in enumerate(snapshot.inventory.schedulable())
-             for proc in gpu.processes if not view.only_mine or proc.user == view.my_user]
+    found = [
+        (order, gpu.label, proc)
+        for order, gpu in enumerate(snapshot.inventory.schedulable())
+        for proc in gpu.processes
+        if not view.only_mine or proc.user == view.my_user
+    ]
     host = snapshot.proc_host
     keys: dict[str, Callable[[tuple[int, str, GpuProcess]], tuple]] = {
         "gpu": lambda f: (f[0], f[2].pid),
@@ -179,38 +211,51 @@ def _proc_items(snapshot: Snapshot, view: ViewState) -> list[tuple[str, GpuProce
     return [(label, proc) for _, label, proc in found]
 
 
-def _proc_row(snapshot: Snapshot, view: ViewState, _layout: str,
-              item: tuple[str, GpuProcess]) -> dict:
+def _proc_row(
+    snapshot: Snapshot, view: ViewState, _layout: str, item: tuple[str, GpuProcess]
+) -> dict:
     label, proc = item
     host, job_id = snapshot.proc_host.get(proc.pid, _NoHost), snapshot.pid_jobs.get(proc.pid)
     user, command = proc.user or "?", proc.command or "?"
     if not proc.is_visible:  # NVML gives host pids; one from another namespace still counts
         user, command = "?", "(pid in another namespace)"
     started = host.started_at
-    row = {"GPU": label, "PID": proc.pid, "USER": user,
-           "JOB": "external" if job_id is None else job_id,
-           "GPU MEM": size_human(proc.used_mem_bytes),
-           "CPU": "N/A" if host.cpu_pct is None else f"{host.cpu_pct:.0f}%",
-           "HOST MEM": size_human(host.rss_bytes),
-           "TIME": "N/A" if started is None else duration_human(snapshot.now - started),
-           "COMMAND": command}
-    return {**{k: draw.c(v) for k, v in row.items()},
-            "": "" if proc.is_visible and proc.user == view.my_user else "dim"}
+    row = {
+        "GPU": label,
+        "PID": proc.pid,
+        "USER": user,
+        "JOB": "external" if job_id is None else job_id,
+        "GPU MEM": size_human(proc.used_mem_bytes),
+        "CPU": "N/A" if host.cpu_pct is None else f"{host.cpu_pct:.0f}%",
+        "HOST MEM": size_human(host.rss_bytes),
+        "TIME": "N/A" if started is None else duration_human(snapshot.now - started),
+        "COMMAND": command,
+    }
+    return {
+        **{k: draw.c(v) for k, v in row.items()},
+        "": "" if proc.is_visible and proc.user == view.my_user else "dim",
+    }
 
 
 def _job_items(state: str) -> Callable[[Snapshot, ViewState], list[TopJob]]:
     def items(snapshot: Snapshot, view: ViewState) -> list[TopJob]:
-        jobs = [j for j in snapshot.jobs
-                if j.state == state and (not view.only_mine or j.uid == view.my_uid)]
+        jobs = [
+            j
+            for j in snapshot.jobs
+            if j.state == state and (not view.only_mine or j.uid == view.my_uid)
+        ]
         # Pending in the order placement considers them: priority, then age.
-        return sorted(jobs, key=(lambda j: (-j.priority, j.id)) if state == "pending" else
-                      (lambda j: j.id))
+        return sorted(
+            jobs, key=(lambda j: (-j.priority, j.id)) if state == "pending" else (lambda j: j.id)
+        )
+
     return items
 
 
 def _running_columns(jobs: list[TopJob], layout: str) -> tuple[Column, ...]:
-    spec = "ID>|USER<|NAME<1" + ("|STATE<" if any(j.cancelling or j.preempting or
-                                                    j.gpu_idle_since for j in jobs) else "")
+    spec = "ID>|USER<|NAME<1" + (
+        "|STATE<" if any(j.cancelling or j.preempting or j.gpu_idle_since for j in jobs) else ""
+    )
     spec += "|GPUS<|TIME>"
     if layout != "minimal":
         spec += "|GPU MEM USED/ASKED>"
@@ -221,26 +266,39 @@ def _running_columns(jobs: list[TopJob], layout: str) -> tuple[Column, ...]:
 
 def _observed_bytes(snapshot: Snapshot, job: TopJob) -> int:
     """GPU memory the job's processes hold now, over all its GPUs (its MIG devices too)."""
-    return sum(proc.used_mem_bytes or 0 for gpu in snapshot.inventory.schedulable()
-               if gpu.index in job.gpu_indices for proc in gpu.processes
-               if snapshot.pid_jobs.get(proc.pid) == job.id)
+    return sum(
+        proc.used_mem_bytes or 0
+        for gpu in snapshot.inventory.schedulable()
+        if gpu.index in job.gpu_indices
+        for proc in gpu.processes
+        if snapshot.pid_jobs.get(proc.pid) == job.id
+    )
 
 
 def _running_row(snapshot: Snapshot, view: ViewState, _layout: str, job: TopJob) -> dict:
     limit = "" if job.time_limit_s is None else f" / {duration_human(job.time_limit_s)}"
-    asked = ("whole" if job.gpu_mem_bytes is None
-             else size_human(job.gpu_mem_bytes * len(job.gpu_indices)))
+    asked = (
+        "whole"
+        if job.gpu_mem_bytes is None
+        else size_human(job.gpu_mem_bytes * len(job.gpu_indices))
+    )
     used = _observed_bytes(snapshot, job) if job.gpu_indices else None
     labels = {gpu.uuid: gpu.label for gpu in snapshot.inventory.schedulable()}  # MIG: 1/2
     gpus = [labels.get(uuid, "?") for uuid in job.gpu_uuids] or list(map(str, job.gpu_indices))
-    row = {"ID": job_label(job), "USER": job.user, "NAME": job.name,
-           "STATE": _running_state(job), "GPUS": ",".join(gpus) or "-",
-           "TIME": duration_human(snapshot.now - (job.started_at or snapshot.now)) + limit,
-           "GPU MEM USED/ASKED": "-" if used is None else f"{size_human(used)} / {asked}",
-           "PROGRESS": "-" if job.progress_pct is None else
-           f"{job.progress_pct:.0f}% {job.progress_message}".rstrip(),
-           "COMMAND": _cluster_prefix(snapshot, job) + draw.command_human(job.command,
-                                                                          COMMAND_MAX_CHARS)}
+    row = {
+        "ID": job_label(job),
+        "USER": job.user,
+        "NAME": job.name,
+        "STATE": _running_state(job),
+        "GPUS": ",".join(gpus) or "-",
+        "TIME": duration_human(snapshot.now - (job.started_at or snapshot.now)) + limit,
+        "GPU MEM USED/ASKED": "-" if used is None else f"{size_human(used)} / {asked}",
+        "PROGRESS": "-"
+        if job.progress_pct is None
+        else f"{job.progress_pct:.0f}% {job.progress_message}".rstrip(),
+        "COMMAND": _cluster_prefix(snapshot, job)
+        + draw.command_human(job.command, COMMAND_MAX_CHARS),
+    }
     cells = {k: draw.c(v) for k, v in row.items()}
     if job.cancelling or job.preempting:
         cells["STATE"] = draw.c(_running_state(job), "magenta")
@@ -252,6 +310,8 @@ def _running_row(snapshot: Snapshot, view: ViewState, _layout: str, job: TopJob)
 def _cluster_prefix(snapshot: Snapshot, job: TopJob) -> str:
     """`hpc 123 RUNNING, as of 4s ago · ` before a cluster job's command or reason."""
     return f"{cluster_human(job.cluster, snapshot.now)} · " if job.cluster else ""
+
+
 def _running_state(job: TopJob) -> str:
     return "cancelling" if job.cancelling else "preempting" if job.preempting else "running"
 
@@ -261,9 +321,15 @@ def _owner_style(job: TopJob, view: ViewState) -> str:
 
 
 def _pending_row(snapshot: Snapshot, view: ViewState, _layout: str, job: TopJob) -> dict:
-    row = {"ID": job_label(job), "USER": job.user, "NAME": job.name, "REQUEST": draw.request_human(job.gpus_requested, job.gpu_mem_bytes, "no GPU"),
-           "PRIO": job.priority, "WAITED": duration_human(snapshot.now - job.submitted_at),
-           "REASON": _cluster_prefix(snapshot, job) + (job.pending_reason or "-")}
+    row = {
+        "ID": job_label(job),
+        "USER": job.user,
+        "NAME": job.name,
+        "REQUEST": draw.request_human(job.gpus_requested, job.gpu_mem_bytes, "no GPU"),
+        "PRIO": job.priority,
+        "WAITED": duration_human(snapshot.now - job.submitted_at),
+        "REASON": _cluster_prefix(snapshot, job) + (job.pending_reason or "-"),
+    }
     return {**{k: draw.c(v) for k, v in row.items()}, "": _owner_style(job, view)}
 
 
@@ -274,16 +340,22 @@ _PANELS: dict[str, tuple[str, Callable[..., list], Callable[..., dict]]] = {
     "running": ("Running ({n})", _job_items("running"), _running_row),
     "pending": ("Pending ({n})", _job_items("pending"), _pending_row),
 }
-_HELP = (("q", "quit (Ctrl-C too)"), ("p", "pause / resume refreshing"),
-         ("u", "only my jobs and processes / everyone's"),
-         ("s", f"sort the processes by: {', '.join(SORT_KEYS)}"), ("?", "show / hide this help"))
+_HELP = (
+    ("q", "quit (Ctrl-C too)"),
+    ("p", "pause / resume refreshing"),
+    ("u", "only my jobs and processes / everyone's"),
+    ("s", f"sort the processes by: {', '.join(SORT_KEYS)}"),
+    ("?", "show / hide this help"),
+)
 
 
 def _help(view: ViewState, width: int) -> list[Line]:
-    notes = (f"Load colours: green below {view.warn_pct:.0f}%, yellow below "
-             f"{view.crit_pct:.0f}%, red above. ▒ in a memory bar: reserved for jobs still "
-             "starting. Dimmed: other users. JOB 'external': a process that gpusched did not "
-             "start.")
+    notes = (
+        f"Load colours: green below {view.warn_pct:.0f}%, yellow below "
+        f"{view.crit_pct:.0f}%, red above. ▒ in a memory bar: reserved for jobs still "
+        "starting. Dimmed: other users. JOB 'external': a process that gpusched did not "
+        "start."
+    )
     rows: list[Row] = [([draw.c(key, "bold"), draw.c(meaning)], "") for key, meaning in _HELP]
     rows += [([draw.c(""), draw.c(line)], "") for line in textwrap.wrap(notes, max(20, width - 9))]
     return draw.panel("Help", draw.columns("KEY<|MEANING<1"), rows, 0, width)
@@ -294,7 +366,8 @@ def _services_text(services: tuple) -> str:
     return "Services: " + "; ".join(
         f"{name} {ready}/{wanted} ready, {rps:.1f} req/s, "
         f"p95 {'-' if p95 is None else f'{p95:.0f}ms'}, {in_flight} in flight"
-        for name, wanted, ready, rps, p95, in_flight in services)
+        for name, wanted, ready, rps, p95, in_flight in services
+    )
 
 
 def render(snapshot: Snapshot, view: ViewState, width: int, height: int | None) -> Frame:
@@ -316,13 +389,18 @@ def render(snapshot: Snapshot, view: ViewState, width: int, height: int | None) 
     sort, body = SORT_KEYS[view.sort_index % len(SORT_KEYS)], []
     for name in (n for n in _PANELS if n in shown):  # drawn in this order, whatever fitted
         title, _, to_row = _PANELS[name]
-        columns = (_running_columns(items[name], layout) if name == "running"
-                   else _COLUMNS[name, layout])
-        rows = [to_row(snapshot, view, layout, item) for item in items[name][:shown[name]]]
+        columns = (
+            _running_columns(items[name], layout) if name == "running" else _COLUMNS[name, layout]
+        )
+        rows = [to_row(snapshot, view, layout, item) for item in items[name][: shown[name]]]
         total = _panel_total(snapshot, view, name, len(items[name]))
-        body += draw.panel(title.format(n=total, sort=sort), columns,
-                       [([row[c[0]] for c in columns], row[""]) for row in rows],
-                       total - shown[name], width)
+        body += draw.panel(
+            title.format(n=total, sort=sort),
+            columns,
+            [([row[c[0]] for c in columns], row[""]) for row in rows],
+            total - shown[name],
+            width,
+        )
     return Frame(top + body + [footer])
 
 
@@ -335,7 +413,15 @@ def _panel_total(snapshot: Snapshot, view: ViewState, name: str, listed: int) ->
 
 def to_text(renderable: Any, width: int) -> str:
     """A frame as plain text (no colour, no escapes), trailing spaces trimmed: --once, tests."""
-    console = Console(file=io.StringIO(), width=width, color_system=None, force_terminal=False,
-                      legacy_windows=False, highlight=False, soft_wrap=False, _environ={})
+    console = Console(
+        file=io.StringIO(),
+        width=width,
+        color_system=None,
+        force_terminal=False,
+        legacy_windows=False,
+        highlight=False,
+        soft_wrap=False,
+        _environ={},
+    )
     console.print(renderable)
     return "\n".join(line.rstrip() for line in console.file.getvalue().splitlines()) + "\n"

@@ -5,8 +5,9 @@ from __future__ import annotations
 import os
 import socket
 import time
+from collections.abc import Callable
 from types import MappingProxyType
-from typing import Any, Callable
+from typing import Any
 
 import psutil
 
@@ -31,8 +32,11 @@ def process_usage(pid: int, boot_time: float) -> tuple[float, int, float] | None
         stat = runfile.read_proc_stat(pid)
     except (OSError, ValueError, IndexError):
         return None
-    return ((stat.utime_ticks + stat.stime_ticks) / _CLOCK_TICKS, stat.rss_pages * _PAGE_BYTES,
-            boot_time + stat.start_ticks / _CLOCK_TICKS)
+    return (
+        (stat.utime_ticks + stat.stime_ticks) / _CLOCK_TICKS,
+        stat.rss_pages * _PAGE_BYTES,
+        boot_time + stat.start_ticks / _CLOCK_TICKS,
+    )
 
 
 class HostSampler:
@@ -54,9 +58,13 @@ class HostSampler:
         # The first reading has no previous one to measure from: take a short one (--once).
         cpu_pct = psutil.cpu_percent(FIRST_CPU_SAMPLE_S if self._is_first else None)
         self._is_first = False
-        return HostInfo(hostname=self.hostname, cpu_pct=cpu_pct,
-                        mem_used_bytes=memory.total - memory.available,
-                        mem_total_bytes=memory.total, load_avg=load)
+        return HostInfo(
+            hostname=self.hostname,
+            cpu_pct=cpu_pct,
+            mem_used_bytes=memory.total - memory.available,
+            mem_total_bytes=memory.total,
+            load_avg=load,
+        )
 
     def processes(self, pids: set[int]) -> dict[int, ProcHost]:
         seen = {pid: self._process(pid) for pid in pids}
@@ -85,8 +93,9 @@ def _gpu_pids(inventory: Inventory) -> set[int]:
 class SnapshotSource:
     """Takes snapshots from the daemon, or straight from the GPU backend when none answers."""
 
-    def __init__(self, open_backend: Callable[[str, str], Any], paths: Any = None,
-                 check_daemon: bool = False):
+    def __init__(
+        self, open_backend: Callable[[str, str], Any], paths: Any = None, check_daemon: bool = False
+    ):
         """open_backend(simulate, processes_file): the GPU backend to read when no daemon
         answers (gpus.open_backend, passed in: the TUI never imports the GPU layer).
         check_daemon: warn on stderr when the daemon runs with other GPUs or config than
@@ -111,8 +120,11 @@ class SnapshotSource:
 
         try:
             # The version only once the daemon gave one: an older daemon refuses it.
-            known = ({"pending_version": self._pending_version}
-                     if self._pending_version is not None else {})
+            known = (
+                {"pending_version": self._pending_version}
+                if self._pending_version is not None
+                else {}
+            )
             reply = self.client.call("snapshot", timeout_s=DAEMON_TIMEOUT_S, lean=True, **known)
         except DaemonUnavailable:
             return self._from_backend(NO_DAEMON_BANNER)
@@ -122,10 +134,14 @@ class SnapshotSource:
 
     def _frame(self, inventory: Inventory, **fields: Any) -> Snapshot:
         now = time.time()
-        return Snapshot(now=now, inventory=inventory, host=self.sampler.host(),
-                        utc_offset_s=time.localtime(now).tm_gmtoff,
-                        proc_host=MappingProxyType(self.sampler.processes(_gpu_pids(inventory))),
-                        **fields)
+        return Snapshot(
+            now=now,
+            inventory=inventory,
+            host=self.sampler.host(),
+            utc_offset_s=time.localtime(now).tm_gmtoff,
+            proc_host=MappingProxyType(self.sampler.processes(_gpu_pids(inventory))),
+            **fields,
+        )
 
     def _from_daemon(self, reply: dict[str, Any]) -> Snapshot:
         status = reply["daemon"]
@@ -133,11 +149,23 @@ class SnapshotSource:
             inventory_from_dict(reply["inventory"]),
             daemon=DaemonInfo(status["pid"], status["uptime_s"], status["version"]),
             reserved_bytes=MappingProxyType(dict(reply.get("reserved_bytes") or {})),
-            pid_jobs=MappingProxyType({int(pid): job_id for pid, job_id
-                                       in (reply.get("pid_jobs") or {}).items()}),
-            jobs=self._jobs(reply), **self._pending_counts,
-            services=tuple((s["name"], s["wanted"], s["ready"], s["requests_per_s"],
-                            s["p95_ms"], s["in_flight"]) for s in reply.get("services") or ()))
+            pid_jobs=MappingProxyType(
+                {int(pid): job_id for pid, job_id in (reply.get("pid_jobs") or {}).items()}
+            ),
+            jobs=self._jobs(reply),
+            **self._pending_counts,
+            services=tuple(
+                (
+                    s["name"],
+                    s["wanted"],
+                    s["ready"],
+                    s["requests_per_s"],
+                    s["p95_ms"],
+                    s["in_flight"],
+                )
+                for s in reply.get("services") or ()
+            ),
+        )
 
     def _jobs(self, reply: dict[str, Any]) -> tuple[TopJob, ...]:
         """The running jobs of the reply, then its pending ones, or those of the last
@@ -149,6 +177,7 @@ class SnapshotSource:
         self._pending_version = reply.get("pending_version")
         self._pending_counts = {key: reply.get(key) for key in ("pending_total", "pending_mine")}
         return jobs
+
     def _from_backend(self, banner: str) -> Snapshot:
         backend = self._open_backend()
         if backend is None:

@@ -36,6 +36,7 @@ if _DRIVER_FILE:
             def exec_module(module):
                 run(module)
                 _install(module)
+
             spec.loader.exec_module = exec_module
             return spec
 
