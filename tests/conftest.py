@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -23,7 +24,7 @@ from gpusched.proc.seam import ProcessSeam
 from processes import home_processes, is_gone, kill_all, with_descendants
 
 # Fixtures shared by many test modules, found by pytest without an import in each.
-pytest_plugins = ["inproc", "systemroot", "queue_damage", "slurmnode"]
+pytest_plugins = ["tiers", "inproc", "systemroot", "queue_damage", "slurmnode"]
 
 REPO = Path(__file__).resolve().parent.parent
 DEADLINE_S = 60.0
@@ -185,10 +186,11 @@ class Home:
         return json.loads(proc.stdout).get("pid") if proc.returncode == 0 else None
 
     def start(self) -> int:
-        self.run("daemon", "start")
-        pid = self.daemon_pid()
-        assert pid
-        return pid
+        """`gpusched daemon start`, and the pid it prints."""
+        said = self.run("daemon", "start").stdout
+        pid = re.search(r"\(pid (\d+)\)", said)
+        assert pid, said
+        return int(pid.group(1))
 
     def kill_daemon(self) -> None:
         """SIGKILL, as a crash would: jobs keep running."""
@@ -202,11 +204,12 @@ class Home:
         return home_processes(str(self.path))
 
     def cleanup(self) -> None:
-        # Gather the tree first: once the daemon is gone its launcher exits too, and the
-        # shims and jobs it started are no longer below anything of this home's.
-        procs = with_descendants(self.processes())
-        self.run("daemon", "stop", check=False, timeout=40)
-        kill_all(procs + with_descendants(self.processes()))
+        # SIGKILL, not `daemon stop`: the test is over, and a graceful stop costs a CLI and
+        # the daemon's shut-down. The tree is gathered first: once the daemon is gone, the
+        # shims and jobs it started are no longer below anything of this home's. A second
+        # sweep takes what was started in between.
+        kill_all(with_descendants(self.processes()))
+        kill_all(with_descendants(self.processes()))
 
 
 @pytest.fixture

@@ -19,10 +19,16 @@ from conftest import REPO, wait_until
 
 # Where gpusched looks for it too (proc/haproxy.py): on PATH, or in the sbin folders.
 HAPROXY = shutil.which("haproxy") or shutil.which("haproxy", path="/usr/sbin:/usr/local/sbin")
-needs_haproxy = pytest.mark.skipif(
+_haproxy_installed = pytest.mark.skipif(
     HAPROXY is None,
     reason="HAProxy is not installed (Debian/Ubuntu: apt-get install haproxy); .ci/run installs it",
 )
+
+
+def needs_haproxy(test):
+    """A test of a real HAProxy front door: the system tier, skipped where HAProxy is missing."""
+    return pytest.mark.system(_haproxy_installed(test))
+
 
 # jobs/serve.py is a torch model: without the `jobs` extra, the tests that run it skip.
 needs_torch = pytest.mark.skipif(

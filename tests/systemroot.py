@@ -22,6 +22,7 @@ from conftest import DEADLINE_S, REPO, accounts, is_gone, kill_all, wait_until, 
 
 TOOLS = ("useradd", "userdel", "groupadd", "groupdel", "setpriv")
 pytestmark = [
+    pytest.mark.system,
     pytest.mark.skipif(os.geteuid() != 0, reason="system mode tests create users: run as root"),
     pytest.mark.skipif(
         not all(shutil.which(t) for t in TOOLS),

@@ -18,6 +18,8 @@ from test_fast_commands import timeless
 
 from conftest import Home, wait_until
 
+pytestmark = pytest.mark.e2e
+
 ME = pwd.getpwuid(os.getuid()).pw_name
 BIG_ARG = "x" * 40_000  # 30 of these make `ls --all --json` longer than one page (1 MiB)
 

@@ -123,18 +123,21 @@ NOT_FOUND = [
 ]
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize("args, named", USAGE, ids=[" ".join(a) for a, _ in USAGE])
 def test_usage_errors(busy, args, named):
     assert_one_error_line(busy.run(*args, check=False), 2, named)
     assert_queue_unchanged(busy, busy.baseline)
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize("args, named", NOT_FOUND, ids=[" ".join(a) for a, _ in NOT_FOUND])
 def test_unknown_job_ids(busy, args, named):
     assert_one_error_line(busy.run(*args, check=False), 1, f"no job {named}")
     assert_queue_unchanged(busy, busy.baseline)
 
 
+@pytest.mark.e2e
 def test_one_unknown_id_refuses_the_whole_cancel(busy):
     proc = busy.run("cancel", str(busy.running), str(busy.pending), "999999", check=False)
     assert_one_error_line(proc, 1, "no job 999999")
@@ -142,6 +145,7 @@ def test_one_unknown_id_refuses_the_whole_cancel(busy):
     assert_queue_unchanged(busy, busy.baseline)
 
 
+@pytest.mark.e2e
 def test_sweep_with_one_bad_line_queues_nothing(busy, tmp_path):
     # All or nothing: an impossible job in a batch refuses the batch.
     sweep = tmp_path / "sweep.txt"
@@ -304,6 +308,7 @@ def as_stranger(stranger, home: Home, *args: str) -> subprocess.CompletedProcess
     )
 
 
+@pytest.mark.system
 def test_another_user_cannot_reach_a_users_daemon(stranger, open_home, tmp_path):
     home = open_home
     job = home.submit(
@@ -319,6 +324,7 @@ def test_another_user_cannot_reach_a_users_daemon(stranger, open_home, tmp_path)
     (tmp_path / "go").touch()
 
 
+@pytest.mark.system
 def test_the_daemon_refuses_to_cancel_another_users_job(stranger, open_home, tmp_path):
     # The socket's modes are the first guard. The daemon's own check on SO_PEERCRED is
     # the second, for sockets that several users can reach. To test it for real, open the

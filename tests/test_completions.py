@@ -29,6 +29,7 @@ def _generated(shell: str) -> str:
     ).stdout
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize("shell", SHELLS)
 def test_completion_files_are_not_stale(shell):
     shipped = (REPO / FILES[shell]).read_text()
@@ -37,6 +38,7 @@ def test_completion_files_are_not_stale(shell):
     )
 
 
+@pytest.mark.e2e
 def test_bash_completion_offers_subcommands_and_options():
     if not shutil.which("bash"):
         pytest.skip("bash is not installed")
@@ -58,6 +60,7 @@ def test_bash_completion_offers_subcommands_and_options():
     }
 
 
+@pytest.mark.e2e
 def test_unknown_shell_is_a_usage_error():
     proc = subprocess.run(
         [sys.executable, "-m", "gpusched", "completions", "tcsh"],
@@ -232,6 +235,7 @@ def fresh_account(tmp_path):
 BASH_COMPLETION = Path("/usr/share/bash-completion/bash_completion")
 
 
+@pytest.mark.system
 @pytest.mark.skipif(
     not BASH_COMPLETION.exists(), reason="the bash-completion package is not installed"
 )
@@ -255,6 +259,7 @@ def test_readme_steps_give_bash_completion_on_a_fresh_account(fresh_account):
     assert lines[1] == "start status stop"
 
 
+@pytest.mark.system
 @pytest.mark.skipif(not shutil.which("zsh"), reason="zsh is not installed")
 def test_readme_steps_give_zsh_completion_on_a_fresh_account(fresh_account):
     proc = subprocess.run(
@@ -267,6 +272,7 @@ def test_readme_steps_give_zsh_completion_on_a_fresh_account(fresh_account):
     assert proc.stdout.splitlines()[-1:] == ["_gpusched"], proc.stdout + proc.stderr
 
 
+@pytest.mark.system
 @pytest.mark.skipif(not shutil.which("fish"), reason="fish is not installed")
 def test_readme_steps_give_fish_completion_on_a_fresh_account(fresh_account):
     proc = subprocess.run(

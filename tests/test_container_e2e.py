@@ -19,6 +19,8 @@ from gpusched.daemon import containers
 
 from conftest import Home, find_shim, wait_until
 
+pytestmark = pytest.mark.system  # real podman containers
+
 IMAGE = "localhost/gpusched-test-busybox:1"
 BUSYBOX = "/bin/busybox"  # Debian's busybox-static
 APPLETS = ("sh", "sleep", "echo", "cat", "id", "pwd", "kill", "true", "test", "[", "touch")

@@ -14,6 +14,8 @@ import pytest
 
 from conftest import CONSOLE_SCRIPT, DEADLINE_S, DEFAULT_HOST_CONFIG, REPO, kill_all, wait_until
 
+pytestmark = pytest.mark.e2e
+
 
 class Login:
     """A user with no GPUSCHED_HOME: their queue is under $HOME/.local/state/gpusched."""

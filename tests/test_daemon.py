@@ -28,6 +28,8 @@ from gpusched.proc import runfile
 
 from conftest import Home, find_shim, is_gone, wait_until
 
+pytestmark = pytest.mark.e2e
+
 GiB = 2**30
 
 

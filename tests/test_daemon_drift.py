@@ -10,10 +10,14 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from gpusched.client.connection import Client
 from gpusched.client.paths import resolve_paths
 
 from conftest import REPO, Home, wait_until
+
+pytestmark = pytest.mark.e2e
 
 FIX = "run `gpusched daemon restart` to apply it (running jobs keep running)\n"
 

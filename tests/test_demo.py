@@ -6,7 +6,11 @@ from __future__ import annotations
 import re
 import subprocess
 
+import pytest
+
 from conftest import CONSOLE_SCRIPT, DEADLINE_S, REPO
+
+pytestmark = pytest.mark.e2e
 
 
 def test_the_demo_shows_what_its_jobs_printed_and_cleans_up(tmp_path):

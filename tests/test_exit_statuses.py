@@ -17,6 +17,8 @@ from gpusched.client.paths import resolve_paths
 
 from conftest import Home, wait_until
 
+pytestmark = pytest.mark.e2e
+
 
 def _state(home: Home, job_id: int) -> dict:
     return Client(resolve_paths(home.env), autostart=False).call("show", ids=[job_id])["jobs"][0]

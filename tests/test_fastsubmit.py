@@ -212,6 +212,7 @@ def test_resubmit_takes_a_subset_of_submits_options():
         assert default is (False if kind == "flag" else None), field  # "not given"
 
 
+@pytest.mark.e2e
 def test_the_fast_path_imports_nothing_heavy():
     # Every submit pays for what the fast path imports: no typer or rich, and none of the
     # standard library's slow ones. -S: without site, which imports some of them itself.

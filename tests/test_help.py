@@ -103,6 +103,7 @@ def run(*args: str, input: str | None = None) -> subprocess.CompletedProcess:
     )
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize("args", [[], ["daemon"]], ids=["gpusched", "gpusched daemon"])
 def test_a_group_alone_prints_its_help_and_exits_0(args):
     proc = run(*args)
@@ -113,6 +114,7 @@ def test_a_group_alone_prints_its_help_and_exits_0(args):
     assert "Commands:\n" in proc.stdout and len(proc.stdout.splitlines()) > 10
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize(
     "args", [["-h"], ["submit", "-h"], ["daemon", "start", "-h"], ["ls", "-h"], ["resubmit", "-h"]]
 )

@@ -8,8 +8,11 @@ from __future__ import annotations
 import shutil
 
 import psutil
+import pytest
 
 from conftest import Home, is_gone, wait_until
+
+pytestmark = pytest.mark.e2e
 
 GONE_WITHIN_S = 30.0  # the loop looks every 5 s
 

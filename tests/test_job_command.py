@@ -14,6 +14,8 @@ import pytest
 
 from conftest import CONSOLE_SCRIPT, Home, executable
 
+pytestmark = pytest.mark.e2e
+
 SYSTEM_PATH = "/usr/bin:/bin"
 
 

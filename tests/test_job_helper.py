@@ -36,6 +36,7 @@ def run_python(code: str, env: dict[str, str] | None = None, **kwargs) -> subpro
 # -- import cost ------------------------------------------------------------------------------
 
 
+@pytest.mark.e2e
 def test_import_pulls_in_no_torch_and_nothing_outside_the_standard_library():
     code = """
         import json, sys
@@ -137,6 +138,7 @@ def test_progress_outside_gpusched_or_off_rank_0_does_nothing(progress_file, mon
         job.progress(float("nan"))
 
 
+@pytest.mark.e2e
 def test_the_last_rate_limited_report_is_written_at_exit(tmp_path):
     path = tmp_path / "progress.json"
     proc = run_python(
@@ -224,6 +226,7 @@ def lines(path: Path) -> list[str]:
     return path.read_text().splitlines() if path.exists() else []
 
 
+@pytest.mark.e2e
 def test_sigterm_runs_the_callback_then_exits_143_through_finally(tmp_path):
     proc, marker = start_preempt_script(tmp_path)
     proc.send_signal(signal.SIGTERM)
@@ -231,6 +234,7 @@ def test_sigterm_runs_the_callback_then_exits_143_through_finally(tmp_path):
     assert lines(marker) == ["checkpoint 15", "checkpoint done", "finally"]
 
 
+@pytest.mark.e2e
 def test_warning_signal_runs_the_callback_once_and_the_job_goes_on(tmp_path):
     # The signal of `submit --signal`, which gpusched passes on in GPUSCHED_WARN_SIGNAL.
     proc, marker = start_preempt_script(
@@ -245,6 +249,7 @@ def test_warning_signal_runs_the_callback_once_and_the_job_goes_on(tmp_path):
     assert lines(marker) == ["checkpoint 12", "checkpoint done", "finally"]  # ran once
 
 
+@pytest.mark.e2e
 def test_sigterm_during_the_checkpoint_lets_it_finish_first(tmp_path):
     proc, marker = start_preempt_script(tmp_path)
     Path(f"{marker}.hold").touch()
@@ -258,6 +263,7 @@ def test_sigterm_during_the_checkpoint_lets_it_finish_first(tmp_path):
     assert lines(marker) == ["checkpoint 10", "sigterm seen", "checkpoint done", "finally"]
 
 
+@pytest.mark.e2e
 def test_without_exit_on_sigterm_the_loop_sees_the_flag(tmp_path):
     proc, marker = start_preempt_script(tmp_path, mode="poll")
     proc.send_signal(signal.SIGTERM)

@@ -167,6 +167,7 @@ def shared(tmp_path_factory):
     home.cleanup()
 
 
+@pytest.mark.e2e
 def test_environment_is_exactly_the_submitters_plus_the_schedulers(shared):
     # As a job that submits jobs would have them: every one is replaced or dropped.
     stale = dict.fromkeys(SCHEDULER_KEYS, "stale")
@@ -180,6 +181,7 @@ def test_environment_is_exactly_the_submitters_plus_the_schedulers(shared):
     assert seen["CUDA_VISIBLE_DEVICES"].split(",") == job["gpus"]
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize("parser", [[], ["-G0"]], ids=["fast-path", "typer"])
 def test_under_env_i_the_job_gets_only_what_was_exported(shared, parser):
     """As cron runs it: `env -i PATH=/usr/bin:/bin HOME=$HOME gpusched submit --wait ...`,
@@ -192,6 +194,7 @@ def test_under_env_i_the_job_gets_only_what_was_exported(shared, parser):
     assert job_environment(job) == expected(env, job, [], None)
 
 
+@pytest.mark.e2e
 def test_whole_gpu_job_gets_no_gpu_mem_even_if_the_submitter_had_one(shared):
     env = submitter_env(shared, GPUSCHED_GPU_MEM="123", CUDA_VISIBLE_DEVICES="0,1")
     job, seen = run_env_job(shared, env, "--gpus", "1")
@@ -199,6 +202,7 @@ def test_whole_gpu_job_gets_no_gpu_mem_even_if_the_submitter_had_one(shared):
     assert "GPUSCHED_GPU_MEM" not in seen
 
 
+@pytest.mark.e2e
 def test_the_submitters_thread_counts_win(shared):
     env = submitter_env(shared, OMP_NUM_THREADS="8")
     job, seen = run_env_job(shared, env, "--gpus", "0")
@@ -206,6 +210,7 @@ def test_the_submitters_thread_counts_win(shared):
     assert (seen["OMP_NUM_THREADS"], seen["MKL_NUM_THREADS"]) == ("8", "1")
 
 
+@pytest.mark.e2e
 def test_a_cpu_job_sees_no_gpu(shared):
     env = submitter_env(shared, CUDA_VISIBLE_DEVICES="2", NVIDIA_VISIBLE_DEVICES="all")
     job, seen = run_env_job(shared, env, "--gpus", "0")
@@ -213,6 +218,7 @@ def test_a_cpu_job_sees_no_gpu(shared):
     assert seen["CUDA_VISIBLE_DEVICES"] == "" and seen["GPUSCHED_NUM_GPUS"] == "0"
 
 
+@pytest.mark.e2e
 def test_env_options_override_the_submitters(shared):
     env = submitter_env(shared, FOO="outer", KEEP="kept")
     job, seen = run_env_job(
@@ -224,6 +230,7 @@ def test_env_options_override_the_submitters(shared):
     assert seen["CUDA_VISIBLE_DEVICES"] == ""
 
 
+@pytest.mark.e2e
 def test_cwd_is_the_submitters_or_the_one_asked_for(shared, tmp_path):
     here, there = tmp_path / "here", tmp_path / "there dir"
     here.mkdir()
@@ -238,6 +245,7 @@ def test_cwd_is_the_submitters_or_the_one_asked_for(shared, tmp_path):
     assert relative["cwd"] == str(there.resolve())
 
 
+@pytest.mark.e2e
 def test_concurrent_jobs_get_distinct_master_ports(shared, tmp_path):
     go = tmp_path / "go"
     env = submitter_env(shared)

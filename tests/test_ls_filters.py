@@ -48,6 +48,7 @@ def ids(home: Home, *args: str) -> list[int]:
     return [job["id"] for job in json.loads(home.run("ls", "--json", *args).stdout)]
 
 
+@pytest.mark.e2e
 def test_state_filters_and_a_finished_state_implies_all(queue):
     assert ids(queue, "--state", "running") == [queue.busy]
     assert ids(queue, "--state", "pending,running") == [queue.busy, queue.held]
@@ -63,11 +64,13 @@ def test_slurms_oom_selects_both_ways_to_run_out_of_memory():
     assert jobfilter.parse_states("gpu_oom") == ["gpu_oom"]
 
 
+@pytest.mark.e2e
 def test_a_wrong_state_lists_the_valid_ones(queue):
     err = assert_one_error_line(queue.run("ls", "--state", "done", check=False), 2, "'done'")
     assert "pending, running, succeeded, failed, cancelled, timeout, oom, lost" in err
 
 
+@pytest.mark.e2e
 def test_name_and_user_filters(queue):
     assert ids(queue, "--all", "--name", "sweep-*") == [queue.ok, queue.bad]
     assert ids(queue, "--name", "sweep-*") == []  # finished: only with --all
@@ -82,6 +85,7 @@ def test_name_and_user_filters(queue):
     assert "no jobs match" in queue.run("ls", "--name", "nothing-*").stdout
 
 
+@pytest.mark.e2e
 def test_format_prints_plain_columns_with_slurm_field_names(queue):
     out = queue.run(
         "ls",
@@ -114,6 +118,7 @@ def test_format_prints_plain_columns_with_slurm_field_names(queue):
     assert bare == f"{queue.busy}  running\n"
 
 
+@pytest.mark.e2e
 def test_format_errors_name_the_valid_fields(queue):
     err = assert_one_error_line(
         queue.run("ls", "--format", "jobid,colour", check=False), 2, "'colour'"
@@ -124,11 +129,13 @@ def test_format_errors_name_the_valid_fields(queue):
     )
 
 
+@pytest.mark.e2e
 def test_json_respects_the_filters(queue):
     jobs = json.loads(queue.run("ls", "--json", "--all", "--state", "failed").stdout)
     assert [j["id"] for j in jobs] == [queue.bad] and jobs[0]["exit_code"] == 4
 
 
+@pytest.mark.e2e
 def test_the_daemon_checks_the_filters_it_is_sent(queue):
     from gpusched.client.connection import Client
     from gpusched.client.paths import resolve_paths

@@ -39,6 +39,7 @@ def ids(home: Home, *args: str) -> list[int]:
     return [job["id"] for job in json.loads(home.script("ls", "--json", *args).stdout)]
 
 
+@pytest.mark.e2e
 def test_last_keeps_the_newest_in_id_order(queue):
     assert ids(queue, "--all", "--last", "3") == queue.done[-2:] + [queue.held]
     assert ids(queue, "--all", "--last", "100") == queue.done + [queue.held]
@@ -46,6 +47,7 @@ def test_last_keeps_the_newest_in_id_order(queue):
     assert ids(queue, "--last", "1") == [queue.held]
 
 
+@pytest.mark.e2e
 def test_last_counts_only_the_jobs_that_match(queue):
     a_done = queue.done[0::2]
     assert ids(queue, "--all", "--name", "a-*", "--last", "2") == [a_done[-1], queue.held]
@@ -56,6 +58,7 @@ def test_last_counts_only_the_jobs_that_match(queue):
     assert out.split() == [str(queue.done[3]), "b-2", str(queue.done[5]), "b-3"]
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize("value", ["0", "-3"])
 def test_a_bad_last_is_one_error_line(queue, value):
     assert_one_error_line(queue.script("ls", "--last", value, check=False), 2, "last", value)

@@ -13,6 +13,8 @@ from gpusched.client import protocol
 
 from conftest import Home
 
+pytestmark = pytest.mark.e2e
+
 HEADER = struct.Struct(">I")
 JOB = {"command": ["true"]}
 

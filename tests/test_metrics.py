@@ -23,6 +23,8 @@ from metrics_scrape import (
     serving_home,
 )
 
+pytestmark = pytest.mark.e2e
+
 GPU = ("gpu", "uuid")
 JOB = ("job_id", "user")
 # Every gpusched_* family: (type, label names). Changing this is changing what users'

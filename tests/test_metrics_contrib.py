@@ -103,11 +103,13 @@ def test_the_dashboard_shows_what_the_issue_lists():
     } <= queried
 
 
+@pytest.mark.e2e
 def test_every_series_the_dashboard_queries_is_in_a_real_scrape(served_series):
     queried = set().union(*map(series_in, dashboard_exprs()))
     assert queried and queried - served_series == set()
 
 
+@pytest.mark.e2e
 def test_every_series_the_alerts_query_is_in_a_real_scrape(served_series):
     queried = set().union(*map(series_in, alert_rules().values()))
     assert queried and queried - served_series - PROMETHEUS_OWN == set()
@@ -139,6 +141,7 @@ def test_every_alert_has_a_unit_test_file_that_fires_it_and_keeps_it_quiet():
     }
 
 
+@pytest.mark.e2e
 @needs_promtool
 def test_promtool_checks_the_alert_rules():
     check = subprocess.run(
@@ -148,6 +151,7 @@ def test_promtool_checks_the_alert_rules():
     assert f"SUCCESS: {len(alert_rules())} rules found" in check.stdout
 
 
+@pytest.mark.e2e
 @needs_promtool
 def test_promtool_runs_every_alert_s_unit_tests():
     files = sorted(str(p) for p in ALERT_TESTS.glob("*.test.yml"))
@@ -158,6 +162,7 @@ def test_promtool_runs_every_alert_s_unit_tests():
     assert run.stdout.count("SUCCESS") == len(files)
 
 
+@pytest.mark.e2e
 @needs_promtool
 def test_every_dashboard_query_is_valid_promql(tmp_path: Path):
     """Each query as a recording rule (the variables given values), for promtool to parse."""

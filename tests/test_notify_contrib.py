@@ -6,11 +6,15 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from gpusched.core.models import Job, JobState
 from gpusched.daemon.notify import event_body, hook_env
 from gpusched.proc.hookrun import run_hook
 
 from conftest import executable
+
+pytestmark = pytest.mark.e2e
 
 CONTRIB = Path(__file__).resolve().parent.parent / "contrib" / "notify"
 NAME = "x'; touch PWNED1; echo '$(touch PWNED2)\nBcc: eve@example.org\n\"`touch PWNED3`\""

@@ -142,6 +142,7 @@ def test_a_notify_table_instead_of_an_array_says_how_to_write_it():
         settings_from_mapping({"notify": {"events": ["end"], "command": ["x"]}}, "c")
 
 
+@pytest.mark.e2e
 def test_a_hooks_output_is_read_as_it_comes_and_only_its_last_kib_kept():
     """A hook that prints 256 MiB (and never reads its stdin): the reader holds a few
     KiB at any moment, and keeps the end."""
@@ -161,6 +162,7 @@ def test_a_hooks_output_is_read_as_it_comes_and_only_its_last_kib_kept():
     assert peak_bytes < 4 * 1024 * 1024, f"{peak_bytes} bytes held while reading"
 
 
+@pytest.mark.e2e
 def test_a_hook_whose_child_keeps_its_output_open_is_killed_at_its_timeout(tmp_path):
     pid_file = tmp_path / "pid"
     result = run_hook(("sh", "-c", f"sleep 300 & echo $! > {pid_file}; echo started"), {}, b"", 1)

@@ -399,6 +399,7 @@ def other_users_process():
         child.wait(timeout=10)
 
 
+@pytest.mark.system
 def test_process_of_another_user_is_attributed(fake_nvml, other_users_process):
     pid, uid, command = other_users_process
     gpu = make_gpu("H100", 0, processes=[FakeProcess(pid, 10 * GIB)])

@@ -18,6 +18,8 @@ from gpusched import __version__
 
 from conftest import REPO
 
+pytestmark = pytest.mark.e2e
+
 pytest.importorskip("setuptools", minversion="77")  # the `test` extra brings it
 needs_git = pytest.mark.skipif(shutil.which("git") is None, reason="git is not installed")
 DIST = "gpusched_cli"

@@ -19,6 +19,8 @@ from gpusched.cli.manpage import EXIT_STATUSES
 
 from conftest import CONSOLE_SCRIPT, REPO
 
+pytestmark = pytest.mark.e2e
+
 MAN_PAGE = REPO / "man" / "gpusched.1"
 REGENERATE = ".ci/regenerate"  # or: gpusched man > man/gpusched.1
 

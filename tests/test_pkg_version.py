@@ -53,6 +53,7 @@ def version_of(pythonpath: Path, *, fast: bool = True) -> subprocess.CompletedPr
     )
 
 
+@pytest.mark.e2e
 @needs_git
 @pytest.mark.skipif(not (REPO / ".git").exists(), reason="not run from a git checkout")
 def test_version_from_this_checkout_names_its_commit():
@@ -64,6 +65,7 @@ def test_version_from_this_checkout_names_its_commit():
         assert proc.stderr == ""
 
 
+@pytest.mark.e2e
 def test_version_of_an_installed_copy_is_the_version_alone(tmp_path):
     # As a wheel installs it: the package, with no .git beside it.
     shutil.copytree(
@@ -74,6 +76,7 @@ def test_version_of_an_installed_copy_is_the_version_alone(tmp_path):
         assert (proc.returncode, proc.stdout, proc.stderr) == (0, f"gpusched {__version__}\n", "")
 
 
+@pytest.mark.e2e
 def test_version_imports_no_command_line_library(tmp_path):
     proc = subprocess.run(
         [sys.executable, "-S", "-c", LISTING_SCRIPT, "--version"],
@@ -89,6 +92,7 @@ def test_version_imports_no_command_line_library(tmp_path):
     assert not {"typer", "click", "rich", "subprocess", "re"} & loaded
 
 
+@pytest.mark.e2e
 @needs_git
 def test_commit_of_a_clone_a_worktree_packed_refs_and_a_detached_head(tmp_path):
     clone = tmp_path / "clone"

@@ -6,11 +6,14 @@ from __future__ import annotations
 import subprocess
 
 import psutil
+import pytest
 
 from gpusched.client.connection import is_running, wait_for_exit
 
 from conftest import wait_until
 from processes import is_gone, kill_all
+
+pytestmark = pytest.mark.e2e
 
 
 def _zombie() -> tuple[subprocess.Popen, int]:

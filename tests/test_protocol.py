@@ -253,25 +253,30 @@ def running(daemon_home):
     }
 
 
+@pytest.mark.e2e
 def test_daemon_refuses_an_oversized_frame_without_reading_it(running):
     reply = exchange(running, HEADER.pack(protocol.MAX_FRAME_BYTES + 1))
     assert_protocol_error(reply, "over the")
 
 
+@pytest.mark.e2e
 def test_daemon_refuses_a_truncated_frame(running):
     reply = exchange(running, HEADER.pack(200) + b'{"cmd": "st', half_close=True)
     assert_protocol_error(reply, "closed in the middle")
 
 
+@pytest.mark.e2e
 def test_daemon_refuses_non_json(running):
     assert_protocol_error(exchange(running, frame(b"\x00garbage{")), "not JSON")
 
 
+@pytest.mark.e2e
 def test_daemon_refuses_an_unknown_command(running):
     reply = exchange(running, frame(json.dumps({"cmd": "rm_rf", "args": {}}).encode()))
     assert_protocol_error(reply, "unknown command 'rm_rf'")
 
 
+@pytest.mark.e2e
 def test_daemon_checks_args_against_the_table(running):
     before = running.jobs()
     jobs = [{"command": ["true"]}]
@@ -291,6 +296,7 @@ def test_daemon_checks_args_against_the_table(running):
     assert running.jobs() == before
 
 
+@pytest.mark.e2e
 def test_daemon_serves_others_while_a_client_stalls(running):
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as silent:
         silent.connect(str(running.path / "run" / "gpusched.sock"))
@@ -302,6 +308,7 @@ def test_daemon_serves_others_while_a_client_stalls(running):
         assert time.monotonic() - started < protocol.READ_TIMEOUT_S
 
 
+@pytest.mark.e2e
 def test_submitter_uid_and_pid_are_recorded(running):
     home = running
     proc = subprocess.Popen(
@@ -320,6 +327,7 @@ def test_submitter_uid_and_pid_are_recorded(running):
     assert job["submit_pid"] == proc.pid
 
 
+@pytest.mark.e2e
 def test_socket_is_0600_in_a_0700_directory(running):
     sock = running.path / "run" / "gpusched.sock"
     assert stat.S_ISSOCK(sock.stat().st_mode)

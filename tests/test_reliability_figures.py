@@ -15,6 +15,8 @@ import pytest
 
 from conftest import CONSOLE_SCRIPT, REPO
 
+pytestmark = pytest.mark.e2e  # the script drives real daemons
+
 # (part, failure count): every count the script reports, in its order.
 FIGURES = [
     ("submitters", "duplicates"),

@@ -16,6 +16,7 @@ import time
 from pathlib import Path
 
 import psutil
+import pytest
 
 from gpusched.proc import runfile, shim
 
@@ -55,6 +56,7 @@ def _run_shim(spec: dict) -> subprocess.Popen:
     )
 
 
+@pytest.mark.e2e
 def test_a_shim_records_its_pid_and_the_jobs_end_and_wakes_the_daemon(tmp_path):
     jobs = tmp_path / "jobs"
     with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as wake:
@@ -99,6 +101,7 @@ def test_a_run_file_cleared_for_a_retry_as_the_shim_ends_is_no_failure(tmp_path,
     assert not run_file.exists()
 
 
+@pytest.mark.e2e
 def test_the_exit_record_is_found_behind_a_long_spec_and_in_any_order(tmp_path):
     """A spec far longer than the tail the daemon reads, and a stray "shim" record after
     the exit record: the daemon finds the exit record all the same."""
@@ -121,6 +124,7 @@ def test_a_half_written_line_is_not_an_exit_record(tmp_path):
     assert find_shim(jobs, 1) is None
 
 
+@pytest.mark.e2e
 def test_proc_stat_is_read_past_a_process_name_with_spaces_and_parentheses(tmp_path):
     """A job names its processes as it likes (here through a link's name); the shim finds
     its descendants, the daemon its shim, and `top` CPU and memory, by the fields after it."""

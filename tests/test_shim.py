@@ -5,10 +5,13 @@ import signal
 import subprocess
 
 import psutil
+import pytest
 
 from gpusched.proc import jobtree, runfile
 
 from conftest import is_gone, wait_until
+
+pytestmark = pytest.mark.e2e
 
 # The job starts a child in a session of its own (as torchrun does with its workers),
 # and waits for a file before ending. The child writes its own pid once it is in its new

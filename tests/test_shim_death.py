@@ -23,6 +23,8 @@ from gpusched.proc.seam import ProcessSeam
 
 from conftest import Home, executable, find_shim, is_gone, wait_until
 
+pytestmark = pytest.mark.e2e
+
 # The job: a leader that forks a child, one that ignores SIGTERM (it ends by itself once
 # GATE exists), and one that leaves the job's session with setsid(), ignoring SIGTERM too
 # when STUBBORN_DETACHED is set. Each writes its pid to a file in OUT once it is set up.

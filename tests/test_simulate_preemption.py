@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 
+import pytest
 from test_simulator import PHILLY, gpusched, history, needs_philly
 
 from gpusched.sim import preemptsim, simulator, traces
@@ -67,6 +68,7 @@ def test_without_preemption_or_priorities_the_reference_figure_stands():
     assert round(avg_jct_h, 3) == 13.364
 
 
+@pytest.mark.e2e
 @needs_philly
 def test_cli_reports_the_urgent_jobs_with_and_without_preemption():
     runs = {}
@@ -83,6 +85,7 @@ def test_cli_reports_the_urgent_jobs_with_and_without_preemption():
     )
 
 
+@pytest.mark.e2e
 def test_cli_refuses_a_share_outside_0_to_1(tmp_path):
     path = history(tmp_path, [("a", "u", 0, 1, 10)])
     proc = gpusched("simulate", str(path), "--high-priority-share", "1.5")

@@ -335,6 +335,7 @@ def gpusched(*args: str) -> subprocess.CompletedProcess:
     )
 
 
+@pytest.mark.e2e
 def test_simulate_cli_prints_stable_json(tmp_path):
     path = history(tmp_path, [("a", "u", 0, 2, 100), ("b", "v", 1, 2, 50), ("c", "u", 2, 2, 10)])
     proc = gpusched("simulate", str(path), "--gpus", "2", "--discipline", "sjf", "--json")
@@ -367,6 +368,7 @@ def test_simulate_cli_prints_stable_json(tmp_path):
     assert (report["jobs"], report["tenants"], report["makespan_s"]) == (3, 2, 160)
 
 
+@pytest.mark.e2e
 def test_simulate_cli_prints_a_table_in_hours(tmp_path):
     path = synthetic(tmp_path, 20)
     table = gpusched(
@@ -444,6 +446,7 @@ def test_cpus_and_memory_are_scheduled_when_the_trace_has_them(tmp_path):
     assert {r.start_s for r in simulate(jobs, gpus=2)} == {0.0}
 
 
+@pytest.mark.e2e
 def test_simulate_cli_counts_host_resources(tmp_path):
     trace = tmp_path / "host.csv"
     trace.write_text(

@@ -14,9 +14,13 @@ import os
 import select
 import socket
 
+import pytest
+
 from gpusched.proc import jobenv, runfile, supervisor
 
 from conftest import wait_until
+
+pytestmark = pytest.mark.e2e
 
 
 def _spec(tmp_path, job_id: int, wake: str) -> bytes:

@@ -195,6 +195,7 @@ def _gpusched(*args):
     )
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize("kind", ["--system", "--user"])
 def test_install_service_writes_the_unit_and_prints_the_next_commands(tmp_path, kind):
     proc = _gpusched("daemon", "install-service", kind, "--dir", str(tmp_path))
@@ -214,6 +215,7 @@ def test_install_service_writes_the_unit_and_prints_the_next_commands(tmp_path, 
     assert ("loginctl enable-linger" in proc.stdout) == (kind == "--user")
 
 
+@pytest.mark.e2e
 def test_install_service_carries_the_home_and_simulated_gpus_it_was_given(tmp_path):
     env = {
         "PATH": os.environ["PATH"],
@@ -246,6 +248,7 @@ def test_install_service_carries_the_home_and_simulated_gpus_it_was_given(tmp_pa
     assert f"GPUSCHED_HOME={tmp_path}/my home GPUSCHED_SIMULATE=2x80GiB" in proc.stdout
 
 
+@pytest.mark.e2e
 def test_install_service_wants_exactly_one_kind(tmp_path):
     proc = _gpusched("daemon", "install-service", "--dir", str(tmp_path))
     assert proc.returncode == 2

@@ -535,6 +535,7 @@ def test_top_job_reads_the_daemons_job_fields():
     assert (running.progress_pct, running.progress_message) == (25.0, "epoch 1/4")
 
 
+@pytest.mark.e2e
 def test_host_sampler_reads_this_process_and_tolerates_a_missing_one():
     import psutil
 
