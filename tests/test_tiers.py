@@ -6,7 +6,6 @@ import os
 import subprocess
 
 import pytest
-
 from tiers import TIERS
 
 
