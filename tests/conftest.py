@@ -20,7 +20,6 @@ from filelock import FileLock
 
 from gpusched.proc import runfile
 from gpusched.proc.seam import ProcessSeam
-
 from processes import home_processes, is_gone, kill_all, with_descendants
 
 # Fixtures shared by many test modules, found by pytest without an import in each.

@@ -13,9 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from gpusched.daemon.store import SCHEMA_VERSION
-
 from conftest import Home, wait_until
+from gpusched.daemon.store import SCHEMA_VERSION
 
 SUFFIXES = ("", "-wal", "-shm")
 

@@ -6,12 +6,11 @@ from __future__ import annotations
 
 import pytest
 
+from conftest import Home
 from gpusched.client.protocol import check_request
 from gpusched.daemon import batches
 from gpusched.daemon.loop import Call
 from gpusched.daemon.request import Request
-
-from conftest import Home
 from inproc import ME
 
 ELEMENTS = 5000  # over batches.BIG_JOBS

@@ -4,12 +4,11 @@
 from __future__ import annotations
 
 import psutil
-from test_ls_last import count_rows_read, fill
-
-from gpusched.daemon.memtrim import TRIM_AFTER_JOBS_GONE, MemoryTrim
-from gpusched.daemon.pages import SCAN_ROWS
 
 from conftest import wait_until
+from gpusched.daemon.memtrim import TRIM_AFTER_JOBS_GONE, MemoryTrim
+from gpusched.daemon.pages import SCAN_ROWS
+from test_ls_last import count_rows_read, fill
 
 
 def rss_bytes(pid: int) -> int:

@@ -13,10 +13,10 @@ import socket
 import struct
 
 import pytest
-from test_fast_commands import both_paths as fast_and_typer
-from test_fast_commands import timeless
 
 from conftest import Home, wait_until
+from test_fast_commands import both_paths as fast_and_typer
+from test_fast_commands import timeless
 
 pytestmark = pytest.mark.e2e
 

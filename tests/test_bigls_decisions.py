@@ -11,7 +11,6 @@ import pytest
 
 from gpusched.cli import lsstream, lsview
 from gpusched.daemon import lshead
-
 from inproc import ME, Box
 
 OTHER = (os.getpid(), 65534, 65534)  # not the daemon's user, not an admin

@@ -6,7 +6,6 @@ from __future__ import annotations
 from pathlib import Path
 
 from gpusched.core import scheduling
-
 from inproc import Box
 
 SWEEP = 3_000

@@ -9,6 +9,13 @@ from pathlib import Path
 
 from hypothesis import given
 from hypothesis import strategies as st
+
+from gpusched.core import placement, queuerules, scheduling
+from gpusched.core.models import Job, Request
+from gpusched.core.pendingqueue import PendingQueue
+from gpusched.core.placement import PlacementRules
+from gpusched.core.queuerules import HostCapacity, QueueRules
+from inproc import Box
 from test_bigpass import (
     GIB,
     NOW_S,
@@ -21,14 +28,6 @@ from test_bigpass import (
     running_jobs,
     sweep,
 )
-
-from gpusched.core import placement, queuerules, scheduling
-from gpusched.core.models import Job, Request
-from gpusched.core.pendingqueue import PendingQueue
-from gpusched.core.placement import PlacementRules
-from gpusched.core.queuerules import HostCapacity, QueueRules
-
-from inproc import Box
 
 
 def veto_after_odd_placements(request, loads, ctx):

@@ -17,13 +17,12 @@ from pathlib import Path
 
 import pytest
 
+from conftest import Home, wait_until
 from gpusched.client import protocol
 from gpusched.client.wire import MAX_FRAME_BYTES
 from gpusched.daemon import batches
 from gpusched.daemon.loop import Call
 from gpusched.daemon.request import Request
-
-from conftest import Home, wait_until
 from inproc import ME
 
 OTHER = (2, 4242, 4242)

@@ -15,10 +15,9 @@ from pathlib import Path
 
 import pytest
 
+from conftest import REPO, Home, accounts, wait_until
 from gpusched.client.connection import Client
 from gpusched.client.paths import resolve_paths
-
-from conftest import REPO, Home, accounts, wait_until
 
 
 def assert_one_error_line(proc: subprocess.CompletedProcess, status: int, *words: str) -> str:

@@ -18,7 +18,6 @@ from gpusched.core.models import Job, job_with
 from gpusched.core.syntax import dependency_job_ids
 from gpusched.daemon import keepneeded
 from gpusched.daemon.jobtable import JobTable
-
 from inproc import Box
 
 JOBS = 10_000

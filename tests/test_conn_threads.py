@@ -8,10 +8,9 @@ from __future__ import annotations
 import socket
 import threading
 
+from conftest import wait_until
 from gpusched.client import protocol
 from gpusched.daemon.server import FIRST_THREADS, SPARE_THREADS, SocketServer
-
-from conftest import wait_until
 
 
 def _ask(path, cmd: str = "gpus") -> dict:

@@ -15,9 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from gpusched.daemon import containers
-
 from conftest import Home, find_shim, wait_until
+from gpusched.daemon import containers
 
 pytestmark = pytest.mark.system  # real podman containers
 

@@ -21,12 +21,11 @@ from pathlib import Path
 import psutil
 import pytest
 
+from conftest import Home, find_shim, is_gone, wait_until
 from gpusched import __version__
 from gpusched.client.connection import Client
 from gpusched.client.paths import resolve_paths
 from gpusched.proc import runfile
-
-from conftest import Home, find_shim, is_gone, wait_until
 
 pytestmark = pytest.mark.e2e
 

@@ -12,10 +12,9 @@ from pathlib import Path
 
 import pytest
 
+from conftest import REPO, Home, wait_until
 from gpusched.client.connection import Client
 from gpusched.client.paths import resolve_paths
-
-from conftest import REPO, Home, wait_until
 
 pytestmark = pytest.mark.e2e
 

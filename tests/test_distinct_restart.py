@@ -8,11 +8,9 @@ from __future__ import annotations
 import gc
 import sqlite3
 
-from test_compact_queue import BYTES_PER_JOB, SWEEP, sweep_file, traced_bytes
-
 from gpusched.core.models import Job
-
 from inproc import Box
+from test_compact_queue import BYTES_PER_JOB, SWEEP, sweep_file, traced_bytes
 
 JOBS = 10_000
 # Each line its own arguments, as a sweep file has them.

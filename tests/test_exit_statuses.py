@@ -11,11 +11,10 @@ import sys
 import pytest
 import typer
 
+from conftest import Home, wait_until
 from gpusched.cli.app import app
 from gpusched.client.connection import Client
 from gpusched.client.paths import resolve_paths
-
-from conftest import Home, wait_until
 
 pytestmark = pytest.mark.e2e
 

@@ -26,7 +26,6 @@ from gpusched.core.errors import ERROR_KINDS, ProtocolError
 from gpusched.daemon.loop import Call
 from gpusched.daemon.request import WAIT_SLICE_S, Request
 from gpusched.daemon.server import SocketServer
-
 from inproc import ME, Box
 
 # Examples per property: enough to cover each command's arguments many times over, few

@@ -6,9 +6,8 @@ from __future__ import annotations
 import importlib.util
 from pathlib import Path
 
-from gpusched.gpus.nvml import NvmlBackend
-
 from fake_nvml import FakeDriver, fake_nvml, make_gpu, make_mig, pcie_box
+from gpusched.gpus.nvml import NvmlBackend
 
 __all__ = ["fake_nvml"]
 

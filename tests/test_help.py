@@ -13,10 +13,9 @@ import sys
 import pytest
 import typer
 
+from conftest import REPO, Home
 from gpusched.cli import app as cli
 from gpusched.cli.completions import Node, tree
-
-from conftest import REPO, Home
 
 
 def _commands(node: Node) -> list[tuple[str, ...]]:

@@ -14,7 +14,6 @@ import getpass
 import pytest
 
 from gpusched.core.errors import NotFound, UsageError
-
 from inproc import ME
 
 GiB = 2**30

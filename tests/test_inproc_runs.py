@@ -19,7 +19,6 @@ import pytest
 from gpusched.core.errors import NotFound, UsageError
 from gpusched.daemon.jobcontrol import LAUNCH_TIMEOUT_S
 from gpusched.proc import runfile
-
 from inproc import ME
 
 GiB = 2**30

@@ -15,7 +15,6 @@ import pytest
 
 from gpusched.core.errors import GpuschedError
 from gpusched.proc import runfile
-
 from inproc import DISK_FULL, LOCKED, Box, failing
 
 

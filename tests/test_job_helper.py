@@ -14,9 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from gpusched import job
-
 from conftest import REPO, wait_until
+from gpusched import job
 
 PY = sys.executable
 

@@ -15,10 +15,9 @@ from pathlib import Path
 
 import pytest
 
+from conftest import DEADLINE_S, Home, wait_until
 from gpusched.client.connection import Client
 from gpusched.client.paths import resolve_paths
-
-from conftest import DEADLINE_S, Home, wait_until
 
 MiB = 2**20
 MIXED = "2xH100-80GiB,2xA100-40GiB"

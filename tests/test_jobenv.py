@@ -12,11 +12,10 @@ from pathlib import Path
 
 import pytest
 
+from conftest import REPO, Home, wait_until
 from gpusched.client.connection import Client
 from gpusched.client.paths import resolve_paths
 from gpusched.proc import jobenv
-
-from conftest import REPO, Home, wait_until
 
 GiB = 2**30
 UUID_RE = re.compile(r"^GPU-[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")

@@ -6,9 +6,8 @@ import os
 
 import pytest
 
-from gpusched.proc import jobexec
-
 from conftest import executable
+from gpusched.proc import jobexec
 
 
 def test_names_with_a_slash_are_used_as_they_are():

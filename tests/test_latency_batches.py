@@ -14,7 +14,6 @@ from gpusched.client.submitting import build_request
 from gpusched.daemon import batches
 from gpusched.daemon.loop import Call
 from gpusched.daemon.request import Request
-
 from inproc import ME
 
 ELEMENTS = 20_000  # over batches.BIG_JOBS

@@ -8,10 +8,9 @@ import os
 
 import pytest
 
+from conftest import wait_until
 from gpusched.core.models import Job
 from gpusched.daemon.store import Store
-
-from conftest import wait_until
 
 ROWS = 3000  # three times what the thread waits for
 

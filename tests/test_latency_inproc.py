@@ -9,7 +9,6 @@ import pytest
 
 from gpusched.core.errors import NotFound
 from gpusched.daemon import lshead
-
 from inproc import Box
 
 

@@ -10,7 +10,6 @@ from gpusched.core import syntax
 from gpusched.daemon import retention
 from gpusched.daemon.loop import Call
 from gpusched.daemon.request import Request
-
 from inproc import ME
 
 HOUR_S = 3600.0

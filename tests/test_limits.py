@@ -11,14 +11,13 @@ from pathlib import Path
 
 import pytest
 
+from conftest import REPO, Home, wait_until
 from gpusched.client import protocol
 from gpusched.client.connection import Client
 from gpusched.client.paths import resolve_paths
 from gpusched.core import limits
 from gpusched.core.errors import ProtocolError, UsageError
 from gpusched.daemon.server import SocketServer
-
-from conftest import REPO, Home, wait_until
 
 
 def one_error_line(proc, status: int, *words: str) -> str:

@@ -7,12 +7,11 @@ import os
 import pwd
 
 import pytest
-from test_cli_errors import assert_one_error_line
-
-from gpusched.cli import listing
-from gpusched.core import jobfilter
 
 from conftest import Home
+from gpusched.cli import listing
+from gpusched.core import jobfilter
+from test_cli_errors import assert_one_error_line
 
 ME = pwd.getpwuid(os.getuid()).pw_name
 

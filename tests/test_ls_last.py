@@ -7,14 +7,13 @@ import os
 import pwd
 
 import pytest
-from test_cli_errors import assert_one_error_line
 
+from conftest import Home
 from gpusched.core.errors import UsageError
 from gpusched.core.models import Job, JobState
 from gpusched.daemon.store import Store
-
-from conftest import Home
 from inproc import ME, FakeClock
+from test_cli_errors import assert_one_error_line
 
 USER = pwd.getpwuid(os.getuid()).pw_name
 

@@ -15,12 +15,11 @@ from dataclasses import replace
 import pytest
 from rich.console import Console
 
+from conftest import DEADLINE_S, wait_until
+from goldens import check_golden
 from gpusched.cli import render
 from gpusched.cli.show import job_lines
 from gpusched.core.models import Constraints, Job, JobState, Request, job_to_dict
-
-from conftest import DEADLINE_S, wait_until
-from goldens import check_golden
 
 GIB = 2**30
 NOW = 1_700_000_000.0

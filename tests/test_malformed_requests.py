@@ -9,9 +9,8 @@ import struct
 
 import pytest
 
-from gpusched.client import protocol
-
 from conftest import Home
+from gpusched.client import protocol
 
 pytestmark = pytest.mark.e2e
 

@@ -6,10 +6,9 @@ from __future__ import annotations
 
 import pynvml
 
-from gpusched.gpus.nvml import NvmlBackend
-
 from conftest import wait_until
 from fake_nvml import FakeDriver, FakeProcess, fake_nvml, make_gpu, make_mig
+from gpusched.gpus.nvml import NvmlBackend
 from nvmlhome import nvml_home
 
 __all__ = ["fake_nvml"]

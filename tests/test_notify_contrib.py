@@ -8,11 +8,10 @@ from pathlib import Path
 
 import pytest
 
+from conftest import executable
 from gpusched.core.models import Job, JobState
 from gpusched.daemon.notify import event_body, hook_env
 from gpusched.proc.hookrun import run_hook
-
-from conftest import executable
 
 pytestmark = pytest.mark.e2e
 

@@ -12,9 +12,6 @@ import psutil
 import pynvml
 import pytest
 
-from gpusched.gpus import nvml
-from gpusched.gpus.nvml import NvmlBackend
-
 from fake_nvml import (
     OLD_DRIVER_ABSENT,
     FakeDriver,
@@ -24,6 +21,8 @@ from fake_nvml import (
     make_gpu,
     make_mig,
 )
+from gpusched.gpus import nvml
+from gpusched.gpus.nvml import NvmlBackend
 
 __all__ = ["fake_nvml"]  # the fixture, imported so that pytest finds it here
 

@@ -13,7 +13,6 @@ import pytest
 
 from gpusched.core.values import HIDDEN
 from gpusched.proc import privileges
-
 from systemroot import pytestmark  # noqa: F401 - the module's marks
 
 

@@ -14,9 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from gpusched import __version__
-
 from conftest import REPO
+from gpusched import __version__
 
 pytestmark = pytest.mark.e2e
 

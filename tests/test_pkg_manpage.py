@@ -11,13 +11,12 @@ import sys
 
 import pytest
 import typer
-from test_help import help_text
 
+from conftest import CONSOLE_SCRIPT, REPO
 from gpusched.cli import app as cli
 from gpusched.cli.completions import Node, tree
 from gpusched.cli.manpage import EXIT_STATUSES
-
-from conftest import CONSOLE_SCRIPT, REPO
+from test_help import help_text
 
 pytestmark = pytest.mark.e2e
 

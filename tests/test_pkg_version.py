@@ -10,12 +10,11 @@ import sys
 from pathlib import Path
 
 import pytest
-from test_lean_imports import CONSOLE_SCRIPT as LISTING_SCRIPT
-
-from gpusched import __version__
-from gpusched.cli.version import build_commit, checkout_commit
 
 from conftest import CONSOLE_SCRIPT, REPO
+from gpusched import __version__
+from gpusched.cli.version import build_commit, checkout_commit
+from test_lean_imports import CONSOLE_SCRIPT as LISTING_SCRIPT
 
 needs_git = pytest.mark.skipif(shutil.which("git") is None, reason="git is not installed")
 

@@ -4,12 +4,11 @@ from __future__ import annotations
 
 import re
 
-from test_tui import NOW, _job, _jobs, frame
-
 from gpusched.cli.lsview import shown_state, state_human
 from gpusched.cli.show import job_lines
 from gpusched.core.models import Job, JobState, job_to_dict
 from gpusched.tui.model import TopJob
+from test_tui import NOW, _job, _jobs, frame
 
 
 def test_a_job_being_preempted_says_so_in_tops_running_panel():

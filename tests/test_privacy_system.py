@@ -14,7 +14,6 @@ from gpusched.client.protocol import COMMANDS, SERVICE_ACTIONS
 from gpusched.core.services import Service
 from gpusched.daemon.handlers import READ_ONLY
 from gpusched.daemon.servicereqs import META_PREFIX
-
 from services_util import needs_haproxy
 
 # Every command of the protocol is one of these. A new command fails

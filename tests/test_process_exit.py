@@ -8,9 +8,8 @@ import subprocess
 import psutil
 import pytest
 
-from gpusched.client.connection import is_running, wait_for_exit
-
 from conftest import wait_until
+from gpusched.client.connection import is_running, wait_for_exit
 from processes import is_gone, kill_all
 
 pytestmark = pytest.mark.e2e

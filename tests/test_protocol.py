@@ -15,11 +15,10 @@ import time
 
 import pytest
 
+from conftest import Home
 from gpusched.client import protocol, wire
 from gpusched.core.errors import ProtocolError
 from gpusched.daemon.server import SocketServer
-
-from conftest import Home
 
 HEADER = struct.Struct(">I")
 

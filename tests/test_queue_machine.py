@@ -30,7 +30,6 @@ from hypothesis.stateful import (
 )
 
 from gpusched.core.errors import GpuschedError
-
 from inproc import Box
 
 GPUS = 2

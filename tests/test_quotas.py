@@ -9,8 +9,7 @@ import socket
 import sqlite3
 import threading
 
-from test_limits import one_error_line
-
+from conftest import Home, wait_until
 from gpusched.client import protocol
 from gpusched.core.config import Settings
 from gpusched.core.errors import GpuschedError
@@ -19,8 +18,7 @@ from gpusched.daemon.framebudget import FrameBudget
 from gpusched.daemon.jobtable import Kinds
 from gpusched.daemon.quotas import CountedTable, Reservation, job_bytes
 from gpusched.daemon.server import SocketServer
-
-from conftest import Home, wait_until
+from test_limits import one_error_line
 
 
 def held_ids(home: Home) -> list[int]:

@@ -13,7 +13,6 @@ from gpusched.daemon import retention
 from gpusched.daemon.loop import Call
 from gpusched.daemon.request import Request
 from gpusched.proc import runfile
-
 from inproc import ME
 
 HOUR_S = 3600.0

@@ -18,9 +18,8 @@ from pathlib import Path
 import psutil
 import pytest
 
-from gpusched.proc import runfile, shim
-
 from conftest import find_shim, wait_until
+from gpusched.proc import runfile, shim
 
 SHIM = Path(shim.__file__)
 

@@ -21,10 +21,9 @@ from pathlib import Path
 
 import pytest
 
+from conftest import DEADLINE_S, REPO, Home, is_gone, wait_until
 from gpusched.client.connection import Client
 from gpusched.client.paths import resolve_paths
-
-from conftest import DEADLINE_S, REPO, Home, is_gone, wait_until
 
 
 # -- helpers --------------------------------------------------------------------------------

@@ -14,12 +14,11 @@ import time
 
 import pytest
 
+from conftest import REPO, wait_until
 from gpusched.cli import service_cmds
 from gpusched.client.connection import Client
 from gpusched.client.paths import resolve_paths
 from gpusched.core.errors import UsageError
-
-from conftest import REPO, wait_until
 from services_util import (
     PREDICT,
     SERVE,

@@ -9,11 +9,10 @@ import re
 import socket
 import threading
 
+from conftest import wait_until
 from gpusched.daemon import servicedoor
 from gpusched.daemon.servicedoor import Door
 from gpusched.proc.haproxy import new_token, parse_line
-
-from conftest import wait_until
 from services_util import ask, create, needs_haproxy, show, wait_ready
 
 TOKEN = "0123456789abcdef" * 2

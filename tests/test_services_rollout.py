@@ -16,9 +16,8 @@ import sys
 import time
 from pathlib import Path
 
-from gpusched.core import services as model
-
 from conftest import REPO, wait_until
+from gpusched.core import services as model
 from services_util import TINY, Traffic, create, needs_haproxy, needs_torch, show, wait_ready
 
 

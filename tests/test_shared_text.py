@@ -7,10 +7,9 @@ import json
 import os
 import pwd
 
+from conftest import wait_until
 from gpusched.core.users import current_user_name, user_name
 from gpusched.tui.draw import printable, request_human
-
-from conftest import wait_until
 
 EVIL = "\x1b[31m[red]evil[/red]\x07 :thumbs_up:"
 

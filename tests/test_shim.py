@@ -7,9 +7,8 @@ import subprocess
 import psutil
 import pytest
 
-from gpusched.proc import jobtree, runfile
-
 from conftest import is_gone, wait_until
+from gpusched.proc import jobtree, runfile
 
 pytestmark = pytest.mark.e2e
 

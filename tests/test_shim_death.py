@@ -15,13 +15,12 @@ from pathlib import Path
 import psutil
 import pytest
 
+from conftest import Home, executable, find_shim, is_gone, wait_until
 from gpusched.client.connection import Client
 from gpusched.client.paths import resolve_paths
 from gpusched.daemon import shimloss
 from gpusched.proc import leftovers, runfile
 from gpusched.proc.seam import ProcessSeam
-
-from conftest import Home, executable, find_shim, is_gone, wait_until
 
 pytestmark = pytest.mark.e2e
 

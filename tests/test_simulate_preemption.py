@@ -6,9 +6,9 @@ from __future__ import annotations
 import json
 
 import pytest
-from test_simulator import PHILLY, gpusched, history, needs_philly
 
 from gpusched.sim import preemptsim, simulator, traces
+from test_simulator import PHILLY, gpusched, history, needs_philly
 
 
 def replay(path, gpus: int, urgent: set[int], preemption: bool) -> dict[str, tuple]:

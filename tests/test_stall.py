@@ -13,13 +13,12 @@ from pathlib import Path
 
 import pytest
 
+from conftest import Home
 from gpusched.client.fastsubmit import parse
 from gpusched.client.jobrequest import build_request
 from gpusched.daemon import batches
 from gpusched.daemon.loop import Call
 from gpusched.daemon.request import Request
-
-from conftest import Home
 from inproc import ME
 
 

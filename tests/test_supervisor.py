@@ -13,12 +13,11 @@ from pathlib import Path
 import psutil
 import pytest
 
+from conftest import Home, find_shim, is_gone, wait_until
 from gpusched.client.paths import resolve_paths
 from gpusched.daemon import shimloss
 from gpusched.proc import runfile
 from gpusched.proc.supervisor import HELLO, SOCKET_NAME
-
-from conftest import Home, find_shim, is_gone, wait_until
 
 
 def gate(path: Path, code: int = 0) -> str:

@@ -16,9 +16,8 @@ import socket
 
 import pytest
 
-from gpusched.proc import jobenv, runfile, supervisor
-
 from conftest import wait_until
+from gpusched.proc import jobenv, runfile, supervisor
 
 pytestmark = pytest.mark.e2e
 

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from conftest import REPO, wait_until
 from gpusched.client import protocol, trust
 from gpusched.client.modes import client_paths, daemon_paths, system_paths
 from gpusched.client.paths import resolve_paths
@@ -20,8 +21,6 @@ from gpusched.core.errors import ConfigError, PermissionDenied
 from gpusched.daemon.server import SocketServer
 from gpusched.daemon.startup import check_mode
 from gpusched.proc import privileges
-
-from conftest import REPO, wait_until
 
 
 # -- which daemon ----------------------------------------------------------------------------

@@ -16,12 +16,11 @@ from pathlib import Path
 
 import pytest
 
+from conftest import wait_until
 from gpusched.client.paths import resolve_paths
 from gpusched.core import placement, queuerules, scheduling
 from gpusched.core.models import GpuInfo, Inventory, Job, JobState, Request
 from gpusched.proc import runfile, shim
-
-from conftest import wait_until
 
 GiB = 1024**3
 

@@ -6,6 +6,7 @@ import os
 import subprocess
 
 import pytest
+
 from tiers import TIERS
 
 

@@ -9,11 +9,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from conftest import wait_until
 from gpusched.core import topology
 from gpusched.sim.simulator import simulate
 from gpusched.sim.traces import TraceJob
-
-from conftest import wait_until
 
 ISLANDS = topology.nvlink_islands("0-3,4-7", 8)
 PCIE_LABELS = ("PIX", "PXB", "PHB", "NODE", "SYS")

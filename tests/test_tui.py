@@ -9,6 +9,7 @@ from types import MappingProxyType
 
 import pytest
 
+from goldens import check_golden
 from gpusched.core.models import GpuInfo, GpuProcess, Inventory
 from gpusched.tui.model import (
     DaemonInfo,
@@ -20,8 +21,6 @@ from gpusched.tui.model import (
     apply_key,
 )
 from gpusched.tui.render import SORT_KEYS, layout_for, printable, render, to_text
-
-from goldens import check_golden
 
 GIB = 2**30
 NOW = 1_700_000_000.0

@@ -9,7 +9,6 @@ from gpusched.core.errors import UsageError
 from gpusched.daemon import usage
 from gpusched.daemon.loop import Call
 from gpusched.daemon.request import Request
-
 from inproc import ME
 
 
