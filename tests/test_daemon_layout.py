@@ -20,9 +20,13 @@ REQUEST_HANDLING = {
 
 def test_only_the_loop_and_the_cli_know_the_loop():
     # A handler that imports the loop (even for a type) can reach back into it.
-    # `gpusched daemon run`: startup runs the loop; the cli only knows startup.
+    # `gpusched daemon run` and `python -m gpusched.daemon` (what a client starts): startup
+    # runs the loop; the cli only knows startup.
     assert importers_of(LOOP) <= {"gpusched.daemon.startup"}
-    assert importers_of("gpusched.daemon.startup") <= {"gpusched.cli.daemon_cmds"}
+    assert importers_of("gpusched.daemon.startup") <= {
+        "gpusched.cli.daemon_cmds",
+        "gpusched.daemon.__main__",
+    }
 
 
 def test_request_handling_and_job_control_do_not_know_each_other():

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import logging
 from pathlib import Path
 
 import typer
@@ -36,13 +35,11 @@ def daemon_run(
 
     Example: gpusched daemon run --system
     """
-    from gpusched.client.modes import daemon_paths
-    from gpusched.daemon.startup import serve
+    from gpusched.daemon.startup import serve_command
 
     if system and user:
         raise UsageError("choose one of --system and --user")
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
-    serve(daemon_paths(system, user))
+    serve_command(system, user)
 
 
 @app.command("start")

@@ -257,7 +257,7 @@ def start_daemon(paths: Paths, environ: dict[str, str] | None = None) -> Started
     try:
         offset = os.fstat(log_fd).st_size
         process = subprocess.Popen(
-            [sys.executable, "-m", "gpusched", "daemon", "run", "--user"],
+            [sys.executable, "-m", "gpusched.daemon"],
             stdin=subprocess.DEVNULL,
             stdout=log_fd,
             stderr=log_fd,

@@ -32,6 +32,14 @@ from gpusched.proc import runfile
 log = logging.getLogger("gpusched.daemon.loop")
 
 
+def serve_command(system: bool, user: bool) -> None:
+    """`gpusched daemon run [--system|--user]` and `python -m gpusched.daemon` (--user)."""
+    from gpusched.client.modes import daemon_paths
+
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    serve(daemon_paths(system, user))
+
+
 def serve(paths: Paths) -> None:
     """`gpusched daemon run`: load the config, open the GPU backend, run until stopped."""
     config = drift.config_stamp(paths.config_file)  # before reading it: a later change shows
