@@ -17,7 +17,7 @@ from gpusched.core.errors import ERROR_KINDS, DaemonUnavailable, GpuschedError, 
 # typing is imported only by type checkers: it costs every CLI call several ms.
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from typing import Any
+    from typing import Any, NoReturn
 
 START_TIMEOUT_S = 15.0
 
@@ -136,10 +136,10 @@ class Client:
             self.lost("it closed the connection without an answer", sent)
         return self.result_of(reply)
 
-    def lost(self, why: object, sent: str | None = None) -> None:
+    def lost(self, why: object, sent: str | None = None) -> NoReturn:
         """Raise the error for a connection that broke in the middle of a request; sent:
         the command, when the daemon had all of it (and may have done it)."""
-        done = _MAY_BE_DONE.get(sent)  # type: ignore[arg-type]
+        done = None if sent is None else _MAY_BE_DONE.get(sent)
         if done is None:
             raise DaemonUnavailable(
                 f"lost the connection to the gpusched daemon ({why}); see {self.paths.daemon_log}"
@@ -157,15 +157,15 @@ class Client:
         if self.check_daemon:
             self._compare_daemon(reply.get("daemon"))
         if not reply.get("ok"):
-            error = reply.get("error") or {}
-            cls = ERROR_KINDS.get(error.get("kind"), GpuschedError)
+            error: dict[str, Any] = reply.get("error") or {}
+            cls = ERROR_KINDS.get(error.get("kind", ""), GpuschedError)
             raise cls(error.get("message", "the daemon refused the request"))
         return reply.get("result")
 
     def call_paged(self, cmd: str, timeout_s: float | None = 60.0, **args: Any) -> dict[str, Any]:
         """A request whose reply comes in pages (list, show, wait): asked again from
         each reply's "next" until the last; the last reply, with every page's jobs."""
-        jobs: list = []
+        jobs: list[dict[str, Any]] = []
         for result in self.each_page(cmd, timeout_s, args):
             jobs += result["jobs"]
         return {**result, "jobs": jobs}

@@ -13,6 +13,7 @@ import os
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from collections.abc import Mapping
     from typing import Any
 
     from gpusched.client.paths import Paths
@@ -38,7 +39,7 @@ def _sha256(data: bytes) -> str:
 
 
 def fingerprint(
-    config: dict[str, Any], simulate: str, simulate_configured: str, environ: dict[str, str]
+    config: dict[str, Any], simulate: str, simulate_configured: str, environ: Mapping[str, str]
 ) -> dict[str, Any]:
     """What a daemon tells its clients about how it was started: the config file's stamp
     from before it read the file, the simulated GPUs in use ("" for real ones), those the
@@ -58,14 +59,16 @@ def _config_changed(stamp: dict[str, Any]) -> bool:
         return stamp["stat"] is not None  # removed since (or never there: unchanged)
     if stamp["stat"] == [info.st_mtime_ns, info.st_size]:
         return False
-    return config_stamp(stamp["path"])["sha256"] != stamp["sha256"]  # touched, or changed
+    now: str = config_stamp(stamp["path"])["sha256"]
+    then: str = stamp["sha256"]
+    return now != then  # touched, or changed
 
 
 def _gpus_text(simulate: str) -> str:
     return f"simulated GPUs {simulate}" if simulate else "the real GPUs"
 
 
-def differences(daemon: dict[str, Any], paths: Paths, environ: dict[str, str]) -> list[str]:
+def differences(daemon: dict[str, Any], paths: Paths, environ: Mapping[str, str]) -> list[str]:
     """How the running daemon differs from what a daemon started now would use."""
     found = []
     config = daemon["config"]
@@ -87,7 +90,7 @@ def differences(daemon: dict[str, Any], paths: Paths, environ: dict[str, str]) -
     return found
 
 
-def warning(daemon: Any, paths: Paths, environ: dict[str, str]) -> str | None:
+def warning(daemon: Any, paths: Paths, environ: Mapping[str, str]) -> str | None:
     """The one line to print, with the fix; None when the daemon is as the caller would
     start it (or did not say how it was started)."""
     if not isinstance(daemon, dict) or paths.mode == "socket":

@@ -8,11 +8,15 @@ from __future__ import annotations
 
 import sys
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
+
 SCOPES = ("active", "all")  # active: your pending and running jobs; all: every job you see
 TIMEOUT_S = 2.0
 
 
-def _request(scope: str) -> dict:
+def _request(scope: str) -> dict[str, Any]:
     if scope == "all":
         return {"all": True}
     from gpusched.core.users import current_user_name

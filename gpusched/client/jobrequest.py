@@ -292,7 +292,7 @@ def build_request(opts: SubmitOptions) -> dict[str, Any]:
             **extra,
         }
     ]
-    request = {"jobs": jobs, "env": env, "cwd": cwd}
+    request: dict[str, Any] = {"jobs": jobs, "env": env, "cwd": cwd}
     if opts.cluster:
         request["cluster"] = opts.cluster
     # The daemon checks a request against its limits and says which one it is over; a

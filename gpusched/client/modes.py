@@ -8,11 +8,15 @@ import stat
 from gpusched.client.paths import Paths, absolute, resolve_paths
 from gpusched.core.errors import ConfigError
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+
 # Moves the whole system layout (/etc, /var, /run) under another directory, for tests.
 SYSTEM_ROOT_ENV = "GPUSCHED_SYSTEM_ROOT"
 
 
-def system_paths(environ: dict[str, str] | None = None) -> Paths:
+def system_paths(environ: Mapping[str, str] | None = None) -> Paths:
     """/var/lib/gpusched, /run/gpusched, /etc/gpusched/gpusched.toml, /var/log/gpusched."""
     env = os.environ if environ is None else environ
     root = absolute(env.get(SYSTEM_ROOT_ENV) or "/")
@@ -26,14 +30,15 @@ def system_paths(environ: dict[str, str] | None = None) -> Paths:
     )
 
 
-def client_paths(environ: dict[str, str] | None = None) -> Paths:
+def client_paths(environ: Mapping[str, str] | None = None) -> Paths:
     """GPUSCHED_SOCKET, else GPUSCHED_HOME's daemon, else the system daemon if its socket
     exists, else the user's own daemon (started on demand)."""
     env = os.environ if environ is None else environ
     if env.get("GPUSCHED_SOCKET"):
-        return resolve_paths(env)._replace(
+        named: Paths = resolve_paths(env)._replace(
             mode="socket", socket_file=absolute(env["GPUSCHED_SOCKET"])
         )
+        return named
     if not env.get("GPUSCHED_HOME"):
         system = system_paths(env)
         if os.path.lexists(system.socket):
@@ -41,7 +46,7 @@ def client_paths(environ: dict[str, str] | None = None) -> Paths:
     return resolve_paths(env)
 
 
-def daemon_paths(system: bool, user: bool, environ: dict[str, str] | None = None) -> Paths:
+def daemon_paths(system: bool, user: bool, environ: Mapping[str, str] | None = None) -> Paths:
     """For `daemon run`: --system, --user, else system mode when root runs it and the
     system config says `mode = "system"` (and no GPUSCHED_HOME asks for a private one)."""
     env = os.environ if environ is None else environ

@@ -12,13 +12,20 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any, ClassVar
 
+    from typing_extensions import Unpack
+
+    # One option: (SubmitOptions field, flags, kind, default, help).
+    OptionRow = tuple[str, tuple[str, ...], str, Any, str]
+    # Any table's row that starts as OptionRow does (cli/cmdoptions.py's have more after).
+    FlagRow = tuple[str, tuple[str, ...], str, Unpack[tuple[Any, ...]]]
+
 # What an option's value is: "str" and "int" take one, "list" takes one each time it is
 # given, "flag" takes none, "yesno" is a flag that also takes Slurm's =yes or =no.
 KINDS = ("str", "int", "list", "flag", "yesno")
 
 # `submit`'s options, in the order its --help lists them:
 # (SubmitOptions field, flags, kind, default, help).
-SUBMIT = (
+SUBMIT: tuple[OptionRow, ...] = (
     (
         "gpus",
         ("--gpus-per-node", "--gpus", "-G"),
@@ -294,9 +301,9 @@ _RESUBMIT_CHANGES = (
 )
 
 
-def _resubmit_rows() -> tuple:
+def _resubmit_rows() -> tuple[OptionRow, ...]:
     by_field = {row[0]: row for row in SUBMIT}
-    rows = []
+    rows: list[OptionRow] = []
     for field, flags, kind, help_text, _ in _RESUBMIT_CHANGES:
         _, submit_flags, submit_kind, _, submit_help = by_field[field]
         kind = kind or submit_kind
@@ -318,7 +325,7 @@ RESUBMIT = _resubmit_rows()
 RESUBMIT_FIELDS = {field: spec for field, _, _, _, spec in _RESUBMIT_CHANGES if spec}
 
 
-def flags_of(rows: tuple) -> dict[str, tuple[str, str]]:
+def flags_of(rows: tuple[FlagRow, ...]) -> dict[str, tuple[str, str]]:
     """Each flag of the rows -> (its field, its kind)."""
     return {flag: (field, kind) for field, flags, kind, *_ in rows for flag in flags}
 
@@ -332,6 +339,56 @@ class SubmitOptions:
 
     # Each option and its default; the lists are copied per instance.
     DEFAULTS: ClassVar[dict[str, Any]] = {"command": [], **{row[0]: row[3] for row in SUBMIT}}
+
+    # The fields, one per row of SUBMIT (and the command), for type checkers only: a
+    # bare annotation makes no class attribute. resubmit's --gpus is an int.
+    command: list[str]
+    gpus: str | int | None
+    gpu_mem: str | None
+    name: str
+    priority: int
+    cwd: str | None
+    env: list[str]
+    from_file: str | None
+    wait: bool
+    notify: bool
+    json: bool
+    hold: bool
+    after: list[str]
+    dependency: list[str]
+    kill_on_invalid_dep: bool
+    array: str | None
+    time: str | None
+    signal: str | None
+    retries: int
+    retry_on: str | None
+    retry_delay: str | None
+    mem_growth: str | None
+    policy: str | None
+    gpu_ids: str | None
+    exclude_gpus: str | None
+    gpu_type: str | None
+    min_gpu_total_mem: str | None
+    min_compute_capability: str | None
+    topology: str | None
+    cpus: int | None
+    mem: str | None
+    cluster: str | None
+    interactive: bool
+    preemptible: bool
+    no_preemptible: bool
+    preempt_grace: str | None
+    container: str | None
+    container_opt: list[str]
+    ntasks: int | None
+    nodes: str | None
+    gres: str | None
+    nice: int | None
+    export: str | None
+    no_requeue: bool
+    output: str | None
+    error: str | None
+    open_mode: str | None
 
     def __init__(self, **values: Any):
         unknown = values.keys() - self.DEFAULTS.keys()

@@ -19,6 +19,8 @@ if TYPE_CHECKING:
     from collections.abc import Iterator
     from typing import Any
 
+    from gpusched.client.connection import Client
+
 # A stream's pages wait in the socket for a reader busy printing (`ls --all | less`):
 # longer than a request's usual send timeout, but not for ever.
 SEND_TIMEOUT_S = 300.0
@@ -36,7 +38,7 @@ def next_request(message: Any, answer: dict[str, Any]) -> dict[str, Any] | None:
 
 
 def pages(
-    client: Any, cmd: str, timeout_s: float | None = 60.0, **args: Any
+    client: Client, cmd: str, timeout_s: float | None = 60.0, **args: Any
 ) -> Iterator[dict[str, Any]]:
     """The client's side: each page's result of a streamed request, as it arrives. A daemon
     too old to stream refuses the argument: then each page is asked for on its own."""
@@ -60,7 +62,7 @@ def pages(
         sock.close()
 
 
-def _receive(client: Any, sock: Any) -> dict[str, Any] | None:
+def _receive(client: Client, sock: Any) -> dict[str, Any] | None:
     try:
         return wire.receive(sock)
     except OSError as exc:  # TimeoutError too

@@ -16,6 +16,7 @@ from gpusched.core.record import Record
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from collections.abc import Mapping
     from typing import Any, ClassVar
 
 # Unix socket paths are limited to 108 bytes (sun_path); stay well under it.
@@ -33,6 +34,13 @@ class Paths(Record):
 
     __slots__ = ("state_dir", "run_dir", "config_file", "mode", "socket_file", "log_root")
     _defaults: ClassVar[dict[str, Any]] = {"mode": "user", "socket_file": None, "log_root": None}
+    # The fields, for type checkers (a bare annotation makes no class attribute).
+    state_dir: str
+    run_dir: str
+    config_file: str
+    mode: str
+    socket_file: str | None
+    log_root: str | None
 
     @property
     def is_system(self) -> bool:
@@ -84,7 +92,7 @@ def absolute(path: str) -> str:
     return os.path.abspath(os.path.expanduser(path))
 
 
-def resolve_paths(environ: dict[str, str] | None = None) -> Paths:
+def resolve_paths(environ: Mapping[str, str] | None = None) -> Paths:
     """Where state, socket and config live: GPUSCHED_HOME, else the XDG directories (the
     socket always in the state directory's run/, beside the daemon's lock)."""
     env = os.environ if environ is None else environ

@@ -25,7 +25,7 @@ class Command:
 
     __slots__ = ("required", "optional")
 
-    def __init__(self, required: frozenset, optional: frozenset):
+    def __init__(self, required: frozenset[str], optional: frozenset[str]):
         self.required, self.optional = required, optional
 
 
@@ -115,11 +115,11 @@ LEAN_JOB_FIELDS = (
 )
 
 
-def _job_ids(value: Any) -> list:
+def _job_ids(value: Any) -> list[tuple[int, int | None]]:
     return values.list_of(value, "ids", syntax.parse_job_id, nonempty=True)
 
 
-def _names(what: str) -> Callable[[Any], list]:
+def _names(what: str) -> Callable[[Any], list[str]]:
     return lambda value: values.list_of(
         value, what, lambda v: values.text(v, f"each of {what}"), nonempty=True
     )

@@ -37,7 +37,8 @@ def part_frames(items: Iterable[Any]) -> Iterator[bytes]:
     in order, each at most PART_BYTES; each item is encoded once, by the C encoder. A
     None item sends what there is now, if only an empty part: the source is slow, and
     the peer waits for each part for a while only."""
-    encode, size, chunk = wire.dumps, 0, []
+    encode, size = wire.dumps, 0
+    chunk: list[str] = []
     for item in items:
         if item is None:
             yield _part(chunk)
@@ -67,7 +68,9 @@ class Interrupted(Exception):
         self.reply, self.sent_all = reply, sent_all
 
 
-def call_streamed(client: Any, cmd: str, kind: str, items: Iterable[str], **args: Any) -> Any:
+def call_streamed(
+    client: Any, cmd: str, kind: str, items: Iterable[str | None], **args: Any
+) -> Any:
     """Send a streamed request and return its result, as Client.call does. Ctrl-C
     becomes Interrupted; an error raised by `items` (a bad line) cancels the request."""
     try:

@@ -46,7 +46,8 @@ def wait_for_jobs(client: Any, ids: list[int], keep_waiting: bool = False) -> li
                 f"{job_id}` removes it, `gpusched wait --keep-waiting` waits on"
             )
         if result["done"]:
-            return result["jobs"]
+            jobs: list[dict[str, Any]] = result["jobs"]
+            return jobs
 
 
 def wait_or_explain(
@@ -188,7 +189,8 @@ def submit_streamed(
     from gpusched.client import streams
 
     try:
-        return streams.call_streamed(client, "submit", "lines", lines, **request)
+        queued: dict[str, Any] = streams.call_streamed(client, "submit", "lines", lines, **request)
+        return queued
     except streams.Interrupted as stop:
         if stop.reply is not None and stop.reply.get("ok"):
             result = stop.reply["result"]

@@ -14,7 +14,7 @@ from gpusched.core.values import HIDDEN
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from collections.abc import Sequence
+    from collections.abc import Callable, Sequence
     from typing import Any
 
 Seg = tuple[str, str]  # text, style
@@ -56,7 +56,9 @@ def command_human(command: Sequence[str], max_chars: int = 4096) -> str:
 def job_label(job: Any) -> str:
     """A job's id as Slurm prints it: 12, or 51_0 for element 0 of array 51 (a job dict,
     or any object with id, array_id and array_index)."""
-    get = job.get if isinstance(job, dict) else lambda key: getattr(job, key, None)
+    get: Callable[[str], Any] = (
+        job.get if isinstance(job, dict) else lambda key: getattr(job, key, None)
+    )
     array_id = get("array_id")
     return str(get("id")) if array_id is None else f"{array_id}_{get('array_index')}"
 

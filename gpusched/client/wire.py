@@ -21,12 +21,13 @@ import time
 try:
     import _json
 except ImportError:  # a Python without the accelerator: json does it all
-    _json = None
+    _json = None  # type: ignore[assignment]  # mypy has no "this module, or None" for an import
 
 from gpusched.core.errors import ProtocolError
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from collections.abc import Callable
     from typing import Any
 
 MAX_FRAME_BYTES = 16 * 2**20  # a --from-file sweep of thousands of lines fits; a flood does not
@@ -39,7 +40,7 @@ class _ScannerContext:
 
     strict = True
     object_hook = None
-    object_pairs_hook = None
+    object_pairs_hook: Callable[[list[tuple[str, Any]]], dict[str, Any]] | None = None
     parse_float = float
     parse_int = int
     # json's own table for NaN and the infinities, which its decoder accepts.
@@ -55,17 +56,17 @@ class _UniqueKeysContext(_ScannerContext):
     keeps the last value (`{"cmd":"ping","cmd":"stop"}` would stop the daemon)."""
 
     @staticmethod
-    def object_pairs_hook(pairs: list) -> dict:
+    def object_pairs_hook(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
         obj = dict(pairs)
         if len(obj) != len(pairs):
             raise _duplicate_key(pairs)
         return obj
 
 
-def _duplicate_key(pairs: list) -> ProtocolError:
+def _duplicate_key(pairs: list[tuple[str, Any]]) -> ProtocolError:
     from gpusched.core.values import shown  # only for the refusal
 
-    seen: set = set()
+    seen: set[str] = set()
     for key, _ in pairs:
         if key in seen:
             break
@@ -75,8 +76,9 @@ def _duplicate_key(pairs: list) -> ProtocolError:
     )
 
 
-_scan_once = _json.make_scanner(_ScannerContext()) if _json else None
-_scan_unique = _json.make_scanner(_UniqueKeysContext()) if _json else None
+# make_scanner reads its context's attributes; typeshed asks for a make_scanner itself.
+_scan_once = _json.make_scanner(_ScannerContext()) if _json else None  # type: ignore[arg-type]
+_scan_unique = _json.make_scanner(_UniqueKeysContext()) if _json else None  # type: ignore[arg-type]
 
 
 class _NotPlain(Exception):
@@ -165,7 +167,8 @@ def _recv(sock: Any, size: int, deadline: float | None) -> bytes:
         if left <= 0:
             raise TimeoutError("the message took too long to arrive")
         sock.settimeout(left)
-    return sock.recv(size)
+    data: bytes = sock.recv(size)
+    return data
 
 
 def _read_exact(sock: Any, size: int, deadline: float | None = None) -> bytes:
@@ -236,7 +239,7 @@ def peer_credentials(sock: Any) -> tuple[int, int, int]:
     """(pid, uid, gid) of the process at the other end, from the kernel (SO_PEERCRED):
     three C ints in this machine's byte order."""
     creds = sock.getsockopt(_socket.SOL_SOCKET, _socket.SO_PEERCRED, 12)
-    return tuple(
-        int.from_bytes(creds[i : i + 4], sys.byteorder, signed=True)  # type: ignore
-        for i in (0, 4, 8)
+    pid, uid, gid = (
+        int.from_bytes(creds[i : i + 4], sys.byteorder, signed=True) for i in (0, 4, 8)
     )
+    return pid, uid, gid

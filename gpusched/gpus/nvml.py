@@ -109,10 +109,12 @@ def _temperature_c(handle: Any) -> int:
 def _running(handle: Any, kind: str) -> list[Any]:
     # pynvml's unversioned wrapper only tries v3 and raises NVMLLibraryMismatchError on
     # drivers that lack it, so fall back to v2 by hand.
+    processes: list[Any]
     try:
-        return getattr(pynvml, f"nvmlDeviceGet{kind}RunningProcesses_v3")(handle)
+        processes = getattr(pynvml, f"nvmlDeviceGet{kind}RunningProcesses_v3")(handle)
     except pynvml.NVMLError_FunctionNotFound:
-        return getattr(pynvml, f"nvmlDeviceGet{kind}RunningProcesses_v2")(handle)
+        processes = getattr(pynvml, f"nvmlDeviceGet{kind}RunningProcesses_v2")(handle)
+    return processes
 
 
 def _known_bytes(value: Any) -> int | None:
