@@ -21,6 +21,10 @@ from dataclasses import dataclass
 from gpusched.core import gpuoom
 from gpusched.proc import jobenv
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any, TypeGuard
+
 PROGRESS_FILE_VAR = jobenv.PROGRESS_FILE
 PROGRESS_MAX_BYTES = 4096  # the reader refuses anything larger: a progress file is tiny
 MESSAGE_MAX_CHARS = 200
@@ -157,7 +161,7 @@ def progress(
     return _progress.report(min(max(fraction, 0.0), 1.0), str(message), min_interval_s)
 
 
-def write_progress_file(path: str, record: dict) -> None:
+def write_progress_file(path: str, record: dict[str, Any]) -> None:
     """Write {fraction, message, updated_at} atomically: readers see all of it or nothing."""
     data = json.dumps({**record, "updated_at": time.time()}).encode()
     tmp = f"{path}.{os.getpid()}.tmp"  # per process: two writers never share a temp file
@@ -172,7 +176,11 @@ def write_progress_file(path: str, record: dict) -> None:
         pass  # progress is best effort: a full disk must not kill the training run
 
 
-def read_progress_file(path: str, owner_uid: int | None = None) -> dict | None:
+def _finite_number(value: object) -> TypeGuard[float]:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def read_progress_file(path: str, owner_uid: int | None = None) -> dict[str, Any] | None:
     """The daemon's side: a validated {fraction, message, updated_at}, or None.
 
     The job owns the file, so it is read defensively: no symlinks, no FIFOs (which would
@@ -200,10 +208,7 @@ def read_progress_file(path: str, owner_uid: int | None = None) -> dict | None:
     if not isinstance(data, dict):
         return None
     fraction, updated_at = data.get("fraction"), data.get("updated_at")
-    if not all(
-        isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
-        for v in (fraction, updated_at)
-    ):
+    if not (_finite_number(fraction) and _finite_number(updated_at)):
         return None
     message = data.get("message")
     return {

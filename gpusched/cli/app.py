@@ -114,10 +114,11 @@ def _run(args: list[str]) -> int:
     except typer.TyperException as exc:  # click's usage errors: one line, status 2
         message = exc.format_message().replace("\n", " ")
         first = next((a for a in args if not a.startswith("-")), "")
-        if first in JOB_ID_COMMANDS and _is_negative_number(getattr(exc, "option_name", None)):
+        option = getattr(exc, "option_name", None)
+        if first in JOB_ID_COMMANDS and _is_negative_number(option):
             # `cancel -1`: to the parser a negative number is an unknown option; say
             # instead what a job id is.
-            message = f"{exc.option_name!r} is not a job id; give {syntax.JOB_ID_FORMS}"
+            message = f"{option!r} is not a job id; give {syntax.JOB_ID_FORMS}"
         topic = f"{first} " if first in getattr(command, "commands", {}) else ""
         sys.stderr.write(f"Error: {message} (see `gpusched {topic}--help`)\n")
         return getattr(exc, "exit_code", 2)

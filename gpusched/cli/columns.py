@@ -19,6 +19,11 @@ if TYPE_CHECKING:
 # cut first; default: when every row shows this, a short terminal hides it.
 class Column(Record):
     __slots__ = ("header", "soft_min", "hard_min", "rank", "default")
+    header: str
+    soft_min: int
+    hard_min: int
+    rank: int
+    default: str | None
     _defaults: ClassVar[dict[str, Any]] = {"soft_min": 0, "hard_min": 0, "rank": 0, "default": None}
 
 
@@ -28,6 +33,11 @@ class Column(Record):
 # if it can; last_least: and never less: the line runs past the edge instead.
 class Plan(Record):
     __slots__ = ("columns", "secondary", "last_resort", "last_wanted", "last_least")
+    columns: tuple[Column, ...]
+    secondary: tuple[str, ...]
+    last_resort: tuple[str, ...]
+    last_wanted: int
+    last_least: int
 
 
 def _text(cell: Cell) -> str:

@@ -7,7 +7,10 @@ from typing import TextIO
 
 from rich.console import Console
 
-from gpusched.cli.cmdoptions import JOB_ID_HELP, JOB_IDS, JOB_IDS_HELP, JSON_HELP  # noqa: F401
+from gpusched.cli.cmdoptions import JOB_ID_HELP as JOB_ID_HELP
+from gpusched.cli.cmdoptions import JOB_IDS as JOB_IDS
+from gpusched.cli.cmdoptions import JOB_IDS_HELP as JOB_IDS_HELP
+from gpusched.cli.cmdoptions import JSON_HELP as JSON_HELP
 
 
 def console_for(stream: TextIO | None = None) -> Console:

@@ -106,7 +106,8 @@ def daemon_restart() -> None:
 def _start_daemon(client: Client) -> int:
     """Start the user daemon and wait until it answers; its pid."""
     client.wait_until_up(daemon=start_daemon(client.paths)).close()
-    return client.call("status")["pid"]
+    pid: int = client.call("status")["pid"]
+    return pid
 
 
 def _stop_daemon(client: Client) -> int | None:
@@ -118,7 +119,8 @@ def _stop_daemon(client: Client) -> int | None:
     result = client.call("stop")
     if not wait_for_exit(pid, 30.0):
         raise GpuschedError(f"the daemon (pid {pid}) did not stop within 30 s")
-    return result["running_jobs_left"]
+    left: int = result["running_jobs_left"]
+    return left
 
 
 @app.command("status")

@@ -41,7 +41,8 @@ def _submit_all(client: Client, env: dict[str, str], cwd: str) -> list[int]:
         }
         for name, gpus, mem, secs in DEMO_JOBS
     ]
-    return client.call("submit", jobs=jobs, env=env, cwd=cwd)["ids"]
+    ids: list[int] = client.call("submit", jobs=jobs, env=env, cwd=cwd)["ids"]
+    return ids
 
 
 def _show(console: Console, client: Client, started: float) -> bool:

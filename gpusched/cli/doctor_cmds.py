@@ -7,6 +7,10 @@ import typer
 from gpusched.cli.common import JSON_HELP, out
 from gpusched.cli.helpformat import App
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from gpusched.client.paths import Paths
+
 app = App()
 
 _MARKS = {"ok": "ok     ", "note": "note   ", "problem": "PROBLEM"}
@@ -65,7 +69,7 @@ def doctor(
     raise typer.Exit(0 if report.is_healthy else 1)
 
 
-def _repair(paths, as_json: bool) -> int:
+def _repair(paths: Paths, as_json: bool) -> int:
     from gpusched.daemon.repair import repair
 
     result = repair(paths)

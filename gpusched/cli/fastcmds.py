@@ -14,13 +14,18 @@ from gpusched.cli.cmdoptions import FAST_COMMANDS
 from gpusched.client.options import flags_of
 from gpusched.core.errors import GpuschedError, report_error, report_unexpected
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Callable
+    from typing import Any
 
-def parse(command: str, argv: list[str]) -> dict | None:
+
+def parse(command: str, argv: list[str]) -> dict[str, Any] | None:
     """The keyword arguments of jobviews' function for `command ARGV`, or None when the
     typer command should read the command line."""
     arguments, rows = FAST_COMMANDS[command]
     flags = flags_of(rows)
-    values: dict = {row[0]: row[3] for row in rows}
+    values: dict[str, Any] = {row[0]: row[3] for row in rows}
     positional: list[str] = []
     i, options_done = 0, False
     while i < len(argv):
@@ -72,7 +77,7 @@ def try_fast_command(command: str, argv: list[str]) -> int | None:
     from gpusched.cli import jobviews
     from gpusched.cli.plainout import Screen
 
-    run = getattr(jobviews, "list_jobs" if command == "ls" else command)
+    run: Callable[..., int] = getattr(jobviews, "list_jobs" if command == "ls" else command)
     try:
         return run(Screen(), **values)
     except GpuschedError as exc:

@@ -12,6 +12,10 @@ from gpusched.client.connection import Client
 from gpusched.client.submitting import print_json
 from gpusched.core.units import duration_human, size_human
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
+
 app = App()
 
 
@@ -48,7 +52,7 @@ def gc(
     out.print(gc_lines(report))
 
 
-def gc_lines(report: dict) -> str:
+def gc_lines(report: dict[str, Any]) -> str:
     """The report in words: what went (or would go), and what the settings keep."""
     verb = "would remove" if report["dry_run"] else "removed"
     text = (

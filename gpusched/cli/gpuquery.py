@@ -13,18 +13,19 @@ if TYPE_CHECKING:  # typing is not imported on the fast command path
 _MIB = 2**20
 
 
-def _mib(key: str) -> Callable[[dict], Any]:
+def _mib(key: str) -> Callable[[dict[str, Any]], Any]:
     return lambda g: None if g.get(key) is None else g[key] // _MIB
 
 
-def _free_mib(gpu: dict) -> int | None:
+def _free_mib(gpu: dict[str, Any]) -> int | None:
     if gpu.get("mem_used_bytes") is None:
         return None
-    return (gpu["mem_total_bytes"] - gpu["mem_used_bytes"]) // _MIB
+    free: int = (gpu["mem_total_bytes"] - gpu["mem_used_bytes"]) // _MIB
+    return free
 
 
 # nvidia-smi's field name -> (value from a `gpus` row, unit shown unless "nounits").
-FIELDS: dict[str, tuple[Callable[[dict], Any], str]] = {
+FIELDS: dict[str, tuple[Callable[[dict[str, Any]], Any], str]] = {
     # A number, as in nvidia-smi; a MIG device has its GPU's, and its own label (0/2).
     "index": (lambda g: g["index"], ""),
     "label": (lambda g: g["label"], ""),
@@ -76,7 +77,7 @@ def parse_query(query: str) -> list[str]:
     return fields
 
 
-def render(rows: list[dict], fields: list[str], fmt: str) -> str:
+def render(rows: list[dict[str, Any]], fields: list[str], fmt: str) -> str:
     """fmt: 'json', or 'csv' with nvidia-smi's modifiers: 'csv,noheader,nounits'."""
     kind, *modifiers = [m.strip() for m in fmt.split(",")]
     if kind not in FORMATS or not set(modifiers) <= {"noheader", "nounits"}:

@@ -13,6 +13,12 @@ from typing import Any
 import typer
 from typer.core import TyperCommand, TyperGroup
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from typer.models import CommandFunctionType
+
 HELP_OPTIONS = ["-h", "--help"]
 
 # What to type after each option that takes a value; one name means one idea in every
@@ -76,14 +82,16 @@ PLACEHOLDERS = {
 
 def placeholder(param: Any) -> str:
     """What to type for a parameter: `N`, `SIZE`, `JOBID...`."""
-    if param.metavar:
-        return param.metavar
+    metavar: str | None = param.metavar
+    if metavar:
+        return metavar
     if param.param_type_name == "option":
         # Any of its spellings (-J, --name, --job-name): one placeholder for one idea.
         named = next((PLACEHOLDERS[o] for o in param.opts if o in PLACEHOLDERS), None)
-        longest = max(param.opts, key=len)
+        longest: str = max(param.opts, key=len)
         return named or longest.lstrip("-").replace("-", "_").upper()
-    return param.name.upper() + ("..." if param.nargs != 1 else "")
+    name: str = param.name
+    return name.upper() + ("..." if param.nargs != 1 else "")
 
 
 def _name_values(params: list[Any]) -> None:
@@ -156,6 +164,8 @@ class App(typer.Typer):
         kwargs.setdefault("context_settings", {"help_option_names": HELP_OPTIONS})
         super().__init__(**kwargs)
 
-    def command(self, *args: Any, **kwargs: Any) -> Any:
+    def command(
+        self, *args: Any, **kwargs: Any
+    ) -> Callable[[CommandFunctionType], CommandFunctionType]:
         kwargs.setdefault("cls", Command)
         return super().command(*args, **kwargs)

@@ -14,6 +14,10 @@ from gpusched.core.errors import UsageError
 from gpusched.core.memestimate import job_key
 from gpusched.core.units import duration_human, size_human
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
+
 app = App()
 
 
@@ -59,7 +63,7 @@ def history(
     out.print(history_text(report), markup=False, highlight=False)
 
 
-def history_text(report: dict) -> str:
+def history_text(report: dict[str, Any]) -> str:
     """The runs as a table, then the estimate and why."""
     head = ("ID", "STATE", "ENDED", "RUN", "GPU_MEM", "GPU_MEM_PEAK")
     rows = [

@@ -42,18 +42,21 @@ def list_jobs(
         raise UsageError("choose one of --json and --format")
     if last is not None and last < 1:
         raise UsageError(f"--last takes a number of jobs, 1 or more, not {last}")
-    columns, filters = None, {}
+    columns: list[str] | None = None
+    filters: dict[str, Any] = {}
     if fields is not None or users is not None or me or states is not None or names is not None:
         from gpusched.cli import listing  # checks and columns: not needed by a plain `ls`
 
         columns = listing.parse_fields(fields) if fields is not None else None
         filters = listing.request_filters(users, me, states, names)
     # Sent only when given: a daemon older than --last refuses arguments it does not know.
-    only = {"last": last} if last is not None else {}
+    only: dict[str, Any] = {"last": last} if last is not None else {}
     finished_too = all_jobs or "states" in filters
     if fields is None and not all_jobs and last is None:
         return _list_head(output, expand, as_json, filters)
-    if fields is not None:  # however many: the daemon sends them a page at a time, gathered here
+    if (
+        columns is not None
+    ):  # --format: however many: the daemon sends them a page at a time, gathered here
         reply = Client().call_paged("list", all=all_jobs, **only, **filters)
         _warn_writes(reply)
         from gpusched.cli.listing import format_rows
@@ -70,7 +73,7 @@ def list_jobs(
     return 0
 
 
-def _list_head(output: Any, expand: bool, as_json: bool, filters: dict) -> int:
+def _list_head(output: Any, expand: bool, as_json: bool, filters: dict[str, Any]) -> int:
     """A plain `ls`: the running jobs, the first pending ones and a line for the rest."""
     from gpusched.cli import lsview
 
@@ -91,7 +94,7 @@ def _list_head(output: Any, expand: bool, as_json: bool, filters: dict) -> int:
     return 0
 
 
-def _warn_writes(reply: dict) -> None:
+def _warn_writes(reply: dict[str, Any]) -> None:
     from gpusched.cli import lsview
 
     writes = lsview.write_problem_line(reply.get("write_problem"))
@@ -108,7 +111,7 @@ def _warning_first(pages: Any) -> Any:
 
 
 def draw_jobs(
-    output: Any, jobs: list[dict], expand: bool, filtered: bool, finished_too: bool
+    output: Any, jobs: list[dict[str, Any]], expand: bool, filtered: bool, finished_too: bool
 ) -> None:
     """`ls`'s table, or what it says when no job is listed."""
     from gpusched.cli import lsview
@@ -136,7 +139,7 @@ def show(output: Any, job_id: str, as_json: bool) -> int:
     return 0
 
 
-def change(output: Any, command: str, job_ids: list[str], **args: object) -> int:
+def change(output: Any, command: str, job_ids: list[str], **args: Any) -> int:
     """Print what happened to each job; a job that could not be changed is an error line
     on stderr and makes the exit status 1, the others are changed all the same."""
     ids = [syntax.job_id_text(i) for i in job_ids]  # a bad id is refused before any change
@@ -196,7 +199,7 @@ def gpus(
     return 0
 
 
-def draw_gpus(output: Any, result: dict) -> None:
+def draw_gpus(output: Any, result: dict[str, Any]) -> None:
     """`gpus`'s tables and host line."""
     from gpusched.cli import lsview
     from gpusched.client.textcells import printable

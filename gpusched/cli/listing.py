@@ -48,24 +48,26 @@ def _timestamp(seconds: float | None) -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(seconds)) if seconds else "N/A"
 
 
-def _used_s(job: dict, now: float) -> float | None:
+def _used_s(job: dict[str, Any], now: float) -> float | None:
     if job["started_at"] is None:
         return None if job["state"] != "pending" else 0.0
-    return (job["ended_at"] or now) - job["started_at"]
+    used: float = (job["ended_at"] or now) - job["started_at"]
+    return used
 
 
-def _left(job: dict, now: float) -> str:
+def _left(job: dict[str, Any], now: float) -> str:
     if job["time_limit_s"] is None:
         return "UNLIMITED"
     used = _used_s(job, now) or 0.0
     return slurm_duration(job["time_limit_s"] - used)
 
 
-def _reason(job: dict) -> str:
-    return job["pending_reason"] if job["state"] == "pending" else job["end_reason"]
+def _reason(job: dict[str, Any]) -> str:
+    reason: str = job["pending_reason"] if job["state"] == "pending" else job["end_reason"]
+    return reason
 
 
-def _exit_code(job: dict) -> str:
+def _exit_code(job: dict[str, Any]) -> str:
     if job["exit_code"] is None and not job["signal"]:
         return "N/A"
     return f"{job['exit_code'] or 0}:{job['signal'] or 0}"
@@ -77,13 +79,13 @@ def _compact(state: str) -> str:
     return COMPACT.get(state, state)
 
 
-def _progress(job: dict) -> str:
+def _progress(job: dict[str, Any]) -> str:
     progress = job.get("progress")
     return f"{progress['fraction'] * 100:.0f}%" if progress else "N/A"
 
 
 # Field name (Slurm's squeue --Format name where it has one) -> its value for a job.
-FIELDS: dict[str, Callable[[dict, float], Any]] = {
+FIELDS: dict[str, Callable[[dict[str, Any], float], Any]] = {
     "jobid": lambda j, now: j["id"],
     "jobarrayid": lambda j, now: job_label(j),
     "arrayjobid": lambda j, now: j["array_id"],

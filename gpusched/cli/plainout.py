@@ -19,8 +19,10 @@ from gpusched.client.textcells import cell_width, text_width
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from typing import Any
+    from collections.abc import Mapping
+    from typing import Any, TextIO
 
+    from gpusched.cli.render import RichOutput
     from gpusched.client.textcells import Line
 
 # Each style the listings use -> its SGR parameters, in rich's order (attributes, then
@@ -44,12 +46,12 @@ def has_emoji_code(text: str) -> bool:
     return any(not any(c.isspace() for c in between) for between in text.split(":")[1:-1])
 
 
-def _digits(environ: dict, name: str) -> int | None:
+def _digits(environ: Mapping[str, str], name: str) -> int | None:
     value = environ.get(name)
     return int(value) if value is not None and value.isdigit() else None
 
 
-def is_terminal(environ: dict, stream: Any) -> bool:
+def is_terminal(environ: Mapping[str, str], stream: TextIO) -> bool:
     """rich's Console.is_terminal for a stream."""
     tty_compatible = environ.get("TTY_COMPATIBLE", "")
     if tty_compatible in ("0", "1"):
@@ -62,7 +64,7 @@ def is_terminal(environ: dict, stream: Any) -> bool:
         return False
 
 
-def screen_width(environ: dict, on_tty: bool, dumb: bool) -> int:
+def screen_width(environ: Mapping[str, str], on_tty: bool, dumb: bool) -> int:
     """rich's Console.size.width for cli/common.py's Console (width=None on a terminal,
     PIPE_WIDTH elsewhere)."""
     fixed = None if on_tty else PIPE_WIDTH
@@ -91,7 +93,7 @@ class Fallback(Exception):
 class Screen:
     """Output for the fast command path: the methods of render.RichOutput, without rich."""
 
-    def __init__(self, environ: dict | None = None, stream: Any = None):
+    def __init__(self, environ: Mapping[str, str] | None = None, stream: TextIO | None = None):
         environ = os.environ if environ is None else environ
         self.stream = sys.stdout if stream is None else stream
         terminal = is_terminal(environ, self.stream)
@@ -104,9 +106,9 @@ class Screen:
             if environ.get("NO_COLOR", "") != ""
             else SGR
         )
-        self._rich = None
+        self._rich: RichOutput | None = None
 
-    def rich(self) -> Any:
+    def rich(self) -> RichOutput:
         if self._rich is None:
             from gpusched.cli.common import console_for, out
             from gpusched.cli.render import RichOutput
@@ -187,7 +189,7 @@ class Screen:
         self.stream.write(drawn)
         return True
 
-    def _table(self, headers: tuple, rows: list[list[tuple[str, str]]]) -> str:
+    def _table(self, headers: tuple[str, ...], rows: list[list[tuple[str, str]]]) -> str:
         """A rich Table(box=None, header_style="bold", pad_edge=False) of cells (text,
         style), when it fits the width: rich would shrink it otherwise."""
         widths = [

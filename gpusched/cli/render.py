@@ -29,6 +29,10 @@ from gpusched.cli.lsview import (  # noqa: F401
 from gpusched.core.units import duration_human
 from gpusched.tui.draw import Frame
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from gpusched.client.textcells import Line
+
 
 def _plain(text: str) -> Text:
     """A cell of text from elsewhere (GPU names, commands), already printable: never read
@@ -54,7 +58,7 @@ class RichOutput:
     def blank(self) -> None:
         self.console.print()
 
-    def lines(self, lines: list) -> None:
+    def lines(self, lines: list[Line]) -> None:
         self.console.print(Frame(lines))
 
     def gpus(self, result: dict[str, Any]) -> None:

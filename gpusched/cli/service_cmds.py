@@ -83,7 +83,7 @@ def job_changes(command: list[str], options: dict[str, Any], service: str) -> di
     return changes
 
 
-def _changed(new: dict, same: dict) -> dict:
+def _changed(new: dict[str, Any], same: dict[str, Any]) -> dict[str, Any]:
     """The keys of `new` whose values differ from `same`'s (a nested mapping: its own)."""
     out = {}
     for key, value in new.items():
@@ -280,7 +280,7 @@ def delete(name: str = _NAME, as_json: bool = _JSON) -> None:
     )
 
 
-def _print(shown: dict, as_json: bool) -> None:
+def _print(shown: dict[str, Any], as_json: bool) -> None:
     if as_json:
         print_json(shown)
         return

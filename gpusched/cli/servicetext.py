@@ -4,12 +4,16 @@ from __future__ import annotations
 
 import time
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
+
 
 def _ms(value: float | None) -> str:
     return "-" if value is None else f"{value:.0f}ms"
 
 
-def _replicas(service: dict) -> str:
+def _replicas(service: dict[str, Any]) -> str:
     bounds = (
         f"{service['min_replicas']}"
         if service["min_replicas"] == service["max_replicas"]
@@ -18,7 +22,7 @@ def _replicas(service: dict) -> str:
     return f"{service['running']}/{service['wanted']} ({bounds})"
 
 
-def table(services: list[dict]) -> str:
+def table(services: list[dict[str, Any]]) -> str:
     rows = [("NAME", "USER", "REPLICAS", "LISTEN", "BALANCE", "REQUESTS", "REQ/S", "P95")]
     for s in services:
         rows.append(
@@ -37,7 +41,7 @@ def table(services: list[dict]) -> str:
     return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows)
 
 
-def details(s: dict) -> str:
+def details(s: dict[str, Any]) -> str:
     command = " ".join(s["job"].get("command") or [])
     auto = s["autoscale"]
     lines = [

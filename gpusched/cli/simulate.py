@@ -16,8 +16,13 @@ from gpusched.sim import estimates as memory
 from gpusched.sim import traces
 from gpusched.sim.simulator import TAU_S, Metrics, check_choices, compute_metrics, simulate
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+    from typing import Any
 
-def _report(trace: traces.Trace, metrics: Metrics, settings: dict) -> dict:
+
+def _report(trace: traces.Trace, metrics: Metrics, settings: dict[str, Any]) -> dict[str, Any]:
     return {
         "trace": trace.source,
         **settings,
@@ -26,17 +31,19 @@ def _report(trace: traces.Trace, metrics: Metrics, settings: dict) -> dict:
     }
 
 
-def _print_table(report: dict) -> None:
+def _print_table(report: dict[str, Any]) -> None:
     load = (
         f"load {report['load']:g} (arrivals x{report['arrival_scale']:.3f})"
         if report["load"] is not None
         else "original load"
     )
     seed = f", seed {report['seed']}" if report["arrivals"] == "poisson" else ""
-    lines = [
+    title = (
         f"{report['trace']}: {report['jobs']} jobs, {report['tenants']} tenants on "
         f"{report['gpus']} GPUs; policy {report['policy']}, discipline {report['discipline']}, "
-        f"{load}, {report['arrivals']} arrivals{seed}",
+        f"{load}, {report['arrivals']} arrivals{seed}"
+    )
+    lines = [
         ("average JCT", f"{report['avg_jct_s'] / 3600:.3f} h"),
         ("median JCT", f"{report['median_jct_s'] / 3600:.3f} h"),
         ("p99 JCT", f"{report['p99_jct_s'] / 3600:.3f} h"),
@@ -48,13 +55,13 @@ def _print_table(report: dict) -> None:
         *_priority_lines(report),
         ("simulated in", f"{report['elapsed_s']:.2f} s"),
     ]
-    width = max(len(name) for name, _ in lines[1:])
+    width = max(len(name) for name, _ in lines)
     sys.stdout.write(
-        lines[0] + "\n" + "".join(f"  {name:<{width}}  {value:>10}\n" for name, value in lines[1:])
+        title + "\n" + "".join(f"  {name:<{width}}  {value:>10}\n" for name, value in lines)
     )
 
 
-def _priority_lines(report: dict) -> list[tuple[str, str]]:
+def _priority_lines(report: dict[str, Any]) -> list[tuple[str, str]]:
     high = report.get("high_priority")
     if not high:
         return []
@@ -88,7 +95,7 @@ def _with_priorities(
     preemption: bool,
     share: float,
     seed: int,
-) -> tuple[Metrics, dict]:
+) -> tuple[Metrics, dict[str, Any]]:
     """Replay with a seeded share of urgent jobs (and preemption): the metrics, and the
     report's further fields: the urgent jobs' own figures, how many preemptions."""
     from gpusched.sim import preemptsim
@@ -168,7 +175,7 @@ def simulate_command(
         )
         report = {**_report(prepared, metrics, settings), **extra}
     else:
-        jobs = prepared.jobs
+        jobs: Sequence[traces.TraceJob] = prepared.jobs
         if estimates:
             model = memory.memory_model(jobs, seed)
             jobs = memory.with_estimates(jobs, model, rules)
@@ -186,7 +193,7 @@ def simulate_command(
     return 0
 
 
-def estimates_text(found: dict) -> str:
+def estimates_text(found: dict[str, Any]) -> str:
     """simulate --estimates, in words."""
     return (
         f"  with --gpu-mem auto: {found['estimated']} jobs estimated, "

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Callable
-from typing import Any, Optional
+from typing import Any, Optional, TypeVar
 
 import typer
 
@@ -18,14 +18,15 @@ from gpusched.client.submitting import submit_and_report
 
 app = App()
 _TYPES = {"str": str, "int": int, "list": list[str], "flag": bool, "yesno": bool}
+_Command = TypeVar("_Command", bound=Callable[..., Any])
 
 
-def with_options(rows: tuple) -> Callable[[Callable], Callable]:
+def with_options(rows: tuple[tuple[Any, ...], ...]) -> Callable[[_Command], _Command]:
     """Give a command whose options come as **options the signature typer reads: its own
     parameters, then a keyword parameter per row of an options table, named as the row's
     field (a SubmitOptions field for submit's); a row's sixth item is its metavar."""
 
-    def decorate(command: Callable) -> Callable:
+    def decorate(command: _Command) -> _Command:
         params = [
             p
             for p in inspect.signature(command, eval_str=True).parameters.values()
@@ -44,7 +45,7 @@ def with_options(rows: tuple) -> Callable[[Callable], Callable]:
                     field, inspect.Parameter.KEYWORD_ONLY, default=option, annotation=annotation
                 )
             )
-        command.__signature__ = inspect.Signature(params)
+        command.__signature__ = inspect.Signature(params)  # type: ignore[attr-defined]  # a function takes the attribute; Callable cannot say so
         command.__annotations__ = {p.name: p.annotation for p in params}
         return command
 
@@ -56,7 +57,7 @@ class SubmitCommand(Command):
     no value, so the fast path's parser folds that form into the bare flag first. sbatch
     options gpusched refuses, and stray words before `--`, are refused first."""
 
-    def parse_args(self, ctx, args):
+    def parse_args(self, ctx: Any, args: list[str]) -> list[str]:
         from gpusched.client.fastsubmit import OPTIONS, fold_yes_no
         from gpusched.client.slurmflags import check_command_line
 

@@ -13,6 +13,10 @@ from gpusched.client.submitting import print_json
 from gpusched.core.errors import UsageError
 from gpusched.core.units import duration_human, parse_duration
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
+
 app = App()
 GROUPINGS = ("user", "name")  # daemon/usage.py's, written out: the CLI does not import the daemon
 GIB = 1024**3
@@ -62,7 +66,7 @@ def usage(
     out.print(usage_text(report), markup=False, highlight=False)
 
 
-def usage_text(report: dict) -> str:
+def usage_text(report: dict[str, Any]) -> str:
     """The report as a table, a total line, and what it leaves out."""
     head = (
         "USER" if report["by"] == "user" else "NAME",
@@ -98,7 +102,7 @@ def usage_text(report: dict) -> str:
     return "\n".join(lines)
 
 
-def _cells(line: dict) -> tuple:
+def _cells(line: dict[str, Any]) -> tuple[str, int, str, str, str, str]:
     states = " ".join(f"{state} {count}" for state, count in line["states"].items())
     wait = "-" if line["mean_wait_s"] is None else duration_human(line["mean_wait_s"])
     return (

@@ -15,11 +15,16 @@ import time
 
 from gpusched.core import container
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Callable
+    from typing import Any
+
 REMOVE_TIMEOUT_S = 60.0  # one removal; stopping a container at once takes well under that
 _RETRY_DELAYS_S = (0.1, 0.2, 0.5, 1.0, 2.0, 4.0)
 
 
-def remove(spec: dict) -> str:
+def remove(spec: dict[str, Any]) -> str:
     """Remove the run's container, retrying while the runtime still winds it down (podman
     refuses a container whose monitor was killed a moment ago); "" when it is gone, else
     why not."""
@@ -35,16 +40,19 @@ def remove(spec: dict) -> str:
     return f"gpusched: cannot remove container {removal['name']} ({outcome})\n"
 
 
-def _run_once(argv: list[str], env: dict, run_as: int | None) -> str:
+def _run_once(argv: list[str], env: dict[str, str], run_as: int | None) -> str:
     """Run the removal as the job's user (system mode: run_as), in a session of its own;
     "" when it succeeded, else what went wrong. Not hookrun's runner: the shim imports
     neither dataclasses nor typing."""
-    drop = {}
+    # None: subprocess's own defaults (as ourselves)
+    user: int | None = None
+    group: int | None = None
+    extra_groups: list[int] | None = None
     if run_as is not None and os.geteuid() == 0 and run_as != 0:
         from gpusched.proc import privileges
 
         who = privileges.identity_of(int(run_as))
-        drop = {"user": who.uid, "group": who.gid, "extra_groups": list(who.groups)}
+        user, group, extra_groups = who.uid, who.gid, list(who.groups)
     try:
         done = subprocess.run(
             argv,
@@ -54,7 +62,9 @@ def _run_once(argv: list[str], env: dict, run_as: int | None) -> str:
             capture_output=True,
             timeout=REMOVE_TIMEOUT_S,
             start_new_session=True,
-            **drop,
+            user=user,
+            group=group,
+            extra_groups=extra_groups,
         )
     except subprocess.TimeoutExpired:
         return f"no answer in {REMOVE_TIMEOUT_S:g} s"
@@ -66,8 +76,11 @@ def _run_once(argv: list[str], env: dict, run_as: int | None) -> str:
 
 
 def finish(
-    spec: dict, exit_code: int | None, signum: int | None, note
-) -> tuple[int | None, int | None]:  # note(line): into the job's log
+    spec: dict[str, Any],
+    exit_code: int | None,
+    signum: int | None,
+    note: Callable[[str], None],  # note(line): into the job's log
+) -> tuple[int | None, int | None]:
     """After the runtime's client has exited: remove the container (note(why) if that
     fails), and the job's (exit code, signal) as for a plain job: the runtime reports a
     job ended by signal N as exit status 128+N."""

@@ -19,6 +19,10 @@ from pathlib import Path
 from gpusched.core.errors import GpuschedError
 from gpusched.proc import privileges
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
+
 INSTALL_HINT = (
     "install HAProxy from your distribution's packages (Debian/Ubuntu: "
     "`sudo apt-get install haproxy`; Fedora: `sudo dnf install haproxy`)"
@@ -130,13 +134,13 @@ class Proxy:
         self.admin_path = self.configured().get("admin", self.admin_path)
 
     # -- the process ------------------------------------------------------------------
-    def configured(self) -> dict:
+    def configured(self) -> dict[str, Any]:
         """What its config file says: the log port and secret, the admin socket."""
         try:
             text = Path(self.config_path).read_text()
         except OSError:
             return {}
-        found: dict = {}
+        found: dict[str, Any] = {}
         for line in text.splitlines():
             words = line.split()
             if words[:1] == ["log"] and words[1].startswith("127.0.0.1:"):

@@ -50,11 +50,14 @@ def run_hook(
     """Run it and wait at most timeout_s; as_uid (a root daemon only): as that user, with
     that user's groups and nothing else of root's. running(pid, True/False) is told when
     it starts and ends, so that a stopping daemon can kill it."""
-    drop = {}
+    # None: subprocess's own defaults (as ourselves)
+    user: int | None = None
+    group: int | None = None
+    extra_groups: list[int] | None = None
     try:
         if as_uid is not None and os.geteuid() == 0 and as_uid != 0:
             who = identity_of(as_uid)
-            drop = {"user": who.uid, "group": who.gid, "extra_groups": list(who.groups)}
+            user, group, extra_groups = who.uid, who.gid, list(who.groups)
         proc = subprocess.Popen(
             list(argv),
             shell=False,
@@ -65,7 +68,9 @@ def run_hook(
             stderr=subprocess.STDOUT,
             start_new_session=True,
             close_fds=True,
-            **drop,
+            user=user,
+            group=group,
+            extra_groups=extra_groups,
         )
     except (OSError, ValueError, subprocess.SubprocessError) as exc:  # PrivilegeError too
         return HookResult(f"cannot run: {exc}", "")
@@ -76,7 +81,7 @@ def run_hook(
         running(proc.pid, False)
 
 
-def _wait(proc: subprocess.Popen, stdin_bytes: bytes, timeout_s: float) -> HookResult:
+def _wait(proc: subprocess.Popen[bytes], stdin_bytes: bytes, timeout_s: float) -> HookResult:
     deadline = time.monotonic() + timeout_s
     tail, drained = _pump(proc, stdin_bytes, deadline)
     try:
@@ -98,7 +103,9 @@ def _wait(proc: subprocess.Popen, stdin_bytes: bytes, timeout_s: float) -> HookR
     )
 
 
-def _pump(proc: subprocess.Popen, stdin_bytes: bytes, deadline: float) -> tuple[bytearray, bool]:
+def _pump(
+    proc: subprocess.Popen[bytes], stdin_bytes: bytes, deadline: float
+) -> tuple[bytearray, bool]:
     """Feed stdin and drain stdout until the hook closes it or the deadline: (the last
     OUTPUT_KEPT_BYTES of what it printed, the rest read and dropped; whether its output
     ended). Closes both pipes either way: nothing is waited for past the deadline."""

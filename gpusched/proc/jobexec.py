@@ -12,12 +12,19 @@ import errno
 import os
 import stat
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Callable
+    from typing import TypeVar
+
+    _Started = TypeVar("_Started")
+
 
 class StartError(OSError):
     """Why a job could not start, in words for its owner: `show`, its stderr log, `wait`."""
 
 
-def find_program(name: str, env: dict) -> str:
+def find_program(name: str, env: dict[str, str]) -> str:
     """The file to run for the command `name`, as execvp(3) and shells find it.
 
     A name with a slash is used as it is (a relative one from the working directory,
@@ -43,7 +50,9 @@ def _not_found(name: str, path: str) -> str:
     return f"no such command {name!r} in PATH ({path})"
 
 
-def start_program(argv: list, env: dict, start):  # start(program) -> its result
+def start_program(
+    argv: list[str], env: dict[str, str], start: Callable[[str], _Started]
+) -> _Started:
     """start(the program for argv[0]), e.g. an exec or a spawn, its failure in words."""
     program = find_program(argv[0], env)
     try:

@@ -13,10 +13,15 @@ import time
 
 from gpusched.proc import runfile
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
 PR_SET_CHILD_SUBREAPER = 36  # prctl(2)
 
 
-def _find_prctl():  # -> the C function, or None
+def _find_prctl() -> Callable[..., int] | None:
+    """The C function, or None."""
     try:
         return ctypes.CDLL(None, use_errno=True).prctl
     except (OSError, AttributeError):

@@ -19,8 +19,12 @@ import signal
 
 from gpusched.proc import runfile, shim
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
-def _become_shim(spec: dict, spec_line: bytes) -> None:
+
+def _become_shim(spec: dict[str, Any], spec_line: bytes) -> None:
     """In the forked child: leave the supervisor's session and sockets, then run the shim."""
     code = 1
     try:
@@ -42,7 +46,7 @@ def _become_shim(spec: dict, spec_line: bytes) -> None:
         os._exit(code)
 
 
-def fork_shim(spec: dict, spec_line: bytes) -> int:
+def fork_shim(spec: dict[str, Any], spec_line: bytes) -> int:
     """Fork a shim for the job of `spec` (spec_line: the spec as received); its pid."""
     # Forwarded signals stay blocked in the child until the shim can pass them on: a
     # cancel that comes as soon as the pid is known must not kill the shim itself.

@@ -21,6 +21,10 @@ from collections import namedtuple
 
 from gpusched.proc import jobenv, runfile
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
+
 JobMarks = namedtuple(
     "JobMarks", "shim_pid shim_start_ticks uid token cgroup supervised", defaults=(False,)
 )
@@ -30,7 +34,7 @@ JobMarks.__doc__ = """How a job's processes are recognised: its shim's pid and s
 session (started by the supervisor, proc/supervisor.py), one of those found."""
 
 
-def marks_of(run_spec: dict, shim: tuple[int, int], uid: int) -> JobMarks:
+def marks_of(run_spec: dict[str, Any], shim: tuple[int, int], uid: int) -> JobMarks:
     """The marks of the run whose run file holds this spec and "shim" record."""
     return JobMarks(
         shim[0],
@@ -75,7 +79,9 @@ def _session_is_the_shims(marks: JobMarks) -> bool:
     that a live session is named by; so if another process has the shim's pid now, the
     shim's session has no member left, and that session id is someone else's."""
     try:
-        return runfile.read_proc_stat(marks.shim_pid).start_ticks == marks.shim_start_ticks
+        started: int = runfile.read_proc_stat(marks.shim_pid).start_ticks
+        recorded: int = marks.shim_start_ticks
+        return started == recorded
     except (OSError, ValueError, IndexError):
         return True  # nobody has the pid: the session, if it has members, is the shim's
 

@@ -18,6 +18,10 @@ import threading
 
 from gpusched.core import logmark
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
+
 _CHUNK_BYTES = 1 << 16
 _FINISH_S = 10.0  # a process that escaped the job's end may hold a pipe open: not for ever
 _pumps: list[threading.Thread] = []
@@ -32,7 +36,7 @@ def layout(out_fd: int, err_fd: int) -> tuple[bool, bool, bool]:
     return stat.S_ISREG(out_info.st_mode), stat.S_ISREG(err_info.st_mode), same
 
 
-def outputs(spec: dict, out_fd: int, err_fd: int) -> tuple[int, int]:
+def outputs(spec: dict[str, Any], out_fd: int, err_fd: int) -> tuple[int, int]:
     """For a job with a cap (spec["max_log_bytes"]), given its opened outputs: what the
     job writes to instead, pipes whose other ends the shim's threads copy into the logs
     once start() runs, after the job is spawned (see layout). The caller closes both."""
@@ -59,7 +63,7 @@ class Handoff:
     user-named path) and hands them to the shim over a socket, before it execs the job
     with pipes for its output. Made before the fork; in_child and in_parent after it."""
 
-    def __init__(self, spec: dict):
+    def __init__(self, spec: dict[str, Any]):
         self.cap = int(spec["max_log_bytes"])
         self.pipes = [os.pipe2(os.O_CLOEXEC) for _ in range(2)]  # (read end, write end)
         self.parent_sock, self.child_sock = socket.socketpair()

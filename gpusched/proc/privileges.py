@@ -143,8 +143,8 @@ def open_as_owner(path: str, flags: int, uid: int) -> int:
         return fds[0]
     if message == b"not":
         raise PrivilegeError(f"{path} is not a regular file of uid {uid}")
-    code = int(message) if message.isdigit() else 5
-    raise OSError(code, os.strerror(code), path)
+    number = int(message) if message.isdigit() else 5
+    raise OSError(number, os.strerror(number), path)
 
 
 def _open_regular(path: str, flags: int, uid: int) -> int:

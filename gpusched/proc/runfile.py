@@ -15,6 +15,8 @@ from collections import namedtuple
 
 TYPE_CHECKING = False  # not `typing`: the shim imports this module, and typing costs time
 if TYPE_CHECKING:
+    from typing import Any
+
     from gpusched.core.models import Job
 
 # -- a job's files ----------------------------------------------------------------------------
@@ -29,14 +31,14 @@ if TYPE_CHECKING:
 IDS_PER_DIR = 1000
 
 
-def job_dir(jobs_root: str | os.PathLike, job_id: int) -> str:
+def job_dir(jobs_root: str | os.PathLike[str], job_id: int) -> str:
     """The one place a job's files go: its id range's subdirectory of jobs_root. Every
     path of a job's files is made from this; the shim makes the directory when missing."""
-    return _range_dir(jobs_root, job_id // IDS_PER_DIR)
+    return _range_dir(os.fspath(jobs_root), job_id // IDS_PER_DIR)
 
 
 @functools.lru_cache(maxsize=16)  # asked for each of 100,000 jobs a daemon loads
-def _range_dir(jobs_root: str | os.PathLike, number: int) -> str:
+def _range_dir(jobs_root: str, number: int) -> str:
     return os.path.join(jobs_root, f"{number:04d}")
 
 
@@ -45,7 +47,7 @@ def is_range_dir(name: str) -> bool:
     return len(name) >= 4 and name.isdigit()
 
 
-def job_files(jobs_root: str | os.PathLike) -> dict[int, list[str]]:
+def job_files(jobs_root: str | os.PathLike[str]) -> dict[int, list[str]]:
     """The files of jobs under jobs_root (ID.run.jsonl, ID.stdout.log, ...) as paths, by
     id: in the id-range subdirectories, and flat in jobs_root (homes of older versions)."""
     found: dict[int, list[str]] = {}
@@ -89,12 +91,12 @@ SPEC, SHIM, EXIT = "spec", "shim", "exit"
 MAX_ERROR_CHARS = 2000  # keeps the exit record a short line
 
 
-def run_file(jobs_root: str | os.PathLike, job_id: int) -> str:
+def run_file(jobs_root: str | os.PathLike[str], job_id: int) -> str:
     """Where a new run's file goes (in the job's id-range subdirectory)."""
     return os.path.join(job_dir(jobs_root, job_id), f"{job_id}.{RUN_FILE}")
 
 
-def run_file_found(jobs_root: str | os.PathLike, job_id: int) -> str:
+def run_file_found(jobs_root: str | os.PathLike[str], job_id: int) -> str:
     """Where a run's file is: run_file, or flat in jobs_root for a run a version before
     the subdirectories started (re-adopted after an upgrade); run_file if neither is."""
     path = run_file(jobs_root, job_id)
@@ -104,7 +106,9 @@ def run_file_found(jobs_root: str | os.PathLike, job_id: int) -> str:
     return flat if os.path.lexists(flat) else path
 
 
-def log_paths(jobs_root: str | os.PathLike, job_id: int, flat: bool = False) -> tuple[str, str]:
+def log_paths(
+    jobs_root: str | os.PathLike[str], job_id: int, flat: bool = False
+) -> tuple[str, str]:
     """A job's stdout and stderr logs: in its id-range subdirectory of jobs_root, or
     (flat) in log_root itself: system mode keeps them flat per user, in a directory the
     user owns, where only the user makes anything."""
@@ -140,11 +144,11 @@ def run_spec(
     jobs_root: str,
     wake_path: str,
     grace_s: float,
-    cgroup: os.PathLike | None = None,
+    cgroup: os.PathLike[str] | None = None,
     run_as: int | None = None,
     max_log_bytes: int = 0,
     own_logs: tuple[str, ...] = (),
-) -> dict:
+) -> dict[str, Any]:
     """The spec a job's shim is launched with, its run file's first record. The shim
     makes every file of the run (see begin_run_file). run_as (system mode): the shim
     drops to this uid before the job touches any path. max_log_bytes: each log's cap
@@ -169,7 +173,7 @@ def run_spec(
     }
 
 
-def user_logs_fields(job: Job, own_logs: tuple[str, ...]) -> dict:
+def user_logs_fields(job: Job, own_logs: tuple[str, ...]) -> dict[str, Any]:
     """The run spec's "user_logs" (the job's --output/--error files) and "truncate"
     (--open-mode truncate, at the job's first run only: a retried, requeued or preempted
     job's later runs append, keeping what the earlier ones wrote)."""
@@ -187,11 +191,11 @@ def user_logs_fields(job: Job, own_logs: tuple[str, ...]) -> dict:
 # -- the shim writes --------------------------------------------------------------------------
 
 
-def record_line(kind: str, data: dict) -> str:
+def record_line(kind: str, data: dict[str, Any]) -> str:
     return json.dumps({"record": kind, **data}) + "\n"
 
 
-def append_record(path: str, kind: str, data: dict) -> None:
+def append_record(path: str, kind: str, data: dict[str, Any]) -> None:
     """Add one record line to a run file that exists (in one write, so readers see it whole)."""
     fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_NOFOLLOW)
     try:
@@ -201,7 +205,7 @@ def append_record(path: str, kind: str, data: dict) -> None:
 
 
 def begin_run_file(
-    spec: dict, spec_line: bytes | None = None, supervised: tuple[int, int] | None = None
+    spec: dict[str, Any], spec_line: bytes | None = None, supervised: tuple[int, int] | None = None
 ) -> str:
     """Create the run file with the spec and this shim's own record; its path.
 
@@ -210,7 +214,7 @@ def begin_run_file(
     (proc/supervisor.py) started without a shim, recorded in the shim's place: the job
     leads its own session, and the daemon signals and watches it as a shim.
     """
-    path = spec["run_file"]
+    path: str = spec["run_file"]
     spec_record = (
         b'{"record": "spec", ' + spec_line.strip()[1:] + b"\n"
         if spec_line
@@ -234,10 +238,10 @@ def begin_run_file(
     return path
 
 
-def read_spec(path: str) -> dict:
+def read_spec(path: str) -> dict[str, Any]:
     """The spec at the head of a run file (to run a job's shim again by hand)."""
     with open(path, "rb") as run:
-        first = json.loads(run.readline())
+        first: dict[str, Any] = json.loads(run.readline())
     if first.pop("record", None) != SPEC:
         raise ValueError(f"{path}: the first record is not the job's spec")
     return first
@@ -270,7 +274,7 @@ and start ticks; supervised when that process is the job itself, started by the 
 (proc/supervisor.py) in a session of its own, rather than a shim."""
 
 
-def read_run(jobs_root: str | os.PathLike, job_id: int, run: str | None = None) -> RunState:
+def read_run(jobs_root: str | os.PathLike[str], job_id: int, run: str | None = None) -> RunState:
     """The run file's "shim" and "exit" records; with `run` (run_token), only those of
     that run (a record without a token, from a shim older than tokens, counts too). Only
     its tail is read: this runs for every running job on every pass, and the spec before
@@ -300,7 +304,7 @@ def read_run(jobs_root: str | os.PathLike, job_id: int, run: str | None = None) 
     return RunState(shim_record, exit_record)
 
 
-def _tail_records(path: str) -> list[dict]:
+def _tail_records(path: str) -> list[dict[str, Any]]:
     """The whole lines of the file's tail, parsed; a partial line is left out."""
     fd = os.open(path, os.O_RDONLY)  # not open(): its buffer costs more syscalls
     try:
@@ -320,7 +324,7 @@ def _tail_records(path: str) -> list[dict]:
     return records
 
 
-def clear_run(jobs_root: str | os.PathLike, job_id: int) -> None:
+def clear_run(jobs_root: str | os.PathLike[str], job_id: int) -> None:
     """Forget a finished run's record before the job is queued again."""
     try:
         os.unlink(run_file_found(jobs_root, job_id))

@@ -21,6 +21,10 @@ from gpusched.core.models import Job
 from gpusched.proc import jobtree, leftovers, privileges, runfile
 from gpusched.proc.supervisorlink import SUPERVISOR_PATH, SupervisorLink, supervisor_socket
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
+
 
 def read_boot_id() -> str:
     try:
@@ -69,7 +73,7 @@ class ProcessSeam:
         self._prune_at = _SUPERVISED_KEPT
         self._port_holds: dict[int, socket.socket] = {}  # job id -> what keeps its MASTER_PORT
 
-    def launch(self, spec: dict) -> None:
+    def launch(self, spec: dict[str, Any]) -> None:
         """Have the supervisor start the job, or fork its shim, without waiting for it: the
         pid appears in the job's run file (see runfile.read_run). OSError if it cannot be
         asked to."""
@@ -248,7 +252,7 @@ class ProcessSeam:
         return owners
 
     @staticmethod
-    def remove_container(spec: dict) -> None:
+    def remove_container(spec: dict[str, Any]) -> None:
         """Remove a lost job's container (proc/containerrun.py), off the loop: a runtime
         may take seconds."""
         from gpusched.proc import containerrun

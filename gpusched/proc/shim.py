@@ -26,6 +26,14 @@ if __name__ == "__main__":  # run by path with -I -S: make the package importabl
 
 from gpusched.proc import jobexec, jobtree, runfile
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from types import ModuleType
+    from typing import Any
+
+    from gpusched.proc.logcap import Handoff
+    from gpusched.proc.privileges import Identity
+
 # Signals a user (or the daemon) may send to the shim that belong to the job instead.
 FORWARDED = (
     signal.SIGTERM,
@@ -51,7 +59,7 @@ def _open_log(path: str) -> int:
     return jobexec.open_output(path, os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW, 0o600)
 
 
-def apply_host_limits(spec: dict) -> None:
+def apply_host_limits(spec: dict[str, Any]) -> None:
     """In the job's process before exec: join its memory cgroup, pin it to its cores."""
     if spec.get("cgroup"):
         with open(os.path.join(spec["cgroup"], "cgroup.procs"), "w") as procs:
@@ -60,7 +68,7 @@ def apply_host_limits(spec: dict) -> None:
         os.sched_setaffinity(0, spec["cpu_ids"])
 
 
-def _identity(spec: dict):  # -> privileges.Identity | None
+def _identity(spec: dict[str, Any]) -> Identity | None:
     """System mode (the spec names a uid): who the job runs as, and its log directory.
 
     Runs as root, so it only reads the password and group databases and makes the
@@ -77,7 +85,9 @@ def _identity(spec: dict):  # -> privileges.Identity | None
     return who
 
 
-def _open_job_log(spec: dict, path: str, who, truncate: bool = False) -> int:
+def _open_job_log(
+    spec: dict[str, Any], path: str, who: Identity | None, truncate: bool = False
+) -> int:
     """A log of the job: one of the user's --output/--error files (spec["user_logs"]),
     opened as the job's own programs would open it, or gpusched's own log."""
     if path in (spec.get("user_logs") or ()):
@@ -90,7 +100,7 @@ def _open_job_log(spec: dict, path: str, who, truncate: bool = False) -> int:
     return privileges.open_log(path)
 
 
-def _open_outputs(spec: dict, who) -> tuple[int, int]:
+def _open_outputs(spec: dict[str, Any], who: Identity | None) -> tuple[int, int]:
     """The job's stdout and stderr logs, opened (as the user, in system mode); one file
     opened once when they are the same (`--output` without `--error`). --open-mode
     truncate empties the user's files at the job's first run only (spec["truncate"])."""
@@ -101,7 +111,9 @@ def _open_outputs(spec: dict, who) -> tuple[int, int]:
     return out_fd, _open_job_log(spec, spec["stderr"], who, truncate)
 
 
-def _exec_job(spec: dict, who, write_end: int, handoff=None) -> None:
+def _exec_job(
+    spec: dict[str, Any], who: Identity | None, write_end: int, handoff: Handoff | None = None
+) -> None:
     """The child: become the user (system mode), enter the cwd, open the logs, exec.
 
     In that order: nothing user-named is touched as root, and the user's environment
@@ -141,7 +153,7 @@ def _exec_job(spec: dict, who, write_end: int, handoff=None) -> None:
     os._exit(127)
 
 
-def _note_in_log(spec: dict, who, line: str) -> None:
+def _note_in_log(spec: dict[str, Any], who: Identity | None, line: str) -> None:
     try:
         fd = _open_job_log(spec, spec["stderr"], who)
     except OSError:
@@ -152,7 +164,7 @@ def _note_in_log(spec: dict, who, line: str) -> None:
         os.close(fd)
 
 
-def _spawn_as_ourselves(spec: dict, own_session: bool = False) -> int:
+def _spawn_as_ourselves(spec: dict[str, Any], own_session: bool = False) -> int:
     """User mode: posix_spawn the job in its own process group (own_session: leading a
     session of its own, as the supervisor starts a job it watches itself).
 
@@ -192,7 +204,8 @@ def _spawn_as_ourselves(spec: dict, own_session: bool = False) -> int:
         raise jobexec.StartError(message) from None
 
 
-def _log_cap(spec: dict):  # -> the logcap module for a job whose logs are capped, or None
+def _log_cap(spec: dict[str, Any]) -> ModuleType | None:
+    """The logcap module for a job whose logs are capped, or None."""
     if not spec.get("max_log_bytes"):
         return None
     from gpusched.proc import logcap  # threads: only for a job that needs them
@@ -200,16 +213,17 @@ def _log_cap(spec: dict):  # -> the logcap module for a job whose logs are cappe
     return logcap
 
 
-def _job_outputs(spec: dict) -> tuple[int, int]:
+def _job_outputs(spec: dict[str, Any]) -> tuple[int, int]:
     """The job's stdout and stderr: its log files, or pipes to them when they are capped."""
     cap = _log_cap(spec)
     out_fd, err_fd = _open_outputs(spec, None)
     if cap is None:
         return out_fd, err_fd
-    return cap.outputs(spec, out_fd, err_fd)
+    outputs: tuple[int, int] = cap.outputs(spec, out_fd, err_fd)
+    return outputs
 
 
-def spawn(spec: dict) -> int:
+def spawn(spec: dict[str, Any]) -> int:
     """Start the job in its own process group; start errors are raised as OSError.
 
     System mode forks: the child drops to the user before it touches any user path, and
@@ -244,7 +258,7 @@ def spawn(spec: dict) -> int:
 STORED_WAIT_S = 1.0
 
 
-def notify_daemon(spec: dict, message: bytes = runfile.WAKE) -> socket.socket | None:
+def notify_daemon(spec: dict[str, Any], message: bytes = runfile.WAKE) -> socket.socket | None:
     """Best effort: wake the daemon now rather than at its next pass (half a second).
 
     One datagram: the daemon reads the exit record itself, so the usual message carries
@@ -288,7 +302,7 @@ def end_is_stored(sock: socket.socket, wake_path: str) -> bool:
     return False
 
 
-def record_exit(run_path: str, spec: dict, record: runfile.ExitRecord) -> None:
+def record_exit(run_path: str, spec: dict[str, Any], record: runfile.ExitRecord) -> None:
     """Append the exit record, wake the daemon, and make the record durable unless the
     daemon says it has stored the end in its queue (synchronous) already.
 
@@ -308,7 +322,9 @@ def record_exit(run_path: str, spec: dict, record: runfile.ExitRecord) -> None:
         pass
 
 
-def _end_container(spec: dict, exit_code: int | None, signum: int | None):
+def _end_container(
+    spec: dict[str, Any], exit_code: int | None, signum: int | None
+) -> tuple[int | None, int | None]:
     from gpusched.proc import containerrun  # a container job's only
 
     def note(line: str) -> None:  # as ourselves only: root writes in no user's directory
@@ -318,7 +334,7 @@ def _end_container(spec: dict, exit_code: int | None, signum: int | None):
     return containerrun.finish(spec, exit_code, signum, note)
 
 
-def run(spec: dict, spec_line: bytes | None = None) -> int:
+def run(spec: dict[str, Any], spec_line: bytes | None = None) -> int:
     """Run the job of `spec` (spec_line: the same as the launcher received it)."""
     # Hold signals until the forwarder exists, so an early cancel is never lost (the
     # launcher forks us with them blocked already).

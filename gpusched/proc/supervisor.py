@@ -42,6 +42,10 @@ from gpusched.proc import jobtree, launcher, supervisorsignals
 from gpusched.proc.supervisorends import Ends
 from gpusched.proc.supervisorstart import Supervised, has_fds_for_one_more, needs_shim, start
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
+
 SOCKET_NAME = "sup.sock"  # in the daemon's run directory: short, for AF_UNIX's 107 bytes
 HELLO = b"gpusched-supervisor "  # + our pid and a newline: sent to every daemon that connects
 CONNECT_WAIT_S = 10.0  # a supervisor no daemon connected to in this long exits
@@ -54,7 +58,7 @@ class Supervisor:
         self.listener = listener
         self.poll = select.epoll()
         self.poll.register(listener.fileno(), select.EPOLLIN)
-        self.links: dict[int, list] = {}  # fd -> [socket, bytes not yet a whole line]
+        self.links: dict[int, list[Any]] = {}  # fd -> [socket, bytes not yet a whole line]
         self.jobs: dict[int, Supervised] = {}  # pidfd -> job
         self.by_pid: dict[int, Supervised] = {}
         self.shims: set[int] = set()  # pids of forked shims not reaped yet
@@ -168,7 +172,7 @@ class Supervisor:
             self._launch(request, line)
 
     # -- starts and ends ------------------------------------------------------------------
-    def _launch(self, spec: dict, line: bytes) -> None:
+    def _launch(self, spec: dict[str, Any], line: bytes) -> None:
         # Each job we watch holds a pidfd: past our descriptor limit, a shim watches it.
         if needs_shim(spec) or not has_fds_for_one_more(len(self.jobs) + len(self.ends.reports)):
             self.shims.add(launcher.fork_shim(spec, line))

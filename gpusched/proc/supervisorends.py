@@ -23,6 +23,10 @@ import time
 from gpusched.proc import runfile, shim
 from gpusched.proc.supervisorsignals import killpg
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from gpusched.proc.supervisorstart import Supervised
+
 
 class Ends:
     """The records of ended jobs, and the reports awaiting the daemon's word."""
@@ -31,14 +35,15 @@ class Ends:
         self.poll = poll  # the supervisor's: a report's socket is watched for the answer
         # Ends reported, the daemon's answer awaited: fd -> (socket, run file, the daemon's
         # wake path, when to flush the record unanswered)
-        self.reports: dict[int, tuple] = {}
+        self.reports: dict[int, tuple[socket.socket, str, str, float]] = {}
         self.waker = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
         self.waker.setblocking(False)
 
-    def record(self, ended: list) -> list:
+    def record(self, ended: list[Supervised]) -> list[Supervised]:
         """Append and report the exit records of these jobs (Supervised) whose pidfd said
         they ended; those that did (to be reaped once what they left is killed)."""
-        flush, done = [], []
+        flush: list[str] = []
+        done: list[Supervised] = []
         for job in ended:
             try:
                 status = os.waitid(os.P_PIDFD, job.pidfd, os.WEXITED | os.WNOHANG | os.WNOWAIT)
@@ -60,7 +65,7 @@ class Ends:
         make_durable(flush)
         return done
 
-    def _report(self, job, flush: list[str]) -> None:
+    def _report(self, job: Supervised, flush: list[str]) -> None:
         """Wake the daemon as a shim does (shim.notify_daemon: from an address named for the
         run), and wait, in the loop, for its word that the end is stored: only then may the
         record stay unflushed. Without one (flush), it is flushed now."""
@@ -110,7 +115,7 @@ class Ends:
             pass  # no daemon: its successor reads the records
 
 
-def _exit_of(status) -> tuple[int | None, int | None]:
+def _exit_of(status: os.waitid_result | None) -> tuple[int | None, int | None]:
     """(exit code, signal) of a waitid result."""
     if status is None:
         return None, None

@@ -16,6 +16,10 @@ import threading
 
 from gpusched.proc import supervisor
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
+
 SUPERVISOR_PATH = supervisor.__file__
 _HELLO_WAIT_S = 30.0  # a supervisor starting on a loaded machine: a second or two
 
@@ -33,10 +37,10 @@ class SupervisorLink:
     def __init__(self, socket_path: str | None = None) -> None:
         self.path = socket_path
         self._sock: socket.socket | None = None
-        self._proc: subprocess.Popen | None = None  # the one we started, kept to be reaped
+        self._proc: subprocess.Popen[bytes] | None = None  # the one we started, kept to be reaped
         self._lock = threading.Lock()  # the loop launches; a request's thread may signal
 
-    def send(self, request: dict, start: bool = True) -> bool:
+    def send(self, request: dict[str, Any], start: bool = True) -> bool:
         """Write one request; start a supervisor if none runs (start=False: then say so,
         False). OSError if it cannot be asked."""
         line = (json.dumps(request) + "\n").encode()  # JSON has no raw newline: one line
@@ -61,19 +65,19 @@ class SupervisorLink:
         except OSError:
             if not start:
                 return None
-        return self._start()
+        return self._start(self.path)
 
-    def _start(self) -> socket.socket:
+    def _start(self, path: str) -> socket.socket:
         """A new supervisor, on a listening socket we make (so that our connection waits in
         its backlog, however long its start takes). A clean, fixed environment: it and the
         shims it forks may run as root; a user's environment reaches only the job."""
         try:
-            os.unlink(self.path)  # a supervisor that has exited left its socket's name
+            os.unlink(path)  # a supervisor that has exited left its socket's name
         except FileNotFoundError:
             pass
         with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as listener:
-            listener.bind(self.path)
-            os.chmod(self.path, 0o600)
+            listener.bind(path)
+            os.chmod(path, 0o600)
             listener.listen(64)
             self._proc = subprocess.Popen(
                 [sys.executable, "-I", "-S", SUPERVISOR_PATH, str(listener.fileno())],
@@ -85,7 +89,7 @@ class SupervisorLink:
                 pass_fds=(listener.fileno(),),
                 env={"PATH": os.defpath},
             )
-        return _hello(self.path)
+        return _hello(path)
 
     def close(self) -> None:
         if self._sock is not None:

@@ -16,8 +16,12 @@ from collections.abc import Iterable
 
 from gpusched.proc import jobenv, leftovers
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from gpusched.proc.supervisorstart import Supervised
 
-def signal_job(by_pid: dict, shims: set[int], pid: int, signum: int) -> None:
+
+def signal_job(by_pid: dict[int, Supervised], shims: set[int], pid: int, signum: int) -> None:
     """A signal for a job's process group (the daemon has checked the pid is the job's);
     for one of ours (by_pid: pid -> Supervised) also to what it left outside the group,
     and a SIGTERM arms the SIGKILL after its grace period."""
@@ -30,7 +34,7 @@ def signal_job(by_pid: dict, shims: set[int], pid: int, signum: int) -> None:
         job.kill_at = time.monotonic() + max(job.grace_s, 0.001)
 
 
-def kill_overdue(by_pid: dict, shims: set[int]) -> None:
+def kill_overdue(by_pid: dict[int, Supervised], shims: set[int]) -> None:
     """SIGKILL the jobs whose SIGTERM's grace has run out, and what they left."""
     now = time.monotonic()
     due = [job for job in by_pid.values() if job.kill_at is not None and job.kill_at <= now]
@@ -41,12 +45,14 @@ def kill_overdue(by_pid: dict, shims: set[int]) -> None:
         signal_orphans(due, signal.SIGKILL, by_pid, shims)
 
 
-def next_kill_at(by_pid: dict) -> float | None:
+def next_kill_at(by_pid: dict[int, Supervised]) -> float | None:
     """When the next grace runs out (monotonic), if any runs."""
     return min((job.kill_at for job in by_pid.values() if job.kill_at is not None), default=None)
 
 
-def signal_orphans(jobs: Iterable, signum: int, by_pid: dict, shims: set[int]) -> None:
+def signal_orphans(
+    jobs: Iterable[Supervised], signum: int, by_pid: dict[int, Supervised], shims: set[int]
+) -> None:
     """Signal the processes these jobs left outside their group that became ours (a
     launcher that starts its workers in sessions of their own), known by run token.
     Only our children count: one read of /proc, skipped when none is an orphan."""

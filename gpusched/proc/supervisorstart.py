@@ -18,6 +18,10 @@ from collections.abc import Callable
 
 from gpusched.proc import jobenv, jobexec, runfile, shim, supervisorends
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
+
 # pidfds: Linux 5.3 and Python 3.9; waitid on one, Linux 5.4. Without them, a shim per job.
 CAN_SUPERVISE = hasattr(os, "pidfd_open") and hasattr(os, "P_PIDFD")
 _FDS_MAX = resource.getrlimit(resource.RLIMIT_NOFILE)[0]  # jobs keep the soft limit: not raised
@@ -26,7 +30,7 @@ if _FDS_MAX == resource.RLIM_INFINITY or _FDS_MAX <= 0:
 _FDS_SPARE = 64  # descriptors kept for links, a spawn's logs, run files
 
 
-def needs_shim(spec: dict) -> bool:
+def needs_shim(spec: dict[str, Any]) -> bool:
     """Whether the job needs a shim of its own: a privilege drop (system mode), a cgroup to
     join, a container to remove, or logs to cap (threads that copy its output)."""
     return (
@@ -49,7 +53,7 @@ class Supervised:
 
     __slots__ = ("pid", "pidfd", "run_file", "run", "wake", "grace_s", "token", "kill_at")
 
-    def __init__(self, spec: dict, pid: int, pidfd: int):
+    def __init__(self, spec: dict[str, Any], pid: int, pidfd: int):
         self.pid, self.pidfd = pid, pidfd
         self.run_file, self.run, self.wake = spec["run_file"], spec.get("run"), spec["wake"]
         self.grace_s = float(spec.get("grace_s", 10.0))
@@ -58,7 +62,7 @@ class Supervised:
 
 
 def start(
-    spec: dict, line: bytes, dirs: set[str], wake: Callable[[str], None]
+    spec: dict[str, Any], line: bytes, dirs: set[str], wake: Callable[[str], None]
 ) -> Supervised | None:
     """Spawn the job and write its run file; None if it could not start (its exit record
     then says why, made durable, and the daemon is woken: wake(path)). dirs: the id-range
@@ -87,7 +91,7 @@ def start(
     return Supervised(spec, pid, pidfd)
 
 
-def _failed_start(spec: dict, line: bytes, why: str, wake: Callable[[str], None]) -> None:
+def _failed_start(spec: dict[str, Any], line: bytes, why: str, wake: Callable[[str], None]) -> None:
     try:
         path = runfile.begin_run_file(spec, line)
         runfile.append_exit(path, runfile.ExitRecord(127, None, time.time(), why), spec.get("run"))
@@ -99,7 +103,7 @@ def _failed_start(spec: dict, line: bytes, why: str, wake: Callable[[str], None]
     wake(spec["wake"])
 
 
-def _spawn(spec: dict) -> int:
+def _spawn(spec: dict[str, Any]) -> int:
     """The job posix_spawned in its own session, from its working directory and pinned to
     its cores: both set on us for the spawn (inherited), then undone (a working directory
     we stayed in would keep its filesystem from being unmounted)."""

@@ -16,9 +16,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
 from gpusched.core import placement, preemption, queuerules, scheduling
-from gpusched.core.models import Job, JobState
+from gpusched.core.models import GpuInfo, Job, JobState
 from gpusched.sim import simulator, traces
 from gpusched.sim.simulator import JobResult, _Replay
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
 HIGH_PRIORITY = 10
 DEFAULT_HIGH_SHARE = 0.1
@@ -41,7 +45,7 @@ def urgent_ids(count: int, share: float, seed: int) -> frozenset[int]:
 class _PreemptiveReplay(_Replay):
     """_Replay, with ends that may move (a victim stops early) and preemption after passes."""
 
-    def __init__(self, jobs: list[Job], gpus: int, model: PreemptionModel | None, **kwargs):
+    def __init__(self, jobs: list[Job], gpus: int, model: PreemptionModel | None, **kwargs: Any):
         super().__init__(jobs, gpus, **kwargs)
         self.model = model
         self.count_only = False  # held GPUs and priorities: every event needs a pass
@@ -81,7 +85,7 @@ class _PreemptiveReplay(_Replay):
                 gpu_uuids=(),
                 gpu_indices=(),
                 requeueing=False,
-                time_limit_s=left_s + self.model.restart_s,
+                time_limit_s=left_s + (self.model.restart_s if self.model is not None else 0.0),
             )
             self.pending.append(again)
             self.pending_sizes[again.request.gpus] += 1
@@ -91,7 +95,7 @@ class _PreemptiveReplay(_Replay):
             pass
         self._release_holds()
         if self.model is not None and self.model.rules.enabled:
-            self._preempt(now)
+            self._preempt(now, self.model)
 
     def _start_pass(self, now: float) -> bool:
         running = list(self.running.values())
@@ -122,11 +126,12 @@ class _PreemptiveReplay(_Replay):
         self.pending = still
         return True
 
-    def launch(self, job: Job, gpus, now: float) -> None:
+    def launch(self, job: Job, gpus: Sequence[GpuInfo], now: float) -> None:
         first = self.started.get(job.id)
         super().launch(job, gpus, now)
         if first is not None:
             self.started[job.id] = first  # a job's wait ends at its first start
+        assert job.time_limit_s is not None  # _as_jobs: every job's limit is its duration
         self.end_at[job.id] = now + job.time_limit_s
 
     def _release_holds(self) -> None:
@@ -136,7 +141,7 @@ class _PreemptiveReplay(_Replay):
             for j in self.pending
         ]
 
-    def _preempt(self, now: float) -> None:
+    def _preempt(self, now: float, model: PreemptionModel) -> None:
         if self.stopping:
             return  # one preemption at a time, as in the daemon
         running = list(self.running.values())
@@ -147,29 +152,35 @@ class _PreemptiveReplay(_Replay):
         ready = [j for j in self.pending if j.priority > lowest and j.request.gpus]
         for urgent in queuerules.queue_order(ready, self.queue, self.usage):
             victims = preemption.choose_victims(
-                urgent, running, loads, self.rules, self.model.rules, now
+                urgent, running, loads, self.rules, model.rules, now
             )
             if victims:
-                self._stop(urgent, victims, now)
+                self._stop(urgent, victims, now, model.grace_s)
                 return
         if ready:
-            self._wake_when_protection_ends(running, max(j.priority for j in ready), now)
+            self._wake_when_protection_ends(
+                running, max(j.priority for j in ready), now, model.rules.min_run_s
+            )
 
-    def _wake_when_protection_ends(self, running: list[Job], priority: int, now: float) -> None:
+    def _wake_when_protection_ends(
+        self, running: list[Job], priority: int, now: float, min_run_s: float
+    ) -> None:
         """An event when the next job that may be preempted for an urgent one leaves its
         first minutes (the daemon weighs preemption again at each GPU poll)."""
-        min_run_s = self.model.rules.min_run_s
         later = [
             j.started_at + min_run_s
             for j in running
-            if j.preemptible and j.priority < priority and j.started_at + min_run_s > now
+            if j.started_at is not None
+            and j.preemptible
+            and j.priority < priority
+            and j.started_at + min_run_s > now
         ]
         if later and min(later) not in self.wakes:
             self.wakes.add(min(later))
             heapq.heappush(self.ends, (min(later), -1))  # no job: finish_until skips it
 
-    def _stop(self, urgent: Job, victims: tuple[Job, ...], now: float) -> None:
-        stop_s = now + self.model.grace_s
+    def _stop(self, urgent: Job, victims: tuple[Job, ...], now: float, grace_s: float) -> None:
+        stop_s = now + grace_s
         for victim in victims:
             end_s = self.end_at[victim.id]
             self.running[victim.id] = replace(

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from gpusched.core import lifecycle, placement, queuerules, scheduling
 from gpusched.core.config import Settings
 from gpusched.core.errors import GpuschedError, UsageError
-from gpusched.core.models import GpuInfo, Inventory, Job, Request
+from gpusched.core.models import DISCIPLINES, GpuInfo, Inventory, Job, Request
 from gpusched.core.pendingqueue import PendingQueue
 from gpusched.core.placement import PlacementRules, Policy
 from gpusched.core.policies import placement_rules
@@ -260,6 +260,7 @@ class _Replay:
         )
         self.running[job.id] = job
         self.stale_uuids.update(job.gpu_uuids)
+        assert job.time_limit_s is not None  # _as_jobs: every job's limit is its duration
         heapq.heappush(self.ends, (now + job.time_limit_s, job.id))
         self.busy_gpus += job.request.gpus
         self.pending_sizes[job.request.gpus] -= 1
@@ -285,10 +286,9 @@ def check_choices(
     """The placement rules for a run; a bad GPU count or name is a UsageError."""
     if gpus < 1:
         raise UsageError(f"--gpus {gpus}: the simulated box needs at least 1 GPU.")
-    if discipline not in queuerules.DISCIPLINES:
+    if discipline not in DISCIPLINES:
         raise UsageError(
-            f"unknown discipline {discipline!r}. Choose one of: "
-            f"{', '.join(queuerules.DISCIPLINES)}."
+            f"unknown discipline {discipline!r}. Choose one of: {', '.join(DISCIPLINES)}."
         )
     return _rules(policy, custom_policies)
 

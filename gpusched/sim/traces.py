@@ -10,6 +10,13 @@ from pathlib import Path
 
 from gpusched.core.errors import GpuschedError, UsageError
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Callable
+    from typing import TypeVar
+
+    _Number = TypeVar("_Number", int, float)
+
 DAY_S = 86400.0
 PHILLY_COLUMNS = (
     "job_id",
@@ -49,7 +56,9 @@ class Trace:
     arrival_scale: float = 1.0  # the S by which submit times were stretched
 
 
-def _field(row: dict, column: str, where: str, kind: type, minimum: float):
+def _field(
+    row: dict[str, str], column: str, where: str, kind: type[_Number], minimum: float
+) -> _Number:
     text = (row.get(column) or "").strip()
     try:
         value = kind(text)
@@ -66,7 +75,7 @@ def _field(row: dict, column: str, where: str, kind: type, minimum: float):
     return value
 
 
-def _philly_job(row: dict, where: str) -> TraceJob:
+def _philly_job(row: dict[str, str], where: str) -> TraceJob:
     gpus = _field(row, "num_gpus", where, int, 1)
     return TraceJob(
         job_id=row["job_id"].strip(),
@@ -78,11 +87,11 @@ def _philly_job(row: dict, where: str) -> TraceJob:
     )
 
 
-def _optional(row: dict, column: str, where: str, minimum: int) -> int | None:
+def _optional(row: dict[str, str], column: str, where: str, minimum: int) -> int | None:
     return _field(row, column, where, int, minimum) if (row.get(column) or "").strip() else None
 
 
-def _history_job(row: dict, where: str) -> TraceJob:
+def _history_job(row: dict[str, str], where: str) -> TraceJob:
     # CPU-only jobs (num_gpus 0) compete for the host's cores and memory only.
     gpus = _field(row, "num_gpus", where, int, 0)
     duration_s = _field(row, "duration_s", where, float, 0)
@@ -99,7 +108,9 @@ def _history_job(row: dict, where: str) -> TraceJob:
     )
 
 
-def _pick_format(header: list[str], path: Path):
+def _pick_format(
+    header: list[str], path: Path
+) -> tuple[Callable[[dict[str, str], str], TraceJob], list[str]]:
     names = [h.strip() for h in header]
     if all(c in names for c in PHILLY_COLUMNS):
         return _philly_job, names

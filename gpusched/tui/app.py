@@ -94,7 +94,11 @@ def live(source: SnapshotSource, interval: float, view: ViewState) -> int:
                 width, height = console.size
                 screen.update(render(snapshot, view, width, height), refresh=True)
                 wait_s = next_at - time.monotonic()
-                typed = keys.read(wait_s) if keys else time.sleep(max(0.0, wait_s))
+                typed = None
+                if keys:
+                    typed = keys.read(wait_s)
+                else:
+                    time.sleep(max(0.0, wait_s))
                 for key in typed or ():
                     view = apply_key(view, key, len(SORT_KEYS))
                 if view.quit:

@@ -10,17 +10,19 @@ from rich.console import Console, ConsoleOptions, RenderResult
 from rich.segment import Segment
 
 # The text helpers live where the fast command path can use them without rich.
-from gpusched.client.textcells import (  # noqa: F401
-    Cell,
-    Line,
-    Seg,
-    cell_width,
-    clip,
-    command_human,
-    printable,
-    request_human,
-    text_width,
-)
+from gpusched.client.textcells import Cell as Cell
+from gpusched.client.textcells import Line as Line
+from gpusched.client.textcells import Seg as Seg
+from gpusched.client.textcells import cell_width as cell_width
+from gpusched.client.textcells import clip as clip
+from gpusched.client.textcells import command_human as command_human
+from gpusched.client.textcells import printable as printable
+from gpusched.client.textcells import request_human as request_human
+from gpusched.client.textcells import text_width as text_width
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from rich.style import Style
 
 # Who gets the lines of a short terminal first: pending rows are cut first (the header
 # still counts them all), the GPU rows last.
@@ -43,7 +45,7 @@ class Frame:
         self.lines = lines
 
     def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
-        styles = {"": None}
+        styles: dict[str, Style | None] = {"": None}
         for line in self.lines:
             for text, style in line:
                 if style not in styles:

@@ -157,7 +157,9 @@ def _gpu_items(snapshot: Snapshot, _view: ViewState) -> list[tuple[GpuInfo, bool
     ]
 
 
-def _gpu_row(snapshot: Snapshot, view: ViewState, layout: str, item: tuple[GpuInfo, bool]) -> dict:
+def _gpu_row(
+    snapshot: Snapshot, view: ViewState, layout: str, item: tuple[GpuInfo, bool]
+) -> dict[str, Any]:
     gpu, is_mig = item
     cells, reserved = _BAR_CELLS[layout], snapshot.reserved_bytes.get(gpu.uuid, 0)
     mem_pct = _pct(gpu.mem_used_bytes, gpu.mem_total_bytes)
@@ -201,7 +203,7 @@ def _proc_items(snapshot: Snapshot, view: ViewState) -> list[tuple[str, GpuProce
         if not view.only_mine or proc.user == view.my_user
     ]
     host = snapshot.proc_host
-    keys: dict[str, Callable[[tuple[int, str, GpuProcess]], tuple]] = {
+    keys: dict[str, Callable[[tuple[int, str, GpuProcess]], tuple[float, float]]] = {
         "gpu": lambda f: (f[0], f[2].pid),
         "gpu-mem": lambda f: (-(f[2].used_mem_bytes or 0), f[0]),
         "cpu": lambda f: (-(host.get(f[2].pid, _NoHost).cpu_pct or 0.0), f[0]),
@@ -213,7 +215,7 @@ def _proc_items(snapshot: Snapshot, view: ViewState) -> list[tuple[str, GpuProce
 
 def _proc_row(
     snapshot: Snapshot, view: ViewState, _layout: str, item: tuple[str, GpuProcess]
-) -> dict:
+) -> dict[str, Any]:
     label, proc = item
     host, job_id = snapshot.proc_host.get(proc.pid, _NoHost), snapshot.pid_jobs.get(proc.pid)
     user, command = proc.user or "?", proc.command or "?"
@@ -275,7 +277,7 @@ def _observed_bytes(snapshot: Snapshot, job: TopJob) -> int:
     )
 
 
-def _running_row(snapshot: Snapshot, view: ViewState, _layout: str, job: TopJob) -> dict:
+def _running_row(snapshot: Snapshot, view: ViewState, _layout: str, job: TopJob) -> dict[str, Any]:
     limit = "" if job.time_limit_s is None else f" / {duration_human(job.time_limit_s)}"
     asked = (
         "whole"
@@ -320,7 +322,7 @@ def _owner_style(job: TopJob, view: ViewState) -> str:
     return "" if job.uid == view.my_uid else "dim"
 
 
-def _pending_row(snapshot: Snapshot, view: ViewState, _layout: str, job: TopJob) -> dict:
+def _pending_row(snapshot: Snapshot, view: ViewState, _layout: str, job: TopJob) -> dict[str, Any]:
     row = {
         "ID": job_label(job),
         "USER": job.user,
@@ -334,7 +336,7 @@ def _pending_row(snapshot: Snapshot, view: ViewState, _layout: str, job: TopJob)
 
 
 # name -> (title, items of the view, one item's cells by column, "" the row's style)
-_PANELS: dict[str, tuple[str, Callable[..., list], Callable[..., dict]]] = {
+_PANELS: dict[str, tuple[str, Callable[..., list[Any]], Callable[..., dict[str, Any]]]] = {
     "gpus": ("GPUs", _gpu_items, _gpu_row),
     "processes": ("Processes ({n}) by {sort}", _proc_items, _proc_row),
     "running": ("Running ({n})", _job_items("running"), _running_row),
@@ -361,7 +363,7 @@ def _help(view: ViewState, width: int) -> list[Line]:
     return draw.panel("Help", draw.columns("KEY<|MEANING<1"), rows, 0, width)
 
 
-def _services_text(services: tuple) -> str:
+def _services_text(services: tuple[tuple[str, int, int, float, float | None, int], ...]) -> str:
     """One line for the services: replicas ready of wanted, load, p95 through the door."""
     return "Services: " + "; ".join(
         f"{name} {ready}/{wanted} ready, {rps:.1f} req/s, "
@@ -413,8 +415,9 @@ def _panel_total(snapshot: Snapshot, view: ViewState, name: str, listed: int) ->
 
 def to_text(renderable: Any, width: int) -> str:
     """A frame as plain text (no colour, no escapes), trailing spaces trimmed: --once, tests."""
+    buffer = io.StringIO()
     console = Console(
-        file=io.StringIO(),
+        file=buffer,
         width=width,
         color_system=None,
         force_terminal=False,
@@ -424,4 +427,4 @@ def to_text(renderable: Any, width: int) -> str:
         _environ={},
     )
     console.print(renderable)
-    return "\n".join(line.rstrip() for line in console.file.getvalue().splitlines()) + "\n"
+    return "\n".join(line.rstrip() for line in buffer.getvalue().splitlines()) + "\n"
