@@ -12,6 +12,7 @@ import subprocess
 import sys
 
 import pytest
+from filelock import FileLock
 
 from conftest import CONSOLE_SCRIPT, REPO
 
@@ -86,7 +87,20 @@ FIGURES = [
 
 
 @pytest.fixture(scope="module")
-def figures() -> dict:
+def figures(tmp_path_factory) -> dict:
+    """The script's figures, made by the first pytest worker to ask and read by the others
+    (each runs this module's fixtures, and the script takes minutes on a busy machine)."""
+    shared = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        shared = shared.parent  # the workers' common base directory
+    made = shared / "reliability-figures.json"
+    with FileLock(f"{made}.lock"):
+        if not made.exists():
+            made.write_text(json.dumps(run_the_script()))
+    return json.loads(made.read_text())
+
+
+def run_the_script() -> dict:
     assert CONSOLE_SCRIPT.exists(), f"no {CONSOLE_SCRIPT}: pip install this checkout first"
     proc = subprocess.run(
         [sys.executable, str(REPO / "bench" / "reliability.py"), "--small", "--json"],
