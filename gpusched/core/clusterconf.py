@@ -73,7 +73,7 @@ def _seconds(value: Any) -> float:
 
 
 def _backend(value: Any) -> str:
-    if value not in BACKENDS:
+    if not isinstance(value, str) or value not in BACKENDS:
         raise ValueError(f"{value!r} is not one of: {', '.join(BACKENDS)}")
     return value
 
@@ -142,7 +142,7 @@ def parse_clusters(value: Any, source: str) -> tuple[ClusterConfig, ...]:
     return tuple(_cluster(name, table, source) for name, table in value.items())
 
 
-def _cluster(name: str, table: dict, source: str) -> ClusterConfig:
+def _cluster(name: str, table: dict[str, Any], source: str) -> ClusterConfig:
     if name == LOCAL:
         raise ConfigError(
             f"{source}: [clusters.{LOCAL}] is reserved for this machine; name the cluster otherwise"

@@ -18,6 +18,10 @@ from gpusched.core.notifyconf import example as notify_example
 from gpusched.core.placement import PlacementRules
 from gpusched.core.queuerules import QueueRules
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from types import ModuleType
+
 # Placement's own defaults, which the [gpus] and [scheduling] settings start from:
 # policies.placement_rules turns the settings back into PlacementRules.
 _PLACEMENT = PlacementRules()
@@ -111,13 +115,14 @@ class Settings:
     idle_all_jobs: bool = False
 
 
-def _toml():
+def _toml() -> ModuleType:
     """tomllib, imported only when a config file exists: `submit` should not pay for it."""
     if sys.version_info >= (3, 11):
         import tomllib
     else:  # pragma: no cover - exercised on Python 3.10 only
         import tomli as tomllib
-    return tomllib
+    toml: ModuleType = tomllib  # typed here: tomli, which mypy's Python 3.10 sees, has no stubs
+    return toml
 
 
 def _near_key(section: str, key: str) -> str | None:
@@ -150,8 +155,8 @@ def _unknown_key(section: str, key: str | None, source: str) -> ConfigError:
                 f"{name} under [{owner}]?"
             )
         what = f"'{section}' in {source} is not a known key"
-    elif section not in sections and (near := get_close_matches(section, sections, n=1)):
-        return ConfigError(f"unknown section [{section}] in {source}; did you mean [{near[0]}]?")
+    elif section not in sections and (close := get_close_matches(section, sections, n=1)):
+        return ConfigError(f"unknown section [{section}] in {source}; did you mean [{close[0]}]?")
     elif near_key := _near_key(section, key):
         return ConfigError(f"unknown key '{section}.{key}' in {source}; did you mean '{near_key}'?")
     else:
@@ -196,7 +201,7 @@ def settings_from_mapping(data: dict[str, Any], source: str) -> Settings:
 
 def load_settings(config_path: str | Path, environ: dict[str, str] | None = None) -> Settings:
     """Defaults, then the TOML file if it exists, then GPUSCHED_SIMULATE from the environment."""
-    environ = os.environ if environ is None else environ
+    env = os.environ if environ is None else environ
     config_path = Path(config_path)
     settings = Settings()
     if config_path.exists():
@@ -209,8 +214,8 @@ def load_settings(config_path: str | Path, environ: dict[str, str] | None = None
         except _toml().TOMLDecodeError as exc:
             raise ConfigError(f"config {config_path} is not valid TOML: {exc}") from None
         settings = settings_from_mapping(data, str(config_path))
-    if environ.get("GPUSCHED_SIMULATE"):
-        settings = replace(settings, simulate=environ["GPUSCHED_SIMULATE"])
+    if env.get("GPUSCHED_SIMULATE"):
+        settings = replace(settings, simulate=env["GPUSCHED_SIMULATE"])
     return settings
 
 

@@ -17,7 +17,7 @@ from gpusched.core.units import parse_duration, parse_size
 
 def _choice(*valid: str) -> Callable[[Any], str]:
     def parse(value: Any) -> str:
-        if value not in valid:
+        if not isinstance(value, str) or value not in valid:
             raise ValueError(f"{value!r} is not one of: {', '.join(valid)}")
         return value
 
@@ -51,8 +51,8 @@ def _optional_size(value: Any) -> int:
     return 0 if value in ("", None) else _size_up_to(2**62)(value)
 
 
-def _list_of(kind: type, low: float) -> Callable[[Any], tuple]:
-    def parse(value: Any) -> tuple:
+def _list_of(kind: type, low: float) -> Callable[[Any], tuple[Any, ...]]:
+    def parse(value: Any) -> tuple[Any, ...]:
         if not isinstance(value, list):
             raise ValueError(f"{value!r} is not a list")
         return tuple(_number(low, 1e9, kind)(v) for v in value)
@@ -102,9 +102,10 @@ def parse_listen(value: str) -> tuple[str, int]:
 def _listen(value: Any) -> str:
     if isinstance(value, int) and not isinstance(value, bool):  # a bare port
         raise ValueError(f'{value!r} is not a string; write "127.0.0.1:{value}"')
-    if _text(value):
-        parse_listen(value)
-    return value
+    listen = _text(value)
+    if listen:
+        parse_listen(listen)
+    return listen
 
 
 IDLE_ACTIONS = ("warn", "requeue", "cancel")  # [idle] action (daemon/idlegpus.py)

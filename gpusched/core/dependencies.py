@@ -15,7 +15,7 @@ MET, WAIT, NEVER = "met", "wait", "never"
 NEVER_MET = "can never be met"
 
 
-class DependencyStates(dict):
+class DependencyStates(dict[int, JobState]):
     """Job id -> JobState of the jobs depended on (an array's id: the whole array), and:
     `ended_as`, how an array ended in words ("element 12_3 (job 15) ended failed"), so
     that a reason names the element that failed, not the array's id (its first element);
@@ -83,7 +83,9 @@ def _verdict(kind: str, dep: int, job: Job, states: Mapping[int, JobState]) -> t
     return MET, ""
 
 
-def _singleton(job: Job, same_name: Mapping) -> tuple[str, str]:
+def _singleton(
+    job: Job, same_name: Mapping[tuple[int, str], tuple[tuple[int, JobState], ...]]
+) -> tuple[str, str]:
     """Slurm's singleton: wait while another job of the same user and name runs, or waits
     ahead of this one in submission order; met whatever state they ended in."""
     for other_id, state in same_name.get((job.uid, job.display_name), ()):

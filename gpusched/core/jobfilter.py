@@ -49,7 +49,7 @@ COMPACT = {
 
 def parse_states(text: str) -> list[str]:
     """'running,PD' -> ['running', 'pending']; a wrong one names the valid ones."""
-    states = []
+    states: list[str] = []
     for item in items(text):
         if item.lower() in ("oom", "out_of_memory"):
             states += OUT_OF_MEMORY
@@ -66,7 +66,7 @@ def parse_states(text: str) -> list[str]:
     return states
 
 
-def _list_of_strings(args: dict, key: str) -> list[str] | None:
+def _list_of_strings(args: dict[str, Any], key: str) -> list[str] | None:
     value = args.get(key)
     if value is not None and (
         not isinstance(value, list) or not value or not all(isinstance(v, str) for v in value)
@@ -75,13 +75,13 @@ def _list_of_strings(args: dict, key: str) -> list[str] | None:
     return value
 
 
-def select(rows: list[dict[str, Any]], args: dict) -> list[dict[str, Any]]:
+def select(rows: list[dict[str, Any]], args: dict[str, Any]) -> list[dict[str, Any]]:
     """The rows (as the caller sees them) that pass the `list` request's filters."""
     passes = matcher(args)
     return [row for row in rows if passes(row["user"], row["state"], row["name"])]
 
 
-def matcher(args: dict) -> Callable[[str, str, str], bool]:
+def matcher(args: dict[str, Any]) -> Callable[[str, str, str], bool]:
     """Whether a job's (user, state, name as the caller sees it) pass the `list` request's
     filters: for rows, and for jobs counted without making rows of them (daemon/lshead.py)."""
     users, states = _list_of_strings(args, "users"), _list_of_strings(args, "states")

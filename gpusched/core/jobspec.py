@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, overload
 
 from gpusched.core import gpuoom, outpattern, syntax, values
 from gpusched.core.errors import UsageError
@@ -88,7 +88,15 @@ def _what(key: str) -> str:
     return option + unit
 
 
-def whole_number(spec: dict, key: str, default: int | None, low: int, high: int) -> int | None:
+@overload
+def whole_number(spec: dict[str, Any], key: str, default: int, low: int, high: int) -> int: ...
+@overload
+def whole_number(
+    spec: dict[str, Any], key: str, default: None, low: int, high: int
+) -> int | None: ...
+def whole_number(
+    spec: dict[str, Any], key: str, default: int | None, low: int, high: int
+) -> int | None:
     """spec[key] checked; null, as a missing key, is the default."""
     value = spec.get(key)
     if value is None:
@@ -96,17 +104,17 @@ def whole_number(spec: dict, key: str, default: int | None, low: int, high: int)
     return values.whole_number(value, _what(key), low, high)
 
 
-def _number(spec: dict, key: str, low: float) -> float | None:
+def _number(spec: dict[str, Any], key: str, low: float) -> float | None:
     value = spec.get(key)
     return None if value is None else values.number(value, _what(key), low, MAX_DURATION_S)
 
 
-def _flag(spec: dict, key: str) -> bool:
+def _flag(spec: dict[str, Any], key: str) -> bool:
     value = spec.get(key)
     return False if value is None else values.flag(value, _what(key))
 
 
-def _gpu_indices(spec: dict, key: str) -> tuple[int, ...]:
+def _gpu_indices(spec: dict[str, Any], key: str) -> tuple[int, ...]:
     value = spec.get(key) or []
     if not isinstance(value, list) or not all(values.is_whole(v, 0, MAX_GPU_INDEX) for v in value):
         raise UsageError(
@@ -148,7 +156,7 @@ def check_constraints(spec: Any) -> Constraints:
     )
 
 
-def check_array(spec: dict) -> tuple[tuple[int | None, ...], int | None]:
+def check_array(spec: dict[str, Any]) -> tuple[tuple[int | None, ...], int | None]:
     """The checked array part of a job spec, (indices, at-most-at-once); ((None,), None)
     for a single job."""
     array = spec.get("array")
@@ -174,7 +182,7 @@ def check_array(spec: dict) -> tuple[tuple[int | None, ...], int | None]:
     return tuple(indices), throttle
 
 
-def _command(spec: dict) -> tuple[str, ...]:
+def _command(spec: dict[str, Any]) -> tuple[str, ...]:
     command = spec.get("command")
     if (
         not isinstance(command, list)
@@ -189,7 +197,7 @@ def _command(spec: dict) -> tuple[str, ...]:
     return tuple(command)
 
 
-def _dependencies(spec: dict) -> tuple[tuple[str, int], ...]:
+def _dependencies(spec: dict[str, Any]) -> tuple[tuple[str, int], ...]:
     deps = spec.get("dependencies") or []
     if not isinstance(deps, list) or not all(
         isinstance(d, list)
@@ -208,7 +216,7 @@ def _dependencies(spec: dict) -> tuple[tuple[str, int], ...]:
     )
 
 
-def _retry_on(spec: dict) -> tuple[str, ...]:
+def _retry_on(spec: dict[str, Any]) -> tuple[str, ...]:
     retry_on = spec.get("retry_on") or ["failed"]
     if not isinstance(retry_on, list) or not all(
         isinstance(r, str) and r in RETRY_ON_CHOICES for r in retry_on
@@ -219,7 +227,7 @@ def _retry_on(spec: dict) -> tuple[str, ...]:
     return tuple(retry_on)
 
 
-def _container(spec: dict) -> tuple[str, ...]:
+def _container(spec: dict[str, Any]) -> tuple[str, ...]:
     """(image, runtime options...) of a job run in a container; () for none."""
     container = spec.get("container") or []
     if (
@@ -305,7 +313,7 @@ def check_job_spec(spec: Any, policies: list[str]) -> dict[str, Any]:
     }
 
 
-def _output_fields(spec: dict) -> dict[str, Any]:
+def _output_fields(spec: dict[str, Any]) -> dict[str, Any]:
     """--output and --error, patterns the daemon expands with the job's id, and
     --open-mode: "" for a job without them."""
     paths = {}
@@ -324,7 +332,7 @@ def _output_fields(spec: dict) -> dict[str, Any]:
     return {**paths, "open_mode": (mode or outpattern.OPEN_MODES[0]) if any(paths.values()) else ""}
 
 
-def _memory_fields(spec: dict) -> dict[str, Any]:
+def _memory_fields(spec: dict[str, Any]) -> dict[str, Any]:
     """What GPU memory that learns keeps of a spec (core/gpuoom.py). Its --gpu-mem auto
     (wants_gpu_mem_auto) and its job key are the daemon's submit to work out."""
     growth = spec.get("mem_growth")
@@ -336,7 +344,7 @@ def _memory_fields(spec: dict) -> dict[str, Any]:
     }
 
 
-def wants_gpu_mem_auto(spec: dict) -> bool:
+def wants_gpu_mem_auto(spec: dict[str, Any]) -> bool:
     """Whether a spec (checked by check_job_spec) asks for --gpu-mem auto."""
     return _flag(spec, "gpu_mem_auto")
 

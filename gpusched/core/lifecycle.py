@@ -101,7 +101,7 @@ def start_run(job: Job, now: float, **placed: Any) -> Job:
     return transition(job, JobState.RUNNING, started_at=now, **_LAST_OUTCOME, **placed)
 
 
-def finish(job: Job, state: JobState, now: float, retry: bool = True, **record) -> Job:
+def finish(job: Job, state: JobState, now: float, retry: bool = True, **record: Any) -> Job:
     """End a run: a final state, or back to the queue while retries last for this end
     (and unless retry is False: a retry would be no use). Runs stopped to be requeued
     (restarts) do not use up retries."""
@@ -163,9 +163,11 @@ def mem_limit_bytes(job: Job, margin_pct: float) -> int | None:
 
 
 def mem_warning(job: Job, rss_bytes: int, limit_bytes: int) -> str:
+    mem = job.request.mem_bytes
+    assert mem is not None, f"job {job.id} has no --mem"  # its limit came from it
     return (
         f"job {job.id} uses {rss_bytes / 2**20:.0f} MiB of host memory, over its "
-        f"--mem of {job.request.mem_bytes / 2**20:.0f} MiB plus margin "
+        f"--mem of {mem / 2**20:.0f} MiB plus margin "
         f"({limit_bytes / 2**20:.0f} MiB)"
     )
 

@@ -12,6 +12,10 @@ from gpusched.core.errors import ProtocolError, UsageError
 from gpusched.core.record import Record
 from gpusched.core.units import parse_size
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
+
 
 class Limits(Record):
     __slots__ = (
@@ -24,12 +28,20 @@ class Limits(Record):
         "queued_jobs",
         "queued_bytes",
     )
+    command_bytes: int
+    cwd_bytes: int
+    env_bytes: int
+    name_bytes: int
+    jobs: int
+    json_depth: int
+    queued_jobs: int
+    queued_bytes: int
 
 
 # [limits] key -> (Settings field, default as written in TOML, highest value allowed, what
 # it bounds). The highest values keep one listed job (whose command, cwd and name a reply
 # carries, escaped up to six times over in JSON) well under the 16 MiB frame.
-CONFIG = {
+CONFIG: dict[str, tuple[str, str | int, int, str]] = {
     "command": (
         "limit_command_bytes",
         "128KiB",
@@ -127,7 +139,7 @@ def check_spec(spec: object, limits: Limits) -> None:
         raise over("the job name", size, limits.name_bytes, "limits.name")
 
 
-def job_count(specs: list) -> int:
+def job_count(specs: list[Any]) -> int:
     """How many jobs the specs queue: one each, or one per array index."""
     total = 0
     for spec in specs:
@@ -143,7 +155,7 @@ def check_job_count(count: int, limits: Limits) -> None:
         raise over("the submit", count, limits.jobs, "limits.jobs", unit="jobs")
 
 
-def check_submit(args: dict, limits: Limits) -> None:
+def check_submit(args: dict[str, Any], limits: Limits) -> None:
     """A whole `submit` request: how many jobs, and each one's sizes."""
     specs = args.get("jobs")
     if not isinstance(specs, list):

@@ -9,6 +9,10 @@ from gpusched.core.jobname import program_name
 from gpusched.core.syntax import dependency_words
 from gpusched.core.values import HIDDEN  # noqa: F401 - where the daemon reads it
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
+
 # The end_reason of a running job whose shim (or, for a job started without one, the job
 # supervisor) died, while the processes it left are being stopped (daemon/shimloss.py):
 # the job keeps its GPUs until they are gone.
@@ -238,7 +242,7 @@ class Job:
 _JOB_FIELDS = Job.__slots__
 
 
-def job_with(job: Job, **changes) -> Job:
+def job_with(job: Job, **changes: Any) -> Job:
     """dataclasses.replace(job, **changes) without running Job's 70-field __init__: a tenth
     of the cost, which counts where it runs for every job of a queue (a sweep's 100,000
     elements made from one template, the reasons of every job in line changing at each
@@ -252,7 +256,7 @@ def job_with(job: Job, **changes) -> Job:
     return copied
 
 
-def transition(job: Job, new_state: JobState, **changes) -> Job:
+def transition(job: Job, new_state: JobState, **changes: Any) -> Job:
     """The one way a job changes state; refuses edges the state machine lacks."""
     if new_state not in TRANSITIONS[job.state]:
         raise IllegalTransition(f"job {job.id}: {job.state.value} -> {new_state.value}")
@@ -341,7 +345,7 @@ class Inventory:
         return tuple(out)
 
 
-def job_to_dict(job: Job) -> dict:
+def job_to_dict(job: Job) -> dict[str, Any]:
     """A job as stable JSON fields (what `show --json` prints)."""
     return {
         "id": job.id,
@@ -421,12 +425,12 @@ def job_to_dict(job: Job) -> dict:
     }
 
 
-def inventory_to_dict(inventory: Inventory) -> dict:
+def inventory_to_dict(inventory: Inventory) -> dict[str, Any]:
     """An inventory as plain JSON data (tuples become lists); inventory_from_dict inverts it."""
     return asdict(inventory)
 
 
-def _gpu_from_dict(data: dict) -> GpuInfo:
+def _gpu_from_dict(data: dict[str, Any]) -> GpuInfo:
     values = dict(data)
     values["processes"] = tuple(GpuProcess(**p) for p in values.get("processes", ()))
     values["mig_devices"] = tuple(_gpu_from_dict(m) for m in values.get("mig_devices", ()))
@@ -436,7 +440,7 @@ def _gpu_from_dict(data: dict) -> GpuInfo:
     return GpuInfo(**values)
 
 
-def inventory_from_dict(data: dict) -> Inventory:
+def inventory_from_dict(data: dict[str, Any]) -> Inventory:
     values = dict(data)
     values["gpus"] = tuple(_gpu_from_dict(g) for g in values.get("gpus", ()))
     values["links"] = tuple(tuple(row) for row in values.get("links", ()))

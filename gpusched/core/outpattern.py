@@ -14,6 +14,11 @@ from __future__ import annotations
 
 import os
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+    from typing import Any
+
 # Slurm's NO_VAL: what %a gives for a job that is not an array element.
 NO_ARRAY_INDEX = 4294967294
 MAX_WIDTH = 10  # Slurm caps the zero-padding width here
@@ -23,7 +28,7 @@ OPEN_MODES = ("truncate", "append")
 ID_LETTERS = "jJAa"
 
 
-def _tokens(pattern: str):
+def _tokens(pattern: str) -> Iterator[tuple[str, str, int]]:
     """(text, letter, width) for each piece of a pattern: letter "" for text kept as it
     is, else the field `%WIDTHletter` that text is."""
     i = 0
@@ -75,7 +80,7 @@ def expand(
     return "".join(out)
 
 
-def expand_path(pattern: str, cwd: str, **fields) -> str:
+def expand_path(pattern: str, cwd: str, **fields: Any) -> str:
     """expand(), made absolute: a relative pattern is relative to the job's working
     directory, as in Slurm."""
     return os.path.join(cwd, expand(pattern, **fields))

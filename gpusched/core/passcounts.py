@@ -11,8 +11,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from gpusched.core import placement
-from gpusched.core.models import GpuInfo, Job
+from gpusched.core.models import GpuInfo, Job, Request
 from gpusched.core.placement import GpuLoad, PlacementRules
+
+# A request, its policy and the job the GPUs are held for (None: none), found not to fit.
+Unplaceable = tuple[Request, str, int | None]
 
 
 @dataclass
@@ -107,7 +110,7 @@ def gpus_for(
     job: Job,
     p: PassCounts,
     rules: PlacementRules,
-    unplaceable: set[tuple],
+    unplaceable: set[Unplaceable],
     held: Mapping[str, int] | None = None,
 ) -> tuple[GpuInfo, ...] | None:
     """The GPUs for a job now, or None when it does not fit.

@@ -21,7 +21,7 @@ from gpusched.core.models import Job
 from gpusched.core.syntax import MAX_JOB_ID, SINGLETON
 
 
-def shape_of(job: Job, per_user: bool = True) -> tuple:
+def shape_of(job: Job, per_user: bool = True) -> tuple[Any, ...]:
     """What decides whether a pass can start a job, besides its place in line and its
     time limit: two jobs of one shape that a pass refuses for want of GPUs, cores, memory
     or a limit, or for a hold or a dependency, are refused alike. (The time limit matters
@@ -44,7 +44,7 @@ def shape_of(job: Job, per_user: bool = True) -> tuple:
     )
 
 
-def _decided_by(job: Job) -> tuple | None:
+def _decided_by(job: Job) -> tuple[tuple[int, str] | None, int | None] | None:
     kinds = {kind for kind, _ in job.dependencies}
     if SINGLETON not in kinds and "aftercorr" not in kinds:
         return None
@@ -54,7 +54,7 @@ def _decided_by(job: Job) -> tuple | None:
     )
 
 
-def may_be_cancelled(shape: tuple) -> bool:
+def may_be_cancelled(shape: tuple[Any, ...]) -> bool:
     """Whether a pass may cancel jobs of this shape (--kill-on-invalid-dep and a dependency):
     they are looked at even where the others of their shape need not be."""
     return bool(shape[4]) and shape[5]
@@ -67,7 +67,7 @@ def may_be_cancelled(shape: tuple) -> bool:
 _ID_SPAN = MAX_JOB_ID + 1
 
 
-def line_key(job: Job, discipline: str) -> Any:
+def line_key(job: Job, discipline: str) -> int | tuple[float, float, int]:
     """A job's place in its user's line: queuerules.order_key, less fair share (the same
     for all of one user's jobs, so the lines are merged by it at each pass)."""
     if discipline == "sjf":
@@ -79,12 +79,12 @@ def line_key(job: Job, discipline: str) -> Any:
     return job.id - job.priority * _ID_SPAN if job.priority else job.id
 
 
-def key_id(key: Any) -> int:
+def key_id(key: int | tuple[float, float, int]) -> int:
     """The job id a line key ends with."""
-    return key[-1] if type(key) is tuple else key % _ID_SPAN
+    return key[-1] if isinstance(key, tuple) else key % _ID_SPAN
 
 
-def _drop(counts: dict, key: Any) -> None:
+def _drop(counts: dict[int, int], key: int) -> None:
     left = counts[key] - 1
     if left:
         counts[key] = left
@@ -110,8 +110,8 @@ class PendingQueue:
         # Pending jobs. No table by job id: a pass learns a job's shape from its line, and
         # remove() from the job itself (100,000 entries would cost 5 MB).
         self._size = 0
-        self._numbers: dict[tuple, int] = {}  # shape -> its number
-        self._shapes: list[tuple | None] = []  # number -> shape
+        self._numbers: dict[tuple[Any, ...], int] = {}  # shape -> its number
+        self._shapes: list[tuple[Any, ...] | None] = []  # number -> shape (None: free)
         # Numbers of shapes no job has any more, to give again: jobs with shapes of their
         # own (a chain of dependencies) must not leave one behind each.
         self._free_numbers: list[int] = []
@@ -143,7 +143,8 @@ class PendingQueue:
 
     def remove(self, job: Job) -> None:
         """Take out a job as it was added (the same version of it)."""
-        number = self.number_of(job)
+        shape = self._shape(job)
+        number = self._numbers[shape]  # number_of(job)
         self._size -= 1
         name = self._line_name(job, number)
         line, head = self._lines[name], self._heads.get(name, 0)
@@ -161,7 +162,7 @@ class PendingQueue:
             self._trim(name, head)
         _drop(self.shapes, number)
         if number not in self.shapes:
-            del self._numbers[self._shapes[number]]
+            del self._numbers[shape]
             self._shapes[number] = None
             self._free_numbers.append(number)
 
@@ -186,8 +187,10 @@ class PendingQueue:
             and self._shape(old) == self._shape(new)
         )
 
-    def shape(self, number: int) -> tuple:
-        return self._shapes[number]
+    def shape(self, number: int) -> tuple[Any, ...]:
+        shape = self._shapes[number]
+        assert shape is not None, f"no pending job has shape {number}"  # asked for live ones
+        return shape
 
     def number_of(self, job: Job) -> int:
         """The number of a queued job's shape (as it was added)."""
@@ -205,7 +208,7 @@ class PendingQueue:
     def _line_name(self, job: Job, number: int) -> Any:
         return (job.user, number) if self.discipline == "fairshare" else number
 
-    def _shape(self, job: Job) -> tuple:
+    def _shape(self, job: Job) -> tuple[Any, ...]:
         return shape_of(job, self.per_user)
 
     def _count(self, job: Job) -> int:
@@ -256,13 +259,17 @@ def _merged(
     a line dropped when it comes up with its shape in `skipped`. Keys hold their job's id,
     so no two are equal and the order does not depend on how the jobs are split into lines."""
     fairshare = queue.discipline == "fairshare"
-    fair = share is not None and fairshare
-    lines, positions, numbers, shares, heap = [], [], [], [], []
+    fair = share if fairshare else None  # the users' shares weigh only under fairshare
+    lines: list[list[Any]] = []
+    positions: list[int] = []
+    numbers: list[int] = []
+    shares: list[float] = []
+    heap: list[tuple[Any, int]] = []
     for name, line in queue._lines.items():
         head = queue._heads.get(name, 0)
         first = line[head]
-        if fair:
-            user_share = share(name[0])
+        if fair is not None:
+            user_share = fair(name[0])
             shares.append(user_share)
             heap.append(((first // _ID_SPAN, user_share, first % _ID_SPAN), len(lines)))
         else:
@@ -276,15 +283,15 @@ def _merged(
         lines,
         positions,
         numbers,
-        shares if fair else None,
+        shares if fair is not None else None,
         skipped,
         queue.discipline == "sjf",
     )
 
 
 def _merge_lines(
-    heap: list[tuple],
-    lines: list[list],
+    heap: list[tuple[Any, int]],
+    lines: list[list[Any]],
     positions: list[int],
     numbers: list[int],
     shares: list[float] | None,

@@ -247,7 +247,7 @@ def fits(load: GpuLoad, request: Request, rules: PlacementRules) -> bool:
         # Whole cards and MIG devices are given to one job at a time.
         if load.job_ids:
             return False
-    if request.is_exclusive:
+    if request.gpu_mem_bytes is None:  # is_exclusive: a job without GPUs is never placed
         return load.outside_used_bytes <= rules.exclusive_idle_mem_bytes
     return load.effective_free_bytes >= request.gpu_mem_bytes + rules.mem_headroom_bytes
 
@@ -364,7 +364,7 @@ def pending_reason(
         return inventory.problem or "no GPUs are available to gpusched"
     allowed = [load for load in loads.values() if request.constraints.allows(load.gpu)]
     usable = [load for load in allowed if is_usable(load)]
-    if request.is_exclusive:
+    if request.gpu_mem_bytes is None:  # is_exclusive: asked only of a job with GPUs
         need = f"needs {n} whole GPU{plural}"
     else:
         need = f"needs {n} GPU{plural} with {_size(request.gpu_mem_bytes)} free"

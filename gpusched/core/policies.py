@@ -8,6 +8,13 @@ from gpusched.core.config import Settings
 from gpusched.core.errors import ConfigError
 from gpusched.core.placement import BUILTIN_POLICIES, GpuLoad, PlacementRules, Policy, Veto
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    from gpusched.core.models import Request
+    from gpusched.core.placement import PolicyContext
+
 log = logging.getLogger("gpusched.policies")
 ENTRY_POINT_GROUP = "gpusched.policies"
 
@@ -42,7 +49,7 @@ def _guarded(name: str, policy: Policy) -> Policy:
     waits, saying so), and the daemon, which calls it in every scheduling pass, goes on."""
     reported = False
 
-    def run(request, candidates, ctx):
+    def run(request: Request, candidates: Sequence[GpuLoad], ctx: PolicyContext) -> list[GpuLoad]:
         nonlocal reported
         try:
             return [load for load in policy(request, candidates, ctx) if isinstance(load, GpuLoad)]

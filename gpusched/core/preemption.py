@@ -29,7 +29,7 @@ class PreemptionRules:
     min_run_s: float = 300.0  # never in its first minutes: it has had no time to checkpoint
 
 
-def victim_key(job: Job, now: float) -> tuple:
+def victim_key(job: Job, now: float) -> tuple[int, float, int]:
     """The cheapest victim first: the lowest priority, then the least run time lost."""
     return (job.priority, now - (job.started_at if job.started_at is not None else now), -job.id)
 

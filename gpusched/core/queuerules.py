@@ -39,7 +39,7 @@ class QueueRules:
     host: HostCapacity | None = None  # None: host resources are not counted (the simulator)
 
 
-def order_key(job: Job, rules: QueueRules, usage: Mapping[str, float]):
+def order_key(job: Job, rules: QueueRules, usage: Mapping[str, float]) -> tuple[float, ...]:
     if rules.discipline == "fairshare":
         share = usage.get(job.user, 0.0) / rules.user_weights.get(job.user, 1.0)
         return (-job.priority, share, job.id)

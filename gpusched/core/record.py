@@ -29,7 +29,7 @@ class Record:
         for name in fields:
             setattr(self, name, given[name])
 
-    def _values(self) -> tuple:
+    def _values(self) -> tuple[Any, ...]:
         return tuple(getattr(self, name) for name in self.__slots__)
 
     def _replace(self, **changes: Any) -> Any:

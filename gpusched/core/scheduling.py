@@ -19,6 +19,7 @@ from gpusched.core.dependencies import DependencyStates, dependency_status  # no
 from gpusched.core.models import GpuInfo, Inventory, Job, JobState, Request
 from gpusched.core.passcounts import (
     PassCounts,
+    Unplaceable,
     counts_now,
     delays_reservation,
     gpus_for,
@@ -78,15 +79,18 @@ def _limit_reason(job: Job, p: PassCounts, rules: QueueRules) -> str:
     return _host_reason(job, p, rules.host) if rules.host else ""
 
 
-def _box_is_full(p: PassCounts, queue: QueueRules) -> bool:
-    """Whether max_running is reached, so that no job of any kind can start."""
+def _full_host(p: PassCounts, queue: QueueRules) -> HostCapacity | None:
+    """The host when its max_running is reached, so that no job of any kind can start;
+    else None."""
     host = queue.host
-    return (
+    if (
         host is not None
         and host.max_running is not None
         and p.running >= host.max_running
         and not queue.draining
-    )
+    ):
+        return host
+    return None
 
 
 def _host_reason(job: Job, p: PassCounts, host: HostCapacity) -> str:
@@ -171,13 +175,13 @@ class _Walk:
     free_any: bool
     reasons: dict[int, str] = field(default_factory=dict)
     cancels: dict[int, str] = field(default_factory=dict)
-    unplaceable: set[tuple] = field(default_factory=set)
+    unplaceable: set[Unplaceable] = field(default_factory=set)
     # Why the GPUs cannot take a request (under a policy) now.
     gpu_reasons: GpuReasons = field(default_factory=dict)
     first_blocked: int | None = None  # the first job in line that the GPUs cannot take
     # Where the pass skips refused jobs unseen (pendingqueue.Walk): each start's place in
     # line and the counts just before it, to explain a skipped job as of its place.
-    marks: list[tuple[tuple, PassCounts, set[tuple], GpuReasons]] | None = None
+    marks: list[tuple[tuple[float, ...], PassCounts, set[Unplaceable], GpuReasons]] | None = None
 
 
 # _consider's verdicts: start it; it cannot start this pass, nor can any job of its shape
@@ -203,7 +207,7 @@ def _consider(job: Job, w: _Walk) -> tuple[int, tuple[GpuInfo, ...] | None]:
         else None
     )
     if chosen is not None and delays_reservation(job, chosen, p, now):
-        if w.explain:
+        if w.explain and p.reservation is not None:  # it is: the job would delay it
             w.reasons[job.id] = f"would delay job {p.reservation[-1]}'s reserved start (backfill)"
         return OPEN, None  # a shorter job of its shape may fit before the reserved start
     if chosen is not None:
@@ -275,8 +279,8 @@ def _explainer(w: _Walk, seen: set[int], usage: Mapping[str, float]) -> Callable
         if job.id in seen or job.state is not JobState.PENDING:
             return None
         scratch = _as_of(job, w, usage)
-        if _box_is_full(scratch.p, w.queue):
-            _full_box_reason(job, scratch, _host_reason(job, scratch.p, w.queue.host))
+        if (host := _full_host(scratch.p, w.queue)) is not None:
+            _full_box_reason(job, scratch, _host_reason(job, scratch.p, host))
         elif _consider(job, scratch)[0] == START:
             return None  # new since the pass: the next one decides
         return scratch.reasons.get(job.id) or scratch.cancels.get(job.id)
@@ -331,10 +335,10 @@ def schedule(
     starts: list[tuple[int, tuple[GpuInfo, ...]]] = []
     seen: list[int] = []
     for job in ordered:
-        if _box_is_full(p, queue):
+        if (host := _full_host(p, queue)) is not None:
             # Nothing more can start this pass: the rest share one reason (a long queue
             # behind max_running is the common case, and it is checked after every end).
-            full_reason = _host_reason(job, p, queue.host)
+            full_reason = _host_reason(job, p, host)
             rest = itertools.chain((job,), ordered)
             if bound is None:
                 for each in rest:
@@ -347,12 +351,12 @@ def schedule(
             continue  # refused alike (Bound), and no reason to write
         seen.append(job.id)
         verdict, chosen = _consider(job, w)
-        if verdict == START:
+        if verdict == START and chosen is not None:  # START always comes with the GPUs
             if w.marks is not None:
                 w.marks.append((order_key(job, queue, usage or {}), counts_now(p), set(), {}))
             _start(job, chosen, w)
             starts.append((job.id, chosen))
-        elif bound and verdict == BLOCKED:
+        elif bound and verdict == BLOCKED and shape is not None:  # shape: bound's
             bound.block(shape)
         if bound and bound.is_done():
             break

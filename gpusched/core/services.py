@@ -50,8 +50,8 @@ class Service:
     name: str
     uid: int
     user: str
-    job: dict  # one job spec, as `submit` sends it
-    env: dict
+    job: dict[str, Any]  # one job spec, as `submit` sends it
+    env: dict[str, str]
     cwd: str
     min_replicas: int = 1
     max_replicas: int = 1
@@ -86,7 +86,7 @@ class Service:
         return cls(**data)
 
 
-def check_spec(spec: dict) -> dict[str, Any]:
+def check_spec(spec: dict[str, Any]) -> dict[str, Any]:
     """A create's or an update's definition as the client sent it, each value checked
     (the job spec itself is checked as a submit's)."""
     out: dict[str, Any] = {}
@@ -271,7 +271,7 @@ def decide(
         return wanted, ""
     ratios = load_ratios(rule, window)
     if ratios and max(ratios.values()) > 1.0 and wanted < high:
-        worst = max(ratios, key=ratios.get)
+        worst = max(ratios, key=ratios.__getitem__)
         return wanted + 1, f"{worst} over target"
     if ratios and max(ratios.values()) < DOWN_SHARE and wanted > low:
         return wanted - 1, "load below target"
@@ -304,7 +304,7 @@ def scaled(service: Service, wanted: int) -> Service:
     return replace(service, wanted=wanted)
 
 
-def merged_job(stored: dict, given: dict) -> dict:
+def merged_job(stored: dict[str, Any], given: dict[str, Any]) -> dict[str, Any]:
     """An update's job spec: what it gives over what the service has (a nested mapping,
     the GPU constraints, key by key), so that `update -- CMD` keeps the service's --gpus.
     Asking for GPU memory or particular GPUs means a GPU, as at submit."""
@@ -337,7 +337,7 @@ def end_words(state: str, exit_code: int | None, signal_name: str, end_reason: s
     return f"exit {exit_code}" if exit_code is not None else state
 
 
-def rollout_words(generation: int, wanted: int, replicas: Sequence[dict]) -> str:
+def rollout_words(generation: int, wanted: int, replicas: Sequence[dict[str, Any]]) -> str:
     """Where an update stands (replicas as `service show` lists them), "" once no replica
     of an older update is left: how many are replaced, and what the next step waits for."""
     old = [r for r in replicas if r["generation"] != generation]

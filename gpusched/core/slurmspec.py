@@ -156,7 +156,10 @@ def sbatch_argv(
         if value:
             argv.append(f"--{option}={value}")
     if request.gpus:
-        (how, name), _ = gpu_choice(job, cluster)
+        choice, _ = gpu_choice(job, cluster)
+        # None was refused at submit (unsupported() names it): never a queued job's.
+        assert choice is not None, f"job {job.id}: no GPU of cluster {cluster.name} is enough"
+        how, name = choice
         argv.append(
             f"--gres=gpu:{name}:{request.gpus}"
             if how == "type" and name

@@ -12,6 +12,10 @@ from gpusched.core.errors import UsageError
 from gpusched.core.units import duration_parts, number_end, parse_duration, parse_size
 from gpusched.core.values import shown
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
 # The most that limits.jobs may allow: an --array past it is refused before its indices
 # are listed; the configured limits.jobs (100,000 by default) refuses at submit.
 MAX_ARRAY_SIZE = 1_000_000
@@ -170,14 +174,14 @@ def _dependency_clause(clause: str) -> list[tuple[str, int | str]]:
     return [(kind, _dependency_id(i, "--dependency")) for i in ids]
 
 
-def dependency_words(deps) -> list[str]:
+def dependency_words(deps: Sequence[tuple[str, int]]) -> list[str]:
     """A job's dependencies as Slurm writes them, one word per condition that must hold:
     ['afterok:3', 'singleton'], or one word for any of them: ['afterok:3?afterany:5']."""
     words = [kind if kind == SINGLETON else f"{kind}:{dep}" for kind, dep in deps if kind != ANY_OF]
     return ["?".join(words)] if words and deps[0][0] == ANY_OF else words
 
 
-def dependency_job_ids(deps) -> list[int]:
+def dependency_job_ids(deps: Sequence[tuple[str, int]]) -> list[int]:
     """The jobs that dependencies name (singleton and ANY_OF name none)."""
     return [dep for kind, dep in deps if kind not in (SINGLETON, ANY_OF)]
 
@@ -211,7 +215,7 @@ def parse_time_limit(text: str) -> float | None:
             hours, minutes, seconds = clock if len(clock) == 3 else [0, *clock, 0][:3]
         else:  # D-H, D-H:M or D-H:M:S
             hours, minutes, seconds = (clock + [0, 0])[:3]
-        total = int(days or 0) * 86400 + hours * 3600 + minutes * 60 + seconds
+        total: float = int(days or 0) * 86400 + hours * 3600 + minutes * 60 + seconds
     elif duration_parts(raw.lower(), ascii_only=True):
         total = parse_duration(raw)
     else:

@@ -19,7 +19,7 @@ HIDDEN = "(hidden)"  # stands in for another user's command line in what a calle
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Callable, Collection
-    from typing import Any
+    from typing import Any, TypeGuard
 
 SHOWN_CHARS = 60  # of a refused value, in its error message: a request may carry megabytes
 
@@ -40,16 +40,16 @@ def shown(value: Any) -> str:
     return text if len(text) <= SHOWN_CHARS else text[: SHOWN_CHARS - 3] + "..."
 
 
-def is_whole(value: Any, low: int, high: int) -> bool:
+def is_whole(value: Any, low: int, high: int) -> TypeGuard[int]:
     """Whether value is an int from low to high (JSON's true is not 1 here)."""
     return isinstance(value, int) and not isinstance(value, bool) and low <= value <= high
 
 
 def whole_number(value: Any, what: str, low: int, high: int) -> int:
     """An int from low to high; never a bool, a float or a huge integer."""
-    if not is_whole(value, low, high):
-        raise UsageError(f"{what} must be a whole number from {low} to {high}, not {shown(value)}")
-    return value
+    if is_whole(value, low, high):
+        return value
+    raise UsageError(f"{what} must be a whole number from {low} to {high}, not {shown(value)}")
 
 
 def number(value: Any, what: str, low: float, high: float) -> float:
@@ -73,7 +73,7 @@ def flag(value: Any, what: str) -> bool:
     return value
 
 
-def is_text(value: Any, os_text: bool = False) -> bool:
+def is_text(value: Any, os_text: bool = False) -> TypeGuard[str]:
     """Whether value is a string without NUL characters that can be stored and shown:
     valid UTF-8, or with os_text, what os.fsdecode makes of any bytes (a command's
     arguments, its environment: a file name in another encoding still names its file)."""
@@ -102,14 +102,14 @@ def without_controls(value: str) -> str:
 
 def text(value: Any, what: str, os_text: bool = False) -> str:
     """A string as is_text says."""
-    if not is_text(value, os_text):
-        raise UsageError(
-            f"{what} must be a string without NUL characters or lone surrogates, not {shown(value)}"
-        )
-    return value
+    if is_text(value, os_text):
+        return value
+    raise UsageError(
+        f"{what} must be a string without NUL characters or lone surrogates, not {shown(value)}"
+    )
 
 
-def list_of(value: Any, what: str, read: Callable[[Any], Any], nonempty: bool = False) -> list:
+def list_of(value: Any, what: str, read: Callable[[Any], Any], nonempty: bool = False) -> list[Any]:
     """A JSON list, each item checked by read (which raises for a bad one)."""
     if not isinstance(value, list) or (nonempty and not value):
         raise UsageError(
@@ -125,16 +125,16 @@ def mapping(value: Any, what: str, keys: Collection[str] | None = None) -> dict[
         raise UsageError(f"{what} must be a JSON object, not {shown(value)}")
     unknown = sorted(set(value) - set(keys)) if keys is not None else []
     if unknown:
-        raise UsageError(
-            f"{what}: unknown field {shown(unknown[0])}; known: {', '.join(sorted(keys))}"
-        )
+        known = ", ".join(sorted(keys or ()))  # keys is not None: there are unknown ones
+        raise UsageError(f"{what}: unknown field {shown(unknown[0])}; known: {known}")
     return value
 
 
 def environment(value: Any, what: str = "env") -> dict[str, str]:
     """Names and values exec() can take: a name not empty, without '=' (or NUL); every
     environment a job may get (a submit's, a service's) is read by this one reader."""
-    for name, setting in mapping(value, what).items():
+    env: dict[str, str] = mapping(value, what)  # checked item by item below
+    for name, setting in env.items():
         if not name or "=" in name:
             raise UsageError(
                 f"{what}: {shown(name)} is not an environment variable name (empty, or with '=')"
@@ -142,7 +142,7 @@ def environment(value: Any, what: str = "env") -> dict[str, str]:
         text(name, "an environment variable's name", os_text=True)
         if not is_text(setting, os_text=True):  # the message is built only then
             text(setting, f"the environment variable {shown(name)}", os_text=True)
-    return value
+    return env
 
 
 def choice(value: Any, what: str, choices: tuple[str, ...] | list[str]) -> str:
