@@ -15,7 +15,7 @@ from gpusched.core.errors import GpuschedError, ProtocolError, UsageError, detac
 # typing would cost every submit several ms.
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from collections.abc import Iterable
+    from collections.abc import Iterable, Sequence
     from typing import Any
 
 
@@ -32,7 +32,9 @@ def exit_status(job: dict[str, Any]) -> int:
     return 1
 
 
-def wait_for_jobs(client: Any, ids: list[int], keep_waiting: bool = False) -> list[dict[str, Any]]:
+def wait_for_jobs(
+    client: Any, ids: Sequence[int | str], keep_waiting: bool = False
+) -> list[dict[str, Any]]:
     """Block until every job ended; the daemon answers in slices, so ask again until done.
     A job that can never start (its dependency failed) ends the wait at once with an
     error saying why, unless keep_waiting."""
@@ -51,7 +53,7 @@ def wait_for_jobs(client: Any, ids: list[int], keep_waiting: bool = False) -> li
 
 
 def wait_or_explain(
-    client: Any, ids: list[int], keep_waiting: bool = False
+    client: Any, ids: Sequence[int | str], keep_waiting: bool = False
 ) -> list[dict[str, Any]]:
     """wait_for_jobs; on Ctrl-C, say on stderr that the jobs go on and how to cancel them,
     then let KeyboardInterrupt end the command (status 130)."""
@@ -65,7 +67,7 @@ def wait_or_explain(
 _NOTE_TIMEOUT_S = 2.0  # leaving a daemon that hangs must not take a second Ctrl-C
 
 
-def _interrupted_note(client: Any, ids: list[int]) -> str:
+def _interrupted_note(client: Any, ids: Sequence[int | str]) -> str:
     """What became of the jobs a wait was interrupted on: they go on, and how to cancel them."""
     try:
         jobs = client.call_paged("show", timeout_s=_NOTE_TIMEOUT_S, ids=ids)["jobs"]
@@ -94,7 +96,7 @@ _GOING_ON = (
 )
 
 
-def _cancel_command(jobs: list[dict[str, Any]], waited_ids: list[int]) -> str:
+def _cancel_command(jobs: list[dict[str, Any]], waited_ids: Sequence[int | str]) -> str:
     """`gpusched cancel ...` for these jobs: by the array's id when they are of one array
     whose first element was waited for (`submit --wait --array`)."""
     arrays = {j.get("array_id") for j in jobs}
