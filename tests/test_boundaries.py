@@ -222,7 +222,6 @@ def test_the_scheduler_never_imports_torch():
             assert not names & fns, f"{module} uses {sorted(names & fns)}"
 
 
-@pytest.mark.e2e
 def test_shim_imports_only_the_standard_library():
     # The shim starts every job, so what it imports is every job's start-up time; and it
     # runs with -I -S, without site-packages. privileges: system mode's drop to the job's
@@ -256,7 +255,6 @@ def test_shim_imports_only_the_standard_library():
     assert allowed_ours - {"gpusched", "gpusched.proc"} | {"gpusched.proc.shim"} <= seen
 
 
-@pytest.mark.e2e
 def test_the_command_line_modules_stay_small():
     # The command line was once one module of 700 lines; its commands now live in modules
     # by topic (*_cmds.py), gathered by app.py, each small enough to read at once.

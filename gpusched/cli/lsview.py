@@ -10,15 +10,7 @@ import time
 
 from gpusched.cli.columns import Column, Plan, fit_line, fit_widths
 from gpusched.client.clusterview import cluster_human
-from gpusched.client.textcells import (
-    Cell,
-    Line,
-    Seg,
-    command_human,
-    job_label,
-    printable,
-    request_human,
-)
+from gpusched.client.textcells import Cell, Line, command_human, job_label, printable, request_human
 from gpusched.core.units import duration_human, size_human
 
 TYPE_CHECKING = False
@@ -267,47 +259,6 @@ def progress_human(
         ago_s = max(0.0, (time.time() if now is None else now) - progress["updated_at"])
         parts += [progress["message"], f"({duration_human(ago_s)} ago)"]
     return printable(" ".join(p for p in parts if p))
-
-
-# `gpus`: the columns of its two tables, and each row's cells as text (style "red" for a
-# GPU's health problem). Both tables print these; render.py with rich, plainout.py without.
-GPU_COLUMNS = ("GPU", "NAME", "MEMORY USED / RESERVED / TOTAL", "UTIL", "HEALTH", "JOBS")
-PROCESS_COLUMNS = ("GPU", "PID", "USER", "JOB", "GPU MEM", "COMMAND")
-
-
-def gpu_row(gpu: dict[str, Any]) -> list[Seg]:
-    memory = (
-        f"{size_human(gpu['mem_used_bytes'])} / {size_human(gpu['mem_reserved_bytes'])}"
-        f" / {size_human(gpu['mem_total_bytes'])}"
-    )
-    util = "N/A" if gpu["util_pct"] is None else f"{gpu['util_pct']:.0f}%"
-    health = ("ok", "") if gpu["healthy"] else (printable(gpu["health_reason"] or "lost"), "red")
-    jobs = ",".join(str(j) for j in gpu["jobs"]) or "-"
-    label = gpu["label"]
-    if gpu.get("mig_mode"):  # given out only as its MIG devices, listed under it
-        jobs = "MIG mode"
-    elif gpu.get("parent_uuid"):
-        label = f"└ {label}"
-    return [(label, ""), (printable(gpu["name"]), ""), (memory, ""), (util, ""), health, (jobs, "")]
-
-
-def process_rows(result: dict[str, Any]) -> list[list[str]]:
-    rows = []
-    for gpu in result["gpus"]:
-        for proc in gpu["processes"]:
-            pid = str(proc["pid"]) if proc["visible"] else f"{proc['pid']} (other namespace)"
-            job = str(proc["job"]) if proc["job"] is not None else "external"
-            rows.append(
-                [
-                    gpu["label"],
-                    pid,
-                    printable(proc["user"] or "?"),
-                    job,
-                    size_human(proc["used_mem_bytes"]),
-                    printable(proc["command"] or "?"),
-                ]
-            )
-    return rows
 
 
 def write_problem_line(problem: dict[str, Any] | None) -> str | None:

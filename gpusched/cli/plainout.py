@@ -14,8 +14,8 @@ from __future__ import annotations
 import os
 import sys
 
-from gpusched.cli.lsview import GPU_COLUMNS, PROCESS_COLUMNS, gpu_row, process_rows
-from gpusched.client.textcells import cell_width, text_width
+from gpusched.client.textcells import cell_width, printable, text_width
+from gpusched.core.units import size_human
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -23,7 +23,48 @@ if TYPE_CHECKING:
     from typing import Any, TextIO
 
     from gpusched.cli.render import RichOutput
-    from gpusched.client.textcells import Line
+    from gpusched.client.textcells import Line, Seg
+
+# `gpus`: the columns of its two tables, and each row's cells as text (style "red" for a
+# GPU's health problem). Both tables print these; render.py with rich, this module without.
+GPU_COLUMNS = ("GPU", "NAME", "MEMORY USED / RESERVED / TOTAL", "UTIL", "HEALTH", "JOBS")
+PROCESS_COLUMNS = ("GPU", "PID", "USER", "JOB", "GPU MEM", "COMMAND")
+
+
+def gpu_row(gpu: dict[str, Any]) -> list[Seg]:
+    memory = (
+        f"{size_human(gpu['mem_used_bytes'])} / {size_human(gpu['mem_reserved_bytes'])}"
+        f" / {size_human(gpu['mem_total_bytes'])}"
+    )
+    util = "N/A" if gpu["util_pct"] is None else f"{gpu['util_pct']:.0f}%"
+    health = ("ok", "") if gpu["healthy"] else (printable(gpu["health_reason"] or "lost"), "red")
+    jobs = ",".join(str(j) for j in gpu["jobs"]) or "-"
+    label = gpu["label"]
+    if gpu.get("mig_mode"):  # given out only as its MIG devices, listed under it
+        jobs = "MIG mode"
+    elif gpu.get("parent_uuid"):
+        label = f"└ {label}"
+    return [(label, ""), (printable(gpu["name"]), ""), (memory, ""), (util, ""), health, (jobs, "")]
+
+
+def process_rows(result: dict[str, Any]) -> list[list[str]]:
+    rows = []
+    for gpu in result["gpus"]:
+        for proc in gpu["processes"]:
+            pid = str(proc["pid"]) if proc["visible"] else f"{proc['pid']} (other namespace)"
+            job = str(proc["job"]) if proc["job"] is not None else "external"
+            rows.append(
+                [
+                    gpu["label"],
+                    pid,
+                    printable(proc["user"] or "?"),
+                    job,
+                    size_human(proc["used_mem_bytes"]),
+                    printable(proc["command"] or "?"),
+                ]
+            )
+    return rows
+
 
 # Each style the listings use -> its SGR parameters, in rich's order (attributes, then
 # the colour); and with NO_COLOR, which keeps attributes and drops colours.

@@ -1,7 +1,7 @@
 """Human output of the listing commands (`ls`, `gpus`, `daemon status`) with rich.
 
-The lines and cells themselves come from lsview.py, which the fast command path draws
-without rich; the names it defines are imported back here for the modules that use them."""
+The lines and cells themselves come from lsview.py (the `gpus` tables' from plainout.py),
+which the fast command path draws without rich; the names it defines are imported back here for the modules that use them."""
 
 from __future__ import annotations
 
@@ -13,19 +13,16 @@ from rich.text import Text
 
 from gpusched.cli.common import out
 from gpusched.cli.lsview import (  # noqa: F401
-    GPU_COLUMNS,
-    PROCESS_COLUMNS,
     fold_arrays,
-    gpu_row,
     host_line,
     ls_lines,
     mem_human,
-    process_rows,
     progress_human,
     shown_state,
     state_human,
     write_problem_line,
 )
+from gpusched.cli.plainout import GPU_COLUMNS, PROCESS_COLUMNS, gpu_row, process_rows
 from gpusched.core.units import duration_human
 from gpusched.tui.draw import Frame
 
