@@ -11,20 +11,29 @@ contrast: `ls` through the typer command (GPUSCHED_NO_FAST_PATH=1), and `python 
 'import re, sys'`, what the console script of an older pip (23.2, as Python 3.11's venv
 brings) imports before gpusched's own code. The script timed is the one the pip of this
 venv writes (common.console_script_body).
+
+A second table times a daemon's start, from spawn until it answers `status` on its socket,
+in a fresh home each time: `python -m gpusched.daemon` (what the first command of a session
+starts) against `gpusched daemon run --user` (the same daemon through the typer CLI).
 """
 
 from __future__ import annotations
 
 import argparse
+import subprocess
+import time
 
 from common import (
     Gpusched,
+    base_env,
     gpusched_script,
     interleaved,
     median_ms,
     plain_install_gpusched,
     print_table,
     ratio,
+    remove_at_exit,
+    scratch_dir,
     script_python,
     timed_run,
     verdict,
@@ -112,6 +121,59 @@ def main() -> None:
         f"everyday commands, median wall time ({args.runs} runs each, interleaved)",
         ["command", "median", "ratio to floor", "target", "verdict"],
         rows,
+    )
+    time_daemon_starts(script, max(5, args.runs // 3))
+
+
+def daemon_start_s(argv: list[str], homes: list[int]) -> float:
+    """Seconds from spawning a daemon in a fresh home until it answers `status`."""
+    homes.append(len(homes))
+    home = scratch_dir() / f"d{homes[-1]}"
+    home.mkdir(mode=0o700)
+    env = {**base_env(), "GPUSCHED_HOME": str(home), "GPUSCHED_SIMULATE": "4x80GiB"}
+    probe = Gpusched.__new__(Gpusched)  # only its socket call: this home has no CLI daemon
+    probe.socket = str(home / "run" / "gpusched.sock")
+    start = time.perf_counter()
+    daemon = subprocess.Popen(
+        argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True
+    )
+    try:
+        while True:
+            try:
+                probe.call("status")
+                return time.perf_counter() - start
+            except OSError:  # not listening yet
+                if daemon.poll() is not None:
+                    raise RuntimeError(f"{' '.join(argv)} exited {daemon.returncode}") from None
+                time.sleep(0.002)
+    finally:
+        daemon.kill()
+        daemon.wait()
+        remove_at_exit(home)
+
+
+def time_daemon_starts(script: str, runs: int) -> None:
+    python = script_python(script)
+    homes: list[int] = []
+    contenders = {
+        "python -m gpusched.daemon": [python, "-m", "gpusched.daemon"],
+        "gpusched daemon run --user": [script, "daemon", "run", "--user"],
+    }
+    samples = interleaved(
+        runs,
+        {
+            name: (lambda argv=argv: daemon_start_s(argv, homes))
+            for name, argv in contenders.items()
+        },
+    )
+    peer_ms = median_ms(samples["gpusched daemon run --user"])
+    print_table(
+        f"a daemon's start, spawn to its first answer, median ({runs} runs each, interleaved)",
+        ["started as", "median", "ratio to the typer command"],
+        [
+            [name, f"{median_ms(times):.0f} ms", ratio(median_ms(times), peer_ms)]
+            for name, times in samples.items()
+        ],
     )
 
 
