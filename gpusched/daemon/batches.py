@@ -175,7 +175,7 @@ class BatchedSubmit(Batched):
         state: DaemonState,
         count: int,
         make_jobs: Callable[[list[int]], Iterator[tuple[Job, Job]]],
-        result_of: Callable[[list[int]], dict],
+        result_of: Callable[[list[int]], dict[str, Any]],
         held: Reservation | None = None,
     ):
         self.state, self.count = state, count
@@ -191,7 +191,7 @@ class BatchedSubmit(Batched):
         self._known = 0  # of the stored jobs, once committed
         self._known_part = KNOWN_FIRST  # how many the next turn makes known
 
-    def step(self) -> dict | None:
+    def step(self) -> dict[str, Any] | None:
         if self._ids is None:
             self._reserve()
             return None
@@ -205,7 +205,7 @@ class BatchedSubmit(Batched):
             return None  # made known from the next turn on: this one had two commits
         return self._make_known()
 
-    def _make_known(self) -> dict | None:
+    def _make_known(self) -> dict[str, Any] | None:
         """The next jobs known to the scheduler and to requests: with 100,000 at once, the
         queue's bookkeeping alone took several hundred ms of one turn."""
         started = _monotonic()
@@ -284,11 +284,11 @@ class BatchedChange(Batched):
         self.refused: dict[str, str] = {}
         self._pace = Pace()
 
-    def step(self) -> dict | None:
+    def step(self) -> dict[str, Any] | None:
         more = self._pace.batch(self._left, self._apply_each, self.state.write())
         return None if more else {"results": self.results, "refused": self.refused}
 
-    def run_all(self) -> dict:
+    def run_all(self) -> dict[str, Any]:
         """The whole change in one commit: for a few jobs."""
         with self.state.write():
             self._apply_each(list(self._left))

@@ -123,7 +123,7 @@ class HistoryReport(Batched):
         self._floor = self.runs[-1]["id"] if len(self.runs) == count else 0
         self._top, self._found = 2**63 - 1, 0
 
-    def step(self) -> dict | None:
+    def step(self) -> dict[str, Any] | None:
         deadline = time.monotonic() + TURN_BUDGET_S  # real time: a turn's length
         while self._top > self._floor and self._found < self.count:
             rows, self._top = self.store.runs_by_program(

@@ -18,6 +18,10 @@ from gpusched.daemon.state import DaemonState, Setup
 from gpusched.proc import jobenv, runfile
 from gpusched.proc.seam import ProcessSeam
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
+
 log = logging.getLogger("gpusched.jobs")
 # A shim is forked within milliseconds of its launch; one whose pid has not appeared in
 # its run file after this long never will (the launcher, or the daemon between storing
@@ -29,7 +33,9 @@ class JobControl:
     def __init__(self, state: DaemonState, setup: Setup, seam: ProcessSeam):
         self.state, self.setup, self.seam = state, setup, seam
         self.placements: dict[int, int] = {}  # GPU index -> jobs placed (round-robin)
-        self.launches: list[dict] = []  # specs of jobs started this pass, for launch_started
+        self.launches: list[
+            dict[str, Any]
+        ] = []  # specs of jobs started this pass, for launch_started
         # (job id, reason) from shims that could not create their run file: filled by
         # the wake socket's thread, emptied by the loop's.
         self.launch_failures: queue.SimpleQueue[tuple[int, str]] = queue.SimpleQueue()

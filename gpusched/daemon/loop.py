@@ -33,7 +33,8 @@ from gpusched.daemon.state import DaemonState, Setup
 from gpusched.daemon.store import Store
 from gpusched.gpus import GpuBackend
 from gpusched.proc import runfile
-from gpusched.proc.seam import ProcessSeam, supervisor_socket
+from gpusched.proc.seam import ProcessSeam
+from gpusched.proc.supervisorlink import supervisor_socket
 
 log = logging.getLogger("gpusched.daemon.loop")
 

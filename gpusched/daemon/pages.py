@@ -27,21 +27,21 @@ MAX_PAGE_BYTES = 2 * 2**20
 SCAN_ROWS = 2000
 
 
-def budget(args: dict) -> int:
+def budget(args: dict[str, Any]) -> int:
     return jobspec.whole_number(args, "page_bytes", PAGE_BYTES, 1024, MAX_PAGE_BYTES)
 
 
-def start(args: dict, high: int = MAX_JOB_ID) -> int:
+def start(args: dict[str, Any], high: int = MAX_JOB_ID) -> int:
     """Where the page starts: after this job id (`list`), or at this position."""
     return jobspec.whole_number(args, "after", 0, 0, high)
 
 
-def last(args: dict) -> int | None:
+def last(args: dict[str, Any]) -> int | None:
     """How many of the newest matching jobs a `list` keeps (None: all)."""
     return jobspec.whole_number(args, "last", None, 1, MAX_JOB_ID)
 
 
-def fill(rows: Iterable[dict], budget_bytes: int) -> tuple[list[dict], bool]:
+def fill(rows: Iterable[dict[str, Any]], budget_bytes: int) -> tuple[list[dict[str, Any]], bool]:
     """The rows that fit in the budget (at least one), and whether some were left out."""
     page, used = [], 0
     for row in rows:
@@ -53,7 +53,9 @@ def fill(rows: Iterable[dict], budget_bytes: int) -> tuple[list[dict], bool]:
     return page, False
 
 
-def by_position(items: list, args: dict, rows_of: Callable[[list], list[dict]]) -> dict:
+def by_position(
+    items: list, args: dict[str, Any], rows_of: Callable[[list], list[dict[str, Any]]]
+) -> dict[str, Any]:
     """One page of the rows for items (jobs named, in order) from position args["after"]."""
     first = start(args, high=max(len(items), 0))
     rows = lazy(items[first:], rows_of)
@@ -61,7 +63,9 @@ def by_position(items: list, args: dict, rows_of: Callable[[list], list[dict]]) 
     return {"jobs": page, "next": first + len(page) if more else None}
 
 
-def lazy(items: list, rows_of: Callable[[list], list[dict]], chunk: int = 200) -> Iterable[dict]:
+def lazy(
+    items: list, rows_of: Callable[[list], list[dict[str, Any]]], chunk: int = 200
+) -> Iterable[dict[str, Any]]:
     """rows_of(items), made a few hundred at a time: a page stops long before 100,000 are."""
     for at in range(0, len(items), chunk):
         yield from rows_of(items[at : at + chunk])
@@ -91,7 +95,7 @@ def list_candidates(
 def list_page(
     jobs: list[Job],
     horizon: int | None,
-    rows_of: Callable[[list[Job]], list[dict]],
+    rows_of: Callable[[list[Job]], list[dict[str, Any]]],
     budget_bytes: int,
 ) -> dict[str, Any]:
     """The page of rows (rows_of: viewed, filtered) for the candidate jobs; "next" is the
@@ -127,7 +131,7 @@ def newest_first(
 def last_candidates(
     active: dict[int, Job],
     finished: Callable[[int, int], list[Job]] | None,
-    matching: Callable[[list[Job]], list[dict]],
+    matching: Callable[[list[Job]], list[dict[str, Any]]],
     count: int,
     after: int,
 ) -> tuple[list[Job], int | None]:

@@ -29,7 +29,7 @@ class Waiter:
     def __init__(
         self,
         ids: list[int],
-        result: Callable[[], dict],
+        result: Callable[[], dict[str, Any]],
         deadline: float,
         never_starts: Callable[[int], str | None] | None = None,
     ):

@@ -32,6 +32,10 @@ from gpusched.daemon.store import Store
 from gpusched.daemon.usagerow import row_usage
 from gpusched.proc import runfile
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
+
 log = logging.getLogger("gpusched.daemon.retention")
 
 SUMMARY_KEY = "removed_jobs"  # meta: usage of the jobs removed, by user and final state
@@ -69,7 +73,7 @@ class Sweep(Batched):
             "keep_finished_count": count,
         }
 
-    def step(self) -> dict | None:
+    def step(self) -> dict[str, Any] | None:
         try:
             report = self._step()
         except BaseException:
@@ -82,7 +86,7 @@ class Sweep(Batched):
     def abandon(self) -> None:
         self.needed.stop()
 
-    def _step(self) -> dict | None:
+    def _step(self) -> dict[str, Any] | None:
         if self.state.incoming:
             return None  # a submit being stored may depend on a job this would remove
         if not self.needed.watching:
@@ -164,7 +168,7 @@ class Sweep(Batched):
 # -- the summary ------------------------------------------------------------------------------
 
 
-def load_summary(text: str) -> dict:
+def load_summary(text: str) -> dict[str, Any]:
     """The usage of removed jobs: {"jobs": N, "by_user": {user: {state: {"jobs", "run_s",
     "gpu_s", "core_s"}}}}; empty when none was removed (or the entry is unreadable)."""
     try:
@@ -177,12 +181,12 @@ def load_summary(text: str) -> dict:
     return summary
 
 
-def removed_summary(store: Store) -> dict:
+def removed_summary(store: Store) -> dict[str, Any]:
     """The usage of every job retention removed, for `daemon status` and `gc`."""
     return load_summary(store.get_meta(SUMMARY_KEY))
 
 
-def add_to_summary(summary: dict, rows: list[sqlite3.Row]) -> dict:
+def add_to_summary(summary: dict[str, Any], rows: list[sqlite3.Row]) -> dict[str, Any]:
     """Add removed rows to the summary: per user and final state, jobs and sums of what
     daemon/usagerow.py measures (the sums an older daemon wrote lack the newer keys)."""
     for row in rows:

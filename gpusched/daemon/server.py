@@ -10,7 +10,7 @@ import time
 from collections.abc import Callable, Collection
 from typing import Any
 
-from gpusched.client import pagestream, protocol
+from gpusched.client import pagestream, protocol, wire
 from gpusched.core.errors import GpuschedError, ProtocolError, error_kind
 from gpusched.core.limits import DEFAULT as DEFAULT_LIMITS
 from gpusched.core.limits import Limits
@@ -198,7 +198,7 @@ class SocketServer:
     def _admit(self, conn: socket.socket) -> int | None:
         """Count a new connection against its user's limit; refuse it, with a reply, if over."""
         try:
-            uid = protocol.peer_credentials(conn)[1]
+            uid = wire.peer_credentials(conn)[1]
         except OSError:
             conn.close()
             return None
@@ -245,9 +245,9 @@ class SocketServer:
         taken = self._frames.reader()  # a large frame's bytes, held until it is answered
         with conn:
             try:
-                creds = protocol.peer_credentials(conn)
+                creds = wire.peer_credentials(conn)
                 while (
-                    message := protocol.receive(
+                    message := wire.receive(
                         conn, protocol.READ_TIMEOUT_S, self._max_json_depth, taken
                     )
                 ) is not None:
@@ -258,7 +258,7 @@ class SocketServer:
                         else self._handle_counted(message, creds)
                     )
                     conn.settimeout(protocol.READ_TIMEOUT_S)  # a reader that stalls is cut off too
-                    protocol.send(conn, answer)
+                    wire.send(conn, answer)
                     taken.release()
                     if streamed:
                         return  # one streamed request per connection: its frames end here
@@ -278,7 +278,7 @@ class SocketServer:
         while (message := pagestream.next_request(message, answer)) is not None:
             answer = self._handle(message, creds)
             conn.settimeout(pagestream.SEND_TIMEOUT_S)  # its reader may be busy printing
-            protocol.send(conn, answer)
+            wire.send(conn, answer)
 
     def _handle_counted(self, message: Any, creds: tuple[int, int, int]) -> dict[str, Any]:
         """_handle; a `wait` moves its connection from the user's open connections to
@@ -347,7 +347,7 @@ class SocketServer:
     @staticmethod
     def _try_send(conn: socket.socket, answer: dict[str, Any]) -> None:
         try:
-            protocol.send(conn, answer)
+            wire.send(conn, answer)
         except OSError:
             pass
 

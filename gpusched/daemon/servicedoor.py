@@ -12,6 +12,10 @@ from collections.abc import Callable
 from gpusched.core.services import LoadSample, p95
 from gpusched.proc.haproxy import Proxy, RequestLog, ServerStat, new_token
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
+
 log = logging.getLogger("gpusched.daemon.servicedoor")
 
 # Latency histogram bounds (ms) for `service show` and /metrics.
@@ -165,7 +169,7 @@ class Door:
         self.next_start_s = now_mono + _RETRY_START_S
         return True
 
-    def summary(self, now: float, window_s: float = 60.0) -> dict:
+    def summary(self, now: float, window_s: float = 60.0) -> dict[str, Any]:
         recent = [ms for when, ms in self.latencies if when >= now - window_s]
         requests = sum(count for when, count in self.counted if when >= now - window_s)
         last = self.samples[-1] if self.samples else None

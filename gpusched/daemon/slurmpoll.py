@@ -246,7 +246,7 @@ class ClusterJobs:
         job: Job,
         key: str,
         row: SlurmRow | None,
-        record: dict | None,
+        record: dict[str, Any] | None,
         cluster: ClusterConfig,
         now: float,
     ) -> bool:
@@ -391,7 +391,7 @@ class ClusterJobs:
 
 def _fetch(
     commands: SlurmCommands, base: str, handed: dict[str, tuple[int, int]], unplaced: set[str]
-) -> tuple[dict, dict, dict]:
+) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
     """On the worker: Slurm's rows for the jobs handed over (squeue, then sacct for those
     it forgot that left no exit record), the exit records of those that ended, and the
     start records of those that started and have none read yet."""

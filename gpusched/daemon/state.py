@@ -262,21 +262,20 @@ class DaemonState:
         """The active version of a job, or None: it is not active."""
         if job_id in self._pending or (job is not None and job.state is JobState.PENDING):
             self._pending_changes += 1
-        local = job is not None and job_id not in self.remote_ids
-        self._requeue(
-            self._pending.get(job_id), job if local and job.state is JobState.PENDING else None
-        )
+        local = job if job is not None and job_id not in self.remote_ids else None
+        pending = local if local is not None and local.state is JobState.PENDING else None
+        self._requeue(self._pending.get(job_id), pending)
         entry = None if job is None else self.kinds.lean(job)
-        for subset, belongs in (
-            (self.jobs, job is not None),
-            (self._pending, local and job.state is JobState.PENDING),
+        for subset, held in (
+            (self.jobs, entry),
+            (self._pending, None if pending is None else entry),
         ):
-            if belongs:
-                subset.put_lean(job_id, entry)
+            if held is not None:
+                subset.put_lean(job_id, held)
             else:
                 subset.discard(job_id)
-        if local and job.is_running:
-            self._running[job_id] = job
+        if local is not None and local.is_running:
+            self._running[job_id] = local
         else:
             self._running.pop(job_id, None)
 

@@ -20,9 +20,9 @@ from gpusched.core import (
 )
 from gpusched.core.errors import NotFound, UsageError
 from gpusched.core.models import Job, job_with
+from gpusched.core.users import user_name
 from gpusched.core.values import shown
 from gpusched.daemon import batches, gpumemory, quotas
-from gpusched.daemon.authz import user_name
 from gpusched.daemon.request import Request, check_priority, named, targets
 from gpusched.daemon.state import DaemonState, Setup
 from gpusched.proc import runfile
@@ -32,7 +32,7 @@ class Submits:
     def __init__(self, state: DaemonState, setup: Setup):
         self.state, self.setup = state, setup
 
-    def submit(self, req: Request) -> dict:
+    def submit(self, req: Request) -> dict[str, Any]:
         limits.check_submit(req.args, limits.from_settings(self.setup.settings))
         # The kinds of values were checked with the request (protocol.ARGUMENTS).
         env, cwd, specs = req.args.get("env") or {}, req.args.get("cwd") or "", req.args["jobs"]
@@ -109,7 +109,7 @@ class Submits:
             self.state.remember(job)
 
     @staticmethod
-    def _result(groups: list, ids: list[int]) -> dict:
+    def _result(groups: list, ids: list[int]) -> dict[str, Any]:
         """The reply to a submit: every id, and each array's (its first element's). A
         group's jobs, len(indices) per command, have the next ids: no look at each of a
         sweep's 100,000 commands, on the loop's thread."""
@@ -239,7 +239,7 @@ class Submits:
             job = replace(job, pending_reason=f"waiting to be handed to cluster {cluster.name}")
         return job
 
-    def resubmit(self, req: Request) -> dict:
+    def resubmit(self, req: Request) -> dict[str, Any]:
         """A job (an array, an element) queued again as a new one, for its owner or an
         admin; it runs as the job's user, in its directory, with its environment."""
         jobs = targets(self.state, [req.args["id"]])
@@ -358,7 +358,7 @@ def stored_bytes(groups: list) -> int:
     return total
 
 
-def streamed_lines(args: dict) -> list[str] | None:
+def streamed_lines(args: dict[str, Any]) -> list[str] | None:
     """A streamed submit's lines, which the socket server puts in its args once read;
     None for a plain submit. A stream's args without them came some other way."""
     if args.get("stream") is None:

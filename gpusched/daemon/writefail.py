@@ -110,7 +110,7 @@ class WriteHealth:
         self._retry_at = now + self._retry_delay_s
         return True
 
-    def to_dict(self) -> dict | None:
+    def to_dict(self) -> dict[str, Any] | None:
         """For `daemon status` and `ls`: None while writes work."""
         if self.failure is None:
             return None
