@@ -105,6 +105,8 @@ class Notifier:
         told, still = self._told_pending, set()
         for rule in self._pending_rules:
             limit_s = rule.pending_longer_than_s
+            if limit_s is None:  # none such: core/notifyconf.py checks that each has one
+                continue
             for job_id, job in pending():
                 key = (job_id, limit_s)
                 if job.held or now - job.submitted_at < limit_s:

@@ -10,8 +10,8 @@ from __future__ import annotations
 import bisect
 import collections
 import json
-from collections.abc import Callable, Iterable, Iterator
-from typing import Any
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from typing import Any, TypeVar
 
 from gpusched.core import jobspec
 from gpusched.core.models import Job
@@ -25,6 +25,7 @@ MAX_PAGE_BYTES = 2 * 2**20
 # Rows one `list` page looks at, shown or filtered out: a filter that matches few jobs
 # among a million finished ones must not keep the loop busy for seconds in one request.
 SCAN_ROWS = 2000
+_T = TypeVar("_T")
 
 
 def budget(args: dict[str, Any]) -> int:
@@ -43,7 +44,8 @@ def last(args: dict[str, Any]) -> int | None:
 
 def fill(rows: Iterable[dict[str, Any]], budget_bytes: int) -> tuple[list[dict[str, Any]], bool]:
     """The rows that fit in the budget (at least one), and whether some were left out."""
-    page, used = [], 0
+    page: list[dict[str, Any]] = []
+    used = 0
     for row in rows:
         size = len(json.dumps(row, separators=(",", ":"))) + 1
         if page and used + size > budget_bytes:
@@ -54,7 +56,7 @@ def fill(rows: Iterable[dict[str, Any]], budget_bytes: int) -> tuple[list[dict[s
 
 
 def by_position(
-    items: list, args: dict[str, Any], rows_of: Callable[[list], list[dict[str, Any]]]
+    items: list[_T], args: dict[str, Any], rows_of: Callable[[list[_T]], list[dict[str, Any]]]
 ) -> dict[str, Any]:
     """One page of the rows for items (jobs named, in order) from position args["after"]."""
     first = start(args, high=max(len(items), 0))
@@ -64,7 +66,7 @@ def by_position(
 
 
 def lazy(
-    items: list, rows_of: Callable[[list], list[dict[str, Any]]], chunk: int = 200
+    items: list[_T], rows_of: Callable[[list[_T]], list[dict[str, Any]]], chunk: int = 200
 ) -> Iterable[dict[str, Any]]:
     """rows_of(items), made a few hundred at a time: a page stops long before 100,000 are."""
     for at in range(0, len(items), chunk):
@@ -72,7 +74,7 @@ def lazy(
 
 
 def list_candidates(
-    active: dict[int, Job], finished: Callable[[int, int, int], list[Job]] | None, after: int
+    active: Mapping[int, Job], finished: Callable[[int, int, int], list[Job]] | None, after: int
 ) -> tuple[list[Job], int | None]:
     """The jobs with ids after `after`, in id order, that one `list` page looks at: up to
     SCAN_ROWS active ones and as many finished ones (finished(after, count, up_to) reads
@@ -107,7 +109,7 @@ def list_page(
 
 
 def newest_first(
-    active: dict[int, Job], finished: Callable[[int, int], list[Job]] | None, chunk: int
+    active: Mapping[int, Job], finished: Callable[[int, int], list[Job]] | None, chunk: int
 ) -> Iterator[list[Job]]:
     """Every job (the active ones, and finished ones read from the store by
     finished(top_id, count) when given) in chunks, highest ids first: each chunk reads
@@ -129,7 +131,7 @@ def newest_first(
 
 
 def last_candidates(
-    active: dict[int, Job],
+    active: Mapping[int, Job],
     finished: Callable[[int, int], list[Job]] | None,
     matching: Callable[[list[Job]], list[dict[str, Any]]],
     count: int,
@@ -138,7 +140,8 @@ def last_candidates(
     """list_candidates() for a `list` with "last": the jobs from the count-th newest match
     on (or from `after`, if higher: a later page), in id order, and the horizon. The jobs
     are read newest first, once, down to there, however many older ones the store holds."""
-    found, walked = 0, collections.deque(maxlen=SCAN_ROWS + 1)
+    found = 0
+    walked: collections.deque[Job] = collections.deque(maxlen=SCAN_ROWS + 1)
     for jobs in newest_first(active, finished, min(max(count, 64), SCAN_ROWS)):
         walked.extend(jobs)  # the lowest ids are the last walked: the ones this page needs
         ids = [row["id"] for row in matching(jobs)]  # still newest first
