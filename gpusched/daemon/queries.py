@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import builtins
 import os
 from typing import Any
 
@@ -75,7 +76,7 @@ class Queries:
         )
         viewer = self.setup.authz.viewer(req.creds[1])
 
-        def matching(some: list) -> list[dict[str, Any]]:
+        def matching(some: list[Job]) -> list[dict[str, Any]]:
             # Filtered as the caller sees them: a hidden name must not be found by its pattern.
             return jobfilter.select(viewer.jobs(self._as_known(some)), req.args)
 
@@ -114,12 +115,13 @@ class Queries:
             jobs, req.args, lambda some: self.with_progress(viewer.jobs(self._as_known(some)))
         )
 
-    def _as_known(self, jobs: list[Job]) -> list[Job]:
+    # `list` in a signature below is the method above: builtins.list is the type.
+    def _as_known(self, jobs: builtins.list[Job]) -> builtins.list[Job]:
         """The jobs with the ends the daemon knows but could not store yet (a full disk)."""
         unstored = self.state.unstored_ends
         return [unstored.get(job.id, job) for job in jobs] if unstored else jobs
 
-    def with_progress(self, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    def with_progress(self, rows: builtins.list[dict[str, Any]]) -> builtins.list[dict[str, Any]]:
         """Each running job's last gpusched.job.progress() report; None for the others.
 
         One small file read per running job; a report from an earlier attempt is ignored,
@@ -180,7 +182,7 @@ class Queries:
         reason = self.state.reason_of(job)
         return reason if dependencies.NEVER_MET in reason else None
 
-    def _waited(self, ids: list[int], req: Request, waiter: Waiter) -> dict[str, Any]:
+    def _waited(self, ids: builtins.list[int], req: Request, waiter: Waiter) -> dict[str, Any]:
         state = self.state
         viewer = self.setup.authz.viewer(req.creds[1])
 
@@ -255,7 +257,7 @@ class Queries:
             ],
         }
 
-    def _loads(self) -> list:
+    def _loads(self) -> builtins.list[tuple[GpuInfo, placement.GpuLoad]]:
         """(GPU, its load: jobs on it and memory promised to them) for each schedulable GPU."""
         state = self.state
         loads = placement.gpu_loads(
@@ -288,7 +290,7 @@ class Queries:
             active = [job for job in active if job.is_running]
         lean = req.args.get("lean")
 
-        def rows_of(some: list) -> list[dict[str, Any]]:
+        def rows_of(some: list[Job]) -> list[dict[str, Any]]:
             rows = self.with_progress(viewer.jobs(some))
             return (
                 [{key: row[key] for key in LEAN_JOB_FIELDS if key in row} for row in rows]

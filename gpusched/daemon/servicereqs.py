@@ -16,7 +16,7 @@ from gpusched.daemon.servicedoor import Door, minute_of_day
 
 if TYPE_CHECKING:
     from gpusched.daemon.changes import Changes
-    from gpusched.daemon.state import DaemonState, Setup
+    from gpusched.daemon.state import Clock, DaemonState, Setup
     from gpusched.daemon.submits import Submits
 
 META_PREFIX = "service:"
@@ -30,7 +30,7 @@ class ServiceRequests:
     setup: Setup
     submits: Submits
     changes: Changes
-    clock: Any
+    clock: Clock
     folder: str
     services: dict[str, model.Service]
     doors: dict[str, Door]

@@ -9,7 +9,7 @@ from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import partial
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gpusched.client.paths import Paths
 from gpusched.core import queuerules
@@ -30,6 +30,15 @@ from gpusched.daemon.telemetry import Telemetry
 from gpusched.daemon.writefail import WriteHealth
 from gpusched.proc.runfile import own_log_paths
 
+if TYPE_CHECKING:
+    from typing import Protocol
+
+    class Clock(Protocol):
+        """The time module, or in tests a clock they move by hand."""
+
+        def time(self) -> float: ...
+        def monotonic(self) -> float: ...
+
 
 @dataclass(frozen=True)
 class Setup:
@@ -43,7 +52,7 @@ class Setup:
     cgroups: CgroupJobs | None  # kernel-enforced memory limits, when enforce_mem found a tree
     started_at: float
     # time() and monotonic(): the time module, or in tests a clock they move by hand.
-    clock: Any = time
+    clock: Clock = time
 
     def queue_rules(self, draining: bool) -> queuerules.QueueRules:
         s = self.settings
@@ -111,8 +120,8 @@ class DaemonState:
         # While a write() runs: each job it changed as it was before (None: not active),
         # and what to do once it commits, or if it fails.
         self._undo: dict[int, Job | None] | None = None
-        self._on_commit: list[Callable[[], None]] = []
-        self._on_rollback: list[Callable[[], None]] = []
+        self._on_commit: list[Callable[[], object]] = []
+        self._on_rollback: list[Callable[[], object]] = []
         # Ids of submits being stored in batches (daemon/batches.py): not acknowledged
         # yet, so no request may see or touch them.
         self.incoming: list[range] = []
@@ -320,7 +329,7 @@ class DaemonState:
         for action in on_commit:
             action()
 
-    def after_commit(self, action: Callable[[], None]) -> None:
+    def after_commit(self, action: Callable[[], object]) -> None:
         """Do this once the write under way commits (now, outside a write): what must not
         happen for a change that is not stored (a signal, a launch, a file removed)."""
         if self._undo is None:
@@ -328,7 +337,7 @@ class DaemonState:
         else:
             self._on_commit.append(action)
 
-    def on_rollback(self, action: Callable[[], None]) -> None:
+    def on_rollback(self, action: Callable[[], object]) -> None:
         """Undo this if the write under way fails (a port held, a cgroup made for a start)."""
         if self._undo is not None:
             self._on_rollback.append(action)
