@@ -56,7 +56,7 @@ class Changes:
         work = batches.BatchedChange(self.state, jobs, outcome)
         return work if len(jobs) > batches.BIG_JOBS else work.run_all()
 
-    def cancel(self, req: Request) -> dict[str, Any]:
+    def cancel(self, req: Request) -> dict[str, Any] | batches.BatchedChange:
         who = user_name(req.creds[1])
         return self.change(req, "cancel", lambda job: self._cancel_one(job, who))
 
@@ -64,7 +64,8 @@ class Changes:
         if job.state.is_final:
             return f"already {job.state.value}"
         if job.id in self.state.remote_ids:  # Slurm's job: cancelled there (slurmpoll.py)
-            return self.state.clusters.cancel(job, who)
+            said: str = self.state.clusters.cancel(job, who)
+            return said
         if job.state is JobState.PENDING:
             self.state.save(
                 transition(
@@ -85,10 +86,10 @@ class Changes:
         self.state.after_commit(lambda: self.seam.signal_job(job, signal.SIGTERM))
         return "cancelling"
 
-    def hold(self, req: Request) -> dict[str, Any]:
+    def hold(self, req: Request) -> dict[str, Any] | batches.BatchedChange:
         return self.change(req, "hold", lambda job: self._set_held(job, True))
 
-    def release(self, req: Request) -> dict[str, Any]:
+    def release(self, req: Request) -> dict[str, Any] | batches.BatchedChange:
         return self.change(req, "release", lambda job: self._set_held(job, False))
 
     def _set_held(self, job: Job, held: bool) -> str:
@@ -97,7 +98,7 @@ class Changes:
         self.state.save(replace(job, held=held))
         return "held" if held else "released"
 
-    def update(self, req: Request) -> dict[str, Any]:
+    def update(self, req: Request) -> dict[str, Any] | batches.BatchedChange:
         priority = jobspec.whole_number(req.args, "priority", None, -MAX_PRIORITY, MAX_PRIORITY)
         if priority is None:
             raise UsageError("nothing to update; give --priority N")
@@ -114,7 +115,7 @@ class Changes:
             req, "update", apply, lambda: check_priority(self.setup, req.creds, priority)
         )
 
-    def requeue(self, req: Request) -> dict[str, Any]:
+    def requeue(self, req: Request) -> dict[str, Any] | batches.BatchedChange:
         def one(job: Job, now: float, who: str) -> str:
             if job.state.is_final:  # back among its owner's queued jobs: within their quota
                 try:
@@ -132,7 +133,7 @@ class Changes:
 
         return self._requeueing(req, "requeue", one)
 
-    def preempt(self, req: Request) -> dict[str, Any]:
+    def preempt(self, req: Request) -> dict[str, Any] | batches.BatchedChange:
         signum = self.setup.settings.preempt_signal
         return self._requeueing(
             req,
@@ -142,7 +143,7 @@ class Changes:
 
     def _requeueing(
         self, req: Request, verb: str, one: Callable[[Job, float, str], str]
-    ) -> dict[str, Any]:
+    ) -> dict[str, Any] | batches.BatchedChange:
         """A job back in the queue under its id (daemon/requeue.py), for its owner or an admin."""
         who = user_name(req.creds[1])
 

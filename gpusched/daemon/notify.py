@@ -93,7 +93,7 @@ class Notifier:
                 self.dispatch(None, body)  # the owner's file is read off the loop
 
     def check_pending(
-        self, pending: Callable[[], Iterable[tuple[int, Job]]], job_of: Callable[[int], Job]
+        self, pending: Callable[[], Iterable[tuple[int, Job]]], job_of: Callable[[int], Job | None]
     ) -> None:
         """Tell, once per job and threshold, of each job pending longer than a rule's
         threshold. Held jobs are left out: their wait is their owner's choice.
@@ -112,10 +112,8 @@ class Notifier:
                 if job.held or now - job.submitted_at < limit_s:
                     continue
                 still.add(key)
-                if key not in told:
-                    self.dispatch(
-                        rule, event_body("pending_longer_than", job_of(job_id), now, self.host)
-                    )
+                if key not in told and (whole := job_of(job_id)) is not None:
+                    self.dispatch(rule, event_body("pending_longer_than", whole, now, self.host))
         self._told_pending = still  # forget jobs that started or went: bounded by the queue
 
     def close(self) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator
 from dataclasses import replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gpusched.core import (
     jobspec,
@@ -27,12 +27,19 @@ from gpusched.daemon.request import Request, check_priority, named, targets
 from gpusched.daemon.state import DaemonState, Setup
 from gpusched.proc import runfile
 
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    # A submit's group of jobs: (template, array indices, throttle, commands), commands
+    # (None,) for the template's own or a streamed submit's lines (Submits._groups).
+    Group = tuple[Job, tuple[int | None, ...], int | None, Sequence[str | None]]
+
 
 class Submits:
     def __init__(self, state: DaemonState, setup: Setup):
         self.state, self.setup = state, setup
 
-    def submit(self, req: Request) -> dict[str, Any]:
+    def submit(self, req: Request) -> dict[str, Any] | batches.BatchedSubmit:
         limits.check_submit(req.args, limits.from_settings(self.setup.settings))
         # The kinds of values were checked with the request (protocol.ARGUMENTS).
         env, cwd, specs = req.args.get("env") or {}, req.args.get("cwd") or "", req.args["jobs"]
@@ -72,11 +79,13 @@ class Submits:
             self._store(list(make_jobs(ids)), cluster)
         return self._result(groups, ids)
 
-    def _groups(self, specs: list, owner: Job, cluster: Any, lines: list[str] | None) -> list:
+    def _groups(
+        self, specs: list[dict[str, Any]], owner: Job, cluster: Any, lines: list[str] | None
+    ) -> list[Group]:
         """(template, array indices, throttle, commands) for each spec: commands is
         (None,) for the template's own, or a streamed submit's lines (each the last word
         of the template's command, checked as it arrived: daemon/streamin.py)."""
-        groups = []
+        groups: list[Group] = []
         for spec in specs:
             template = self._template(spec, owner, cluster)
             indices, throttle = jobspec.check_array(spec)
@@ -109,7 +118,7 @@ class Submits:
             self.state.remember(job)
 
     @staticmethod
-    def _result(groups: list, ids: list[int]) -> dict[str, Any]:
+    def _result(groups: list[Group], ids: list[int]) -> dict[str, Any]:
         """The reply to a submit: every id, and each array's (its first element's). A
         group's jobs, len(indices) per command, have the next ids: no look at each of a
         sweep's 100,000 commands, on the loop's thread."""
@@ -121,7 +130,7 @@ class Submits:
             at += span
         return {"ids": ids, "array_ids": array_ids}
 
-    def _jobs_of(self, groups: list, ids: list[int]) -> Iterator[tuple[Job, Job]]:
+    def _jobs_of(self, groups: list[Group], ids: list[int]) -> Iterator[tuple[Job, Job]]:
         """The jobs of a submit's groups, each with its template, given all their ids in
         order: per group, per command, the job or one per array index."""
         at = 0
@@ -285,7 +294,9 @@ class Submits:
                 "only depend on jobs already queued, so no cycle can form)"
             )
 
-    def _insert(self, template: Job, indices: tuple, throttle: int | None) -> list[int]:
+    def _insert(
+        self, template: Job, indices: tuple[int | None, ...], throttle: int | None
+    ) -> list[int]:
         """Queue one job, or one per array index (inside a write); returns their ids."""
         ids = self.state.store.next_ids(len(indices))
         self._store(
@@ -294,7 +305,12 @@ class Submits:
         return ids
 
     def _jobs_for(
-        self, template: Job, indices: tuple, throttle: int | None, ids: list[int], **changes: Any
+        self,
+        template: Job,
+        indices: tuple[int | None, ...],
+        throttle: int | None,
+        ids: list[int],
+        **changes: Any,
     ) -> Iterator[Job]:
         """The job, or one per array index, with these ids (and these changes to the
         template: a streamed line's command)."""
@@ -348,7 +364,7 @@ class Submits:
         return stdout, stderr
 
 
-def stored_bytes(groups: list) -> int:
+def stored_bytes(groups: list[Group]) -> int:
     """What the jobs of a submit's groups store (quotas.job_bytes), without making them."""
     total = 0
     for template, indices, _, commands in groups:
