@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 import time
 from dataclasses import replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gpusched.core import gpuoom, memestimate
 from gpusched.core.config import Settings
@@ -15,6 +15,11 @@ from gpusched.core.units import size_human
 from gpusched.daemon.batches import TURN_BUDGET_S, Batched
 from gpusched.daemon.store import Store
 from gpusched.proc import privileges
+
+if TYPE_CHECKING:
+    from gpusched.daemon.request import Request as DaemonRequest
+    from gpusched.daemon.state import DaemonState, Setup
+    from gpusched.proc.runfile import ExitRecord
 
 # The runs an estimate learns from, and those `gpusched history` lists.
 ESTIMATE_STATES = ("succeeded",)
@@ -99,7 +104,7 @@ _RUN_FIELDS = (
 )
 
 
-def history_request(state, setup, req) -> HistoryReport:
+def history_request(state: DaemonState, setup: Setup, req: DaemonRequest) -> HistoryReport:
     """`gpusched history NAME`: the caller's newest finished runs of a job, newest first,
     and what --gpu-mem auto would ask for now (for one GPU)."""
     count = min(req.args.get("last") or HISTORY_RUNS, 10_000)
@@ -148,7 +153,12 @@ class HistoryReport(Batched):
 
 
 def settle_end(
-    job: Job, state: JobState, reason: str, record, inventory: Inventory, headroom_bytes: int
+    job: Job,
+    state: JobState,
+    reason: str,
+    record: ExitRecord,
+    inventory: Inventory,
+    headroom_bytes: int,
 ) -> tuple[Job, JobState, str, bool]:
     """A run's end as JobControl stores it: (job, state, end reason, whether it may be
     retried). A failed GPU run whose log shows CUDA out of memory ends gpu_oom; if it

@@ -8,7 +8,7 @@ import socket
 import threading
 import time
 from collections.abc import Callable, Collection
-from typing import Any
+from typing import Any, Protocol
 
 from gpusched.client import pagestream, protocol, wire
 from gpusched.core.errors import GpuschedError, ProtocolError, error_kind
@@ -20,9 +20,21 @@ from gpusched.proc.runfile import WAKE_MAX_BYTES
 
 log = logging.getLogger("gpusched.daemon.server")
 
-# (command, args, (pid, uid, gid)) -> the command's result, or GpuschedError raised.
-# Called on a connection thread; it may block.
-Dispatch = Callable[[str, dict[str, Any], tuple[int, int, int]], Any]
+
+class Dispatch(Protocol):
+    """(command, args, (pid, uid, gid)) -> the command's result, or GpuschedError raised;
+    gone(): whether a streamed request's client left. Called on a connection thread; it
+    may block."""
+
+    def __call__(
+        self,
+        name: str,
+        args: dict[str, Any],
+        creds: tuple[int, int, int],
+        gone: Callable[[], bool] | None = None,
+    ) -> Any: ...
+
+
 # Commands the server answers itself, on the connection's thread: a liveness check must
 # not wait behind the loop.
 SERVER_COMMANDS = frozenset({"ping"})
@@ -328,7 +340,7 @@ class SocketServer:
                             args,
                             self._max_json_depth,
                             self._limits,
-                            lambda *call, gone: self._dispatch(*call, creds, gone=gone),
+                            lambda name, args, gone: self._dispatch(name, args, creds, gone=gone),
                             self._frames.reader(),
                         ),
                         daemon=self._stamp,

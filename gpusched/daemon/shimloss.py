@@ -18,6 +18,10 @@ from gpusched.daemon.state import Setup
 from gpusched.proc import leftovers, runfile
 from gpusched.proc.seam import ProcessSeam
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Iterable
+
 log = logging.getLogger("gpusched.jobs")
 
 VANISHED = "the job's shim vanished without an exit record (killed, or the machine rebooted)"
@@ -118,10 +122,11 @@ class ShimLoss:
             spec = runfile.read_spec(runfile.run_file_found(jobs_dir, job.id))
         except (OSError, ValueError):
             spec = {}  # found by its session alone
-        return self.seam.job_processes(leftovers.marks_of(spec, shim, job.uid))
+        marks = leftovers.marks_of(spec, (shim.pid, shim.start_ticks), job.uid)
+        return self.seam.job_processes(marks)
 
 
-def _pids(pids) -> str:
+def _pids(pids: Iterable[int]) -> str:
     ordered = sorted(pids)
     shown = ", ".join(map(str, ordered[:_PIDS_SHOWN]))
     more = f" and {len(ordered) - _PIDS_SHOWN} more" if len(ordered) > _PIDS_SHOWN else ""

@@ -9,7 +9,7 @@ from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import partial
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 from gpusched.client.paths import Paths
 from gpusched.core import queuerules
@@ -29,6 +29,8 @@ from gpusched.daemon.store import Store
 from gpusched.daemon.telemetry import Telemetry
 from gpusched.daemon.writefail import WriteHealth
 from gpusched.proc.runfile import own_log_paths
+
+_T = TypeVar("_T")
 
 if TYPE_CHECKING:
     from typing import Protocol
@@ -168,14 +170,14 @@ class DaemonState:
         """A name for the pending jobs as they are now: another once any of them changed."""
         return f"{self._pending_nonce}.{self._pending_changes}"
 
-    def of_pending(self, key: Any, work_out: Callable[[], Any]) -> Any:
+    def of_pending(self, key: Any, work_out: Callable[[], _T]) -> _T:
         """work_out()'s value, worked out again only once the pending jobs changed: with
         100,000 pending, `top` asks every second and the queue seldom moves."""
         version = self.pending_version
         kept = self._of_pending.get(key)
         if kept is None or kept[0] != version:
             kept = self._of_pending[key] = (version, work_out())
-        return kept[1]
+        return cast("_T", kept[1])  # what work_out() gave for this key
 
     def compact(self) -> None:
         """Rebuild the job tables, which keep the size of the most they ever held. In
