@@ -63,9 +63,9 @@ class Changes:
     def _cancel_one(self, job: Job, who: str) -> str:
         if job.state.is_final:
             return f"already {job.state.value}"
-        if job.id in self.state.remote_ids:  # Slurm's job: cancelled there (slurmpoll.py)
-            said: str = self.state.clusters.cancel(job, who)
-            return said
+        clusters = self.state.clusters  # set with the first cluster job (slurmpoll.py)
+        if clusters is not None and job.id in self.state.remote_ids:  # cancelled in Slurm
+            return clusters.cancel(job, who)
         if job.state is JobState.PENDING:
             self.state.save(
                 transition(

@@ -220,9 +220,10 @@ class Daemon:
 
     def step_clusters(self) -> None:
         """Hand jobs to Slurm and poll it (daemon/slurmpoll.py): only with cluster jobs."""
-        if self.state.remote_ids:
+        clusters = self.state.clusters  # set with the first cluster job
+        if clusters is not None and self.state.remote_ids:
             try:
-                self.state.clusters.step()
+                clusters.step()
             except StoreWriteError:
                 pass  # in the log (WriteHealth); the next turn tries again
 

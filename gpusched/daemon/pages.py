@@ -29,12 +29,14 @@ _T = TypeVar("_T")
 
 
 def budget(args: dict[str, Any]) -> int:
-    return jobspec.whole_number(args, "page_bytes", PAGE_BYTES, 1024, MAX_PAGE_BYTES)
+    size = jobspec.whole_number(args, "page_bytes", PAGE_BYTES, 1024, MAX_PAGE_BYTES)
+    return PAGE_BYTES if size is None else size
 
 
 def start(args: dict[str, Any], high: int = MAX_JOB_ID) -> int:
     """Where the page starts: after this job id (`list`), or at this position."""
-    return jobspec.whole_number(args, "after", 0, 0, high)
+    after = jobspec.whole_number(args, "after", 0, 0, high)
+    return 0 if after is None else after
 
 
 def last(args: dict[str, Any]) -> int | None:

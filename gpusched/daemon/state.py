@@ -35,6 +35,8 @@ _T = TypeVar("_T")
 if TYPE_CHECKING:
     from typing import Protocol
 
+    from gpusched.daemon.slurmpoll import ClusterJobs
+
     class Clock(Protocol):
         """The time module, or in tests a clock they move by hand."""
 
@@ -136,7 +138,7 @@ class DaemonState:
         # Cluster jobs (daemon/slurmpoll.py, which sets both): active like any job, but
         # never among running() and pending(), which this machine's scheduler works on.
         self.remote_ids: set[int] = set()
-        self.clusters: Any = None
+        self.clusters: ClusterJobs | None = None
         # Told of the jobs that become active (submitted, or queued again after their
         # end): retention's index of what active jobs need (daemon/keepneeded.py).
         self.activated: list[Callable[[Iterable[Job]], None]] = []

@@ -109,8 +109,9 @@ class Submits:
 
     def _store(self, made: list[tuple[Job, Job]], cluster: Any) -> None:
         """Insert new jobs and keep them in the active set (inside a write)."""
-        if cluster is not None:
-            jobs = self.state.clusters.register([job for _, job in made], cluster)
+        clusters = self.state.clusters  # set when a cluster is (_cluster)
+        if cluster is not None and clusters is not None:
+            jobs = clusters.register([job for _, job in made], cluster)
             self.state.store.insert(jobs)
         else:
             jobs = batches.store_alike(self.state.store, made)
@@ -242,9 +243,10 @@ class Submits:
             pending_reason="waiting to be placed",
             **fields,
         )
-        if cluster is not None:
+        clusters = self.state.clusters  # set when a cluster is (_cluster)
+        if cluster is not None and clusters is not None:
             slurmspec.refuse_if(job, cluster)
-            self.state.clusters.check_dependencies(job.dependencies, cluster)
+            clusters.check_dependencies(job.dependencies, cluster)
             job = replace(job, pending_reason=f"waiting to be handed to cluster {cluster.name}")
         return job
 
