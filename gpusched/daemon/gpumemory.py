@@ -17,7 +17,6 @@ from gpusched.daemon.store import Store
 from gpusched.proc import privileges
 
 if TYPE_CHECKING:
-    from gpusched.daemon.request import Request as DaemonRequest
     from gpusched.daemon.state import DaemonState, Setup
     from gpusched.proc.runfile import ExitRecord
 
@@ -104,11 +103,14 @@ _RUN_FIELDS = (
 )
 
 
-def history_request(state: DaemonState, setup: Setup, req: DaemonRequest) -> HistoryReport:
-    """`gpusched history NAME`: the caller's newest finished runs of a job, newest first,
-    and what --gpu-mem auto would ask for now (for one GPU)."""
-    count = min(req.args.get("last") or HISTORY_RUNS, 10_000)
-    return HistoryReport(state, setup, req.creds[1], req.args["key"], count)
+def history_request(
+    state: DaemonState, setup: Setup, args: dict[str, Any], uid: int
+) -> HistoryReport:
+    """`gpusched history NAME` (the request's args; uid: the caller's): the caller's newest
+    finished runs of a job, newest first, and what --gpu-mem auto would ask for now (for
+    one GPU)."""
+    count = min(args.get("last") or HISTORY_RUNS, 10_000)
+    return HistoryReport(state, setup, uid, args["key"], count)
 
 
 class HistoryReport(Batched):

@@ -15,9 +15,7 @@ from gpusched.core.users import user_name
 from gpusched.daemon.servicedoor import Door, minute_of_day
 
 if TYPE_CHECKING:
-    from gpusched.daemon.changes import Changes
     from gpusched.daemon.state import Clock, DaemonState, Setup
-    from gpusched.daemon.submits import Submits
 
 META_PREFIX = "service:"
 
@@ -28,8 +26,8 @@ class ServiceRequests:
 
     state: DaemonState
     setup: Setup
-    submits: Submits
-    changes: Changes
+    submits: Any  # Submits and Changes, which only the handlers know (daemon/handlers.py)
+    changes: Any
     clock: Clock
     folder: str
     services: dict[str, model.Service]

@@ -123,7 +123,7 @@ class ServiceManager(ServiceRequests):
         template = self.submits._template(service.job, owner)
         self.replicas(service.name)  # the ids are gathered before this one is added
         with self.state.write(undone="no replica was queued"):
-            job_id = self.submits._insert(template, (None,), None)[0]
+            job_id: int = self.submits._insert(template, (None,), None)[0]
         assert self._replica_ids is not None  # gathered by replicas() above
         self._replica_ids.setdefault(service.name, set()).add(job_id)
         return job_id
