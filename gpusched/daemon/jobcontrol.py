@@ -33,9 +33,8 @@ class JobControl:
     def __init__(self, state: DaemonState, setup: Setup, seam: ProcessSeam):
         self.state, self.setup, self.seam = state, setup, seam
         self.placements: dict[int, int] = {}  # GPU index -> jobs placed (round-robin)
-        self.launches: list[
-            dict[str, Any]
-        ] = []  # specs of jobs started this pass, for launch_started
+        # The specs of jobs started this pass, for launch_started.
+        self.launches: list[dict[str, Any]] = []
         # (job id, reason) from shims that could not create their run file: filled by
         # the wake socket's thread, emptied by the loop's.
         self.launch_failures: queue.SimpleQueue[tuple[int, str]] = queue.SimpleQueue()

@@ -102,9 +102,8 @@ class Kinds:
         # again as the template.
         self._values: dict[int, tuple[Job, list[Any]]] = {}
         self._prune_at = FIRST_PRUNE
-        self._last: tuple[tuple[Any, ...], Job] | None = (
-            None  # the last key looked up, and its template
-        )
+        # The last key looked up, and its template.
+        self._last: tuple[tuple[Any, ...], Job] | None = None
         self.in_use: Callable[[], Iterable[Job]] = lambda: ()  # entries that keep templates
 
     def __len__(self) -> int:
