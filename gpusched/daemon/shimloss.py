@@ -122,8 +122,7 @@ class ShimLoss:
             spec = runfile.read_spec(runfile.run_file_found(jobs_dir, job.id))
         except (OSError, ValueError):
             spec = {}  # found by its session alone
-        marks = leftovers.marks_of(spec, (shim.pid, shim.start_ticks), job.uid)
-        return self.seam.job_processes(marks)
+        return self.seam.job_processes(leftovers.marks_of(spec, shim, job.uid))
 
 
 def _pids(pids: Iterable[int]) -> str:
