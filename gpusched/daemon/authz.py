@@ -12,8 +12,9 @@ from collections.abc import Iterable
 from typing import Any
 
 from gpusched.core.errors import PermissionDenied
-from gpusched.core.models import HIDDEN, Job, job_to_dict
+from gpusched.core.models import Job, job_to_dict
 from gpusched.core.users import user_name
+from gpusched.core.values import HIDDEN
 
 log = logging.getLogger("gpusched.daemon.authz")
 

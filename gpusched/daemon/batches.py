@@ -18,13 +18,16 @@ import itertools
 import logging
 import time
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from gpusched.core.errors import GpuschedError
 from gpusched.core.models import Job
 from gpusched.daemon.quotas import Reservation
 from gpusched.daemon.state import DaemonState
 from gpusched.daemon.store import Store
+
+if TYPE_CHECKING:
+    from gpusched.daemon.calls import Call
 
 log = logging.getLogger("gpusched.daemon.batches")
 
@@ -44,6 +47,7 @@ KNOWN_FIRST = 1000
 KNOWN_PER_TURN = 5000
 KNOWN_MIN = 50
 _INCOMPLETE = "incomplete_submit:"
+_T = TypeVar("_T")
 CANCELLED = "the submit was cancelled before it was stored; nothing of it was queued"
 _NOT_QUEUED = (
     "nothing of this submit was queued"  # meta key prefix: first id -> last id of a submit
@@ -93,22 +97,22 @@ class Batched:
         return result
 
 
-def step_oldest(calls: list) -> None:
-    """One turn of the first of the loop's batched calls (loop.Call, with .batched): it is
-    answered, and leaves the list, once done or failed (a failed batch fails only it)."""
-    call = calls[0]
-    if call.cancelled and not call.batched.committed:  # nothing stays queued
-        call.batched.abandon()
+def step_oldest(calls: list[tuple[Call, Batched]]) -> None:
+    """One turn of the first of the loop's batched calls (a Call and its Batched work): it
+    is answered, and leaves the list, once done or failed (a failed batch fails only it)."""
+    call, batched = calls[0]
+    if call.cancelled and not batched.committed:  # nothing stays queued
+        batched.abandon()
         calls.pop(0)
         call.fail(GpuschedError(CANCELLED))
         return
     try:
-        result = call.batched.step()
+        result = batched.step()
     except Exception as exc:
         if not isinstance(exc, GpuschedError):
             log.exception("request %r failed in a batch", call.request.name)
             exc = GpuschedError("the daemon failed on this request; see its log")
-        call.batched.abandon()
+        batched.abandon()
         calls.pop(0)
         call.fail(exc)
         return
@@ -118,7 +122,7 @@ def step_oldest(calls: list) -> None:
 
 
 def _for_a_turn(
-    items: Iterator, work: Callable[[list], None], budget_s: float = TURN_BUDGET_S
+    items: Iterator[_T], work: Callable[[list[_T]], None], budget_s: float = TURN_BUDGET_S
 ) -> bool:
     """work() on chunks of items for about budget_s; whether items are left."""
     deadline = _monotonic() + budget_s
@@ -145,7 +149,7 @@ class Pace:
     def __init__(self) -> None:
         self.work_s = TURN_BUDGET_S
 
-    def batch(self, items: Iterator, work: Callable[[list], None], write: Any) -> bool:
+    def batch(self, items: Iterator[_T], work: Callable[[list[_T]], None], write: Any) -> bool:
         """work() on items for this turn, inside write() (the commit); whether items are left."""
         started = _monotonic()
         with write:
@@ -175,7 +179,7 @@ class BatchedSubmit(Batched):
         state: DaemonState,
         count: int,
         make_jobs: Callable[[list[int]], Iterator[tuple[Job, Job]]],
-        result_of: Callable[[list[int]], dict],
+        result_of: Callable[[list[int]], dict[str, Any]],
         held: Reservation | None = None,
     ):
         self.state, self.count = state, count
@@ -191,8 +195,9 @@ class BatchedSubmit(Batched):
         self._known = 0  # of the stored jobs, once committed
         self._known_part = KNOWN_FIRST  # how many the next turn makes known
 
-    def step(self) -> dict | None:
-        if self._ids is None:
+    def step(self) -> dict[str, Any] | None:
+        ids = self._ids
+        if ids is None:
             self._reserve()
             return None
         if not self.committed:
@@ -200,20 +205,20 @@ class BatchedSubmit(Batched):
             if more:
                 return None
             with self.state.write(undone=_NOT_QUEUED):  # the one commit that makes it real
-                self.state.store.delete_meta(self._mark)
+                self.state.store.delete_meta(self._mark_for(ids[0]))
             self.committed = True
             return None  # made known from the next turn on: this one had two commits
-        return self._make_known()
+        return self._make_known(ids)
 
-    def _make_known(self) -> dict | None:
+    def _make_known(self, ids: range) -> dict[str, Any] | None:
         """The next jobs known to the scheduler and to requests: with 100,000 at once, the
         queue's bookkeeping alone took several hundred ms of one turn."""
         started = _monotonic()
         part = self._stored[self._known : self._known + self._known_part]
-        self.state.incoming.remove(self._unknown_ids())
+        self.state.incoming.remove(self._unknown_ids(ids))
         self._known += len(part)
         if self._known < len(self._stored):
-            self.state.incoming.append(self._unknown_ids())
+            self.state.incoming.append(self._unknown_ids(ids))
         self.state.remember_alike(part)
         if self._held is not None:
             self._held.shrink_to(self.count - self._known)
@@ -222,14 +227,14 @@ class BatchedSubmit(Batched):
             return None
         self._stored = []
         self._release()
-        return self._result_of(list(self._ids))
+        return self._result_of(list(ids))
 
     def _release(self) -> None:
         if self._held is not None and self._held in self.state.jobs.reserved:
             self.state.jobs.reserved.remove(self._held)
 
-    def _unknown_ids(self) -> range:
-        return self._ids[self._known :]
+    def _unknown_ids(self, ids: range) -> range:
+        return ids[self._known :]
 
     def _reserve(self) -> None:
         store = self.state.store
@@ -245,10 +250,6 @@ class BatchedSubmit(Batched):
     def _mark_for(first_id: int) -> str:
         return f"{_INCOMPLETE}{first_id}"
 
-    @property
-    def _mark(self) -> str:
-        return self._mark_for(self._ids[0])
-
     def _insert(self, made: list[tuple[Job, Job]]) -> None:
         lean = self.state.kinds.lean
         self._stored += [(job.id, lean(job)) for job in store_alike(self.state.store, made)]
@@ -256,19 +257,18 @@ class BatchedSubmit(Batched):
     def abandon(self) -> None:
         """Remove what was stored (else the next start-up does): it was never acknowledged."""
         self._release()
-        if self._ids is None or self.committed:
+        ids = self._ids
+        if ids is None or self.committed:
             return
         store = self.state.store
         try:
             with store.write():
-                store.delete_jobs(self._ids[0], self._ids[-1])
-                store.delete_meta(self._mark)
+                store.delete_jobs(ids[0], ids[-1])
+                store.delete_meta(self._mark_for(ids[0]))
         except Exception:
-            log.exception(
-                "could not remove the incomplete submit of jobs %d-%d", self._ids[0], self._ids[-1]
-            )
+            log.exception("could not remove the incomplete submit of jobs %d-%d", ids[0], ids[-1])
             return
-        self.state.incoming.remove(self._ids)
+        self.state.incoming.remove(ids)
 
 
 class BatchedChange(Batched):
@@ -284,11 +284,11 @@ class BatchedChange(Batched):
         self.refused: dict[str, str] = {}
         self._pace = Pace()
 
-    def step(self) -> dict | None:
+    def step(self) -> dict[str, Any] | None:
         more = self._pace.batch(self._left, self._apply_each, self.state.write())
         return None if more else {"results": self.results, "refused": self.refused}
 
-    def run_all(self) -> dict:
+    def run_all(self) -> dict[str, Any]:
         """The whole change in one commit: for a few jobs."""
         with self.state.write():
             self._apply_each(list(self._left))

@@ -60,7 +60,7 @@ class Calls:
         call = Call(Request(name, args, creds))
         self.queue.put(call)
         while not call.done.wait(None if gone is None else _WATCH_S):
-            if gone():
+            if gone is not None and gone():
                 call.cancelled, gone = True, None
         if call.error is not None:
             raise call.error

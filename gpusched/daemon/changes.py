@@ -9,12 +9,17 @@ from dataclasses import replace
 from gpusched.core import jobspec
 from gpusched.core.errors import GpuschedError, UsageError
 from gpusched.core.models import Job, JobState, transition
+from gpusched.core.syntax import MAX_PRIORITY
+from gpusched.core.users import user_name
 from gpusched.daemon import batches, quotas
-from gpusched.daemon.authz import user_name
 from gpusched.daemon.request import Request, check_priority, targets
 from gpusched.daemon.requeue import NotNow, preempt_one, requeue_one
 from gpusched.daemon.state import DaemonState, Setup
 from gpusched.proc.seam import ProcessSeam
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
 
 class Refused(Exception):
@@ -32,7 +37,7 @@ class Changes:
         verb: str,
         apply: Callable[[Job], str],
         allowed: Callable[[], None] = lambda: None,
-    ) -> dict | batches.BatchedChange:
+    ) -> dict[str, Any] | batches.BatchedChange:
         """Apply a change to each job named: what happened to each in "results", and
         why each job that could not be changed was not in "refused" (the client then
         exits 1). allowed: raises if the caller may not make this change at all (asked
@@ -51,15 +56,16 @@ class Changes:
         work = batches.BatchedChange(self.state, jobs, outcome)
         return work if len(jobs) > batches.BIG_JOBS else work.run_all()
 
-    def cancel(self, req: Request) -> dict:
+    def cancel(self, req: Request) -> dict[str, Any] | batches.BatchedChange:
         who = user_name(req.creds[1])
         return self.change(req, "cancel", lambda job: self._cancel_one(job, who))
 
     def _cancel_one(self, job: Job, who: str) -> str:
         if job.state.is_final:
             return f"already {job.state.value}"
-        if job.id in self.state.remote_ids:  # Slurm's job: cancelled there (slurmpoll.py)
-            return self.state.clusters.cancel(job, who)
+        clusters = self.state.clusters  # set with the first cluster job (slurmpoll.py)
+        if clusters is not None and job.id in self.state.remote_ids:  # cancelled in Slurm
+            return clusters.cancel(job, who)
         if job.state is JobState.PENDING:
             self.state.save(
                 transition(
@@ -80,10 +86,10 @@ class Changes:
         self.state.after_commit(lambda: self.seam.signal_job(job, signal.SIGTERM))
         return "cancelling"
 
-    def hold(self, req: Request) -> dict:
+    def hold(self, req: Request) -> dict[str, Any] | batches.BatchedChange:
         return self.change(req, "hold", lambda job: self._set_held(job, True))
 
-    def release(self, req: Request) -> dict:
+    def release(self, req: Request) -> dict[str, Any] | batches.BatchedChange:
         return self.change(req, "release", lambda job: self._set_held(job, False))
 
     def _set_held(self, job: Job, held: bool) -> str:
@@ -92,10 +98,8 @@ class Changes:
         self.state.save(replace(job, held=held))
         return "held" if held else "released"
 
-    def update(self, req: Request) -> dict:
-        priority = jobspec.whole_number(
-            req.args, "priority", None, -jobspec.MAX_PRIORITY, jobspec.MAX_PRIORITY
-        )
+    def update(self, req: Request) -> dict[str, Any] | batches.BatchedChange:
+        priority = jobspec.whole_number(req.args, "priority", None, -MAX_PRIORITY, MAX_PRIORITY)
         if priority is None:
             raise UsageError("nothing to update; give --priority N")
 
@@ -111,7 +115,7 @@ class Changes:
             req, "update", apply, lambda: check_priority(self.setup, req.creds, priority)
         )
 
-    def requeue(self, req: Request) -> dict:
+    def requeue(self, req: Request) -> dict[str, Any] | batches.BatchedChange:
         def one(job: Job, now: float, who: str) -> str:
             if job.state.is_final:  # back among its owner's queued jobs: within their quota
                 try:
@@ -129,7 +133,7 @@ class Changes:
 
         return self._requeueing(req, "requeue", one)
 
-    def preempt(self, req: Request) -> dict:
+    def preempt(self, req: Request) -> dict[str, Any] | batches.BatchedChange:
         signum = self.setup.settings.preempt_signal
         return self._requeueing(
             req,
@@ -137,7 +141,9 @@ class Changes:
             lambda job, now, who: preempt_one(self.state, self.seam, job, now, who, signum),
         )
 
-    def _requeueing(self, req: Request, verb: str, one: Callable[[Job, float, str], str]) -> dict:
+    def _requeueing(
+        self, req: Request, verb: str, one: Callable[[Job, float, str], str]
+    ) -> dict[str, Any] | batches.BatchedChange:
         """A job back in the queue under its id (daemon/requeue.py), for its owner or an admin."""
         who = user_name(req.creds[1])
 
@@ -149,18 +155,18 @@ class Changes:
 
         return self.change(req, verb, apply)
 
-    def drain(self, req: Request) -> dict:
+    def drain(self, req: Request) -> dict[str, Any]:
         return self._set_draining(req, True)
 
-    def resume(self, req: Request) -> dict:
+    def resume(self, req: Request) -> dict[str, Any]:
         return self._set_draining(req, False)
 
-    def _set_draining(self, req: Request, draining: bool) -> dict:
+    def _set_draining(self, req: Request, draining: bool) -> dict[str, Any]:
         self.setup.authz.require_admin(req.creds, req.name, "drain or resume the queue")
         self.state.set_draining(draining)
         return {"draining": draining, "running": len(self.state.running())}
 
-    def stop(self, req: Request) -> dict:
+    def stop(self, req: Request) -> dict[str, Any]:
         self.setup.authz.require_admin(req.creds, "stop", "stop the daemon", root_only=True)
         self.state.stopping = True
         return {"stopping": True, "running_jobs_left": len(self.state.running())}

@@ -17,6 +17,10 @@ import logging
 import sqlite3
 import threading
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from gpusched.daemon.store import Store
+
 log = logging.getLogger("gpusched.daemon.checkpoints")
 
 # Rows written between checkpoints: about the 1,000 pages of SQLite's own default, for the
@@ -36,7 +40,7 @@ class Checkpointer:
         self._failing = False
         self._thread = threading.Thread(target=self._run, name="gpusched-checkpoints", daemon=True)
 
-    def attach(self, store) -> None:
+    def attach(self, store: Store) -> None:
         """Take the store's checkpoints over (daemon/store.py calls committed() after
         each commit) and start."""
         store.hand_over_checkpoints(self.committed)

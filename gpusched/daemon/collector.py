@@ -11,7 +11,7 @@ ratios, counters ending _total; metrics.py turns off the _created series.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 
 from prometheus_client.core import (
     CounterMetricFamily,
@@ -90,7 +90,9 @@ class GpuschedCollector:
         )
         healthy = [g for g in gpus if g.is_healthy]
 
-        def per_gpu(name: str, doc: str, value) -> GaugeMetricFamily:
+        def per_gpu(
+            name: str, doc: str, value: Callable[[GpuInfo], float | None]
+        ) -> GaugeMetricFamily:
             rows = [((g.label, g.uuid), v) for g in healthy if (v := value(g)) is not None]
             return _gauge(name, doc, GPU_LABELS, rows)
 
@@ -348,7 +350,9 @@ class GpuschedCollector:
         ]
 
 
-def _up_rows(gpus: tuple[GpuInfo, ...], known: dict[str, str]) -> list:
+def _up_rows(
+    gpus: tuple[GpuInfo, ...], known: dict[str, str]
+) -> list[tuple[tuple[str, str], float]]:
     """gpusched_gpu_up: each GPU read, then each GPU seen before and gone since, at 0;
     a GPU that stopped answering under the uuid it had when it last answered."""
     present = {gpu.label for gpu in gpus}

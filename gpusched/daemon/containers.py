@@ -14,6 +14,10 @@ from gpusched.core.config import Settings
 from gpusched.core.models import Job
 from gpusched.proc import jobenv, privileges
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
+
 # Where CDI specs live (the CDI specification's static and dynamic directories).
 CDI_DIRS = ("/etc/cdi", "/var/run/cdi")
 _CDI_MAX_BYTES = 4 * 1024 * 1024
@@ -54,7 +58,7 @@ def _progress_dir(env: dict[str, str]) -> tuple[str, ...]:
     return (os.path.dirname(path),) if path else ()
 
 
-def removal_of(job: Job, runtime: str, state_dir: str) -> dict:
+def removal_of(job: Job, runtime: str, state_dir: str) -> dict[str, Any]:
     """How the run's container is removed (by proc/containerrun.py): its name, the
     runtime's argv, how many tries."""
     name = container.container_name(home_token(state_dir), job.id, job.attempt)
@@ -65,7 +69,7 @@ def removal_of(job: Job, runtime: str, state_dir: str) -> dict:
     }
 
 
-def lost_removal(job: Job, settings: Settings, paths: Paths) -> dict:
+def lost_removal(job: Job, settings: Settings, paths: Paths) -> dict[str, Any]:
     """What removes the container of a job whose shim died (which would have removed
     it): as the job's user, in the environment it was submitted with."""
     removal = removal_of(job, settings.container_runtime, paths.state_dir)
@@ -77,13 +81,13 @@ def lost_removal(job: Job, settings: Settings, paths: Paths) -> dict:
 
 
 def in_container(
-    spec: dict,
+    spec: dict[str, Any],
     job: Job,
     runtime: str,
     devices: str,
     state_dir: str,
     cdi_dirs: tuple[str, ...] = CDI_DIRS,
-) -> dict:
+) -> dict[str, Any]:
     """A plain job's shim spec turned into the container job's: its command run by the
     runtime, and the removal its shim runs when the job has ended."""
     image, options = job.container[0], job.container[1:]

@@ -5,18 +5,22 @@ that stops early never reads what the jobs it did not reach depend on."""
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any
 
 from gpusched.core.dependencies import DependencyStates
-from gpusched.core.models import JobState
+from gpusched.core.models import Job, JobState
 from gpusched.daemon.arrays import array_ended_as, array_state
+
+if TYPE_CHECKING:
+    from gpusched.daemon.jobtable import JobTable
 
 
 class DependencyLookup(DependencyStates):
     """DependencyStates filled on demand, for one pass: a job id's state (an array's id:
     the whole array's, as array_state says) from the active jobs, else the store."""
 
-    def __init__(self, active: dict[int, Any], store: Any):
+    def __init__(self, active: JobTable, store: Any):
         super().__init__()
         self._active, self._store = active, store
         self.elements = _Elements(self)
@@ -46,7 +50,7 @@ class DependencyLookup(DependencyStates):
             self.elements.update(((job_id, j.array_index), j.state) for j in current)
 
 
-class _Elements(dict):
+class _Elements(dict[tuple[int, int], JobState]):
     """(array id, index) -> state, for aftercorr: an array's elements are read with it."""
 
     def __init__(self, lookup: DependencyLookup):
@@ -65,9 +69,9 @@ class _SameName:
     of the active jobs, the first time a singleton is reached in a pass (a queue may hold a
     100,000-element array of one name)."""
 
-    def __init__(self, active: dict[int, Any]):
+    def __init__(self, active: JobTable):
         self._active = active
-        self._lowest: dict[tuple, tuple[tuple[int, JobState], ...]] | None = None
+        self._lowest: dict[tuple[int, str], tuple[tuple[int, JobState], ...]] | None = None
 
     def get(self, key: tuple[int, str], default: Any = ()) -> Any:
         if self._lowest is None:
@@ -76,14 +80,18 @@ class _SameName:
         return self._lowest.get(key, default)
 
 
-def lowest_by_name(active) -> dict[tuple, tuple[tuple[int, JobState], ...]]:
+def lowest_by_name(
+    active: Iterable[Job],
+) -> dict[tuple[int, str], tuple[tuple[int, JobState], ...]]:
     """(uid, name) -> the lowest started and lowest pending (job id, state) of these jobs."""
     return _lowest((job.id, job) for job in active)
 
 
-def _lowest(active) -> dict[tuple, tuple[tuple[int, JobState], ...]]:
+def _lowest(
+    active: Iterable[tuple[int, Job]],
+) -> dict[tuple[int, str], tuple[tuple[int, JobState], ...]]:
     """lowest_by_name of (id, job) pairs."""
-    lowest: dict[tuple, dict[bool, tuple[int, JobState]]] = {}
+    lowest: dict[tuple[int, str], dict[bool, tuple[int, JobState]]] = {}
     for job_id, job in active:  # every job that has not ended is active
         kept = lowest.setdefault((job.uid, job.display_name), {})
         started = job.state is not JobState.PENDING

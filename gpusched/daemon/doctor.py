@@ -19,6 +19,10 @@ from gpusched.daemon.rows import DamagedRow, row_to_job
 from gpusched.daemon.schema import MIGRATIONS
 from gpusched.proc import runfile
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
+
 OK, NOTE, PROBLEM = "ok", "note", "problem"
 
 
@@ -54,7 +58,7 @@ class Report:
     def add(self, status: str, topic: str, message: str, details: tuple[str, ...] = ()) -> None:
         self.findings.append(Finding(status, topic, message, details))
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return {
             "healthy": self.is_healthy,
             "state_dir": self.state_dir,

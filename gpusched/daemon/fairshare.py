@@ -38,11 +38,13 @@ class UsageLedger:
         except (ValueError, TypeError, KeyError, AttributeError):
             log.warning("ignoring unreadable fair-share usage in the queue file: %.200s", text)
 
-    def snapshot(self) -> tuple:
+    def snapshot(self) -> tuple[dict[str, float], float, list[tuple[str, float]], float]:
         """The ledger as it is, to restore if a write that changes it fails."""
         return dict(self.usage), self.at, list(self._ended), self._save_due
 
-    def restore(self, snapshot: tuple) -> None:
+    def restore(
+        self, snapshot: tuple[dict[str, float], float, list[tuple[str, float]], float]
+    ) -> None:
         usage, self.at, ended, self._save_due = snapshot
         self.usage, self._ended = dict(usage), list(ended)
 

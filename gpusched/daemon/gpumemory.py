@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 import time
 from dataclasses import replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gpusched.core import gpuoom, memestimate
 from gpusched.core.config import Settings
@@ -15,6 +15,10 @@ from gpusched.core.units import size_human
 from gpusched.daemon.batches import TURN_BUDGET_S, Batched
 from gpusched.daemon.store import Store
 from gpusched.proc import privileges
+
+if TYPE_CHECKING:
+    from gpusched.daemon.state import DaemonState, Setup
+    from gpusched.proc.runfile import ExitRecord
 
 # The runs an estimate learns from, and those `gpusched history` lists.
 ESTIMATE_STATES = ("succeeded",)
@@ -99,11 +103,14 @@ _RUN_FIELDS = (
 )
 
 
-def history_request(state, setup, req) -> HistoryReport:
-    """`gpusched history NAME`: the caller's newest finished runs of a job, newest first,
-    and what --gpu-mem auto would ask for now (for one GPU)."""
-    count = min(req.args.get("last") or HISTORY_RUNS, 10_000)
-    return HistoryReport(state, setup, req.creds[1], req.args["key"], count)
+def history_request(
+    state: DaemonState, setup: Setup, args: dict[str, Any], uid: int
+) -> HistoryReport:
+    """`gpusched history NAME` (the request's args; uid: the caller's): the caller's newest
+    finished runs of a job, newest first, and what --gpu-mem auto would ask for now (for
+    one GPU)."""
+    count = min(args.get("last") or HISTORY_RUNS, 10_000)
+    return HistoryReport(state, setup, uid, args["key"], count)
 
 
 class HistoryReport(Batched):
@@ -123,7 +130,7 @@ class HistoryReport(Batched):
         self._floor = self.runs[-1]["id"] if len(self.runs) == count else 0
         self._top, self._found = 2**63 - 1, 0
 
-    def step(self) -> dict | None:
+    def step(self) -> dict[str, Any] | None:
         deadline = time.monotonic() + TURN_BUDGET_S  # real time: a turn's length
         while self._top > self._floor and self._found < self.count:
             rows, self._top = self.store.runs_by_program(
@@ -148,7 +155,12 @@ class HistoryReport(Batched):
 
 
 def settle_end(
-    job: Job, state: JobState, reason: str, record, inventory: Inventory, headroom_bytes: int
+    job: Job,
+    state: JobState,
+    reason: str,
+    record: ExitRecord,
+    inventory: Inventory,
+    headroom_bytes: int,
 ) -> tuple[Job, JobState, str, bool]:
     """A run's end as JobControl stores it: (job, state, end reason, whether it may be
     retried). A failed GPU run whose log shows CUDA out of memory ends gpu_oom; if it

@@ -63,7 +63,7 @@ class Handlers:
                 state, setup, req.creds, bool(req.args.get("dry_run"))
             ),
             "usage": lambda req: usage_request(state, setup, req),
-            "history": lambda req: gpumemory.history_request(state, setup, req),
+            "history": lambda req: gpumemory.history_request(state, setup, req.args, req.creds[1]),
             "service": self.services.request,
         }
         assert set(self._table) | SERVER_COMMANDS == set(COMMANDS), "handlers and protocol disagree"

@@ -14,6 +14,10 @@ from gpusched.daemon import requeue
 from gpusched.daemon.state import DaemonState, Setup
 from gpusched.proc.seam import ProcessSeam
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from gpusched.core.config import Settings
+
 log = logging.getLogger("gpusched.idle")
 
 
@@ -30,7 +34,7 @@ def track(
     return out
 
 
-def flagged_since(state: DaemonState, settings, job_id: int, now: float) -> float | None:
+def flagged_since(state: DaemonState, settings: Settings, job_id: int, now: float) -> float | None:
     """When the job's GPUs went idle, if that is longer than [idle] after ago; else None."""
     if settings.idle_after_s is None:
         return None

@@ -18,6 +18,10 @@ from gpusched.daemon.state import DaemonState, Setup
 from gpusched.proc import jobenv, runfile
 from gpusched.proc.seam import ProcessSeam
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
+
 log = logging.getLogger("gpusched.jobs")
 # A shim is forked within milliseconds of its launch; one whose pid has not appeared in
 # its run file after this long never will (the launcher, or the daemon between storing
@@ -29,7 +33,8 @@ class JobControl:
     def __init__(self, state: DaemonState, setup: Setup, seam: ProcessSeam):
         self.state, self.setup, self.seam = state, setup, seam
         self.placements: dict[int, int] = {}  # GPU index -> jobs placed (round-robin)
-        self.launches: list[dict] = []  # specs of jobs started this pass, for launch_started
+        # The specs of jobs started this pass, for launch_started.
+        self.launches: list[dict[str, Any]] = []
         # (job id, reason) from shims that could not create their run file: filled by
         # the wake socket's thread, emptied by the loop's.
         self.launch_failures: queue.SimpleQueue[tuple[int, str]] = queue.SimpleQueue()
@@ -107,13 +112,13 @@ class JobControl:
                 if record is not None:
                     if self.setup.cgroups and self.setup.cgroups.oom_killed(job.id):
                         job = replace(job, oom_killed=True)
-                    state = lifecycle.end_state(job, record.exit_code, record.error)
+                    end_state = lifecycle.end_state(job, record.exit_code, record.error)
                     reason = lifecycle.end_reason(
-                        job, state, record.exit_code, record.signal, record.error
+                        job, end_state, record.exit_code, record.signal, record.error
                     )
-                    job, state, reason, retry = gpumemory.settle_end(
+                    job, end_state, reason, retry = gpumemory.settle_end(
                         job,
-                        state,
+                        end_state,
                         reason,
                         record,
                         self.state.inventory,
@@ -121,7 +126,7 @@ class JobControl:
                     )
                     self.end(
                         job,
-                        state,
+                        end_state,
                         record.ended_at,
                         retry=retry,
                         exit_code=record.exit_code,
@@ -185,7 +190,9 @@ class JobControl:
             return self.setup.clock.time() - (job.started_at or 0.0) < LAUNCH_TIMEOUT_S
         return self.seam.is_alive(job)
 
-    def end(self, job: Job, end_state: JobState, when: float, retry: bool = True, **record) -> None:
+    def end(
+        self, job: Job, end_state: JobState, when: float, retry: bool = True, **record: Any
+    ) -> None:
         """Store a run's end (inside a write); its port, cgroup and run file are let go
         once that commits: until then the run file is the only record of the end."""
         self.state.usage.run_ended(job, when)
@@ -217,7 +224,7 @@ class JobControl:
             rss = self.seam.tree_rss_bytes(job)
             if rss is None:
                 continue
-            update = {}
+            update: dict[str, Any] = {}
             if rss > (job.mem_peak_bytes or 0):
                 update["mem_peak_bytes"] = rss
             limit = lifecycle.mem_limit_bytes(job, settings.mem_margin_pct)
@@ -375,9 +382,10 @@ class JobControl:
         # No GPU read is needed now: until the next one, the new job's whole declared
         # memory counts as promised (placement.gpu_loads). Its shim's pid comes later,
         # from the run file (_found_shim).
+        now = self.setup.clock.time()
         started = lifecycle.start_run(
             job,
-            self.setup.clock.time(),
+            now,
             gpu_uuids=tuple(g.uuid for g in gpus),
             gpu_indices=tuple(g.index for g in gpus),
             master_port=port,
@@ -394,7 +402,7 @@ class JobControl:
             gpus,
             port,
             settings.visible_devices,
-            started.started_at,
+            now,  # started_at
             runfile.run_token(started),
             dict(settings.job_env),
             own_logs[0],
@@ -427,7 +435,7 @@ class JobControl:
 
     def _take_back(self, job_id: int, cgroup: object) -> None:
         self.seam.release_port(job_id)
-        if cgroup is not None:
+        if cgroup is not None and self.setup.cgroups is not None:
             self.setup.cgroups.remove(job_id)
 
     def launch_started(self) -> None:

@@ -17,8 +17,9 @@ the command's own words, whatever the job's other 70 fields hold.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator, MutableMapping
+from collections.abc import Callable, Iterable, Iterator, KeysView, MutableMapping
 from operator import attrgetter
+from typing import Any, TypeVar, final, overload
 
 from gpusched.core.memestimate import job_key as derived_key
 from gpusched.core.models import Job, JobState
@@ -48,8 +49,10 @@ ID_MARK = "\x00"
 _MISSING = object()
 FIRST_PRUNE = 64  # templates kept before the first look for unused ones
 VALUES_KEPT = 64  # templates whose values are kept to build jobs from
+_T = TypeVar("_T")
 
 
+@final  # template_of() tells it by `type(entry) is Distinct`
 class Distinct:
     """A pending job held by its template and the few fields it differs in (_DISTINCT),
     which answers as the template does for everything else (a Job's fields and properties,
@@ -92,22 +95,23 @@ class Kinds:
 
     def __init__(self, log_paths: Callable[[str, int], tuple[str, str]]):
         self._log_paths = log_paths
-        self._by_key: dict[tuple, Job] = {}
+        self._by_key: dict[tuple[Any, ...], Job] = {}
         # id(template) -> (template, its slots' values), to build from: the templates last
         # built from only (at most VALUES_KEPT), since jobs alike in little (other names,
         # resources, dependencies) have a template each, whose values would cost as much
         # again as the template.
-        self._values: dict[int, tuple[Job, list]] = {}
+        self._values: dict[int, tuple[Job, list[Any]]] = {}
         self._prune_at = FIRST_PRUNE
-        self._last: tuple[tuple, Job] | None = None  # the last key looked up, and its template
+        # The last key looked up, and its template.
+        self._last: tuple[tuple[Any, ...], Job] | None = None
         self.in_use: Callable[[], Iterable[Job]] = lambda: ()  # entries that keep templates
 
     def __len__(self) -> int:
         return len(self._by_key)
 
-    def lean(self, job: Job) -> Job | Distinct:
+    def lean(self, job: Job) -> Job:
         """What a table holds for job: the template it shares with jobs alike (with the
-        fields it differs in: Distinct), or the job."""
+        fields it differs in: Distinct, typed as the Job it answers for), or the job."""
         if job.state is not _PENDING or (job.stdout_path, job.stderr_path) != self._log_paths(
             job.user, job.id
         ):
@@ -132,10 +136,10 @@ class Kinds:
         if last is not None and key == last[0]:
             template = last[1]  # as the job before (a sweep comes in a run): no hash of the key
         else:
-            template = self._by_key.get(key)
-            if template is None:
-                template = self._add(key, job, offset, reason)
+            found = self._by_key.get(key)
+            template = self._add(key, job, offset, reason) if found is None else found
             self._last = (key, template)
+        job_key: str | None
         at, job_key = job.submitted_at, job.job_key
         same_at = at == template.submitted_at and type(at) is type(template.submitted_at)
         if command == template.command and same_at and job_key == template.job_key:
@@ -145,9 +149,12 @@ class Kinds:
             job_key = template.job_key
         elif job_key == derived_key(template.name, command):
             job_key = None
-        return Distinct(template, command, template.submitted_at if same_at else at, job_key)
+        # A Distinct reads as a Job (its other fields are properties made from Job's slots).
+        return Distinct(  # type: ignore[return-value]
+            template, command, template.submitted_at if same_at else at, job_key
+        )
 
-    def _add(self, key: tuple, job: Job, offset: int | None, reason: str) -> Job:
+    def _add(self, key: tuple[Any, ...], job: Job, offset: int | None, reason: str) -> Job:
         if len(self._by_key) >= self._prune_at:
             self._prune()
         values = list(_all_values(job))
@@ -219,7 +226,7 @@ class Kinds:
             yield cursor
 
 
-class JobTable(MutableMapping):
+class JobTable(MutableMapping[int, Job]):
     """id -> Job, as a dict, with pending jobs held by their template (Kinds.lean). Reading
     a job builds it; alike() reads the entries as they are held, for what a template
     answers the same as its jobs (all but the id, log paths, array index and pending
@@ -233,7 +240,11 @@ class JobTable(MutableMapping):
         entry = self._entries[job_id]
         return entry if entry.id else self.kinds.build(job_id, entry)
 
-    def get(self, job_id: int, default=None):
+    @overload
+    def get(self, job_id: int, default: None = None) -> Job | None: ...
+    @overload
+    def get(self, job_id: int, default: Job | _T) -> Job | _T: ...
+    def get(self, job_id: int, default: object = None) -> object:
         entry = self._entries.get(job_id)
         if entry is None:
             return default
@@ -248,7 +259,7 @@ class JobTable(MutableMapping):
     def __iter__(self) -> Iterator[int]:
         return iter(self._entries)
 
-    def keys(self):
+    def keys(self) -> KeysView[int]:
         return self._entries.keys()
 
     def __setitem__(self, job_id: int, job: Job) -> None:
@@ -261,9 +272,13 @@ class JobTable(MutableMapping):
     def __delitem__(self, job_id: int) -> None:
         del self._entries[job_id]
 
-    def pop(self, job_id: int, default=_MISSING):
-        entry = self._entries.pop(job_id, _MISSING)
-        if entry is _MISSING:
+    @overload
+    def pop(self, job_id: int) -> Job: ...
+    @overload
+    def pop(self, job_id: int, default: Job | _T) -> Job | _T: ...
+    def pop(self, job_id: int, default: object = _MISSING) -> object:
+        entry = self._entries.pop(job_id, None)  # an entry is never None
+        if entry is None:
             if default is _MISSING:
                 raise KeyError(job_id)
             return default

@@ -33,7 +33,8 @@ from gpusched.daemon.state import DaemonState, Setup
 from gpusched.daemon.store import Store
 from gpusched.gpus import GpuBackend
 from gpusched.proc import runfile
-from gpusched.proc.seam import ProcessSeam, supervisor_socket
+from gpusched.proc.seam import ProcessSeam
+from gpusched.proc.supervisorlink import supervisor_socket
 
 log = logging.getLogger("gpusched.daemon.loop")
 
@@ -74,9 +75,9 @@ class Daemon:
             os.getuid(), paths.audit_log, settings.admin_group, settings.show_commands
         )
         self.calls = Calls()  # from the connection threads (calls.dispatch)
-        self._waiters: list[Call] = []
+        self._waiters: list[tuple[Call, Waiter]] = []
         self.memory = MemoryTrim()
-        self._batched: list[Call] = []  # oldest first; one batch per turn
+        self._batched: list[tuple[Call, Batched]] = []  # oldest first; one batch per turn
         self.gc_hold = CollectorHold()
         self._next_gpu_read = 0.0
         self._end_reports = EndReports()
@@ -131,13 +132,13 @@ class Daemon:
             pass  # in the log; a restart counts running jobs from the last usage stored
 
     def answer_everyone(self) -> None:
-        for call in self._waiters:
-            call.answer(call.waiter.result())
-        for call in self._batched:
-            if call.batched.committed:  # stored for good: answered as done
-                call.answer(call.batched.finish())
+        for call, waiter in self._waiters:
+            call.answer(waiter.result())
+        for call, batched in self._batched:
+            if batched.committed:  # stored for good: answered as done
+                call.answer(batched.finish())
                 continue
-            call.batched.abandon()
+            batched.abandon()
             call.fail(
                 GpuschedError(
                     "the daemon stopped before this request was done; "
@@ -210,18 +211,19 @@ class Daemon:
         else:
             if isinstance(outcome, Waiter):
                 call.waiter = outcome
-                self._waiters.append(call)
+                self._waiters.append((call, outcome))
             elif isinstance(outcome, Batched):
                 call.batched = outcome
-                self._batched.append(call)
+                self._batched.append((call, outcome))
             else:
                 call.answer(outcome)
 
     def step_clusters(self) -> None:
         """Hand jobs to Slurm and poll it (daemon/slurmpoll.py): only with cluster jobs."""
-        if self.state.remote_ids:
+        clusters = self.state.clusters  # set with the first cluster job
+        if clusters is not None and self.state.remote_ids:
             try:
-                self.state.clusters.step()
+                clusters.step()
             except StoreWriteError:
                 pass  # in the log (WriteHealth); the next turn tries again
 
@@ -319,10 +321,10 @@ class Daemon:
 
     def answer_waiters(self) -> None:
         now = self.clock.monotonic()
-        still = []
-        for call in self._waiters:
-            if now >= call.waiter.deadline or call.waiter.ready(self.state.jobs):
-                call.answer(call.waiter.result())
+        still: list[tuple[Call, Waiter]] = []
+        for call, waiter in self._waiters:
+            if now >= waiter.deadline or waiter.ready(self.state.jobs):
+                call.answer(waiter.result())
             else:
-                still.append(call)
+                still.append((call, waiter))
         self._waiters = still

@@ -60,7 +60,7 @@ def pending_count(state: DaemonState, uid: int | None = None) -> int:
     return sum(count for count, first in pending_groups(state).values() if first.uid == uid)
 
 
-def pending_groups(state: DaemonState) -> dict[Any, list]:
+def pending_groups(state: DaemonState) -> dict[Any, list[Any]]:
     """Every pending job of this machine's queue counted by group (its array, else its
     owner and name): group key -> [count, its first job]."""
     return state.of_pending("groups", lambda: count_groups(state.pending_alike(), state.jobs))
@@ -71,10 +71,12 @@ def group_of(job: Job, name: str) -> Any:
     return job.array_id if job.array_id is not None else (job.uid, name)
 
 
-def count_groups(pending: Iterable[tuple[int, Job]], jobs: Mapping[int, Job]) -> dict[Any, list]:
+def count_groups(
+    pending: Iterable[tuple[int, Job]], jobs: Mapping[int, Job]
+) -> dict[Any, list[Any]]:
     """group key -> [count, its first job] of (id, job or its template) pairs: a template
     answers the group (daemon/jobtable.py); only each group's first job is built, from jobs."""
-    groups: dict[Any, list] = {}
+    groups: dict[Any, list[int]] = {}  # [count, its first id]
     for job_id, job in pending:
         key = group_of(job, job.display_name)
         if key in groups:
@@ -110,7 +112,7 @@ def head(
     return jobs, (summary(groups, viewer) if groups else None)
 
 
-def _without(groups: dict[Any, list], shown: list[Job]) -> dict[Any, list]:
+def _without(groups: dict[Any, list[Any]], shown: list[Job]) -> dict[Any, list[Any]]:
     """The groups less the jobs shown (a group keeps its first job for its name)."""
     left = dict(groups)  # the cached counts stay as they are: only changed groups are new
     for job in shown:
@@ -123,10 +125,10 @@ def _without(groups: dict[Any, list], shown: list[Job]) -> dict[Any, list]:
     return left
 
 
-def summary(groups: dict[Any, list], viewer: Viewer) -> dict[str, Any]:
+def summary(groups: dict[Any, list[Any]], viewer: Viewer) -> dict[str, Any]:
     """How many jobs, and the largest groups among them, largest first (ties: the group
     with the lowest id first); the rest counted as others, in other groups."""
-    visible: dict[Any, list] = {}  # another user's names are hidden: those groups merge
+    visible: dict[Any, list[Any]] = {}  # another user's names are hidden: those groups merge
     for count, first in groups.values():
         group = visible.setdefault(group_of(first, viewer.name_of(first)), [0, first])
         group[0] += count

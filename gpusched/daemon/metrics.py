@@ -39,7 +39,8 @@ def make_registry(state: DaemonState, setup: Setup) -> Any:
 
     from gpusched.daemon.collector import GpuschedCollector
 
-    prometheus_client.disable_created_metrics()  # no *_created series beside each counter
+    # No *_created series beside each counter (prometheus_client leaves it unannotated).
+    prometheus_client.disable_created_metrics()  # type: ignore[no-untyped-call]
     registry = CollectorRegistry(auto_describe=False)  # describe() would scrape at start
     registry.register(GpuschedCollector(state, setup))
     ProcessCollector(registry=registry)

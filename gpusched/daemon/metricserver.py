@@ -23,9 +23,11 @@ def start_server(host: str, port: int, registry: Any) -> tuple[Any, threading.Th
     family, *_, address = socket.getaddrinfo(
         host or None, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
     )[0]
-    host = address[0]
+    host = str(address[0])  # a name or address: a str for AF_INET and AF_INET6
     server_class = type("MetricsServer", (_BoundedServer,), {"address_family": family})
-    server = make_server(host, port, make_wsgi_app(registry), server_class, _QuietHandler)
+    server: WSGIServer = make_server(
+        host, port, make_wsgi_app(registry), server_class, _QuietHandler
+    )
     thread = threading.Thread(target=server.serve_forever, name="metrics", daemon=True)
     thread.start()
     return server, thread

@@ -79,7 +79,7 @@ class Notifier:
         self._running_pids: set[int] = set()
         self._closed = False
         self._lock = threading.Lock()
-        self.dispatch: Callable[[NotifyRule | None, dict], None] = self._to_pool
+        self.dispatch: Callable[[NotifyRule | None, dict[str, Any]], None] = self._to_pool
 
     def job_changed(self, before: Job | None, after: Job) -> None:
         if not self.rules and not self.user_hooks:
@@ -93,7 +93,7 @@ class Notifier:
                 self.dispatch(None, body)  # the owner's file is read off the loop
 
     def check_pending(
-        self, pending: Callable[[], Iterable[tuple[int, Job]]], job_of: Callable[[int], Job]
+        self, pending: Callable[[], Iterable[tuple[int, Job]]], job_of: Callable[[int], Job | None]
     ) -> None:
         """Tell, once per job and threshold, of each job pending longer than a rule's
         threshold. Held jobs are left out: their wait is their owner's choice.
@@ -105,15 +105,15 @@ class Notifier:
         told, still = self._told_pending, set()
         for rule in self._pending_rules:
             limit_s = rule.pending_longer_than_s
+            if limit_s is None:  # none such: core/notifyconf.py checks that each has one
+                continue
             for job_id, job in pending():
                 key = (job_id, limit_s)
                 if job.held or now - job.submitted_at < limit_s:
                     continue
                 still.add(key)
-                if key not in told:
-                    self.dispatch(
-                        rule, event_body("pending_longer_than", job_of(job_id), now, self.host)
-                    )
+                if key not in told and (whole := job_of(job_id)) is not None:
+                    self.dispatch(rule, event_body("pending_longer_than", whole, now, self.host))
         self._told_pending = still  # forget jobs that started or went: bounded by the queue
 
     def close(self) -> None:
@@ -126,7 +126,7 @@ class Notifier:
             kill_session(pid)
 
     # -- delivery (pool threads) ----------------------------------------------------------
-    def _to_pool(self, rule: NotifyRule | None, event: dict) -> None:
+    def _to_pool(self, rule: NotifyRule | None, event: dict[str, Any]) -> None:
         if self._closed:
             return
         with self._lock:
@@ -158,7 +158,7 @@ class Notifier:
             finally:
                 pool.done(lane)
 
-    def _deliver(self, rule: NotifyRule | None, event: dict) -> None:
+    def _deliver(self, rule: NotifyRule | None, event: dict[str, Any]) -> None:
         try:
             if rule is None:
                 self._deliver_owners(event)
@@ -174,7 +174,7 @@ class Notifier:
         except Exception:
             log.exception("notification for job %s failed", event["job"]["id"])
 
-    def _deliver_owners(self, event: dict) -> None:
+    def _deliver_owners(self, event: dict[str, Any]) -> None:
         """The job owner's own entries for this event, run as the owner from their home."""
         uid = event["job"]["uid"]
         try:
@@ -188,7 +188,12 @@ class Notifier:
                 self._run(rule, event, uid, home, home)
 
     def _run(
-        self, rule: NotifyRule, event: dict, as_uid: int | None, cwd: str, home: str | None
+        self,
+        rule: NotifyRule,
+        event: dict[str, Any],
+        as_uid: int | None,
+        cwd: str,
+        home: str | None,
     ) -> None:
         event = with_log_tail(event, rule.log_lines)
         result = run_hook(
@@ -207,7 +212,7 @@ class Notifier:
         with self._lock:
             (self._running_pids.add if started else self._running_pids.discard)(pid)
 
-    def _write_log(self, event: dict, target: str, outcome: str) -> None:
+    def _write_log(self, event: dict[str, Any], target: str, outcome: str) -> None:
         stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
         line = f"{stamp} job {event['job']['id']} {event['event']} -> {target}: {outcome}"
         line = line.replace("\n", " ")[:1000]  # one line per run, whatever the hook printed
@@ -245,7 +250,7 @@ def site_uid(settings: Any, is_system: bool) -> int | None:
 
 
 # -- what is sent -------------------------------------------------------------------------
-def event_body(event: str, job: Job, now_s: float, host: str) -> dict:
+def event_body(event: str, job: Job, now_s: float, host: str) -> dict[str, Any]:
     """The event as the hook's stdin and the webhook's body get it (stable field names)."""
     waited_s = (job.started_at or now_s) - job.submitted_at
     ran_s = (job.ended_at or now_s) - job.started_at if job.started_at else None
@@ -280,7 +285,7 @@ def event_body(event: str, job: Job, now_s: float, host: str) -> dict:
     }
 
 
-def with_log_tail(event: dict, lines: int) -> dict:
+def with_log_tail(event: dict[str, Any], lines: int) -> dict[str, Any]:
     """The last lines of the job's output and, apart, of its errors (a failed job's
     traceback is on stderr); none twice when both go to one file."""
     job = event["job"]
@@ -292,7 +297,7 @@ def with_log_tail(event: dict, lines: int) -> dict:
     }
 
 
-def hook_env(event: dict, home: str | None = None) -> dict[str, str]:
+def hook_env(event: dict[str, Any], home: str | None = None) -> dict[str, str]:
     """A hook's environment: a few basics and the job's facts, never its log. home: the
     user's a hook runs as (None: the daemon's)."""
     job = event["job"]
@@ -322,7 +327,7 @@ def hook_env(event: dict, home: str | None = None) -> dict[str, str]:
     return env
 
 
-def chat_text(event: dict) -> str:
+def chat_text(event: dict[str, Any]) -> str:
     """One line for a chat, with & < > escaped: a job named <!channel> pings nobody."""
     job = event["job"]
     name = f" ({job['name']})" if job["name"] else ""

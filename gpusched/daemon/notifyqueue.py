@@ -14,8 +14,8 @@ from typing import Any
 class FairQueue:
     def __init__(self, per_lane: int, max_queued: int, max_per_lane: int):
         self.per_lane, self.max_queued, self.max_per_lane = per_lane, max_queued, max_per_lane
-        self._lanes: dict[Hashable, deque] = {}  # lanes with work waiting, in turn order
-        self._running: Counter = Counter()
+        self._lanes: dict[Hashable, deque[Any]] = {}  # lanes with work waiting, in turn order
+        self._running: Counter[Hashable] = Counter()
         self._queued = 0
         self._changed = threading.Condition()
 

@@ -10,8 +10,8 @@ from __future__ import annotations
 import bisect
 import collections
 import json
-from collections.abc import Callable, Iterable, Iterator
-from typing import Any
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from typing import Any, TypeVar
 
 from gpusched.core import jobspec
 from gpusched.core.models import Job
@@ -25,25 +25,29 @@ MAX_PAGE_BYTES = 2 * 2**20
 # Rows one `list` page looks at, shown or filtered out: a filter that matches few jobs
 # among a million finished ones must not keep the loop busy for seconds in one request.
 SCAN_ROWS = 2000
+_T = TypeVar("_T")
 
 
-def budget(args: dict) -> int:
-    return jobspec.whole_number(args, "page_bytes", PAGE_BYTES, 1024, MAX_PAGE_BYTES)
+def budget(args: dict[str, Any]) -> int:
+    size = jobspec.whole_number(args, "page_bytes", PAGE_BYTES, 1024, MAX_PAGE_BYTES)
+    return PAGE_BYTES if size is None else size
 
 
-def start(args: dict, high: int = MAX_JOB_ID) -> int:
+def start(args: dict[str, Any], high: int = MAX_JOB_ID) -> int:
     """Where the page starts: after this job id (`list`), or at this position."""
-    return jobspec.whole_number(args, "after", 0, 0, high)
+    after = jobspec.whole_number(args, "after", 0, 0, high)
+    return 0 if after is None else after
 
 
-def last(args: dict) -> int | None:
+def last(args: dict[str, Any]) -> int | None:
     """How many of the newest matching jobs a `list` keeps (None: all)."""
     return jobspec.whole_number(args, "last", None, 1, MAX_JOB_ID)
 
 
-def fill(rows: Iterable[dict], budget_bytes: int) -> tuple[list[dict], bool]:
+def fill(rows: Iterable[dict[str, Any]], budget_bytes: int) -> tuple[list[dict[str, Any]], bool]:
     """The rows that fit in the budget (at least one), and whether some were left out."""
-    page, used = [], 0
+    page: list[dict[str, Any]] = []
+    used = 0
     for row in rows:
         size = len(json.dumps(row, separators=(",", ":"))) + 1
         if page and used + size > budget_bytes:
@@ -53,7 +57,9 @@ def fill(rows: Iterable[dict], budget_bytes: int) -> tuple[list[dict], bool]:
     return page, False
 
 
-def by_position(items: list, args: dict, rows_of: Callable[[list], list[dict]]) -> dict:
+def by_position(
+    items: list[_T], args: dict[str, Any], rows_of: Callable[[list[_T]], list[dict[str, Any]]]
+) -> dict[str, Any]:
     """One page of the rows for items (jobs named, in order) from position args["after"]."""
     first = start(args, high=max(len(items), 0))
     rows = lazy(items[first:], rows_of)
@@ -61,14 +67,16 @@ def by_position(items: list, args: dict, rows_of: Callable[[list], list[dict]]) 
     return {"jobs": page, "next": first + len(page) if more else None}
 
 
-def lazy(items: list, rows_of: Callable[[list], list[dict]], chunk: int = 200) -> Iterable[dict]:
+def lazy(
+    items: list[_T], rows_of: Callable[[list[_T]], list[dict[str, Any]]], chunk: int = 200
+) -> Iterable[dict[str, Any]]:
     """rows_of(items), made a few hundred at a time: a page stops long before 100,000 are."""
     for at in range(0, len(items), chunk):
         yield from rows_of(items[at : at + chunk])
 
 
 def list_candidates(
-    active: dict[int, Job], finished: Callable[[int, int, int], list[Job]] | None, after: int
+    active: Mapping[int, Job], finished: Callable[[int, int, int], list[Job]] | None, after: int
 ) -> tuple[list[Job], int | None]:
     """The jobs with ids after `after`, in id order, that one `list` page looks at: up to
     SCAN_ROWS active ones and as many finished ones (finished(after, count, up_to) reads
@@ -91,7 +99,7 @@ def list_candidates(
 def list_page(
     jobs: list[Job],
     horizon: int | None,
-    rows_of: Callable[[list[Job]], list[dict]],
+    rows_of: Callable[[list[Job]], list[dict[str, Any]]],
     budget_bytes: int,
 ) -> dict[str, Any]:
     """The page of rows (rows_of: viewed, filtered) for the candidate jobs; "next" is the
@@ -103,7 +111,7 @@ def list_page(
 
 
 def newest_first(
-    active: dict[int, Job], finished: Callable[[int, int], list[Job]] | None, chunk: int
+    active: Mapping[int, Job], finished: Callable[[int, int], list[Job]] | None, chunk: int
 ) -> Iterator[list[Job]]:
     """Every job (the active ones, and finished ones read from the store by
     finished(top_id, count) when given) in chunks, highest ids first: each chunk reads
@@ -125,16 +133,17 @@ def newest_first(
 
 
 def last_candidates(
-    active: dict[int, Job],
+    active: Mapping[int, Job],
     finished: Callable[[int, int], list[Job]] | None,
-    matching: Callable[[list[Job]], list[dict]],
+    matching: Callable[[list[Job]], list[dict[str, Any]]],
     count: int,
     after: int,
 ) -> tuple[list[Job], int | None]:
     """list_candidates() for a `list` with "last": the jobs from the count-th newest match
     on (or from `after`, if higher: a later page), in id order, and the horizon. The jobs
     are read newest first, once, down to there, however many older ones the store holds."""
-    found, walked = 0, collections.deque(maxlen=SCAN_ROWS + 1)
+    found = 0
+    walked: collections.deque[Job] = collections.deque(maxlen=SCAN_ROWS + 1)
     for jobs in newest_first(active, finished, min(max(count, 64), SCAN_ROWS)):
         walked.extend(jobs)  # the lowest ids are the last walked: the ones this page needs
         ids = [row["id"] for row in matching(jobs)]  # still newest first

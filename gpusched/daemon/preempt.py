@@ -12,7 +12,8 @@ import logging
 from collections.abc import Mapping
 from dataclasses import replace
 
-from gpusched.core import lifecycle, placement, preemption, queuerules, scheduling
+from gpusched.core import lifecycle, placement, preemption, queuerules
+from gpusched.core.dependencies import dependency_status
 from gpusched.core.models import Job, JobState
 from gpusched.daemon import requeue
 from gpusched.daemon.state import DaemonState, Setup
@@ -85,7 +86,7 @@ def _candidates(
         and not lifecycle.is_waiting_to_retry(job, now)
         and not job.preempt_hold
     )
-    ready = [job for job in able if scheduling.dependency_status(job, dep_states) == (False, "")]
+    ready = [job for job in able if dependency_status(job, dep_states) == (False, "")]
     return queuerules.queue_order(ready, rules, state.usage.usage)
 
 

@@ -8,8 +8,12 @@ from gpusched.core.models import Job
 from gpusched.job import read_progress_file
 from gpusched.proc import runfile
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
-def progress_of(job: Job | None, paths: Paths) -> dict | None:
+
+def progress_of(job: Job | None, paths: Paths) -> dict[str, Any] | None:
     """A running job's last gpusched.job.progress() report, one small file read; None for
     other jobs, and for a report from an earlier attempt. It is beside gpusched's own
     logs of the job (jobenv), even when the job's output goes to a file of the user's."""

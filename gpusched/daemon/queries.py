@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import builtins
 import os
 from typing import Any
 
@@ -10,7 +11,8 @@ import psutil
 from gpusched import __version__
 from gpusched.client.protocol import LEAN_JOB_FIELDS
 from gpusched.core import dependencies, jobfilter, placement
-from gpusched.core.models import HIDDEN, GpuInfo, Job, JobState, inventory_to_dict, job_to_dict
+from gpusched.core.models import GpuInfo, Job, JobState, inventory_to_dict, job_to_dict
+from gpusched.core.values import HIDDEN
 from gpusched.daemon import idlegpus, lshead, pages
 from gpusched.daemon.progress import progress_of
 from gpusched.daemon.request import WAIT_SLICE_S, Request, Waiter, named, named_each
@@ -22,7 +24,7 @@ class Queries:
     def __init__(self, state: DaemonState, setup: Setup):
         self.state, self.setup = state, setup
 
-    def status(self, req: Request) -> dict:
+    def status(self, req: Request) -> dict[str, Any]:
         state, setup = self.state, self.setup
         now = setup.clock.time()
         return {
@@ -51,7 +53,7 @@ class Queries:
             ],
         }
 
-    def host_usage(self) -> dict:
+    def host_usage(self) -> dict[str, Any]:
         """Cores and memory: usable, reserved by running jobs, and used by the whole host."""
         host, running = self.setup.host, self.state.running()
         mem = psutil.virtual_memory()
@@ -64,7 +66,7 @@ class Queries:
             "cpu_used_pct": psutil.cpu_percent(interval=None),
         }
 
-    def list(self, req: Request) -> dict:
+    def list(self, req: Request) -> dict[str, Any]:
         """One page of the jobs the caller may see that pass the filters, in id order
         (pages.py): all of them, pending, running and (with all, or a finished state
         asked for) finished, however many; or with "last" only the newest that many."""
@@ -74,7 +76,7 @@ class Queries:
         )
         viewer = self.setup.authz.viewer(req.creds[1])
 
-        def matching(some: list) -> list[dict]:
+        def matching(some: list[Job]) -> list[dict[str, Any]]:
             # Filtered as the caller sees them: a hidden name must not be found by its pattern.
             return jobfilter.select(viewer.jobs(self._as_known(some)), req.args)
 
@@ -97,7 +99,7 @@ class Queries:
         page = pages.list_page(jobs, horizon, rows_of, pages.budget(req.args))
         return {**page, "write_problem": state.writes.to_dict()}
 
-    def _head(self, req: Request, viewer: Any, after: int, rows_of: Any) -> dict:
+    def _head(self, req: Request, viewer: Any, after: int, rows_of: Any) -> dict[str, Any]:
         """A plain `ls`: the running jobs and the first pending ones, in pages like any
         list (each page works out the same head again), and the rest as a summary."""
         jobs, more = lshead.head(self.state, viewer, req.args, req.args["pending_rows"])
@@ -106,19 +108,20 @@ class Queries:
         )
         return {**page, "more_pending": more, "write_problem": self.state.writes.to_dict()}
 
-    def show(self, req: Request) -> dict:
+    def show(self, req: Request) -> dict[str, Any]:
         jobs = named_each(self.state, req.args["ids"], whole_arrays=False)
         viewer = self.setup.authz.viewer(req.creds[1])
         return pages.by_position(
             jobs, req.args, lambda some: self.with_progress(viewer.jobs(self._as_known(some)))
         )
 
-    def _as_known(self, jobs: list[Job]) -> list[Job]:
+    # `list` in a signature below is the method above: builtins.list is the type.
+    def _as_known(self, jobs: builtins.list[Job]) -> builtins.list[Job]:
         """The jobs with the ends the daemon knows but could not store yet (a full disk)."""
         unstored = self.state.unstored_ends
         return [unstored.get(job.id, job) for job in jobs] if unstored else jobs
 
-    def with_progress(self, rows: list[dict]) -> list[dict]:
+    def with_progress(self, rows: builtins.list[dict[str, Any]]) -> builtins.list[dict[str, Any]]:
         """Each running job's last gpusched.job.progress() report; None for the others.
 
         One small file read per running job; a report from an earlier attempt is ignored,
@@ -141,25 +144,26 @@ class Queries:
             row["progress"] = report = progress_of(job, self.setup.paths)
             if job is not None and job.state is JobState.PENDING:  # a bounded pass's, maybe
                 row["pending_reason"] = self.state.reason_of(job)
-            if row["id"] in self.state.remote_ids:  # a cluster job: where Slurm has it
-                row["cluster"] = self.state.clusters.describe(row["id"])
+            clusters = self.state.clusters
+            if clusters is not None and row["id"] in self.state.remote_ids:  # where Slurm has it
+                row["cluster"] = clusters.describe(row["id"])
             if report is not None and row["command"] == [HIDDEN]:
                 report["message"] = ""
         return rows
 
-    def logs(self, req: Request) -> dict:
+    def logs(self, req: Request) -> dict[str, Any]:
         """The job, for its owner or an admin, whose client then reads the log files."""
         job = named(self.state, req.args["id"], whole_arrays=False)[0]
         self.setup.authz.require_owner([job], req.creds, "read its logs", "logs")
         return {"job": job_to_dict(job)}
 
-    def env(self, req: Request) -> dict:
+    def env(self, req: Request) -> dict[str, Any]:
         """The environment the job was submitted with (its owner's or an admin's to see)."""
         job = named(self.state, req.args["id"], whole_arrays=False)[0]
         self.setup.authz.require_owner([job], req.creds, "read its environment", "env")
         return {"id": job.id, "env": dict(job.env)}
 
-    def wait(self, req: Request) -> dict | Waiter:
+    def wait(self, req: Request) -> dict[str, Any] | Waiter:
         """The jobs named, once all have ended: now, or through a Waiter the loop answers.
         The jobs come a page at a time (pages.py); the client asks for the next page."""
         # Ids become job ids now (an array's id all its elements, in order), so that
@@ -179,11 +183,11 @@ class Queries:
         reason = self.state.reason_of(job)
         return reason if dependencies.NEVER_MET in reason else None
 
-    def _waited(self, ids: list[int], req: Request, waiter: Waiter) -> dict:
+    def _waited(self, ids: builtins.list[int], req: Request, waiter: Waiter) -> dict[str, Any]:
         state = self.state
         viewer = self.setup.authz.viewer(req.creds[1])
 
-        def rows_of(some: list[int]) -> list[dict]:
+        def rows_of(some: list[int]) -> list[dict[str, Any]]:
             stored = state.store.many([i for i in some if i not in state.jobs])  # one query
             return self.with_progress(
                 viewer.jobs([job for i in some if (job := state.jobs.get(i) or stored.get(i))])
@@ -197,7 +201,7 @@ class Queries:
             return {"jobs": [], "next": None, "done": False, **never}
         return {**pages.by_position(ids, req.args, rows_of), "done": True}
 
-    def gpus(self, req: Request) -> dict:
+    def gpus(self, req: Request) -> dict[str, Any]:
         state = self.state
         loads = {gpu.uuid: load for gpu, load in self._loads()}
         # Each whole GPU, then its MIG devices: a GPU in MIG mode is a row of its own
@@ -216,7 +220,7 @@ class Queries:
             "links": [list(row) for row in state.inventory.links],
         }
 
-    def _gpu_row(self, gpu: GpuInfo, load: Any) -> dict:
+    def _gpu_row(self, gpu: GpuInfo, load: Any) -> dict[str, Any]:
         return {
             "index": gpu.index,
             "label": gpu.label,
@@ -254,7 +258,7 @@ class Queries:
             ],
         }
 
-    def _loads(self) -> list:
+    def _loads(self) -> builtins.list[tuple[GpuInfo, placement.GpuLoad]]:
         """(GPU, its load: jobs on it and memory promised to them) for each schedulable GPU."""
         state = self.state
         loads = placement.gpu_loads(
@@ -267,7 +271,7 @@ class Queries:
         )
         return [(gpu, loads[gpu.uuid]) for gpu in state.inventory.schedulable()]
 
-    def snapshot(self, req: Request) -> dict:
+    def snapshot(self, req: Request) -> dict[str, Any]:
         state = self.state
         viewer = self.setup.authz.viewer(req.creds[1])
         inventory = inventory_to_dict(state.inventory)
@@ -287,7 +291,7 @@ class Queries:
             active = [job for job in active if job.is_running]
         lean = req.args.get("lean")
 
-        def rows_of(some: list) -> list[dict]:
+        def rows_of(some: list[Job]) -> list[dict[str, Any]]:
             rows = self.with_progress(viewer.jobs(some))
             return (
                 [{key: row[key] for key in LEAN_JOB_FIELDS if key in row} for row in rows]

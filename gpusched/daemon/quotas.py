@@ -22,7 +22,7 @@ class _EnvSizes:
     one dict, which must not be measured 100,000 times."""
 
     def __init__(self) -> None:
-        self._sizes: dict[int, tuple[dict, int]] = {}  # id -> (the dict, kept alive; its size)
+        self._sizes: dict[int, tuple[object, int]] = {}  # id -> (the dict, kept alive; its size)
 
     def __call__(self, env: Any) -> int:
         found = self._sizes.get(id(env))

@@ -24,6 +24,10 @@ from gpusched.daemon.rows import DamagedRow, row_to_job
 from gpusched.daemon.schema import MIGRATIONS
 from gpusched.daemon.store import Store
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
+
 # What --repair does not decide for the user: the check's own message says what to do.
 _BY_HAND = ("symlink", "not_regular", "unreadable", "newer")
 # What was wrong, in a few words, by the start-up check's kind.
@@ -45,7 +49,7 @@ class Repair:
     problem: str = ""  # what was wrong, in a few words
     repaired: bool = False  # False: the queue was healthy, nothing was changed
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return {
             "repaired": self.repaired,
             "problem": self.problem,

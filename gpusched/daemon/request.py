@@ -29,7 +29,7 @@ class Waiter:
     def __init__(
         self,
         ids: list[int],
-        result: Callable[[], dict],
+        result: Callable[[], dict[str, Any]],
         deadline: float,
         never_starts: Callable[[int], str | None] | None = None,
     ):
@@ -108,7 +108,7 @@ def named_each(state: DaemonState, ids: Any, whole_arrays: bool) -> list[Job]:
     return list(out.values())
 
 
-def _stored(state: DaemonState, ids: list) -> dict[int, Job]:
+def _stored(state: DaemonState, ids: list[object]) -> dict[int, Job]:
     """The ended jobs among plain ids, read in one query: a `wait` on a sweep's 1,000
     ended jobs made 1,000 queries. Ids of a submit being stored are left to state.find."""
     wanted = [

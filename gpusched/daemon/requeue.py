@@ -15,11 +15,16 @@ import logging
 import signal
 import time
 from dataclasses import replace
+from functools import partial
 
 from gpusched.core import lifecycle
 from gpusched.core.models import Job, JobState, transition
 from gpusched.daemon.state import DaemonState
 from gpusched.proc.seam import ProcessSeam
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
 log = logging.getLogger("gpusched.jobs")
 
@@ -83,7 +88,7 @@ def send_due_terms(state: DaemonState, seam: ProcessSeam, now: float) -> None:
         for job in due:
             sent = replace(job, requeue_term_at=None)
             state.save(sent)
-            state.after_commit(lambda sent=sent: seam.signal_job(sent, signal.SIGTERM))
+            state.after_commit(partial(seam.signal_job, sent, signal.SIGTERM))
 
 
 def next_deadline(running: list[Job]) -> float | None:
@@ -104,7 +109,7 @@ def is_requeued_end(job: Job) -> bool:
     return job.requeueing and not job.cancel_requested
 
 
-def end_requeued(state: DaemonState, job: Job, when: float, **record) -> Job:
+def end_requeued(state: DaemonState, job: Job, when: float, **record: Any) -> Job:
     """Store the end of a run stopped to be requeued (inside a write): `preempted`, then
     `pending` again, whatever its exit status (a job that checkpoints and exits 0 on the
     signal has not finished its work). Returns the pending job."""

@@ -32,6 +32,10 @@ from gpusched.daemon.store import Store
 from gpusched.daemon.usagerow import row_usage
 from gpusched.proc import runfile
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
+
 log = logging.getLogger("gpusched.daemon.retention")
 
 SUMMARY_KEY = "removed_jobs"  # meta: usage of the jobs removed, by user and final state
@@ -58,7 +62,7 @@ class Sweep(Batched):
         self._next_id = 1
         self.needed = Needed(state)  # started with the sweep's first turn
         self.oldest_kept_ended_at: float | None = None  # of the finished jobs left
-        self.report = {
+        self.report: dict[str, Any] = {
             "dry_run": dry_run,
             "jobs": 0,
             "bytes": 0,
@@ -69,7 +73,7 @@ class Sweep(Batched):
             "keep_finished_count": count,
         }
 
-    def step(self) -> dict | None:
+    def step(self) -> dict[str, Any] | None:
         try:
             report = self._step()
         except BaseException:
@@ -82,7 +86,7 @@ class Sweep(Batched):
     def abandon(self) -> None:
         self.needed.stop()
 
-    def _step(self) -> dict | None:
+    def _step(self) -> dict[str, Any] | None:
         if self.state.incoming:
             return None  # a submit being stored may depend on a job this would remove
         if not self.needed.watching:
@@ -130,7 +134,7 @@ class Sweep(Batched):
             and (self._cutoff is None or self._cutoff < oldest_kept_ended_at)
         )
 
-    def _goes(self, row: sqlite3.Row, keep: tuple[set, set]) -> bool:
+    def _goes(self, row: sqlite3.Row, keep: tuple[set[int], set[int]]) -> bool:
         ended = row["ended_at"]
         old = self._excess > 0 or (
             self._cutoff is not None and ended is not None and ended < self._cutoff
@@ -164,7 +168,7 @@ class Sweep(Batched):
 # -- the summary ------------------------------------------------------------------------------
 
 
-def load_summary(text: str) -> dict:
+def load_summary(text: str) -> dict[str, Any]:
     """The usage of removed jobs: {"jobs": N, "by_user": {user: {state: {"jobs", "run_s",
     "gpu_s", "core_s"}}}}; empty when none was removed (or the entry is unreadable)."""
     try:
@@ -177,12 +181,12 @@ def load_summary(text: str) -> dict:
     return summary
 
 
-def removed_summary(store: Store) -> dict:
+def removed_summary(store: Store) -> dict[str, Any]:
     """The usage of every job retention removed, for `daemon status` and `gc`."""
     return load_summary(store.get_meta(SUMMARY_KEY))
 
 
-def add_to_summary(summary: dict, rows: list[sqlite3.Row]) -> dict:
+def add_to_summary(summary: dict[str, Any], rows: list[sqlite3.Row]) -> dict[str, Any]:
     """Add removed rows to the summary: per user and final state, jobs and sums of what
     daemon/usagerow.py measures (the sums an older daemon wrote lack the newer keys)."""
     for row in rows:
@@ -290,16 +294,16 @@ class Retention:
         settings = setup.settings
         self.enabled = settings.keep_finished_s is not None or settings.keep_finished_count > 0
 
-    def _start(self) -> bool:
+    def _start(self) -> Sweep | None:
         """A pass, when one is due and could remove anything."""
         if self.setup.clock.monotonic() < self._due:
-            return False
+            return None
         self._due = self.setup.clock.monotonic() + SWEEP_INTERVAL_S
         sweep = Sweep(self.state, self.setup)
         if sweep.can_skip(self._oldest_kept):
-            return False
+            return None
         self._sweep = sweep
-        return True
+        return sweep
 
     @property
     def busy(self) -> bool:
@@ -310,9 +314,10 @@ class Retention:
         if not self.enabled or self.state.writes.failing:
             return
         try:
-            if self._sweep is None and not self._start():
+            sweep = self._sweep if self._sweep is not None else self._start()
+            if sweep is None:
                 return
-            report = self._sweep.step()
+            report = sweep.step()
         except StoreWriteError:
             self._sweep = None  # said in the log (WriteHealth); tried again when next due
             return
@@ -323,7 +328,7 @@ class Retention:
             self._sweep = None
             return
         if report is not None:
-            self._oldest_kept, self._sweep = self._sweep.oldest_kept_ended_at, None
+            self._oldest_kept, self._sweep = sweep.oldest_kept_ended_at, None
             if report["jobs"]:
                 log.info(
                     "removed %d finished job(s) and %d bytes of their files",

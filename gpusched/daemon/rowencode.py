@@ -10,6 +10,10 @@ from dataclasses import asdict, fields
 from gpusched.core.models import Job
 from gpusched.daemon.rows import JSON_TUPLES
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
+
 _JOB_FIELDS = [f.name for f in fields(Job) if f.name != "request"]
 
 
@@ -55,7 +59,7 @@ _SET_AT_SUBMIT = frozenset(
 _UPDATED_FIELDS = [n for n in _JOB_FIELDS if n not in _SET_AT_SUBMIT]
 
 
-def job_to_row(job: Job, for_update: bool = False) -> dict:
+def job_to_row(job: Job, for_update: bool = False) -> dict[str, Any]:
     """The job's columns; for_update: only those that can change after submit (every
     start and end updates a job, so this runs several times per job)."""
     row = {name: getattr(job, name) for name in (_UPDATED_FIELDS if for_update else _JOB_FIELDS)}

@@ -99,7 +99,7 @@ def _checker(hint: Any) -> Callable[[Any], bool]:
         return lambda v: type(v) in (int, float)
     if isinstance(hint, type) and issubclass(hint, enum.Enum):
         return lambda v: isinstance(v, hint)
-    if is_dataclass(hint):  # checked field by field, by _field_checks
+    if isinstance(hint, type) and is_dataclass(hint):  # checked field by field, by _field_checks
         return lambda v: isinstance(v, hint)
     return lambda v: type(v) is hint  # int, str, bool: exactly (True is not a count)
 
@@ -140,7 +140,7 @@ def _constraints(job_id: int, text: Any) -> Constraints:
 _REQUEST_DEFAULTS = Request()
 
 
-def _request(job_id: int, values: dict) -> Request:
+def _request(job_id: int, values: dict[str, Any]) -> Request:
     """The request's columns, taken out of the row (an older schema lacks some: defaults)."""
     d = _REQUEST_DEFAULTS
     constraints = values.pop("constraints", None)
@@ -167,7 +167,7 @@ class Shared:
 
     def __init__(self) -> None:
         self.values: dict[tuple[str, Any], Any] = {}  # (column, stored) -> decoded value
-        self.checked: set = set()  # ids of shared values that passed their check
+        self.checked: set[object] = set()  # ids of shared values that passed their check
 
     def json(self, job_id: int, key: str, text: Any, is_tuple: bool) -> Any:
         found = self.values.get((key, text), _MISSING)
@@ -229,7 +229,7 @@ def _decode(values: dict[str, Any], shared: Shared) -> Job:
     return job
 
 
-def _shared_request(job_id: int, values: dict, shared: Shared) -> Request:
+def _shared_request(job_id: int, values: dict[str, Any], shared: Shared) -> Request:
     key = ("request", tuple(values.get(k) for k in _REQUEST_COLUMNS))
     request = shared.values.get(key)
     if request is None:
@@ -248,7 +248,7 @@ def _boolean(value: Any) -> Any:
     return bool(value) if type(value) is int else value
 
 
-def check_job(job: Job, checked: set | None = None) -> None:
+def check_job(job: Job, checked: set[object] | None = None) -> None:
     """Raise DamagedRow unless every field holds a value of its declared type. `checked`:
     ids of shared values (Shared) found right before, for a field of the same name."""
     checked = set() if checked is None else checked
@@ -325,7 +325,7 @@ class RowDecoder:
 
     def __init__(self, names: list[str]):
         self.names, self.shared = names, Shared()
-        self._templates: dict[tuple, list[Any]] = {}
+        self._templates: dict[tuple[Any, ...], list[Any]] = {}
         own = [names.index(c) for c in _OWN if c in names]
         shared = [i for i in range(len(names)) if i not in own]
         self._key = itemgetter(*shared) if len(own) == len(_OWN) and len(shared) > 1 else None
@@ -335,7 +335,7 @@ class RowDecoder:
         self._command_slot = _FIELDS.index("command")
         self._words: dict[str, str] = {}  # words of recent commands (_own_command)
 
-    def job(self, row: tuple) -> Job:
+    def job(self, row: tuple[Any, ...]) -> Job:
         """The row's Job; raises DamagedRow naming the first field that is wrong."""
         if self._key is None:
             return _decode(dict(zip(self.names, row)), self.shared)

@@ -8,9 +8,9 @@ import socket
 import threading
 import time
 from collections.abc import Callable, Collection
-from typing import Any
+from typing import Any, Protocol
 
-from gpusched.client import pagestream, protocol
+from gpusched.client import pagestream, protocol, wire
 from gpusched.core.errors import GpuschedError, ProtocolError, error_kind
 from gpusched.core.limits import DEFAULT as DEFAULT_LIMITS
 from gpusched.core.limits import Limits
@@ -20,9 +20,21 @@ from gpusched.proc.runfile import WAKE_MAX_BYTES
 
 log = logging.getLogger("gpusched.daemon.server")
 
-# (command, args, (pid, uid, gid)) -> the command's result, or GpuschedError raised.
-# Called on a connection thread; it may block.
-Dispatch = Callable[[str, dict[str, Any], tuple[int, int, int]], Any]
+
+class Dispatch(Protocol):
+    """(command, args, (pid, uid, gid)) -> the command's result, or GpuschedError raised;
+    gone(): whether a streamed request's client left. Called on a connection thread; it
+    may block."""
+
+    def __call__(
+        self,
+        name: str,
+        args: dict[str, Any],
+        creds: tuple[int, int, int],
+        gone: Callable[[], bool] | None = None,
+    ) -> Any: ...
+
+
 # Commands the server answers itself, on the connection's thread: a liveness check must
 # not wait behind the loop.
 SERVER_COMMANDS = frozenset({"ping"})
@@ -198,7 +210,7 @@ class SocketServer:
     def _admit(self, conn: socket.socket) -> int | None:
         """Count a new connection against its user's limit; refuse it, with a reply, if over."""
         try:
-            uid = protocol.peer_credentials(conn)[1]
+            uid = wire.peer_credentials(conn)[1]
         except OSError:
             conn.close()
             return None
@@ -245,9 +257,9 @@ class SocketServer:
         taken = self._frames.reader()  # a large frame's bytes, held until it is answered
         with conn:
             try:
-                creds = protocol.peer_credentials(conn)
+                creds = wire.peer_credentials(conn)
                 while (
-                    message := protocol.receive(
+                    message := wire.receive(
                         conn, protocol.READ_TIMEOUT_S, self._max_json_depth, taken
                     )
                 ) is not None:
@@ -258,7 +270,7 @@ class SocketServer:
                         else self._handle_counted(message, creds)
                     )
                     conn.settimeout(protocol.READ_TIMEOUT_S)  # a reader that stalls is cut off too
-                    protocol.send(conn, answer)
+                    wire.send(conn, answer)
                     taken.release()
                     if streamed:
                         return  # one streamed request per connection: its frames end here
@@ -278,7 +290,7 @@ class SocketServer:
         while (message := pagestream.next_request(message, answer)) is not None:
             answer = self._handle(message, creds)
             conn.settimeout(pagestream.SEND_TIMEOUT_S)  # its reader may be busy printing
-            protocol.send(conn, answer)
+            wire.send(conn, answer)
 
     def _handle_counted(self, message: Any, creds: tuple[int, int, int]) -> dict[str, Any]:
         """_handle; a `wait` moves its connection from the user's open connections to
@@ -328,7 +340,7 @@ class SocketServer:
                             args,
                             self._max_json_depth,
                             self._limits,
-                            lambda *call, gone: self._dispatch(*call, creds, gone=gone),
+                            lambda name, args, gone: self._dispatch(name, args, creds, gone=gone),
                             self._frames.reader(),
                         ),
                         daemon=self._stamp,
@@ -347,7 +359,7 @@ class SocketServer:
     @staticmethod
     def _try_send(conn: socket.socket, answer: dict[str, Any]) -> None:
         try:
-            protocol.send(conn, answer)
+            wire.send(conn, answer)
         except OSError:
             pass
 

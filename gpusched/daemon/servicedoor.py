@@ -12,6 +12,10 @@ from collections.abc import Callable
 from gpusched.core.services import LoadSample, p95
 from gpusched.proc.haproxy import Proxy, RequestLog, ServerStat, new_token
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
+
 log = logging.getLogger("gpusched.daemon.servicedoor")
 
 # Latency histogram bounds (ms) for `service show` and /metrics.
@@ -81,17 +85,18 @@ class Door:
     def server_name(job_id: int) -> str:
         return f"r{job_id}"
 
-    def open_log(self, fresh: bool = False) -> None:
-        """A running proxy's: on the port and with the secret of its config. Where another
-        process took that port meanwhile (a daemon restart), it reads the lines, secret
-        and all; a config of an older gpusched has no secret: either proxy is stopped, and
-        the next step starts one with a new port and secret."""
+    def open_log(self, fresh: bool = False) -> RequestLog:
+        """The request log, opened where it is not: a running proxy's on the port and with
+        the secret of its config. Where another process took that port meanwhile (a daemon
+        restart), it reads the lines, secret and all; a config of an older gpusched has no
+        secret: either proxy is stopped, and the next step starts one with a new port and
+        secret."""
         if self.requests is not None:
-            return
+            return self.requests
         known = {} if fresh else self.proxy.configured()
         port = known.get("log_port", 0)
-        self.requests = RequestLog(port, known.get("token") or new_token())
-        if port and (self.requests.port != port or "token" not in known):
+        requests = self.requests = RequestLog(port, known.get("token") or new_token())
+        if port and (requests.port != port or "token" not in known):
             log.warning(
                 "service %s: its request log port %d is taken, or has no secret; "
                 "restarting its front door",
@@ -99,6 +104,7 @@ class Door:
                 port,
             )
             self.proxy.stop()
+        return requests
 
     def close(self) -> None:
         if self.requests is not None:
@@ -165,7 +171,7 @@ class Door:
         self.next_start_s = now_mono + _RETRY_START_S
         return True
 
-    def summary(self, now: float, window_s: float = 60.0) -> dict:
+    def summary(self, now: float, window_s: float = 60.0) -> dict[str, Any]:
         recent = [ms for when, ms in self.latencies if when >= now - window_s]
         requests = sum(count for when, count in self.counted if when >= now - window_s)
         last = self.samples[-1] if self.samples else None

@@ -4,14 +4,17 @@ sample (DaemonState.service_figures): a scrape never waits for the loop."""
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
+
+if TYPE_CHECKING:
+    from prometheus_client.core import Metric
 
 LABELS = ["service"]
 
 
-def service_families(figures: Iterable[dict[str, Any]]) -> list:
+def service_families(figures: Iterable[dict[str, Any]]) -> list[Metric]:
     figures = list(figures)
     if not figures:  # a daemon without services shows no empty service families
         return []

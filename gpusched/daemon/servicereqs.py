@@ -4,15 +4,18 @@ answered; the loop's side of the services (replicas, front doors) is daemon/serv
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gpusched.core import limits
 from gpusched.core import services as model
 from gpusched.core.errors import GpuschedError, NotFound, PermissionDenied, UsageError
 from gpusched.core.models import Job, JobState
 from gpusched.core.services import GENERATION_VAR, PORT_VAR
-from gpusched.daemon.authz import user_name
+from gpusched.core.users import user_name
 from gpusched.daemon.servicedoor import Door, minute_of_day
+
+if TYPE_CHECKING:
+    from gpusched.daemon.state import Clock, DaemonState, Setup
 
 META_PREFIX = "service:"
 
@@ -21,7 +24,24 @@ class ServiceRequests:
     """The requests' half of ServiceManager, which provides services, doors, save(),
     door(), start_proxy(), free_port(), replicas() and the state."""
 
-    def request(self, req: Any) -> dict | list:
+    state: DaemonState
+    setup: Setup
+    submits: Any  # Submits and Changes, which only the handlers know (daemon/handlers.py)
+    changes: Any
+    clock: Clock
+    folder: str
+    services: dict[str, model.Service]
+    doors: dict[str, Door]
+
+    if TYPE_CHECKING:  # ServiceManager's (daemon/services.py)
+
+        def replicas(self, name: str) -> list[Job]: ...
+        def save(self, service: model.Service) -> None: ...
+        def door(self, name: str) -> Door: ...
+        def start_proxy(self, service: model.Service, door: Door) -> None: ...
+        def free_port(self, taken: set[int]) -> int: ...
+
+    def request(self, req: Any) -> dict[str, Any]:
         """The `service` request: one of protocol.SERVICE_ACTIONS."""
         args, action = req.args, req.args["action"]
         # Each answer as the caller may see it (authz.Viewer: another user's command is theirs).
@@ -62,7 +82,7 @@ class ServiceRequests:
                 )
         return service
 
-    def create(self, args: dict, creds: tuple[int, int, int]) -> dict:
+    def create(self, args: dict[str, Any], creds: tuple[int, int, int]) -> dict[str, Any]:
         name = model.check_name(args.get("name"))
         if name in self.services:
             raise UsageError(
@@ -110,7 +130,7 @@ class ServiceRequests:
         )
         return self.describe(service)
 
-    def check_limits(self, spec: dict) -> None:
+    def check_limits(self, spec: dict[str, Any]) -> None:
         """A replica's command, name, environment and directory against [limits], as a
         submit's are: a client can be bypassed, and each replica is queued from them."""
         limits.check_submit(
@@ -123,7 +143,7 @@ class ServiceRequests:
             return f"{listen[:-2]}:{self.free_port(set())}"
         return listen
 
-    def scale(self, name: Any, replicas: Any, creds: tuple[int, int, int]) -> dict:
+    def scale(self, name: Any, replicas: Any, creds: tuple[int, int, int]) -> dict[str, Any]:
         service = self.find(name, creds)
         if not isinstance(replicas, int) or not 0 <= replicas <= model.MAX_REPLICAS:
             raise UsageError(f"replicas must be 0-{model.MAX_REPLICAS}, not {replicas!r}")
@@ -144,7 +164,9 @@ class ServiceRequests:
         door.note(f"scaled to {replicas} replica(s) by {user_name(creds[1])}", now)
         return self.describe(self.services[name])
 
-    def update(self, name: Any, spec: dict, creds: tuple[int, int, int]) -> dict:
+    def update(
+        self, name: Any, spec: dict[str, Any], creds: tuple[int, int, int]
+    ) -> dict[str, Any]:
         service = self.find(name, creds)
         given = model.check_spec(spec)
         changes: dict[str, Any] = {"generation": service.generation + 1}
@@ -174,7 +196,7 @@ class ServiceRequests:
         )
         return self.describe(updated)
 
-    def delete(self, name: Any, creds: tuple[int, int, int]) -> dict:
+    def delete(self, name: Any, creds: tuple[int, int, int]) -> dict[str, Any]:
         service = self.find(name, creds)
         with self.state.write(undone="the service was not deleted"):
             self.state.store.delete_meta(META_PREFIX + name)
@@ -188,7 +210,7 @@ class ServiceRequests:
         door.close()
         return {"name": service.name, "deleted": True, "stopped_jobs": stopped}
 
-    def describe(self, service: model.Service) -> dict:
+    def describe(self, service: model.Service) -> dict[str, Any]:
         door = self.door(service.name)
         now = self.clock.time()
         replicas = []

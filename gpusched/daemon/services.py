@@ -80,13 +80,13 @@ class ServiceManager(ServiceRequests):
         """Write its config and start it; the request log is read from before it starts."""
         binary = haproxy.require_binary(self.setup.settings.haproxy)
         door.close()
-        door.open_log(fresh=True)  # a new port and secret: the old ones may be known
+        requests = door.open_log(fresh=True)  # a new port and secret: the old ones may be known
         door.proxy.write_config(
             service.listen,
             service.balance,
             service.health,
-            door.requests.port,
-            door.requests.token,
+            requests.port,
+            requests.token,
             haproxy.owner_identity(service.uid, service.name),
         )
         door.servers.clear()
@@ -97,7 +97,7 @@ class ServiceManager(ServiceRequests):
         while True:
             with socket.socket() as sock:
                 sock.bind(("127.0.0.1", 0))
-                port = sock.getsockname()[1]
+                port: int = sock.getsockname()[1]
             if port not in taken:
                 return port
 
@@ -123,7 +123,8 @@ class ServiceManager(ServiceRequests):
         template = self.submits._template(service.job, owner)
         self.replicas(service.name)  # the ids are gathered before this one is added
         with self.state.write(undone="no replica was queued"):
-            job_id = self.submits._insert(template, (None,), None)[0]
+            job_id: int = self.submits._insert(template, (None,), None)[0]
+        assert self._replica_ids is not None  # gathered by replicas() above
         self._replica_ids.setdefault(service.name, set()).add(job_id)
         return job_id
 

@@ -18,6 +18,10 @@ from gpusched.daemon.state import Setup
 from gpusched.proc import leftovers, runfile
 from gpusched.proc.seam import ProcessSeam
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Iterable
+
 log = logging.getLogger("gpusched.jobs")
 
 VANISHED = "the job's shim vanished without an exit record (killed, or the machine rebooted)"
@@ -121,7 +125,7 @@ class ShimLoss:
         return self.seam.job_processes(leftovers.marks_of(spec, shim, job.uid))
 
 
-def _pids(pids) -> str:
+def _pids(pids: Iterable[int]) -> str:
     ordered = sorted(pids)
     shown = ", ".join(map(str, ordered[:_PIDS_SHOWN]))
     more = f" and {len(ordered) - _PIDS_SHOWN} more" if len(ordered) > _PIDS_SHOWN else ""

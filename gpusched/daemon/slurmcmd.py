@@ -49,7 +49,7 @@ class SlurmCommands:
         self.sacct_mode = ""
         self.calls = 0  # every command run, for `daemon status` and the tests
 
-    def _run(self, argv: Sequence[str]) -> subprocess.CompletedProcess:
+    def _run(self, argv: Sequence[str]) -> subprocess.CompletedProcess[str]:
         program = os.path.join(self.cluster.bin_dir, argv[0]) if self.cluster.bin_dir else argv[0]
         self.calls += 1
         try:
@@ -69,7 +69,7 @@ class SlurmCommands:
             raise SlurmError(f"cannot run {program}: {exc.strerror}") from None
 
     @staticmethod
-    def _said(done: subprocess.CompletedProcess) -> str:
+    def _said(done: subprocess.CompletedProcess[str]) -> str:
         text = (done.stderr or done.stdout).strip().splitlines()
         return text[-1] if text else f"exit status {done.returncode}"
 

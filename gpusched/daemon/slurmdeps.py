@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from gpusched.core import scheduling
+from gpusched.core.dependencies import dependency_status
 from gpusched.core.models import Job, JobState
 
 WAIT, NEVER, MET, SLURM = "wait", "never", "met", "slurm"
@@ -24,7 +24,7 @@ def dependency_state(
     if states[parent.id].is_final or (
         kind == "after" and states[parent.id] is not JobState.PENDING
     ):
-        never, why = scheduling.dependency_status(
+        never, why = dependency_status(
             Job(id=0, command=(), cwd="", uid=0, user="", dependencies=((kind, parent.id),)), states
         )
         return (NEVER if never else WAIT if why else MET), ""

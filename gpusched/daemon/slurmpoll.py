@@ -14,7 +14,7 @@ import logging
 import os
 import secrets
 from dataclasses import replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gpusched.core import lifecycle
 from gpusched.core.clusterconf import LOCAL, ClusterConfig
@@ -26,6 +26,12 @@ from gpusched.daemon.slurmcmd import SlurmCommands, SlurmError
 from gpusched.daemon.slurmsubmit import HandOver, log_failure, pending_because
 from gpusched.daemon.slurmworker import SlurmWorker
 from gpusched.daemon.state import DaemonState, Setup
+
+if TYPE_CHECKING:
+    # What _fetch reads: Slurm's rows, exit records and start records, by Slurm id.
+    Fetched = tuple[
+        dict[str, SlurmRow], dict[str, dict[str, str] | None], dict[str, dict[str, str] | None]
+    ]
 
 log = logging.getLogger("gpusched.daemon.slurmpoll")
 
@@ -215,12 +221,13 @@ class ClusterJobs:
         self,
         cluster: ClusterConfig,
         handed: dict[str, tuple[int, int]],
-        found: tuple | None,
+        found: Fetched | None,
         error: BaseException | None,
     ) -> None:
         if error is not None:
             self.failed(cluster.name, error)
             return
+        assert found is not None  # given whenever error is not
         rows, records, starts = found
         now = self.setup.clock.time()
         self.polled_at[cluster.name] = now
@@ -230,8 +237,8 @@ class ClusterJobs:
             for key, (job_id, attempt) in handed.items():
                 job = self.state.jobs.get(job_id)
                 if job is not None and job.attempt == attempt:  # still the attempt polled
-                    if starts.get(key):
-                        self._placed(job, starts[key])
+                    if start := starts.get(key):
+                        self._placed(job, start)
                     changed |= self._apply(job, key, rows.get(key), records.get(key), cluster, now)
         if changed:
             self._interval_s[cluster.name] = cluster.poll_min_s
@@ -246,7 +253,7 @@ class ClusterJobs:
         job: Job,
         key: str,
         row: SlurmRow | None,
-        record: dict | None,
+        record: dict[str, Any] | None,
         cluster: ClusterConfig,
         now: float,
     ) -> bool:
@@ -391,7 +398,7 @@ class ClusterJobs:
 
 def _fetch(
     commands: SlurmCommands, base: str, handed: dict[str, tuple[int, int]], unplaced: set[str]
-) -> tuple[dict, dict, dict]:
+) -> Fetched:
     """On the worker: Slurm's rows for the jobs handed over (squeue, then sacct for those
     it forgot that left no exit record), the exit records of those that ended, and the
     start records of those that started and have none read yet."""

@@ -59,6 +59,7 @@ class HandOver:
         if error is not None:
             self.c.failed(cluster.name, error)
             return
+        assert rows is not None  # given whenever error is not
         found = {
             row.comment: row
             for row in rows.values()
@@ -97,10 +98,10 @@ class HandOver:
             and str(j.attempt) not in runs[j.id]["slurm"]
             and (j.eligible_at is None or j.eligible_at <= now)
         ]
-        groups: dict[tuple, list[Job]] = {}
+        groups: dict[tuple[int, int], list[Job]] = {}
         for job in sorted(due, key=lambda j: j.id):
-            group = (job.array_id, job.attempt) if job.array_id is not None else (job.id, 0)
-            groups.setdefault(group, []).append(job)
+            key = (job.array_id, job.attempt) if job.array_id is not None else (job.id, 0)
+            groups.setdefault(key, []).append(job)
         plans = []
         for group in groups.values():
             deps = self._dependencies(group[0])
@@ -163,7 +164,7 @@ class HandOver:
         self,
         cluster: ClusterConfig,
         plans: list[Plan],
-        results: list | None,
+        results: list[tuple[str, str]] | None,
         error: BaseException | None,
     ) -> None:
         """Store each Slurm id; put back what was not submitted (and say why)."""

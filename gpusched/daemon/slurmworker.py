@@ -20,8 +20,8 @@ class SlurmWorker:
     """Runs work in order on its own thread; the loop collects what is done with drain()."""
 
     def __init__(self, name: str, wake: Callable[[], None]):
-        self._tasks: queue.Queue = queue.Queue()
-        self._done: queue.Queue = queue.Queue()
+        self._tasks: queue.Queue[tuple[Callable[[], Any], Then]] = queue.Queue()
+        self._done: queue.Queue[tuple[Then, Any, BaseException | None]] = queue.Queue()
         self._wake = wake
         self.pending = 0  # handed to the thread, not collected yet (loop thread only)
         threading.Thread(target=self._serve, name=f"slurm-{name}", daemon=True).start()

@@ -9,7 +9,7 @@ from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import partial
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 from gpusched.client.paths import Paths
 from gpusched.core import queuerules
@@ -30,6 +30,19 @@ from gpusched.daemon.telemetry import Telemetry
 from gpusched.daemon.writefail import WriteHealth
 from gpusched.proc.runfile import own_log_paths
 
+_T = TypeVar("_T")
+
+if TYPE_CHECKING:
+    from typing import Protocol
+
+    from gpusched.daemon.slurmpoll import ClusterJobs
+
+    class Clock(Protocol):
+        """The time module, or in tests a clock they move by hand."""
+
+        def time(self) -> float: ...
+        def monotonic(self) -> float: ...
+
 
 @dataclass(frozen=True)
 class Setup:
@@ -43,7 +56,7 @@ class Setup:
     cgroups: CgroupJobs | None  # kernel-enforced memory limits, when enforce_mem found a tree
     started_at: float
     # time() and monotonic(): the time module, or in tests a clock they move by hand.
-    clock: Any = time
+    clock: Clock = time
 
     def queue_rules(self, draining: bool) -> queuerules.QueueRules:
         s = self.settings
@@ -111,8 +124,8 @@ class DaemonState:
         # While a write() runs: each job it changed as it was before (None: not active),
         # and what to do once it commits, or if it fails.
         self._undo: dict[int, Job | None] | None = None
-        self._on_commit: list[Callable[[], None]] = []
-        self._on_rollback: list[Callable[[], None]] = []
+        self._on_commit: list[Callable[[], object]] = []
+        self._on_rollback: list[Callable[[], object]] = []
         # Ids of submits being stored in batches (daemon/batches.py): not acknowledged
         # yet, so no request may see or touch them.
         self.incoming: list[range] = []
@@ -125,7 +138,7 @@ class DaemonState:
         # Cluster jobs (daemon/slurmpoll.py, which sets both): active like any job, but
         # never among running() and pending(), which this machine's scheduler works on.
         self.remote_ids: set[int] = set()
-        self.clusters: Any = None
+        self.clusters: ClusterJobs | None = None
         # Told of the jobs that become active (submitted, or queued again after their
         # end): retention's index of what active jobs need (daemon/keepneeded.py).
         self.activated: list[Callable[[Iterable[Job]], None]] = []
@@ -159,14 +172,14 @@ class DaemonState:
         """A name for the pending jobs as they are now: another once any of them changed."""
         return f"{self._pending_nonce}.{self._pending_changes}"
 
-    def of_pending(self, key: Any, work_out: Callable[[], Any]) -> Any:
+    def of_pending(self, key: Any, work_out: Callable[[], _T]) -> _T:
         """work_out()'s value, worked out again only once the pending jobs changed: with
         100,000 pending, `top` asks every second and the queue seldom moves."""
         version = self.pending_version
         kept = self._of_pending.get(key)
         if kept is None or kept[0] != version:
             kept = self._of_pending[key] = (version, work_out())
-        return kept[1]
+        return cast("_T", kept[1])  # what work_out() gave for this key
 
     def compact(self) -> None:
         """Rebuild the job tables, which keep the size of the most they ever held. In
@@ -262,21 +275,20 @@ class DaemonState:
         """The active version of a job, or None: it is not active."""
         if job_id in self._pending or (job is not None and job.state is JobState.PENDING):
             self._pending_changes += 1
-        local = job is not None and job_id not in self.remote_ids
-        self._requeue(
-            self._pending.get(job_id), job if local and job.state is JobState.PENDING else None
-        )
+        local = job if job is not None and job_id not in self.remote_ids else None
+        pending = local if local is not None and local.state is JobState.PENDING else None
+        self._requeue(self._pending.get(job_id), pending)
         entry = None if job is None else self.kinds.lean(job)
-        for subset, belongs in (
-            (self.jobs, job is not None),
-            (self._pending, local and job.state is JobState.PENDING),
+        for subset, held in (
+            (self.jobs, entry),
+            (self._pending, None if pending is None else entry),
         ):
-            if belongs:
-                subset.put_lean(job_id, entry)
+            if held is not None:
+                subset.put_lean(job_id, held)
             else:
                 subset.discard(job_id)
-        if local and job.is_running:
-            self._running[job_id] = job
+        if local is not None and local.is_running:
+            self._running[job_id] = local
         else:
             self._running.pop(job_id, None)
 
@@ -321,7 +333,7 @@ class DaemonState:
         for action in on_commit:
             action()
 
-    def after_commit(self, action: Callable[[], None]) -> None:
+    def after_commit(self, action: Callable[[], object]) -> None:
         """Do this once the write under way commits (now, outside a write): what must not
         happen for a change that is not stored (a signal, a launch, a file removed)."""
         if self._undo is None:
@@ -329,7 +341,7 @@ class DaemonState:
         else:
             self._on_commit.append(action)
 
-    def on_rollback(self, action: Callable[[], None]) -> None:
+    def on_rollback(self, action: Callable[[], object]) -> None:
         """Undo this if the write under way fails (a port held, a cgroup made for a start)."""
         if self._undo is not None:
             self._on_rollback.append(action)

@@ -127,7 +127,7 @@ class Store(FinishedJobs):
     def insert(self, jobs: Iterable[Job]) -> list[int]:
         """Add new jobs and return their ids: a job's own id if it has one (from next_ids),
         the next free one if its id is 0."""
-        ids = []
+        ids: list[int] = []
         for job in jobs:
             row = job_to_row(job)
             if not job.id:
@@ -135,6 +135,7 @@ class Store(FinishedJobs):
             cols = ", ".join(row)
             marks = ", ".join(f":{c}" for c in row)
             cur = self._conn.execute(f"INSERT INTO jobs ({cols}) VALUES ({marks})", row)
+            assert cur.lastrowid is not None  # an INSERT into a rowid table sets it
             ids.append(cur.lastrowid)
         return ids
 

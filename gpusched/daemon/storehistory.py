@@ -10,6 +10,10 @@ import sqlite3
 from gpusched.core.jobname import program_name_of_json
 from gpusched.core.models import Job, JobState
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Iterable
+
 IDS_PER_QUERY = 500  # under SQLite's oldest limit on bound values (999)
 # What daemon/usagerow.py reads of a row.
 _USAGE_COLUMNS = "submitted_at, started_at, ended_at, attempt, gpu_uuids, gpu_mem_peak_bytes"
@@ -22,6 +26,10 @@ class FinishedJobs:
     """Mixed into Store: the queries of jobs that ended."""
 
     _conn: sqlite3.Connection
+
+    if TYPE_CHECKING:  # Store's (daemon/store.py)
+
+        def _jobs(self, rows: Iterable[sqlite3.Row]) -> list[Job]: ...
 
     def finished(self, after_id: int, count: int, up_to_id: int = 2**63 - 1) -> list[Job]:
         """Up to `count` finished jobs with ids after `after_id` (up to `up_to_id`: where a

@@ -14,7 +14,7 @@ import socket
 from collections.abc import Callable
 from typing import Any
 
-from gpusched.client import protocol
+from gpusched.client import protocol, wire
 from gpusched.core import limits as limits_mod
 from gpusched.core.errors import GpuschedError, ProtocolError, UsageError
 from gpusched.core.values import is_text
@@ -83,11 +83,9 @@ class LinesIn:
             raise UsageError("the submit streamed no commands; give at least one")
         return lines
 
-    def _next_part(self) -> list | None:
+    def _next_part(self) -> list[Any] | None:
         try:
-            message = protocol.receive(
-                self.conn, protocol.READ_TIMEOUT_S, self.max_depth, self.taken
-            )
+            message = wire.receive(self.conn, protocol.READ_TIMEOUT_S, self.max_depth, self.taken)
         except OSError as exc:  # it stalled (TimeoutError), or the connection broke
             raise ClientGone(
                 f"the stream stopped before its end frame ({exc or 'timed out'}); "
@@ -126,7 +124,7 @@ class LinesIn:
 
 
 def _checked(line: Any, number: int, prefix_bytes: int, limits: limits_mod.Limits) -> str:
-    if not is_text(line, os_text=True):
+    if not isinstance(line, str) or not is_text(line, os_text=True):
         raise UsageError(
             f"command {number} of the submit is not text without NUL characters; nothing was queued"
         )

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator
 from dataclasses import replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gpusched.core import (
     jobspec,
@@ -20,19 +20,26 @@ from gpusched.core import (
 )
 from gpusched.core.errors import NotFound, UsageError
 from gpusched.core.models import Job, job_with
+from gpusched.core.users import user_name
 from gpusched.core.values import shown
 from gpusched.daemon import batches, gpumemory, quotas
-from gpusched.daemon.authz import user_name
 from gpusched.daemon.request import Request, check_priority, named, targets
 from gpusched.daemon.state import DaemonState, Setup
 from gpusched.proc import runfile
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    # A submit's group of jobs: (template, array indices, throttle, commands), commands
+    # (None,) for the template's own or a streamed submit's lines (Submits._groups).
+    Group = tuple[Job, tuple[int | None, ...], int | None, Sequence[str | None]]
 
 
 class Submits:
     def __init__(self, state: DaemonState, setup: Setup):
         self.state, self.setup = state, setup
 
-    def submit(self, req: Request) -> dict:
+    def submit(self, req: Request) -> dict[str, Any] | batches.BatchedSubmit:
         limits.check_submit(req.args, limits.from_settings(self.setup.settings))
         # The kinds of values were checked with the request (protocol.ARGUMENTS).
         env, cwd, specs = req.args.get("env") or {}, req.args.get("cwd") or "", req.args["jobs"]
@@ -72,11 +79,13 @@ class Submits:
             self._store(list(make_jobs(ids)), cluster)
         return self._result(groups, ids)
 
-    def _groups(self, specs: list, owner: Job, cluster: Any, lines: list[str] | None) -> list:
+    def _groups(
+        self, specs: list[dict[str, Any]], owner: Job, cluster: Any, lines: list[str] | None
+    ) -> list[Group]:
         """(template, array indices, throttle, commands) for each spec: commands is
         (None,) for the template's own, or a streamed submit's lines (each the last word
         of the template's command, checked as it arrived: daemon/streamin.py)."""
-        groups = []
+        groups: list[Group] = []
         for spec in specs:
             template = self._template(spec, owner, cluster)
             indices, throttle = jobspec.check_array(spec)
@@ -100,8 +109,9 @@ class Submits:
 
     def _store(self, made: list[tuple[Job, Job]], cluster: Any) -> None:
         """Insert new jobs and keep them in the active set (inside a write)."""
-        if cluster is not None:
-            jobs = self.state.clusters.register([job for _, job in made], cluster)
+        clusters = self.state.clusters  # set when a cluster is (_cluster)
+        if cluster is not None and clusters is not None:
+            jobs = clusters.register([job for _, job in made], cluster)
             self.state.store.insert(jobs)
         else:
             jobs = batches.store_alike(self.state.store, made)
@@ -109,7 +119,7 @@ class Submits:
             self.state.remember(job)
 
     @staticmethod
-    def _result(groups: list, ids: list[int]) -> dict:
+    def _result(groups: list[Group], ids: list[int]) -> dict[str, Any]:
         """The reply to a submit: every id, and each array's (its first element's). A
         group's jobs, len(indices) per command, have the next ids: no look at each of a
         sweep's 100,000 commands, on the loop's thread."""
@@ -121,7 +131,7 @@ class Submits:
             at += span
         return {"ids": ids, "array_ids": array_ids}
 
-    def _jobs_of(self, groups: list, ids: list[int]) -> Iterator[tuple[Job, Job]]:
+    def _jobs_of(self, groups: list[Group], ids: list[int]) -> Iterator[tuple[Job, Job]]:
         """The jobs of a submit's groups, each with its template, given all their ids in
         order: per group, per command, the job or one per array index."""
         at = 0
@@ -233,13 +243,14 @@ class Submits:
             pending_reason="waiting to be placed",
             **fields,
         )
-        if cluster is not None:
+        clusters = self.state.clusters  # set when a cluster is (_cluster)
+        if cluster is not None and clusters is not None:
             slurmspec.refuse_if(job, cluster)
-            self.state.clusters.check_dependencies(job.dependencies, cluster)
+            clusters.check_dependencies(job.dependencies, cluster)
             job = replace(job, pending_reason=f"waiting to be handed to cluster {cluster.name}")
         return job
 
-    def resubmit(self, req: Request) -> dict:
+    def resubmit(self, req: Request) -> dict[str, Any]:
         """A job (an array, an element) queued again as a new one, for its owner or an
         admin; it runs as the job's user, in its directory, with its environment."""
         jobs = targets(self.state, [req.args["id"]])
@@ -285,7 +296,9 @@ class Submits:
                 "only depend on jobs already queued, so no cycle can form)"
             )
 
-    def _insert(self, template: Job, indices: tuple, throttle: int | None) -> list[int]:
+    def _insert(
+        self, template: Job, indices: tuple[int | None, ...], throttle: int | None
+    ) -> list[int]:
         """Queue one job, or one per array index (inside a write); returns their ids."""
         ids = self.state.store.next_ids(len(indices))
         self._store(
@@ -294,7 +307,12 @@ class Submits:
         return ids
 
     def _jobs_for(
-        self, template: Job, indices: tuple, throttle: int | None, ids: list[int], **changes: Any
+        self,
+        template: Job,
+        indices: tuple[int | None, ...],
+        throttle: int | None,
+        ids: list[int],
+        **changes: Any,
     ) -> Iterator[Job]:
         """The job, or one per array index, with these ids (and these changes to the
         template: a streamed line's command)."""
@@ -348,7 +366,7 @@ class Submits:
         return stdout, stderr
 
 
-def stored_bytes(groups: list) -> int:
+def stored_bytes(groups: list[Group]) -> int:
     """What the jobs of a submit's groups store (quotas.job_bytes), without making them."""
     total = 0
     for template, indices, _, commands in groups:
@@ -358,7 +376,7 @@ def stored_bytes(groups: list) -> int:
     return total
 
 
-def streamed_lines(args: dict) -> list[str] | None:
+def streamed_lines(args: dict[str, Any]) -> list[str] | None:
     """A streamed submit's lines, which the socket server puts in its args once read;
     None for a plain submit. A stream's args without them came some other way."""
     if args.get("stream") is None:

@@ -40,10 +40,10 @@ class UsageReport(Batched):
         self.state, self.by, self.viewer = state, by, viewer
         self.now = setup.clock.time()
         self.since = None if since_s is None else self.now - float(since_s)
-        self.groups: dict[str, dict] = {}
+        self.groups: dict[str, dict[str, Any]] = {}
         self._next_id, self._last_id = 1, state.store.finished_extent()[1]
 
-    def step(self) -> dict | None:
+    def step(self) -> dict[str, Any] | None:
         deadline = time.monotonic() + TURN_BUDGET_S  # real time, as batches.py: a turn's length
         while self._next_id <= self._last_id:  # at least one window a turn, however slow
             last = self._next_id + WINDOW_IDS - 1
@@ -81,7 +81,7 @@ class UsageReport(Batched):
             *((1, used["wait_s"]) if used["wait_s"] >= 0 else (0, 0.0)),
         )
 
-    def _report(self) -> dict:
+    def _report(self) -> dict[str, Any]:
         groups = self.groups
         removed = removed_summary(self.state.store)
         # Removed jobs have sums per user and state, and no times: they belong to a report
@@ -99,18 +99,18 @@ class UsageReport(Batched):
         }
 
 
-def _empty() -> dict:
+def _empty() -> dict[str, Any]:
     return {"jobs": 0, "states": {}, "gpu_s": 0.0, "mem_byte_s": 0.0, "waited": 0, "wait_s": 0.0}
 
 
-def _add(sums: dict, gpu_s: float, mem_byte_s: float, waited: int, wait_s: float) -> None:
+def _add(sums: dict[str, Any], gpu_s: float, mem_byte_s: float, waited: int, wait_s: float) -> None:
     sums["gpu_s"] += gpu_s
     sums["mem_byte_s"] += mem_byte_s
     sums["waited"] += waited
     sums["wait_s"] += wait_s
 
 
-def _add_removed(groups: dict[str, dict], removed: dict) -> None:
+def _add_removed(groups: dict[str, dict[str, Any]], removed: dict[str, Any]) -> None:
     for user, states in removed.get("by_user", {}).items():
         sums = groups.setdefault(user, _empty())
         for state_name, part in states.items():
@@ -125,7 +125,7 @@ def _add_removed(groups: dict[str, dict], removed: dict) -> None:
             )
 
 
-def _total(all_sums: Any) -> dict:
+def _total(all_sums: Any) -> dict[str, Any]:
     total = _empty()
     for sums in all_sums:
         total["jobs"] += sums["jobs"]
@@ -135,7 +135,7 @@ def _total(all_sums: Any) -> dict:
     return total
 
 
-def _finish(key: str, sums: dict) -> dict:
+def _finish(key: str, sums: dict[str, Any]) -> dict[str, Any]:
     """One line of the report, in base units (seconds, byte-seconds)."""
     return {
         "key": key,

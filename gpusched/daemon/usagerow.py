@@ -5,11 +5,14 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import sqlite3
 
 
 def row_usage(
-    row: Mapping[str, Any], since_s: float | None = None, now_s: float | None = None
+    row: Mapping[str, Any] | sqlite3.Row, since_s: float | None = None, now_s: float | None = None
 ) -> dict[str, float]:
     """run_s, gpu_s, mem_byte_s (peak GPU memory seen on a GPU x its GPUs x the run: an
     upper estimate, as only the peak is kept) and wait_s (-1: not counted) of one row,

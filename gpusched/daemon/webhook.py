@@ -105,7 +105,7 @@ def worth_retrying(status: int | None) -> bool:
 
 def post(
     url: str,
-    body: dict,
+    body: dict[str, Any],
     timeout_s: float,
     retries: int,
     sleep: Callable[[float], None] = time.sleep,

@@ -7,7 +7,7 @@ import logging
 import os
 import sqlite3
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeGuard
 
 from gpusched.core.errors import StoreWriteError
 
@@ -16,7 +16,7 @@ log = logging.getLogger("gpusched.daemon.writes")
 FIRST_RETRY_S, MAX_RETRY_S = 1.0, 10.0
 
 
-def is_write_failure(exc: BaseException) -> bool:
+def is_write_failure(exc: BaseException) -> TypeGuard[sqlite3.Error]:
     """An error of the database or its disk, not of the statement (a bug: IntegrityError,
     ProgrammingError stay what they are)."""
     return type(exc) in (sqlite3.OperationalError, sqlite3.DatabaseError)
@@ -110,7 +110,7 @@ class WriteHealth:
         self._retry_at = now + self._retry_delay_s
         return True
 
-    def to_dict(self) -> dict | None:
+    def to_dict(self) -> dict[str, Any] | None:
         """For `daemon status` and `ls`: None while writes work."""
         if self.failure is None:
             return None
