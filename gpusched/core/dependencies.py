@@ -5,7 +5,7 @@ one of them (`?`). The daemon's scheduler and the preemption check both ask here
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Protocol
 
 from gpusched.core.models import Job, JobState
 from gpusched.core.syntax import ANY_OF, SINGLETON
@@ -13,6 +13,15 @@ from gpusched.core.syntax import ANY_OF, SINGLETON
 MET, WAIT, NEVER = "met", "wait", "never"
 # In every reason of a dependency that can never be met: `wait` looks for it to stop.
 NEVER_MET = "can never be met"
+
+
+SameName = tuple[tuple[int, JobState], ...]  # (job id, state) of a user's jobs of one name
+
+
+class SameNames(Protocol):
+    """(uid, name) -> SameName: a dict, or the daemon's lookup that fills itself on demand."""
+
+    def get(self, key: tuple[int, str], default: SameName, /) -> SameName: ...
 
 
 class DependencyStates(dict[int, JobState]):
@@ -27,7 +36,7 @@ class DependencyStates(dict[int, JobState]):
         super().__init__(*args, **kwargs)
         self.ended_as: dict[int, str] = {}
         self.elements: dict[tuple[int, int], JobState] = {}
-        self.same_name: dict[tuple[int, str], tuple[tuple[int, JobState], ...]] = {}
+        self.same_name: SameNames = {}
 
 
 def dependency_status(job: Job, states: Mapping[int, JobState]) -> tuple[bool, str]:
@@ -83,9 +92,7 @@ def _verdict(kind: str, dep: int, job: Job, states: Mapping[int, JobState]) -> t
     return MET, ""
 
 
-def _singleton(
-    job: Job, same_name: Mapping[tuple[int, str], tuple[tuple[int, JobState], ...]]
-) -> tuple[str, str]:
+def _singleton(job: Job, same_name: SameNames) -> tuple[str, str]:
     """Slurm's singleton: wait while another job of the same user and name runs, or waits
     ahead of this one in submission order; met whatever state they ended in."""
     for other_id, state in same_name.get((job.uid, job.display_name), ()):

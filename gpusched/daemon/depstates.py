@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
-from gpusched.core.dependencies import DependencyStates
+from gpusched.core.dependencies import DependencyStates, SameName
 from gpusched.core.models import Job, JobState
 from gpusched.daemon.arrays import array_ended_as, array_state
 
@@ -73,7 +73,7 @@ class _SameName:
         self._active = active
         self._lowest: dict[tuple[int, str], tuple[tuple[int, JobState], ...]] | None = None
 
-    def get(self, key: tuple[int, str], default: Any = ()) -> Any:
+    def get(self, key: tuple[int, str], default: SameName = (), /) -> SameName:
         if self._lowest is None:
             # As held: a template answers uid and name (daemon/jobtable.py).
             self._lowest = _lowest(self._active.alike())

@@ -25,6 +25,8 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
 
+    from gpusched.proc.runfile import ShimRecord
+
 JobMarks = namedtuple(
     "JobMarks", "shim_pid shim_start_ticks uid token cgroup supervised", defaults=(False,)
 )
@@ -34,7 +36,7 @@ JobMarks.__doc__ = """How a job's processes are recognised: its shim's pid and s
 session (started by the supervisor, proc/supervisor.py), one of those found."""
 
 
-def marks_of(run_spec: dict[str, Any], shim: tuple[int, int], uid: int) -> JobMarks:
+def marks_of(run_spec: dict[str, Any], shim: ShimRecord, uid: int) -> JobMarks:
     """The marks of the run whose run file holds this spec and "shim" record."""
     return JobMarks(
         shim[0],
@@ -42,7 +44,7 @@ def marks_of(run_spec: dict[str, Any], shim: tuple[int, int], uid: int) -> JobMa
         uid,
         run_spec.get("env", {}).get(jobenv.RUN_TOKEN, ""),
         run_spec.get("cgroup") or "",
-        getattr(shim, "supervised", False),
+        shim.supervised,
     )
 
 
