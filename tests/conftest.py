@@ -22,6 +22,12 @@ from gpusched.proc import runfile
 from gpusched.proc.seam import ProcessSeam
 from processes import home_processes, is_gone, kill_all, with_descendants
 
+# Byte-code caching on, whatever the shell says: the suite starts thousands of Python
+# processes (CLIs, daemons, shims), and under PYTHONDONTWRITEBYTECODE each one compiled
+# gpusched from source, and every pytest worker rewrote every test module's asserts anew.
+os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
+sys.dont_write_bytecode = False
+
 # Fixtures shared by many test modules, found by pytest without an import in each.
 pytest_plugins = ["tiers", "inproc", "systemroot", "queue_damage", "slurmnode"]
 

@@ -4,6 +4,7 @@ import statement with ast."""
 from __future__ import annotations
 
 import ast
+import functools
 import sys
 from pathlib import Path
 
@@ -22,7 +23,8 @@ def module_name(path: Path) -> str:
 MODULES = {module_name(p): p for p in sorted(PACKAGE.rglob("*.py"))}
 
 
-def imports_of(module: str, at_run_time: bool = False) -> set[str]:
+@functools.cache  # each test asks about most modules: parse each once
+def imports_of(module: str, at_run_time: bool = False) -> frozenset[str]:
     """Every module an import statement names, anywhere in the file (lazy imports too);
     at_run_time: not those under `if TYPE_CHECKING:`, which only a type checker reads."""
     path = MODULES[module]
@@ -53,7 +55,7 @@ def imports_of(module: str, at_run_time: bool = False) -> set[str]:
             found.add(target)
             # `from gpusched import placement` imports the submodule gpusched.placement
             found.update(name for a in node.names if (name := f"{target}.{a.name}") in MODULES)
-    return found
+    return frozenset(found)
 
 
 def ours(names: set[str]) -> set[str]:
