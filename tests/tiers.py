@@ -22,6 +22,7 @@ TIERS = ("unit", "inproc", "e2e", "system")
 SYSTEM_FIXTURES = {"users", "make_system", "system", "slurm"}
 E2E_FIXTURES = {"home", "make_home"}
 INPROC_FIXTURES = {"box", "make_box"}
+TIER = pytest.StashKey[str]()  # each test's tier, once collected
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -61,9 +62,6 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         item.stash[TIER] = tier
 
 
-TIER = pytest.StashKey[str]()
-
-
 def _refuse(*args: object, **kwargs: object) -> None:
     raise AssertionError(
         "a unit test starts no process: mark the test or its module pytest.mark.e2e "
@@ -76,7 +74,7 @@ SPAWNERS = [(subprocess.Popen, "__init__"), (os, "fork"), (os, "posix_spawn"), (
 
 @contextlib.contextmanager
 def _no_process_if_unit(item: pytest.Item) -> Iterator[None]:
-    """Around a unit test's setup (its module's fixtures too), call and teardown."""
+    """Around a unit test's setup (its module's fixtures too) and its call."""
     if item.stash.get(TIER, "") != "unit":
         yield
         return
