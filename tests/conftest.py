@@ -35,9 +35,8 @@ REPO = Path(__file__).resolve().parent.parent
 DEADLINE_S = 60.0
 # The console script `pip install` made beside this interpreter: what users type.
 CONSOLE_SCRIPT = Path(sys.executable).parent / "gpusched"
-DEFAULT_HOST_CONFIG = (
-    "[host]\ncpus = 64\n"  # generous: a loaded 2-core CI machine is slow, and we poll, never sleep
-)
+# Generous: a loaded 2-core CI machine is slow, and the tests poll, never sleep.
+DEFAULT_HOST_CONFIG = "[host]\ncpus = 64\n"
 
 
 def wait_until(predicate: Callable[[], Any], what: str, timeout: float = DEADLINE_S) -> Any:
