@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 
 from conftest import executable, wait_until
 from slurmhome import cluster_home, show
@@ -116,7 +117,8 @@ def test_the_wrapper_fails_a_job_whose_directory_is_gone_and_keeps_its_environme
     )
     wait_until(lambda: show(home, job_id)["state"] == "running", "the job to run")
     key = show(home, job_id)["cluster"]["slurm_job_id"]
-    assert "TimeLimit=UNLIMITED" in slurm.run("scontrol", "show", "job", key).stdout
+    shown = slurm.run("scontrol", "show", "job", key).stdout
+    assert re.findall(r"TimeLimit=(\S+)", shown) == ["UNLIMITED"], shown
     followed = home.run("logs", "-f", str(job_id))  # follows until the job ends
     assert followed.stdout == "a b\nc|done\n"
 
