@@ -4,6 +4,7 @@ and the tests' clean-up must not wait for a parent that reaps late, or never."""
 from __future__ import annotations
 
 import subprocess
+import sys
 
 import psutil
 import pytest
@@ -14,11 +15,21 @@ from processes import is_gone, kill_all
 
 pytestmark = pytest.mark.e2e
 
+NEVER_REAPS = """
+import os, time
+child = os.fork()
+if child == 0:
+    os._exit(0)
+print(child, flush=True)
+time.sleep(60)
+"""
+
 
 def _zombie() -> tuple[subprocess.Popen, int]:
-    """A child of a process that never reaps it: `sleep 0` under a shell that execs `sleep`."""
+    """A child that exits at once, of a parent that never reaps it. (Not a shell's `sleep 0 &`
+    before `exec sleep`: on a busy machine the shell could reap it before its exec.)"""
     parent = subprocess.Popen(
-        ["sh", "-c", "sleep 0 & echo $!; exec sleep 60"], stdout=subprocess.PIPE, text=True
+        [sys.executable, "-c", NEVER_REAPS], stdout=subprocess.PIPE, text=True
     )
     pid = int(parent.stdout.readline())
     wait_until(
