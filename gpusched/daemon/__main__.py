@@ -1,6 +1,6 @@
 """`python -m gpusched.daemon`: the user's daemon, as a client starts it in the background.
 `gpusched daemon run --user` without the command line's libraries (typer, rich, pydantic),
-whose import was half of a daemon's start-up, and of the first command that starts one."""
+whose import made a daemon take half as long again to answer (bench/bench_commands.py)."""
 
 import sys
 
