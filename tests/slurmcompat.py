@@ -278,14 +278,16 @@ def cancel_running(side) -> dict:
 def time_limit_and_signal(side) -> dict:
     marks = side.workdir
     # B: the main shell alone, which traps the warning; without B: a child that would.
+    # A lead of 10 s: Slurm sends it 20-50 s into the minute (see test_slurm_scenarios.py),
+    # gpusched at 50 s, both when the job's processes have set their traps.
     batch = submit(
         side,
-        ["--time", "1", "--signal", "B:USR1@50"],
+        ["--time", "1", "--signal", "B:USR1@10"],
         f"trap 'date +%s.%N > {marks}/batch' USR1; while :; do sleep 1; done",
     )
     steps = submit(
         side,
-        ["--time", "1", "--signal", "USR1@50"],
+        ["--time", "1", "--signal", "USR1@10"],
         f'python3 -c "import signal, time; signal.signal(signal.SIGUSR1, '
         f"lambda *_: open('{marks}/child', 'w').write(str(time.time()))); "
         'time.sleep(600)"; echo',

@@ -48,7 +48,10 @@ def test_time_limit_ends_timeout_after_the_warning_reached_the_command(slurm, ma
         "--time",
         "1",
         "--signal",
-        "USR1@45",
+        # Slurm sends the warning at its first periodic check (every 30 s) after
+        # end - lead - 30 s: with a lead of 10 s, between 20 and 50 s into the minute, when the
+        # batch step surely runs. A longer lead can send it before it exists, and it is lost.
+        "USR1@10",
         "--",
         "bash",
         "-c",

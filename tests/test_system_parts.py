@@ -135,9 +135,10 @@ def _ping(path) -> dict:
 
 
 def test_connections_per_uid_are_capped_and_freed_when_they_close(tmp_path):
-    release = threading.Event()
+    entered, release = threading.Event(), threading.Event()
 
     def dispatch(name, args, creds):
+        entered.set()
         release.wait(10)
         return name
 
@@ -149,6 +150,9 @@ def test_connections_per_uid_are_capped_and_freed_when_they_close(tmp_path):
         first.settimeout(10)
         first.connect(str(path))
         protocol.send(first, {"cmd": "status"})  # held open by the blocked dispatch
+        # Two threads wait in accept(): until the first is admitted, the second might be
+        # admitted before it, and the first refused.
+        assert entered.wait(10)
         with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as second:
             second.settimeout(10)
             second.connect(str(path))
