@@ -19,11 +19,11 @@ from common import REPO_ROOT, print_table, verdict  # noqa: F401 - REPO_ROOT put
 
 from gpusched.client.paths import ensure_private_dir, resolve_paths
 from gpusched.core.config import load_settings
-from gpusched.daemon import batches
 from gpusched.daemon.loop import Call, Daemon
-from gpusched.daemon.request import Request
-from gpusched.daemon.store import Store
+from gpusched.daemon.requests import batches
+from gpusched.daemon.requests.request import Request
 from gpusched.gpus import open_backend
+from gpusched.store.database import Store
 
 TARGET_MS = 100.0
 ME = (1, 0, 0)

@@ -33,8 +33,8 @@ from common import (
 
 from gpusched.client.paths import ensure_private_dir, resolve_paths
 from gpusched.core.models import Job, JobState
-from gpusched.daemon.store import Store
 from gpusched.proc import runfile
+from gpusched.store.database import Store
 
 FLAT_TARGET = 1.10  # "no slower than with 10 jobs", with a tenth for a shared machine's noise
 LAST_TARGET = 2.0  # `ls --all --last 100` against plain `ls`

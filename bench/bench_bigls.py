@@ -54,7 +54,7 @@ from gpusched.cli.lsview import LS_PENDING_ROWS
 from gpusched.client.connection import Client
 from gpusched.client.paths import resolve_paths
 from gpusched.core.models import Job, Request
-from gpusched.daemon.request import Request as HandlerRequest
+from gpusched.daemon.requests.request import Request as HandlerRequest
 from gpusched.gpus import open_backend
 from gpusched.proc import runfile
 from gpusched.tui.snapshot import SnapshotSource

@@ -21,10 +21,10 @@ from pathlib import Path
 from common import REPO_ROOT, print_table, ratio
 
 from gpusched.core.models import Job, JobState, Request
-from gpusched.daemon.gpumemory import ESTIMATE_STATES
-from gpusched.daemon.store import Store
+from gpusched.daemon.jobs.gpumemory import ESTIMATE_STATES
 from gpusched.sim import estimates, simulator, traces
 from gpusched.sim.simulator import check_choices
+from gpusched.store.database import Store
 
 TRACE = REPO_ROOT.parent / "shared" / "traces" / "philly_p8_2wk.csv"
 GPUS, LOAD = 8, 0.5

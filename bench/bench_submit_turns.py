@@ -30,9 +30,10 @@ if os.environ.get("GPUSCHED_BENCH_SRC"):
 
 from bench_big_batches import ME, new_daemon
 
-from gpusched.daemon import batches, state, submits
+from gpusched.daemon import state
 from gpusched.daemon.loop import Call
-from gpusched.daemon.request import Request
+from gpusched.daemon.requests import batches, submits
+from gpusched.daemon.requests.request import Request
 
 TARGET_MS = 100.0
 # What a long turn is split into: (name shown, owner, method).

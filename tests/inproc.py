@@ -28,10 +28,10 @@ from gpusched.client.paths import ensure_private_dir, resolve_paths
 from gpusched.core.config import load_settings
 from gpusched.core.models import Job
 from gpusched.daemon.loop import Call, Daemon
-from gpusched.daemon.request import Request
-from gpusched.daemon.store import Store
+from gpusched.daemon.requests.request import Request
 from gpusched.gpus import open_backend
 from gpusched.proc import runfile
+from gpusched.store.database import Store
 
 ME = (os.getpid(), os.getuid(), os.getgid())
 DEFAULT_HOST_CONFIG = "[host]\ncpus = 64\n"  # as tests/conftest.py: cores never limit by surprise

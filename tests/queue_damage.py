@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from conftest import Home, wait_until
-from gpusched.daemon.store import SCHEMA_VERSION
+from gpusched.store.database import SCHEMA_VERSION
 
 SUFFIXES = ("", "-wal", "-shm")
 

@@ -8,9 +8,9 @@ import pytest
 
 from conftest import Home
 from gpusched.client.protocol import check_request
-from gpusched.daemon import batches
 from gpusched.daemon.loop import Call
-from gpusched.daemon.request import Request
+from gpusched.daemon.requests import batches
+from gpusched.daemon.requests.request import Request
 from inproc import ME
 
 ELEMENTS = 5000  # over batches.BIG_JOBS

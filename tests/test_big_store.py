@@ -7,7 +7,7 @@ import psutil
 
 from conftest import wait_until
 from gpusched.daemon.memtrim import TRIM_AFTER_JOBS_GONE, MemoryTrim
-from gpusched.daemon.pages import SCAN_ROWS
+from gpusched.daemon.requests.pagedreplies import SCAN_ROWS
 from test_ls_last import count_rows_read, fill
 
 

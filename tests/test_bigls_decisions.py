@@ -10,7 +10,7 @@ import os
 import pytest
 
 from gpusched.cli import lsstream, lsview
-from gpusched.daemon import lshead
+from gpusched.daemon.requests import lsqueue
 from inproc import ME, Box
 
 OTHER = (os.getpid(), 65534, 65534)  # not the daemon's user, not an admin
@@ -152,7 +152,7 @@ def test_a_snapshot_carries_the_first_pending_jobs_and_the_counts(box):
     jobs = fill(box)
     snap = box.call("snapshot", lean=True)
     pending = [j["id"] for j in snap["jobs"] if j["state"] == "pending"]
-    assert pending == jobs["array"][: lshead.TOP_PENDING_ROWS]
+    assert pending == jobs["array"][: lsqueue.TOP_PENDING_ROWS]
     assert snap["pending_total"] == 180 and snap["pending_mine"] == 180
     assert box.call("snapshot", OTHER, lean=True)["pending_mine"] == 0
     # Asked again unchanged: only the running ones, and the counts still.
@@ -167,7 +167,7 @@ def test_top_takes_the_first_pending_jobs_in_its_order(box):
     urgent = box.submit("--priority", "5", "--gpus", "1", "--", "true")
     snap = box.call("snapshot", lean=True)
     pending = [j["id"] for j in snap["jobs"] if j["state"] == "pending"]
-    assert pending[0] == urgent and len(pending) == lshead.TOP_PENDING_ROWS
+    assert pending[0] == urgent and len(pending) == lsqueue.TOP_PENDING_ROWS
 
 
 def test_arrays_fold_the_same_a_page_at_a_time():

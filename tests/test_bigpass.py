@@ -14,7 +14,7 @@ from gpusched.core.models import GpuInfo, Inventory, Job, JobState, Request, tra
 from gpusched.core.pendingqueue import PendingQueue
 from gpusched.core.placement import PlacementRules
 from gpusched.core.queuerules import HostCapacity, QueueRules
-from gpusched.daemon.depstates import lowest_by_name
+from gpusched.daemon.jobs.depstates import lowest_by_name
 
 GIB = 2**30
 NOW_S = 10_000.0

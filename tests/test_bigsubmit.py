@@ -20,9 +20,9 @@ import pytest
 from conftest import Home, wait_until
 from gpusched.client import protocol
 from gpusched.client.wire import MAX_FRAME_BYTES
-from gpusched.daemon import batches
 from gpusched.daemon.loop import Call
-from gpusched.daemon.request import Request
+from gpusched.daemon.requests import batches
+from gpusched.daemon.requests.request import Request
 from inproc import ME
 
 OTHER = (2, 4242, 4242)
@@ -219,7 +219,7 @@ def test_jobs_stored_alike_read_back_as_stored_whole(tmp_path: Path):
 
     from gpusched.core.models import Constraints, Job, job_with
     from gpusched.core.models import Request as JobRequest
-    from gpusched.daemon.store import Store
+    from gpusched.store.database import Store
 
     store = Store(tmp_path / "queue.db")
     templates = [

@@ -102,8 +102,9 @@ ALLOWED = {
     "client": {"core"},
     "sim": {"core"},
     "tui": {"core", "client", "proc"},  # proc: its formats only (see below)
-    "daemon": {"core", "gpus", "proc", "client", "job"},
-    "cli": {"core", "gpus", "proc", "client", "daemon", "tui", "sim"},
+    "store": {"core", "proc", "client"},
+    "daemon": {"core", "gpus", "proc", "client", "store", "job"},
+    "cli": {"core", "gpus", "proc", "client", "daemon", "store", "tui", "sim"},
     "job": {"core", "proc"},
     "__main__": {"cli"},
 }
@@ -269,7 +270,11 @@ def test_a_users_name_is_looked_up_in_one_place():
     # core.users names a uid for everyone. The others read a whole password entry: the
     # shim's identity for the job (stdlib only), and the admin group's members.
     readers = {m for m in MODULES if "getpwuid(" in MODULES[m].read_text(encoding="utf-8")}
-    assert readers <= {"gpusched.core.users", "gpusched.proc.privileges", "gpusched.daemon.authz"}
+    assert readers <= {
+        "gpusched.core.users",
+        "gpusched.proc.privileges",
+        "gpusched.daemon.requests.authz",
+    }
 
 
 def import_cycles() -> list[set[str]]:

@@ -1,4 +1,4 @@
-"""Pending jobs alike are held as one template (daemon/jobtable.py): a sweep's jobs cost the
+"""Pending jobs alike are held as one template (daemon/jobs/jobtable.py): a sweep's jobs cost the
 daemon a few hundred bytes each, not a whole Job, and every job reads back exactly as it was
 stored, before and after a restart."""
 
@@ -16,8 +16,8 @@ from hypothesis import strategies as st
 
 from gpusched.core.models import Job, job_with
 from gpusched.core.syntax import dependency_job_ids
-from gpusched.daemon import keepneeded
-from gpusched.daemon.jobtable import JobTable
+from gpusched.daemon.jobs import stillneeded
+from gpusched.daemon.jobs.jobtable import JobTable
 from inproc import Box
 
 JOBS = 10_000
@@ -255,7 +255,7 @@ def test_a_retention_sweep_reads_a_sweep_of_pending_jobs_once_not_every_turn(mak
     )
     reads = []
     monkeypatch.setattr(
-        keepneeded,
+        stillneeded,
         "dependency_job_ids",
         lambda deps: reads.append(deps) or dependency_job_ids(deps),
     )

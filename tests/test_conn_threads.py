@@ -10,7 +10,7 @@ import threading
 
 from conftest import wait_until
 from gpusched.client import protocol
-from gpusched.daemon.server import FIRST_THREADS, SPARE_THREADS, SocketServer
+from gpusched.daemon.requests.server import FIRST_THREADS, SPARE_THREADS, SocketServer
 
 
 def _ask(path, cmd: str = "gpus") -> dict:

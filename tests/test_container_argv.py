@@ -12,7 +12,7 @@ from gpusched.client.jobrequest import container_field
 from gpusched.client.options import SubmitOptions
 from gpusched.core import container, jobspec
 from gpusched.core.errors import UsageError
-from gpusched.daemon import containers
+from gpusched.daemon.jobs import containers
 from inproc import Box
 
 UUIDS = ("GPU-11111111-2222-3333-4444-555555555555", "GPU-66666666-7777-8888-9999-000000000000")

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from conftest import Home, find_shim, wait_until
-from gpusched.daemon import containers
+from gpusched.daemon.jobs import containers
 
 pytestmark = pytest.mark.system  # real podman containers
 

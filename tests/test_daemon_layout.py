@@ -6,15 +6,15 @@ from __future__ import annotations
 
 import ast
 
-from test_boundaries import MODULES, importers_of
+from test_boundaries import MODULES, importers_of, imports_of
 
 LOOP = "gpusched.daemon.loop"
 REQUEST_HANDLING = {
-    "gpusched.daemon.handlers",
-    "gpusched.daemon.queries",
-    "gpusched.daemon.changes",
-    "gpusched.daemon.submits",
-    "gpusched.daemon.request",
+    "gpusched.daemon.requests.handlers",
+    "gpusched.daemon.requests.queries",
+    "gpusched.daemon.requests.changes",
+    "gpusched.daemon.requests.submits",
+    "gpusched.daemon.requests.request",
 }
 
 
@@ -30,15 +30,17 @@ def test_only_the_loop_and_the_cli_know_the_loop():
 
 
 def test_request_handling_and_job_control_do_not_know_each_other():
-    assert importers_of("gpusched.daemon.jobcontrol") <= {LOOP}
-    assert importers_of("gpusched.daemon.handlers") <= {LOOP}
+    assert importers_of("gpusched.daemon.jobs.control") <= {LOOP}
+    assert importers_of("gpusched.daemon.requests.handlers") <= {LOOP}
     for kind in ("queries", "changes", "submits"):  # one module per kind of request
-        assert importers_of(f"gpusched.daemon.{kind}") <= {"gpusched.daemon.handlers"}, kind
+        assert importers_of(f"gpusched.daemon.{kind}") <= {"gpusched.daemon.requests.handlers"}, (
+            kind
+        )
     # Request, Waiter and the id lookups: the loop hands requests over (its calls) and
     # answers waits.
-    assert importers_of("gpusched.daemon.request") <= REQUEST_HANDLING | {
+    assert importers_of("gpusched.daemon.requests.request") <= REQUEST_HANDLING | {
         LOOP,
-        "gpusched.daemon.calls",
+        "gpusched.daemon.requests.calls",
     }
 
 
@@ -46,22 +48,22 @@ def test_processes_are_reached_through_the_seam_only():
     # psutil in the daemon: its own host figures (status), never a job's processes.
     assert importers_of("gpusched.proc.seam") <= {
         "gpusched.daemon.loop",
-        "gpusched.daemon.jobcontrol",
+        "gpusched.daemon.jobs.control",
         # job control's part for dead shims
-        "gpusched.daemon.shimloss",
+        "gpusched.daemon.jobs.lostrunners",
         # stopping runs to requeue them, and
         # preempting (job control's parts)
-        "gpusched.daemon.requeue",
-        "gpusched.daemon.preempt",
+        "gpusched.daemon.jobs.requeue",
+        "gpusched.daemon.jobs.preempt",
         # idle GPUs warned, cancelled, requeued
-        "gpusched.daemon.idlegpus",
-        "gpusched.daemon.changes",
-        "gpusched.daemon.handlers",
+        "gpusched.daemon.jobs.idlegpus",
+        "gpusched.daemon.requests.changes",
+        "gpusched.daemon.requests.handlers",
     }
     for module in importers_of("psutil"):
         assert not module.startswith("gpusched.daemon.") or module in {
             "gpusched.daemon.host",
-            "gpusched.daemon.queries",
+            "gpusched.daemon.requests.queries",
         }, module
 
 
@@ -82,4 +84,45 @@ def _envelopes(module: str) -> set[str]:
 def test_the_reply_envelope_is_built_in_one_place():
     daemon = [m for m in MODULES if m.startswith("gpusched.daemon.")]
     built = {m: names for m in daemon if (names := _envelopes(m))}
-    assert built == {"gpusched.daemon.server": {"reply"}}
+    assert built == {"gpusched.daemon.requests.server": {"reply"}}
+
+
+# What each of the daemon's folders may import of the rest of the daemon (their __init__
+# docstrings say why): a folder, or one module of it. The top level (the loop, startup,
+# state) may import them all.
+DAEMON_FOLDERS = {
+    "requests": {"state", "jobs", "observe.usage", "services"},
+    "jobs": {"state", "host", "requests.batches"},
+    "observe": {
+        "state",
+        "jobs.idlegpus",
+        "jobs.progress",
+        "jobs.retention",
+        "requests.batches",
+        "services.metrics",
+    },
+    "services": {"state"},
+    "slurm": {"state"},
+}
+
+
+def _daemon_part(module: str) -> str | None:
+    """gpusched.daemon.jobs.control -> jobs.control; gpusched.daemon.state -> state."""
+    parts = module.split(".")
+    return ".".join(parts[2:]) if parts[:2] == ["gpusched", "daemon"] and parts[2:] else None
+
+
+def test_each_daemon_folder_imports_only_what_its_docstring_names():
+    assert {m.split(".")[2] for m in MODULES if m.count(".") == 3} >= set(DAEMON_FOLDERS)
+    for module in MODULES:
+        folder = (_daemon_part(module) or "").partition(".")[0]
+        if folder not in DAEMON_FOLDERS:
+            continue
+        allowed = DAEMON_FOLDERS[folder] | {folder}
+        for name in imports_of(module):
+            part = _daemon_part(name)
+            if part is None or name not in MODULES or MODULES[name].name == "__init__.py":
+                continue
+            assert any(part == a or part.startswith(a + ".") for a in allowed), (
+                f"{module} imports {name}"
+            )

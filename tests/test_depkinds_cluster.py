@@ -1,5 +1,5 @@
 """Jobs handed to a Slurm cluster (--cluster) refuse singleton, aftercorr and `?` before
-anything is queued (daemon/slurmdeps.py decides only all-of afterok, afterany, afternotok
+anything is queued (daemon/slurm/dependencies.py decides only all-of afterok, afterany, afternotok
 and after), against a real one-node Slurm."""
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """A queue of pending jobs that each differ (a sweep file, one command per line) is held as
 compactly after a restart as while it was submitted: a template per kind of job plus each
-job's own command (daemon/jobtable.py's Distinct), not a whole Job or a template per job;
+job's own command (daemon/jobs/jobtable.py's Distinct), not a whole Job or a template per job;
 every job reads back exactly as it was submitted."""
 
 from __future__ import annotations
@@ -84,7 +84,7 @@ def test_a_restart_keeps_the_jobs_it_read_out_of_the_collectors_full_scans(make_
 def assert_entries_answer_as_their_jobs(box: Box) -> int:
     """Each pending job as held (alike()) answers what its whole job does, but for the
     fields a template leaves to the job; the count of entries that are no Job (a template
-    and the job's own command: daemon/jobtable.py's Distinct)."""
+    and the job's own command: daemon/jobs/jobtable.py's Distinct)."""
     state, distinct = box.daemon.state, 0
     for job_id, entry in state.pending_alike():
         job = state.jobs[job_id]

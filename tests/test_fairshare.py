@@ -8,8 +8,8 @@ import json
 import pytest
 
 from gpusched.core.models import Job, JobState, Request
-from gpusched.daemon.fairshare import UsageLedger
-from gpusched.daemon.store import Store
+from gpusched.daemon.jobs.fairshare import UsageLedger
+from gpusched.store.database import Store
 
 HOUR_S = 3600.0
 

@@ -24,8 +24,8 @@ from gpusched.client import protocol
 from gpusched.core import jobspec
 from gpusched.core.errors import ERROR_KINDS, ProtocolError
 from gpusched.daemon.loop import Call
-from gpusched.daemon.request import WAIT_SLICE_S, Request
-from gpusched.daemon.server import SocketServer
+from gpusched.daemon.requests.request import WAIT_SLICE_S, Request
+from gpusched.daemon.requests.server import SocketServer
 from inproc import ME, Box
 
 # Examples per property: enough to cover each command's arguments many times over, few

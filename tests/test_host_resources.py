@@ -17,8 +17,8 @@ from gpusched.core.models import Inventory, Job, Request
 from gpusched.core.placement import PlacementRules, host_impossible_reason
 from gpusched.core.queuerules import HostCapacity, QueueRules
 from gpusched.core.scheduling import schedule
-from gpusched.daemon.cgroups import CgroupJobs, own_cgroup
 from gpusched.daemon.host import Host, pick_cpus
+from gpusched.daemon.jobs.cgroups import CgroupJobs, own_cgroup
 
 
 def test_max_running_caps_concurrent_jobs(home):

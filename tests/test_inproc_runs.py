@@ -17,7 +17,7 @@ import signal
 import pytest
 
 from gpusched.core.errors import NotFound, UsageError
-from gpusched.daemon.jobcontrol import LAUNCH_TIMEOUT_S
+from gpusched.daemon.jobs.control import LAUNCH_TIMEOUT_S
 from gpusched.proc import runfile
 from inproc import ME
 

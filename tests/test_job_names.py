@@ -14,8 +14,8 @@ from gpusched.core.config import load_settings
 from gpusched.core.jobname import program_name, program_name_of_json
 from gpusched.core.memestimate import job_key
 from gpusched.core.models import Inventory, Job, JobState, Request
-from gpusched.daemon import gpumemory
-from gpusched.daemon.store import Store
+from gpusched.daemon.jobs import gpumemory
+from gpusched.store.database import Store
 
 
 @pytest.mark.parametrize(

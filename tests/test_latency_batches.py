@@ -11,9 +11,9 @@ import pytest
 
 from gpusched.client.fastsubmit import parse
 from gpusched.client.submitting import build_request
-from gpusched.daemon import batches
 from gpusched.daemon.loop import Call
-from gpusched.daemon.request import Request
+from gpusched.daemon.requests import batches
+from gpusched.daemon.requests.request import Request
 from inproc import ME
 
 ELEMENTS = 20_000  # over batches.BIG_JOBS

@@ -10,7 +10,7 @@ import pytest
 
 from conftest import wait_until
 from gpusched.core.models import Job
-from gpusched.daemon.store import Store
+from gpusched.store.database import Store
 
 ROWS = 3000  # three times what the thread waits for
 
@@ -39,7 +39,7 @@ def test_the_loops_commits_never_checkpoint_once_handed_over(store):
 
 
 def test_the_checkpoint_thread_copies_the_log_into_the_queue_file(store):
-    from gpusched.daemon.checkpoints import Checkpointer
+    from gpusched.store.checkpoints import Checkpointer
 
     helper = Checkpointer(str(store.path))
     helper.attach(store)

@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 
 from gpusched.core.errors import NotFound
-from gpusched.daemon import lshead
+from gpusched.daemon.requests import lsqueue
 from inproc import Box
 
 
@@ -64,7 +64,7 @@ def test_a_request_that_only_looks_sets_off_no_scheduling_pass(box, passes, name
 
 
 def test_every_read_only_request_is_tested_above():
-    from gpusched.daemon.handlers import READ_ONLY
+    from gpusched.daemon.requests.handlers import READ_ONLY
 
     tested = {
         "status",
@@ -116,8 +116,8 @@ def test_the_ls_and_top_views_of_the_queue_belong_to_one_daemon(make_box):
     assert first.daemon.state.pending_version == second.daemon.state.pending_version
     for box, ids in ((first, first_ids), (second, second_ids), (first, first_ids)):
         state = box.daemon.state
-        assert [job.id for job in lshead.pending_top(state, 10)] == ids
-        assert sum(count for count, _ in lshead.pending_groups(state).values()) == len(ids)
+        assert [job.id for job in lsqueue.pending_top(state, 10)] == ids
+        assert sum(count for count, _ in lsqueue.pending_groups(state).values()) == len(ids)
         top = box.call("snapshot", lean=True)
         assert [job["id"] for job in top["jobs"]] == ids
         assert box.call("list", pending_rows=1)["more_pending"]["count"] == len(ids) - 1

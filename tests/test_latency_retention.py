@@ -7,9 +7,9 @@ from __future__ import annotations
 import pytest
 
 from gpusched.core import syntax
-from gpusched.daemon import retention
+from gpusched.daemon.jobs import retention
 from gpusched.daemon.loop import Call
-from gpusched.daemon.request import Request
+from gpusched.daemon.requests.request import Request
 from inproc import ME
 
 HOUR_S = 3600.0
@@ -29,12 +29,12 @@ def looks(monkeypatch) -> list[int]:
 
     monkeypatch.setattr(retention, "dependency_job_ids", counting, raising=False)
     try:
-        from gpusched.daemon import keepneeded
+        from gpusched.daemon.jobs import stillneeded
     except ImportError:  # before the index: retention looked at every job itself
         pass
     else:
-        monkeypatch.setattr(keepneeded, "dependency_job_ids", counting)
-        monkeypatch.setattr(keepneeded, "CHUNK_JOBS", CHUNK)
+        monkeypatch.setattr(stillneeded, "dependency_job_ids", counting)
+        monkeypatch.setattr(stillneeded, "CHUNK_JOBS", CHUNK)
     return counted
 
 
@@ -47,7 +47,7 @@ def ended(box, count: int) -> list[int]:
 
 def distinct_active(box) -> None:
     """ACTIVE held jobs, each its own (a sweep of alike jobs shares one template, which a
-    sweep looks at once: daemon/jobtable.py)."""
+    sweep looks at once: daemon/jobs/jobtable.py)."""
     lines = box.root / "distinct.txt"
     lines.write_text("".join(f"true {i}\n" for i in range(ACTIVE)))
     box.submit_all("--hold", "--from-file", str(lines))

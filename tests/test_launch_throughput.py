@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 
 from gpusched.core.models import Job
-from gpusched.daemon import rows
+from gpusched.store import rows
 
 WAITING = 300
 
@@ -98,7 +98,7 @@ def test_whole_numbers_and_none_pass_where_a_job_holds_times():
 def test_a_wait_on_many_ended_jobs_reads_them_in_one_go(make_box, monkeypatch):
     """`gpusched wait` on a sweep that has ended read each job from the queue file on its
     own (1,000 queries and decodes for 1,000 ids) before it looked at one."""
-    from gpusched.daemon.store import Store
+    from gpusched.store.database import Store
 
     box = make_box("4x80GiB", "[host]\ncpus = 64\n[jobs]\nmax_running = 100\n")
     ids = box.submit_all("--gpus", "0", "--from-file", "-", stdin="true\n" * 60)

@@ -17,7 +17,7 @@ from gpusched.client.connection import Client
 from gpusched.client.paths import resolve_paths
 from gpusched.core import limits
 from gpusched.core.errors import ProtocolError, UsageError
-from gpusched.daemon.server import SocketServer
+from gpusched.daemon.requests.server import SocketServer
 
 
 def one_error_line(proc, status: int, *words: str) -> str:

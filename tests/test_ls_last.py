@@ -11,7 +11,7 @@ import pytest
 from conftest import Home
 from gpusched.core.errors import UsageError
 from gpusched.core.models import Job, JobState
-from gpusched.daemon.store import Store
+from gpusched.store.database import Store
 from inproc import ME, FakeClock
 from test_cli_errors import assert_one_error_line
 

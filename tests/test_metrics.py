@@ -184,7 +184,7 @@ def test_a_bad_listen_address_is_one_line_naming_the_key(home: Home, listen: str
 
 def test_many_idle_connections_make_no_more_threads_than_the_bound(served):
     # Each connection held a thread of its own: 4,000 idle ones made 4,000 threads.
-    from gpusched.daemon.metricserver import MAX_CONNECTIONS
+    from gpusched.daemon.observe.metricserver import MAX_CONNECTIONS
 
     home, url = served
     daemon = psutil.Process(home.daemon_pid())

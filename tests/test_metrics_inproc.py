@@ -9,8 +9,8 @@ import pytest
 from fake_nvml import FakeDriver, fake_nvml, make_gpu
 from gpusched.core.errors import StoreWriteError
 from gpusched.core.models import Inventory
-from gpusched.daemon.metrics import make_registry
-from gpusched.daemon.telemetry import END_STATES
+from gpusched.daemon.observe.metrics import make_registry
+from gpusched.daemon.observe.telemetry import END_STATES
 from gpusched.gpus.nvml import NvmlBackend
 from inproc import Box
 from metrics_scrape import Scrape, scrape_registry

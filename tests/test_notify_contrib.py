@@ -10,7 +10,7 @@ import pytest
 
 from conftest import executable
 from gpusched.core.models import Job, JobState
-from gpusched.daemon.notify import event_body, hook_env
+from gpusched.daemon.observe.notify import event_body, hook_env
 from gpusched.proc.hookrun import run_hook
 
 pytestmark = pytest.mark.e2e

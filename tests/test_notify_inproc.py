@@ -11,8 +11,8 @@ import pytest
 from conftest import is_gone, wait_until
 from gpusched.core.config import settings_from_mapping
 from gpusched.core.errors import ConfigError
-from gpusched.daemon.notify import chat_text, event_body, hook_env
-from gpusched.daemon.notifyqueue import FairQueue
+from gpusched.daemon.observe.notify import chat_text, event_body, hook_env
+from gpusched.daemon.observe.notifyqueue import FairQueue
 from gpusched.proc.hookrun import OUTPUT_KEPT_BYTES, run_hook
 
 ALL = '["start", "end", "fail", "timeout", "oom", "lost"]'

@@ -112,7 +112,7 @@ def test_the_distribution_is_the_one_the_docs_install():
     )
 
 
-# A path cited in code, tests, benchmarks or docs (`daemon/gpumemory.py`, `docs/slurm.md`,
+# A path cited in code, tests, benchmarks or docs (`daemon/jobs/gpumemory.py`, `docs/slurm.md`,
 # `CHANGELOG.md`): read from the repository, the package, tests/, bench/, docs/ or the
 # citing file's folder. Written where they will exist, or placeholders of an example:
 CITED = re.compile(r"(?<![\w./-])((?:[\w-]+/)+[\w-]+\.py|(?:[\w-]+/)*[\w-]+\.md)\b")

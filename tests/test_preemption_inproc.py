@@ -1,4 +1,4 @@
-"""Preemption as the daemon decides it (daemon/preempt.py): the real loop, handlers and
+"""Preemption as the daemon decides it (daemon/jobs/preempt.py): the real loop, handlers and
 store, fake shims and a clock the test moves (tests/inproc.py)."""
 
 from __future__ import annotations

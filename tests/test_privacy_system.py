@@ -1,4 +1,4 @@
-"""One rule for what another user sees (daemon/authz.py, Viewer), held by every read
+"""One rule for what another user sees (daemon/requests/authz.py, Viewer), held by every read
 command: in system mode, with two real users, through the real CLI. Alice's jobs and
 service carry a secret in their name, command, directory and environment; Bob walks
 every command that reads, in every form, and never meets it, while Alice does."""
@@ -12,8 +12,8 @@ import uuid
 
 from gpusched.client.protocol import COMMANDS, SERVICE_ACTIONS
 from gpusched.core.services import Service
-from gpusched.daemon.handlers import READ_ONLY
-from gpusched.daemon.servicereqs import META_PREFIX
+from gpusched.daemon.requests.handlers import READ_ONLY
+from gpusched.daemon.services.requests import META_PREFIX
 from services_util import needs_haproxy
 
 # Every command of the protocol is one of these. A new command fails

@@ -18,7 +18,7 @@ import pytest
 from conftest import Home
 from gpusched.client import protocol, wire
 from gpusched.core.errors import ProtocolError
-from gpusched.daemon.server import SocketServer
+from gpusched.daemon.requests.server import SocketServer
 
 HEADER = struct.Struct(">I")
 

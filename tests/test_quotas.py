@@ -14,10 +14,10 @@ from gpusched.client import protocol
 from gpusched.core.config import Settings
 from gpusched.core.errors import GpuschedError
 from gpusched.core.models import Job
-from gpusched.daemon.framebudget import FrameBudget
-from gpusched.daemon.jobtable import Kinds
-from gpusched.daemon.quotas import CountedTable, Reservation, job_bytes
-from gpusched.daemon.server import SocketServer
+from gpusched.daemon.jobs.jobtable import Kinds
+from gpusched.daemon.requests.framebudget import FrameBudget
+from gpusched.daemon.requests.quotas import CountedTable, Reservation, job_bytes
+from gpusched.daemon.requests.server import SocketServer
 from test_limits import one_error_line
 
 

@@ -1,4 +1,4 @@
-"""`requeue` and `preempt` as the daemon decides them (daemon/requeue.py): the real loop,
+"""`requeue` and `preempt` as the daemon decides them (daemon/jobs/requeue.py): the real loop,
 handlers and store, fake shims and a clock the test moves (tests/inproc.py)."""
 
 from __future__ import annotations

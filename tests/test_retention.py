@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 
 from gpusched.core.errors import GpuschedError
-from gpusched.daemon import retention
+from gpusched.daemon.jobs import retention
 from gpusched.daemon.loop import Call
-from gpusched.daemon.request import Request
+from gpusched.daemon.requests.request import Request
 from gpusched.proc import runfile
 from inproc import ME
 

@@ -10,8 +10,8 @@ import socket
 import threading
 
 from conftest import wait_until
-from gpusched.daemon import servicedoor
-from gpusched.daemon.servicedoor import Door
+from gpusched.daemon.services import frontdoor
+from gpusched.daemon.services.frontdoor import Door
 from gpusched.proc.haproxy import new_token, parse_line
 from services_util import ask, create, needs_haproxy, show, wait_ready
 
@@ -56,7 +56,7 @@ def test_a_flood_of_good_lines_keeps_the_window_of_latencies_bounded(tmp_path):
     for step in range(8):  # 400,000 requests within two seconds
         door.take_requests(now + step * 0.25)
     assert door.requests_total == 400_000
-    assert len(door.latencies) <= servicedoor._LATENCIES_MOST
+    assert len(door.latencies) <= frontdoor._LATENCIES_MOST
     assert len(door.counted) == 8
     summary = door.summary(now + 2.0)
     assert summary["requests_per_s"] == round(400_000 / 60, 3)

@@ -18,7 +18,7 @@ import pytest
 from conftest import Home, executable, find_shim, is_gone, wait_until
 from gpusched.client.connection import Client
 from gpusched.client.paths import resolve_paths
-from gpusched.daemon import shimloss
+from gpusched.daemon.jobs import lostrunners
 from gpusched.proc import leftovers, runfile
 from gpusched.proc.seam import ProcessSeam
 
@@ -101,9 +101,9 @@ def kill_shim(home: Home, job_id: int) -> str:
     pid, _ = wait_until(lambda: find_shim(home.state / "jobs", job_id), "the shim's pid")
     if runfile.read_run(home.state / "jobs", job_id).shim.supervised:
         os.kill(psutil.Process(pid).ppid(), signal.SIGKILL)
-        return shimloss.SUPERVISOR_VANISHED
+        return lostrunners.SUPERVISOR_VANISHED
     os.kill(pid, signal.SIGKILL)
-    return shimloss.VANISHED
+    return lostrunners.VANISHED
 
 
 @pytest.mark.parametrize("watcher", WATCHERS)
@@ -121,7 +121,9 @@ def test_the_gpu_of_a_killed_shims_job_waits_until_its_processes_are_gone(
         "--gpus", "1", "--", sys.executable, "-c", STILL_RUNNING, *map(str, pids.values())
     )
     vanished = kill_shim(home, job_id)
-    assert vanished == (shimloss.VANISHED if watcher == "shim" else shimloss.SUPERVISOR_VANISHED)
+    assert vanished == (
+        lostrunners.VANISHED if watcher == "shim" else lostrunners.SUPERVISOR_VANISHED
+    )
 
     stopping = f"its {watcher} died; stopping its processes"
     job = wait_until(

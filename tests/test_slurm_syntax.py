@@ -17,7 +17,7 @@ from gpusched.core import syntax
 from gpusched.core.errors import UsageError
 from gpusched.core.models import Job, JobState
 from gpusched.core.scheduling import dependency_status
-from gpusched.daemon.arrays import array_state as _array_state
+from gpusched.daemon.jobs.arrays import array_state as _array_state
 
 MiB, GiB = 2**20, 2**30
 

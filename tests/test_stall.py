@@ -16,9 +16,9 @@ import pytest
 from conftest import Home
 from gpusched.client.fastsubmit import parse
 from gpusched.client.jobrequest import build_request
-from gpusched.daemon import batches
 from gpusched.daemon.loop import Call
-from gpusched.daemon.request import Request
+from gpusched.daemon.requests import batches
+from gpusched.daemon.requests.request import Request
 from inproc import ME
 
 

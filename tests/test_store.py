@@ -11,8 +11,8 @@ import pytest
 
 from gpusched.core.errors import StoreError
 from gpusched.core.models import Job, JobState, Request, transition
-from gpusched.daemon.schema import MIGRATIONS, SCHEMA_VERSION
-from gpusched.daemon.store import Store, check_file
+from gpusched.store.database import Store, check_file
+from gpusched.store.schema import MIGRATIONS, SCHEMA_VERSION
 
 SIDECARS = ("-wal", "-shm", "-journal")
 

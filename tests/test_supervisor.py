@@ -15,7 +15,7 @@ import pytest
 
 from conftest import Home, find_shim, is_gone, wait_until
 from gpusched.client.paths import resolve_paths
-from gpusched.daemon import shimloss
+from gpusched.daemon.jobs import lostrunners
 from gpusched.proc import runfile
 from gpusched.proc.supervisor import HELLO, SOCKET_NAME
 
@@ -76,7 +76,7 @@ def test_the_jobs_of_a_killed_supervisor_are_reported_lost_with_the_reason(make_
     for job_id in ids:
         lost = home.wait_state(job_id, "lost", "failed", "succeeded")
         assert lost["state"] == "lost"
-        assert lost["end_reason"].startswith(shimloss.SUPERVISOR_VANISHED), lost["end_reason"]
+        assert lost["end_reason"].startswith(lostrunners.SUPERVISOR_VANISHED), lost["end_reason"]
     assert all(is_gone(job) for job in jobs)
     # A new supervisor takes the next job.
     after = home.submit("--gpus", "0", "--wait", "--", "true")

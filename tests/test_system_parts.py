@@ -18,7 +18,7 @@ from gpusched.client.modes import client_paths, daemon_paths, system_paths
 from gpusched.client.paths import resolve_paths
 from gpusched.core.config import Settings
 from gpusched.core.errors import ConfigError, PermissionDenied
-from gpusched.daemon.server import SocketServer
+from gpusched.daemon.requests.server import SocketServer
 from gpusched.daemon.startup import check_mode
 from gpusched.proc import privileges
 

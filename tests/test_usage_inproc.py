@@ -6,9 +6,9 @@ from __future__ import annotations
 import pytest
 
 from gpusched.core.errors import UsageError
-from gpusched.daemon import usage
 from gpusched.daemon.loop import Call
-from gpusched.daemon.request import Request
+from gpusched.daemon.observe import usage
+from gpusched.daemon.requests.request import Request
 from inproc import ME
 
 

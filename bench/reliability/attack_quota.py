@@ -168,7 +168,7 @@ def _metrics(home: Home, fig: Figures, daemon: psutil.Process, small: bool) -> N
     if not url.startswith("http://"):
         fig.fail("threads", f"no /metrics to connect to: {url}")
         return
-    from gpusched.daemon.metricserver import MAX_CONNECTIONS
+    from gpusched.daemon.observe.metricserver import MAX_CONNECTIONS
 
     host, port = url.split("//")[1].split("/")[0].rsplit(":", 1)
     before = daemon.num_threads()

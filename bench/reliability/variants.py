@@ -46,7 +46,7 @@ def _sql(source: Path, *statements: str) -> Build:
 
 def _old_schema(state: Path) -> None:
     """A queue as the first version of gpusched wrote it, with one job per GOOD_JOBS name."""
-    from gpusched.daemon.store import MIGRATIONS
+    from gpusched.store.database import MIGRATIONS
 
     conn = sqlite3.connect(state / "queue.db", isolation_level=None)
     conn.executescript(MIGRATIONS[0])

@@ -49,7 +49,7 @@ def doctor(
         paths = daemon_paths(False, True)
     if repair:
         raise typer.Exit(_repair(paths, as_json))
-    from gpusched.daemon.doctor import diagnose
+    from gpusched.store.doctor import diagnose
 
     report = diagnose(paths)
     if as_json:
@@ -70,7 +70,7 @@ def doctor(
 
 
 def _repair(paths: Paths, as_json: bool) -> int:
-    from gpusched.daemon.repair import repair
+    from gpusched.store.repair import repair
 
     result = repair(paths)
     if as_json:

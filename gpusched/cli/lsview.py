@@ -225,7 +225,7 @@ def ls_lines(
 
 
 # A plain `ls` lists at most this many pending jobs (a screenful) and counts the rest
-# (daemon/lshead.py): a queue of 100,000 lists as fast as a short one. --all lists all.
+# (daemon/requests/lsqueue.py): a queue of 100,000 lists as fast as a short one. --all lists all.
 LS_PENDING_ROWS = 50
 _GROUPS_NAMED = 3  # the largest groups the summary line names
 

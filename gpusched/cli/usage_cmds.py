@@ -18,7 +18,10 @@ if TYPE_CHECKING:
     from typing import Any
 
 app = App()
-GROUPINGS = ("user", "name")  # daemon/usage.py's, written out: the CLI does not import the daemon
+GROUPINGS = (
+    "user",
+    "name",
+)  # daemon/observe/usage.py's, written out: the CLI does not import the daemon
 GIB = 1024**3
 
 

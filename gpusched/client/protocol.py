@@ -42,12 +42,12 @@ COMMANDS: dict[str, Command] = {
     # connection, each line the last word of jobs[0]'s command (`submit --from-file`).
     "submit": _cmd("jobs", "env cwd cluster stream"),
     # Filters (lists of user names, states, name patterns) keep the reply small.
-    # Replies that grow with the queue come in pages (daemon/pages.py): "after" is where
+    # Replies that grow with the queue come in pages (daemon/requests/pagedreplies.py): "after" is where
     # the page starts (a job id for list, a position among the ids named for show and
     # wait), "page_bytes" about how large it may be; each reply says where the next starts.
     # "last" keeps only the N matching jobs with the highest ids (still in id order).
     # "pending_rows" (a plain `ls`): only the first N pending jobs, the rest counted
-    # (daemon/lshead.py). "stream": "pages": every page on this one connection (client/pagestream.py).
+    # (daemon/requests/lsqueue.py). "stream": "pages": every page on this one connection (client/pagestream.py).
     "list": _cmd("", "all users states names last after page_bytes pending_rows stream"),
     "show": _cmd("ids", "after page_bytes"),
     "cancel": _cmd("ids"),
@@ -139,7 +139,7 @@ ARGUMENTS: dict[str, Callable[[Any], Any]] = {
     "keep_waiting": lambda v: values.flag(v, "keep_waiting"),
     "pending_version": lambda v: values.text(v, "pending_version"),
     "dry_run": lambda v: values.flag(v, "dry_run"),
-    # Where a page starts, and about how large it may be (daemon/pages.py sets the bounds).
+    # Where a page starts, and about how large it may be (daemon/requests/pagedreplies.py sets the bounds).
     "after": lambda v: values.whole_number(v, "after", 0, 2**63 - 1),
     "page_bytes": lambda v: values.whole_number(v, "page_bytes", 1, 2**31),
     "last": lambda v: values.whole_number(v, "last", 1, 2**63 - 1),
@@ -163,7 +163,7 @@ ARGUMENTS: dict[str, Callable[[Any], Any]] = {
     "spec": lambda v: values.mapping(v, "spec"),
     "replicas": lambda v: values.whole_number(v, "replicas", 0, 1000),
     # "lines": a request whose items follow it (client/streams.py); "pages": a reply sent
-    # page after page (client/pagestream.py). Which command takes which: daemon/streamin.py.
+    # page after page (client/pagestream.py). Which command takes which: daemon/requests/streamedrequest.py.
     "stream": lambda v: values.choice(v, "stream", ("lines", "pages")),
 }
 

@@ -191,7 +191,7 @@ def receive(
     time must not hold a connection (and its thread) for ever. max_depth (the daemon's
     limits.json_depth: given on the daemon's side only) refuses a deeply nested frame
     before it is decoded, and an object with a key twice as it is. admit(size), before
-    the body is read (the daemon's: daemon/framebudget.py), may wait, or refuse it.
+    the body is read (the daemon's: daemon/requests/framebudget.py), may wait, or refuse it.
     """
     deadline = None if timeout_s is None else time.monotonic() + timeout_s
     first = _recv(sock, HEADER_BYTES, deadline)

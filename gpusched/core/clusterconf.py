@@ -1,5 +1,5 @@
 """The `[clusters.NAME]` tables of the config: Slurm clusters gpusched hands jobs to
-(stdlib only; daemon/slurmpoll.py drives them, docs/slurm.md explains each key)."""
+(stdlib only; daemon/slurm/poll.py drives them, docs/slurm.md explains each key)."""
 
 from __future__ import annotations
 

@@ -52,7 +52,7 @@ class Settings:
     user_weights: tuple[tuple[str, float], ...] = ()
     max_gpus_per_user: int = 0
     max_running_per_user: int = 0
-    max_user_priority: int = 0  # higher only for admins (daemon/request.py)
+    max_user_priority: int = 0  # higher only for admins (daemon/requests/request.py)
     # [host]
     host_cpus: int = 0
     reserve_cpus: int = 0
@@ -109,7 +109,7 @@ class Settings:
     # [memory] (--gpu-mem auto, core/memestimate.py)
     estimate_margin_pct: float = 10.0
     estimate_runs: int = 50
-    # [idle] (daemon/idlegpus.py)
+    # [idle] (daemon/jobs/idlegpus.py)
     idle_after_s: float | None = None  # None: off
     idle_action: str = "warn"
     idle_all_jobs: bool = False

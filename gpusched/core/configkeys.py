@@ -108,7 +108,7 @@ def _listen(value: Any) -> str:
     return listen
 
 
-IDLE_ACTIONS = ("warn", "requeue", "cancel")  # [idle] action (daemon/idlegpus.py)
+IDLE_ACTIONS = ("warn", "requeue", "cancel")  # [idle] action (daemon/jobs/idlegpus.py)
 
 
 def _positive_duration(value: Any) -> float:

@@ -1,6 +1,6 @@
 """CUDA out-of-memory: how a run that died of it is recognised, and the --gpu-mem of its retry.
 
-Pure and stdlib only: the daemon reads the log tail (daemon/gpumemory.py), the job
+Pure and stdlib only: the daemon reads the log tail (daemon/jobs/gpumemory.py), the job
 writes REPORT_MARK through gpusched.job.report_oom().
 """
 

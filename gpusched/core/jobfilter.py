@@ -83,7 +83,7 @@ def select(rows: list[dict[str, Any]], args: dict[str, Any]) -> list[dict[str, A
 
 def matcher(args: dict[str, Any]) -> Callable[[str, str, str], bool]:
     """Whether a job's (user, state, name as the caller sees it) pass the `list` request's
-    filters: for rows, and for jobs counted without making rows of them (daemon/lshead.py)."""
+    filters: for rows, and for jobs counted without making rows of them (daemon/requests/lsqueue.py)."""
     users, states = _list_of_strings(args, "users"), _list_of_strings(args, "states")
     names = _list_of_strings(args, "names")
     if states and not set(states) <= set(STATES):

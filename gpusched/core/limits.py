@@ -1,5 +1,5 @@
 """Size limits on every request (command, cwd, environment, name, jobs per submit, JSON
-nesting) and on what one user may keep queued (daemon/quotas.py).
+nesting) and on what one user may keep queued (daemon/requests/quotas.py).
 
 The daemon enforces them all (a client can be bypassed), and its refusal names the limit;
 the client checks the same before it streams a sweep's lines, and for a request too big
@@ -74,7 +74,7 @@ CONFIG: dict[str, tuple[str, str | int, int, str]] = {
         500,
         "How deeply a request's JSON may nest objects and lists.",
     ),
-    # Per user, over all their submits (daemon/quotas.py): what one user may keep on the
+    # Per user, over all their submits (daemon/requests/quotas.py): what one user may keep on the
     # daemon's disk and in its memory.
     "queued_jobs": (
         "limit_queued_jobs",

@@ -14,7 +14,7 @@ if TYPE_CHECKING:
     from typing import Any
 
 # The end_reason of a running job whose shim (or, for a job started without one, the job
-# supervisor) died, while the processes it left are being stopped (daemon/shimloss.py):
+# supervisor) died, while the processes it left are being stopped (daemon/jobs/lostrunners.py):
 # the job keeps its GPUs until they are gone.
 SHIM_LOST_REASON = "its shim died; stopping its processes"
 SUPERVISOR_LOST_REASON = "its supervisor died; stopping its processes"
@@ -35,7 +35,7 @@ class JobState(str, enum.Enum):
     OOM = "oom"
     LOST = "lost"
     # A run stopped to go back to the queue (preempted, or `gpusched requeue`): the job
-    # passes through it to pending in the same write (daemon/requeue.py).
+    # passes through it to pending in the same write (daemon/jobs/requeue.py).
     PREEMPTED = "preempted"
     GPU_OOM = "gpu_oom"  # died of CUDA out-of-memory (core/gpuoom.py), not host memory
 
@@ -204,7 +204,7 @@ class Job:
     gpu_mem_peak_bytes: int | None = None  # GPU memory on one of its GPUs, at most
     mem_over: bool = False  # went past its declared --mem plus the margin
     oom_killed: bool = False
-    # Preemption and requeue (core/preemption.py, daemon/requeue.py).
+    # Preemption and requeue (core/preemption.py, daemon/jobs/requeue.py).
     preemptible: bool = False
     preempt_grace_s: float = 60.0  # between the checkpoint signal and SIGTERM
     restarts: int = 0  # runs stopped and requeued (preempted or requeued): GPUSCHED_RESTARTS
@@ -224,7 +224,7 @@ class Job:
     mem_growth: float = 1.25
     job_key: str = ""
     gpu_mem_reason: str = ""
-    interactive: bool = False  # exempt from idle_action (daemon/idlegpus.py)
+    interactive: bool = False  # exempt from idle_action (daemon/jobs/idlegpus.py)
     # Run in a container (core/container.py): (image, runtime options...), or () for none.
     container: tuple[str, ...] = ()
 

@@ -1,5 +1,5 @@
 """The `[[notify]]` entries of the config: on which job events to run which command or
-post to which webhook (stdlib only; the daemon's daemon/notify.py delivers them)."""
+post to which webhook (stdlib only; the daemon's daemon/observe/notify.py delivers them)."""
 
 from __future__ import annotations
 

@@ -63,7 +63,7 @@ def may_be_cancelled(shape: tuple[Any, ...]) -> bool:
 # Below fairshare and sjf, a line key is one int, (-priority) * _ID_SPAN + id, ordered as
 # (-priority, id) is: with priority 0 it is the job's own id object, and 100,000 waiting
 # jobs cost no tuple each. No job has an id past MAX_JOB_ID (a row with one is damaged:
-# daemon/rows.py), so the id is the key's remainder.
+# store/rows.py), so the id is the key's remainder.
 _ID_SPAN = MAX_JOB_ID + 1
 
 

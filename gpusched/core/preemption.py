@@ -1,6 +1,6 @@
 """Pure preemption: which running jobs to stop so that an urgent pending job can start.
 
-The daemon (daemon/preempt.py) and the trace simulator (`simulate --preemption`) both call
+The daemon (daemon/jobs/preempt.py) and the trace simulator (`simulate --preemption`) both call
 choose_victims, so the simulator measures the very choices the daemon makes.
 """
 

@@ -15,26 +15,26 @@ from gpusched.core.config import Settings
 from gpusched.core.errors import GpuschedError, StoreWriteError
 from gpusched.core.models import Inventory
 from gpusched.core.policies import load_custom_policies, placement_rules
-from gpusched.daemon.authz import Authz
-from gpusched.daemon.batches import CANCELLED, Batched, purge_incomplete, step_oldest
-from gpusched.daemon.calls import Call, Calls
-from gpusched.daemon.cgroups import daemon_cgroups
-from gpusched.daemon.endacks import EndReports
 from gpusched.daemon.gcfreeze import CollectorHold
-from gpusched.daemon.handlers import Handlers
 from gpusched.daemon.host import detect_host
-from gpusched.daemon.idlegpus import IdleGpus
-from gpusched.daemon.jobcontrol import JobControl
+from gpusched.daemon.jobs.cgroups import daemon_cgroups
+from gpusched.daemon.jobs.control import JobControl
+from gpusched.daemon.jobs.endacks import EndReports
+from gpusched.daemon.jobs.idlegpus import IdleGpus
+from gpusched.daemon.jobs.retention import Retention
 from gpusched.daemon.memtrim import MemoryTrim
-from gpusched.daemon.request import Waiter
-from gpusched.daemon.retention import Retention
-from gpusched.daemon.slurmpoll import ClusterJobs
+from gpusched.daemon.requests.authz import Authz
+from gpusched.daemon.requests.batches import CANCELLED, Batched, purge_incomplete, step_oldest
+from gpusched.daemon.requests.calls import Call, Calls
+from gpusched.daemon.requests.handlers import Handlers
+from gpusched.daemon.requests.request import Waiter
+from gpusched.daemon.slurm.poll import ClusterJobs
 from gpusched.daemon.state import DaemonState, Setup
-from gpusched.daemon.store import Store
 from gpusched.gpus import GpuBackend
 from gpusched.proc import runfile
 from gpusched.proc.seam import ProcessSeam
 from gpusched.proc.supervisorlink import supervisor_socket
+from gpusched.store.database import Store
 
 log = logging.getLogger("gpusched.daemon.loop")
 
@@ -191,7 +191,7 @@ class Daemon:
             except StoreWriteError:
                 pass  # nothing of the pass happened; said once in the log (WriteHealth)
         self.step_clusters()
-        self.handlers.services.step()  # replicas and front doors (daemon/services.py)
+        self.handlers.services.step()  # replicas and front doors (daemon/services/replicas.py)
         self.answer_waiters()
         if self.answer_shim is not None:
             self._end_reports.answer(self.state.jobs, self.answer_shim)
@@ -219,7 +219,7 @@ class Daemon:
                 call.answer(outcome)
 
     def step_clusters(self) -> None:
-        """Hand jobs to Slurm and poll it (daemon/slurmpoll.py): only with cluster jobs."""
+        """Hand jobs to Slurm and poll it (daemon/slurm/poll.py): only with cluster jobs."""
         clusters = self.state.clusters  # set with the first cluster job
         if clusters is not None and self.state.remote_ids:
             try:

@@ -21,13 +21,13 @@ from gpusched.core import limits
 from gpusched.core.clusterconf import refuse_in_system_mode
 from gpusched.core.config import Settings, load_settings
 from gpusched.core.errors import ConfigError, GpuschedError
-from gpusched.daemon.checkpoints import Checkpointer
 from gpusched.daemon.loop import Daemon
-from gpusched.daemon.metrics import serve_metrics
-from gpusched.daemon.server import SocketServer, WakeListener, file_identity
-from gpusched.daemon.store import Store
+from gpusched.daemon.observe.metrics import serve_metrics
+from gpusched.daemon.requests.server import SocketServer, WakeListener, file_identity
 from gpusched.gpus import open_backend
 from gpusched.proc import runfile
+from gpusched.store.checkpoints import Checkpointer
+from gpusched.store.database import Store
 
 log = logging.getLogger("gpusched.daemon.loop")
 

@@ -18,24 +18,24 @@ from gpusched.core.errors import StoreWriteError
 from gpusched.core.models import Inventory, Job, JobState
 from gpusched.core.pendingqueue import PendingQueue
 from gpusched.core.placement import PlacementRules
-from gpusched.daemon.authz import Authz
-from gpusched.daemon.cgroups import CgroupJobs
-from gpusched.daemon.fairshare import UsageLedger
 from gpusched.daemon.host import Host
-from gpusched.daemon.jobtable import JobTable, Kinds
-from gpusched.daemon.notify import make_notifier
-from gpusched.daemon.quotas import CountedTable
-from gpusched.daemon.store import Store
-from gpusched.daemon.telemetry import Telemetry
-from gpusched.daemon.writefail import WriteHealth
+from gpusched.daemon.jobs.cgroups import CgroupJobs
+from gpusched.daemon.jobs.fairshare import UsageLedger
+from gpusched.daemon.jobs.jobtable import JobTable, Kinds
+from gpusched.daemon.observe.notify import make_notifier
+from gpusched.daemon.observe.telemetry import Telemetry
+from gpusched.daemon.requests.authz import Authz
+from gpusched.daemon.requests.quotas import CountedTable
 from gpusched.proc.runfile import own_log_paths
+from gpusched.store.database import Store
+from gpusched.store.writefail import WriteHealth
 
 _T = TypeVar("_T")
 
 if TYPE_CHECKING:
     from typing import Protocol
 
-    from gpusched.daemon.slurmpoll import ClusterJobs
+    from gpusched.daemon.slurm.poll import ClusterJobs
 
     class Clock(Protocol):
         """The time module, or in tests a clock they move by hand."""
@@ -87,7 +87,7 @@ class DaemonState:
 
     def __init__(self, store: Store, setup: Setup, backend_name: str):
         self.store = store
-        # Pending jobs alike are held as one template (daemon/jobtable.py).
+        # Pending jobs alike are held as one template (daemon/jobs/jobtable.py).
         self.kinds = Kinds(partial(own_log_paths, setup.paths.jobs_dir, setup.paths.log_root))
         self.jobs = CountedTable(self.kinds)  # pending and running jobs
         self._running: dict[int, Job] = {}  # the running ones among them
@@ -106,7 +106,7 @@ class DaemonState:
         self.inventory = Inventory(backend=backend_name)
         self.pid_jobs: dict[int, int] = {}
         self.idle_since: dict[int, float] = {}
-        # Since when each running job's GPUs have all been 0% busy (daemon/idlegpus.py).
+        # Since when each running job's GPUs have all been 0% busy (daemon/jobs/idlegpus.py).
         self.gpu_idle_since: dict[int, float] = {}
         self.draining = store.get_meta("draining") == "1"
         self.stopping = False
@@ -116,8 +116,8 @@ class DaemonState:
         # Ends read from run files whose write failed (a full disk): ls and show give them
         # meanwhile, rather than `running` until the disk has room (jobcontrol.end).
         self.unstored_ends: dict[int, Job] = {}
-        self.telemetry = Telemetry()  # counted for /metrics (daemon/metrics.py)
-        # Each service's figures for /metrics, swapped in whole (daemon/services.py).
+        self.telemetry = Telemetry()  # counted for /metrics (daemon/observe/metrics.py)
+        # Each service's figures for /metrics, swapped in whole (daemon/services/replicas.py).
         self.service_figures: list[dict[str, Any]] = []
         self.metrics_status = "off"  # where /metrics is served, for `daemon status`
         self.notifier = make_notifier(setup.settings, setup.paths, setup.clock)
@@ -126,21 +126,21 @@ class DaemonState:
         self._undo: dict[int, Job | None] | None = None
         self._on_commit: list[Callable[[], object]] = []
         self._on_rollback: list[Callable[[], object]] = []
-        # Ids of submits being stored in batches (daemon/batches.py): not acknowledged
+        # Ids of submits being stored in batches (daemon/requests/batches.py): not acknowledged
         # yet, so no request may see or touch them.
         self.incoming: list[range] = []
         # Moves with every change to the pending jobs, so that `top` gets them (maybe
         # thousands) again only when they changed; the random part tells daemons apart.
         self._pending_nonce, self._pending_changes = secrets.token_hex(4), 0
         # Views worked out from the pending jobs (`ls`'s head, `top`'s order, the counts by
-        # group: daemon/lshead.py), each with the pending_version it was worked out for.
+        # group: daemon/requests/lsqueue.py), each with the pending_version it was worked out for.
         self._of_pending: dict[Any, tuple[str, Any]] = {}
-        # Cluster jobs (daemon/slurmpoll.py, which sets both): active like any job, but
+        # Cluster jobs (daemon/slurm/poll.py, which sets both): active like any job, but
         # never among running() and pending(), which this machine's scheduler works on.
         self.remote_ids: set[int] = set()
         self.clusters: ClusterJobs | None = None
         # Told of the jobs that become active (submitted, or queued again after their
-        # end): retention's index of what active jobs need (daemon/keepneeded.py).
+        # end): retention's index of what active jobs need (daemon/jobs/stillneeded.py).
         self.activated: list[Callable[[Iterable[Job]], None]] = []
 
     # -- the active jobs ----------------------------------------------------------------
@@ -203,7 +203,7 @@ class DaemonState:
 
     def pending_alike(self) -> Iterable[tuple[int, Job]]:
         """(id, job or its template) of each pending job: cheaper than pending() for what a
-        template answers as its jobs do (daemon/jobtable.py): all but the id, log paths,
+        template answers as its jobs do (daemon/jobs/jobtable.py): all but the id, log paths,
         array index and pending reason."""
         return self._pending.alike()
 
@@ -358,7 +358,7 @@ class DaemonState:
         self.queue.add_many(self.kinds.passing(self._held_new(entries)))
         self._pending_changes += 1
         self.schedule_needed = True
-        for tell in self.activated:  # a template answers what they ask (daemon/jobtable.py)
+        for tell in self.activated:  # a template answers what they ask (daemon/jobs/jobtable.py)
             tell([entry for _, entry in entries])
         added = len(self._pending) - count
         self.after_commit(lambda: self.telemetry.jobs_submitted(added))

@@ -109,7 +109,7 @@ class ProcessSeam:
     @staticmethod
     def _supervisor_watches(proc: psutil.Process) -> bool:
         """Whether the job's parent is still a supervisor: if the supervisor was killed, no
-        exit record will come, and the job is lost as a shim's is (daemon/shimloss.py)."""
+        exit record will come, and the job is lost as a shim's is (daemon/jobs/lostrunners.py)."""
         try:
             return _is_supervisor(proc.ppid())
         except psutil.Error:

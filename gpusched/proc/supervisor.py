@@ -16,7 +16,7 @@ turn records the ends it saw before it starts the jobs asked for: the end's repo
 what sets off the daemon's next pass, so it goes out first.
 
 If we are killed, a job runs on to its end; it then vanishes without an exit record, and
-the daemon reports it lost with that reason (daemon/shimloss.py), as it does for a
+the daemon reports it lost with that reason (daemon/jobs/lostrunners.py), as it does for a
 shim's job.
 
 Run as `python -I -S supervisor.py FD` with FD the listening socket, made by the daemon

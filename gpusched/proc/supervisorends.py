@@ -5,7 +5,7 @@ One loop turn takes every exit that turn saw, appends each exit record to its ru
 record is written, an ended job is a zombie the daemon still counts as running
 (seam.ProcessSeam.is_alive). Each end wakes the daemon as a shim's does, from an address
 named for the run (shim.notify_daemon), and the daemon answers once the end is committed
-to its queue (daemon/endacks.py); a record left unanswered for a second is flushed to
+to its queue (daemon/jobs/endacks.py); a record left unanswered for a second is flushed to
 disk then (all of a turn's in one pass). Flushing every record before the wake-up, as
 measured, cost each job a second disk flush on the path from one job's end to the next
 one's start (the daemon's commit is the first), about twice the time between them; the

@@ -1,0 +1,147 @@
+"""`gpusched usage`: GPU time, observed GPU memory over time, jobs by final state and the
+mean queue wait, per user (or job name), from the store, read over several turns of the
+loop; jobs retention removed come from its summary (daemon/jobs/retention.py), which has no
+time breakdown."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from gpusched.core.errors import UsageError
+from gpusched.core.jobname import program_name_of_json
+from gpusched.daemon.jobs.retention import removed_summary
+from gpusched.daemon.requests.batches import TURN_BUDGET_S, Batched
+from gpusched.daemon.state import DaemonState, Setup
+from gpusched.store.rowusage import row_usage
+
+GROUPINGS = ("user", "name")
+
+
+# Ids one query reads: a window of the primary key, so that a turn of the loop stays short
+# however many jobs the store holds (a report over 100,000 read at once took a second).
+WINDOW_IDS = 2000
+
+
+def usage_request(state: DaemonState, setup: Setup, req: Any) -> UsageReport:
+    """The report for the request's since_s (seconds back; None: everything) and by, as
+    the caller may see it (authz.Viewer: other users' job names are theirs)."""
+    by = req.args.get("by") or "user"
+    if by not in GROUPINGS:
+        raise UsageError(f"cannot group usage by {by!r}; use one of: {', '.join(GROUPINGS)}")
+    return UsageReport(state, setup, by, req.args.get("since_s"), setup.authz.viewer(req.creds[1]))
+
+
+class UsageReport(Batched):
+    """Sums the store a window of ids at a time, for about TURN_BUDGET_S a turn: the loop
+    answers other requests between windows. Answered with the report once all are read."""
+
+    def __init__(self, state: DaemonState, setup: Setup, by: str, since_s: Any, viewer: Any):
+        self.state, self.by, self.viewer = state, by, viewer
+        self.now = setup.clock.time()
+        self.since = None if since_s is None else self.now - float(since_s)
+        self.groups: dict[str, dict[str, Any]] = {}
+        self._next_id, self._last_id = 1, state.store.finished_extent()[1]
+
+    def step(self) -> dict[str, Any] | None:
+        deadline = time.monotonic() + TURN_BUDGET_S  # real time, as batches.py: a turn's length
+        while self._next_id <= self._last_id:  # at least one window a turn, however slow
+            last = self._next_id + WINDOW_IDS - 1
+            rows = self.state.store.used_between(
+                self._next_id,
+                last,
+                0.0 if self.since is None else self.since,
+                by_name=self.by == "name",
+            )
+            self._next_id = last + 1
+            for row in rows:
+                self._add_row(row)
+            if time.monotonic() >= deadline:
+                break
+        return self._report() if self._next_id > self._last_id else None
+
+    def _add_row(self, row: Any) -> None:
+        if row["started_at"] is None and row["ended_at"] is None:
+            return  # pending: nothing used yet
+        # A job's name is the one `ls` shows: its --name, else its program (core/jobname.py).
+        key = (
+            row["user"]
+            if self.by == "user"
+            else row["name"] or program_name_of_json(row["command"])
+        )
+        key = self.viewer.usage_key(key, row["uid"], self.by)
+        sums = self.groups.setdefault(key, _empty())
+        used = row_usage(row, self.since, self.now)
+        sums["jobs"] += 1
+        sums["states"][row["state"]] = sums["states"].get(row["state"], 0) + 1
+        _add(
+            sums,
+            used["gpu_s"],
+            used["mem_byte_s"],
+            *((1, used["wait_s"]) if used["wait_s"] >= 0 else (0, 0.0)),
+        )
+
+    def _report(self) -> dict[str, Any]:
+        groups = self.groups
+        removed = removed_summary(self.state.store)
+        # Removed jobs have sums per user and state, and no times: they belong to a report
+        # of all time by user, and to no other.
+        included = self.since is None and self.by == "user"
+        if included:
+            _add_removed(groups, removed)
+        return {
+            "since": self.since,
+            "until": self.now,
+            "by": self.by,
+            "groups": [_finish(key, sums) for key, sums in sorted(groups.items())],
+            "total": _finish("", _total(groups.values())),
+            "removed_jobs": {"jobs": removed.get("jobs", 0), "included": included},
+        }
+
+
+def _empty() -> dict[str, Any]:
+    return {"jobs": 0, "states": {}, "gpu_s": 0.0, "mem_byte_s": 0.0, "waited": 0, "wait_s": 0.0}
+
+
+def _add(sums: dict[str, Any], gpu_s: float, mem_byte_s: float, waited: int, wait_s: float) -> None:
+    sums["gpu_s"] += gpu_s
+    sums["mem_byte_s"] += mem_byte_s
+    sums["waited"] += waited
+    sums["wait_s"] += wait_s
+
+
+def _add_removed(groups: dict[str, dict[str, Any]], removed: dict[str, Any]) -> None:
+    for user, states in removed.get("by_user", {}).items():
+        sums = groups.setdefault(user, _empty())
+        for state_name, part in states.items():
+            sums["jobs"] += part.get("jobs", 0)
+            sums["states"][state_name] = sums["states"].get(state_name, 0) + part.get("jobs", 0)
+            _add(
+                sums,
+                part.get("gpu_s", 0.0),
+                part.get("mem_byte_s", 0.0),
+                part.get("waited", 0),
+                part.get("wait_s", 0.0),
+            )
+
+
+def _total(all_sums: Any) -> dict[str, Any]:
+    total = _empty()
+    for sums in all_sums:
+        total["jobs"] += sums["jobs"]
+        for name, count in sums["states"].items():
+            total["states"][name] = total["states"].get(name, 0) + count
+        _add(total, sums["gpu_s"], sums["mem_byte_s"], sums["waited"], sums["wait_s"])
+    return total
+
+
+def _finish(key: str, sums: dict[str, Any]) -> dict[str, Any]:
+    """One line of the report, in base units (seconds, byte-seconds)."""
+    return {
+        "key": key,
+        "jobs": sums["jobs"],
+        "states": dict(sorted(sums["states"].items())),
+        "gpu_seconds": sums["gpu_s"],
+        "gpu_mem_byte_seconds": sums["mem_byte_s"],
+        "mean_wait_s": sums["wait_s"] / sums["waited"] if sums["waited"] else None,
+    }

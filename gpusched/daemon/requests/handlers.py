@@ -1,0 +1,81 @@
+"""The daemon's answer to each command in the protocol table; runs on the loop thread only.
+
+A handler returns its result, or a Waiter (a `wait` the loop answers later), or raises
+GpuschedError; the reply around either is built by the socket server (server.reply).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from gpusched.client.protocol import COMMANDS
+from gpusched.core import limits
+from gpusched.daemon.jobs import gpumemory, retention
+from gpusched.daemon.observe.usage import usage_request
+from gpusched.daemon.requests.changes import Changes
+from gpusched.daemon.requests.queries import Queries
+from gpusched.daemon.requests.request import Request, Waiter
+from gpusched.daemon.requests.server import SERVER_COMMANDS
+from gpusched.daemon.requests.submits import Submits
+from gpusched.daemon.services.replicas import ServiceManager
+from gpusched.daemon.state import DaemonState, Setup
+from gpusched.proc.seam import ProcessSeam
+
+# Requests that only look: they change nothing a scheduling pass depends on, so they set
+# none off (with 100,000 pending a pass is the longest part of a turn, and `top` asks every
+# second). Every other request, refused or not, is followed by a pass, as before.
+READ_ONLY = frozenset(
+    {"status", "list", "show", "wait", "gpus", "snapshot", "logs", "env", "usage", "history"}
+)
+
+
+class Handlers:
+    def __init__(self, state: DaemonState, setup: Setup, seam: ProcessSeam):
+        queries, changes, submits = (
+            Queries(state, setup),
+            Changes(state, setup, seam),
+            Submits(state, setup),
+        )
+        self._limits = limits.from_settings(setup.settings)
+        self.services = ServiceManager(state, setup, submits, changes)
+        self._table: dict[str, Callable[[Request], Any]] = {
+            "status": queries.status,
+            "list": queries.list,
+            "show": queries.show,
+            "wait": queries.wait,
+            "gpus": queries.gpus,
+            "snapshot": queries.snapshot,
+            "logs": queries.logs,
+            "env": queries.env,
+            "cancel": changes.cancel,
+            "hold": changes.hold,
+            "release": changes.release,
+            "update": changes.update,
+            "drain": changes.drain,
+            "resume": changes.resume,
+            "stop": changes.stop,
+            "requeue": changes.requeue,
+            "preempt": changes.preempt,
+            "submit": submits.submit,
+            "resubmit": submits.resubmit,
+            "gc": lambda req: retention.gc_request(
+                state, setup, req.creds, bool(req.args.get("dry_run"))
+            ),
+            "usage": lambda req: usage_request(state, setup, req),
+            "history": lambda req: gpumemory.history_request(state, setup, req.args, req.creds[1]),
+            "service": self.services.request,
+        }
+        assert set(self._table) | SERVER_COMMANDS == set(COMMANDS), "handlers and protocol disagree"
+
+    @staticmethod
+    def may_change(requests: list[Request]) -> bool:
+        """Whether any of these requests may have changed what a scheduling pass reads."""
+        return any(request.name not in READ_ONLY for request in requests)
+
+    def handle(self, request: Request) -> Any | Waiter:
+        """The request's result (each request commits before it returns), a Waiter, or
+        a Batched request (daemon/requests/batches.py) the loop goes on with;
+        raises GpuschedError for a request refused."""
+        limits.check_ids(request.args.get("ids"), self._limits)
+        return self._table[request.name](request)
