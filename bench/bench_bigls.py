@@ -50,7 +50,7 @@ from common import (
     verdict,
 )
 
-from gpusched.cli.lsview import LS_PENDING_ROWS
+from gpusched.cli.views.lsview import LS_PENDING_ROWS
 from gpusched.client.connection import Client
 from gpusched.client.paths import resolve_paths
 from gpusched.core.models import Job, Request

@@ -54,7 +54,7 @@ def compare(
     inventory: Any, smi_list: list[dict[str, Any]], smi_topo: dict[str, Any]
 ) -> list[tuple[str, str, Any, Any, bool | None]]:
     """(what, field, ours, nvidia-smi's, ok) per check; ok None: information only."""
-    from gpusched.core.topology import cpu_ranges
+    from gpusched.core.sched.topology import cpu_ranges
 
     out: list[tuple[str, str, Any, Any, bool | None]] = []
     by_index = {g.index: g for g in inventory.gpus}

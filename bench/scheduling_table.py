@@ -16,7 +16,7 @@ from pathlib import Path
 
 from common import REPO_ROOT
 
-from gpusched.core import placement, queuerules
+from gpusched.core.sched import placement, queuerules
 from gpusched.sim import simulator, traces
 
 TRACE = REPO_ROOT.parent / "shared" / "traces" / "philly_p8_2wk.csv"

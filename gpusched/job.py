@@ -18,7 +18,7 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
-from gpusched.core import gpuoom
+from gpusched.core.sched import gpuoom
 from gpusched.proc import jobenv
 
 TYPE_CHECKING = False

@@ -22,9 +22,10 @@ from typing import Any
 
 import pytest
 
-from gpusched.client import fastsubmit, protocol
-from gpusched.client.jobrequest import build_request
+from gpusched.client import protocol
 from gpusched.client.paths import ensure_private_dir, resolve_paths
+from gpusched.client.submit import fastsubmit
+from gpusched.client.submit.jobrequest import build_request
 from gpusched.core.config import load_settings
 from gpusched.core.models import Job
 from gpusched.daemon.loop import Call, Daemon

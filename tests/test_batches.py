@@ -31,8 +31,8 @@ def start(box, name: str, **args) -> Call:
 
 
 def array_request(box, count: int) -> dict:
-    from gpusched.client.fastsubmit import parse
-    from gpusched.client.jobrequest import build_request
+    from gpusched.client.submit.fastsubmit import parse
+    from gpusched.client.submit.jobrequest import build_request
 
     opts = parse(["--hold", "--array", f"0-{count - 1}", "--", "true"])
     opts.cwd = str(box.root)

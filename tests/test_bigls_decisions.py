@@ -9,7 +9,7 @@ import os
 
 import pytest
 
-from gpusched.cli import lsstream, lsview
+from gpusched.cli.views import lsstream, lsview
 from gpusched.daemon.requests import lsqueue
 from inproc import ME, Box
 

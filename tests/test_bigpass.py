@@ -9,11 +9,11 @@ from dataclasses import replace
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from gpusched.core import placement, queuerules, scheduling
 from gpusched.core.models import GpuInfo, Inventory, Job, JobState, Request, transition
-from gpusched.core.pendingqueue import PendingQueue
-from gpusched.core.placement import PlacementRules
-from gpusched.core.queuerules import HostCapacity, QueueRules
+from gpusched.core.sched import placement, queuerules, scheduling
+from gpusched.core.sched.pendingqueue import PendingQueue
+from gpusched.core.sched.placement import PlacementRules
+from gpusched.core.sched.queuerules import HostCapacity, QueueRules
 from gpusched.daemon.jobs.depstates import lowest_by_name
 
 GIB = 2**30

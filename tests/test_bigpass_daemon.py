@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from gpusched.core import scheduling
+from gpusched.core.sched import scheduling
 from inproc import Box
 
 SWEEP = 3_000

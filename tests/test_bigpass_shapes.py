@@ -10,11 +10,11 @@ from pathlib import Path
 from hypothesis import given
 from hypothesis import strategies as st
 
-from gpusched.core import placement, queuerules, scheduling
 from gpusched.core.models import Job, Request
-from gpusched.core.pendingqueue import PendingQueue
-from gpusched.core.placement import PlacementRules
-from gpusched.core.queuerules import HostCapacity, QueueRules
+from gpusched.core.sched import placement, queuerules, scheduling
+from gpusched.core.sched.pendingqueue import PendingQueue
+from gpusched.core.sched.placement import PlacementRules
+from gpusched.core.sched.queuerules import HostCapacity, QueueRules
 from inproc import Box
 from test_bigpass import (
     GIB,

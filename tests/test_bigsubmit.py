@@ -278,9 +278,9 @@ def test_ctrl_c_after_the_daemon_stored_everything_prints_the_ids(
 
     from gpusched.client import wire
     from gpusched.client.connection import Client
-    from gpusched.client.options import SubmitOptions
     from gpusched.client.paths import resolve_paths
-    from gpusched.client.submitting import submit_streamed
+    from gpusched.client.submit.options import SubmitOptions
+    from gpusched.client.submit.submitting import submit_streamed
 
     ours, daemons = socket.socketpair()
 

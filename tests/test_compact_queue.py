@@ -15,7 +15,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from gpusched.core.models import Job, job_with
-from gpusched.core.syntax import dependency_job_ids
+from gpusched.core.spec.syntax import dependency_job_ids
 from gpusched.daemon.jobs import stillneeded
 from gpusched.daemon.jobs.jobtable import JobTable
 from inproc import Box

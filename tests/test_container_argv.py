@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from gpusched.client.jobrequest import container_field
-from gpusched.client.options import SubmitOptions
-from gpusched.core import container, jobspec
+from gpusched.client.submit.jobrequest import container_field
+from gpusched.client.submit.options import SubmitOptions
 from gpusched.core.errors import UsageError
+from gpusched.core.spec import container, jobspec
 from gpusched.daemon.jobs import containers
 from inproc import Box
 

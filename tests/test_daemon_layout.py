@@ -24,7 +24,7 @@ def test_only_the_loop_and_the_cli_know_the_loop():
     # runs the loop; the cli only knows startup.
     assert importers_of(LOOP) <= {"gpusched.daemon.startup"}
     assert importers_of("gpusched.daemon.startup") <= {
-        "gpusched.cli.daemon_cmds",
+        "gpusched.cli.commands.daemon_cmds",
         "gpusched.daemon.__main__",
     }
 

@@ -1,18 +1,18 @@
 """Dependency kinds as Slurm reads them, decided by the one pure function
-(core/dependencies.py): afterok, afterany, afternotok, after, aftercorr, singleton, all of
+(core/sched/dependencies.py): afterok, afterany, afternotok, after, aftercorr, singleton, all of
 them (`,`) and any of them (`?`), and the scheduler's use of it (--kill-on-invalid-dep)."""
 
 from __future__ import annotations
 
 import pytest
 
-from gpusched.core import jobspec, syntax
-from gpusched.core.dependencies import DependencyStates, dependency_status
 from gpusched.core.errors import UsageError
 from gpusched.core.models import Inventory, Job, JobState, job_to_dict
-from gpusched.core.placement import PlacementRules
-from gpusched.core.queuerules import QueueRules
-from gpusched.core.scheduling import schedule
+from gpusched.core.sched.dependencies import DependencyStates, dependency_status
+from gpusched.core.sched.placement import PlacementRules
+from gpusched.core.sched.queuerules import QueueRules
+from gpusched.core.sched.scheduling import schedule
+from gpusched.core.spec import jobspec, syntax
 
 S, F, P, R = JobState.SUCCEEDED, JobState.FAILED, JobState.PENDING, JobState.RUNNING
 C, T = JobState.CANCELLED, JobState.TIMEOUT

@@ -154,7 +154,7 @@ def test_doctor_points_at_job_files_above_the_queue_and_loose_permissions(bases,
     assert f"the state directory {state} is open to others (mode 0755)" in proc.stdout
 
 
-BIG_ID = 2**48  # past what a pending job's place in line can hold (core/pendingqueue.py)
+BIG_ID = 2**48  # past what a pending job's place in line can hold (core/sched/pendingqueue.py)
 
 
 def test_a_pending_row_with_an_id_past_the_largest_is_quarantined_and_doctor_says_so(

@@ -11,10 +11,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from rich.cells import cell_len, set_cell_size
 
-from gpusched.cli import jobviews, lsview
+from gpusched.cli import jobviews
 from gpusched.cli.common import console_for
-from gpusched.cli.plainout import Screen
-from gpusched.cli.render import RichOutput
+from gpusched.cli.views import lsview
+from gpusched.cli.views.plainout import Screen
+from gpusched.cli.views.richviews import RichOutput
 from gpusched.client import textcells
 
 NOW = 1_800_000_000.0

@@ -14,9 +14,9 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from gpusched.cli import app as cli
-from gpusched.cli import submit_cmds
-from gpusched.client import fastsubmit
-from gpusched.client.options import RESUBMIT, SUBMIT, SubmitOptions
+from gpusched.cli.commands import submit_cmds
+from gpusched.client.submit import fastsubmit
+from gpusched.client.submit.options import RESUBMIT, SUBMIT, SubmitOptions
 from gpusched.core.errors import UsageError
 
 REPO = Path(__file__).resolve().parent.parent
@@ -227,7 +227,7 @@ def test_the_fast_path_imports_nothing_heavy():
         check=True,
         env={**os.environ, "PYTHONPATH": str(REPO)},
     ).stdout.split()
-    assert "gpusched.client.options" in loaded
+    assert "gpusched.client.submit.options" in loaded
     heavy = {
         "typer",
         "click",

@@ -21,8 +21,8 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from gpusched.client import protocol
-from gpusched.core import jobspec
 from gpusched.core.errors import ERROR_KINDS, ProtocolError
+from gpusched.core.spec import jobspec
 from gpusched.daemon.loop import Call
 from gpusched.daemon.requests.request import WAIT_SLICE_S, Request
 from gpusched.daemon.requests.server import SocketServer

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from gpusched.cli.gpuquery import parse_query, render
+from gpusched.cli.views.gpuquery import parse_query, render
 
 MIXED = "2xH100-80GiB,2xA100-40GiB"
 # What `gpus --format` prints without `--query`: the README and `gpus --help` say so.

@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from gpusched.cli.gpuquery import parse_query, render
+from gpusched.cli.views.gpuquery import parse_query, render
 from gpusched.core.errors import UsageError
 
 ROW = {

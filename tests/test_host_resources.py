@@ -14,9 +14,9 @@ from pathlib import Path
 
 from conftest import wait_until
 from gpusched.core.models import Inventory, Job, Request
-from gpusched.core.placement import PlacementRules, host_impossible_reason
-from gpusched.core.queuerules import HostCapacity, QueueRules
-from gpusched.core.scheduling import schedule
+from gpusched.core.sched.placement import PlacementRules, host_impossible_reason
+from gpusched.core.sched.queuerules import HostCapacity, QueueRules
+from gpusched.core.sched.scheduling import schedule
 from gpusched.daemon.host import Host, pick_cpus
 from gpusched.daemon.jobs.cgroups import CgroupJobs, own_cgroup
 

@@ -344,10 +344,10 @@ def test_gpu_jobs_do_not_queue_behind_cores_unless_they_ask_for_them(make_box):
 
 
 def test_no_job_id_past_the_largest_is_given_out(box):
-    """A pending job's place in line holds its id in 48 bits (core/pendingqueue.py): an id
+    """A pending job's place in line holds its id in 48 bits (core/sched/pendingqueue.py): an id
     past MAX_JOB_ID once crashed the daemon at each start. None is given out."""
     from gpusched.core.errors import GpuschedError
-    from gpusched.core.syntax import MAX_JOB_ID
+    from gpusched.core.spec.syntax import MAX_JOB_ID
 
     with box.daemon.state.write():
         box.daemon.state.store.reserve_ids(MAX_JOB_ID - 2)

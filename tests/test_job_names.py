@@ -1,5 +1,5 @@
 """A job's default name is the program it runs, past interpreters and launchers
-(core/jobname.py): what ls, show, top, history and usage call a job without --name; and
+(core/spec/jobname.py): what ls, show, top, history and usage call a job without --name; and
 history's walk for runs by that name on a real store."""
 
 from __future__ import annotations
@@ -11,9 +11,9 @@ from types import SimpleNamespace
 import pytest
 
 from gpusched.core.config import load_settings
-from gpusched.core.jobname import program_name, program_name_of_json
-from gpusched.core.memestimate import job_key
 from gpusched.core.models import Inventory, Job, JobState, Request
+from gpusched.core.sched.memestimate import job_key
+from gpusched.core.spec.jobname import program_name, program_name_of_json
 from gpusched.daemon.jobs import gpumemory
 from gpusched.store.database import Store
 

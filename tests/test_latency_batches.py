@@ -9,8 +9,8 @@ from contextlib import contextmanager
 
 import pytest
 
-from gpusched.client.fastsubmit import parse
-from gpusched.client.submitting import build_request
+from gpusched.client.submit.fastsubmit import parse
+from gpusched.client.submit.submitting import build_request
 from gpusched.daemon.loop import Call
 from gpusched.daemon.requests import batches
 from gpusched.daemon.requests.request import Request

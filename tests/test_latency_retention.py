@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from gpusched.core import syntax
+from gpusched.core.spec import syntax
 from gpusched.daemon.jobs import retention
 from gpusched.daemon.loop import Call
 from gpusched.daemon.requests.request import Request

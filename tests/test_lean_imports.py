@@ -136,11 +136,11 @@ def test_a_bad_job_id_still_reads_as_before(home):
 # (each load costs it a quarter of a millisecond or more: math for sizes' infinity, fcntl
 # for the lock a starting daemon takes).
 NOT_FOR_A_PLAIN_SUBMIT = {
-    "gpusched.core.syntax",
-    "gpusched.core.values",
-    "gpusched.client.sweepfile",
-    "gpusched.client.outputs",
-    "gpusched.core.outpattern",
+    "gpusched.core.spec.syntax",
+    "gpusched.core.spec.values",
+    "gpusched.client.submit.sweepfile",
+    "gpusched.client.submit.outputs",
+    "gpusched.core.spec.outpattern",
     "gpusched.core.users",
     "math",
     "fcntl",
@@ -167,6 +167,6 @@ def test_a_plain_submit_loads_only_what_it_uses(home):
         "true",
     )
     assert proc.returncode == 0, proc.stderr
-    assert {"gpusched.core.syntax", "gpusched.client.outputs"} <= loaded
+    assert {"gpusched.core.spec.syntax", "gpusched.client.submit.outputs"} <= loaded
     job = home.show(int(proc.stdout))
     assert job["time_limit_s"] == 60 and job["dependencies"] and job["held"]

@@ -10,8 +10,9 @@ import re
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gpusched.core import syntax, units
+from gpusched.core import units
 from gpusched.core.errors import UsageError
+from gpusched.core.spec import syntax
 
 _JOB_ID_RE = re.compile(r"([0-9]+)(?:_([0-9]+))?")
 _RANGE_RE = re.compile(r"([0-9]+)(?:-([0-9]+)(?::([0-9]+))?)?")

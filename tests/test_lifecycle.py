@@ -9,13 +9,14 @@ from dataclasses import replace
 
 import pytest
 
-from gpusched.core import jobspec, lifecycle, syntax
+from gpusched.core import lifecycle
 from gpusched.core.errors import UsageError
 from gpusched.core.lifecycle import TERMINATE, WARN
 from gpusched.core.models import Constraints, IllegalTransition, Inventory, Job, JobState, Request
-from gpusched.core.placement import PlacementRules
-from gpusched.core.queuerules import QueueRules
-from gpusched.core.scheduling import schedule
+from gpusched.core.sched.placement import PlacementRules
+from gpusched.core.sched.queuerules import QueueRules
+from gpusched.core.sched.scheduling import schedule
+from gpusched.core.spec import jobspec, syntax
 from gpusched.proc import shim
 
 POLICIES = ["pack", "spread", "round-robin", "weighted-round-robin", "order"]

@@ -15,8 +15,8 @@ from conftest import REPO, Home, wait_until
 from gpusched.client import protocol
 from gpusched.client.connection import Client
 from gpusched.client.paths import resolve_paths
-from gpusched.core import limits
 from gpusched.core.errors import ProtocolError, UsageError
+from gpusched.core.spec import limits
 from gpusched.daemon.requests.server import SocketServer
 
 
@@ -97,8 +97,8 @@ def test_a_submit_too_big_to_send_is_refused_naming_the_limit(home, monkeypatch)
     # exec() keeps a command line and environment far under a frame (16 MiB), so a
     # submit's request outgrows one only in process: the limit it is over is named, not
     # the frame's size, and nothing is queued.
-    from gpusched.client.fastsubmit import parse
-    from gpusched.client.submitting import submit_and_report
+    from gpusched.client.submit.fastsubmit import parse
+    from gpusched.client.submit.submitting import submit_and_report
 
     home.start()
     for name in ("GPUSCHED_HOME", "GPUSCHED_SIMULATE"):

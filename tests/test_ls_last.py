@@ -145,7 +145,7 @@ def test_ls_sends_last_only_when_given(monkeypatch, capsys):
     """A daemon older than --last refuses arguments it does not know: a plain `ls`
     must keep working against it while the new client is installed."""
     from gpusched.cli import jobviews
-    from gpusched.cli.plainout import Screen
+    from gpusched.cli.views.plainout import Screen
 
     sent = []
 

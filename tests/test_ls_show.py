@@ -17,8 +17,8 @@ from rich.console import Console
 
 from conftest import DEADLINE_S, wait_until
 from goldens import check_golden
-from gpusched.cli import render
-from gpusched.cli.show import job_lines
+from gpusched.cli.views import richviews
+from gpusched.cli.views.show import job_lines
 from gpusched.core.models import Constraints, Job, JobState, Request, job_to_dict
 
 GIB = 2**30
@@ -156,8 +156,8 @@ def listing(width: int, jobs: list[dict] | None = None) -> str:
         soft_wrap=False,
         _environ={},
     )
-    jobs = render.fold_arrays(sample_jobs() if jobs is None else jobs)
-    console.print(render.jobs_table(jobs, width, now=NOW))
+    jobs = richviews.fold_arrays(sample_jobs() if jobs is None else jobs)
+    console.print(richviews.jobs_table(jobs, width, now=NOW))
     return console.file.getvalue()
 
 
@@ -168,7 +168,7 @@ def test_golden_listing(width):
 
 @pytest.mark.parametrize("width", [40, 60, 80, 100, 120, 160, 1000])
 def test_listing_keeps_one_line_per_job_and_its_reason(width):
-    jobs = render.fold_arrays(sample_jobs())
+    jobs = richviews.fold_arrays(sample_jobs())
     lines = listing(width).splitlines()
     assert len(lines) == len(jobs) + 1  # the header, then one line per job: nothing wrapped
     assert all(len(line) <= width for line in lines), [len(line) for line in lines]

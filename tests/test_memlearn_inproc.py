@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from gpusched.core import gpuoom, memestimate
 from gpusched.core.errors import UsageError
+from gpusched.core.sched import gpuoom, memestimate
 
 GIB = 2**30
 TORCH_OOM = (

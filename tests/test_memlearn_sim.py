@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from dataclasses import replace
 
-from gpusched.core.placement import PlacementRules
+from gpusched.core.sched.placement import PlacementRules
 from gpusched.sim import estimates
 from gpusched.sim.simulator import JobResult
 from gpusched.sim.traces import TraceJob

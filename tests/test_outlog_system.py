@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from gpusched.core.values import HIDDEN
+from gpusched.core.spec.values import HIDDEN
 from gpusched.proc import privileges
 from systemroot import pytestmark  # noqa: F401 - the module's marks
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from gpusched.core.outpattern import expand, expand_path, known_dir
+from gpusched.core.spec.outpattern import expand, expand_path, known_dir
 
 JOB = {"job_id": 2, "name": "myname", "user": "root", "host": "vm.example.org"}
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from gpusched.core.placement import Veto
-from gpusched.core.policies import _guarded
+from gpusched.core.sched.placement import Veto
+from gpusched.core.sched.policies import _guarded
 from gpusched.daemon import loop
 
 

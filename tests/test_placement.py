@@ -9,9 +9,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gpusched.core.models import GpuInfo, GpuProcess, Inventory, Job, JobState, Request
-from gpusched.core.placement import PlacementRules, choose_gpus, gpu_loads, impossible_reason
-from gpusched.core.queuerules import QueueRules, order_key
-from gpusched.core.scheduling import schedule
+from gpusched.core.sched.placement import PlacementRules, choose_gpus, gpu_loads, impossible_reason
+from gpusched.core.sched.queuerules import QueueRules, order_key
+from gpusched.core.sched.scheduling import schedule
 
 GiB = 2**30
 RULES = PlacementRules()  # 90 % utilization limit, 512 MiB headroom, 1 GiB idle for whole GPUs

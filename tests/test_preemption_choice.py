@@ -8,10 +8,15 @@ import itertools
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gpusched.core import placement
 from gpusched.core.models import GpuInfo, Inventory, Job, JobState, Request
-from gpusched.core.placement import PlacementRules
-from gpusched.core.preemption import PreemptionRules, can_preempt, choose_victims, loads_without
+from gpusched.core.sched import placement
+from gpusched.core.sched.placement import PlacementRules
+from gpusched.core.sched.preemption import (
+    PreemptionRules,
+    can_preempt,
+    choose_victims,
+    loads_without,
+)
 
 GIB = 2**30
 NOW = 10_000.0

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import re
 
-from gpusched.cli.lsview import shown_state, state_human
-from gpusched.cli.show import job_lines
+from gpusched.cli.views.lsview import shown_state, state_human
+from gpusched.cli.views.show import job_lines
 from gpusched.core.models import Job, JobState, job_to_dict
 from gpusched.tui.model import TopJob
 from test_tui import NOW, _job, _jobs, frame

@@ -180,8 +180,8 @@ def test_resubmit_errors_are_one_line(home):
 def test_a_jobs_spec_checks_back_into_the_same_fields():
     from dataclasses import replace
 
-    from gpusched.core.jobspec import check_job_spec, job_spec
     from gpusched.core.models import Constraints, Job, Request
+    from gpusched.core.spec.jobspec import check_job_spec, job_spec
 
     request = Request(2, 5 * 2**30, Constraints((0, 2), (3,), "H100", 2**30, (8, 0)), 4, 2**30)
     job = Job(
@@ -208,7 +208,7 @@ def test_a_jobs_spec_checks_back_into_the_same_fields():
 
 
 def test_the_client_sends_only_changes_the_daemon_takes():
-    from gpusched.client.options import RESUBMIT_FIELDS
-    from gpusched.core.jobspec import RESUBMIT_CHANGES
+    from gpusched.client.submit.options import RESUBMIT_FIELDS
+    from gpusched.core.spec.jobspec import RESUBMIT_CHANGES
 
     assert sorted(RESUBMIT_FIELDS.values()) == sorted(RESUBMIT_CHANGES)

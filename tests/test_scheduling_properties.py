@@ -9,10 +9,10 @@ from dataclasses import replace
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from gpusched.core import placement, queuerules, scheduling
 from gpusched.core.models import Constraints, GpuInfo, Inventory, Job, JobState, Request, transition
-from gpusched.core.placement import PlacementRules
-from gpusched.core.queuerules import QueueRules
+from gpusched.core.sched import placement, queuerules, scheduling
+from gpusched.core.sched.placement import PlacementRules
+from gpusched.core.sched.queuerules import QueueRules
 
 GIB = 2**30
 NOW_S = 10_000.0

@@ -15,7 +15,7 @@ import time
 import pytest
 
 from conftest import REPO, wait_until
-from gpusched.cli import service_cmds
+from gpusched.cli.commands import service_cmds
 from gpusched.client.connection import Client
 from gpusched.client.paths import resolve_paths
 from gpusched.core.errors import UsageError

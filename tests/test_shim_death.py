@@ -91,7 +91,7 @@ def start_job(home: Home, tmp_path: Path, **env: str) -> tuple[int, dict[str, in
 
 
 # What watches a job: the supervisor, which starts plain jobs itself, or a shim of its own
-# (a capped log needs one: gpusched/proc/supervisorstart.py needs_shim).
+# (a capped log needs one: gpusched/proc/supervisor/starts.py needs_shim).
 WATCHERS = {"supervisor": "", "shim": '[jobs]\nmax_log_size = "100M"\n'}
 
 

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from gpusched.core.errors import GpuschedError, UsageError
-from gpusched.core.queuerules import HostCapacity
+from gpusched.core.sched.queuerules import HostCapacity
 from gpusched.sim import simulator, traces
 from gpusched.sim.simulator import JobResult, simulate
 
@@ -476,7 +476,7 @@ def test_simulate_cli_counts_host_resources(tmp_path):
 def test_simulate_starts_from_the_daemons_defaults_and_names_every_discipline(capsys):
     from gpusched.cli.app import main
     from gpusched.core.config import Settings
-    from gpusched.core.queuerules import DISCIPLINES
+    from gpusched.core.sched.queuerules import DISCIPLINES
 
     assert main(["simulate", "--help"]) == 0
     text = " ".join(capsys.readouterr().out.split())

@@ -7,12 +7,12 @@ from pathlib import Path
 
 import pytest
 
-from gpusched.core import slurmspec
-from gpusched.core.clusterconf import ClusterConfig
 from gpusched.core.config import settings_from_mapping
 from gpusched.core.errors import ConfigError
 from gpusched.core.models import Constraints, Job, JobState, Request
-from gpusched.core.slurmparse import (
+from gpusched.core.slurm import slurmspec
+from gpusched.core.slurm.clusterconf import ClusterConfig
+from gpusched.core.slurm.slurmparse import (
     decode_wait_status,
     final_state,
     parse_record,
@@ -121,7 +121,7 @@ def test_sbatch_argv_maps_every_option():
 
 
 def test_sbatch_gets_a_job_name_of_one_line_even_from_a_program_named_with_a_newline():
-    # A given --name with one is refused at submit (core/jobspec.py); a program's file name
+    # A given --name with one is refused at submit (core/spec/jobspec.py); a program's file name
     # may hold any byte but NUL and '/', and would split Slurm's job-completion log line.
     job = _job(command=("/home/al/x/run\nJobId=1 UserId=root(0)", "a"))
     argv = slurmspec.sbatch_argv([job], HPC, "/s", "/o", "/e", "m", [])

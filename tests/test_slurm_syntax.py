@@ -11,12 +11,12 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from gpusched.client import fastsubmit
-from gpusched.client.submitting import submit_json
-from gpusched.core import syntax
+from gpusched.client.submit import fastsubmit
+from gpusched.client.submit.submitting import submit_json
 from gpusched.core.errors import UsageError
 from gpusched.core.models import Job, JobState
-from gpusched.core.scheduling import dependency_status
+from gpusched.core.sched.scheduling import dependency_status
+from gpusched.core.spec import syntax
 from gpusched.daemon.jobs.arrays import array_state as _array_state
 
 MiB, GiB = 2**20, 2**30

@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 from conftest import Home
-from gpusched.client.fastsubmit import parse
-from gpusched.client.jobrequest import build_request
+from gpusched.client.submit.fastsubmit import parse
+from gpusched.client.submit.jobrequest import build_request
 from gpusched.daemon.loop import Call
 from gpusched.daemon.requests import batches
 from gpusched.daemon.requests.request import Request

@@ -1,4 +1,4 @@
-"""The job supervisor (gpusched/proc/supervisor.py): plain jobs started and watched without a
+"""The job supervisor (gpusched/proc/supervisor/main.py): plain jobs started and watched without a
 shim of their own, through daemon restarts, a killed supervisor, and many ends at once
 (real CLI, real daemon, real processes; only the GPUs are simulated)."""
 
@@ -17,7 +17,7 @@ from conftest import Home, find_shim, is_gone, wait_until
 from gpusched.client.paths import resolve_paths
 from gpusched.daemon.jobs import lostrunners
 from gpusched.proc import runfile
-from gpusched.proc.supervisor import HELLO, SOCKET_NAME
+from gpusched.proc.supervisor.main import HELLO, SOCKET_NAME
 
 
 def gate(path: Path, code: int = 0) -> str:
@@ -36,7 +36,7 @@ def test_a_plain_job_runs_under_the_supervisor_in_a_session_of_its_own(home, tmp
     job_id = home.submit("--gpus", "0", "--", "sh", "-c", gate(tmp_path / "go"))
     job = supervised_job(home, job_id)
     supervisor = job.parent()
-    assert "supervisor.py" in " ".join(supervisor.cmdline())
+    assert "proc/supervisor/main.py" in " ".join(supervisor.cmdline())
     assert os.getsid(job.pid) == job.pid and os.getpgid(job.pid) == job.pid
     assert home.show(job_id)["state"] == "running"
     (tmp_path / "go").touch()

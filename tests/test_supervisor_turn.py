@@ -1,4 +1,4 @@
-"""One turn of the job supervisor's loop (gpusched/proc/supervisor.py) records the ends it saw
+"""One turn of the job supervisor's loop (gpusched/proc/supervisor/main.py) records the ends it saw
 before it starts the jobs asked for: an end's report is what sets off the daemon's next
 pass, which starts the next job, so it goes out before the supervisor spends its time on
 spawns.
@@ -17,7 +17,8 @@ import socket
 import pytest
 
 from conftest import wait_until
-from gpusched.proc import jobenv, runfile, supervisor
+from gpusched.proc import jobenv, runfile
+from gpusched.proc.supervisor import main as supervisor
 
 pytestmark = pytest.mark.e2e
 

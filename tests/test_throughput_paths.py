@@ -18,8 +18,8 @@ import pytest
 
 from conftest import wait_until
 from gpusched.client.paths import resolve_paths
-from gpusched.core import placement, queuerules, scheduling
 from gpusched.core.models import GpuInfo, Inventory, Job, JobState, Request
+from gpusched.core.sched import placement, queuerules, scheduling
 from gpusched.proc import runfile, shim
 
 GiB = 1024**3

@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from conftest import wait_until
-from gpusched.core import topology
+from gpusched.core.sched import topology
 from gpusched.sim.simulator import simulate
 from gpusched.sim.traces import TraceJob
 

@@ -9,8 +9,8 @@ import os
 import pytest
 
 from fake_nvml import FakeDriver, fake_nvml, make_gpu, nvlink_box, pcie_box
-from gpusched.core import topology
 from gpusched.core.models import GpuInfo
+from gpusched.core.sched import topology
 from gpusched.daemon.host import Host, near_cpus, pick_cpus
 from gpusched.gpus.nvml import NvmlBackend
 from nvmlhome import nvml_home

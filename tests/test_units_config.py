@@ -252,8 +252,8 @@ def test_unreadable_config_names_the_file(tmp_path, make_unreadable):
 def test_the_daemon_and_the_simulator_build_placement_rules_alike():
     # The [gpus] and [scheduling] defaults are placement's own, and policies.placement_rules
     # is the one way from settings to rules, for the daemon and the simulator alike.
-    from gpusched.core.placement import BUILTIN_POLICIES, PlacementRules
-    from gpusched.core.policies import placement_rules
+    from gpusched.core.sched.placement import BUILTIN_POLICIES, PlacementRules
+    from gpusched.core.sched.policies import placement_rules
     from gpusched.sim import simulator
 
     assert placement_rules(Settings(), {}) == PlacementRules()
@@ -264,7 +264,7 @@ def test_the_daemon_and_the_simulator_build_placement_rules_alike():
 
 
 def test_the_config_takes_exactly_the_schedulers_disciplines(tmp_path):
-    from gpusched.core.queuerules import DISCIPLINES, QueueRules
+    from gpusched.core.sched.queuerules import DISCIPLINES, QueueRules
 
     assert Settings().discipline == QueueRules().discipline == DISCIPLINES[0]
     path = tmp_path / "gpusched.toml"

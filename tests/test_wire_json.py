@@ -13,7 +13,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gpusched.cli.plainout import has_emoji_code
+from gpusched.cli.views.plainout import has_emoji_code
 from gpusched.client import wire
 from gpusched.client.textcells import shell_quote
 

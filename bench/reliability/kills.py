@@ -105,7 +105,7 @@ def _round(home: Home, fig: Figures, kill_a_shim: bool) -> None:
         home.cli("cancel", str(victim))  # its GPU is free for the next round
 
 
-# A job with capped logs has a shim of its own (proc/supervisorstart.py needs_shim).
+# A job with capped logs has a shim of its own (proc/supervisor/starts.py needs_shim).
 _SHIMS = '[jobs]\nmax_log_size = "1GiB"\n'
 
 

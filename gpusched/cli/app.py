@@ -8,7 +8,7 @@ import sys
 
 import typer
 
-from gpusched.cli import (
+from gpusched.cli.commands import (
     daemon_cmds,
     doctor_cmds,
     gc_cmds,
@@ -22,8 +22,8 @@ from gpusched.cli import (
     usage_cmds,
 )
 from gpusched.cli.helpformat import App
-from gpusched.core import syntax
 from gpusched.core.errors import GpuschedError, detach_stdout, report_error, report_unexpected
+from gpusched.core.spec import syntax
 
 app = App(add_completion=False, no_args_is_help=True, rich_markup_mode=None)
 

@@ -37,7 +37,7 @@ def _try_fast_path(argv: list[str]) -> None:
         except (OSError, ValueError):  # output closed or its reader gone: status 1, silently
             status = 1
     elif argv[:1] == ["submit"]:  # the commonest in scripts: not even the commands' table
-        from gpusched.client.fastsubmit import try_fast_submit
+        from gpusched.client.submit.fastsubmit import try_fast_submit
 
         status = try_fast_submit(argv[1:])
     elif argv:

@@ -70,7 +70,7 @@ PLACEHOLDERS = {
     "--cooldown": "DURATION",
     "--high-priority-share": "FRACTION",
     "--replicas": "N[:MAX]",
-    # sbatch's spellings (client/options.py)
+    # sbatch's spellings (client/submit/options.py)
     "--gpus-per-node": "N",
     "--ntasks": "N",
     "--nodes": "N",

@@ -11,8 +11,8 @@ from __future__ import annotations
 import sys
 
 from gpusched.client.connection import Client
-from gpusched.core import syntax
 from gpusched.core.errors import ProtocolError, UsageError
+from gpusched.core.spec import syntax
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -20,7 +20,7 @@ if TYPE_CHECKING:
 
 
 def print_json(data: object) -> None:
-    from gpusched.client.submitting import print_json as write
+    from gpusched.client.submit.submitting import print_json as write
 
     write(data)
 
@@ -63,7 +63,7 @@ def list_jobs(
 
         sys.stdout.write(format_rows(reply["jobs"], columns, header=not noheader))
         return 0
-    from gpusched.cli import lsstream
+    from gpusched.cli.views import lsstream
 
     pages = _warning_first(Client().stream("list", all=all_jobs, **only, **filters))
     if as_json:
@@ -75,7 +75,7 @@ def list_jobs(
 
 def _list_head(output: Any, expand: bool, as_json: bool, filters: dict[str, Any]) -> int:
     """A plain `ls`: the running jobs, the first pending ones and a line for the rest."""
-    from gpusched.cli import lsview
+    from gpusched.cli.views import lsview
 
     try:
         reply = Client().call_paged("list", pending_rows=lsview.LS_PENDING_ROWS, **filters)
@@ -95,7 +95,7 @@ def _list_head(output: Any, expand: bool, as_json: bool, filters: dict[str, Any]
 
 
 def _warn_writes(reply: dict[str, Any]) -> None:
-    from gpusched.cli import lsview
+    from gpusched.cli.views import lsview
 
     writes = lsview.write_problem_line(reply.get("write_problem"))
     if writes:  # on stderr: --json and --format output stay what scripts read
@@ -114,7 +114,7 @@ def draw_jobs(
     output: Any, jobs: list[dict[str, Any]], expand: bool, filtered: bool, finished_too: bool
 ) -> None:
     """`ls`'s table, or what it says when no job is listed."""
-    from gpusched.cli import lsview
+    from gpusched.cli.views import lsview
 
     if jobs:
         output.lines(lsview.ls_lines(jobs if expand else lsview.fold_arrays(jobs), output.width))
@@ -129,7 +129,7 @@ def draw_jobs(
 
 
 def show(output: Any, job_id: str, as_json: bool) -> int:
-    from gpusched.cli.show import job_lines
+    from gpusched.cli.views.show import job_lines
 
     job = Client().call("show", ids=[syntax.job_id_text(job_id)])["jobs"][0]
     if as_json:
@@ -153,7 +153,7 @@ def change(output: Any, command: str, job_ids: list[str], **args: Any) -> int:
 
 
 def wait(output: Any, job_ids: list[str], notify: bool = False, keep_waiting: bool = False) -> int:
-    from gpusched.client.submitting import ended_status, wait_or_explain
+    from gpusched.client.submit.submitting import ended_status, wait_or_explain
 
     jobs = wait_or_explain(Client(), [syntax.job_id_text(i) for i in job_ids], keep_waiting)
     if notify:
@@ -173,7 +173,7 @@ def logs(output: Any, job_id: str, follow: bool, stderr: bool) -> int:
 def gpus(
     output: Any, as_json: bool, query: str | None, fmt: str | None, topology: bool = False
 ) -> int:
-    from gpusched.cli import gpuquery
+    from gpusched.cli.views import gpuquery
 
     if query is None and fmt is not None:
         query = gpuquery.DEFAULT_QUERY
@@ -182,7 +182,7 @@ def gpus(
         raise UsageError("--topology prints the link matrix; leave out --query and --format")
     result = Client().call("gpus")
     if topology:
-        from gpusched.cli import topomatrix
+        from gpusched.cli.views import topomatrix
 
         if as_json:
             print_json(topomatrix.matrix(result))
@@ -201,7 +201,7 @@ def gpus(
 
 def draw_gpus(output: Any, result: dict[str, Any]) -> None:
     """`gpus`'s tables and host line."""
-    from gpusched.cli import lsview
+    from gpusched.cli.views import lsview
     from gpusched.client.textcells import printable
 
     if result["problem"]:

@@ -7,7 +7,7 @@ import time
 
 from gpusched.client.textcells import job_label, shell_quote
 from gpusched.core.errors import UsageError
-from gpusched.core.syntax import items
+from gpusched.core.spec.syntax import items
 from gpusched.core.users import current_user_name
 
 # No typing, and jobfilter (which imports the job model) only when an option needs it:

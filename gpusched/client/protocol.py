@@ -7,8 +7,8 @@ too for the daemon and the tests.
 from __future__ import annotations
 
 from gpusched.client.wire import MAX_FRAME_BYTES, encode, peer_credentials, receive, send  # noqa: F401
-from gpusched.core import syntax, values
 from gpusched.core.errors import ProtocolError
+from gpusched.core.spec import syntax, values
 
 # typing is imported only by type checkers: every CLI call imports this module, and
 # typing would cost each several ms.

@@ -9,8 +9,8 @@ and a listing must measure a cell exactly as rich draws it.
 
 from __future__ import annotations
 
+from gpusched.core.spec.values import HIDDEN
 from gpusched.core.units import size_human
-from gpusched.core.values import HIDDEN
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:

@@ -64,7 +64,7 @@ class _UniqueKeysContext(_ScannerContext):
 
 
 def _duplicate_key(pairs: list[tuple[str, Any]]) -> ProtocolError:
-    from gpusched.core.values import shown  # only for the refusal
+    from gpusched.core.spec.values import shown  # only for the refusal
 
     seen: set[str] = set()
     for key, _ in pairs:
@@ -207,7 +207,7 @@ def receive(
         admit(size)
     body = _read_exact(sock, size, deadline)
     if max_depth is not None:
-        from gpusched.core.limits import check_depth  # the daemon's side only
+        from gpusched.core.spec.limits import check_depth  # the daemon's side only
 
         check_depth(body, max_depth)
     try:

@@ -1,5 +1,9 @@
-"""Pure scheduling logic, standard library only: the job model and its legal state
-changes, placement, queue disciplines, lifecycle, job-spec checks, units, Slurm
-syntax, settings and errors. It imports nothing of gpusched outside core, so the
-daemon and the trace simulator run the very same decisions.
+"""Pure logic, standard library only, so that the daemon and the trace simulator make the
+very same decisions. At this level: the job model and its legal state changes (models,
+lifecycle), settings (config, configkeys, notifyconf), errors, units, listing filters,
+service decisions. In folders: `sched/` (placement and scheduling), `spec/` (a submitted
+job's options and their checks) and `slurm/` (what gpusched hands to Slurm and reads back).
+
+Its folders are topics, not layers: they import one another. It imports nothing of gpusched
+outside core (tests/test_boundaries.py).
 """

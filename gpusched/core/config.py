@@ -8,15 +8,15 @@ from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Any
 
-from gpusched.core import limits
-from gpusched.core.clusterconf import ClusterConfig, check_default, parse_clusters
-from gpusched.core.clusterconf import example as clusters_example
 from gpusched.core.configkeys import KEYS
 from gpusched.core.errors import ConfigError
 from gpusched.core.notifyconf import NotifyRule, parse_rules
 from gpusched.core.notifyconf import example as notify_example
-from gpusched.core.placement import PlacementRules
-from gpusched.core.queuerules import QueueRules
+from gpusched.core.sched.placement import PlacementRules
+from gpusched.core.sched.queuerules import QueueRules
+from gpusched.core.slurm.clusterconf import ClusterConfig, check_default, parse_clusters
+from gpusched.core.slurm.clusterconf import example as clusters_example
+from gpusched.core.spec import limits
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -76,7 +76,7 @@ class Settings:
     user_notify_timeout_s: float = 30.0
     admin_group: str = ""
     show_commands: str = "own"
-    # [limits] (core/limits.py: what each bounds, and the defaults)
+    # [limits] (core/spec/limits.py: what each bounds, and the defaults)
     limit_command_bytes: int = limits.DEFAULT.command_bytes
     limit_cwd_bytes: int = limits.DEFAULT.cwd_bytes
     limit_env_bytes: int = limits.DEFAULT.env_bytes
@@ -88,7 +88,7 @@ class Settings:
     # [metrics]
     metrics_listen: str = ""
     metrics_max_job_series: int = 64
-    # [preemption] (core/preemption.py)
+    # [preemption] (core/sched/preemption.py)
     preemption_enabled: bool = True
     default_preemptible: bool = False
     preemptible_users: tuple[tuple[str, bool], ...] = ()
@@ -98,15 +98,15 @@ class Settings:
     min_run_before_preempt_s: float = 300.0
     # [services]
     haproxy: str = "haproxy"
-    # [containers] (core/container.py)
+    # [containers] (core/spec/container.py)
     container_runtime: str = "podman"
     container_devices: str = "auto"
     # [[notify]] (core/notifyconf.py): an array of tables, not keys of one table
     notify: tuple[NotifyRule, ...] = ()
-    # [clusters.NAME] and the top-level default_cluster (core/clusterconf.py)
+    # [clusters.NAME] and the top-level default_cluster (core/slurm/clusterconf.py)
     clusters: tuple[ClusterConfig, ...] = ()
     default_cluster: str = ""
-    # [memory] (--gpu-mem auto, core/memestimate.py)
+    # [memory] (--gpu-mem auto, core/sched/memestimate.py)
     estimate_margin_pct: float = 10.0
     estimate_runs: int = 50
     # [idle] (daemon/jobs/idlegpus.py)

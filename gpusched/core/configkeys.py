@@ -7,11 +7,11 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from gpusched.core import container, limits, values
 from gpusched.core.errors import UsageError
 from gpusched.core.models import DISCIPLINES
-from gpusched.core.placement import BUILTIN_POLICIES
-from gpusched.core.syntax import MAX_PRIORITY, WARN_SIGNAL_NAMES
+from gpusched.core.sched.placement import BUILTIN_POLICIES
+from gpusched.core.spec import container, limits, values
+from gpusched.core.spec.syntax import MAX_PRIORITY, WARN_SIGNAL_NAMES
 from gpusched.core.units import parse_duration, parse_size
 
 

@@ -10,7 +10,7 @@ import fnmatch
 
 from gpusched.core.errors import UsageError
 from gpusched.core.models import FINAL_STATES, JobState
-from gpusched.core.syntax import items
+from gpusched.core.spec.syntax import items
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:

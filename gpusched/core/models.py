@@ -5,9 +5,9 @@ from __future__ import annotations
 import enum
 from dataclasses import asdict, dataclass, field
 
-from gpusched.core.jobname import program_name
-from gpusched.core.syntax import dependency_words
-from gpusched.core.values import HIDDEN  # noqa: F401 - where the daemon reads it
+from gpusched.core.spec.jobname import program_name
+from gpusched.core.spec.syntax import dependency_words
+from gpusched.core.spec.values import HIDDEN  # noqa: F401 - where the daemon reads it
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -37,7 +37,7 @@ class JobState(str, enum.Enum):
     # A run stopped to go back to the queue (preempted, or `gpusched requeue`): the job
     # passes through it to pending in the same write (daemon/jobs/requeue.py).
     PREEMPTED = "preempted"
-    GPU_OOM = "gpu_oom"  # died of CUDA out-of-memory (core/gpuoom.py), not host memory
+    GPU_OOM = "gpu_oom"  # died of CUDA out-of-memory (core/sched/gpuoom.py), not host memory
 
     @property
     def is_final(self) -> bool:
@@ -98,7 +98,7 @@ class Constraints:
     min_gpu_total_mem_bytes: int = 0
     min_compute_capability: tuple[int, int] | None = None
     # "strict": a multi-GPU job waits for a set linked as well as the box allows
-    # (core/topology.py); "" takes the best-linked set that is free now.
+    # (core/sched/topology.py); "" takes the best-linked set that is free now.
     topology: str = ""
 
     def allows(self, gpu: GpuInfo) -> bool:
@@ -169,7 +169,7 @@ class Job:
     boot_id: str = ""
     cancel_requested: bool = False
     # The job's logs: gpusched's own files, or those its --output and --error patterns
-    # name (core/outpattern.py); open_mode: "truncate" or "append" at its first start
+    # name (core/spec/outpattern.py); open_mode: "truncate" or "append" at its first start
     # for those, "" when it has none.
     stdout_path: str = ""
     stderr_path: str = ""
@@ -204,7 +204,7 @@ class Job:
     gpu_mem_peak_bytes: int | None = None  # GPU memory on one of its GPUs, at most
     mem_over: bool = False  # went past its declared --mem plus the margin
     oom_killed: bool = False
-    # Preemption and requeue (core/preemption.py, daemon/jobs/requeue.py).
+    # Preemption and requeue (core/sched/preemption.py, daemon/jobs/requeue.py).
     preemptible: bool = False
     preempt_grace_s: float = 60.0  # between the checkpoint signal and SIGTERM
     restarts: int = 0  # runs stopped and requeued (preempted or requeued): GPUSCHED_RESTARTS
@@ -218,14 +218,14 @@ class Job:
     preempted_jobs: tuple[int, ...] = ()
     preempted_jobs_at: float | None = None
     preempt_hold: tuple[str, ...] = ()
-    # GPU memory that learns (core/gpuoom.py, core/memestimate.py): the factor a CUDA
+    # GPU memory that learns (core/sched/gpuoom.py, core/sched/memestimate.py): the factor a CUDA
     # out-of-memory retry raises --gpu-mem by, the key its peaks are filed under for
     # --gpu-mem auto, and why its --gpu-mem is what it is (an estimate, a raise).
     mem_growth: float = 1.25
     job_key: str = ""
     gpu_mem_reason: str = ""
     interactive: bool = False  # exempt from idle_action (daemon/jobs/idlegpus.py)
-    # Run in a container (core/container.py): (image, runtime options...), or () for none.
+    # Run in a container (core/spec/container.py): (image, runtime options...), or () for none.
     container: tuple[str, ...] = ()
 
     @property
@@ -234,7 +234,7 @@ class Job:
 
     @property
     def display_name(self) -> str:
-        """Its --name, else the program it runs (core/jobname.py): one name in ls, show,
+        """Its --name, else the program it runs (core/spec/jobname.py): one name in ls, show,
         top, history, usage, notifications and Slurm's -J."""
         return self.name or program_name(self.command)
 
@@ -333,7 +333,7 @@ class Inventory:
     driver_version: str | None = None
     cuda_version: str | None = None
     read_at: float = 0.0
-    # Link labels between the whole GPUs, in `gpus` order (core/topology.py); () unknown.
+    # Link labels between the whole GPUs, in `gpus` order (core/sched/topology.py); () unknown.
     links: tuple[tuple[str, ...], ...] = ()
 
     def schedulable(self) -> tuple[GpuInfo, ...]:

@@ -10,9 +10,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from gpusched.core import values
 from gpusched.core.errors import UsageError
-from gpusched.core.values import shown
+from gpusched.core.spec import values
+from gpusched.core.spec.values import shown
 
 # In each replica's environment, besides what every job gets:
 SERVICE_VAR = "GPUSCHED_SERVICE"  # whose replica it is

@@ -10,7 +10,7 @@ import psutil
 
 from gpusched.core.config import Settings
 from gpusched.core.models import GpuInfo
-from gpusched.core.queuerules import HostCapacity
+from gpusched.core.sched.queuerules import HostCapacity
 
 
 @dataclass(frozen=True)

@@ -10,11 +10,11 @@ import time
 from typing import Any
 
 from gpusched.client.paths import Paths
-from gpusched.core import placement
 from gpusched.core.config import Settings
 from gpusched.core.errors import GpuschedError, StoreWriteError
 from gpusched.core.models import Inventory
-from gpusched.core.policies import load_custom_policies, placement_rules
+from gpusched.core.sched import placement
+from gpusched.core.sched.policies import load_custom_policies, placement_rules
 from gpusched.daemon.gcfreeze import CollectorHold
 from gpusched.daemon.host import detect_host
 from gpusched.daemon.jobs.cgroups import daemon_cgroups
@@ -33,7 +33,7 @@ from gpusched.daemon.state import DaemonState, Setup
 from gpusched.gpus import GpuBackend
 from gpusched.proc import runfile
 from gpusched.proc.seam import ProcessSeam
-from gpusched.proc.supervisorlink import supervisor_socket
+from gpusched.proc.supervisorclient import supervisor_socket
 from gpusched.store.database import Store
 
 log = logging.getLogger("gpusched.daemon.loop")

@@ -17,10 +17,10 @@ from gpusched import __version__
 from gpusched.client import drift
 from gpusched.client.modes import ensure_public_dir
 from gpusched.client.paths import Paths, ensure_private_dir
-from gpusched.core import limits
-from gpusched.core.clusterconf import refuse_in_system_mode
 from gpusched.core.config import Settings, load_settings
 from gpusched.core.errors import ConfigError, GpuschedError
+from gpusched.core.slurm.clusterconf import refuse_in_system_mode
+from gpusched.core.spec import limits
 from gpusched.daemon.loop import Daemon
 from gpusched.daemon.observe.metrics import serve_metrics
 from gpusched.daemon.requests.server import SocketServer, WakeListener, file_identity

@@ -12,12 +12,12 @@ from functools import partial
 from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 from gpusched.client.paths import Paths
-from gpusched.core import queuerules
 from gpusched.core.config import Settings
 from gpusched.core.errors import StoreWriteError
 from gpusched.core.models import Inventory, Job, JobState
-from gpusched.core.pendingqueue import PendingQueue
-from gpusched.core.placement import PlacementRules
+from gpusched.core.sched import queuerules
+from gpusched.core.sched.pendingqueue import PendingQueue
+from gpusched.core.sched.placement import PlacementRules
 from gpusched.daemon.host import Host
 from gpusched.daemon.jobs.cgroups import CgroupJobs
 from gpusched.daemon.jobs.fairshare import UsageLedger
@@ -224,7 +224,7 @@ class DaemonState:
 
     def reason_of(self, job: Job) -> str:
         """A pending job's reason as the last pass would have written it had it looked at
-        every job (a bounded pass stops early; core/scheduling.py)."""
+        every job (a bounded pass stops early; core/sched/scheduling.py)."""
         if (
             self._later is not None
             and self._later[0] == self.pending_version

@@ -75,7 +75,7 @@ def _pcie_label(nv: Any, handles: Sequence[Any], a: int, b: int) -> str | None:
 def read_links(
     nv: Any, handles: Sequence[Any], buses: Sequence[str]
 ) -> tuple[tuple[str, ...], ...]:
-    """The link matrix (core/topology.py); () when NVML cannot tell the PCIe distances.
+    """The link matrix (core/sched/topology.py); () when NVML cannot tell the PCIe distances.
     `handles` has None for a GPU that is not asked (lost)."""
     if len(handles) < 2:
         return ()

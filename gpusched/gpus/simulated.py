@@ -11,8 +11,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from gpusched.core import topology
 from gpusched.core.models import GpuInfo, GpuProcess, Inventory, Job
+from gpusched.core.sched import topology
 from gpusched.core.units import parse_size
 
 if sys.version_info >= (3, 11):

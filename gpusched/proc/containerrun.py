@@ -13,7 +13,7 @@ import os
 import subprocess
 import time
 
-from gpusched.core import container
+from gpusched.core.spec import container
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:

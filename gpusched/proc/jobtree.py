@@ -90,7 +90,7 @@ def warning_targets(shim_pid: int, batch_only: bool) -> list[int]:
 
 
 def targets_below(main_pid: int, batch_only: bool) -> list[int]:
-    """warning_targets of a job with no shim above it (the supervisor's: proc/supervisor.py),
+    """warning_targets of a job with no shim above it (the supervisor's: proc/supervisor/main.py),
     its main process known: the processes below it (its orphans, adopted by the supervisor,
     are not looked for here), or with B: the main process alone."""
     if batch_only:

@@ -33,7 +33,7 @@ JobMarks = namedtuple(
 JobMarks.__doc__ = """How a job's processes are recognised: its shim's pid and start ticks
 (from the run file's "shim" record), the job's uid, its run token and its cgroup directory
 ("" or None: none); supervised: the "shim" is the job's own process, leader of its
-session (started by the supervisor, proc/supervisor.py), one of those found."""
+session (started by the supervisor, proc/supervisor/main.py), one of those found."""
 
 
 def marks_of(run_spec: dict[str, Any], shim: ShimRecord, uid: int) -> JobMarks:

@@ -211,7 +211,7 @@ def begin_run_file(
 
     spec_line: the spec as the launcher received it (one JSON object), written as it is
     rather than encoded again. supervised: (pid, start ticks) of a job the supervisor
-    (proc/supervisor.py) started without a shim, recorded in the shim's place: the job
+    (proc/supervisor/main.py) started without a shim, recorded in the shim's place: the job
     leads its own session, and the daemon signals and watches it as a shim.
     """
     path: str = spec["run_file"]
@@ -271,7 +271,7 @@ exit, an ExitRecord once the job has ended. Either is None until written."""
 ShimRecord = namedtuple("ShimRecord", "pid start_ticks supervised", defaults=(False,))
 ShimRecord.__doc__ = """The "shim" record: the process the daemon watches for the run, by pid
 and start ticks; supervised when that process is the job itself, started by the supervisor
-(proc/supervisor.py) in a session of its own, rather than a shim."""
+(proc/supervisor/main.py) in a session of its own, rather than a shim."""
 
 
 def read_run(jobs_root: str | os.PathLike[str], job_id: int, run: str | None = None) -> RunState:

@@ -19,7 +19,7 @@ import psutil
 
 from gpusched.core.models import Job
 from gpusched.proc import jobtree, leftovers, privileges, runfile
-from gpusched.proc.supervisorlink import SUPERVISOR_PATH, SupervisorLink, supervisor_socket
+from gpusched.proc.supervisorclient import SUPERVISOR_PATH, SupervisorLink, supervisor_socket
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -82,7 +82,7 @@ class ProcessSeam:
         self._supervisor.send(spec)
 
     def close(self) -> None:
-        """Let the supervisor go; it runs on while jobs it started do (see supervisor.py)."""
+        """Let the supervisor go; it runs on while jobs it started do (see supervisor/main.py)."""
         self._supervisor.close()
 
     # -- a job's shim ---------------------------------------------------------------------

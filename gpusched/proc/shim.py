@@ -1,6 +1,6 @@
 """The per-job parent: owns the job's session and logs, forwards signals, writes the exit record.
 
-Forked by the job supervisor (gpusched/proc/supervisor.py, through launcher.py) in a new
+Forked by the job supervisor (gpusched/proc/supervisor/main.py, through launcher.py) in a new
 session, so that it outlives the daemon, for a job that needs one (supervisorstart.needs_shim:
 system mode, a cgroup, a container, a capped log); the supervisor starts other jobs itself,
 with this module's spawn (_spawn_as_ourselves). `python -I -S shim.py RUN_FILE` runs a job

@@ -5,7 +5,7 @@ Traces such as Philly's record no GPU memory, so each job is given a job key and
 from a seeded model: every tenant runs a few kinds of job (the key), each kind with its
 own typical peak, and each run varies around it. A job's estimate reads the peaks of the
 runs of its key that had ended, at the earliest, by its submission (its wait in the
-original cluster is not known), through the daemon's own estimate (core/memestimate.py).
+original cluster is not known), through the daemon's own estimate (core/sched/memestimate.py).
 """
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ import zlib
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
-from gpusched.core import memestimate
-from gpusched.core.placement import PlacementRules
+from gpusched.core.sched import memestimate
+from gpusched.core.sched.placement import PlacementRules
 from gpusched.sim.simulator import GPU_MEM_BYTES, JobResult
 from gpusched.sim.traces import TraceJob
 

@@ -15,8 +15,8 @@ import random
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
-from gpusched.core import placement, preemption, queuerules, scheduling
 from gpusched.core.models import GpuInfo, Job, JobState
+from gpusched.core.sched import placement, preemption, queuerules, scheduling
 from gpusched.sim import simulator, traces
 from gpusched.sim.simulator import JobResult, _Replay
 

@@ -10,14 +10,15 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from gpusched.core import lifecycle, placement, queuerules, scheduling
+from gpusched.core import lifecycle
 from gpusched.core.config import Settings
 from gpusched.core.errors import GpuschedError, UsageError
 from gpusched.core.models import DISCIPLINES, GpuInfo, Inventory, Job, Request
-from gpusched.core.pendingqueue import PendingQueue
-from gpusched.core.placement import PlacementRules, Policy
-from gpusched.core.policies import placement_rules
-from gpusched.core.queuerules import HostCapacity, QueueRules, fair_share
+from gpusched.core.sched import placement, queuerules, scheduling
+from gpusched.core.sched.pendingqueue import PendingQueue
+from gpusched.core.sched.placement import PlacementRules, Policy
+from gpusched.core.sched.policies import placement_rules
+from gpusched.core.sched.queuerules import HostCapacity, QueueRules, fair_share
 from gpusched.sim import traces
 
 GPU_MEM_BYTES = 80 * 2**30  # each simulated GPU: an 80 GiB card, idle, nothing outside
@@ -64,7 +65,7 @@ class Metrics:
 
 
 def simulated_box(gpus: int, links: Sequence[Sequence[str]] = ()) -> Inventory:
-    """`gpus` alike GPUs; with `links` (core/topology.py), placed by their connectivity."""
+    """`gpus` alike GPUs; with `links` (core/sched/topology.py), placed by their connectivity."""
     return Inventory(
         tuple(
             GpuInfo(
@@ -144,7 +145,7 @@ class _Replay:
         self.gpus = gpus
         self.pending: list[Job] = []  # _PreemptiveReplay's queue; this one's is `line`
         # The queue in order, as the daemon keeps it: a pass reads only its head
-        # (core/pendingqueue.py), so 100,000 waiting jobs cost a pass little.
+        # (core/sched/pendingqueue.py), so 100,000 waiting jobs cost a pass little.
         self.line = PendingQueue(
             queue.discipline, per_user=bool(queue.max_gpus_per_user or queue.max_running_per_user)
         )
@@ -270,7 +271,9 @@ class _Replay:
 def _rules(policy: str, custom: Mapping[str, Policy] | None) -> PlacementRules:
     custom = dict(custom or {})
     if policy not in placement.BUILTIN_POLICIES and policy not in custom:
-        from gpusched.core.policies import load_custom_policies  # only when a plug-in is named
+        from gpusched.core.sched.policies import (
+            load_custom_policies,  # only when a plug-in is named
+        )
 
         custom = {**load_custom_policies(), **custom}
     names = [*placement.BUILTIN_POLICIES, *custom]

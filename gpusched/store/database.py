@@ -12,7 +12,7 @@ from pathlib import Path
 
 from gpusched.core.errors import GpuschedError, StoreError
 from gpusched.core.models import Job, JobState
-from gpusched.core.syntax import MAX_JOB_ID
+from gpusched.core.spec.syntax import MAX_JOB_ID
 from gpusched.store import integrity
 from gpusched.store.history import IDS_PER_QUERY, FinishedJobs
 from gpusched.store.rowencode import PER_JOB_FIELDS, job_to_row, same_value, sql_literal

@@ -10,10 +10,10 @@ from dataclasses import asdict, dataclass, field
 
 from gpusched.client.connection import lock_is_held
 from gpusched.client.paths import Paths
-from gpusched.core.clusterconf import refuse_in_system_mode
 from gpusched.core.config import load_settings
 from gpusched.core.errors import ConfigError
-from gpusched.core.syntax import MAX_JOB_ID
+from gpusched.core.slurm.clusterconf import refuse_in_system_mode
+from gpusched.core.spec.syntax import MAX_JOB_ID
 from gpusched.proc import runfile
 from gpusched.store import integrity
 from gpusched.store.rows import DamagedRow, row_to_job

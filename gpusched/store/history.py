@@ -7,8 +7,8 @@ from __future__ import annotations
 import json
 import sqlite3
 
-from gpusched.core.jobname import program_name_of_json
 from gpusched.core.models import Job, JobState
+from gpusched.core.spec.jobname import program_name_of_json
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -103,7 +103,7 @@ class FinishedJobs:
         self, uid: int, name: str, states: tuple[str, ...], top_id: int, window: int
     ) -> tuple[list[sqlite3.Row], int]:
         """Of the `window` rows with the highest ids up to top_id, a user's finished runs
-        with no --name whose program is `name` (as `ls` names them, core/jobname.py:
+        with no --name whose program is `name` (as `ls` names them, core/spec/jobname.py:
         derived from the command, so jobs stored before are found too) and not filed under
         it already (gpu_peaks finds those), newest first; and the id to read down from
         next (0: none left). A command holds its program's name: SQLite's instr() passes

@@ -18,7 +18,7 @@ from filelock import FileLock, Timeout
 from gpusched.client.paths import Paths
 from gpusched.core.errors import GpuschedError
 from gpusched.core.models import Job
-from gpusched.core.syntax import MAX_JOB_ID
+from gpusched.core.spec.syntax import MAX_JOB_ID
 from gpusched.store import integrity, walcheck
 from gpusched.store.database import Store
 from gpusched.store.rows import DamagedRow, row_to_job

@@ -63,7 +63,7 @@ def job_to_row(job: Job, for_update: bool = False) -> dict[str, Any]:
     """The job's columns; for_update: only those that can change after submit (every
     start and end updates a job, so this runs several times per job)."""
     row = {name: getattr(job, name) for name in (_UPDATED_FIELDS if for_update else _JOB_FIELDS)}
-    # Memory per GPU changes when a CUDA out-of-memory retry raises it (core/gpuoom.py).
+    # Memory per GPU changes when a CUDA out-of-memory retry raises it (core/sched/gpuoom.py).
     row["gpu_mem_bytes"] = job.request.gpu_mem_bytes
     if not for_update:
         row["gpus"] = job.request.gpus

@@ -19,7 +19,7 @@ from operator import itemgetter
 from typing import Any
 
 from gpusched.core.models import Constraints, Job, JobState, Request
-from gpusched.core.syntax import MAX_JOB_ID
+from gpusched.core.spec.syntax import MAX_JOB_ID
 
 # Columns stored as JSON, and whether their value is a tuple in the Job.
 JSON_TUPLES = {

@@ -1,5 +1,5 @@
 """A container job's launch: its command wrapped in the runtime's `run`, and how its shim
-removes the container (core/container.py builds both; this module reads what they need:
+removes the container (core/spec/container.py builds both; this module reads what they need:
 the CDI specs on the machine, the user's group, the home's token)."""
 
 from __future__ import annotations
@@ -9,9 +9,9 @@ import hashlib
 import os
 
 from gpusched.client.paths import Paths
-from gpusched.core import container
 from gpusched.core.config import Settings
 from gpusched.core.models import Job
+from gpusched.core.spec import container
 from gpusched.proc import jobenv, privileges
 
 TYPE_CHECKING = False

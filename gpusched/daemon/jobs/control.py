@@ -7,9 +7,10 @@ import queue
 import signal
 from dataclasses import replace
 
-from gpusched.core import lifecycle, placement, preemption, queuerules, scheduling
+from gpusched.core import lifecycle
 from gpusched.core.errors import StoreWriteError
 from gpusched.core.models import GpuInfo, Job, JobState, job_with, transition
+from gpusched.core.sched import placement, preemption, queuerules, scheduling
 from gpusched.daemon import host
 from gpusched.daemon.jobs import containers, endreports, gpumemory, preempt, requeue
 from gpusched.daemon.jobs.arrays import ArrayShapes

@@ -1,6 +1,6 @@
 """What the pending jobs' dependencies need to know, looked up as a pass asks for it: the
 states of the jobs and arrays they name, the elements aftercorr pairs them with, and the
-active jobs of the same user and name for singleton (core/dependencies.py decides). A pass
+active jobs of the same user and name for singleton (core/sched/dependencies.py decides). A pass
 that stops early never reads what the jobs it did not reach depend on."""
 
 from __future__ import annotations
@@ -8,8 +8,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
-from gpusched.core.dependencies import DependencyStates, SameName
 from gpusched.core.models import Job, JobState
+from gpusched.core.sched.dependencies import DependencyStates, SameName
 from gpusched.daemon.jobs.arrays import array_ended_as, array_state
 
 if TYPE_CHECKING:

@@ -7,8 +7,8 @@ import logging
 import time
 from collections.abc import Sequence
 
-from gpusched.core import queuerules
 from gpusched.core.models import Job
+from gpusched.core.sched import queuerules
 from gpusched.store.database import Store
 
 log = logging.getLogger("gpusched.daemon.jobs.fairshare")

@@ -1,5 +1,5 @@
 """GPU memory that learns, on the daemon's side: CUDA out-of-memory ends and their retries
-with more (core/gpuoom.py), and --gpu-mem auto from the store's history (core/memestimate.py)."""
+with more (core/sched/gpuoom.py), and --gpu-mem auto from the store's history (core/sched/memestimate.py)."""
 
 from __future__ import annotations
 
@@ -8,9 +8,9 @@ import time
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
-from gpusched.core import gpuoom, memestimate
 from gpusched.core.config import Settings
 from gpusched.core.models import Inventory, Job, JobState, Request
+from gpusched.core.sched import gpuoom, memestimate
 from gpusched.core.units import size_human
 from gpusched.daemon.requests.batches import TURN_BUDGET_S, Batched
 from gpusched.proc import privileges

@@ -21,8 +21,8 @@ from collections.abc import Callable, Iterable, Iterator, KeysView, MutableMappi
 from operator import attrgetter
 from typing import Any, TypeVar, final, overload
 
-from gpusched.core.memestimate import job_key as derived_key
 from gpusched.core.models import Job, JobState
+from gpusched.core.sched.memestimate import job_key as derived_key
 
 _OWN = ("id", "stdout_path", "stderr_path", "array_index")
 # What a Distinct entry holds of its own job; its template holds the first job's.
@@ -64,7 +64,7 @@ class Distinct:
     def __init__(
         self, template: Job, command: tuple[str, ...], submitted_at: float, job_key: str | None
     ):
-        """job_key None: the one its command gives (core/memestimate.py), as a sweep's
+        """job_key None: the one its command gives (core/sched/memestimate.py), as a sweep's
         lines without --name have: not a second copy of each line."""
         self.template, self.command = template, command
         self.submitted_at, self._job_key = submitted_at, job_key
@@ -196,7 +196,7 @@ class Kinds:
 
     def passing(self, entries: Iterable[tuple[int, Job]]) -> Iterator[Job]:
         """The jobs of (id, entry) pairs as the pending queue reads them (their shape and
-        place in line: core/pendingqueue.py), each valid only until the next is asked for:
+        place in line: core/sched/pendingqueue.py), each valid only until the next is asked for:
         one object per template, its id and array index (and a Distinct entry's own fields)
         changed in place. Their log paths
         and pending reasons are the template's: no reader of these looks at them, and

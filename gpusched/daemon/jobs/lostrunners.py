@@ -25,7 +25,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("gpusched.jobs")
 
 VANISHED = "the job's shim vanished without an exit record (killed, or the machine rebooted)"
-# A job the supervisor started without a shim (proc/supervisor.py) whose supervisor died:
+# A job the supervisor started without a shim (proc/supervisor/main.py) whose supervisor died:
 # nothing records its end any more.
 SUPERVISOR_VANISHED = (
     "the job supervisor that watched the job vanished without an exit "

@@ -12,9 +12,10 @@ import logging
 from collections.abc import Mapping
 from dataclasses import replace
 
-from gpusched.core import lifecycle, placement, preemption, queuerules
-from gpusched.core.dependencies import dependency_status
+from gpusched.core import lifecycle
 from gpusched.core.models import Job, JobState
+from gpusched.core.sched import placement, preemption, queuerules
+from gpusched.core.sched.dependencies import dependency_status
 from gpusched.daemon.jobs import requeue
 from gpusched.daemon.state import DaemonState, Setup
 from gpusched.proc.seam import ProcessSeam

@@ -15,7 +15,7 @@ from collections import deque
 from collections.abc import Iterable, Iterator
 
 from gpusched.core.models import Job
-from gpusched.core.syntax import dependency_job_ids
+from gpusched.core.spec.syntax import dependency_job_ids
 from gpusched.daemon.state import DaemonState
 
 CHUNK_JOBS = 5000  # active jobs looked at per turn at most: a few ms

@@ -21,8 +21,8 @@ from prometheus_client.core import (
 )
 
 from gpusched import __version__
-from gpusched.core import placement
 from gpusched.core.models import GpuInfo, Job, JobState
+from gpusched.core.sched import placement
 from gpusched.daemon.jobs import idlegpus
 from gpusched.daemon.jobs.progress import progress_of
 from gpusched.daemon.observe.telemetry import END_STATES, Counts, Histogram

@@ -9,7 +9,7 @@ import time
 from typing import Any
 
 from gpusched.core.errors import UsageError
-from gpusched.core.jobname import program_name_of_json
+from gpusched.core.spec.jobname import program_name_of_json
 from gpusched.daemon.jobs.retention import removed_summary
 from gpusched.daemon.requests.batches import TURN_BUDGET_S, Batched
 from gpusched.daemon.state import DaemonState, Setup
@@ -63,7 +63,7 @@ class UsageReport(Batched):
     def _add_row(self, row: Any) -> None:
         if row["started_at"] is None and row["ended_at"] is None:
             return  # pending: nothing used yet
-        # A job's name is the one `ls` shows: its --name, else its program (core/jobname.py).
+        # A job's name is the one `ls` shows: its --name, else its program (core/spec/jobname.py).
         key = (
             row["user"]
             if self.by == "user"

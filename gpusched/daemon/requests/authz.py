@@ -13,8 +13,8 @@ from typing import Any
 
 from gpusched.core.errors import PermissionDenied
 from gpusched.core.models import Job, job_to_dict
+from gpusched.core.spec.values import HIDDEN
 from gpusched.core.users import user_name
-from gpusched.core.values import HIDDEN
 
 log = logging.getLogger("gpusched.daemon.requests.authz")
 

@@ -6,10 +6,10 @@ import signal
 from collections.abc import Callable
 from dataclasses import replace
 
-from gpusched.core import jobspec
 from gpusched.core.errors import GpuschedError, UsageError
 from gpusched.core.models import Job, JobState, transition
-from gpusched.core.syntax import MAX_PRIORITY
+from gpusched.core.spec import jobspec
+from gpusched.core.spec.syntax import MAX_PRIORITY
 from gpusched.core.users import user_name
 from gpusched.daemon.jobs.requeue import NotNow, preempt_one, requeue_one
 from gpusched.daemon.requests import batches, quotas

@@ -10,7 +10,7 @@ from collections.abc import Callable
 from typing import Any
 
 from gpusched.client.protocol import COMMANDS
-from gpusched.core import limits
+from gpusched.core.spec import limits
 from gpusched.daemon.jobs import gpumemory, retention
 from gpusched.daemon.observe.usage import usage_request
 from gpusched.daemon.requests.changes import Changes

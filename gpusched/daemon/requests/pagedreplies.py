@@ -13,9 +13,9 @@ import json
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any, TypeVar
 
-from gpusched.core import jobspec
 from gpusched.core.models import Job
-from gpusched.core.syntax import MAX_JOB_ID
+from gpusched.core.spec import jobspec
+from gpusched.core.spec.syntax import MAX_JOB_ID
 
 # One page is about this many bytes of JSON unless the client asks for less; the most it
 # may ask for keeps a page with one oversized last row (a 2 MiB command, escaped six times

@@ -10,9 +10,10 @@ import psutil
 
 from gpusched import __version__
 from gpusched.client.protocol import LEAN_JOB_FIELDS
-from gpusched.core import dependencies, jobfilter, placement
+from gpusched.core import jobfilter
 from gpusched.core.models import GpuInfo, Job, JobState, inventory_to_dict, job_to_dict
-from gpusched.core.values import HIDDEN
+from gpusched.core.sched import dependencies, placement
+from gpusched.core.spec.values import HIDDEN
 from gpusched.daemon.jobs import idlegpus
 from gpusched.daemon.jobs.progress import progress_of
 from gpusched.daemon.jobs.retention import removed_summary

@@ -6,9 +6,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from gpusched.core import syntax
 from gpusched.core.errors import NotFound, PermissionDenied, UsageError
 from gpusched.core.models import Job
+from gpusched.core.spec import syntax
 from gpusched.daemon.state import DaemonState, Setup
 
 # A `wait` request is answered after this long at most; the client simply asks again.

@@ -12,8 +12,8 @@ from typing import Any, Protocol
 
 from gpusched.client import pagestream, protocol, wire
 from gpusched.core.errors import GpuschedError, ProtocolError, error_kind
-from gpusched.core.limits import DEFAULT as DEFAULT_LIMITS
-from gpusched.core.limits import Limits
+from gpusched.core.spec.limits import DEFAULT as DEFAULT_LIMITS
+from gpusched.core.spec.limits import Limits
 from gpusched.daemon.requests import streamedrequest
 from gpusched.daemon.requests.framebudget import FrameBudget
 from gpusched.proc.runfile import WAKE_MAX_BYTES

@@ -15,9 +15,9 @@ from collections.abc import Callable
 from typing import Any
 
 from gpusched.client import protocol, wire
-from gpusched.core import limits as limits_mod
 from gpusched.core.errors import GpuschedError, ProtocolError, UsageError
-from gpusched.core.values import is_text
+from gpusched.core.spec import limits as limits_mod
+from gpusched.core.spec.values import is_text
 
 # Requests that may stream, and the kind of item each takes ("stream": KIND).
 STREAMS = {"submit": "lines"}

@@ -7,21 +7,13 @@ from collections.abc import Iterator
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
-from gpusched.core import (
-    jobspec,
-    limits,
-    memestimate,
-    outpattern,
-    placement,
-    preemption,
-    scheduling,
-    slurmspec,
-    syntax,
-)
 from gpusched.core.errors import NotFound, UsageError
 from gpusched.core.models import Job, job_with
+from gpusched.core.sched import memestimate, placement, preemption, scheduling
+from gpusched.core.slurm import slurmspec
+from gpusched.core.spec import jobspec, limits, outpattern, syntax
+from gpusched.core.spec.values import shown
 from gpusched.core.users import user_name
-from gpusched.core.values import shown
 from gpusched.daemon.jobs import gpumemory
 from gpusched.daemon.requests import batches, quotas
 from gpusched.daemon.requests.request import Request, check_priority, named, targets
@@ -191,7 +183,7 @@ class Submits:
         return element.id
 
     def _cluster(self, name: Any) -> Any:
-        """The cluster a submit goes to (core/clusterconf.py), None for this machine."""
+        """The cluster a submit goes to (core/slurm/clusterconf.py), None for this machine."""
         if name is not None and not isinstance(name, str):
             raise UsageError(f"--cluster wants a cluster's name, not {shown(name)}")
         return self.state.clusters.cluster_for(name) if self.state.clusters else None

@@ -15,7 +15,7 @@ from gpusched.core import services as model
 from gpusched.core.errors import GpuschedError, StoreWriteError
 from gpusched.core.models import Job, JobState
 from gpusched.core.services import GENERATION_VAR, PORT_VAR, SERVICE_VAR, SLOT_VAR
-from gpusched.core.syntax import signal_name
+from gpusched.core.spec.syntax import signal_name
 from gpusched.daemon.services.frontdoor import Door, minute_of_day
 from gpusched.daemon.services.requests import META_PREFIX, ServiceRequests
 from gpusched.daemon.state import DaemonState, Setup

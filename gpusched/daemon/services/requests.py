@@ -6,11 +6,11 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
-from gpusched.core import limits
 from gpusched.core import services as model
 from gpusched.core.errors import GpuschedError, NotFound, PermissionDenied, UsageError
 from gpusched.core.models import Job, JobState
 from gpusched.core.services import GENERATION_VAR, PORT_VAR
+from gpusched.core.spec import limits
 from gpusched.core.users import user_name
 from gpusched.daemon.services.frontdoor import Door, minute_of_day
 

@@ -7,8 +7,8 @@ import os
 import subprocess
 from collections.abc import Sequence
 
-from gpusched.core.clusterconf import ClusterConfig
-from gpusched.core.slurmparse import (
+from gpusched.core.slurm.clusterconf import ClusterConfig
+from gpusched.core.slurm.slurmparse import (
     SACCT_FIELDS,
     SQUEUE_FORMAT,
     SlurmRow,

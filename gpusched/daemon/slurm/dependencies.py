@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from gpusched.core.dependencies import dependency_status
 from gpusched.core.models import Job, JobState
+from gpusched.core.sched.dependencies import dependency_status
 
 WAIT, NEVER, MET, SLURM = "wait", "never", "met", "slurm"
 

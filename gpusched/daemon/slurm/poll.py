@@ -17,11 +17,11 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from gpusched.core import lifecycle
-from gpusched.core.clusterconf import LOCAL, ClusterConfig
 from gpusched.core.errors import GpuschedError, UsageError
 from gpusched.core.models import Job, JobState, transition
-from gpusched.core.slurmparse import SlurmRow, final_state, parse_record, record_outcome
-from gpusched.core.syntax import ANY_OF, SINGLETON
+from gpusched.core.slurm.clusterconf import LOCAL, ClusterConfig
+from gpusched.core.slurm.slurmparse import SlurmRow, final_state, parse_record, record_outcome
+from gpusched.core.spec.syntax import ANY_OF, SINGLETON
 from gpusched.daemon.slurm.commands import SlurmCommands, SlurmError
 from gpusched.daemon.slurm.submit import HandOver, log_failure, pending_because
 from gpusched.daemon.slurm.worker import SlurmWorker
@@ -45,7 +45,7 @@ class ClusterJobs:
 
     def __init__(self, state: DaemonState, setup: Setup, environ: dict[str, str] | None = None):
         self.state, self.setup = state, setup
-        # A system daemon has none (its start refuses them: core/clusterconf.py): sbatch
+        # A system daemon has none (its start refuses them: core/slurm/clusterconf.py): sbatch
         # would run as the daemon's user for every user, so it never builds a Slurm command.
         self.clusters = (
             {} if setup.paths.is_system else {c.name: c for c in setup.settings.clusters}

@@ -9,10 +9,10 @@ import os
 from dataclasses import replace
 from typing import Any
 
-from gpusched.core import slurmspec
-from gpusched.core.clusterconf import ClusterConfig
 from gpusched.core.models import Job, JobState, transition
-from gpusched.core.slurmparse import SlurmRow
+from gpusched.core.slurm import slurmspec
+from gpusched.core.slurm.clusterconf import ClusterConfig
+from gpusched.core.slurm.slurmparse import SlurmRow
 from gpusched.daemon.slurm.commands import SlurmCommands, SlurmError
 from gpusched.daemon.slurm.dependencies import MET, NEVER, SLURM, dependency_state
 from gpusched.daemon.slurm.worker import SlurmWorker

@@ -1,0 +1,203 @@
+"""`gpusched simulate`: replay a trace with the simulator and print its metrics, as a table
+or as JSON. The simulator itself (sim/) only computes."""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from dataclasses import asdict
+from pathlib import Path
+
+from gpusched.client.submit.jobrequest import size_option
+from gpusched.core.errors import UsageError
+from gpusched.core.sched.queuerules import HostCapacity
+from gpusched.sim import estimates as memory
+from gpusched.sim import traces
+from gpusched.sim.simulator import TAU_S, Metrics, check_choices, compute_metrics, simulate
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+    from typing import Any
+
+
+def _report(trace: traces.Trace, metrics: Metrics, settings: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "trace": trace.source,
+        **settings,
+        "arrival_scale": trace.arrival_scale,
+        **asdict(metrics),
+    }
+
+
+def _print_table(report: dict[str, Any]) -> None:
+    load = (
+        f"load {report['load']:g} (arrivals x{report['arrival_scale']:.3f})"
+        if report["load"] is not None
+        else "original load"
+    )
+    seed = f", seed {report['seed']}" if report["arrivals"] == "poisson" else ""
+    title = (
+        f"{report['trace']}: {report['jobs']} jobs, {report['tenants']} tenants on "
+        f"{report['gpus']} GPUs; policy {report['policy']}, discipline {report['discipline']}, "
+        f"{load}, {report['arrivals']} arrivals{seed}"
+    )
+    lines = [
+        ("average JCT", f"{report['avg_jct_s'] / 3600:.3f} h"),
+        ("median JCT", f"{report['median_jct_s'] / 3600:.3f} h"),
+        ("p99 JCT", f"{report['p99_jct_s'] / 3600:.3f} h"),
+        ("average wait", f"{report['avg_wait_s'] / 3600:.3f} h"),
+        (f"avg bounded slowdown (tau {TAU_S:g} s)", f"{report['avg_bounded_slowdown']:.3f}"),
+        ("makespan", f"{report['makespan_s'] / 3600:.3f} h"),
+        ("GPU utilization", f"{report['gpu_utilization'] * 100:.1f} %"),
+        ("Jain fairness (bounded slowdown by tenant)", f"{report['jain_fairness']:.3f}"),
+        *_priority_lines(report),
+        ("simulated in", f"{report['elapsed_s']:.2f} s"),
+    ]
+    width = max(len(name) for name, _ in lines)
+    sys.stdout.write(
+        title + "\n" + "".join(f"  {name:<{width}}  {value:>10}\n" for name, value in lines)
+    )
+
+
+def _priority_lines(report: dict[str, Any]) -> list[tuple[str, str]]:
+    high = report.get("high_priority")
+    if not high:
+        return []
+    lines = [
+        ("high-priority jobs", f"{high['jobs']} ({report['high_priority_share']:.0%})"),
+        ("preemptions", str(report["preemptions"]) if report["preemption"] else "off"),
+    ]
+    if high["jobs"]:
+        lines += [
+            ("  their average JCT", f"{high['avg_jct_s'] / 3600:.3f} h"),
+            ("  their avg bounded slowdown", f"{high['avg_bounded_slowdown']:.3f}"),
+        ]
+    return lines
+
+
+def _host(cpus: int | None, mem: str | None) -> HostCapacity | None:
+    """The simulated host's cores and memory; None (not counted) unless either is given."""
+    if cpus is None and mem is None:
+        return None
+    if cpus is not None and cpus < 1:
+        raise UsageError(f"--cpus must be 1 or more, not {cpus}")
+    mem_bytes = size_option(mem, "--mem")
+    return HostCapacity(cpus=cpus or 10**6, mem_bytes=2**62 if mem_bytes is None else mem_bytes)
+
+
+def _with_priorities(
+    prepared: traces.Trace,
+    gpus: int,
+    policy: str,
+    discipline: str,
+    preemption: bool,
+    share: float,
+    seed: int,
+) -> tuple[Metrics, dict[str, Any]]:
+    """Replay with a seeded share of urgent jobs (and preemption): the metrics, and the
+    report's further fields: the urgent jobs' own figures, how many preemptions."""
+    from gpusched.sim import preemptsim
+
+    if not 0 <= share <= 1:
+        raise UsageError(f"--high-priority-share must be between 0 and 1, not {share:g}")
+    urgent = preemptsim.urgent_ids(len(prepared.jobs), share, seed)
+    results, preemptions = preemptsim.simulate_with_priorities(
+        prepared.jobs,
+        gpus=gpus,
+        urgent=urgent,
+        policy=policy,
+        discipline=discipline,
+        model=preemptsim.PreemptionModel() if preemption else None,
+    )
+    high = [r for n, r in enumerate(results) if n in urgent]
+    high_metrics = compute_metrics(high, gpus) if high else None
+    return compute_metrics(results, gpus), {
+        "preemption": preemption,
+        "high_priority_share": share,
+        "preemptions": preemptions,
+        "high_priority": {
+            "jobs": len(high),
+            "avg_jct_s": high_metrics and high_metrics.avg_jct_s,
+            "avg_bounded_slowdown": high_metrics and high_metrics.avg_bounded_slowdown,
+        },
+    }
+
+
+def simulate_command(
+    trace: Path,
+    *,
+    gpus: int,
+    policy: str,
+    discipline: str,
+    load: float | None,
+    arrivals: str,
+    seed: int,
+    as_json: bool,
+    cpus: int | None = None,
+    mem: str | None = None,
+    preemption: bool = False,
+    high_priority_share: float | None = None,
+    estimates: bool = False,
+) -> int:
+    """`gpusched simulate`: replay, then print the metrics as a table or JSON."""
+    rules = check_choices(gpus, policy, discipline)  # before reading a large file
+    started_s = time.perf_counter()
+    prepared = traces.prepare(trace, gpus=gpus, load=load, arrivals=arrivals, seed=seed)
+    host = _host(cpus, mem)
+    if (preemption or high_priority_share is not None) and host is not None:
+        raise UsageError(
+            "--preemption and --high-priority-share count GPUs only; leave out --cpus and --mem"
+        )
+    settings = {
+        "gpus": gpus,
+        "cpus": cpus,
+        "mem": mem,
+        "policy": policy,
+        "discipline": discipline,
+        "load": load,
+        "arrivals": arrivals,
+        "seed": seed if arrivals == "poisson" else None,
+    }
+    model = None
+    if estimates and (preemption or high_priority_share is not None):
+        raise UsageError(
+            "--estimates replays without priorities; leave out --preemption and "
+            "--high-priority-share"
+        )
+    if preemption or high_priority_share is not None:
+        from gpusched.sim.preemptsim import DEFAULT_HIGH_SHARE
+
+        share = DEFAULT_HIGH_SHARE if high_priority_share is None else high_priority_share
+        metrics, extra = _with_priorities(
+            prepared, gpus, policy, discipline, preemption, share, seed
+        )
+        report = {**_report(prepared, metrics, settings), **extra}
+    else:
+        jobs: Sequence[traces.TraceJob] = prepared.jobs
+        if estimates:
+            model = memory.memory_model(jobs, seed)
+            jobs = memory.with_estimates(jobs, model, rules)
+        results = simulate(jobs, gpus=gpus, policy=policy, discipline=discipline, host=host)
+        report = _report(prepared, compute_metrics(results, gpus), settings)
+        if model is not None:
+            report["estimates"] = asdict(memory.report(jobs, model, results))
+    report["elapsed_s"] = time.perf_counter() - started_s
+    if as_json:
+        sys.stdout.write(json.dumps(report, indent=2) + "\n")
+    else:
+        _print_table(report)
+        if model is not None:
+            sys.stdout.write(estimates_text(report["estimates"]))
+    return 0
+
+
+def estimates_text(found: dict[str, Any]) -> str:
+    """simulate --estimates, in words."""
+    return (
+        f"  with --gpu-mem auto: {found['estimated']} jobs estimated, "
+        f"{found['whole_gpu']} on whole GPUs (no history yet, or as large as a GPU); "
+        f"{found['shared_gpu']} shared a GPU; {found['would_oom']} would have run out of "
+        f"GPU memory; memory asked {found['mem_asked_ratio'] * 100:.1f} % of whole GPUs\n"
+    )

@@ -1,0 +1,120 @@
+"""`gpusched submit` and `resubmit`: queue a job, or one again, and print its id.
+
+Their options are declared once, in client/submit/options.py (the submit fast path reads the
+same table); the typer signatures here are built from it.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable
+from typing import Any, Optional, TypeVar
+
+import typer
+
+from gpusched.cli.helpformat import App, Command
+from gpusched.client.submit.options import RESUBMIT, RESUBMIT_FIELDS, SUBMIT, SubmitOptions
+from gpusched.client.submit.submitting import submit_and_report
+
+app = App()
+_TYPES = {"str": str, "int": int, "list": list[str], "flag": bool, "yesno": bool}
+_Command = TypeVar("_Command", bound=Callable[..., Any])
+
+
+def with_options(rows: tuple[tuple[Any, ...], ...]) -> Callable[[_Command], _Command]:
+    """Give a command whose options come as **options the signature typer reads: its own
+    parameters, then a keyword parameter per row of an options table, named as the row's
+    field (a SubmitOptions field for submit's); a row's sixth item is its metavar."""
+
+    def decorate(command: _Command) -> _Command:
+        params = [
+            p
+            for p in inspect.signature(command, eval_str=True).parameters.values()
+            if p.kind is not inspect.Parameter.VAR_KEYWORD
+        ]
+        for field, flags, kind, default, help_text, *metavar in rows:
+            option = typer.Option(
+                list(default) if kind == "list" else default,
+                *flags,
+                help=help_text,
+                metavar=metavar[0] if metavar else None,
+            )
+            annotation = _TYPES[kind] if default is not None else Optional[_TYPES[kind]]  # noqa: UP045 - typer reads it at run time, on Python 3.10 too
+            params.append(
+                inspect.Parameter(
+                    field, inspect.Parameter.KEYWORD_ONLY, default=option, annotation=annotation
+                )
+            )
+        command.__signature__ = inspect.Signature(params)  # type: ignore[attr-defined]  # a function takes the attribute; Callable cannot say so
+        command.__annotations__ = {p.name: p.annotation for p in params}
+        return command
+
+    return decorate
+
+
+class SubmitCommand(Command):
+    """`submit`, which also reads Slurm's `--kill-on-invalid-dep=yes|no`: typer's flags take
+    no value, so the fast path's parser folds that form into the bare flag first. sbatch
+    options gpusched refuses, and stray words before `--`, are refused first."""
+
+    def parse_args(self, ctx: Any, args: list[str]) -> list[str]:
+        from gpusched.client.submit.fastsubmit import OPTIONS, fold_yes_no
+        from gpusched.client.submit.slurmflags import check_command_line
+
+        check_command_line(args, OPTIONS)
+        return super().parse_args(ctx, fold_yes_no(args))
+
+
+@app.command(cls=SubmitCommand, context_settings={"allow_interspersed_args": False})
+@with_options(SUBMIT)
+def submit(
+    command: list[str] | None = typer.Argument(
+        None, metavar="-- COMMAND...", help="The command and its arguments."
+    ),
+    **options: Any,
+) -> None:
+    """Queue a job and print its id.
+
+    \b
+    Examples:
+      gpusched submit --gpus 1 --gpu-mem 20G -- python train.py
+      gpusched submit --gpus 2 --time 4h --wait -- torchrun train.py
+      gpusched submit --gpus 1 --container pytorch:24.01 -- python train.py
+    """
+    opts = SubmitOptions(command=command or [], **options)
+    raise typer.Exit(submit_and_report(opts))
+
+
+@app.command()
+@with_options(RESUBMIT)
+def resubmit(
+    job_id: str = typer.Argument(
+        ...,
+        metavar="JOBID",
+        help="The job to run again (an array's id: the whole array; ARRAY_INDEX: one element).",
+    ),
+    **options: Any,
+) -> None:
+    """Run a job again as a new job, and print its id.
+
+    The new job has the old one's spec: command, working directory, the environment it
+    was submitted with, GPUs, memory, limits, constraints, dependencies, retries. The
+    options below change that part of it. Any job may be run again, even one still
+    pending or running (that one is left as it is); only its owner or an admin may, and
+    the new job runs as the old one's user.
+
+    \b
+    Examples:
+      gpusched resubmit 12
+      gpusched resubmit 12 --gpus 2 --time 8h --hold
+    """
+    from gpusched.client.submit.submitting import resubmit_and_report
+
+    # Not given: None, or False for a flag (0 and "" are values someone gave).
+    given = [
+        name
+        for name, value in options.items()
+        if name in RESUBMIT_FIELDS and value is not None and value is not False
+    ]
+    opts = SubmitOptions(**{k: v for k, v in options.items() if v is not None})
+    raise typer.Exit(resubmit_and_report(job_id, opts, given))

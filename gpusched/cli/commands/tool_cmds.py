@@ -1,0 +1,144 @@
+"""The tools around the queue: simulate, demo, completions, man and the completion helper
+`_job-ids`."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import typer
+
+from gpusched.cli.common import JSON_HELP, out
+from gpusched.cli.helpformat import App
+from gpusched.core.errors import UsageError
+from gpusched.core.models import DISCIPLINES
+
+app = App()
+
+
+@app.command()
+def simulate(
+    trace: Path = typer.Argument(
+        ..., metavar="TRACE.csv", help="A job trace CSV (docs/scheduling.md has the format)."
+    ),
+    gpus: int = typer.Option(8, "--gpus", help="GPUs of the simulated box."),
+    # The daemon's defaults (Settings'): the policy is written out, since importing the
+    # placement code for it would slow every command; a test keeps it in step.
+    policy: str = typer.Option("pack", "--policy", help="Placement policy."),
+    discipline: str = typer.Option(
+        DISCIPLINES[0], "--discipline", help=f"{', '.join(DISCIPLINES[:-1])} or {DISCIPLINES[-1]}."
+    ),
+    load: float | None = typer.Option(None, "--load", help="Scale arrivals to this load (0-1)."),
+    arrivals: str = typer.Option(
+        "trace", "--arrivals", help="trace (original spacing) or poisson."
+    ),
+    seed: int = typer.Option(0, "--seed", help="Random seed for --arrivals poisson."),
+    cpus: int | None = typer.Option(
+        None, "--cpus", help="Cores of the simulated host (count the trace's cpus column)."
+    ),
+    mem: str | None = typer.Option(
+        None, "--mem", help="Memory of the simulated host (count the trace's mem_bytes column)."
+    ),
+    preemption: bool = typer.Option(
+        False,
+        "--preemption",
+        help="Urgent jobs preempt "
+        "others, as the daemon does (checkpoint after a 60 s "
+        "grace, 60 s to restart).",
+    ),
+    high_priority_share: float | None = typer.Option(
+        None,
+        "--high-priority-share",
+        help="Share of jobs made urgent (priority 10), chosen with --seed; 0.1 with --preemption.",
+    ),
+    estimates: bool = typer.Option(
+        False,
+        "--estimates",
+        help="Give each job --gpu-mem auto "
+        "(GPU memory peaks from a seeded model) and count the jobs "
+        "that shared a GPU and those that would have run out of it.",
+    ),
+    as_json: bool = typer.Option(False, "--json", help=JSON_HELP),
+) -> None:
+    """Replay a job trace in simulated time.
+
+    The trace goes through the very placement and queue code the daemon uses.
+
+    \b
+    Examples:
+      gpusched simulate trace.csv --gpus 8 --discipline backfill
+      gpusched simulate trace.csv --gpus 8 --load 0.5 --preemption
+    """
+    from gpusched.cli.commands.simulate import simulate_command
+
+    raise typer.Exit(
+        simulate_command(
+            trace,
+            gpus=gpus,
+            policy=policy,
+            discipline=discipline,
+            load=load,
+            arrivals=arrivals,
+            seed=seed,
+            as_json=as_json,
+            cpus=cpus,
+            mem=mem,
+            preemption=preemption,
+            high_priority_share=high_priority_share,
+            estimates=estimates,
+        )
+    )
+
+
+@app.command()
+def demo() -> None:
+    """Try gpusched on 4 simulated GPUs; cleans up after itself.
+
+    The demo runs its own daemon in a temporary home, never yours.
+
+    Example: gpusched demo
+    """
+    from gpusched.cli.commands.demo import run_demo
+
+    raise typer.Exit(run_demo(out))
+
+
+@app.command()
+def completions(
+    ctx: typer.Context, shell: str = typer.Argument(..., metavar="SHELL", help="bash, zsh or fish.")
+) -> None:
+    """Print the completion script for a shell.
+
+    The README says where to put it for each shell.
+
+    Example: gpusched completions zsh > ~/.zfunc/_gpusched
+    """
+    from gpusched.cli.completions import SHELLS, generate
+
+    if shell not in SHELLS:
+        raise UsageError(f"no completions for {shell!r}; choose one of: {', '.join(SHELLS)}")
+    sys.stdout.write(generate(shell, ctx.find_root().command))
+
+
+@app.command()
+def man(ctx: typer.Context) -> None:
+    """Print the gpusched(1) man page (roff).
+
+    It is generated from this command line.
+
+    Example: gpusched man | man -l -
+    """
+    from gpusched.cli.manpage import generate
+
+    sys.stdout.write(generate(ctx.find_root().command))
+
+
+@app.command("_job-ids", hidden=True)
+def job_ids_for_completion(scope: str = typer.Argument("all", metavar="active|all")) -> None:
+    """Job ids for shell completion (the console script answers it without typer).
+
+    Example: gpusched _job-ids active
+    """
+    from gpusched.client.jobids import print_job_ids
+
+    raise typer.Exit(print_job_ids([scope]))

@@ -1,0 +1,118 @@
+"""`gpusched usage`: who used the GPUs, and how much, over a period."""
+
+from __future__ import annotations
+
+import time
+
+import typer
+
+from gpusched.cli.common import JSON_HELP, out
+from gpusched.cli.helpformat import App
+from gpusched.client.connection import Client
+from gpusched.client.submit.submitting import print_json
+from gpusched.core.errors import UsageError
+from gpusched.core.units import duration_human, parse_duration
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
+
+app = App()
+GROUPINGS = (
+    "user",
+    "name",
+)  # daemon/observe/usage.py's, written out: the CLI does not import the daemon
+GIB = 1024**3
+
+
+@app.command()
+def usage(
+    since: str | None = typer.Option(
+        None,
+        "--since",
+        metavar="DURATION",
+        help="Only the last DURATION, e.g. 7d, 12h (default: everything the queue remembers).",
+    ),
+    by: str = typer.Option(
+        "user", "--by", metavar="user|name", help="Group by user or by job name."
+    ),
+    as_json: bool = typer.Option(False, "--json", help=JSON_HELP),
+) -> None:
+    """Who used the GPUs, and how much.
+
+    GPU time, observed GPU memory over time, jobs by state and the mean queue wait, per
+    user (or per job name).
+
+    GPU-h is each job's run times its GPUs, cut to the period; MEM GiB-h is the peak GPU
+    memory seen on one of its GPUs times its GPUs times its run (an upper estimate: only
+    the peak is kept). A running job counts its run so far. Jobs that [jobs]
+    keep_finished removed are counted only in a report of all time by user: their usage
+    is kept per user and final state, without the times.
+
+    \b
+    Examples:
+      gpusched usage --since 7d
+      gpusched usage --by name --json
+    """
+    if by not in GROUPINGS:
+        raise UsageError(f"--by {by!r}: choose one of {', '.join(GROUPINGS)}")
+    since_s = None
+    if since is not None:
+        try:
+            since_s = parse_duration(since)
+        except ValueError as exc:
+            raise UsageError(f"--since {since!r}: {exc}; write e.g. 7d or 12h") from None
+    report = Client().call("usage", since_s=since_s, by=by)
+    if as_json:
+        print_json(report)
+        return
+    out.print(usage_text(report), markup=False, highlight=False)
+
+
+def usage_text(report: dict[str, Any]) -> str:
+    """The report as a table, a total line, and what it leaves out."""
+    head = (
+        "USER" if report["by"] == "user" else "NAME",
+        "JOBS",
+        "GPU-H",
+        "MEM GiB-H",
+        "MEAN WAIT",
+        "STATES",
+    )  # every job counted, running ones too: not only ended
+    rows = [_cells(line) for line in report["groups"]]
+    rows.append(_cells({**report["total"], "key": "total"}))
+    widths = [max(len(str(r[i])) for r in [head, *rows]) for i in range(len(head))]
+    lines = [
+        "  ".join(str(cell).ljust(w) for cell, w in zip(r, widths)).rstrip() for r in [head, *rows]
+    ]
+    since = report["since"]
+    lines.insert(
+        0,
+        "usage "
+        + (
+            "of all time"
+            if since is None
+            else f"since {time.strftime('%Y-%m-%d %H:%M', time.localtime(since))}"
+        ),
+    )
+    removed = report["removed_jobs"]
+    if removed["jobs"] and not removed["included"]:
+        lines.append(
+            f"not counted: {removed['jobs']} job(s) removed by [jobs] keep_finished "
+            "(their usage is kept per user, without times: see `gpusched usage` "
+            "with no --since)"
+        )
+    return "\n".join(lines)
+
+
+def _cells(line: dict[str, Any]) -> tuple[str, int, str, str, str, str]:
+    states = " ".join(f"{state} {count}" for state, count in line["states"].items())
+    wait = "-" if line["mean_wait_s"] is None else duration_human(line["mean_wait_s"])
+    return (
+        line["key"] or "(no name)",
+        line["jobs"],
+        f"{line['gpu_seconds'] / 3600:.2f}",
+        f"{line['gpu_mem_byte_seconds'] / GIB / 3600:.2f}",
+        wait,
+        states or "-",
+    )

@@ -1,0 +1,108 @@
+"""The queue's rules (its discipline, per-user limits, the host's capacity) and the order
+they put pending jobs in; fair-share usage, in GPU-seconds, which that order may weigh.
+
+Apart from the pass (core/sched/scheduling.py) so that the config, the simulator and the
+daemon's accounting use them without the scheduler.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from operator import attrgetter
+
+# DISCIPLINES, the names QueueRules.discipline takes, lives in models for the command line.
+from gpusched.core.models import DISCIPLINES, Job
+
+
+@dataclass(frozen=True)
+class HostCapacity:
+    """What the host offers jobs besides GPUs: cores and memory after the system's reserve."""
+
+    cpus: int
+    mem_bytes: int
+    max_running: int | None = None  # at most this many jobs at once (tsp -S)
+
+
+@dataclass(frozen=True)
+class QueueRules:
+    # fifo: priority, then submission, skipping jobs that do not fit (the default).
+    # backfill: fifo, but a later job may not delay the first blocked job's reserved start.
+    # fairshare: priority, then the user's decayed usage over their weight.
+    # sjf: priority, then the shortest time limit (exact durations make it the oracle).
+    discipline: str = DISCIPLINES[0]
+    user_weights: Mapping[str, float] = field(default_factory=dict)
+    max_gpus_per_user: int | None = None
+    max_running_per_user: int | None = None
+    draining: bool = False
+    host: HostCapacity | None = None  # None: host resources are not counted (the simulator)
+
+
+def order_key(job: Job, rules: QueueRules, usage: Mapping[str, float]) -> tuple[float, ...]:
+    if rules.discipline == "fairshare":
+        share = usage.get(job.user, 0.0) / rules.user_weights.get(job.user, 1.0)
+        return (-job.priority, share, job.id)
+    if rules.discipline == "sjf":
+        return (
+            -job.priority,
+            job.time_limit_s if job.time_limit_s is not None else math.inf,
+            job.id,
+        )
+    return (-job.priority, job.id)
+
+
+def fair_share(rules: QueueRules, usage: Mapping[str, float]) -> Callable[[str], float] | None:
+    """Each user's share, by which fairshare merges the users' lines (order_key's); None
+    under the other disciplines."""
+    if rules.discipline != "fairshare":
+        return None
+    return lambda user: usage.get(user, 0.0) / rules.user_weights.get(user, 1.0)
+
+
+def queue_order(pending: Sequence[Job], rules: QueueRules, usage: Mapping[str, float]) -> list[Job]:
+    """The jobs in the order a pass considers them (order_key's)."""
+    if rules.discipline in ("fairshare", "sjf"):
+        return sorted(pending, key=lambda j: order_key(j, rules, usage))
+    # The plain (-priority, id) order as two sorts on attributes, with no Python call
+    # per job: every pass sorts the whole queue, and a queue may hold thousands. The
+    # second sort is stable, reverse=True included, so ids stay in order within a priority.
+    ordered = sorted(pending, key=attrgetter("id"))
+    ordered.sort(key=attrgetter("priority"), reverse=True)
+    return ordered
+
+
+def decay_usage(
+    usage: Mapping[str, float], running: Sequence[Job], elapsed_s: float, half_life_s: float
+) -> dict[str, float]:
+    """Fair-share usage in GPU-seconds: old usage halves every half-life, running jobs add
+    their GPUs for the whole time (the simulator's step, from one event to the next)."""
+    return add_usage(
+        usage,
+        ((job.user, max(job.request.gpus, 0) * elapsed_s) for job in running),
+        elapsed_s,
+        half_life_s,
+    )
+
+
+def add_usage(
+    usage: Mapping[str, float],
+    gpu_seconds: Iterable[tuple[str, float]],
+    elapsed_s: float,
+    half_life_s: float,
+) -> dict[str, float]:
+    """Fair-share usage after elapsed_s: the old halves every half-life, then each
+    (user, GPU-seconds) used meanwhile is added."""
+    factor = 0.5 ** (elapsed_s / half_life_s) if half_life_s > 0 else 0.0
+    out = {user: value * factor for user, value in usage.items() if value * factor > 1e-3}
+    for user, seconds in gpu_seconds:
+        out[user] = out.get(user, 0.0) + seconds
+    return out
+
+
+def run_gpu_seconds(job: Job, since: float, until: float) -> float:
+    """The GPU-seconds a run used from `since` (or its start, if later) to `until`.
+    Negative when `until` comes first: it takes back what was counted for a run that had
+    already ended (its end was noticed later than it happened)."""
+    start = since if job.started_at is None else max(job.started_at, since)
+    return max(job.request.gpus, 0) * (until - start)

@@ -1,0 +1,118 @@
+"""The job supervisor's starts: which jobs it starts itself, the spawn, the run file.
+
+A plain job (needs_shim: none of system mode, cgroups, containers or capped logs) is
+posix_spawned directly, leading a session of its own, its logs, environment, working
+directory and CPU pinning as a shim would give them (the spawn is the shim's own code,
+shim._spawn_as_ourselves). Its pid and start ticks go into its run file's "shim" record,
+marked supervised: the daemon watches and measures the job's own process, and signals
+it through the supervisor. Standard library only (proc/supervisor/main.py).
+"""
+
+from __future__ import annotations
+
+import os
+import resource
+import signal
+import time
+from collections.abc import Callable
+
+from gpusched.proc import jobenv, jobexec, runfile, shim
+from gpusched.proc.supervisor import ends
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
+
+# pidfds: Linux 5.3 and Python 3.9; waitid on one, Linux 5.4. Without them, a shim per job.
+CAN_SUPERVISE = hasattr(os, "pidfd_open") and hasattr(os, "P_PIDFD")
+_FDS_MAX = resource.getrlimit(resource.RLIMIT_NOFILE)[0]  # jobs keep the soft limit: not raised
+if _FDS_MAX == resource.RLIM_INFINITY or _FDS_MAX <= 0:
+    _FDS_MAX = 1 << 30
+_FDS_SPARE = 64  # descriptors kept for links, a spawn's logs, run files
+
+
+def needs_shim(spec: dict[str, Any]) -> bool:
+    """Whether the job needs a shim of its own: a privilege drop (system mode), a cgroup to
+    join, a container to remove, or logs to cap (threads that copy its output)."""
+    return (
+        spec.get("run_as") is not None
+        or bool(spec.get("cgroup"))
+        or bool(spec.get("max_log_bytes"))
+        or "container_remove" in spec
+        or not CAN_SUPERVISE
+    )
+
+
+def has_fds_for_one_more(fds_held: int) -> bool:
+    """Whether another job's pidfd fits under our descriptor limit (past it, a shim
+    watches the job)."""
+    return fds_held + _FDS_SPARE < _FDS_MAX
+
+
+class Supervised:
+    """A job we started and watch: its pid (its session and group), pidfd and run."""
+
+    __slots__ = ("pid", "pidfd", "run_file", "run", "wake", "grace_s", "token", "kill_at")
+
+    def __init__(self, spec: dict[str, Any], pid: int, pidfd: int):
+        self.pid, self.pidfd = pid, pidfd
+        self.run_file, self.run, self.wake = spec["run_file"], spec.get("run"), spec["wake"]
+        self.grace_s = float(spec.get("grace_s", 10.0))
+        self.token = spec["env"].get(jobenv.RUN_TOKEN, "")
+        self.kill_at: float | None = None  # when a SIGTERM's grace runs out (monotonic)
+
+
+def start(
+    spec: dict[str, Any], line: bytes, dirs: set[str], wake: Callable[[str], None]
+) -> Supervised | None:
+    """Spawn the job and write its run file; None if it could not start (its exit record
+    then says why, made durable, and the daemon is woken: wake(path)). dirs: the id-range
+    directories known to exist (added to)."""
+    directory = os.path.dirname(spec["run_file"])
+    if directory not in dirs:  # the job's logs go beside its run file
+        os.makedirs(directory, 0o700, exist_ok=True)
+        dirs.add(directory)
+    try:
+        pid = _spawn(spec)
+    except (OSError, ValueError) as exc:  # noted in the job's log by the spawn
+        # ValueError: a NUL in a path, say. One job's start fails; our loop serves on.
+        _failed_start(spec, line, f"cannot start: {jobexec.in_words(exc)}", wake)
+        return None
+    pidfd = os.pidfd_open(pid)
+    try:
+        runfile.begin_run_file(spec, line, (pid, runfile.read_proc_stat(pid).start_ticks))
+    except OSError as exc:
+        os.killpg(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+        os.close(pidfd)
+        shim.notify_daemon(
+            spec, runfile.launch_failure(spec["job_id"], f"cannot create its run file: {exc}")
+        )
+        return None
+    return Supervised(spec, pid, pidfd)
+
+
+def _failed_start(spec: dict[str, Any], line: bytes, why: str, wake: Callable[[str], None]) -> None:
+    try:
+        path = runfile.begin_run_file(spec, line)
+        runfile.append_exit(path, runfile.ExitRecord(127, None, time.time(), why), spec.get("run"))
+        ends.make_durable([path])
+    except OSError as exc:
+        why = f"cannot create its run file: {exc}"
+        shim.notify_daemon(spec, runfile.launch_failure(spec["job_id"], why))
+        return
+    wake(spec["wake"])
+
+
+def _spawn(spec: dict[str, Any]) -> int:
+    """The job posix_spawned in its own session, from its working directory and pinned to
+    its cores: both set on us for the spawn (inherited), then undone (a working directory
+    we stayed in would keep its filesystem from being unmounted)."""
+    pinned = spec.get("cpu_ids")
+    before = os.sched_getaffinity(0) if pinned else None
+    try:
+        return shim._spawn_as_ourselves(spec, own_session=True)
+    finally:
+        os.chdir("/")
+        if before is not None:
+            os.sched_setaffinity(0, before)
