@@ -17,13 +17,10 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from typing import Any, TypeGuard
 
 from gpusched.core.sched import gpuoom
 from gpusched.proc import jobenv
-
-TYPE_CHECKING = False
-if TYPE_CHECKING:
-    from typing import Any, TypeGuard
 
 PROGRESS_FILE_VAR = jobenv.PROGRESS_FILE
 PROGRESS_MAX_BYTES = 4096  # the reader refuses anything larger: a progress file is tiny
@@ -330,7 +327,7 @@ def limit_torch_memory(environ: Mapping[str, str] | None = None) -> MemoryLimit:
     if mem_bytes is None:
         return MemoryLimit(reason="no --gpu-mem declared: the job has whole GPUs")
     try:
-        import torch
+        import torch  # noqa: PLC0415 - the job's own torch, seconds to import: only when asked
     except ImportError:
         return MemoryLimit(reason="torch is not installed")
     if not torch.cuda.is_available():

@@ -8,16 +8,12 @@ by option name, else from the option's name in capitals (as argparse does).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import typer
 from typer.core import TyperCommand, TyperGroup
-
-TYPE_CHECKING = False
-if TYPE_CHECKING:
-    from collections.abc import Callable
-
-    from typer.models import CommandFunctionType
+from typer.models import CommandFunctionType
 
 HELP_OPTIONS = ["-h", "--help"]
 

@@ -9,10 +9,7 @@ from __future__ import annotations
 
 import os
 import sys
-
-TYPE_CHECKING = False
-if TYPE_CHECKING:
-    from typing import Any
+from typing import Any
 
 NOTIFY_SEND_TIMEOUT_S = 10.0
 

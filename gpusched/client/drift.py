@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import os
 
-TYPE_CHECKING = False
+TYPE_CHECKING = False  # not typing: 12 ms at every fast command (tests/test_lean_imports.py)
 if TYPE_CHECKING:
     from collections.abc import Mapping
     from typing import Any

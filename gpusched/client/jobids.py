@@ -7,10 +7,7 @@ two seconds, and prints nothing at all when anything goes wrong.
 from __future__ import annotations
 
 import sys
-
-TYPE_CHECKING = False
-if TYPE_CHECKING:
-    from typing import Any
+from typing import Any
 
 SCOPES = ("active", "all")  # active: your pending and running jobs; all: every job you see
 TIMEOUT_S = 2.0

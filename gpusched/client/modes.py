@@ -8,7 +8,7 @@ import stat
 from gpusched.client.paths import Paths, absolute, resolve_paths
 from gpusched.core.errors import ConfigError
 
-TYPE_CHECKING = False
+TYPE_CHECKING = False  # not typing: 12 ms at every fast command (tests/test_lean_imports.py)
 if TYPE_CHECKING:
     from collections.abc import Mapping
 

@@ -6,16 +6,12 @@ too for the daemon and the tests.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 from gpusched.client.wire import MAX_FRAME_BYTES, encode, peer_credentials, receive, send  # noqa: F401
 from gpusched.core.errors import ProtocolError
 from gpusched.core.spec import syntax, values
-
-# typing is imported only by type checkers: every CLI call imports this module, and
-# typing would cost each several ms.
-TYPE_CHECKING = False
-if TYPE_CHECKING:
-    from collections.abc import Callable
-    from typing import Any
 
 READ_TIMEOUT_S = 10.0
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 from gpusched.core.spec.values import HIDDEN
 from gpusched.core.units import size_human
 
-TYPE_CHECKING = False
+TYPE_CHECKING = False  # not typing: 12 ms at every fast command (tests/test_lean_imports.py)
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
     from typing import Any

@@ -5,7 +5,9 @@ from __future__ import annotations
 import os
 import sys
 from dataclasses import dataclass, fields, replace
+from difflib import get_close_matches
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 from gpusched.core.configkeys import KEYS
@@ -17,10 +19,6 @@ from gpusched.core.sched.queuerules import QueueRules
 from gpusched.core.slurm.clusterconf import ClusterConfig, check_default, parse_clusters
 from gpusched.core.slurm.clusterconf import example as clusters_example
 from gpusched.core.spec import limits
-
-TYPE_CHECKING = False
-if TYPE_CHECKING:
-    from types import ModuleType
 
 # Placement's own defaults, which the [gpus] and [scheduling] settings start from:
 # policies.placement_rules turns the settings back into PlacementRules.
@@ -118,9 +116,9 @@ class Settings:
 def _toml() -> ModuleType:
     """tomllib, imported only when a config file exists: `submit` should not pay for it."""
     if sys.version_info >= (3, 11):
-        import tomllib
+        import tomllib  # noqa: PLC0415 - 9 ms of each daemon start without a config file
     else:  # pragma: no cover - exercised on Python 3.10 only
-        import tomli as tomllib
+        import tomli as tomllib  # noqa: PLC0415 - as tomllib above
     toml: ModuleType = tomllib  # typed here: tomli, which mypy's Python 3.10 sees, has no stubs
     return toml
 
@@ -128,8 +126,6 @@ def _toml() -> ModuleType:
 def _near_key(section: str, key: str) -> str | None:
     """The key a typo most likely meant: one near it in its own section (`host.cpu`), the
     same key in another section, or a near one in any section."""
-    from difflib import get_close_matches
-
     own = [k.split(".")[1] for k in KEYS if k.startswith(f"{section}.")]
     near = get_close_matches(key, own, n=1)
     if near:
@@ -143,8 +139,6 @@ def _unknown_key(section: str, key: str | None, source: str) -> ConfigError:
     """An unknown section or key (key None: a bare `key = value` outside any section),
     with the near one when a typo explains it (`host.cpu`, `[hots]`, a key in the wrong
     section); the valid keys only when nothing is near."""
-    from difflib import get_close_matches
-
     sections = list(dict.fromkeys(dotted.split(".")[0] for dotted in KEYS))
     if key is None:  # `cpus = 4` before any [section]
         near = _near_key("", section)

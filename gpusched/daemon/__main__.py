@@ -5,11 +5,10 @@ whose import made a daemon take half as long again to answer (bench/bench_comman
 import sys
 
 from gpusched.core.errors import GpuschedError, report_error, report_unexpected
+from gpusched.daemon.startup import serve_command
 
 
 def main() -> int:
-    from gpusched.daemon.startup import serve_command
-
     try:
         serve_command(system=False, user=True)
     except GpuschedError as exc:

@@ -15,7 +15,7 @@ from filelock import FileLock, Timeout
 
 from gpusched import __version__
 from gpusched.client import drift
-from gpusched.client.modes import ensure_public_dir
+from gpusched.client.modes import daemon_paths, ensure_public_dir
 from gpusched.client.paths import Paths, ensure_private_dir
 from gpusched.core.config import Settings, load_settings
 from gpusched.core.errors import ConfigError, GpuschedError
@@ -34,8 +34,6 @@ log = logging.getLogger("gpusched.daemon.loop")
 
 def serve_command(system: bool, user: bool) -> None:
     """`gpusched daemon run [--system|--user]` and `python -m gpusched.daemon` (--user)."""
-    from gpusched.client.modes import daemon_paths
-
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     serve(daemon_paths(system, user))
 

@@ -8,6 +8,7 @@ from typing import Protocol
 
 from gpusched.core.errors import ConfigError
 from gpusched.core.models import Inventory, Job
+from gpusched.gpus.simulated import SimulatedBackend
 
 
 class GpuBackend(Protocol):
@@ -26,12 +27,11 @@ def open_backend(simulate: str, processes_file: str | Path) -> GpuBackend:
     A `simulate` that names no GPUs is a ConfigError naming both places it comes from.
     """
     if simulate:
-        from gpusched.gpus.simulated import SimulatedBackend
-
         try:
             return SimulatedBackend.from_spec(simulate, processes_file)
         except ValueError as exc:
             raise ConfigError(f"gpus.simulate / GPUSCHED_SIMULATE: {exc}") from None
-    from gpusched.gpus.nvml import NvmlBackend
+    # psutil and pynvml: 40 ms of a daemon's start, not for simulated GPUs
+    from gpusched.gpus.nvml import NvmlBackend  # noqa: PLC0415
 
     return NvmlBackend()

@@ -14,8 +14,9 @@ import subprocess
 import time
 
 from gpusched.core.spec import container
+from gpusched.proc import privileges
 
-TYPE_CHECKING = False
+TYPE_CHECKING = False  # not typing: in the shim's import chain (tests/test_boundaries.py)
 if TYPE_CHECKING:
     from collections.abc import Callable
     from typing import Any
@@ -49,8 +50,6 @@ def _run_once(argv: list[str], env: dict[str, str], run_as: int | None) -> str:
     group: int | None = None
     extra_groups: list[int] | None = None
     if run_as is not None and os.geteuid() == 0 and run_as != 0:
-        from gpusched.proc import privileges
-
         who = privileges.identity_of(int(run_as))
         user, group, extra_groups = who.uid, who.gid, list(who.groups)
     try:

@@ -15,13 +15,10 @@ import socket
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from gpusched.core.errors import GpuschedError
 from gpusched.proc import privileges
-
-TYPE_CHECKING = False
-if TYPE_CHECKING:
-    from typing import Any
 
 INSTALL_HINT = (
     "install HAProxy from your distribution's packages (Debian/Ubuntu: "

@@ -12,7 +12,7 @@ import errno
 import os
 import stat
 
-TYPE_CHECKING = False
+TYPE_CHECKING = False  # not typing: in the shim's import chain (tests/test_boundaries.py)
 if TYPE_CHECKING:
     from collections.abc import Callable
     from typing import TypeVar

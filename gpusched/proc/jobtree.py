@@ -13,7 +13,7 @@ import time
 
 from gpusched.proc import runfile
 
-TYPE_CHECKING = False
+TYPE_CHECKING = False  # not typing: in the shim's import chain (tests/test_boundaries.py)
 if TYPE_CHECKING:
     from collections.abc import Callable
 

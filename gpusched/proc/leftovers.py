@@ -21,7 +21,7 @@ from collections import namedtuple
 
 from gpusched.proc import jobenv, runfile
 
-TYPE_CHECKING = False
+TYPE_CHECKING = False  # not typing: the supervisor's import chain, which forks the shim
 if TYPE_CHECKING:
     from typing import Any
 

@@ -18,7 +18,7 @@ import threading
 
 from gpusched.core import logmark
 
-TYPE_CHECKING = False
+TYPE_CHECKING = False  # not typing: in the shim's import chain (tests/test_boundaries.py)
 if TYPE_CHECKING:
     from typing import Any
 

@@ -111,7 +111,8 @@ def open_as_owner(path: str, flags: int, uid: int) -> int:
     it is there but not a regular file of uid's)."""
     if os.geteuid() != 0 or uid == 0:
         return _open_regular(path, flags, uid)
-    import socket
+    # socket: 10 ms of every `gpusched logs` (cli/logview.py opens logs here), only as root
+    import socket  # noqa: PLC0415
 
     who = identity_of(uid)
     ours, theirs = socket.socketpair()

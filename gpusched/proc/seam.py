@@ -14,16 +14,13 @@ import socket
 import threading
 from collections.abc import Iterable
 from pathlib import Path
+from typing import Any
 
 import psutil
 
 from gpusched.core.models import Job
-from gpusched.proc import jobtree, leftovers, privileges, runfile
+from gpusched.proc import containerrun, jobtree, leftovers, privileges, runfile
 from gpusched.proc.supervisorclient import SUPERVISOR_PATH, SupervisorLink, supervisor_socket
-
-TYPE_CHECKING = False
-if TYPE_CHECKING:
-    from typing import Any
 
 
 def read_boot_id() -> str:
@@ -255,8 +252,6 @@ class ProcessSeam:
     def remove_container(spec: dict[str, Any]) -> None:
         """Remove a lost job's container (proc/containerrun.py), off the loop: a runtime
         may take seconds."""
-        from gpusched.proc import containerrun
-
         threading.Thread(
             target=containerrun.remove,
             args=(spec,),

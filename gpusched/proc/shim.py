@@ -26,7 +26,7 @@ if __name__ == "__main__":  # run by path with -I -S: make the package importabl
 
 from gpusched.proc import jobexec, jobtree, runfile
 
-TYPE_CHECKING = False
+TYPE_CHECKING = False  # not typing: in the shim's import chain (tests/test_boundaries.py)
 if TYPE_CHECKING:
     from types import ModuleType
     from typing import Any

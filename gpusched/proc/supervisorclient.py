@@ -13,12 +13,9 @@ import socket
 import subprocess
 import sys
 import threading
+from typing import Any
 
 from gpusched.proc.supervisor import main as supervisor
-
-TYPE_CHECKING = False
-if TYPE_CHECKING:
-    from typing import Any
 
 SUPERVISOR_PATH = supervisor.__file__
 _HELLO_WAIT_S = 30.0  # a supervisor starting on a loaded machine: a second or two

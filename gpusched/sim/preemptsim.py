@@ -14,15 +14,12 @@ import heapq
 import random
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 from gpusched.core.models import GpuInfo, Job, JobState
 from gpusched.core.sched import placement, preemption, queuerules, scheduling
 from gpusched.sim import simulator, traces
 from gpusched.sim.simulator import JobResult, _Replay
-
-TYPE_CHECKING = False
-if TYPE_CHECKING:
-    from typing import Any
 
 HIGH_PRIORITY = 10
 DEFAULT_HIGH_SHARE = 0.1

@@ -17,7 +17,7 @@ from gpusched.core.models import DISCIPLINES, GpuInfo, Inventory, Job, Request
 from gpusched.core.sched import placement, queuerules, scheduling
 from gpusched.core.sched.pendingqueue import PendingQueue
 from gpusched.core.sched.placement import PlacementRules, Policy
-from gpusched.core.sched.policies import placement_rules
+from gpusched.core.sched.policies import load_custom_policies, placement_rules
 from gpusched.core.sched.queuerules import HostCapacity, QueueRules, fair_share
 from gpusched.sim import traces
 
@@ -271,10 +271,6 @@ class _Replay:
 def _rules(policy: str, custom: Mapping[str, Policy] | None) -> PlacementRules:
     custom = dict(custom or {})
     if policy not in placement.BUILTIN_POLICIES and policy not in custom:
-        from gpusched.core.sched.policies import (
-            load_custom_policies,  # only when a plug-in is named
-        )
-
         custom = {**load_custom_policies(), **custom}
     names = [*placement.BUILTIN_POLICIES, *custom]
     if policy not in names:

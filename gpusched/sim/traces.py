@@ -5,17 +5,14 @@ from __future__ import annotations
 import csv
 import math
 import random
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import TypeVar
 
 from gpusched.core.errors import GpuschedError, UsageError
 
-TYPE_CHECKING = False
-if TYPE_CHECKING:
-    from collections.abc import Callable
-    from typing import TypeVar
-
-    _Number = TypeVar("_Number", int, float)
+_Number = TypeVar("_Number", int, float)
 
 DAY_S = 86400.0
 PHILLY_COLUMNS = (

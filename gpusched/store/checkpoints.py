@@ -16,8 +16,8 @@ from __future__ import annotations
 import logging
 import sqlite3
 import threading
+from typing import TYPE_CHECKING
 
-TYPE_CHECKING = False
 if TYPE_CHECKING:
     from gpusched.store.database import Store
 

@@ -7,6 +7,7 @@ import os
 import sqlite3
 import stat
 from dataclasses import asdict, dataclass, field
+from typing import Any
 
 from gpusched.client.connection import lock_is_held
 from gpusched.client.paths import Paths
@@ -18,10 +19,6 @@ from gpusched.proc import runfile
 from gpusched.store import integrity
 from gpusched.store.rows import DamagedRow, row_to_job
 from gpusched.store.schema import MIGRATIONS
-
-TYPE_CHECKING = False
-if TYPE_CHECKING:
-    from typing import Any
 
 OK, NOTE, PROBLEM = "ok", "note", "problem"
 

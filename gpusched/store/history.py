@@ -6,13 +6,11 @@ from __future__ import annotations
 
 import json
 import sqlite3
+from collections.abc import Iterable
+from typing import TYPE_CHECKING
 
 from gpusched.core.models import Job, JobState
 from gpusched.core.spec.jobname import program_name_of_json
-
-TYPE_CHECKING = False
-if TYPE_CHECKING:
-    from collections.abc import Iterable
 
 IDS_PER_QUERY = 500  # under SQLite's oldest limit on bound values (999)
 # What store/rowusage.py reads of a row.

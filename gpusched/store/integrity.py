@@ -20,6 +20,7 @@ import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from gpusched.core.errors import StoreError
 from gpusched.proc import runfile
@@ -240,8 +241,6 @@ def reading(path: str, wal: bytes | None = None) -> Iterator[sqlite3.Connection]
     sidecars = [s for s in SIDECARS if os.path.exists(path + s)]
     if not sidecars and wal is None:
         # as_uri-style quoting: a '?' or '#' in the path is not read as URI syntax.
-        from pathlib import Path
-
         conn = sqlite3.connect(f"{Path(path).absolute().as_uri()}?immutable=1", uri=True)
         try:
             yield conn

@@ -12,6 +12,7 @@ import os
 import sqlite3
 import time
 from dataclasses import dataclass, field
+from typing import Any
 
 from filelock import FileLock, Timeout
 
@@ -23,10 +24,6 @@ from gpusched.store import integrity, walcheck
 from gpusched.store.database import Store
 from gpusched.store.rows import DamagedRow, row_to_job
 from gpusched.store.schema import MIGRATIONS
-
-TYPE_CHECKING = False
-if TYPE_CHECKING:
-    from typing import Any
 
 # What --repair does not decide for the user: the check's own message says what to do.
 _BY_HAND = ("symlink", "not_regular", "unreadable", "newer")

@@ -6,13 +6,10 @@ from __future__ import annotations
 
 import json
 from dataclasses import asdict, fields
+from typing import Any
 
 from gpusched.core.models import Job
 from gpusched.store.rows import JSON_TUPLES
-
-TYPE_CHECKING = False
-if TYPE_CHECKING:
-    from typing import Any
 
 _JOB_FIELDS = [f.name for f in fields(Job) if f.name != "request"]
 

@@ -7,14 +7,19 @@ import os
 import sys
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from contextlib import ExitStack
+from typing import Any
+
+from rich.console import Console
+from rich.live import Live
 
 from gpusched.core.config import Settings, load_settings
+from gpusched.core.errors import UsageError
 from gpusched.core.users import current_user_name
+from gpusched.tui.keys import KeyReader, Terminated
 from gpusched.tui.model import ViewState, apply_key
-
-if TYPE_CHECKING:
-    from gpusched.tui.snapshot import SnapshotSource
+from gpusched.tui.render import SORT_KEYS, render, to_text
+from gpusched.tui.snapshot import SnapshotSource
 
 
 def my_view(settings: Settings) -> ViewState:
@@ -32,12 +37,8 @@ def run_top(interval: float, once: bool, open_backend: Callable[[str, str], Any]
 
     open_backend: how to read the GPUs when no daemon answers (see SnapshotSource).
     """
-    from gpusched.core.errors import UsageError
-
     if not interval >= 0.1:  # also refuses NaN; a smaller interval would only burn CPU
         raise UsageError(f"--interval must be at least 0.1 seconds, not {interval}")
-    from gpusched.tui.snapshot import SnapshotSource
-
     once = once or not sys.stdout.isatty()
     source = SnapshotSource(open_backend, check_daemon=once)
     settings = load_settings(source.paths.config_file)
@@ -51,10 +52,6 @@ def run_top(interval: float, once: bool, open_backend: Callable[[str, str], Any]
 
 
 def print_once(source: SnapshotSource, view: ViewState) -> int:
-    from rich.console import Console
-
-    from gpusched.tui.render import render, to_text
-
     console = Console(highlight=False, soft_wrap=False)
     frame = render(source.take(), view, console.width, None)
     if not console.is_terminal or os.environ.get("NO_COLOR"):
@@ -66,14 +63,6 @@ def print_once(source: SnapshotSource, view: ViewState) -> int:
 
 def live(source: SnapshotSource, interval: float, view: ViewState) -> int:
     """Refresh in place until `q`; the terminal is restored on every way out."""
-    from contextlib import ExitStack
-
-    from rich.console import Console
-    from rich.live import Live
-
-    from gpusched.tui.keys import KeyReader, Terminated
-    from gpusched.tui.render import SORT_KEYS, render
-
     console = Console(highlight=False)
     try:
         with ExitStack() as stack:

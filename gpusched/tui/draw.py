@@ -8,6 +8,7 @@ from collections.abc import Iterable, Sequence
 from rich.cells import cell_len, set_cell_size
 from rich.console import Console, ConsoleOptions, RenderResult
 from rich.segment import Segment
+from rich.style import Style
 
 # The text helpers live where the fast command path can use them without rich.
 from gpusched.client.textcells import Cell as Cell
@@ -19,10 +20,6 @@ from gpusched.client.textcells import command_human as command_human
 from gpusched.client.textcells import printable as printable
 from gpusched.client.textcells import request_human as request_human
 from gpusched.client.textcells import text_width as text_width
-
-TYPE_CHECKING = False
-if TYPE_CHECKING:
-    from rich.style import Style
 
 # Who gets the lines of a short terminal first: pending rows are cut first (the header
 # still counts them all), the GPU rows last.

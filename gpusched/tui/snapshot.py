@@ -11,6 +11,9 @@ from typing import Any
 
 import psutil
 
+from gpusched.client.connection import Client
+from gpusched.core.config import load_settings
+from gpusched.core.errors import ConfigError, DaemonUnavailable, GpuschedError
 from gpusched.core.models import Inventory, inventory_from_dict
 from gpusched.proc import runfile
 from gpusched.tui.model import DaemonInfo, HostInfo, ProcHost, Snapshot, TopJob
@@ -100,8 +103,6 @@ class SnapshotSource:
         answers (gpus.open_backend, passed in: the TUI never imports the GPU layer).
         check_daemon: warn on stderr when the daemon runs with other GPUs or config than
         this environment asks for (not while a live screen is up)."""
-        from gpusched.client.connection import Client
-
         # Without paths, the system daemon when one runs. Top only watches: never start one.
         self.client = Client(paths, autostart=False, check_daemon=check_daemon)
         self.paths = self.client.paths
@@ -116,8 +117,6 @@ class SnapshotSource:
         self._pending_counts: dict[str, int | None] = {}
 
     def take(self) -> Snapshot:
-        from gpusched.core.errors import DaemonUnavailable, GpuschedError
-
         try:
             # The version only once the daemon gave one: an older daemon refuses it.
             known = (
@@ -188,9 +187,6 @@ class SnapshotSource:
 
     def _open_backend(self) -> Any:
         if self._backend is None and not self._backend_problem:
-            from gpusched.core.config import load_settings
-            from gpusched.core.errors import ConfigError
-
             settings = load_settings(self.paths.config_file)
             try:
                 self._backend = self._open(settings.simulate, self.paths.sim_processes)

@@ -6,10 +6,7 @@ import typer
 
 from gpusched.cli.common import JSON_HELP, out
 from gpusched.cli.helpformat import App
-
-TYPE_CHECKING = False
-if TYPE_CHECKING:
-    from gpusched.client.paths import Paths
+from gpusched.client.paths import Paths
 
 app = App()
 

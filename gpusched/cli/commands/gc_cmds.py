@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from typing import Any
 
 import typer
 
@@ -11,10 +12,6 @@ from gpusched.cli.helpformat import App
 from gpusched.client.connection import Client
 from gpusched.client.submit.submitting import print_json
 from gpusched.core.units import duration_human, size_human
-
-TYPE_CHECKING = False
-if TYPE_CHECKING:
-    from typing import Any
 
 app = App()
 

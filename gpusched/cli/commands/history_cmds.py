@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import typer
 
 from gpusched.cli.common import JSON_HELP, out
@@ -13,10 +15,6 @@ from gpusched.client.submit.submitting import print_json
 from gpusched.core.errors import UsageError
 from gpusched.core.sched.memestimate import job_key
 from gpusched.core.units import duration_human, size_human
-
-TYPE_CHECKING = False
-if TYPE_CHECKING:
-    from typing import Any
 
 app = App()
 

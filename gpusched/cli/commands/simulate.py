@@ -6,8 +6,10 @@ from __future__ import annotations
 import json
 import sys
 import time
+from collections.abc import Sequence
 from dataclasses import asdict
 from pathlib import Path
+from typing import Any
 
 from gpusched.client.submit.jobrequest import size_option
 from gpusched.core.errors import UsageError
@@ -15,11 +17,6 @@ from gpusched.core.sched.queuerules import HostCapacity
 from gpusched.sim import estimates as memory
 from gpusched.sim import traces
 from gpusched.sim.simulator import TAU_S, Metrics, check_choices, compute_metrics, simulate
-
-TYPE_CHECKING = False
-if TYPE_CHECKING:
-    from collections.abc import Sequence
-    from typing import Any
 
 
 def _report(trace: traces.Trace, metrics: Metrics, settings: dict[str, Any]) -> dict[str, Any]:

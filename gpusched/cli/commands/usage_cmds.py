@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from typing import Any
 
 import typer
 
@@ -12,10 +13,6 @@ from gpusched.client.connection import Client
 from gpusched.client.submit.submitting import print_json
 from gpusched.core.errors import UsageError
 from gpusched.core.units import duration_human, parse_duration
-
-TYPE_CHECKING = False
-if TYPE_CHECKING:
-    from typing import Any
 
 app = App()
 GROUPINGS = (

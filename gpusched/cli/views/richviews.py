@@ -23,12 +23,9 @@ from gpusched.cli.views.lsview import (  # noqa: F401
     write_problem_line,
 )
 from gpusched.cli.views.plainout import GPU_COLUMNS, PROCESS_COLUMNS, gpu_row, process_rows
+from gpusched.client.textcells import Line
 from gpusched.core.units import duration_human
 from gpusched.tui.draw import Frame
-
-TYPE_CHECKING = False
-if TYPE_CHECKING:
-    from gpusched.client.textcells import Line
 
 
 def _plain(text: str) -> Text:

@@ -3,10 +3,7 @@
 from __future__ import annotations
 
 import time
-
-TYPE_CHECKING = False
-if TYPE_CHECKING:
-    from typing import Any
+from typing import Any
 
 
 def _ms(value: float | None) -> str:

@@ -8,14 +8,11 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Iterator
 
 from gpusched.core.errors import UsageError
 from gpusched.core.spec import limits
 from gpusched.core.spec.values import is_text
-
-TYPE_CHECKING = False
-if TYPE_CHECKING:
-    from collections.abc import Iterator
 
 # Each line is a shell command, as a sweep file holds it: the job's command is this
 # prefix and the line.

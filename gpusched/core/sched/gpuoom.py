@@ -7,9 +7,9 @@ writes REPORT_MARK through gpusched.job.report_oom().
 from __future__ import annotations
 
 import math
+from typing import TYPE_CHECKING
 
 # The job imports this module (gpusched.job.report_oom): models only for type checkers.
-TYPE_CHECKING = False
 if TYPE_CHECKING:
     from gpusched.core.models import Inventory, Request
 

@@ -3,17 +3,20 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
+from importlib.metadata import entry_points
 
 from gpusched.core.config import Settings
 from gpusched.core.errors import ConfigError
-from gpusched.core.sched.placement import BUILTIN_POLICIES, GpuLoad, PlacementRules, Policy, Veto
-
-TYPE_CHECKING = False
-if TYPE_CHECKING:
-    from collections.abc import Sequence
-
-    from gpusched.core.models import Request
-    from gpusched.core.sched.placement import PolicyContext
+from gpusched.core.models import Request
+from gpusched.core.sched.placement import (
+    BUILTIN_POLICIES,
+    GpuLoad,
+    PlacementRules,
+    Policy,
+    PolicyContext,
+    Veto,
+)
 
 log = logging.getLogger("gpusched.policies")
 ENTRY_POINT_GROUP = "gpusched.policies"
@@ -25,8 +28,6 @@ def load_custom_policies() -> dict[str, Policy]:
     One that fails to load is logged and skipped, so a broken plug-in cannot stop the
     daemon unless the config asks for it (then placement_rules names it).
     """
-    from importlib.metadata import entry_points  # a slow import: only when policies are loaded
-
     found: dict[str, Policy] = {}
     for entry in entry_points(group=ENTRY_POINT_GROUP):
         if entry.name in BUILTIN_POLICIES:

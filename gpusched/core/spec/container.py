@@ -16,6 +16,8 @@ limits, --signal warnings, logs and exit statuses go the plain job's way:
 
 from __future__ import annotations
 
+import re
+
 RUNTIMES = ("podman", "docker")
 # How a job's GPUs reach its container: "cdi" names them by UUID in a CDI spec
 # (`nvidia-ctk cdi generate`), "runtime" through the runtime's own GPU option (docker
@@ -40,8 +42,6 @@ def cdi_gpu_names(spec_texts: list[str]) -> frozenset[str]:
     """The device names of kind nvidia.com/gpu in CDI spec files (YAML or JSON), read
     without a YAML parser: the names `nvidia-ctk cdi generate` writes (indices, UUIDs,
     "all") are plain words, each on a `name:` line of a spec whose kind is nvidia.com/gpu."""
-    import re  # only when a container job starts: config imports this module
-
     names: set[str] = set()
     for text in spec_texts:
         if CDI_KIND not in text:

@@ -16,7 +16,6 @@ from gpusched.core.spec.syntax import (
     MAX_JOB_ID,
     MAX_PRIORITY,
     RETRY_ON_CHOICES,
-    WARN_SIGNALS,
 )
 
 MAX_GPUS_PER_JOB = 64
@@ -282,10 +281,10 @@ def check_job_spec(spec: Any, policies: list[str]) -> dict[str, Any]:
         values.choice(policy, "policy", policies)
     retry_delay_s = _number(spec, "retry_delay_s", 0.0)
     warn_signal = whole_number(spec, "warn_signal", None, 1, 64)
-    if warn_signal is not None and warn_signal not in WARN_SIGNALS:
+    if warn_signal is not None and warn_signal not in syntax.warn_signals():
         raise UsageError(
             f"--signal must be one the job's shim passes on "
-            f"({', '.join(str(int(s)) for s in WARN_SIGNALS)}), not {warn_signal}"
+            f"({', '.join(str(s) for s in syntax.warn_signals())}), not {warn_signal}"
         )
     return {
         "command": _command(spec),

@@ -8,13 +8,12 @@ to send at all. Kept light: a `submit --from-file` imports this module.
 
 from __future__ import annotations
 
+import re
+from typing import Any
+
 from gpusched.core.errors import ProtocolError, UsageError
 from gpusched.core.record import Record
 from gpusched.core.units import parse_size
-
-TYPE_CHECKING = False
-if TYPE_CHECKING:
-    from typing import Any
 
 
 class Limits(Record):
@@ -181,8 +180,6 @@ _AS_STEPS = bytes.maketrans(b"[{]}", b"\x02\x02\x00\x00")  # open: +1, close: -1
 def json_depth(raw: bytes) -> int:
     """How deeply the JSON text nests objects and lists, read from the bytes alone, so
     that a 100,000-deep request is measured without recursing into it."""
-    import re
-
     brackets = re.sub(_STRING, b"", raw, flags=re.DOTALL).translate(None, _NOT_BRACKETS)
     depth = deepest = 0
     for step in brackets.translate(_AS_STEPS):

@@ -13,11 +13,8 @@ the daemon expands a job's patterns as it queues the job, when its id is known.
 from __future__ import annotations
 
 import os
-
-TYPE_CHECKING = False
-if TYPE_CHECKING:
-    from collections.abc import Iterator
-    from typing import Any
+from collections.abc import Iterator
+from typing import Any
 
 # Slurm's NO_VAL: what %a gives for a job that is not an array element.
 NO_ARRAY_INDEX = 4294967294

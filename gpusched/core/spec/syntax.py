@@ -6,13 +6,11 @@ module, and re or signal (which imports enum) would cost each about 4 ms.
 
 from __future__ import annotations
 
-import _signal
-
 from gpusched.core.errors import UsageError
 from gpusched.core.spec.values import shown
 from gpusched.core.units import duration_parts, number_end, parse_duration, parse_size
 
-TYPE_CHECKING = False
+TYPE_CHECKING = False  # not typing: 12 ms at every fast command (tests/test_lean_imports.py)
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
@@ -39,7 +37,6 @@ RETRY_ON_CHOICES = ("failed", "timeout", "oom", "cancelled", "lost", "gpu_oom")
 # Warning signals go through the job's shim, which passes on only these (shim.FORWARDED);
 # any other would stay with the shim (ALRM is its SIGKILL timer; KILL or STOP stop it).
 WARN_SIGNAL_NAMES = ("USR1", "USR2", "INT", "HUP", "QUIT", "TERM")
-WARN_SIGNALS = tuple(getattr(_signal, f"SIG{name}") for name in WARN_SIGNAL_NAMES)
 JOB_ID_FORMS = "an ID like 12, or ARRAY_INDEX like 12_3 for one element of array 12"
 # Slurm's --time: M, M:S, H:M:S, D-H, D-H:M, D-H:M:S; and gpusched's own 45s, 2h30m, 1d.
 TIME_FORMS = (
@@ -291,7 +288,8 @@ def parse_signal_spec(text: str) -> tuple[int, float]:
     )
     if before and not is_bare_number(before.strip()):
         raise bad
-    import signal  # signal's names: only for --signal
+    # signal: 6 ms (its enums), and this module is on every command's path: only for --signal
+    import signal  # noqa: PLC0415
 
     try:
         signum = (
@@ -301,7 +299,7 @@ def parse_signal_spec(text: str) -> tuple[int, float]:
         )
     except KeyError:
         raise bad from None
-    if signum not in WARN_SIGNALS:
+    if signum not in warn_signals():
         raise bad
     return signum, float(before) if before else 60.0
 
@@ -314,9 +312,16 @@ def signal_is_batch_only(text: str) -> bool:
     return bool(colon) and "B" in prefix and set(prefix) <= {"R", "B"}
 
 
+def warn_signals() -> tuple[int, ...]:
+    """The numbers of WARN_SIGNAL_NAMES."""
+    import signal  # noqa: PLC0415 - as in parse_signal_spec
+
+    return tuple(int(signal.Signals[f"SIG{name}"]) for name in WARN_SIGNAL_NAMES)
+
+
 def signal_name(signum: int) -> str:
     """SIGTERM for 15; `signal 99` for a number with no name."""
-    import signal  # its names: not on every command's path
+    import signal  # noqa: PLC0415 - as in parse_signal_spec
 
     try:
         return signal.Signals(signum).name

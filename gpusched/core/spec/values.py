@@ -16,7 +16,7 @@ from gpusched.core.errors import UsageError
 
 HIDDEN = "(hidden)"  # stands in for another user's command line in what a caller sees
 
-TYPE_CHECKING = False
+TYPE_CHECKING = False  # not typing: 12 ms at every fast command (tests/test_lean_imports.py)
 if TYPE_CHECKING:
     from collections.abc import Callable, Collection
     from typing import Any, TypeGuard

@@ -7,16 +7,13 @@ from __future__ import annotations
 import glob
 import hashlib
 import os
+from typing import Any
 
 from gpusched.client.paths import Paths
 from gpusched.core.config import Settings
 from gpusched.core.models import Job
 from gpusched.core.spec import container
 from gpusched.proc import jobenv, privileges
-
-TYPE_CHECKING = False
-if TYPE_CHECKING:
-    from typing import Any
 
 # Where CDI specs live (the CDI specification's static and dynamic directories).
 CDI_DIRS = ("/etc/cdi", "/var/run/cdi")

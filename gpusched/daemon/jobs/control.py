@@ -6,6 +6,7 @@ import logging
 import queue
 import signal
 from dataclasses import replace
+from typing import Any
 
 from gpusched.core import lifecycle
 from gpusched.core.errors import StoreWriteError
@@ -19,10 +20,6 @@ from gpusched.daemon.jobs.lostrunners import ShimLoss
 from gpusched.daemon.state import DaemonState, Setup
 from gpusched.proc import jobenv, runfile
 from gpusched.proc.seam import ProcessSeam
-
-TYPE_CHECKING = False
-if TYPE_CHECKING:
-    from typing import Any
 
 log = logging.getLogger("gpusched.jobs")
 # A shim is forked within milliseconds of its launch; one whose pid has not appeared in

@@ -8,15 +8,12 @@ import signal
 from collections.abc import Mapping
 from dataclasses import replace
 
+from gpusched.core.config import Settings
 from gpusched.core.models import Inventory, Job
 from gpusched.core.units import duration_human
 from gpusched.daemon.jobs import requeue
 from gpusched.daemon.state import DaemonState, Setup
 from gpusched.proc.seam import ProcessSeam
-
-TYPE_CHECKING = False
-if TYPE_CHECKING:
-    from gpusched.core.config import Settings
 
 log = logging.getLogger("gpusched.idle")
 

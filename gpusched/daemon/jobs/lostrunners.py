@@ -11,16 +11,13 @@ from __future__ import annotations
 
 import logging
 import signal
+from collections.abc import Iterable
 from dataclasses import replace
 
 from gpusched.core.models import LOST_WATCHER_REASONS, SHIM_LOST_REASON, SUPERVISOR_LOST_REASON, Job
 from gpusched.daemon.state import Setup
 from gpusched.proc import leftovers, runfile
 from gpusched.proc.seam import ProcessSeam
-
-TYPE_CHECKING = False
-if TYPE_CHECKING:
-    from collections.abc import Iterable
 
 log = logging.getLogger("gpusched.jobs")
 

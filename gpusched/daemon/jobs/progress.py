@@ -3,14 +3,12 @@ show it."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from gpusched.client.paths import Paths
 from gpusched.core.models import Job
 from gpusched.job import read_progress_file
 from gpusched.proc import runfile
-
-TYPE_CHECKING = False
-if TYPE_CHECKING:
-    from typing import Any
 
 
 def progress_of(job: Job | None, paths: Paths) -> dict[str, Any] | None:

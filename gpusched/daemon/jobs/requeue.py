@@ -16,15 +16,12 @@ import signal
 import time
 from dataclasses import replace
 from functools import partial
+from typing import Any
 
 from gpusched.core import lifecycle
 from gpusched.core.models import Job, JobState, transition
 from gpusched.daemon.state import DaemonState
 from gpusched.proc.seam import ProcessSeam
-
-TYPE_CHECKING = False
-if TYPE_CHECKING:
-    from typing import Any
 
 log = logging.getLogger("gpusched.jobs")
 

@@ -23,6 +23,7 @@ import os
 import sqlite3
 import time
 from contextlib import nullcontext
+from typing import Any
 
 from gpusched.core.errors import StoreWriteError
 from gpusched.daemon.jobs.stillneeded import Needed
@@ -31,10 +32,6 @@ from gpusched.daemon.state import DaemonState, Setup
 from gpusched.proc import runfile
 from gpusched.store.database import Store
 from gpusched.store.rowusage import row_usage
-
-TYPE_CHECKING = False
-if TYPE_CHECKING:
-    from typing import Any
 
 log = logging.getLogger("gpusched.daemon.jobs.retention")
 

@@ -11,14 +11,14 @@ from socketserver import ThreadingMixIn
 from typing import Any
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
+from prometheus_client import make_wsgi_app
+
 MAX_CONNECTIONS = 64  # more at once are closed as they come (a scrape takes milliseconds)
 IDLE_S = 5.0  # a connection that sends nothing for this long is closed
 
 
 def start_server(host: str, port: int, registry: Any) -> tuple[Any, threading.Thread]:
     """prometheus_client's WSGI app behind a server of bounded threads, serving in a thread."""
-    from prometheus_client import make_wsgi_app
-
     # As prometheus_client picks them: the first address the host gives, and its family.
     family, *_, address = socket.getaddrinfo(
         host or None, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE

@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import pwd
 import socket
 import threading
 import time
@@ -241,8 +242,6 @@ def site_uid(settings: Any, is_system: bool) -> int | None:
     """Whom site hooks run as: system mode's service user, when a root daemon has one."""
     if not (is_system and settings.service_user and os.geteuid() == 0):
         return None
-    import pwd
-
     try:
         return pwd.getpwnam(settings.service_user).pw_uid
     except KeyError:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import signal
 from collections.abc import Callable
 from dataclasses import replace
+from typing import Any
 
 from gpusched.core.errors import GpuschedError, UsageError
 from gpusched.core.models import Job, JobState, transition
@@ -16,10 +17,6 @@ from gpusched.daemon.requests import batches, quotas
 from gpusched.daemon.requests.request import Request, check_priority, targets
 from gpusched.daemon.state import DaemonState, Setup
 from gpusched.proc.seam import ProcessSeam
-
-TYPE_CHECKING = False
-if TYPE_CHECKING:
-    from typing import Any
 
 
 class Refused(Exception):

@@ -8,13 +8,10 @@ import logging
 import time
 from collections import deque
 from collections.abc import Callable
+from typing import Any
 
 from gpusched.core.services import LoadSample, p95
 from gpusched.proc.haproxy import Proxy, RequestLog, ServerStat, new_token
-
-TYPE_CHECKING = False
-if TYPE_CHECKING:
-    from typing import Any
 
 log = logging.getLogger("gpusched.daemon.services.frontdoor")
 

@@ -23,7 +23,7 @@ import time
 from gpusched.proc import runfile, shim
 from gpusched.proc.supervisor.signals import killpg
 
-TYPE_CHECKING = False
+TYPE_CHECKING = False  # not typing: the supervisor's import chain, which forks the shim
 if TYPE_CHECKING:
     from gpusched.proc.supervisor.starts import Supervised
 

@@ -19,7 +19,7 @@ import signal
 
 from gpusched.proc import runfile, shim
 
-TYPE_CHECKING = False
+TYPE_CHECKING = False  # not typing: the supervisor's import chain, which forks the shim
 if TYPE_CHECKING:
     from typing import Any
 

@@ -43,7 +43,7 @@ from gpusched.proc.supervisor import launcher, signals
 from gpusched.proc.supervisor.ends import Ends
 from gpusched.proc.supervisor.starts import Supervised, has_fds_for_one_more, needs_shim, start
 
-TYPE_CHECKING = False
+TYPE_CHECKING = False  # not typing: the supervisor's import chain, which forks the shim
 if TYPE_CHECKING:
     from typing import Any
 

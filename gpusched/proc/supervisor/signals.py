@@ -16,7 +16,7 @@ from collections.abc import Iterable
 
 from gpusched.proc import jobenv, leftovers
 
-TYPE_CHECKING = False
+TYPE_CHECKING = False  # not typing: the supervisor's import chain, which forks the shim
 if TYPE_CHECKING:
     from gpusched.proc.supervisor.starts import Supervised
 

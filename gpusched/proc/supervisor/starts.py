@@ -19,7 +19,7 @@ from collections.abc import Callable
 from gpusched.proc import jobenv, jobexec, runfile, shim
 from gpusched.proc.supervisor import ends
 
-TYPE_CHECKING = False
+TYPE_CHECKING = False  # not typing: the supervisor's import chain, which forks the shim
 if TYPE_CHECKING:
     from typing import Any
 
