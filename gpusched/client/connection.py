@@ -9,7 +9,7 @@ import os
 import sys
 import time
 
-from gpusched.client import trust, wire
+from gpusched.client import drift, pagestream, trust, wire
 from gpusched.client.modes import client_paths
 from gpusched.client.paths import Paths, ensure_private_dir
 from gpusched.core.errors import ERROR_KINDS, DaemonUnavailable, GpuschedError, PermissionDenied
@@ -123,10 +123,6 @@ class Client:
             sock.settimeout(timeout_s)
             wire.send(sock, {"cmd": cmd, "args": args}, allow_nan=False)
             sent = cmd
-            if self.check_daemon and not _compared_daemon:
-                # Needed once the reply is in: imported while the daemon works on the
-                # request, it makes no one wait (a submit's round trip is a few ms).
-                from gpusched.client import drift  # noqa: F401
             reply = wire.receive(sock)
         except OSError as exc:  # TimeoutError too
             self.lost(exc, sent)
@@ -181,8 +177,6 @@ class Client:
 
     def stream(self, cmd: str, timeout_s: float | None = 60.0, **args: Any) -> Any:
         """Each page's result of a request streamed on one connection (client/pagestream.py)."""
-        from gpusched.client import pagestream
-
         return pagestream.pages(self, cmd, timeout_s, **args)
 
     def _compare_daemon(self, fingerprint: Any) -> None:
@@ -190,8 +184,6 @@ class Client:
         if _compared_daemon:
             return
         _compared_daemon = True
-        from gpusched.client import drift
-
         line = drift.warning(fingerprint, self.paths, os.environ)
         if line:
             sys.stderr.write(line + "\n")
@@ -232,7 +224,8 @@ class StartedDaemon:
 
 def lock_is_held(path: str) -> bool:
     """Whether a daemon holds the state directory's lock (filelock flocks that file)."""
-    import fcntl  # only while a daemon starts: an extension module every command would load
+    # fcntl: an extension module, 0.25 ms of every submit (tests/test_lean_imports.py)
+    import fcntl  # noqa: PLC0415
 
     try:
         fd = os.open(path, os.O_RDONLY)
@@ -249,7 +242,8 @@ def lock_is_held(path: str) -> bool:
 
 def start_daemon(paths: Paths, environ: dict[str, str] | None = None) -> StartedDaemon:
     """Start `gpusched daemon run` in the background, detached, logging to its state dir."""
-    import subprocess  # only when a daemon must be started: every CLI call imports this module
+    # subprocess: 19 ms (selectors, signal) of every command; only to start a daemon
+    import subprocess  # noqa: PLC0415
 
     ensure_private_dir(paths.state_dir)
     env = dict(os.environ if environ is None else environ)

@@ -54,7 +54,8 @@ def daemon_paths(system: bool, user: bool, environ: Mapping[str, str] | None = N
         return system_paths(env)
     if not user and os.geteuid() == 0 and not env.get("GPUSCHED_HOME"):
         candidate = system_paths(env)
-        from gpusched.core.config import load_settings  # settings only when a daemon starts
+        # config: 70 ms (dataclasses, the config's modules) of every command; only to start one
+        from gpusched.core.config import load_settings  # noqa: PLC0415
 
         if load_settings(candidate.config_file, {}).mode == "system":
             return candidate

@@ -12,6 +12,7 @@ import os
 
 from gpusched.core.errors import GpuschedError, UsageError
 from gpusched.core.spec import outpattern
+from gpusched.core.users import current_user_name
 
 OPEN_MODES = outpattern.OPEN_MODES
 
@@ -47,8 +48,6 @@ def output_fields(
 
 
 def _check_dir(option: str, pattern: str, cwd: str, name: str) -> None:
-    from gpusched.core.users import current_user_name  # pwd: only for a job with -o/-e
-
     folder = outpattern.known_dir(
         pattern, cwd, name=name, user=current_user_name(), host=os.uname().nodename
     )

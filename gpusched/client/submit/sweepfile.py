@@ -7,12 +7,18 @@ Kept light: the submit fast path imports this module.
 from __future__ import annotations
 
 import os
+import select
+import stat
 import sys
-from collections.abc import Iterator
 
+from gpusched.client.modes import client_paths
 from gpusched.core.errors import UsageError
 from gpusched.core.spec import limits
 from gpusched.core.spec.values import is_text
+
+TYPE_CHECKING = False  # not typing: 12 ms at every fast command (tests/test_lean_imports.py)
+if TYPE_CHECKING:
+    from collections.abc import Iterator
 
 # Each line is a shell command, as a sweep file holds it: the job's command is this
 # prefix and the line.
@@ -60,7 +66,6 @@ def _checked_lines(fd: int, path: str, checker: _LineChecker) -> Iterator[str | 
 
 def _numbered_lines(fd: int, path: str) -> Iterator[tuple[int, str | None]]:
     """(line number, text) of each line; (0, None) when a pipe has been quiet a while."""
-    import select  # cheap (a C module): only for --from-file
 
     is_pipe = not _is_regular(fd)
     number, rest = 0, b""
@@ -84,7 +89,6 @@ def _numbered_lines(fd: int, path: str) -> Iterator[tuple[int, str | None]]:
 
 
 def _is_regular(fd: int) -> bool:
-    import stat
 
     return stat.S_ISREG(os.fstat(fd).st_mode)
 
@@ -133,8 +137,7 @@ class _LineChecker:
                 self._use_config()
 
     def _use_config(self) -> None:
-        from gpusched.client.modes import client_paths
-        from gpusched.core.config import load_settings
+        from gpusched.core.config import load_settings  # noqa: PLC0415 - 70 ms; a sweep's limits only
 
         self.limits = limits.from_settings(load_settings(client_paths().config_file, environ={}))
         self._configured = True
