@@ -22,6 +22,7 @@ from gpusched.cli.commands import (
     usage_cmds,
 )
 from gpusched.cli.helpformat import App
+from gpusched.cli.version import version_line
 from gpusched.core.errors import GpuschedError, detach_stdout, report_error, report_unexpected
 from gpusched.core.spec import syntax
 
@@ -30,8 +31,6 @@ app = App(add_completion=False, no_args_is_help=True, rich_markup_mode=None)
 
 def _version(value: bool) -> None:
     if value:
-        from gpusched.cli.version import version_line
-
         typer.echo(version_line())
         raise typer.Exit()
 

@@ -10,7 +10,9 @@ print through plainout.Screen. GPUSCHED_NO_FAST_PATH=1 turns this path off (entr
 
 from __future__ import annotations
 
+from gpusched.cli import jobviews
 from gpusched.cli.cmdoptions import FAST_COMMANDS
+from gpusched.cli.views.plainout import Screen
 from gpusched.client.submit.options import flags_of
 from gpusched.core.errors import GpuschedError, report_error, report_unexpected
 
@@ -74,9 +76,6 @@ def try_fast_command(command: str, argv: list[str]) -> int | None:
     values = parse(command, argv)
     if values is None:
         return None
-    from gpusched.cli import jobviews
-    from gpusched.cli.views.plainout import Screen
-
     run: Callable[..., int] = getattr(jobviews, "list_jobs" if command == "ls" else command)
     try:
         return run(Screen(), **values)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import sys
 
 from gpusched.client.connection import Client
+from gpusched.client.textcells import printable
 from gpusched.core.errors import ProtocolError, UsageError
 from gpusched.core.spec import syntax
 
@@ -20,7 +21,7 @@ if TYPE_CHECKING:
 
 
 def print_json(data: object) -> None:
-    from gpusched.client.submit.submitting import print_json as write
+    from gpusched.client.submit.submitting import print_json as write  # noqa: PLC0415 - 0.5 ms; --json only
 
     write(data)
 
@@ -45,7 +46,7 @@ def list_jobs(
     columns: list[str] | None = None
     filters: dict[str, Any] = {}
     if fields is not None or users is not None or me or states is not None or names is not None:
-        from gpusched.cli import listing  # checks and columns: not needed by a plain `ls`
+        from gpusched.cli import listing  # noqa: PLC0415 - 1 ms of a plain `ls`: checks, columns
 
         columns = listing.parse_fields(fields) if fields is not None else None
         filters = listing.request_filters(users, me, states, names)
@@ -59,11 +60,11 @@ def list_jobs(
     ):  # --format: however many: the daemon sends them a page at a time, gathered here
         reply = Client().call_paged("list", all=all_jobs, **only, **filters)
         _warn_writes(reply)
-        from gpusched.cli.listing import format_rows
+        from gpusched.cli.listing import format_rows  # noqa: PLC0415 - as listing above
 
         sys.stdout.write(format_rows(reply["jobs"], columns, header=not noheader))
         return 0
-    from gpusched.cli.views import lsstream
+    from gpusched.cli.views import lsstream  # noqa: PLC0415 - 1.3 ms of a plain `ls`
 
     pages = _warning_first(Client().stream("list", all=all_jobs, **only, **filters))
     if as_json:
@@ -75,7 +76,7 @@ def list_jobs(
 
 def _list_head(output: Any, expand: bool, as_json: bool, filters: dict[str, Any]) -> int:
     """A plain `ls`: the running jobs, the first pending ones and a line for the rest."""
-    from gpusched.cli.views import lsview
+    from gpusched.cli.views import lsview  # noqa: PLC0415 - 1.3 ms of cancel, hold, wait, logs
 
     try:
         reply = Client().call_paged("list", pending_rows=lsview.LS_PENDING_ROWS, **filters)
@@ -95,7 +96,7 @@ def _list_head(output: Any, expand: bool, as_json: bool, filters: dict[str, Any]
 
 
 def _warn_writes(reply: dict[str, Any]) -> None:
-    from gpusched.cli.views import lsview
+    from gpusched.cli.views import lsview  # noqa: PLC0415 - 1.3 ms of cancel, hold, wait, logs
 
     writes = lsview.write_problem_line(reply.get("write_problem"))
     if writes:  # on stderr: --json and --format output stay what scripts read
@@ -114,7 +115,7 @@ def draw_jobs(
     output: Any, jobs: list[dict[str, Any]], expand: bool, filtered: bool, finished_too: bool
 ) -> None:
     """`ls`'s table, or what it says when no job is listed."""
-    from gpusched.cli.views import lsview
+    from gpusched.cli.views import lsview  # noqa: PLC0415 - 1.3 ms of cancel, hold, wait, logs
 
     if jobs:
         output.lines(lsview.ls_lines(jobs if expand else lsview.fold_arrays(jobs), output.width))
@@ -129,7 +130,7 @@ def draw_jobs(
 
 
 def show(output: Any, job_id: str, as_json: bool) -> int:
-    from gpusched.cli.views.show import job_lines
+    from gpusched.cli.views.show import job_lines  # noqa: PLC0415 - 2 ms of every other command
 
     job = Client().call("show", ids=[syntax.job_id_text(job_id)])["jobs"][0]
     if as_json:
@@ -153,18 +154,18 @@ def change(output: Any, command: str, job_ids: list[str], **args: Any) -> int:
 
 
 def wait(output: Any, job_ids: list[str], notify: bool = False, keep_waiting: bool = False) -> int:
-    from gpusched.client.submit.submitting import ended_status, wait_or_explain
+    from gpusched.client.submit.submitting import ended_status, wait_or_explain  # noqa: PLC0415 - 0.5 ms; wait only
 
     jobs = wait_or_explain(Client(), [syntax.job_id_text(i) for i in job_ids], keep_waiting)
     if notify:
-        from gpusched.client.desktop import tell_ended
+        from gpusched.client.desktop import tell_ended  # noqa: PLC0415 - 17 ms (subprocess); --notify only
 
         tell_ended(jobs)
     return ended_status(jobs)
 
 
 def logs(output: Any, job_id: str, follow: bool, stderr: bool) -> int:
-    from gpusched.cli.logview import print_log
+    from gpusched.cli.logview import print_log  # noqa: PLC0415 - 0.5 ms; logs only
 
     print_log(Client(), syntax.job_id_text(job_id), stderr=stderr, follow=follow)
     return 0
@@ -173,7 +174,7 @@ def logs(output: Any, job_id: str, follow: bool, stderr: bool) -> int:
 def gpus(
     output: Any, as_json: bool, query: str | None, fmt: str | None, topology: bool = False
 ) -> int:
-    from gpusched.cli.views import gpuquery
+    from gpusched.cli.views import gpuquery  # noqa: PLC0415 - 0.3 ms; gpus only
 
     if query is None and fmt is not None:
         query = gpuquery.DEFAULT_QUERY
@@ -182,7 +183,7 @@ def gpus(
         raise UsageError("--topology prints the link matrix; leave out --query and --format")
     result = Client().call("gpus")
     if topology:
-        from gpusched.cli.views import topomatrix
+        from gpusched.cli.views import topomatrix  # noqa: PLC0415 - 3 ms; --topo only
 
         if as_json:
             print_json(topomatrix.matrix(result))
@@ -201,8 +202,7 @@ def gpus(
 
 def draw_gpus(output: Any, result: dict[str, Any]) -> None:
     """`gpus`'s tables and host line."""
-    from gpusched.cli.views import lsview
-    from gpusched.client.textcells import printable
+    from gpusched.cli.views import lsview  # noqa: PLC0415 - 1.3 ms of cancel, hold, wait, logs
 
     if result["problem"]:
         output.text(f"No GPUs: {printable(result['problem'])}")

@@ -18,7 +18,7 @@ _SHORT_SHA_CHARS = 12
 def version_line() -> str:
     """`gpusched 0.1.0`, or `gpusched 0.1.0 (commit 6149a84b1c2d)` from a checkout or
     from a build of one."""
-    from gpusched import __version__
+    from gpusched import __version__  # noqa: PLC0415 - setup.py loads this file alone
 
     # this file is CHECKOUT/gpusched/cli/version.py
     package = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

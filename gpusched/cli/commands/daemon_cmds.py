@@ -8,6 +8,7 @@ import typer
 
 from gpusched.cli.common import JSON_HELP, out
 from gpusched.cli.helpformat import App
+from gpusched.cli.systemd import carried, install, next_commands
 from gpusched.cli.views import richviews
 from gpusched.client.connection import Client, start_daemon, wait_for_exit
 from gpusched.client.submit.submitting import print_json
@@ -35,7 +36,8 @@ def daemon_run(
 
     Example: gpusched daemon run --system
     """
-    from gpusched.daemon.startup import serve_command
+    # the daemon: 170 ms of every other command through typer
+    from gpusched.daemon.startup import serve_command  # noqa: PLC0415
 
     if system and user:
         raise UsageError("choose one of --system and --user")
@@ -174,8 +176,6 @@ def daemon_install_service(
 
     Example: sudo gpusched daemon install-service --system
     """
-    from gpusched.cli.systemd import carried, install, next_commands
-
     if system == user:
         raise UsageError("choose one of --system and --user")
     path = install(system, directory)

@@ -12,6 +12,7 @@ import typer
 from gpusched.cli.commands.submit_cmds import with_options
 from gpusched.cli.common import JSON_HELP, out
 from gpusched.cli.helpformat import App
+from gpusched.cli.views.servicetext import details, table
 from gpusched.client.connection import Client
 from gpusched.client.submit.jobrequest import build_request, check_limits, env_pairs
 from gpusched.client.submit.options import SUBMIT, SubmitOptions
@@ -201,8 +202,6 @@ def list_services(as_json: bool = _JSON) -> None:
     if not services:
         out.print("no services; `gpusched service create -h` tells how to make one")
         return
-    from gpusched.cli.views.servicetext import table
-
     out.print(table(services))
 
 
@@ -284,6 +283,4 @@ def _print(shown: dict[str, Any], as_json: bool) -> None:
     if as_json:
         print_json(shown)
         return
-    from gpusched.cli.views.servicetext import details
-
     out.print(details(shown))

@@ -15,7 +15,7 @@ from gpusched.client.submit.jobrequest import size_option
 from gpusched.core.errors import UsageError
 from gpusched.core.sched.queuerules import HostCapacity
 from gpusched.sim import estimates as memory
-from gpusched.sim import traces
+from gpusched.sim import preemptsim, traces
 from gpusched.sim.simulator import TAU_S, Metrics, check_choices, compute_metrics, simulate
 
 
@@ -95,8 +95,6 @@ def _with_priorities(
 ) -> tuple[Metrics, dict[str, Any]]:
     """Replay with a seeded share of urgent jobs (and preemption): the metrics, and the
     report's further fields: the urgent jobs' own figures, how many preemptions."""
-    from gpusched.sim import preemptsim
-
     if not 0 <= share <= 1:
         raise UsageError(f"--high-priority-share must be between 0 and 1, not {share:g}")
     urgent = preemptsim.urgent_ids(len(prepared.jobs), share, seed)
@@ -164,9 +162,9 @@ def simulate_command(
             "--high-priority-share"
         )
     if preemption or high_priority_share is not None:
-        from gpusched.sim.preemptsim import DEFAULT_HIGH_SHARE
-
-        share = DEFAULT_HIGH_SHARE if high_priority_share is None else high_priority_share
+        share = (
+            preemptsim.DEFAULT_HIGH_SHARE if high_priority_share is None else high_priority_share
+        )
         metrics, extra = _with_priorities(
             prepared, gpus, policy, discipline, preemption, share, seed
         )

@@ -13,8 +13,10 @@ from typing import Any, Optional, TypeVar
 import typer
 
 from gpusched.cli.helpformat import App, Command
+from gpusched.client.submit.fastsubmit import OPTIONS, fold_yes_no
 from gpusched.client.submit.options import RESUBMIT, RESUBMIT_FIELDS, SUBMIT, SubmitOptions
-from gpusched.client.submit.submitting import submit_and_report
+from gpusched.client.submit.slurmflags import check_command_line
+from gpusched.client.submit.submitting import resubmit_and_report, submit_and_report
 
 app = App()
 _TYPES = {"str": str, "int": int, "list": list[str], "flag": bool, "yesno": bool}
@@ -58,9 +60,6 @@ class SubmitCommand(Command):
     options gpusched refuses, and stray words before `--`, are refused first."""
 
     def parse_args(self, ctx: Any, args: list[str]) -> list[str]:
-        from gpusched.client.submit.fastsubmit import OPTIONS, fold_yes_no
-        from gpusched.client.submit.slurmflags import check_command_line
-
         check_command_line(args, OPTIONS)
         return super().parse_args(ctx, fold_yes_no(args))
 
@@ -108,8 +107,6 @@ def resubmit(
       gpusched resubmit 12
       gpusched resubmit 12 --gpus 2 --time 8h --hold
     """
-    from gpusched.client.submit.submitting import resubmit_and_report
-
     # Not given: None, or False for a flag (0 and "" are values someone gave).
     given = [
         name

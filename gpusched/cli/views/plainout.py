@@ -151,8 +151,9 @@ class Screen:
 
     def rich(self) -> RichOutput:
         if self._rich is None:
-            from gpusched.cli.common import console_for, out
-            from gpusched.cli.views.richviews import RichOutput
+            # rich: 60 ms of every command; only for colour
+            from gpusched.cli.common import console_for, out  # noqa: PLC0415
+            from gpusched.cli.views.richviews import RichOutput  # noqa: PLC0415
 
             self._rich = RichOutput(out if self.stream is sys.stdout else console_for(self.stream))
         return self._rich
