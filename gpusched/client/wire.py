@@ -2,9 +2,10 @@
 (every command) and the daemon alike.
 
 Every CLI call pays for what this module imports, and the standard modules cost more than
-a whole command may take: `socket` imports selectors and enum, `json` imports re, and each
-adds 5 ms or more to a command of 10 (bench/bench_commands.py). So the client talks through
-their C halves: `_socket` (what socket.socket is built on; its timeout error is
+a whole command may take: `socket` (selectors, enum) and `json` (re) take 10 ms each to
+import (python -X importtime), where `python -c pass` takes 12 ms; with them (and `signal`)
+imported, `ls` went from 1.65x to 2.2x the floor and `submit` from 1.75x to 2.16x
+(bench/bench_commands.py, same run). So the client talks through their C halves: `_socket` (what socket.socket is built on; its timeout error is
 TimeoutError, its refusals the usual OSErrors) and `_json`'s scanner and encoder, which
 json.loads and json.dumps run on themselves for the messages we send. Where `_json` is
 missing (another Python) and whenever anything goes off the common road (an error, a

@@ -1,9 +1,10 @@
 """Record: what a namedtuple gives its readers (fields by name, defaults, ==, repr,
 _replace), without `collections`.
 
-Every CLI call imports the modules that declare these records (paths, limits, the
-listing's columns), and collections costs each call about 2 ms of a budget of 10. A
-subclass names its fields in __slots__ and its defaults in _defaults.
+Every CLI call imports the modules that declare these records (paths, the listing's
+columns), and collections takes 2.9 ms to import (python -X importtime; `python -c pass`
+takes 12), which namedtuple or typing.NamedTuple (typing: 12 ms) would add to each command.
+A subclass names its fields in __slots__ and its defaults in _defaults.
 """
 
 from __future__ import annotations
