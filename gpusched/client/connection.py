@@ -9,7 +9,7 @@ import os
 import sys
 import time
 
-from gpusched.client import drift, pagestream, trust, wire
+from gpusched.client import drift, trust, wire
 from gpusched.client.modes import client_paths
 from gpusched.client.paths import Paths, ensure_private_dir
 from gpusched.core.errors import ERROR_KINDS, DaemonUnavailable, GpuschedError, PermissionDenied
@@ -177,6 +177,8 @@ class Client:
 
     def stream(self, cmd: str, timeout_s: float | None = 60.0, **args: Any) -> Any:
         """Each page's result of a request streamed on one connection (client/pagestream.py)."""
+        from gpusched.client import pagestream  # noqa: PLC0415 - 0.2 ms of every command
+
         return pagestream.pages(self, cmd, timeout_s, **args)
 
     def _compare_daemon(self, fingerprint: Any) -> None:

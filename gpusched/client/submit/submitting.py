@@ -10,7 +10,6 @@ import sys
 from gpusched.client.connection import Client
 from gpusched.client.submit.jobrequest import build_request, check_limits
 from gpusched.client.submit.options import RESUBMIT_FIELDS, SubmitOptions
-from gpusched.client.submit.sbatchlines import with_script_options
 from gpusched.core.errors import GpuschedError, ProtocolError, UsageError, detach_stdout
 
 # typing is imported only by type checkers: the submit fast path imports this module, and
@@ -156,6 +155,9 @@ def print_json(data: object) -> None:
 
 def submit_and_report(opts: SubmitOptions) -> int:
     """`gpusched submit`, for the typer command and the fast path alike: one round trip."""
+    # 0.1 ms of every `wait`, which imports this module too
+    from gpusched.client.submit.sbatchlines import with_script_options  # noqa: PLC0415
+
     try:
         opts = with_script_options(opts, os.getcwd())
     except FileNotFoundError:
