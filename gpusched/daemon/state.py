@@ -114,7 +114,7 @@ class DaemonState:
         self.gpus_dirty = True  # a run that held GPUs ended: read them before the poll
         self.writes = WriteHealth(setup.clock)
         # Ends read from run files whose write failed (a full disk): ls and show give them
-        # meanwhile, rather than `running` until the disk has room (jobcontrol.end).
+        # meanwhile, rather than `running` until the disk has room (jobs/control.py, end).
         self.unstored_ends: dict[int, Job] = {}
         self.telemetry = Telemetry()  # counted for /metrics (daemon/observe/metrics.py)
         # Each service's figures for /metrics, swapped in whole (daemon/services/replicas.py).

@@ -1,7 +1,7 @@
 """The per-job parent: owns the job's session and logs, forwards signals, writes the exit record.
 
 Forked by the job supervisor (gpusched/proc/supervisor/main.py, through launcher.py) in a new
-session, so that it outlives the daemon, for a job that needs one (supervisorstart.needs_shim:
+session, so that it outlives the daemon, for a job that needs one (supervisor/starts.py, needs_shim:
 system mode, a cgroup, a container, a capped log); the supervisor starts other jobs itself,
 with this module's spawn (_spawn_as_ourselves). `python -I -S shim.py RUN_FILE` runs a job
 again by hand, from its run file. It imports only the standard library and stdlib-only

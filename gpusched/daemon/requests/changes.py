@@ -63,7 +63,7 @@ class Changes:
     def _cancel_one(self, job: Job, who: str) -> str:
         if job.state.is_final:
             return f"already {job.state.value}"
-        clusters = self.state.clusters  # set with the first cluster job (slurmpoll.py)
+        clusters = self.state.clusters  # set with the first cluster job (daemon/slurm/poll.py)
         if clusters is not None and job.id in self.state.remote_ids:  # cancelled in Slurm
             return clusters.cancel(job, who)
         if job.state is JobState.PENDING:
