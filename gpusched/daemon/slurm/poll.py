@@ -119,7 +119,7 @@ class ClusterJobs:
 
     def check_dependencies(self, deps: tuple[tuple[str, int], ...], cluster: ClusterConfig) -> None:
         """A cluster job may wait only on cluster jobs of the same cluster, and only all of
-        them, by the kinds slurm/dependencies.py decides (aftercorr, singleton and `?` are not)."""
+        them, by the kinds daemon/slurm/dependencies.py decides (aftercorr, singleton and `?` are not)."""
         odd = [kind for kind, _ in deps if kind in ("aftercorr", SINGLETON, ANY_OF)]
         if odd:
             word = "'?' (any of)" if odd[0] == ANY_OF else odd[0]
