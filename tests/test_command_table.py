@@ -4,8 +4,11 @@ docs/protocol.md shows the table as it is (.ci/regenerate rewrites the docs' cop
 
 from __future__ import annotations
 
+import grp
 import os
 from pathlib import Path
+
+import pytest
 
 from gpusched.client import protocol
 from gpusched.core.errors import PermissionDenied
@@ -95,30 +98,48 @@ def stranger_requests(job_id: int) -> dict[str, dict]:
     }
 
 
-def test_another_user_is_refused_exactly_the_commands_the_table_reserves(box):
-    """Who may send each command, as the table declares it, is what the daemon enforces:
-    a user who is not an admin is refused each command that is not for anyone, on the
-    daemon's user's job or service, and no command that is."""
+def refused_to(box, creds: tuple[int, int, int]) -> set[str]:
+    """The commands the daemon refuses to creds, each sent once (stranger_requests) on a
+    held job and a service of the daemon's user; every other is answered (no error)."""
     job_id = box.submit("--hold", "--", "true")
-    before = box.show(job_id)
-    me = os.getuid()
     box.daemon.handlers.services.services["web"] = Service(
-        name="web", uid=me, user="owner", job={"command": ["true"]}, env={}, cwd="/"
+        name="web", uid=os.getuid(), user="owner", job={"command": ["true"]}, env={}, cwd="/"
     )
     requests = stranger_requests(job_id)
     assert set(requests) == {n for n, s in protocol.COMMANDS.items() if not s.on_server}
     refused = set()
     for name, args in requests.items():
         protocol.check_request({"cmd": name, "args": args})
-        call = Call(Request(name, args, STRANGER))  # not box.send: `service` takes a name
+        call = Call(Request(name, args, creds))  # not box.send: `service` takes a name
         box.daemon.step([call])
         if isinstance(call.error, PermissionDenied):
             refused.add(name)
         else:
             assert call.error is None, (name, call.error)
-    reserved = {n for n, s in protocol.COMMANDS.items() if s.caller != protocol.ANYONE}
-    assert refused == reserved
-    assert box.show(job_id) == before  # nothing of the owner's was changed
+    return refused
+
+
+def test_another_user_is_refused_exactly_the_commands_the_table_reserves(box):
+    """Who may send each command, as the table declares it, is what the daemon enforces:
+    a user who is not an admin is refused each command that is not for anyone, and no
+    command that is; nothing of the owner's changes."""
+    refused = refused_to(box, STRANGER)
+    assert refused == {n for n, s in protocol.COMMANDS.items() if s.caller != protocol.ANYONE}
+    job = box.show(1)  # the owner's, submitted first
+    assert (job["uid"], job["state"], job["held"]) == (os.getuid(), "pending", True)
+    assert "web" in box.daemon.handlers.services.services
+
+
+def test_an_admin_who_is_not_root_is_refused_only_what_is_roots(make_box):
+    """A member of system.admin_group may send every command but those for root or the
+    daemon's user."""
+    try:
+        group = grp.getgrgid(STRANGER[2]).gr_name
+    except KeyError:
+        pytest.skip(f"no group {STRANGER[2]} to make an admin group of")
+    box = make_box(config=f'[system]\nadmin_group = "{group}"\n')
+    refused = refused_to(box, STRANGER)
+    assert refused == {n for n, s in protocol.COMMANDS.items() if s.caller == protocol.ROOT}
 
 
 if __name__ == "__main__":  # rewrite the docs' table
