@@ -16,8 +16,8 @@ from gpusched.cli.cmdoptions import JSON_HELP as JSON_HELP
 def console_for(stream: TextIO | None = None) -> Console:
     """The console the commands print to: standard output, or `stream` (tests).
 
-    Piped into grep or a file, a listing keeps each job on one line instead of folding
-    cells to 80 columns (cli/views/plainout.py draws the same without rich)."""
+    Piped into grep or a file, a line of text stays one line instead of folding at 80
+    columns, as cli/views/plainout.py draws the listings."""
     tty = (sys.stdout if stream is None else stream).isatty()
     return Console(highlight=False, soft_wrap=False, width=None if tty else 1000, file=stream)
 

@@ -1,6 +1,6 @@
 """What `ls`, `show`, `gpus`, `wait`, `cancel`, `hold`, `release` and `logs` do, for the
 typer commands and the fast command path alike: each asks the daemon once and prints
-through an output (render.RichOutput or plainout.Screen), and returns the exit status.
+through views/plainout.Screen, and returns the exit status.
 
 No typer or rich here, and heavy modules only where an option needs them: the fast path
 runs these on every call.

@@ -7,7 +7,7 @@ import typer
 from gpusched.cli import jobviews
 from gpusched.cli.common import JOB_IDS, JOB_IDS_HELP
 from gpusched.cli.helpformat import App
-from gpusched.cli.views.richviews import RichOutput
+from gpusched.cli.views.plainout import Screen
 
 app = App()
 
@@ -23,7 +23,7 @@ def requeue(job_ids: list[str] = typer.Argument(..., metavar=JOB_IDS, help=JOB_I
 
     Example: gpusched requeue 12
     """
-    raise typer.Exit(jobviews.change(RichOutput(), "requeue", job_ids))
+    raise typer.Exit(jobviews.change(Screen(), "requeue", job_ids))
 
 
 @app.command()
@@ -40,4 +40,4 @@ def preempt(job_ids: list[str] = typer.Argument(..., metavar=JOB_IDS, help=JOB_I
 
     Example: gpusched preempt 12
     """
-    raise typer.Exit(jobviews.change(RichOutput(), "preempt", job_ids))
+    raise typer.Exit(jobviews.change(Screen(), "preempt", job_ids))
