@@ -34,11 +34,10 @@ def try_fast_command(command: str, argv: list[str]) -> int | None:
     if values is None:
         return None
     from gpusched.cli import jobviews
-    from gpusched.cli.views.plainout import Screen
 
     run: Callable[..., int] = getattr(jobviews, "list_jobs" if command == "ls" else command)
     try:
-        return run(Screen(), **values)
+        return run(**values)
     except GpuschedError as exc:
         return report_error(exc)
     except KeyboardInterrupt:
