@@ -56,8 +56,8 @@ def with_options(rows: tuple[tuple[Any, ...], ...]) -> Callable[[_Command], _Com
 
 class SubmitCommand(Command):
     """`submit`, which also reads Slurm's `--kill-on-invalid-dep=yes|no`: typer's flags take
-    no value, so that form is folded into the bare flag first. sbatch
-    options gpusched refuses, and stray words before `--`, are refused first."""
+    no value, so that form is folded into the bare flag first. sbatch options gpusched
+    refuses, and stray words before `--`, are refused first."""
 
     def parse_args(self, ctx: Any, args: list[str]) -> list[str]:
         from gpusched.client.submit.slurmflags import check_command_line
