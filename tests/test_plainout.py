@@ -242,6 +242,14 @@ def test_gpus_tables_on_a_terminal():
     assert lines[3] == ""
     assert lines[4].split() == ["GPU", "PID", "USER", "JOB", "GPU", "MEM", "COMMAND"]
     assert lines[5].split() == ["0", "42", "ada", "3", "1.0", "GiB", "python", "train.py"]
+    # Narrower than the table: each row stays whole (the terminal wraps it), never
+    # shrunk into folded cells, on the typer path as on the fast path.
+    narrow = drawn(
+        lambda out: jobviews.draw_gpus(out, {"gpus": [gpu], "host": host, "problem": ""}),
+        True,
+        {"COLUMNS": "40", "TERM": "xterm-256color"},
+    )
+    assert SGR_CODE.sub("", narrow).splitlines()[:2] == lines[:2]
 
 
 @settings(max_examples=300, deadline=None)
