@@ -176,7 +176,7 @@ class Supervisor:
         if needs_shim(spec) or not has_fds_for_one_more(len(self.jobs) + len(self.ends.reports)):
             self.shims.add(launcher.fork_shim(spec, line))
             return
-        job = start(spec, line, self.dirs, self.ends.wake)
+        job = start(spec, line, self.dirs)
         if job is not None:
             self.jobs[job.pidfd] = self.by_pid[job.pid] = job
             self.poll.register(job.pidfd, select.EPOLLIN)
