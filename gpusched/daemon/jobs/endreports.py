@@ -11,8 +11,8 @@ running and one ending at a time, that was four reads for one end); it reads:
   (JobControl._found_shim), a time limit to enforce, GPUs whose processes are told apart
   by it (read_gpus); until the first read that finds it. A plain job with none of these
   learns its pid at its end's read, or at the liveness check;
-- every running job's, on a plain wake-up that names no run (a shim that could not bind
-  its end address, a supervisor's failed start), and on the liveness check that runs
+- every running job's, on a plain wake-up that names no run (a runner that could not
+  bind its end address), and on the liveness check that runs
   every GPU poll interval (the loop's `check_liveness`): an end whose report was lost (a
   full wake socket) is found there, a poll interval later at most.
 """
