@@ -74,7 +74,7 @@ class JobControl:
 
     # -- ends -----------------------------------------------------------------------------
     def reconcile_running(self, check_liveness: bool = False, adopting: bool = False) -> None:
-        """Learn new shims' pids; record runs that ended, from their exit record (for a start
+        """Learn new shims' pids (acknowledged, or from the run files); record runs that ended, from their exit record (for a start
         that failed without one, the record start_failed stands in for), or as lost if their
         shim vanished (once what it left running is gone) or never started.
         Reads the run files of the jobs daemon/jobs/endreports.py names: with check_liveness,
@@ -86,6 +86,7 @@ class JobControl:
             return
         with state.write():
             state.on_rollback(lambda: self.run_reads.put_back(reported))  # for the next pass
+            self._learn_started(self.seam.started())
             told = self._take_start_failures()
             also = set(told).union(self.shim_loss.term_sent_at)
             for job in endreports.to_read(state.running(), reported, check_liveness, also):
@@ -104,7 +105,7 @@ class JobControl:
                     # Read again: the shim may have written its record and exited since.
                     record = runfile.read_run(jobs_dir, job.id, runfile.run_token(job)).exit
                     if record is None:
-                        self._shim_lost(job)
+                        self._shim_lost(job, run.shim is not None)
                         continue
                 if record is not None:
                     if self.setup.cgroups and self.setup.cgroups.oom_killed(job.id):
@@ -156,6 +157,15 @@ class JobControl:
         for failure in told.items():
             self.start_failures.put(failure)
 
+    def _learn_started(self, started: dict[str, runfile.ShimRecord]) -> None:
+        """The pids the supervisor acknowledged with the starts (seam.started, by run
+        token): kept as if read from the run files, which then need not be read for them."""
+        for run, shim in started.items():
+            job_id, _, _ = run.partition(".")
+            job = self.state.jobs.get(int(job_id)) if job_id.isdigit() else None
+            if job and job.is_running and not job.shim_pid and runfile.run_token(job) == run:
+                self._found_shim(job, self.seam.identify_shim(*shim))
+
     def _found_shim(self, job: Job, shim: tuple[int, float]) -> Job:
         """A new shim has written its pid into the run file: keep it (in memory: the run
         file is where a restarted daemon finds it again), and pass on a cancel, or a
@@ -174,11 +184,12 @@ class JobControl:
             self.state.remember(job)
         return job
 
-    def _shim_lost(self, job: Job) -> None:
+    def _shim_lost(self, job: Job, got_going: bool) -> None:
         """The job's shim is gone without an exit record: the job is lost, but its GPUs
-        stay its own while processes it left run on (daemon/jobs/lostrunners.py)."""
+        stay its own while processes it left run on (daemon/jobs/lostrunners.py).
+        got_going: its run file has the shim's record (it writes that before the job)."""
         now = self.setup.clock.time()
-        if job.shim_pid is None:
+        if not got_going:
             self.end(
                 job,
                 JobState.LOST,
@@ -391,7 +402,7 @@ class JobControl:
             cgroup = self.setup.cgroups.create(job.id, limit)
         # No GPU read is needed now: until the next one, the new job's whole declared
         # memory counts as promised (placement.gpu_loads). Its shim's pid comes later,
-        # from the run file (_found_shim).
+        # with the supervisor's acknowledgement or from the run file (_found_shim).
         now = self.setup.clock.time()
         started = lifecycle.start_run(
             job,
