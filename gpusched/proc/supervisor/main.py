@@ -5,9 +5,10 @@ socket in the daemon's run directory (SOCKET_NAME). The daemon connects and writ
 request per line (JSON): a job's run spec to start it, or {"op": "signal", ...} to signal
 a job it started. A start is acknowledged with a line that gives the pid the daemon
 watches for the run ({"started": JOB_ID, "run", "pid", "start_ticks", "supervised"}, the
-run file's "shim" record); a start that fails is reported as spawn.start_failed says. A restarted daemon connects to the same supervisor again (the socket's
-path is fixed), so jobs it started keep their exit status across daemon restarts and
-SIGKILLs; a supervisor with no daemon connected and no job left exits.
+run file's "shim" record); a start that fails is reported as spawn.start_failed says.
+A restarted daemon connects to the same supervisor again (the socket's path is fixed), so
+jobs it started keep their exit status across daemon restarts and SIGKILLs; a supervisor
+with no daemon connected and no job left exits.
 
 Its parts: the starts (proc/supervisor/starts.py: which jobs it starts itself, the spawn,
 the run file), the ends (proc/supervisor/ends.py: exit records, the reports to the daemon
@@ -199,14 +200,14 @@ class Supervisor:
             return
         pid, supervised = started
         try:
-            ticks = runfile.read_proc_stat(pid).start_ticks
-            ack = {"started": spec["job_id"], "run": spec.get("run"), "pid": pid}
-            link.send(
-                (
-                    json.dumps({**ack, "start_ticks": ticks, "supervised": supervised}) + "\n"
-                ).encode(),
-                socket.MSG_DONTWAIT,
-            )
+            ack = {
+                "started": spec["job_id"],
+                "run": spec.get("run"),
+                "pid": pid,
+                "start_ticks": runfile.read_proc_stat(pid).start_ticks,
+                "supervised": supervised,
+            }
+            link.send((json.dumps(ack) + "\n").encode(), socket.MSG_DONTWAIT)
         except OSError:
             pass
 

@@ -3,9 +3,8 @@
 A plain job (needs_shim: none of system mode, cgroups, containers or capped logs) is
 posix_spawned directly, leading a session of its own, its logs, environment, working
 directory and CPU pinning as a shim would give them (proc/spawn.py, the shim's spawn too).
-Its pid and start ticks go into its run file's "shim" record,
-marked supervised: the daemon watches and measures the job's own process, and signals
-it through the supervisor. Standard library only (proc/supervisor/main.py).
+Its pid and start ticks go into its run file's "shim" record, marked supervised: the
+daemon watches and measures the job's own process, and signals it through the supervisor. Standard library only (proc/supervisor/main.py).
 """
 
 from __future__ import annotations
