@@ -48,7 +48,7 @@ def test_passes_with_no_end_reported_read_no_run_file(make_box, reads):
     reads.clear()
     for _ in range(3):
         box.step()
-        box.daemon.state.schedule_needed = True  # a full pass each time
+        box.daemon.state.note_schedule_needed()  # a full pass each time
     assert reads == []
 
 

@@ -1,11 +1,11 @@
 """The per-job parent: owns the job's session and logs, forwards signals, writes the exit record.
 
 Forked by the job supervisor (gpusched/proc/supervisor/main.py, through launcher.py) in a new
-session, so that it outlives the daemon, for a job that needs one (supervisor/starts.needs_shim:
-system mode, a cgroup, a container, a capped log); the supervisor starts other jobs itself.
-Both start the job through proc/spawn.py. `python -I -S shim.py RUN_FILE` runs a job again
-by hand, from its run file. It imports only the standard library and stdlib-only modules
-of ours (spawn, the start; runfile, the formats it writes; jobtree, the job's processes;
+session, so that it outlives the daemon, for a job that needs one (supervisor/starts.py,
+needs_shim: system mode, a cgroup, a container, a capped log); the supervisor starts other
+jobs itself. Both start the job through spawn.py. `python -I -S shim.py RUN_FILE` runs a
+job again by hand, from its run file. It imports only the standard library and stdlib-only
+modules of ours (spawn, the start; runfile, the formats it writes; jobtree, the job's processes;
 logcap for a capped log; and in system mode privileges).
 """
 

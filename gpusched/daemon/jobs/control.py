@@ -223,10 +223,10 @@ class JobControl:
             ended = lifecycle.finish(job, end_state, when, retry, **record)
             self.state.save(ended)
         self.state.after_commit(lambda: self._let_go(ended))
-        self.state.on_rollback(lambda: self.state.unstored_ends.__setitem__(ended.id, ended))
+        self.state.on_rollback(lambda: self.state.note_end_unstored(ended))
 
     def _let_go(self, ended: Job) -> None:
-        self.state.unstored_ends.pop(ended.id, None)
+        self.state.note_end_unstored(ended, stored=True)
         self.seam.release_port(ended.id)
         if self.setup.cgroups:
             self.setup.cgroups.remove(ended.id)
@@ -379,7 +379,7 @@ class JobControl:
                 urgent = preempt.preempt_for_waiting(state, self.setup, self.seam, dep_states, now)
                 self.holders.update([urgent.id] if urgent else [])
             elif any(job.preemptible for job in state.running()):
-                state.schedule_needed = True
+                state.note_schedule_needed()
         state.set_later(plan.later)
 
     def start(self, job: Job, gpus: tuple[GpuInfo, ...]) -> None:

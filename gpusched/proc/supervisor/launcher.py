@@ -8,7 +8,7 @@ its own, so it outlives the supervisor and the daemon.
 
 Most jobs need no shim: the supervisor starts and watches them itself. A shim remains for
 what it does that the supervisor cannot do cheaply for many jobs at once (see
-supervisor/starts.needs_shim): system mode, cgroups, containers, capped logs.
+starts.py, needs_shim): system mode, cgroups, containers, capped logs.
 """
 
 from __future__ import annotations
