@@ -86,6 +86,7 @@ class FakeShims:
         # The daemon's wake(): an exit reports the job's end as a shim does (Box.start).
         self.report_end: Any = None
         self.acks: dict[str, runfile.ShimRecord] = {}  # the supervisor's, not yet taken
+        self.acknowledges = True  # False: a supervisor of a version before acknowledgements
 
     # -- what the test does ----------------------------------------------------------
     def fork(self, job_id: int) -> int:
@@ -100,7 +101,8 @@ class FakeShims:
                 )
             )
         self.alive[job_id] = pid
-        self.acks[spec["run"]] = runfile.ShimRecord(pid, pid)
+        if self.acknowledges:
+            self.acks[spec["run"]] = runfile.ShimRecord(pid, pid)
         return pid
 
     def die_unstarted(self, job_id: int) -> None:
