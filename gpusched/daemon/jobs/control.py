@@ -74,9 +74,10 @@ class JobControl:
 
     # -- ends -----------------------------------------------------------------------------
     def reconcile_running(self, check_liveness: bool = False, adopting: bool = False) -> None:
-        """Learn new shims' pids (acknowledged, or from the run files); record runs that ended, from their exit record (for a start
-        that failed without one, the record start_failed stands in for), or as lost if their
-        shim vanished (once what it left running is gone) or never started.
+        """Learn new shims' pids (from the supervisor's acknowledgements, or the run files);
+        record runs that ended, from their exit record (for a start that failed without
+        one, the record start_failed stands in for), or as lost if their shim vanished
+        (once what it left running is gone) or never started.
         Reads the run files of the jobs daemon/jobs/endreports.py names: with check_liveness,
         every running job's. adopting (after a restart): the seam learns each shim again."""
         state, jobs_dir = self.state, self.setup.paths.jobs_dir
