@@ -280,7 +280,7 @@ class Daemon:
         run = self._end_reports.report(sender)
         failure = runfile.parse_launch_failure(message)
         if failure is not None:
-            self.control.launch_failures.put(failure)
+            self.control.start_failed(*failure)
         else:  # the next pass reads that run's file (or, naming none, every one)
             self.control.run_reads.reported(run)
         self.calls.wake()
