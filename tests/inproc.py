@@ -85,6 +85,8 @@ class FakeShims:
         self.container_removals: list[dict] = []  # what remove_container was given
         # The daemon's wake(): an exit reports the job's end as a shim does (Box.start).
         self.report_end: Any = None
+        self.acks: dict[str, runfile.ShimRecord] = {}  # the supervisor's, not yet taken
+        self.acknowledges = True  # False: a supervisor of a version before acknowledgements
 
     # -- what the test does ----------------------------------------------------------
     def fork(self, job_id: int) -> int:
@@ -99,7 +101,14 @@ class FakeShims:
                 )
             )
         self.alive[job_id] = pid
+        if self.acknowledges:
+            self.acks[spec["run"]] = runfile.ShimRecord(pid, pid)
         return pid
+
+    def die_unstarted(self, job_id: int) -> None:
+        """The job's shim is forked, acknowledged, and dies before it writes its run file."""
+        pid = _FAKE_PID_BASE + len(self.launches)
+        self.acks[self.launched[job_id]["run"]] = runfile.ShimRecord(pid, pid)
 
     def exit(
         self, job_id: int, code: int | None = 0, signum: int | None = None, error: str = ""
@@ -145,6 +154,10 @@ class FakeShims:
         self.launches.append(spec["job_id"])
         if not self.hold_forks:
             self.fork(spec["job_id"])
+
+    def started(self) -> dict[str, runfile.ShimRecord]:
+        acks, self.acks = self.acks, {}
+        return acks
 
     def close(self) -> None:
         pass

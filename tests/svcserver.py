@@ -1,5 +1,6 @@
 """A tiny replica for the service tests (standard library only, starts in a blink): answers
-every request with its job id on $PORT; SLOW_SLOT's replica takes DELAY_S per request."""
+every request with its job id on $PORT; SLOW_SLOT's replica takes DELAY_S per request, and
+every replica HEALTH_DELAY_S per health check (/healthz)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 JOB_ID = os.environ.get("GPUSCHED_JOB_ID", "?")
 SLOW = os.environ.get("GPUSCHED_SERVICE_REPLICA") == os.environ.get("SLOW_SLOT", "-")
 DELAY_S = float(os.environ.get("DELAY_S", "0"))
+HEALTH_DELAY_S = float(os.environ.get("HEALTH_DELAY_S", "0"))
 
 
 class Handler(BaseHTTPRequestHandler):
@@ -24,6 +26,8 @@ class Handler(BaseHTTPRequestHandler):
         self.rfile.read(length)
         if SLOW and self.path != "/healthz":
             time.sleep(DELAY_S)
+        if self.path == "/healthz":
+            time.sleep(HEALTH_DELAY_S)
         body = json.dumps({"job": JOB_ID}).encode()
         self.send_response(200)
         self.send_header("Content-Type", "application/json")

@@ -126,3 +126,97 @@ def test_each_daemon_folder_imports_only_what_its_docstring_names():
             assert any(part == a or part.startswith(a + ".") for a in allowed), (
                 f"{module} imports {name}"
             )
+
+
+def _through_the_state(node: ast.expr) -> bool:
+    """Whether an object is reached through the state: `state.x`, `self.state.clusters`."""
+    while isinstance(node, ast.Attribute):
+        if node.attr in ("state", "_state"):
+            return True
+        node = node.value
+    return isinstance(node, ast.Name) and node.id in ("state", "_state")
+
+
+def _read_out() -> set[str]:
+    """The state's properties: what it gives out to read, and changes by its methods only."""
+    tree = ast.parse(MODULES["gpusched.daemon.state"].read_text(encoding="utf-8"))
+    return {
+        node.name
+        for node in ast.walk(tree)
+        if isinstance(node, ast.FunctionDef)
+        and any(ast.unparse(d) == "property" for d in node.decorator_list)
+    }
+
+
+_READ_OUT = _read_out()
+_CHANGES = {"append", "extend", "insert", "remove", "pop", "clear", "add", "discard", "update"}
+_CHANGES |= {"setdefault", "__setitem__", "__delitem__"}
+
+
+def _each_target(targets: list[ast.expr]) -> list[ast.expr]:
+    """The targets, with those of `a, b = ...` and `*rest` each on its own."""
+    out: list[ast.expr] = []
+    for target in targets:
+        if isinstance(target, ast.Tuple | ast.List):
+            out += _each_target(target.elts)
+        else:
+            out.append(target.value if isinstance(target, ast.Starred) else target)
+    return out
+
+
+def _state_writes(path) -> list[str]:
+    """Each `<the state, or an object it holds>.attr` the module assigns or deletes."""
+    tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Assign | ast.AugAssign | ast.AnnAssign | ast.Delete):
+            targets = node.targets if isinstance(node, ast.Assign | ast.Delete) else [node.target]
+            for target in _each_target(targets):
+                if isinstance(target, ast.Attribute | ast.Subscript):
+                    if _through_the_state(target.value):
+                        found.append(f"{ast.unparse(target)} (line {target.lineno})")
+        elif isinstance(node, ast.Call) and ast.unparse(node.func) in ("setattr", "delattr"):
+            if node.args and _through_the_state(node.args[0]):
+                found.append(f"{ast.unparse(node)} (line {node.lineno})")
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
+            held = node.func.value  # state.incoming.append(ids): a list the state reads out
+            if (
+                node.func.attr in _CHANGES
+                and isinstance(held, ast.Attribute)
+                and held.attr in _READ_OUT
+                and _through_the_state(held.value)
+            ):
+                found.append(f"{ast.unparse(node.func)} (line {node.lineno})")
+    return found
+
+
+def test_only_the_state_sets_its_attributes():
+    # Each subsystem owns its part of the state: the state's attributes change in
+    # daemon/state.py only, through a method named for the change (state.note_gpus), and
+    # the parts it holds (state.clusters) change through their own methods.
+    writes = {
+        module: found
+        for module, path in MODULES.items()
+        if module.startswith("gpusched.daemon.")
+        and module != "gpusched.daemon.state"
+        and (found := _state_writes(path))
+    }
+    assert writes == {}
+
+
+def test_the_state_check_sees_each_way_of_setting_an_attribute(tmp_path):
+    source = tmp_path / "m.py"
+    source.write_text(
+        "state.stopping = True\n"
+        "self.state.inventory, x = inv, 1\n"
+        "self._state.n += 1\n"
+        "daemon.state.clusters.wake_loop = f\n"
+        "setattr(self.state, 'draining', True)\n"
+        "del state.x\n"
+        "state.pid_jobs[1] = 2\n"
+        "self.state.incoming.append(ids)\n"
+        "self.state.store.update(job)\n"
+        "self.stateful = 1\n"
+        "job.state = 2\n"
+    )
+    assert len(_state_writes(source)) == 8

@@ -272,6 +272,20 @@ def test_a_shim_not_forked_within_the_launch_timeout_counts_as_dead(box):
     )
 
 
+def test_a_shim_that_dies_before_its_run_file_is_found_at_the_next_liveness_check(box):
+    """Its pid came with the start's acknowledgement: no launch timeout to wait out, and
+    the reason is still that it never started."""
+    box.shims.hold_forks = True
+    job_id = box.submit("--", "true")
+    box.shims.die_unstarted(job_id)
+    poll(box)
+    job = box.show(job_id)
+    assert (job["state"], job["end_reason"]) == (
+        "lost",
+        "its shim never started (the shim launcher died?)",
+    )
+
+
 def test_a_job_whose_shim_cannot_start_fails_and_the_daemon_carries_on(box):
     box.shims.hold_forks = True
     failed = box.submit("--", "true")

@@ -17,7 +17,7 @@ from gpusched.core.sched.placement import PlacementRules
 from gpusched.core.sched.queuerules import QueueRules
 from gpusched.core.sched.scheduling import schedule
 from gpusched.core.spec import jobspec, syntax
-from gpusched.proc import shim
+from gpusched.proc import spawn
 
 POLICIES = ["pack", "spread", "round-robin", "weighted-round-robin", "order"]
 
@@ -324,7 +324,7 @@ def test_parse_signal_spec_refuses_bad_input(text):
 
 
 def test_every_warning_signal_is_one_the_shim_forwards():
-    assert set(syntax.warn_signals()) <= set(shim.FORWARDED)
+    assert set(syntax.warn_signals()) <= set(spawn.FORWARDED)
     for signum in syntax.warn_signals():
         assert syntax.parse_signal_spec(signal.Signals(signum).name)[0] == signum
 

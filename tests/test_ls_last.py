@@ -145,7 +145,6 @@ def test_ls_sends_last_only_when_given(monkeypatch, capsys):
     """A daemon older than --last refuses arguments it does not know: a plain `ls`
     must keep working against it while the new client is installed."""
     from gpusched.cli import jobviews
-    from gpusched.cli.views.plainout import Screen
 
     sent = []
 
@@ -169,6 +168,6 @@ def test_ls_sends_last_only_when_given(monkeypatch, capsys):
         "fields": None,
         "noheader": False,
     }
-    jobviews.list_jobs(Screen(), **options, last=None)
-    jobviews.list_jobs(Screen(), **options, last=5)
+    jobviews.list_jobs(**options, last=None)
+    jobviews.list_jobs(**options, last=5)
     assert "last" not in sent[0] and sent[1]["last"] == 5

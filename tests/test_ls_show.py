@@ -13,11 +13,11 @@ import time
 from dataclasses import replace
 
 import pytest
-from rich.console import Console
 
 from conftest import DEADLINE_S, wait_until
 from goldens import check_golden
-from gpusched.cli.views import richviews
+from gpusched.cli.views import lsview
+from gpusched.cli.views.plainout import Screen
 from gpusched.cli.views.show import job_lines
 from gpusched.core.models import Constraints, Job, JobState, Request, job_to_dict
 
@@ -146,19 +146,10 @@ def sample_jobs() -> list[dict]:
 
 def listing(width: int, jobs: list[dict] | None = None) -> str:
     """`ls` as a terminal of `width` columns shows it, without colour."""
-    console = Console(
-        file=io.StringIO(),
-        width=width,
-        color_system=None,
-        force_terminal=False,
-        legacy_windows=False,
-        highlight=False,
-        soft_wrap=False,
-        _environ={},
-    )
-    jobs = richviews.fold_arrays(sample_jobs() if jobs is None else jobs)
-    console.print(richviews.jobs_table(jobs, width, now=NOW))
-    return console.file.getvalue()
+    stream = io.StringIO()
+    jobs = lsview.fold_arrays(sample_jobs() if jobs is None else jobs)
+    Screen({}, stream).lines(lsview.ls_lines(jobs, width, now=NOW))
+    return stream.getvalue()
 
 
 @pytest.mark.parametrize("width", [80, 120])
@@ -168,7 +159,7 @@ def test_golden_listing(width):
 
 @pytest.mark.parametrize("width", [40, 60, 80, 100, 120, 160, 1000])
 def test_listing_keeps_one_line_per_job_and_its_reason(width):
-    jobs = richviews.fold_arrays(sample_jobs())
+    jobs = lsview.fold_arrays(sample_jobs())
     lines = listing(width).splitlines()
     assert len(lines) == len(jobs) + 1  # the header, then one line per job: nothing wrapped
     assert all(len(line) <= width for line in lines), [len(line) for line in lines]

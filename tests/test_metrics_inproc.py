@@ -222,7 +222,7 @@ def test_an_unset_listen_serves_nothing(make_box):
 
 def test_the_nvml_problem_inventory_is_not_a_gpu(make_box):
     box = make_box("1x80GiB")
-    box.daemon.state.inventory = Inventory(backend="nvml", problem="NVML is not loaded")
+    box.daemon.state.note_gpus(Inventory(backend="nvml", problem="NVML is not loaded"), {}, 0.0)
     m = scrape_box(box)
     assert m.value("gpusched_nvml_up") == 0
     assert m.value("gpusched_gpus_detected") == 0

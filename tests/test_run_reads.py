@@ -3,7 +3,8 @@
 In process (tests/inproc.py): the real loop, job control and store; the fake shims write
 run files and report ends as shims do (a wake-up from the run's end address). Run-file
 reads are counted: with 4 jobs running and one ending at a time, every pass used to read
-all 4. A user-visible end to end check of the same path is bench/bench_throughput.py and
+all 4. A job's pid comes with the supervisor's acknowledgement of its start, or without
+one (an older supervisor) from its run file. A user-visible end to end check of the same path is bench/bench_throughput.py and
 every test that waits for a job's end on a real daemon.
 """
 
@@ -48,7 +49,7 @@ def test_passes_with_no_end_reported_read_no_run_file(make_box, reads):
     reads.clear()
     for _ in range(3):
         box.step()
-        box.daemon.state.schedule_needed = True  # a full pass each time
+        box.daemon.state.note_schedule_needed()  # a full pass each time
     assert reads == []
 
 
@@ -101,10 +102,26 @@ def test_a_reported_end_is_read_again_after_a_failed_commit(make_box, reads):
     assert box.states(ids[3]) == ["succeeded"]
 
 
+def test_a_started_jobs_pid_comes_with_the_acknowledgement_and_no_run_file_is_read(make_box, reads):
+    box = make_box(config=SLOW_POLL)
+    ids = [box.submit("--gpus", "0", "--", "sleep", "300") for _ in range(4)]
+    box.step()
+    assert _pids_known(box) == set(ids)
+    assert reads == []
+    box.call("cancel", ids=[ids[1]])
+    assert box.shims.signalled(ids[1]) == [15]
+    assert reads == []
+
+
+# A supervisor of a version before start acknowledgements (still running after an upgrade):
+# the pid comes from the run file.
+
+
 def test_a_plain_job_being_launched_is_not_read_until_its_end(make_box, reads):
     """Nothing waits for the pid of a `--gpus 0` job with no time limit: its run file is
     read once, when its end is reported (the read that finds the pid finds the end)."""
     box = make_box(config=SLOW_POLL)
+    box.shims.acknowledges = False
     ids = [box.submit("--gpus", "0", "--", "sleep", "300") for _ in range(4)]
     for _ in range(3):
         box.step()
@@ -116,6 +133,7 @@ def test_a_plain_job_being_launched_is_not_read_until_its_end(make_box, reads):
 
 def test_a_job_being_launched_is_read_when_a_cancel_waits_for_its_pid(make_box, reads):
     box = make_box(config=SLOW_POLL)
+    box.shims.acknowledges = False
     ids = [box.submit("--gpus", "0", "--", "sleep", "300") for _ in range(2)]
     box.step()
     assert reads == []
@@ -131,6 +149,7 @@ def test_a_job_being_launched_is_read_when_a_cancel_waits_for_its_pid(make_box, 
 def test_a_job_being_launched_is_read_until_its_pid_is_known(make_box, reads, flags):
     """A time limit's signal needs the pid; so does telling GPU processes apart."""
     box = make_box(config=SLOW_POLL)
+    box.shims.acknowledges = False
     job_id = box.submit(*flags, "--", "sleep", "300")
     box.step()
     assert _pids_known(box) == {job_id}

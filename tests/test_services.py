@@ -115,6 +115,18 @@ def test_least_connections_sends_fewer_requests_to_a_slow_replica(home):
 
 
 @needs_haproxy
+def test_a_replica_slow_to_answer_its_health_check_stays_in_rotation(home):
+    # As on a busy machine: each check takes 0.8 s, over the 300 ms between checks.
+    created = create(
+        home, "slowcheck", "--replicas", "1", "--health", "/healthz", "--env", "HEALTH_DELAY_S=0.8"
+    )
+    wait_ready(home, "slowcheck", 1)
+    with Traffic(created["listen"], clients=1, path="/", body=None) as traffic:
+        wait_until(lambda: traffic.served() >= 20, "20 requests served")
+    assert not traffic.failures(), traffic.failures()[:5]
+
+
+@needs_haproxy
 def test_a_killed_replica_costs_no_request_once_removed_and_is_replaced(home):
     created = create(home, "kill", "--replicas", "2", "--health", "/healthz")
     shown = wait_ready(home, "kill", 2)

@@ -47,7 +47,17 @@ def test_cancel_reaches_a_process_in_its_own_session(home):
     wait_until(lambda: is_gone(escaped), "the escaped process to get SIGTERM")
 
 
-def test_a_command_that_cannot_start_fails_with_127_and_says_why(home):
+# Both runners start a job through proc/spawn.py and report a failed start the same way: the
+# job supervisor starts a plain job itself; a capped log needs a shim of its own.
+RUNNERS = [
+    pytest.param("", id="supervisor"),
+    pytest.param('[jobs]\nmax_log_size = "4K"\n', id="shim"),
+]
+
+
+@pytest.mark.parametrize("config", RUNNERS)
+def test_a_command_that_cannot_start_fails_with_127_and_says_why(home, config):
+    home.write_config(config)
     missing = home.submit("--", "no-such-command-gpusched")
     job = home.wait_state(missing, "failed")
     assert job["exit_code"] == 127
@@ -56,10 +66,29 @@ def test_a_command_that_cannot_start_fails_with_127_and_says_why(home):
     assert f"gpusched: {why}" in home.run("logs", "--stderr", str(missing)).stdout
 
 
-def test_a_job_whose_shim_cannot_start_fails_and_the_daemon_carries_on(home):
+@pytest.mark.parametrize("config", RUNNERS)
+def test_a_working_directory_gone_before_the_start_fails_with_127_and_says_why(
+    home, tmp_path, config
+):
+    home.write_config(config)
+    doomed = tmp_path / "doomed"
+    doomed.mkdir()
+    job_id = home.submit("--hold", "--cwd", str(doomed), "--", "true")
+    doomed.rmdir()
+    home.run("release", str(job_id))
+    job = home.wait_state(job_id, "failed")
+    why = f"cannot start: working directory {doomed} no longer exists"
+    assert (job["exit_code"], job["end_reason"]) == (127, why)
+    assert home.run("logs", "--stderr", str(job_id)).stdout == f"gpusched: {why}\n"
+
+
+@pytest.mark.parametrize("config", RUNNERS)
+def test_a_job_whose_run_file_cannot_be_made_fails_and_the_daemon_carries_on(home, config):
     """A run file that cannot be made (a directory in its place) fails that job only, at
-    once: the real shim says so in its wake-up, having nowhere else to write it, and the
-    launcher goes on to start the next job (the daemon's side is in test_inproc_runs.py)."""
+    once: its runner says so in its wake-up, having nowhere else to write it, and the
+    supervisor goes on to start the next job (the daemon's side is in test_inproc_runs.py,
+    with a runner that never starts)."""
+    home.write_config(config)
     home.start()
     jobs_dir = home.state / "jobs"
     jobs_dir.mkdir(parents=True, exist_ok=True)

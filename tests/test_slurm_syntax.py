@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from gpusched.client.submit import fastsubmit
+from gpusched.cli.commands.submit_cmds import fold_yes_no
 from gpusched.client.submit.submitting import submit_json
 from gpusched.core.errors import UsageError
 from gpusched.core.models import Job, JobState
@@ -255,12 +255,12 @@ def test_parse_yes_no_refuses(text):
     ],
 )
 def test_fold_yes_no_gives_typer_a_bare_flag(argv, folded):
-    assert fastsubmit.fold_yes_no(argv) == folded
+    assert fold_yes_no(argv) == folded
 
 
 def test_fold_yes_no_refuses_other_values():
     with pytest.raises(UsageError, match="--kill-on-invalid-dep takes yes or no, not 'maybe'"):
-        fastsubmit.fold_yes_no(["--kill-on-invalid-dep=maybe", "--", "x"])
+        fold_yes_no(["--kill-on-invalid-dep=maybe", "--", "x"])
 
 
 # -- --dependency ---------------------------------------------------------------------------

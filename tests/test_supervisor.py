@@ -200,3 +200,35 @@ def test_a_job_whose_environment_exec_refuses_fails_alone_and_the_supervisor_ser
     assert ended.exit_code == 127 and "environment" in ended.error, ended
     (tmp_path / "go").touch()
     assert home.wait_state(job_id, "succeeded", "failed", "lost")["state"] == "succeeded"
+
+
+@pytest.mark.parametrize("shim", [False, True], ids=["supervised", "shim"])
+def test_a_start_is_acknowledged_with_the_pid_its_run_file_records(home, tmp_path, shim):
+    # The daemon learns the pid to watch from the acknowledgement, not a later read of
+    # the run file: both must name the same process.
+    job_id = home.submit("--gpus", "0", "--", "sh", "-c", gate(tmp_path / "go"))
+    jobs_root = home.state / "jobs"
+    supervised_job(home, job_id)
+    with open(runfile.run_file(jobs_root, job_id), "rb") as run:
+        spec = json.loads(run.readline())
+    new_id = job_id + 1000
+    del spec["record"]
+    spec.update(job_id=new_id, run_file=runfile.run_file(jobs_root, new_id), run=f"{new_id}.1")
+    if shim:
+        spec["max_log_bytes"] = 1 << 20  # a capped log: its own shim
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as link:
+        link.connect(os.path.join(resolve_paths(home.env).run_dir, SOCKET_NAME))
+        link.settimeout(30)
+        assert link.recv(100).startswith(HELLO)
+        link.sendall(json.dumps(spec).encode() + b"\n")
+        reply = b""
+        while not reply.endswith(b"\n"):
+            reply += link.recv(4096)
+    ack = json.loads(reply)
+    recorded = wait_until(lambda: runfile.read_run(jobs_root, new_id, spec["run"]).shim, "its pid")
+    assert (ack["started"], ack["run"]) == (new_id, spec["run"])
+    assert (ack["pid"], ack["start_ticks"], ack["supervised"]) == tuple(recorded)
+    assert ack["supervised"] is not shim
+    (tmp_path / "go").touch()
+    wait_until(lambda: runfile.read_run(jobs_root, new_id, spec["run"]).exit, "its end")
+    assert home.wait_state(job_id, "succeeded", "failed", "lost")["state"] == "succeeded"

@@ -6,14 +6,12 @@ from __future__ import annotations
 
 import json
 import math
-import re
 import shlex
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gpusched.cli.views.plainout import has_emoji_code
 from gpusched.client import wire
 from gpusched.client.textcells import shell_quote
 
@@ -142,8 +140,3 @@ def test_a_request_with_nan_is_refused_before_sending():
 @given(st.text(st.sampled_from("ab_@%+=:,./-'\" \t\né$`!*")))
 def test_shell_quote_is_shlex_quote(word):
     assert shell_quote(word) == shlex.quote(word)
-
-
-@given(st.text(st.sampled_from("ab: \t\n\u00a0\u2003x[]")))
-def test_emoji_codes_are_found_as_rich_finds_them(text):
-    assert has_emoji_code(text) == bool(re.search(r":\S*?:", text))

@@ -2,8 +2,8 @@
 one table per command.
 
 The typer commands (job_cmds.py, gpu_cmds.py, through submit_cmds.with_options) and the
-fast command path's parser (fastcmds.py) are both built from these tables, so an option
-is declared once. Rows are shaped as client/submit/options.py's: (field, flags, kind, default,
+fast path's parser (client/cmdline.py) both read these tables, so an option is
+declared once. Rows are shaped as client/submit/options.py's: (field, flags, kind, default,
 help), and a metavar where --help shows one. Plain tuples: the fast path imports this.
 """
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import sys
-from typing import TextIO
 
 from rich.console import Console
 
@@ -12,14 +11,6 @@ from gpusched.cli.cmdoptions import JOB_IDS as JOB_IDS
 from gpusched.cli.cmdoptions import JOB_IDS_HELP as JOB_IDS_HELP
 from gpusched.cli.cmdoptions import JSON_HELP as JSON_HELP
 
-
-def console_for(stream: TextIO | None = None) -> Console:
-    """The console the commands print to: standard output, or `stream` (tests).
-
-    Piped into grep or a file, a listing keeps each job on one line instead of folding
-    cells to 80 columns (cli/views/plainout.py draws the same without rich)."""
-    tty = (sys.stdout if stream is None else stream).isatty()
-    return Console(highlight=False, soft_wrap=False, width=None if tty else 1000, file=stream)
-
-
-out = console_for()
+# Piped into grep or a file, a line of text stays one line instead of folding at 80
+# columns, as cli/views/plainout.py draws the listings.
+out = Console(highlight=False, soft_wrap=False, width=None if sys.stdout.isatty() else 1000)

@@ -1,6 +1,6 @@
 """What `ls`, `show`, `gpus`, `wait`, `cancel`, `hold`, `release` and `logs` do, for the
 typer commands and the fast command path alike: each asks the daemon once and prints
-through an output (render.RichOutput or plainout.Screen), and returns the exit status.
+through views/plainout.Screen (the one renderer of both paths), and returns the exit status.
 
 No typer or rich here, and heavy modules only where an option needs them: the fast path
 runs these on every call.
@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import sys
 
+from gpusched.cli.views.plainout import Screen
 from gpusched.client.connection import Client
 from gpusched.client.textcells import printable
 from gpusched.core.errors import ProtocolError, UsageError
@@ -27,7 +28,6 @@ def print_json(data: object) -> None:
 
 
 def list_jobs(
-    output: Any,
     all_jobs: bool,
     expand: bool,
     as_json: bool,
@@ -43,6 +43,7 @@ def list_jobs(
         raise UsageError("choose one of --json and --format")
     if last is not None and last < 1:
         raise UsageError(f"--last takes a number of jobs, 1 or more, not {last}")
+    output = Screen()
     columns: list[str] | None = None
     filters: dict[str, Any] = {}
     if fields is not None or users is not None or me or states is not None or names is not None:
@@ -129,7 +130,7 @@ def draw_jobs(
         )
 
 
-def show(output: Any, job_id: str, as_json: bool) -> int:
+def show(job_id: str, as_json: bool) -> int:
     from gpusched.cli.views.show import job_lines  # noqa: PLC0415 - 2 ms of every other command
 
     job = Client().call("show", ids=[syntax.job_id_text(job_id)])["jobs"][0]
@@ -140,11 +141,12 @@ def show(output: Any, job_id: str, as_json: bool) -> int:
     return 0
 
 
-def change(output: Any, command: str, job_ids: list[str], **args: Any) -> int:
+def change(command: str, job_ids: list[str], **args: Any) -> int:
     """Print what happened to each job; a job that could not be changed is an error line
     on stderr and makes the exit status 1, the others are changed all the same."""
     ids = [syntax.job_id_text(i) for i in job_ids]  # a bad id is refused before any change
     reply = Client().call(command, ids=ids, **args)
+    output = Screen()
     for job_id, outcome in reply["results"].items():
         output.text(f"job {job_id}: {outcome}")
     refused = reply.get("refused") or {}
@@ -153,7 +155,7 @@ def change(output: Any, command: str, job_ids: list[str], **args: Any) -> int:
     return 1 if refused else 0
 
 
-def wait(output: Any, job_ids: list[str], notify: bool = False, keep_waiting: bool = False) -> int:
+def wait(job_ids: list[str], notify: bool = False, keep_waiting: bool = False) -> int:
     from gpusched.client.submit.submitting import ended_status, wait_or_explain  # noqa: PLC0415 - 0.5 ms; wait only
 
     jobs = wait_or_explain(Client(), [syntax.job_id_text(i) for i in job_ids], keep_waiting)
@@ -164,16 +166,14 @@ def wait(output: Any, job_ids: list[str], notify: bool = False, keep_waiting: bo
     return ended_status(jobs)
 
 
-def logs(output: Any, job_id: str, follow: bool, stderr: bool) -> int:
+def logs(job_id: str, follow: bool, stderr: bool) -> int:
     from gpusched.cli.logview import print_log  # noqa: PLC0415 - 0.5 ms; logs only
 
     print_log(Client(), syntax.job_id_text(job_id), stderr=stderr, follow=follow)
     return 0
 
 
-def gpus(
-    output: Any, as_json: bool, query: str | None, fmt: str | None, topology: bool = False
-) -> int:
+def gpus(as_json: bool, query: str | None, fmt: str | None, topology: bool = False) -> int:
     from gpusched.cli.views import gpuquery  # noqa: PLC0415 - 0.3 ms; gpus only
 
     if query is None and fmt is not None:
@@ -196,7 +196,7 @@ def gpus(
     if as_json:
         print_json(result)
         return 0
-    draw_gpus(output, result)
+    draw_gpus(Screen(), result)
     return 0
 
 
@@ -212,13 +212,13 @@ def draw_gpus(output: Any, result: dict[str, Any]) -> None:
     output.processes(result)
 
 
-def cancel(output: Any, job_ids: list[str]) -> int:
-    return change(output, "cancel", job_ids)
+def cancel(job_ids: list[str]) -> int:
+    return change("cancel", job_ids)
 
 
-def hold(output: Any, job_ids: list[str]) -> int:
-    return change(output, "hold", job_ids)
+def hold(job_ids: list[str]) -> int:
+    return change("hold", job_ids)
 
 
-def release(output: Any, job_ids: list[str]) -> int:
-    return change(output, "release", job_ids)
+def release(job_ids: list[str]) -> int:
+    return change("release", job_ids)

@@ -1,4 +1,7 @@
-"""The table of commands the daemon answers, and the checks of a request's arguments.
+"""The one table of the commands the daemon answers, and the checks of a request's arguments.
+
+Each command's entry says what it takes, whether it only looks, who may send it and what
+answers it; the daemon and docs/protocol.md read it (the CLI needs only wire.py).
 
 The frames themselves (length-prefixed JSON over a Unix socket) are wire.py's, named here
 too for the daemon and the tests.
@@ -16,24 +19,58 @@ from gpusched.core.spec import syntax, values
 READ_TIMEOUT_S = 10.0
 
 
+# Who may send a command (docs/protocol.md). The daemon's handlers refuse everyone else
+# (daemon/requests/authz.py), each with its own words; tests/test_command_table.py checks
+# that they refuse exactly as declared here.
+ANYONE = "anyone"
+OWNER = "owner"  # of every job (or service) it names, or an admin
+ADMIN = "admin"  # root, the daemon's user, or a member of system.admin_group
+ROOT = "root"  # root or the daemon's user only
+
+
 class Command:
-    """A command's argument names: those it requires and those it may take (frozensets)."""
+    """One protocol command: the argument names it requires and those it may take
+    (frozensets, each checked by ARGUMENTS), whether it only looks (read_only: no
+    scheduling pass follows it), who may send it (caller), and whether the socket server
+    answers it itself on the connection's thread (on_server), not the daemon's loop."""
 
-    __slots__ = ("required", "optional")
+    __slots__ = ("required", "optional", "read_only", "caller", "on_server")
 
-    def __init__(self, required: frozenset[str], optional: frozenset[str]):
+    def __init__(
+        self,
+        required: frozenset[str],
+        optional: frozenset[str],
+        read_only: bool,
+        caller: str,
+        on_server: bool,
+    ):
         self.required, self.optional = required, optional
+        self.read_only, self.caller, self.on_server = read_only, caller, on_server
 
 
-def _cmd(required: str = "", optional: str = "") -> Command:
-    return Command(frozenset(required.split()), frozenset(optional.split()))
+def _cmd(
+    required: str = "",
+    optional: str = "",
+    *,
+    read_only: bool = False,
+    caller: str = ANYONE,
+    on_server: bool = False,
+) -> Command:
+    return Command(
+        frozenset(required.split()), frozenset(optional.split()), read_only, caller, on_server
+    )
 
 
-# Every request the daemon answers, with the argument names it accepts. Anything else is
-# refused before a handler sees it.
+# Every request the daemon answers: the one table of the protocol. Anything else is
+# refused before a handler sees it. The daemon answers each on its loop with the handler
+# of the same name (daemon/requests/handlers.py), but for those on_server.
+# read_only: the request changes nothing a scheduling pass depends on, so it sets none
+# off (with 100,000 pending a pass is the longest part of a turn, and `top` asks every
+# second). Every other request, refused or not, is followed by a pass.
 COMMANDS: dict[str, Command] = {
-    "ping": _cmd(),
-    "status": _cmd(),
+    # A liveness check must not wait behind the loop.
+    "ping": _cmd(read_only=True, on_server=True),
+    "status": _cmd(read_only=True),
     # "stream": "lines" (client/streams.py): the commands follow in parts on the same
     # connection, each line the last word of jobs[0]'s command (`submit --from-file`).
     "submit": _cmd("jobs", "env cwd cluster stream"),
@@ -44,42 +81,46 @@ COMMANDS: dict[str, Command] = {
     # "last" keeps only the N matching jobs with the highest ids (still in id order).
     # "pending_rows" (a plain `ls`): only the first N pending jobs, the rest counted
     # (daemon/requests/lsqueue.py). "stream": "pages": every page on this one connection (client/pagestream.py).
-    "list": _cmd("", "all users states names last after page_bytes pending_rows stream"),
-    "show": _cmd("ids", "after page_bytes"),
-    "cancel": _cmd("ids"),
-    "hold": _cmd("ids"),
-    "release": _cmd("ids"),
-    "update": _cmd("ids", "priority"),
+    "list": _cmd(
+        "", "all users states names last after page_bytes pending_rows stream", read_only=True
+    ),
+    "show": _cmd("ids", "after page_bytes", read_only=True),
+    "cancel": _cmd("ids", caller=OWNER),
+    "hold": _cmd("ids", caller=OWNER),
+    "release": _cmd("ids", caller=OWNER),
+    # A priority over scheduling.max_user_priority is an admin's to give.
+    "update": _cmd("ids", "priority", caller=OWNER),
     # A job back in the queue under its id: stopped now (requeue) or after its
     # checkpoint signal and grace (preempt); an ended one queued again (requeue).
-    "requeue": _cmd("ids"),
-    "preempt": _cmd("ids"),
-    "drain": _cmd(),
-    "resume": _cmd(),
+    "requeue": _cmd("ids", caller=OWNER),
+    "preempt": _cmd("ids", caller=OWNER),
+    "drain": _cmd(caller=ADMIN),
+    "resume": _cmd(caller=ADMIN),
     # keep_waiting: also on a job that can never start (else the reply names it at once).
-    "wait": _cmd("ids", "timeout_s after page_bytes keep_waiting"),
-    "gpus": _cmd(),
+    "wait": _cmd("ids", "timeout_s after page_bytes keep_waiting", read_only=True),
+    "gpus": _cmd(read_only=True),
     # Everything `gpusched top` draws in one frame: daemon, GPUs, reservations, jobs.
     # "pending_version": the last reply's; the pending jobs come again only if it moved.
-    "snapshot": _cmd("", "lean pending_version"),
-    "stop": _cmd(),
-    # A job for its owner or an admin only: its log paths (the client reads the files)
-    # and the environment it was submitted with.
-    "logs": _cmd("id"),
-    "env": _cmd("id"),
+    "snapshot": _cmd("", "lean pending_version", read_only=True),
+    "stop": _cmd(caller=ROOT),
+    # A job's log paths (the client reads the files) and the environment it was
+    # submitted with.
+    "logs": _cmd("id", read_only=True, caller=OWNER),
+    "env": _cmd("id", read_only=True, caller=OWNER),
     # A job queued again as a new one, from the spec the daemon keeps: its environment
     # never travels to the client, which may not see it.
-    "resubmit": _cmd("id", "changes"),
+    "resubmit": _cmd("id", "changes", caller=OWNER),
     # Finished jobs past [jobs] keep_finished(_count) removed now, or only counted.
-    "gc": _cmd("", "dry_run"),
+    "gc": _cmd("", "dry_run", caller=ADMIN),
     # GPU time, memory, ends and waits per user or name, over since_s seconds (none: all).
-    "usage": _cmd("", "since_s by"),
+    "usage": _cmd("", "since_s by", read_only=True),
     # The caller's newest finished runs of a job key (--name or normalized command) with
     # their GPU memory peaks, and what --gpu-mem auto would ask for now.
-    "history": _cmd("key", "last"),
+    "history": _cmd("key", "last", read_only=True),
     # Inference services (docs/services.md): action is create, list, show, scale, update
-    # or delete; spec carries a create's or an update's definition.
-    "service": _cmd("action", "name spec replicas"),
+    # or delete; spec carries a create's or an update's definition. Anyone may list,
+    # show and create; scale, update and delete are the service's owner's (or an admin's).
+    "service": _cmd("action", "name spec replicas", caller=OWNER),
 }
 
 

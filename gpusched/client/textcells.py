@@ -4,7 +4,7 @@
 imports them on every listing, so this module stays light: no rich, no typing. ASCII text
 is measured here; any other text by rich.cells, imported only then: its width tables
 follow Unicode versions and emoji sequences that the standard library cannot reproduce,
-and a listing must measure a cell exactly as rich draws it.
+and `top` (drawn by rich) measures a cell as the listings do.
 """
 
 from __future__ import annotations

@@ -28,7 +28,6 @@ from gpusched.daemon.requests.batches import CANCELLED, Batched, purge_incomplet
 from gpusched.daemon.requests.calls import Call, Calls
 from gpusched.daemon.requests.handlers import Handlers
 from gpusched.daemon.requests.request import Waiter
-from gpusched.daemon.slurm.poll import ClusterJobs
 from gpusched.daemon.state import DaemonState, Setup
 from gpusched.gpus import GpuBackend
 from gpusched.proc import runfile
@@ -107,9 +106,7 @@ class Daemon:
         )
         purge_incomplete(store)  # submits a crash cut short were never acknowledged
         self.state, self.setup = DaemonState(store, setup, self.backend.name), setup
-        clusters = ClusterJobs(self.state, setup)
-        clusters.load()  # before the active jobs are loaded
-        clusters.wake_loop = self.calls.wake  # a Slurm command is done
+        self.state.clusters.load(self.calls.wake)  # before the active jobs are loaded
         self.control = JobControl(self.state, setup, self.seam)
         self.handlers = Handlers(self.state, setup, self.seam)
         self.retention = Retention(self.state, setup)
@@ -164,7 +161,7 @@ class Daemon:
                 "jobs go on under their shims)",
                 why,
             )
-            self.state.stopping = True
+            self.state.note_stopping()
 
     def step(self, calls: list[Call]) -> None:
         """One turn of the loop: the requests, then a pass (a scheduling pass only when
@@ -220,10 +217,9 @@ class Daemon:
 
     def step_clusters(self) -> None:
         """Hand jobs to Slurm and poll it (daemon/slurm/poll.py): only with cluster jobs."""
-        clusters = self.state.clusters  # set with the first cluster job
-        if clusters is not None and self.state.remote_ids:
+        if self.state.remote_ids:
             try:
-                clusters.step()
+                self.state.clusters.step()
             except StoreWriteError:
                 pass  # in the log (WriteHealth); the next turn tries again
 
@@ -254,7 +250,7 @@ class Daemon:
             self.state.running(), now, self.state.store, save=self.state.writes.failing
         )
         if self.control.retries_due(now):
-            self.state.schedule_needed = True
+            self.state.note_schedule_needed()
         if self.state.gpus_dirty or poll_due:
             self.read_gpus()
         # Scheduling passes cost time with a long queue: run one only when something
@@ -284,7 +280,7 @@ class Daemon:
         run = self._end_reports.report(sender)
         failure = runfile.parse_launch_failure(message)
         if failure is not None:
-            self.control.launch_failures.put(failure)
+            self.control.start_failed(*failure)
         else:  # the next pass reads that run's file (or, naming none, every one)
             self.control.run_reads.reported(run)
         self.calls.wake()
@@ -293,30 +289,26 @@ class Daemon:
         state = self.state
         running = state.running()
         try:
-            state.inventory = self.backend.read(running)
+            inventory = self.backend.read(running)
         except Exception as exc:
             log.exception("reading the GPUs failed")
-            state.inventory = Inventory(
+            inventory = Inventory(
                 backend=self.backend.name, problem=f"reading the GPUs failed: {exc}"
             )
-        state.telemetry.gpus_read(state.inventory, self.clock.time())
-        gpu_pids = {p.pid for g in state.inventory.schedulable() for p in g.processes}
+        state.telemetry.gpus_read(inventory, self.clock.time())
+        gpu_pids = {p.pid for g in inventory.schedulable() for p in g.processes}
         shims = {job.shim_pid: job.id for job in running if job.shim_pid}
         # A full process scan only when some GPU process is not a known shim:
         # it costs tens of milliseconds, and this runs after every job that held a GPU.
-        state.pid_jobs = (
+        pid_jobs = (
             self.seam.pid_owners(running)
             if gpu_pids - shims.keys()
             else {pid: shims[pid] for pid in gpu_pids}
         )
-        state.idle_since = placement.track_idle(
-            state.inventory, state.pid_jobs, state.idle_since, self.clock.time()
-        )
+        state.note_gpus(inventory, pid_jobs, self.clock.time())
         self.idle_gpus.step(self.clock.time())
-        if state.pid_jobs:
-            self.control.record_gpu_peaks(placement.job_gpu_peaks(state.inventory, state.pid_jobs))
-        state.gpus_dirty = False
-        state.schedule_needed = True
+        if pid_jobs:
+            self.control.record_gpu_peaks(placement.job_gpu_peaks(inventory, pid_jobs))
         self._next_gpu_read = self.clock.monotonic() + self.settings.gpu_poll_interval_s
 
     def answer_waiters(self) -> None:

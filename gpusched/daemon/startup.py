@@ -182,7 +182,7 @@ def prepare_dirs(paths: Paths) -> None:
 
 def install_signal_handlers(daemon: Daemon) -> None:
     def stop(_signum: int, _frame: object) -> None:
-        daemon.state.stopping = True
+        daemon.state.note_stopping()
         poke(daemon.paths.wake_socket)  # end the loop's wait now, not at its next deadline
 
     if threading.current_thread() is threading.main_thread():

@@ -15,7 +15,7 @@ from gpusched.client.paths import Paths
 from gpusched.core.config import Settings
 from gpusched.core.errors import StoreWriteError
 from gpusched.core.models import Inventory, Job, JobState
-from gpusched.core.sched import queuerules
+from gpusched.core.sched import placement, queuerules
 from gpusched.core.sched.pendingqueue import PendingQueue
 from gpusched.core.sched.placement import PlacementRules
 from gpusched.daemon.host import Host
@@ -26,6 +26,7 @@ from gpusched.daemon.observe.notify import make_notifier
 from gpusched.daemon.observe.telemetry import Telemetry
 from gpusched.daemon.requests.authz import Authz
 from gpusched.daemon.requests.quotas import CountedTable
+from gpusched.daemon.slurm.poll import ClusterJobs
 from gpusched.proc.runfile import own_log_paths
 from gpusched.store.database import Store
 from gpusched.store.writefail import WriteHealth
@@ -34,8 +35,6 @@ _T = TypeVar("_T")
 
 if TYPE_CHECKING:
     from typing import Protocol
-
-    from gpusched.daemon.slurm.poll import ClusterJobs
 
     class Clock(Protocol):
         """The time module, or in tests a clock they move by hand."""
@@ -83,16 +82,20 @@ class Setup:
 
 class DaemonState:
     """The pending and running jobs (finished ones live in the store only), kept in step
-    with the store; the GPUs as the loop last read them; and what the loop must do next."""
+    with the store; the GPUs as the loop last read them; and what the loop must do next.
+    Other modules read what it gives out and change it through its methods only (note_...),
+    so that each part has one writer whichever subsystem asks."""
 
     def __init__(self, store: Store, setup: Setup, backend_name: str):
         self.store = store
         # Pending jobs alike are held as one template (daemon/jobs/jobtable.py).
-        self.kinds = Kinds(partial(own_log_paths, setup.paths.jobs_dir, setup.paths.log_root))
+        self.kinds = Kinds(
+            partial(own_log_paths, setup.paths.jobs_dir, setup.paths.log_root),
+            lambda: (entry for _, entry in self.jobs.alike()),
+        )
         self.jobs = CountedTable(self.kinds)  # pending and running jobs
         self._running: dict[int, Job] = {}  # the running ones among them
         self._pending = JobTable(self.kinds)  # and the pending ones
-        self.kinds.in_use = lambda: (entry for _, entry in self.jobs.alike())
         # The pending ones in scheduling order, kept in step by _place (never sorted per
         # pass), and the last pass's reasons for those it stopped before (set_later).
         self.queue = PendingQueue(
@@ -102,24 +105,24 @@ class DaemonState:
         self._later: tuple[str, Callable[[Job], str | None]] | None = None
         self.usage = UsageLedger(setup.settings.fairshare_half_life_s, setup.clock.time())
         # The GPUs as last read, which processes on them belong to which job, and since
-        # when each outside process has shown 0% busy.
-        self.inventory = Inventory(backend=backend_name)
-        self.pid_jobs: dict[int, int] = {}
-        self.idle_since: dict[int, float] = {}
+        # when each outside process has shown 0% busy (note_gpus).
+        self._inventory = Inventory(backend=backend_name)
+        self._pid_jobs: dict[int, int] = {}
+        self._idle_since: dict[int, float] = {}
         # Since when each running job's GPUs have all been 0% busy (daemon/jobs/idlegpus.py).
-        self.gpu_idle_since: dict[int, float] = {}
+        self._gpu_idle_since: dict[int, float] = {}
         self.draining = store.get_meta("draining") == "1"
-        self.stopping = False
-        self.schedule_needed = True  # something a scheduling pass depends on changed
-        self.gpus_dirty = True  # a run that held GPUs ended: read them before the poll
+        self._stopping = False
+        self._schedule_needed = True  # something a scheduling pass depends on changed
+        self._gpus_dirty = True  # a run that held GPUs ended: read them before the poll
         self.writes = WriteHealth(setup.clock)
         # Ends read from run files whose write failed (a full disk): ls and show give them
-        # meanwhile, rather than `running` until the disk has room (jobcontrol.end).
-        self.unstored_ends: dict[int, Job] = {}
+        # meanwhile, rather than `running` until the disk has room (jobs/control.py, end).
+        self._unstored_ends: dict[int, Job] = {}
         self.telemetry = Telemetry()  # counted for /metrics (daemon/observe/metrics.py)
         # Each service's figures for /metrics, swapped in whole (daemon/services/replicas.py).
-        self.service_figures: list[dict[str, Any]] = []
-        self.metrics_status = "off"  # where /metrics is served, for `daemon status`
+        self._service_figures: list[dict[str, Any]] = []
+        self._metrics_status = "off"  # where /metrics is served, for `daemon status`
         self.notifier = make_notifier(setup.settings, setup.paths, setup.clock)
         # While a write() runs: each job it changed as it was before (None: not active),
         # and what to do once it commits, or if it fails.
@@ -128,20 +131,19 @@ class DaemonState:
         self._on_rollback: list[Callable[[], object]] = []
         # Ids of submits being stored in batches (daemon/requests/batches.py): not acknowledged
         # yet, so no request may see or touch them.
-        self.incoming: list[range] = []
+        self._incoming: list[range] = []
         # Moves with every change to the pending jobs, so that `top` gets them (maybe
         # thousands) again only when they changed; the random part tells daemons apart.
         self._pending_nonce, self._pending_changes = secrets.token_hex(4), 0
         # Views worked out from the pending jobs (`ls`'s head, `top`'s order, the counts by
         # group: daemon/requests/lsqueue.py), each with the pending_version it was worked out for.
         self._of_pending: dict[Any, tuple[str, Any]] = {}
-        # Cluster jobs (daemon/slurm/poll.py, which sets both): active like any job, but
-        # never among running() and pending(), which this machine's scheduler works on.
-        self.remote_ids: set[int] = set()
-        self.clusters: ClusterJobs | None = None
+        # Cluster jobs (daemon/slurm/poll.py, which holds their ids): active like any job,
+        # but never among running() and pending(), which this machine's scheduler works on.
+        self.clusters = ClusterJobs(self, setup)
         # Told of the jobs that become active (submitted, or queued again after their
         # end): retention's index of what active jobs need (daemon/jobs/stillneeded.py).
-        self.activated: list[Callable[[Iterable[Job]], None]] = []
+        self._activated: list[Callable[[Iterable[Job]], None]] = []
 
     # -- the active jobs ----------------------------------------------------------------
     def load_active(self, jobs: Iterable[Job]) -> None:
@@ -237,7 +239,7 @@ class DaemonState:
 
     def find(self, job_id: int) -> Job | None:
         """A job, active or finished."""
-        if any(job_id in ids for ids in self.incoming):
+        if any(job_id in ids for ids in self._incoming):
             return None
         return self.jobs.get(job_id) or self.store.get(job_id)
 
@@ -256,15 +258,15 @@ class DaemonState:
             self._undo.setdefault(job.id, previous)
         self._place(job.id, None if job.state.is_final else job)
         if previous is None and not job.state.is_final:
-            for tell in self.activated:
+            for tell in self._activated:
                 tell((job,))
         if previous is None or previous.state is not job.state:  # counted once stored
             self.after_commit(lambda: self._committed(previous, job))
         if previous is not None and previous.state is JobState.RUNNING and not job.is_running:
             # A run ended: its GPUs are free, so read them again rather than wait for the
             # poll, and let waiting jobs (and dependents) be considered.
-            self.gpus_dirty = self.gpus_dirty or bool(previous.gpu_uuids)
-            self.schedule_needed = True
+            self._gpus_dirty = self._gpus_dirty or bool(previous.gpu_uuids)
+            self._schedule_needed = True
 
     def _committed(self, previous: Job | None, job: Job) -> None:
         """A transition is stored: count it for /metrics, and tell whom it concerns."""
@@ -300,6 +302,38 @@ class DaemonState:
             self.queue.remove(old)
         if new is not None:
             self.queue.add(new)
+
+    @property
+    def incoming(self) -> list[range]:
+        return self._incoming
+
+    def note_incoming(self, ids: range) -> None:
+        """Jobs being stored in batches (daemon/requests/batches.py): until note_known, no
+        request may see or touch them."""
+        self._incoming.append(ids)
+
+    def note_known(self, ids: range) -> None:
+        """Jobs note_incoming named are known now (remember_alike), or were never stored."""
+        self._incoming.remove(ids)
+
+    @property
+    def unstored_ends(self) -> dict[int, Job]:
+        return self._unstored_ends
+
+    def note_end_unstored(self, job: Job, stored: bool = False) -> None:
+        """A job's end read from its run file but not stored (a failed write), or stored
+        at last (stored=True): meanwhile ls and show give it (daemon/jobs/control.py)."""
+        if stored:
+            self._unstored_ends.pop(job.id, None)
+        else:
+            self._unstored_ends[job.id] = job
+
+    def tell_activated(self, tell: Callable[[Iterable[Job]], None], told: bool = True) -> None:
+        """Tell `tell` (or no longer: told=False) of the jobs that become active."""
+        if told:
+            self._activated.append(tell)
+        else:
+            self._activated.remove(tell)
 
     # -- writes ---------------------------------------------------------------------------
     @contextmanager
@@ -357,8 +391,8 @@ class DaemonState:
         count = len(self._pending)
         self.queue.add_many(self.kinds.passing(self._held_new(entries)))
         self._pending_changes += 1
-        self.schedule_needed = True
-        for tell in self.activated:  # a template answers what they ask (daemon/jobs/jobtable.py)
+        self._schedule_needed = True
+        for tell in self._activated:  # a template answers what they ask (daemon/jobs/jobtable.py)
             tell([entry for _, entry in entries])
         added = len(self._pending) - count
         self.after_commit(lambda: self.telemetry.jobs_submitted(added))
@@ -376,7 +410,75 @@ class DaemonState:
             self.store.set_meta("draining", "1" if draining else "0")
         self.draining = draining
 
+    def note_schedule_needed(self) -> None:
+        """Something a scheduling pass depends on changed: the loop runs one this turn."""
+        self._schedule_needed = True
+
     def take_schedule_needed(self) -> bool:
         """Whether a scheduling pass is due for the state's own reasons; clears the flag."""
-        needed, self.schedule_needed = self.schedule_needed, False
+        needed, self._schedule_needed = self._schedule_needed, False
         return needed
+
+    @property
+    def stopping(self) -> bool:
+        return self._stopping
+
+    def note_stopping(self) -> None:
+        """Stop the daemon (a request, a signal, a home no client reaches): the loop ends
+        after this turn; running jobs go on under their shims."""
+        self._stopping = True
+
+    # -- the GPUs, as the loop last read them ------------------------------------------------
+    @property
+    def inventory(self) -> Inventory:
+        return self._inventory
+
+    @property
+    def pid_jobs(self) -> dict[int, int]:
+        return self._pid_jobs
+
+    @property
+    def idle_since(self) -> dict[int, float]:
+        return self._idle_since
+
+    @property
+    def gpus_dirty(self) -> bool:
+        return self._gpus_dirty
+
+    def note_gpus(self, inventory: Inventory, pid_jobs: dict[int, int], now: float) -> None:
+        """The GPUs just read, and the job of each process on them: the outside processes'
+        idle times follow, and a scheduling pass is due."""
+        self._inventory, self._pid_jobs = inventory, pid_jobs
+        self._idle_since = placement.track_idle(inventory, pid_jobs, self._idle_since, now)
+        self._gpus_dirty = False
+        self._schedule_needed = True
+
+    @property
+    def gpu_idle_since(self) -> dict[int, float]:
+        return self._gpu_idle_since
+
+    def note_gpu_idle_since(self, since: dict[int, float]) -> None:
+        """Since when each running job's GPUs have all been 0% busy (daemon/jobs/idlegpus.py)."""
+        self._gpu_idle_since = since
+
+    # -- what `daemon status` and /metrics show ---------------------------------------------
+    @property
+    def service_figures(self) -> list[dict[str, Any]]:
+        return self._service_figures
+
+    def note_service_figures(self, figures: list[dict[str, Any]]) -> None:
+        """Each service's figures, swapped in whole: /metrics reads them from its own thread."""
+        self._service_figures = figures
+
+    @property
+    def metrics_status(self) -> str:
+        return self._metrics_status
+
+    def note_metrics_status(self, status: str) -> None:
+        """Where /metrics is served (or why not), for `daemon status`."""
+        self._metrics_status = status
+
+    @property
+    def remote_ids(self) -> set[int]:
+        """The cluster jobs' ids (daemon/slurm/poll.py)."""
+        return self.clusters.ids

@@ -54,6 +54,10 @@ global
     timeout server 60s
     timeout queue 30s
     timeout http-keep-alive 10s
+    # A health check answered within 2 s passes: a replica slowed by a busy machine stays
+    # in rotation (with the 300 ms default, a loaded box could take every replica out and
+    # answer 503), while one that is gone refuses at once and is out after two checks.
+    timeout check 2s
     # A replica that dies or refuses takes no request with it: the request goes to
     # another replica (the body is buffered for that).
     option http-buffer-request

@@ -72,11 +72,25 @@ class ProcessSeam:
 
     def launch(self, spec: dict[str, Any]) -> None:
         """Have the supervisor start the job, or fork its shim, without waiting for it: the
-        pid appears in the job's run file (see runfile.read_run). OSError if it cannot be
-        asked to."""
+        pid comes back in its acknowledgement (started), and is in the job's run file (see
+        runfile.read_run). OSError if it cannot be asked to."""
         if self._supervisor.path is None:  # beside the wake socket, in the run directory
             self._supervisor.path = supervisor_socket(os.path.dirname(spec["wake"]))
         self._supervisor.send(spec)
+
+    def started(self) -> dict[str, runfile.ShimRecord]:
+        """Run token -> the process to watch for it, as the supervisor acknowledged the
+        starts since the last call (the run file says the same, a moment later)."""
+        found = {}
+        for ack in self._supervisor.started():
+            try:
+                record = runfile.ShimRecord(
+                    int(ack["pid"]), int(ack["start_ticks"]), bool(ack.get("supervised"))
+                )
+            except (KeyError, TypeError, ValueError):
+                continue
+            found[str(ack.get("run"))] = record
+        return found
 
     def close(self) -> None:
         """Let the supervisor go; it runs on while jobs it started do (see supervisor/main.py)."""

@@ -36,6 +36,7 @@ class SupervisorLink:
         self._sock: socket.socket | None = None
         self._proc: subprocess.Popen[bytes] | None = None  # the one we started, kept to be reaped
         self._lock = threading.Lock()  # the loop launches; a request's thread may signal
+        self._unread = b""  # the start acknowledgements' last line, not whole yet
 
     def send(self, request: dict[str, Any], start: bool = True) -> bool:
         """Write one request; start a supervisor if none runs (start=False: then say so,
@@ -88,10 +89,35 @@ class SupervisorLink:
             )
         return _hello(path)
 
+    def started(self) -> list[dict[str, Any]]:
+        """The start acknowledgements received since the last call (the supervisor's
+        _acknowledge), without waiting; a line that is not one is left out."""
+        with self._lock:
+            data = self._unread
+            while self._sock is not None:
+                try:
+                    chunk = self._sock.recv(65536, socket.MSG_DONTWAIT)
+                except OSError:  # none waiting; or the link is down, which send() finds
+                    break
+                if not chunk:
+                    break
+                data += chunk
+            *lines, self._unread = data.split(b"\n")
+        acks = []
+        for line in lines:
+            try:
+                ack = json.loads(line)
+            except ValueError:
+                continue
+            if isinstance(ack, dict) and "started" in ack:
+                acks.append(ack)
+        return acks
+
     def close(self) -> None:
         if self._sock is not None:
             self._sock.close()
             self._sock = None
+        self._unread = b""
 
 
 def _hello(path: str) -> socket.socket:

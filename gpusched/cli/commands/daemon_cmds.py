@@ -9,7 +9,7 @@ import typer
 from gpusched.cli.common import JSON_HELP, out
 from gpusched.cli.helpformat import App
 from gpusched.cli.systemd import carried, install, next_commands
-from gpusched.cli.views import richviews
+from gpusched.cli.views import statusview
 from gpusched.client.connection import Client, start_daemon, wait_for_exit
 from gpusched.client.submit.submitting import print_json
 from gpusched.core.errors import DaemonUnavailable, GpuschedError, UsageError
@@ -161,7 +161,7 @@ def daemon_status(as_json: bool = typer.Option(False, "--json", help=JSON_HELP))
         )
     else:
         out.print(f"using the {which} daemon at {client.paths.socket}", markup=False)
-        out.print("\n".join(richviews.status_lines(status)), markup=False)
+        out.print("\n".join(statusview.status_lines(status)), markup=False)
 
 
 @app.command("install-service")

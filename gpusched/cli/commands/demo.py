@@ -10,7 +10,8 @@ from pathlib import Path
 
 from rich.console import Console
 
-from gpusched.cli.views import richviews
+from gpusched.cli.views.lsview import ls_lines
+from gpusched.cli.views.plainout import Screen
 from gpusched.client.connection import Client, start_daemon, wait_for_exit
 from gpusched.client.paths import resolve_paths
 
@@ -56,9 +57,10 @@ def _show(console: Console, client: Client, started: float) -> bool:
             j["id"] for j in jobs if j["state"] == "running" and gpu["uuid"] in j["gpus"]
         ]
     console.print(f"\n-- t = {time.monotonic() - started:.0f} s --")
-    console.print(richviews.jobs_table(jobs, console.width))
-    console.print()
-    console.print(richviews.gpus_table(gpus))
+    screen = Screen(stream=console.file)
+    screen.lines(ls_lines(jobs, screen.width))
+    screen.blank()
+    screen.gpus(gpus)
     return any(j["state"] in ("pending", "running") for j in jobs)
 
 

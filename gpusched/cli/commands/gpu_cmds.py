@@ -10,7 +10,6 @@ from gpusched.cli import jobviews
 from gpusched.cli.cmdoptions import GPUS
 from gpusched.cli.commands.submit_cmds import with_options
 from gpusched.cli.helpformat import App
-from gpusched.cli.views.richviews import RichOutput
 
 app = App()
 
@@ -25,7 +24,7 @@ def gpus(**options: Any) -> None:
       gpusched gpus
       gpusched gpus --query index,memory.used --format csv,noheader
     """
-    raise typer.Exit(jobviews.gpus(RichOutput(), **options))
+    raise typer.Exit(jobviews.gpus(**options))
 
 
 @app.command()

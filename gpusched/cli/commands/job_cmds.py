@@ -14,7 +14,6 @@ from gpusched.cli.cmdoptions import LOGS, LS, SHOW, WAIT
 from gpusched.cli.commands.submit_cmds import with_options
 from gpusched.cli.common import JOB_ID_HELP, JOB_IDS, JOB_IDS_HELP, JSON_HELP, out
 from gpusched.cli.helpformat import App
-from gpusched.cli.views.richviews import RichOutput
 from gpusched.client.connection import Client
 from gpusched.client.submit.submitting import print_json
 from gpusched.core.spec import syntax
@@ -37,7 +36,7 @@ def list_jobs(**options: Any) -> None:
       gpusched ls --all --name 'sweep-*' --format jobid,state,exitcode --noheader
       gpusched ls --all --last 20
     """
-    raise typer.Exit(jobviews.list_jobs(RichOutput(), **options))
+    raise typer.Exit(jobviews.list_jobs(**options))
 
 
 @app.command()
@@ -49,7 +48,7 @@ def show(
 
     Example: gpusched show 12
     """
-    raise typer.Exit(jobviews.show(RichOutput(), job_id, **options))
+    raise typer.Exit(jobviews.show(job_id, **options))
 
 
 @app.command()
@@ -60,7 +59,7 @@ def cancel(job_ids: list[str] = typer.Argument(..., metavar=JOB_IDS, help=JOB_ID
 
     Example: gpusched cancel 12 13_4
     """
-    raise typer.Exit(jobviews.cancel(RichOutput(), job_ids))
+    raise typer.Exit(jobviews.cancel(job_ids))
 
 
 @app.command()
@@ -69,7 +68,7 @@ def hold(job_ids: list[str] = typer.Argument(..., metavar=JOB_IDS, help=JOB_IDS_
 
     Example: gpusched hold 12
     """
-    raise typer.Exit(jobviews.hold(RichOutput(), job_ids))
+    raise typer.Exit(jobviews.hold(job_ids))
 
 
 @app.command()
@@ -78,7 +77,7 @@ def release(job_ids: list[str] = typer.Argument(..., metavar=JOB_IDS, help=JOB_I
 
     Example: gpusched release 12
     """
-    raise typer.Exit(jobviews.release(RichOutput(), job_ids))
+    raise typer.Exit(jobviews.release(job_ids))
 
 
 @app.command()
@@ -90,7 +89,7 @@ def update(
 
     Example: gpusched update 12 --priority 10
     """
-    raise typer.Exit(jobviews.change(RichOutput(), "update", job_ids, priority=priority))
+    raise typer.Exit(jobviews.change("update", job_ids, priority=priority))
 
 
 @app.command()
@@ -126,7 +125,7 @@ def wait(
 
     Example: gpusched wait 12 13; echo $?
     """
-    raise typer.Exit(jobviews.wait(RichOutput(), job_ids, **options))
+    raise typer.Exit(jobviews.wait(job_ids, **options))
 
 
 @app.command()
@@ -138,7 +137,7 @@ def logs(
 
     Example: gpusched logs -f 12
     """
-    raise typer.Exit(jobviews.logs(RichOutput(), job_id, **options))
+    raise typer.Exit(jobviews.logs(job_id, **options))
 
 
 @app.command("env")

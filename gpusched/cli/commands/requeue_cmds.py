@@ -7,7 +7,6 @@ import typer
 from gpusched.cli import jobviews
 from gpusched.cli.common import JOB_IDS, JOB_IDS_HELP
 from gpusched.cli.helpformat import App
-from gpusched.cli.views.richviews import RichOutput
 
 app = App()
 
@@ -23,7 +22,7 @@ def requeue(job_ids: list[str] = typer.Argument(..., metavar=JOB_IDS, help=JOB_I
 
     Example: gpusched requeue 12
     """
-    raise typer.Exit(jobviews.change(RichOutput(), "requeue", job_ids))
+    raise typer.Exit(jobviews.change("requeue", job_ids))
 
 
 @app.command()
@@ -40,4 +39,4 @@ def preempt(job_ids: list[str] = typer.Argument(..., metavar=JOB_IDS, help=JOB_I
 
     Example: gpusched preempt 12
     """
-    raise typer.Exit(jobviews.change(RichOutput(), "preempt", job_ids))
+    raise typer.Exit(jobviews.change("preempt", job_ids))

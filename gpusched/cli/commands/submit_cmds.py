@@ -13,14 +13,16 @@ from typing import Any, Optional, TypeVar
 import typer
 
 from gpusched.cli.helpformat import App, Command
-from gpusched.client.submit.fastsubmit import OPTIONS, fold_yes_no
+from gpusched.client.cmdline import flags_of
 from gpusched.client.submit.options import RESUBMIT, RESUBMIT_FIELDS, SUBMIT, SubmitOptions
 from gpusched.client.submit.slurmflags import check_command_line
 from gpusched.client.submit.submitting import resubmit_and_report, submit_and_report
+from gpusched.core.spec.syntax import parse_yes_no
 
 app = App()
 _TYPES = {"str": str, "int": int, "list": list[str], "flag": bool, "yesno": bool}
 _Command = TypeVar("_Command", bound=Callable[..., Any])
+_OPTIONS = flags_of(SUBMIT)
 
 
 def with_options(rows: tuple[tuple[Any, ...], ...]) -> Callable[[_Command], _Command]:
@@ -56,12 +58,36 @@ def with_options(rows: tuple[tuple[Any, ...], ...]) -> Callable[[_Command], _Com
 
 class SubmitCommand(Command):
     """`submit`, which also reads Slurm's `--kill-on-invalid-dep=yes|no`: typer's flags take
-    no value, so the fast path's parser folds that form into the bare flag first. sbatch
-    options gpusched refuses, and stray words before `--`, are refused first."""
+    no value, so that form is folded into the bare flag first. sbatch options gpusched
+    refuses, and stray words before `--`, are refused first."""
 
     def parse_args(self, ctx: Any, args: list[str]) -> list[str]:
-        check_command_line(args, OPTIONS)
+        check_command_line(args, _OPTIONS)
         return super().parse_args(ctx, fold_yes_no(args))
+
+
+def fold_yes_no(argv: list[str]) -> list[str]:
+    """The command line with each yes/no option before the command (`--kill-on-invalid-dep`,
+    `--kill-on-invalid-dep=no`) folded into one leading bare flag, or none when the last
+    says no: the form typer's flags read. Raises UsageError for a value not yes or no."""
+    kept, set_flags, i = [], {}, 0
+    while i < len(argv):
+        arg = argv[i]
+        if arg == "--" or not arg.startswith("-") or arg == "-":
+            break  # the command, which keeps its own arguments
+        name, has_inline, inline = arg.partition("=") if arg.startswith("--") else (arg, "", "")
+        kind = _OPTIONS.get(name, ("", ""))[1]
+        if not kind:
+            break  # unknown here (a typo, --help, -WG): typer reads it and the rest
+        if kind == "yesno":
+            set_flags[name] = parse_yes_no(inline, name) if has_inline else True
+        else:
+            kept.append(arg)
+            if kind != "flag" and not has_inline and i + 1 < len(argv):
+                i += 1
+                kept.append(argv[i])  # an option's value, even one that looks like an option
+        i += 1
+    return [name for name, on in set_flags.items() if on] + kept + argv[i:]
 
 
 @app.command(cls=SubmitCommand, context_settings={"allow_interspersed_args": False})

@@ -1,7 +1,7 @@
 """Human output of `ls` and `gpus` as plain lines of styled pieces, without rich.
 
-render.py draws these with rich (the typer commands); cli/views/plainout.py writes the same
-lines with SGR codes (the fast command path), so both print the same bytes.
+cli/views/plainout.py writes these lines with SGR codes, for the typer commands and the
+fast command path alike.
 """
 
 from __future__ import annotations

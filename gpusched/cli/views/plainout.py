@@ -1,12 +1,11 @@
-"""Standard output as rich's Console draws it for gpusched, without importing rich.
+"""Human output of `ls` and `gpus` (and the lines of the commands that change jobs), for the
+typer commands and the fast path alike, without rich (its import alone costs ~100 ms).
 
-The fast command path prints `ls`, `gpus` and the lines of `cancel`, `hold`, `release`
-through a Screen: the same bytes as cli/common.py's Console (highlight off, no soft
-wrap, 1000 columns on a pipe), with SGR codes for the few styles listings use. It
-honours what rich honours: FORCE_COLOR, TTY_COMPATIBLE, NO_COLOR, TERM=dumb, COLUMNS and
-LINES, the terminal's width. Whatever it cannot draw exactly (a line rich would wrap or
-crop, a table rich would shrink, text rich would read as an emoji code, a style not in
-the table below) goes to render.RichOutput, which imports rich for that piece only.
+A Screen writes lines of styled pieces with SGR codes for the few styles listings use,
+and honours what a terminal program should: FORCE_COLOR, TTY_COMPATIBLE, NO_COLOR,
+TERM=dumb, COLUMNS and LINES, the terminal's width (1000 columns on a pipe, so a listing
+piped into grep keeps each job on one line). Text is written as it is: never read as
+markup or emoji codes; lines are fitted to the width before they get here (lsview.py).
 """
 
 from __future__ import annotations
@@ -14,19 +13,18 @@ from __future__ import annotations
 import os
 import sys
 
-from gpusched.client.textcells import cell_width, printable, text_width
+from gpusched.client.textcells import printable, text_width
 from gpusched.core.units import size_human
 
 TYPE_CHECKING = False  # not typing: 12 ms at every fast command (tests/test_lean_imports.py)
 if TYPE_CHECKING:
     from collections.abc import Mapping
-    from typing import Any, TextIO
+    from typing import IO, Any
 
-    from gpusched.cli.views.richviews import RichOutput
     from gpusched.client.textcells import Line, Seg
 
 # `gpus`: the columns of its two tables, and each row's cells as text (style "red" for a
-# GPU's health problem). Both tables print these; render.py with rich, this module without.
+# GPU's health problem).
 GPU_COLUMNS = ("GPU", "NAME", "MEMORY USED / RESERVED / TOTAL", "UTIL", "HEALTH", "JOBS")
 PROCESS_COLUMNS = ("GPU", "PID", "USER", "JOB", "GPU MEM", "COMMAND")
 
@@ -77,14 +75,7 @@ SGR = {
     "magenta": "35",
 }
 SGR_NO_COLOR = {"bold": "1", "bold green": "1"}
-PIPE_WIDTH = 1000  # cli/common.py's Console on a pipe: one job a line
-
-
-def has_emoji_code(text: str) -> bool:
-    """Whether rich would replace some :name: in text with an emoji, even in text it does
-    not read as markup: two colons with no whitespace between them (re's `:\\S*?:`, without
-    re, which costs every command 4 ms)."""
-    return any(not any(c.isspace() for c in between) for between in text.split(":")[1:-1])
+PIPE_WIDTH = 1000  # on a pipe: one job a line
 
 
 def _digits(environ: Mapping[str, str], name: str) -> int | None:
@@ -92,8 +83,8 @@ def _digits(environ: Mapping[str, str], name: str) -> int | None:
     return int(value) if value is not None and value.isdigit() else None
 
 
-def is_terminal(environ: Mapping[str, str], stream: TextIO) -> bool:
-    """rich's Console.is_terminal for a stream."""
+def is_terminal(environ: Mapping[str, str], stream: IO[str]) -> bool:
+    """Whether to draw for a terminal (styles, its width), as rich and others decide it."""
     tty_compatible = environ.get("TTY_COMPATIBLE", "")
     if tty_compatible in ("0", "1"):
         return tty_compatible == "1"
@@ -106,8 +97,7 @@ def is_terminal(environ: Mapping[str, str], stream: TextIO) -> bool:
 
 
 def screen_width(environ: Mapping[str, str], on_tty: bool, dumb: bool) -> int:
-    """rich's Console.size.width for cli/common.py's Console (width=None on a terminal,
-    PIPE_WIDTH elsewhere)."""
+    """The width to fit lines to: the terminal's (COLUMNS first), PIPE_WIDTH elsewhere."""
     fixed = None if on_tty else PIPE_WIDTH
     if fixed is None:
         fixed = _digits(environ, "COLUMNS")
@@ -127,14 +117,10 @@ def screen_width(environ: Mapping[str, str], on_tty: bool, dumb: bool) -> int:
     return _digits(environ, "COLUMNS") or width or 80
 
 
-class Fallback(Exception):
-    """This piece of output needs rich to come out exactly as rich draws it."""
-
-
 class Screen:
-    """Output for the fast command path: the methods of render.RichOutput, without rich."""
+    """Standard output (or a stream) for the commands' human output."""
 
-    def __init__(self, environ: Mapping[str, str] | None = None, stream: TextIO | None = None):
+    def __init__(self, environ: Mapping[str, str] | None = None, stream: IO[str] | None = None):
         environ = os.environ if environ is None else environ
         self.stream = sys.stdout if stream is None else stream
         terminal = is_terminal(environ, self.stream)
@@ -147,99 +133,46 @@ class Screen:
             if environ.get("NO_COLOR", "") != ""
             else SGR
         )
-        self._rich: RichOutput | None = None
-
-    def rich(self) -> RichOutput:
-        if self._rich is None:
-            # rich: 60 ms of every command; only for colour
-            from gpusched.cli.common import console_for, out  # noqa: PLC0415
-            from gpusched.cli.views.richviews import RichOutput  # noqa: PLC0415
-
-            self._rich = RichOutput(out if self.stream is sys.stdout else console_for(self.stream))
-        return self._rich
 
     def _styled(self, text: str, style: str) -> str:
         if not text or not style or self.styles is None:
             return text
-        if style not in SGR:
-            raise Fallback(style)
         codes = self.styles.get(style)
         return f"\x1b[{codes}m{text}\x1b[0m" if codes else text
 
-    def _fits(self, text: str) -> bool:
-        """Whether rich prints this line of text as it is."""
-        return (
-            text.isascii()
-            and text.isprintable()
-            and len(text) <= self.width
-            and not has_emoji_code(text)
-        )
-
     def text(self, line: str) -> None:
-        """A line of plain text, never read as markup."""
-        if self._fits(line):
-            self.stream.write(line + "\n")
-        else:
-            self.rich().text(line)
+        """A line of plain text."""
+        self.stream.write(line + "\n")
 
     def blank(self) -> None:
         self.stream.write("\n")
 
     def lines(self, lines: list[Line]) -> None:
         """Lines of styled pieces, already cut to the width (`ls`)."""
-        try:
-            if any(cell_width(line) > self.width for line in lines):
-                raise Fallback("rich would crop it")
-            drawn = "".join("".join(self._styled(t, s) for t, s in line) + "\n" for line in lines)
-        except Fallback:
-            self.rich().lines(lines)
-            return
-        self.stream.write(drawn)
+        self.stream.write(
+            "".join("".join(self._styled(t, s) for t, s in line) + "\n" for line in lines)
+        )
 
     def gpus(self, result: dict[str, Any]) -> None:
         """`gpus`'s table of GPUs."""
-        try:
-            rows = []
-            for gpu in result["gpus"]:
-                label, name, memory, util, health, jobs = gpu_row(gpu)
-                rows.append(
-                    plain_cells([label[0]])
-                    + [name]
-                    + plain_cells([memory[0], util[0]])
-                    + [health]
-                    + plain_cells([jobs[0]])
-                )
-            drawn = self._table(GPU_COLUMNS, rows)
-        except Fallback:
-            self.rich().gpus(result)
-            return
-        self.stream.write(drawn)
+        rows = [[(text, style) for text, style in gpu_row(gpu)] for gpu in result["gpus"]]
+        self.stream.write(self._table(GPU_COLUMNS, rows))
 
     def processes(self, result: dict[str, Any]) -> bool:
         """`gpus`'s table of processes, after a blank line; False when there are none."""
         rows = process_rows(result)
         if not rows:
             return False
-        try:
-            cells = [
-                plain_cells([label, pid]) + [(user, "")] + plain_cells([job, mem]) + [(command, "")]
-                for label, pid, user, job, mem, command in rows
-            ]
-            drawn = "\n" + self._table(PROCESS_COLUMNS, cells)
-        except Fallback:
-            return self.rich().processes(result)
-        self.stream.write(drawn)
+        cells = [[(text, "") for text in row] for row in rows]
+        self.stream.write("\n" + self._table(PROCESS_COLUMNS, cells))
         return True
 
     def _table(self, headers: tuple[str, ...], rows: list[list[tuple[str, str]]]) -> str:
-        """A rich Table(box=None, header_style="bold", pad_edge=False) of cells (text,
-        style), when it fits the width: rich would shrink it otherwise."""
+        """Columns two spaces apart, each as wide as its widest cell, under a bold header."""
         widths = [
             max([text_width(h)] + [text_width(row[i][0]) for row in rows])
             for i, h in enumerate(headers)
         ]
-        if sum(widths) + 2 * (len(widths) - 1) > self.width:
-            raise Fallback("rich would shrink it")
         lines = []
         for row, row_style in [([(h, "bold") for h in headers], "bold"), *((r, "") for r in rows)]:
             pieces = []
@@ -249,10 +182,3 @@ class Screen:
                 pieces.append(self._styled(text + " " * (width - text_width(text)), style))
             lines.append("".join(pieces) + "\n")
         return "".join(lines)
-
-
-def plain_cells(texts: list[str]) -> list[tuple[str, str]]:
-    """Cells that a rich Table reads as markup (its str cells): plain text only, or Fallback."""
-    if any("[" in t or has_emoji_code(t) or not t.isprintable() for t in texts):
-        raise Fallback("markup")
-    return [(t, "") for t in texts]

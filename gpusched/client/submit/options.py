@@ -325,11 +325,6 @@ RESUBMIT = _resubmit_rows()
 RESUBMIT_FIELDS = {field: spec for field, _, _, _, spec in _RESUBMIT_CHANGES if spec}
 
 
-def flags_of(rows: tuple[FlagRow, ...]) -> dict[str, tuple[str, str]]:
-    """Each flag of the rows -> (its field, its kind)."""
-    return {flag: (field, kind) for field, flags, kind, *_ in rows for flag in flags}
-
-
 class SubmitOptions:
     """Everything `gpusched submit` accepts, before it is checked.
 

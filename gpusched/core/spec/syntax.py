@@ -34,7 +34,7 @@ DEPENDENCY_KINDS = ("afterok", "afterany", "afternotok", "after", "aftercorr")
 # them is enough (Slurm's `?` separator; `,` means all of them).
 SINGLETON, ANY_OF = "singleton", "?"
 RETRY_ON_CHOICES = ("failed", "timeout", "oom", "cancelled", "lost", "gpu_oom")
-# Warning signals go through the job's shim, which passes on only these (shim.FORWARDED);
+# Warning signals go through the job's shim, which passes on only these (spawn.FORWARDED);
 # any other would stay with the shim (ALRM is its SIGKILL timer; KILL or STOP stop it).
 WARN_SIGNAL_NAMES = ("USR1", "USR2", "INT", "HUP", "QUIT", "TERM")
 JOB_ID_FORMS = "an ID like 12, or ARRAY_INDEX like 12_3 for one element of array 12"

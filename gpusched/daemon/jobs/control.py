@@ -34,9 +34,9 @@ class JobControl:
         self.placements: dict[int, int] = {}  # GPU index -> jobs placed (round-robin)
         # The specs of jobs started this pass, for launch_started.
         self.launches: list[dict[str, Any]] = []
-        # (job id, reason) from shims that could not create their run file: filled by
-        # the wake socket's thread, emptied by the loop's.
-        self.launch_failures: queue.SimpleQueue[tuple[int, str]] = queue.SimpleQueue()
+        # (job id, why) of starts that failed with no exit record to say so (start_failed):
+        # filled by the wake socket's thread and by launch_started, emptied by the passes.
+        self.start_failures: queue.SimpleQueue[tuple[int, str]] = queue.SimpleQueue()
         self.retry_at: dict[int, float] = {}  # re-queued job id -> when it may start
         self.holders: set[int] = set()  # pending jobs with GPUs kept for them (preemption)
         self.shim_loss = ShimLoss(setup, seam)
@@ -71,42 +71,39 @@ class JobControl:
 
     # -- ends -----------------------------------------------------------------------------
     def reconcile_running(self, check_liveness: bool = False, adopting: bool = False) -> None:
-        """Learn new shims' pids; record runs that ended, from their exit record, or as
-        lost if their shim vanished (once what it left running is gone) or never started.
+        """Learn new shims' pids (from the supervisor's acknowledgements, or the run files);
+        record runs that ended, from their exit record (for a start that failed without
+        one, the record start_failed stands in for), or as lost if their shim vanished
+        (once what it left running is gone) or never started.
         Reads the run files of the jobs daemon/jobs/endreports.py names: with check_liveness,
         every running job's. adopting (after a restart): the seam learns each shim again."""
         state, jobs_dir = self.state, self.setup.paths.jobs_dir
         reported = self.run_reads.take()
         if not state.running():
-            self._take_launch_failures()
+            self._take_start_failures()
             return
         with state.write():
             state.on_rollback(lambda: self.run_reads.put_back(reported))  # for the next pass
-            failed_launches = self._take_launch_failures()
-            also = set(failed_launches).union(self.shim_loss.term_sent_at)
+            self._learn_started(self.seam.started())
+            told = self._take_start_failures()
+            also = set(told).union(self.shim_loss.term_sent_at)
             for job in endreports.to_read(state.running(), reported, check_liveness, also):
                 run = runfile.read_run(jobs_dir, job.id, runfile.run_token(job))
                 record = run.exit
-                if record is None and run.shim is not None and job.shim_pid is None:
+                if record is None and run.shim is None:  # a run file shows what did start
+                    record = told.get(job.id)
+                elif record is None and job.shim_pid is None:
                     job = self._found_shim(job, self.seam.identify_shim(*run.shim))
-                elif record is None and run.shim is not None and adopting:
+                elif record is None and adopting:
                     # Its pid was stored: the seam learns again whether the supervisor runs
                     # it, so that a stop goes there, which sends the grace's SIGKILL.
                     self.seam.identify_shim(*run.shim)
-                if record is None and run.shim is None and job.id in failed_launches:
-                    self.end(
-                        job,
-                        JobState.FAILED,
-                        self.setup.clock.time(),
-                        end_reason=f"cannot start its shim: {failed_launches[job.id]}",
-                    )
-                    continue
                 looked_at = check_liveness or self.shim_loss.is_stopping(job.id)
                 if record is None and looked_at and not self._is_alive(job):
                     # Read again: the shim may have written its record and exited since.
                     record = runfile.read_run(jobs_dir, job.id, runfile.run_token(job)).exit
                     if record is None:
-                        self._shim_lost(job)
+                        self._shim_lost(job, run.shim is not None)
                         continue
                 if record is not None:
                     if self.setup.cgroups and self.setup.cgroups.oom_killed(job.id):
@@ -133,17 +130,39 @@ class JobControl:
                         end_reason=reason,
                     )
 
-    def _take_launch_failures(self) -> dict[int, str]:
-        failures = {}
-        while not self.launch_failures.empty():
-            job_id, reason = self.launch_failures.get_nowait()
-            failures[job_id] = reason
-        self.state.on_rollback(lambda: self._put_back(failures))  # for the next pass
-        return failures
+    def start_failed(self, job_id: int, why: str) -> None:
+        """A start that failed with no exit record to say so: the runner could not make the
+        job's run file (its wake-up said why, runfile.launch_failure), or could not be asked
+        to start it (launch_started). The next reconcile_running ends the job as if its
+        runner had recorded the failure, unless a run file shows that a runner got going."""
+        self.start_failures.put((job_id, why))
 
-    def _put_back(self, failures: dict[int, str]) -> None:
-        for failure in failures.items():
-            self.launch_failures.put(failure)
+    def _take_start_failures(self) -> dict[int, runfile.ExitRecord]:
+        """The failures start_failed was told of, as the exit records their runners could
+        not write: one end for every failed start (reconcile_running)."""
+        told: dict[int, str] = {}
+        while not self.start_failures.empty():
+            job_id, why = self.start_failures.get_nowait()
+            told[job_id] = why
+        self.state.on_rollback(lambda: self._put_back(told))  # for the next pass
+        now = self.setup.clock.time()
+        return {
+            job_id: runfile.ExitRecord(None, None, now, f"cannot start its shim: {why}")
+            for job_id, why in told.items()
+        }
+
+    def _put_back(self, told: dict[int, str]) -> None:
+        for failure in told.items():
+            self.start_failures.put(failure)
+
+    def _learn_started(self, started: dict[str, runfile.ShimRecord]) -> None:
+        """The pids the supervisor acknowledged with the starts (seam.started, by run
+        token): kept as if read from the run files, which then need not be read for them."""
+        for run, shim in started.items():
+            job_id, _, _ = run.partition(".")
+            job = self.state.jobs.get(int(job_id)) if job_id.isdigit() else None
+            if job and job.is_running and not job.shim_pid and runfile.run_token(job) == run:
+                self._found_shim(job, self.seam.identify_shim(*shim))
 
     def _found_shim(self, job: Job, shim: tuple[int, float]) -> Job:
         """A new shim has written its pid into the run file: keep it (in memory: the run
@@ -163,11 +182,12 @@ class JobControl:
             self.state.remember(job)
         return job
 
-    def _shim_lost(self, job: Job) -> None:
+    def _shim_lost(self, job: Job, got_going: bool) -> None:
         """The job's shim is gone without an exit record: the job is lost, but its GPUs
-        stay its own while processes it left run on (daemon/jobs/lostrunners.py)."""
+        stay its own while processes it left run on (daemon/jobs/lostrunners.py).
+        got_going: its run file has the shim's record (it writes that before the job)."""
         now = self.setup.clock.time()
-        if job.shim_pid is None:
+        if not got_going:
             self.end(
                 job,
                 JobState.LOST,
@@ -201,10 +221,10 @@ class JobControl:
             ended = lifecycle.finish(job, end_state, when, retry, **record)
             self.state.save(ended)
         self.state.after_commit(lambda: self._let_go(ended))
-        self.state.on_rollback(lambda: self.state.unstored_ends.__setitem__(ended.id, ended))
+        self.state.on_rollback(lambda: self.state.note_end_unstored(ended))
 
     def _let_go(self, ended: Job) -> None:
-        self.state.unstored_ends.pop(ended.id, None)
+        self.state.note_end_unstored(ended, stored=True)
         self.seam.release_port(ended.id)
         if self.setup.cgroups:
             self.setup.cgroups.remove(ended.id)
@@ -357,7 +377,7 @@ class JobControl:
                 urgent = preempt.preempt_for_waiting(state, self.setup, self.seam, dep_states, now)
                 self.holders.update([urgent.id] if urgent else [])
             elif any(job.preemptible for job in state.running()):
-                state.schedule_needed = True
+                state.note_schedule_needed()
         state.set_later(plan.later)
 
     def start(self, job: Job, gpus: tuple[GpuInfo, ...]) -> None:
@@ -380,7 +400,7 @@ class JobControl:
             cgroup = self.setup.cgroups.create(job.id, limit)
         # No GPU read is needed now: until the next one, the new job's whole declared
         # memory counts as promised (placement.gpu_loads). Its shim's pid comes later,
-        # from the run file (_found_shim).
+        # with the supervisor's acknowledgement or from the run file (_found_shim).
         now = self.setup.clock.time()
         started = lifecycle.start_run(
             job,
@@ -442,23 +462,17 @@ class JobControl:
         a job whose shim runs is always stored as running, even if the daemon dies here.
         Nothing waits for the forks."""
         specs, self.launches = self.launches, []
-        failed: dict[int, str] = {}  # job id -> why its shim could not be launched
+        failed = False
         for spec in specs:
             try:
                 self.seam.launch(spec)
             except OSError as exc:
                 log.exception("cannot launch job %d", spec["job_id"])
-                failed[spec["job_id"]] = str(exc)
-        if failed:
+                self.start_failed(spec["job_id"], str(exc))
+                failed = True
+        if failed:  # ended now, not a pass later: `submit` then `show` says so
             try:
                 with self.state.write():
-                    now = self.setup.clock.time()
-                    for job_id, why in failed.items():
-                        self.end(
-                            self.state.jobs[job_id],
-                            JobState.FAILED,
-                            now,
-                            end_reason=f"cannot start its shim: {why}",
-                        )
+                    self.reconcile_running()
             except StoreWriteError:
-                self._put_back(failed)  # a later pass ends them (reconcile_running)
+                pass  # a later pass ends them (the failures are put back)

@@ -6,13 +6,15 @@ pass need not read the run file of every running job to find the ends (with 4 jo
 running and one ending at a time, that was four reads for one end); it reads:
 
 - the run files of the runs whose end was reported since the last pass;
-- those of jobs whose watched process is not known yet (just launched: its pid comes from
-  the run file) when something waits for the pid: a cancel or a requeue to pass on
+- those of jobs whose watched process is not known yet (its pid comes with the
+  supervisor's acknowledgement of the start, seam.started, and from the run file when
+  none came: a supervisor of a version before them, a daemon restarted since) when
+  something waits for the pid: a cancel or a requeue to pass on
   (JobControl._found_shim), a time limit to enforce, GPUs whose processes are told apart
   by it (read_gpus); until the first read that finds it. A plain job with none of these
   learns its pid at its end's read, or at the liveness check;
-- every running job's, on a plain wake-up that names no run (a shim that could not bind
-  its end address, a supervisor's failed start), and on the liveness check that runs
+- every running job's, on a plain wake-up that names no run (a runner that could not
+  bind its end address), and on the liveness check that runs
   every GPU poll interval (the loop's `check_liveness`): an end whose report was lost (a
   full wake socket) is found there, a poll interval later at most.
 """

@@ -57,7 +57,9 @@ class IdleGpus:
         if settings.idle_after_s is None:
             return
         state = self.state
-        state.gpu_idle_since = track(state.inventory, state.running(), state.gpu_idle_since, now)
+        state.note_gpu_idle_since(
+            track(state.inventory, state.running(), state.gpu_idle_since, now)
+        )
         self.acted &= state.gpu_idle_since.keys()  # busy again: a later spell counts anew
         due = [
             job

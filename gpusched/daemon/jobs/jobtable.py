@@ -91,9 +91,14 @@ def template_of(entry: Job | Distinct) -> Job:
 
 class Kinds:
     """The templates that the tables of one daemon share. log_paths(user, job_id): a job's
-    own stdout and stderr logs (proc/runfile.py's own_log_paths)."""
+    own stdout and stderr logs (proc/runfile.py's own_log_paths); in_use(): the entries
+    that keep templates."""
 
-    def __init__(self, log_paths: Callable[[str, int], tuple[str, str]]):
+    def __init__(
+        self,
+        log_paths: Callable[[str, int], tuple[str, str]],
+        in_use: Callable[[], Iterable[Job]] = lambda: (),
+    ):
         self._log_paths = log_paths
         self._by_key: dict[tuple[Any, ...], Job] = {}
         # id(template) -> (template, its slots' values), to build from: the templates last
@@ -104,7 +109,7 @@ class Kinds:
         self._prune_at = FIRST_PRUNE
         # The last key looked up, and its template.
         self._last: tuple[tuple[Any, ...], Job] | None = None
-        self.in_use: Callable[[], Iterable[Job]] = lambda: ()  # entries that keep templates
+        self.in_use = in_use
 
     def __len__(self) -> int:
         return len(self._by_key)

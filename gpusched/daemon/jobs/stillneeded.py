@@ -37,7 +37,7 @@ class Needed:
         # As held: a sweep's pending jobs share one template, which answers both (and
         # once: daemon/jobs/jobtable.py); a list, since the table changes during the sweep.
         self._look_later([entry for _, entry in self.state.jobs.alike()])
-        self.state.activated.append(self._look_later)
+        self.state.tell_activated(self._look_later)
         self.watching = True
 
     def _look_later(self, jobs: Iterable[Job]) -> None:
@@ -46,7 +46,7 @@ class Needed:
 
     def stop(self) -> None:
         if self.watching:
-            self.state.activated.remove(self._look_later)
+            self.state.tell_activated(self._look_later, told=False)
             self.watching = False
         self._todo.clear()
         self._current = None

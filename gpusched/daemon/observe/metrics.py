@@ -71,5 +71,5 @@ def serve_metrics(state: DaemonState, setup: Setup) -> MetricsEndpoint:
             bound_host, bound_port = server.server_address[:2]
             shown = f"[{bound_host}]" if ":" in bound_host else bound_host
             endpoint = MetricsEndpoint(f"http://{shown}:{bound_port}/metrics", server, thread)
-    state.metrics_status = endpoint.status
+    state.note_metrics_status(endpoint.status)
     return endpoint

@@ -215,10 +215,10 @@ class BatchedSubmit(Batched):
         queue's bookkeeping alone took several hundred ms of one turn."""
         started = _monotonic()
         part = self._stored[self._known : self._known + self._known_part]
-        self.state.incoming.remove(self._unknown_ids(ids))
+        self.state.note_known(self._unknown_ids(ids))
         self._known += len(part)
         if self._known < len(self._stored):
-            self.state.incoming.append(self._unknown_ids(ids))
+            self.state.note_incoming(self._unknown_ids(ids))
         self.state.remember_alike(part)
         if self._held is not None:
             self._held.shrink_to(self.count - self._known)
@@ -243,7 +243,7 @@ class BatchedSubmit(Batched):
             store.reserve_ids(ids[-1])
             store.set_meta(self._mark_for(ids[0]), str(ids[-1]))
         self._ids = range(ids[0], ids[-1] + 1)
-        self.state.incoming.append(self._ids)
+        self.state.note_incoming(self._ids)
         self._left = self._make_jobs(ids)
 
     @staticmethod
@@ -268,7 +268,7 @@ class BatchedSubmit(Batched):
         except Exception:
             log.exception("could not remove the incomplete submit of jobs %d-%d", ids[0], ids[-1])
             return
-        self.state.incoming.remove(ids)
+        self.state.note_known(ids)
 
 
 class BatchedChange(Batched):

@@ -60,9 +60,8 @@ class Changes:
     def _cancel_one(self, job: Job, who: str) -> str:
         if job.state.is_final:
             return f"already {job.state.value}"
-        clusters = self.state.clusters  # set with the first cluster job (slurmpoll.py)
-        if clusters is not None and job.id in self.state.remote_ids:  # cancelled in Slurm
-            return clusters.cancel(job, who)
+        if job.id in self.state.remote_ids:  # cancelled in Slurm (daemon/slurm/poll.py)
+            return self.state.clusters.cancel(job, who)
         if job.state is JobState.PENDING:
             self.state.save(
                 transition(
@@ -165,5 +164,5 @@ class Changes:
 
     def stop(self, req: Request) -> dict[str, Any]:
         self.setup.authz.require_admin(req.creds, "stop", "stop the daemon", root_only=True)
-        self.state.stopping = True
+        self.state.note_stopping()
         return {"stopping": True, "running_jobs_left": len(self.state.running())}

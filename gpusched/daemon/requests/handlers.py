@@ -1,5 +1,8 @@
 """The daemon's answer to each command in the protocol table; runs on the loop thread only.
 
+The table (client/protocol.py COMMANDS) declares each command; here each is bound to its
+handler by name, every command the loop answers and no other (checked at start).
+
 A handler returns its result, or a Waiter (a `wait` the loop answers later), or raises
 GpuschedError; the reply around either is built by the socket server (server.reply).
 """
@@ -16,18 +19,13 @@ from gpusched.daemon.observe.usage import usage_request
 from gpusched.daemon.requests.changes import Changes
 from gpusched.daemon.requests.queries import Queries
 from gpusched.daemon.requests.request import Request, Waiter
-from gpusched.daemon.requests.server import SERVER_COMMANDS
 from gpusched.daemon.requests.submits import Submits
 from gpusched.daemon.services.replicas import ServiceManager
 from gpusched.daemon.state import DaemonState, Setup
 from gpusched.proc.seam import ProcessSeam
 
-# Requests that only look: they change nothing a scheduling pass depends on, so they set
-# none off (with 100,000 pending a pass is the longest part of a turn, and `top` asks every
-# second). Every other request, refused or not, is followed by a pass, as before.
-READ_ONLY = frozenset(
-    {"status", "list", "show", "wait", "gpus", "snapshot", "logs", "env", "usage", "history"}
-)
+# The commands the loop answers: all but those the socket server answers itself.
+LOOP_COMMANDS = frozenset(name for name, spec in COMMANDS.items() if not spec.on_server)
 
 
 class Handlers:
@@ -66,12 +64,16 @@ class Handlers:
             "history": lambda req: gpumemory.history_request(state, setup, req.args, req.creds[1]),
             "service": self.services.request,
         }
-        assert set(self._table) | SERVER_COMMANDS == set(COMMANDS), "handlers and protocol disagree"
+        if set(self._table) != LOOP_COMMANDS:
+            raise AssertionError(
+                "the handlers and the protocol table disagree on "
+                f"{sorted(set(self._table) ^ LOOP_COMMANDS)}"
+            )
 
     @staticmethod
     def may_change(requests: list[Request]) -> bool:
         """Whether any of these requests may have changed what a scheduling pass reads."""
-        return any(request.name not in READ_ONLY for request in requests)
+        return any(not COMMANDS[request.name].read_only for request in requests)
 
     def handle(self, request: Request) -> Any | Waiter:
         """The request's result (each request commits before it returns), a Waiter, or

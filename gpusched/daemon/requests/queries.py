@@ -146,9 +146,8 @@ class Queries:
             row["progress"] = report = progress_of(job, self.setup.paths)
             if job is not None and job.state is JobState.PENDING:  # a bounded pass's, maybe
                 row["pending_reason"] = self.state.reason_of(job)
-            clusters = self.state.clusters
-            if clusters is not None and row["id"] in self.state.remote_ids:  # where Slurm has it
-                row["cluster"] = clusters.describe(row["id"])
+            if row["id"] in self.state.remote_ids:  # where Slurm has it
+                row["cluster"] = self.state.clusters.describe(row["id"])
             if report is not None and row["command"] == [HIDDEN]:
                 report["message"] = ""
         return rows

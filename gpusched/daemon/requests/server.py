@@ -35,9 +35,6 @@ class Dispatch(Protocol):
     ) -> Any: ...
 
 
-# Commands the server answers itself, on the connection's thread: a liveness check must
-# not wait behind the loop.
-SERVER_COMMANDS = frozenset({"ping"})
 # Connection threads wait in accept(): one more is started whenever none is left waiting
 # (a `wait` holds its thread for minutes), and one that is done exits while this many
 # others wait. Two start, so that a client's next connection, made before its last one's
@@ -329,7 +326,7 @@ class SocketServer:
         read from `parts_from`, are in and done."""
         try:
             name, args = protocol.check_request(message)
-            if name in SERVER_COMMANDS:
+            if protocol.COMMANDS[name].on_server:  # ping, on the connection's thread
                 return reply({"pid": os.getpid()})
             try:
                 if parts_from is not None:

@@ -102,9 +102,8 @@ class Submits:
 
     def _store(self, made: list[tuple[Job, Job]], cluster: Any) -> None:
         """Insert new jobs and keep them in the active set (inside a write)."""
-        clusters = self.state.clusters  # set when a cluster is (_cluster)
-        if cluster is not None and clusters is not None:
-            jobs = clusters.register([job for _, job in made], cluster)
+        if cluster is not None:
+            jobs = self.state.clusters.register([job for _, job in made], cluster)
             self.state.store.insert(jobs)
         else:
             jobs = batches.store_alike(self.state.store, made)
@@ -186,7 +185,7 @@ class Submits:
         """The cluster a submit goes to (core/slurm/clusterconf.py), None for this machine."""
         if name is not None and not isinstance(name, str):
             raise UsageError(f"--cluster wants a cluster's name, not {shown(name)}")
-        return self.state.clusters.cluster_for(name) if self.state.clusters else None
+        return self.state.clusters.cluster_for(name)
 
     def _template(self, spec: Any, owner: Job, cluster: Any = None) -> Job:
         """A checked job to queue from a spec, with owner's user, cwd, environment and
@@ -236,10 +235,9 @@ class Submits:
             pending_reason="waiting to be placed",
             **fields,
         )
-        clusters = self.state.clusters  # set when a cluster is (_cluster)
-        if cluster is not None and clusters is not None:
+        if cluster is not None:
             slurmspec.refuse_if(job, cluster)
-            clusters.check_dependencies(job.dependencies, cluster)
+            self.state.clusters.check_dependencies(job.dependencies, cluster)
             job = replace(job, pending_reason=f"waiting to be handed to cluster {cluster.name}")
         return job
 

@@ -167,7 +167,8 @@ class ServiceManager(ServiceRequests):
             except Exception:
                 log.exception("service %s: a step failed", name)
         if sample:
-            self.state.service_figures = [self.figures(s) for _, s in sorted(self.services.items())]
+            figures = [self.figures(s) for _, s in sorted(self.services.items())]
+            self.state.note_service_figures(figures)
 
     def figures(self, service: model.Service) -> dict[str, Any]:
         door = self.door(service.name)

@@ -204,7 +204,8 @@ class ServiceRequests:
             for job in self.replicas(name):
                 self.changes._cancel_one(job, f"service {name} deleted")
         del self.services[name]
-        self.state.service_figures = [f for f in self.state.service_figures if f["name"] != name]
+        figures = [f for f in self.state.service_figures if f["name"] != name]
+        self.state.note_service_figures(figures)
         door = self.doors.pop(name, None) or Door(self.folder, name, self.setup.paths.run_dir)
         door.proxy.stop()
         door.close()

@@ -1,10 +1,11 @@
 """Cluster jobs: handed to Slurm by the daemon, which alone polls Slurm for them.
 
 A cluster job is an ordinary gpusched job (same id, states, retries, `wait`) that the local
-scheduler never starts: state.remote_ids names them. Its Slurm side lives in a record in
-the store's meta table (`cluster.job.ID`): the cluster, the Slurm job of each attempt, and
-the attempt being submitted, stored before sbatch runs, so that a daemon killed just after
-sbatch finds that job again by its marker and never submits it twice.
+scheduler never starts: ClusterJobs.ids names them (the state builds ClusterJobs, and asks
+it). Its Slurm side lives in a record in the store's meta table (`cluster.job.ID`): the
+cluster, the Slurm job of each attempt, and the attempt being submitted, stored before
+sbatch runs, so that a daemon killed just after sbatch finds that job again by its marker
+and never submits it twice.
 """
 
 from __future__ import annotations
@@ -25,9 +26,12 @@ from gpusched.core.spec.syntax import ANY_OF, SINGLETON
 from gpusched.daemon.slurm.commands import SlurmCommands, SlurmError
 from gpusched.daemon.slurm.submit import HandOver, log_failure, pending_because
 from gpusched.daemon.slurm.worker import SlurmWorker
-from gpusched.daemon.state import DaemonState, Setup
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from gpusched.daemon.state import DaemonState, Setup
+
     # What _fetch reads: Slurm's rows, exit records and start records, by Slurm id.
     Fetched = tuple[
         dict[str, SlurmRow], dict[str, dict[str, str] | None], dict[str, dict[str, str] | None]
@@ -41,7 +45,8 @@ _DECIDED_BY_RECORD = ("COMPLETED", "FAILED")
 
 
 class ClusterJobs:
-    """Every cluster job of this daemon, and the one poller of each cluster."""
+    """Every cluster job of this daemon, and the one poller of each cluster: the state's
+    Slurm part, which it builds (state.clusters)."""
 
     def __init__(self, state: DaemonState, setup: Setup, environ: dict[str, str] | None = None):
         self.state, self.setup = state, setup
@@ -59,18 +64,19 @@ class ClusterJobs:
         self._next_poll = dict.fromkeys(self.clusters, 0.0)
         self.hand = HandOver(self)
         self._workers: dict[str, SlurmWorker] = {}
-        self.wake_loop: Any = lambda: None  # ends the loop's wait (Daemon.attach sets it)
-        state.remote_ids = set()
-        state.clusters = self
+        self.wake_loop: Callable[[], None] = lambda: None  # ends the loop's wait (load)
+        self.ids: set[int] = set()  # every cluster job's
 
     # -- start and submit --------------------------------------------------------------
-    def load(self) -> None:
-        """The records of every cluster job; before the active jobs are loaded."""
+    def load(self, wake_loop: Callable[[], None]) -> None:
+        """The records of every cluster job; before the active jobs are loaded. wake_loop
+        ends the loop's wait once a Slurm command is done."""
+        self.wake_loop = wake_loop
         store = self.state.store
         self.uuid = store.get_meta("cluster.uuid")
         for key, value in store.meta_starting(_KEY).items():
             self.runs[int(key[len(_KEY) :])] = json.loads(value)
-        self.state.remote_ids.update(self.runs)
+        self.ids.update(self.runs)
 
     def cluster_for(self, asked: str | None) -> ClusterConfig | None:
         """The cluster a submit goes to (None: this machine), or UsageError naming the
@@ -113,13 +119,13 @@ class ClusterJobs:
             self.runs[job.id] = {"cluster": cluster.name, "slurm": {}, "submitting": 0}
             self.save_run(job.id)
             out.append(job)
-        self.state.remote_ids.update(j.id for j in out)
+        self.ids.update(j.id for j in out)
         self.wake(cluster.name)
         return out
 
     def check_dependencies(self, deps: tuple[tuple[str, int], ...], cluster: ClusterConfig) -> None:
         """A cluster job may wait only on cluster jobs of the same cluster, and only all of
-        them, by the kinds slurmdeps decides (aftercorr, singleton and `?` are not)."""
+        them, by the kinds daemon/slurm/dependencies.py decides (aftercorr, singleton and `?` are not)."""
         odd = [kind for kind, _ in deps if kind in ("aftercorr", SINGLETON, ANY_OF)]
         if odd:
             word = "'?' (any of)" if odd[0] == ANY_OF else odd[0]
@@ -186,7 +192,7 @@ class ClusterJobs:
     def _active(self) -> list[Job]:
         """The cluster jobs still pending or running."""
         jobs = self.state.jobs
-        return [jobs[i] for i in self.state.remote_ids if i in jobs]
+        return [jobs[i] for i in self.ids if i in jobs]
 
     def _back_off(self, name: str, mono: float) -> None:
         cluster = self.clusters[name]

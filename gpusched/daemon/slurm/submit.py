@@ -109,7 +109,7 @@ class HandOver:
                 plans.append(self._plan(cluster, group, deps))
         if not plans:
             return False
-        with self.c.state.write():  # stored before sbatch runs: see slurmpoll's docstring
+        with self.c.state.write():  # stored before sbatch runs: see poll.py's docstring
             for plan in plans:
                 for job in plan.group:
                     runs[job.id].update(submitting=job.attempt, marker=_mark(plan.argv))

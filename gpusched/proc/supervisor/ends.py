@@ -4,7 +4,7 @@ One loop turn takes every exit that turn saw, appends each exit record to its ru
 (runfile.append_exit, the shim's format) and only then are the jobs reaped: until its
 record is written, an ended job is a zombie the daemon still counts as running
 (seam.ProcessSeam.is_alive). Each end wakes the daemon as a shim's does, from an address
-named for the run (shim.notify_daemon), and the daemon answers once the end is committed
+named for the run (spawn.notify_daemon), and the daemon answers once the end is committed
 to its queue (daemon/jobs/endacks.py); a record left unanswered for a second is flushed to
 disk then (all of a turn's in one pass). Flushing every record before the wake-up, as
 measured, cost each job a second disk flush on the path from one job's end to the next
@@ -20,7 +20,7 @@ import signal
 import socket
 import time
 
-from gpusched.proc import runfile, shim
+from gpusched.proc import runfile, spawn
 from gpusched.proc.supervisor.signals import killpg
 
 TYPE_CHECKING = False  # not typing: the supervisor's import chain, which forks the shim
@@ -36,8 +36,6 @@ class Ends:
         # Ends reported, the daemon's answer awaited: fd -> (socket, run file, the daemon's
         # wake path, when to flush the record unanswered)
         self.reports: dict[int, tuple[socket.socket, str, str, float]] = {}
-        self.waker = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
-        self.waker.setblocking(False)
 
     def record(self, ended: list[Supervised]) -> list[Supervised]:
         """Append and report the exit records of these jobs (Supervised) whose pidfd said
@@ -62,14 +60,14 @@ class Ends:
                 pass  # no record: the daemon reports the job lost
             else:
                 self._report(job, flush)
-        make_durable(flush)
+        spawn.make_durable(flush)
         return done
 
     def _report(self, job: Supervised, flush: list[str]) -> None:
-        """Wake the daemon as a shim does (shim.notify_daemon: from an address named for the
+        """Wake the daemon as a shim does (spawn.notify_daemon: from an address named for the
         run), and wait, in the loop, for its word that the end is stored: only then may the
         record stay unflushed. Without one (flush), it is flushed now."""
-        sock = shim.notify_daemon({"run": job.run, "wake": job.wake})
+        sock = spawn.notify_daemon({"run": job.run, "wake": job.wake})
         if sock is None:
             flush.append(job.run_file)
             return
@@ -77,7 +75,7 @@ class Ends:
             sock,
             job.run_file,
             job.wake,
-            time.monotonic() + shim.STORED_WAIT_S,
+            time.monotonic() + spawn.STORED_WAIT_S,
         )
         self.poll.register(sock.fileno(), select.EPOLLIN)
 
@@ -95,7 +93,7 @@ class Ends:
         cannot write its queue): they are then the only record of the end."""
         now = time.monotonic()
         late = [fd for fd, report in self.reports.items() if report[3] <= now]
-        make_durable([self.reports[fd][1] for fd in late])
+        spawn.make_durable([self.reports[fd][1] for fd in late])
         for fd in late:
             self._drop(fd)
 
@@ -107,13 +105,6 @@ class Ends:
         self.poll.unregister(fd)
         self.reports.pop(fd)[0].close()
 
-    def wake(self, path: str) -> None:
-        """A plain wake-up of the daemon at path."""
-        try:
-            self.waker.sendto(runfile.WAKE, path)
-        except OSError:
-            pass  # no daemon: its successor reads the records
-
 
 def _exit_of(status: os.waitid_result | None) -> tuple[int | None, int | None]:
     """(exit code, signal) of a waitid result."""
@@ -122,24 +113,3 @@ def _exit_of(status: os.waitid_result | None) -> tuple[int | None, int | None]:
     if status.si_code == os.CLD_EXITED:
         return status.si_status, None
     return None, status.si_status
-
-
-def make_durable(paths: list[str]) -> None:
-    """fsync each run file, then each of their directories once."""
-    for path in paths:
-        _fsync(path)
-    for directory in {os.path.dirname(path) for path in paths}:
-        _fsync(directory)
-
-
-def _fsync(path: str) -> None:
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)

@@ -8,7 +8,7 @@ its own, so it outlives the supervisor and the daemon.
 
 Most jobs need no shim: the supervisor starts and watches them itself. A shim remains for
 what it does that the supervisor cannot do cheaply for many jobs at once (see
-supervisorstart.needs_shim): system mode, cgroups, containers, capped logs.
+starts.py, needs_shim): system mode, cgroups, containers, capped logs.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import _signal  # signal's C core; see shim.py for why
 import os
 import signal
 
-from gpusched.proc import runfile, shim
+from gpusched.proc import shim, spawn
 
 TYPE_CHECKING = False  # not typing: the supervisor's import chain, which forks the shim
 if TYPE_CHECKING:
@@ -41,7 +41,7 @@ def _become_shim(spec: dict[str, Any], spec_line: bytes) -> None:
         code = shim.run(spec, spec_line)
     except BaseException as exc:
         # Ignored by the daemon once the run file shows the shim got going.
-        shim.notify_daemon(spec, runfile.launch_failure(spec["job_id"], f"the shim failed: {exc}"))
+        spawn.start_failed(spec, f"the shim failed: {exc}")
     finally:
         os._exit(code)
 
@@ -50,11 +50,11 @@ def fork_shim(spec: dict[str, Any], spec_line: bytes) -> int:
     """Fork a shim for the job of `spec` (spec_line: the spec as received); its pid."""
     # Forwarded signals stay blocked in the child until the shim can pass them on: a
     # cancel that comes as soon as the pid is known must not kill the shim itself.
-    _signal.pthread_sigmask(signal.SIG_BLOCK, shim.FORWARDED)
+    _signal.pthread_sigmask(signal.SIG_BLOCK, spawn.FORWARDED)
     try:
         pid = os.fork()
         if pid == 0:
             _become_shim(spec, spec_line)
         return pid
     finally:
-        _signal.pthread_sigmask(signal.SIG_UNBLOCK, shim.FORWARDED)
+        _signal.pthread_sigmask(signal.SIG_UNBLOCK, spawn.FORWARDED)

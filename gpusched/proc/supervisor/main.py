@@ -3,9 +3,12 @@
 One per daemon home, detached from the daemon (a session of its own), listening on a unix
 socket in the daemon's run directory (SOCKET_NAME). The daemon connects and writes one
 request per line (JSON): a job's run spec to start it, or {"op": "signal", ...} to signal
-a job it started. A restarted daemon connects to the same supervisor again (the socket's
-path is fixed), so jobs it started keep their exit status across daemon restarts and
-SIGKILLs; a supervisor with no daemon connected and no job left exits.
+a job it started. A start is acknowledged with a line that gives the pid the daemon
+watches for the run ({"started": JOB_ID, "run", "pid", "start_ticks", "supervised"}, the
+run file's "shim" record); a start that fails is reported as spawn.start_failed says.
+A restarted daemon connects to the same supervisor again (the socket's path is fixed), so
+jobs it started keep their exit status across daemon restarts and SIGKILLs; a supervisor
+with no daemon connected and no job left exits.
 
 Its parts: the starts (proc/supervisor/starts.py: which jobs it starts itself, the spawn,
 the run file), the ends (proc/supervisor/ends.py: exit records, the reports to the daemon
@@ -38,7 +41,7 @@ import time
 if __name__ == "__main__":  # run by path with -I -S: make the package importable
     sys.path.insert(0, os.path.abspath(os.path.join(__file__, "..", "..", "..", "..")))
 
-from gpusched.proc import jobtree
+from gpusched.proc import jobtree, runfile
 from gpusched.proc.supervisor import launcher, signals
 from gpusched.proc.supervisor.ends import Ends
 from gpusched.proc.supervisor.starts import Supervised, has_fds_for_one_more, needs_shim, start
@@ -156,9 +159,9 @@ class Supervisor:
         lines = (link[1] + chunk).split(b"\n")
         link[1] = lines.pop()
         for line in lines:
-            self._request(line)
+            self._request(line, link[0])
 
-    def _request(self, line: bytes) -> None:
+    def _request(self, line: bytes, link: socket.socket) -> None:
         try:
             request = json.loads(line)
         except ValueError:
@@ -168,18 +171,45 @@ class Supervisor:
         if request.get("op") == "signal":
             signals.signal_job(self.by_pid, self.shims, int(request["pid"]), int(request["signal"]))
         elif "job_id" in request:
-            self._launch(request, line)
+            self._acknowledge(link, request, self._launch(request, line))
 
     # -- starts and ends ------------------------------------------------------------------
-    def _launch(self, spec: dict[str, Any], line: bytes) -> None:
+    def _launch(self, spec: dict[str, Any], line: bytes) -> tuple[int, bool] | None:
+        """Start the job, or fork its shim: (the pid the daemon watches, whether that is the
+        job's own), or None if it did not start (the daemon is told why otherwise)."""
         # Each job we watch holds a pidfd: past our descriptor limit, a shim watches it.
         if needs_shim(spec) or not has_fds_for_one_more(len(self.jobs) + len(self.ends.reports)):
-            self.shims.add(launcher.fork_shim(spec, line))
+            pid = launcher.fork_shim(spec, line)
+            self.shims.add(pid)
+            return pid, False
+        job = start(spec, line, self.dirs)
+        if job is None:
+            return None
+        self.jobs[job.pidfd] = self.by_pid[job.pid] = job
+        self.poll.register(job.pidfd, select.EPOLLIN)
+        return job.pid, True
+
+    @staticmethod
+    def _acknowledge(
+        link: socket.socket, spec: dict[str, Any], started: tuple[int, bool] | None
+    ) -> None:
+        """Tell the daemon the pid it watches for the run, as the run file will: it need not
+        read the file for it. Never waits: a daemon that does not read these (one of a
+        version before them) has the run file, and a full socket only loses the news."""
+        if started is None:
             return
-        job = start(spec, line, self.dirs, self.ends.wake)
-        if job is not None:
-            self.jobs[job.pidfd] = self.by_pid[job.pid] = job
-            self.poll.register(job.pidfd, select.EPOLLIN)
+        pid, supervised = started
+        try:
+            ack = {
+                "started": spec["job_id"],
+                "run": spec.get("run"),
+                "pid": pid,
+                "start_ticks": runfile.read_proc_stat(pid).start_ticks,
+                "supervised": supervised,
+            }
+            link.send((json.dumps(ack) + "\n").encode(), socket.MSG_DONTWAIT)
+        except OSError:
+            pass
 
     def _end(self, ended: list[Supervised]) -> None:
         """Record the ends of one turn (proc/supervisor/ends.py), kill what the jobs left,

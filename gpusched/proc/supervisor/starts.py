@@ -2,10 +2,9 @@
 
 A plain job (needs_shim: none of system mode, cgroups, containers or capped logs) is
 posix_spawned directly, leading a session of its own, its logs, environment, working
-directory and CPU pinning as a shim would give them (the spawn is the shim's own code,
-shim._spawn_as_ourselves). Its pid and start ticks go into its run file's "shim" record,
-marked supervised: the daemon watches and measures the job's own process, and signals
-it through the supervisor. Standard library only (proc/supervisor/main.py).
+directory and CPU pinning as a shim would give them (proc/spawn.py, the shim's spawn too).
+Its pid and start ticks go into its run file's "shim" record, marked supervised: the
+daemon watches and measures the job's own process, and signals it through the supervisor. Standard library only (proc/supervisor/main.py).
 """
 
 from __future__ import annotations
@@ -13,11 +12,8 @@ from __future__ import annotations
 import os
 import resource
 import signal
-import time
-from collections.abc import Callable
 
-from gpusched.proc import jobenv, jobexec, runfile, shim
-from gpusched.proc.supervisor import ends
+from gpusched.proc import jobenv, jobexec, runfile, spawn
 
 TYPE_CHECKING = False  # not typing: the supervisor's import chain, which forks the shim
 if TYPE_CHECKING:
@@ -62,57 +58,25 @@ class Supervised:
         self.kill_at: float | None = None  # when a SIGTERM's grace runs out (monotonic)
 
 
-def start(
-    spec: dict[str, Any], line: bytes, dirs: set[str], wake: Callable[[str], None]
-) -> Supervised | None:
-    """Spawn the job and write its run file; None if it could not start (its exit record
-    then says why, made durable, and the daemon is woken: wake(path)). dirs: the id-range
-    directories known to exist (added to)."""
+def start(spec: dict[str, Any], line: bytes, dirs: set[str]) -> Supervised | None:
+    """Spawn the job and write its run file; None if it could not start (the daemon is
+    told why: spawn.start_failed). dirs: the id-range directories known to exist (added to)."""
     directory = os.path.dirname(spec["run_file"])
     if directory not in dirs:  # the job's logs go beside its run file
         os.makedirs(directory, 0o700, exist_ok=True)
         dirs.add(directory)
     try:
-        pid = _spawn(spec)
+        pid = spawn.spawn(spec, own_session=True)
     except (OSError, ValueError) as exc:  # noted in the job's log by the spawn
         # ValueError: a NUL in a path, say. One job's start fails; our loop serves on.
-        _failed_start(spec, line, f"cannot start: {jobexec.in_words(exc)}", wake)
+        path = spawn.begin_run(spec, line)
+        if path is not None:
+            spawn.start_failed(spec, f"cannot start: {jobexec.in_words(exc)}", path)
         return None
     pidfd = os.pidfd_open(pid)
-    try:
-        runfile.begin_run_file(spec, line, (pid, runfile.read_proc_stat(pid).start_ticks))
-    except OSError as exc:
+    if spawn.begin_run(spec, line, (pid, runfile.read_proc_stat(pid).start_ticks)) is None:
         os.killpg(pid, signal.SIGKILL)
         os.waitpid(pid, 0)
         os.close(pidfd)
-        shim.notify_daemon(
-            spec, runfile.launch_failure(spec["job_id"], f"cannot create its run file: {exc}")
-        )
         return None
     return Supervised(spec, pid, pidfd)
-
-
-def _failed_start(spec: dict[str, Any], line: bytes, why: str, wake: Callable[[str], None]) -> None:
-    try:
-        path = runfile.begin_run_file(spec, line)
-        runfile.append_exit(path, runfile.ExitRecord(127, None, time.time(), why), spec.get("run"))
-        ends.make_durable([path])
-    except OSError as exc:
-        why = f"cannot create its run file: {exc}"
-        shim.notify_daemon(spec, runfile.launch_failure(spec["job_id"], why))
-        return
-    wake(spec["wake"])
-
-
-def _spawn(spec: dict[str, Any]) -> int:
-    """The job posix_spawned in its own session, from its working directory and pinned to
-    its cores: both set on us for the spawn (inherited), then undone (a working directory
-    we stayed in would keep its filesystem from being unmounted)."""
-    pinned = spec.get("cpu_ids")
-    before = os.sched_getaffinity(0) if pinned else None
-    try:
-        return shim._spawn_as_ourselves(spec, own_session=True)
-    finally:
-        os.chdir("/")
-        if before is not None:
-            os.sched_setaffinity(0, before)
