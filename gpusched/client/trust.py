@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import pwd
 import stat
 
 from gpusched.client import wire
@@ -14,7 +13,10 @@ from gpusched.core.errors import PermissionDenied
 
 def _service_uid(paths: Paths) -> int | None:
     """The uid of `system.service_user` in the system config, if one is set."""
-    # config: 70 ms of every command; only for a socket that is not the caller's
+    # Only for a socket that is not the caller's; config: 70 ms of every command, and pwd
+    # a module more for each (tests/test_lean_imports.py)
+    import pwd  # noqa: PLC0415
+
     from gpusched.core.config import load_settings  # noqa: PLC0415
 
     config = paths.config_file if paths.is_system else system_paths().config_file
