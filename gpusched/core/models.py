@@ -311,12 +311,6 @@ class GpuInfo:
     numa_node: int | None = None
 
     @property
-    def mem_free_bytes(self) -> int | None:
-        if self.mem_used_bytes is None:
-            return None
-        return max(0, self.mem_total_bytes - self.mem_used_bytes)
-
-    @property
     def label(self) -> str:
         if self.parent_index is not None:
             return f"{self.parent_index}/{self.gpu_instance_id}"

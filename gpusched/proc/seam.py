@@ -129,10 +129,6 @@ class ProcessSeam:
         except psutil.Error:
             return False
 
-    def is_supervised(self, job: Job) -> bool:
-        """Whether the job's watched process is the job itself (no shim of its own)."""
-        return job.shim_pid in self._supervised
-
     def is_alive(self, job: Job) -> bool:
         proc = self._shim_process(job)
         if proc is not None and job.shim_pid in self._supervised:
