@@ -162,10 +162,11 @@ class Job:
     gpu_indices: tuple[int, ...] = ()
     pending_reason: str = ""
     master_port: int | None = None
-    # The shim that parents the job: pid plus its start time and the boot id, so that a
-    # restarted daemon never mistakes a recycled pid for its job.
-    shim_pid: int | None = None
-    shim_start_time: float | None = None
+    # The process the daemon watches for the run: the job's shim, or the job itself where
+    # the supervisor started it without one. Its pid plus its start time and the boot id,
+    # so that a restarted daemon never mistakes a recycled pid for its job.
+    runner_pid: int | None = None
+    runner_start_time: float | None = None
     boot_id: str = ""
     cancel_requested: bool = False
     # The job's logs: gpusched's own files, or those its --output and --error patterns

@@ -60,7 +60,7 @@ def hold_port(port: int) -> socket.socket:
 class ProcessSeam:
     """The real processes: psutil and /proc for looking, the job supervisor for starting.
 
-    A job's watched process (job.shim_pid) is its shim, or for a job the supervisor started
+    A job's watched process (job.runner_pid, its runner) is its shim, or for a job the supervisor started
     without one (a "supervised" shim record), the job's own process, leader of its session
     and process group: signals for it go through the supervisor (the grace period's
     SIGKILL), its memory counts the process itself."""
@@ -104,11 +104,11 @@ class ProcessSeam:
         """The job's shim if it is still that very process (same pid, start time and boot).
         A supervised job that has ended but is not reaped yet counts while its supervisor
         lives: the supervisor records its exit first."""
-        if not job.shim_pid or job.boot_id != self.boot_id:
+        if not job.runner_pid or job.boot_id != self.boot_id:
             return None
         try:
-            proc = psutil.Process(job.shim_pid)
-            if abs(proc.create_time() - (job.shim_start_time or 0)) > 0.05:
+            proc = psutil.Process(job.runner_pid)
+            if abs(proc.create_time() - (job.runner_start_time or 0)) > 0.05:
                 return None
             if proc.status() == psutil.STATUS_ZOMBIE and not self._awaits_record(proc):
                 return None
@@ -131,7 +131,7 @@ class ProcessSeam:
 
     def is_alive(self, job: Job) -> bool:
         proc = self._shim_process(job)
-        if proc is not None and job.shim_pid in self._supervised:
+        if proc is not None and job.runner_pid in self._supervised:
             return self._supervisor_watches(proc)
         return proc is not None
 
@@ -142,7 +142,7 @@ class ProcessSeam:
         proc = self._shim_process(job)
         if proc is None:
             return False
-        if job.shim_pid in self._supervised:
+        if job.runner_pid in self._supervised:
             return self._signal_supervised(proc.pid, signum)
         try:
             proc.send_signal(signum)
@@ -170,7 +170,7 @@ class ProcessSeam:
         proc = self._shim_process(job)
         if proc is None:
             return False
-        if job.shim_pid in self._supervised:
+        if job.runner_pid in self._supervised:
             return jobtree.deliver_warning_below(proc.pid, signum, job.warn_batch)
         return jobtree.deliver_warning(proc.pid, signum, job.warn_batch)
 
@@ -184,7 +184,7 @@ class ProcessSeam:
             children = proc.children(recursive=True)
         except psutil.Error:
             return None
-        if job.shim_pid in self._supervised:
+        if job.runner_pid in self._supervised:
             children.append(proc)  # the job's own process: no shim above it
         for child in children:
             try:
@@ -199,7 +199,7 @@ class ProcessSeam:
         proc = self._shim_process(job)
         if proc is None:
             return
-        if job.shim_pid in self._supervised:
+        if job.runner_pid in self._supervised:
             self._signal_supervised(proc.pid, signal.SIGKILL)
             return
         try:
@@ -248,7 +248,7 @@ class ProcessSeam:
     @staticmethod
     def pid_owners(running: Iterable[Job]) -> dict[int, int]:
         """pid -> job id for every process under a running job's shim (one scan of /proc)."""
-        owners = {job.shim_pid: job.id for job in running if job.shim_pid}
+        owners = {job.runner_pid: job.id for job in running if job.runner_pid}
         children: dict[int, list[int]] = {}
         for proc in psutil.process_iter(["ppid"]):
             children.setdefault(proc.info["ppid"], []).append(proc.pid)
