@@ -62,19 +62,7 @@ FINAL_STATES = frozenset(
 # a job whose shim vanished without an exit record.
 TRANSITIONS: dict[JobState, frozenset[JobState]] = {
     JobState.PENDING: frozenset({JobState.RUNNING, JobState.CANCELLED}),
-    JobState.RUNNING: frozenset(
-        {
-            JobState.SUCCEEDED,
-            JobState.FAILED,
-            JobState.CANCELLED,
-            JobState.TIMEOUT,
-            JobState.OOM,
-            JobState.LOST,
-            JobState.GPU_OOM,
-            JobState.PENDING,
-            JobState.PREEMPTED,
-        }
-    ),
+    JobState.RUNNING: FINAL_STATES | {JobState.PENDING, JobState.PREEMPTED},
     JobState.PREEMPTED: frozenset({JobState.PENDING}),
     **{state: frozenset({JobState.PENDING}) for state in FINAL_STATES},
 }
