@@ -99,9 +99,10 @@ class ProcessSeam:
         """Let the supervisor go; it runs on while jobs it started do (see supervisor/main.py)."""
         self._supervisor.close()
 
-    # -- a job's shim ---------------------------------------------------------------------
-    def _shim_process(self, job: Job) -> psutil.Process | None:
-        """The job's shim if it is still that very process (same pid, start time and boot).
+    # -- a job's runner -------------------------------------------------------------------
+    def _runner_process(self, job: Job) -> psutil.Process | None:
+        """The job's runner (its shim, or the supervised job itself) if it is still that
+        very process (same pid, start time and boot).
         A supervised job that has ended but is not reaped yet counts while its supervisor
         lives: the supervisor records its exit first."""
         if not job.runner_pid or job.boot_id != self.boot_id:
@@ -130,7 +131,7 @@ class ProcessSeam:
             return False
 
     def is_alive(self, job: Job) -> bool:
-        proc = self._shim_process(job)
+        proc = self._runner_process(job)
         if proc is not None and job.runner_pid in self._supervised:
             return self._supervisor_watches(proc)
         return proc is not None
@@ -139,7 +140,7 @@ class ProcessSeam:
         """Send a signal through the shim, which passes it to the job's process group; for
         a supervised job, through the supervisor, which does as a shim does (or, with no
         supervisor left, to the group directly)."""
-        proc = self._shim_process(job)
+        proc = self._runner_process(job)
         if proc is None:
             return False
         if job.runner_pid in self._supervised:
@@ -167,7 +168,7 @@ class ProcessSeam:
     def warn_job(self, job: Job, signum: int) -> bool:
         """Send the job's warning signal as Slurm's --signal does (jobtree.deliver_warning:
         its children, or with B: its main process), not through the shim to the group."""
-        proc = self._shim_process(job)
+        proc = self._runner_process(job)
         if proc is None:
             return False
         if job.runner_pid in self._supervised:
@@ -176,7 +177,7 @@ class ProcessSeam:
 
     def tree_rss_bytes(self, job: Job) -> int | None:
         """Resident memory of the job's processes (not the shim's), or None if it is gone."""
-        proc = self._shim_process(job)
+        proc = self._runner_process(job)
         if proc is None:
             return None
         total = 0
@@ -196,7 +197,7 @@ class ProcessSeam:
     def kill_job_now(self, job: Job) -> None:
         """SIGKILL every process under the shim (not the shim, which records the death); a
         supervised job's group, and what it left, through its supervisor."""
-        proc = self._shim_process(job)
+        proc = self._runner_process(job)
         if proc is None:
             return
         if job.runner_pid in self._supervised:
