@@ -163,7 +163,7 @@ class FakeShims:
         pass
 
     def _live(self, job: Job) -> bool:
-        return job.shim_pid is not None and self.alive.get(job.id) == job.shim_pid
+        return job.runner_pid is not None and self.alive.get(job.id) == job.runner_pid
 
     def is_alive(self, job: Job) -> bool:
         return self._live(job)
@@ -199,7 +199,7 @@ class FakeShims:
         return pid, float(pid) if live else 0.0
 
     def pid_owners(self, running: list[Job]) -> dict[int, int]:
-        owners = {job.shim_pid: job.id for job in running if job.shim_pid}
+        owners = {job.runner_pid: job.id for job in running if job.runner_pid}
         for job in running:
             owners.update(dict.fromkeys(self.children.get(job.id, ()), job.id))
         return owners

@@ -1,6 +1,6 @@
 """A long queue as a user sees it, through the real CLI and daemon: `ls` shows the running
 jobs, the first pending ones and a line for the rest; `ls --all` streams every row, in
-pages on one connection (client/pagestream.py), while the daemon answers everyone else;
+pages on one connection (client/pagedreplies.py), while the daemon answers everyone else;
 `top` counts what it does not list."""
 
 from __future__ import annotations

@@ -132,7 +132,7 @@ def both_passes(
     deps.elements.update(
         {(1, 0): JobState.SUCCEEDED, (1, 1): JobState.FAILED, (1, 2): JobState.RUNNING}
     )
-    deps.same_name.update(lowest_by_name([*pending, *running]))
+    deps.same_name.update(lowest_by_name((j.id, j) for j in [*pending, *running]))
     full = scheduling.schedule(
         pending, running, loads, inventory, rules, queue, NOW_S, deps, usage=usage
     )

@@ -62,7 +62,7 @@ def test_a_bad_line_is_named_and_nothing_is_queued(home: Home, tmp_path: Path):
 
 def test_the_daemon_refuses_a_bad_streamed_line_by_its_number(home: Home):
     """A client that skips its own checks: the daemon checks each line as it arrives."""
-    from gpusched.client import streams
+    from gpusched.client import streamedrequest
     from gpusched.client.connection import Client
     from gpusched.client.paths import resolve_paths
     from gpusched.core.errors import UsageError
@@ -76,11 +76,11 @@ def test_the_daemon_refuses_a_bad_streamed_line_by_its_number(home: Home):
         "env": {"PATH": "/bin"},
     }
     with pytest.raises(UsageError, match=r"^command 3 of the submit is 2,0"):
-        streams.call_streamed(
+        streamedrequest.call_streamed(
             client, "submit", "lines", ["true", "true", "x" * 2000, "true"], **request
         )
     assert home.jobs() == []
-    ids = streams.call_streamed(client, "submit", "lines", ["true"] * 5, **request)["ids"]
+    ids = streamedrequest.call_streamed(client, "submit", "lines", ["true"] * 5, **request)["ids"]
     assert len(ids) == 5
 
 

@@ -94,7 +94,7 @@ def test_a_restart_on_a_sweep_holds_it_as_compactly(make_box):
 
 # Kept in memory without a write of their own (DaemonState.remember): a restart works them
 # out again, so the store may hold an older value.
-REMEMBERED = ("pending_reason", "shim_pid", "shim_start_time")
+REMEMBERED = ("pending_reason", "runner_pid", "runner_start_time")
 
 
 def assert_same(held: Job, stored: Job, leave_out: tuple[str, ...] = ()) -> None:

@@ -34,8 +34,8 @@ def running(**changes) -> Job:
         gpu_uuids=("GPU-a",),
         gpu_indices=(0,),
         master_port=29500,
-        shim_pid=4242,
-        shim_start_time=999.5,
+        runner_pid=4242,
+        runner_start_time=999.5,
     )
     return replace(job, **changes)
 
@@ -149,7 +149,7 @@ def test_a_failed_run_is_requeued_while_retries_last():
             started_at=1000.0 + attempt,
             gpu_uuids=("GPU-a",),
             gpu_indices=(0,),
-            shim_pid=4242,
+            runner_pid=4242,
             warned=True,
         )
         job = lifecycle.finish(job, JobState.FAILED, 2000.0 + attempt, exit_code=1, signal=None)
@@ -163,13 +163,13 @@ def test_a_failed_run_is_requeued_while_retries_last():
             == f"retrying after attempt {attempt} failed; eligible in {delay:.0f}s"
         )
         # Everything about the old run is gone, so the next one starts clean.
-        assert (job.started_at, job.gpu_uuids, job.gpu_indices, job.shim_pid) == (
+        assert (job.started_at, job.gpu_uuids, job.gpu_indices, job.runner_pid) == (
             None,
             (),
             (),
             None,
         )
-        assert (job.master_port, job.shim_start_time, job.ended_at) == (None, None, None)
+        assert (job.master_port, job.runner_start_time, job.ended_at) == (None, None, None)
         assert not job.warned and not job.timed_out and not job.cancel_requested
         assert job.exit_code == 1  # the last attempt's status stays visible
     job = replace(job, state=JobState.RUNNING, started_at=1003.0)

@@ -99,7 +99,6 @@ def test_modern_driver_reads_several_gpu_models(fake_nvml):
     gpu0 = inv.gpus[0]
     # v2 memory: used leaves the driver's reserved memory out, as nvidia-smi shows it.
     assert (gpu0.mem_total_bytes, gpu0.mem_used_bytes) == (81559 * MIB, 20 * GIB)
-    assert gpu0.mem_free_bytes == 81559 * MIB - 20 * GIB
     assert (gpu0.util_pct, gpu0.temperature_c) == (87.0, 61)
     assert (gpu0.power_w, gpu0.power_limit_w) == (512.345, 700.0)
     assert [g.compute_capability for g in inv.gpus] == [(9, 0), (8, 0), (8, 9)]

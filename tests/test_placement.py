@@ -69,7 +69,7 @@ def running_on(j: Job, *indices: int) -> Job:
         state=JobState.RUNNING,
         gpu_uuids=tuple(f"GPU-{i}" for i in indices),
         gpu_indices=indices,
-        shim_pid=10_000 + j.id,
+        runner_pid=10_000 + j.id,
     )
 
 

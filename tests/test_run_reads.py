@@ -35,12 +35,12 @@ def _four_running(box, *flags: str) -> list[int]:
     ids = [box.submit("--gpus", "0", *flags, "--", "sleep", "300") for _ in range(4)]
     box.step(61.0)  # the liveness check: their pids come from their run files
     assert box.running() == set(ids)
-    assert all(job.shim_pid for job in box.daemon.state.running())
+    assert all(job.runner_pid for job in box.daemon.state.running())
     return ids
 
 
 def _pids_known(box) -> set[int]:
-    return {job.id for job in box.daemon.state.running() if job.shim_pid}
+    return {job.id for job in box.daemon.state.running() if job.runner_pid}
 
 
 def test_passes_with_no_end_reported_read_no_run_file(make_box, reads):

@@ -146,8 +146,6 @@ def test_wrapper_enters_the_directory_or_fails_and_forwards_signals():
     script = slurmspec.wrapper_script([_job()], "/shared/g/u", "/shared/g/u/7.env")
     assert "cd -- /home/al/x || { record exit" in script
     assert "trap 'kill -USR1 $child 2>/dev/null' USR1" in script
-    assert slurmspec.parse_marker("gpusched:u:7:2") == ("u", 7, 2)
-    assert slurmspec.parse_marker("(null)") is None
 
 
 def test_env_file_keeps_any_value_and_drops_slurm_variables():

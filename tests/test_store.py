@@ -98,14 +98,17 @@ def test_running_job_round_trips(store):
         gpu_uuids=("GPU-a", "GPU-b"),
         gpu_indices=(2, 3),
         master_port=29501,
-        shim_pid=77,
-        shim_start_time=1700000000.9,
+        runner_pid=77,
+        runner_start_time=1700000000.9,
         boot_id="boot",
     )
     with store.write():
         store.update(job)
     assert store.get(job_id) == job
     assert store.get(job_id).gpu_indices == (2, 3)
+    # The columns keep their first names: a queue file of an earlier version reads the same.
+    row = store._conn.execute("SELECT shim_pid, shim_start_time FROM jobs WHERE id = ?", (job_id,))
+    assert tuple(row.fetchone()) == (77, 1700000000.9)
 
 
 def test_ids_are_never_reused_even_after_deleting_the_last_row(store, db):

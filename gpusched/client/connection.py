@@ -147,7 +147,7 @@ class Client:
         ) from None
 
     def result_of(self, reply: dict[str, Any] | None) -> Any:
-        """A reply's result, raising the daemon's error as ours (client/pagestream.py too)."""
+        """A reply's result, raising the daemon's error as ours (client/pagedreplies.py too)."""
         if reply is None:
             raise DaemonUnavailable("the gpusched daemon closed the connection without an answer")
         if self.check_daemon:
@@ -176,10 +176,10 @@ class Client:
             args = {**args, "after": result["next"]}
 
     def stream(self, cmd: str, timeout_s: float | None = 60.0, **args: Any) -> Any:
-        """Each page's result of a request streamed on one connection (client/pagestream.py)."""
-        from gpusched.client import pagestream  # noqa: PLC0415 - 0.2 ms of every command
+        """Each page's result of a request streamed on one connection (client/pagedreplies.py)."""
+        from gpusched.client import pagedreplies  # noqa: PLC0415 - 0.2 ms of every command
 
-        return pagestream.pages(self, cmd, timeout_s, **args)
+        return pagedreplies.pages(self, cmd, timeout_s, **args)
 
     def _compare_daemon(self, fingerprint: Any) -> None:
         global _compared_daemon

@@ -71,7 +71,7 @@ COMMANDS: dict[str, Command] = {
     # A liveness check must not wait behind the loop.
     "ping": _cmd(read_only=True, on_server=True),
     "status": _cmd(read_only=True),
-    # "stream": "lines" (client/streams.py): the commands follow in parts on the same
+    # "stream": "lines" (client/streamedrequest.py): the commands follow in parts on the same
     # connection, each line the last word of jobs[0]'s command (`submit --from-file`).
     "submit": _cmd("jobs", "env cwd cluster stream"),
     # Filters (lists of user names, states, name patterns) keep the reply small.
@@ -80,7 +80,7 @@ COMMANDS: dict[str, Command] = {
     # wait), "page_bytes" about how large it may be; each reply says where the next starts.
     # "last" keeps only the N matching jobs with the highest ids (still in id order).
     # "pending_rows" (a plain `ls`): only the first N pending jobs, the rest counted
-    # (daemon/requests/lsqueue.py). "stream": "pages": every page on this one connection (client/pagestream.py).
+    # (daemon/requests/lsqueue.py). "stream": "pages": every page on this one connection (client/pagedreplies.py).
     "list": _cmd(
         "", "all users states names last after page_bytes pending_rows stream", read_only=True
     ),
@@ -199,8 +199,8 @@ ARGUMENTS: dict[str, Callable[[Any], Any]] = {
     "name": lambda v: values.text(v, "name"),
     "spec": lambda v: values.mapping(v, "spec"),
     "replicas": lambda v: values.whole_number(v, "replicas", 0, 1000),
-    # "lines": a request whose items follow it (client/streams.py); "pages": a reply sent
-    # page after page (client/pagestream.py). Which command takes which: daemon/requests/streamedrequest.py.
+    # "lines": a request whose items follow it (client/streamedrequest.py); "pages": a reply sent
+    # page after page (client/pagedreplies.py). Which command takes which: daemon/requests/streamedrequest.py.
     "stream": lambda v: values.choice(v, "stream", ("lines", "pages")),
 }
 

@@ -59,19 +59,7 @@ FINAL_STATES = frozenset(
 # a job whose shim vanished without an exit record.
 TRANSITIONS: dict[JobState, frozenset[JobState]] = {
     JobState.PENDING: frozenset({JobState.RUNNING, JobState.CANCELLED}),
-    JobState.RUNNING: frozenset(
-        {
-            JobState.SUCCEEDED,
-            JobState.FAILED,
-            JobState.CANCELLED,
-            JobState.TIMEOUT,
-            JobState.OOM,
-            JobState.LOST,
-            JobState.GPU_OOM,
-            JobState.PENDING,
-            JobState.PREEMPTED,
-        }
-    ),
+    JobState.RUNNING: FINAL_STATES | {JobState.PENDING, JobState.PREEMPTED},
     JobState.PREEMPTED: frozenset({JobState.PENDING}),
     **{state: frozenset({JobState.PENDING}) for state in FINAL_STATES},
 }
@@ -159,10 +147,11 @@ class Job:
     gpu_indices: tuple[int, ...] = ()
     pending_reason: str = ""
     master_port: int | None = None
-    # The shim that parents the job: pid plus its start time and the boot id, so that a
-    # restarted daemon never mistakes a recycled pid for its job.
-    shim_pid: int | None = None
-    shim_start_time: float | None = None
+    # The process the daemon watches for the run: the job's shim, or the job itself where
+    # the supervisor started it without one. Its pid plus its start time and the boot id,
+    # so that a restarted daemon never mistakes a recycled pid for its job.
+    runner_pid: int | None = None
+    runner_start_time: float | None = None
     boot_id: str = ""
     cancel_requested: bool = False
     # The job's logs: gpusched's own files, or those its --output and --error patterns
@@ -306,12 +295,6 @@ class GpuInfo:
     # Topology: the cores and NUMA node nearest the GPU (NVML's CPU and memory affinity).
     cpu_ids: tuple[int, ...] = ()
     numa_node: int | None = None
-
-    @property
-    def mem_free_bytes(self) -> int | None:
-        if self.mem_used_bytes is None:
-            return None
-        return max(0, self.mem_total_bytes - self.mem_used_bytes)
 
     @property
     def label(self) -> str:

@@ -297,7 +297,7 @@ class Daemon:
             )
         state.telemetry.gpus_read(inventory, self.clock.time())
         gpu_pids = {p.pid for g in inventory.schedulable() for p in g.processes}
-        shims = {job.shim_pid: job.id for job in running if job.shim_pid}
+        shims = {job.runner_pid: job.id for job in running if job.runner_pid}
         # A full process scan only when some GPU process is not a known shim:
         # it costs tens of milliseconds, and this runs after every job that held a GPU.
         pid_jobs = (

@@ -31,7 +31,6 @@ class MemoryTrim:
     def __init__(self, trim: Callable[[int], int] | None = None):
         self._trim = trim or libc_trim()
         self.high_water = 0
-        self.trims = 0
         self._last_count = 0
 
     def note(self, active_count: int, compact: Callable[[], None]) -> bool:
@@ -51,5 +50,4 @@ class MemoryTrim:
         compact()
         if self._trim is not None:
             self._trim(0)
-        self.trims += 1
         return True

@@ -196,10 +196,6 @@ class DaemonState:
         # Kept apart from the queue: asked several times a pass, with thousands pending.
         return list(self._running.values())
 
-    def running_remote(self) -> list[Job]:
-        """The running cluster jobs (Slurm runs them; running() is this machine's)."""
-        return [job for i in self.remote_ids if (job := self.jobs.get(i)) and job.is_running]
-
     def pending(self) -> list[Job]:
         return list(self._pending.values())
 
@@ -380,13 +376,10 @@ class DaemonState:
         if self._undo is not None:
             self._on_rollback.append(action)
 
-    def remember_new(self, jobs: Iterable[Job]) -> None:
-        """remember() for many jobs just queued (all pending), in a few dict updates."""
-        self.remember_alike((job.id, self.kinds.lean(job)) for job in jobs)
-
     def remember_alike(self, entries: Iterable[tuple[int, Job]]) -> None:
-        """remember_new() for (id, Kinds.lean of the job) pairs: what a big submit keeps
-        of its jobs until the last batch is stored."""
+        """remember() for many jobs just queued (all pending), in a few dict updates, as
+        (id, Kinds.lean of the job) pairs: what a big submit keeps of its jobs until the
+        last batch is stored."""
         entries = list(entries)
         count = len(self._pending)
         self.queue.add_many(self.kinds.passing(self._held_new(entries)))

@@ -243,14 +243,7 @@ def _read_gpu(index: int) -> GpuInfo:
     try:
         handle = pynvml.nvmlDeviceGetHandleByIndex(index)
     except pynvml.NVMLError as exc:
-        return GpuInfo(
-            index=index,
-            uuid=f"unknown-{index}",
-            name="Unknown GPU",
-            mem_total_bytes=0,
-            is_healthy=False,
-            health_reason=f"NVML cannot open GPU {index}: {exc}",
-        )
+        return _unreadable(index, f"NVML cannot open GPU {index}: {exc}")
     probe = _Probe()
     gpu = _identity(handle, index, probe)
     if not gpu.is_healthy:  # a lost GPU can be slow to answer; ask it nothing more
@@ -283,14 +276,19 @@ def _read_gpu_safely(index: int) -> GpuInfo:
     try:
         return _read_gpu(index)
     except Exception as exc:  # one broken GPU must never break the whole listing
-        return GpuInfo(
-            index=index,
-            uuid=f"unknown-{index}",
-            name="Unknown GPU",
-            mem_total_bytes=0,
-            is_healthy=False,
-            health_reason=f"reading GPU {index} failed: {type(exc).__name__}: {exc}",
-        )
+        return _unreadable(index, f"reading GPU {index} failed: {type(exc).__name__}: {exc}")
+
+
+def _unreadable(index: int, reason: str) -> GpuInfo:
+    """A GPU that could not be read, listed as unhealthy with the reason."""
+    return GpuInfo(
+        index=index,
+        uuid=f"unknown-{index}",
+        name="Unknown GPU",
+        mem_total_bytes=0,
+        is_healthy=False,
+        health_reason=reason,
+    )
 
 
 def _cuda_version(probe: _Probe) -> str | None:

@@ -151,12 +151,12 @@ class SimulatedBackend:
             mem_used, util, procs = 0, 0.0, []
             for job in running:
                 # A job uses its GPU once its shim runs (its pid known), not before.
-                if gpu_uuid in job.gpu_uuids and job.shim_pid:
+                if gpu_uuid in job.gpu_uuids and job.runner_pid:
                     mem, job_util = _job_usage(job, sim.mem_total_bytes)
                     mem_used, util = mem_used + mem, util + job_util
                     procs.append(
                         GpuProcess(
-                            pid=job.shim_pid,
+                            pid=job.runner_pid,
                             gpu_uuid=gpu_uuid,
                             used_mem_bytes=mem,
                             user=job.user,

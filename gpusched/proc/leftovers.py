@@ -28,10 +28,10 @@ if TYPE_CHECKING:
     from gpusched.proc.runfile import ShimRecord
 
 JobMarks = namedtuple(
-    "JobMarks", "shim_pid shim_start_ticks uid token cgroup supervised", defaults=(False,)
+    "JobMarks", "runner_pid runner_start_ticks uid token cgroup supervised", defaults=(False,)
 )
-JobMarks.__doc__ = """How a job's processes are recognised: its shim's pid and start ticks
-(from the run file's "shim" record), the job's uid, its run token and its cgroup directory
+JobMarks.__doc__ = """How a job's processes are recognised: its runner's pid and start ticks
+(from the run file's "shim" record: the shim's, or the job's own when supervised), the job's uid, its run token and its cgroup directory
 ("" or None: none); supervised: the "shim" is the job's own process, leader of its
 session (started by the supervisor, proc/supervisor/main.py), one of those found."""
 
@@ -54,7 +54,7 @@ def find(marks: JobMarks) -> dict[int, int]:
     in_session = _session_is_the_shims(marks)
     in_cgroup = _cgroup_pids(marks.cgroup)
     entry = f"{jobenv.RUN_TOKEN}={marks.token}".encode() if marks.token else None
-    skip = {os.getpid()} if marks.supervised else {os.getpid(), marks.shim_pid}
+    skip = {os.getpid()} if marks.supervised else {os.getpid(), marks.runner_pid}
     found = {}
     for name in os.listdir("/proc"):
         if not name.isdigit() or int(name) in skip:
@@ -65,10 +65,10 @@ def find(marks: JobMarks) -> dict[int, int]:
         except (OSError, ValueError, IndexError):
             continue  # gone since the listing
         # Every process of the job started after its shim: an older one never belongs.
-        if stat.state == "Z" or stat.start_ticks < marks.shim_start_ticks:
+        if stat.state == "Z" or stat.start_ticks < marks.runner_start_ticks:
             continue
         if (
-            (in_session and stat.session == marks.shim_pid)
+            (in_session and stat.session == marks.runner_pid)
             or pid in in_cgroup
             or (entry is not None and carries(pid, entry, marks.uid))
         ):
@@ -77,12 +77,12 @@ def find(marks: JobMarks) -> dict[int, int]:
 
 
 def _session_is_the_shims(marks: JobMarks) -> bool:
-    """Whether session id shim_pid still means the shim's session. Linux gives out no pid
+    """Whether session id runner_pid still means the shim's session. Linux gives out no pid
     that a live session is named by; so if another process has the shim's pid now, the
     shim's session has no member left, and that session id is someone else's."""
     try:
-        started: int = runfile.read_proc_stat(marks.shim_pid).start_ticks
-        recorded: int = marks.shim_start_ticks
+        started: int = runfile.read_proc_stat(marks.runner_pid).start_ticks
+        recorded: int = marks.runner_start_ticks
         return started == recorded
     except (OSError, ValueError, IndexError):
         return True  # nobody has the pid: the session, if it has members, is the shim's

@@ -57,7 +57,7 @@ def hold_port(port: int) -> socket.socket:
 class ProcessSeam:
     """The real processes: psutil and /proc for looking, the job supervisor for starting.
 
-    A job's watched process (job.shim_pid) is its shim, or for a job the supervisor started
+    A job's watched process (job.runner_pid, its runner) is its shim, or for a job the supervisor started
     without one (a "supervised" shim record), the job's own process, leader of its session
     and process group: signals for it go through the supervisor (the grace period's
     SIGKILL), its memory counts the process itself."""
@@ -96,16 +96,17 @@ class ProcessSeam:
         """Let the supervisor go; it runs on while jobs it started do (see supervisor/main.py)."""
         self._supervisor.close()
 
-    # -- a job's shim ---------------------------------------------------------------------
-    def _shim_process(self, job: Job) -> psutil.Process | None:
-        """The job's shim if it is still that very process (same pid, start time and boot).
+    # -- a job's runner -------------------------------------------------------------------
+    def _runner_process(self, job: Job) -> psutil.Process | None:
+        """The job's runner (its shim, or the supervised job itself) if it is still that
+        very process (same pid, start time and boot).
         A supervised job that has ended but is not reaped yet counts while its supervisor
         lives: the supervisor records its exit first."""
-        if not job.shim_pid or job.boot_id != self.boot_id:
+        if not job.runner_pid or job.boot_id != self.boot_id:
             return None
         try:
-            proc = psutil.Process(job.shim_pid)
-            if abs(proc.create_time() - (job.shim_start_time or 0)) > 0.05:
+            proc = psutil.Process(job.runner_pid)
+            if abs(proc.create_time() - (job.runner_start_time or 0)) > 0.05:
                 return None
             if proc.status() == psutil.STATUS_ZOMBIE and not self._awaits_record(proc):
                 return None
@@ -126,13 +127,9 @@ class ProcessSeam:
         except psutil.Error:
             return False
 
-    def is_supervised(self, job: Job) -> bool:
-        """Whether the job's watched process is the job itself (no shim of its own)."""
-        return job.shim_pid in self._supervised
-
     def is_alive(self, job: Job) -> bool:
-        proc = self._shim_process(job)
-        if proc is not None and job.shim_pid in self._supervised:
+        proc = self._runner_process(job)
+        if proc is not None and job.runner_pid in self._supervised:
             return self._supervisor_watches(proc)
         return proc is not None
 
@@ -140,10 +137,10 @@ class ProcessSeam:
         """Send a signal through the shim, which passes it to the job's process group; for
         a supervised job, through the supervisor, which does as a shim does (or, with no
         supervisor left, to the group directly)."""
-        proc = self._shim_process(job)
+        proc = self._runner_process(job)
         if proc is None:
             return False
-        if job.shim_pid in self._supervised:
+        if job.runner_pid in self._supervised:
             return self._signal_supervised(proc.pid, signum)
         try:
             proc.send_signal(signum)
@@ -168,16 +165,16 @@ class ProcessSeam:
     def warn_job(self, job: Job, signum: int) -> bool:
         """Send the job's warning signal as Slurm's --signal does (jobtree.deliver_warning:
         its children, or with B: its main process), not through the shim to the group."""
-        proc = self._shim_process(job)
+        proc = self._runner_process(job)
         if proc is None:
             return False
-        if job.shim_pid in self._supervised:
+        if job.runner_pid in self._supervised:
             return jobtree.deliver_warning_below(proc.pid, signum, job.warn_batch)
         return jobtree.deliver_warning(proc.pid, signum, job.warn_batch)
 
     def tree_rss_bytes(self, job: Job) -> int | None:
         """Resident memory of the job's processes (not the shim's), or None if it is gone."""
-        proc = self._shim_process(job)
+        proc = self._runner_process(job)
         if proc is None:
             return None
         total = 0
@@ -185,7 +182,7 @@ class ProcessSeam:
             children = proc.children(recursive=True)
         except psutil.Error:
             return None
-        if job.shim_pid in self._supervised:
+        if job.runner_pid in self._supervised:
             children.append(proc)  # the job's own process: no shim above it
         for child in children:
             try:
@@ -197,10 +194,10 @@ class ProcessSeam:
     def kill_job_now(self, job: Job) -> None:
         """SIGKILL every process under the shim (not the shim, which records the death); a
         supervised job's group, and what it left, through its supervisor."""
-        proc = self._shim_process(job)
+        proc = self._runner_process(job)
         if proc is None:
             return
-        if job.shim_pid in self._supervised:
+        if job.runner_pid in self._supervised:
             self._signal_supervised(proc.pid, signal.SIGKILL)
             return
         try:
@@ -249,7 +246,7 @@ class ProcessSeam:
     @staticmethod
     def pid_owners(running: Iterable[Job]) -> dict[int, int]:
         """pid -> job id for every process under a running job's shim (one scan of /proc)."""
-        owners = {job.shim_pid: job.id for job in running if job.shim_pid}
+        owners = {job.runner_pid: job.id for job in running if job.runner_pid}
         children: dict[int, list[int]] = {}
         for proc in psutil.process_iter(["ppid"]):
             children.setdefault(proc.info["ppid"], []).append(proc.pid)

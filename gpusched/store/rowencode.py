@@ -9,9 +9,12 @@ from dataclasses import asdict, fields
 from typing import Any
 
 from gpusched.core.models import Job
-from gpusched.store.rows import JSON_TUPLES
+from gpusched.store.rows import COLUMNS_RENAMED, JSON_TUPLES
 
-_JOB_FIELDS = [f.name for f in fields(Job) if f.name != "request"]
+# (column, Job field) of every column but the request's
+_COLUMNS = [
+    (COLUMNS_RENAMED.get(f.name, f.name), f.name) for f in fields(Job) if f.name != "request"
+]
 
 
 # What the jobs of one submit (a sweep's lines, an array's elements) differ in: the rest of
@@ -53,13 +56,13 @@ _SET_AT_SUBMIT = frozenset(
         "open_mode",
     }
 )
-_UPDATED_FIELDS = [n for n in _JOB_FIELDS if n not in _SET_AT_SUBMIT]
+_UPDATED_COLUMNS = [(c, n) for c, n in _COLUMNS if n not in _SET_AT_SUBMIT]
 
 
 def job_to_row(job: Job, for_update: bool = False) -> dict[str, Any]:
     """The job's columns; for_update: only those that can change after submit (every
     start and end updates a job, so this runs several times per job)."""
-    row = {name: getattr(job, name) for name in (_UPDATED_FIELDS if for_update else _JOB_FIELDS)}
+    row = {c: getattr(job, n) for c, n in (_UPDATED_COLUMNS if for_update else _COLUMNS)}
     # Memory per GPU changes when a CUDA out-of-memory retry raises it (core/sched/gpuoom.py).
     row["gpu_mem_bytes"] = job.request.gpu_mem_bytes
     if not for_update:

@@ -34,6 +34,9 @@ JSON_TUPLES = {
     "preempt_hold": True,
     "container": True,
 }
+# Job fields whose column keeps an older name (the file's schema is not changed for a name):
+# the process watched for a run was a shim before the supervisor ran plain jobs itself.
+COLUMNS_RENAMED = {"runner_pid": "shim_pid", "runner_start_time": "shim_start_time"}
 BOOLEANS = (
     "cancel_requested",
     "held",
@@ -209,6 +212,9 @@ def _decode(values: dict[str, Any], shared: Shared) -> Job:
     if values["state"] not in STATES:
         raise DamagedRow(job_id, f"state {_short(values['state'])} is not a job state")
     values["state"] = JobState(values["state"])
+    for field_name, column in COLUMNS_RENAMED.items():
+        if column in values:
+            values[field_name] = values.pop(column)
     for key, is_tuple in JSON_TUPLES.items():
         if key in values:  # else an older schema's row (gpusched doctor --repair): the default
             values[key] = shared.json(job_id, key, values[key], is_tuple)
@@ -266,7 +272,10 @@ def check_job(job: Job, checked: set[object] | None = None) -> None:
             if seen in checked:
                 continue
             if not ok(value):
-                raise DamagedRow(job.id, f"{name} holds {_short(value)}, which a job cannot have")
+                raise DamagedRow(
+                    job.id,
+                    f"{COLUMNS_RENAMED.get(name, name)} holds {_short(value)}, which a job cannot have",
+                )
             checked.add(seen)
         if path:
             checked.add(id(record))

@@ -1,4 +1,4 @@
-"""`ls --all` and `--last` as the pages stream in (client/pagestream.py): each page printed
+"""`ls --all` and `--last` as the pages stream in (client/pagedreplies.py): each page printed
 before the next is read, so that listing 100,000 jobs takes no more memory than 1,000.
 
 One page prints exactly as the whole listing did when it was gathered first: the same

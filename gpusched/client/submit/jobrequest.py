@@ -266,7 +266,7 @@ def build_request(opts: SubmitOptions) -> dict[str, Any]:
             raise UsageError("give either --from-file or a command after `--`, not both")
         from gpusched.client.submit import sweepfile  # noqa: PLC0415 - 13 ms of every submit
 
-        # One template: its lines follow in a stream (client/streams.py), read as sent.
+        # One template: its lines follow in a stream (client/streamedrequest.py), read as sent.
         command = sweepfile.SHELL
     elif opts.command:
         command = list(opts.command)

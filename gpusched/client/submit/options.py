@@ -19,12 +19,10 @@ if TYPE_CHECKING:
     # Any table's row that starts as OptionRow does (cli/cmdoptions.py's have more after).
     FlagRow = tuple[str, tuple[str, ...], str, Unpack[tuple[Any, ...]]]
 
-# What an option's value is: "str" and "int" take one, "list" takes one each time it is
-# given, "flag" takes none, "yesno" is a flag that also takes Slurm's =yes or =no.
-KINDS = ("str", "int", "list", "flag", "yesno")
-
 # `submit`'s options, in the order its --help lists them:
-# (SubmitOptions field, flags, kind, default, help).
+# (SubmitOptions field, flags, kind, default, help). The kind says what the value is:
+# "str" and "int" take one, "list" takes one each time it is given, "flag" takes none,
+# "yesno" is a flag that also takes Slurm's =yes or =no.
 SUBMIT: tuple[OptionRow, ...] = (
     (
         "gpus",

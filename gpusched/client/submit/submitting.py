@@ -189,12 +189,15 @@ def submit_streamed(
     """A --from-file submit, its lines streamed. Ctrl-C asks the daemon to drop it; the
     daemon then says whether it did (nothing queued) or had already queued every job,
     and so does stderr, before the command ends with status 130."""
-    from gpusched.client import streams  # noqa: PLC0415 - 1 ms of every submit; --from-file only
+    # 1 ms of every submit; --from-file only
+    from gpusched.client import streamedrequest  # noqa: PLC0415
 
     try:
-        queued: dict[str, Any] = streams.call_streamed(client, "submit", "lines", lines, **request)
+        queued: dict[str, Any] = streamedrequest.call_streamed(
+            client, "submit", "lines", lines, **request
+        )
         return queued
-    except streams.Interrupted as stop:
+    except streamedrequest.Interrupted as stop:
         if stop.reply is not None and stop.reply.get("ok"):
             result = stop.reply["result"]
             report_queued(

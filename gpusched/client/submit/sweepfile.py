@@ -1,5 +1,5 @@
 """`submit --from-file`: the file's commands, read as they come and checked line by line,
-for a streamed submit (client/streams.py): a sweep of any size, never one huge request.
+for a streamed submit (client/streamedrequest.py): a sweep of any size, never one huge request.
 
 Kept light: the submit fast path imports this module.
 """

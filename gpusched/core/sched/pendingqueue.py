@@ -79,11 +79,6 @@ def line_key(job: Job, discipline: str) -> int | tuple[float, float, int]:
     return job.id - job.priority * _ID_SPAN if job.priority else job.id
 
 
-def key_id(key: int | tuple[float, float, int]) -> int:
-    """The job id a line key ends with."""
-    return key[-1] if isinstance(key, tuple) else key % _ID_SPAN
-
-
 def _drop(counts: dict[int, int], key: int) -> None:
     left = counts[key] - 1
     if left:

@@ -32,19 +32,6 @@ def marker(uuid: str, job_id: int, attempt: int) -> str:
     return f"{MARKER_PREFIX}:{uuid}:{job_id}:{attempt}"
 
 
-def parse_marker(comment: str) -> tuple[str, int, int] | None:
-    """(uuid, id, attempt) of a marker comment; None for anything else."""
-    parts = comment.strip().split(":")
-    if (
-        len(parts) != 4
-        or parts[0] != MARKER_PREFIX
-        or not parts[2].isdigit()
-        or not parts[3].isdigit()
-    ):
-        return None
-    return parts[1], int(parts[2]), int(parts[3])
-
-
 def refusal(job: Job, cluster: ClusterConfig) -> str:
     """Why this job cannot go to the cluster as asked ("" when it can): every option maps
     to Slurm or is refused here, before anything is queued."""

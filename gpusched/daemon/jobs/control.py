@@ -92,7 +92,7 @@ class JobControl:
                 record = run.exit
                 if record is None and run.shim is None:  # a run file shows what did start
                     record = told.get(job.id)
-                elif record is None and job.shim_pid is None:
+                elif record is None and job.runner_pid is None:
                     job = self._found_shim(job, self.seam.identify_shim(*run.shim))
                 elif record is None and adopting:
                     # Its pid was stored: the seam learns again whether the supervisor runs
@@ -161,7 +161,7 @@ class JobControl:
         for run, shim in started.items():
             job_id, _, _ = run.partition(".")
             job = self.state.jobs.get(int(job_id)) if job_id.isdigit() else None
-            if job and job.is_running and not job.shim_pid and runfile.run_token(job) == run:
+            if job and job.is_running and not job.runner_pid and runfile.run_token(job) == run:
                 self._found_shim(job, self.seam.identify_shim(*shim))
 
     def _found_shim(self, job: Job, shim: tuple[int, float]) -> Job:
@@ -169,7 +169,7 @@ class JobControl:
         file is where a restarted daemon finds it again), and pass on a cancel, or a
         checkpoint signal whose grace still runs, that came before it (stored with the
         pid then, so that a restarted daemon does not send it again)."""
-        job = replace(job, shim_pid=shim[0], shim_start_time=shim[1])
+        job = replace(job, runner_pid=shim[0], runner_start_time=shim[1])
         if job.cancel_requested:
             self.state.save(job)
             self._signal_after_commit(job, signal.SIGTERM)
@@ -205,7 +205,7 @@ class JobControl:
             self.state.save(stopping)
 
     def _is_alive(self, job: Job) -> bool:
-        if job.shim_pid is None:  # being launched, unless that takes implausibly long
+        if job.runner_pid is None:  # being launched, unless that takes implausibly long
             return self.setup.clock.time() - (job.started_at or 0.0) < LAUNCH_TIMEOUT_S
         return self.seam.is_alive(job)
 

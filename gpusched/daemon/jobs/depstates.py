@@ -76,21 +76,15 @@ class _SameName:
     def get(self, key: tuple[int, str], default: SameName = (), /) -> SameName:
         if self._lowest is None:
             # As held: a template answers uid and name (daemon/jobs/jobtable.py).
-            self._lowest = _lowest(self._active.alike())
+            self._lowest = lowest_by_name(self._active.alike())
         return self._lowest.get(key, default)
 
 
 def lowest_by_name(
-    active: Iterable[Job],
-) -> dict[tuple[int, str], tuple[tuple[int, JobState], ...]]:
-    """(uid, name) -> the lowest started and lowest pending (job id, state) of these jobs."""
-    return _lowest((job.id, job) for job in active)
-
-
-def _lowest(
     active: Iterable[tuple[int, Job]],
 ) -> dict[tuple[int, str], tuple[tuple[int, JobState], ...]]:
-    """lowest_by_name of (id, job) pairs."""
+    """(uid, name) -> the lowest started and lowest pending (job id, state) of these
+    (job id, job) pairs."""
     lowest: dict[tuple[int, str], dict[bool, tuple[int, JobState]]] = {}
     for job_id, job in active:  # every job that has not ended is active
         kept = lowest.setdefault((job.uid, job.display_name), {})

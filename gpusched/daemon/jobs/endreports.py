@@ -65,7 +65,7 @@ def to_read(
     return [
         job
         for job in running
-        if job.id in reported or job.id in also or (job.shim_pid is None and _awaits_pid(job))
+        if job.id in reported or job.id in also or (job.runner_pid is None and _awaits_pid(job))
     ]
 
 

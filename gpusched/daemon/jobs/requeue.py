@@ -59,10 +59,10 @@ def stop_and_requeue(
         # A job being launched (its pid not known yet) may already run and write a
         # checkpoint: it gets the signal once its pid is (JobControl._found_shim; SIGTERM
         # by send_due_terms), its grace counted from now as for any job.
-        if job.shim_pid is None and is_term:
+        if job.runner_pid is None and is_term:
             changed = replace(changed, requeue_term_at=now)
         state.save(changed)
-        if job.shim_pid is not None:
+        if job.runner_pid is not None:
             state.after_commit(lambda: seam.signal_job(changed, signum))
     log.info("job %d: stopping to requeue (%s)", job.id, reason)
     return changed
@@ -75,7 +75,7 @@ def send_due_terms(state: DaemonState, seam: ProcessSeam, now: float) -> None:
         job
         for job in state.running()
         if job.requeueing
-        and job.shim_pid is not None
+        and job.runner_pid is not None
         and job.requeue_term_at is not None
         and job.requeue_term_at <= now
     ]

@@ -2,7 +2,7 @@
 array or by name, so that a queue of 100,000 is listed as fast as an empty one.
 
 A plain `ls` sends "pending_rows" (cli/views/lsview.py's LS_PENDING_ROWS); `ls --all` and
-`--last` list every job they select (streamed, client/pagestream.py). No row, progress or
+`--last` list every job they select (streamed, client/pagedreplies.py). No row, progress or
 pending reason is worked out for a job that is only counted. `top`'s snapshot reads the
 queue here too.
 """

@@ -10,7 +10,7 @@ import time
 from collections.abc import Callable, Collection
 from typing import Any, Protocol
 
-from gpusched.client import pagestream, protocol, wire
+from gpusched.client import pagedreplies, protocol, wire
 from gpusched.core.errors import GpuschedError, ProtocolError, error_kind
 from gpusched.core.spec.limits import DEFAULT as DEFAULT_LIMITS
 from gpusched.core.spec.limits import Limits
@@ -282,11 +282,11 @@ class SocketServer:
     def _stream_rest(
         self, conn: socket.socket, message: Any, answer: dict[str, Any], creds: tuple[int, int, int]
     ) -> None:
-        """The pages after the first of a streamed reply (client/pagestream.py): each asked
+        """The pages after the first of a streamed reply (client/pagedreplies.py): each asked
         of the loop in turn, so that it answers everyone else between two pages."""
-        while (message := pagestream.next_request(message, answer)) is not None:
+        while (message := pagedreplies.next_request(message, answer)) is not None:
             answer = self._handle(message, creds)
-            conn.settimeout(pagestream.SEND_TIMEOUT_S)  # its reader may be busy printing
+            conn.settimeout(pagedreplies.SEND_TIMEOUT_S)  # its reader may be busy printing
             wire.send(conn, answer)
 
     def _handle_counted(self, message: Any, creds: tuple[int, int, int]) -> dict[str, Any]:

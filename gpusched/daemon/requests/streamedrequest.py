@@ -1,4 +1,4 @@
-"""A streamed request's parts, read on its connection's thread (client/streams.py frames).
+"""A streamed request's parts, read on its connection's thread (client/streamedrequest.py frames).
 
 The items are read and checked as they arrive, before the loop sees anything: a bad one
 refuses the whole request with its number, and a client that goes away or cancels before
@@ -32,7 +32,7 @@ class ClientGone(GpuschedError):
 
 def is_streamed(message: Any) -> bool:
     """Whether items follow the request (a reply in pages, "stream": "pages", is the
-    socket server's business: client/pagestream.py)."""
+    socket server's business: client/pagedreplies.py)."""
     args = message.get("args") if isinstance(message, dict) else None
     return isinstance(args, dict) and args.get("stream") in STREAMS.values()
 

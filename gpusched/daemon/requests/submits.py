@@ -376,6 +376,6 @@ def streamed_lines(args: dict[str, Any]) -> list[str] | None:
     if not isinstance(lines, list) or len(args["jobs"]) != 1:
         raise UsageError(
             "a streamed submit sends its commands after the request, on the "
-            "same connection (client/streams.py), with one job spec"
+            "same connection (client/streamedrequest.py), with one job spec"
         )
     return lines

@@ -1,12 +1,13 @@
-"""Streamed requests: a request's items sent in parts on its own connection, so that no
-frame has to hold them all (a 100,000-line `submit --from-file`).
+"""Streamed requests, the client's side: a request's items sent in parts on its own
+connection, so that no frame has to hold them all (a 100,000-line `submit --from-file`;
+daemon/requests/streamedrequest.py reads them).
 
 The framing (docs/protocol.md): the request frame names the stream in its args
 ("stream": KIND); each frame after it is a part, {"part": [item, ...]}, of at most
 PART_BYTES; the last is {"end": true}. Nothing is done before the end arrives. The daemon
 then answers once, with the usual reply; until that reply the client may send
 {"cancel": true}, and the reply says what became of the request. Replies that stream
-come as pages instead (client/pagestream.py).
+come as pages instead (client/pagedreplies.py).
 
 Kept light: the submit fast path imports this module (wire's C-backed JSON, no json).
 """

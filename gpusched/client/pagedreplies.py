@@ -1,4 +1,5 @@
-"""Streamed replies: a paged request answered page after page on one connection.
+"""Paged replies, the client's side: a paged request answered page after page on one
+connection (daemon/requests/pagedreplies.py cuts the pages).
 
 A request with "stream": "pages" (only `list` takes it) is answered with one frame per page,
 each an ordinary reply whose result says where the next page starts ("next"); the last
