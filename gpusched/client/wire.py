@@ -5,12 +5,12 @@ Every CLI call pays for what this module imports, and the standard modules cost 
 a whole command may take: `socket` (selectors, enum) and `json` (re) take 10 ms each to
 import (python -X importtime), where `python -c pass` takes 12 ms; with them (and `signal`)
 imported, `ls` went from 1.65x to 2.2x the floor and `submit` from 1.75x to 2.16x
-(bench/bench_commands.py, same run). So the client talks through their C halves: `_socket` (what socket.socket is built on; its timeout error is
-TimeoutError, its refusals the usual OSErrors) and `_json`'s scanner and encoder, which
-json.loads and json.dumps run on themselves for the messages we send. Where `_json` is
-missing (another Python) and whenever anything goes off the common road (an error, a
-value JSON cannot hold), `json` itself does the work, so results and errors read exactly
-as json's. The daemon keeps `socket` for its listening side.
+(bench/bench_commands.py, same run). So the client talks through their C halves:
+`_socket` (what socket.socket is built on; its timeout error is TimeoutError, its refusals
+the usual OSErrors) and `_json`'s scanner and encoder, which json.loads and json.dumps run
+on themselves for the messages we send. Where `_json` is missing (another Python) and
+whenever anything goes off the common road (an error, a value JSON cannot hold), `json`
+itself does the work, so results and errors read exactly as json's. The daemon keeps `socket` for its listening side.
 """
 
 from __future__ import annotations
