@@ -7,12 +7,15 @@ with it before asking.
 from __future__ import annotations
 
 import fnmatch
-from collections.abc import Callable
-from typing import Any
 
 from gpusched.core.errors import UsageError
 from gpusched.core.models import FINAL_STATES, JobState
 from gpusched.core.spec.syntax import items
+
+TYPE_CHECKING = False  # not typing: 12 ms of `ls --state` (cli/listing.py)
+if TYPE_CHECKING:
+    from collections.abc import Callable
+    from typing import Any
 
 STATES = tuple(s.value for s in JobState)
 FINAL = frozenset(s.value for s in FINAL_STATES)

@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import enum
 from dataclasses import asdict, dataclass, field
-from typing import Any
 
 from gpusched.core.spec.jobname import program_name
 from gpusched.core.spec.syntax import dependency_words
 from gpusched.core.spec.values import HIDDEN  # noqa: F401 - where the daemon reads it
+
+TYPE_CHECKING = False  # not typing: 12 ms of `ls --state` (cli/listing.py)
+if TYPE_CHECKING:
+    from typing import Any
 
 # The end_reason of a running job whose shim (or, for a job started without one, the job
 # supervisor) died, while the processes it left are being stopped (daemon/jobs/lostrunners.py):
