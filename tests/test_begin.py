@@ -169,3 +169,12 @@ def test_begin_in_a_script_and_update_begin_through_the_cli(home, tmp_path):
     assert "BeginTime" in home.run("ls").stdout
     home.run("update", str(job_id), "--begin", "now")
     home.wait_state(job_id, "succeeded")
+
+
+def test_a_begin_time_that_passed_while_the_daemon_was_down_starts_the_job_at_once(box):
+    job_id = submit_at(box, box.clock.time() + 60)
+    box.stop()
+    box.clock.advance(600.0)
+    box.start()
+    box.step()
+    assert box.show(job_id)["state"] == "running"

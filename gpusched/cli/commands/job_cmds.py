@@ -88,6 +88,7 @@ def update(
     begin: str | None = typer.Option(
         None,
         "--begin",
+        metavar="TIME",
         help="Start pending jobs no sooner than TIME, in submit --begin's forms; now lets "
         "them start at once.",
     ),

@@ -66,7 +66,7 @@ SUBMIT: tuple[OptionRow, ...] = (
         ("--begin", "-b"),
         "str",
         None,
-        "Start no sooner than TIME, as in Slurm: 16:00, now+1hour, tomorrow, midnight, noon, "
+        "Start no sooner than this time, as in Slurm: 16:00, now+1hour, tomorrow, midnight, noon, "
         "teatime, 2026-12-24T08:00, 12/24.",
     ),
     ("after", ("--after",), "list", [], "Start after these jobs succeed: 3,4."),
