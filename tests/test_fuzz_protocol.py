@@ -131,6 +131,7 @@ GOOD_FIELDS = {
     "output": "/dev/null",
     "error": "/dev/null",
     "open_mode": "append",
+    "begin_time": 1_700_000_060.5,
 }
 assert set(GOOD_FIELDS) == set(jobspec.SPEC_FIELDS)
 ANY = SCALARS | JSON  # mostly single values: most checks are of one value's kind
@@ -178,6 +179,7 @@ GOOD_ARGS = {
     "ids": st.lists(st.sampled_from([1, 2, "2_1", "3"]), min_size=1),
     "id": st.sampled_from([1, "2_0", 3]),
     "priority": st.just(3),
+    "begin_time": st.sampled_from([0, 1_700_000_060.5]),
     "timeout_s": st.just(0.5),
     "changes": st.sampled_from([{"priority": 1}, {"gpus": 0}, {"hold": True}]),
     "since_s": st.sampled_from([0, 3600.5]),

@@ -483,3 +483,23 @@ def test_simulate_starts_from_the_daemons_defaults_and_names_every_discipline(ca
     assert f"Placement policy. [default: {Settings().policy}]" in text
     names = f"{', '.join(DISCIPLINES[:-1])} or {DISCIPLINES[-1]}."
     assert f"{names} [default: {Settings().discipline}]" in text
+
+
+def test_a_begin_s_column_holds_jobs_until_then_as_the_daemon_does(tmp_path):
+    # 2 GPUs, idle: a waits for its begin time (epoch seconds, as submit_s), b starts at
+    # once, c's begin time has passed at its submit, and d (both GPUs) waits behind a.
+    path = tmp_path / "begins.csv"
+    path.write_text(
+        "job_id,user,submit_s,num_gpus,duration_s,begin_s\n"
+        "a,u,1700000000,1,50,1700000100\n"
+        "b,u,1700000010,1,30,\n"
+        "c,u,1700000020,1,10,1700000000\n"
+        "d,u,1700000030,2,5,1700000040\n"
+    )
+    trace = traces.load_trace(path)
+    assert [j.begin_s for j in trace.jobs] == [100.0, None, 0.0, 40.0]
+    starts = {r.job_id: r.start_s for r in simulate(trace.jobs, gpus=2, discipline="fifo")}
+    assert starts == {"a": 100.0, "b": 10.0, "c": 20.0, "d": 40.0}
+    # Scaled arrivals keep a begin time as far after its submit, in scaled time.
+    scaled = traces.scale_to_load(trace, 0.5, 2)
+    assert scaled.jobs[0].begin_s == pytest.approx(100.0 * scaled.arrival_scale)

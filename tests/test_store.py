@@ -221,6 +221,21 @@ def test_version_3_jobs_keep_their_cores_as_a_limit_only_when_they_asked(db):
         store.close()
 
 
+def test_a_version_9_queue_opens_with_no_begin_times_and_then_stores_them(db):
+    """The queue of the version before --begin: its jobs start as before (no begin time);
+    a begin time stored after the migration reads back."""
+    build_at_version(db, 9)
+    store = Store(db)
+    try:
+        (old,) = store.active()
+        assert old.begin_time is None
+        with store.write():
+            store.update(replace(old, begin_time=1796349600.5))
+        assert store.get(old.id).begin_time == 1796349600.5
+    finally:
+        store.close()
+
+
 def test_a_waiting_retry_round_trips(store):
     (job_id,) = add(
         store, new_job(request=Request(1, cpus=0, cpus_required=True), retry_delay_s=2.5)

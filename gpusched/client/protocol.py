@@ -89,7 +89,8 @@ COMMANDS: dict[str, Command] = {
     "hold": _cmd("ids", caller=OWNER),
     "release": _cmd("ids", caller=OWNER),
     # A priority over scheduling.max_user_priority is an admin's to give.
-    "update": _cmd("ids", "priority", caller=OWNER),
+    # begin_time: --begin as epoch seconds (the client reads TIME: core/spec/syntax.py).
+    "update": _cmd("ids", "priority begin_time", caller=OWNER),
     # A job back in the queue under its id: stopped now (requeue) or after its
     # checkpoint signal and grace (preempt); an ended one queued again (requeue).
     "requeue": _cmd("ids", caller=OWNER),
@@ -189,6 +190,7 @@ ARGUMENTS: dict[str, Callable[[Any], Any]] = {
     "priority": lambda v: values.whole_number(
         v, "priority", -syntax.MAX_PRIORITY, syntax.MAX_PRIORITY
     ),
+    "begin_time": lambda v: values.number(v, "begin_time", 0, syntax.MAX_BEGIN_TIME),
     "timeout_s": lambda v: values.number(v, "timeout_s", 0, 10**9),
     "changes": lambda v: values.mapping(v, "changes"),
     "since_s": lambda v: values.number(v, "since_s", 0, 10**11),

@@ -8,7 +8,7 @@ from dataclasses import replace
 from typing import Any
 
 from gpusched.core.models import Job, JobState, transition
-from gpusched.core.spec.syntax import signal_name
+from gpusched.core.spec.syntax import begin_text, signal_name
 from gpusched.core.units import duration_human, size_human
 
 WARN = "warn"
@@ -146,6 +146,17 @@ def retry_delay_s(job: Job) -> float:
 
 def is_waiting_to_retry(job: Job, now: float) -> bool:
     return job.eligible_at is not None and job.eligible_at > now
+
+
+def waits_to_begin(job: Job, now: float) -> bool:
+    """Whether --begin keeps the job back. A held job's reason is its hold: once
+    released, it waits for its begin time."""
+    return job.begin_time is not None and job.begin_time > now and not job.held
+
+
+def begin_reason(job: Job) -> str:
+    """The pending reason of a job whose --begin time is to come, as Slurm's BeginTime."""
+    return f"BeginTime (starts at {begin_text(job.begin_time or 0.0)})"
 
 
 def retry_reason(job: Job, now: float) -> str:

@@ -19,6 +19,7 @@ from gpusched.core.sched import placement, queuerules
 from gpusched.core.sched.pendingqueue import PendingQueue
 from gpusched.core.sched.placement import PlacementRules
 from gpusched.daemon.host import Host
+from gpusched.daemon.jobs.begintimes import BeginTimes
 from gpusched.daemon.jobs.cgroups import CgroupJobs
 from gpusched.daemon.jobs.fairshare import UsageLedger
 from gpusched.daemon.jobs.jobtable import JobTable, Kinds
@@ -103,6 +104,7 @@ class DaemonState:
             per_user=bool(setup.settings.max_gpus_per_user or setup.settings.max_running_per_user),
         )
         self._later: tuple[str, Callable[[Job], str | None]] | None = None
+        self.begins = BeginTimes(setup.clock.time)  # the pending ones' --begin times to come
         self.usage = UsageLedger(setup.settings.fairshare_half_life_s, setup.clock.time())
         # The GPUs as last read, which processes on them belong to which job, and since
         # when each outside process has shown 0% busy (note_gpus).
@@ -167,6 +169,7 @@ class DaemonState:
                 self._running[job.id] = job
             elif job.state is JobState.PENDING:
                 self._pending.put_lean(job.id, entry)
+                self.begins.note(job.id, job)
                 yield job
 
     @property
@@ -276,6 +279,7 @@ class DaemonState:
         local = job if job is not None and job_id not in self.remote_ids else None
         pending = local if local is not None and local.state is JobState.PENDING else None
         self._requeue(self._pending.get(job_id), pending)
+        self.begins.note(job_id, pending)
         entry = None if job is None else self.kinds.lean(job)
         for subset, held in (
             (self.jobs, entry),
@@ -394,6 +398,7 @@ class DaemonState:
         for job_id, entry in entries:
             self.jobs.put_lean(job_id, entry)
             self._pending.put_lean(job_id, entry)
+            self.begins.note(job_id, entry)
             yield job_id, entry
 
     # -- flags ----------------------------------------------------------------------------

@@ -98,6 +98,7 @@ def _as_jobs(trace_jobs: Sequence[traces.TraceJob]) -> list[Job]:
             ),
             submitted_at=t.submit_s,
             time_limit_s=t.duration_s,
+            begin_time=t.begin_s if t.begin_s is not None and t.begin_s > t.submit_s else None,
         )
         for n, t in enumerate(trace_jobs)
     ]
@@ -152,6 +153,7 @@ class _Replay:
         self.waiting: dict[int, Job] = {}
         self.running: dict[int, Job] = {}
         self.ends: list[tuple[float, int]] = []  # heap of (expected end, job id)
+        self.begins: list[float] = []  # heap of waiting jobs' begin times to come
         self.usage: dict[str, float] = {}
         self.placements: dict[int, int] = {}  # GPU index -> jobs placed on it (round-robin)
         self.busy_gpus = 0
@@ -171,11 +173,17 @@ class _Replay:
         # the queue, then one scheduling pass starts whatever may start. One pass is a
         # fixpoint: nothing frees up during a pass, and skip-ahead already tried every job.
         arrival, last_s = 0, 0.0
-        while arrival < len(self.jobs) or self.ends:
+        while arrival < len(self.jobs) or self.ends or self.begins:
             next_arrival_s = (
                 self.jobs[arrival].submitted_at if arrival < len(self.jobs) else math.inf
             )
-            now = min(next_arrival_s, self.ends[0][0] if self.ends else math.inf)
+            now = min(
+                next_arrival_s,
+                self.ends[0][0] if self.ends else math.inf,
+                self.begins[0] if self.begins else math.inf,  # a begin time is an instant too
+            )
+            while self.begins and self.begins[0] <= now:
+                heapq.heappop(self.begins)
             if self.queue.discipline == "fairshare":
                 running = list(self.running.values())
                 self.usage = queuerules.decay_usage(
@@ -197,6 +205,8 @@ class _Replay:
     def enqueue(self, job: Job) -> None:
         self.line.add(job)
         self.waiting[job.id] = job
+        if job.begin_time is not None:
+            heapq.heappush(self.begins, job.begin_time)
 
     def has_pending(self) -> bool:
         return bool(self.waiting)

@@ -25,7 +25,7 @@ PHILLY_COLUMNS = (
     "gpu_time_s",
 )
 HISTORY_COLUMNS = ("job_id", "user", "submit_s", "num_gpus", "duration_s")
-HISTORY_OPTIONAL = ("gpu_mem_bytes", "cpus", "mem_bytes")
+HISTORY_OPTIONAL = ("gpu_mem_bytes", "cpus", "mem_bytes", "begin_s")
 ARRIVALS = ("trace", "poisson")
 
 
@@ -42,6 +42,7 @@ class TraceJob:
     gpu_mem_bytes: int | None = None  # None: whole GPUs, exclusively (Philly)
     cpus: int = 1
     mem_bytes: int | None = None  # host memory; None: not declared
+    begin_s: float | None = None  # --begin: not started before this (submit_s's clock)
 
 
 @dataclass(frozen=True)
@@ -102,6 +103,9 @@ def _history_job(row: dict[str, str], where: str) -> TraceJob:
         gpu_mem_bytes=_optional(row, "gpu_mem_bytes", where, 1),
         cpus=_optional(row, "cpus", where, 1) or 1,
         mem_bytes=_optional(row, "mem_bytes", where, 1),
+        begin_s=_field(row, "begin_s", where, float, 0)
+        if (row.get("begin_s") or "").strip()
+        else None,
     )
 
 
@@ -160,9 +164,16 @@ def load_trace(path: Path) -> Trace:
         raise GpuschedError(f"{path} has no jobs, only a header.")
     first_s = min(j.submit_s for j in jobs)
     if parse is _history_job and first_s:  # history times may be epoch seconds: start at 0
-        jobs = [replace(j, submit_s=j.submit_s - first_s) for j in jobs]
+        jobs = [_moved(j, -first_s, 1.0) for j in jobs]
     jobs.sort(key=lambda j: j.submit_s)  # stable: equal times keep the file's order
     return Trace(tuple(jobs), _window_s(jobs), str(path))
+
+
+def _moved(job: TraceJob, shift_s: float, scale: float) -> TraceJob:
+    """A job's submit (and begin) time shifted, then scaled: a begin time moves with
+    its submit, so that it stays as far after it (in scaled time)."""
+    begin_s = None if job.begin_s is None else (job.begin_s + shift_s) * scale
+    return replace(job, submit_s=(job.submit_s + shift_s) * scale, begin_s=begin_s)
 
 
 def scale_to_load(trace: Trace, load: float, gpus: int) -> Trace:
@@ -173,7 +184,7 @@ def scale_to_load(trace: Trace, load: float, gpus: int) -> Trace:
     if not load > 0:
         raise UsageError(f"--load {load} must be above 0 (0.5 means the GPUs are half busy).")
     scale = sum(j.gpu_time_s for j in trace.jobs) / (load * gpus * trace.window_s)
-    jobs = tuple(replace(j, submit_s=j.submit_s * scale) for j in trace.jobs)
+    jobs = tuple(_moved(j, 0.0, scale) for j in trace.jobs)
     return replace(
         trace, jobs=jobs, window_s=trace.window_s * scale, arrival_scale=trace.arrival_scale * scale
     )
@@ -186,7 +197,7 @@ def poisson_arrivals(trace: Trace, seed: int) -> Trace:
     now_s, jobs = 0.0, []
     for job in trace.jobs:
         now_s += rng.expovariate(1.0 / mean_gap_s)
-        jobs.append(replace(job, submit_s=now_s))
+        jobs.append(_moved(job, now_s - job.submit_s, 1.0))
     return replace(trace, jobs=tuple(jobs))
 
 

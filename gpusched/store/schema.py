@@ -4,7 +4,7 @@ migrates; store/integrity.py checks a file against them.)"""
 
 from __future__ import annotations
 
-SCHEMA_VERSION = 9
+SCHEMA_VERSION = 10
 
 # Migrations[n] takes a database at version n to n + 1. Version 0 is an empty file.
 MIGRATIONS: list[str] = [
@@ -124,6 +124,10 @@ MIGRATIONS: list[str] = [
     ALTER TABLE jobs ADD COLUMN output_pattern TEXT NOT NULL DEFAULT '';
     ALTER TABLE jobs ADD COLUMN error_pattern TEXT NOT NULL DEFAULT '';
     ALTER TABLE jobs ADD COLUMN open_mode TEXT NOT NULL DEFAULT '';
+    """,
+    # 10: --begin: the time (epoch seconds) before which the job may not start; NULL for none.
+    """
+    ALTER TABLE jobs ADD COLUMN begin_time REAL;
     """,
 ]
 assert len(MIGRATIONS) == SCHEMA_VERSION

@@ -5,6 +5,7 @@ those commands' options in cmdoptions.py."""
 from __future__ import annotations
 
 import sys
+import time
 from typing import Any
 
 import typer
@@ -84,12 +85,20 @@ def release(job_ids: list[str] = typer.Argument(..., metavar=JOB_IDS, help=JOB_I
 def update(
     job_ids: list[str] = typer.Argument(..., metavar=JOB_IDS, help=JOB_IDS_HELP),
     priority: int | None = typer.Option(None, "--priority", help="The new priority."),
+    begin: str | None = typer.Option(
+        None,
+        "--begin",
+        metavar="TIME",
+        help="Start pending jobs no sooner than TIME, in submit --begin's forms; now lets "
+        "them start at once.",
+    ),
 ) -> None:
     """Change queued jobs.
 
-    Example: gpusched update 12 --priority 10
+    Example: gpusched update 12 --priority 10; gpusched update 12 --begin now
     """
-    raise typer.Exit(jobviews.change("update", job_ids, priority=priority))
+    begin_time = None if begin is None else syntax.parse_begin(begin, time.time())
+    raise typer.Exit(jobviews.change("update", job_ids, priority=priority, begin_time=begin_time))
 
 
 @app.command()

@@ -4,6 +4,7 @@ reading of an option (the typer command, the fast path, `resubmit` and `service`
 from __future__ import annotations
 
 import os
+import time
 
 from gpusched.client.submit.options import SubmitOptions
 from gpusched.client.submit.slurmflags import check_one_node, exported_environment, gres_as_gpus
@@ -176,6 +177,8 @@ def scheduling_fields(opts: SubmitOptions) -> dict[str, Any]:
         except ValueError as exc:
             raise UsageError(str(exc)) from None
     spec.update(preemption_fields(opts))
+    if opts.begin is not None:
+        spec["begin_time"] = _syntax().parse_begin(opts.begin, time.time())
     if opts.array is not None:
         indices, throttle = _syntax().parse_array(opts.array)
         spec["array"] = {"indices": list(indices), "throttle": throttle}

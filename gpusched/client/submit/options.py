@@ -61,6 +61,14 @@ SUBMIT: tuple[OptionRow, ...] = (
     ),
     ("json", ("--json",), "flag", False, "Print JSON (stable field names) instead of a table."),
     ("hold", ("--hold", "-H"), "flag", False, "Queue it held: it starts after `release`."),
+    (
+        "begin",
+        ("--begin", "-b"),
+        "str",
+        None,
+        "Start no sooner than this time, as in Slurm: 16:00, now+1hour, tomorrow, midnight, noon, "
+        "teatime, 2026-12-24T08:00, 12/24.",
+    ),
     ("after", ("--after",), "list", [], "Start after these jobs succeed: 3,4."),
     (
         "dependency",
@@ -347,6 +355,7 @@ class SubmitOptions:
     notify: bool
     json: bool
     hold: bool
+    begin: str | None
     after: list[str]
     dependency: list[str]
     kill_on_invalid_dep: bool

@@ -37,6 +37,7 @@ def shape_of(job: Job, per_user: bool = True) -> tuple[Any, ...]:
         job.dependencies,
         job.kill_on_invalid_dep,
         job.eligible_at,
+        job.begin_time,
         job.array_id if job.array_throttle is not None else None,
         job.array_throttle,
         job.id if job.preempt_hold else None,

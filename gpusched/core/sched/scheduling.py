@@ -151,10 +151,14 @@ def _waits_on_dependencies(
 def _full_box_reason(job: Job, w: _Walk, full_reason: str) -> None:
     """A job's reason once max_running is reached: one shared reason, but a job's own
     dependencies (and a hold) still come first, as in _consider."""
-    if not job.held and not job.dependencies and job.eligible_at is None:  # the common case
+    if (
+        not job.held and not job.dependencies and job.eligible_at is None and job.begin_time is None
+    ):  # the common case
         w.reasons[job.id] = full_reason
     elif lifecycle.is_waiting_to_retry(job, w.now):
         w.reasons[job.id] = lifecycle.retry_reason(job, w.now)
+    elif lifecycle.waits_to_begin(job, w.now):
+        w.reasons[job.id] = lifecycle.begin_reason(job)
     elif not _waits_on_dependencies(job, w.deps, w.reasons, w.cancels):
         w.reasons[job.id] = held_reason(job.id) if job.held else full_reason
 
@@ -195,6 +199,9 @@ def _consider(job: Job, w: _Walk) -> tuple[int, tuple[GpuInfo, ...] | None]:
     p, now = w.p, w.now
     if job.eligible_at is not None and lifecycle.is_waiting_to_retry(job, now):
         w.reasons[job.id] = lifecycle.retry_reason(job, now)
+        return BLOCKED, None
+    if job.begin_time is not None and lifecycle.waits_to_begin(job, now):
+        w.reasons[job.id] = lifecycle.begin_reason(job)
         return BLOCKED, None
     if _waits_on_dependencies(job, w.deps, w.reasons, w.cancels):
         return (OPEN if job.id in w.cancels else BLOCKED), None

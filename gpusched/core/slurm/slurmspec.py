@@ -10,7 +10,7 @@ import shlex
 from gpusched.core.errors import GpuschedError
 from gpusched.core.models import Constraints, Job
 from gpusched.core.slurm.clusterconf import ClusterConfig
-from gpusched.core.spec.syntax import signal_name
+from gpusched.core.spec.syntax import begin_text, signal_name
 from gpusched.core.spec.values import without_controls
 from gpusched.core.units import size_human
 
@@ -170,6 +170,8 @@ def sbatch_argv(
         )
     if job.priority < 0:
         argv.append(f"--nice={-job.priority}")
+    if job.begin_time is not None:  # Slurm holds it: handed over at once, not at its time
+        argv.append(f"--begin={begin_text(job.begin_time)}")
     if deps:
         argv.append(f"--dependency={dependency_arg(deps)}")
     if len(jobs) > 1 or job.array_index is not None:

@@ -53,6 +53,7 @@ SPEC_FIELDS = (
     "output",
     "error",
     "open_mode",
+    "begin_time",
 )
 CONSTRAINT_FIELDS = (
     "gpu_ids",
@@ -76,6 +77,7 @@ _OPTION_OF = {
     "gpu_mem_bytes": "--gpu-mem",
     "min_gpu_total_mem_bytes": "--min-gpu-total-mem",
     "dependencies": "--dependency",
+    "begin_time": "--begin",
 }
 
 
@@ -309,8 +311,15 @@ def check_job_spec(spec: Any, policies: list[str]) -> dict[str, Any]:
         "preemptible": None if spec.get("preemptible") is None else _flag(spec, "preemptible"),
         "preempt_grace_s": _number(spec, "preempt_grace_s", 0.0),
         "container": _container(spec),
+        "begin_time": checked_begin_time(spec),
         **_output_fields(spec),
     }
+
+
+def checked_begin_time(spec: dict[str, Any]) -> float | None:
+    """--begin as the client sends it, epoch seconds (syntax.parse_begin); None without."""
+    value = spec.get("begin_time")
+    return None if value is None else values.number(value, "--begin", 0.0, syntax.MAX_BEGIN_TIME)
 
 
 def _output_fields(spec: dict[str, Any]) -> dict[str, Any]:

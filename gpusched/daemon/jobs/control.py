@@ -302,20 +302,26 @@ class JobControl:
         self.state.after_commit(lambda: self.seam.warn_job(job, signum))
 
     def next_deadline(self) -> float | None:
-        """When the next time-limit action is due, or a re-queued job may start (epoch s)."""
+        """When the next time-limit action is due, or a re-queued or --begin job may start
+        (epoch s)."""
         times = [
             step[0] for job in self.state.running() if (step := lifecycle.next_limit_action(job))
         ]
-        for when in (self.shim_loss.next_deadline(), requeue.next_deadline(self.state.running())):
+        for when in (
+            self.shim_loss.next_deadline(),
+            requeue.next_deadline(self.state.running()),
+            self.state.begins.next(),
+        ):
             times += [when] if when is not None else []
         return min(times + list(self.retry_at.values()), default=None)
 
     def retries_due(self, now: float) -> bool:
-        """Whether a re-queued job's delay has run out since the last call: it may start."""
+        """Whether a re-queued job's delay, or a job's --begin time, has run out since the
+        last call: it may start."""
         due = [job_id for job_id, when in self.retry_at.items() if when <= now]
         for job_id in due:
             del self.retry_at[job_id]
-        return bool(due)
+        return self.state.begins.take_due(now) or bool(due)
 
     # -- starts ---------------------------------------------------------------------------
     def start_ready(self) -> None:

@@ -10,7 +10,7 @@ from typing import Any
 from gpusched.core.errors import GpuschedError, UsageError
 from gpusched.core.models import Job, JobState, transition
 from gpusched.core.spec import jobspec
-from gpusched.core.spec.syntax import MAX_PRIORITY
+from gpusched.core.spec.syntax import MAX_PRIORITY, begin_text
 from gpusched.core.users import user_name
 from gpusched.daemon.jobs.requeue import NotNow, preempt_one, requeue_one
 from gpusched.daemon.requests import batches, quotas
@@ -96,20 +96,36 @@ class Changes:
 
     def update(self, req: Request) -> dict[str, Any] | batches.BatchedChange:
         priority = jobspec.whole_number(req.args, "priority", None, -MAX_PRIORITY, MAX_PRIORITY)
-        if priority is None:
-            raise UsageError("nothing to update; give --priority N")
+        begin_time = jobspec.checked_begin_time(req.args)
+        if priority is None and begin_time is None:
+            raise UsageError("nothing to update; give --priority N or --begin TIME")
+        changes: dict[str, Any] = {"priority": priority, "begin_time": begin_time}
+        changes = {key: value for key, value in changes.items() if value is not None}
 
         def apply(job: Job) -> str:
             if job.state.is_final:
                 raise Refused(
                     f"already {job.state.value}; only pending and running jobs can be updated"
                 )
-            self.state.save(replace(job, priority=priority))
-            return f"priority {priority}"
+            if begin_time is not None and (
+                job.state is not JobState.PENDING or job.id in self.state.remote_ids
+            ):
+                raise Refused(
+                    "--begin changes only pending jobs of this machine's queue, "
+                    f"and this one is {job.state.value}"
+                    + (" on a cluster" if job.id in self.state.remote_ids else "")
+                )
+            self.state.save(replace(job, **changes))
+            said = [] if priority is None else [f"priority {priority}"]
+            return ", ".join(
+                said + ([] if begin_time is None else [f"begin {begin_text(begin_time)}"])
+            )
 
-        return self.change(
-            req, "update", apply, lambda: check_priority(self.setup, req.creds, priority)
-        )
+        def allowed() -> None:
+            if priority is not None:
+                check_priority(self.setup, req.creds, priority)
+
+        return self.change(req, "update", apply, allowed)
 
     def requeue(self, req: Request) -> dict[str, Any] | batches.BatchedChange:
         def one(job: Job, now: float, who: str) -> str:

@@ -1,0 +1,46 @@
+"""The pending jobs' --begin times to come, earliest first: the loop's timer for them."""
+
+from __future__ import annotations
+
+import heapq
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from gpusched.core.models import Job
+
+
+class BeginTimes:
+    """Pending jobs whose begin time is still to come. The loop waits until the earliest
+    (next), not a poll, and runs a pass once one is due (take_due). A heap with entries
+    left behind by changes, skipped as they come up: a change costs O(log n), not a scan."""
+
+    def __init__(self, time: Callable[[], float]):
+        self._time = time
+        self._when: dict[int, float] = {}  # job id -> its begin time: the truth
+        self._heap: list[tuple[float, int]] = []
+
+    def note(self, job_id: int, job: Job | None) -> None:
+        """A job as it now is (None: no longer pending, or no longer active)."""
+        when = None if job is None else job.begin_time
+        if when is None or when <= self._time():
+            self._when.pop(job_id, None)
+        elif self._when.get(job_id) != when:
+            self._when[job_id] = when
+            heapq.heappush(self._heap, (when, job_id))
+
+    def next(self) -> float | None:
+        """The earliest begin time to come (epoch s), or None."""
+        heap = self._heap
+        while heap and self._when.get(heap[0][1]) != heap[0][0]:
+            heapq.heappop(heap)
+        return heap[0][0] if heap else None
+
+    def take_due(self, now: float) -> bool:
+        """Whether a begin time has come since the last call: a pass may start its job."""
+        due = False
+        while (when := self.next()) is not None and when <= now:
+            del self._when[heapq.heappop(self._heap)[1]]
+            due = True
+        return due
