@@ -14,7 +14,7 @@ from gpusched.core.errors import UsageError
 from gpusched.core.models import Job
 from gpusched.core.slurm.clusterconf import ClusterConfig
 from gpusched.core.slurm.slurmspec import sbatch_argv
-from gpusched.core.spec.syntax import begin_text, parse_begin
+from gpusched.core.spec.begintime import begin_text, parse_begin
 
 # A fixed clock: Thursday 2026-12-03 14:10:30, local time.
 NOW = dt.datetime(2026, 12, 3, 14, 10, 30)

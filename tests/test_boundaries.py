@@ -228,14 +228,16 @@ def test_the_scheduler_never_imports_torch():
 def test_shim_imports_only_the_standard_library():
     # The shim starts every job, so what it imports is every job's start-up time; and it
     # runs with -I -S, without site-packages. privileges: system mode's drop to the job's
-    # user; spawn: the job's start, shared with the supervisor; jobexec: the job's program
-    # found on its PATH; runfile: the formats it writes.
+    # user; spawn and runreport: the job's start and the runner's word to the daemon,
+    # shared with the supervisor; jobexec: the job's program found on its PATH; runfile:
+    # the formats it writes.
     # All standard library only, and none loads the costly modules below.
     allowed_ours = {
         "gpusched",
         "gpusched.proc",
         "gpusched.proc.privileges",
         "gpusched.proc.spawn",
+        "gpusched.proc.runreport",
         "gpusched.proc.jobexec",
         "gpusched.proc.jobtree",
         "gpusched.proc.runfile",

@@ -19,7 +19,7 @@ import psutil
 import pytest
 
 from conftest import find_shim, wait_until
-from gpusched.proc import runfile, shim, spawn
+from gpusched.proc import runfile, runreport, shim
 
 SHIM = Path(shim.__file__)
 
@@ -95,8 +95,8 @@ def test_a_run_file_cleared_for_a_retry_as_the_shim_ends_is_no_failure(tmp_path,
     and the daemon would end the retry it had just launched with that reason."""
     spec = _spec(tmp_path, ["true"])
     run_file = _write_spec(spec)
-    monkeypatch.setattr(spawn, "notify_daemon", lambda spec, message=b"!": run_file.unlink())
-    spawn.record_exit(str(run_file), spec, runfile.ExitRecord(1, None, time.time()))
+    monkeypatch.setattr(runreport, "notify_daemon", lambda spec, message=b"!": run_file.unlink())
+    runreport.record_exit(str(run_file), spec, runfile.ExitRecord(1, None, time.time()))
     assert not run_file.exists()
 
 

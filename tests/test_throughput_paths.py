@@ -20,7 +20,7 @@ from conftest import wait_until
 from gpusched.client.paths import resolve_paths
 from gpusched.core.models import GpuInfo, Inventory, Job, JobState, Request
 from gpusched.core.sched import placement, queuerules, scheduling
-from gpusched.proc import runfile, spawn
+from gpusched.proc import runfile, runreport
 
 GiB = 1024**3
 
@@ -138,9 +138,9 @@ def test_the_shim_flushes_its_exit_record_unless_the_daemon_stored_the_end(
     spec = _spec(tmp_path)
     daemon = _play_daemon(tmp_path, answer, from_path)
     flushes = []
-    monkeypatch.setattr(spawn, "make_durable", flushes.extend)
-    monkeypatch.setattr(spawn, "STORED_WAIT_S", 0.5 if flushed else 30.0)
-    spawn.record_exit(spec["run_file"], spec, runfile.ExitRecord(0, None, time.time()))
+    monkeypatch.setattr(runreport, "make_durable", flushes.extend)
+    monkeypatch.setattr(runreport, "STORED_WAIT_S", 0.5 if flushed else 30.0)
+    runreport.record_exit(spec["run_file"], spec, runfile.ExitRecord(0, None, time.time()))
     daemon.join(30)
     assert flushes == ([spec["run_file"]] if flushed else [])
     assert runfile.read_run(tmp_path, 1, spec["run"]).exit.exit_code == 0
@@ -149,9 +149,9 @@ def test_the_shim_flushes_its_exit_record_unless_the_daemon_stored_the_end(
 def test_with_no_daemon_the_shim_flushes_its_exit_record_at_once(tmp_path, monkeypatch):
     spec = _spec(tmp_path)  # nothing listens on the wake path
     flushes = []
-    monkeypatch.setattr(spawn, "make_durable", flushes.extend)
-    monkeypatch.setattr(spawn, "STORED_WAIT_S", 3600.0)  # a wait would hang the test
-    spawn.record_exit(spec["run_file"], spec, runfile.ExitRecord(0, None, time.time()))
+    monkeypatch.setattr(runreport, "make_durable", flushes.extend)
+    monkeypatch.setattr(runreport, "STORED_WAIT_S", 3600.0)  # a wait would hang the test
+    runreport.record_exit(spec["run_file"], spec, runfile.ExitRecord(0, None, time.time()))
     assert flushes == [spec["run_file"]]
 
 

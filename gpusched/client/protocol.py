@@ -14,7 +14,7 @@ from typing import Any
 
 from gpusched.client.wire import MAX_FRAME_BYTES, encode, peer_credentials, receive, send  # noqa: F401
 from gpusched.core.errors import ProtocolError
-from gpusched.core.spec import syntax, values
+from gpusched.core.spec import begintime, syntax, values
 
 READ_TIMEOUT_S = 10.0
 
@@ -89,7 +89,7 @@ COMMANDS: dict[str, Command] = {
     "hold": _cmd("ids", caller=OWNER),
     "release": _cmd("ids", caller=OWNER),
     # A priority over scheduling.max_user_priority is an admin's to give.
-    # begin_time: --begin as epoch seconds (the client reads TIME: core/spec/syntax.py).
+    # begin_time: --begin as epoch seconds (the client reads TIME: core/spec/begintime.py).
     "update": _cmd("ids", "priority begin_time", caller=OWNER),
     # A job back in the queue under its id: stopped now (requeue) or after its
     # checkpoint signal and grace (preempt); an ended one queued again (requeue).
@@ -190,7 +190,7 @@ ARGUMENTS: dict[str, Callable[[Any], Any]] = {
     "priority": lambda v: values.whole_number(
         v, "priority", -syntax.MAX_PRIORITY, syntax.MAX_PRIORITY
     ),
-    "begin_time": lambda v: values.number(v, "begin_time", 0, syntax.MAX_BEGIN_TIME),
+    "begin_time": lambda v: values.number(v, "begin_time", 0, begintime.MAX_BEGIN_TIME),
     "timeout_s": lambda v: values.number(v, "timeout_s", 0, 10**9),
     "changes": lambda v: values.mapping(v, "changes"),
     "since_s": lambda v: values.number(v, "since_s", 0, 10**11),

@@ -8,7 +8,8 @@ from dataclasses import replace
 from typing import Any
 
 from gpusched.core.models import Job, JobState, transition
-from gpusched.core.spec.syntax import begin_text, signal_name
+from gpusched.core.spec.begintime import begin_text
+from gpusched.core.spec.syntax import signal_name
 from gpusched.core.units import duration_human, size_human
 
 WARN = "warn"

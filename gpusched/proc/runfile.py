@@ -85,7 +85,7 @@ The shim, not the daemon, creates the file: on some filesystems creating a file 
 most of a millisecond of CPU, and the daemon starts every job in turn while shims run side
 by side. A reader trusts only whole lines: each is written in one write() and ends in a
 newline. A runner that cannot create the file says so in its wake-up datagram instead
-(launch_failure, sent by spawn.start_failed).
+(launch_failure, sent by runreport.start_failed).
 """
 SPEC, SHIM, EXIT = "spec", "shim", "exit"
 MAX_ERROR_CHARS = 2000  # keeps the exit record a short line

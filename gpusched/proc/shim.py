@@ -23,7 +23,7 @@ import time
 if __name__ == "__main__":  # run by path with -I -S: make the package importable
     sys.path.insert(0, os.path.abspath(os.path.join(__file__, "..", "..", "..")))
 
-from gpusched.proc import jobexec, jobtree, runfile, spawn
+from gpusched.proc import jobexec, jobtree, runfile, runreport, spawn
 
 TYPE_CHECKING = False  # not typing: in the shim's import chain (tests/test_boundaries.py)
 if TYPE_CHECKING:
@@ -43,14 +43,14 @@ def run(spec: dict[str, Any], spec_line: bytes | None = None) -> int:
     # Hold signals until the forwarder exists, so an early cancel is never lost (the
     # launcher forks us with them blocked already).
     _signal.pthread_sigmask(signal.SIG_BLOCK, spawn.FORWARDED)
-    run_path = spawn.begin_run(spec, spec_line)
+    run_path = runreport.begin_run(spec, spec_line)
     if run_path is None:
         return 1
     jobtree.become_subreaper()
     try:
         pid = spawn.spawn(spec)
     except (OSError, ValueError) as exc:  # noted in the job's log, as the job's user
-        spawn.start_failed(spec, f"cannot start: {jobexec.in_words(exc)}", run_path)
+        runreport.start_failed(spec, f"cannot start: {jobexec.in_words(exc)}", run_path)
         return 0
     cap = spawn.log_cap(spec)
     if cap is not None:
@@ -70,7 +70,7 @@ def run(spec: dict[str, Any], spec_line: bytes | None = None) -> int:
     jobtree.end_leftovers(forward)
     if cap is not None:
         cap.finish()  # the last of the output in the logs before the end is recorded
-    spawn.record_exit(run_path, spec, runfile.ExitRecord(exit_code, signum, time.time()))
+    runreport.record_exit(run_path, spec, runfile.ExitRecord(exit_code, signum, time.time()))
     return 0
 
 

@@ -17,7 +17,7 @@ from gpusched.cli.common import JOB_ID_HELP, JOB_IDS, JOB_IDS_HELP, JSON_HELP, o
 from gpusched.cli.helpformat import App
 from gpusched.client.connection import Client
 from gpusched.client.submit.submitting import print_json
-from gpusched.core.spec import syntax
+from gpusched.core.spec import begintime, syntax
 
 app = App()
 
@@ -97,7 +97,7 @@ def update(
 
     Example: gpusched update 12 --priority 10; gpusched update 12 --begin now
     """
-    begin_time = None if begin is None else syntax.parse_begin(begin, time.time())
+    begin_time = None if begin is None else begintime.parse_begin(begin, time.time())
     raise typer.Exit(jobviews.change("update", job_ids, priority=priority, begin_time=begin_time))
 
 

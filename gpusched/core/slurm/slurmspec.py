@@ -10,7 +10,8 @@ import shlex
 from gpusched.core.errors import GpuschedError
 from gpusched.core.models import Constraints, Job
 from gpusched.core.slurm.clusterconf import ClusterConfig
-from gpusched.core.spec.syntax import begin_text, signal_name
+from gpusched.core.spec.begintime import begin_text
+from gpusched.core.spec.syntax import signal_name
 from gpusched.core.spec.values import without_controls
 from gpusched.core.units import size_human
 

@@ -8,7 +8,7 @@ from gpusched.core.errors import UsageError
 from gpusched.core.models import DEFAULT_RETRY_DELAY_S, Constraints, Job, Request
 from gpusched.core.sched import gpuoom
 from gpusched.core.sched.topology import TOPOLOGY_MODES
-from gpusched.core.spec import outpattern, syntax, values
+from gpusched.core.spec import begintime, outpattern, syntax, values
 from gpusched.core.spec.syntax import (
     DEPENDENCY_KINDS,
     MAX_ARRAY_INDEX,
@@ -317,9 +317,9 @@ def check_job_spec(spec: Any, policies: list[str]) -> dict[str, Any]:
 
 
 def checked_begin_time(spec: dict[str, Any]) -> float | None:
-    """--begin as the client sends it, epoch seconds (syntax.parse_begin); None without."""
+    """--begin as the client sends it, epoch seconds (begintime.parse_begin); None without."""
     value = spec.get("begin_time")
-    return None if value is None else values.number(value, "--begin", 0.0, syntax.MAX_BEGIN_TIME)
+    return None if value is None else values.number(value, "--begin", 0.0, begintime.MAX_BEGIN_TIME)
 
 
 def _output_fields(spec: dict[str, Any]) -> dict[str, Any]:

@@ -10,7 +10,8 @@ from typing import Any
 from gpusched.core.errors import GpuschedError, UsageError
 from gpusched.core.models import Job, JobState, transition
 from gpusched.core.spec import jobspec
-from gpusched.core.spec.syntax import MAX_PRIORITY, begin_text
+from gpusched.core.spec.begintime import begin_text
+from gpusched.core.spec.syntax import MAX_PRIORITY
 from gpusched.core.users import user_name
 from gpusched.daemon.jobs.requeue import NotNow, preempt_one, requeue_one
 from gpusched.daemon.requests import batches, quotas

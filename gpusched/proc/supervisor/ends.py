@@ -4,7 +4,7 @@ One loop turn takes every exit that turn saw, appends each exit record to its ru
 (runfile.append_exit, the shim's format) and only then are the jobs reaped: until its
 record is written, an ended job is a zombie the daemon still counts as running
 (seam.ProcessSeam.is_alive). Each end wakes the daemon as a shim's does, from an address
-named for the run (spawn.notify_daemon), and the daemon answers once the end is committed
+named for the run (runreport.notify_daemon), and the daemon answers once the end is committed
 to its queue (daemon/jobs/endacks.py); a record left unanswered for a second is flushed to
 disk then (all of a turn's in one pass). Flushing every record before the wake-up, as
 measured, cost each job a second disk flush on the path from one job's end to the next
@@ -20,7 +20,7 @@ import signal
 import socket
 import time
 
-from gpusched.proc import runfile, spawn
+from gpusched.proc import runfile, runreport
 from gpusched.proc.supervisor.signals import killpg
 
 TYPE_CHECKING = False  # not typing: the supervisor's import chain, which forks the shim
@@ -60,14 +60,14 @@ class Ends:
                 pass  # no record: the daemon reports the job lost
             else:
                 self._report(job, flush)
-        spawn.make_durable(flush)
+        runreport.make_durable(flush)
         return done
 
     def _report(self, job: Supervised, flush: list[str]) -> None:
-        """Wake the daemon as a shim does (spawn.notify_daemon: from an address named for the
+        """Wake the daemon as a shim does (runreport.notify_daemon: from an address named for the
         run), and wait, in the loop, for its word that the end is stored: only then may the
         record stay unflushed. Without one (flush), it is flushed now."""
-        sock = spawn.notify_daemon({"run": job.run, "wake": job.wake})
+        sock = runreport.notify_daemon({"run": job.run, "wake": job.wake})
         if sock is None:
             flush.append(job.run_file)
             return
@@ -75,7 +75,7 @@ class Ends:
             sock,
             job.run_file,
             job.wake,
-            time.monotonic() + spawn.STORED_WAIT_S,
+            time.monotonic() + runreport.STORED_WAIT_S,
         )
         self.poll.register(sock.fileno(), select.EPOLLIN)
 
@@ -93,7 +93,7 @@ class Ends:
         cannot write its queue): they are then the only record of the end."""
         now = time.monotonic()
         late = [fd for fd, report in self.reports.items() if report[3] <= now]
-        spawn.make_durable([self.reports[fd][1] for fd in late])
+        runreport.make_durable([self.reports[fd][1] for fd in late])
         for fd in late:
             self._drop(fd)
 

@@ -17,7 +17,7 @@ import _signal  # signal's C core; see shim.py for why
 import os
 import signal
 
-from gpusched.proc import shim, spawn
+from gpusched.proc import runreport, shim, spawn
 
 TYPE_CHECKING = False  # not typing: the supervisor's import chain, which forks the shim
 if TYPE_CHECKING:
@@ -41,7 +41,7 @@ def _become_shim(spec: dict[str, Any], spec_line: bytes) -> None:
         code = shim.run(spec, spec_line)
     except BaseException as exc:
         # Ignored by the daemon once the run file shows the shim got going.
-        spawn.start_failed(spec, f"the shim failed: {exc}")
+        runreport.start_failed(spec, f"the shim failed: {exc}")
     finally:
         os._exit(code)
 

@@ -5,7 +5,7 @@ socket in the daemon's run directory (SOCKET_NAME). The daemon connects and writ
 request per line (JSON): a job's run spec to start it, or {"op": "signal", ...} to signal
 a job it started. A start is acknowledged with a line that gives the pid the daemon
 watches for the run ({"started": JOB_ID, "run", "pid", "start_ticks", "supervised"}, the
-run file's "shim" record); a start that fails is reported as spawn.start_failed says.
+run file's "shim" record); a start that fails is reported as runreport.start_failed says.
 A restarted daemon connects to the same supervisor again (the socket's path is fixed), so
 jobs it started keep their exit status across daemon restarts and SIGKILLs; a supervisor
 with no daemon connected and no job left exits.

@@ -13,7 +13,7 @@ import os
 import resource
 import signal
 
-from gpusched.proc import jobenv, jobexec, runfile, spawn
+from gpusched.proc import jobenv, jobexec, runfile, runreport, spawn
 
 TYPE_CHECKING = False  # not typing: the supervisor's import chain, which forks the shim
 if TYPE_CHECKING:
@@ -60,7 +60,7 @@ class Supervised:
 
 def start(spec: dict[str, Any], line: bytes, dirs: set[str]) -> Supervised | None:
     """Spawn the job and write its run file; None if it could not start (the daemon is
-    told why: spawn.start_failed). dirs: the id-range directories known to exist (added to)."""
+    told why: runreport.start_failed). dirs: the id-range directories known to exist (added to)."""
     directory = os.path.dirname(spec["run_file"])
     if directory not in dirs:  # the job's logs go beside its run file
         os.makedirs(directory, 0o700, exist_ok=True)
@@ -69,12 +69,12 @@ def start(spec: dict[str, Any], line: bytes, dirs: set[str]) -> Supervised | Non
         pid = spawn.spawn(spec, own_session=True)
     except (OSError, ValueError) as exc:  # noted in the job's log by the spawn
         # ValueError: a NUL in a path, say. One job's start fails; our loop serves on.
-        path = spawn.begin_run(spec, line)
+        path = runreport.begin_run(spec, line)
         if path is not None:
-            spawn.start_failed(spec, f"cannot start: {jobexec.in_words(exc)}", path)
+            runreport.start_failed(spec, f"cannot start: {jobexec.in_words(exc)}", path)
         return None
     pidfd = os.pidfd_open(pid)
-    if spawn.begin_run(spec, line, (pid, runfile.read_proc_stat(pid).start_ticks)) is None:
+    if runreport.begin_run(spec, line, (pid, runfile.read_proc_stat(pid).start_ticks)) is None:
         os.killpg(pid, signal.SIGKILL)
         os.waitpid(pid, 0)
         os.close(pidfd)
