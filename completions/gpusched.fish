@@ -235,7 +235,7 @@ complete -c gpusched -n '__fish_seen_subcommand_from simulate' -l help -d 'Show 
 complete -c gpusched -n '__fish_seen_subcommand_from simulate' -s h -d 'Show help.'
 complete -c gpusched -n '__fish_seen_subcommand_from simulate' -l gpus -d 'GPUs of the simulated box.'
 complete -c gpusched -n '__fish_seen_subcommand_from simulate' -l policy -d 'Placement policy.'
-complete -c gpusched -n '__fish_seen_subcommand_from simulate' -l discipline -d 'fifo, backfill, fairshare or sjf.'
+complete -c gpusched -n '__fish_seen_subcommand_from simulate' -l discipline -d 'fifo, backfill, fairshare, sjf or las.'
 complete -c gpusched -n '__fish_seen_subcommand_from simulate' -l load -d 'Scale arrivals to this load (0-1).'
 complete -c gpusched -n '__fish_seen_subcommand_from simulate' -l arrivals -d 'trace (original spacing) or poisson.'
 complete -c gpusched -n '__fish_seen_subcommand_from simulate' -l seed -d 'Random seed for --arrivals poisson.'

@@ -48,6 +48,9 @@ class Settings:
     gpu_order: tuple[int, ...] = _PLACEMENT.gpu_order
     fairshare_half_life_s: float = 7 * 86400.0
     user_weights: tuple[tuple[str, float], ...] = ()
+    las_thresholds_gpu_s: tuple[float, ...] = QueueRules.las_thresholds_gpu_s
+    las_starvation_factor: float = QueueRules.las_starvation_factor
+    las_starvation_floor_s: float = QueueRules.las_starvation_floor_s
     max_gpus_per_user: int = 0
     max_running_per_user: int = 0
     max_user_priority: int = 0  # higher only for admins (daemon/requests/request.py)

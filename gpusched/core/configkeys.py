@@ -4,6 +4,7 @@ typo test are made from the same table)."""
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable
 from typing import Any
 
@@ -109,6 +110,15 @@ def _listen(value: Any) -> str:
 
 
 IDLE_ACTIONS = ("warn", "requeue", "cancel")  # [idle] action (daemon/jobs/idlegpus.py)
+
+
+def _las_thresholds(value: Any) -> tuple[float, ...]:
+    if not isinstance(value, list) or not value:
+        raise ValueError(f'{value!r} is not a list of durations, e.g. ["1h", "8h"]')
+    bounds = tuple(_positive_duration(v) for v in value)
+    if any(a >= b for a, b in itertools.pairwise(bounds)):
+        raise ValueError(f"{value!r} is not in ascending order")
+    return bounds
 
 
 def _positive_duration(value: Any) -> float:
@@ -224,6 +234,24 @@ KEYS: dict[str, tuple[str, Callable[[Any], Any], Any, str]] = {
         _positive_duration,
         "7d",
         "fairshare: past usage counts half after this long.",
+    ),
+    "scheduling.las_thresholds": (
+        "las_thresholds_gpu_s",
+        _las_thresholds,
+        ["1h", "8h"],
+        "las: attained GPU time (GPUs x run time) that ends each queue but the last, ascending.",
+    ),
+    "scheduling.las_starvation_factor": (
+        "las_starvation_factor",
+        _number(0, 1e6),
+        4.0,
+        "las: a job that waited this many times its attained GPU time moves to the first queue.",
+    ),
+    "scheduling.las_starvation_floor": (
+        "las_starvation_floor_s",
+        parse_duration,
+        "1h",
+        "las: but never before it waited this long.",
     ),
     "scheduling.user_weights": (
         "user_weights",

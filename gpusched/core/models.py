@@ -22,7 +22,7 @@ LOST_WATCHER_REASONS = (SHIM_LOST_REASON, SUPERVISOR_LOST_REASON)
 
 # The queue disciplines (queuerules.QueueRules); the first is the default. Here, not in
 # scheduling, so that the command line names them without importing the scheduler.
-DISCIPLINES = ("fifo", "backfill", "fairshare", "sjf")
+DISCIPLINES = ("fifo", "backfill", "fairshare", "sjf", "las")
 
 
 class JobState(str, enum.Enum):

@@ -67,6 +67,9 @@ class Setup:
             max_running_per_user=s.max_running_per_user or None,
             draining=draining,
             host=self.host.capacity(s.max_running),
+            las_thresholds_gpu_s=s.las_thresholds_gpu_s,
+            las_starvation_factor=s.las_starvation_factor,
+            las_starvation_floor_s=s.las_starvation_floor_s,
         )
 
     def mem_enforcement(self) -> str:

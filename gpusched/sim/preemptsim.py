@@ -6,6 +6,10 @@ that cannot start stops the jobs core/preemption.choose_victims picks, as the da
 each victim runs on for its grace, checkpoints then (no work is lost), and goes back to
 the queue with the work it has left plus a restart cost; its GPUs are kept for the urgent
 job meanwhile (scheduling's held GPUs). One preemption is under way at a time.
+
+Under las (`--discipline las`) a job also preempts those of its priority in a later queue
+(queuerules.outranks): the replay keeps each job's attained GPU-seconds, and wakes when a
+running job's attained service crosses a bound or a waiting job is moved up for waiting.
 """
 
 from __future__ import annotations
@@ -52,6 +56,8 @@ class _PreemptiveReplay(_Replay):
         self.ended: dict[int, float] = {}
         self.wakes: set[float] = set()
         self.preemptions = 0
+        self.attained: dict[int, float] = {}  # job id -> GPU-seconds of its stopped runs
+        self.lost_gpu_s = 0.0  # restart costs: GPU time spent on no work
 
     def enqueue(self, job: Job) -> None:
         self.pending.append(job)  # changed in place by preemption: a plain list
@@ -75,14 +81,21 @@ class _PreemptiveReplay(_Replay):
             if left_s <= 0:
                 self.ended[job_id] = when
                 continue
+            assert job.started_at is not None  # a running job
+            self.attained[job_id] = self.attained.get(job_id, 0.0) + job.request.gpus * (
+                when - job.started_at
+            )
+            restart_s = self.model.restart_s if self.model is not None else 0.0
+            self.lost_gpu_s += job.request.gpus * restart_s
             again = replace(
                 job,
+                preempted_at=when,
                 state=JobState.PENDING,
                 started_at=None,
                 gpu_uuids=(),
                 gpu_indices=(),
                 requeueing=False,
-                time_limit_s=left_s + (self.model.restart_s if self.model is not None else 0.0),
+                time_limit_s=left_s + restart_s,
             )
             self.pending.append(again)
             self.pending_sizes[again.request.gpus] += 1
@@ -109,6 +122,7 @@ class _PreemptiveReplay(_Replay):
             placements=self.placements,
             explain=False,
             held=preemption.held_gpus(self.pending),
+            attained=self.attained,
         )
         if not plan.starts:
             return False
@@ -145,16 +159,24 @@ class _PreemptiveReplay(_Replay):
         lowest = min((j.priority for j in running if j.preemptible), default=None)
         if lowest is None:
             return
+        las = self.queue.discipline == "las"
         loads = placement.gpu_loads(self.inventory, running, {}, self.rules)
-        ready = [j for j in self.pending if j.priority > lowest and j.request.gpus]
-        for urgent in queuerules.queue_order(ready, self.queue, self.usage):
+        ready = [j for j in self.pending if (las or j.priority > lowest) and j.request.gpus]
+        queue, attained = self.queue, self.attained
+
+        def outranks(urgent: Job, victim: Job) -> bool:
+            return queuerules.outranks(urgent, victim, queue, attained, now)
+
+        for urgent in queuerules.queue_order(ready, queue, self.usage, now, attained):
             victims = preemption.choose_victims(
-                urgent, running, loads, self.rules, model.rules, now
+                urgent, running, loads, self.rules, model.rules, now, outranks=outranks
             )
             if victims:
                 self._stop(urgent, victims, now, model.grace_s)
                 return
-        if ready:
+        if las and ready:
+            self._wake_when_queues_change(running, ready, now, model.rules.min_run_s)
+        elif ready:
             self._wake_when_protection_ends(
                 running, max(j.priority for j in ready), now, model.rules.min_run_s
             )
@@ -175,6 +197,32 @@ class _PreemptiveReplay(_Replay):
         if later and min(later) not in self.wakes:
             self.wakes.add(min(later))
             heapq.heappush(self.ends, (min(later), -1))  # no job: finish_until skips it
+
+    def _wake_when_queues_change(
+        self, running: list[Job], ready: list[Job], now: float, min_run_s: float
+    ) -> None:
+        """An event at the next instant a preemption may become possible under las: a
+        running job's attained service crosses a queue's bound (no earlier than its first
+        minutes end), or a waiting job is moved to the first queue."""
+        rules, later = self.queue, []
+        for job in running:
+            if job.started_at is None or not job.preemptible or not job.request.gpus:
+                continue
+            done = queuerules.attained_gpu_s(job, self.attained, now)
+            bound = next((b for b in rules.las_thresholds_gpu_s if b > done), None)
+            if bound is not None:
+                crosses = now + (bound - done) / job.request.gpus
+                later.append(max(crosses, job.started_at + min_run_s))
+            if job.started_at + min_run_s > now:
+                later.append(job.started_at + min_run_s)
+        for job in ready:
+            earlier = self.attained.get(job.id, 0.0)
+            wait_s = max(rules.las_starvation_floor_s, rules.las_starvation_factor * earlier)
+            later.append(queuerules.waiting_since(job) + wait_s)
+        upcoming = [t for t in later if t > now]
+        if upcoming and min(upcoming) not in self.wakes:
+            self.wakes.add(min(upcoming))
+            heapq.heappush(self.ends, (min(upcoming), -1))  # no job: finish_until skips it
 
     def _stop(self, urgent: Job, victims: tuple[Job, ...], now: float, grace_s: float) -> None:
         stop_s = now + grace_s
@@ -209,20 +257,38 @@ def simulate_with_priorities(
     """Every job's submit, first start and final end, with the jobs at the positions in
     `urgent` at priority HIGH_PRIORITY, and preemption when `model` is given; and how
     many preemptions there were."""
+    results, replay = replay_with_priorities(
+        trace_jobs,
+        gpus=gpus,
+        urgent=urgent,
+        model=model,
+        policy=policy,
+        queue=queuerules.QueueRules(discipline=discipline),
+        half_life_s=half_life_s,
+    )
+    return results, replay.preemptions
+
+
+def replay_with_priorities(
+    trace_jobs: Sequence[traces.TraceJob],
+    *,
+    gpus: int,
+    urgent: frozenset[int],
+    model: PreemptionModel | None,
+    policy: str,
+    queue: queuerules.QueueRules,
+    half_life_s: float = simulator.DEFAULT_HALF_LIFE_S,
+) -> tuple[list[JobResult], _PreemptiveReplay]:
+    """simulate_with_priorities under the queue's rules (las's settings), with the replay
+    for its counts (preemptions, lost_gpu_s)."""
+    discipline = queue.discipline
     rules = simulator.check_choices(gpus, policy, discipline)
     simulator.check_trace_fits(trace_jobs, gpus, rules)
     jobs = [
         replace(job, priority=HIGH_PRIORITY if job.id in urgent else 0, preemptible=True)
         for job in simulator._as_jobs(trace_jobs)
     ]
-    replay = _PreemptiveReplay(
-        jobs,
-        gpus,
-        model,
-        rules=rules,
-        queue=queuerules.QueueRules(discipline=discipline),
-        half_life_s=half_life_s,
-    )
+    replay = _PreemptiveReplay(jobs, gpus, model, rules=rules, queue=queue, half_life_s=half_life_s)
     started = replay.run()
     # Where a job ran is left out: a preempted job ran in several places.
     return [
@@ -230,4 +296,4 @@ def simulate_with_priorities(
             t.job_id, t.tenant, t.num_gpus, t.duration_s, t.submit_s, started[n][0], replay.ended[n]
         )
         for n, t in enumerate(trace_jobs)
-    ], replay.preemptions
+    ], replay

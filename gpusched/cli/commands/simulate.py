@@ -13,7 +13,7 @@ from typing import Any
 
 from gpusched.client.submit.jobrequest import size_option
 from gpusched.core.errors import UsageError
-from gpusched.core.sched.queuerules import HostCapacity
+from gpusched.core.sched.queuerules import HostCapacity, QueueRules
 from gpusched.sim import estimates as memory
 from gpusched.sim import preemptsim, traces
 from gpusched.sim.simulator import TAU_S, Metrics, check_choices, compute_metrics, simulate
@@ -66,6 +66,11 @@ def _priority_lines(report: dict[str, Any]) -> list[tuple[str, str]]:
         ("high-priority jobs", f"{high['jobs']} ({report['high_priority_share']:.0%})"),
         ("preemptions", str(report["preemptions"]) if report["preemption"] else "off"),
     ]
+    if report["preemption"]:
+        lines += [
+            ("  per job", f"{report['preemptions_per_job']:.3f}"),
+            ("  GPU time lost to restarts", f"{report['lost_gpu_share'] * 100:.2f} %"),
+        ]
     if high["jobs"]:
         lines += [
             ("  their average JCT", f"{high['avg_jct_s'] / 3600:.3f} h"),
@@ -98,20 +103,25 @@ def _with_priorities(
     if not 0 <= share <= 1:
         raise UsageError(f"--high-priority-share must be between 0 and 1, not {share:g}")
     urgent = preemptsim.urgent_ids(len(prepared.jobs), share, seed)
-    results, preemptions = preemptsim.simulate_with_priorities(
+    results, replay = preemptsim.replay_with_priorities(
         prepared.jobs,
         gpus=gpus,
         urgent=urgent,
         policy=policy,
-        discipline=discipline,
+        queue=QueueRules(discipline=discipline),
         model=preemptsim.PreemptionModel() if preemption else None,
     )
+    work_gpu_s = sum(r.num_gpus * r.duration_s for r in results)
     high = [r for n, r in enumerate(results) if n in urgent]
     high_metrics = compute_metrics(high, gpus) if high else None
     return compute_metrics(results, gpus), {
         "preemption": preemption,
         "high_priority_share": share,
-        "preemptions": preemptions,
+        "preemptions": replay.preemptions,
+        "preemptions_per_job": replay.preemptions / len(results) if results else 0.0,
+        "lost_gpu_share": replay.lost_gpu_s / (work_gpu_s + replay.lost_gpu_s)
+        if work_gpu_s
+        else 0.0,
         "high_priority": {
             "jobs": len(high),
             "avg_jct_s": high_metrics and high_metrics.avg_jct_s,
@@ -141,6 +151,9 @@ def simulate_command(
     started_s = time.perf_counter()
     prepared = traces.prepare(trace, gpus=gpus, load=load, arrivals=arrivals, seed=seed)
     host = _host(cpus, mem)
+    if discipline == "las" and high_priority_share is None:
+        # las preempts by attained service: without it no waiting job has any, and las is fifo.
+        preemption, high_priority_share = True, 0.0
     if (preemption or high_priority_share is not None) and host is not None:
         raise UsageError(
             "--preemption and --high-priority-share count GPUs only; leave out --cpus and --mem"

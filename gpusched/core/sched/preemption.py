@@ -7,7 +7,7 @@ choose_victims, so the simulator measures the very choices the daemon makes.
 from __future__ import annotations
 
 import itertools
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from gpusched.core.models import Job
@@ -34,10 +34,25 @@ def victim_key(job: Job, now: float) -> tuple[int, float, int]:
     return (job.priority, now - (job.started_at if job.started_at is not None else now), -job.id)
 
 
-def can_preempt(victim: Job, urgent: Job, rules: PreemptionRules, now: float) -> bool:
-    """Whether `victim` may be stopped for `urgent`: preemptible, of a lower priority, run
-    long enough, not preempted too often, and not already on its way out."""
-    if not (victim.is_running and victim.preemptible and victim.priority < urgent.priority):
+# Whether the first job (urgent) ranks above the second (a running one): queuerules.outranks.
+Outranks = Callable[[Job, Job], bool]
+
+
+def _higher_priority(urgent: Job, victim: Job) -> bool:
+    return urgent.priority > victim.priority
+
+
+def can_preempt(
+    victim: Job,
+    urgent: Job,
+    rules: PreemptionRules,
+    now: float,
+    outranks: Outranks = _higher_priority,
+) -> bool:
+    """Whether `victim` may be stopped for `urgent`: preemptible, ranked lower (a lower
+    priority, or under las a later queue), run long enough, not preempted too often, and
+    not already on its way out."""
+    if not (victim.is_running and victim.preemptible and outranks(urgent, victim)):
         return False
     if victim.requeueing or victim.cancel_requested:
         return False
@@ -85,6 +100,7 @@ def choose_victims(
     preemption: PreemptionRules,
     now: float,
     observed: Mapping[tuple[int, str], int] | None = None,
+    outranks: Outranks = _higher_priority,
 ) -> tuple[Job, ...] | None:
     """The fewest preemptible running jobs whose stop lets `urgent` start, cheapest first
     (victim_key), never one more than needed; None when no such set exists (or the
@@ -96,7 +112,7 @@ def choose_victims(
     if _fits(urgent, loads, rules):
         return None
     candidates = sorted(
-        (j for j in running if can_preempt(j, urgent, preemption, now)),
+        (j for j in running if can_preempt(j, urgent, preemption, now, outranks)),
         key=lambda j: victim_key(j, now),
     )
     if not candidates or not _fits(urgent, loads_without(loads, candidates, observed), rules):

@@ -8,6 +8,7 @@ daemon's accounting use them without the scheduler.
 from __future__ import annotations
 
 import math
+from bisect import bisect_right
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from operator import attrgetter
@@ -31,15 +32,70 @@ class QueueRules:
     # backfill: fifo, but a later job may not delay the first blocked job's reserved start.
     # fairshare: priority, then the user's decayed usage over their weight.
     # sjf: priority, then the shortest time limit (exact durations make it the oracle).
+    # las: priority, then the queue of the GPU-seconds attained so far, then submission.
     discipline: str = DISCIPLINES[0]
     user_weights: Mapping[str, float] = field(default_factory=dict)
     max_gpus_per_user: int | None = None
     max_running_per_user: int | None = None
     draining: bool = False
     host: HostCapacity | None = None  # None: host resources are not counted (the simulator)
+    # las: queue k holds the jobs that attained below the k-th bound (GPU-seconds); the
+    # last, the rest. A job that waited factor x its attained service (and the floor) is
+    # put back in the first queue, so that a long job is never starved for good.
+    las_thresholds_gpu_s: tuple[float, ...] = (3600.0, 8 * 3600.0)
+    las_starvation_factor: float = 4.0
+    las_starvation_floor_s: float = 3600.0
 
 
-def order_key(job: Job, rules: QueueRules, usage: Mapping[str, float]) -> tuple[float, ...]:
+def attained_gpu_s(job: Job, earlier: Mapping[int, float], now: float) -> float:
+    """The GPU-seconds a job has received: its earlier runs' (`earlier`, by job id: a
+    preempted and requeued job keeps them), plus the current run's so far."""
+    done = earlier.get(job.id, 0.0)
+    if job.is_running and job.started_at is not None:
+        done += max(job.request.gpus, 0) * max(now - job.started_at, 0.0)
+    return done
+
+
+def las_queue(job: Job, rules: QueueRules, earlier: Mapping[int, float], now: float) -> int:
+    """The las queue (0: the first) a job is in now: by attained service, unless it has
+    waited long enough to be moved to the first (a running job does not wait)."""
+    attained = attained_gpu_s(job, earlier, now)
+    if not job.is_running:
+        waited_s = now - waiting_since(job)
+        if waited_s >= max(rules.las_starvation_floor_s, rules.las_starvation_factor * attained):
+            return 0
+    return bisect_right(rules.las_thresholds_gpu_s, attained)
+
+
+def waiting_since(job: Job) -> float:
+    """When a pending job last joined the queue: its submission, or its last preemption."""
+    return job.preempted_at if job.preempted_at is not None else job.submitted_at
+
+
+def las_label(queue: int, rules: QueueRules) -> str:
+    """The queue as the pending reason names it."""
+    return f"las queue {queue + 1} of {len(rules.las_thresholds_gpu_s) + 1}"
+
+
+def outranks(
+    urgent: Job, victim: Job, rules: QueueRules, earlier: Mapping[int, float], now: float
+) -> bool:
+    """Whether `urgent` may take `victim`'s GPUs: a higher priority, or under las, the
+    same priority and a higher queue (an earlier one)."""
+    if urgent.priority != victim.priority or rules.discipline != "las":
+        return urgent.priority > victim.priority
+    return las_queue(urgent, rules, earlier, now) < las_queue(victim, rules, earlier, now)
+
+
+def order_key(
+    job: Job,
+    rules: QueueRules,
+    usage: Mapping[str, float],
+    now: float = 0.0,
+    attained: Mapping[int, float] | None = None,
+) -> tuple[float, ...]:
+    if rules.discipline == "las":
+        return (-job.priority, las_queue(job, rules, attained or {}, now), job.id)
     if rules.discipline == "fairshare":
         share = usage.get(job.user, 0.0) / rules.user_weights.get(job.user, 1.0)
         return (-job.priority, share, job.id)
@@ -60,10 +116,16 @@ def fair_share(rules: QueueRules, usage: Mapping[str, float]) -> Callable[[str],
     return lambda user: usage.get(user, 0.0) / rules.user_weights.get(user, 1.0)
 
 
-def queue_order(pending: Sequence[Job], rules: QueueRules, usage: Mapping[str, float]) -> list[Job]:
+def queue_order(
+    pending: Sequence[Job],
+    rules: QueueRules,
+    usage: Mapping[str, float],
+    now: float = 0.0,
+    attained: Mapping[int, float] | None = None,
+) -> list[Job]:
     """The jobs in the order a pass considers them (order_key's)."""
-    if rules.discipline in ("fairshare", "sjf"):
-        return sorted(pending, key=lambda j: order_key(j, rules, usage))
+    if rules.discipline in ("fairshare", "sjf", "las"):
+        return sorted(pending, key=lambda j: order_key(j, rules, usage, now, attained))
     # The plain (-priority, id) order as two sorts on attributes, with no Python call
     # per job: every pass sorts the whole queue, and a queue may hold thousands. The
     # second sort is stable, reverse=True included, so ids stay in order within a priority.

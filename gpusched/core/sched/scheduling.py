@@ -30,7 +30,14 @@ from gpusched.core.sched.passcounts import (
 )
 from gpusched.core.sched.pendingqueue import Bound, PendingQueue, Walk
 from gpusched.core.sched.placement import GpuLoad, PlacementRules
-from gpusched.core.sched.queuerules import HostCapacity, QueueRules, order_key, queue_order
+from gpusched.core.sched.queuerules import (
+    HostCapacity,
+    QueueRules,
+    las_label,
+    las_queue,
+    order_key,
+    queue_order,
+)
 
 
 @dataclass(frozen=True)
@@ -310,6 +317,7 @@ def schedule(
     explain: bool = True,
     held: Mapping[str, int] | None = None,
     line: PendingQueue | None = None,
+    attained: Mapping[int, float] | None = None,
 ) -> Plan:
     """One pass over the queue: every job that may start and fits starts, in order.
 
@@ -319,7 +327,8 @@ def schedule(
     `held`: GPUs kept for jobs that preempted others (core/preemption.held_gpus).
     `line`: the queue `pending` comes from, in its order (core/sched/pendingqueue.py), which
     counts its jobs' shapes: the pass stops once no job left can start (docs/scheduling.md,
-    "How a pass is bounded"), and Plan.later explains the rest.
+    "How a pass is bounded"), and Plan.later explains the rest; not under las, whose
+    order moves with time. `attained`: GPU-seconds of each job's earlier runs (las).
     """
     p = new_pass(running, loads, placements or {}, now)
     p.links = inventory.links
@@ -339,7 +348,8 @@ def schedule(
     bound = Bound(line, walk) if line is not None else None
     if walk is not None and explain:
         w.marks = []
-    ordered = iter(pending if bound else queue_order(list(pending), queue, usage or {}))
+    in_order = [] if bound else queue_order(list(pending), queue, usage or {}, now, attained)
+    ordered = iter(pending if bound else in_order)
     starts: list[tuple[int, tuple[GpuInfo, ...]]] = []
     seen: list[int] = []
     for job in ordered:
@@ -369,4 +379,21 @@ def schedule(
         if bound and bound.is_done():
             break
     later = _explainer(w, set(seen), usage or {}) if bound and explain else None
+    if queue.discipline == "las" and explain and bound is None:
+        _name_las_queues(in_order, w.reasons, queue, attained or {}, now)
     return Plan(tuple(starts), w.reasons, w.cancels, p.placements, len(seen), later)
+
+
+def _name_las_queues(
+    jobs: Sequence[Job],
+    reasons: dict[int, str],
+    queue: QueueRules,
+    attained: Mapping[int, float],
+    now: float,
+) -> None:
+    """Each waiting job's reason, led by its las queue (a hold or a dependency too: the
+    queue says where it will stand once free)."""
+    for job in jobs:
+        why = reasons.get(job.id)
+        if why:
+            reasons[job.id] = f"{las_label(las_queue(job, queue, attained, now), queue)}; {why}"

@@ -349,6 +349,7 @@ class JobControl:
         held = preemption.held_gpus(holders)
         # The queue in order, read only as far as the pass goes (docs/scheduling.md).
         ordered = state.pending_in_order(queuerules.fair_share(queue_rules, state.usage.usage))
+        las = queue_rules.discipline == "las"  # an order that moves with time: sorted each pass
         plan = scheduling.schedule(
             ordered,
             running,
@@ -361,7 +362,7 @@ class JobControl:
             state.usage.usage,
             self.placements,
             held=held,
-            line=state.queue,
+            line=None if las else state.queue,
         )
         self.placements = dict(plan.placements)
         with state.write():
