@@ -157,3 +157,41 @@ def test_preemption_off_in_the_config(make_box):
     box.submit("--gpus", "1", "--priority", "10", "--", "python", "eval.py")
     box.step(10)
     assert box.shims.signalled(low) == []
+
+
+LAS = '[scheduling]\ndiscipline = "las"\n' + NO_MIN_RUN
+
+
+def test_under_las_a_new_short_job_preempts_a_long_one_and_goes_ahead_of_it(make_box):
+    box = make_box("1x80GiB", LAS)
+    long = running(box, "--gpus", "1", "--preemptible", "--", "python", "train.py")
+    box.step(2 * 3600)  # 2 GPU-hours: past the first queue's bound (1h)
+    short = box.submit("--gpus", "1", "--", "python", "eval.py")
+    box.step()
+    assert box.shims.signalled(long) == [USR1]
+    box.exit(long, None, TERM)
+    box.step()
+    assert box.show(short)["state"] == "running"
+    assert box.show(long)["state"] == "pending"
+    # A newer job, which attained nothing, goes ahead of the long one, which keeps what
+    # it attained; each waiting job's reason names its queue.
+    newer = box.submit("--gpus", "1", "--", "python", "eval2.py")
+    box.step()
+    assert box.show(long)["pending_reason"].startswith("las queue 2 of 3; ")
+    assert box.show(newer)["pending_reason"].startswith("las queue 1 of 3; ")
+    box.exit(short, 0)
+    box.step()
+    assert box.show(newer)["state"] == "running" and box.show(long)["state"] == "pending"
+    box.exit(newer, 0)
+    box.step()
+    assert box.show(long)["state"] == "running"  # resumed, told it is a restart
+    assert box.shims.launched[long]["env"]["GPUSCHED_RESTARTS"] == "1"
+
+
+def test_under_las_a_job_in_the_first_queue_is_not_preempted(make_box):
+    box = make_box("1x80GiB", LAS)
+    long = running(box, "--gpus", "1", "--preemptible", "--", "python", "train.py")
+    box.step(1800)  # half a GPU-hour: still in the first queue, as the new job is
+    box.submit("--gpus", "1", "--", "python", "eval.py")
+    box.step()
+    assert box.shims.signalled(long) == []

@@ -109,6 +109,9 @@ class DaemonState:
         self._later: tuple[str, Callable[[Job], str | None]] | None = None
         self.begins = BeginTimes(setup.clock.time)  # the pending ones' --begin times to come
         self.usage = UsageLedger(setup.settings.fairshare_half_life_s, setup.clock.time())
+        # GPU-seconds of the runs that went back to the queue, by job id (las): in memory
+        # only, so a restarted daemon counts a requeued job's service from nothing.
+        self.attained: dict[int, float] = {}
         # The GPUs as last read, which processes on them belong to which job, and since
         # when each outside process has shown 0% busy (note_gpus).
         self._inventory = Inventory(backend=backend_name)
@@ -410,6 +413,13 @@ class DaemonState:
         with self.write():
             self.store.set_meta("draining", "1" if draining else "0")
         self.draining = draining
+
+    def note_run_requeued(self, job: Job, ended_at: float) -> None:
+        """A run that ended to go back to the queue: its GPU-seconds count towards the
+        job's attained service (las)."""
+        if job.started_at is not None:
+            ran_gpu_s = max(job.request.gpus, 0) * max(ended_at - job.started_at, 0.0)
+            self.attained[job.id] = self.attained.get(job.id, 0.0) + ran_gpu_s
 
     def note_schedule_needed(self) -> None:
         """Something a scheduling pass depends on changed: the loop runs one this turn."""

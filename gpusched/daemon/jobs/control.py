@@ -363,6 +363,7 @@ class JobControl:
             self.placements,
             held=held,
             line=None if las else state.queue,
+            attained=state.attained,
         )
         self.placements = dict(plan.placements)
         with state.write():

@@ -61,9 +61,14 @@ def preempt_for_waiting(
         state.inventory, running, state.pid_jobs, setup.rules, state.idle_since, now
     )
     observed = placement.observed_usage(state.inventory, state.pid_jobs)
-    for urgent in _candidates(state, setup, dep_states, lowest, now):
+    queue = setup.queue_rules(state.draining)
+
+    def outranks(urgent: Job, victim: Job) -> bool:
+        return queuerules.outranks(urgent, victim, queue, state.attained, now)
+
+    for urgent in _candidates(state, queue, dep_states, lowest, now):
         victims = preemption.choose_victims(
-            urgent, running, loads, setup.rules, rules, now, observed
+            urgent, running, loads, setup.rules, rules, now, observed, outranks
         )
         if victims:
             _preempt(state, setup, seam, urgent, victims, now)
@@ -72,23 +77,27 @@ def preempt_for_waiting(
 
 
 def _candidates(
-    state: DaemonState, setup: Setup, dep_states: Mapping[int, JobState], lowest: int, now: float
+    state: DaemonState,
+    rules: queuerules.QueueRules,
+    dep_states: Mapping[int, JobState],
+    lowest: int,
+    now: float,
 ) -> list[Job]:
     """Pending jobs that may start now but for GPUs, above the lowest preemptible
-    priority, in queue order."""
-    rules = setup.queue_rules(state.draining)
+    priority (or at it, under las, where a queue may outrank), in queue order."""
+    floor = lowest if rules.discipline == "las" else lowest + 1
     # First as held (templates answer these: daemon/jobs/jobtable.py), then built.
     able = (
         state.jobs[job_id]
         for job_id, job in state.pending_alike()
-        if job.priority > lowest
+        if job.priority >= floor
         and job.request.gpus
         and not job.held
         and not lifecycle.is_waiting_to_retry(job, now)
         and not job.preempt_hold
     )
     ready = [job for job in able if dependency_status(job, dep_states) == (False, "")]
-    return queuerules.queue_order(ready, rules, state.usage.usage)
+    return queuerules.queue_order(ready, rules, state.usage.usage, now, state.attained)
 
 
 def _preempt(

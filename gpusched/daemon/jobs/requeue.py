@@ -112,6 +112,7 @@ def end_requeued(state: DaemonState, job: Job, when: float, **record: Any) -> Jo
     signal has not finished its work). Returns the pending job."""
     preempted = transition(job, JobState.PREEMPTED, ended_at=when, **record)
     state.save(preempted)
+    state.note_run_requeued(job, when)
     pending = lifecycle.requeue(preempted)
     state.save(pending)
     return pending
@@ -121,6 +122,7 @@ def requeue_ended(state: DaemonState, job: Job, reason: str) -> Job:
     """Put an ended job back in the queue (inside a write, or in one of its own), as
     `scontrol requeue` does: same id, next attempt, one more restart."""
     with state.write():
+        state.note_run_requeued(job, job.ended_at or job.started_at or 0.0)
         pending = lifecycle.requeue(replace(job, requeue_reason=reason))
         state.save(pending)
     log.info("job %d requeued (%s)", job.id, reason)
