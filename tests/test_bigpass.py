@@ -17,6 +17,9 @@ from gpusched.core.sched.queuerules import HostCapacity, QueueRules
 from gpusched.daemon.jobs.depstates import lowest_by_name
 
 GIB = 2**30
+# The disciplines a pass may bound: las sorts the queue at each pass (its order moves with
+# time), so the daemon never gives it a line.
+LINED = tuple(d for d in queuerules.DISCIPLINES if d != "las")
 NOW_S = 10_000.0
 SETTINGS = settings(
     max_examples=150,
@@ -165,7 +168,7 @@ def reasons_of(plan: scheduling.Plan, pending: list[Job]) -> dict[int, str]:
     busy=st.lists(st.integers(0, 3), max_size=4),
     gpus=st.integers(1, 4),
     max_running=st.sampled_from([None, 1, 3, 6]),
-    discipline=st.sampled_from(queuerules.DISCIPLINES),
+    discipline=st.sampled_from(LINED),
     per_user=st.sampled_from([(None, None), (1, None), (None, 2)]),
     draining=st.sampled_from([False] * 5 + [True]),
 )

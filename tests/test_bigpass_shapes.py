@@ -18,6 +18,7 @@ from gpusched.core.sched.queuerules import HostCapacity, QueueRules
 from inproc import Box
 from test_bigpass import (
     GIB,
+    LINED,
     NOW_S,
     SETTINGS,
     assert_same_decisions,
@@ -78,7 +79,7 @@ def big_head_queues(draw) -> list[Job]:
     pending=big_head_queues(),
     busy=st.lists(st.integers(0, 3), max_size=4),
     max_running=st.sampled_from([None, 2, 6]),
-    discipline=st.sampled_from(queuerules.DISCIPLINES),
+    discipline=st.sampled_from(LINED),
     per_user=st.sampled_from([(None, None), (2, None), (None, 3)]),
 )
 def test_skipping_refused_shapes_starts_what_the_whole_walk_starts(
@@ -202,7 +203,7 @@ def test_a_skipped_job_is_explained_with_the_gpus_free_at_its_place_in_line():
         ),
         max_size=80,
     ),
-    discipline=st.sampled_from(queuerules.DISCIPLINES),
+    discipline=st.sampled_from(LINED),
 )
 def test_the_lines_stay_in_scheduling_order_as_jobs_come_and_go(ops, discipline):
     # Jobs leave mostly from the head of their line (which only moves a start mark);

@@ -4,6 +4,7 @@ simulator (sim/preemptsim.py)."""
 
 from __future__ import annotations
 
+import json
 from dataclasses import replace
 
 import pytest
@@ -15,7 +16,7 @@ from gpusched.core.sched import placement, queuerules, scheduling
 from gpusched.core.sched.placement import PlacementRules
 from gpusched.core.sched.queuerules import QueueRules
 from gpusched.sim import preemptsim, traces
-from test_simulator import history
+from test_simulator import gpusched, history
 
 HOUR_S = 3600.0
 LAS = QueueRules(discipline="las")  # queues end at 1 and 8 GPU-hours
@@ -150,3 +151,17 @@ def test_the_config_takes_the_queues_bounds_as_durations_in_ascending_order():
     assert settings.las_thresholds_gpu_s == (1800.0, 7200.0, 86400.0)
     with pytest.raises(ConfigError, match="las_thresholds"):
         settings_from_mapping({"scheduling": {"las_thresholds": ["8h", "1h"]}}, "t")
+
+
+@pytest.mark.e2e
+def test_simulate_las_reports_the_preemptions_and_the_gpu_time_they_lost(tmp_path):
+    path = history(tmp_path, [("long", "u", 0, 1, 10 * HOUR_S), ("short", "v", 7200, 1, 600)])
+    proc = gpusched("simulate", str(path), "--gpus", "1", "--discipline", "las", "--json")
+    assert proc.returncode == 0, proc.stderr
+    report = json.loads(proc.stdout)
+    assert report["discipline"] == "las" and report["preemptions"] == 1
+    assert report["preemptions_per_job"] == 0.5
+    # One 60 s restart of a 1-GPU job, of 10 h 10 min of work.
+    assert report["lost_gpu_share"] == pytest.approx(60 / (10 * HOUR_S + 600 + 60))
+    table = gpusched("simulate", str(path), "--gpus", "1", "--discipline", "las").stdout
+    assert "GPU time lost to restarts" in table

@@ -65,7 +65,7 @@ def _priority_lines(report: dict[str, Any]) -> list[tuple[str, str]]:
     lines = [
         ("high-priority jobs", f"{high['jobs']} ({report['high_priority_share']:.0%})"),
         ("preemptions", str(report["preemptions"]) if report["preemption"] else "off"),
-    ]
+    ][0 if report["high_priority_share"] else 1 :]  # none under plain las
     if report["preemption"]:
         lines += [
             ("  per job", f"{report['preemptions_per_job']:.3f}"),
