@@ -165,3 +165,6 @@ def test_simulate_las_reports_the_preemptions_and_the_gpu_time_they_lost(tmp_pat
     assert report["lost_gpu_share"] == pytest.approx(60 / (10 * HOUR_S + 600 + 60))
     table = gpusched("simulate", str(path), "--gpus", "1", "--discipline", "las").stdout
     assert "GPU time lost to restarts" in table
+    refused = gpusched("simulate", str(path), "--discipline", "las", "--cpus", "4")
+    assert refused.returncode == 2
+    assert refused.stderr.startswith("Error: --discipline las replays with preemption")

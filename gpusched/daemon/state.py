@@ -416,10 +416,15 @@ class DaemonState:
 
     def note_run_requeued(self, job: Job, ended_at: float) -> None:
         """A run that ended to go back to the queue: its GPU-seconds count towards the
-        job's attained service (las)."""
-        if job.started_at is not None:
-            ran_gpu_s = max(job.request.gpus, 0) * max(ended_at - job.started_at, 0.0)
+        job's attained service (las), once the write under way is stored."""
+        if job.started_at is None:
+            return
+        ran_gpu_s = max(job.request.gpus, 0) * max(ended_at - job.started_at, 0.0)
+
+        def add() -> None:
             self.attained[job.id] = self.attained.get(job.id, 0.0) + ran_gpu_s
+
+        self.after_commit(add)
 
     def note_schedule_needed(self) -> None:
         """Something a scheduling pass depends on changed: the loop runs one this turn."""

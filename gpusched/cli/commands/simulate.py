@@ -151,9 +151,15 @@ def simulate_command(
     started_s = time.perf_counter()
     prepared = traces.prepare(trace, gpus=gpus, load=load, arrivals=arrivals, seed=seed)
     host = _host(cpus, mem)
-    if discipline == "las" and high_priority_share is None:
+    if discipline == "las":
         # las preempts by attained service: without it no waiting job has any, and las is fifo.
-        preemption, high_priority_share = True, 0.0
+        if host is not None or estimates:
+            raise UsageError(
+                "--discipline las replays with preemption, which counts GPUs only; "
+                "leave out --cpus, --mem and --estimates"
+            )
+        preemption = True
+        high_priority_share = high_priority_share or 0.0
     if (preemption or high_priority_share is not None) and host is not None:
         raise UsageError(
             "--preemption and --high-priority-share count GPUs only; leave out --cpus and --mem"
