@@ -85,7 +85,7 @@ def build_model(
         blocks += [nn.Linear(hidden, hidden), nn.ReLU()]
     model = nn.Sequential(*blocks, nn.Linear(hidden, classes)).eval()
     if quantize:
-        from torch.ao.quantization import quantize_dynamic
+        from torch.ao.quantization import quantize_dynamic  # noqa: PLC0415 - only with --quantize
 
         model = quantize_dynamic(model, {nn.Linear}, dtype=torch.qint8)
     return model
