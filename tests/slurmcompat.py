@@ -203,6 +203,12 @@ def pending_reasons(side) -> dict:
         wait_seen(side, i, lambda s: s["reason"] != "None", "to have a reason")["reason"]
         for i in ids[1:]
     ]
+    # Slurm may give the next in line Priority until its scheduler looks at it again (on a
+    # busy machine, up to its sched_interval, a minute): the reason it settles on is compared.
+    deadline = time.monotonic() + 70
+    while reasons[0] == "Priority" and time.monotonic() < deadline:
+        time.sleep(1)
+        reasons[0] = side.seen(ids[1])["reason"]
     out = {"next in line": reasons[0], "behind it": reasons[1], "held": side.seen(held)["reason"]}
     for job_id in (*ids, held):
         side.cancel(job_id)

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import re
 
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from gpusched.core import units
@@ -17,7 +17,9 @@ from gpusched.core.spec import syntax
 _JOB_ID_RE = re.compile(r"([0-9]+)(?:_([0-9]+))?")
 _RANGE_RE = re.compile(r"([0-9]+)(?:-([0-9]+)(?::([0-9]+))?)?")
 _SLURM_TIME_RE = re.compile(r"(?:([0-9]+)-)?([0-9]+(?::[0-9]+){0,2})")
-_UNIT_TIME_RE = re.compile(r"(?:[0-9]+(?:\.[0-9]+)?[dhms])+")
+_UNIT_TIME_RE = re.compile(
+    r"(?:[0-9]+(?:\.[0-9]+)?(?:ms|[dhms]))+"
+)  # ms: milliseconds (core/units.py)
 _GPUS_RE = re.compile(r"(?:([^:,\s]+):)?([0-9]+)")
 _BARE_NUMBER_RE = re.compile(r"[0-9]+(?:\.[0-9]+)?")
 _SIZE_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([a-zA-Z]*)\s*$")
@@ -69,6 +71,7 @@ def test_array_ranges(text):
 
 @settings(max_examples=400)
 @given(words("0123456789-:.dhmsDH" + SPACES + OTHER_DIGITS))
+@example("0ms")  # milliseconds: none at all, as 0 is
 def test_time_limits(text):
     raw = text.strip()
     readable = (
