@@ -121,6 +121,13 @@ def finish(job: Job, state: JobState, now: float, retry: bool = True, **record: 
     return transition(job, state, ended_at=now, **record)
 
 
+def cancel_unstarted(job: Job, who: str, now: float) -> Job:
+    """A job cancelled before any run of it started: here pending, or never handed to Slurm."""
+    return transition(
+        job, JobState.CANCELLED, ended_at=now, end_reason=f"cancelled by {who} before it started"
+    )
+
+
 def requeue(job: Job) -> Job:
     """A preempted job, or an ended one, back in the queue as `scontrol requeue` puts it:
     the same id, the next attempt, one more restart, eligible at once."""

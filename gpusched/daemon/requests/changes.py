@@ -7,8 +7,9 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
+from gpusched.core import lifecycle
 from gpusched.core.errors import GpuschedError, UsageError
-from gpusched.core.models import Job, JobState, transition
+from gpusched.core.models import Job, JobState
 from gpusched.core.spec import jobspec
 from gpusched.core.spec.begintime import begin_text
 from gpusched.core.spec.syntax import MAX_PRIORITY
@@ -64,14 +65,7 @@ class Changes:
         if job.id in self.state.remote_ids:  # cancelled in Slurm (daemon/slurm/poll.py)
             return self.state.clusters.cancel(job, who)
         if job.state is JobState.PENDING:
-            self.state.save(
-                transition(
-                    job,
-                    JobState.CANCELLED,
-                    ended_at=self.setup.clock.time(),
-                    end_reason=f"cancelled by {who} before it started",
-                )
-            )
+            self.state.save(lifecycle.cancel_unstarted(job, who, self.setup.clock.time()))
             return "cancelled"
         if not job.cancel_requested:
             # Who asked is kept for the end: lifecycle.end_reason adds how the job went.

@@ -348,14 +348,7 @@ class ClusterJobs:
         run = self.runs[job.id]
         key = run["slurm"].get(str(job.attempt))
         if key is None and not run["submitting"]:
-            self.state.save(
-                transition(
-                    job,
-                    JobState.CANCELLED,
-                    ended_at=self.setup.clock.time(),
-                    end_reason=f"cancelled by {who} before it started",
-                )
-            )
+            self.state.save(lifecycle.cancel_unstarted(job, who, self.setup.clock.time()))
             return "cancelled"
         name = run["cluster"]
         if name not in self.commands:  # its table left the config (a system daemon has none)
