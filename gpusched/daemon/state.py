@@ -19,10 +19,10 @@ from gpusched.core.sched import placement, queuerules
 from gpusched.core.sched.pendingqueue import PendingQueue
 from gpusched.core.sched.placement import PlacementRules
 from gpusched.daemon.host import Host
-from gpusched.daemon.jobs.begintimes import BeginTimes
 from gpusched.daemon.jobs.cgroups import CgroupJobs
 from gpusched.daemon.jobs.fairshare import UsageLedger
 from gpusched.daemon.jobs.jobtable import JobTable, Kinds
+from gpusched.daemon.jobs.starttimes import StartTimes
 from gpusched.daemon.observe.notify import make_notifier
 from gpusched.daemon.observe.telemetry import Telemetry
 from gpusched.daemon.requests.authz import Authz
@@ -107,7 +107,7 @@ class DaemonState:
             per_user=bool(setup.settings.max_gpus_per_user or setup.settings.max_running_per_user),
         )
         self._later: tuple[str, Callable[[Job], str | None]] | None = None
-        self.begins = BeginTimes(setup.clock.time)  # the pending ones' --begin times to come
+        self.start_times = StartTimes(setup.clock.time)  # --begin times and retry delays to come
         self.usage = UsageLedger(setup.settings.fairshare_half_life_s, setup.clock.time())
         # GPU-seconds of the runs that went back to the queue, by job id (las): in memory
         # only, so a restarted daemon counts a requeued job's service from nothing.
@@ -175,7 +175,7 @@ class DaemonState:
                 self._running[job.id] = job
             elif job.state is JobState.PENDING:
                 self._pending.put_lean(job.id, entry)
-                self.begins.note(job.id, job)
+                self.start_times.note(job.id, job)
                 yield job
 
     @property
@@ -285,7 +285,7 @@ class DaemonState:
         local = job if job is not None and job_id not in self.remote_ids else None
         pending = local if local is not None and local.state is JobState.PENDING else None
         self._requeue(self._pending.get(job_id), pending)
-        self.begins.note(job_id, pending)
+        self.start_times.note(job_id, pending)
         entry = None if job is None else self.kinds.lean(job)
         for subset, held in (
             (self.jobs, entry),
@@ -404,7 +404,7 @@ class DaemonState:
         for job_id, entry in entries:
             self.jobs.put_lean(job_id, entry)
             self._pending.put_lean(job_id, entry)
-            self.begins.note(job_id, entry)
+            self.start_times.note(job_id, entry)
             yield job_id, entry
 
     # -- flags ----------------------------------------------------------------------------

@@ -37,7 +37,6 @@ class JobControl:
         # (job id, why) of starts that failed with no exit record to say so (start_failed):
         # filled by the wake socket's thread and by launch_started, emptied by the passes.
         self.start_failures: queue.SimpleQueue[tuple[int, str]] = queue.SimpleQueue()
-        self.retry_at: dict[int, float] = {}  # re-queued job id -> when it may start
         self.holders: set[int] = set()  # pending jobs with GPUs kept for them (preemption)
         self.shim_loss = ShimLoss(setup, seam)
         self.run_reads = endreports.RunReads()  # ends reported by wake-ups, for the next pass
@@ -53,12 +52,6 @@ class JobControl:
         state = self.state
         state.usage.load(state.store)
         state.load_active(state.store.each_active())
-        now = self.setup.clock.time()
-        self.retry_at = {
-            job_id: job.eligible_at
-            for job_id, job in state.pending_alike()
-            if job.eligible_at is not None and job.eligible_at > now
-        }
         self.holders = {job_id for job_id, job in state.pending_alike() if job.preempt_hold}
         try:
             self.reconcile_running(check_liveness=True, adopting=True)
@@ -230,8 +223,6 @@ class JobControl:
             self.setup.cgroups.remove(ended.id)
         if ended.state is JobState.PENDING:
             runfile.clear_run(self.setup.paths.jobs_dir, ended.id)  # the next attempt starts clean
-            if ended.eligible_at is not None:  # a requeued job may start at once
-                self.retry_at[ended.id] = ended.eligible_at
             log.info("job %d re-queued (attempt %d)", ended.id, ended.attempt)
 
     # -- what running jobs use -------------------------------------------------------------
@@ -310,18 +301,15 @@ class JobControl:
         for when in (
             self.shim_loss.next_deadline(),
             requeue.next_deadline(self.state.running()),
-            self.state.begins.next(),
+            self.state.start_times.next(),
         ):
             times += [when] if when is not None else []
-        return min(times + list(self.retry_at.values()), default=None)
+        return min(times, default=None)
 
     def retries_due(self, now: float) -> bool:
         """Whether a re-queued job's delay, or a job's --begin time, has run out since the
         last call: it may start."""
-        due = [job_id for job_id, when in self.retry_at.items() if when <= now]
-        for job_id in due:
-            del self.retry_at[job_id]
-        return self.state.begins.take_due(now) or bool(due)
+        return self.state.start_times.take_due(now)
 
     # -- starts ---------------------------------------------------------------------------
     def start_ready(self) -> None:

@@ -1,4 +1,5 @@
-"""The pending jobs' --begin times to come, earliest first: the loop's timer for them."""
+"""When pending jobs may first start (a --begin time, a retry's delay), earliest first: the
+loop's one timer for both."""
 
 from __future__ import annotations
 
@@ -11,8 +12,8 @@ if TYPE_CHECKING:
     from gpusched.core.models import Job
 
 
-class BeginTimes:
-    """Pending jobs whose begin time is still to come. The loop waits until the earliest
+class StartTimes:
+    """Pending jobs that may not start before a time still to come. The loop waits until the earliest
     (next), not a poll, and runs a pass once one is due (take_due). A heap with entries
     left behind by changes, skipped as they come up: a change costs O(log n), not a scan."""
 
@@ -23,7 +24,7 @@ class BeginTimes:
 
     def note(self, job_id: int, job: Job | None) -> None:
         """A job as it now is (None: no longer pending, or no longer active)."""
-        when = None if job is None else job.begin_time
+        when = None if job is None else _may_start_at(job)
         if when is None or when <= self._time():
             self._when.pop(job_id, None)
         elif self._when.get(job_id) != when:
@@ -38,9 +39,15 @@ class BeginTimes:
         return heap[0][0] if heap else None
 
     def take_due(self, now: float) -> bool:
-        """Whether a begin time has come since the last call: a pass may start its job."""
+        """Whether such a time has come since the last call: a pass may start its job."""
         due = False
         while (when := self.next()) is not None and when <= now:
             del self._when[heapq.heappop(self._heap)[1]]
             due = True
         return due
+
+
+def _may_start_at(job: Job) -> float | None:
+    """The later of the job's --begin time and the end of its retry delay (None: either)."""
+    times = [when for when in (job.begin_time, job.eligible_at) if when is not None]
+    return max(times) if times else None
