@@ -30,6 +30,11 @@ _gpusched() {
             'preempt') path='preempt' ;;
             'release') path='release' ;;
             'requeue') path='requeue' ;;
+            'reserve') path='reserve' ;;
+            'reserve create') path='reserve create' ;;
+            'reserve delete') path='reserve delete' ;;
+            'reserve ls') path='reserve ls' ;;
+            'reserve show') path='reserve show' ;;
             'resubmit') path='resubmit' ;;
             'resume') path='resume' ;;
             'service') path='service' ;;
@@ -50,7 +55,7 @@ _gpusched() {
         esac
     done
     case "$path" in
-        '') words='cancel completions daemon demo doctor drain env gc gpus history hold logs ls man preempt release requeue resubmit resume service show simulate submit top update usage wait --help -h --version' values='' ids= args='' ;;
+        '') words='cancel completions daemon demo doctor drain env gc gpus history hold logs ls man preempt release requeue reserve resubmit resume service show simulate submit top update usage wait --help -h --version' values='' ids= args='' ;;
         'cancel') words='--help -h' values='' ids=active args='' ;;
         'completions') words='--help -h' values='' ids= args='bash zsh fish' ;;
         'daemon') words='install-service restart run start status stop --help -h' values='' ids= args='' ;;
@@ -74,6 +79,11 @@ _gpusched() {
         'preempt') words='--help -h' values='' ids=active args='' ;;
         'release') words='--help -h' values='' ids=active args='' ;;
         'requeue') words='--help -h' values='' ids=all args='' ;;
+        'reserve') words='create delete ls show --help -h' values='' ids= args='' ;;
+        'reserve create') words='--help -h --gpus --user -u --start --duration -d --name --json' values='--gpus --user -u --start --duration -d --name' ids= args='' ;;
+        'reserve delete') words='--help -h' values='' ids= args='' ;;
+        'reserve ls') words='--help -h --json' values='' ids= args='' ;;
+        'reserve show') words='--help -h --json' values='' ids= args='' ;;
         'resubmit') words='--help -h --gpus-per-node --gpus -G --gpu-mem --name --job-name -J --priority --time -t --cpus -c --mem --hold -H --wait -W --json' values='--gpus-per-node --gpus -G --gpu-mem --name --job-name -J --priority --time -t --cpus -c --mem' ids=all args='' ;;
         'resume') words='--help -h' values='' ids= args='' ;;
         'service') words='create delete ls scale show update --help -h' values='' ids= args='' ;;
@@ -85,13 +95,13 @@ _gpusched() {
         'service update') words='--help -h --replicas -r --json --gpus-per-node --gpus -G --gpu-mem --priority --cwd --chdir -D --env --policy --gpu-ids --exclude-gpus --gpu-type --min-gpu-total-mem --min-compute-capability --cpus --cpus-per-task -c --mem' values='--replicas -r --gpus-per-node --gpus -G --gpu-mem --priority --cwd --chdir -D --env --policy --gpu-ids --exclude-gpus --gpu-type --min-gpu-total-mem --min-compute-capability --cpus --cpus-per-task -c --mem' ids= args='' ;;
         'show') words='--help -h --json' values='' ids=all args='' ;;
         'simulate') words='--help -h --gpus --policy --discipline --load --arrivals --seed --cpus --mem --preemption --high-priority-share --estimates --json' values='--gpus --policy --discipline --load --arrivals --seed --cpus --mem --high-priority-share' ids= args='' ;;
-        'submit') words='--help -h --gpus-per-node --gpus -G --gpu-mem --name --job-name -J --priority --cwd --chdir -D --env --from-file -f --wait -W --notify --json --hold -H --begin -b --after --dependency -d --kill-on-invalid-dep --array -a --time -t --signal --retries --retry-on --retry-delay --mem-growth --policy --gpu-ids --exclude-gpus --gpu-type --min-gpu-total-mem --min-compute-capability --topology --cpus --cpus-per-task -c --mem --cluster --interactive --preemptible --no-preemptible --preempt-grace --container --container-opt --ntasks -n --nodes -N --gres --nice --export --no-requeue --output -o --error -e --open-mode' values='--gpus-per-node --gpus -G --gpu-mem --name --job-name -J --priority --cwd --chdir -D --env --from-file -f --begin -b --after --dependency -d --array -a --time -t --signal --retries --retry-on --retry-delay --mem-growth --policy --gpu-ids --exclude-gpus --gpu-type --min-gpu-total-mem --min-compute-capability --topology --cpus --cpus-per-task -c --mem --cluster --preempt-grace --container --container-opt --ntasks -n --nodes -N --gres --nice --export --output -o --error -e --open-mode' ids= args='' ;;
+        'submit') words='--help -h --gpus-per-node --gpus -G --gpu-mem --name --job-name -J --priority --cwd --chdir -D --env --from-file -f --wait -W --notify --json --hold -H --begin -b --reservation --after --dependency -d --kill-on-invalid-dep --array -a --time -t --signal --retries --retry-on --retry-delay --mem-growth --policy --gpu-ids --exclude-gpus --gpu-type --min-gpu-total-mem --min-compute-capability --topology --cpus --cpus-per-task -c --mem --cluster --interactive --preemptible --no-preemptible --preempt-grace --container --container-opt --ntasks -n --nodes -N --gres --nice --export --no-requeue --output -o --error -e --open-mode' values='--gpus-per-node --gpus -G --gpu-mem --name --job-name -J --priority --cwd --chdir -D --env --from-file -f --begin -b --reservation --after --dependency -d --array -a --time -t --signal --retries --retry-on --retry-delay --mem-growth --policy --gpu-ids --exclude-gpus --gpu-type --min-gpu-total-mem --min-compute-capability --topology --cpus --cpus-per-task -c --mem --cluster --preempt-grace --container --container-opt --ntasks -n --nodes -N --gres --nice --export --output -o --error -e --open-mode' ids= args='' ;;
         'top') words='--help -h --interval -i --once' values='--interval -i' ids= args='' ;;
         'update') words='--help -h --priority --begin' values='--priority --begin' ids=active args='' ;;
         'usage') words='--help -h --since --by --json' values='--since --by' ids= args='' ;;
         'wait') words='--help -h --notify --keep-waiting' values='' ids=all args='' ;;
     esac
-    if [[ $cur == -* || $path == '' || $path == 'daemon' || $path == 'service' ]]; then
+    if [[ $cur == -* || $path == '' || $path == 'daemon' || $path == 'reserve' || $path == 'service' ]]; then
         COMPREPLY=($(compgen -W "$words" -- "$cur"))
     elif [[ " $values " == *" $prev "* ]]; then
         return 0  # an option's value

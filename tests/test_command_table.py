@@ -12,7 +12,9 @@ import pytest
 
 from gpusched.client import protocol
 from gpusched.core.errors import PermissionDenied
+from gpusched.core.sched.reservations import Reservation
 from gpusched.core.services import Service
+from gpusched.core.users import user_name
 from gpusched.daemon.loop import Call
 from gpusched.daemon.requests.request import Request
 
@@ -95,6 +97,10 @@ def stranger_requests(job_id: int) -> dict[str, dict]:
         "usage": {},
         "history": {"key": "true"},
         "service": {"action": "delete", "name": "web"},
+        # For the owner, as only an admin may reserve for another; then the owner's deleted.
+        "reserve": {"gpus": [0], "end_time": 4e9, "users": [user_name(os.getuid())]},
+        "reservations": {},
+        "unreserve": {"name": "demo"},
     }
 
 
@@ -104,6 +110,9 @@ def refused_to(box, creds: tuple[int, int, int]) -> set[str]:
     job_id = box.submit("--hold", "--", "true")
     box.daemon.handlers.services.services["web"] = Service(
         name="web", uid=os.getuid(), user="owner", job={"command": ["true"]}, env={}, cwd="/"
+    )
+    box.daemon.state.note_reservation(
+        "demo", Reservation("demo", (1,), ("owner",), 0.0, 4e9, user_name(os.getuid()))
     )
     requests = stranger_requests(job_id)
     assert set(requests) == {n for n, s in protocol.COMMANDS.items() if not s.on_server}

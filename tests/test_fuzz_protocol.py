@@ -132,6 +132,7 @@ GOOD_FIELDS = {
     "error": "/dev/null",
     "open_mode": "append",
     "begin_time": 1_700_000_060.5,
+    "reservation": "demo",
 }
 assert set(GOOD_FIELDS) == set(jobspec.SPEC_FIELDS)
 ANY = SCALARS | JSON  # mostly single values: most checks are of one value's kind
@@ -180,6 +181,9 @@ GOOD_ARGS = {
     "id": st.sampled_from([1, "2_0", 3]),
     "priority": st.just(3),
     "begin_time": st.sampled_from([0, 1_700_000_060.5]),
+    "gpus": st.sampled_from([[0], [1, 2], [9]]),
+    "start_time": st.sampled_from([0, 1_700_000_060.5]),
+    "end_time": st.sampled_from([0, 1_700_003_600.5, 4e9]),
     "timeout_s": st.just(0.5),
     "changes": st.sampled_from([{"priority": 1}, {"gpus": 0}, {"hold": True}]),
     "since_s": st.sampled_from([0, 3600.5]),

@@ -11,6 +11,7 @@ import pytest
 
 from gpusched.core.errors import StoreError
 from gpusched.core.models import Job, JobState, Request, transition
+from gpusched.core.sched.reservations import Reservation
 from gpusched.store.database import Store, check_file
 from gpusched.store.schema import MIGRATIONS, SCHEMA_VERSION
 
@@ -232,6 +233,27 @@ def test_a_version_9_queue_opens_with_no_begin_times_and_then_stores_them(db):
         with store.write():
             store.update(replace(old, begin_time=1796349600.5))
         assert store.get(old.id).begin_time == 1796349600.5
+    finally:
+        store.close()
+
+
+def test_a_version_10_queue_opens_with_no_reservations_and_then_stores_them(db):
+    """The queue of the version before reservations: its jobs are in none; a reservation
+    and a job's --reservation stored after the migration read back."""
+    build_at_version(db, 10)
+    store = Store(db)
+    demo = Reservation("demo", (2, 3), ("alice",), 1796349600.5, 1796364000.0, "root", 1.5)
+    try:
+        (old,) = store.active()
+        assert old.reservation == "" and store.reservations() == []
+        with store.write():
+            store.update(replace(old, reservation="demo"))
+            store.put_reservation(demo)
+        assert store.get(old.id).reservation == "demo"
+        assert store.reservations() == [demo]
+        with store.write():
+            store.delete_reservation("demo")
+        assert store.reservations() == []
     finally:
         store.close()
 

@@ -16,6 +16,7 @@ from gpusched.cli.commands import (
     history_cmds,
     job_cmds,
     requeue_cmds,
+    reserve_cmds,
     service_cmds,
     submit_cmds,
     tool_cmds,
@@ -67,6 +68,7 @@ for commands in (
     app.add_typer(commands.app)
 app.add_typer(daemon_cmds.app, name="daemon")
 app.add_typer(service_cmds.app, name="service")
+app.add_typer(reserve_cmds.app, name="reserve")
 
 
 JOB_ID_COMMANDS = (

@@ -122,6 +122,12 @@ COMMANDS: dict[str, Command] = {
     # or delete; spec carries a create's or an update's definition. Anyone may list,
     # show and create; scale, update and delete are the service's owner's (or an admin's).
     "service": _cmd("action", "name spec replicas", caller=OWNER),
+    # GPU reservations (docs/calendar.md): made by an admin for anyone, or by a user for
+    # themself within [reservations] user_max_gpu_hours; deleted by their maker or an admin;
+    # listed to anyone (names: those only). Times are epoch seconds.
+    "reserve": _cmd("gpus end_time", "users start_time name", caller=OWNER),
+    "reservations": _cmd("", "names", read_only=True),
+    "unreserve": _cmd("name", caller=OWNER),
 }
 
 
@@ -191,6 +197,11 @@ ARGUMENTS: dict[str, Callable[[Any], Any]] = {
         v, "priority", -syntax.MAX_PRIORITY, syntax.MAX_PRIORITY
     ),
     "begin_time": lambda v: values.number(v, "begin_time", 0, begintime.MAX_BEGIN_TIME),
+    "gpus": lambda v: values.list_of(
+        v, "gpus", lambda i: values.whole_number(i, "each of gpus", 0, 1023), nonempty=True
+    ),
+    "start_time": lambda v: values.number(v, "start_time", 0, begintime.MAX_BEGIN_TIME),
+    "end_time": lambda v: values.number(v, "end_time", 0, begintime.MAX_BEGIN_TIME),
     "timeout_s": lambda v: values.number(v, "timeout_s", 0, 10**9),
     "changes": lambda v: values.mapping(v, "changes"),
     "since_s": lambda v: values.number(v, "since_s", 0, 10**11),

@@ -97,6 +97,8 @@ class Settings:
     preempt_signal: str = "USR1"
     max_preemptions: int = 3
     min_run_before_preempt_s: float = 300.0
+    # [reservations] (core/sched/reservations.py)
+    reservation_user_max_gpu_hours: float = 0.0
     # [services]
     haproxy: str = "haproxy"
     # [containers] (core/spec/container.py)

@@ -482,6 +482,13 @@ KEYS: dict[str, tuple[str, Callable[[Any], Any], Any, str]] = {
         "5m",
         "A job is never preempted in its first minutes.",
     ),
+    "reservations.user_max_gpu_hours": (
+        "reservation_user_max_gpu_hours",
+        _number(0, 10**7),
+        0,
+        "GPU-hours of reservations a user who is not an admin may hold for themself, "
+        "all not yet ended together (0: only admins reserve; docs/calendar.md).",
+    ),
     "services.haproxy": (
         "haproxy",
         _text,

@@ -186,6 +186,9 @@ class Job:
     retry_delay_s: float = DEFAULT_RETRY_DELAY_S  # before the 2nd attempt; doubles after
     eligible_at: float | None = None  # a re-queued attempt may not start before this
     begin_time: float | None = None  # --begin: the job may not start before this
+    reservation: str = (
+        ""  # --reservation: runs on its GPUs, in its window (core/sched/reservations.py)
+    )
     last_attempt_end: str = ""  # the state the previous attempt ended in ("failed", ...)
     policy: str = ""  # placement policy for this job; "" = the configured one
     # Host resources and what the job was seen to use.
@@ -378,6 +381,7 @@ def job_to_dict(job: Job) -> dict[str, Any]:
         "retry_delay_s": job.retry_delay_s,
         "eligible_at": job.eligible_at,
         "begin_time": job.begin_time,
+        "reservation": job.reservation,
         "policy": job.policy,
         "constraints": asdict(job.request.constraints),
         "cpus": job.request.cpus,

@@ -15,9 +15,10 @@ from gpusched.client.paths import Paths
 from gpusched.core.config import Settings
 from gpusched.core.errors import StoreWriteError
 from gpusched.core.models import Inventory, Job, JobState
-from gpusched.core.sched import placement, queuerules
+from gpusched.core.sched import placement, queuerules, reservations
 from gpusched.core.sched.pendingqueue import PendingQueue
 from gpusched.core.sched.placement import PlacementRules
+from gpusched.core.sched.reservations import Reservation
 from gpusched.daemon.host import Host
 from gpusched.daemon.jobs.cgroups import CgroupJobs
 from gpusched.daemon.jobs.fairshare import UsageLedger
@@ -108,6 +109,10 @@ class DaemonState:
         )
         self._later: tuple[str, Callable[[Job], str | None]] | None = None
         self.start_times = StartTimes(setup.clock.time)  # --begin times and retry delays to come
+        # GPU reservations by name, their starts and ends on the same timer.
+        self.reservations: dict[str, Reservation] = {}
+        for reservation in store.reservations():
+            self.note_reservation(reservation.name, reservation)
         self.usage = UsageLedger(setup.settings.fairshare_half_life_s, setup.clock.time())
         # GPU-seconds of the runs that went back to the queue, by job id (las): in memory
         # only, so a restarted daemon counts a requeued job's service from nothing.
@@ -408,6 +413,17 @@ class DaemonState:
             yield job_id, entry
 
     # -- flags ----------------------------------------------------------------------------
+    def note_reservation(self, name: str, reservation: Reservation | None) -> None:
+        """A reservation as stored now (None: deleted)."""
+        if reservation is None:
+            self.reservations.pop(name, None)
+        else:
+            self.reservations[name] = reservation
+        self.start_times.note_times(
+            name, [] if reservation is None else reservations.times([reservation])
+        )
+        self.note_schedule_needed()
+
     def set_draining(self, draining: bool) -> None:
         """Start nothing new (or again), stored first so that a restart keeps it."""
         with self.write():

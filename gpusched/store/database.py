@@ -12,6 +12,7 @@ from pathlib import Path
 
 from gpusched.core.errors import GpuschedError, StoreError
 from gpusched.core.models import Job, JobState
+from gpusched.core.sched.reservations import Reservation
 from gpusched.core.spec.syntax import MAX_JOB_ID
 from gpusched.store import integrity
 from gpusched.store.history import IDS_PER_QUERY, FinishedJobs
@@ -346,6 +347,39 @@ class Store(FinishedJobs):
     def delete_jobs(self, first_id: int, last_id: int) -> None:
         """Remove the rows of a submit that never completed; their ids stay used."""
         self._conn.execute("DELETE FROM jobs WHERE id BETWEEN ? AND ?", (first_id, last_id))
+
+    # -- GPU reservations (core/sched/reservations.py) -----------------------------------------
+    def reservations(self) -> list[Reservation]:
+        rows = self._conn.execute("SELECT * FROM reservations ORDER BY start_at, name")
+        return [
+            Reservation(
+                row["name"],
+                tuple(json.loads(row["gpus"])),
+                tuple(json.loads(row["users"])),
+                row["start_at"],
+                row["end_at"],
+                row["created_by"],
+                row["created_at"],
+            )
+            for row in rows
+        ]
+
+    def put_reservation(self, r: Reservation) -> None:
+        self._conn.execute(
+            "INSERT OR REPLACE INTO reservations VALUES (?, ?, ?, ?, ?, ?, ?)",
+            (
+                r.name,
+                json.dumps(r.gpus),
+                json.dumps(r.users),
+                r.start,
+                r.end,
+                r.created_by,
+                r.created_at,
+            ),
+        )
+
+    def delete_reservation(self, name: str) -> None:
+        self._conn.execute("DELETE FROM reservations WHERE name = ?", (name,))
 
     def close(self) -> None:
         self._conn.close()

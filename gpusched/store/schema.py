@@ -4,7 +4,7 @@ migrates; store/integrity.py checks a file against them.)"""
 
 from __future__ import annotations
 
-SCHEMA_VERSION = 10
+SCHEMA_VERSION = 11
 
 # Migrations[n] takes a database at version n to n + 1. Version 0 is an empty file.
 MIGRATIONS: list[str] = [
@@ -128,6 +128,19 @@ MIGRATIONS: list[str] = [
     # 10: --begin: the time (epoch seconds) before which the job may not start; NULL for none.
     """
     ALTER TABLE jobs ADD COLUMN begin_time REAL;
+    """,
+    # 11: GPU reservations (core/sched/reservations.py), and the one a job runs in ('': none).
+    """
+    CREATE TABLE reservations (
+        name TEXT PRIMARY KEY,
+        gpus TEXT NOT NULL,  -- JSON list of GPU indices
+        users TEXT NOT NULL,  -- JSON list of user names
+        start_at REAL NOT NULL,
+        end_at REAL NOT NULL,
+        created_by TEXT NOT NULL,
+        created_at REAL NOT NULL
+    );
+    ALTER TABLE jobs ADD COLUMN reservation TEXT NOT NULL DEFAULT '';
     """,
 ]
 assert len(MIGRATIONS) == SCHEMA_VERSION

@@ -124,6 +124,8 @@ class Snapshot:
     # carries only the first ones. None: all of them are among `jobs` (an older daemon).
     pending_total: int | None = None
     pending_mine: int | None = None
+    # GPU reservations not yet ended: (name, GPU indices, start, end), epoch s.
+    gpu_reservations: tuple[tuple[str, tuple[int, ...], float, float], ...] = ()
 
 
 @dataclass(frozen=True)

@@ -181,11 +181,27 @@ def _gpu_row(
         "RESERVED": draw.c(size_human(reserved) if reserved else "-"),
         "UTIL": _bar(gpu.util_pct, 0.0, cells, _load_style(gpu.util_pct, view))
         + [(" " + util, "")],
-        "HEALTH": draw.c("ok", "green")
-        if gpu.is_healthy
-        else draw.c(gpu.health_reason or "lost", "bold red"),
+        "HEALTH": (
+            draw.c("ok", "green")
+            if gpu.is_healthy
+            else draw.c(gpu.health_reason or "lost", "bold red")
+        )
+        + ([] if is_mig else _reserved_mark(snapshot, gpu.index)),
         "": "" if gpu.is_healthy else "red",
     }
+
+
+def _reserved_mark(snapshot: Snapshot, index: int) -> Cell:
+    """The GPU's reservation now, or its next one: ` [demo]`, or ` [demo 14:00]` to come."""
+    held = [r for r in snapshot.gpu_reservations if index in r[1]]
+    if not held:
+        return []
+    name, _, start, _ = min(held, key=lambda r: r[2])
+    if start <= snapshot.now:
+        return [(f" [{name}]", "bold magenta")]
+    local = time.gmtime(start + snapshot.utc_offset_s)
+    when = time.strftime("%H:%M" if start - snapshot.now < 86400 else "%a %H:%M", local)
+    return [(f" [{name} {when}]", "magenta")]
 
 
 class _NoHost:

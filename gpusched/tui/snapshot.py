@@ -152,6 +152,10 @@ class SnapshotSource:
                 {int(pid): job_id for pid, job_id in (reply.get("pid_jobs") or {}).items()}
             ),
             jobs=self._jobs(reply),
+            gpu_reservations=tuple(
+                (name, tuple(gpus), start, end)
+                for name, gpus, start, end in reply.get("gpu_reservations") or ()
+            ),
             **self._pending_counts,
             services=tuple(
                 (

@@ -181,6 +181,8 @@ def scheduling_fields(opts: SubmitOptions) -> dict[str, Any]:
         from gpusched.core.spec.begintime import parse_begin  # noqa: PLC0415 - only with --begin: datetime, 2.6 ms
 
         spec["begin_time"] = parse_begin(opts.begin, time.time())
+    if opts.reservation:
+        spec["reservation"] = opts.reservation
     if opts.array is not None:
         indices, throttle = _syntax().parse_array(opts.array)
         spec["array"] = {"indices": list(indices), "throttle": throttle}

@@ -69,6 +69,13 @@ SUBMIT: tuple[OptionRow, ...] = (
         "Start no sooner than this time, as in Slurm: 16:00, now+1hour, tomorrow, midnight, noon, "
         "teatime, 2026-12-24T08:00, 12/24.",
     ),
+    (
+        "reservation",
+        ("--reservation",),
+        "str",
+        None,
+        "Run in this GPU reservation, on its GPUs, inside its window (`gpusched reserve ls`).",
+    ),
     ("after", ("--after",), "list", [], "Start after these jobs succeed: 3,4."),
     (
         "dependency",
@@ -356,6 +363,7 @@ class SubmitOptions:
     json: bool
     hold: bool
     begin: str | None
+    reservation: str | None
     after: list[str]
     dependency: list[str]
     kill_on_invalid_dep: bool

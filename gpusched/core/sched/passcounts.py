@@ -14,8 +14,9 @@ from gpusched.core.models import GpuInfo, Job, Request
 from gpusched.core.sched import placement
 from gpusched.core.sched.placement import GpuLoad, PlacementRules
 
-# A request, its policy and the job the GPUs are held for (None: none), found not to fit.
-Unplaceable = tuple[Request, str, int | None]
+# A request, its policy, the job the GPUs are held for (None: none) and the GPUs closed
+# to it by reservations, found not to fit.
+Unplaceable = tuple[Request, str, int | None, frozenset[int]]
 
 
 @dataclass
@@ -112,6 +113,7 @@ def gpus_for(
     rules: PlacementRules,
     unplaceable: set[Unplaceable],
     held: Mapping[str, int] | None = None,
+    closed: frozenset[int] = frozenset(),
 ) -> tuple[GpuInfo, ...] | None:
     """The GPUs for a job now, or None when it does not fit.
 
@@ -119,15 +121,21 @@ def gpus_for(
     few again: remember it, and a long queue of alike jobs costs one search, not one each.
     Only built-in policies qualify: a custom one may veto GPUs by placement counts.
     `held`: GPUs kept for a job that preempted others (uuid -> its id): no other job gets them.
+    `closed`: indices of GPUs reservations keep the job off (core/sched/reservations.py).
     """
     if not job.request.gpus:
         return ()
     holder = job.id if held and job.id in held.values() else None
-    key = (job.request, job.policy or rules.policy, holder)
+    key = (job.request, job.policy or rules.policy, holder, closed)
     if key in unplaceable:
         return None
-    if held:
-        loads = {uuid: load for uuid, load in p.loads.items() if held.get(uuid, job.id) == job.id}
+    loads: Mapping[str, GpuLoad] | None
+    if held or closed:
+        loads = {
+            uuid: load
+            for uuid, load in p.loads.items()
+            if (not held or held.get(uuid, job.id) == job.id) and load.gpu.index not in closed
+        }
     elif count_usable(p) < job.request.gpus:
         loads = None  # too few for any policy: choose_gpus needs that many that fit
     else:

@@ -38,6 +38,7 @@ def shape_of(job: Job, per_user: bool = True) -> tuple[Any, ...]:
         job.kill_on_invalid_dep,
         job.eligible_at,
         job.begin_time,
+        job.reservation,
         job.array_id if job.array_throttle is not None else None,
         job.array_throttle,
         job.id if job.preempt_hold else None,

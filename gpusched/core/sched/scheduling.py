@@ -14,7 +14,7 @@ from operator import itemgetter
 
 from gpusched.core import lifecycle
 from gpusched.core.models import GpuInfo, Inventory, Job, JobState, Request
-from gpusched.core.sched import placement
+from gpusched.core.sched import placement, reservations
 
 # Here for the daemon's callers: what dependencies decide lives in core/sched/dependencies.py.
 from gpusched.core.sched.dependencies import DependencyStates, dependency_status  # noqa: F401
@@ -191,6 +191,9 @@ class _Walk:
     # Why the GPUs cannot take a request (under a policy) now.
     gpu_reasons: GpuReasons = field(default_factory=dict)
     first_blocked: int | None = None  # the first job in line that the GPUs cannot take
+    # GPU reservations by name, and the indices of the GPUs a reservation may close.
+    reserved: Mapping[str, reservations.Reservation] = field(default_factory=dict)
+    indices: tuple[int, ...] = ()
     # Where the pass skips refused jobs unseen (pendingqueue.Walk): each start's place in
     # line and the counts just before it, to explain a skipped job as of its place.
     marks: list[tuple[tuple[float, ...], PassCounts, set[Unplaceable], GpuReasons]] | None = None
@@ -210,17 +213,23 @@ def _consider(job: Job, w: _Walk) -> tuple[int, tuple[GpuInfo, ...] | None]:
     if job.begin_time is not None and lifecycle.waits_to_begin(job, now):
         w.reasons[job.id] = lifecycle.begin_reason(job)
         return BLOCKED, None
+    if job.reservation and (why := reservations.wait_reason(job, w.reserved, now)):
+        w.reasons[job.id] = why
+        return BLOCKED, None
     if _waits_on_dependencies(job, w.deps, w.reasons, w.cancels):
         return (OPEN if job.id in w.cancels else BLOCKED), None
     why = _limit_reason(job, p, w.queue)
     if why:
         w.reasons[job.id] = why
         return BLOCKED, None
+    closed = reservations.closed_gpus(job, w.reserved, now, w.indices) if w.reserved else {}
     chosen = (
-        gpus_for(job, p, w.rules, w.unplaceable, w.held)
+        gpus_for(job, p, w.rules, w.unplaceable, w.held, frozenset(closed))
         if w.free_any or not job.request.gpus
         else None
     )
+    if chosen is None and closed and job.request.gpus:
+        return _kept_off(job, closed, w)
     if chosen is not None and delays_reservation(job, chosen, p, now):
         if w.explain and p.reservation is not None:  # it is: the job would delay it
             w.reasons[job.id] = f"would delay job {p.reservation[-1]}'s reserved start (backfill)"
@@ -246,6 +255,22 @@ def _consider(job: Job, w: _Walk) -> tuple[int, tuple[GpuInfo, ...] | None]:
     # A custom policy may veto GPUs by placement counts, which change as jobs start.
     sure = not w.free_any or (job.policy or w.rules.policy) in placement.BUILTIN_POLICIES
     return (BLOCKED if sure else OPEN), None
+
+
+def _kept_off(
+    job: Job, closed: Mapping[int, reservations.Reservation], w: _Walk
+) -> tuple[int, None]:
+    """A job the reservations keep off some GPUs, which finds too few of the others: its
+    reason names the reservation where the GPUs would take it but for that. Others of its
+    shape may still start (a shorter --time), so the pass does not block the shape."""
+    if w.explain:
+        fits = w.free_any and gpus_for(job, w.p, w.rules, w.unplaceable, w.held) is not None
+        w.reasons[job.id] = (
+            reservations.closed_reason(job, closed, w.now)
+            if fits
+            else _gpu_reason(job, w.p, w.inventory, w.rules, w.gpu_reasons)
+        )
+    return OPEN, None
 
 
 def _start(job: Job, chosen: tuple[GpuInfo, ...], w: _Walk) -> None:
@@ -318,6 +343,7 @@ def schedule(
     held: Mapping[str, int] | None = None,
     line: PendingQueue | None = None,
     attained: Mapping[int, float] | None = None,
+    reserved: Mapping[str, reservations.Reservation] | None = None,
 ) -> Plan:
     """One pass over the queue: every job that may start and fits starts, in order.
 
@@ -329,6 +355,7 @@ def schedule(
     counts its jobs' shapes: the pass stops once no job left can start (docs/scheduling.md,
     "How a pass is bounded"), and Plan.later explains the rest; not under las, whose
     order moves with time. `attained`: GPU-seconds of each job's earlier runs (las).
+    `reserved`: GPU reservations by name (core/sched/reservations.py).
     """
     p = new_pass(running, loads, placements or {}, now)
     p.links = inventory.links
@@ -343,6 +370,8 @@ def schedule(
         held,
         explain,
         any(placement.is_usable(load) for load in p.loads.values()),
+        reserved=reserved or {},
+        indices=tuple(load.gpu.index for load in p.loads.values()),
     )
     walk = pending if isinstance(pending, Walk) else None
     bound = Bound(line, walk) if line is not None else None

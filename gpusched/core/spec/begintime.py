@@ -57,6 +57,40 @@ def parse_begin(text: str, now: float) -> float:
     return when.timestamp()
 
 
+_WEEKDAYS = ("monday", "tuesday", "wednesday", "thursday", "friday", "saturday", "sunday")
+
+
+def parse_start(text: str, option: str, now: float) -> float:
+    """A reservation's --start: --begin's forms, or a weekday with an optional time of day
+    ('thu 14:00', 'friday'): the next such moment still to come."""
+    day, _, clock = text.strip().lower().partition(" ")
+    weekday = next(
+        (i for i, name in enumerate(_WEEKDAYS) if len(day) >= 3 and name.startswith(day)), None
+    )
+    if weekday is None:
+        try:
+            return parse_begin(text, now)
+        except UsageError:
+            raise UsageError(
+                f"{option} {text!r} is not a time; use {BEGIN_FORMS}, or a weekday and a "
+                "time: thu 14:00"
+            ) from None
+    try:
+        hms = _hms(clock.strip()) if clock.strip() else (0, 0, 0)
+    except ValueError:
+        raise UsageError(
+            f"{option} {text!r}: {clock.strip()!r} is not a time of day (HH:MM)"
+        ) from None
+    today = datetime.datetime.fromtimestamp(now).replace(hour=0, minute=0, second=0, microsecond=0)
+    for ahead in range(8):
+        when = (today + datetime.timedelta(days=ahead)).replace(
+            hour=hms[0], minute=hms[1], second=hms[2]
+        )
+        if when.weekday() == weekday and when.timestamp() > now:
+            return when.timestamp()
+    raise AssertionError("a weekday comes within 8 days")
+
+
 def _begin_offset(text: str) -> float:
     """'+2hours' -> 7200.0, '' -> 0.0: now's offset."""
     if not text:

@@ -54,6 +54,7 @@ SPEC_FIELDS = (
     "error",
     "open_mode",
     "begin_time",
+    "reservation",
 )
 CONSTRAINT_FIELDS = (
     "gpu_ids",
@@ -312,6 +313,7 @@ def check_job_spec(spec: Any, policies: list[str]) -> dict[str, Any]:
         "preempt_grace_s": _number(spec, "preempt_grace_s", 0.0),
         "container": _container(spec),
         "begin_time": checked_begin_time(spec),
+        "reservation": values.text(spec.get("reservation") or "", "--reservation"),
         **_output_fields(spec),
     }
 

@@ -352,6 +352,7 @@ class JobControl:
             held=held,
             line=None if las else state.queue,
             attained=state.attained,
+            reserved=state.reservations,
         )
         self.placements = dict(plan.placements)
         with state.write():
@@ -367,6 +368,8 @@ class JobControl:
                 job = state.jobs[job_id]
                 if job.pending_reason != reason and not job.preempt_hold:
                     state.remember(job_with(job, pending_reason=reason))
+            if state.reservations:
+                preempt.preempt_for_reservations(state, self.setup, self.seam, now)
             if holders:
                 preempt.release_spent_holds(state, holders, {job_id for job_id, _ in plan.starts})
             if not plan.starts:  # else the GPUs changed: the next pass weighs preemption

@@ -14,7 +14,7 @@ from dataclasses import replace
 
 from gpusched.core import lifecycle
 from gpusched.core.models import Job, JobState
-from gpusched.core.sched import placement, preemption, queuerules
+from gpusched.core.sched import placement, preemption, queuerules, reservations
 from gpusched.core.sched.dependencies import dependency_status
 from gpusched.daemon.jobs import requeue
 from gpusched.daemon.state import DaemonState, Setup
@@ -38,6 +38,24 @@ def release_spent_holds(state: DaemonState, holders: list[Job], started: set[int
     for job in holders:
         if job.id not in started and job.id not in stopping:
             state.save(replace(job, preempt_hold=()))
+
+
+def preempt_for_reservations(
+    state: DaemonState, setup: Setup, seam: ProcessSeam, now: float
+) -> None:
+    """Preemptible jobs outside a reservation still on its GPUs once it starts: each goes
+    back to the queue as a preempted one does (its checkpoint signal, then its grace)."""
+    for victim, reserved in reservations.preempt_for(state.running(), state.reservations, now):
+        requeue.stop_and_requeue(
+            state,
+            seam,
+            victim,
+            now,
+            f"preempted for reservation {reserved.name} at {requeue.local_time(now)}",
+            signum=requeue.checkpoint_signal(victim, setup.settings.preempt_signal),
+            grace_s=victim.preempt_grace_s,
+        )
+        log.info("job %d preempted for reservation %s", victim.id, reserved.name)
 
 
 def preempt_for_waiting(

@@ -1,5 +1,5 @@
-"""When pending jobs may first start (a --begin time, a retry's delay), earliest first: the
-loop's one timer for both."""
+"""When pending jobs may first start (a --begin time, a retry's delay, a reservation's start
+or end), earliest first: the loop's one timer for all."""
 
 from __future__ import annotations
 
@@ -21,6 +21,8 @@ class StartTimes:
         self._time = time
         self._when: dict[int, float] = {}  # job id -> its begin time: the truth
         self._heap: list[tuple[float, int]] = []
+        # Times that are no job's, by what they belong to (a reservation's name): a few.
+        self._other: dict[str, tuple[float, ...]] = {}
 
     def note(self, job_id: int, job: Job | None) -> None:
         """A job as it now is (None: no longer pending, or no longer active)."""
@@ -31,19 +33,35 @@ class StartTimes:
             self._when[job_id] = when
             heapq.heappush(self._heap, (when, job_id))
 
+    def note_times(self, key: str, times: list[float]) -> None:
+        """The times to come of something not a job (a reservation's start and end, by its
+        name), at which a pass may decide otherwise; none forgets them."""
+        now = self._time()
+        later = tuple(sorted(when for when in times if when > now))
+        if later:
+            self._other[key] = later
+        else:
+            self._other.pop(key, None)
+
     def next(self) -> float | None:
-        """The earliest begin time to come (epoch s), or None."""
+        """The earliest such time to come (epoch s), or None."""
         heap = self._heap
         while heap and self._when.get(heap[0][1]) != heap[0][0]:
             heapq.heappop(heap)
-        return heap[0][0] if heap else None
+        first = heap[0][0] if heap else None
+        other = min((times[0] for times in self._other.values()), default=None)
+        return other if first is None or (other is not None and other < first) else first
 
     def take_due(self, now: float) -> bool:
         """Whether such a time has come since the last call: a pass may start its job."""
         due = False
         while (when := self.next()) is not None and when <= now:
-            del self._when[heapq.heappop(self._heap)[1]]
             due = True
+            if self._heap and self._heap[0][0] == when:
+                del self._when[heapq.heappop(self._heap)[1]]
+            else:
+                for key in [k for k, times in self._other.items() if times[0] == when]:
+                    self.note_times(key, [t for t in self._other[key] if t > when])
         return due
 
 

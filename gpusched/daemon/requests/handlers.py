@@ -19,6 +19,7 @@ from gpusched.daemon.observe.usage import usage_request
 from gpusched.daemon.requests.changes import Changes
 from gpusched.daemon.requests.queries import Queries
 from gpusched.daemon.requests.request import Request, Waiter
+from gpusched.daemon.requests.reserving import Reserving
 from gpusched.daemon.requests.submits import Submits
 from gpusched.daemon.services.replicas import ServiceManager
 from gpusched.daemon.state import DaemonState, Setup
@@ -36,6 +37,7 @@ class Handlers:
             Submits(state, setup),
         )
         self._limits = limits.from_settings(setup.settings)
+        reserving = Reserving(state, setup)
         self.services = ServiceManager(state, setup, submits, changes)
         self._table: dict[str, Callable[[Request], Any]] = {
             "status": queries.status,
@@ -63,6 +65,9 @@ class Handlers:
             "usage": lambda req: usage_request(state, setup, req),
             "history": lambda req: gpumemory.history_request(state, setup, req.args, req.creds[1]),
             "service": self.services.request,
+            "reserve": lambda req: reserving.create(req.args, req.creds),
+            "reservations": lambda req: reserving.list(req.args),
+            "unreserve": lambda req: reserving.delete(req.args["name"], req.creds),
         }
         if set(self._table) != LOOP_COMMANDS:
             raise AssertionError(

@@ -305,6 +305,12 @@ class Queries:
             "daemon": self.status(req),
             "inventory": inventory,
             "reserved_bytes": {gpu.uuid: load.promised_bytes for gpu, load in self._loads()},
+            # GPU reservations not yet ended (name, GPU indices, start, end): top marks their GPUs.
+            "gpu_reservations": [
+                [r.name, list(r.gpus), r.start, r.end]
+                for r in state.reservations.values()
+                if r.end > self.setup.clock.time()
+            ],
             "pid_jobs": {str(pid): job for pid, job in state.pid_jobs.items()},
             "jobs": jobs,
             "jobs_left_out": len(active) - len(jobs),

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 from gpusched.core.errors import NotFound, UsageError
 from gpusched.core.models import Job, job_with
-from gpusched.core.sched import memestimate, placement, preemption, scheduling
+from gpusched.core.sched import memestimate, placement, preemption, reservations, scheduling
 from gpusched.core.slurm import slurmspec
 from gpusched.core.spec import jobspec, limits, outpattern, syntax
 from gpusched.core.spec.values import shown
@@ -235,6 +235,10 @@ class Submits:
             pending_reason="waiting to be placed",
             **fields,
         )
+        if job.reservation:
+            if cluster is not None:
+                raise UsageError("--reservation is for this machine's GPUs, not a --cluster")
+            reservations.check_job(job, self.state.reservations, self.setup.clock.time())
         if cluster is not None:
             slurmspec.refuse_if(job, cluster)
             self.state.clusters.check_dependencies(job.dependencies, cluster)

@@ -1,0 +1,171 @@
+"""GPU reservations in the daemon: `reserve create/ls/show/delete`, `submit --reservation`,
+others' jobs kept off reserved GPUs, the timer at a reservation's start and end, preemption
+at its start, and who may reserve (in-process with a moving clock, then through the CLI)."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+
+import inproc
+from conftest import wait_until
+from gpusched.client import protocol
+from gpusched.core.errors import NotFound, PermissionDenied, UsageError
+from gpusched.core.users import user_name
+from gpusched.daemon.loop import Call
+from gpusched.daemon.requests.request import Request
+
+ME = user_name(os.getuid())
+STRANGER = (os.getpid(), 65534, 65534)  # not the daemon's user, not an admin
+HOUR = 3600.0
+
+
+def ask(box, cmd, creds=inproc.ME, **args):
+    """box.call, for requests that take a `name` (box.call's own first argument)."""
+    protocol.check_request({"cmd": cmd, "args": args})
+    call = Call(Request(cmd, args, creds))
+    box.daemon.step([call])
+    if call.error is not None:
+        raise call.error
+    return json.loads(json.dumps(call.result))
+
+
+def reserve(box, gpus=(2, 3), start_in=HOUR, hours=2.0, creds=inproc.ME, **args):
+    now = box.clock.time()
+    return ask(
+        box,
+        "reserve",
+        creds,
+        gpus=list(gpus),
+        start_time=now + start_in,
+        end_time=now + start_in + hours * HOUR,
+        **args,
+    )
+
+
+def gpus_of(box, job_id):
+    return box.show(job_id)["gpu_indices"]
+
+
+def test_others_stay_off_reserved_gpus_unless_their_time_ends_before_it(box):
+    made = reserve(box, name="demo", users=[ME])
+    assert (made["name"], made["gpus"], made["users"]) == ("demo", [2, 3], [ME])
+    free = [box.submit("--gpus", "1", "--", "true") for _ in range(3)]
+    assert sorted(g for j in free[:2] for g in gpus_of(box, j)) == [0, 1]
+    reason = box.show(free[2])["pending_reason"]
+    assert reason.startswith("GPUs 2,3 are reserved from ")
+    assert "(reservation demo; no --time)" in reason
+    short = box.submit("--gpus", "1", "--time", "30m", "--", "true")
+    assert gpus_of(box, short)[0] in (2, 3)  # it ends before the reservation starts
+    long = box.submit("--gpus", "1", "--time", "2h", "--", "true")
+    assert "its --time runs past that" in box.show(long)["pending_reason"]
+
+
+def test_its_jobs_wait_for_the_start_and_others_are_preempted_then(box):
+    reserve(box, name="demo", users=[ME], start_in=HOUR)
+    victim = box.submit("--gpus", "1", "--time", "50m", "--preemptible", "--", "true")
+    assert gpus_of(box, victim)[0] in (2, 3)
+    mine = box.submit("--gpus", "2", "--reservation", "demo", "--", "true")
+    assert box.show(mine)["pending_reason"].startswith("Reservation demo (starts at")
+    start = box.clock.time() + HOUR
+    assert box.daemon.control.next_deadline() <= start
+    box.step(HOUR - 1)
+    assert box.show(mine)["state"] == "pending"
+    box.step(1.0)  # the timer's pass at the start: the preemptible job is stopped
+    shown = box.show(victim)
+    assert shown["preempting"] and "reservation demo" in shown["requeue_reason"]
+    box.exit(victim, None, signum=15)
+    box.step()
+    assert sorted(gpus_of(box, mine)) == [2, 3]
+    other = box.submit("--gpus", "1", "--time", "1m", "--", "true")
+    assert gpus_of(box, other)[0] in (0, 1)  # never 2 or 3 inside the window
+
+
+def test_the_end_frees_the_gpus_and_a_restart_keeps_the_reservation(box):
+    reserve(box, name="demo", users=[ME], start_in=HOUR, hours=1.0)
+    box.restart()
+    assert [r["name"] for r in box.call("reservations")["reservations"]] == ["demo"]
+    waiting = [box.submit("--gpus", "1", "--", "true") for _ in range(3)]
+    assert box.show(waiting[2])["state"] == "pending"
+    box.step(2 * HOUR)  # the timer's pass at the end
+    assert box.show(waiting[2])["state"] == "running"
+    assert box.call("reservations")["reservations"] == []
+
+
+def test_submit_reservation_is_refused_to_others_and_for_unknown_names(box):
+    reserve(box, name="demo", users=[ME])
+    with pytest.raises(UsageError, match="no such reservation"):
+        box.submit("--reservation", "nope", "--", "true")
+    with pytest.raises(UsageError, match="holds 2 GPUs"):
+        box.submit("--gpus", "3", "--reservation", "demo", "--", "true")
+    with pytest.raises(PermissionDenied, match=f"is for {ME}, not nobody"):
+        box.call("submit", STRANGER, jobs=[{"command": ["true"], "reservation": "demo"}], cwd="/")
+
+
+def test_clashes_names_and_deletes(box):
+    reserve(box, name="demo", users=[ME])
+    with pytest.raises(UsageError, match="are reserved by demo"):
+        reserve(box, gpus=(3,), name="other")
+    with pytest.raises(UsageError, match="exists already"):
+        reserve(box, gpus=(0,), name="demo")
+    with pytest.raises(UsageError, match="no GPU 7"):
+        reserve(box, gpus=(7,))
+    assert reserve(box, gpus=(0,))["name"] == f"{ME}_1"
+    with pytest.raises(PermissionDenied, match=f"made by {ME}"):
+        ask(box, "unreserve", STRANGER, name="demo")
+    assert ask(box, "unreserve", name="demo") == {"deleted": "demo"}
+    with pytest.raises(NotFound, match="no reservation 'demo'"):
+        box.call("reservations", names=["demo"])
+
+
+def test_only_admins_reserve_unless_a_user_limit_is_set(make_box):
+    box = make_box()
+    with pytest.raises(PermissionDenied, match="only an admin may reserve"):
+        reserve(box, creds=STRANGER, users=["nobody"])
+    box = make_box(config="[reservations]\nuser_max_gpu_hours = 5\n")
+    assert reserve(box, gpus=(1, 2), hours=2.0, creds=STRANGER)["users"] == ["nobody"]
+    with pytest.raises(PermissionDenied, match="for yourself"):
+        reserve(box, gpus=(0,), hours=0.5, creds=STRANGER, users=[ME])
+    with pytest.raises(PermissionDenied, match="user_max_gpu_hours; holds 4"):
+        reserve(box, gpus=(0,), hours=1.5, creds=STRANGER)
+    assert reserve(box, gpus=(0,), hours=1.0, creds=STRANGER)["name"] == "nobody_2"
+
+
+# -- through the CLI and a real daemon -------------------------------------------------------
+def test_reserve_commands_through_the_cli(home):
+    made = home.run(
+        "reserve",
+        "create",
+        "--gpus",
+        "1",
+        "--start",
+        "now+1hour",
+        "--duration",
+        "4h",
+        "--name",
+        "demo",
+        "--json",
+    )
+    assert json.loads(made.stdout)["gpus"] == [1]
+    listed = home.run("reserve", "ls").stdout
+    assert listed.splitlines()[1].startswith("demo       1       ")
+    assert max(len(line) for line in listed.splitlines()) <= 80
+    assert json.loads(home.run("reserve", "ls", "--json").stdout)[0]["name"] == "demo"
+    assert "duration=4h00m" in home.run("reserve", "show", "demo").stdout
+    job_id = home.submit("--reservation", "demo", "--", "true")
+    wait_until(
+        lambda: home.show(job_id)["pending_reason"].startswith("Reservation demo (starts at"),
+        "the reservation's reason",
+    )
+    bad = home.run(
+        "reserve", "create", "--gpus", "1", "--duration", "1h", "--start", "soon", check=False
+    )
+    assert bad.returncode == 2 and bad.stderr.startswith("Error: --start 'soon' is not a time")
+    home.run("reserve", "delete", "demo")
+    gone = home.run("reserve", "show", "demo", check=False)
+    assert gone.returncode == 1 and gone.stderr.startswith("Error: no reservation 'demo'")
+    wait_until(
+        lambda: "ended or was deleted" in home.show(job_id)["pending_reason"], "the job's reason"
+    )

@@ -1,0 +1,137 @@
+"""GPU reservations, pure: the placement filter and the scheduling pass with a moving clock."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from gpusched.core.errors import UsageError
+from gpusched.core.models import GpuInfo, Inventory, Job, JobState, Request
+from gpusched.core.sched import placement, reservations, scheduling
+from gpusched.core.sched.queuerules import QueueRules
+from gpusched.core.sched.reservations import Reservation
+
+pytestmark = pytest.mark.unit
+
+T0 = 1_800_000_000.0
+DEMO = Reservation("demo", (2, 3), ("alice",), T0 + 3600, T0 + 3 * 3600, "root", T0)
+GPUS = tuple(
+    GpuInfo(index=i, uuid=f"GPU-{i}", name="Sim", mem_total_bytes=80 << 30, mem_used_bytes=0)
+    for i in range(4)
+)
+
+
+def job(job_id: int, gpus: int = 1, user: str = "bob", **fields) -> Job:
+    return Job(
+        id=job_id,
+        command=("true",),
+        cwd="/",
+        uid=1000,
+        user=user,
+        request=Request(gpus=gpus),
+        **fields,
+    )
+
+
+def plan(pending, now, running=(), reserved=None):
+    inventory = Inventory(gpus=GPUS)
+    rules = placement.PlacementRules()
+    loads = placement.gpu_loads(inventory, list(running), {}, rules, {}, now)
+    return scheduling.schedule(
+        pending,
+        list(running),
+        loads,
+        inventory,
+        rules,
+        QueueRules(),
+        now,
+        reserved={"demo": DEMO} if reserved is None else reserved,
+    )
+
+
+def started(p) -> dict[int, list[int]]:
+    return {job_id: [g.index for g in gpus] for job_id, gpus in p.starts}
+
+
+def test_a_job_without_time_stays_off_reserved_gpus_from_the_moment_they_are_reserved():
+    closed = reservations.closed_gpus(job(1), {"demo": DEMO}, T0, range(4))
+    assert set(closed) == {2, 3}
+    assert reservations.closed_gpus(job(1), {"demo": DEMO}, DEMO.end, range(4)) == {}
+
+
+@pytest.mark.parametrize(
+    "time_limit_s, now, closed",
+    [
+        (1800.0, T0, set()),  # ends before the start
+        (3600.0, T0, set()),  # ends at the start
+        (3601.0, T0, {2, 3}),  # would still run then
+        (1800.0, T0 + 1801, {2, 3}),  # later, the same job no longer fits before it
+        (60.0, T0 + 3600, {2, 3}),  # inside the window
+        (60.0, T0 + 3 * 3600, set()),  # after it
+    ],
+)
+def test_its_time_limit_decides_as_the_clock_moves(time_limit_s, now, closed):
+    j = job(1, time_limit_s=time_limit_s)
+    assert set(reservations.closed_gpus(j, {"demo": DEMO}, now, range(4))) == closed
+
+
+def test_a_job_in_the_reservation_waits_for_its_window_and_uses_only_its_gpus():
+    mine = job(1, user="alice", reservation="demo")
+    assert reservations.wait_reason(mine, {"demo": DEMO}, T0).startswith(
+        "Reservation demo (starts at"
+    )
+    assert reservations.wait_reason(mine, {"demo": DEMO}, DEMO.start) == ""
+    assert "ended or was deleted" in reservations.wait_reason(mine, {"demo": DEMO}, DEMO.end)
+    assert "ended or was deleted" in reservations.wait_reason(mine, {}, T0)
+    assert set(reservations.closed_gpus(mine, {"demo": DEMO}, DEMO.start, range(4))) == {0, 1}
+
+
+def test_the_pass_places_others_beside_the_reservation_and_says_why_they_wait():
+    p = plan([job(1, gpus=2), job(2, gpus=2), job(3, gpus=1, time_limit_s=600)], T0)
+    got = started(p)
+    assert got[1] == [0, 1] and got[3][0] in (2, 3)  # a short one may use a reserved GPU till then
+    assert 2 not in got
+    assert p.reasons[2].startswith("GPUs 2,3 are reserved from ")
+    assert "(reservation demo; no --time)" in p.reasons[2]
+
+
+def test_inside_the_window_only_its_users_jobs_run_there():
+    now = DEMO.start + 60
+    p = plan(
+        [job(1, gpus=2), job(2, gpus=2), job(3, gpus=2, user="alice", reservation="demo")], now
+    )
+    assert started(p) == {1: [0, 1], 3: [2, 3]}
+    assert "reservation demo, until" in p.reasons[2]
+    before = plan([job(3, gpus=2, user="alice", reservation="demo")], T0)
+    assert before.starts == () and before.reasons[3].startswith("Reservation demo (starts at")
+
+
+def test_preemptible_jobs_on_its_gpus_are_named_once_it_starts():
+    on_it = job(1, preemptible=True, state=JobState.RUNNING, gpu_indices=(3,))
+    not_preemptible = job(2, state=JobState.RUNNING, gpu_indices=(2,))
+    elsewhere = job(3, preemptible=True, state=JobState.RUNNING, gpu_indices=(0,))
+    running = [on_it, not_preemptible, elsewhere]
+    assert reservations.preempt_for(running, {"demo": DEMO}, T0) == []
+    assert reservations.preempt_for(running, {"demo": DEMO}, DEMO.start) == [(on_it, DEMO)]
+
+
+def test_clashes_and_names():
+    later = Reservation("later", (3,), ("bob",), DEMO.end, DEMO.end + 60)
+    overlapping = Reservation("x", (0, 3), ("bob",), DEMO.start - 60, DEMO.start + 60)
+    assert reservations.clash(later, [DEMO]) is None
+    assert reservations.clash(overlapping, [DEMO, later]) == DEMO
+    with pytest.raises(UsageError):
+        reservations.check_name("-x")
+    assert reservations.from_dict(reservations.to_dict(DEMO)) == DEMO
+
+
+def test_top_marks_reserved_gpus_with_the_reservation_now_or_next():
+    from test_tui import NOW, frame
+
+    reserved = (("demo", (0,), NOW - 60, NOW + 3600), ("later", (1,), NOW + 7200, NOW + 9000))
+    text = frame(120, gpu_reservations=reserved)
+    gpu_rows = [line for line in text.splitlines() if " ok" in line]
+    assert "ok [demo]" in gpu_rows[0]
+    assert f"ok [later {time.strftime('%H:%M', time.gmtime(NOW + 7200))}]" in text  # UTC frame
+    assert "[demo" not in frame(120)
