@@ -169,3 +169,25 @@ def test_reserve_commands_through_the_cli(home):
     wait_until(
         lambda: "ended or was deleted" in home.show(job_id)["pending_reason"], "the job's reason"
     )
+
+
+@pytest.mark.e2e
+def test_simulate_reservations_through_the_cli(tmp_path):
+    from test_simulator import gpusched, history
+
+    trace = history(tmp_path, [("a", "u", 0, 1, 7200), ("b", "v", 0, 1, 7200)])
+    calendar = tmp_path / "calendar.toml"
+    calendar.write_text('[[reservation]]\nname = "demo"\ngpus = [1]\nduration = "1h"\n')
+    plain = json.loads(gpusched("simulate", str(trace), "--gpus", "2", "--json").stdout)
+    proc = gpusched(
+        "simulate", str(trace), "--gpus", "2", "--reservations", str(calendar), "--json"
+    )
+    assert proc.returncode == 0, proc.stderr
+    report = json.loads(proc.stdout)
+    assert report["reservations"] == ["demo"]
+    assert report["makespan_s"] == plain["makespan_s"] + 3600  # b waits out the window
+    text = gpusched("simulate", str(trace), "--gpus", "2", "--reservations", str(calendar))
+    assert "reservations" in text.stdout and "demo" in text.stdout
+    bad = gpusched("simulate", str(trace), "--reservations", str(calendar), "--preemption")
+    assert bad.returncode == 2
+    assert bad.stderr.startswith("Error: --reservations replays without priorities")

@@ -11,6 +11,7 @@ from gpusched.core.models import GpuInfo, Inventory, Job, JobState, Request
 from gpusched.core.sched import placement, reservations, scheduling
 from gpusched.core.sched.queuerules import QueueRules
 from gpusched.core.sched.reservations import Reservation
+from gpusched.sim import simulator, traces
 
 pytestmark = pytest.mark.unit
 
@@ -135,3 +136,33 @@ def test_top_marks_reserved_gpus_with_the_reservation_now_or_next():
     assert "ok [demo]" in gpu_rows[0]
     assert f"ok [later {time.strftime('%H:%M', time.gmtime(NOW + 7200))}]" in text  # UTC frame
     assert "[demo" not in frame(120)
+
+
+# -- the simulator: the same filter, in the trace's time -------------------------------------
+def test_simulate_keeps_trace_jobs_off_a_reserved_gpu_through_the_window(tmp_path):
+    from test_simulator import history
+
+    calendar = tmp_path / "calendar.toml"
+    calendar.write_text(
+        '[[reservation]]\nname = "demo"\ngpus = [1]\nstart = "1h"\nduration = "2h"\n'
+    )
+    reserved = traces.load_reservations(calendar)
+    assert [(r.name, r.gpus, r.start, r.end) for r in reserved] == [("demo", (1,), 3600, 3 * 3600)]
+    rows = [("short", "u", 0, 1, 1800), ("long", "u", 0, 1, 7200), ("late", "v", 1, 1, 600)]
+    rows.append(("after", "v", 1, 1, 7200))
+    jobs = traces.load_trace(history(tmp_path, rows)).jobs
+    free = {r.job_id: r for r in simulator.simulate(jobs, gpus=2, discipline="fifo")}
+    assert (free["late"].start_s, free["after"].start_s) == (1800, 2400)  # no reservation
+    got = {
+        r.job_id: r for r in simulator.simulate(jobs, gpus=2, discipline="fifo", reserved=reserved)
+    }
+    # short fits before the start on either GPU; long runs past it, so only on GPU 0
+    assert got["long"].gpu_indices == (0,) and got["short"].gpu_indices == (1,)
+    assert got["late"].start_s == 1800 and got["late"].gpu_indices == (1,)  # ends by 1h
+    assert (got["after"].start_s, got["after"].gpu_indices) == (7200, (0,))  # long's GPU
+    bad = tmp_path / "bad.toml"
+    bad.write_text('[[reservation]]\nname = "x"\ngpus = [0]\n')
+    with pytest.raises(UsageError, match="needs a start and a duration"):
+        traces.load_reservations(bad)
+    with pytest.raises(UsageError, match="holds GPU 1; the simulated box has GPUs 0-0"):
+        simulator.simulate(jobs, gpus=1, reserved=reserved)

@@ -14,11 +14,12 @@ from gpusched.core import lifecycle
 from gpusched.core.config import Settings
 from gpusched.core.errors import GpuschedError, UsageError
 from gpusched.core.models import DISCIPLINES, GpuInfo, Inventory, Job, Request
-from gpusched.core.sched import placement, queuerules, scheduling
+from gpusched.core.sched import placement, queuerules, reservations, scheduling
 from gpusched.core.sched.pendingqueue import PendingQueue
 from gpusched.core.sched.placement import PlacementRules, Policy
 from gpusched.core.sched.policies import load_custom_policies, placement_rules
 from gpusched.core.sched.queuerules import HostCapacity, QueueRules, fair_share
+from gpusched.core.sched.reservations import Reservation
 from gpusched.sim import traces
 
 GPU_MEM_BYTES = 80 * 2**30  # each simulated GPU: an 80 GiB card, idle, nothing outside
@@ -140,6 +141,7 @@ class _Replay:
         queue: QueueRules,
         half_life_s: float,
         links: Sequence[Sequence[str]] = (),
+        reserved: Sequence[Reservation] = (),
     ):
         self.jobs, self.rules, self.queue, self.half_life_s = jobs, rules, queue, half_life_s
         self.inventory = simulated_box(gpus, links)
@@ -153,7 +155,11 @@ class _Replay:
         self.waiting: dict[int, Job] = {}
         self.running: dict[int, Job] = {}
         self.ends: list[tuple[float, int]] = []  # heap of (expected end, job id)
-        self.begins: list[float] = []  # heap of waiting jobs' begin times to come
+        # A heap of the instants a pass may decide otherwise besides arrivals and ends:
+        # waiting jobs' begin times, reservations' starts and ends.
+        self.begins: list[float] = reservations.times(reserved)
+        heapq.heapify(self.begins)
+        self.reserved = {r.name: r for r in reserved}  # the daemon's filter (placement)
         self.usage: dict[str, float] = {}
         self.placements: dict[int, int] = {}  # GPU index -> jobs placed on it (round-robin)
         self.busy_gpus = 0
@@ -245,6 +251,7 @@ class _Replay:
             placements=self.placements,
             explain=False,
             line=self.line,
+            reserved=self.reserved,
         )
         if not plan.starts:
             return
@@ -312,6 +319,7 @@ def simulate(
     custom_policies: Mapping[str, Policy] | None = None,
     host: HostCapacity | None = None,
     links: Sequence[Sequence[str]] = (),
+    reserved: Sequence[Reservation] = (),
 ) -> list[JobResult]:
     """Every job's submit, start and end when `gpus` identical GPUs serve the trace.
 
@@ -319,7 +327,9 @@ def simulate(
     by the daemon's own placement code.
 
     Jobs must be in submission order (traces.load_trace sorts them). With `host`, CPUs
-    and host memory are scheduled too, exactly as the daemon counts them.
+    and host memory are scheduled too, exactly as the daemon counts them. `reserved`: GPU
+    reservations (times in the trace's), which no trace job runs in: they keep the others
+    off their GPUs, by the daemon's own filter.
     """
     rules = check_choices(gpus, policy, discipline, custom_policies)
     check_trace_fits(trace_jobs, gpus, rules)
@@ -336,7 +346,13 @@ def simulate(
                 f"{host.mem_bytes / 2**30:.1f} GiB)"
             )
     queue = QueueRules(discipline=discipline, host=host)
-    started = _Replay(jobs, gpus, rules, queue, half_life_s, links).run()
+    for r in reserved:
+        if max(r.gpus) >= gpus:
+            raise UsageError(
+                f"reservation {r.name} holds GPU {max(r.gpus)}; the simulated box has GPUs "
+                f"0-{gpus - 1}"
+            )
+    started = _Replay(jobs, gpus, rules, queue, half_life_s, links, reserved).run()
     return [
         JobResult(
             t.job_id,

@@ -10,7 +10,11 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TypeVar
 
+from gpusched.core.config import _toml
 from gpusched.core.errors import GpuschedError, UsageError
+from gpusched.core.sched import reservations
+from gpusched.core.sched.reservations import Reservation
+from gpusched.core.units import parse_duration
 
 _Number = TypeVar("_Number", int, float)
 
@@ -209,3 +213,32 @@ def prepare(path: Path, *, gpus: int, load: float | None, arrivals: str, seed: i
     if load is not None:
         trace = scale_to_load(trace, load, gpus)
     return poisson_arrivals(trace, seed) if arrivals == "poisson" else trace
+
+
+def load_reservations(path: Path) -> list[Reservation]:
+    """GPU reservations for `simulate --reservations`: a TOML file of [[reservation]]
+    tables (name, gpus, users, start and duration, times after the trace's start)."""
+    toml = _toml()
+    try:
+        with open(path, "rb") as handle:
+            tables = toml.load(handle).get("reservation", [])
+    except (OSError, toml.TOMLDecodeError) as exc:
+        raise GpuschedError(f"cannot read reservations {path}: {exc}. Check the file.") from None
+    if not isinstance(tables, list) or not all(isinstance(t, dict) for t in tables):
+        raise UsageError(f"{path}: reservations are [[reservation]] tables")
+    found: list[Reservation] = []
+    for table in tables:
+        try:
+            start = parse_duration(table.get("start", 0))
+            end = start + parse_duration(table["duration"])
+        except (KeyError, ValueError) as exc:
+            raise UsageError(
+                f"{path}: reservation {table.get('name')!r} needs a start and a duration "
+                f'(e.g. start = "2h", duration = "4h"): {exc}'
+            ) from None
+        made = reservations.from_dict({**table, "start": start, "end": end})
+        other = reservations.clash(made, found)
+        if other is not None or made.name in {r.name for r in found}:
+            raise UsageError(f"{path}: reservation {made.name} overlaps or repeats another")
+        found.append(made)
+    return found

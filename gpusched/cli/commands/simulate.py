@@ -50,6 +50,11 @@ def _print_table(report: dict[str, Any]) -> None:
         ("GPU utilization", f"{report['gpu_utilization'] * 100:.1f} %"),
         ("Jain fairness (bounded slowdown by tenant)", f"{report['jain_fairness']:.3f}"),
         *_priority_lines(report),
+        *(
+            [("reservations", ", ".join(report["reservations"]))]
+            if "reservations" in report
+            else []
+        ),
         ("simulated in", f"{report['elapsed_s']:.2f} s"),
     ]
     width = max(len(name) for name, _ in lines)
@@ -145,6 +150,7 @@ def simulate_command(
     preemption: bool = False,
     high_priority_share: float | None = None,
     estimates: bool = False,
+    reservations: Path | None = None,
 ) -> int:
     """`gpusched simulate`: replay, then print the metrics as a table or JSON."""
     rules = check_choices(gpus, policy, discipline)  # before reading a large file
@@ -164,7 +170,7 @@ def simulate_command(
         raise UsageError(
             "--preemption and --high-priority-share count GPUs only; leave out --cpus and --mem"
         )
-    settings = {
+    settings: dict[str, Any] = {
         "gpus": gpus,
         "cpus": cpus,
         "mem": mem,
@@ -175,6 +181,14 @@ def simulate_command(
         "seed": seed if arrivals == "poisson" else None,
     }
     model = None
+    reserved = [] if reservations is None else traces.load_reservations(reservations)
+    if reserved and (preemption or high_priority_share is not None):
+        raise UsageError(
+            "--reservations replays without priorities; leave out --preemption, "
+            "--high-priority-share and --discipline las"
+        )
+    if reserved:
+        settings["reservations"] = [r.name for r in reserved]
     if estimates and (preemption or high_priority_share is not None):
         raise UsageError(
             "--estimates replays without priorities; leave out --preemption and "
@@ -193,7 +207,9 @@ def simulate_command(
         if estimates:
             model = memory.memory_model(jobs, seed)
             jobs = memory.with_estimates(jobs, model, rules)
-        results = simulate(jobs, gpus=gpus, policy=policy, discipline=discipline, host=host)
+        results = simulate(
+            jobs, gpus=gpus, policy=policy, discipline=discipline, host=host, reserved=reserved
+        )
         report = _report(prepared, compute_metrics(results, gpus), settings)
         if model is not None:
             report["estimates"] = asdict(memory.report(jobs, model, results))

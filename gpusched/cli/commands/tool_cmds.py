@@ -62,6 +62,13 @@ def simulate(
         "(GPU memory peaks from a seeded model) and count the jobs "
         "that shared a GPU and those that would have run out of it.",
     ),
+    reservations: Path | None = typer.Option(
+        None,
+        "--reservations",
+        metavar="FILE",
+        help="GPU reservations, a TOML list of [[reservation]] (docs/calendar.md): other "
+        "jobs stay off their GPUs, as in the daemon.",
+    ),
     as_json: bool = typer.Option(False, "--json", help=JSON_HELP),
 ) -> None:
     """Replay a job trace in simulated time.
@@ -72,6 +79,7 @@ def simulate(
     Examples:
       gpusched simulate trace.csv --gpus 8 --discipline backfill
       gpusched simulate trace.csv --gpus 8 --load 0.5 --preemption
+      gpusched simulate trace.csv --gpus 8 --reservations calendar.toml
     """
     # the simulator: 43 ms of every typer command
     from gpusched.cli.commands.simulate import simulate_command  # noqa: PLC0415
@@ -91,6 +99,7 @@ def simulate(
             preemption=preemption,
             high_priority_share=high_priority_share,
             estimates=estimates,
+            reservations=reservations,
         )
     )
 
