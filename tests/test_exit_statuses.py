@@ -161,6 +161,12 @@ def commands(home: Home) -> list[list[str]]:
         ["service", "scale", "--help"],
         ["service", "update", "--help"],
         ["service", "delete", "--help"],
+        # Reservations: the same.
+        ["reserve", "ls"],
+        ["reserve", "ls", "--json"],
+        ["reserve", "create", "--help"],
+        ["reserve", "show", "--help"],
+        ["reserve", "delete", "--help"],
         # Last: they stop the daemon (the next command starts it again).
         ["daemon", "restart"],
         ["daemon", "stop"],
@@ -184,7 +190,8 @@ def leaf_commands(group: object, prefix: tuple[str, ...] = ()) -> set[tuple[str,
 
 def test_every_command_is_in_the_closed_output_test(queue):
     covered = {tuple(a for a in args[:2] if not a.startswith("-")) for args in commands(queue)}
-    covered = {c if c[:1] in (("daemon",), ("service",)) else c[:1] for c in covered}
+    groups = (("daemon",), ("service",), ("reserve",))
+    covered = {c if c[:1] in groups else c[:1] for c in covered}
     missing = leaf_commands(typer.main.get_command(app)) - covered - SILENT
     assert not missing, f"add these commands to commands() above: {sorted(missing)}"
 
