@@ -80,6 +80,20 @@ def test_doctor_names_each_damaged_row_and_repair_saves_the_rest(bases, make_hom
     assert home.submit("--", "true") == 8
 
 
+def test_repair_keeps_the_gpu_reservations(bases, make_home):
+    home = make_home("2x80GiB")
+    state = place(bases["crashed"], home)
+    spoil_rows(state / "queue.db")
+    sql(
+        state / "queue.db",
+        "INSERT INTO reservations VALUES "
+        "('demo', '[1]', '[\"alice\"]', 4000000000.0, 4000003600.0, 'root', 1.0)",
+    )
+    assert "saved 3 job(s)" in home.run("doctor", "--repair").stdout
+    (kept,) = json.loads(home.run("reserve", "ls", "--json").stdout)
+    assert (kept["name"], kept["gpus"], kept["users"]) == ("demo", [1], ["alice"])
+
+
 def fingerprint_of(path: Path) -> str:
     import hashlib
 

@@ -8,6 +8,7 @@ Only while no daemon runs: this takes the daemon's lock.
 
 from __future__ import annotations
 
+import json
 import os
 import sqlite3
 import time
@@ -19,6 +20,8 @@ from filelock import FileLock, Timeout
 from gpusched.client.paths import Paths
 from gpusched.core.errors import GpuschedError
 from gpusched.core.models import Job
+from gpusched.core.sched import reservations
+from gpusched.core.sched.reservations import Reservation
 from gpusched.core.spec.syntax import MAX_JOB_ID
 from gpusched.store import integrity, walcheck
 from gpusched.store.database import Store
@@ -94,7 +97,7 @@ def _repair(paths: Paths) -> Repair:
         return result  # healthy: nothing to do
     files = integrity.earlier_jobs(paths.jobs_dir)
     last_id = _highest(last_id, *result.left_out, *files)
-    _write_queue(db + ".repair", jobs, meta, last_id)
+    _write_queue(db + ".repair", jobs, meta, last_id, _reservations(db))
     result.kept_as = _keep_old(db)
     os.replace(db + ".repair", db)
     _sync_dir(os.path.dirname(db))
@@ -119,6 +122,37 @@ def _salvage(db: str, result: Repair) -> tuple[list[sqlite3.Row], list[tuple[str
             return rows, meta, last_id
     except (sqlite3.DatabaseError, OSError):
         return [], [], 0  # not a database at all: only the jobs' files tell the ids
+
+
+def _reservations(db: str) -> list[Reservation]:
+    """The GPU reservations that can be read from the old queue (none before they existed)."""
+    try:
+        with integrity.reading(db) as conn:
+            rows = conn.execute(
+                "SELECT name, gpus, users, start_at, end_at, created_by, created_at "
+                "FROM reservations"
+            ).fetchall()
+    except (sqlite3.DatabaseError, OSError):
+        return []
+    found = []
+    for name, gpus, users, start, end, by, at in rows:
+        try:
+            found.append(
+                reservations.from_dict(
+                    {
+                        "name": name,
+                        "gpus": json.loads(gpus),
+                        "users": json.loads(users),
+                        "start": start,
+                        "end": end,
+                        "created_by": by,
+                        "created_at": at,
+                    }
+                )
+            )
+        except (ValueError, GpuschedError):  # a damaged one: the admin makes it again
+            continue
+    return found
 
 
 def _ids_only_in_damaged_wal(db: str, saved: set[int], result: Repair) -> int:
@@ -186,7 +220,13 @@ def _rows(conn: sqlite3.Connection, last_id: int, result: Repair) -> list[sqlite
     return rows
 
 
-def _write_queue(path: str, jobs: list[Job], meta: list[tuple[str, str]], last_id: int) -> None:
+def _write_queue(
+    path: str,
+    jobs: list[Job],
+    meta: list[tuple[str, str]],
+    last_id: int,
+    reserved: list[Reservation],
+) -> None:
     for suffix in ("", *integrity.SIDECARS):  # left by a repair that was interrupted
         if os.path.lexists(path + suffix):
             os.unlink(path + suffix)
@@ -196,6 +236,8 @@ def _write_queue(path: str, jobs: list[Job], meta: list[tuple[str, str]], last_i
             store.insert(jobs)
             for key, value in meta:
                 store.set_meta(key, value)
+            for reservation in reserved:
+                store.put_reservation(reservation)
             store.reserve_ids(last_id)
     finally:
         store.close()
