@@ -83,6 +83,21 @@ def test_its_jobs_wait_for_the_start_and_others_are_preempted_then(box):
     assert gpus_of(box, other)[0] in (0, 1)  # never 2 or 3 inside the window
 
 
+def test_a_job_preempts_only_where_the_reservations_let_it_run(box):
+    reserve(box, name="demo", users=[ME], start_in=HOUR)
+    first = [box.submit("--gpus", "1", "--preemptible", "--", "true") for _ in range(2)]
+    box.step(600.0)
+    later = [
+        box.submit("--gpus", "1", "--time", "30m", "--preemptible", "--", "true") for _ in range(2)
+    ]
+    assert sorted(g for j in later for g in gpus_of(box, j)) == [2, 3]
+    box.step(600.0)
+    urgent = box.submit("--gpus", "1", "--priority", "10", "--", "true")  # no --time
+    stopping = [j for j in first + later if box.show(j)["preempting"]]
+    assert len(stopping) == 1 and stopping[0] in first, [box.show(j) for j in first + later]
+    assert box.show(urgent)["pending_reason"].startswith("preempting job")
+
+
 def test_the_end_frees_the_gpus_and_a_restart_keeps_the_reservation(box):
     reserve(box, name="demo", users=[ME], start_in=HOUR, hours=1.0)
     box.restart()

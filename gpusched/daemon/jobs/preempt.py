@@ -85,8 +85,13 @@ def preempt_for_waiting(
         return queuerules.outranks(urgent, victim, queue, state.attained, now)
 
     for urgent in _candidates(state, queue, dep_states, lowest, now):
+        # Only the GPUs it may be placed on (a reservation's may be closed to it).
+        closed = reservations.closed_gpus(
+            urgent, state.reservations, now, (load.gpu.index for load in loads.values())
+        )
+        usable = {u: load for u, load in loads.items() if load.gpu.index not in closed}
         victims = preemption.choose_victims(
-            urgent, running, loads, setup.rules, rules, now, observed, outranks
+            urgent, running, usable, setup.rules, rules, now, observed, outranks
         )
         if victims:
             _preempt(state, setup, seam, urgent, victims, now)
