@@ -3,12 +3,17 @@
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
+import test_bigpass
 from gpusched.core.errors import UsageError
 from gpusched.core.models import GpuInfo, Inventory, Job, JobState, Request
 from gpusched.core.sched import placement, reservations, scheduling
+from gpusched.core.sched.pendingqueue import PendingQueue
 from gpusched.core.sched.queuerules import QueueRules
 from gpusched.core.sched.reservations import Reservation
 from gpusched.sim import simulator, traces
@@ -166,3 +171,57 @@ def test_simulate_keeps_trace_jobs_off_a_reserved_gpu_through_the_window(tmp_pat
         traces.load_reservations(bad)
     with pytest.raises(UsageError, match="holds GPU 1; the simulated box has GPUs 0-0"):
         simulator.simulate(jobs, gpus=1, reserved=reserved)
+
+
+# -- a bounded pass (pendingqueue's lines) decides as the whole walk does ----------------------
+@test_bigpass.SETTINGS
+@given(
+    queue=test_bigpass.jobs(),
+    limits=st.lists(st.sampled_from([None, None, 600.0, 7200.0]), min_size=40, max_size=40),
+    inside=st.lists(st.sampled_from(["", "", "", "demo"]), min_size=40, max_size=40),
+    starts_in=st.sampled_from([-60.0, 1800.0, 3600.0]),
+    busy=st.lists(st.integers(0, 3), max_size=3),
+)
+def test_a_bounded_pass_keeps_jobs_off_reserved_gpus_as_the_whole_walk_does(
+    queue, limits, inside, starts_in, busy
+):
+    now = test_bigpass.NOW_S
+    demo = Reservation("demo", (2, 3), ("ann", "bob"), now + starts_in, now + 3 * 3600)
+    reserved = {"demo": demo, "later": replace(demo, name="later", gpus=(0,), start=now + 7200)}
+    pending = [
+        replace(job, time_limit_s=limit, reservation=name)
+        for job, limit, name in zip(queue, limits, inside)
+    ]
+    full = both_ways(pending, busy, reserved)
+    for job_id, gpus in full.starts:
+        job = next(j for j in pending if j.id == job_id)
+        closed = reservations.closed_gpus(job, reserved, now, range(4))
+        assert not closed.keys() & {g.index for g in gpus}
+
+
+def both_ways(pending, busy, reserved):
+    """The whole walk's plan, checked against the bounded pass's decisions."""
+    now = test_bigpass.NOW_S
+    inventory = test_bigpass.box(4)
+    running = test_bigpass.running_jobs(busy, inventory)
+    rules = placement.PlacementRules(policy="pack")
+    loads = placement.gpu_loads(inventory, running, {}, rules)
+    deps = scheduling.DependencyStates({1: JobState.RUNNING})
+    deps.same_name.update(test_bigpass.lowest_by_name((j.id, j) for j in [*pending, *running]))
+    queue = QueueRules()
+    args = (running, loads, inventory, rules, queue, now, deps)
+    full = scheduling.schedule(pending, *args, reserved=reserved)
+    line = PendingQueue(queue.discipline, per_user=True)
+    line.add_many(pending)
+    ordered = line.jobs({job.id: job for job in pending}, {})
+    bounded = scheduling.schedule(ordered, *args, reserved=reserved, line=line)
+    test_bigpass.assert_same_decisions(full, bounded, pending)
+    return full
+
+
+def test_a_job_without_time_kept_off_does_not_block_a_short_one_of_its_kind():
+    now = test_bigpass.NOW_S
+    demo = Reservation("demo", (2, 3), ("ann",), now + 1800, now + 3600)
+    pending = [replace(job(1), submitted_at=0.0), replace(job(2), time_limit_s=600.0)]
+    full = both_ways(pending, [0, 1], {"demo": demo})
+    assert [job_id for job_id, _ in full.starts] == [2]

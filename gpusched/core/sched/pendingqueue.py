@@ -25,7 +25,8 @@ def shape_of(job: Job, per_user: bool = True) -> tuple[Any, ...]:
     """What decides whether a pass can start a job, besides its place in line and its
     time limit: two jobs of one shape that a pass refuses for want of GPUs, cores, memory
     or a limit, or for a hold or a dependency, are refused alike. (The time limit matters
-    only to backfill's promise, which a pass never takes as final: scheduling._consider.)
+    only to backfill's promise, which a pass never takes as final: scheduling._consider;
+    and whether there is one, to GPU reservations.)
     The user counts only where per-user limits are set. Two dependency kinds are decided
     by more than the dependency itself: singleton by the job's user and name, aftercorr by
     its array index."""
@@ -38,7 +39,10 @@ def shape_of(job: Job, per_user: bool = True) -> tuple[Any, ...]:
         job.kill_on_invalid_dep,
         job.eligible_at,
         job.begin_time,
+        # GPU reservations close GPUs to a job by its --time (core/sched/reservations.py):
+        # alike to all jobs without one.
         job.reservation,
+        job.time_limit_s is None,
         job.array_id if job.array_throttle is not None else None,
         job.array_throttle,
         job.id if job.preempt_hold else None,

@@ -262,7 +262,8 @@ def _kept_off(
 ) -> tuple[int, None]:
     """A job the reservations keep off some GPUs, which finds too few of the others: its
     reason names the reservation where the GPUs would take it but for that. Others of its
-    shape may still start (a shorter --time), so the pass does not block the shape."""
+    shape may still start if they have a --time (a shorter one may end before a start), so
+    the pass blocks the shape only for jobs without one (pendingqueue.shape_of)."""
     if w.explain:
         fits = w.free_any and gpus_for(job, w.p, w.rules, w.unplaceable, w.held) is not None
         w.reasons[job.id] = (
@@ -270,7 +271,8 @@ def _kept_off(
             if fits
             else _gpu_reason(job, w.p, w.inventory, w.rules, w.gpu_reasons)
         )
-    return OPEN, None
+    sure = job.time_limit_s is None and (job.policy or w.rules.policy) in placement.BUILTIN_POLICIES
+    return (BLOCKED if sure else OPEN), None
 
 
 def _start(job: Job, chosen: tuple[GpuInfo, ...], w: _Walk) -> None:
