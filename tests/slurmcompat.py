@@ -86,6 +86,40 @@ class SlurmSide:
     def cancel(self, job_id: str) -> None:
         self.node.run("scancel", job_id, check=False)
 
+    def reserve(self, name: str) -> int:
+        """A reservation of the whole node (both GPUs) for root, an hour from now, for an
+        hour: the exit status."""
+        return self.control(
+            "create",
+            "reservation",
+            f"ReservationName={name}",
+            "StartTime=now+1hour",
+            "Duration=60",
+            "Users=root",
+            "Nodes=ALL",
+        )
+
+    def unreserve(self, name: str) -> int:
+        return self.control("delete", f"ReservationName={name}")
+
+    def admits(self, options: list[str]) -> int:
+        """A held submit's exit status (then cancelled): --test-only cannot place a job
+        in a reservation still to come ("Invalid time specified")."""
+        proc = self.node.run(
+            "sbatch",
+            "--parsable",
+            "--hold",
+            f"--chdir={self.workdir}",
+            "--output=/dev/null",
+            *options,
+            "--wrap",
+            "true",
+            check=False,
+        )
+        if proc.returncode == 0:
+            self.cancel(proc.stdout.strip())
+        return proc.returncode
+
     def seen(self, job_id: str) -> dict:
         shown = self.node.run("scontrol", "show", "job", "-o", job_id).stdout.split()
         fields = dict(word.split("=", 1) for word in shown if "=" in word)
@@ -124,6 +158,32 @@ class GpuschedSide:
 
     def cancel(self, job_id: str) -> None:
         self.home.run("cancel", job_id, check=False)
+
+    def reserve(self, name: str) -> int:
+        return self.control(
+            "reserve",
+            "create",
+            "--gpus",
+            "0,1",
+            "--start",
+            "now+1hour",
+            "--duration",
+            "1h",
+            "--name",
+            name,
+        )
+
+    def unreserve(self, name: str) -> int:
+        return self.control("reserve", "delete", name)
+
+    def admits(self, options: list[str]) -> int:
+        """A held submit's exit status (then cancelled)."""
+        proc = self.home.run(
+            "submit", "--hold", *options, "--", "true", cwd=self.workdir, check=False
+        )
+        if proc.returncode == 0:
+            self.home.run("cancel", *proc.stdout.split(), check=False)
+        return proc.returncode
 
     def seen(self, job_id: str) -> dict:
         job = json.loads(self.home.run("show", "--json", job_id).stdout)
@@ -272,6 +332,25 @@ def refused_operations(side) -> dict:
         "hold a finished job": side.control("hold", job_id),
         "release a finished job": side.control("release", job_id),
     }
+
+
+def reservation_refusals(side) -> dict:
+    """What is refused around a reservation (scontrol's reservations, gpusched reserve):
+    exit statuses, and submits into one accepted or not."""
+    made = side.reserve("demo")
+    try:
+        return {
+            "create a reservation": made,
+            "create one that overlaps it": side.reserve("clash"),
+            "submit into it (its user)": side.admits(["--reservation=demo"]),
+            "submit into one that does not exist": side.admits(["--reservation=nope"]),
+            "delete one that does not exist": side.unreserve("nope"),
+            "delete it": side.unreserve("demo"),
+            "submit into it once deleted": side.admits(["--reservation=demo"]),
+        }
+    finally:
+        side.unreserve("demo")
+        side.unreserve("clash")
 
 
 def cancel_running(side) -> dict:
@@ -455,6 +534,7 @@ SCENARIOS: dict[str, Callable] = {
     "arrays": arrays,
     "gpu assignment": gpu_assignment,
     "refused operations": refused_operations,
+    "reservation refusals": reservation_refusals,
     "cancel": cancel_running,
     "time limit and signal": time_limit_and_signal,
     "option parsing": option_parsing,

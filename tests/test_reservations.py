@@ -12,7 +12,7 @@ import pytest
 import inproc
 from conftest import wait_until
 from gpusched.client import protocol
-from gpusched.core.errors import NotFound, PermissionDenied, UsageError
+from gpusched.core.errors import GpuschedError, NotFound, PermissionDenied, UsageError
 from gpusched.core.users import user_name
 from gpusched.daemon.loop import Call
 from gpusched.daemon.requests.request import Request
@@ -111,7 +111,7 @@ def test_the_end_frees_the_gpus_and_a_restart_keeps_the_reservation(box):
 
 def test_submit_reservation_is_refused_to_others_and_for_unknown_names(box):
     reserve(box, name="demo", users=[ME])
-    with pytest.raises(UsageError, match="no such reservation"):
+    with pytest.raises(NotFound, match="no such reservation"):
         box.submit("--reservation", "nope", "--", "true")
     with pytest.raises(UsageError, match="holds 2 GPUs"):
         box.submit("--gpus", "3", "--reservation", "demo", "--", "true")
@@ -121,9 +121,9 @@ def test_submit_reservation_is_refused_to_others_and_for_unknown_names(box):
 
 def test_clashes_names_and_deletes(box):
     reserve(box, name="demo", users=[ME])
-    with pytest.raises(UsageError, match="are reserved by demo"):
+    with pytest.raises(GpuschedError, match="are reserved by demo"):
         reserve(box, gpus=(3,), name="other")
-    with pytest.raises(UsageError, match="exists already"):
+    with pytest.raises(GpuschedError, match="exists already"):
         reserve(box, gpus=(0,), name="demo")
     with pytest.raises(UsageError, match="no GPU 7"):
         reserve(box, gpus=(7,))

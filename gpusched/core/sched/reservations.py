@@ -7,7 +7,7 @@ import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
-from gpusched.core.errors import PermissionDenied, UsageError
+from gpusched.core.errors import NotFound, PermissionDenied, UsageError
 from gpusched.core.models import Job
 from gpusched.core.spec.begintime import begin_text
 
@@ -67,7 +67,7 @@ def check_job(job: Job, reserved: Mapping[str, Reservation], now: float) -> None
     found = reserved.get(job.reservation)
     if found is None or found.end <= now:
         known = ", ".join(sorted(r.name for r in reserved.values() if r.end > now)) or "none"
-        raise UsageError(
+        raise NotFound(
             f"--reservation {job.reservation}: no such reservation (reservations: {known}); "
             "`gpusched reserve ls` lists them"
         )

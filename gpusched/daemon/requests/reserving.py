@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from gpusched.core.errors import NotFound, PermissionDenied, UsageError
+from gpusched.core.errors import GpuschedError, NotFound, PermissionDenied, UsageError
 from gpusched.core.sched import reservations
 from gpusched.core.sched.reservations import Reservation
 from gpusched.core.users import user_name
@@ -56,15 +56,15 @@ class Reserving:
                 f"{reservations.gpus_text(known) or 'none'} (`gpusched gpus`)"
             )
         name = reservations.check_name(args.get("name") or self._free_name(users[0]))
-        if name in self.state.reservations:
-            raise UsageError(
+        if name in self.state.reservations:  # as Slurm's refusals of a reservation: exit 1
+            raise GpuschedError(
                 f"reservation {name} exists already; `gpusched reserve delete {name}` removes it"
             )
         new = Reservation(name, gpus, users, start, end, me, now)
         self._check_allowed(new, creds)
         other = reservations.clash(new, self.state.reservations.values())
         if other is not None:
-            raise UsageError(
+            raise GpuschedError(
                 f"GPUs {reservations.gpus_text(other.gpus)} are reserved by {other.name} from "
                 f"{reservations.clock_text(other.start)} to {reservations.clock_text(other.end)}; "
                 "pick other GPUs or another time"
