@@ -373,6 +373,35 @@ class DaemonState:
         for action in on_commit:
             action()
 
+    @contextmanager
+    def part(self) -> Iterator[None]:
+        """Inside write(): a part that fails alone (a submit among several sharing one
+        commit). Its changes, stored and in memory, are undone and the write goes on."""
+        outer = self._undo, self._on_commit, self._on_rollback
+        assert outer[0] is not None, "part() is only used inside write()"
+        undo: dict[int, Job | None] = {}
+        on_commit: list[Callable[[], object]] = []
+        on_rollback: list[Callable[[], object]] = []
+        self._undo, self._on_commit, self._on_rollback = undo, on_commit, on_rollback
+        usage = self.usage.snapshot()
+        try:
+            with self.store.savepoint():
+                yield
+        except BaseException:
+            for job_id, job in undo.items():
+                self._place(job_id, job)
+            self.usage.restore(usage)
+            for action in on_rollback:
+                action()
+            raise
+        else:
+            for job_id, job in undo.items():
+                outer[0].setdefault(job_id, job)
+            outer[1].extend(on_commit)
+            outer[2].extend(on_rollback)
+        finally:
+            self._undo, self._on_commit, self._on_rollback = outer
+
     def after_commit(self, action: Callable[[], object]) -> None:
         """Do this once the write under way commits (now, outside a write): what must not
         happen for a change that is not stored (a signal, a launch, a file removed)."""
