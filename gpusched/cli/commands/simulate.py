@@ -15,7 +15,7 @@ from gpusched.client.submit.jobrequest import size_option
 from gpusched.core.errors import UsageError
 from gpusched.core.sched.queuerules import HostCapacity, QueueRules
 from gpusched.sim import estimates as memory
-from gpusched.sim import preemptsim, traces
+from gpusched.sim import overuse, preemptsim, traces
 from gpusched.sim.simulator import TAU_S, Metrics, check_choices, compute_metrics, simulate
 
 
@@ -197,6 +197,9 @@ def simulate_command(
         report = _report(prepared, compute_metrics(results, gpus), settings)
         if model is not None:
             report["estimates"] = asdict(memory.report(jobs, model, results))
+            peaks = [m.peak_bytes for m in model]
+            asks = [j.gpu_mem_bytes for j in jobs]
+            report["estimates"]["overuse"] = asdict(overuse.count(asks, peaks, results))
     report["elapsed_s"] = time.perf_counter() - started_s
     if as_json:
         sys.stdout.write(json.dumps(report, indent=2) + "\n")
@@ -214,4 +217,19 @@ def estimates_text(found: dict[str, Any]) -> str:
         f"{found['whole_gpu']} on whole GPUs (no history yet, or as large as a GPU); "
         f"{found['shared_gpu']} shared a GPU; {found['would_oom']} would have run out of "
         f"GPU memory; memory asked {found['mem_asked_ratio'] * 100:.1f} % of whole GPUs\n"
+        + overuse_text(found["overuse"])
+    )
+
+
+def overuse_text(found: dict[str, Any]) -> str:
+    """simulate --estimates: who a neighbour's over-use would have killed, without and with
+    enforcement (sim/overuse.py)."""
+    before, after = found["before"], found["after"]
+    return (
+        f"  over-use: {found['over_users']} jobs above their --gpu-mem; "
+        f"{found['collisions']} starts took a GPU past its memory\n"
+        f"    not enforced: {before['within_promise']} died within their promise, "
+        f"{before['over_users']} over it; {before['lost_gpu_hours']:.1f} GPU-h lost\n"
+        f"    enforced:     {after['within_promise']} died within their promise, "
+        f"{after['over_users']} over-users stopped; {after['lost_gpu_hours']:.1f} GPU-h lost\n"
     )
