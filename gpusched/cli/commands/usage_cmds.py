@@ -7,6 +7,7 @@ from typing import Any
 
 import typer
 
+from gpusched.cli.commands.history_cmds import peak_share
 from gpusched.cli.common import JSON_HELP, out
 from gpusched.cli.helpformat import App
 from gpusched.client.connection import Client
@@ -37,14 +38,18 @@ def usage(
 ) -> None:
     """Who used the GPUs, and how much.
 
-    GPU time, observed GPU memory over time, jobs by state and the mean queue wait, per
-    user (or per job name).
+    GPU time, observed GPU memory over time, jobs by state, the mean queue wait, and GPU
+    memory asked for against used, per user (or per job name).
 
     GPU-h is each job's run times its GPUs, cut to the period; MEM GiB-h is the peak GPU
     memory seen on one of its GPUs times its GPUs times its run (an upper estimate: only
     the peak is kept). A running job counts its run so far. Jobs that [jobs]
     keep_finished removed are counted only in a report of all time by user: their usage
     is kept per user and final state, without the times.
+
+    PEAK/ASK is the jobs' GPU memory peaks as a share of what they asked for per GPU
+    (--gpu-mem; a whole GPU asks for all of its memory); ASK>2X counts the jobs that
+    asked for more than twice their peak, of those with both known.
 
     \b
     Examples:
@@ -74,6 +79,8 @@ def usage_text(report: dict[str, Any]) -> str:
         "GPU-H",
         "MEM GiB-H",
         "MEAN WAIT",
+        "PEAK/ASK",
+        "ASK>2X",
         "STATES",
     )  # every job counted, running ones too: not only ended
     rows = [_cells(line) for line in report["groups"]]
@@ -102,7 +109,8 @@ def usage_text(report: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def _cells(line: dict[str, Any]) -> tuple[str, int, str, str, str, str]:
+def _cells(line: dict[str, Any]) -> tuple[str, int, str, str, str, str, str, str]:
+    sizing = line.get("right_sizing") or {"jobs": 0}
     states = " ".join(f"{state} {count}" for state, count in line["states"].items())
     wait = "-" if line["mean_wait_s"] is None else duration_human(line["mean_wait_s"])
     return (
@@ -111,5 +119,7 @@ def _cells(line: dict[str, Any]) -> tuple[str, int, str, str, str, str]:
         f"{line['gpu_seconds'] / 3600:.2f}",
         f"{line['gpu_mem_byte_seconds'] / GIB / 3600:.2f}",
         wait,
+        peak_share(sizing.get("asked_bytes"), sizing.get("peak_bytes")),
+        f"{sizing['over_asked']}/{sizing['jobs']}" if sizing["jobs"] else "-",
         states or "-",
     )
