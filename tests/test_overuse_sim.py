@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import json
 
-from gpusched.sim import overuse
+from gpusched.sim import estimates, overuse
 from gpusched.sim.simulator import JobResult
+from gpusched.sim.traces import TraceJob
 
 GIB = 2**30
 H = 3600.0
@@ -86,3 +87,34 @@ def test_simulate_estimates_counts_over_use_from_the_command_line(home, tmp_path
     assert "over-use: 1 jobs above their --gpu-mem; 1 starts took a GPU past its memory" in text
     assert "not enforced: 1 died within their promise, 0 over it; 0.0 GPU-h lost" in text
     assert "enforced:     0 died within their promise, 1 over-users stopped" in text
+
+
+def test_a_trace_with_asks_and_peaks_counts_over_use_without_estimates(home, tmp_path):
+    trace = tmp_path / "trace.csv"
+    gib = {n: str(n * GIB) for n in (5, 10, 30, 55, 60)}
+    trace.write_text(
+        "job_id,user,submit_s,num_gpus,duration_s,gpu_mem_bytes,gpu_mem_peak_bytes\n"
+        f"a,alice,0,1,7200,{gib[10]},{gib[30]}\n"  # asked for 10 GiB, used 30
+        f"b,bob,3600,1,3600,{gib[60]},{gib[55]}\n"
+        f"c,carol,3600,1,3600,{gib[5]},\n"  # no peak recorded: taken as its ask
+    )
+    args = ("simulate", str(trace), "--gpus", "1")
+    found = json.loads(home.run(*args, "--json").stdout)["overuse"]
+    # All three fit by their asks (75 GiB) and start by 1 h. b's start makes 30 + 55 GiB:
+    # b dies as it starts, or a is stopped after its first hour; c (5 GiB) fits either way.
+    assert (found["over_users"], found["collisions"]) == (1, 1)
+    assert found["before"] == {"within_promise": 1, "over_users": 0, "lost_gpu_hours": 0.0}
+    assert found["after"] == {"within_promise": 0, "over_users": 1, "lost_gpu_hours": 1.0}
+    text = home.run(*args).stdout
+    assert "enforced:     0 died within their promise, 1 over-users stopped; 1.0 GPU-h" in text
+    trace.write_text(trace.read_text().replace(f",{gib[30]}\n", ",\n").replace(f",{gib[55]}", ","))
+    assert "overuse" not in json.loads(home.run(*args, "--json").stdout)  # no peaks: no count
+
+
+def test_estimates_learn_from_a_traces_own_peaks():
+    jobs = [
+        TraceJob("a", "t", 0, 1, 60, 60, gpu_mem_peak_bytes=7 * GIB),
+        TraceJob("b", "t", 0, 1, 60, 60),
+    ]
+    peaks = [m.peak_bytes for m in estimates.memory_model(jobs)]
+    assert peaks[0] == 7 * GIB and peaks[1] != 7 * GIB  # b's from the seeded model

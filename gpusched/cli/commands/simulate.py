@@ -195,6 +195,8 @@ def simulate_command(
             jobs = memory.with_estimates(jobs, model, rules)
         results = simulate(jobs, gpus=gpus, policy=policy, discipline=discipline, host=host)
         report = _report(prepared, compute_metrics(results, gpus), settings)
+        if model is None and any(j.gpu_mem_peak_bytes for j in jobs):
+            report["overuse"] = _overuse_of_trace(jobs, results)
         if model is not None:
             report["estimates"] = asdict(memory.report(jobs, model, results))
             peaks = [m.peak_bytes for m in model]
@@ -207,7 +209,16 @@ def simulate_command(
         _print_table(report)
         if model is not None:
             sys.stdout.write(estimates_text(report["estimates"]))
+        elif "overuse" in report:
+            sys.stdout.write(overuse_text(report["overuse"]))
     return 0
+
+
+def _overuse_of_trace(jobs: Sequence[traces.TraceJob], results: Sequence[Any]) -> dict[str, Any]:
+    """Over-use by the trace's own asks and peaks; a job with no peak recorded is taken to
+    use what it asked for."""
+    peaks = [j.gpu_mem_peak_bytes or j.gpu_mem_bytes or 0 for j in jobs]
+    return asdict(overuse.count([j.gpu_mem_bytes for j in jobs], peaks, results))
 
 
 def estimates_text(found: dict[str, Any]) -> str:
