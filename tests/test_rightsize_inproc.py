@@ -74,3 +74,10 @@ def test_a_whole_gpu_no_longer_seen_asks_for_nothing_known():
     assert rightsize.asked_bytes(None, ["GPU-a", "GPU-gone"], totals) is None
     assert rightsize.asked_bytes(None, [], totals) is None  # never started
     assert rightsize.asked_bytes(10 * GIB, ["GPU-gone"], totals) == 10 * GIB
+
+
+def test_usage_fits_a_narrow_terminal_and_keeps_the_right_sizing(sized):
+    lines = usage_text(sized.call("usage"), width=56).splitlines()[1:]
+    assert max(len(line) for line in lines) <= 56
+    assert lines[0].split()[-3:] == ["PEAK/ASK", "ASK>2X", "STATES"]
+    assert lines[1].split()[-4:-2] == ["39%", "2/3"]

@@ -10,6 +10,8 @@ import typer
 from gpusched.cli.commands.history_cmds import peak_share
 from gpusched.cli.common import JSON_HELP, out
 from gpusched.cli.helpformat import App
+from gpusched.cli.views.columns import Column, Plan, fit_line, fit_widths
+from gpusched.cli.views.plainout import Screen
 from gpusched.client.connection import Client
 from gpusched.client.submit.submitting import print_json
 from gpusched.core.errors import UsageError
@@ -68,27 +70,36 @@ def usage(
     if as_json:
         print_json(report)
         return
-    out.print(usage_text(report), markup=False, highlight=False)
+    out.print(usage_text(report, Screen().width), markup=False, highlight=False)
 
 
-def usage_text(report: dict[str, Any]) -> str:
-    """The report as a table, a total line, and what it leaves out."""
-    head = (
-        "USER" if report["by"] == "user" else "NAME",
-        "JOBS",
-        "GPU-H",
-        "MEM GiB-H",
-        "MEAN WAIT",
-        "PEAK/ASK",
-        "ASK>2X",
-        "STATES",
-    )  # every job counted, running ones too: not only ended
+def _plan(key_header: str) -> Plan:
+    """How the table gives way on a narrow terminal, as `ls` does (views/columns.py): the
+    states are cut first, then the names; the memory-hours and the wait go before that."""
+    return Plan(
+        columns=(
+            Column(key_header, 12, 6, 1),
+            *(Column(header) for header in ("JOBS", "GPU-H", "MEM GiB-H", "MEAN WAIT")),
+            Column("PEAK/ASK"),
+            Column("ASK>2X"),
+            Column("STATES"),  # every job counted, running ones too: not only ended
+        ),
+        secondary=("MEM GiB-H", "MEAN WAIT"),
+        last_resort=(),
+        last_wanted=20,
+        last_least=12,
+    )
+
+
+def usage_text(report: dict[str, Any], width: int = 1000) -> str:
+    """The report as a table within `width` columns, a total line, and what it leaves out."""
+    plan = _plan("USER" if report["by"] == "user" else "NAME")
     rows = [_cells(line) for line in report["groups"]]
     rows.append(_cells({**report["total"], "key": "total"}))
-    widths = [max(len(str(r[i])) for r in [head, *rows]) for i in range(len(head))]
-    lines = [
-        "  ".join(str(cell).ljust(w) for cell, w in zip(r, widths)).rstrip() for r in [head, *rows]
-    ]
+    cells = [[[(str(text), "")] for text in row] for row in rows]
+    titles = [[(column.header, "")] for column in plan.columns]
+    widths, gap = fit_widths(plan, cells, width)
+    lines = ["".join(text for text, _ in fit_line(row, widths, gap)) for row in [titles, *cells]]
     since = report["since"]
     lines.insert(
         0,
