@@ -77,9 +77,10 @@ class UsageReport(Batched):
         used = row_usage(row, self.since, self.now)
         sums["jobs"] += 1
         sums["states"][row["state"]] = sums["states"].get(row["state"], 0) + 1
-        uuids = json.loads(row["gpu_uuids"] or "[]")
-        asked = asked_bytes(row["gpu_mem_bytes"], uuids, self.gpu_mem_totals)
-        sums["sizing"].add(asked, row["gpu_mem_peak_bytes"])
+        if row["gpu_mem_peak_bytes"]:  # else not counted: skip reading its GPUs
+            uuids = () if row["gpu_mem_bytes"] else json.loads(row["gpu_uuids"] or "[]")
+            asked = asked_bytes(row["gpu_mem_bytes"], uuids, self.gpu_mem_totals)
+            sums["sizing"].add(asked, row["gpu_mem_peak_bytes"])
         _add(
             sums,
             used["gpu_s"],
