@@ -86,7 +86,7 @@ def test_simulate_estimates_counts_over_use_from_the_command_line(home, tmp_path
     text = home.run(*args).stdout
     assert "over-use: 1 jobs above their --gpu-mem; 1 starts took a GPU past its memory" in text
     assert "not enforced: 1 died within their promise, 0 over it; 0.0 GPU-h lost" in text
-    assert "enforced:     0 died within their promise, 1 over-users stopped" in text
+    assert "enforced:     0 died within their promise, 1 over it stopped" in text
 
 
 def test_a_trace_with_asks_and_peaks_counts_over_use_without_estimates(home, tmp_path):
@@ -106,7 +106,7 @@ def test_a_trace_with_asks_and_peaks_counts_over_use_without_estimates(home, tmp
     assert found["before"] == {"within_promise": 1, "over_users": 0, "lost_gpu_hours": 0.0}
     assert found["after"] == {"within_promise": 0, "over_users": 1, "lost_gpu_hours": 1.0}
     text = home.run(*args).stdout
-    assert "enforced:     0 died within their promise, 1 over-users stopped; 1.0 GPU-h" in text
+    assert "enforced:     0 died within their promise, 1 over it stopped; 1.0 GPU-h" in text
     trace.write_text(trace.read_text().replace(f",{gib[30]}\n", ",\n").replace(f",{gib[55]}", ","))
     assert "overuse" not in json.loads(home.run(*args, "--json").stdout)  # no peaks: no count
 

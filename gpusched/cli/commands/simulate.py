@@ -242,5 +242,5 @@ def overuse_text(found: dict[str, Any]) -> str:
         f"    not enforced: {before['within_promise']} died within their promise, "
         f"{before['over_users']} over it; {before['lost_gpu_hours']:.1f} GPU-h lost\n"
         f"    enforced:     {after['within_promise']} died within their promise, "
-        f"{after['over_users']} over-users stopped; {after['lost_gpu_hours']:.1f} GPU-h lost\n"
+        f"{after['over_users']} over it stopped; {after['lost_gpu_hours']:.1f} GPU-h lost\n"
     )
