@@ -25,7 +25,7 @@ PHILLY_COLUMNS = (
     "gpu_time_s",
 )
 HISTORY_COLUMNS = ("job_id", "user", "submit_s", "num_gpus", "duration_s")
-HISTORY_OPTIONAL = ("gpu_mem_bytes", "cpus", "mem_bytes", "begin_s")
+HISTORY_OPTIONAL = ("gpu_mem_bytes", "gpu_mem_peak_bytes", "cpus", "mem_bytes", "begin_s")
 ARRIVALS = ("trace", "poisson")
 
 
@@ -43,6 +43,7 @@ class TraceJob:
     cpus: int = 1
     mem_bytes: int | None = None  # host memory; None: not declared
     begin_s: float | None = None  # --begin: not started before this (submit_s's clock)
+    gpu_mem_peak_bytes: int | None = None  # the most it used on one GPU; None: not recorded
 
 
 @dataclass(frozen=True)
@@ -101,6 +102,7 @@ def _history_job(row: dict[str, str], where: str) -> TraceJob:
         duration_s=duration_s,
         gpu_time_s=gpus * duration_s,
         gpu_mem_bytes=_optional(row, "gpu_mem_bytes", where, 1),
+        gpu_mem_peak_bytes=_optional(row, "gpu_mem_peak_bytes", where, 1),
         cpus=_optional(row, "cpus", where, 1) or 1,
         mem_bytes=_optional(row, "mem_bytes", where, 1),
         begin_s=_field(row, "begin_s", where, float, 0)

@@ -15,7 +15,7 @@ from gpusched.client.submit.jobrequest import size_option
 from gpusched.core.errors import UsageError
 from gpusched.core.sched.queuerules import HostCapacity, QueueRules
 from gpusched.sim import estimates as memory
-from gpusched.sim import preemptsim, traces
+from gpusched.sim import overuse, preemptsim, traces
 from gpusched.sim.simulator import TAU_S, Metrics, check_choices, compute_metrics, simulate
 
 
@@ -195,8 +195,13 @@ def simulate_command(
             jobs = memory.with_estimates(jobs, model, rules)
         results = simulate(jobs, gpus=gpus, policy=policy, discipline=discipline, host=host)
         report = _report(prepared, compute_metrics(results, gpus), settings)
+        if model is None and any(j.gpu_mem_peak_bytes for j in jobs):
+            report["overuse"] = _overuse_of_trace(jobs, results)
         if model is not None:
             report["estimates"] = asdict(memory.report(jobs, model, results))
+            peaks = [m.peak_bytes for m in model]
+            asks = [j.gpu_mem_bytes for j in jobs]
+            report["estimates"]["overuse"] = asdict(overuse.count(asks, peaks, results))
     report["elapsed_s"] = time.perf_counter() - started_s
     if as_json:
         sys.stdout.write(json.dumps(report, indent=2) + "\n")
@@ -204,7 +209,16 @@ def simulate_command(
         _print_table(report)
         if model is not None:
             sys.stdout.write(estimates_text(report["estimates"]))
+        elif "overuse" in report:
+            sys.stdout.write(overuse_text(report["overuse"]))
     return 0
+
+
+def _overuse_of_trace(jobs: Sequence[traces.TraceJob], results: Sequence[Any]) -> dict[str, Any]:
+    """Over-use by the trace's own asks and peaks; a job with no peak recorded is taken to
+    use what it asked for."""
+    peaks = [j.gpu_mem_peak_bytes or j.gpu_mem_bytes or 0 for j in jobs]
+    return asdict(overuse.count([j.gpu_mem_bytes for j in jobs], peaks, results))
 
 
 def estimates_text(found: dict[str, Any]) -> str:
@@ -214,4 +228,19 @@ def estimates_text(found: dict[str, Any]) -> str:
         f"{found['whole_gpu']} on whole GPUs (no history yet, or as large as a GPU); "
         f"{found['shared_gpu']} shared a GPU; {found['would_oom']} would have run out of "
         f"GPU memory; memory asked {found['mem_asked_ratio'] * 100:.1f} % of whole GPUs\n"
+        + overuse_text(found["overuse"])
+    )
+
+
+def overuse_text(found: dict[str, Any]) -> str:
+    """simulate --estimates: who a neighbour's over-use would have killed, without and with
+    enforcement (sim/overuse.py)."""
+    before, after = found["before"], found["after"]
+    return (
+        f"  over-use: {found['over_users']} jobs above their --gpu-mem; "
+        f"{found['collisions']} starts took a GPU past its memory\n"
+        f"    not enforced: {before['within_promise']} died within their promise, "
+        f"{before['over_users']} over it; {before['lost_gpu_hours']:.1f} GPU-h lost\n"
+        f"    enforced:     {after['within_promise']} died within their promise, "
+        f"{after['over_users']} over it stopped; {after['lost_gpu_hours']:.1f} GPU-h lost\n"
     )

@@ -7,8 +7,11 @@ from typing import Any
 
 import typer
 
+from gpusched.cli.commands.history_cmds import peak_share
 from gpusched.cli.common import JSON_HELP, out
 from gpusched.cli.helpformat import App
+from gpusched.cli.views.columns import Column, Plan, fit_line, fit_widths
+from gpusched.cli.views.plainout import Screen
 from gpusched.client.connection import Client
 from gpusched.client.submit.submitting import print_json
 from gpusched.core.errors import UsageError
@@ -37,14 +40,18 @@ def usage(
 ) -> None:
     """Who used the GPUs, and how much.
 
-    GPU time, observed GPU memory over time, jobs by state and the mean queue wait, per
-    user (or per job name).
+    GPU time, observed GPU memory over time, jobs by state, the mean queue wait, and GPU
+    memory asked for against used, per user (or per job name).
 
     GPU-h is each job's run times its GPUs, cut to the period; MEM GiB-h is the peak GPU
     memory seen on one of its GPUs times its GPUs times its run (an upper estimate: only
     the peak is kept). A running job counts its run so far. Jobs that [jobs]
     keep_finished removed are counted only in a report of all time by user: their usage
     is kept per user and final state, without the times.
+
+    PEAK/ASK is the jobs' GPU memory peaks as a share of what they asked for per GPU
+    (--gpu-mem; a whole GPU asks for all of its memory); ASK>2X counts the jobs that
+    asked for more than twice their peak, of those with both known.
 
     \b
     Examples:
@@ -63,25 +70,36 @@ def usage(
     if as_json:
         print_json(report)
         return
-    out.print(usage_text(report), markup=False, highlight=False)
+    out.print(usage_text(report, Screen().width), markup=False, highlight=False)
 
 
-def usage_text(report: dict[str, Any]) -> str:
-    """The report as a table, a total line, and what it leaves out."""
-    head = (
-        "USER" if report["by"] == "user" else "NAME",
-        "JOBS",
-        "GPU-H",
-        "MEM GiB-H",
-        "MEAN WAIT",
-        "STATES",
-    )  # every job counted, running ones too: not only ended
+def _plan(key_header: str) -> Plan:
+    """How the table gives way on a narrow terminal, as `ls` does (views/columns.py): the
+    states are cut first, then the names; the memory-hours and the wait go before that."""
+    return Plan(
+        columns=(
+            Column(key_header, 12, 6, 1),
+            *(Column(header) for header in ("JOBS", "GPU-H", "MEM GiB-H", "MEAN WAIT")),
+            Column("PEAK/ASK"),
+            Column("ASK>2X"),
+            Column("STATES"),  # every job counted, running ones too: not only ended
+        ),
+        secondary=("MEM GiB-H", "MEAN WAIT"),
+        last_resort=(),
+        last_wanted=20,
+        last_least=12,
+    )
+
+
+def usage_text(report: dict[str, Any], width: int = 1000) -> str:
+    """The report as a table within `width` columns, a total line, and what it leaves out."""
+    plan = _plan("USER" if report["by"] == "user" else "NAME")
     rows = [_cells(line) for line in report["groups"]]
     rows.append(_cells({**report["total"], "key": "total"}))
-    widths = [max(len(str(r[i])) for r in [head, *rows]) for i in range(len(head))]
-    lines = [
-        "  ".join(str(cell).ljust(w) for cell, w in zip(r, widths)).rstrip() for r in [head, *rows]
-    ]
+    cells = [[[(str(text), "")] for text in row] for row in rows]
+    titles = [[(column.header, "")] for column in plan.columns]
+    widths, gap = fit_widths(plan, cells, width)
+    lines = ["".join(text for text, _ in fit_line(row, widths, gap)) for row in [titles, *cells]]
     since = report["since"]
     lines.insert(
         0,
@@ -102,7 +120,8 @@ def usage_text(report: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def _cells(line: dict[str, Any]) -> tuple[str, int, str, str, str, str]:
+def _cells(line: dict[str, Any]) -> tuple[str, int, str, str, str, str, str, str]:
+    sizing = line.get("right_sizing") or {"jobs": 0}
     states = " ".join(f"{state} {count}" for state, count in line["states"].items())
     wait = "-" if line["mean_wait_s"] is None else duration_human(line["mean_wait_s"])
     return (
@@ -111,5 +130,7 @@ def _cells(line: dict[str, Any]) -> tuple[str, int, str, str, str, str]:
         f"{line['gpu_seconds'] / 3600:.2f}",
         f"{line['gpu_mem_byte_seconds'] / GIB / 3600:.2f}",
         wait,
+        peak_share(sizing.get("asked_bytes"), sizing.get("peak_bytes")),
+        f"{sizing['over_asked']}/{sizing['jobs']}" if sizing["jobs"] else "-",
         states or "-",
     )
