@@ -110,6 +110,10 @@ class Settings:
     # [memory] (--gpu-mem auto, core/sched/memestimate.py)
     estimate_margin_pct: float = 10.0
     estimate_runs: int = 50
+    # [memory] NVIDIA MPS for jobs that share a GPU (proc/mps.py)
+    mps: bool = False
+    mps_control: str = "nvidia-cuda-mps-control"
+    mps_thread_pct: int = 100
     # [idle] (daemon/jobs/idlegpus.py)
     idle_after_s: float | None = None  # None: off
     idle_action: str = "warn"

@@ -419,6 +419,26 @@ KEYS: dict[str, tuple[str, Callable[[Any], Any], Any, str]] = {
         50,
         "--gpu-mem auto reads this many of the newest successful runs.",
     ),
+    "memory.mps": (
+        "mps",
+        _bool,
+        False,
+        "Jobs that share a GPU (--gpu-mem) run under NVIDIA MPS, capped at their "
+        "--gpu-mem (docs/real-gpus.md#nvidia-mps).",
+    ),
+    "memory.mps_control": (
+        "mps_control",
+        _text,
+        "nvidia-cuda-mps-control",
+        "The MPS control program gpusched starts and stops: a name found on PATH, or a path.",
+    ),
+    "memory.mps_thread_pct": (
+        "mps_thread_pct",
+        _number(1, 100, int),
+        100,
+        "Under MPS, the share of each GPU's compute a sharing job may use "
+        "(CUDA_MPS_ACTIVE_THREAD_PERCENTAGE); 100: no limit.",
+    ),
     "idle.after": (
         "idle_after_s",
         _optional_duration,

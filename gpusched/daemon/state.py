@@ -28,6 +28,7 @@ from gpusched.daemon.observe.telemetry import Telemetry
 from gpusched.daemon.requests.authz import Authz
 from gpusched.daemon.requests.quotas import CountedTable
 from gpusched.daemon.slurm.poll import ClusterJobs
+from gpusched.proc.mps import MpsControl
 from gpusched.proc.runfile import own_log_paths
 from gpusched.store.database import Store
 from gpusched.store.writefail import WriteHealth
@@ -84,6 +85,19 @@ class Setup:
         )
 
 
+def mps_control(setup: Setup) -> MpsControl:
+    """memory.mps's control daemon. In system mode it is refused: NVIDIA's control daemon
+    serves one user at a time, so one user's job would wait on another's."""
+    paths, settings = setup.paths, setup.settings
+    return MpsControl(
+        settings.mps_control,
+        paths.mps_pipe_dir,
+        paths.mps_log_dir,
+        settings.mps,
+        refused="MPS serves one user at a time: not in system mode" if paths.is_system else "",
+    )
+
+
 class DaemonState:
     """The pending and running jobs (finished ones live in the store only), kept in step
     with the store; the GPUs as the loop last read them; and what the loop must do next.
@@ -128,6 +142,7 @@ class DaemonState:
         # meanwhile, rather than `running` until the disk has room (jobs/control.py, end).
         self._unstored_ends: dict[int, Job] = {}
         self.telemetry = Telemetry()  # counted for /metrics (daemon/observe/metrics.py)
+        self.mps = mps_control(setup)  # jobs/control.py starts it, startup.py stops it
         # Each service's figures for /metrics, swapped in whole (daemon/services/replicas.py).
         self._service_figures: list[dict[str, Any]] = []
         self._metrics_status = "off"  # where /metrics is served, for `daemon status`

@@ -57,6 +57,7 @@ class JobControl:
             self.reconcile_running(check_liveness=True, adopting=True)
         except StoreWriteError:
             pass  # in the log (WriteHealth); the loop's passes try again
+        state.mps.adopt()
         for job in state.running():
             if job.master_port:
                 self.seam.hold_port(job.id, job.master_port)
@@ -421,6 +422,7 @@ class JobControl:
             runfile.run_token(started),
             dict(settings.job_env),
             own_logs[0],
+            self._mps_for(started),
         )
         env.update(self.array_shapes.environment(started))
         spec = runfile.run_spec(
@@ -447,6 +449,16 @@ class JobControl:
         # what was taken for it is given back and a later pass tries again.
         self.state.after_commit(lambda: self.launches.append(spec))
         self.state.on_rollback(lambda: self._take_back(job.id, cgroup))
+
+    def _mps_for(self, job: Job) -> tuple[str, int] | None:
+        """memory.mps for the job's environment: the pipe directory for a job that shares
+        its GPUs (not in a container: the pipe is not there), "" for the others; None
+        with MPS off."""
+        if self.state.mps.state == "off":
+            return None
+        client = job.gpu_uuids and not job.request.is_exclusive and not job.container
+        pipe_dir = self.state.mps.pipe_for_job() if client else ""
+        return (pipe_dir, self.setup.settings.mps_thread_pct)
 
     def _take_back(self, job_id: int, cgroup: object) -> None:
         self.seam.release_port(job_id)
