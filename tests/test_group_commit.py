@@ -3,7 +3,6 @@ answered only after it, each refused alone, and all refused when that commit fai
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 from gpusched.core.errors import GpuschedError
@@ -11,7 +10,6 @@ from gpusched.core.models import Job
 from gpusched.daemon.loop import Call, together
 from gpusched.daemon.requests.request import Request
 from inproc import DISK_FULL, ME, Box, failing
-
 
 
 def submit_call(box: Box, command: list[str], cwd: str | None = None) -> Call:
@@ -88,11 +86,15 @@ def test_a_part_that_fails_leaves_nothing_in_the_store_or_in_memory(box: Box):
     state = box.daemon.state
     with state.write():
         with state.part():
-            (kept,) = state.store.insert([Job(id=0, command=("true",), cwd="/", uid=0, user="root")])
+            (kept,) = state.store.insert(
+                [Job(id=0, command=("true",), cwd="/", uid=0, user="root")]
+            )
             state.remember(state.store.get(kept))
         try:
             with state.part():
-                (lost,) = state.store.insert([Job(id=0, command=("false",), cwd="/", uid=0, user="root")])
+                (lost,) = state.store.insert(
+                    [Job(id=0, command=("false",), cwd="/", uid=0, user="root")]
+                )
                 state.remember(state.store.get(lost))
                 raise GpuschedError("refused after writing")
         except GpuschedError:
