@@ -212,6 +212,21 @@ def test_max_gpu_mem_counts_whole_gpus_and_gpu_mem(make_box):
     assert mine["max_gpu_mem"]["quota"] == "quota default max_gpu_mem=100.0 GiB"
 
 
+def test_a_job_its_quota_holds_preempts_nobody(make_box):
+    config = '[preemption]\nmin_run_before_preempt = "0s"\n[quotas.default]\nmax_running_gpus = 1\n'
+    box = make_box("2x80GiB", config)
+    mine = box.submit("--gpus", "1", "--", "true")
+    theirs = box.submit("--gpus", "1", "--preemptible", "--", "true", creds=(ME[0], 54321, 54321))
+    urgent = box.submit("--gpus", "1", "--priority", "10", "--", "true")
+    box.step()
+    box.step(60)
+    assert box.states(mine, theirs, urgent) == ["running", "running", "pending"]
+    assert box.shims.signalled(theirs) == []
+    assert box.show(urgent)["pending_reason"] == (
+        f"quota default max_running_gpus=1: {ME} holds 1 GPU"
+    )
+
+
 # -- the CLI (e2e) --------------------------------------------------------------------------
 def test_usage_shows_each_quota_and_submit_refuses_past_max_queued_jobs(home):
     home.write_config(

@@ -79,6 +79,15 @@ def _mem_quota_reason(job: Job, chosen: Sequence[GpuInfo], p: PassCounts, rules:
     return quotas.mem_reason(job.user, limits, mem, p.user_gpu_mem.get(job.user, 0))
 
 
+def quota_reason(job: Job, p: PassCounts, rules: QueueRules, now: float) -> str:
+    """Why the job's user's quotas on running jobs and GPUs keep it waiting ("": they do not)."""
+    if not rules.quotas:
+        return ""
+    limits = _user_limits(job.user, p, rules, now)
+    used = (p.user_jobs.get(job.user, 0), p.user_gpus.get(job.user, 0), 0)
+    return quotas.running_reason(job.user, limits, job.request.gpus, used)
+
+
 def _limit_reason(job: Job, p: PassCounts, rules: QueueRules, now: float) -> str:
     # A hold first: a held job stays put after `resume` too, and only `release` starts it.
     if job.held:
@@ -91,12 +100,9 @@ def _limit_reason(job: Job, p: PassCounts, rules: QueueRules, now: float) -> str
         and p.array_running.get(job.array_id, 0) >= job.array_throttle
     ):
         return f"array {job.array_id} already runs {job.array_throttle} at once (%{job.array_throttle})"
-    if rules.quotas:
-        limits = _user_limits(job.user, p, rules, now)
-        used = (p.user_jobs.get(job.user, 0), p.user_gpus.get(job.user, 0), 0)
-        why = quotas.running_reason(job.user, limits, job.request.gpus, used)
-        if why:
-            return why
+    why = quota_reason(job, p, rules, now)
+    if why:
+        return why
     return _host_reason(job, p, rules.host) if rules.host else ""
 
 
