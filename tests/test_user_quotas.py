@@ -13,8 +13,9 @@ import time
 import pytest
 
 from conftest import wait_until
+from gpusched.cli.commands.simulate import simulate_command
 from gpusched.core.config import settings_from_mapping
-from gpusched.core.errors import ConfigError, GpuschedError
+from gpusched.core.errors import ConfigError, GpuschedError, UsageError
 from gpusched.core.sched import quotas
 from gpusched.sim import traces
 from gpusched.sim.simulator import simulate
@@ -137,6 +138,44 @@ def test_simulate_holds_a_group_to_its_day_window(tmp_path):
         )
         starts[hour] = [r.start_s for r in held]
     assert starts == {8: [0, 0], 9: [0, 9 * 3600]}
+
+
+def test_simulate_config_reads_quotas_and_simulate_groups(tmp_path, capsys):
+    trace = tmp_path / "trace.csv"
+    trace.write_text(
+        "job_id,user,num_gpus,duration_s,submit_s\n"
+        + "".join(f"{n},ann,1,3600,{10 * 3600}\n" for n in range(2))
+    )
+    config = tmp_path / "gpusched.toml"
+    config.write_text(
+        '[quotas.groups.students.day]\nhours = "09:00-18:00"\nmax_running_gpus = 1\n'
+        '[simulate.groups]\nstudents = ["ann"]\n'
+    )
+
+    def waits(**extra) -> float:
+        assert (
+            simulate_command(
+                trace,
+                gpus=4,
+                policy="pack",
+                discipline="fifo",
+                load=None,
+                arrivals="trace",
+                seed=0,
+                as_json=True,
+                **extra,
+            )
+            == 0
+        )
+        return json.loads(capsys.readouterr().out)["avg_wait_s"]
+
+    assert waits() == 0
+    assert waits(config=config) == 1800  # the second waits the first's hour
+    with pytest.raises(UsageError, match="leave out --preemption"):
+        waits(config=config, preemption=True)
+    config.write_text("[simulate]\nusers = 1\n")
+    with pytest.raises(ConfigError, match=r"\[simulate\] holds groups only"):
+        waits(config=config)
 
 
 # -- the daemon, with a moving clock (inproc) --------------------------------------------------
