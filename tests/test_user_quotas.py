@@ -173,6 +173,9 @@ def test_simulate_config_reads_quotas_and_simulate_groups(tmp_path, capsys):
     assert waits(config=config) == 1800  # the second waits the first's hour
     with pytest.raises(UsageError, match="leave out --preemption"):
         waits(config=config, preemption=True)
+    config.write_text("[quotas.users.ann]\nmax_running_jobs = 0\n")
+    with pytest.raises(GpuschedError, match="could never start on this box under ann's quotas"):
+        waits(config=config)
     config.write_text("[simulate]\nusers = 1\n")
     with pytest.raises(ConfigError, match=r"\[simulate\] holds groups only"):
         waits(config=config)

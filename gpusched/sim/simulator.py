@@ -200,7 +200,8 @@ class _Replay:
                 self.start_ready(now)
         if self.has_pending():  # check_trace_fits should have refused it
             first = self.first_pending()
-            raise GpuschedError(f"job {first.id} could never start on this box.")
+            quota = f" under {first.user}'s quotas" if self.queue.quotas else ""
+            raise GpuschedError(f"job {first.id} could never start on this box{quota}.")
         return self.started
 
     def quota_edge(self, now: float) -> float | None:
