@@ -244,6 +244,7 @@ complete -c gpusched -n '__fish_seen_subcommand_from simulate' -l mem -d 'Memory
 complete -c gpusched -n '__fish_seen_subcommand_from simulate' -l preemption -d 'Urgent jobs preempt others, as the daemon does (checkpoint after a 60 s grace, 60 s to restart).'
 complete -c gpusched -n '__fish_seen_subcommand_from simulate' -l high-priority-share -d 'Share of jobs made urgent (priority 10), chosen with --seed; 0.1 with --preemption.'
 complete -c gpusched -n '__fish_seen_subcommand_from simulate' -l estimates -d 'Give each job --gpu-mem auto (GPU memory peaks from a seeded model) and count the jobs that shared a GPU and those that would have run out of it.'
+complete -c gpusched -n '__fish_seen_subcommand_from simulate' -l config -d 'Apply the [quotas] of this gpusched.toml to the trace'\''s users (time 0 is a midnight; groups from its [simulate.groups], else the group database).'
 complete -c gpusched -n '__fish_seen_subcommand_from simulate' -l json -d 'Print JSON (stable field names) instead of a table.'
 complete -c gpusched -n '__fish_seen_subcommand_from submit' -l help -d 'Show help.'
 complete -c gpusched -n '__fish_seen_subcommand_from submit' -s h -d 'Show help.'

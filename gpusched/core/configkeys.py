@@ -259,18 +259,6 @@ KEYS: dict[str, tuple[str, Callable[[Any], Any], Any, str]] = {
         {},
         "fairshare: shares per user, e.g. { alice = 2 } (default 1).",
     ),
-    "scheduling.max_gpus_per_user": (
-        "max_gpus_per_user",
-        _number(0, 10**6, int),
-        0,
-        "At most this many GPUs held by one user's jobs (0: no limit).",
-    ),
-    "scheduling.max_running_per_user": (
-        "max_running_per_user",
-        _number(0, 10**6, int),
-        0,
-        "At most this many running jobs per user (0: no limit).",
-    ),
     "scheduling.max_user_priority": (
         "max_user_priority",
         _number(-MAX_PRIORITY, MAX_PRIORITY, int),

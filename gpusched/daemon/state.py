@@ -8,7 +8,7 @@ import time
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from functools import partial
+from functools import cache, partial
 from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 from gpusched.client.paths import Paths
@@ -18,6 +18,7 @@ from gpusched.core.models import Inventory, Job, JobState
 from gpusched.core.sched import placement, queuerules
 from gpusched.core.sched.pendingqueue import PendingQueue
 from gpusched.core.sched.placement import PlacementRules
+from gpusched.core.users import unix_groups
 from gpusched.daemon.host import Host
 from gpusched.daemon.jobs.cgroups import CgroupJobs
 from gpusched.daemon.jobs.fairshare import UsageLedger
@@ -64,8 +65,8 @@ class Setup:
         return queuerules.QueueRules(
             discipline=s.discipline,
             user_weights=dict(s.user_weights),
-            max_gpus_per_user=s.max_gpus_per_user or None,
-            max_running_per_user=s.max_running_per_user or None,
+            quotas=s.quotas,
+            groups_of=cache(unix_groups),  # read again each pass: a change applies at once
             draining=draining,
             host=self.host.capacity(s.max_running),
             las_thresholds_gpu_s=s.las_thresholds_gpu_s,
@@ -116,10 +117,7 @@ class DaemonState:
         self._pending = JobTable(self.kinds)  # and the pending ones
         # The pending ones in scheduling order, kept in step by _place (never sorted per
         # pass), and the last pass's reasons for those it stopped before (set_later).
-        self.queue = PendingQueue(
-            setup.settings.discipline,
-            per_user=bool(setup.settings.max_gpus_per_user or setup.settings.max_running_per_user),
-        )
+        self.queue = PendingQueue(setup.settings.discipline, per_user=bool(setup.settings.quotas))
         self._later: tuple[str, Callable[[Job], str | None]] | None = None
         self.start_times = StartTimes(setup.clock.time)  # --begin times and retry delays to come
         self.usage = UsageLedger(setup.settings.fairshare_half_life_s, setup.clock.time())

@@ -53,6 +53,7 @@ class Trace:
     window_s: float
     source: str = ""
     arrival_scale: float = 1.0  # the S by which submit times were stretched
+    origin_s: float = 0.0  # what the history trace's first submit time was, before it became 0
 
 
 def _field(
@@ -165,10 +166,11 @@ def load_trace(path: Path) -> Trace:
     if not jobs:
         raise GpuschedError(f"{path} has no jobs, only a header.")
     first_s = min(j.submit_s for j in jobs)
-    if parse is _history_job and first_s:  # history times may be epoch seconds: start at 0
+    origin_s = first_s if parse is _history_job else 0.0
+    if origin_s:  # history times may be epoch seconds: start at 0
         jobs = [_moved(j, -first_s, 1.0) for j in jobs]
     jobs.sort(key=lambda j: j.submit_s)  # stable: equal times keep the file's order
-    return Trace(tuple(jobs), _window_s(jobs), str(path))
+    return Trace(tuple(jobs), _window_s(jobs), str(path), origin_s=origin_s)
 
 
 def _moved(job: TraceJob, shift_s: float, scale: float) -> TraceJob:

@@ -15,7 +15,7 @@ from gpusched.cli.views.plainout import Screen
 from gpusched.client.connection import Client
 from gpusched.client.submit.submitting import print_json
 from gpusched.core.errors import UsageError
-from gpusched.core.units import duration_human, parse_duration
+from gpusched.core.units import duration_human, parse_duration, size_human
 
 app = App()
 GROUPINGS = (
@@ -52,6 +52,10 @@ def usage(
     PEAK/ASK is the jobs' GPU memory peaks as a share of what they asked for per GPU
     (--gpu-mem; a whole GPU asks for all of its memory); ASK>2X counts the jobs that
     asked for more than twice their peak, of those with both known.
+
+    With [quotas] in the daemon's config, a second table shows each limit that applies
+    now to you and to each user with jobs in the queue, what they use of it, and the
+    quota it comes from.
 
     \b
     Examples:
@@ -117,7 +121,38 @@ def usage_text(report: dict[str, Any], width: int = 1000) -> str:
             "(their usage is kept per user, without times: see `gpusched usage` "
             "with no --since)"
         )
-    return "\n".join(lines)
+    return "\n".join(lines + quota_lines(report.get("quotas") or []))
+
+
+def quota_lines(rows: list[dict[str, Any]]) -> list[str]:
+    """Use against each quota that applies now: a table after the usage's."""
+    if not rows:
+        return []
+    head = ("USER", "QUOTA", "USED", "LIMIT", "FROM")
+    cells = [
+        (
+            r["user"],
+            r["key"],
+            *(
+                (size_human(r["used"]), size_human(r["limit"]))
+                if r["key"] == "max_gpu_mem"
+                else (str(r["used"]), str(r["limit"]))
+            ),
+            r["scope"] + _when(r),
+        )
+        for r in rows
+    ]
+    widths = [max(len(c[i]) for c in [head, *cells]) for i in range(len(head))]
+    table = ["  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in [head, *cells]]
+    return ["", "quotas now", *table]
+
+
+def _when(row: dict[str, Any]) -> str:
+    if row["until"] is None:
+        return ""
+    return (
+        f" ({row['window']}, until {row['until']})" if row["window"] else f" (until {row['until']})"
+    )
 
 
 def _cells(line: dict[str, Any]) -> tuple[str, int, str, str, str, str, str, str]:

@@ -11,7 +11,7 @@ from typing import Any
 from gpusched.core import lifecycle
 from gpusched.core.errors import StoreWriteError
 from gpusched.core.models import GpuInfo, Job, JobState, job_with, transition
-from gpusched.core.sched import placement, preemption, queuerules, scheduling
+from gpusched.core.sched import placement, preemption, queuerules, quotas, scheduling
 from gpusched.daemon import host
 from gpusched.daemon.jobs import containers, endreports, gpumemory, preempt, requeue
 from gpusched.daemon.jobs.arrays import ArrayShapes
@@ -41,6 +41,7 @@ class JobControl:
         self.shim_loss = ShimLoss(setup, seam)
         self.run_reads = endreports.RunReads()  # ends reported by wake-ups, for the next pass
         self.array_shapes = ArrayShapes(state.store)
+        self.quota_change = self._next_quota_change(setup.clock.time())  # a window's edge
 
     # -- after a restart ----------------------------------------------------------------
     def adopt(self) -> None:
@@ -303,14 +304,22 @@ class JobControl:
             self.shim_loss.next_deadline(),
             requeue.next_deadline(self.state.running()),
             self.state.start_times.next(),
+            self.quota_change,
         ):
             times += [when] if when is not None else []
         return min(times, default=None)
 
     def retries_due(self, now: float) -> bool:
         """Whether a re-queued job's delay, or a job's --begin time, has run out since the
-        last call: it may start."""
-        return self.state.start_times.take_due(now)
+        last call, or a quota's window opened or closed: it may start."""
+        due = self.state.start_times.take_due(now)
+        if self.quota_change is not None and now >= self.quota_change:
+            self.quota_change = self._next_quota_change(now)
+            due = True
+        return due
+
+    def _next_quota_change(self, now: float) -> float | None:
+        return quotas.next_change(self.setup.settings.quotas, now, quotas.local_minute)
 
     # -- starts ---------------------------------------------------------------------------
     def start_ready(self) -> None:

@@ -10,8 +10,12 @@ import time
 from typing import Any
 
 from gpusched.core.errors import UsageError
+from gpusched.core.sched import quotas
+from gpusched.core.sched.passcounts import job_gpu_mem
+from gpusched.core.sched.placement import GpuLoad
 from gpusched.core.sched.rightsize import Sizing, asked_bytes, gpu_mem_totals
 from gpusched.core.spec.jobname import program_name_of_json
+from gpusched.core.users import unix_groups, user_name
 from gpusched.daemon.jobs.retention import removed_summary
 from gpusched.daemon.requests.batches import TURN_BUDGET_S, Batched
 from gpusched.daemon.state import DaemonState, Setup
@@ -42,6 +46,7 @@ class UsageReport(Batched):
         self.state, self.by, self.viewer = state, by, viewer
         self.now = setup.clock.time()
         self.gpu_mem_totals = gpu_mem_totals(state.inventory)
+        self.quotas = quota_use(state, setup, user_name(viewer.uid), self.now)
         self.since = None if since_s is None else self.now - float(since_s)
         self.groups: dict[str, dict[str, Any]] = {}
         self._next_id, self._last_id = 1, state.store.finished_extent()[1]
@@ -103,7 +108,46 @@ class UsageReport(Batched):
             "groups": [_finish(key, sums) for key, sums in sorted(groups.items())],
             "total": _finish("", _total(groups.values())),
             "removed_jobs": {"jobs": removed.get("jobs", 0), "included": included},
+            "quotas": self.quotas,
         }
+
+
+def quota_use(state: DaemonState, setup: Setup, caller: str, now: float) -> list[dict[str, Any]]:
+    """Each limit that applies now to the caller and to each user with active jobs, with
+    what they use of it (running jobs, GPUs and GPU memory; queued: pending, held or running)."""
+    table = setup.settings.quotas
+    if not table:
+        return []
+    used: dict[str, dict[str, int]] = {}
+    names = {caller} | {user_name(uid) for uid in state.jobs.jobs_of}
+    for name in names:
+        used[name] = dict.fromkeys(quotas.KEYS, 0)
+    for uid, count in state.jobs.jobs_of.items():
+        used[user_name(uid)]["max_queued_jobs"] += count
+    loads = {gpu.uuid: GpuLoad(gpu) for gpu in state.inventory.gpus}
+    for job in state.running():
+        mine = used.setdefault(job.user, dict.fromkeys(quotas.KEYS, 0))
+        mine["max_running_jobs"] += 1
+        mine["max_running_gpus"] += job.request.gpus
+        mine["max_gpu_mem"] += job_gpu_mem(job, job.gpu_uuids, loads)
+    minute = quotas.local_minute(now)
+    rows = []
+    for user in sorted(used):
+        for key, limit in quotas.limits_for(table, user, unix_groups(user), minute).items():
+            until = limit.until_min
+            rows.append(
+                {
+                    "user": user,
+                    "key": key,
+                    "used": used[user][key],
+                    "limit": limit.value,
+                    "scope": limit.scope,
+                    "window": limit.window or None,
+                    "until": None if until is None else f"{until // 60:02d}:{until % 60:02d}",
+                    "quota": limit.label(),
+                }
+            )
+    return rows
 
 
 def _empty() -> dict[str, Any]:

@@ -56,7 +56,9 @@ class Submits:
         count = sum(len(indices) * len(commands) for _, indices, _, commands in groups)
         limits.check_job_count(count, limits.from_settings(self.setup.settings))
         size = stored_bytes(groups)
-        self.state.jobs.check(uid, owner.user, count, size, self.setup.settings)
+        self.state.jobs.check(
+            uid, owner.user, count, size, self.setup.settings, now=self.setup.clock.time()
+        )
 
         def make_jobs(ids: list[int]) -> Iterator[tuple[Job, Job]]:
             return self._jobs_of(groups, ids)
@@ -264,6 +266,7 @@ class Submits:
             count,
             count * quotas.job_bytes(template),
             self.setup.settings,
+            now=self.setup.clock.time(),
         )
         with self.state.write(undone="nothing was queued"):
             ids = self._insert(template, *jobspec.check_array(spec))
