@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import mcp_types as types
+import pytest
 from mcp.client.client import Client
 from mcp.client.stdio import StdioServerParameters
 from mcp.server.mcpserver import MCPServer
@@ -219,6 +220,29 @@ def test_every_tool_against_a_real_daemon(home: Home, tmp_path: Path):
                 gate.touch()
                 event = await anext(aiter(subscription))
             assert event.uri == uri
+            assert home.show(job_id)["state"] == "succeeded"
+
+    run(drive())
+
+
+@pytest.mark.filterwarnings("ignore::mcp.shared.exceptions.MCPDeprecationWarning")
+def test_a_client_of_the_older_protocol_subscribes_and_hears_a_job_end(home: Home, tmp_path: Path):
+    # Assistants of MCP 2025-11-25 and before subscribe with resources/subscribe.
+    gate = tmp_path / "gate"
+    heard: asyncio.Queue = asyncio.Queue()
+
+    async def note(message) -> None:
+        if isinstance(message, types.ResourceUpdatedNotification):
+            await heard.put(message.params.uri)
+
+    async def drive() -> None:
+        async with Client(stdio(home), mode="legacy", message_handler=note) as client:
+            command = ["sh", "-c", f"until [ -e {gate} ]; do sleep 0.05; done"]
+            job_id = (await call(client, "submit", command=command))["id"]
+            home.wait_state(job_id, "running")
+            await client.subscribe_resource(f"gpusched://jobs/{job_id}")
+            gate.touch()
+            assert await heard.get() == f"gpusched://jobs/{job_id}"
             assert home.show(job_id)["state"] == "succeeded"
 
     run(drive())

@@ -10,6 +10,7 @@ from typing import Any
 
 import anyio
 import anyio.to_thread
+import mcp_types as types
 from mcp.server.mcpserver import MCPServer
 from mcp.server.subscriptions import InMemorySubscriptionBus, ResourceUpdated
 
@@ -39,14 +40,16 @@ def _json(data: Any) -> str:
 
 
 class Watch:
-    """What clients listen to (subscriptions/listen): jobs, and the queue. Each is read
-    when a client starts listening, then every POLL_S; a change is published as
-    ResourceUpdated for its URIs (a job's and its log's)."""
+    """What clients listen to (subscriptions/listen, or resources/subscribe before MCP
+    2026-07-28): jobs, and the queue. Each is read when a client starts listening, then
+    every POLL_S; a change is published as ResourceUpdated for its URIs (a job's and its
+    log's), and sent to the sessions subscribed to them."""
 
     def __init__(self, bus: InMemorySubscriptionBus):
         self.bus = bus
         self.jobs: dict[str, str] = {}  # job id -> its last state seen
         self.queue: str | None = None  # the queue as last seen, once a client listens to it
+        self.sessions: dict[str, set[Any]] = {}  # URI -> the sessions subscribed to it
 
     def add(self, uris: Sequence[str]) -> None:
         """Start watching these URIs (in a thread: it asks the daemon)."""
@@ -85,6 +88,23 @@ class Watch:
                 continue
             for uri in changed:
                 await self.bus.publish(ResourceUpdated(uri=uri))
+                for session in list(self.sessions.get(uri, ())):
+                    try:
+                        await session.send_resource_updated(uri)
+                    except Exception:  # that client has gone: tell it no more
+                        self.sessions[uri].discard(session)
+
+    async def subscribe(self, ctx: Any, params: types.SubscribeRequestParams) -> types.EmptyResult:
+        """resources/subscribe, as clients before MCP 2026-07-28 ask."""
+        await anyio.to_thread.run_sync(self.add, [params.uri])
+        self.sessions.setdefault(params.uri, set()).add(ctx.session)
+        return types.EmptyResult()
+
+    async def unsubscribe(
+        self, ctx: Any, params: types.UnsubscribeRequestParams
+    ) -> types.EmptyResult:
+        self.sessions.get(params.uri, set()).discard(ctx.session)
+        return types.EmptyResult()
 
     async def middleware(self, ctx: Any, call_next: Any) -> Any:
         """Sees each request first: a listen's URIs are watched before it is answered."""
@@ -139,6 +159,14 @@ def build(cli_tables: Mapping[str, Sequence[Any]], allow_mutations: bool = True)
         log_level="WARNING",  # stderr is the assistant's log: only what goes wrong
     )
     add_tools(server, cli_tables, allow_mutations)
+    # The SDK's MCPServer serves only the newer subscriptions/listen itself.
+    lowlevel = server._lowlevel_server
+    lowlevel.add_request_handler(
+        "resources/subscribe", types.SubscribeRequestParams, watch.subscribe
+    )
+    lowlevel.add_request_handler(
+        "resources/unsubscribe", types.UnsubscribeRequestParams, watch.unsubscribe
+    )
 
     @server.resource(QUEUE_URI, name="queue", mime_type="application/json")
     def queue() -> str:
