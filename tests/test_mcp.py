@@ -5,6 +5,8 @@ from the CLI's option tables; a submit's preview in the daemon."""
 from __future__ import annotations
 
 import asyncio
+import socket
+import subprocess
 import sys
 from pathlib import Path
 
@@ -14,9 +16,10 @@ from mcp.client.client import Client
 from mcp.client.stdio import StdioServerParameters
 from mcp.server.mcpserver import MCPServer
 
-from conftest import DEADLINE_S, Home
+from conftest import DEADLINE_S, Home, wait_until
 from gpusched.cli.app import main
 from gpusched.cli.commands.mcp_cmds import TABLES
+from gpusched.core.errors import UsageError
 from gpusched.mcp import server, tools
 
 LOOKING = {
@@ -129,6 +132,9 @@ def test_a_preview_names_the_gpus_or_why_it_would_wait_and_queues_nothing(box):
     assert not preview["would_start"] and preview["gpu_indices"] == []
     assert preview["reason"] and preview["pending_ahead"] == 1
     assert len(box.call("list", all=True)["jobs"]) == 5
+    # A job no GPU of this machine could ever take is refused as a submit would be.
+    with pytest.raises(UsageError, match="see `gpusched gpus`"):
+        box.call("submit", dry_run=True, jobs=[{"command": ["true"], "gpus": 8}], cwd="/")
 
 
 # -- a real server over stdio, against a real daemon -------------------------------------------
@@ -294,3 +300,31 @@ def test_allow_mutations_false_makes_it_read_only(home: Home):
 
     run(drive())
     assert home.jobs() == []
+
+
+def test_http_on_the_loopback_address(home: Home):
+    with socket.socket() as probe:  # a port free now; the server takes it at once
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    server = subprocess.Popen(
+        [sys.executable, "-m", "gpusched", "mcp", "--http", str(port)],
+        env=home.env,
+        cwd=home.path,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+
+    def listening() -> bool:
+        with socket.socket() as s:
+            return s.connect_ex(("127.0.0.1", port)) == 0
+
+    async def drive() -> int:
+        async with Client(f"http://127.0.0.1:{port}/mcp") as client:
+            return len((await call(client, "gpu_status"))["gpus"])
+
+    try:
+        wait_until(listening, "gpusched mcp --http to listen")
+        assert run(drive()) == 4
+    finally:
+        server.kill()
+        server.wait()

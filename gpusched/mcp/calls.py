@@ -60,7 +60,9 @@ def read_log(client: Client, args: dict[str, Any]) -> dict[str, Any]:
     daemon names the file (`logs`: the owner or an admin only), the caller opens it."""
     job = client.call("logs", id=syntax.job_id_text(args["job_id"]))["job"]
     path = job["stderr_path" if args.get("stderr") else "stdout_path"]
-    lines = args.get("lines") or 100
+    lines = args.get("lines", 100)
+    if lines < 1:
+        raise UsageError(f"lines must be 1 or more, not {lines}")
     try:
         with os.fdopen(open_as_owner(path, os.O_RDONLY, job["uid"]), "rb") as fh:
             size = os.fstat(fh.fileno()).st_size

@@ -12,6 +12,7 @@ import anyio
 import anyio.to_thread
 import mcp_types as types
 from mcp.server.mcpserver import MCPServer
+from mcp.server.mcpserver.exceptions import ResourceError
 from mcp.server.subscriptions import InMemorySubscriptionBus, ResourceUpdated
 
 from gpusched import __version__
@@ -133,7 +134,7 @@ def _read(call: Any, **args: Any) -> Any:
     try:
         return _json(call(Client(), args))
     except GpuschedError as exc:
-        raise ValueError(exc.message) from None
+        raise ResourceError(exc.message) from None
 
 
 def build(cli_tables: Mapping[str, Sequence[Any]], allow_mutations: bool = True) -> MCPServer:
@@ -189,7 +190,7 @@ def build(cli_tables: Mapping[str, Sequence[Any]], allow_mutations: bool = True)
         try:
             lines = calls.read_log(Client(), {"job_id": job_id, "lines": 1000})["lines"]
         except GpuschedError as exc:
-            raise ValueError(exc.message) from None
+            raise ResourceError(exc.message) from None
         return "".join(line + "\n" for line in lines)
 
     return server
