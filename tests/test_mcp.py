@@ -10,16 +10,20 @@ import subprocess
 import sys
 from pathlib import Path
 
-import mcp_types as types
 import pytest
-from mcp.client.client import Client
-from mcp.client.stdio import StdioServerParameters
-from mcp.server.mcpserver import MCPServer
 
 from conftest import DEADLINE_S, Home, wait_until
 from gpusched.cli.app import main
 from gpusched.cli.commands.mcp_cmds import TABLES
 from gpusched.core.errors import UsageError
+
+pytest.importorskip("mcp")  # the mcp extra brings it
+
+import mcp_types as types
+from mcp.client.client import Client
+from mcp.client.stdio import StdioServerParameters
+from mcp.server.mcpserver import MCPServer
+
 from gpusched.mcp import server, tools
 
 LOOKING = {

@@ -5,11 +5,15 @@ from __future__ import annotations
 
 import asyncio
 
+import pytest
+
+from conftest import DEADLINE_S
+
+pytest.importorskip("mcp")  # the mcp extra brings it
+
 import mcp_types as types
 from mcp.client.client import Client
 from mcp.client.stdio import StdioServerParameters
-
-from conftest import DEADLINE_S
 
 
 def as_user(root, user) -> StdioServerParameters:
