@@ -27,6 +27,7 @@ _gpusched() {
             'logs') path='logs' ;;
             'ls') path='ls' ;;
             'man') path='man' ;;
+            'mcp') path='mcp' ;;
             'preempt') path='preempt' ;;
             'release') path='release' ;;
             'requeue') path='requeue' ;;
@@ -50,7 +51,7 @@ _gpusched() {
         esac
     done
     case "$path" in
-        '') words='cancel completions daemon demo doctor drain env gc gpus history hold logs ls man preempt release requeue resubmit resume service show simulate submit top update usage wait --help -h --version' values='' ids= args='' ;;
+        '') words='cancel completions daemon demo doctor drain env gc gpus history hold logs ls man mcp preempt release requeue resubmit resume service show simulate submit top update usage wait --help -h --version' values='' ids= args='' ;;
         'cancel') words='--help -h' values='' ids=active args='' ;;
         'completions') words='--help -h' values='' ids= args='bash zsh fish' ;;
         'daemon') words='install-service restart run start status stop --help -h' values='' ids= args='' ;;
@@ -71,6 +72,7 @@ _gpusched() {
         'logs') words='--help -h --follow -f --stderr' values='' ids=all args='' ;;
         'ls') words='--help -h --all -a --expand -r --json --user -u --me --state -t --name -n --format -O --noheader --last' values='--user -u --state -t --name -n --format -O --last' ids= args='' ;;
         'man') words='--help -h' values='' ids= args='' ;;
+        'mcp') words='--help -h --http --read-only' values='--http' ids= args='' ;;
         'preempt') words='--help -h' values='' ids=active args='' ;;
         'release') words='--help -h' values='' ids=active args='' ;;
         'requeue') words='--help -h' values='' ids=all args='' ;;

@@ -121,6 +121,8 @@ class Settings:
     idle_after_s: float | None = None  # None: off
     idle_action: str = "warn"
     idle_all_jobs: bool = False
+    # [mcp] (gpusched/mcp/)
+    mcp_allow_mutations: bool = True
 
 
 def _toml() -> ModuleType:

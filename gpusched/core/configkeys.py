@@ -511,6 +511,13 @@ KEYS: dict[str, tuple[str, Callable[[Any], Any], Any, str]] = {
         '"runtime" (docker --gpus, podman\'s NVIDIA hook), "auto" (CDI '
         "when a spec names them).",
     ),
+    "mcp.allow_mutations": (
+        "mcp_allow_mutations",
+        _bool,
+        True,
+        "`gpusched mcp` offers the tools that change the queue (submit, cancel, hold, ...); "
+        "false: only those that look (docs/mcp.md).",
+    ),
 }
 
 

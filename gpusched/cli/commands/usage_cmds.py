@@ -5,10 +5,10 @@ from __future__ import annotations
 import time
 from typing import Any
 
-import typer
-
+from gpusched.cli import cmdoptions
 from gpusched.cli.commands.history_cmds import peak_share
-from gpusched.cli.common import JSON_HELP, out
+from gpusched.cli.commands.submit_cmds import with_options
+from gpusched.cli.common import out
 from gpusched.cli.helpformat import App
 from gpusched.cli.views.columns import Column, Plan, fit_line, fit_widths
 from gpusched.cli.views.plainout import Screen
@@ -26,18 +26,8 @@ GIB = 1024**3
 
 
 @app.command()
-def usage(
-    since: str | None = typer.Option(
-        None,
-        "--since",
-        metavar="DURATION",
-        help="Only the last DURATION, e.g. 7d, 12h (default: everything the queue remembers).",
-    ),
-    by: str = typer.Option(
-        "user", "--by", metavar="user|name", help="Group by user or by job name."
-    ),
-    as_json: bool = typer.Option(False, "--json", help=JSON_HELP),
-) -> None:
+@with_options(cmdoptions.USAGE)
+def usage(**options: Any) -> None:
     """Who used the GPUs, and how much.
 
     GPU time, observed GPU memory over time, jobs by state, the mean queue wait, and GPU
@@ -62,6 +52,7 @@ def usage(
       gpusched usage --since 7d
       gpusched usage --by name --json
     """
+    since, by, as_json = options["since"], options["by"], options["as_json"]
     if by not in GROUPINGS:
         raise UsageError(f"--by {by!r}: choose one of {', '.join(GROUPINGS)}")
     since_s = None
