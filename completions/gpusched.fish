@@ -121,7 +121,7 @@ complete -c gpusched -n '__fish_seen_subcommand_from man' -l help -d 'Show help.
 complete -c gpusched -n '__fish_seen_subcommand_from man' -s h -d 'Show help.'
 complete -c gpusched -n '__fish_seen_subcommand_from mcp' -l help -d 'Show help.'
 complete -c gpusched -n '__fish_seen_subcommand_from mcp' -s h -d 'Show help.'
-complete -c gpusched -n '__fish_seen_subcommand_from mcp' -l http -d 'Speak streamable HTTP on 127.0.0.1:PORT instead of standard input and output.'
+complete -c gpusched -n '__fish_seen_subcommand_from mcp' -l http -d 'Speak streamable HTTP on 127.0.0.1:PORT instead of standard input and output; each request needs the bearer token it writes to mcp-token in your state directory (docs/mcp.md).'
 complete -c gpusched -n '__fish_seen_subcommand_from mcp' -l read-only -d 'Offer only the tools that look, as [mcp] allow_mutations = false does.'
 complete -c gpusched -f -n '__fish_seen_subcommand_from preempt' -a '(gpusched _job-ids active 2>/dev/null)'
 complete -c gpusched -n '__fish_seen_subcommand_from preempt' -l help -d 'Show help.'

@@ -8,6 +8,8 @@ import asyncio
 import socket
 import subprocess
 import sys
+import urllib.error
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -22,7 +24,9 @@ pytest.importorskip("mcp")  # the mcp extra brings it
 import mcp_types as types
 from mcp.client.client import Client
 from mcp.client.stdio import StdioServerParameters
+from mcp.client.streamable_http import streamable_http_client
 from mcp.server.mcpserver import MCPServer
+from mcp.shared._httpx_utils import create_mcp_http_client
 
 from gpusched.mcp import server, tools
 
@@ -322,12 +326,28 @@ def test_http_on_the_loopback_address(home: Home):
         with socket.socket() as s:
             return s.connect_ex(("127.0.0.1", port)) == 0
 
+    token_file = Path(home.env["GPUSCHED_HOME"]) / "state" / "mcp-token"
+
+    def refused_without_the_token() -> int:
+        request = urllib.request.Request(f"http://127.0.0.1:{port}/mcp", data=b"{}", method="POST")
+        try:
+            urllib.request.urlopen(request, timeout=10)
+        except urllib.error.HTTPError as exc:
+            return exc.code
+        return 200
+
     async def drive() -> int:
-        async with Client(f"http://127.0.0.1:{port}/mcp") as client:
+        token = token_file.read_text().strip()
+        headers = {"Authorization": f"Bearer {token}"}
+        http = create_mcp_http_client(headers=headers)
+        transport = streamable_http_client(f"http://127.0.0.1:{port}/mcp", http_client=http)
+        async with Client(transport) as client:
             return len((await call(client, "gpu_status"))["gpus"])
 
     try:
         wait_until(listening, "gpusched mcp --http to listen")
+        assert token_file.stat().st_mode & 0o777 == 0o600
+        assert refused_without_the_token() == 401
         assert run(drive()) == 4
     finally:
         server.kill()

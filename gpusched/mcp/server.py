@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import hmac
 import json
+import os
 import re
+import secrets
+import sys
 from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager
 from typing import Any
@@ -196,9 +200,49 @@ def build(cli_tables: Mapping[str, Sequence[Any]], allow_mutations: bool = True)
     return server
 
 
-def serve(server: MCPServer, http_port: int | None = None) -> None:
-    """Speak MCP on standard input and output, or streamable HTTP on 127.0.0.1:http_port."""
+def serve(server: MCPServer, http_port: int | None = None, token_file: str = "") -> None:
+    """Speak MCP on standard input and output, or streamable HTTP on 127.0.0.1:http_port.
+
+    Over HTTP every request must carry a bearer token, new at each start and written to
+    token_file (mode 0600): on a shared machine any user reaches 127.0.0.1, and the server
+    acts as the user who runs it."""
     if http_port is None:
         server.run("stdio")
-    else:
-        server.run("streamable-http", host="127.0.0.1", port=http_port)
+        return
+    import uvicorn  # noqa: PLC0415 - the SDK's own dependency, for --http only
+
+    token = secrets.token_urlsafe(32)
+    fd = os.open(token_file, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
+    with os.fdopen(fd, "w") as out:
+        out.write(token + "\n")
+    sys.stderr.write(
+        f"gpusched mcp: http://127.0.0.1:{http_port}/mcp; each request needs the header "
+        f"'Authorization: Bearer TOKEN', TOKEN as in {token_file}\n"
+    )
+    app = bearer_only(server.streamable_http_app(host="127.0.0.1"), token)
+    uvicorn.run(app, host="127.0.0.1", port=http_port, log_level="warning")
+
+
+def bearer_only(app: Any, token: str) -> Any:
+    """The ASGI app, answering 401 to an HTTP request without `Authorization: Bearer token`."""
+    expected = f"Bearer {token}".encode()
+
+    async def guarded(scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] == "http":
+            given = dict(scope.get("headers") or ()).get(b"authorization", b"")
+            if not hmac.compare_digest(given, expected):
+                await send(
+                    {
+                        "type": "http.response.start",
+                        "status": 401,
+                        "headers": [
+                            (b"content-type", b"text/plain"),
+                            (b"www-authenticate", b"Bearer"),
+                        ],
+                    }
+                )
+                await send({"type": "http.response.body", "body": b"a bearer token is needed\n"})
+                return
+        await app(scope, receive, send)
+
+    return guarded

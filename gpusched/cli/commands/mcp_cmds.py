@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import os
 
 import typer
 
@@ -28,7 +29,9 @@ def mcp(
         metavar="PORT",
         min=1,
         max=65535,
-        help="Speak streamable HTTP on 127.0.0.1:PORT instead of standard input and output.",
+        help="Speak streamable HTTP on 127.0.0.1:PORT instead of standard input and "
+        "output; each request needs the bearer token it writes to mcp-token in your state "
+        "directory (docs/mcp.md).",
     ),
     read_only: bool = typer.Option(
         False,
@@ -56,9 +59,15 @@ def mcp(
             "`pip install 'gpusched-cli[mcp]'` (or `pipx inject gpusched-cli mcp`)"
         )
     from gpusched.client.modes import client_paths  # noqa: PLC0415 - as the SDK below
+    from gpusched.client.paths import resolve_paths  # noqa: PLC0415 - as the SDK below
     from gpusched.core.config import load_settings  # noqa: PLC0415 - 70 ms of every command
     from gpusched.mcp import server  # noqa: PLC0415 - the SDK: only for this command
 
-    settings = load_settings(client_paths().config_file, environ={})
+    paths = client_paths()
+    settings = load_settings(paths.config_file, environ={})
     allow = settings.mcp_allow_mutations and not read_only
-    server.serve(server.build(TABLES, allow_mutations=allow), http_port=http)
+    own = resolve_paths()  # the user's own state directory, even when a system daemon serves
+    token_file = os.path.join(own.state_dir, "mcp-token")
+    if http is not None:
+        os.makedirs(own.state_dir, mode=0o700, exist_ok=True)
+    server.serve(server.build(TABLES, allow_mutations=allow), http_port=http, token_file=token_file)

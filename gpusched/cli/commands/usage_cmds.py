@@ -69,7 +69,7 @@ def usage(**options: Any) -> None:
 
 
 def _plan(key_header: str) -> Plan:
-    """How the table gives way on a narrow terminal, as `ls` does (views/columns.py): the
+    """How the table gives way on a narrow terminal, as `ls` does (cli/views/columns.py): the
     states are cut first, then the names; the memory-hours and the wait go before that."""
     return Plan(
         columns=(
