@@ -62,6 +62,13 @@ def simulate(
         "(GPU memory peaks from a seeded model) and count the jobs "
         "that shared a GPU and those that would have run out of it.",
     ),
+    config: Path | None = typer.Option(
+        None,
+        "--config",
+        metavar="FILE",
+        help="Apply the [quotas] of this gpusched.toml to the trace's users (time 0 is a "
+        "midnight; groups from its [simulate.groups], else the group database).",
+    ),
     reservations: Path | None = typer.Option(
         None,
         "--reservations",
@@ -79,10 +86,19 @@ def simulate(
     Examples:
       gpusched simulate trace.csv --gpus 8 --discipline backfill
       gpusched simulate trace.csv --gpus 8 --load 0.5 --preemption
+      gpusched simulate trace.csv --gpus 8 --config /etc/gpusched/gpusched.toml
       gpusched simulate trace.csv --gpus 8 --reservations calendar.toml
     """
     # the simulator: 43 ms of every typer command
     from gpusched.cli.commands.simulate import simulate_command  # noqa: PLC0415
+    from gpusched.sim.traces import load_reservations  # noqa: PLC0415
+
+    reserved = load_reservations(reservations) if reservations else []
+    if reserved and (preemption or high_priority_share is not None or discipline == "las"):
+        raise UsageError(
+            "--reservations replay without preemption; leave out --preemption, "
+            "--high-priority-share and --discipline las"
+        )
 
     raise typer.Exit(
         simulate_command(
@@ -99,7 +115,8 @@ def simulate(
             preemption=preemption,
             high_priority_share=high_priority_share,
             estimates=estimates,
-            reservations=reservations,
+            config=config,
+            reserved=reserved,
         )
     )
 
