@@ -170,6 +170,7 @@ def test_reserve_commands_through_the_cli(home):
     assert json.loads(home.run("reserve", "ls", "--json").stdout)[0]["name"] == "demo"
     assert "duration=4h00m" in home.run("reserve", "show", "demo").stdout
     job_id = home.submit("--reservation", "demo", "--", "true")
+    assert "reservation=demo" in home.run("show", str(job_id)).stdout
     wait_until(
         lambda: home.show(job_id)["pending_reason"].startswith("Reservation demo (starts at"),
         "the reservation's reason",

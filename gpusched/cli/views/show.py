@@ -110,6 +110,7 @@ def _pairs(job: dict[str, Any], now: float) -> list[list[str]]:
         [
             f"submitted_at={local_time(job['submitted_at'])}",
             *([f"begin_time={local_time(job['begin_time'])}"] if job.get("begin_time") else []),
+            *([f"reservation={job['reservation']}"] if job.get("reservation") else []),
             f"started_at={local_time(job['started_at'])}",
         ],
         [
