@@ -83,6 +83,16 @@ def test_its_jobs_wait_for_the_start_and_others_are_preempted_then(box):
     assert gpus_of(box, other)[0] in (0, 1)  # never 2 or 3 inside the window
 
 
+def test_at_the_start_a_preemptible_job_on_its_gpus_is_preempted_with_nothing_waiting(box):
+    victim = box.submit("--gpus", "1", "--preemptible", "--", "true")  # before the reservation
+    kept = box.submit("--gpus", "1", "--", "true")  # not preemptible
+    reserve(box, name="demo", users=[ME], gpus=(0, 1, 2, 3), start_in=HOUR)
+    box.step(HOUR - 1)
+    assert not box.show(victim)["preempting"]
+    box.step(1.0)
+    assert box.show(victim)["preempting"] and not box.show(kept)["preempting"]
+
+
 def test_a_job_preempts_only_where_the_reservations_let_it_run(box):
     reserve(box, name="demo", users=[ME], start_in=HOUR)
     first = [box.submit("--gpus", "1", "--preemptible", "--", "true") for _ in range(2)]

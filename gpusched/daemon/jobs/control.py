@@ -324,6 +324,8 @@ class JobControl:
     # -- starts ---------------------------------------------------------------------------
     def start_ready(self) -> None:
         state, rules = self.state, self.setup.rules
+        if state.reservations:  # at a reservation's start, whether its jobs wait yet or not
+            preempt.preempt_for_reservations(state, self.setup, self.seam, self.setup.clock.time())
         if not state.pending_count():
             state.set_later(None)
             return
@@ -378,8 +380,6 @@ class JobControl:
                 job = state.jobs[job_id]
                 if job.pending_reason != reason and not job.preempt_hold:
                     state.remember(job_with(job, pending_reason=reason))
-            if state.reservations:
-                preempt.preempt_for_reservations(state, self.setup, self.seam, now)
             if holders:
                 preempt.release_spent_holds(state, holders, {job_id for job_id, _ in plan.starts})
             if not plan.starts:  # else the GPUs changed: the next pass weighs preemption
