@@ -54,6 +54,7 @@ def test_bash_completion_offers_subcommands_and_options():
     assert set(lines[1].split()) == {
         "--gpus",
         "--gpu-mem",
+        "--gpu-mem-over",
         "--gpu-ids",
         "--gpu-type",
         "--gpus-per-node",

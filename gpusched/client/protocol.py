@@ -14,6 +14,7 @@ from typing import Any
 
 from gpusched.client.wire import MAX_FRAME_BYTES, encode, peer_credentials, receive, send  # noqa: F401
 from gpusched.core.errors import ProtocolError
+from gpusched.core.sched.gpupromise import ACTIONS as GPU_OVER_ACTIONS
 from gpusched.core.spec import begintime, syntax, values
 
 READ_TIMEOUT_S = 10.0
@@ -92,7 +93,8 @@ COMMANDS: dict[str, Command] = {
     "release": _cmd("ids", caller=OWNER),
     # A priority over scheduling.max_user_priority is an admin's to give.
     # begin_time: --begin as epoch seconds (the client reads TIME: core/spec/begintime.py).
-    "update": _cmd("ids", "priority begin_time", caller=OWNER),
+    # gpu_mem_over: report, stop or requeue (daemon/jobs/gpuover.py).
+    "update": _cmd("ids", "priority begin_time gpu_mem_over", caller=OWNER),
     # A job back in the queue under its id: stopped now (requeue) or after its
     # checkpoint signal and grace (preempt); an ended one queued again (requeue).
     "requeue": _cmd("ids", caller=OWNER),
@@ -152,6 +154,7 @@ LEAN_JOB_FIELDS = (
     "cluster",  # cluster: only on cluster jobs
     "preempting",
     "gpu_idle_since",
+    "gpu_mem_over_by",
 )
 
 
@@ -193,6 +196,7 @@ ARGUMENTS: dict[str, Callable[[Any], Any]] = {
         v, "priority", -syntax.MAX_PRIORITY, syntax.MAX_PRIORITY
     ),
     "begin_time": lambda v: values.number(v, "begin_time", 0, begintime.MAX_BEGIN_TIME),
+    "gpu_mem_over": lambda v: values.choice(v, "gpu-mem-over", GPU_OVER_ACTIONS),
     "timeout_s": lambda v: values.number(v, "timeout_s", 0, 10**9),
     "changes": lambda v: values.mapping(v, "changes"),
     "since_s": lambda v: values.number(v, "since_s", 0, 10**11),

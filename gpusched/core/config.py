@@ -117,6 +117,11 @@ class Settings:
     mps: bool = False
     mps_control: str = "nvidia-cuda-mps-control"
     mps_thread_pct: int = 100
+    # [memory] GPU memory promises (core/sched/gpupromise.py, daemon/jobs/gpuover.py)
+    gpu_over: str = "report"
+    gpu_over_margin_pct: float = 10.0
+    gpu_free_floor_bytes: int = 2**30
+    others_peak_window_s: float = 300.0
     # [idle] (daemon/jobs/idlegpus.py)
     idle_after_s: float | None = None  # None: off
     idle_action: str = "warn"

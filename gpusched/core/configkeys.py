@@ -10,6 +10,7 @@ from typing import Any
 
 from gpusched.core.errors import UsageError
 from gpusched.core.models import DISCIPLINES
+from gpusched.core.sched import gpupromise
 from gpusched.core.sched.placement import BUILTIN_POLICIES
 from gpusched.core.spec import container, limits, values
 from gpusched.core.spec.syntax import MAX_PRIORITY, WARN_SIGNAL_NAMES
@@ -426,6 +427,32 @@ KEYS: dict[str, tuple[str, Callable[[Any], Any], Any, str]] = {
         100,
         "Under MPS, the share of each GPU's compute a sharing job may use "
         "(CUDA_MPS_ACTIVE_THREAD_PERCENTAGE); 100: no limit.",
+    ),
+    "memory.gpu_over": (
+        "gpu_over",
+        _choice(*gpupromise.ACTIONS),
+        "report",
+        "A job sharing a GPU that uses more than its --gpu-mem + margin: "
+        '"report" it, "stop" it (state gpu_oom) or "requeue" it with more (docs/real-gpus.md).',
+    ),
+    "memory.gpu_over_margin_pct": (
+        "gpu_over_margin_pct",
+        _number(0, 1000),
+        10,
+        "How far past its --gpu-mem (percent) a job may go before gpu_over acts.",
+    ),
+    "memory.gpu_free_floor": (
+        "gpu_free_floor_bytes",
+        parse_size,
+        "1GiB",
+        "Below this much free memory on a GPU, a job over its --gpu-mem at all is acted on.",
+    ),
+    "memory.others_peak_window": (
+        "others_peak_window_s",
+        parse_duration,
+        "5m",
+        "Processes gpusched did not start count at their peak over this window, not their "
+        "current use.",
     ),
     "idle.after": (
         "idle_after_s",

@@ -215,6 +215,12 @@ class Job:
     job_key: str = ""
     gpu_mem_reason: str = ""
     interactive: bool = False  # exempt from idle_action (daemon/jobs/idlegpus.py)
+    # GPU memory promises (daemon/jobs/gpuover.py): the job's --gpu-mem-over ("" for
+    # [memory] gpu_over), what this run used past its --gpu-mem ("used 31.2 GiB of GPU 0,
+    # asked for 10 GiB"), and whether it is being stopped for that (it then ends gpu_oom).
+    gpu_mem_over: str = ""
+    gpu_mem_over_by: str = ""
+    gpu_mem_stop: bool = False
     # Run in a container (core/spec/container.py): (image, runtime options...), or () for none.
     container: tuple[str, ...] = ()
 
@@ -387,6 +393,8 @@ def job_to_dict(job: Job) -> dict[str, Any]:
         "mem_peak_bytes": job.mem_peak_bytes,
         "gpu_mem_peak_bytes": job.gpu_mem_peak_bytes,
         "mem_over": job.mem_over,
+        "gpu_mem_over": job.gpu_mem_over,
+        "gpu_mem_over_by": job.gpu_mem_over_by,
         # A running job being stopped to be requeued (preempted, or `gpusched requeue`).
         "preempting": job.is_running and job.requeueing,
         "preemptible": job.preemptible,

@@ -15,7 +15,7 @@ from gpusched.client.paths import Paths
 from gpusched.core.config import Settings
 from gpusched.core.errors import StoreWriteError
 from gpusched.core.models import Inventory, Job, JobState
-from gpusched.core.sched import placement, queuerules
+from gpusched.core.sched import gpupromise, placement, queuerules
 from gpusched.core.sched.pendingqueue import PendingQueue
 from gpusched.core.sched.placement import PlacementRules
 from gpusched.core.users import unix_groups
@@ -129,6 +129,10 @@ class DaemonState:
         self._inventory = Inventory(backend=backend_name)
         self._pid_jobs: dict[int, int] = {}
         self._idle_since: dict[int, float] = {}
+        # Outside memory read within [memory] others_peak_window, per GPU (gpupromise).
+        self._outside_window_s = setup.settings.others_peak_window_s
+        self._outside_samples: dict[str, tuple[tuple[float, int], ...]] = {}
+        self._outside_peaks: dict[str, int] = {}
         # Since when each running job's GPUs have all been 0% busy (daemon/jobs/idlegpus.py).
         self._gpu_idle_since: dict[int, float] = {}
         self.draining = store.get_meta("draining") == "1"
@@ -278,7 +282,11 @@ class DaemonState:
         if previous is None and not job.state.is_final:
             for tell in self._activated:
                 tell((job,))
-        if previous is None or previous.state is not job.state:  # counted once stored
+        if (
+            previous is None
+            or previous.state is not job.state
+            or (job.gpu_mem_over_by and not previous.gpu_mem_over_by)  # a gpu_mem_over event
+        ):  # counted once stored
             self.after_commit(lambda: self._committed(previous, job))
         if previous is not None and previous.state is JobState.RUNNING and not job.is_running:
             # A run ended: its GPUs are free, so read them again rather than wait for the
@@ -500,6 +508,11 @@ class DaemonState:
         return self._idle_since
 
     @property
+    def outside_peaks(self) -> dict[str, int]:
+        """GPU uuid -> the most memory processes not ours held within the window."""
+        return self._outside_peaks
+
+    @property
     def gpus_dirty(self) -> bool:
         return self._gpus_dirty
 
@@ -508,6 +521,10 @@ class DaemonState:
         idle times follow, and a scheduling pass is due."""
         self._inventory, self._pid_jobs = inventory, pid_jobs
         self._idle_since = placement.track_idle(inventory, pid_jobs, self._idle_since, now)
+        self._outside_samples = gpupromise.track_outside(
+            inventory, pid_jobs, self._outside_samples, now, self._outside_window_s
+        )
+        self._outside_peaks = gpupromise.outside_peaks(self._outside_samples)
         self._gpus_dirty = False
         self._schedule_needed = True
 

@@ -49,6 +49,7 @@ BOOLEANS = (
     "requeueing",
     "interactive",
     "warn_batch",
+    "gpu_mem_stop",
 )
 STATES = tuple(state.value for state in JobState)
 

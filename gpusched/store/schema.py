@@ -4,7 +4,7 @@ migrates; store/integrity.py checks a file against them.)"""
 
 from __future__ import annotations
 
-SCHEMA_VERSION = 10
+SCHEMA_VERSION = 11
 
 # Migrations[n] takes a database at version n to n + 1. Version 0 is an empty file.
 MIGRATIONS: list[str] = [
@@ -128,6 +128,13 @@ MIGRATIONS: list[str] = [
     # 10: --begin: the time (epoch seconds) before which the job may not start; NULL for none.
     """
     ALTER TABLE jobs ADD COLUMN begin_time REAL;
+    """,
+    # 11: GPU memory promises: the job's --gpu-mem-over, what its run used past its
+    # --gpu-mem, and whether it is being stopped for that.
+    """
+    ALTER TABLE jobs ADD COLUMN gpu_mem_over TEXT NOT NULL DEFAULT '';
+    ALTER TABLE jobs ADD COLUMN gpu_mem_over_by TEXT NOT NULL DEFAULT '';
+    ALTER TABLE jobs ADD COLUMN gpu_mem_stop INTEGER NOT NULL DEFAULT 0;
     """,
 ]
 assert len(MIGRATIONS) == SCHEMA_VERSION

@@ -92,13 +92,23 @@ def update(
         help="Start pending jobs no sooner than TIME, in submit --begin's forms; now lets "
         "them start at once.",
     ),
+    gpu_mem_over: str | None = typer.Option(
+        None,
+        "--gpu-mem-over",
+        help="When the job uses more than its --gpu-mem on a shared GPU: report, stop or "
+        "requeue (a running job already reported over it is stopped or requeued now).",
+    ),
 ) -> None:
     """Change queued jobs.
 
     Example: gpusched update 12 --priority 10; gpusched update 12 --begin now
     """
     begin_time = None if begin is None else begintime.parse_begin(begin, time.time())
-    raise typer.Exit(jobviews.change("update", job_ids, priority=priority, begin_time=begin_time))
+    raise typer.Exit(
+        jobviews.change(
+            "update", job_ids, priority=priority, begin_time=begin_time, gpu_mem_over=gpu_mem_over
+        )
+    )
 
 
 @app.command()

@@ -127,6 +127,7 @@ def _pairs(job: dict[str, Any], now: float) -> list[list[str]]:
             f"mem_peak={_or_dash(job['mem_peak_bytes'], size_human)}",
             f"gpu_mem_peak={_or_dash(job['gpu_mem_peak_bytes'], size_human)}",
             f"mem_over={_yes(job['mem_over'])}",
+            *([f"gpu_mem_over={job['gpu_mem_over']}"] if job.get("gpu_mem_over") else []),
         ],
         _preemption_pairs(job),
     ]
@@ -172,6 +173,7 @@ def _free_text(job: dict[str, Any], now: float) -> list[tuple[str, str]]:
         ("end_reason", job["end_reason"] + _unstored(job)) if job["end_reason"] else None,
         ("gpu_mem_reason", job["gpu_mem_reason"]) if job.get("gpu_mem_reason") else None,
         ("idle", idle_human(job, now)) if job.get("gpu_idle_since") else None,
+        ("gpu_mem_over_by", job["gpu_mem_over_by"]) if job.get("gpu_mem_over_by") else None,
         *_preemption_text(job),
         ("command", command_human(job["command"], COMMAND_MAX_CHARS)),
         (

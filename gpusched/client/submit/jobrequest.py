@@ -157,6 +157,8 @@ def scheduling_fields(opts: SubmitOptions) -> dict[str, Any]:
         spec["retry_on"] = [r.strip() for r in opts.retry_on.split(",") if r.strip()]
     if opts.mem_growth is not None:
         spec["mem_growth"] = _growth(opts.mem_growth)
+    if opts.gpu_mem_over is not None:
+        spec["gpu_mem_over"] = opts.gpu_mem_over
     if opts.interactive:
         spec["interactive"] = True
     if opts.retry_delay is not None:

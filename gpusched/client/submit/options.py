@@ -132,6 +132,14 @@ SUBMIT: tuple[OptionRow, ...] = (
         None,
         "What a gpu_oom retry multiplies --gpu-mem by (default 1.25), up to the largest GPU.",
     ),
+    (
+        "gpu_mem_over",
+        ("--gpu-mem-over",),
+        "str",
+        None,
+        "When the job uses more than its --gpu-mem on a shared GPU: report, stop or requeue "
+        "(default: [memory] gpu_over).",
+    ),
     ("policy", ("--policy",), "str", None, "Placement policy for this job."),
     (
         "gpu_ids",
@@ -366,6 +374,7 @@ class SubmitOptions:
     retry_on: str | None
     retry_delay: str | None
     mem_growth: str | None
+    gpu_mem_over: str | None
     policy: str | None
     gpu_ids: str | None
     exclude_gpus: str | None

@@ -6,7 +6,7 @@ from typing import Any, overload
 
 from gpusched.core.errors import UsageError
 from gpusched.core.models import DEFAULT_RETRY_DELAY_S, Constraints, Job, Request
-from gpusched.core.sched import gpuoom
+from gpusched.core.sched import gpuoom, gpupromise
 from gpusched.core.sched.topology import TOPOLOGY_MODES
 from gpusched.core.spec import begintime, outpattern, syntax, values
 from gpusched.core.spec.syntax import (
@@ -47,6 +47,7 @@ SPEC_FIELDS = (
     "preempt_grace_s",
     "gpu_mem_auto",
     "mem_growth",
+    "gpu_mem_over",
     "interactive",
     "container",
     "warn_batch",
@@ -347,8 +348,10 @@ def _memory_fields(spec: dict[str, Any]) -> dict[str, Any]:
     growth = spec.get("mem_growth")
     if growth is not None:
         growth = values.number(growth, "mem-growth", 1.0, gpuoom.MAX_GROWTH)
+    over = spec.get("gpu_mem_over")
     return {
         "mem_growth": gpuoom.DEFAULT_GROWTH if growth is None else growth,
+        "gpu_mem_over": values.choice(over, "gpu-mem-over", gpupromise.ACTIONS) if over else "",
         "interactive": _flag(spec, "interactive"),
     }
 
@@ -391,6 +394,7 @@ def job_spec(job: Job) -> dict[str, Any]:
         "warn_signal": job.warn_signal,
         "warn_before_s": job.warn_before_s,
         "mem_growth": job.mem_growth,
+        "gpu_mem_over": job.gpu_mem_over,
         "interactive": job.interactive,
         "preemptible": job.preemptible,
         "preempt_grace_s": job.preempt_grace_s,

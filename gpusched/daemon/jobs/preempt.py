@@ -59,7 +59,13 @@ def preempt_for_waiting(
     if lowest is None:
         return None
     loads = placement.gpu_loads(
-        state.inventory, running, state.pid_jobs, setup.rules, state.idle_since, now
+        state.inventory,
+        running,
+        state.pid_jobs,
+        setup.rules,
+        state.idle_since,
+        now,
+        state.outside_peaks,
     )
     observed = placement.observed_usage(state.inventory, state.pid_jobs)
     queue = setup.queue_rules(state.draining)

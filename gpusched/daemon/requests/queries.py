@@ -285,6 +285,7 @@ class Queries:
             self.setup.rules,
             state.idle_since,
             self.setup.clock.time(),
+            state.outside_peaks,
         )
         return [(gpu, loads[gpu.uuid]) for gpu in state.inventory.schedulable()]
 
