@@ -242,6 +242,7 @@ def test_shim_imports_only_the_standard_library():
         "gpusched.proc.jobtree",
         "gpusched.proc.runfile",
         "gpusched.proc.logcap",
+        "gpusched.proc.ptyhost",  # a --pty job's terminal
         "gpusched.core",
         "gpusched.core.logmark",
         "gpusched.proc.containerrun",

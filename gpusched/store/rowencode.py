@@ -50,6 +50,7 @@ _SET_AT_SUBMIT = frozenset(
         "mem_growth",
         "job_key",
         "interactive",
+        "pty",
         "container",
         "output_pattern",
         "error_pattern",

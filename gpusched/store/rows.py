@@ -49,6 +49,7 @@ BOOLEANS = (
     "requeueing",
     "interactive",
     "warn_batch",
+    "pty",
 )
 STATES = tuple(state.value for state in JobState)
 

@@ -4,7 +4,7 @@ migrates; store/integrity.py checks a file against them.)"""
 
 from __future__ import annotations
 
-SCHEMA_VERSION = 10
+SCHEMA_VERSION = 11
 
 # Migrations[n] takes a database at version n to n + 1. Version 0 is an empty file.
 MIGRATIONS: list[str] = [
@@ -128,6 +128,10 @@ MIGRATIONS: list[str] = [
     # 10: --begin: the time (epoch seconds) before which the job may not start; NULL for none.
     """
     ALTER TABLE jobs ADD COLUMN begin_time REAL;
+    """,
+    # 11: --pty (the job runs on a terminal that `gpusched attach` connects to).
+    """
+    ALTER TABLE jobs ADD COLUMN pty INTEGER NOT NULL DEFAULT 0;
     """,
 ]
 assert len(MIGRATIONS) == SCHEMA_VERSION

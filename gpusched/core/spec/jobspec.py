@@ -48,6 +48,7 @@ SPEC_FIELDS = (
     "gpu_mem_auto",
     "mem_growth",
     "interactive",
+    "pty",
     "container",
     "warn_batch",
     "output",
@@ -311,6 +312,7 @@ def check_job_spec(spec: Any, policies: list[str]) -> dict[str, Any]:
         "preemptible": None if spec.get("preemptible") is None else _flag(spec, "preemptible"),
         "preempt_grace_s": _number(spec, "preempt_grace_s", 0.0),
         "container": _container(spec),
+        "pty": _flag(spec, "pty"),
         "begin_time": checked_begin_time(spec),
         **_output_fields(spec),
     }
@@ -392,6 +394,7 @@ def job_spec(job: Job) -> dict[str, Any]:
         "warn_before_s": job.warn_before_s,
         "mem_growth": job.mem_growth,
         "interactive": job.interactive,
+        "pty": job.pty,
         "preemptible": job.preemptible,
         "preempt_grace_s": job.preempt_grace_s,
         "container": list(job.container),

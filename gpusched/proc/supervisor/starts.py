@@ -29,12 +29,14 @@ _FDS_SPARE = 64  # descriptors kept for links, a spawn's logs, run files
 
 def needs_shim(spec: dict[str, Any]) -> bool:
     """Whether the job needs a shim of its own: a privilege drop (system mode), a cgroup to
-    join, a container to remove, or logs to cap (threads that copy its output)."""
+    join, a container to remove, logs to cap (threads that copy its output), or a
+    terminal to serve (--pty, proc/ptyhost.py)."""
     return (
         spec.get("run_as") is not None
         or bool(spec.get("cgroup"))
         or bool(spec.get("max_log_bytes"))
         or "container_remove" in spec
+        or "pty_socket" in spec
         or not CAN_SUPERVISE
     )
 
