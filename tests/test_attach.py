@@ -243,6 +243,13 @@ def test_attach_waits_for_a_pending_job_and_ends_at_once_for_an_ended_one(home, 
     later = home.run("attach", str(job), check=False)
     assert later.returncode == 3
     assert f"[job {job} exited with code 3; its output: gpusched logs {job}]" in later.stderr
+    never = home.submit("--pty", "--hold", "--", "true")
+    home.run("cancel", str(never))
+    unrun = home.run("attach", str(never), check=False)
+    assert (unrun.returncode, unrun.stderr) == (
+        1,
+        f"[job {never} is cancelled; gpusched show {never}]\n",
+    )
 
 
 def test_a_thousand_short_pty_jobs_keep_their_exit_codes(home, tmp_path):

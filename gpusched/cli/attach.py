@@ -27,8 +27,10 @@ from gpusched.proc import ptyhost
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Iterator
+    from typing import Any
 
 _POLL_S = 0.2  # while the job has yet to start, or its shim to listen
+_REACH_S = 30.0  # a running job's shim that has not listened by then is not going to
 
 
 def detach_keys_of(option: str | None) -> tuple[bytes, str]:
@@ -63,7 +65,7 @@ def attach(job_id: str, detach_keys: str | None = None) -> int:
     """Attach to the job; the exit status."""
     keys, key_name = detach_keys_of(detach_keys)
     client = Client()
-    said_pending = False
+    said_pending, running_since = False, 0.0
     while True:
         reply = client.call("attach", id=job_id)
         job = reply["job"]
@@ -73,17 +75,39 @@ def attach(job_id: str, detach_keys: str | None = None) -> int:
                 f"to. Follow its output with: gpusched logs -f {job['id']}"
             )
         if job["state"] not in ("pending", "running"):
-            line, status = end_line(job["id"], job["exit_code"], job["signal"])
-            sys.stderr.write(f"{line[:-1]}; its output: gpusched logs {job['id']}]\n")
-            return status
+            return _ended_before(job)
         if job["state"] == "running":
-            with contextlib.suppress(FileNotFoundError, ConnectionRefusedError):
+            running_since = running_since or time.monotonic()
+            try:
                 sock = ptyhost.connect(reply["socket"])
+            except (FileNotFoundError, ConnectionRefusedError) as exc:
+                if time.monotonic() - running_since > _REACH_S:
+                    raise _unreachable(job["id"], reply["socket"], exc) from None
+            except OSError as exc:
+                raise _unreachable(job["id"], reply["socket"], exc) from None
+            else:
                 return Session(job["id"], sock, keys, key_name).run()
         elif not said_pending:
             sys.stderr.write(f"job {job['id']} has not started yet; attaching when it does\n")
             said_pending = True
         time.sleep(_POLL_S)
+
+
+def _ended_before(job: dict[str, Any]) -> int:
+    """Said for a job that ended before attach reached it: how, and its status."""
+    if job["exit_code"] is None and job["signal"] is None:  # it never ran (cancelled, say)
+        sys.stderr.write(f"[job {job['id']} is {job['state']}; gpusched show {job['id']}]\n")
+        return 1
+    line, status = end_line(job["id"], job["exit_code"], job["signal"])
+    sys.stderr.write(f"{line[:-1]}; its output: gpusched logs {job['id']}]\n")
+    return status
+
+
+def _unreachable(job_id: int, path: str, exc: OSError) -> GpuschedError:
+    return GpuschedError(
+        f"cannot reach the terminal of job {job_id} at {path}: {exc.strerror or exc}. "
+        f"`gpusched show {job_id}` says how the job is; `gpusched logs -f {job_id}` follows it"
+    )
 
 
 class Session:
