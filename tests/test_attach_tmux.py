@@ -4,12 +4,15 @@ leaves the shell's terminal as it was."""
 
 from __future__ import annotations
 
+import os
 import re
 import shlex
+import signal
 import sys
 
 import pytest
 
+from conftest import wait_until
 from test_top_tmux import TMUX, Tmux
 
 pytestmark = [
@@ -56,6 +59,17 @@ def test_a_python_prompt_through_attach_resize_detach_and_attach_again(home):
         term.wait_for(r"^\$\s*$", "a clear screen")
         term.type_line(attach)
         term.wait_for(r"^42 answered$", "the scrollback on attaching again")
+        # SIGTERM ends attach, not the job, and the shell gets its terminal back.
+        attaching = wait_until(lambda: term.children() and term.children()[0], "attach's process")
+        os.kill(attaching.pid, signal.SIGTERM)
+        term.wait_for(rf"SIGTERM ended attach; job {job} runs on", "attach to end")
+        screen = shell_line_after(term, "a SIGTERM")
+        assert re.search(rf"^rc={128 + signal.SIGTERM}\n0$", screen, re.M), screen
+        assert home.show(job)["state"] == "running"
+        term.type_line("clear")
+        term.wait_for(r"^\$\s*$", "a clear screen")
+        term.type_line(attach)
+        term.wait_for(r"^42 answered$", "the scrollback on attaching a third time")
         term.type_line("exit(3)")
         term.wait_for(rf"^\[job {job} exited with code 3\]$", "the job's end")
         screen = shell_line_after(term, "the job's end")

@@ -93,6 +93,18 @@ def attach(job_id: str, detach_keys: str | None = None) -> int:
         time.sleep(_POLL_S)
 
 
+class _Signalled(Exception):
+    """SIGTERM or SIGHUP while attached: unwind (the terminal restored), exit 128 + signum."""
+
+    def __init__(self, signum: int):
+        super().__init__(f"signal {signum}")
+        self.signum = signum
+
+
+def _signalled(signum: int, _frame: object) -> None:
+    raise _Signalled(signum)
+
+
 def _ended_before(job: dict[str, Any]) -> int:
     """Said for a job that ended before attach reached it: how, and its status."""
     if job["exit_code"] is None and job["signal"] is None:  # it never ran (cancelled, say)
@@ -119,11 +131,15 @@ class Session:
         self.is_tty = os.isatty(0)
 
     def run(self) -> int:
-        with self.sock, self._raw_terminal():
-            if self.is_tty:
-                sys.stderr.write(f"[attached to job {self.job_id}; {self.key_name} detaches]\r\n")
-                sys.stderr.flush()
-            return self._serve()
+        try:
+            with self.sock, self._raw_terminal():
+                if self.is_tty:
+                    self._say(f"[attached to job {self.job_id}; {self.key_name} detaches]")
+                return self._serve()
+        except _Signalled as signalled:  # the terminal is restored: the job runs on
+            name = signal.Signals(signalled.signum).name
+            self._say(f"[{name} ended attach; job {self.job_id} runs on]")
+            return 128 + signalled.signum
 
     @contextlib.contextmanager
     def _raw_terminal(self) -> Iterator[None]:
@@ -134,13 +150,26 @@ class Session:
         saved = termios.tcgetattr(0)
         wake_read, wake_write = os.pipe2(os.O_CLOEXEC | os.O_NONBLOCK)
         self.resized = wake_read
-        previous = signal.signal(signal.SIGWINCH, lambda *_: os.write(wake_write, b"w"))
+
+        def resized(_signum: int, _frame: object) -> None:
+            with contextlib.suppress(OSError):  # full: a wake-up is pending already
+                os.write(wake_write, b"w")
+
+        previous = {
+            signum: signal.signal(signum, handler)
+            for signum, handler in (
+                (signal.SIGWINCH, resized),
+                (signal.SIGTERM, _signalled),
+                (signal.SIGHUP, _signalled),
+            )
+        }
         try:
             tty.setraw(0)
             yield
         finally:
             termios.tcsetattr(0, termios.TCSADRAIN, saved)
-            signal.signal(signal.SIGWINCH, previous)
+            for signum, handler in previous.items():
+                signal.signal(signum, handler)
             os.close(wake_read)
             os.close(wake_write)
 
@@ -172,6 +201,8 @@ class Session:
                     self._send_size()
                 else:
                     typed = os.read(0, 4096)
+                    if not typed and self.is_tty:  # the terminal hung up
+                        raise _Signalled(signal.SIGHUP)
                     if not typed:  # stdin ended (a pipe): watch on until the job ends
                         sel.unregister(0)
                     elif self._type(typed):
