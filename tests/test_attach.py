@@ -10,6 +10,7 @@ import signal
 import subprocess
 import sys
 import threading
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -265,3 +266,18 @@ def test_a_thousand_short_pty_jobs_keep_their_exit_codes(home, tmp_path):
     )
     codes = {j["id"]: j["exit_code"] for j in home.jobs()}
     assert [codes[i] for i in ids] == [i % 250 for i in range(1000)]
+
+
+def test_a_pty_jobs_log_keeps_under_the_cap_and_attach_still_sees_the_end(home, attachers):
+    home.write_config('[jobs]\nmax_log_size = "4K"\n')
+    home.start()
+    job = home.submit("--pty", "--", "sh", "-c", "read go; seq -f 'line %g' 1 20000; exit 2")
+    home.wait_state(job, "running")
+    attach = Attacher(home, job)
+    attachers.append(attach)
+    attach.type(b"go\n")
+    assert attach.end()[0] == 2
+    assert b"line 20000\r\n" in attach.out
+    log = home.run("logs", "--plain", str(job)).stdout
+    assert log.startswith("[gpusched: ") and log.endswith("line 20000\n"), log[:200]
+    assert Path(home.show(job)["stdout_path"]).stat().st_size <= 4096
