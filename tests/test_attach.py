@@ -34,10 +34,10 @@ PROMPTER = (
 class Attacher:
     """`gpusched attach ID` with pipes for its stdin, stdout and stderr."""
 
-    def __init__(self, home: Home, job_id: int, *args: str):
+    def __init__(self, home: Home, job_id: int, *args: str, stdin: Any = subprocess.PIPE):
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "gpusched", "attach", *args, str(job_id)],
-            stdin=subprocess.PIPE,
+            stdin=stdin,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             env=home.env,
@@ -65,8 +65,8 @@ class Attacher:
 
     def end(self) -> tuple[int, str]:
         """attach's exit status and its stderr, once it has exited."""
-        assert self.proc.stdin is not None
-        self.proc.stdin.close()
+        if self.proc.stdin is not None:
+            self.proc.stdin.close()
         self.proc.wait(timeout=60)
         for reader in self.readers:
             reader.join(10)
@@ -164,6 +164,20 @@ def test_attach_goes_on_across_a_daemon_kill_and_attaches_after_it(home, attache
     again.type(b"exit 4\n")
     assert again.end()[0] == 4
     assert home.wait_state(job, "failed")["exit_code"] == 4
+
+
+def test_attach_with_stdin_from_dev_null_watches_until_the_end(home, attachers, tmp_path):
+    home.start()
+    gate = tmp_path / "go"
+    wait = f"echo waiting; while [ ! -e {gate} ]; do sleep 0.05; done; echo done; exit 6"
+    job = home.submit("--pty", "--", "sh", "-c", wait)
+    home.wait_state(job, "running")
+    attach = Attacher(home, job, stdin=subprocess.DEVNULL)
+    attachers.append(attach)
+    attach.wait_for(b"waiting", "the scrollback")
+    gate.touch()
+    assert attach.end() == (6, f"[job {job} exited with code 6]\n")
+    assert attach.out.endswith(b"done\r\n")
 
 
 def test_a_job_without_pty_says_to_follow_its_log_instead(home):

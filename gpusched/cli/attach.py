@@ -174,7 +174,8 @@ class Session:
             os.close(wake_write)
 
     def _serve(self) -> int:
-        sel = selectors.DefaultSelector()
+        # select(2), not epoll: stdin may be a file or /dev/null, which epoll refuses.
+        sel = selectors.SelectSelector()
         sel.register(self.sock, selectors.EVENT_READ, "job")
         sel.register(0, selectors.EVENT_READ, "keys")
         if self.is_tty:
