@@ -180,6 +180,15 @@ def test_attach_with_stdin_from_dev_null_watches_until_the_end(home, attachers, 
     assert attach.out.endswith(b"done\r\n")
 
 
+def test_a_pty_job_that_cannot_start_fails_as_any_other_and_leaves_no_socket(home):
+    job = home.submit("--pty", "--", "./no-such-program")
+    ended = home.wait_state(job, "failed")
+    assert "cannot start" in ended["end_reason"], ended
+    assert not Path(ended["stdout_path"]).with_name(f"{job}.pty.sock").exists()
+    # attach ends with the job's status, as for any job that has ended.
+    assert home.run("attach", str(job), check=False).returncode == ended["exit_code"]
+
+
 def test_a_job_without_pty_says_to_follow_its_log_instead(home):
     job = home.submit("--", "sleep", "300")
     proc = home.run("attach", str(job), check=False)

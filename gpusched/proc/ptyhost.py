@@ -133,6 +133,10 @@ def spawn_on_pty(spec: dict[str, Any]) -> int:
         for fd in (*fds, master):
             os.close(fd)
         os.waitpid(pid, 0)
+        try:
+            os.unlink(spec["pty_socket"])  # made before the exec failed
+        except OSError:
+            pass
         raise jobexec.StartError(failure.decode(errors="replace") or "no terminal for the job")
     _host = Host(master, fds[0], fds[1], spec)
     return pid

@@ -1,6 +1,6 @@
 """The job supervisor's starts: which jobs it starts itself, the spawn, the run file.
 
-A plain job (needs_shim: none of system mode, cgroups, containers or capped logs) is
+A plain job (needs_shim: none of system mode, cgroups, containers, capped logs or --pty) is
 posix_spawned directly, leading a session of its own, its logs, environment, working
 directory and CPU pinning as a shim would give them (proc/spawn.py, the shim's spawn too).
 Its pid and start ticks go into its run file's "shim" record, marked supervised: the
