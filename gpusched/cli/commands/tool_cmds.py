@@ -62,6 +62,13 @@ def simulate(
         "(GPU memory peaks from a seeded model) and count the jobs "
         "that shared a GPU and those that would have run out of it.",
     ),
+    config: Path | None = typer.Option(
+        None,
+        "--config",
+        metavar="FILE",
+        help="Apply the [quotas] of this gpusched.toml to the trace's users (time 0 is a "
+        "midnight; groups from its [simulate.groups], else the group database).",
+    ),
     as_json: bool = typer.Option(False, "--json", help=JSON_HELP),
 ) -> None:
     """Replay a job trace in simulated time.
@@ -72,6 +79,7 @@ def simulate(
     Examples:
       gpusched simulate trace.csv --gpus 8 --discipline backfill
       gpusched simulate trace.csv --gpus 8 --load 0.5 --preemption
+      gpusched simulate trace.csv --gpus 8 --config /etc/gpusched/gpusched.toml
     """
     # the simulator: 43 ms of every typer command
     from gpusched.cli.commands.simulate import simulate_command  # noqa: PLC0415
@@ -91,6 +99,7 @@ def simulate(
             preemption=preemption,
             high_priority_share=high_priority_share,
             estimates=estimates,
+            config=config,
         )
     )
 
