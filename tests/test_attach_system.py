@@ -8,6 +8,7 @@ import stat
 import subprocess
 from pathlib import Path
 
+from conftest import wait_until
 from systemroot import pytestmark  # noqa: F401 - the module's marks
 
 
@@ -32,6 +33,7 @@ def test_the_owner_attaches_to_a_terminal_of_their_own_and_others_are_refused(sy
     job_id = system.submit(alice, "--pty", "--", "sh", "-c", script)
     job = system.wait_state(job_id, "running")
     sock = Path(job["stdout_path"]).with_name(f"{job_id}.pty.sock")
+    wait_until(lambda: os.path.lexists(sock), "the shim to listen")  # after the job runs
     info = sock.lstat()
     assert stat.S_ISSOCK(info.st_mode) and info.st_uid == alice.uid
     assert stat.S_IMODE(info.st_mode) == 0o600
