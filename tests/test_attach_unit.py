@@ -8,7 +8,7 @@ import pytest
 from gpusched.cli.attach import Session, end_line
 from gpusched.cli.logview import PlainText
 from gpusched.core.configkeys import detach_key_bytes
-from gpusched.proc import ptyhost
+from gpusched.proc import ptywire
 
 pytestmark = pytest.mark.unit
 
@@ -32,8 +32,8 @@ class Sent:
         self.keys = b""
 
     def sendall(self, data: bytes) -> None:
-        frames = ptyhost.FrameReader().feed(data)
-        assert [kind for kind, _ in frames] == [ptyhost.INPUT]
+        frames = ptywire.FrameReader().feed(data)
+        assert [kind for kind, _ in frames] == [ptywire.INPUT]
         self.keys += frames[0][1]
 
 
@@ -56,12 +56,12 @@ def test_the_detach_keys_are_held_back_and_a_near_miss_reaches_the_job():
 
 
 def test_frames_arrive_whole_however_the_stream_is_cut():
-    stream = ptyhost.frame(ptyhost.OUTPUT, b"hello") + ptyhost.frame(ptyhost.EXITED, b"{}")
-    reader = ptyhost.FrameReader()
+    stream = ptywire.frame(ptywire.OUTPUT, b"hello") + ptywire.frame(ptywire.EXITED, b"{}")
+    reader = ptywire.FrameReader()
     frames = [f for i in range(len(stream)) for f in reader.feed(stream[i : i + 1])]
-    assert frames == [(ptyhost.OUTPUT, b"hello"), (ptyhost.EXITED, b"{}")]
+    assert frames == [(ptywire.OUTPUT, b"hello"), (ptywire.EXITED, b"{}")]
     with pytest.raises(ValueError, match="a frame of"):
-        ptyhost.FrameReader().feed(b"o\xff\xff\xff\xff")
+        ptywire.FrameReader().feed(b"o\xff\xff\xff\xff")
 
 
 def test_the_end_line_and_status_are_a_shells():

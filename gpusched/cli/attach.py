@@ -1,5 +1,5 @@
 """`gpusched attach`: this terminal on a --pty job's, through the socket its shim serves
-(proc/ptyhost.py): the scrollback, then live output; keys to the job, resizes passed on,
+(proc/ptywire.py): the scrollback, then live output; keys to the job, resizes passed on,
 the detach keys leave it running; when the job ends, its exit status.
 
 The daemon only says where the socket is, and refuses anyone but the owner or an admin;
@@ -22,7 +22,7 @@ import tty
 
 from gpusched.client.connection import Client
 from gpusched.core.errors import GpuschedError, UsageError
-from gpusched.proc import ptyhost
+from gpusched.proc import ptywire
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -79,7 +79,7 @@ def attach(job_id: str, detach_keys: str | None = None) -> int:
         if job["state"] == "running":
             running_since = running_since or time.monotonic()
             try:
-                sock = ptyhost.connect(reply["socket"])
+                sock = ptywire.connect(reply["socket"])
             except (FileNotFoundError, ConnectionRefusedError) as exc:
                 if time.monotonic() - running_since > _REACH_S:
                     raise _unreachable(job["id"], reply["socket"], exc) from None
@@ -181,7 +181,7 @@ class Session:
         if self.is_tty:
             sel.register(self.resized, selectors.EVENT_READ, "resized")
             self._send_size()
-        frames = ptyhost.FrameReader()
+        frames = ptywire.FrameReader()
         while True:
             for key, _ in sel.select():
                 if key.data == "job":
@@ -192,9 +192,9 @@ class Session:
                             f"`gpusched show {self.job_id}` says what became of it"
                         )
                     for kind, payload in frames.feed(data):
-                        if kind == ptyhost.OUTPUT:
+                        if kind == ptywire.OUTPUT:
                             _write_all(1, payload)
-                        elif kind == ptyhost.EXITED:
+                        elif kind == ptywire.EXITED:
                             ended = json.loads(payload)
                             return self._ended(ended["exit_code"], ended["signal"])
                 elif key.data == "resized":
@@ -232,11 +232,11 @@ class Session:
 
     def _send_keys(self, keys: bytes) -> None:
         if keys:
-            self.sock.sendall(ptyhost.frame(ptyhost.INPUT, keys))
+            self.sock.sendall(ptywire.frame(ptywire.INPUT, keys))
 
     def _send_size(self) -> None:
         columns, rows = os.get_terminal_size(0)
-        self.sock.sendall(ptyhost.frame(ptyhost.WINSIZE, struct.pack(">HH", rows, columns)))
+        self.sock.sendall(ptywire.frame(ptywire.WINSIZE, struct.pack(">HH", rows, columns)))
 
     def _ended(self, exit_code: int | None, signum: int | None) -> int:
         line, status = end_line(self.job_id, exit_code, signum)

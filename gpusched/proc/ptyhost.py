@@ -7,8 +7,8 @@ socket is made by the job's child as the job's user (mode 0600, beside the job's
 logs), and a thread of the shim serves it; the shim outlives the daemon, so attach
 connects here directly. Every attacher gets the scrollback, then the live output; every
 attacher's keys reach the job, and the latest resize wins (as tmux's shared sessions).
-When the job has ended, each attacher is sent its exit status. Standard library only:
-the shim imports this module for a --pty job alone.
+When the job has ended, each attacher is sent its exit status (the frames: ptywire.py).
+Standard library only: the shim imports this module for a --pty job alone.
 """
 
 from __future__ import annotations
@@ -25,6 +25,16 @@ import termios
 import threading
 
 from gpusched.proc import jobexec, logcap, spawn
+from gpusched.proc.ptywire import (
+    EXITED,
+    INPUT,
+    OUTPUT,
+    WINSIZE,
+    FrameReader,
+    frame,
+    set_size,
+    unix_address,
+)
 
 TYPE_CHECKING = False  # not typing: in the shim's import chain (tests/test_boundaries.py)
 if TYPE_CHECKING:
@@ -32,74 +42,12 @@ if TYPE_CHECKING:
 
     from gpusched.proc.privileges import Identity
 
-# Frames, both ways: a kind byte, a 4-byte length, then the payload. To the attacher:
-# OUTPUT (the job's bytes), EXITED (JSON: exit_code, signal). From it: INPUT (keys),
-# WINSIZE (rows, columns as two 16-bit numbers).
-OUTPUT, EXITED, INPUT, WINSIZE = b"o", b"x", b"i", b"w"
-_HEADER = struct.Struct(">cI")
-_FRAME_MAX_BYTES = 1 << 20
 SCROLLBACK_BYTES = 256 * 1024  # what a new attacher sees first: some screens of a redraw
 _CHUNK_BYTES = 1 << 16
 _SEND_TIMEOUT_S = 5.0  # an attacher that stops reading is dropped: it never stalls the job
 _DRAIN_S = 2.0  # after the job's end, the last of its output (a leftover may hold the slave)
 _FINISH_S = 10.0
 _host: Host | None = None
-
-
-def frame(kind: bytes, payload: bytes = b"") -> bytes:
-    return _HEADER.pack(kind, len(payload)) + payload
-
-
-class FrameReader:
-    """Frames out of a byte stream that arrives in pieces."""
-
-    def __init__(self) -> None:
-        self.buffer = bytearray()
-
-    def feed(self, data: bytes) -> list[tuple[bytes, bytes]]:
-        """The frames completed by `data`; ValueError for one too large to be ours."""
-        self.buffer += data
-        frames = []
-        while len(self.buffer) >= _HEADER.size:
-            kind, size = _HEADER.unpack_from(self.buffer)
-            if size > _FRAME_MAX_BYTES:
-                raise ValueError(f"a frame of {size} bytes")
-            end = _HEADER.size + size
-            if len(self.buffer) < end:
-                break
-            frames.append((kind, bytes(self.buffer[_HEADER.size : end])))
-            del self.buffer[:end]
-        return frames
-
-
-def unix_address(path: str) -> tuple[str, int | None]:
-    """An address for `path` that fits sun_path (108 bytes): the path itself, or for a deep
-    one its name in its directory through /proc (and that directory's descriptor, to close
-    once bound or connected)."""
-    if len(path) < 100:
-        return path, None
-    directory = os.open(os.path.dirname(path), os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
-    return f"/proc/self/fd/{directory}/{os.path.basename(path)}", directory
-
-
-def connect(path: str) -> socket.socket:
-    """A connection to the terminal of the job served at `path` (OSError if none)."""
-    address, directory = unix_address(path)
-    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    try:
-        sock.connect(address)
-    except OSError:
-        sock.close()
-        raise
-    finally:
-        if directory is not None:
-            os.close(directory)
-    return sock
-
-
-def set_size(fd: int, rows: int, columns: int) -> None:
-    """A terminal's window size; on the master, the job's foreground group gets SIGWINCH."""
-    fcntl.ioctl(fd, termios.TIOCSWINSZ, struct.pack("HHHH", rows, columns, 0, 0))
 
 
 # -- the start, in the shim ----------------------------------------------------------------------
