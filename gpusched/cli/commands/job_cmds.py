@@ -155,6 +155,7 @@ def attach(
     detach_keys: str | None = typer.Option(
         None,
         "--detach-keys",
+        metavar="KEYS",
         help="Keys that leave the job running: ctrl-X or a character, comma-separated for a "
         'sequence ("ctrl-p,ctrl-q"). Default: the config\'s [attach] detach_keys, ctrl-].',
     ),
