@@ -127,6 +127,7 @@ GOOD_FIELDS = {
     "gpu_mem_auto": False,
     "mem_growth": 1.5,
     "interactive": True,
+    "pty": True,
     "container": ["busybox", "--shm-size=1g"],
     "output": "/dev/null",
     "error": "/dev/null",

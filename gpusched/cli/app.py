@@ -74,6 +74,7 @@ app.add_typer(service_cmds.app, name="service")
 JOB_ID_COMMANDS = (
     "show",
     "logs",
+    "attach",
     "env",
     "wait",
     "cancel",

@@ -89,6 +89,13 @@ GPUS = (
 LOGS = (
     ("follow", ("--follow", "-f"), "flag", False, "Keep printing until the job ends."),
     ("stderr", ("--stderr",), "flag", False, "Show standard error instead of output."),
+    (
+        "plain",
+        ("--plain",),
+        "flag",
+        False,
+        "Leave out terminal control sequences (colours, cursor moves: a --pty job's).",
+    ),
 )
 
 WAIT = (

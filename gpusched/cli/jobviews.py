@@ -166,10 +166,10 @@ def wait(job_ids: list[str], notify: bool = False, keep_waiting: bool = False) -
     return ended_status(jobs)
 
 
-def logs(job_id: str, follow: bool, stderr: bool) -> int:
+def logs(job_id: str, follow: bool, stderr: bool, plain: bool = False) -> int:
     from gpusched.cli.logview import print_log  # noqa: PLC0415 - 0.5 ms; logs only
 
-    print_log(Client(), syntax.job_id_text(job_id), stderr=stderr, follow=follow)
+    print_log(Client(), syntax.job_id_text(job_id), stderr=stderr, follow=follow, plain=plain)
     return 0
 
 

@@ -111,6 +111,8 @@ COMMANDS: dict[str, Command] = {
     # A job's log paths (the client reads the files) and the environment it was
     # submitted with.
     "logs": _cmd("id", read_only=True, caller=OWNER),
+    # Where a --pty job's terminal is served; the client connects to the job's shim itself.
+    "attach": _cmd("id", read_only=True, caller=OWNER),
     "env": _cmd("id", read_only=True, caller=OWNER),
     # A job queued again as a new one, from the spec the daemon keeps: its environment
     # never travels to the client, which may not see it.

@@ -65,6 +65,8 @@ class Settings:
     # [top]
     top_warn_pct: float = 50.0
     top_crit_pct: float = 80.0
+    # [attach]
+    attach_detach_keys: str = "ctrl-]"
     # [jobs]
     master_port_min: int = 29500
     master_port_max: int = 29999

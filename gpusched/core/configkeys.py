@@ -45,6 +45,23 @@ def _text(value: Any) -> str:
     return value
 
 
+def detach_key_bytes(value: Any) -> bytes:
+    """The bytes a terminal sends for detach keys written as "ctrl-]" or "ctrl-p,ctrl-q"
+    (ctrl- and one of @, a-z, [, \\, ], ^, _; or one printable character)."""
+    if not isinstance(value, str) or not value:
+        raise ValueError(f"{value!r} is not a key such as ctrl-] or ctrl-p,ctrl-q")
+    keys = bytearray()
+    for key in value.split(","):
+        name = key.strip().lower()
+        if name.startswith("ctrl-") and len(name) == 6 and "@" <= name[5].upper() <= "_":
+            keys.append(ord(name[5].upper()) - 0x40)
+        elif len(key) == 1 and key.isprintable() and key.isascii():
+            keys.append(ord(key))
+        else:
+            raise ValueError(f"{key!r} is not a key such as ctrl-] or a single character")
+    return bytes(keys)
+
+
 def _optional_duration(value: Any) -> float | None:
     return None if value in ("", None) else parse_duration(value)
 
@@ -311,6 +328,13 @@ KEYS: dict[str, tuple[str, Callable[[Any], Any], Any, str]] = {
         "`gpusched top` colours a load from this percent yellow...",
     ),
     "top.crit_pct": ("top_crit_pct", _number(0, 100), 80, "...and from this percent red."),
+    "attach.detach_keys": (
+        "attach_detach_keys",
+        lambda value: detach_key_bytes(value) and value,
+        "ctrl-]",
+        "The keys that leave `gpusched attach` with the job running: ctrl-X or a character, "
+        'comma-separated for a sequence (e.g. "ctrl-p,ctrl-q").',
+    ),
     "jobs.max_running": (
         "max_running",
         _number(0, 10**6, int),

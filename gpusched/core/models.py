@@ -223,6 +223,7 @@ class Job:
     gpu_mem_stop: bool = False
     # Run in a container (core/spec/container.py): (image, runtime options...), or () for none.
     container: tuple[str, ...] = ()
+    pty: bool = False  # --pty: runs on a terminal of its shim's, for `gpusched attach`
 
     @property
     def is_running(self) -> bool:
@@ -410,6 +411,7 @@ def job_to_dict(job: Job) -> dict[str, Any]:
         "job_key": job.job_key,
         "gpu_mem_reason": job.gpu_mem_reason,
         "interactive": job.interactive,
+        "pty": job.pty,
         "container": (
             {"image": job.container[0], "options": list(job.container[1:])}
             if job.container

@@ -65,7 +65,7 @@ class FinishedJobs:
         finals = ",".join("?" * len(_FINAL))
         return self._conn.execute(
             f"SELECT id, state, user, {_USAGE_COLUMNS}, cpus, array_id, "
-            f"stdout_path, stderr_path, open_mode FROM jobs WHERE id BETWEEN ? AND ? "
+            f"stdout_path, stderr_path, open_mode, pty FROM jobs WHERE id BETWEEN ? AND ? "
             f"AND state IN ({finals}) "
             "ORDER BY id",
             (first_id, last_id, *_FINAL),

@@ -51,6 +51,7 @@ _SET_AT_SUBMIT = frozenset(
         "job_key",
         "interactive",
         "gpu_mem_over",
+        "pty",
         "container",
         "output_pattern",
         "error_pattern",

@@ -50,6 +50,7 @@ BOOLEANS = (
     "interactive",
     "warn_batch",
     "gpu_mem_stop",
+    "pty",
 )
 STATES = tuple(state.value for state in JobState)
 

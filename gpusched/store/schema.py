@@ -4,7 +4,7 @@ migrates; store/integrity.py checks a file against them.)"""
 
 from __future__ import annotations
 
-SCHEMA_VERSION = 11
+SCHEMA_VERSION = 12
 
 # Migrations[n] takes a database at version n to n + 1. Version 0 is an empty file.
 MIGRATIONS: list[str] = [
@@ -135,6 +135,10 @@ MIGRATIONS: list[str] = [
     ALTER TABLE jobs ADD COLUMN gpu_mem_over TEXT NOT NULL DEFAULT '';
     ALTER TABLE jobs ADD COLUMN gpu_mem_over_by TEXT NOT NULL DEFAULT '';
     ALTER TABLE jobs ADD COLUMN gpu_mem_stop INTEGER NOT NULL DEFAULT 0;
+    """,
+    # 12: --pty (the job runs on a terminal that `gpusched attach` connects to).
+    """
+    ALTER TABLE jobs ADD COLUMN pty INTEGER NOT NULL DEFAULT 0;
     """,
 ]
 assert len(MIGRATIONS) == SCHEMA_VERSION

@@ -161,6 +161,8 @@ def scheduling_fields(opts: SubmitOptions) -> dict[str, Any]:
         spec["gpu_mem_over"] = opts.gpu_mem_over
     if opts.interactive:
         spec["interactive"] = True
+    if opts.pty:
+        spec["pty"] = True
     if opts.retry_delay is not None:
         spec["retry_delay_s"] = _duration(opts.retry_delay, "--retry-delay")
     time_limit_s = None if opts.time is None else _syntax().parse_time_limit(opts.time)

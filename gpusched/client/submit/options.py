@@ -203,6 +203,14 @@ SUBMIT: tuple[OptionRow, ...] = (
         "A notebook or shell: never requeued or cancelled for idle GPUs ([idle] action).",
     ),
     (
+        "pty",
+        ("--pty",),
+        "flag",
+        False,
+        "Run it on a terminal that `gpusched attach ID` connects to (its output, with the "
+        "terminal's control sequences, goes to its output log).",
+    ),
+    (
         "preemptible",
         ("--preemptible",),
         "flag",
@@ -386,6 +394,7 @@ class SubmitOptions:
     mem: str | None
     cluster: str | None
     interactive: bool
+    pty: bool
     preemptible: bool
     no_preemptible: bool
     preempt_grace: str | None

@@ -49,6 +49,7 @@ SPEC_FIELDS = (
     "mem_growth",
     "gpu_mem_over",
     "interactive",
+    "pty",
     "container",
     "warn_batch",
     "output",
@@ -312,6 +313,7 @@ def check_job_spec(spec: Any, policies: list[str]) -> dict[str, Any]:
         "preemptible": None if spec.get("preemptible") is None else _flag(spec, "preemptible"),
         "preempt_grace_s": _number(spec, "preempt_grace_s", 0.0),
         "container": _container(spec),
+        "pty": _flag(spec, "pty"),
         "begin_time": checked_begin_time(spec),
         **_output_fields(spec),
     }
@@ -396,6 +398,7 @@ def job_spec(job: Job) -> dict[str, Any]:
         "mem_growth": job.mem_growth,
         "gpu_mem_over": job.gpu_mem_over,
         "interactive": job.interactive,
+        "pty": job.pty,
         "preemptible": job.preemptible,
         "preempt_grace_s": job.preempt_grace_s,
         "container": list(job.container),

@@ -1,4 +1,4 @@
-"""The requests that only look: status, ls, show, logs, env, wait, gpus, snapshot."""
+"""The requests that only look: status, ls, show, logs, attach, env, wait, gpus, snapshot."""
 
 from __future__ import annotations
 
@@ -20,6 +20,7 @@ from gpusched.daemon.jobs.retention import removed_summary
 from gpusched.daemon.requests import lsqueue, pagedreplies
 from gpusched.daemon.requests.request import WAIT_SLICE_S, Request, Waiter, named, named_each
 from gpusched.daemon.state import DaemonState, Setup
+from gpusched.proc import runfile
 
 
 class Queries:
@@ -158,6 +159,17 @@ class Queries:
         job = named(self.state, req.args["id"], whole_arrays=False)[0]
         self.setup.authz.require_owner([job], req.creds, "read its logs", "logs")
         return {"job": job_to_dict(job)}
+
+    def attach(self, req: Request) -> dict[str, Any]:
+        """For its owner or an admin: the job and where its shim serves its terminal if it
+        has one (--pty, proc/ptyhost.py), which the client then connects to itself."""
+        job = named(self.state, req.args["id"], whole_arrays=False)[0]
+        self.setup.authz.require_owner([job], req.creds, "attach to it", "attach")
+        if not job.pty:
+            return {"job": job_to_dict(job), "socket": None}
+        paths = self.setup.paths
+        own_logs = runfile.own_log_paths(paths.jobs_dir, paths.log_root, job.user, job.id)
+        return {"job": job_to_dict(job), "socket": runfile.pty_socket_path(own_logs[0], job.id)}
 
     def env(self, req: Request) -> dict[str, Any]:
         """The environment the job was submitted with (its owner's or an admin's to see)."""
