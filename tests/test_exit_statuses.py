@@ -151,6 +151,7 @@ def commands(home: Home) -> list[list[str]]:
         ["--help"],
         ["submit", "--help"],
         ["daemon", "--help"],
+        ["mcp", "--help"],  # serving speaks on stdout only to a client that wrote first
         # The running job goes back to the queue and starts again in the same pass: it is
         # never seen pending (which these two refuse).
         ["preempt", str(home.running)],
