@@ -215,3 +215,20 @@ def test_under_las_a_restarted_daemon_keeps_a_preempted_jobs_queue(make_box):
     box.exit(short, 0)
     box.step()
     assert box.show(newer)["state"] == "running" and box.show(long)["state"] == "pending"
+
+
+def test_under_las_a_big_job_that_waited_preempts_smaller_jobs_of_its_queue(make_box):
+    box = make_box("2x80GiB", LAS.replace('["1h", "8h"]', '["1d"]'))  # all in queue 1
+    small = [
+        running(box, "--gpus", "1", "--preemptible", "--", "python", f"s{n}.py") for n in (1, 2)
+    ]
+    big = box.submit("--gpus", "2", "--", "python", "big.py")
+    box.step(3 * 3600)
+    assert [box.shims.signalled(job) for job in small] == [[], []]
+    box.step(3600)  # las_preempt_smaller_after: 4 h
+    box.step()
+    assert [box.shims.signalled(job) for job in small] == [[USR1], [USR1]]
+    for job in small:
+        box.exit(job, None, TERM)
+    box.step()
+    assert box.show(big)["state"] == "running"
