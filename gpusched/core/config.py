@@ -54,6 +54,8 @@ class Settings:
     las_thresholds_gpu_s: tuple[float, ...] = QueueRules.las_thresholds_gpu_s
     las_starvation_factor: float = QueueRules.las_starvation_factor
     las_starvation_floor_s: float = QueueRules.las_starvation_floor_s
+    las_preempt_smaller_after_s: float = QueueRules.las_preempt_smaller_after_s
+    las_max_preemptions: int = 0  # PreemptionRules.las_max_preemptions
     max_user_priority: int = 0  # higher only for admins (daemon/requests/request.py)
     # [host]
     host_cpus: int = 0

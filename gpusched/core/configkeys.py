@@ -256,7 +256,7 @@ KEYS: dict[str, tuple[str, Callable[[Any], Any], Any, str]] = {
     "scheduling.las_thresholds": (
         "las_thresholds_gpu_s",
         _las_thresholds,
-        ["1h", "8h"],
+        ["2h", "8h"],
         "las: attained GPU time (GPUs x run time) that ends each queue but the last, ascending.",
     ),
     "scheduling.las_starvation_factor": (
@@ -270,6 +270,18 @@ KEYS: dict[str, tuple[str, Callable[[Any], Any], Any, str]] = {
         parse_duration,
         "1h",
         "las: but never before it waited this long.",
+    ),
+    "scheduling.las_preempt_smaller_after": (
+        "las_preempt_smaller_after_s",
+        parse_duration,
+        "4h",
+        "las: a job that waited this long also preempts jobs of its queue on fewer GPUs (0: never).",
+    ),
+    "scheduling.las_max_preemptions": (
+        "las_max_preemptions",
+        _number(0, 10**6, int),
+        0,
+        "las: a job is preempted at most this often for jobs of its priority (0: no limit).",
     ),
     "scheduling.user_weights": (
         "user_weights",

@@ -3,6 +3,7 @@ and the flags; and the setup it runs with. Request handling and job control are 
 
 from __future__ import annotations
 
+import json
 import secrets
 import time
 from collections.abc import Callable, Iterable, Iterator
@@ -72,6 +73,7 @@ class Setup:
             las_thresholds_gpu_s=s.las_thresholds_gpu_s,
             las_starvation_factor=s.las_starvation_factor,
             las_starvation_floor_s=s.las_starvation_floor_s,
+            las_preempt_smaller_after_s=s.las_preempt_smaller_after_s,
         )
 
     def mem_enforcement(self) -> str:
@@ -99,6 +101,19 @@ def mps_control(setup: Setup) -> MpsControl:
     )
 
 
+# The meta key of DaemonState.attained: {job id: GPU-seconds}, as JSON.
+ATTAINED_KEY = "las_attained"
+
+
+def _stored_attained(text: str) -> dict[int, float]:
+    """The attained service the store keeps ({} if none or unreadable: las then counts
+    those jobs from nothing, as before it was stored)."""
+    try:
+        return {int(k): float(v) for k, v in json.loads(text).items()} if text else {}
+    except (ValueError, TypeError, AttributeError):
+        return {}
+
+
 class DaemonState:
     """The pending and running jobs (finished ones live in the store only), kept in step
     with the store; the GPUs as the loop last read them; and what the loop must do next.
@@ -121,9 +136,9 @@ class DaemonState:
         self._later: tuple[str, Callable[[Job], str | None]] | None = None
         self.start_times = StartTimes(setup.clock.time)  # --begin times and retry delays to come
         self.usage = UsageLedger(setup.settings.fairshare_half_life_s, setup.clock.time())
-        # GPU-seconds of the runs that went back to the queue, by job id (las): in memory
-        # only, so a restarted daemon counts a requeued job's service from nothing.
-        self.attained: dict[int, float] = {}
+        # GPU-seconds of the runs that went back to the queue, by job id (las), kept in
+        # the store's meta so that a restarted daemon puts a requeued job in its queue.
+        self.attained = _stored_attained(store.get_meta(ATTAINED_KEY))
         # The GPUs as last read, which processes on them belong to which job, and since
         # when each outside process has shown 0% busy (note_gpus).
         self._inventory = Inventory(backend=backend_name)
@@ -470,9 +485,13 @@ class DaemonState:
         if job.started_at is None:
             return
         ran_gpu_s = max(job.request.gpus, 0) * max(ended_at - job.started_at, 0.0)
+        # Only jobs still queued or running are kept: those that ended are dropped here.
+        attained = {i: gpu_s for i, gpu_s in self.attained.items() if i in self.jobs}
+        attained[job.id] = attained.get(job.id, 0.0) + ran_gpu_s
+        self.store.set_meta(ATTAINED_KEY, json.dumps(attained))
 
         def add() -> None:
-            self.attained[job.id] = self.attained.get(job.id, 0.0) + ran_gpu_s
+            self.attained = attained
 
         self.after_commit(add)
 

@@ -27,7 +27,10 @@ log = logging.getLogger("gpusched.jobs")
 def rules_of(setup: Setup) -> preemption.PreemptionRules:
     s = setup.settings
     return preemption.PreemptionRules(
-        s.preemption_enabled, s.max_preemptions, s.min_run_before_preempt_s
+        s.preemption_enabled,
+        s.max_preemptions,
+        s.min_run_before_preempt_s,
+        las_max_preemptions=s.las_max_preemptions,
     )
 
 
