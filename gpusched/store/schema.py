@@ -4,7 +4,7 @@ migrates; store/integrity.py checks a file against them.)"""
 
 from __future__ import annotations
 
-SCHEMA_VERSION = 10
+SCHEMA_VERSION = 11
 
 # Migrations[n] takes a database at version n to n + 1. Version 0 is an empty file.
 MIGRATIONS: list[str] = [
@@ -128,6 +128,14 @@ MIGRATIONS: list[str] = [
     # 10: --begin: the time (epoch seconds) before which the job may not start; NULL for none.
     """
     ALTER TABLE jobs ADD COLUMN begin_time REAL;
+    """,
+    # 11: runtimes learned from history (core/sched/runtimes.py): the prediction, its 80 %
+    # interval and where it came from; NULL and '' without one.
+    """
+    ALTER TABLE jobs ADD COLUMN predicted_s REAL;
+    ALTER TABLE jobs ADD COLUMN predicted_low_s REAL;
+    ALTER TABLE jobs ADD COLUMN predicted_high_s REAL;
+    ALTER TABLE jobs ADD COLUMN runtime_reason TEXT NOT NULL DEFAULT '';
     """,
 ]
 assert len(MIGRATIONS) == SCHEMA_VERSION

@@ -11,7 +11,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from gpusched.core.models import GpuInfo, Job, Request
-from gpusched.core.sched import placement
+from gpusched.core.sched import placement, runtimes
 from gpusched.core.sched.placement import GpuLoad, PlacementRules
 
 # A request, its policy and the job the GPUs are held for (None: none), found not to fit.
@@ -38,9 +38,14 @@ class PassCounts:
 
 
 def expected_end(job: Job, now: float) -> float:
-    if job.time_limit_s is None:
+    """When a job (running, or starting now) is expected to end: at its --time, else by
+    its predicted runtime (never before now); never, with neither."""
+    start = job.started_at if job.started_at is not None else now
+    if job.time_limit_s is not None:
+        return start + job.time_limit_s
+    if job.predicted_s is None:
         return math.inf
-    return (job.started_at if job.started_at is not None else now) + job.time_limit_s
+    return now + runtimes.remaining_s(now - start, job.predicted_s, job.predicted_high_s)
 
 
 def new_pass(

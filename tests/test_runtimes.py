@@ -1,0 +1,152 @@
+"""Runtimes learned from history (core/sched/runtimes.py) and the start forecast of pending
+jobs (core/sched/forecast.py): pure."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from gpusched.core.models import GpuInfo, Inventory, Job, JobState, Request
+from gpusched.core.sched import forecast, placement, runtimes, scheduling
+from gpusched.core.sched.passcounts import expected_end
+from gpusched.core.sched.placement import PlacementRules
+from gpusched.core.sched.queuerules import QueueRules
+
+HOUR_S = 3600.0
+
+
+@pytest.mark.unit
+def test_the_same_jobs_runs_come_first_then_the_users_then_the_boxs():
+    job_runs, user_runs, box_runs = [100.0, 300.0, 200.0], [10.0] * 5, [1.0] * 5
+    by_job = runtimes.predict(job_runs, user_runs, box_runs)
+    assert by_job is not None and by_job.runtime_s == 200.0  # the median
+    assert "3 earlier runs of this job" in by_job.reason
+    by_user = runtimes.predict([], user_runs, box_runs)
+    assert by_user is not None and by_user.runtime_s == 10.0
+    assert "this user's jobs" in by_user.reason
+    # Two of the user's runs are too few: the box's history answers.
+    by_box = runtimes.predict([], [10.0, 10.0], box_runs)
+    assert by_box is not None and by_box.runtime_s == 1.0 and "on this box" in by_box.reason
+    assert runtimes.predict([], [10.0], [1.0, 1.0]) is None
+
+
+@pytest.mark.unit
+def test_a_prediction_reads_the_newest_runs_only_and_gives_the_quantiles():
+    # Newest first: 50 runs of 10 s to 500 s, then an old one of a day that is not read.
+    runs = [10.0 * n for n in range(1, 51)] + [86400.0]
+    assert runtimes.HISTORY_RUNS == 50
+    got = runtimes.predict(runs, [], [])
+    assert got is not None
+    assert got.runtime_s == 255.0  # median of 10..500
+    assert (got.low_s, got.high_s) == (50.0, 450.0)  # nearest rank: p10, p90
+    assert runtimes.quantile([5.0], 90.0) == 5.0
+
+
+@pytest.mark.unit
+def test_a_running_jobs_remaining_time_is_floored():
+    assert runtimes.remaining_s(elapsed_s=60.0, expected_s=100.0, high_s=300.0) == 40.0
+    # Past its median: the rest of its high end.
+    assert runtimes.remaining_s(elapsed_s=200.0, expected_s=100.0, high_s=300.0) == 100.0
+    # Past both: a quarter of what it ran, at least a minute; never 0.
+    assert runtimes.remaining_s(elapsed_s=400.0, expected_s=100.0, high_s=300.0) == 100.0
+    assert runtimes.remaining_s(elapsed_s=120.0, expected_s=100.0) == runtimes.FLOOR_S
+
+
+def job(job_id: int, gpus: int = 1, **fields) -> Job:
+    return Job(
+        id=job_id,
+        command=("true",),
+        cwd="/",
+        uid=1000,
+        user="alice",
+        request=Request(gpus=gpus),
+        submitted_at=0.0,
+        **fields,
+    )
+
+
+def predicted(job_id: int, gpus: int, median: float, low: float, high: float, **fields) -> Job:
+    return job(
+        job_id, gpus, predicted_s=median, predicted_low_s=low, predicted_high_s=high, **fields
+    )
+
+
+def box(gpus: int) -> Inventory:
+    return Inventory(
+        tuple(
+            GpuInfo(
+                index=i,
+                uuid=f"GPU-{i}",
+                name="sim",
+                mem_total_bytes=80 * 2**30,
+                mem_used_bytes=0,
+                util_pct=0.0,
+            )
+            for i in range(gpus)
+        )
+    )
+
+
+@pytest.mark.unit
+def test_backfill_reserves_with_the_prediction_of_a_job_without_time():
+    # A job with no --time but a prediction of an hour is expected to end in an hour; with
+    # neither, never (backfill cannot reserve behind it).
+    assert expected_end(job(1, predicted_s=HOUR_S), now=100.0) == 100.0 + HOUR_S
+    assert expected_end(job(1), now=100.0) == math.inf
+    # --time wins over a prediction: it is the limit.
+    assert expected_end(job(1, time_limit_s=60.0, predicted_s=HOUR_S), now=0.0) == 60.0
+
+
+@pytest.mark.unit
+def test_the_forecast_of_a_hand_made_queue():
+    # Two GPUs, t = 1000. Running: job 1 on GPU-0 since t = 0, predicted 1500 s (80 % of
+    # its runs 1100 to 2000 s): it ends at 1500 (low run: 1100; high run: 2000). Job 2 on
+    # GPU-1 has neither a prediction nor a --time: as far as anyone knows it never ends.
+    # Pending, in order: job 3 wants 1 GPU for 600 s (300 to 900): it starts when job 1
+    # ends, 1500 (low run 1100, high run 2000). Job 4 wants 1 GPU and follows job 3:
+    # 1500 + 600 = 2100 (low run 1100 + 300 = 1400; high run 2000 + 900 = 2900). Job 5
+    # wants both GPUs: job 2 never ends, so it gets no forecast.
+    inventory, rules, now = box(2), PlacementRules(), 1000.0
+    running = [
+        predicted(
+            1,
+            1,
+            1500.0,
+            1100.0,
+            2000.0,
+            state=JobState.RUNNING,
+            started_at=0.0,
+            gpu_uuids=("GPU-0",),
+        ),
+        job(2, state=JobState.RUNNING, started_at=0.0, gpu_uuids=("GPU-1",)),
+    ]
+    pending = [
+        predicted(3, 1, 600.0, 300.0, 900.0),
+        predicted(4, 1, 600.0, 300.0, 900.0),
+        job(5, gpus=2, predicted_s=60.0),
+    ]
+    loads = placement.gpu_loads(inventory, running, {}, rules)
+    got = forecast.forecasts(pending, running, loads, inventory, rules, QueueRules(), now)
+    assert got == {
+        3: forecast.Forecast(1500.0, 1100.0, 2000.0),
+        4: forecast.Forecast(2100.0, 1400.0, 2900.0),
+    }
+
+
+@pytest.mark.unit
+def test_a_forecast_counts_begin_times_and_a_time_limit():
+    # One free GPU at t = 0. Job 1 may not begin before t = 500: it starts then, and runs
+    # its --time of 100 s (shorter than its prediction). Job 2 follows at 600.
+    inventory, rules = box(1), PlacementRules()
+    pending = [
+        predicted(1, 1, 1000.0, 900.0, 1100.0, begin_time=500.0, time_limit_s=100.0),
+        predicted(2, 1, 50.0, 50.0, 50.0),
+    ]
+    loads = placement.gpu_loads(inventory, [], {}, rules)
+    starts = forecast.dry_run(pending, [], loads, inventory, rules, QueueRules(), 0.0)
+    # Job 2 fits before job 1's begin time: fifo's skip-ahead starts it at once.
+    assert starts == {2: 0.0, 1: 500.0}
+    backfill = QueueRules(discipline="backfill")
+    assert forecast.dry_run(pending, [], loads, inventory, rules, backfill, 0.0) == starts
+    assert scheduling.schedule(pending, [], loads, inventory, rules, backfill, 0.0).starts
