@@ -69,7 +69,7 @@ _gpusched() {
         'history') words='--help -h --last --json' values='--last' ids= args='' ;;
         'hold') words='--help -h' values='' ids=active args='' ;;
         'logs') words='--help -h --follow -f --stderr' values='' ids=all args='' ;;
-        'ls') words='--help -h --all -a --expand -r --json --user -u --me --state -t --name -n --format -O --noheader --last' values='--user -u --state -t --name -n --format -O --last' ids= args='' ;;
+        'ls') words='--help -h --all -a --expand -r --json --user -u --me --state -t --name -n --format -O --noheader --last --start' values='--user -u --state -t --name -n --format -O --last' ids= args='' ;;
         'man') words='--help -h' values='' ids= args='' ;;
         'preempt') words='--help -h' values='' ids=active args='' ;;
         'release') words='--help -h' values='' ids=active args='' ;;
@@ -84,7 +84,7 @@ _gpusched() {
         'service show') words='--help -h --json' values='' ids= args='' ;;
         'service update') words='--help -h --replicas -r --json --gpus-per-node --gpus -G --gpu-mem --priority --cwd --chdir -D --env --policy --gpu-ids --exclude-gpus --gpu-type --min-gpu-total-mem --min-compute-capability --cpus --cpus-per-task -c --mem' values='--replicas -r --gpus-per-node --gpus -G --gpu-mem --priority --cwd --chdir -D --env --policy --gpu-ids --exclude-gpus --gpu-type --min-gpu-total-mem --min-compute-capability --cpus --cpus-per-task -c --mem' ids= args='' ;;
         'show') words='--help -h --json' values='' ids=all args='' ;;
-        'simulate') words='--help -h --gpus --policy --discipline --load --arrivals --seed --cpus --mem --preemption --high-priority-share --estimates --json' values='--gpus --policy --discipline --load --arrivals --seed --cpus --mem --high-priority-share' ids= args='' ;;
+        'simulate') words='--help -h --gpus --policy --discipline --load --arrivals --seed --cpus --mem --preemption --high-priority-share --estimates --runtimes --forecast --json' values='--gpus --policy --discipline --load --arrivals --seed --cpus --mem --high-priority-share --runtimes' ids= args='' ;;
         'submit') words='--help -h --gpus-per-node --gpus -G --gpu-mem --name --job-name -J --priority --cwd --chdir -D --env --from-file -f --wait -W --notify --json --hold -H --begin -b --after --dependency -d --kill-on-invalid-dep --array -a --time -t --signal --retries --retry-on --retry-delay --mem-growth --policy --gpu-ids --exclude-gpus --gpu-type --min-gpu-total-mem --min-compute-capability --topology --cpus --cpus-per-task -c --mem --cluster --interactive --preemptible --no-preemptible --preempt-grace --container --container-opt --ntasks -n --nodes -N --gres --nice --export --no-requeue --output -o --error -e --open-mode' values='--gpus-per-node --gpus -G --gpu-mem --name --job-name -J --priority --cwd --chdir -D --env --from-file -f --begin -b --after --dependency -d --array -a --time -t --signal --retries --retry-on --retry-delay --mem-growth --policy --gpu-ids --exclude-gpus --gpu-type --min-gpu-total-mem --min-compute-capability --topology --cpus --cpus-per-task -c --mem --cluster --preempt-grace --container --container-opt --ntasks -n --nodes -N --gres --nice --export --output -o --error -e --open-mode' ids= args='' ;;
         'top') words='--help -h --interval -i --once' values='--interval -i' ids= args='' ;;
         'update') words='--help -h --priority --begin' values='--priority --begin' ids=active args='' ;;

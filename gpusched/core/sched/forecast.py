@@ -62,7 +62,9 @@ def idle(inventory: Inventory) -> Inventory:
     """The box with only gpusched's jobs on it: what a dry run sees after its first instant."""
     return replace(
         inventory,
-        gpus=tuple(replace(gpu, mem_used_bytes=0, processes=()) for gpu in inventory.gpus),
+        gpus=tuple(
+            replace(gpu, mem_used_bytes=0, util_pct=0.0, processes=()) for gpu in inventory.gpus
+        ),
     )
 
 
