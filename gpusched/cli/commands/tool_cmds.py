@@ -85,7 +85,7 @@ def simulate(
     Examples:
       gpusched simulate trace.csv --gpus 8 --discipline backfill
       gpusched simulate trace.csv --gpus 8 --load 0.5 --preemption
-      gpusched simulate trace.csv --discipline backfill --runtimes predicted --forecast
+      gpusched simulate trace.csv --runtimes predicted --forecast
     """
     # the simulator: 43 ms of every typer command
     from gpusched.cli.commands.simulate import simulate_command  # noqa: PLC0415
