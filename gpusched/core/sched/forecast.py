@@ -54,7 +54,9 @@ def _end(job: Job, now: float, pick: str) -> float:
     start = job.started_at if job.started_at is not None else now
     if job.time_limit_s is not None and total >= job.time_limit_s:
         return max(start + job.time_limit_s, now)
-    high = runtime_s(job, "high") if pick != "high" else None
+    # Past its median a job is expected to run on to its high end; the low and high runs
+    # take their own ends, then the floor.
+    high = runtime_s(job, "high") if pick == "median" else None
     return now + runtimes.remaining_s(now - start, total, high)
 
 
