@@ -31,6 +31,7 @@ from common import (
 )
 
 TARGET_MS = 50.0
+HANDOVER_TARGET_MS = 50.0  # a freed GPU given to the next job (issue 40)
 
 
 def stamp_command(path: Path) -> list[str]:
@@ -74,6 +75,40 @@ def tsp_sampler(ts: TaskSpooler, seen: dict[str, list[float]]) -> Callable[[], f
     return sample
 
 
+def handover_command(end: Path, start: Path) -> tuple[list[str], list[str]]:
+    """The job holding the GPU stamps its last instruction; the next one its first."""
+    return (["sh", "-c", f"sleep 0.2; date +%s.%N > {end}"], ["sh", "-c", f"date +%s.%N > {start}"])
+
+
+def gpusched_handover(gs: Gpusched) -> Callable[[], float]:
+    """On one GPU: a job ends, the next one (queued behind it) runs: the gap."""
+    count = iter(range(10**9))
+
+    def sample() -> float:
+        n = next(count)
+        end, start = scratch_dir() / f"gs-end-{n}", scratch_dir() / f"gs-start-{n}"
+        first, second = handover_command(end, start)
+        ids = [int(gs.cli("submit", "--gpus", "1", "--", *cmd)) for cmd in (first, second)]
+        gs.wait(ids)
+        return float(start.read_text()) - float(end.read_text())
+
+    return sample
+
+
+def tsp_handover(ts: TaskSpooler) -> Callable[[], float]:
+    count = iter(range(10**9))
+
+    def sample() -> float:
+        n = next(count)
+        end, start = scratch_dir() / f"ts-end-{n}", scratch_dir() / f"ts-start-{n}"
+        first, second = handover_command(end, start)
+        ts.submit(*first)
+        ts.cli("-w", str(ts.submit(*second)))
+        return float(start.read_text()) - float(end.read_text())
+
+    return sample
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=40, help="jobs per scheduler (default 40)")
@@ -87,6 +122,10 @@ def main() -> None:
         gs_seen.clear()
         ts_seen.clear()
         e2e = interleaved(args.runs, contenders)
+    with Gpusched("1x80GiB") as gs, TaskSpooler(slots=1) as ts:
+        handover = {"gs": gpusched_handover(gs), "ts": tsp_handover(ts)}
+        interleaved(2, handover)
+        freed = interleaved(max(args.runs // 2, 5), handover)
 
     def row(label: str, ours: list[float], peer: list[float] | None, target: float = 0) -> list:
         ours_ms = median_ms(ours)
@@ -111,6 +150,12 @@ def main() -> None:
             ),
             row("daemon queued job -> shim launched", gs_seen["queued_to_launch"], None),
             row("daemon queued job -> job runs", gs_seen["queued_to_run"], None, TARGET_MS),
+            row(
+                "a job's last instruction -> the next job on its GPU runs",
+                freed["gs"],
+                freed["ts"],
+                HANDOVER_TARGET_MS,
+            ),
         ],
     )
 

@@ -12,7 +12,10 @@
 # them; (2) a job through an isolated daemon: placement, CUDA_VISIBLE_DEVICES, memory
 # seen by NVML while it runs, its log and its exit status; (3) MIG rows and the topology
 # matrix against nvidia-smi -L, nvidia-smi topo -m and NVML's own calls (no MIG: said so;
-# one GPU: a 1x1 matrix). Exits 1 if any check FAILs.
+# one GPU: a 1x1 matrix); (4) NVIDIA MPS (memory.mps): two torch jobs share GPU 0 under
+# gpusched's own MPS control daemon, and the one that allocates past its --gpu-mem fails
+# alone (SKIP where nvidia-cuda-mps-control is missing). GPU_CHECK_STEPS="2 4" runs only
+# those steps (default: all). Exits 1 if any check FAILs.
 set -euo pipefail
 
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -26,6 +29,10 @@ cleanup() {
     if [[ -n "$HOLDER_PID" ]]; then kill "$HOLDER_PID" 2>/dev/null || true; fi
     if [[ -n "$DAEMON_HOME" ]]; then
         GPUSCHED_HOME="$DAEMON_HOME" "$VENV/bin/gpusched" daemon stop >/dev/null 2>&1 || true
+        if [[ -d "$DAEMON_HOME/run/mps" ]]; then  # a check cut short: its MPS control daemon
+            echo quit | CUDA_MPS_PIPE_DIRECTORY="$DAEMON_HOME/run/mps" nvidia-cuda-mps-control \
+                >/dev/null 2>&1 || true
+        fi
         rm -rf "$DAEMON_HOME"
     fi
     rm -rf "$WORK"
@@ -256,17 +263,95 @@ compare_mig_and_topology() {
         "$gs" daemon stop >/dev/null; rm -rf "$GPUSCHED_HOME"' _ "$VENV/bin/gpusched"
 }
 
+# Two jobs on GPU 0, each promising 2 GiB, under MPS: A holds 512 MiB and waits; B asks
+# for 3 GiB, past its limit, and must fail with CUDA out of memory while A goes on and
+# allocates more. The control daemon is gpusched's (its own pipe directory) and quits with
+# the daemon. It changes no GPU setting (no compute mode): MPS works in the default mode.
+check_mps() {
+    section "4. NVIDIA MPS: a job past its --gpu-mem fails alone"
+    if ! command -v nvidia-cuda-mps-control >/dev/null; then
+        echo "SKIP nvidia-cuda-mps-control is not installed"
+        return 0
+    fi
+    DAEMON_HOME=$(mktemp -d /tmp/gpusched_home.XXXXXX)
+    export GPUSCHED_HOME="$DAEMON_HOME"
+    unset GPUSCHED_SIMULATE
+    printf '[memory]\nmps = true\n' >"$DAEMON_HOME/gpusched.toml"
+    local gs="$VENV/bin/gpusched" py="$VENV/bin/python" failures=0 go="$WORK/mps_go"
+    "$gs" daemon start
+    local holder='import os, sys, time, torch
+print("limit=" + os.environ.get("CUDA_MPS_PINNED_DEVICE_MEM_LIMIT", ""), flush=True)
+x = torch.empty(2**29, dtype=torch.uint8, device="cuda"); torch.cuda.synchronize()
+print("holding", flush=True)
+while not os.path.exists(sys.argv[1]): time.sleep(0.1)
+y = torch.empty(2**29, dtype=torch.uint8, device="cuda"); torch.cuda.synchronize()
+print("allocated more after the neighbour failed", flush=True)'
+    local grower='import torch
+try:
+    x = torch.empty(3 * 2**30, dtype=torch.uint8, device="cuda"); torch.cuda.synchronize()
+    print("allocated 3 GiB past a 2 GiB limit", flush=True)
+except RuntimeError as exc:
+    print("out of memory: %s" % str(exc).splitlines()[0], flush=True)
+    raise SystemExit(3)'
+    local a b
+    a=$("$gs" submit --gpus 1 --gpu-ids 0 --gpu-mem 2G -- "$py" -c "$holder" "$go")
+    for _ in $(seq 1 480); do
+        grep -q holding "$("$gs" show "$a" --json | "$py" -c 'import json,sys; print(json.load(sys.stdin)["stdout_path"])')" 2>/dev/null && break
+        sleep 0.25
+    done
+    "$gs" gpus --json >"$WORK/mps_gpus.json"
+    "$gs" daemon status
+    "$gs" daemon status --json >"$WORK/mps_status.json"
+    b=$("$gs" submit --gpus 1 --gpu-ids 0 --gpu-mem 2G -- "$py" -c "$grower")
+    "$gs" wait "$b" >/dev/null 2>&1 || true
+    touch "$go"
+    "$gs" wait "$a" >/dev/null 2>&1 || true
+    "$gs" show "$a" --json >"$WORK/mps_a.json"
+    "$gs" show "$b" --json >"$WORK/mps_b.json"
+    "$gs" logs "$a" >"$WORK/mps_a.log" 2>&1 || true
+    "$gs" logs "$b" >"$WORK/mps_b.log" 2>&1 || true
+    echo "--- job $a (holder)"; cat "$WORK/mps_a.log"; echo "--- job $b (grower)"; cat "$WORK/mps_b.log"; echo "---"
+    local control_pid
+    control_pid=$("$py" -c 'import json,sys; print(json.load(open(sys.argv[1]))["mps"]["pid"] or "")' \
+                  "$WORK/mps_status.json")
+    verdict() { if eval "$2"; then echo "PASS $1"; else echo "FAIL $1"; failures=$((failures + 1)); fi; }
+    verdict "gpusched started its MPS control daemon (pid ${control_pid:-none})" '[[ -n "$control_pid" ]]'
+    verdict "the holder's limit is 0=2048M" 'grep -qx "limit=0=2048M" "$WORK/mps_a.log"'
+    verdict "gpus --json says GPU 0 is under MPS" \
+        '"$py" -c "import json,sys; sys.exit(not json.load(open(sys.argv[1]))[\"gpus\"][0][\"mps\"])" "$WORK/mps_gpus.json"'
+    verdict "the grower failed with CUDA out of memory" \
+        '[[ $(field "$WORK/mps_b.json" exit_code) == 3 ]] && grep -q "out of memory" "$WORK/mps_b.log"'
+    verdict "the holder succeeded, and allocated more after" \
+        '[[ $(field "$WORK/mps_a.json" state) == succeeded ]] && grep -q "allocated more" "$WORK/mps_a.log"'
+    "$gs" daemon stop
+    local gone=1
+    for _ in $(seq 1 40); do
+        [[ -n "$control_pid" ]] && kill -0 "$control_pid" 2>/dev/null || { gone=0; break; }
+        sleep 0.25
+    done
+    verdict "the control daemon quit with the daemon" '[[ $gone -eq 0 ]]'
+    rm -rf "$DAEMON_HOME"
+    DAEMON_HOME=""
+    echo "MPS checks failed: $failures"
+    return "$failures"
+}
+
+step() { [[ " ${GPU_CHECK_STEPS:-1 2 3 4} " == *" $1 "* ]]; }
+
 main() {
     local failed=0
     trap cleanup EXIT  # main runs in the pipeline's subshell, which holds the pids
     install_gpusched
-    start_memory_holder
-    compare_with_nvidia_smi || failed=1
-    kill "$HOLDER_PID" 2>/dev/null || true
-    wait "$HOLDER_PID" 2>/dev/null || true
-    HOLDER_PID=""
-    run_job_through_daemon || failed=1
-    compare_mig_and_topology || failed=1
+    if step 1; then
+        start_memory_holder
+        compare_with_nvidia_smi || failed=1
+        kill "$HOLDER_PID" 2>/dev/null || true
+        wait "$HOLDER_PID" 2>/dev/null || true
+        HOLDER_PID=""
+    fi
+    if step 2; then run_job_through_daemon || failed=1; fi
+    if step 3; then compare_mig_and_topology || failed=1; fi
+    if step 4; then check_mps || failed=1; fi
     section "result: $([[ $failed -eq 0 ]] && echo PASS || echo FAIL)"
     return "$failed"
 }

@@ -19,6 +19,7 @@ if [ "${1:-}" = "--quick" ]; then
     run bench_submit.py --runs 10 --ls-runs 5
     run bench_commands.py --runs 5
     run bench_latency.py --runs 10
+    run bench_submit_burst.py --clients 20 --each 20 --rounds 1 --tsp-each 2
     run bench_throughput.py --jobs 100 --rounds 1
     run bench_idle.py --seconds 10
     run bench_scrape.py --runs 30
@@ -32,6 +33,7 @@ else
     run bench_submit.py
     run bench_commands.py
     run bench_latency.py
+    run bench_submit_burst.py --rounds 3 --tsp-each 5
     run bench_throughput.py
     run bench_idle.py --seconds 15
     run bench_scrape.py

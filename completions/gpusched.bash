@@ -27,6 +27,7 @@ _gpusched() {
             'logs') path='logs' ;;
             'ls') path='ls' ;;
             'man') path='man' ;;
+            'mcp') path='mcp' ;;
             'preempt') path='preempt' ;;
             'release') path='release' ;;
             'requeue') path='requeue' ;;
@@ -50,7 +51,7 @@ _gpusched() {
         esac
     done
     case "$path" in
-        '') words='cancel completions daemon demo doctor drain env gc gpus history hold logs ls man preempt release requeue resubmit resume service show simulate submit top update usage wait --help -h --version' values='' ids= args='' ;;
+        '') words='cancel completions daemon demo doctor drain env gc gpus history hold logs ls man mcp preempt release requeue resubmit resume service show simulate submit top update usage wait --help -h --version' values='' ids= args='' ;;
         'cancel') words='--help -h' values='' ids=active args='' ;;
         'completions') words='--help -h' values='' ids= args='bash zsh fish' ;;
         'daemon') words='install-service restart run start status stop --help -h' values='' ids= args='' ;;
@@ -71,6 +72,7 @@ _gpusched() {
         'logs') words='--help -h --follow -f --stderr' values='' ids=all args='' ;;
         'ls') words='--help -h --all -a --expand -r --json --user -u --me --state -t --name -n --format -O --noheader --last --start' values='--user -u --state -t --name -n --format -O --last' ids= args='' ;;
         'man') words='--help -h' values='' ids= args='' ;;
+        'mcp') words='--help -h --http --read-only' values='--http' ids= args='' ;;
         'preempt') words='--help -h' values='' ids=active args='' ;;
         'release') words='--help -h' values='' ids=active args='' ;;
         'requeue') words='--help -h' values='' ids=all args='' ;;
@@ -84,7 +86,7 @@ _gpusched() {
         'service show') words='--help -h --json' values='' ids= args='' ;;
         'service update') words='--help -h --replicas -r --json --gpus-per-node --gpus -G --gpu-mem --priority --cwd --chdir -D --env --policy --gpu-ids --exclude-gpus --gpu-type --min-gpu-total-mem --min-compute-capability --cpus --cpus-per-task -c --mem' values='--replicas -r --gpus-per-node --gpus -G --gpu-mem --priority --cwd --chdir -D --env --policy --gpu-ids --exclude-gpus --gpu-type --min-gpu-total-mem --min-compute-capability --cpus --cpus-per-task -c --mem' ids= args='' ;;
         'show') words='--help -h --json' values='' ids=all args='' ;;
-        'simulate') words='--help -h --gpus --policy --discipline --load --arrivals --seed --cpus --mem --preemption --high-priority-share --estimates --runtimes --forecast --json' values='--gpus --policy --discipline --load --arrivals --seed --cpus --mem --high-priority-share --runtimes' ids= args='' ;;
+        'simulate') words='--help -h --gpus --policy --discipline --load --arrivals --seed --cpus --mem --preemption --high-priority-share --estimates --runtimes --forecast --config --json' values='--gpus --policy --discipline --load --arrivals --seed --cpus --mem --high-priority-share --runtimes --config' ids= args='' ;;
         'submit') words='--help -h --gpus-per-node --gpus -G --gpu-mem --name --job-name -J --priority --cwd --chdir -D --env --from-file -f --wait -W --notify --json --hold -H --begin -b --after --dependency -d --kill-on-invalid-dep --array -a --time -t --signal --retries --retry-on --retry-delay --mem-growth --policy --gpu-ids --exclude-gpus --gpu-type --min-gpu-total-mem --min-compute-capability --topology --cpus --cpus-per-task -c --mem --cluster --interactive --preemptible --no-preemptible --preempt-grace --container --container-opt --ntasks -n --nodes -N --gres --nice --export --no-requeue --output -o --error -e --open-mode' values='--gpus-per-node --gpus -G --gpu-mem --name --job-name -J --priority --cwd --chdir -D --env --from-file -f --begin -b --after --dependency -d --array -a --time -t --signal --retries --retry-on --retry-delay --mem-growth --policy --gpu-ids --exclude-gpus --gpu-type --min-gpu-total-mem --min-compute-capability --topology --cpus --cpus-per-task -c --mem --cluster --preempt-grace --container --container-opt --ntasks -n --nodes -N --gres --nice --export --output -o --error -e --open-mode' ids= args='' ;;
         'top') words='--help -h --interval -i --once' values='--interval -i' ids= args='' ;;
         'update') words='--help -h --priority --begin' values='--priority --begin' ids=active args='' ;;

@@ -14,7 +14,16 @@ from gpusched.core.sched import placement, queuerules, scheduling
 from gpusched.core.sched.pendingqueue import PendingQueue
 from gpusched.core.sched.placement import PlacementRules
 from gpusched.core.sched.queuerules import HostCapacity, QueueRules
+from gpusched.core.sched.quotas import Quota, Quotas
 from gpusched.daemon.jobs.depstates import lowest_by_name
+
+
+def default_quota(per_user: tuple[int | None, int | None]) -> Quotas:
+    """[quotas.default] with max_running_jobs and max_running_gpus (None: unset)."""
+    limits = dict(zip(("max_running_jobs", "max_running_gpus"), per_user))
+    set_ = {key: value for key, value in limits.items() if value is not None}
+    return Quotas(Quota("default", set_)) if set_ else Quotas()
+
 
 GIB = 2**30
 # The disciplines a pass may bound: las sorts the queue at each pass (its order moves with
@@ -180,8 +189,7 @@ def test_a_bounded_pass_starts_every_job_the_whole_walk_starts(
     inventory = box(gpus)
     queue = QueueRules(
         discipline=discipline,
-        max_running_per_user=per_user[0],
-        max_gpus_per_user=per_user[1],
+        quotas=default_quota(per_user),
         draining=draining,
         host=HostCapacity(cpus=8, mem_bytes=64 * GIB, max_running=max_running),
     )
@@ -255,7 +263,7 @@ def test_a_pass_over_many_kinds_stops_once_each_kind_is_refused():
     inventory = box(2)
     running = running_jobs([0, 1], inventory)
     pending = [replace(job, user=f"u{job.id % 20}") for job in sweep(100_000, 10, gpus=1)]
-    queue = QueueRules(max_running_per_user=10)
+    queue = QueueRules(quotas=default_quota((10, None)))
     full, bounded = both_passes(pending, running, inventory, queue)
     assert bounded.starts == full.starts == ()
     assert full.considered == 100_000

@@ -24,6 +24,7 @@ from test_bigpass import (
     assert_same_decisions,
     both_passes,
     box,
+    default_quota,
     jobs,
     reasons_of,
     running_jobs,
@@ -88,8 +89,7 @@ def test_skipping_refused_shapes_starts_what_the_whole_walk_starts(
     inventory = box(4)
     queue = QueueRules(
         discipline=discipline,
-        max_running_per_user=per_user[0],
-        max_gpus_per_user=per_user[1],
+        quotas=default_quota(per_user),
         host=HostCapacity(cpus=8, mem_bytes=64 * GIB, max_running=max_running),
     )
     usage = {"ann": 50.0, "bob": 5.0}

@@ -104,7 +104,8 @@ ALLOWED = {
     "tui": {"core", "client", "proc"},  # proc: its formats only (see below)
     "store": {"core", "proc", "client"},
     "daemon": {"core", "gpus", "proc", "client", "store", "job"},
-    "cli": {"core", "gpus", "proc", "client", "daemon", "store", "tui", "sim"},
+    "cli": {"core", "gpus", "proc", "client", "daemon", "store", "tui", "sim", "mcp"},
+    "mcp": {"core", "client", "proc"},  # a client of the daemon, as cli is
     "job": {"core", "proc"},
     "__main__": {"cli"},
 }

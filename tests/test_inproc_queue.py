@@ -239,7 +239,7 @@ def test_cancel_takes_an_array_or_one_element(box):
 # -- drain and per-user limits -----------------------------------------------------------------
 def test_drain_and_per_user_limits_survive_a_restart(make_box):
     box = make_box("1x80GiB", "[scheduling]\nmax_running_per_user = 1\n")
-    limit = f"{getpass.getuser()} already runs 1 jobs (max_running_per_user)"
+    limit = f"quota default max_running_jobs=1: {getpass.getuser()} runs 1 job"
     draining = "the queue is draining (`gpusched resume` starts jobs again)"
     first, second = box.submit("--", "true"), box.submit("--", "true")
     assert box.show(first)["state"] == "running"
@@ -282,7 +282,7 @@ def test_max_gpus_per_user_counts_each_users_gpus(make_box):
     theirs = box.submit("--gpus", "2", "--", "true", creds=others(54321))
     assert box.states(*mine, theirs) == ["running", "running", "pending", "running"]
     assert box.show(mine[2])["pending_reason"] == (
-        f"{getpass.getuser()} would hold more than 2 GPUs (max_gpus_per_user; holds 2)"
+        f"quota default max_running_gpus=2: {getpass.getuser()} holds 2 GPUs"
     )
     box.exit(mine[0])
     assert box.show(mine[2])["state"] == "running"

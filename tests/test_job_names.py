@@ -39,6 +39,13 @@ from gpusched.store.database import Store
         ("perl -e 1", "perl"),
         # sh -c: its command's first word (past an interpreter there too).
         ("sh -c 'make all'", "make"),
+        # A pipeline or a list: its first command (never an operator).
+        ("sh -c 'env | grep -E \"A|B\" | sort'", "env"),
+        ("bash -c 'python train.py --lr 1e-3 2>&1 | tee log'", "train.py"),
+        ("sh -c 'cd /data && python eval.py'", "eval.py"),
+        ("bash -c 'conda activate torch; torchrun train.py'", "train.py"),
+        ("sh -c 'cd /data'", "cd"),
+        ("sh -c 'true;false'", "true"),
         ("bash -lc 'python train.py --lr 1'", "train.py"),
         ("bash -o pipefail -c 'exec ./serve --port 80'", "serve"),
         ("sh -c 'unbalanced \"quote'", "unbalanced"),

@@ -15,6 +15,7 @@ import pytest
 from conftest import REPO, Home, wait_until
 from gpusched.client.connection import Client
 from gpusched.client.paths import resolve_paths
+from gpusched.core.models import GpuInfo, Job, Request
 from gpusched.proc import jobenv
 
 GiB = 2**30
@@ -104,7 +105,9 @@ def run_env_job(home: Home, env: dict[str, str], *args: str) -> tuple[dict, dict
     return job, job_environment(job)
 
 
-def expected(submitted: dict[str, str], job: dict, ids: list[str], mem: int | None) -> dict:
+def expected(
+    submitted: dict[str, str], job: dict, ids: list[str], mem: int | None, gpu_total: int = 80 * GiB
+) -> dict:
     """The submitter's environment, less stale scheduler variables, plus the scheduler's."""
     out = {k: v for k, v in submitted.items() if k not in SCHEDULER_KEYS}
     out.update(
@@ -123,6 +126,10 @@ def expected(submitted: dict[str, str], job: dict, ids: list[str], mem: int | No
     )
     if mem is not None:
         out["GPUSCHED_GPU_MEM"] = str(mem)
+    if mem is not None and ids:  # it shares its GPUs: the frameworks' caps, unless set
+        out.setdefault("XLA_PYTHON_CLIENT_MEM_FRACTION", f"{mem * 1000 // gpu_total / 1000:.3f}")
+        out.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
+        out.setdefault("TF_FORCE_GPU_ALLOW_GROWTH", "true")
     if job["gpu_indices"]:
         out["GPUSCHED_JOB_GPUS"] = ",".join(map(str, job["gpu_indices"]))
     # Later features, for a job that asks for none of them: first attempt, one CPU, math
@@ -174,6 +181,7 @@ def test_environment_is_exactly_the_submitters_plus_the_schedulers(shared):
     job, seen = run_env_job(shared, env, "--gpus", "2", "--gpu-mem", "20G")
     assert len(job["gpus"]) == 2 and all(UUID_RE.match(u) for u in job["gpus"])
     assert seen == expected(env, job, job["gpus"], 20 * GiB)
+    assert seen["XLA_PYTHON_CLIENT_MEM_FRACTION"] == "0.250"  # 20 GiB of 80
     assert "DAEMON_ONLY_SECRET" not in seen
     assert not {k for k, v in seen.items() if v == "stale"}
     # The job sees the GPUs it was given, in the order it was given them.
@@ -207,6 +215,45 @@ def test_the_submitters_thread_counts_win(shared):
     job, seen = run_env_job(shared, env, "--gpus", "0")
     assert seen == expected(env, job, [], None)
     assert (seen["OMP_NUM_THREADS"], seen["MKL_NUM_THREADS"]) == ("8", "1")
+
+
+@pytest.mark.e2e
+def test_a_sharing_job_gets_the_frameworks_caps_unless_it_sets_them(shared):
+    """JAX takes 75% of a GPU and TensorFlow all of it at their start: a job that asked for
+    10 GiB of an 80 GiB GPU would take its neighbours' memory. Its own setting wins."""
+    env = submitter_env(shared, TF_FORCE_GPU_ALLOW_GROWTH="false")
+    job, seen = run_env_job(shared, env, "--gpus", "1", "--gpu-mem", "10G")
+    assert seen == expected(env, job, job["gpus"], 10 * GiB)
+    assert seen["XLA_PYTHON_CLIENT_MEM_FRACTION"] == "0.125"
+    assert seen["XLA_PYTHON_CLIENT_PREALLOCATE"] == "false"
+    assert seen["TF_FORCE_GPU_ALLOW_GROWTH"] == "false"
+    assert "CUDA_MPS_PIPE_DIRECTORY" not in seen  # memory.mps is off by default
+
+
+def test_framework_caps_follow_the_smallest_gpu_and_round_down():
+    small = GpuInfo(index=0, uuid="GPU-a", name="A", mem_total_bytes=24 * GiB)
+    big = GpuInfo(index=1, uuid="GPU-b", name="B", mem_total_bytes=80 * GiB)
+    caps = jobenv.framework_caps(10 * GiB, [big, small])
+    assert caps == {
+        "XLA_PYTHON_CLIENT_MEM_FRACTION": "0.416",  # 10/24 = 0.4166..., never above it
+        "XLA_PYTHON_CLIENT_PREALLOCATE": "false",
+        "TF_FORCE_GPU_ALLOW_GROWTH": "true",
+    }
+    assert jobenv.framework_caps(100 * GiB, [small])["XLA_PYTHON_CLIENT_MEM_FRACTION"] == "1.000"
+    assert jobenv.framework_caps(1, [small])["XLA_PYTHON_CLIENT_MEM_FRACTION"] == "0.001"
+    # A GPU whose total is unknown gives no fraction rather than a wrong one.
+    unknown = GpuInfo(index=2, uuid="GPU-c", name="C", mem_total_bytes=0)
+    assert "XLA_PYTHON_CLIENT_MEM_FRACTION" not in jobenv.framework_caps(GiB, [unknown])
+
+
+def test_whole_gpu_and_cpu_jobs_get_no_framework_caps():
+    gpu = GpuInfo(index=0, uuid="GPU-a", name="A", mem_total_bytes=80 * GiB)
+    whole = Job(id=1, command=("x",), cwd="/", uid=0, user="u", request=Request(gpus=1))
+    env = jobenv.job_environment(whole, [gpu], 29500, "uuid", 0.0, "t")
+    assert not set(env) & set(jobenv.FRAMEWORK_VARS)
+    cpu = Job(id=2, command=("x",), cwd="/", uid=0, user="u", request=Request(gpu_mem_bytes=GiB))
+    env = jobenv.job_environment(cpu, [], 29500, "uuid", 0.0, "t")
+    assert not set(env) & set(jobenv.FRAMEWORK_VARS)
 
 
 @pytest.mark.e2e

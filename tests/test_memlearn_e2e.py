@@ -96,6 +96,13 @@ def test_gpu_mem_auto_learns_from_history(home):
     listed = home.run("history", "resnet").stdout
     assert "12.0 GiB" in listed and "succeeded" in listed
     assert "--gpu-mem auto: estimated from 1 run: 13.2 GiB (p95 peak 12.0 GiB + 10%" in listed
+    # Right-sizing: 40 GiB asked for, 12 GiB used.
+    assert (
+        "1 of 1 runs asked for over twice their GPU memory peak; peaks were 30% of asks" in listed
+    )
+    usage = home.run("usage").stdout.splitlines()
+    assert usage[1].split()[-3:] == ["PEAK/ASK", "ASK>2X", "STATES"]
+    assert usage[2].split()[-4:-2] == ["30%", "1/1"]
     report = home.json("history", "resnet")
     assert [r["gpu_mem_peak_bytes"] for r in report["runs"]] == [12 * GIB]
     job_id = home.submit("--name", "resnet", "--gpu-mem", "auto", "--", "true")

@@ -89,7 +89,7 @@ def test_no_document_installs_the_other_projects_gpusched():
         for number, line in enumerate(
             path.read_text(encoding="utf-8", errors="replace").splitlines(), 1
         )
-        if BAD_INSTALL.search(line)
+        if BAD_INSTALL.search(line.replace("\\-", "-"))  # roff writes a hyphen as \-
     ]
     assert not bad, f"install {DISTRIBUTION} (or a path or wheel) instead:\n" + "\n".join(bad)
 

@@ -326,8 +326,8 @@ def test_drain_and_per_user_limits_survive_a_restart(make_home, tmp_path):
     first = home.submit(*sh(gate(tmp_path / "first")))
     second = home.submit("--", "true")
     wait_state(home, first, "running")
-    assert wait_reason(home, second, user)["pending_reason"] == (
-        f"{user} already runs 1 jobs (max_running_per_user)"
+    assert wait_reason(home, second, "quota ")["pending_reason"] == (
+        f"quota default max_running_jobs=1: {user} runs 1 job"
     )
 
     assert home.run("drain").stdout == "draining: nothing new starts; 1 job(s) still running\n"

@@ -363,6 +363,7 @@ def test_simulate_cli_prints_stable_json(tmp_path):
         "elapsed_s",
         "cpus",
         "mem",
+        "config",
     } == set(report)
     assert report["avg_jct_s"] == pytest.approx((100 + 159 + 108) / 3)
     assert (report["jobs"], report["tenants"], report["makespan_s"]) == (3, 2, 160)

@@ -32,6 +32,8 @@ def test_usage_sums_gpu_time_and_ends_per_user_and_keeps_removed_jobs(home):
         "GiB-H",
         "MEAN",
         "WAIT",
+        "PEAK/ASK",
+        "ASK>2X",
         "STATES",
     ]
     assert "failed 1 succeeded 1" in text

@@ -15,6 +15,7 @@ from gpusched.cli.commands import (
     gpu_cmds,
     history_cmds,
     job_cmds,
+    mcp_cmds,
     requeue_cmds,
     service_cmds,
     submit_cmds,
@@ -63,6 +64,7 @@ for commands in (
     gc_cmds,
     usage_cmds,
     history_cmds,
+    mcp_cmds,
 ):
     app.add_typer(commands.app)
 app.add_typer(daemon_cmds.app, name="daemon")

@@ -1,9 +1,9 @@
-"""The options of `ls`, `show`, `gpus`, `wait`, `cancel`, `hold`, `release` and `logs`, in
-one table per command.
+"""The options of `ls`, `show`, `gpus`, `wait`, `cancel`, `hold`, `release`, `logs` and
+`usage`, in one table per command.
 
-The typer commands (job_cmds.py, gpu_cmds.py, through submit_cmds.with_options) and the
-fast path's parser (client/cmdline.py) both read these tables, so an option is
-declared once. Rows are shaped as client/submit/options.py's: (field, flags, kind, default,
+The typer commands (job_cmds.py, gpu_cmds.py, usage_cmds.py, through
+submit_cmds.with_options), the fast path's parser (client/cmdline.py) and the MCP server's
+tools (gpusched/mcp/) read these tables, so an option is declared once. Rows are shaped as client/submit/options.py's: (field, flags, kind, default,
 help), and a metavar where --help shows one. Plain tuples: the fast path imports this.
 """
 
@@ -114,6 +114,19 @@ WAIT = (
         False,
         "Wait on a job that can never start (its dependency failed) instead of failing.",
     ),
+)
+
+USAGE = (
+    (
+        "since",
+        ("--since",),
+        "str",
+        None,
+        "Only the last DURATION, e.g. 7d, 12h (default: everything the queue remembers).",
+        "DURATION",
+    ),
+    ("by", ("--by",), "str", "user", "Group by user or by job name.", "user|name"),
+    _JSON,
 )
 
 # Each command of the fast path -> (its arguments: "" none, "one" job id, "many" job ids;

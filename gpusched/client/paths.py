@@ -86,6 +86,15 @@ class Paths(Record):
     def daemon_log(self) -> str:
         return os.path.join(self.state_dir, "daemon.log")
 
+    @property
+    def mps_pipe_dir(self) -> str:
+        """gpusched's own NVIDIA MPS control daemon's sockets (memory.mps), beside its own."""
+        return os.path.join(self.run_dir, "mps")
+
+    @property
+    def mps_log_dir(self) -> str:
+        return os.path.join(self.state_dir, "mps-log")
+
 
 def absolute(path: str) -> str:
     """PATH with ~ expanded, made absolute (not resolving links), as Path.absolute() would."""

@@ -73,7 +73,9 @@ COMMANDS: dict[str, Command] = {
     "status": _cmd(read_only=True),
     # "stream": "lines" (client/streamedrequest.py): the commands follow in parts on the same
     # connection, each line the last word of jobs[0]'s command (`submit --from-file`).
-    "submit": _cmd("jobs", "env cwd cluster stream"),
+    # dry_run: nothing is queued; the reply says where the first job would start now, or
+    # why it would wait (daemon/requests/preview.py).
+    "submit": _cmd("jobs", "env cwd cluster stream dry_run"),
     # Filters (lists of user names, states, name patterns) keep the reply small.
     # Replies that grow with the queue come in pages (daemon/requests/pagedreplies.py): "after" is where
     # the page starts (a job id for list, a position among the ids named for show and

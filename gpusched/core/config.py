@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 import sys
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, field, fields, replace
 from difflib import get_close_matches
 from pathlib import Path
 from types import ModuleType
@@ -14,8 +14,11 @@ from gpusched.core.configkeys import KEYS
 from gpusched.core.errors import ConfigError
 from gpusched.core.notifyconf import NotifyRule, parse_rules
 from gpusched.core.notifyconf import example as notify_example
+from gpusched.core.quotaconf import OLD_KEYS, parse_quotas
+from gpusched.core.quotaconf import example as quotas_example
 from gpusched.core.sched.placement import PlacementRules
 from gpusched.core.sched.queuerules import QueueRules
+from gpusched.core.sched.quotas import Quotas
 from gpusched.core.slurm.clusterconf import ClusterConfig, check_default, parse_clusters
 from gpusched.core.slurm.clusterconf import example as clusters_example
 from gpusched.core.spec import limits
@@ -51,8 +54,6 @@ class Settings:
     las_thresholds_gpu_s: tuple[float, ...] = QueueRules.las_thresholds_gpu_s
     las_starvation_factor: float = QueueRules.las_starvation_factor
     las_starvation_floor_s: float = QueueRules.las_starvation_floor_s
-    max_gpus_per_user: int = 0
-    max_running_per_user: int = 0
     max_user_priority: int = 0  # higher only for admins (daemon/requests/request.py)
     # [host]
     host_cpus: int = 0
@@ -102,6 +103,8 @@ class Settings:
     # [containers] (core/spec/container.py)
     container_runtime: str = "podman"
     container_devices: str = "auto"
+    # [quotas.*] (core/quotaconf.py), with the old scheduling.max_*_per_user keys
+    quotas: Quotas = field(default_factory=Quotas)
     # [[notify]] (core/notifyconf.py): an array of tables, not keys of one table
     notify: tuple[NotifyRule, ...] = ()
     # [clusters.NAME] and the top-level default_cluster (core/slurm/clusterconf.py)
@@ -110,10 +113,16 @@ class Settings:
     # [memory] (--gpu-mem auto, core/sched/memestimate.py)
     estimate_margin_pct: float = 10.0
     estimate_runs: int = 50
+    # [memory] NVIDIA MPS for jobs that share a GPU (proc/mps.py)
+    mps: bool = False
+    mps_control: str = "nvidia-cuda-mps-control"
+    mps_thread_pct: int = 100
     # [idle] (daemon/jobs/idlegpus.py)
     idle_after_s: float | None = None  # None: off
     idle_action: str = "warn"
     idle_all_jobs: bool = False
+    # [mcp] (gpusched/mcp/)
+    mcp_allow_mutations: bool = True
 
 
 def _toml() -> ModuleType:
@@ -164,7 +173,10 @@ def _unknown_key(section: str, key: str | None, source: str) -> ConfigError:
 def settings_from_mapping(data: dict[str, Any], source: str) -> Settings:
     """Apply a parsed TOML document to the defaults; unknown keys and bad values name the key."""
     changes: dict[str, Any] = {}
+    old_quotas: dict[str, Any] = {}
     for section, table in data.items():
+        if section == "quotas":
+            continue  # read below, with the old keys
         if section == "notify":
             changes["notify"] = parse_rules(table, source)
             continue
@@ -175,6 +187,9 @@ def settings_from_mapping(data: dict[str, Any], source: str) -> Settings:
             raise _unknown_key(section, None, source)
         for key, value in table.items():
             dotted = f"{section}.{key}"
+            if dotted in OLD_KEYS:
+                old_quotas[dotted] = value
+                continue
             if dotted not in KEYS:
                 raise _unknown_key(section, key, source)
             field_name, parse, _, _ = KEYS[dotted]
@@ -182,6 +197,8 @@ def settings_from_mapping(data: dict[str, Any], source: str) -> Settings:
                 changes[field_name] = parse(value)
             except ValueError as exc:
                 raise ConfigError(f"{source}: bad value for '{dotted}': {exc}") from None
+    if "quotas" in data or old_quotas:
+        changes["quotas"] = parse_quotas(data.get("quotas"), old_quotas, source)
     if "clusters" in changes:
         changes["clusters"] = parse_clusters(changes["clusters"], source)
     if "default_cluster" in changes:
@@ -196,21 +213,26 @@ def settings_from_mapping(data: dict[str, Any], source: str) -> Settings:
     return settings
 
 
+def read_config(config_path: Path) -> dict[str, Any]:
+    """A config file's TOML document, unchecked."""
+    try:
+        data: dict[str, Any] = _toml().loads(config_path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(
+            f"cannot read config {config_path}: {exc}. Fix its permissions or move it away."
+        ) from None
+    except _toml().TOMLDecodeError as exc:
+        raise ConfigError(f"config {config_path} is not valid TOML: {exc}") from None
+    return data
+
+
 def load_settings(config_path: str | Path, environ: dict[str, str] | None = None) -> Settings:
     """Defaults, then the TOML file if it exists, then GPUSCHED_SIMULATE from the environment."""
     env = os.environ if environ is None else environ
     config_path = Path(config_path)
     settings = Settings()
     if config_path.exists():
-        try:
-            data = _toml().loads(config_path.read_text(encoding="utf-8"))
-        except (OSError, UnicodeDecodeError) as exc:
-            raise ConfigError(
-                f"cannot read config {config_path}: {exc}. Fix its permissions or move it away."
-            ) from None
-        except _toml().TOMLDecodeError as exc:
-            raise ConfigError(f"config {config_path} is not valid TOML: {exc}") from None
-        settings = settings_from_mapping(data, str(config_path))
+        settings = settings_from_mapping(read_config(config_path), str(config_path))
     if env.get("GPUSCHED_SIMULATE"):
         settings = replace(settings, simulate=env["GPUSCHED_SIMULATE"])
     return settings
@@ -233,6 +255,7 @@ def example_toml() -> str:
             else str(default)
         )
         lines += [f"# {doc}", f"{key} = {value}"]
+    lines += quotas_example()
     lines += notify_example()
     lines += clusters_example()
     return "\n".join(lines) + "\n"
@@ -240,6 +263,7 @@ def example_toml() -> str:
 
 assert {f.name for f in fields(Settings)} == {v[0] for v in KEYS.values()} | {
     "notify",
+    "quotas",
     "clusters",
     "default_cluster",
 }

@@ -259,18 +259,6 @@ KEYS: dict[str, tuple[str, Callable[[Any], Any], Any, str]] = {
         {},
         "fairshare: shares per user, e.g. { alice = 2 } (default 1).",
     ),
-    "scheduling.max_gpus_per_user": (
-        "max_gpus_per_user",
-        _number(0, 10**6, int),
-        0,
-        "At most this many GPUs held by one user's jobs (0: no limit).",
-    ),
-    "scheduling.max_running_per_user": (
-        "max_running_per_user",
-        _number(0, 10**6, int),
-        0,
-        "At most this many running jobs per user (0: no limit).",
-    ),
     "scheduling.max_user_priority": (
         "max_user_priority",
         _number(-MAX_PRIORITY, MAX_PRIORITY, int),
@@ -419,6 +407,26 @@ KEYS: dict[str, tuple[str, Callable[[Any], Any], Any, str]] = {
         50,
         "--gpu-mem auto reads this many of the newest successful runs.",
     ),
+    "memory.mps": (
+        "mps",
+        _bool,
+        False,
+        "Jobs that share a GPU (--gpu-mem) run under NVIDIA MPS, capped at their "
+        "--gpu-mem (docs/real-gpus.md#nvidia-mps).",
+    ),
+    "memory.mps_control": (
+        "mps_control",
+        _text,
+        "nvidia-cuda-mps-control",
+        "The MPS control program gpusched starts and stops: a name found on PATH, or a path.",
+    ),
+    "memory.mps_thread_pct": (
+        "mps_thread_pct",
+        _number(1, 100, int),
+        100,
+        "Under MPS, the share of each GPU's compute a sharing job may use "
+        "(CUDA_MPS_ACTIVE_THREAD_PERCENTAGE); 100: no limit.",
+    ),
     "idle.after": (
         "idle_after_s",
         _optional_duration,
@@ -502,6 +510,13 @@ KEYS: dict[str, tuple[str, Callable[[Any], Any], Any, str]] = {
         'How a container gets its GPUs: "cdi" (by UUID from a CDI spec), '
         '"runtime" (docker --gpus, podman\'s NVIDIA hook), "auto" (CDI '
         "when a spec names them).",
+    ),
+    "mcp.allow_mutations": (
+        "mcp_allow_mutations",
+        _bool,
+        True,
+        "`gpusched mcp` offers the tools that change the queue (submit, cancel, hold, ...); "
+        "false: only those that look (docs/mcp.md).",
     ),
 }
 

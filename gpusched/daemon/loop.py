@@ -34,6 +34,7 @@ from gpusched.proc import runfile
 from gpusched.proc.seam import ProcessSeam
 from gpusched.proc.supervisorclient import supervisor_socket
 from gpusched.store.database import Store
+from gpusched.store.writefail import is_write_failure
 
 log = logging.getLogger("gpusched.daemon.loop")
 
@@ -168,8 +169,11 @@ class Daemon:
         a request may have changed something, or the state asks for one), then the shims
         of the jobs it started, then the waits it ended. While writes to the queue fail,
         passes (which write) wait for the next retry; requests are answered all the same."""
-        for call in calls:
-            self.handle(call)  # each request commits before it is answered
+        for group in together(calls):
+            if len(group) == 1:
+                self.handle(group[0])  # a request commits before it is answered
+            else:
+                self.handle_together(group)
         if calls:
             # Let the connection threads just answered take the GIL and send their replies
             # before this turn's pass holds it: they waited about 0.4 ms for it otherwise,
@@ -195,25 +199,58 @@ class Daemon:
         self.memory.note(len(self.state.jobs), self.state.compact)
 
     def handle(self, call: Call) -> None:
-        if call.cancelled:  # its client cancelled before the loop came to it
-            call.fail(GpuschedError(CANCELLED))
-            return
         try:
-            outcome = self.handlers.handle(call.request)
+            outcome = self.outcome(call)
         except GpuschedError as exc:
             call.fail(exc)
-        except Exception:
-            log.exception("request %r failed", call.request.name)
-            call.fail(GpuschedError("the daemon failed on this request; see its log"))
         else:
-            if isinstance(outcome, Waiter):
-                call.waiter = outcome
-                self._waiters.append((call, outcome))
-            elif isinstance(outcome, Batched):
-                call.batched = outcome
-                self._batched.append((call, outcome))
-            else:
-                call.answer(outcome)
+            self.settle(call, outcome)
+
+    def handle_together(self, calls: list[Call]) -> None:
+        """Submits that arrived together: one transaction, so one fsync, for all of them
+        (group commit). Each is a part of its own that fails alone; none is answered
+        before the commit, and if the commit fails, none of them was queued."""
+        done: list[tuple[Call, Any]] = []
+        try:
+            with self.state.write(undone="nothing was queued"):
+                for call in calls:
+                    try:
+                        with self.state.part():
+                            done.append((call, self.outcome(call)))
+                    except GpuschedError as exc:
+                        call.fail(exc)
+        except StoreWriteError as exc:
+            for call in calls:
+                if not call.done.is_set():
+                    call.fail(exc)
+            return
+        for call, outcome in done:
+            self.settle(call, outcome)
+
+    def outcome(self, call: Call) -> Any:
+        """What the request comes to: its result, a Waiter or a Batched request; raises
+        GpuschedError for one refused (a failing write inside a group is left to it)."""
+        if call.cancelled:  # its client cancelled before the loop came to it
+            raise GpuschedError(CANCELLED)
+        try:
+            return self.handlers.handle(call.request)
+        except GpuschedError:
+            raise
+        except Exception as exc:
+            if is_write_failure(exc):
+                raise
+            log.exception("request %r failed", call.request.name)
+            raise GpuschedError("the daemon failed on this request; see its log") from None
+
+    def settle(self, call: Call, outcome: Any) -> None:
+        if isinstance(outcome, Waiter):
+            call.waiter = outcome
+            self._waiters.append((call, outcome))
+        elif isinstance(outcome, Batched):
+            call.batched = outcome
+            self._batched.append((call, outcome))
+        else:
+            call.answer(outcome)
 
     def step_clusters(self) -> None:
         """Hand jobs to Slurm and poll it (daemon/slurm/poll.py): only with cluster jobs."""
@@ -320,3 +357,18 @@ class Daemon:
             else:
                 still.append((call, waiter))
         self._waiters = still
+
+
+# The requests that may share a commit with others of their kind arriving in the same turn.
+_TOGETHER = frozenset({"submit"})
+
+
+def together(calls: list[Call]) -> list[list[Call]]:
+    """The turn's calls in order, with each run of consecutive submits in one group."""
+    groups: list[list[Call]] = []
+    for call in calls:
+        if groups and call.request.name in _TOGETHER and groups[-1][-1].request.name in _TOGETHER:
+            groups[-1].append(call)
+        else:
+            groups.append([call])
+    return groups

@@ -125,6 +125,7 @@ def run(daemon: Daemon) -> None:
                 metrics.close()
                 daemon.handlers.services.close()
                 daemon.state.notifier.close()
+                daemon.state.mps.stop(len(daemon.state.running()))
         finally:
             server.close()
             daemon.answer_everyone()

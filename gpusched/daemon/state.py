@@ -8,7 +8,7 @@ import time
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from functools import partial
+from functools import cache, partial
 from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 from gpusched.client.paths import Paths
@@ -18,6 +18,7 @@ from gpusched.core.models import Inventory, Job, JobState
 from gpusched.core.sched import placement, queuerules
 from gpusched.core.sched.pendingqueue import PendingQueue
 from gpusched.core.sched.placement import PlacementRules
+from gpusched.core.users import unix_groups
 from gpusched.daemon.host import Host
 from gpusched.daemon.jobs.cgroups import CgroupJobs
 from gpusched.daemon.jobs.fairshare import UsageLedger
@@ -28,6 +29,7 @@ from gpusched.daemon.observe.telemetry import Telemetry
 from gpusched.daemon.requests.authz import Authz
 from gpusched.daemon.requests.quotas import CountedTable
 from gpusched.daemon.slurm.poll import ClusterJobs
+from gpusched.proc.mps import MpsControl
 from gpusched.proc.runfile import own_log_paths
 from gpusched.store.database import Store
 from gpusched.store.writefail import WriteHealth
@@ -63,8 +65,8 @@ class Setup:
         return queuerules.QueueRules(
             discipline=s.discipline,
             user_weights=dict(s.user_weights),
-            max_gpus_per_user=s.max_gpus_per_user or None,
-            max_running_per_user=s.max_running_per_user or None,
+            quotas=s.quotas,
+            groups_of=cache(unix_groups),  # read again each pass: a change applies at once
             draining=draining,
             host=self.host.capacity(s.max_running),
             las_thresholds_gpu_s=s.las_thresholds_gpu_s,
@@ -82,6 +84,19 @@ class Setup:
             f"process-tree measurement every {self.settings.gpu_poll_interval_s:g} s "
             "(no writable cgroup v2 tree)"
         )
+
+
+def mps_control(setup: Setup) -> MpsControl:
+    """memory.mps's control daemon. In system mode it is refused: NVIDIA's control daemon
+    serves one user at a time, so one user's job would wait on another's."""
+    paths, settings = setup.paths, setup.settings
+    return MpsControl(
+        settings.mps_control,
+        paths.mps_pipe_dir,
+        paths.mps_log_dir,
+        settings.mps,
+        refused="MPS serves one user at a time: not in system mode" if paths.is_system else "",
+    )
 
 
 class DaemonState:
@@ -102,10 +117,7 @@ class DaemonState:
         self._pending = JobTable(self.kinds)  # and the pending ones
         # The pending ones in scheduling order, kept in step by _place (never sorted per
         # pass), and the last pass's reasons for those it stopped before (set_later).
-        self.queue = PendingQueue(
-            setup.settings.discipline,
-            per_user=bool(setup.settings.max_gpus_per_user or setup.settings.max_running_per_user),
-        )
+        self.queue = PendingQueue(setup.settings.discipline, per_user=bool(setup.settings.quotas))
         self._later: tuple[str, Callable[[Job], str | None]] | None = None
         self.start_times = StartTimes(setup.clock.time)  # --begin times and retry delays to come
         self.usage = UsageLedger(setup.settings.fairshare_half_life_s, setup.clock.time())
@@ -128,6 +140,7 @@ class DaemonState:
         # meanwhile, rather than `running` until the disk has room (jobs/control.py, end).
         self._unstored_ends: dict[int, Job] = {}
         self.telemetry = Telemetry()  # counted for /metrics (daemon/observe/metrics.py)
+        self.mps = mps_control(setup)  # jobs/control.py starts it, startup.py stops it
         # Each service's figures for /metrics, swapped in whole (daemon/services/replicas.py).
         self._service_figures: list[dict[str, Any]] = []
         self._metrics_status = "off"  # where /metrics is served, for `daemon status`
@@ -372,6 +385,35 @@ class DaemonState:
             self.writes.worked()
         for action in on_commit:
             action()
+
+    @contextmanager
+    def part(self) -> Iterator[None]:
+        """Inside write(): a part that fails alone (a submit among several sharing one
+        commit). Its changes, stored and in memory, are undone and the write goes on."""
+        outer = self._undo, self._on_commit, self._on_rollback
+        assert outer[0] is not None, "part() is only used inside write()"
+        undo: dict[int, Job | None] = {}
+        on_commit: list[Callable[[], object]] = []
+        on_rollback: list[Callable[[], object]] = []
+        self._undo, self._on_commit, self._on_rollback = undo, on_commit, on_rollback
+        usage = self.usage.snapshot()
+        try:
+            with self.store.savepoint():
+                yield
+        except BaseException:
+            for job_id, job in undo.items():
+                self._place(job_id, job)
+            self.usage.restore(usage)
+            for action in on_rollback:
+                action()
+            raise
+        else:
+            for job_id, job in undo.items():
+                outer[0].setdefault(job_id, job)
+            outer[1].extend(on_commit)
+            outer[2].extend(on_rollback)
+        finally:
+            self._undo, self._on_commit, self._on_rollback = outer
 
     def after_commit(self, action: Callable[[], object]) -> None:
         """Do this once the write under way commits (now, outside a write): what must not

@@ -74,14 +74,43 @@ RUN_TOKEN = _variable(
     "names this attempt (id.attempt.start time): how gpusched finds "
     "the job's processes (and stops them) if its shim dies",
 )
+# Frameworks' own caps, for a job that shares its GPUs (--gpu-mem): set from its promise.
+XLA_MEM_FRACTION = _variable(
+    "XLA_PYTHON_CLIENT_MEM_FRACTION",
+    "JAX's share of each GPU: --gpu-mem over the smallest of its GPUs, when it shares them",
+)
+XLA_PREALLOCATE = _variable(
+    "XLA_PYTHON_CLIENT_PREALLOCATE", "false (JAX takes memory as it needs it), when it shares"
+)
+TF_ALLOW_GROWTH = _variable(
+    "TF_FORCE_GPU_ALLOW_GROWTH", "true (TensorFlow takes memory as it needs it), when it shares"
+)
+# NVIDIA MPS, with [memory] mps = true (proc/mps.py): a hard cap for a job that shares.
+MPS_PIPE = _variable(
+    "CUDA_MPS_PIPE_DIRECTORY", "gpusched's MPS control daemon, for a job that shares under MPS"
+)
+MPS_MEM_LIMIT = _variable(
+    "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT",
+    "--gpu-mem on each of its GPUs (0=10240M,1=10240M), for a job that shares under MPS",
+)
+MPS_THREADS = _variable(
+    "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE",
+    "memory.mps_thread_pct, for a job that shares under MPS (unless 100)",
+)
 
 # Math libraries start a thread per core of the machine unless told otherwise: eight jobs
 # each spawning 64 threads is how a shared box grinds to a halt. These are only defaults:
 # the job's own setting (from the submitting environment or --env) wins.
 THREAD_VARS = (OMP_NUM_THREADS, MKL_NUM_THREADS)
+# So are the frameworks' memory caps: a job that knows better sets its own.
+FRAMEWORK_VARS = (XLA_MEM_FRACTION, XLA_PREALLOCATE, TF_ALLOW_GROWTH)
+# MPS's are gpusched's only while it runs MPS: without it, a user's own MPS setup stands.
+MPS_VARS = (MPS_PIPE, MPS_MEM_LIMIT, MPS_THREADS)
 # Variables the daemon owns in every job's environment; stale copies (from a job that
 # submits jobs) are removed first so a job never inherits its parent's GPUs.
-SCHEDULER_VARS = tuple(name for name in VARIABLES if name not in THREAD_VARS)
+SCHEDULER_VARS = tuple(
+    name for name in VARIABLES if name not in (*THREAD_VARS, *FRAMEWORK_VARS, *MPS_VARS)
+)
 
 
 def array_environment(indices: Iterable[int]) -> dict[str, str]:
@@ -99,6 +128,31 @@ def array_environment(indices: Iterable[int]) -> dict[str, str]:
     }
 
 
+def framework_caps(gpu_mem_bytes: int, gpus: Iterable[GpuInfo]) -> dict[str, str]:
+    """JAX's and TensorFlow's caps for a job that shares its GPUs: JAX takes a fraction of
+    each GPU's total, so the smallest GPU's (rounded down) keeps it within its promise on
+    all of them; both grow as they need rather than taking it all at their start."""
+    smallest = min((g.mem_total_bytes for g in gpus if g.mem_total_bytes > 0), default=0)
+    caps = {XLA_PREALLOCATE: "false", TF_ALLOW_GROWTH: "true"}
+    if smallest:
+        fraction = max(min(gpu_mem_bytes * 1000 // smallest, 1000), 1) / 1000
+        caps[XLA_MEM_FRACTION] = f"{fraction:.3f}"
+    return caps
+
+
+def mps_caps(gpu_mem_bytes: int, gpu_count: int, pipe_dir: str, thread_pct: int) -> dict[str, str]:
+    """A sharing job's MPS client settings: the control daemon's pipe, and its memory
+    limit on each GPU, numbered as the job sees them (0.. in CUDA_VISIBLE_DEVICES)."""
+    limit_mib = max(gpu_mem_bytes // 2**20, 1)
+    caps = {
+        MPS_PIPE: pipe_dir,
+        MPS_MEM_LIMIT: ",".join(f"{i}={limit_mib}M" for i in range(gpu_count)),
+    }
+    if thread_pct < 100:
+        caps[MPS_THREADS] = str(thread_pct)
+    return caps
+
+
 def job_environment(
     job: Job,
     gpus: Iterable[GpuInfo],
@@ -108,13 +162,17 @@ def job_environment(
     run_token: str,
     defaults: Mapping[str, str] = {},
     own_stdout: str = "",
+    mps: tuple[str, int] | None = None,
 ) -> dict[str, str]:
     """The job's whole environment: the config's defaults ([jobs] env), what was captured
     at submit on top, then the scheduler's own variables. run_token: new for each attempt
     (proc/leftovers.py). own_stdout: gpusched's own stdout log of the job, beside which its
-    progress file goes (its output may go to a file of the user's)."""
+    progress file goes (its output may go to a file of the user's). mps, with memory.mps
+    on: the pipe directory of gpusched's MPS control daemon ("" when the job is not to be
+    its client) and the thread percentage; inherited MPS variables are dropped."""
     gpus = tuple(gpus)
-    env = {k: v for k, v in {**defaults, **job.env}.items() if k not in SCHEDULER_VARS}
+    owned = SCHEDULER_VARS + (MPS_VARS if mps is not None else ())
+    env = {k: v for k, v in {**defaults, **job.env}.items() if k not in owned}
     # MIG devices can only be named by UUID; whole GPUs by index when the config asks.
     ids = [
         g.uuid if visible_devices == "uuid" or g.parent_index is not None else str(g.index)
@@ -139,8 +197,14 @@ def job_environment(
     )
     if gpus:
         env[JOB_GPUS] = ",".join(str(g.index) for g in gpus)
-    if job.request.gpu_mem_bytes is not None:
-        env[GPU_MEM] = str(job.request.gpu_mem_bytes)
+    gpu_mem = job.request.gpu_mem_bytes
+    if gpu_mem is not None:
+        env[GPU_MEM] = str(gpu_mem)
+    if gpu_mem is not None and gpus:  # it shares its GPUs: cap it at its promise
+        for var, value in framework_caps(gpu_mem, gpus).items():
+            env.setdefault(var, value)
+        if mps and mps[0]:
+            env.update(mps_caps(gpu_mem, len(gpus), *mps))
     # A job of --cpus 0 still runs a thread.
     threads = str(max(job.request.cpus, 1))
     env[CPUS] = threads

@@ -44,7 +44,8 @@ class EstimateReport:
 
 
 def memory_model(trace_jobs: Sequence[TraceJob], seed: int = 0) -> list[MemoryModel]:
-    """Each job's key and peak: deterministic in the seed and the job's own fields."""
+    """Each job's key and peak (the trace's gpu_mem_peak_bytes where it has one):
+    deterministic in the seed and the job's own fields."""
     kind_peak: dict[str, float] = {}
     out = []
     for job in trace_jobs:
@@ -53,7 +54,8 @@ def memory_model(trace_jobs: Sequence[TraceJob], seed: int = 0) -> list[MemoryMo
         rng = random.Random(f"{seed}:{key}")
         base = kind_peak.setdefault(key, rng.uniform(4, 70) * GIB)
         run = random.Random(f"{seed}:{job.job_id}").gauss(1.0, PEAK_SPREAD)
-        out.append(MemoryModel(key, int(min(GPU_MEM_BYTES * 0.98, base * max(0.5, run)))))
+        modelled = int(min(GPU_MEM_BYTES * 0.98, base * max(0.5, run)))
+        out.append(MemoryModel(key, job.gpu_mem_peak_bytes or modelled))  # the trace's, if any
     return out
 
 

@@ -7,18 +7,19 @@ import itertools
 import math
 import statistics
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from gpusched.core import lifecycle
 from gpusched.core.config import Settings
 from gpusched.core.errors import GpuschedError, UsageError
 from gpusched.core.models import DISCIPLINES, GpuInfo, Inventory, Job, Request
-from gpusched.core.sched import placement, queuerules, scheduling
+from gpusched.core.sched import placement, queuerules, quotas, scheduling
 from gpusched.core.sched.pendingqueue import PendingQueue
 from gpusched.core.sched.placement import PlacementRules, Policy
 from gpusched.core.sched.policies import load_custom_policies, placement_rules
 from gpusched.core.sched.queuerules import HostCapacity, QueueRules, fair_share
+from gpusched.core.users import unix_groups
 from gpusched.sim import traces
 
 GPU_MEM_BYTES = 80 * 2**30  # each simulated GPU: an 80 GiB card, idle, nothing outside
@@ -147,9 +148,7 @@ class _Replay:
         self.pending: list[Job] = []  # _PreemptiveReplay's queue; this one's is `line`
         # The queue in order, as the daemon keeps it: a pass reads only its head
         # (core/sched/pendingqueue.py), so 100,000 waiting jobs cost a pass little.
-        self.line = PendingQueue(
-            queue.discipline, per_user=bool(queue.max_gpus_per_user or queue.max_running_per_user)
-        )
+        self.line = PendingQueue(queue.discipline, per_user=bool(queue.quotas))
         self.waiting: dict[int, Job] = {}
         self.running: dict[int, Job] = {}
         self.ends: list[tuple[float, int]] = []  # heap of (expected end, job id)
@@ -162,6 +161,7 @@ class _Replay:
         # so a pass can be skipped when none could; shared-memory jobs always get one.
         self.count_only = all(j.request.is_exclusive for j in jobs)
         self.started: dict[int, tuple[float, tuple[int, ...]]] = {}
+        self.last_progress_s = 0.0  # the last arrival or start (quota_edge)
         # The GPUs' loads as placement.gpu_loads reads them, kept from pass to pass: only
         # the GPUs a start or an end touched since the last pass are read again.
         self.loads: dict[str, placement.GpuLoad] = {}
@@ -173,7 +173,7 @@ class _Replay:
         # the queue, then one scheduling pass starts whatever may start. One pass is a
         # fixpoint: nothing frees up during a pass, and skip-ahead already tried every job.
         arrival, last_s = 0, 0.0
-        while arrival < len(self.jobs) or self.ends or self.begins:
+        while arrival < len(self.jobs) or self.ends or self.begins or self.quota_edge(last_s):
             next_arrival_s = (
                 self.jobs[arrival].submitted_at if arrival < len(self.jobs) else math.inf
             )
@@ -181,6 +181,7 @@ class _Replay:
                 next_arrival_s,
                 self.ends[0][0] if self.ends else math.inf,
                 self.begins[0] if self.begins else math.inf,  # a begin time is an instant too
+                self.quota_edge(last_s) or math.inf,  # and a quota window's edge
             )
             while self.begins and self.begins[0] <= now:
                 heapq.heappop(self.begins)
@@ -199,10 +200,19 @@ class _Replay:
                 self.start_ready(now)
         if self.has_pending():  # check_trace_fits should have refused it
             first = self.first_pending()
-            raise GpuschedError(f"job {first.id} could never start on this box.")
+            quota = f" under {first.user}'s quotas" if self.queue.quotas else ""
+            raise GpuschedError(f"job {first.id} could never start on this box{quota}.")
         return self.started
 
+    def quota_edge(self, now: float) -> float | None:
+        """When a quota window next opens or closes, while jobs wait and one may start
+        then: None once a day of edges went by with no arrival or start (none ever will)."""
+        if not self.waiting or now - self.last_progress_s > quotas.DAY_MIN * 60:
+            return None
+        return quotas.next_change(self.queue.quotas, now, self.queue.minute_of)
+
     def enqueue(self, job: Job) -> None:
+        self.last_progress_s = max(self.last_progress_s, job.submitted_at)
         self.line.add(job)
         self.waiting[job.id] = job
         if job.begin_time is not None:
@@ -249,6 +259,7 @@ class _Replay:
         if not plan.starts:
             return
         self.placements = dict(plan.placements)
+        self.last_progress_s = now
         for job_id, gpus in plan.starts:
             job = self.waiting.pop(job_id)
             self.line.remove(job)
@@ -306,6 +317,18 @@ def check_choices(
     return _rules(policy, custom_policies)
 
 
+# Trace times from this on are seconds since the epoch; below it, seconds after a midnight.
+EPOCH_TIMES_S = 10**8
+
+
+def day_clock(origin_s: float) -> Callable[[float], float]:
+    """The minute of the day of a trace time: epoch seconds in local time, as the daemon
+    reads its windows; smaller times count from a midnight."""
+    if origin_s >= EPOCH_TIMES_S:
+        return lambda now: quotas.local_minute(origin_s + now)
+    return lambda now: quotas.trace_minute(origin_s + now)
+
+
 def simulate(
     trace_jobs: Sequence[traces.TraceJob],
     *,
@@ -316,8 +339,15 @@ def simulate(
     custom_policies: Mapping[str, Policy] | None = None,
     host: HostCapacity | None = None,
     links: Sequence[Sequence[str]] = (),
+    quota_table: quotas.Quotas | None = None,
+    groups: Mapping[str, Sequence[str]] | None = None,
+    origin_s: float = 0.0,
 ) -> list[JobResult]:
     """Every job's submit, start and end when `gpus` identical GPUs serve the trace.
+
+    With `quota_table`, each trace user's quotas hold as in the daemon, their windows read
+    at `origin_s` + the trace's time (day_clock); a user's groups are `groups`' (user ->
+    group names), else the group database's.
 
     With `links` (core/topology.nvlink_islands), multi-GPU jobs get the best-linked GPUs,
     by the daemon's own placement code.
@@ -339,7 +369,13 @@ def simulate(
                 f"simulated host has ({host.cpus} CPUs, "
                 f"{host.mem_bytes / 2**30:.1f} GiB)"
             )
-    queue = QueueRules(discipline=discipline, host=host)
+    queue = QueueRules(
+        discipline=discipline,
+        host=host,
+        quotas=quota_table or quotas.Quotas(),
+        groups_of=unix_groups if groups is None else (lambda user: groups.get(user, ())),
+        minute_of=day_clock(origin_s),
+    )
     started = _Replay(jobs, gpus, rules, queue, half_life_s, links).run()
     return [
         JobResult(

@@ -25,7 +25,7 @@ PHILLY_COLUMNS = (
     "gpu_time_s",
 )
 HISTORY_COLUMNS = ("job_id", "user", "submit_s", "num_gpus", "duration_s")
-HISTORY_OPTIONAL = ("gpu_mem_bytes", "cpus", "mem_bytes", "begin_s")
+HISTORY_OPTIONAL = ("gpu_mem_bytes", "gpu_mem_peak_bytes", "cpus", "mem_bytes", "begin_s")
 ARRIVALS = ("trace", "poisson")
 
 
@@ -43,6 +43,7 @@ class TraceJob:
     cpus: int = 1
     mem_bytes: int | None = None  # host memory; None: not declared
     begin_s: float | None = None  # --begin: not started before this (submit_s's clock)
+    gpu_mem_peak_bytes: int | None = None  # the most it used on one GPU; None: not recorded
 
 
 @dataclass(frozen=True)
@@ -52,6 +53,7 @@ class Trace:
     window_s: float
     source: str = ""
     arrival_scale: float = 1.0  # the S by which submit times were stretched
+    origin_s: float = 0.0  # what the history trace's first submit time was, before it became 0
 
 
 def _field(
@@ -101,6 +103,7 @@ def _history_job(row: dict[str, str], where: str) -> TraceJob:
         duration_s=duration_s,
         gpu_time_s=gpus * duration_s,
         gpu_mem_bytes=_optional(row, "gpu_mem_bytes", where, 1),
+        gpu_mem_peak_bytes=_optional(row, "gpu_mem_peak_bytes", where, 1),
         cpus=_optional(row, "cpus", where, 1) or 1,
         mem_bytes=_optional(row, "mem_bytes", where, 1),
         begin_s=_field(row, "begin_s", where, float, 0)
@@ -163,10 +166,11 @@ def load_trace(path: Path) -> Trace:
     if not jobs:
         raise GpuschedError(f"{path} has no jobs, only a header.")
     first_s = min(j.submit_s for j in jobs)
-    if parse is _history_job and first_s:  # history times may be epoch seconds: start at 0
+    origin_s = first_s if parse is _history_job else 0.0
+    if origin_s:  # history times may be epoch seconds: start at 0
         jobs = [_moved(j, -first_s, 1.0) for j in jobs]
     jobs.sort(key=lambda j: j.submit_s)  # stable: equal times keep the file's order
-    return Trace(tuple(jobs), _window_s(jobs), str(path))
+    return Trace(tuple(jobs), _window_s(jobs), str(path), origin_s=origin_s)
 
 
 def _moved(job: TraceJob, shift_s: float, scale: float) -> TraceJob:

@@ -104,6 +104,21 @@ class Store(FinishedJobs):
         if self._committed is not None:
             self._committed(self._conn.total_changes)
 
+    @contextmanager
+    def savepoint(self) -> Iterator[None]:
+        """Inside write(): a part that fails alone. What it wrote is rolled back and the
+        transaction goes on (submits arriving together share one commit: daemon/loop.py).
+        A write failure is left to the outer write, which rolls everything back."""
+        self._conn.execute("SAVEPOINT part")
+        try:
+            yield
+        except BaseException as exc:
+            if not is_write_failure(exc) and self._conn.in_transaction:
+                self._conn.execute("ROLLBACK TO part")
+                self._conn.execute("RELEASE part")
+            raise
+        self._conn.execute("RELEASE part")
+
     def _roll_back(self) -> None:
         # SQLite rolls back by itself after some errors (a full disk, an I/O error); after
         # others (a busy COMMIT) the transaction is still open and must be ended here.

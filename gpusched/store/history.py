@@ -16,7 +16,7 @@ IDS_PER_QUERY = 500  # under SQLite's oldest limit on bound values (999)
 # What store/rowusage.py reads of a row.
 _USAGE_COLUMNS = "submitted_at, started_at, ended_at, attempt, gpu_uuids, gpu_mem_peak_bytes"
 # What `gpusched history` shows of a run (daemon/jobs/gpumemory.py).
-_RUN_COLUMNS = "state, started_at, ended_at, attempt, gpu_mem_bytes, gpu_mem_peak_bytes"
+_RUN_COLUMNS = "state, started_at, ended_at, attempt, gpu_mem_bytes, gpu_mem_peak_bytes, gpu_uuids"
 _FINAL = sorted(state.value for state in JobState if state.is_final)
 
 
@@ -78,7 +78,8 @@ class FinishedJobs:
         later, and those still pending: the columns `gpusched usage` sums (daemon/observe/usage.py),
         and by_name, the command too (a job's default name is its program's)."""
         return self._conn.execute(
-            f"SELECT uid, user, name, {'command, ' if by_name else ''}state, {_USAGE_COLUMNS} "
+            f"SELECT uid, user, name, {'command, ' if by_name else ''}state, gpu_mem_bytes, "
+            f"{_USAGE_COLUMNS} "
             "FROM jobs "
             "WHERE id BETWEEN ? AND ? AND (ended_at IS NULL OR ended_at >= ?)",
             (first_id, last_id, since_s),

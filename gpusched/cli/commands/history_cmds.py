@@ -31,8 +31,9 @@ def history(
 ) -> None:
     """Your earlier finished runs of a job, newest first.
 
-    How each ended and the most GPU memory it used, and what `submit --gpu-mem auto`
-    would ask for now.
+    How each ended and the most GPU memory it used against what it asked for (PEAK/ASK;
+    a whole GPU asks for all of its memory), how many runs asked for over twice their
+    peak, and what `submit --gpu-mem auto` would ask for now.
 
     NAME is the job's name as ls shows it: its --name, or without one its program
     (train.py for python train.py). After --, a command lists the runs of that very
@@ -63,7 +64,7 @@ def history(
 
 def history_text(report: dict[str, Any]) -> str:
     """The runs as a table, then the estimate and why."""
-    head = ("ID", "STATE", "ENDED", "RUN", "GPU_MEM", "GPU_MEM_PEAK")
+    head = ("ID", "STATE", "ENDED", "RUN", "GPU_MEM", "GPU_MEM_PEAK", "PEAK/ASK")
     rows = [
         (
             str(run["id"]),
@@ -74,6 +75,7 @@ def history_text(report: dict[str, Any]) -> str:
             else "-",
             size_human(run["gpu_mem_bytes"]) if run["gpu_mem_bytes"] else "whole",
             size_human(run["gpu_mem_peak_bytes"]) if run["gpu_mem_peak_bytes"] else "-",
+            peak_share(run.get("gpu_mem_asked_bytes"), run["gpu_mem_peak_bytes"]),
         )
         for run in report["runs"]
     ]
@@ -87,9 +89,25 @@ def history_text(report: dict[str, Any]) -> str:
         lines = [
             "  ".join(cell.ljust(w) for cell, w in zip(r, widths)).rstrip() for r in [head, *rows]
         ]
+    if report.get("right_sizing", {}).get("jobs"):
+        lines.append(sizing_line(report["right_sizing"]))
     estimate = report["estimate"]
     key = estimate.get("key", report["key"])
     lines.append(
         f"--gpu-mem auto{f' for {key!r}' if key != report['key'] else ''}: {estimate['reason']}"
     )
     return "\n".join(lines)
+
+
+def peak_share(asked: int | None, peak: int | None) -> str:
+    """The peak as a share of the ask, "-" when either is not known."""
+    return f"{peak / asked:.0%}" if asked and peak else "-"
+
+
+def sizing_line(sizing: dict[str, Any]) -> str:
+    """The right-sizing summary (core/sched/rightsize.py's `right_sizing` object)."""
+    share = sizing["peak_bytes"] / sizing["asked_bytes"]
+    return (
+        f"{sizing['over_asked']} of {sizing['jobs']} runs asked for over twice their GPU "
+        f"memory peak; peaks were {share:.0%} of asks"
+    )

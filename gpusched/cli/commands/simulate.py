@@ -12,10 +12,12 @@ from pathlib import Path
 from typing import Any
 
 from gpusched.client.submit.jobrequest import size_option
-from gpusched.core.errors import UsageError
+from gpusched.core.config import read_config, settings_from_mapping
+from gpusched.core.errors import ConfigError, UsageError
 from gpusched.core.sched.queuerules import HostCapacity, QueueRules
+from gpusched.core.sched.quotas import Quotas
 from gpusched.sim import estimates as memory
-from gpusched.sim import preemptsim, runtimesim, traces
+from gpusched.sim import overuse, preemptsim, runtimesim, traces
 from gpusched.sim.simulator import TAU_S, Metrics, check_choices, compute_metrics, simulate
 
 
@@ -36,6 +38,7 @@ def _print_table(report: dict[str, Any]) -> None:
     )
     seed = f", seed {report['seed']}" if report["arrivals"] == "poisson" else ""
     runtimes = f", {report['runtimes']} runtimes" if "runtimes" in report else ""
+    seed += f", quotas of {report['config']}" if report.get("config") else ""
     title = (
         f"{report['trace']}: {report['jobs']} jobs, {report['tenants']} tenants on "
         f"{report['gpus']} GPUs; policy {report['policy']}, discipline {report['discipline']}, "
@@ -88,6 +91,38 @@ def _host(cpus: int | None, mem: str | None) -> HostCapacity | None:
         raise UsageError(f"--cpus must be 1 or more, not {cpus}")
     mem_bytes = size_option(mem, "--mem")
     return HostCapacity(cpus=cpus or 10**6, mem_bytes=2**62 if mem_bytes is None else mem_bytes)
+
+
+def _quotas(config: Path | None) -> tuple[Quotas | None, dict[str, list[str]] | None]:
+    """The quotas of a config file, and the user -> groups of its [simulate.groups]
+    (group = [users]; None: the group database's)."""
+    if config is None:
+        return None, None
+    if not config.is_file():
+        raise UsageError(f"--config {config}: no such file. Give a gpusched.toml")
+    data = read_config(config)
+    extra = data.pop("simulate", {})
+    table = settings_from_mapping(data, str(config)).quotas
+    members = extra.get("groups") if isinstance(extra, dict) else None
+    if set(extra) - {"groups"} or (members is not None and not _is_groups(members)):
+        raise ConfigError(
+            f"{config}: [simulate] holds groups only, e.g. [simulate.groups] "
+            'students = ["alice", "bob"]'
+        )
+    if members is None:
+        return table, None
+    groups: dict[str, list[str]] = {}
+    for group, users in members.items():
+        for user in users:
+            groups.setdefault(user, []).append(group)
+    return table, groups
+
+
+def _is_groups(value: Any) -> bool:
+    return isinstance(value, dict) and all(
+        isinstance(users, list) and all(isinstance(u, str) for u in users)
+        for users in value.values()
+    )
 
 
 def _with_priorities(
@@ -148,9 +183,16 @@ def simulate_command(
     estimates: bool = False,
     runtimes: str = "true",
     forecast: bool = False,
+    config: Path | None = None,
 ) -> int:
     """`gpusched simulate`: replay, then print the metrics as a table or JSON."""
     rules = check_choices(gpus, policy, discipline)  # before reading a large file
+    quota_table, groups = _quotas(config)
+    if quota_table and (preemption or high_priority_share is not None or discipline == "las"):
+        raise UsageError(
+            "quotas (--config) replay without preemption; leave out --preemption, "
+            "--high-priority-share and --discipline las"
+        )
     predicting = _check_runtimes(runtimes, forecast, discipline, cpus, mem, estimates)
     started_s = time.perf_counter()
     prepared = traces.prepare(trace, gpus=gpus, load=load, arrivals=arrivals, seed=seed)
@@ -177,6 +219,7 @@ def simulate_command(
         "load": load,
         "arrivals": arrivals,
         "seed": seed if arrivals == "poisson" else None,
+        "config": None if config is None else str(config),
     }
     model = None
     if estimates and (preemption or high_priority_share is not None):
@@ -184,10 +227,10 @@ def simulate_command(
             "--estimates replays without priorities; leave out --preemption and "
             "--high-priority-share"
         )
-    if predicting and (preemption or high_priority_share is not None):
+    if predicting and (preemption or high_priority_share is not None or quota_table):
         raise UsageError(
-            "--runtimes predicted and --forecast replay without priorities; leave out "
-            "--preemption and --high-priority-share"
+            "--runtimes predicted and --forecast replay without priorities or quotas; leave "
+            "out --preemption, --high-priority-share and --config"
         )
     if predicting:
         results, found = runtimesim.replay(
@@ -215,10 +258,24 @@ def simulate_command(
         if estimates:
             model = memory.memory_model(jobs, seed)
             jobs = memory.with_estimates(jobs, model, rules)
-        results = simulate(jobs, gpus=gpus, policy=policy, discipline=discipline, host=host)
+        results = simulate(
+            jobs,
+            gpus=gpus,
+            policy=policy,
+            discipline=discipline,
+            host=host,
+            quota_table=quota_table,
+            groups=groups,
+            origin_s=prepared.origin_s,
+        )
         report = _report(prepared, compute_metrics(results, gpus), settings)
+        if model is None and any(j.gpu_mem_peak_bytes for j in jobs):
+            report["overuse"] = _overuse_of_trace(jobs, results)
         if model is not None:
             report["estimates"] = asdict(memory.report(jobs, model, results))
+            peaks = [m.peak_bytes for m in model]
+            asks = [j.gpu_mem_bytes for j in jobs]
+            report["estimates"]["overuse"] = asdict(overuse.count(asks, peaks, results))
     report["elapsed_s"] = time.perf_counter() - started_s
     if as_json:
         sys.stdout.write(json.dumps(report, indent=2) + "\n")
@@ -226,9 +283,18 @@ def simulate_command(
         _print_table(report)
         if model is not None:
             sys.stdout.write(estimates_text(report["estimates"]))
+        elif "overuse" in report:
+            sys.stdout.write(overuse_text(report["overuse"]))
         if "forecast" in report:
             sys.stdout.write(forecast_text(report["forecast"]))
     return 0
+
+
+def _overuse_of_trace(jobs: Sequence[traces.TraceJob], results: Sequence[Any]) -> dict[str, Any]:
+    """Over-use by the trace's own asks and peaks; a job with no peak recorded is taken to
+    use what it asked for."""
+    peaks = [j.gpu_mem_peak_bytes or j.gpu_mem_bytes or 0 for j in jobs]
+    return asdict(overuse.count([j.gpu_mem_bytes for j in jobs], peaks, results))
 
 
 def _check_runtimes(
@@ -268,4 +334,19 @@ def estimates_text(found: dict[str, Any]) -> str:
         f"{found['whole_gpu']} on whole GPUs (no history yet, or as large as a GPU); "
         f"{found['shared_gpu']} shared a GPU; {found['would_oom']} would have run out of "
         f"GPU memory; memory asked {found['mem_asked_ratio'] * 100:.1f} % of whole GPUs\n"
+        + overuse_text(found["overuse"])
+    )
+
+
+def overuse_text(found: dict[str, Any]) -> str:
+    """simulate --estimates: who a neighbour's over-use would have killed, without and with
+    enforcement (sim/overuse.py)."""
+    before, after = found["before"], found["after"]
+    return (
+        f"  over-use: {found['over_users']} jobs above their --gpu-mem; "
+        f"{found['collisions']} starts took a GPU past its memory\n"
+        f"    not enforced: {before['within_promise']} died within their promise, "
+        f"{before['over_users']} over it; {before['lost_gpu_hours']:.1f} GPU-h lost\n"
+        f"    enforced:     {after['within_promise']} died within their promise, "
+        f"{after['over_users']} over it stopped; {after['lost_gpu_hours']:.1f} GPU-h lost\n"
     )

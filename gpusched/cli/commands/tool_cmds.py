@@ -75,6 +75,13 @@ def simulate(
         "median error as a share of the real wait, and how often the real start fell in "
         "the 80 % interval.",
     ),
+    config: Path | None = typer.Option(
+        None,
+        "--config",
+        metavar="FILE",
+        help="Apply the [quotas] of this gpusched.toml to the trace's users (time 0 is a "
+        "midnight; groups from its [simulate.groups], else the group database).",
+    ),
     as_json: bool = typer.Option(False, "--json", help=JSON_HELP),
 ) -> None:
     """Replay a job trace in simulated time.
@@ -86,6 +93,7 @@ def simulate(
       gpusched simulate trace.csv --gpus 8 --discipline backfill
       gpusched simulate trace.csv --gpus 8 --load 0.5 --preemption
       gpusched simulate trace.csv --runtimes predicted --forecast
+      gpusched simulate trace.csv --gpus 8 --config /etc/gpusched/gpusched.toml
     """
     # the simulator: 43 ms of every typer command
     from gpusched.cli.commands.simulate import simulate_command  # noqa: PLC0415
@@ -107,6 +115,7 @@ def simulate(
             estimates=estimates,
             runtimes=runtimes,
             forecast=forecast,
+            config=config,
         )
     )
 

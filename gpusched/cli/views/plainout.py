@@ -37,6 +37,8 @@ def gpu_row(gpu: dict[str, Any]) -> list[Seg]:
     util = "N/A" if gpu["util_pct"] is None else f"{gpu['util_pct']:.0f}%"
     health = ("ok", "") if gpu["healthy"] else (printable(gpu["health_reason"] or "lost"), "red")
     jobs = ",".join(str(j) for j in gpu["jobs"]) or "-"
+    if gpu.get("mps"):  # its sharing jobs are capped by NVIDIA MPS (memory.mps)
+        jobs += " (MPS)"
     label = gpu["label"]
     if gpu.get("mig_mode"):  # given out only as its MIG devices, listed under it
         jobs = "MIG mode"

@@ -39,7 +39,22 @@ def status_lines(status: dict[str, Any]) -> list[str]:
         f"state: {status['state_dir']}",
         f"socket: {status['socket']}",
         f"metrics: {status.get('metrics', 'off')}",
+        mps_line(status.get("mps") or {}),
     ] + damaged_lines(status.get("damaged_jobs") or [])
+
+
+def mps_line(mps: dict[str, Any]) -> str:
+    """memory.mps: off, not started yet, running (on which GPUs), or why it cannot run."""
+    state = mps.get("state", "off")
+    if state == "unavailable":
+        return f"MPS: unavailable ({mps.get('problem')}); sharing jobs run without it"
+    if state == "idle":
+        return "MPS: on, control daemon not started yet (the first job that shares a GPU starts it)"
+    if state == "running":
+        gpus = ", ".join(map(str, mps.get("gpus") or ())) or "none yet"
+        pid = f"pid {mps['pid']}, " if mps.get("pid") else ""
+        return f"MPS: running ({pid}pipe {mps.get('pipe_dir')}); GPUs under MPS: {gpus}"
+    return "MPS: off"
 
 
 def damaged_lines(damaged: list[dict[str, Any]]) -> list[str]:

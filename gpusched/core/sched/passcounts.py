@@ -8,11 +8,12 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 from gpusched.core.models import GpuInfo, Job, Request
 from gpusched.core.sched import placement, runtimes
 from gpusched.core.sched.placement import GpuLoad, PlacementRules
+from gpusched.core.sched.quotas import Limit
 
 # A request, its policy and the job the GPUs are held for (None: none), found not to fit.
 Unplaceable = tuple[Request, str, int | None]
@@ -35,6 +36,9 @@ class PassCounts:
     reservation: tuple[float, frozenset[str], int, int] | None = None
     links: tuple[tuple[str, ...], ...] = ()  # the inventory's topology
     usable_gpus: int = -1  # GPUs placement.is_usable takes, counted when asked (-1: not yet)
+    user_gpu_mem: dict[str, int] = field(default_factory=dict)  # bytes (job_gpu_mem)
+    # Each user's quota limits, looked up once a pass (the time of day is the pass's).
+    user_limits: dict[str, dict[str, Limit]] = field(default_factory=dict)
 
 
 def expected_end(job: Job, now: float) -> float:
@@ -63,11 +67,22 @@ def count_job(p: PassCounts, job: Job, uuids: Sequence[str], now: float) -> None
     p.running += 1
     p.user_gpus[job.user] = p.user_gpus.get(job.user, 0) + job.request.gpus
     p.user_jobs[job.user] = p.user_jobs.get(job.user, 0) + 1
+    mem = job_gpu_mem(job, uuids, p.loads)
+    if mem:
+        p.user_gpu_mem[job.user] = p.user_gpu_mem.get(job.user, 0) + mem
     if job.array_id is not None:
         p.array_running[job.array_id] = p.array_running.get(job.array_id, 0) + 1
     end = expected_end(job, now)
     for uuid in uuids:
         p.ends[uuid] = max(p.ends.get(uuid, now), end)
+
+
+def job_gpu_mem(job: Job, uuids: Sequence[str], loads: Mapping[str, GpuLoad]) -> int:
+    """The GPU memory a job holds on these GPUs (quotas' max_gpu_mem): its --gpu-mem on
+    each, or for whole GPUs, all of theirs."""
+    if job.request.gpu_mem_bytes is not None:
+        return job.request.gpu_mem_bytes * len(uuids)
+    return sum(loads[u].gpu.mem_total_bytes for u in uuids if u in loads)
 
 
 def take(p: PassCounts, job: Job, chosen: Sequence[GpuInfo], now: float) -> None:
@@ -163,6 +178,7 @@ def counts_now(p: PassCounts) -> PassCounts:
         placements=dict(p.placements),
         user_gpus=dict(p.user_gpus),
         user_jobs=dict(p.user_jobs),
+        user_gpu_mem=dict(p.user_gpu_mem),
         array_running=dict(p.array_running),
         ends=dict(p.ends),
     )

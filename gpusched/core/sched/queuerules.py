@@ -1,4 +1,4 @@
-"""The queue's rules (its discipline, per-user limits, the host's capacity) and the order
+"""The queue's rules (its discipline, quotas, the host's capacity) and the order
 they put pending jobs in; fair-share usage, in GPU-seconds, which that order may weigh.
 
 Apart from the pass (core/sched/scheduling.py) so that the config, the simulator and the
@@ -15,6 +15,11 @@ from operator import attrgetter
 
 # DISCIPLINES, the names QueueRules.discipline takes, lives in models for the command line.
 from gpusched.core.models import DISCIPLINES, Job
+from gpusched.core.sched.quotas import Quotas, local_minute
+
+
+def no_groups(user: str) -> Sequence[str]:
+    return ()
 
 
 @dataclass(frozen=True)
@@ -35,8 +40,11 @@ class QueueRules:
     # las: priority, then the queue of the GPU-seconds attained so far, then submission.
     discipline: str = DISCIPLINES[0]
     user_weights: Mapping[str, float] = field(default_factory=dict)
-    max_gpus_per_user: int | None = None
-    max_running_per_user: int | None = None
+    quotas: Quotas = field(default_factory=Quotas)
+    # A user's Unix groups (the daemon reads the group database; the simulator, its map),
+    # and the minute of the day the quotas' windows are read in.
+    groups_of: Callable[[str], Sequence[str]] = no_groups
+    minute_of: Callable[[float], float] = local_minute
     draining: bool = False
     host: HostCapacity | None = None  # None: host resources are not counted (the simulator)
     # las: queue k holds the jobs that attained below the k-th bound (GPU-seconds); the

@@ -14,7 +14,7 @@ from operator import itemgetter
 
 from gpusched.core import lifecycle
 from gpusched.core.models import GpuInfo, Inventory, Job, JobState, Request
-from gpusched.core.sched import placement
+from gpusched.core.sched import placement, quotas
 
 # Here for the daemon's callers: what dependencies decide lives in core/sched/dependencies.py.
 from gpusched.core.sched.dependencies import DependencyStates, dependency_status  # noqa: F401
@@ -24,6 +24,7 @@ from gpusched.core.sched.passcounts import (
     counts_now,
     delays_reservation,
     gpus_for,
+    job_gpu_mem,
     new_pass,
     reserve,
     take,
@@ -38,6 +39,7 @@ from gpusched.core.sched.queuerules import (
     order_key,
     queue_order,
 )
+from gpusched.core.sched.quotas import Limit
 
 
 @dataclass(frozen=True)
@@ -59,7 +61,34 @@ def held_reason(job_id: int) -> str:
     return f"held (`gpusched release {job_id}` lets it start)"
 
 
-def _limit_reason(job: Job, p: PassCounts, rules: QueueRules) -> str:
+def _user_limits(user: str, p: PassCounts, rules: QueueRules, now: float) -> dict[str, Limit]:
+    found = p.user_limits.get(user)
+    if found is None:
+        groups = rules.groups_of(user)
+        found = quotas.limits_for(rules.quotas, user, groups, rules.minute_of(now))
+        p.user_limits[user] = found
+    return found
+
+
+def _mem_quota_reason(job: Job, chosen: Sequence[GpuInfo], p: PassCounts, rules: QueueRules) -> str:
+    """Why the job waits for its user's max_gpu_mem on the GPUs placement chose ("": not)."""
+    limits = p.user_limits.get(job.user, {})  # _limit_reason looked them up
+    if "max_gpu_mem" not in limits:
+        return ""
+    mem = job_gpu_mem(job, [g.uuid for g in chosen], p.loads)
+    return quotas.mem_reason(job.user, limits, mem, p.user_gpu_mem.get(job.user, 0))
+
+
+def quota_reason(job: Job, p: PassCounts, rules: QueueRules, now: float) -> str:
+    """Why the job's user's quotas on running jobs and GPUs keep it waiting ("": they do not)."""
+    if not rules.quotas:
+        return ""
+    limits = _user_limits(job.user, p, rules, now)
+    used = (p.user_jobs.get(job.user, 0), p.user_gpus.get(job.user, 0), 0)
+    return quotas.running_reason(job.user, limits, job.request.gpus, used)
+
+
+def _limit_reason(job: Job, p: PassCounts, rules: QueueRules, now: float) -> str:
     # A hold first: a held job stays put after `resume` too, and only `release` starts it.
     if job.held:
         return held_reason(job.id)
@@ -71,19 +100,9 @@ def _limit_reason(job: Job, p: PassCounts, rules: QueueRules) -> str:
         and p.array_running.get(job.array_id, 0) >= job.array_throttle
     ):
         return f"array {job.array_id} already runs {job.array_throttle} at once (%{job.array_throttle})"
-    if (
-        rules.max_running_per_user is not None
-        and p.user_jobs.get(job.user, 0) >= rules.max_running_per_user
-    ):
-        return f"{job.user} already runs {rules.max_running_per_user} jobs (max_running_per_user)"
-    if (
-        rules.max_gpus_per_user is not None
-        and p.user_gpus.get(job.user, 0) + job.request.gpus > rules.max_gpus_per_user
-    ):
-        return (
-            f"{job.user} would hold more than {rules.max_gpus_per_user} GPUs "
-            f"(max_gpus_per_user; holds {p.user_gpus.get(job.user, 0)})"
-        )
+    why = quota_reason(job, p, rules, now)
+    if why:
+        return why
     return _host_reason(job, p, rules.host) if rules.host else ""
 
 
@@ -212,7 +231,7 @@ def _consider(job: Job, w: _Walk) -> tuple[int, tuple[GpuInfo, ...] | None]:
         return BLOCKED, None
     if _waits_on_dependencies(job, w.deps, w.reasons, w.cancels):
         return (OPEN if job.id in w.cancels else BLOCKED), None
-    why = _limit_reason(job, p, w.queue)
+    why = _limit_reason(job, p, w.queue, now)
     if why:
         w.reasons[job.id] = why
         return BLOCKED, None
@@ -221,6 +240,9 @@ def _consider(job: Job, w: _Walk) -> tuple[int, tuple[GpuInfo, ...] | None]:
         if w.free_any or not job.request.gpus
         else None
     )
+    if chosen and w.queue.quotas and (why := _mem_quota_reason(job, chosen, p, w.queue)):
+        w.reasons[job.id] = why
+        return OPEN, None  # smaller GPUs may still fit under the quota
     if chosen is not None and delays_reservation(job, chosen, p, now):
         if w.explain and p.reservation is not None:  # it is: the job would delay it
             w.reasons[job.id] = f"would delay job {p.reservation[-1]}'s reserved start (backfill)"

@@ -196,8 +196,32 @@ def _script(interpreter: str, words: tuple[str, ...]) -> str:
     return _base(words[at]) if at < len(words) and words[at] != "-" else ""
 
 
+# What ends a shell's simple command, and the commands that only set up for the next
+# one (`cd /data && python eval.py`): the job is named by the first command that is none.
+_CONTROL = frozenset({"|", "||", "|&", "&", "&&", ";", ";;"})
+_SETUP = frozenset({"cd", "pushd", "source", ".", "export", "set", "ulimit", "umask", "module"})
+_SETUP_TOOLS = {"conda": "activate", "mamba": "activate", "micromamba": "activate"}
+
+
 def _split(text: str) -> list[str]:
+    """The words of the shell command that names a job (`env | sort` -> env; `cd d &&
+    python x.py` -> python x.py)."""
+    lexer = shlex.shlex(text, posix=True, punctuation_chars=";&|")
+    lexer.whitespace_split = True
     try:
-        return shlex.split(text)
+        words = list(lexer)
     except ValueError:  # an unbalanced quote: the words as they stand
-        return text.split()
+        words = text.split()
+    commands: list[list[str]] = [[]]
+    for word in words:
+        if word in _CONTROL:
+            commands.append([])
+        else:
+            commands[-1].append(word)
+    named = [c for c in commands if c]
+    return next((c for c in named if not _sets_up(c)), named[0] if named else [])
+
+
+def _sets_up(command: list[str]) -> bool:
+    first = _base(command[0])
+    return first in _SETUP or command[1:2] == [_SETUP_TOOLS.get(first)]

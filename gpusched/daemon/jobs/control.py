@@ -11,7 +11,7 @@ from typing import Any
 from gpusched.core import lifecycle
 from gpusched.core.errors import StoreWriteError
 from gpusched.core.models import GpuInfo, Job, JobState, job_with, transition
-from gpusched.core.sched import placement, preemption, queuerules, scheduling
+from gpusched.core.sched import placement, preemption, queuerules, quotas, scheduling
 from gpusched.daemon import host
 from gpusched.daemon.jobs import containers, endreports, gpumemory, preempt, requeue
 from gpusched.daemon.jobs.arrays import ArrayShapes
@@ -41,6 +41,7 @@ class JobControl:
         self.shim_loss = ShimLoss(setup, seam)
         self.run_reads = endreports.RunReads()  # ends reported by wake-ups, for the next pass
         self.array_shapes = ArrayShapes(state.store)
+        self.quota_change = self._next_quota_change(setup.clock.time())  # a window's edge
 
     # -- after a restart ----------------------------------------------------------------
     def adopt(self) -> None:
@@ -57,6 +58,7 @@ class JobControl:
             self.reconcile_running(check_liveness=True, adopting=True)
         except StoreWriteError:
             pass  # in the log (WriteHealth); the loop's passes try again
+        state.mps.adopt()
         for job in state.running():
             if job.master_port:
                 self.seam.hold_port(job.id, job.master_port)
@@ -302,14 +304,22 @@ class JobControl:
             self.shim_loss.next_deadline(),
             requeue.next_deadline(self.state.running()),
             self.state.start_times.next(),
+            self.quota_change,
         ):
             times += [when] if when is not None else []
         return min(times, default=None)
 
     def retries_due(self, now: float) -> bool:
         """Whether a re-queued job's delay, or a job's --begin time, has run out since the
-        last call: it may start."""
-        return self.state.start_times.take_due(now)
+        last call, or a quota's window opened or closed: it may start."""
+        due = self.state.start_times.take_due(now)
+        if self.quota_change is not None and now >= self.quota_change:
+            self.quota_change = self._next_quota_change(now)
+            due = True
+        return due
+
+    def _next_quota_change(self, now: float) -> float | None:
+        return quotas.next_change(self.setup.settings.quotas, now, quotas.local_minute)
 
     # -- starts ---------------------------------------------------------------------------
     def start_ready(self) -> None:
@@ -421,6 +431,7 @@ class JobControl:
             runfile.run_token(started),
             dict(settings.job_env),
             own_logs[0],
+            self._mps_for(started),
         )
         env.update(self.array_shapes.environment(started))
         spec = runfile.run_spec(
@@ -447,6 +458,16 @@ class JobControl:
         # what was taken for it is given back and a later pass tries again.
         self.state.after_commit(lambda: self.launches.append(spec))
         self.state.on_rollback(lambda: self._take_back(job.id, cgroup))
+
+    def _mps_for(self, job: Job) -> tuple[str, int] | None:
+        """memory.mps for the job's environment: the pipe directory for a job that shares
+        its GPUs (not in a container: the pipe is not there), "" for the others; None
+        with MPS off."""
+        if self.state.mps.state == "off":
+            return None
+        client = job.gpu_uuids and not job.request.is_exclusive and not job.container
+        pipe_dir = self.state.mps.pipe_for_job() if client else ""
+        return (pipe_dir, self.setup.settings.mps_thread_pct)
 
     def _take_back(self, job_id: int, cgroup: object) -> None:
         self.seam.release_port(job_id)

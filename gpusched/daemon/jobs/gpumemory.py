@@ -3,6 +3,7 @@ with more (core/sched/gpuoom.py), and --gpu-mem auto from the store's history (c
 
 from __future__ import annotations
 
+import json
 import os
 import time
 from dataclasses import replace
@@ -11,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 from gpusched.core.config import Settings
 from gpusched.core.models import Inventory, Job, JobState, Request
 from gpusched.core.sched import gpuoom, memestimate
+from gpusched.core.sched.rightsize import Sizing, asked_bytes, gpu_mem_totals
 from gpusched.core.units import size_human
 from gpusched.daemon.requests.batches import TURN_BUDGET_S, Batched
 from gpusched.proc import privileges
@@ -147,10 +149,18 @@ class HistoryReport(Batched):
         request, why = estimate_request(
             self.store, self.settings, self.uid, job_key, Request(gpus=1), self.inventory
         )
+        totals, sizing = gpu_mem_totals(self.inventory), Sizing()
+        listed = []
+        for run in runs:
+            # What it asked for per GPU: its --gpu-mem, or the memory of its whole GPUs.
+            asked = asked_bytes(run["gpu_mem_bytes"], json.loads(run["gpu_uuids"] or "[]"), totals)
+            sizing.add(asked, run["gpu_mem_peak_bytes"])
+            listed.append({**{f: run[f] for f in _RUN_FIELDS}, "gpu_mem_asked_bytes": asked})
         return {
             "key": self.key,
-            "runs": [{f: run[f] for f in _RUN_FIELDS} for run in runs],
+            "runs": listed,
             "estimate": {"gpu_mem_bytes": request.gpu_mem_bytes, "reason": why, "key": job_key},
+            "right_sizing": sizing.to_dict(),
         }
 
 

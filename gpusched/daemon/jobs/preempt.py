@@ -14,8 +14,9 @@ from dataclasses import replace
 
 from gpusched.core import lifecycle
 from gpusched.core.models import Job, JobState
-from gpusched.core.sched import placement, preemption, queuerules
+from gpusched.core.sched import placement, preemption, queuerules, scheduling
 from gpusched.core.sched.dependencies import dependency_status
+from gpusched.core.sched.passcounts import new_pass
 from gpusched.daemon.jobs import requeue
 from gpusched.daemon.state import DaemonState, Setup
 from gpusched.proc.seam import ProcessSeam
@@ -66,7 +67,11 @@ def preempt_for_waiting(
     def outranks(urgent: Job, victim: Job) -> bool:
         return queuerules.outranks(urgent, victim, queue, state.attained, now)
 
+    counts = new_pass(running, loads, {}, now)  # for the users' quotas
     for urgent in _candidates(state, queue, dep_states, lowest, now):
+        if scheduling.quota_reason(urgent, counts, queue, now):
+            continue  # its user's quota, not GPUs, keeps it waiting
+
         victims = preemption.choose_victims(
             urgent, running, loads, setup.rules, rules, now, observed, outranks
         )

@@ -133,6 +133,7 @@ class Changes:
                         quotas.job_bytes(job),
                         self.setup.settings,
                         "requeueing it",
+                        now,
                     )
                 except GpuschedError as exc:
                     raise NotNow(exc.message) from None

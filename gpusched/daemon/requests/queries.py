@@ -50,6 +50,7 @@ class Queries:
             "removed_jobs": removed_summary(state.store),
             "write_problem": state.writes.to_dict(),
             "metrics": state.metrics_status,
+            "mps": {**state.mps.to_dict(), "gpus": sorted(self._mps_gpus())},
             "damaged_jobs": [
                 {"id": i, "reason": r} for i, r in sorted(state.store.damaged.items())
             ],
@@ -217,10 +218,14 @@ class Queries:
     def gpus(self, req: Request) -> dict[str, Any]:
         state = self.state
         loads = {gpu.uuid: load for gpu, load in self._loads()}
+        mps = self._mps_gpus()
         # Each whole GPU, then its MIG devices: a GPU in MIG mode is a row of its own
         # (its UUID, temperature and power), never given jobs itself.
         rows = [
-            self._gpu_row(device, loads.get(device.uuid))
+            {
+                **self._gpu_row(device, loads.get(device.uuid)),
+                "mps": device.parent_index is None and device.index in mps,
+            }
             for gpu in state.inventory.gpus
             for device in (gpu, *gpu.mig_devices)
         ]
@@ -231,6 +236,17 @@ class Queries:
             "gpus": rows,
             "host": self.host_usage(),
             "links": [list(row) for row in state.inventory.links],
+        }
+
+    def _mps_gpus(self) -> set[int]:
+        """The GPUs under gpusched's MPS: those a running job shares while it runs."""
+        if self.state.mps.state != "running":
+            return set()
+        return {
+            index
+            for job in self.state.running()
+            if not job.request.is_exclusive and not job.container
+            for index in job.gpu_indices
         }
 
     def _gpu_row(self, gpu: GpuInfo, load: Any) -> dict[str, Any]:

@@ -1,4 +1,5 @@
-"""Per-user quotas on queued jobs and the bytes they store: `[limits] queued_jobs`, `queued_bytes`.
+"""Per-user quotas on queued jobs and the bytes they store: `[limits] queued_jobs`, `queued_bytes`,
+and `[quotas.*] max_queued_jobs` (core/sched/quotas.py), with the Unix groups quotas name.
 
 Each job's row stores its command, environment, directory and name in full, so one user
 with thousands of held jobs of 1 MiB environments would fill the disk and the daemon's
@@ -9,9 +10,12 @@ its user over either limit is refused whole, before anything is queued.
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 from gpusched.core.errors import GpuschedError
+from gpusched.core.sched import quotas
+from gpusched.core.users import unix_groups
 from gpusched.daemon.jobs.jobtable import Distinct, JobTable
 
 _ENV_SIZES_KEPT = 256  # environments whose size is remembered (a submit's jobs share one)
@@ -141,10 +145,18 @@ class CountedTable(JobTable):
         return jobs, size
 
     def check(
-        self, uid: int, user: str, jobs: int, size: int, settings: Any, what: str = "this submit"
+        self,
+        uid: int,
+        user: str,
+        jobs: int,
+        size: int,
+        settings: Any,
+        what: str = "this submit",
+        now: float | None = None,
     ) -> None:
         """Refuse a submit of `jobs` jobs storing `size` bytes that takes the uid over
-        limits.queued_jobs or limits.queued_bytes."""
+        limits.queued_jobs or limits.queued_bytes, or the user over their max_queued_jobs
+        quota at `now` (the daemon's clock; None: the time module's)."""
         has_jobs, has_bytes = self.used(uid)
         for key, has, adds, limit, unit in (
             ("queued_jobs", has_jobs, jobs, settings.limit_queued_jobs, "jobs"),
@@ -158,3 +170,15 @@ class CountedTable(JobTable):
                     "cancel`) or wait for them to end, or ask the daemon's admin to raise "
                     f"limits.{key}"
                 )
+        if not settings.quotas:
+            return
+        minute = quotas.local_minute(time.time() if now is None else now)
+        quota = quotas.limits_for(settings.quotas, user, unix_groups(user), minute)
+        queued = quota.get("max_queued_jobs")
+        if queued is not None and has_jobs + jobs > queued.value:
+            raise GpuschedError(
+                f"user {user} has {has_jobs:,} jobs queued (pending, held or running) and "
+                f"{what} adds {jobs:,}, over {queued.label()}; nothing was queued. Cancel "
+                "some jobs (`gpusched cancel`) or wait for them to end (`gpusched usage` "
+                "shows each quota)"
+            )

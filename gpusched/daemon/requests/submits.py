@@ -15,7 +15,7 @@ from gpusched.core.spec import jobspec, limits, outpattern, syntax
 from gpusched.core.spec.values import shown
 from gpusched.core.users import user_name
 from gpusched.daemon.jobs import forecasts, gpumemory
-from gpusched.daemon.requests import batches, quotas
+from gpusched.daemon.requests import batches, preview, quotas
 from gpusched.daemon.requests.request import Request, check_priority, named, targets
 from gpusched.daemon.state import DaemonState, Setup
 from gpusched.proc import runfile
@@ -56,7 +56,11 @@ class Submits:
         count = sum(len(indices) * len(commands) for _, indices, _, commands in groups)
         limits.check_job_count(count, limits.from_settings(self.setup.settings))
         size = stored_bytes(groups)
-        self.state.jobs.check(uid, owner.user, count, size, self.setup.settings)
+        self.state.jobs.check(
+            uid, owner.user, count, size, self.setup.settings, now=self.setup.clock.time()
+        )
+        if req.args.get("dry_run"):
+            return preview.preview(self.state, self.setup, groups[0][0], count, cluster is not None)
 
         def make_jobs(ids: list[int]) -> Iterator[tuple[Job, Job]]:
             return self._jobs_of(groups, ids)
@@ -268,6 +272,7 @@ class Submits:
             count,
             count * quotas.job_bytes(template),
             self.setup.settings,
+            now=self.setup.clock.time(),
         )
         with self.state.write(undone="nothing was queued"):
             ids = self._insert(template, *jobspec.check_array(spec))
