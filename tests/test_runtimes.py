@@ -230,7 +230,7 @@ def test_simulate_prints_the_forecasts_figures_and_refuses_a_bad_runtimes(tmp_pa
     path = str(tiny_trace(tmp_path))
     proc = gpusched("simulate", path, "--gpus", "1", "--runtimes", "predicted", "--forecast")
     assert proc.returncode == 0, proc.stderr
-    assert "predicted runtimes" in proc.stdout
+    assert "  runtimes: predicted\n" in proc.stdout
     assert (
         "start forecasts, over the 4 jobs that waited 60 s or more: median error 0.0 % of "
         "the real wait; real start within the 80 % interval 75.0 %" in proc.stdout
@@ -240,6 +240,9 @@ def test_simulate_prints_the_forecasts_figures_and_refuses_a_bad_runtimes(tmp_pa
     proc = gpusched("simulate", path, "--gpus", "1", "--runtimes", "guessed")
     assert proc.returncode == 2
     assert proc.stderr.strip() == "Error: --runtimes 'guessed': choose one of true, predicted"
+    proc = gpusched("simulate", path, "--gpus", "1", "--forecast", "--discipline", "las")
+    assert proc.returncode == 2
+    assert proc.stderr.strip().endswith("leave out --discipline las")
 
 
 @pytest.mark.e2e

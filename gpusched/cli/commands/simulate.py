@@ -17,7 +17,7 @@ from gpusched.core.errors import ConfigError, UsageError
 from gpusched.core.sched.queuerules import HostCapacity, QueueRules
 from gpusched.core.sched.quotas import Quotas
 from gpusched.sim import estimates as memory
-from gpusched.sim import overuse, preemptsim, runtimesim, traces
+from gpusched.sim import overuse, preemptsim, traces
 from gpusched.sim.simulator import TAU_S, Metrics, check_choices, compute_metrics, simulate
 
 
@@ -37,12 +37,11 @@ def _print_table(report: dict[str, Any]) -> None:
         else "original load"
     )
     seed = f", seed {report['seed']}" if report["arrivals"] == "poisson" else ""
-    runtimes = f", {report['runtimes']} runtimes" if "runtimes" in report else ""
     seed += f", quotas of {report['config']}" if report.get("config") else ""
     title = (
         f"{report['trace']}: {report['jobs']} jobs, {report['tenants']} tenants on "
         f"{report['gpus']} GPUs; policy {report['policy']}, discipline {report['discipline']}, "
-        f"{load}, {report['arrivals']} arrivals{seed}{runtimes}"
+        f"{load}, {report['arrivals']} arrivals{seed}"
     )
     lines = [
         ("average JCT", f"{report['avg_jct_s'] / 3600:.3f} h"),
@@ -181,8 +180,6 @@ def simulate_command(
     preemption: bool = False,
     high_priority_share: float | None = None,
     estimates: bool = False,
-    runtimes: str = "true",
-    forecast: bool = False,
     config: Path | None = None,
 ) -> int:
     """`gpusched simulate`: replay, then print the metrics as a table or JSON."""
@@ -193,7 +190,6 @@ def simulate_command(
             "quotas (--config) replay without preemption; leave out --preemption, "
             "--high-priority-share and --discipline las"
         )
-    predicting = _check_runtimes(runtimes, forecast, discipline, cpus, mem, estimates)
     started_s = time.perf_counter()
     prepared = traces.prepare(trace, gpus=gpus, load=load, arrivals=arrivals, seed=seed)
     host = _host(cpus, mem)
@@ -227,25 +223,7 @@ def simulate_command(
             "--estimates replays without priorities; leave out --preemption and "
             "--high-priority-share"
         )
-    if predicting and (preemption or high_priority_share is not None or quota_table):
-        raise UsageError(
-            "--runtimes predicted and --forecast replay without priorities or quotas; leave "
-            "out --preemption, --high-priority-share and --config"
-        )
-    if predicting:
-        results, found = runtimesim.replay(
-            prepared.jobs,
-            gpus=gpus,
-            rules=rules,
-            discipline=discipline,
-            predicted=runtimes == "predicted",
-            with_forecast=forecast,
-        )
-        report = {**_report(prepared, compute_metrics(results, gpus), settings)}
-        report["runtimes"] = runtimes
-        if found is not None:
-            report["forecast"] = asdict(found)
-    elif preemption or high_priority_share is not None:
+    if preemption or high_priority_share is not None:
         share = (
             preemptsim.DEFAULT_HIGH_SHARE if high_priority_share is None else high_priority_share
         )
@@ -285,8 +263,6 @@ def simulate_command(
             sys.stdout.write(estimates_text(report["estimates"]))
         elif "overuse" in report:
             sys.stdout.write(overuse_text(report["overuse"]))
-        if "forecast" in report:
-            sys.stdout.write(forecast_text(report["forecast"]))
     return 0
 
 
@@ -295,36 +271,6 @@ def _overuse_of_trace(jobs: Sequence[traces.TraceJob], results: Sequence[Any]) -
     use what it asked for."""
     peaks = [j.gpu_mem_peak_bytes or j.gpu_mem_bytes or 0 for j in jobs]
     return asdict(overuse.count([j.gpu_mem_bytes for j in jobs], peaks, results))
-
-
-def _check_runtimes(
-    runtimes: str,
-    forecast: bool,
-    discipline: str,
-    cpus: int | None,
-    mem: str | None,
-    estimates: bool,
-) -> bool:
-    """Whether the replay predicts runtimes (and forecasts); a bad choice is a UsageError."""
-    if runtimes not in runtimesim.RUNTIMES:
-        raise UsageError(f"--runtimes {runtimes!r}: choose one of {', '.join(runtimesim.RUNTIMES)}")
-    predicting = runtimes == "predicted" or forecast
-    if predicting and (discipline == "las" or cpus is not None or mem is not None or estimates):
-        raise UsageError(
-            "--runtimes predicted and --forecast replay GPUs only, without preemption; "
-            "leave out --discipline las, --cpus, --mem and --estimates"
-        )
-    return predicting
-
-
-def forecast_text(found: dict[str, Any]) -> str:
-    """simulate --forecast, in words."""
-    return (
-        f"  start forecasts, over the {found['jobs']} jobs that waited "
-        f"{runtimesim.WAITED_S:g} s or more: median error {found['median_error_share'] * 100:.1f} % "
-        f"of the real wait; real start within the 80 % interval "
-        f"{found['within_interval'] * 100:.1f} %; no forecast {found['unknown']}\n"
-    )
 
 
 def estimates_text(found: dict[str, Any]) -> str:

@@ -96,7 +96,7 @@ def simulate(
       gpusched simulate trace.csv --gpus 8 --config /etc/gpusched/gpusched.toml
     """
     # the simulator: 43 ms of every typer command
-    from gpusched.cli.commands.simulate import simulate_command  # noqa: PLC0415
+    from gpusched.cli.commands.simruntimes import simulate as simulate_command  # noqa: PLC0415
 
     raise typer.Exit(
         simulate_command(
