@@ -103,7 +103,8 @@ def test_backfill_reserves_with_the_prediction_of_a_job_without_time():
 
 
 @pytest.mark.unit
-def test_the_forecast_of_a_hand_made_queue():
+@pytest.mark.parametrize("discipline", ["fifo", "backfill", "fairshare", "sjf", "las"])
+def test_the_forecast_of_a_hand_made_queue(discipline):
     # Two GPUs, t = 1000. Running: job 1 on GPU-0 since t = 0, predicted 1500 s (80 % of
     # its runs 1100 to 2000 s): it ends at 1500 (low run: 1100; high run: 2000). Job 2 on
     # GPU-1 has neither a prediction nor a --time: as far as anyone knows it never ends.
@@ -131,7 +132,9 @@ def test_the_forecast_of_a_hand_made_queue():
         job(5, gpus=2, predicted_s=60.0),
     ]
     loads = placement.gpu_loads(inventory, running, {}, rules)
-    got = forecast.forecasts(pending, running, loads, inventory, rules, QueueRules(), now)
+    # One user, no --time, nothing attained: every discipline keeps them in this order.
+    queue = QueueRules(discipline=discipline)
+    got = forecast.forecasts(pending, running, loads, inventory, rules, queue, now)
     assert got == {
         3: forecast.Forecast(1500.0, 1100.0, 2000.0),
         4: forecast.Forecast(2100.0, 1400.0, 2900.0),
