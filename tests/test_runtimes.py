@@ -98,6 +98,9 @@ def test_backfill_reserves_with_the_prediction_of_a_job_without_time():
     # neither, never (backfill cannot reserve behind it).
     assert expected_end(job(1, predicted_s=HOUR_S), now=100.0) == 100.0 + HOUR_S
     assert expected_end(job(1), now=100.0) == math.inf
+    # What a reservation counts on for a running job: the high end of its prediction.
+    sure = job(1, predicted_s=HOUR_S, predicted_high_s=2 * HOUR_S)
+    assert expected_end(sure, now=100.0, reserving=True) == 100.0 + 2 * HOUR_S
     # --time wins over a prediction: it is the limit.
     assert expected_end(job(1, time_limit_s=60.0, predicted_s=HOUR_S), now=0.0) == 60.0
 
