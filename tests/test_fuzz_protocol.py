@@ -174,6 +174,7 @@ GOOD_ARGS = {
     "page_bytes": st.sampled_from([1024, 2**20]),
     "last": st.integers(1, 5),
     "pending_rows": st.integers(0, 3),
+    "start": st.booleans(),
     "users": st.just(["nobody"]),
     "states": st.just(["pending", "succeeded"]),
     "names": st.just(["*"]),

@@ -59,6 +59,14 @@ LS = (
         "Only the N most recent matching jobs (the highest ids), oldest first.",
         "N",
     ),
+    (
+        "start",
+        ("--start",),
+        "flag",
+        False,
+        "Pending jobs only, with when each is forecast to start and its 80 % interval "
+        "(as squeue --start).",
+    ),
 )
 SHOW = (_JSON,)
 GPUS = (

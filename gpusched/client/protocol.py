@@ -84,8 +84,9 @@ COMMANDS: dict[str, Command] = {
     # "last" keeps only the N matching jobs with the highest ids (still in id order).
     # "pending_rows" (a plain `ls`): only the first N pending jobs, the rest counted
     # (daemon/requests/lsqueue.py). "stream": "pages": every page on this one connection (client/pagedreplies.py).
+    # "start": each pending job's forecast start too (`ls --start`, core/sched/forecast.py).
     "list": _cmd(
-        "", "all users states names last after page_bytes pending_rows stream", read_only=True
+        "", "all users states names last after page_bytes pending_rows stream start", read_only=True
     ),
     "show": _cmd("ids", "after page_bytes", read_only=True),
     "cancel": _cmd("ids", caller=OWNER),
@@ -189,6 +190,7 @@ ARGUMENTS: dict[str, Callable[[Any], Any]] = {
     "page_bytes": lambda v: values.whole_number(v, "page_bytes", 1, 2**31),
     "last": lambda v: values.whole_number(v, "last", 1, 2**63 - 1),
     "pending_rows": lambda v: values.whole_number(v, "pending_rows", 0, 2**31),
+    "start": lambda v: values.flag(v, "start"),
     "users": _names("users"),
     "states": _names("states"),
     "names": _names("names"),

@@ -214,6 +214,13 @@ class Job:
     mem_growth: float = 1.25
     job_key: str = ""
     gpu_mem_reason: str = ""
+    # Runtimes learned from history (core/sched/runtimes.py): the predicted runtime, its
+    # 80 % interval and where it came from; None without history. Never a limit: it
+    # orders backfill's queue and forecasts starts.
+    predicted_s: float | None = None
+    predicted_low_s: float | None = None
+    predicted_high_s: float | None = None
+    runtime_reason: str = ""
     interactive: bool = False  # exempt from idle_action (daemon/jobs/idlegpus.py)
     # GPU memory promises (daemon/jobs/gpuover.py): the job's --gpu-mem-over ("" for
     # [memory] gpu_over), what this run used past its --gpu-mem ("used 31.2 GiB of GPU 0,
@@ -410,6 +417,10 @@ def job_to_dict(job: Job) -> dict[str, Any]:
         "mem_growth": job.mem_growth,
         "job_key": job.job_key,
         "gpu_mem_reason": job.gpu_mem_reason,
+        "predicted_s": job.predicted_s,
+        "predicted_low_s": job.predicted_low_s,
+        "predicted_high_s": job.predicted_high_s,
+        "runtime_reason": job.runtime_reason,
         "interactive": job.interactive,
         "pty": job.pty,
         "container": (

@@ -198,6 +198,7 @@ _SHARED_TEXTS = (
     "boot_id",
     "job_key",
     "gpu_mem_reason",
+    "runtime_reason",
     "policy",
     "last_attempt_end",
     "requeue_reason",

@@ -4,7 +4,7 @@ migrates; store/integrity.py checks a file against them.)"""
 
 from __future__ import annotations
 
-SCHEMA_VERSION = 12
+SCHEMA_VERSION = 13
 
 # Migrations[n] takes a database at version n to n + 1. Version 0 is an empty file.
 MIGRATIONS: list[str] = [
@@ -139,6 +139,14 @@ MIGRATIONS: list[str] = [
     # 12: --pty (the job runs on a terminal that `gpusched attach` connects to).
     """
     ALTER TABLE jobs ADD COLUMN pty INTEGER NOT NULL DEFAULT 0;
+    """,
+    # 13: runtimes learned from history (core/sched/runtimes.py): the prediction, its 80 %
+    # interval and where it came from; NULL and '' without one.
+    """
+    ALTER TABLE jobs ADD COLUMN predicted_s REAL;
+    ALTER TABLE jobs ADD COLUMN predicted_low_s REAL;
+    ALTER TABLE jobs ADD COLUMN predicted_high_s REAL;
+    ALTER TABLE jobs ADD COLUMN runtime_reason TEXT NOT NULL DEFAULT '';
     """,
 ]
 assert len(MIGRATIONS) == SCHEMA_VERSION

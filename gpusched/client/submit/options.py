@@ -99,7 +99,8 @@ SUBMIT: tuple[OptionRow, ...] = (
         "str",
         None,
         "Time limit as in Slurm: MINUTES (a bare number is minutes), M:S, H:M:S, D-H, D-H:M, "
-        "D-H:M:S; or 45s, 2h30m, 1d; 0 or UNLIMITED for none.",
+        "D-H:M:S; or 45s, 2h30m, 1d; 0 or UNLIMITED for none; auto: none, and the runtime "
+        "predicted from earlier runs orders the queue (as without --time).",
     ),
     (
         "signal",
