@@ -2,7 +2,9 @@
 
 Prints the Markdown table of docs/scheduling.md; `--write` replaces the table between its
 markers in that file. A second, small table replays the same trace with memory-sharing
-one-GPU jobs, where the placement policies do differ.
+one-GPU jobs, where the placement policies do differ. `--disciplines` prints (or writes)
+instead the table that weighs `las` against the others: fifo, backfill, sjf and las at
+loads 0.5 and 0.7, on the Philly trace and on bench/traces/synthetic_p8_2wk.csv.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from pathlib import Path
 from common import REPO_ROOT
 
 from gpusched.core.sched import placement, queuerules
-from gpusched.sim import simulator, traces
+from gpusched.sim import preemptsim, simulator, traces
 
 TRACE = REPO_ROOT.parent / "shared" / "traces" / "philly_p8_2wk.csv"
 DOC = REPO_ROOT / "docs" / "scheduling.md"
@@ -36,6 +38,20 @@ HEADER = (
     "avg bounded slowdown",
     "GPU util",
     "Jain (tenants)",
+)
+SYNTHETIC = REPO_ROOT / "bench" / "traces" / "synthetic_p8_2wk.csv"  # bench/make_trace.py
+VERSUS = ("<!-- las-table:start -->", "<!-- las-table:end -->")
+VERSUS_LOADS = (0.5, 0.7)
+VERSUS_DISCIPLINES = ("fifo", "backfill", "sjf", "las")
+VERSUS_HEADER = (
+    "trace",
+    "load",
+    "discipline",
+    "avg JCT (h)",
+    "p99 JCT (h)",
+    "avg bounded slowdown",
+    "preemptions per job",
+    "GPU time lost",
 )
 SHARING_GIB = (8, 16, 24, 32, 40)  # what a one-GPU job asks for in the sharing variant
 
@@ -68,8 +84,52 @@ def one_row(args: tuple[float, str, str, bool, Path]) -> tuple[str, ...]:
     )
 
 
-def markdown(rows: list[tuple[str, ...]]) -> str:
-    lines = ["| " + " | ".join(HEADER) + " |", "|" + "---|" * len(HEADER)]
+def versus_row(args: tuple[Path, float, str]) -> tuple[str, ...]:
+    """One discipline as `gpusched simulate TRACE --load L --discipline D` replays it:
+    las with its preemptions (every job preemptible), the others without."""
+    path, load, discipline = args
+    jobs = traces.prepare(path, gpus=GPUS, load=load, arrivals="trace", seed=0).jobs
+    extra = ["", ""]
+    if discipline == "las":
+        results, replay = preemptsim.replay_with_priorities(
+            jobs,
+            gpus=GPUS,
+            urgent=frozenset(),
+            model=preemptsim.PreemptionModel(),
+            policy="pack",
+            queue=queuerules.QueueRules(discipline="las"),
+        )
+        work = sum(r.num_gpus * r.duration_s for r in results)
+        lost = replay.lost_gpu_s / (work + replay.lost_gpu_s)
+        extra = [f"{replay.preemptions / len(results):.2f}", f"{lost * 100:.2f} %"]
+    else:
+        results = simulator.simulate(jobs, gpus=GPUS, policy="pack", discipline=discipline)
+    m = simulator.compute_metrics(results, GPUS)
+    return (
+        path.name,
+        f"{load:g}",
+        discipline,
+        f"{m.avg_jct_s / 3600:.2f}",
+        f"{m.p99_jct_s / 3600:.1f}",
+        f"{m.avg_bounded_slowdown:.1f}",
+        *extra,
+    )
+
+
+def versus(philly: Path, workers: int) -> str:
+    runs = [
+        (path, load, d)
+        for path in (philly, SYNTHETIC)
+        for load in VERSUS_LOADS
+        for d in VERSUS_DISCIPLINES
+    ]
+    with ProcessPoolExecutor(workers) as pool:
+        rows = list(pool.map(versus_row, runs))
+    return "\n".join([VERSUS[0], markdown(rows, VERSUS_HEADER), VERSUS[1]])
+
+
+def markdown(rows: list[tuple[str, ...]], header: tuple[str, ...] = HEADER) -> str:
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     return "\n".join(lines + ["| " + " | ".join(row) + " |" for row in rows])
 
 
@@ -121,14 +181,20 @@ def main() -> None:
     parser.add_argument("--trace", type=Path, default=TRACE)
     parser.add_argument("--write", action="store_true", help=f"update the table in {DOC}")
     parser.add_argument("--workers", type=int, default=2, help="processes (default 2)")
+    parser.add_argument(
+        "--disciplines", action="store_true", help="the las table: both traces, loads 0.5, 0.7"
+    )
     args = parser.parse_args()
     started = time.perf_counter()
-    table = build(args.trace, args.workers)
+    start, end = VERSUS if args.disciplines else (START, END)
+    table = (
+        versus(args.trace, args.workers) if args.disciplines else build(args.trace, args.workers)
+    )
     if args.write:
         text = DOC.read_text()
-        if START not in text or END not in text:
-            raise SystemExit(f"{DOC} lacks the markers {START} and {END}")
-        DOC.write_text(text[: text.index(START)] + table + text[text.index(END) + len(END) :])
+        if start not in text or end not in text:
+            raise SystemExit(f"{DOC} lacks the markers {start} and {end}")
+        DOC.write_text(text[: text.index(start)] + table + text[text.index(end) + len(end) :])
         print(f"updated {DOC} in {time.perf_counter() - started:.0f} s")
     else:
         print(table)

@@ -7,6 +7,7 @@ _gpusched() {
         [[ $word == -- ]] && return 0  # the job's own command: default completion
         [[ $word == -* ]] && continue
         case "${path:+$path }$word" in
+            'attach') path='attach' ;;
             'cancel') path='cancel' ;;
             'completions') path='completions' ;;
             'daemon') path='daemon' ;;
@@ -56,7 +57,8 @@ _gpusched() {
         esac
     done
     case "$path" in
-        '') words='cancel completions daemon demo doctor drain env gc gpus history hold logs ls man mcp preempt release requeue reserve resubmit resume service show simulate submit top update usage wait --help -h --version' values='' ids= args='' ;;
+        '') words='attach cancel completions daemon demo doctor drain env gc gpus history hold logs ls man mcp preempt release requeue reserve resubmit resume service show simulate submit top update usage wait --help -h --version' values='' ids= args='' ;;
+        'attach') words='--help -h --detach-keys' values='--detach-keys' ids=all args='' ;;
         'cancel') words='--help -h' values='' ids=active args='' ;;
         'completions') words='--help -h' values='' ids= args='bash zsh fish' ;;
         'daemon') words='install-service restart run start status stop --help -h' values='' ids= args='' ;;
@@ -74,8 +76,8 @@ _gpusched() {
         'gpus') words='--help -h --json --query --format --topology' values='--query --format' ids= args='' ;;
         'history') words='--help -h --last --json' values='--last' ids= args='' ;;
         'hold') words='--help -h' values='' ids=active args='' ;;
-        'logs') words='--help -h --follow -f --stderr' values='' ids=all args='' ;;
-        'ls') words='--help -h --all -a --expand -r --json --user -u --me --state -t --name -n --format -O --noheader --last' values='--user -u --state -t --name -n --format -O --last' ids= args='' ;;
+        'logs') words='--help -h --follow -f --stderr --plain' values='' ids=all args='' ;;
+        'ls') words='--help -h --all -a --expand -r --json --user -u --me --state -t --name -n --format -O --noheader --last --start' values='--user -u --state -t --name -n --format -O --last' ids= args='' ;;
         'man') words='--help -h' values='' ids= args='' ;;
         'mcp') words='--help -h --http --read-only' values='--http' ids= args='' ;;
         'preempt') words='--help -h' values='' ids=active args='' ;;
@@ -96,10 +98,10 @@ _gpusched() {
         'service show') words='--help -h --json' values='' ids= args='' ;;
         'service update') words='--help -h --replicas -r --json --gpus-per-node --gpus -G --gpu-mem --priority --cwd --chdir -D --env --policy --gpu-ids --exclude-gpus --gpu-type --min-gpu-total-mem --min-compute-capability --cpus --cpus-per-task -c --mem' values='--replicas -r --gpus-per-node --gpus -G --gpu-mem --priority --cwd --chdir -D --env --policy --gpu-ids --exclude-gpus --gpu-type --min-gpu-total-mem --min-compute-capability --cpus --cpus-per-task -c --mem' ids= args='' ;;
         'show') words='--help -h --json' values='' ids=all args='' ;;
-        'simulate') words='--help -h --gpus --policy --discipline --load --arrivals --seed --cpus --mem --preemption --high-priority-share --estimates --config --reservations --json' values='--gpus --policy --discipline --load --arrivals --seed --cpus --mem --high-priority-share --config --reservations' ids= args='' ;;
-        'submit') words='--help -h --gpus-per-node --gpus -G --gpu-mem --name --job-name -J --priority --cwd --chdir -D --env --from-file -f --wait -W --notify --json --hold -H --begin -b --reservation --after --dependency -d --kill-on-invalid-dep --array -a --time -t --signal --retries --retry-on --retry-delay --mem-growth --policy --gpu-ids --exclude-gpus --gpu-type --min-gpu-total-mem --min-compute-capability --topology --cpus --cpus-per-task -c --mem --cluster --interactive --preemptible --no-preemptible --preempt-grace --container --container-opt --ntasks -n --nodes -N --gres --nice --export --no-requeue --output -o --error -e --open-mode' values='--gpus-per-node --gpus -G --gpu-mem --name --job-name -J --priority --cwd --chdir -D --env --from-file -f --begin -b --reservation --after --dependency -d --array -a --time -t --signal --retries --retry-on --retry-delay --mem-growth --policy --gpu-ids --exclude-gpus --gpu-type --min-gpu-total-mem --min-compute-capability --topology --cpus --cpus-per-task -c --mem --cluster --preempt-grace --container --container-opt --ntasks -n --nodes -N --gres --nice --export --output -o --error -e --open-mode' ids= args='' ;;
+        'simulate') words='--help -h --gpus --policy --discipline --load --arrivals --seed --cpus --mem --preemption --high-priority-share --estimates --runtimes --forecast --config --reservations --json' values='--gpus --policy --discipline --load --arrivals --seed --cpus --mem --high-priority-share --runtimes --config --reservations' ids= args='' ;;
+        'submit') words='--help -h --gpus-per-node --gpus -G --gpu-mem --name --job-name -J --priority --cwd --chdir -D --env --from-file -f --wait -W --notify --json --hold -H --begin -b --reservation --after --dependency -d --kill-on-invalid-dep --array -a --time -t --signal --retries --retry-on --retry-delay --mem-growth --gpu-mem-over --policy --gpu-ids --exclude-gpus --gpu-type --min-gpu-total-mem --min-compute-capability --topology --cpus --cpus-per-task -c --mem --cluster --interactive --pty --preemptible --no-preemptible --preempt-grace --container --container-opt --ntasks -n --nodes -N --gres --nice --export --no-requeue --output -o --error -e --open-mode' values='--gpus-per-node --gpus -G --gpu-mem --name --job-name -J --priority --cwd --chdir -D --env --from-file -f --begin -b --reservation --after --dependency -d --array -a --time -t --signal --retries --retry-on --retry-delay --mem-growth --gpu-mem-over --policy --gpu-ids --exclude-gpus --gpu-type --min-gpu-total-mem --min-compute-capability --topology --cpus --cpus-per-task -c --mem --cluster --preempt-grace --container --container-opt --ntasks -n --nodes -N --gres --nice --export --output -o --error -e --open-mode' ids= args='' ;;
         'top') words='--help -h --interval -i --once' values='--interval -i' ids= args='' ;;
-        'update') words='--help -h --priority --begin' values='--priority --begin' ids=active args='' ;;
+        'update') words='--help -h --priority --begin --gpu-mem-over' values='--priority --begin --gpu-mem-over' ids=active args='' ;;
         'usage') words='--help -h --since --by --json' values='--since --by' ids= args='' ;;
         'wait') words='--help -h --notify --keep-waiting' values='' ids=all args='' ;;
     esac

@@ -243,6 +243,8 @@ def test_shim_imports_only_the_standard_library():
         "gpusched.proc.jobtree",
         "gpusched.proc.runfile",
         "gpusched.proc.logcap",
+        "gpusched.proc.ptyhost",  # a --pty job's terminal, and the wire to attach
+        "gpusched.proc.ptywire",
         "gpusched.core",
         "gpusched.core.logmark",
         "gpusched.proc.containerrun",

@@ -91,6 +91,7 @@ def stranger_requests(job_id: int) -> dict[str, dict]:
         "snapshot": {},
         "stop": {},
         "logs": {"id": job_id},
+        "attach": {"id": job_id},
         "env": {"id": job_id},
         "resubmit": {"id": job_id},
         "gc": {"dry_run": True},

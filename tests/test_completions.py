@@ -54,6 +54,7 @@ def test_bash_completion_offers_subcommands_and_options():
     assert set(lines[1].split()) == {
         "--gpus",
         "--gpu-mem",
+        "--gpu-mem-over",
         "--gpu-ids",
         "--gpu-type",
         "--gpus-per-node",
@@ -131,7 +132,7 @@ def test_bash_completes_job_ids_from_the_daemon(jobs):
     assert bash_complete(jobs, "gpusched", "show", str(jobs.held)) == [str(jobs.held)]
     assert bash_complete(jobs, "gpusched", "update", "1", "--priority", "") == []
     assert bash_complete(jobs, "gpusched", "completions", "") == ["bash", "zsh", "fish"]
-    assert bash_complete(jobs, "gpusched", "ls", "--st") == ["--state"]
+    assert bash_complete(jobs, "gpusched", "ls", "--stat") == ["--state"]
 
 
 def test_job_ids_helper_lists_ids_and_says_nothing_without_a_daemon(jobs, tmp_path):

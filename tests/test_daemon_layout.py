@@ -57,6 +57,8 @@ def test_processes_are_reached_through_the_seam_only():
         "gpusched.daemon.jobs.preempt",
         # idle GPUs warned, cancelled, requeued
         "gpusched.daemon.jobs.idlegpus",
+        # jobs over their --gpu-mem stopped, requeued
+        "gpusched.daemon.jobs.gpuover",
         "gpusched.daemon.requests.changes",
         "gpusched.daemon.requests.handlers",
     }

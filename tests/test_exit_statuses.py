@@ -34,12 +34,14 @@ def queue(tmp_path_factory):
     home.running = home.submit(
         "--", "sh", "-c", f"while [ ! -e {shlex.quote(str(gate))} ]; do sleep 0.05; done"
     )
+    home.terminal = home.submit("--pty", "--", "sh", "-c", "echo hello; sleep 300")
     # Held, and after the running job: releasing it (as the test does) never starts it.
     home.held = home.submit("--hold", "--after", str(home.running), "--", "true")
     wait_until(
         lambda: (
             _state(home, home.finished)["state"] == "succeeded"
             and _state(home, home.running)["state"] == "running"
+            and _state(home, home.terminal)["state"] == "running"
         ),
         "the queue to settle",
     )
@@ -120,6 +122,7 @@ def commands(home: Home) -> list[list[str]]:
         ["resume"],
         ["logs", job],
         ["logs", "--follow", job],
+        ["attach", str(home.terminal)],  # its scrollback, then its output as it comes
         ["env", job],
         ["env", "--json", job],
         ["gpus"],
@@ -148,6 +151,7 @@ def commands(home: Home) -> list[list[str]]:
         ["--help"],
         ["submit", "--help"],
         ["daemon", "--help"],
+        ["mcp", "--help"],  # serving speaks on stdout only to a client that wrote first
         # The running job goes back to the queue and starts again in the same pass: it is
         # never seen pending (which these two refuse).
         ["preempt", str(home.running)],

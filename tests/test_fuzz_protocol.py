@@ -127,12 +127,14 @@ GOOD_FIELDS = {
     "gpu_mem_auto": False,
     "mem_growth": 1.5,
     "interactive": True,
+    "pty": True,
     "container": ["busybox", "--shm-size=1g"],
     "output": "/dev/null",
     "error": "/dev/null",
     "open_mode": "append",
     "begin_time": 1_700_000_060.5,
     "reservation": "demo",
+    "gpu_mem_over": "stop",
 }
 assert set(GOOD_FIELDS) == set(jobspec.SPEC_FIELDS)
 ANY = SCALARS | JSON  # mostly single values: most checks are of one value's kind
@@ -174,6 +176,7 @@ GOOD_ARGS = {
     "page_bytes": st.sampled_from([1024, 2**20]),
     "last": st.integers(1, 5),
     "pending_rows": st.integers(0, 3),
+    "start": st.booleans(),
     "users": st.just(["nobody"]),
     "states": st.just(["pending", "succeeded"]),
     "names": st.just(["*"]),
@@ -182,6 +185,7 @@ GOOD_ARGS = {
     "priority": st.just(3),
     "begin_time": st.sampled_from([0, 1_700_000_060.5]),
     "gpus": st.sampled_from([[0], [1, 2], [9]]),
+    "gpu_mem_over": st.sampled_from(["report", "stop", "requeue"]),
     "start_time": st.sampled_from([0, 1_700_000_060.5]),
     "end_time": st.sampled_from([0, 1_700_003_600.5, 4e9]),
     "timeout_s": st.just(0.5),

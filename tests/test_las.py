@@ -12,14 +12,14 @@ import pytest
 from gpusched.core.config import settings_from_mapping
 from gpusched.core.errors import ConfigError
 from gpusched.core.models import GpuInfo, Inventory, Job, JobState, Request
-from gpusched.core.sched import placement, queuerules, scheduling
+from gpusched.core.sched import placement, preemption, queuerules, scheduling
 from gpusched.core.sched.placement import PlacementRules
 from gpusched.core.sched.queuerules import QueueRules
 from gpusched.sim import preemptsim, traces
 from test_simulator import gpusched, history
 
 HOUR_S = 3600.0
-LAS = QueueRules(discipline="las")  # queues end at 1 and 8 GPU-hours
+LAS = QueueRules(discipline="las", las_thresholds_gpu_s=(HOUR_S, 8 * HOUR_S))
 
 
 def job(job_id: int, gpus: int = 1, submitted_at: float = 0.0, **fields) -> Job:
@@ -104,12 +104,12 @@ def test_the_pending_reason_names_the_queue():
     assert plan.reasons[1].startswith("las queue 2 of 3; ")
 
 
-def replay(path, gpus: int, **las) -> tuple[dict[str, tuple], int]:
+def replay(path, gpus: int, model=None, **las) -> tuple[dict[str, tuple], int]:
     results, sim = preemptsim.replay_with_priorities(
         traces.load_trace(path).jobs,
         gpus=gpus,
         urgent=frozenset(),
-        model=preemptsim.PreemptionModel(),
+        model=model or preemptsim.PreemptionModel(),
         policy="pack",
         queue=replace(LAS, **las),
     )
@@ -137,12 +137,33 @@ def test_a_job_leaving_the_first_queue_is_preempted_for_one_that_waits(tmp_path)
 
 
 @pytest.mark.unit
-def test_max_preemptions_is_respected(tmp_path):
+def test_las_max_preemptions_is_respected(tmp_path):
     rows = [("long", "u", 0, 1, 20 * HOUR_S)]
     rows += [(f"s{n}", "v", 7200 + n * 3600, 1, 600) for n in range(5)]
     path = history(tmp_path, rows)
     _, count = replay(path, 1)
-    assert count == preemptsim.PreemptionModel().rules.max_preemptions
+    assert count == 5  # no limit by default
+    rules = preemption.PreemptionRules(las_max_preemptions=2)
+    _, count = replay(path, 1, preemptsim.PreemptionModel(rules=rules))
+    assert count == 2
+
+
+@pytest.mark.unit
+def test_a_big_job_that_waited_long_preempts_smaller_jobs_of_its_queue(tmp_path):
+    # Four 1-GPU jobs, each 2 h, take the box as they arrive ahead of the 4-GPU one, and
+    # keep coming: the 4-GPU job, in the first queue as they are, preempts them once it
+    # has waited las_preempt_smaller_after (1 h here). (None leaves the first queue.)
+    rows = [(f"s{n}", "u", n * 1800, 1, 2 * HOUR_S) for n in range(12)]
+    rows.append(("big", "v", 60, 4, 600))
+    path = history(tmp_path, rows)
+    times, count = replay(
+        path, 4, las_thresholds_gpu_s=(9 * HOUR_S,), las_preempt_smaller_after_s=HOUR_S
+    )
+    assert count > 0 and times["big"][0] < 2 * HOUR_S
+    times, count = replay(
+        path, 4, las_thresholds_gpu_s=(9 * HOUR_S,), las_preempt_smaller_after_s=0.0
+    )
+    assert times["big"][0] > 2 * HOUR_S
 
 
 @pytest.mark.unit

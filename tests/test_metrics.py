@@ -59,6 +59,7 @@ FROZEN = {
     "gpusched_job_start_timestamp_seconds": ("gauge", JOB),
     "gpusched_job_gpu_idle_seconds": ("gauge", ()),  # no idle job here: tests/test_memlearn_e2e.py
     "gpusched_jobs_gpu_idle": ("gauge", ()),
+    "gpusched_jobs_gpu_mem_over": ("gauge", ()),
     "gpusched_metrics_job_series_dropped": ("gauge", ()),
     "gpusched_build_info": ("gauge", ("backend", "version")),
     "gpusched_daemon_start_timestamp_seconds": ("gauge", ()),

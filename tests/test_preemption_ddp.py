@@ -1,5 +1,6 @@
-"""jobs/train_ddp.py preempted by a more urgent job under a real daemon: it checkpoints on
-the signal, goes back to the queue, and resumes from its checkpoint to the same final step."""
+"""jobs/train_ddp.py preempted by a more urgent job under a real daemon (a higher priority,
+or under las a new job in an earlier queue): it checkpoints on the signal, goes back to the
+queue, and resumes from its checkpoint to the same final step."""
 
 from __future__ import annotations
 
@@ -16,10 +17,20 @@ from test_jobs_train import saved_step, torchrun_command
 STEPS = 1200
 
 
-def test_ddp_training_is_preempted_requeued_and_resumes_from_its_checkpoint(make_home, tmp_path):
+# Under las the training job leaves the first queue after 2 GPU-seconds (1 s on its two
+# GPUs), so that a new job, which attained nothing, outranks it at once.
+LAS = '[scheduling]\ndiscipline = "las"\nlas_thresholds = ["2s"]\n'
+
+
+@pytest.mark.parametrize(
+    ("config", "urgency"), [("", ("--priority", "10")), (LAS, ())], ids=["priority", "las"]
+)
+def test_ddp_training_is_preempted_requeued_and_resumes_from_its_checkpoint(
+    make_home, tmp_path, config, urgency
+):
     home = make_home("2x80GiB")
     home.write_config(
-        '[preemption]\nmin_run_before_preempt = "0s"\n'
+        config + '[preemption]\nmin_run_before_preempt = "1s"\n'
         "[jobs]\nmaster_port_min = 29801\nmaster_port_max = 29899\n"
     )
     ckpt = tmp_path / "ckpt"
@@ -33,14 +44,7 @@ def test_ddp_training_is_preempted_requeued_and_resumes_from_its_checkpoint(make
         timeout=180,
     )
     urgent = home.submit(
-        "--gpus",
-        "1",
-        "--priority",
-        "10",
-        "--",
-        "sh",
-        "-c",
-        'echo "urgent on $CUDA_VISIBLE_DEVICES"',
+        "--gpus", "1", *urgency, "--", "sh", "-c", 'echo "urgent on $CUDA_VISIBLE_DEVICES"'
     )
     assert home.wait_state(urgent, "succeeded", timeout=120)["state"] == "succeeded"
     job = home.wait_state(train, "succeeded", "failed", timeout=240)

@@ -159,7 +159,7 @@ def test_preemption_off_in_the_config(make_box):
     assert box.shims.signalled(low) == []
 
 
-LAS = '[scheduling]\ndiscipline = "las"\n' + NO_MIN_RUN
+LAS = '[scheduling]\ndiscipline = "las"\nlas_thresholds = ["1h", "8h"]\n' + NO_MIN_RUN
 
 
 def test_under_las_a_new_short_job_preempts_a_long_one_and_goes_ahead_of_it(make_box):
@@ -195,3 +195,40 @@ def test_under_las_a_job_in_the_first_queue_is_not_preempted(make_box):
     box.submit("--gpus", "1", "--", "python", "eval.py")
     box.step()
     assert box.shims.signalled(long) == []
+
+
+def test_under_las_a_restarted_daemon_keeps_a_preempted_jobs_queue(make_box):
+    box = make_box("1x80GiB", LAS)
+    long = running(box, "--gpus", "1", "--preemptible", "--", "python", "train.py")
+    box.step(2 * 3600)
+    short = box.submit("--gpus", "1", "--", "python", "eval.py")
+    box.step()
+    box.exit(long, None, TERM)
+    box.step()
+    assert box.show(short)["state"] == "running" and box.show(long)["state"] == "pending"
+    box.restart()
+    # The 2 GPU-hours the long job attained before its preemption still count: a newer
+    # job goes ahead of it, and its reason names the second queue.
+    newer = box.submit("--gpus", "1", "--", "python", "eval2.py")
+    box.step()
+    assert box.show(long)["pending_reason"].startswith("las queue 2 of 3; ")
+    box.exit(short, 0)
+    box.step()
+    assert box.show(newer)["state"] == "running" and box.show(long)["state"] == "pending"
+
+
+def test_under_las_a_big_job_that_waited_preempts_smaller_jobs_of_its_queue(make_box):
+    box = make_box("2x80GiB", LAS.replace('["1h", "8h"]', '["1d"]'))  # all in queue 1
+    small = [
+        running(box, "--gpus", "1", "--preemptible", "--", "python", f"s{n}.py") for n in (1, 2)
+    ]
+    big = box.submit("--gpus", "2", "--", "python", "big.py")
+    box.step(3 * 3600)
+    assert [box.shims.signalled(job) for job in small] == [[], []]
+    box.step(3600)  # las_preempt_smaller_after: 4 h
+    box.step()
+    assert [box.shims.signalled(job) for job in small] == [[USR1], [USR1]]
+    for job in small:
+        box.exit(job, None, TERM)
+    box.step()
+    assert box.show(big)["state"] == "running"

@@ -202,6 +202,7 @@ def test_a_jobs_spec_checks_back_into_the_same_fields():
         retries=2,
         retry_on=("failed", "timeout"),
         policy="spread",
+        pty=True,
     )
     fields = check_job_spec(job_spec(job), ["pack", "spread"])
     assert replace(job, held=False) == replace(Job(id=7, cwd="/w", uid=1, user="u", **fields))

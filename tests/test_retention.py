@@ -55,6 +55,16 @@ def test_finished_jobs_older_than_keep_finished_go_with_their_files_and_newer_st
         box.show(old[0])
 
 
+def test_a_pty_jobs_socket_left_by_a_killed_shim_goes_with_the_job(make_box):
+    box = make_box(config='[jobs]\nkeep_finished = "1h"\nkeep_finished_count = 0\n')
+    job_id = ran(box, "--pty")
+    sock = Path(runfile.pty_socket_path(box.show(job_id)["stdout_path"], job_id))
+    sock.write_text("")  # the fake shims serve no terminal; a killed shim's stays behind
+    box.step(2 * HOUR_S)
+    sweep_due(box)
+    assert not sock.exists()
+
+
 def test_the_usage_of_removed_jobs_is_kept_by_user_and_state(make_box):
     box = make_box(config='[jobs]\nkeep_finished = "1h"\n')
     ran(box, "--gpus", "2", "--cpus", "4", seconds=100)

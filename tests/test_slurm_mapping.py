@@ -136,6 +136,7 @@ def test_sbatch_gets_a_job_name_of_one_line_even_from_a_program_named_with_a_new
         ({"request": Request(gpus=1, gpu_mem_bytes=100 * 2**30)}, "no GPU of cluster hpc has 100"),
         ({"priority": 3}, "--priority above 0"),
         ({"policy": "pack"}, "--policy"),
+        ({"pty": True}, "--pty runs the job on a terminal of this machine"),
     ],
 )
 def test_what_has_no_slurm_meaning_is_refused_with_the_reason(changes, refused):

@@ -237,10 +237,10 @@ def test_a_version_9_queue_opens_with_no_begin_times_and_then_stores_them(db):
         store.close()
 
 
-def test_a_version_10_queue_opens_with_no_reservations_and_then_stores_them(db):
+def test_a_version_13_queue_opens_with_no_reservations_and_then_stores_them(db):
     """The queue of the version before reservations: its jobs are in none; a reservation
     and a job's --reservation stored after the migration read back."""
-    build_at_version(db, 10)
+    build_at_version(db, 13)
     store = Store(db)
     demo = Reservation("demo", (2, 3), ("alice",), 1796349600.5, 1796364000.0, "root", 1.5)
     try:

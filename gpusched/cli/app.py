@@ -76,6 +76,7 @@ app.add_typer(reserve_cmds.app, name="reserve")
 JOB_ID_COMMANDS = (
     "show",
     "logs",
+    "attach",
     "env",
     "wait",
     "cancel",

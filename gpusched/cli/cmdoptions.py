@@ -59,6 +59,14 @@ LS = (
         "Only the N most recent matching jobs (the highest ids), oldest first.",
         "N",
     ),
+    (
+        "start",
+        ("--start",),
+        "flag",
+        False,
+        "Pending jobs only, with when each is forecast to start and its 80 % interval "
+        "(as squeue --start).",
+    ),
 )
 SHOW = (_JSON,)
 GPUS = (
@@ -89,6 +97,13 @@ GPUS = (
 LOGS = (
     ("follow", ("--follow", "-f"), "flag", False, "Keep printing until the job ends."),
     ("stderr", ("--stderr",), "flag", False, "Show standard error instead of output."),
+    (
+        "plain",
+        ("--plain",),
+        "flag",
+        False,
+        "Leave out terminal control sequences (colours, cursor moves: a --pty job's).",
+    ),
 )
 
 WAIT = (

@@ -53,6 +53,7 @@ PLACEHOLDERS = {
     "--user": "USER[,USER]",
     "--state": "STATE[,STATE]",
     "--mem-growth": "FACTOR",
+    "--gpu-mem-over": "report|stop|requeue",
     "--container": "IMAGE",
     "--container-opt": "OPT",
     "--retry-delay": "DURATION",

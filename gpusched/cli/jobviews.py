@@ -38,9 +38,12 @@ def list_jobs(
     fields: str | None,
     noheader: bool,
     last: int | None = None,
+    start: bool = False,
 ) -> int:
     if as_json and fields is not None:
         raise UsageError("choose one of --json and --format")
+    if start and (fields is not None or all_jobs or last is not None):
+        raise UsageError("--start lists pending jobs: leave out --all, --last and --format")
     if last is not None and last < 1:
         raise UsageError(f"--last takes a number of jobs, 1 or more, not {last}")
     output = Screen()
@@ -53,6 +56,8 @@ def list_jobs(
         filters = listing.request_filters(users, me, states, names)
     # Sent only when given: a daemon older than --last refuses arguments it does not know.
     only: dict[str, Any] = {"last": last} if last is not None else {}
+    if start:
+        return _list_starts(as_json, filters)
     finished_too = all_jobs or "states" in filters
     if fields is None and not all_jobs and last is None:
         return _list_head(output, expand, as_json, filters)
@@ -72,6 +77,22 @@ def list_jobs(
         lsstream.write_json(pages)
     elif not lsstream.draw(output, pages, expand):
         draw_jobs(output, [], expand, bool(filters), finished_too)
+    return 0
+
+
+def _list_starts(as_json: bool, filters: dict[str, Any]) -> int:
+    """`ls --start`: the pending jobs with their forecast starts (one dry run of the queue,
+    on the daemon's side: core/sched/forecast.py)."""
+    from gpusched.cli.views.show import start_lines  # noqa: PLC0415 - as show's
+
+    reply = Client().call_paged("list", start=True, **{**filters, "states": ["pending"]})
+    _warn_writes(reply)
+    if as_json:
+        print_json(reply["jobs"])
+    elif reply["jobs"]:
+        sys.stdout.write("".join(line + "\n" for line in start_lines(reply["jobs"])))
+    else:
+        print("no pending jobs" + (" match" if filters else ""))
     return 0
 
 
@@ -166,10 +187,10 @@ def wait(job_ids: list[str], notify: bool = False, keep_waiting: bool = False) -
     return ended_status(jobs)
 
 
-def logs(job_id: str, follow: bool, stderr: bool) -> int:
+def logs(job_id: str, follow: bool, stderr: bool, plain: bool = False) -> int:
     from gpusched.cli.logview import print_log  # noqa: PLC0415 - 0.5 ms; logs only
 
-    print_log(Client(), syntax.job_id_text(job_id), stderr=stderr, follow=follow)
+    print_log(Client(), syntax.job_id_text(job_id), stderr=stderr, follow=follow, plain=plain)
     return 0
 
 

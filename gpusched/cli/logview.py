@@ -15,6 +15,34 @@ if TYPE_CHECKING:  # typing is not imported on the fast command path
     from typing import Any
 
 _FOLLOW_POLL_S = 0.2
+# A terminal's control sequences: CSI (colours, cursor moves), OSC (titles, links) ended by
+# BEL or ST, a character set's choice, and the other two-byte escapes; then the control
+# characters but for tab and newline. And what may be the start of one, at a read's end.
+_CONTROL = (
+    rb"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)|\x1b[()*+].|\x1b[ -~]"
+    rb"|[\x00-\x08\x0b-\x1f\x7f]"
+)
+_UNFINISHED = rb"\x1b(?:\[[0-?]*[ -/]*|\][^\x07\x1b]*\x1b?|[()*+])?\Z|\r\Z"
+
+
+class PlainText:
+    """`logs --plain`: a log without its terminal's control sequences, fed in pieces (a
+    sequence split between two reads is held back until its end comes). Line ends become
+    newlines: a carriage return alone (a redrawn progress bar) starts a line of its own."""
+
+    def __init__(self) -> None:
+        import re  # noqa: PLC0415 - 4 ms of every `logs`: --plain's only
+
+        self.held = b""
+        self.control, self.unfinished = re.compile(_CONTROL), re.compile(_UNFINISHED)
+
+    def feed(self, data: bytes, final: bool = False) -> bytes:
+        data = self.held + data
+        unfinished = None if final else self.unfinished.search(data[-4096:])
+        cut = len(data) - (len(unfinished.group()) if unfinished else 0)
+        data, self.held = data[:cut], data[cut:]
+        data = data.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
+        return self.control.sub(b"", data)
 
 
 def pending_note(job: dict[str, Any], follow: bool) -> str:
@@ -71,7 +99,9 @@ def _read_log(job: dict[str, Any], path: str, shown: int) -> tuple[bytes, int]:
         raise GpuschedError(f"cannot read the log of job {job['id']} ({path}): {exc}") from None
 
 
-def print_log(client: Any, job_id: int | str, stderr: bool = False, follow: bool = False) -> None:
+def print_log(
+    client: Any, job_id: int | str, stderr: bool = False, follow: bool = False, plain: bool = False
+) -> None:
     # `logs`, not `show`: the daemon refuses (and audits) anyone but the owner or an admin.
     job = client.call("logs", id=job_id)["job"]
     path = job["stderr_path" if stderr else "stdout_path"]
@@ -80,11 +110,13 @@ def print_log(client: Any, job_id: int | str, stderr: bool = False, follow: bool
     if job["state"] == "pending":
         sys.stderr.write(pending_note(job, follow) + "\n")
         sys.stderr.flush()
+    text = PlainText() if plain else None
     while True:
         chunk, shown = _read_log(job, path, shown)
-        out.write(chunk)
+        done = not follow or job["state"] not in ("pending", "running")
+        out.write(text.feed(chunk, final=done) if text is not None else chunk)
         out.flush()
-        if not follow or job["state"] not in ("pending", "running"):
+        if done:
             return
         time.sleep(_FOLLOW_POLL_S)
         job = client.call("logs", id=job_id)["job"]

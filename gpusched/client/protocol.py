@@ -14,6 +14,7 @@ from typing import Any
 
 from gpusched.client.wire import MAX_FRAME_BYTES, encode, peer_credentials, receive, send  # noqa: F401
 from gpusched.core.errors import ProtocolError
+from gpusched.core.sched.gpupromise import ACTIONS as GPU_OVER_ACTIONS
 from gpusched.core.spec import begintime, syntax, values
 
 READ_TIMEOUT_S = 10.0
@@ -83,8 +84,9 @@ COMMANDS: dict[str, Command] = {
     # "last" keeps only the N matching jobs with the highest ids (still in id order).
     # "pending_rows" (a plain `ls`): only the first N pending jobs, the rest counted
     # (daemon/requests/lsqueue.py). "stream": "pages": every page on this one connection (client/pagedreplies.py).
+    # "start": each pending job's forecast start too (`ls --start`, core/sched/forecast.py).
     "list": _cmd(
-        "", "all users states names last after page_bytes pending_rows stream", read_only=True
+        "", "all users states names last after page_bytes pending_rows stream start", read_only=True
     ),
     "show": _cmd("ids", "after page_bytes", read_only=True),
     "cancel": _cmd("ids", caller=OWNER),
@@ -92,7 +94,8 @@ COMMANDS: dict[str, Command] = {
     "release": _cmd("ids", caller=OWNER),
     # A priority over scheduling.max_user_priority is an admin's to give.
     # begin_time: --begin as epoch seconds (the client reads TIME: core/spec/begintime.py).
-    "update": _cmd("ids", "priority begin_time", caller=OWNER),
+    # gpu_mem_over: report, stop or requeue (daemon/jobs/gpuover.py).
+    "update": _cmd("ids", "priority begin_time gpu_mem_over", caller=OWNER),
     # A job back in the queue under its id: stopped now (requeue) or after its
     # checkpoint signal and grace (preempt); an ended one queued again (requeue).
     "requeue": _cmd("ids", caller=OWNER),
@@ -109,6 +112,8 @@ COMMANDS: dict[str, Command] = {
     # A job's log paths (the client reads the files) and the environment it was
     # submitted with.
     "logs": _cmd("id", read_only=True, caller=OWNER),
+    # Where a --pty job's terminal is served; the client connects to the job's shim itself.
+    "attach": _cmd("id", read_only=True, caller=OWNER),
     "env": _cmd("id", read_only=True, caller=OWNER),
     # A job queued again as a new one, from the spec the daemon keeps: its environment
     # never travels to the client, which may not see it.
@@ -158,6 +163,7 @@ LEAN_JOB_FIELDS = (
     "cluster",  # cluster: only on cluster jobs
     "preempting",
     "gpu_idle_since",
+    "gpu_mem_over_by",
 )
 
 
@@ -190,6 +196,7 @@ ARGUMENTS: dict[str, Callable[[Any], Any]] = {
     "page_bytes": lambda v: values.whole_number(v, "page_bytes", 1, 2**31),
     "last": lambda v: values.whole_number(v, "last", 1, 2**63 - 1),
     "pending_rows": lambda v: values.whole_number(v, "pending_rows", 0, 2**31),
+    "start": lambda v: values.flag(v, "start"),
     "users": _names("users"),
     "states": _names("states"),
     "names": _names("names"),
@@ -204,6 +211,7 @@ ARGUMENTS: dict[str, Callable[[Any], Any]] = {
     ),
     "start_time": lambda v: values.number(v, "start_time", 0, begintime.MAX_BEGIN_TIME),
     "end_time": lambda v: values.number(v, "end_time", 0, begintime.MAX_BEGIN_TIME),
+    "gpu_mem_over": lambda v: values.choice(v, "gpu-mem-over", GPU_OVER_ACTIONS),
     "timeout_s": lambda v: values.number(v, "timeout_s", 0, 10**9),
     "changes": lambda v: values.mapping(v, "changes"),
     "since_s": lambda v: values.number(v, "since_s", 0, 10**11),

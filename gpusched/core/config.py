@@ -54,6 +54,8 @@ class Settings:
     las_thresholds_gpu_s: tuple[float, ...] = QueueRules.las_thresholds_gpu_s
     las_starvation_factor: float = QueueRules.las_starvation_factor
     las_starvation_floor_s: float = QueueRules.las_starvation_floor_s
+    las_preempt_smaller_after_s: float = QueueRules.las_preempt_smaller_after_s
+    las_max_preemptions: int = 0  # PreemptionRules.las_max_preemptions
     max_user_priority: int = 0  # higher only for admins (daemon/requests/request.py)
     # [host]
     host_cpus: int = 0
@@ -65,6 +67,8 @@ class Settings:
     # [top]
     top_warn_pct: float = 50.0
     top_crit_pct: float = 80.0
+    # [attach]
+    attach_detach_keys: str = "ctrl-]"
     # [jobs]
     master_port_min: int = 29500
     master_port_max: int = 29999
@@ -119,6 +123,11 @@ class Settings:
     mps: bool = False
     mps_control: str = "nvidia-cuda-mps-control"
     mps_thread_pct: int = 100
+    # [memory] GPU memory promises (core/sched/gpupromise.py, daemon/jobs/gpuover.py)
+    gpu_over: str = "report"
+    gpu_over_margin_pct: float = 10.0
+    gpu_free_floor_bytes: int = 2**30
+    others_peak_window_s: float = 300.0
     # [idle] (daemon/jobs/idlegpus.py)
     idle_after_s: float | None = None  # None: off
     idle_action: str = "warn"

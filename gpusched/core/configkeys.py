@@ -10,6 +10,7 @@ from typing import Any
 
 from gpusched.core.errors import UsageError
 from gpusched.core.models import DISCIPLINES
+from gpusched.core.sched import gpupromise
 from gpusched.core.sched.placement import BUILTIN_POLICIES
 from gpusched.core.spec import container, limits, values
 from gpusched.core.spec.syntax import MAX_PRIORITY, WARN_SIGNAL_NAMES
@@ -42,6 +43,23 @@ def _text(value: Any) -> str:
     if not isinstance(value, str):
         raise ValueError(f"{value!r} is not a string")
     return value
+
+
+def detach_key_bytes(value: Any) -> bytes:
+    """The bytes a terminal sends for detach keys written as "ctrl-]" or "ctrl-p,ctrl-q"
+    (ctrl- and one of @, a-z, [, \\, ], ^, _; or one printable character)."""
+    if not isinstance(value, str) or not value:
+        raise ValueError(f"{value!r} is not a key such as ctrl-] or ctrl-p,ctrl-q")
+    keys = bytearray()
+    for key in value.split(","):
+        name = key.strip().lower()
+        if name.startswith("ctrl-") and len(name) == 6 and "@" <= name[5].upper() <= "_":
+            keys.append(ord(name[5].upper()) - 0x40)
+        elif len(key) == 1 and key.isprintable() and key.isascii():
+            keys.append(ord(key))
+        else:
+            raise ValueError(f"{key!r} is not a key such as ctrl-] or a single character")
+    return bytes(keys)
 
 
 def _optional_duration(value: Any) -> float | None:
@@ -238,7 +256,7 @@ KEYS: dict[str, tuple[str, Callable[[Any], Any], Any, str]] = {
     "scheduling.las_thresholds": (
         "las_thresholds_gpu_s",
         _las_thresholds,
-        ["1h", "8h"],
+        ["2h", "8h"],
         "las: attained GPU time (GPUs x run time) that ends each queue but the last, ascending.",
     ),
     "scheduling.las_starvation_factor": (
@@ -252,6 +270,18 @@ KEYS: dict[str, tuple[str, Callable[[Any], Any], Any, str]] = {
         parse_duration,
         "1h",
         "las: but never before it waited this long.",
+    ),
+    "scheduling.las_preempt_smaller_after": (
+        "las_preempt_smaller_after_s",
+        parse_duration,
+        "4h",
+        "las: a job that waited this long also preempts jobs of its queue on fewer GPUs (0: never).",
+    ),
+    "scheduling.las_max_preemptions": (
+        "las_max_preemptions",
+        _number(0, 10**6, int),
+        0,
+        "las: a job is preempted at most this often for jobs of its priority (0: no limit).",
     ),
     "scheduling.user_weights": (
         "user_weights",
@@ -310,6 +340,13 @@ KEYS: dict[str, tuple[str, Callable[[Any], Any], Any, str]] = {
         "`gpusched top` colours a load from this percent yellow...",
     ),
     "top.crit_pct": ("top_crit_pct", _number(0, 100), 80, "...and from this percent red."),
+    "attach.detach_keys": (
+        "attach_detach_keys",
+        lambda value: detach_key_bytes(value) and value,
+        "ctrl-]",
+        "The keys that leave `gpusched attach` with the job running: ctrl-X or a character, "
+        'comma-separated for a sequence (e.g. "ctrl-p,ctrl-q").',
+    ),
     "jobs.max_running": (
         "max_running",
         _number(0, 10**6, int),
@@ -426,6 +463,32 @@ KEYS: dict[str, tuple[str, Callable[[Any], Any], Any, str]] = {
         100,
         "Under MPS, the share of each GPU's compute a sharing job may use "
         "(CUDA_MPS_ACTIVE_THREAD_PERCENTAGE); 100: no limit.",
+    ),
+    "memory.gpu_over": (
+        "gpu_over",
+        _choice(*gpupromise.ACTIONS),
+        "report",
+        "A job sharing a GPU that uses more than its --gpu-mem + margin: "
+        '"report" it, "stop" it (state gpu_oom) or "requeue" it with more (docs/real-gpus.md).',
+    ),
+    "memory.gpu_over_margin_pct": (
+        "gpu_over_margin_pct",
+        _number(0, 1000),
+        10,
+        "How far past its --gpu-mem (percent) a job may go before gpu_over acts.",
+    ),
+    "memory.gpu_free_floor": (
+        "gpu_free_floor_bytes",
+        parse_size,
+        "1GiB",
+        "Below this much free memory on a GPU, a job over its --gpu-mem at all is acted on.",
+    ),
+    "memory.others_peak_window": (
+        "others_peak_window_s",
+        parse_duration,
+        "5m",
+        "Processes gpusched did not start count at their peak over this window, not their "
+        "current use.",
     ),
     "idle.after": (
         "idle_after_s",

@@ -37,6 +37,8 @@ def end_state(job: Job, exit_code: int | None, error: str) -> JobState:
         return JobState.OOM
     if job.cancel_requested:
         return JobState.CANCELLED
+    if job.gpu_mem_stop:  # stopped for using more GPU memory than it asked for
+        return JobState.GPU_OOM
     if exit_code == 0 and not error:
         return JobState.SUCCEEDED
     return JobState.FAILED
@@ -52,7 +54,7 @@ def end_reason(
     """
     if error:
         return error
-    if state not in (JobState.CANCELLED, JobState.TIMEOUT, JobState.OOM):
+    if state not in (JobState.CANCELLED, JobState.TIMEOUT, JobState.OOM, JobState.GPU_OOM):
         return ""
     if signum == signal.SIGKILL and state is not JobState.OOM:
         how = " (SIGKILL once the grace period after SIGTERM ran out)"
@@ -64,6 +66,8 @@ def end_reason(
         how = ""
     if state is JobState.TIMEOUT:
         return f"time limit of {duration_human(job.time_limit_s)} reached{how}"
+    if state is JobState.GPU_OOM:
+        return f"stopped: {job.gpu_mem_over_by} (gpu_over = stop){how}"
     if state is JobState.OOM:
         return (
             f"used more host memory than its --mem of {size_human(job.request.mem_bytes)}"
@@ -91,10 +95,18 @@ _NEXT_RUN = {
     "end_reason": "",
     "mem_peak_bytes": None,
     "mem_over": False,
+    "gpu_mem_over_by": "",
+    "gpu_mem_stop": False,
 }
 # A retry's pending job keeps its last run's exit code and signal (`show` says how it
 # ended); the run it starts has its own, so they go as it starts.
-_LAST_OUTCOME = {"exit_code": None, "signal": None, "mem_peak_bytes": None, "mem_over": False}
+_LAST_OUTCOME = {
+    "exit_code": None,
+    "signal": None,
+    "mem_peak_bytes": None,
+    "mem_over": False,
+    "gpu_mem_over_by": "",
+}
 
 
 def start_run(job: Job, now: float, **placed: Any) -> Job:

@@ -217,9 +217,23 @@ class Job:
     mem_growth: float = 1.25
     job_key: str = ""
     gpu_mem_reason: str = ""
+    # Runtimes learned from history (core/sched/runtimes.py): the predicted runtime, its
+    # 80 % interval and where it came from; None without history. Never a limit: it
+    # orders backfill's queue and forecasts starts.
+    predicted_s: float | None = None
+    predicted_low_s: float | None = None
+    predicted_high_s: float | None = None
+    runtime_reason: str = ""
     interactive: bool = False  # exempt from idle_action (daemon/jobs/idlegpus.py)
+    # GPU memory promises (daemon/jobs/gpuover.py): the job's --gpu-mem-over ("" for
+    # [memory] gpu_over), what this run used past its --gpu-mem ("used 31.2 GiB of GPU 0,
+    # asked for 10 GiB"), and whether it is being stopped for that (it then ends gpu_oom).
+    gpu_mem_over: str = ""
+    gpu_mem_over_by: str = ""
+    gpu_mem_stop: bool = False
     # Run in a container (core/spec/container.py): (image, runtime options...), or () for none.
     container: tuple[str, ...] = ()
+    pty: bool = False  # --pty: runs on a terminal of its shim's, for `gpusched attach`
 
     @property
     def is_running(self) -> bool:
@@ -391,6 +405,8 @@ def job_to_dict(job: Job) -> dict[str, Any]:
         "mem_peak_bytes": job.mem_peak_bytes,
         "gpu_mem_peak_bytes": job.gpu_mem_peak_bytes,
         "mem_over": job.mem_over,
+        "gpu_mem_over": job.gpu_mem_over,
+        "gpu_mem_over_by": job.gpu_mem_over_by,
         # A running job being stopped to be requeued (preempted, or `gpusched requeue`).
         "preempting": job.is_running and job.requeueing,
         "preemptible": job.preemptible,
@@ -405,7 +421,12 @@ def job_to_dict(job: Job) -> dict[str, Any]:
         "mem_growth": job.mem_growth,
         "job_key": job.job_key,
         "gpu_mem_reason": job.gpu_mem_reason,
+        "predicted_s": job.predicted_s,
+        "predicted_low_s": job.predicted_low_s,
+        "predicted_high_s": job.predicted_high_s,
+        "runtime_reason": job.runtime_reason,
         "interactive": job.interactive,
+        "pty": job.pty,
         "container": (
             {"image": job.container[0], "options": list(job.container[1:])}
             if job.container

@@ -18,6 +18,7 @@ EVENTS = {
     "oom": "the job went past its memory and was stopped",
     "lost": "the job's shim vanished without an exit record",
     "pending_longer_than": "the job has been pending longer than pending_longer_than",
+    "gpu_mem_over": "the job used more GPU memory than its --gpu-mem on a shared GPU",
 }
 # The final states each end event stands for ("end": any).
 END_EVENTS = {"fail": "failed", "timeout": "timeout", "oom": "oom", "lost": "lost"}

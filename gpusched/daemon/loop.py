@@ -20,6 +20,7 @@ from gpusched.daemon.host import detect_host
 from gpusched.daemon.jobs.cgroups import daemon_cgroups
 from gpusched.daemon.jobs.control import JobControl
 from gpusched.daemon.jobs.endacks import EndReports
+from gpusched.daemon.jobs.gpuover import GpuOver
 from gpusched.daemon.jobs.idlegpus import IdleGpus
 from gpusched.daemon.jobs.retention import Retention
 from gpusched.daemon.memtrim import MemoryTrim
@@ -90,6 +91,7 @@ class Daemon:
         self.handlers: Handlers
         self.retention: Retention
         self.idle_gpus: IdleGpus
+        self.gpu_over: GpuOver
 
     # -- lifecycle (a daemon process's start and stop: daemon/startup.py) ------------
     def attach(self, store: Store) -> None:
@@ -112,6 +114,7 @@ class Daemon:
         self.handlers = Handlers(self.state, setup, self.seam)
         self.retention = Retention(self.state, setup)
         self.idle_gpus = IdleGpus(self.state, setup, self.seam)
+        self.gpu_over = GpuOver(self.state, setup, self.seam)
         gc.enable()  # as step_batched leaves it with no batched request
 
     def take_over(self) -> None:
@@ -346,6 +349,7 @@ class Daemon:
         self.idle_gpus.step(self.clock.time())
         if pid_jobs:
             self.control.record_gpu_peaks(placement.job_gpu_peaks(inventory, pid_jobs))
+        self.gpu_over.step(self.clock.time())  # after the peaks: a requeue raises from them
         self._next_gpu_read = self.clock.monotonic() + self.settings.gpu_poll_interval_s
 
     def answer_waiters(self) -> None:

@@ -3,6 +3,7 @@ and the flags; and the setup it runs with. Request handling and job control are 
 
 from __future__ import annotations
 
+import json
 import secrets
 import time
 from collections.abc import Callable, Iterable, Iterator
@@ -15,7 +16,7 @@ from gpusched.client.paths import Paths
 from gpusched.core.config import Settings
 from gpusched.core.errors import StoreWriteError
 from gpusched.core.models import Inventory, Job, JobState
-from gpusched.core.sched import placement, queuerules, reservations
+from gpusched.core.sched import gpupromise, placement, queuerules, reservations
 from gpusched.core.sched.pendingqueue import PendingQueue
 from gpusched.core.sched.placement import PlacementRules
 from gpusched.core.sched.reservations import Reservation
@@ -73,6 +74,7 @@ class Setup:
             las_thresholds_gpu_s=s.las_thresholds_gpu_s,
             las_starvation_factor=s.las_starvation_factor,
             las_starvation_floor_s=s.las_starvation_floor_s,
+            las_preempt_smaller_after_s=s.las_preempt_smaller_after_s,
         )
 
     def mem_enforcement(self) -> str:
@@ -98,6 +100,19 @@ def mps_control(setup: Setup) -> MpsControl:
         settings.mps,
         refused="MPS serves one user at a time: not in system mode" if paths.is_system else "",
     )
+
+
+# The meta key of DaemonState.attained: {job id: GPU-seconds}, as JSON.
+ATTAINED_KEY = "las_attained"
+
+
+def _stored_attained(text: str) -> dict[int, float]:
+    """The attained service the store keeps ({} if none or unreadable: las then counts
+    those jobs from nothing, as before it was stored)."""
+    try:
+        return {int(k): float(v) for k, v in json.loads(text).items()} if text else {}
+    except (ValueError, TypeError, AttributeError):
+        return {}
 
 
 class DaemonState:
@@ -126,14 +141,18 @@ class DaemonState:
         for reservation in store.reservations():
             self.note_reservation(reservation.name, reservation)
         self.usage = UsageLedger(setup.settings.fairshare_half_life_s, setup.clock.time())
-        # GPU-seconds of the runs that went back to the queue, by job id (las): in memory
-        # only, so a restarted daemon counts a requeued job's service from nothing.
-        self.attained: dict[int, float] = {}
+        # GPU-seconds of the runs that went back to the queue, by job id (las), kept in
+        # the store's meta so that a restarted daemon puts a requeued job in its queue.
+        self.attained = _stored_attained(store.get_meta(ATTAINED_KEY))
         # The GPUs as last read, which processes on them belong to which job, and since
         # when each outside process has shown 0% busy (note_gpus).
         self._inventory = Inventory(backend=backend_name)
         self._pid_jobs: dict[int, int] = {}
         self._idle_since: dict[int, float] = {}
+        # Outside memory read within [memory] others_peak_window, per GPU (gpupromise).
+        self._outside_window_s = setup.settings.others_peak_window_s
+        self._outside_samples: dict[str, tuple[tuple[float, int], ...]] = {}
+        self._outside_peaks: dict[str, int] = {}
         # Since when each running job's GPUs have all been 0% busy (daemon/jobs/idlegpus.py).
         self._gpu_idle_since: dict[int, float] = {}
         self.draining = store.get_meta("draining") == "1"
@@ -283,7 +302,11 @@ class DaemonState:
         if previous is None and not job.state.is_final:
             for tell in self._activated:
                 tell((job,))
-        if previous is None or previous.state is not job.state:  # counted once stored
+        if (
+            previous is None
+            or previous.state is not job.state
+            or (job.gpu_mem_over_by and not previous.gpu_mem_over_by)  # a gpu_mem_over event
+        ):  # counted once stored
             self.after_commit(lambda: self._committed(previous, job))
         if previous is not None and previous.state is JobState.RUNNING and not job.is_running:
             # A run ended: its GPUs are free, so read them again rather than wait for the
@@ -478,9 +501,13 @@ class DaemonState:
         if job.started_at is None:
             return
         ran_gpu_s = max(job.request.gpus, 0) * max(ended_at - job.started_at, 0.0)
+        # Only jobs still queued or running are kept: those that ended are dropped here.
+        attained = {i: gpu_s for i, gpu_s in self.attained.items() if i in self.jobs}
+        attained[job.id] = attained.get(job.id, 0.0) + ran_gpu_s
+        self.store.set_meta(ATTAINED_KEY, json.dumps(attained))
 
         def add() -> None:
-            self.attained[job.id] = self.attained.get(job.id, 0.0) + ran_gpu_s
+            self.attained = attained
 
         self.after_commit(add)
 
@@ -516,6 +543,11 @@ class DaemonState:
         return self._idle_since
 
     @property
+    def outside_peaks(self) -> dict[str, int]:
+        """GPU uuid -> the most memory processes not ours held within the window."""
+        return self._outside_peaks
+
+    @property
     def gpus_dirty(self) -> bool:
         return self._gpus_dirty
 
@@ -524,6 +556,10 @@ class DaemonState:
         idle times follow, and a scheduling pass is due."""
         self._inventory, self._pid_jobs = inventory, pid_jobs
         self._idle_since = placement.track_idle(inventory, pid_jobs, self._idle_since, now)
+        self._outside_samples = gpupromise.track_outside(
+            inventory, pid_jobs, self._outside_samples, now, self._outside_window_s
+        )
+        self._outside_peaks = gpupromise.outside_peaks(self._outside_samples)
         self._gpus_dirty = False
         self._schedule_needed = True
 

@@ -125,6 +125,12 @@ def own_log_paths(jobs_root: str, log_root: str | None, user: str, job_id: int) 
     return log_paths(os.path.join(log_root, user), job_id, flat=True)
 
 
+def pty_socket_path(own_stdout_log: str, job_id: int) -> str:
+    """Where a --pty job's shim listens for `gpusched attach` (proc/ptyhost.py): beside the
+    job's own logs, in a directory its user can reach in both modes."""
+    return os.path.join(os.path.dirname(own_stdout_log), f"{job_id}.pty.sock")
+
+
 def progress_path(stdout_path: str, job_id: int) -> str:
     """Where gpusched.job.progress() writes: beside the job's logs, which the job's user
     can write in both modes (the jobs directory, or the user's log directory as root)."""
@@ -169,6 +175,7 @@ def run_spec(
         "cgroup": str(cgroup) if cgroup else "",
         "run_as": run_as,
         **({"max_log_bytes": max_log_bytes} if max_log_bytes else {}),
+        **({"pty_socket": pty_socket_path(own_logs[0], job.id)} if job.pty and own_logs else {}),
         **user_logs_fields(job, own_logs),
     }
 

@@ -203,7 +203,8 @@ class _PreemptiveReplay(_Replay):
     ) -> None:
         """An event at the next instant a preemption may become possible under las: a
         running job's attained service crosses a queue's bound (no earlier than its first
-        minutes end), or a waiting job is moved to the first queue."""
+        minutes end), or a waiting job is moved to the first queue or may preempt smaller
+        jobs of its own."""
         rules, later = self.queue, []
         for job in running:
             if job.started_at is None or not job.preemptible or not job.request.gpus:
@@ -219,6 +220,8 @@ class _PreemptiveReplay(_Replay):
             earlier = self.attained.get(job.id, 0.0)
             wait_s = max(rules.las_starvation_floor_s, rules.las_starvation_factor * earlier)
             later.append(queuerules.waiting_since(job) + wait_s)
+            if rules.las_preempt_smaller_after_s:
+                later.append(queuerules.waiting_since(job) + rules.las_preempt_smaller_after_s)
         upcoming = [t for t in later if t > now]
         if upcoming and min(upcoming) not in self.wakes:
             self.wakes.add(min(upcoming))

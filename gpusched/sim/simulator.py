@@ -280,6 +280,11 @@ class _Replay:
             self.stale_uuids.clear()
         return self.loads
 
+    def duration_s(self, job: Job) -> float:
+        """How long the job truly runs: _as_jobs makes every job's limit its duration."""
+        assert job.time_limit_s is not None
+        return job.time_limit_s
+
     def launch(self, job: Job, gpus: Sequence[GpuInfo], now: float) -> None:
         job = lifecycle.start_run(
             job,
@@ -289,8 +294,7 @@ class _Replay:
         )
         self.running[job.id] = job
         self.stale_uuids.update(job.gpu_uuids)
-        assert job.time_limit_s is not None  # _as_jobs: every job's limit is its duration
-        heapq.heappush(self.ends, (now + job.time_limit_s, job.id))
+        heapq.heappush(self.ends, (now + self.duration_s(job), job.id))
         self.busy_gpus += job.request.gpus
         self.pending_sizes[job.request.gpus] -= 1
         self.started[job.id] = (now, job.gpu_indices)

@@ -65,7 +65,7 @@ class FinishedJobs:
         finals = ",".join("?" * len(_FINAL))
         return self._conn.execute(
             f"SELECT id, state, user, {_USAGE_COLUMNS}, cpus, array_id, "
-            f"stdout_path, stderr_path, open_mode FROM jobs WHERE id BETWEEN ? AND ? "
+            f"stdout_path, stderr_path, open_mode, pty FROM jobs WHERE id BETWEEN ? AND ? "
             f"AND state IN ({finals}) "
             "ORDER BY id",
             (first_id, last_id, *_FINAL),
@@ -97,6 +97,26 @@ class FinishedJobs:
             f"AND state IN ({marks}) ORDER BY id DESC LIMIT ?",
             (uid, key, *states, count),
         ).fetchall()
+
+    def run_seconds(
+        self, count: int, uid: int | None = None, key: str | None = None
+    ) -> list[float]:
+        """How long the newest `count` successful runs lasted, newest first: of a user's
+        job key, of a user's jobs, or (uid None) of the box's: what a predicted runtime
+        reads (core/sched/runtimes.py). A key's runs are a short walk of the jobs_key index."""
+        where = "state = 'succeeded' AND started_at IS NOT NULL AND ended_at IS NOT NULL"
+        args: list[int | str] = []
+        if uid is not None:
+            where += " AND uid = ?"
+            args.append(uid)
+        if key is not None:
+            where += " AND job_key = ?"
+            args.append(key)
+        rows = self._conn.execute(
+            f"SELECT ended_at - started_at FROM jobs WHERE {where} ORDER BY id DESC LIMIT ?",
+            (*args, count),
+        )
+        return [max(float(seconds), 0.0) for (seconds,) in rows]
 
     def runs_by_program(
         self, uid: int, name: str, states: tuple[str, ...], top_id: int, window: int

@@ -50,6 +50,8 @@ _SET_AT_SUBMIT = frozenset(
         "mem_growth",
         "job_key",
         "interactive",
+        "gpu_mem_over",
+        "pty",
         "container",
         "output_pattern",
         "error_pattern",

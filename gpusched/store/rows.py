@@ -49,6 +49,8 @@ BOOLEANS = (
     "requeueing",
     "interactive",
     "warn_batch",
+    "gpu_mem_stop",
+    "pty",
 )
 STATES = tuple(state.value for state in JobState)
 
@@ -196,6 +198,7 @@ _SHARED_TEXTS = (
     "boot_id",
     "job_key",
     "gpu_mem_reason",
+    "runtime_reason",
     "policy",
     "last_attempt_end",
     "requeue_reason",

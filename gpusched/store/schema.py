@@ -4,7 +4,7 @@ migrates; store/integrity.py checks a file against them.)"""
 
 from __future__ import annotations
 
-SCHEMA_VERSION = 11
+SCHEMA_VERSION = 14
 
 # Migrations[n] takes a database at version n to n + 1. Version 0 is an empty file.
 MIGRATIONS: list[str] = [
@@ -129,7 +129,26 @@ MIGRATIONS: list[str] = [
     """
     ALTER TABLE jobs ADD COLUMN begin_time REAL;
     """,
-    # 11: GPU reservations (core/sched/reservations.py), and the one a job runs in ('': none).
+    # 11: GPU memory promises: the job's --gpu-mem-over, what its run used past its
+    # --gpu-mem, and whether it is being stopped for that.
+    """
+    ALTER TABLE jobs ADD COLUMN gpu_mem_over TEXT NOT NULL DEFAULT '';
+    ALTER TABLE jobs ADD COLUMN gpu_mem_over_by TEXT NOT NULL DEFAULT '';
+    ALTER TABLE jobs ADD COLUMN gpu_mem_stop INTEGER NOT NULL DEFAULT 0;
+    """,
+    # 12: --pty (the job runs on a terminal that `gpusched attach` connects to).
+    """
+    ALTER TABLE jobs ADD COLUMN pty INTEGER NOT NULL DEFAULT 0;
+    """,
+    # 13: runtimes learned from history (core/sched/runtimes.py): the prediction, its 80 %
+    # interval and where it came from; NULL and '' without one.
+    """
+    ALTER TABLE jobs ADD COLUMN predicted_s REAL;
+    ALTER TABLE jobs ADD COLUMN predicted_low_s REAL;
+    ALTER TABLE jobs ADD COLUMN predicted_high_s REAL;
+    ALTER TABLE jobs ADD COLUMN runtime_reason TEXT NOT NULL DEFAULT '';
+    """,
+    # 14: GPU reservations (core/sched/reservations.py), and the one a job runs in ('': none).
     """
     CREATE TABLE reservations (
         name TEXT PRIMARY KEY,

@@ -69,6 +69,7 @@ class TopJob(NamedTuple):
     cluster: Any = None
     preempting: bool = False  # running, being stopped to go back to the queue
     gpu_idle_since: float | None = None  # its GPUs all 0% busy past [idle] after, since
+    gpu_mem_over: bool = False  # used more than its --gpu-mem on a shared GPU (gpu_over)
     array_id: int | None = None  # an array's element: shown as ARRAY_INDEX (51_0)
     array_index: int | None = None
 
@@ -98,6 +99,7 @@ class TopJob(NamedTuple):
             cluster=job.get("cluster"),
             preempting=bool(job.get("preempting")),
             gpu_idle_since=job.get("gpu_idle_since"),
+            gpu_mem_over=bool(job.get("gpu_mem_over_by")),
             array_id=job.get("array_id"),
             array_index=job.get("array_index"),
         )

@@ -322,6 +322,8 @@ def _running_row(snapshot: Snapshot, view: ViewState, _layout: str, job: TopJob)
         cells["STATE"] = draw.c(_running_state(job), "magenta")
     elif job.gpu_idle_since is not None:  # GPUs held at 0% busy ([idle] after)
         cells["STATE"] = draw.c("idle", "yellow")
+    if job.gpu_mem_over and used is not None:  # more than it asked for ([memory] gpu_over)
+        cells["GPU MEM USED/ASKED"] = draw.c(f"{row['GPU MEM USED/ASKED']}!", "red")
     return {**cells, "": _owner_style(job, view)}
 
 

@@ -1,5 +1,5 @@
 """The commands on jobs and the queue: ls, show, cancel, hold, release, update, drain,
-resume, wait, logs, env. What the fast command path also runs lives in jobviews.py, and
+resume, wait, logs, attach, env. What the fast command path also runs lives in jobviews.py, and
 those commands' options in cmdoptions.py."""
 
 from __future__ import annotations
@@ -92,13 +92,23 @@ def update(
         help="Start pending jobs no sooner than TIME, in submit --begin's forms; now lets "
         "them start at once.",
     ),
+    gpu_mem_over: str | None = typer.Option(
+        None,
+        "--gpu-mem-over",
+        help="When the job uses more than its --gpu-mem on a shared GPU: report, stop or "
+        "requeue (a running job already reported over it is stopped or requeued now).",
+    ),
 ) -> None:
     """Change queued jobs.
 
     Example: gpusched update 12 --priority 10; gpusched update 12 --begin now
     """
     begin_time = None if begin is None else begintime.parse_begin(begin, time.time())
-    raise typer.Exit(jobviews.change("update", job_ids, priority=priority, begin_time=begin_time))
+    raise typer.Exit(
+        jobviews.change(
+            "update", job_ids, priority=priority, begin_time=begin_time, gpu_mem_over=gpu_mem_over
+        )
+    )
 
 
 @app.command()
@@ -147,6 +157,30 @@ def logs(
     Example: gpusched logs -f 12
     """
     raise typer.Exit(jobviews.logs(job_id, **options))
+
+
+@app.command()
+def attach(
+    job_id: str = typer.Argument(..., metavar="JOBID", help=JOB_ID_HELP),
+    detach_keys: str | None = typer.Option(
+        None,
+        "--detach-keys",
+        metavar="KEYS",
+        help="Keys that leave the job running: ctrl-X or a character, comma-separated for a "
+        'sequence ("ctrl-p,ctrl-q"). Default: the config\'s [attach] detach_keys, ctrl-].',
+    ),
+) -> None:
+    """Connect this terminal to a job submitted with --pty.
+
+    Its recent output comes first, then what it writes; keys go to the job and window
+    resizes reach it. Ctrl-] (--detach-keys) leaves it running. Several people may attach
+    at once, and any of them may type. When the job ends, attach exits with its status.
+
+    Example: gpusched attach 12
+    """
+    from gpusched.cli.attach import attach as attach_to  # noqa: PLC0415 - attach only
+
+    raise typer.Exit(attach_to(syntax.job_id_text(job_id), detach_keys))
 
 
 @app.command("env")

@@ -62,6 +62,19 @@ def simulate(
         "(GPU memory peaks from a seeded model) and count the jobs "
         "that shared a GPU and those that would have run out of it.",
     ),
+    runtimes: str = typer.Option(
+        "true",
+        "--runtimes",
+        help="true: each job's --time is its true runtime; predicted: no --time, and the "
+        "runtime predicted from the runs ended before its submission orders the queue.",
+    ),
+    forecast: bool = typer.Option(
+        False,
+        "--forecast",
+        help="At each submission, forecast the job's start (as `ls --start`); print the "
+        "median error as a share of the real wait, and how often the real start fell in "
+        "the 80 % interval.",
+    ),
     config: Path | None = typer.Option(
         None,
         "--config",
@@ -86,14 +99,15 @@ def simulate(
     Examples:
       gpusched simulate trace.csv --gpus 8 --discipline backfill
       gpusched simulate trace.csv --gpus 8 --load 0.5 --preemption
+      gpusched simulate trace.csv --runtimes predicted --forecast
       gpusched simulate trace.csv --gpus 8 --config /etc/gpusched/gpusched.toml
       gpusched simulate trace.csv --gpus 8 --reservations calendar.toml
     """
     # the simulator: 43 ms of every typer command
-    from gpusched.cli.commands.simulate import simulate_command  # noqa: PLC0415
+    from gpusched.cli.commands.simruntimes import simulate as simulate_command  # noqa: PLC0415
     from gpusched.sim.traces import load_reservations  # noqa: PLC0415
 
-    reserved = load_reservations(reservations) if reservations else []
+    reserved = tuple(load_reservations(reservations)) if reservations else ()
     if reserved and (preemption or high_priority_share is not None or discipline == "las"):
         raise UsageError(
             "--reservations replay without preemption; leave out --preemption, "
@@ -115,6 +129,8 @@ def simulate(
             preemption=preemption,
             high_priority_share=high_priority_share,
             estimates=estimates,
+            runtimes=runtimes,
+            forecast=forecast,
             config=config,
             reserved=reserved,
         )

@@ -72,6 +72,8 @@ def idle_human(job: dict[str, Any], now: float) -> str:
 def state_human(job: dict[str, Any]) -> str:
     """`ls`'s state: `failed (2)`, `cancelled (signal 15)`, `cancelling`, `running (idle)`."""
     state = shown_state(job)
+    if state == "running" and job.get("gpu_mem_over_by"):  # over its --gpu-mem (gpu_over)
+        return "running (over GPU mem)"
     if state == "running" and job.get("gpu_idle_since"):
         return "running (idle)"
     if state == "failed" and job["exit_code"] is not None:

@@ -28,6 +28,34 @@ def local_time(epoch_s: float | None) -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(epoch_s))
 
 
+def start_human(job: dict[str, Any]) -> str:
+    """A pending job's forecast start and its 80 % interval (core/sched/forecast.py)."""
+    start = job.get("start_forecast")
+    if start is None:
+        return "unknown: no dry run of the queue starts it (its pending_reason says why it waits)"
+    high = job.get("start_high")
+    until = local_time(high) if high is not None else "unknown"
+    return f"{local_time(start)} (80 %: {local_time(job.get('start_low'))} to {until})"
+
+
+def start_lines(jobs: list[dict[str, Any]]) -> list[str]:
+    """`ls --start`: each pending job's forecast start and 80 % interval, as squeue --start."""
+    header = ("JOBID", "USER", "NAME", "START", "80% FROM", "80% TO")
+    rows = [header] + [
+        (
+            str(job["id"]),
+            printable(job["user"]),
+            printable(job["name"])[:30],
+            local_time(job.get("start_forecast")) if job.get("start_forecast") else "unknown",
+            local_time(job.get("start_low")),
+            local_time(job.get("start_high")) if job.get("start_high") else "-",
+        )
+        for job in jobs
+    ]
+    widths = [max(len(row[n]) for row in rows) for n in range(len(header))]
+    return ["  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in rows]
+
+
 def _signal(signum: int | None) -> str:
     return signal_name(signum) if signum else "-"
 
@@ -117,6 +145,11 @@ def _pairs(job: dict[str, Any], now: float) -> list[list[str]]:
             f"ended_at={local_time(job['ended_at'])}",
             f"run_time={_run_time(job, now)}",
             f"time_limit={_or_dash(job['time_limit_s'], duration_human)}",
+            *(
+                [f"predicted_time={duration_human(job['predicted_s'])}"]
+                if job.get("predicted_s") is not None
+                else []
+            ),
         ],
         [
             f"warn_signal={_signal(job['warn_signal'])}",
@@ -128,6 +161,7 @@ def _pairs(job: dict[str, Any], now: float) -> list[list[str]]:
             f"mem_peak={_or_dash(job['mem_peak_bytes'], size_human)}",
             f"gpu_mem_peak={_or_dash(job['gpu_mem_peak_bytes'], size_human)}",
             f"mem_over={_yes(job['mem_over'])}",
+            *([f"gpu_mem_over={job['gpu_mem_over']}"] if job.get("gpu_mem_over") else []),
         ],
         _preemption_pairs(job),
     ]
@@ -171,8 +205,11 @@ def _free_text(job: dict[str, Any], now: float) -> list[tuple[str, str]]:
         else None,
         ("pending_reason", job["pending_reason"]) if job["state"] == "pending" else None,
         ("end_reason", job["end_reason"] + _unstored(job)) if job["end_reason"] else None,
+        ("start_forecast", start_human(job)) if "start_forecast" in job else None,
         ("gpu_mem_reason", job["gpu_mem_reason"]) if job.get("gpu_mem_reason") else None,
+        ("runtime_reason", job["runtime_reason"]) if job.get("runtime_reason") else None,
         ("idle", idle_human(job, now)) if job.get("gpu_idle_since") else None,
+        ("gpu_mem_over_by", job["gpu_mem_over_by"]) if job.get("gpu_mem_over_by") else None,
         *_preemption_text(job),
         ("command", command_human(job["command"], COMMAND_MAX_CHARS)),
         (

@@ -157,11 +157,18 @@ def scheduling_fields(opts: SubmitOptions) -> dict[str, Any]:
         spec["retry_on"] = [r.strip() for r in opts.retry_on.split(",") if r.strip()]
     if opts.mem_growth is not None:
         spec["mem_growth"] = _growth(opts.mem_growth)
+    if opts.gpu_mem_over is not None:
+        spec["gpu_mem_over"] = opts.gpu_mem_over
     if opts.interactive:
         spec["interactive"] = True
+    if opts.pty:
+        spec["pty"] = True
     if opts.retry_delay is not None:
         spec["retry_delay_s"] = _duration(opts.retry_delay, "--retry-delay")
-    time_limit_s = None if opts.time is None else _syntax().parse_time_limit(opts.time)
+    # --time auto: no limit; the runtime predicted from earlier runs orders the queue, as
+    # for a job with no --time (core/sched/runtimes.py).
+    no_limit = opts.time is None or opts.time.strip().lower() == "auto"
+    time_limit_s = None if no_limit else _syntax().parse_time_limit(opts.time)
     if time_limit_s is not None:
         spec["time_limit_s"] = time_limit_s
     if opts.signal is not None:

@@ -106,7 +106,8 @@ SUBMIT: tuple[OptionRow, ...] = (
         "str",
         None,
         "Time limit as in Slurm: MINUTES (a bare number is minutes), M:S, H:M:S, D-H, D-H:M, "
-        "D-H:M:S; or 45s, 2h30m, 1d; 0 or UNLIMITED for none.",
+        "D-H:M:S; or 45s, 2h30m, 1d; 0 or UNLIMITED for none; auto: none, and the runtime "
+        "predicted from earlier runs orders the queue (as without --time).",
     ),
     (
         "signal",
@@ -138,6 +139,14 @@ SUBMIT: tuple[OptionRow, ...] = (
         "str",
         None,
         "What a gpu_oom retry multiplies --gpu-mem by (default 1.25), up to the largest GPU.",
+    ),
+    (
+        "gpu_mem_over",
+        ("--gpu-mem-over",),
+        "str",
+        None,
+        "When the job uses more than its --gpu-mem on a shared GPU: report, stop or requeue "
+        "(default: [memory] gpu_over).",
     ),
     ("policy", ("--policy",), "str", None, "Placement policy for this job."),
     (
@@ -200,6 +209,14 @@ SUBMIT: tuple[OptionRow, ...] = (
         "flag",
         False,
         "A notebook or shell: never requeued or cancelled for idle GPUs ([idle] action).",
+    ),
+    (
+        "pty",
+        ("--pty",),
+        "flag",
+        False,
+        "Run it on a terminal that `gpusched attach ID` connects to (its output, with the "
+        "terminal's control sequences, goes to its output log).",
     ),
     (
         "preemptible",
@@ -374,6 +391,7 @@ class SubmitOptions:
     retry_on: str | None
     retry_delay: str | None
     mem_growth: str | None
+    gpu_mem_over: str | None
     policy: str | None
     gpu_ids: str | None
     exclude_gpus: str | None
@@ -385,6 +403,7 @@ class SubmitOptions:
     mem: str | None
     cluster: str | None
     interactive: bool
+    pty: bool
     preemptible: bool
     no_preemptible: bool
     preempt_grace: str | None

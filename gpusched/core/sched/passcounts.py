@@ -11,7 +11,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from gpusched.core.models import GpuInfo, Job, Request
-from gpusched.core.sched import placement
+from gpusched.core.sched import placement, runtimes
 from gpusched.core.sched.placement import GpuLoad, PlacementRules
 from gpusched.core.sched.quotas import Limit
 
@@ -42,10 +42,18 @@ class PassCounts:
     user_limits: dict[str, dict[str, Limit]] = field(default_factory=dict)
 
 
-def expected_end(job: Job, now: float) -> float:
-    if job.time_limit_s is None:
+def expected_end(job: Job, now: float, reserving: bool = False) -> float:
+    """When a job (running, or starting now) is expected to end: at its --time, else by
+    its predicted runtime (never before now); never, with neither. reserving: the end a
+    reservation counts on, the high end of the prediction (its 90th percentile)."""
+    start = job.started_at if job.started_at is not None else now
+    if job.time_limit_s is not None:
+        return start + job.time_limit_s
+    if job.predicted_s is None:
         return math.inf
-    return (job.started_at if job.started_at is not None else now) + job.time_limit_s
+    high = job.predicted_high_s
+    predicted = high if reserving and high is not None else job.predicted_s
+    return now + runtimes.remaining_s(now - start, predicted, high)
 
 
 def new_pass(
@@ -68,7 +76,7 @@ def count_job(p: PassCounts, job: Job, uuids: Sequence[str], now: float) -> None
         p.user_gpu_mem[job.user] = p.user_gpu_mem.get(job.user, 0) + mem
     if job.array_id is not None:
         p.array_running[job.array_id] = p.array_running.get(job.array_id, 0) + 1
-    end = expected_end(job, now)
+    end = expected_end(job, now, reserving=True)
     for uuid in uuids:
         p.ends[uuid] = max(p.ends.get(uuid, now), end)
 

@@ -6,7 +6,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from gpusched.core.models import GpuInfo, GpuProcess, Inventory, Job, Request
-from gpusched.core.sched import linkplace
+from gpusched.core.sched import gpupromise, linkplace
 
 
 @dataclass(frozen=True)
@@ -40,6 +40,9 @@ class GpuLoad:
     ours_used_bytes: int = 0
     # Outside memory the rules let us ignore (small or long-idle processes).
     ignored_outside_bytes: int = 0
+    # Outside memory freed within [memory] others_peak_window: counted as still held, so
+    # that a spiky neighbour's dip does not invite a job it will then crush.
+    outside_dip_bytes: int = 0
     is_held_exclusively: bool = False
     blocked_by: str = ""  # why outside processes keep jobs off this GPU ("block" rule)
 
@@ -48,7 +51,8 @@ class GpuLoad:
         used = self.gpu.mem_used_bytes
         if used is None:  # the driver would not say: trust only what we know
             used = self.ours_used_bytes
-        return self.gpu.mem_total_bytes - (used - self.ignored_outside_bytes) - self.promised_bytes
+        held = used - self.ignored_outside_bytes + self.outside_dip_bytes
+        return self.gpu.mem_total_bytes - held - self.promised_bytes
 
     @property
     def outside_used_bytes(self) -> int:
@@ -184,14 +188,19 @@ def gpu_loads(
     rules: PlacementRules = PlacementRules(),
     idle_since: Mapping[int, float] | None = None,
     now: float = 0.0,
+    outside_peaks: Mapping[str, int] | None = None,
 ) -> dict[str, GpuLoad]:
-    """Per GPU: our jobs on it, what they use now (by process), and what they still will."""
-    idle_since = idle_since or {}
+    """Per GPU: our jobs on it, what they use now (by process), and what they still will.
+    outside_peaks: GPU uuid -> the most outside memory read within the window."""
+    idle_since, outside_peaks = idle_since or {}, outside_peaks or {}
     observed = observed_usage(inventory, pid_jobs)
     loads = {}
     for gpu in inventory.schedulable():
         ignored, blocked = _outside_view(gpu, pid_jobs, rules, idle_since, now)
-        loads[gpu.uuid] = GpuLoad(gpu, ignored_outside_bytes=ignored, blocked_by=blocked)
+        dip = outside_peaks.get(gpu.uuid, 0) - gpupromise.outside_bytes(gpu, pid_jobs)
+        loads[gpu.uuid] = GpuLoad(
+            gpu, ignored_outside_bytes=ignored, outside_dip_bytes=max(0, dip), blocked_by=blocked
+        )
     for job in running:
         for uuid in job.gpu_uuids:
             load = loads.get(uuid)
@@ -248,7 +257,7 @@ def fits(load: GpuLoad, request: Request, rules: PlacementRules) -> bool:
         if load.job_ids:
             return False
     if request.gpu_mem_bytes is None:  # is_exclusive: a job without GPUs is never placed
-        return load.outside_used_bytes <= rules.exclusive_idle_mem_bytes
+        return load.outside_used_bytes + load.outside_dip_bytes <= rules.exclusive_idle_mem_bytes
     return load.effective_free_bytes >= request.gpu_mem_bytes + rules.mem_headroom_bytes
 
 
@@ -391,9 +400,15 @@ def pending_reason(
         return f"{need} each; only {len(fitting)} ha{'s' if len(fitting) == 1 else 've'} it ({fit_labels})"
     best = max(usable, key=lambda load: (load.effective_free_bytes, -load.gpu.index))
     busy = f", but it is {best.gpu.util_pct:.0f}% busy" if _is_busy(best, rules) else ""
+    dip = (
+        f" (counting {_size(best.outside_dip_bytes)} that processes gpusched did not start "
+        "freed within [memory] others_peak_window)"
+        if best.outside_dip_bytes
+        else ""
+    )
     return (
         f"{need}; most free is GPU {best.gpu.label} with "
-        f"{_size(max(0, best.effective_free_bytes))}{busy}"
+        f"{_size(max(0, best.effective_free_bytes))}{dip}{busy}"
     )
 
 

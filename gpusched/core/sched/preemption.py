@@ -27,6 +27,9 @@ class PreemptionRules:
     enabled: bool = True
     max_preemptions: int = 3  # a job is preempted at most this often (0: no limit)
     min_run_s: float = 300.0  # never in its first minutes: it has had no time to checkpoint
+    # max_preemptions for a job of the victim's priority (las): none by default, as its
+    # figures in docs/scheduling.md show best.
+    las_max_preemptions: int = 0
 
 
 def victim_key(job: Job, now: float) -> tuple[int, float, int]:
@@ -50,13 +53,16 @@ def can_preempt(
     outranks: Outranks = _higher_priority,
 ) -> bool:
     """Whether `victim` may be stopped for `urgent`: preemptible, ranked lower (a lower
-    priority, or under las a later queue), run long enough, not preempted too often, and
-    not already on its way out."""
+    priority, or under las a later queue), run long enough, not preempted too often (for
+    a job of its priority, under las: las_max_preemptions), and not already on its way out."""
     if not (victim.is_running and victim.preemptible and outranks(urgent, victim)):
         return False
     if victim.requeueing or victim.cancel_requested:
         return False
-    if rules.max_preemptions and victim.preemptions >= rules.max_preemptions:
+    limit = (
+        rules.las_max_preemptions if urgent.priority == victim.priority else rules.max_preemptions
+    )
+    if limit and victim.preemptions >= limit:
         return False
     started = victim.started_at if victim.started_at is not None else now
     return now - started >= rules.min_run_s

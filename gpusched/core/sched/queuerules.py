@@ -50,9 +50,14 @@ class QueueRules:
     # las: queue k holds the jobs that attained below the k-th bound (GPU-seconds); the
     # last, the rest. A job that waited factor x its attained service (and the floor) is
     # put back in the first queue, so that a long job is never starved for good.
-    las_thresholds_gpu_s: tuple[float, ...] = (3600.0, 8 * 3600.0)
+    las_thresholds_gpu_s: tuple[float, ...] = (2 * 3600.0, 8 * 3600.0)
     las_starvation_factor: float = 4.0
     las_starvation_floor_s: float = 3600.0
+    # las: a job that has waited this long may also preempt jobs of its own queue on
+    # fewer GPUs (0: never), so that small new jobs, which take each GPU as it frees,
+    # do not keep a big job waiting for good (the starvation guard cannot: it is in
+    # the first queue already).
+    las_preempt_smaller_after_s: float = 4 * 3600.0
 
 
 def attained_gpu_s(job: Job, earlier: Mapping[int, float], now: float) -> float:
@@ -80,6 +85,13 @@ def waiting_since(job: Job) -> float:
     return job.preempted_at if job.preempted_at is not None else job.submitted_at
 
 
+def las_preempts_smaller(job: Job, rules: QueueRules, now: float) -> bool:
+    """Whether a waiting las job may also preempt jobs of its own queue on fewer GPUs:
+    it has waited las_preempt_smaller_after_s."""
+    after = rules.las_preempt_smaller_after_s
+    return bool(after and now - waiting_since(job) >= after)
+
+
 def las_label(queue: int, rules: QueueRules) -> str:
     """The queue as the pending reason names it."""
     return f"las queue {queue + 1} of {len(rules.las_thresholds_gpu_s) + 1}"
@@ -89,10 +101,14 @@ def outranks(
     urgent: Job, victim: Job, rules: QueueRules, earlier: Mapping[int, float], now: float
 ) -> bool:
     """Whether `urgent` may take `victim`'s GPUs: a higher priority, or under las, the
-    same priority and a higher queue (an earlier one)."""
+    same priority and a higher queue (an earlier one), or the same queue once `urgent`
+    has waited las_preempt_smaller_after_s and the victim uses fewer GPUs."""
     if urgent.priority != victim.priority or rules.discipline != "las":
         return urgent.priority > victim.priority
-    return las_queue(urgent, rules, earlier, now) < las_queue(victim, rules, earlier, now)
+    mine, theirs = las_queue(urgent, rules, earlier, now), las_queue(victim, rules, earlier, now)
+    if victim.request.gpus < urgent.request.gpus and las_preempts_smaller(urgent, rules, now):
+        return mine <= theirs
+    return mine < theirs
 
 
 def order_key(

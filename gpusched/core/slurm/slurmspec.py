@@ -57,6 +57,11 @@ def refusal(job: Job, cluster: ClusterConfig) -> str:
             "--priority above 0 would be a negative Slurm --nice, which only Slurm "
             "administrators may set; give 0 or less"
         )
+    if job.pty:
+        return (
+            "--pty runs the job on a terminal of this machine that `gpusched attach` "
+            "connects to; a cluster job has none (`srun --pty` on the cluster); leave it out"
+        )
     if job.open_mode:
         return (
             "--output and --error are not handed to a cluster yet: its jobs' logs are "

@@ -6,7 +6,7 @@ from typing import Any, overload
 
 from gpusched.core.errors import UsageError
 from gpusched.core.models import DEFAULT_RETRY_DELAY_S, Constraints, Job, Request
-from gpusched.core.sched import gpuoom
+from gpusched.core.sched import gpuoom, gpupromise
 from gpusched.core.sched.topology import TOPOLOGY_MODES
 from gpusched.core.spec import begintime, outpattern, syntax, values
 from gpusched.core.spec.syntax import (
@@ -47,7 +47,9 @@ SPEC_FIELDS = (
     "preempt_grace_s",
     "gpu_mem_auto",
     "mem_growth",
+    "gpu_mem_over",
     "interactive",
+    "pty",
     "container",
     "warn_batch",
     "output",
@@ -312,6 +314,7 @@ def check_job_spec(spec: Any, policies: list[str]) -> dict[str, Any]:
         "preemptible": None if spec.get("preemptible") is None else _flag(spec, "preemptible"),
         "preempt_grace_s": _number(spec, "preempt_grace_s", 0.0),
         "container": _container(spec),
+        "pty": _flag(spec, "pty"),
         "begin_time": checked_begin_time(spec),
         "reservation": values.text(spec.get("reservation") or "", "--reservation"),
         **_output_fields(spec),
@@ -349,8 +352,10 @@ def _memory_fields(spec: dict[str, Any]) -> dict[str, Any]:
     growth = spec.get("mem_growth")
     if growth is not None:
         growth = values.number(growth, "mem-growth", 1.0, gpuoom.MAX_GROWTH)
+    over = spec.get("gpu_mem_over")
     return {
         "mem_growth": gpuoom.DEFAULT_GROWTH if growth is None else growth,
+        "gpu_mem_over": values.choice(over, "gpu-mem-over", gpupromise.ACTIONS) if over else "",
         "interactive": _flag(spec, "interactive"),
     }
 
@@ -393,7 +398,9 @@ def job_spec(job: Job) -> dict[str, Any]:
         "warn_signal": job.warn_signal,
         "warn_before_s": job.warn_before_s,
         "mem_growth": job.mem_growth,
+        "gpu_mem_over": job.gpu_mem_over,
         "interactive": job.interactive,
+        "pty": job.pty,
         "preemptible": job.preemptible,
         "preempt_grace_s": job.preempt_grace_s,
         "container": list(job.container),

@@ -332,7 +332,13 @@ class JobControl:
         now = self.setup.clock.time()
         running = state.running()
         loads = placement.gpu_loads(
-            state.inventory, running, state.pid_jobs, rules, state.idle_since, now
+            state.inventory,
+            running,
+            state.pid_jobs,
+            rules,
+            state.idle_since,
+            now,
+            state.outside_peaks,
         )
         dep_states = DependencyLookup(state.jobs, state.store)
         queue_rules = self.setup.queue_rules(state.draining)

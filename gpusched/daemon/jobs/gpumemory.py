@@ -78,6 +78,22 @@ def retry_with_more(job: Job, inventory: Inventory, headroom_bytes: int) -> tupl
     return replace(job, request=replace(request, gpu_mem_bytes=grown), gpu_mem_reason=reason), ""
 
 
+def raised_to_peak(job: Job, inventory: Inventory, headroom_bytes: int) -> Job:
+    """A run that used more than its --gpu-mem, as its next run queues: --gpu-mem raised
+    to the run's peak times its growth (retry_with_more's rule), up to a whole GPU once
+    that is as much as the largest GPU can give."""
+    request, peak = job.request, job.gpu_mem_peak_bytes or 0
+    _, grown = gpuoom.grown_bytes(
+        peak, job.mem_growth, gpuoom.usable_bytes(request, inventory, headroom_bytes)
+    )
+    after = size_human(grown) if grown else "a whole GPU (the largest GPU's memory)"
+    reason = (
+        f"raised from {size_human(request.gpu_mem_bytes)} to {after} (peak {size_human(peak)} "
+        f"x{job.mem_growth:g}) after attempt {job.attempt} went over ({job.gpu_mem_over_by})"
+    )
+    return replace(job, request=replace(request, gpu_mem_bytes=grown), gpu_mem_reason=reason)
+
+
 def estimate_request(
     store: Store, settings: Settings, uid: int, key: str, request: Request, inventory: Inventory
 ) -> tuple[Request, str]:
@@ -174,7 +190,15 @@ def settle_end(
 ) -> tuple[Job, JobState, str, bool]:
     """A run's end as JobControl stores it: (job, state, end reason, whether it may be
     retried). A failed GPU run whose log shows CUDA out of memory ends gpu_oom; if it
-    is retried on that, its next attempt gets more memory (retry_with_more)."""
+    is retried on that, its next attempt gets more memory (retry_with_more). A run that
+    used more than its --gpu-mem (daemon/jobs/gpuover.py) and goes back to the queue,
+    requeued or retried, gets its peak times its growth (raised_to_peak)."""
+    if job.gpu_mem_over_by and job.requeueing and not job.cancel_requested:
+        return raised_to_peak(job, inventory, headroom_bytes), state, reason, True
+    if job.gpu_mem_stop and state is JobState.GPU_OOM:
+        if "gpu_oom" in job.retry_on and job.attempt - job.restarts <= job.retries:
+            job = raised_to_peak(job, inventory, headroom_bytes)
+        return job, state, reason, True
     cause = gpu_oom_end(job, state, record.exit_code, record.signal, record.error)
     if not cause:
         return job, state, reason, True

@@ -27,7 +27,10 @@ log = logging.getLogger("gpusched.jobs")
 def rules_of(setup: Setup) -> preemption.PreemptionRules:
     s = setup.settings
     return preemption.PreemptionRules(
-        s.preemption_enabled, s.max_preemptions, s.min_run_before_preempt_s
+        s.preemption_enabled,
+        s.max_preemptions,
+        s.min_run_before_preempt_s,
+        las_max_preemptions=s.las_max_preemptions,
     )
 
 
@@ -77,7 +80,13 @@ def preempt_for_waiting(
     if lowest is None:
         return None
     loads = placement.gpu_loads(
-        state.inventory, running, state.pid_jobs, setup.rules, state.idle_since, now
+        state.inventory,
+        running,
+        state.pid_jobs,
+        setup.rules,
+        state.idle_since,
+        now,
+        state.outside_peaks,
     )
     observed = placement.observed_usage(state.inventory, state.pid_jobs)
     queue = setup.queue_rules(state.draining)

@@ -209,7 +209,8 @@ def add_to_summary(summary: dict[str, Any], rows: list[sqlite3.Row]) -> dict[str
 
 
 def job_files(jobs_dir: str, log_root: str | None, row: sqlite3.Row) -> list[str]:
-    """A finished job's files that gpusched made: run file, logs, progress file. A path
+    """A finished job's files that gpusched made: run file, logs, progress file, and the
+    socket of a --pty job's terminal (left behind when its shim was killed). A path
     outside the jobs directory and the log root is never gpusched's to remove, nor are
     the user's --output and --error files (a job with an open_mode has some), wherever
     they are: Slurm never removes them either."""
@@ -225,6 +226,8 @@ def job_files(jobs_dir: str, log_root: str | None, row: sqlite3.Row) -> list[str
                 own_logs[0] if row["open_mode"] else row["stdout_path"], row["id"]
             )
         )
+    if row["pty"]:
+        paths.append(runfile.pty_socket_path(own_logs[0], row["id"]))
     return [path for path in dict.fromkeys(paths) if path.startswith(tuple(own_roots))]
 
 

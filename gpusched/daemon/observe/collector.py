@@ -86,7 +86,13 @@ class GpuschedCollector:
         inventory, pid_jobs = state.inventory, state.pid_jobs
         gpus = inventory.schedulable()
         loads = placement.gpu_loads(
-            inventory, running, pid_jobs, setup.rules, state.idle_since, setup.clock.time()
+            inventory,
+            running,
+            pid_jobs,
+            setup.rules,
+            state.idle_since,
+            setup.clock.time(),
+            state.outside_peaks,
         )
         healthy = [g for g in gpus if g.is_healthy]
 
@@ -294,6 +300,12 @@ class GpuschedCollector:
                 "gpusched_jobs_gpu_idle",
                 "Running jobs whose GPUs have all been 0% busy longer than [idle] after.",
                 rows=[((), float(sum(1 for job in running if idle(job.id))))],
+            ),
+            _gauge(
+                "gpusched_jobs_gpu_mem_over",
+                "Running jobs that used more GPU memory than their --gpu-mem plus "
+                "[memory] gpu_over_margin_pct on a shared GPU.",
+                rows=[((), float(sum(1 for job in running if job.gpu_mem_over_by)))],
             ),
             _gauge(
                 "gpusched_metrics_job_series_dropped",

@@ -43,8 +43,12 @@ LOG_TAIL_READ_BYTES = 64 * 1024  # of the job's log, read from its end for the l
 def events_of(before: Job | None, after: Job) -> list[str]:
     """The events a committed change is: start, or end plus its kind (fail, timeout, ...)."""
     was = before.state if before is not None else None
-    if was is after.state:
-        return []
+    if was is after.state:  # a running job that just went over its --gpu-mem
+        return (
+            ["gpu_mem_over"]
+            if after.gpu_mem_over_by and before and not before.gpu_mem_over_by
+            else []
+        )
     if after.state is JobState.RUNNING:
         return ["start"]
     if not after.state.is_final:
@@ -330,9 +334,11 @@ def chat_text(event: dict[str, Any]) -> str:
     """One line for a chat, with & < > escaped: a job named <!channel> pings nobody."""
     job = event["job"]
     name = f" ({job['name']})" if job["name"] else ""
-    what = {"start": "started", "pending_longer_than": "still pending"}.get(
-        event["event"], job["state"]
-    )
+    what = {
+        "start": "started",
+        "pending_longer_than": "still pending",
+        "gpu_mem_over": "over its --gpu-mem",
+    }.get(event["event"], job["state"])
     if job["exit_code"] not in (None, 0):
         what += f" (exit {job['exit_code']})"
     gpus = f" on GPUs {','.join(map(str, job['gpus']))}" if job["gpus"] else ""

@@ -92,9 +92,16 @@ class Changes:
     def update(self, req: Request) -> dict[str, Any] | batches.BatchedChange:
         priority = jobspec.whole_number(req.args, "priority", None, -MAX_PRIORITY, MAX_PRIORITY)
         begin_time = jobspec.checked_begin_time(req.args)
-        if priority is None and begin_time is None:
-            raise UsageError("nothing to update; give --priority N or --begin TIME")
-        changes: dict[str, Any] = {"priority": priority, "begin_time": begin_time}
+        over = req.args.get("gpu_mem_over")  # checked by the protocol's table
+        if priority is None and begin_time is None and over is None:
+            raise UsageError(
+                "nothing to update; give --priority N, --begin TIME or --gpu-mem-over ACTION"
+            )
+        changes: dict[str, Any] = {
+            "priority": priority,
+            "begin_time": begin_time,
+            "gpu_mem_over": over,
+        }
         changes = {key: value for key, value in changes.items() if value is not None}
 
         def apply(job: Job) -> str:
@@ -112,9 +119,8 @@ class Changes:
                 )
             self.state.save(replace(job, **changes))
             said = [] if priority is None else [f"priority {priority}"]
-            return ", ".join(
-                said + ([] if begin_time is None else [f"begin {begin_text(begin_time)}"])
-            )
+            said += [] if begin_time is None else [f"begin {begin_text(begin_time)}"]
+            return ", ".join(said + ([] if over is None else [f"gpu_mem_over {over}"]))
 
         def allowed() -> None:
             if priority is not None:

@@ -47,6 +47,7 @@ class Handlers:
             "gpus": queries.gpus,
             "snapshot": queries.snapshot,
             "logs": queries.logs,
+            "attach": queries.attach,
             "env": queries.env,
             "cancel": changes.cancel,
             "hold": changes.hold,

@@ -1,4 +1,4 @@
-"""The requests that only look: status, ls, show, logs, env, wait, gpus, snapshot."""
+"""The requests that only look: status, ls, show, logs, attach, env, wait, gpus, snapshot."""
 
 from __future__ import annotations
 
@@ -14,12 +14,13 @@ from gpusched.core import jobfilter
 from gpusched.core.models import GpuInfo, Job, JobState, inventory_to_dict, job_to_dict
 from gpusched.core.sched import dependencies, placement
 from gpusched.core.spec.values import HIDDEN
-from gpusched.daemon.jobs import idlegpus
+from gpusched.daemon.jobs import forecasts, idlegpus
 from gpusched.daemon.jobs.progress import progress_of
 from gpusched.daemon.jobs.retention import removed_summary
 from gpusched.daemon.requests import lsqueue, pagedreplies
 from gpusched.daemon.requests.request import WAIT_SLICE_S, Request, Waiter, named, named_each
 from gpusched.daemon.state import DaemonState, Setup
+from gpusched.proc import runfile
 
 
 class Queries:
@@ -84,7 +85,8 @@ class Queries:
             return jobfilter.select(viewer.jobs(self._as_known(some)), req.args)
 
         after, last = pagedreplies.start(req.args), pagedreplies.last(req.args)
-        rows_of = lambda some: self.with_progress(matching(some))  # noqa: E731
+        found = self._forecasts() if req.args.get("start") else None
+        rows_of = lambda some: self.with_progress(matching(some), found)  # noqa: E731
         if req.args.get("pending_rows") is not None and not with_finished and last is None:
             return self._head(req, viewer, after, rows_of)
         if last is None:
@@ -114,9 +116,16 @@ class Queries:
     def show(self, req: Request) -> dict[str, Any]:
         jobs = named_each(self.state, req.args["ids"], whole_arrays=False)
         viewer = self.setup.authz.viewer(req.creds[1])
+        found = self._forecasts() if any(job.state is JobState.PENDING for job in jobs) else None
         return pagedreplies.by_position(
-            jobs, req.args, lambda some: self.with_progress(viewer.jobs(self._as_known(some)))
+            jobs,
+            req.args,
+            lambda some: self.with_progress(viewer.jobs(self._as_known(some)), found),
         )
+
+    def _forecasts(self) -> dict[int, Any]:
+        """The pending jobs' forecast starts: one dry run of the queue per request."""
+        return forecasts.start_forecasts(self.state, self.setup)
 
     # `list` in a signature below is the method above: builtins.list is the type.
     def _as_known(self, jobs: builtins.list[Job]) -> builtins.list[Job]:
@@ -124,7 +133,9 @@ class Queries:
         unstored = self.state.unstored_ends
         return [unstored.get(job.id, job) for job in jobs] if unstored else jobs
 
-    def with_progress(self, rows: builtins.list[dict[str, Any]]) -> builtins.list[dict[str, Any]]:
+    def with_progress(
+        self, rows: builtins.list[dict[str, Any]], found: dict[int, Any] | None = None
+    ) -> builtins.list[dict[str, Any]]:
         """Each running job's last gpusched.job.progress() report; None for the others.
 
         One small file read per running job; a report from an earlier attempt is ignored,
@@ -151,6 +162,8 @@ class Queries:
                 row["cluster"] = self.state.clusters.describe(row["id"])
             if report is not None and row["command"] == [HIDDEN]:
                 report["message"] = ""
+        if found is not None:  # ls --start, show
+            forecasts.add_forecasts(rows, found)
         return rows
 
     def logs(self, req: Request) -> dict[str, Any]:
@@ -158,6 +171,17 @@ class Queries:
         job = named(self.state, req.args["id"], whole_arrays=False)[0]
         self.setup.authz.require_owner([job], req.creds, "read its logs", "logs")
         return {"job": job_to_dict(job)}
+
+    def attach(self, req: Request) -> dict[str, Any]:
+        """For its owner or an admin: the job and where its shim serves its terminal if it
+        has one (--pty, proc/ptyhost.py), which the client then connects to itself."""
+        job = named(self.state, req.args["id"], whole_arrays=False)[0]
+        self.setup.authz.require_owner([job], req.creds, "attach to it", "attach")
+        if not job.pty:
+            return {"job": job_to_dict(job), "socket": None}
+        paths = self.setup.paths
+        own_logs = runfile.own_log_paths(paths.jobs_dir, paths.log_root, job.user, job.id)
+        return {"job": job_to_dict(job), "socket": runfile.pty_socket_path(own_logs[0], job.id)}
 
     def env(self, req: Request) -> dict[str, Any]:
         """The environment the job was submitted with (its owner's or an admin's to see)."""
@@ -285,6 +309,7 @@ class Queries:
             self.setup.rules,
             state.idle_since,
             self.setup.clock.time(),
+            state.outside_peaks,
         )
         return [(gpu, loads[gpu.uuid]) for gpu in state.inventory.schedulable()]
 

@@ -14,7 +14,7 @@ from gpusched.core.slurm import slurmspec
 from gpusched.core.spec import jobspec, limits, outpattern, syntax
 from gpusched.core.spec.values import shown
 from gpusched.core.users import user_name
-from gpusched.daemon.jobs import gpumemory
+from gpusched.daemon.jobs import forecasts, gpumemory
 from gpusched.daemon.requests import batches, preview, quotas
 from gpusched.daemon.requests.request import Request, check_priority, named, targets
 from gpusched.daemon.state import DaemonState, Setup
@@ -205,6 +205,10 @@ class Submits:
                 fields["job_key"],
                 fields["request"],
                 self.state.inventory,
+            )
+        if cluster is None:  # a prediction never limits: it orders backfill, and forecasts
+            fields.update(
+                forecasts.predicted_fields(self.state.store, owner.uid, fields["job_key"])
             )
         impossible = (
             None

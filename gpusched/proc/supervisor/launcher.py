@@ -8,7 +8,7 @@ its own, so it outlives the supervisor and the daemon.
 
 Most jobs need no shim: the supervisor starts and watches them itself. A shim remains for
 what it does that the supervisor cannot do cheaply for many jobs at once (see
-starts.py, needs_shim): system mode, cgroups, containers, capped logs.
+starts.py, needs_shim): system mode, cgroups, containers, capped logs, terminals (--pty).
 """
 
 from __future__ import annotations

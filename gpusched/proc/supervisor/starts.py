@@ -1,6 +1,6 @@
 """The job supervisor's starts: which jobs it starts itself, the spawn, the run file.
 
-A plain job (needs_shim: none of system mode, cgroups, containers or capped logs) is
+A plain job (needs_shim: none of system mode, cgroups, containers, capped logs or --pty) is
 posix_spawned directly, leading a session of its own, its logs, environment, working
 directory and CPU pinning as a shim would give them (proc/spawn.py, the shim's spawn too).
 Its pid and start ticks go into its run file's "shim" record, marked supervised: the
@@ -29,12 +29,14 @@ _FDS_SPARE = 64  # descriptors kept for links, a spawn's logs, run files
 
 def needs_shim(spec: dict[str, Any]) -> bool:
     """Whether the job needs a shim of its own: a privilege drop (system mode), a cgroup to
-    join, a container to remove, or logs to cap (threads that copy its output)."""
+    join, a container to remove, logs to cap (threads that copy its output), or a
+    terminal to serve (--pty, proc/ptyhost.py)."""
     return (
         spec.get("run_as") is not None
         or bool(spec.get("cgroup"))
         or bool(spec.get("max_log_bytes"))
         or "container_remove" in spec
+        or "pty_socket" in spec
         or not CAN_SUPERVISE
     )
 
