@@ -376,7 +376,13 @@ def simulate(
         groups_of=unix_groups if groups is None else (lambda user: groups.get(user, ())),
         minute_of=day_clock(origin_s),
     )
-    started = _Replay(jobs, gpus, rules, queue, half_life_s, links).run()
+    return results_of(trace_jobs, _Replay(jobs, gpus, rules, queue, half_life_s, links).run())
+
+
+def results_of(
+    trace_jobs: Sequence[traces.TraceJob], started: Mapping[int, tuple[float, tuple[int, ...]]]
+) -> list[JobResult]:
+    """Each trace job's result, given when and where (by position) it started."""
     return [
         JobResult(
             t.job_id,
