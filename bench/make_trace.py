@@ -15,6 +15,8 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+from gpusched.sim import traces
+
 OUT = Path(__file__).resolve().parent / "traces" / "synthetic_p8_2wk.csv"
 DAYS, JOBS, SEED = 14, 2000, 20261203
 ORIGIN = datetime(2026, 1, 5)
@@ -64,17 +66,7 @@ def main() -> None:
     args.out.parent.mkdir(parents=True, exist_ok=True)
     with open(args.out, "w", newline="", encoding="utf-8") as handle:
         writer = csv.writer(handle, lineterminator="\n")
-        writer.writerow(
-            (
-                "job_id",
-                "tenant",
-                "orig_timestamp",
-                "submit_raw_s",
-                "num_gpus",
-                "duration_s",
-                "gpu_time_s",
-            )
-        )
+        writer.writerow(traces.PHILLY_COLUMNS)
         writer.writerows(rows(args.seed, args.jobs))
     print(f"wrote {args.out}")
 

@@ -194,6 +194,7 @@ def test_every_tool_against_a_real_daemon(home: Home, tmp_path: Path):
             held = (await call(client, "submit", command=["sleep", "100"], hold=True))["id"]
             why = await call(client, "why_pending", job_id=str(held))
             assert why["state"] == "pending" and "release" in why["pending_reason"]
+            assert "start_forecast" in why  # None: a held job has no forecast start
             assert (await call(client, "release", job_ids=[str(held)]))["refused"] == {}
             home.wait_state(held, "running")
             await call(client, "hold", job_ids=[str(held)])  # running: refused, said so

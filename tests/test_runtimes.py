@@ -14,6 +14,8 @@ from gpusched.core.sched import forecast, placement, runtimes, scheduling
 from gpusched.core.sched.passcounts import expected_end
 from gpusched.core.sched.placement import PlacementRules
 from gpusched.core.sched.queuerules import QueueRules
+from gpusched.daemon.jobs import forecasts
+from gpusched.daemon.requests import queries
 from gpusched.sim import runtimesim, traces
 from test_simulator import gpusched, history
 
@@ -205,6 +207,27 @@ def test_backfill_orders_by_predicted_runtimes_and_ls_start_forecasts_them(make_
     assert box.show(long_id)["state"] == "running"
     ran_s = box.clock.time() - started
     assert box.show(wide)["start_forecast"] == box.clock.time() + ran_s * runtimes.OVERRUN_SHARE
+
+
+def test_a_forecast_is_kept_while_the_queue_stays_the_same(make_box, monkeypatch):
+    # A client that polls `show` of a pending job (a watch of `gpusched mcp`) must not cost
+    # the loop a dry run of the queue each time.
+    made = []
+    real = forecasts.start_forecasts
+    monkeypatch.setattr(forecasts, "start_forecasts", lambda *a: made.append(1) or real(*a))
+    box = make_box("1x80GiB")
+    running = box.submit("--gpus", "1", "--", "true")
+    first, second = (box.submit("--gpus", "1", "--", "true") for _ in range(2))
+    box.step()
+    for _ in range(3):
+        assert box.show(second)["state"] == "pending"
+    assert len(made) == 1
+    box.step(queries.FORECAST_KEPT_S + 1)  # kept no longer than that
+    box.show(second)
+    assert len(made) == 2
+    box.exit(running, 0)  # the queue changed: a new forecast at once
+    assert box.states(first, second) == ["running", "pending"]
+    assert len(made) == 3
 
 
 def tiny_trace(tmp_path):

@@ -47,9 +47,10 @@ def show_job(client: Client, args: dict[str, Any]) -> dict[str, Any]:
 def why_pending(client: Client, args: dict[str, Any]) -> dict[str, Any]:
     """Why the job waits, and when it may start where the daemon forecasts it."""
     job = show_job(client, args)
-    answer = {key: job.get(key) for key in ("id", "state", "pending_reason", "begin_time")}
-    # A forecast start, where the daemon gives one (named forecast_* or expected_*).
-    answer |= {k: v for k, v in job.items() if k.startswith(("forecast", "expected"))}
+    keys = ("id", "state", "pending_reason", "begin_time")
+    answer = {key: job.get(key) for key in keys}
+    # The forecast start and its 80 % interval (epoch seconds), as `show` gives them.
+    answer |= {k: job[k] for k in ("start_forecast", "start_low", "start_high") if k in job}
     if job["state"] != "pending":
         answer["note"] = f"job {job['id']} is {job['state']}, not pending"
     return answer

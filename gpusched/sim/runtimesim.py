@@ -18,7 +18,7 @@ from gpusched.core.sched import forecast, runtimes
 from gpusched.core.sched.placement import PlacementRules
 from gpusched.core.sched.queuerules import QueueRules
 from gpusched.sim import traces
-from gpusched.sim.simulator import DEFAULT_HALF_LIFE_S, JobResult, _as_jobs, _Replay
+from gpusched.sim.simulator import DEFAULT_HALF_LIFE_S, JobResult, _as_jobs, _Replay, results_of
 
 RUNTIMES = ("true", "predicted")
 # A forecast is weighed against the jobs that waited at least this long: for a job that
@@ -117,20 +117,7 @@ def replay(
     run = _PredictingReplay(
         trace_jobs, gpus, rules, QueueRules(discipline=discipline), predicted, with_forecast
     )
-    started = run.run()
-    results = [
-        JobResult(
-            t.job_id,
-            t.tenant,
-            t.num_gpus,
-            t.duration_s,
-            t.submit_s,
-            started[n][0],
-            started[n][0] + t.duration_s,
-            started[n][1],
-        )
-        for n, t in enumerate(trace_jobs)
-    ]
+    results = results_of(trace_jobs, run.run())
     return results, (weigh(results, run.forecasts) if with_forecast else None)
 
 

@@ -393,6 +393,13 @@ def simulate(
                 f"0-{gpus - 1}"
             )
     started = _Replay(jobs, gpus, rules, queue, half_life_s, links, reserved).run()
+    return results_of(trace_jobs, started)
+
+
+def results_of(
+    trace_jobs: Sequence[traces.TraceJob], started: Mapping[int, tuple[float, tuple[int, ...]]]
+) -> list[JobResult]:
+    """Each trace job's result, given when and where (by position) it started."""
     return [
         JobResult(
             t.job_id,

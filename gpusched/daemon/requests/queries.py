@@ -22,10 +22,15 @@ from gpusched.daemon.requests.request import WAIT_SLICE_S, Request, Waiter, name
 from gpusched.daemon.state import DaemonState, Setup
 from gpusched.proc import runfile
 
+# How long a forecast of the queue is kept while its jobs stay the same.
+FORECAST_KEPT_S = 5.0
+
 
 class Queries:
     def __init__(self, state: DaemonState, setup: Setup):
         self.state, self.setup = state, setup
+        # The last forecast: (the jobs it was made for, when, what it gave).
+        self._forecast: tuple[Any, float, dict[int, Any]] | None = None
 
     def status(self, req: Request) -> dict[str, Any]:
         state, setup = self.state, self.setup
@@ -124,8 +129,16 @@ class Queries:
         )
 
     def _forecasts(self) -> dict[int, Any]:
-        """The pending jobs' forecast starts: one dry run of the queue per request."""
-        return forecasts.start_forecasts(self.state, self.setup)
+        """The pending jobs' forecast starts: a dry run of the queue (a third of a second
+        with 500 pending), kept while no job is queued, started or ended, for at most
+        FORECAST_KEPT_S: a client polling `show` (a watch of `gpusched mcp`, a script's
+        loop) would otherwise cost the loop one each time."""
+        jobs = (self.state.pending_version, frozenset(job.id for job in self.state.running()))
+        now = self.setup.clock.monotonic()
+        kept = self._forecast
+        if kept is None or kept[0] != jobs or now - kept[1] > FORECAST_KEPT_S:
+            kept = self._forecast = (jobs, now, forecasts.start_forecasts(self.state, self.setup))
+        return kept[2]
 
     # `list` in a signature below is the method above: builtins.list is the type.
     def _as_known(self, jobs: builtins.list[Job]) -> builtins.list[Job]:
