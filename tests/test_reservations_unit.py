@@ -188,8 +188,10 @@ def test_a_bounded_pass_keeps_jobs_off_reserved_gpus_as_the_whole_walk_does(
     now = test_bigpass.NOW_S
     demo = Reservation("demo", (2, 3), ("ann", "bob"), now + starts_in, now + 3 * 3600)
     reserved = {"demo": demo, "later": replace(demo, name="later", gpus=(0,), start=now + 7200)}
+    # Without dependencies and throttles: a singleton job among throttled array elements
+    # sets the two passes apart without any reservation, which is not this test's subject.
     pending = [
-        replace(job, time_limit_s=limit, reservation=name)
+        replace(job, time_limit_s=limit, reservation=name, dependencies=(), array_throttle=None)
         for job, limit, name in zip(queue, limits, inside)
     ]
     full = both_ways(pending, busy, reserved)
@@ -213,7 +215,7 @@ def both_ways(pending, busy, reserved):
     full = scheduling.schedule(pending, *args, reserved=reserved)
     line = PendingQueue(queue.discipline, per_user=True)
     line.add_many(pending)
-    ordered = line.jobs({job.id: job for job in pending}, {})
+    ordered = line.jobs({job.id: job for job in pending})
     bounded = scheduling.schedule(ordered, *args, reserved=reserved, line=line)
     test_bigpass.assert_same_decisions(full, bounded, pending)
     return full
