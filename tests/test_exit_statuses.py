@@ -171,7 +171,6 @@ def commands(home: Home) -> list[list[str]]:
         ["reserve", "create", "--help"],
         ["reserve", "show", "--help"],
         ["reserve", "delete", "--help"],
-        ["mcp", "--help"],  # a server on stdin and stdout: its help only
         # Last: they stop the daemon (the next command starts it again).
         ["daemon", "restart"],
         ["daemon", "stop"],
