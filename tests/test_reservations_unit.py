@@ -188,10 +188,8 @@ def test_a_bounded_pass_keeps_jobs_off_reserved_gpus_as_the_whole_walk_does(
     now = test_bigpass.NOW_S
     demo = Reservation("demo", (2, 3), ("ann", "bob"), now + starts_in, now + 3 * 3600)
     reserved = {"demo": demo, "later": replace(demo, name="later", gpus=(0,), start=now + 7200)}
-    # Without dependencies and throttles: a singleton job among throttled array elements
-    # sets the two passes apart without any reservation, which is not this test's subject.
     pending = [
-        replace(job, time_limit_s=limit, reservation=name, dependencies=(), array_throttle=None)
+        replace(job, time_limit_s=limit, reservation=name)
         for job, limit, name in zip(queue, limits, inside)
     ]
     full = both_ways(pending, busy, reserved)

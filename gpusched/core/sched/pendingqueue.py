@@ -28,8 +28,9 @@ def shape_of(job: Job, per_user: bool = True) -> tuple[Any, ...]:
     only to backfill's promise, which a pass never takes as final: scheduling._consider;
     and whether there is one, to GPU reservations.)
     The user counts only where per-user limits are set. Two dependency kinds are decided
-    by more than the dependency itself: singleton by the job's user and name, aftercorr by
-    its array index."""
+    by more than the dependency itself: singleton by the job itself (of one user's jobs of
+    a name, the oldest active one goes first: a later one waits, the oldest may not),
+    aftercorr by its array index."""
     return (
         job.request,
         job.policy,
@@ -50,12 +51,12 @@ def shape_of(job: Job, per_user: bool = True) -> tuple[Any, ...]:
     )
 
 
-def _decided_by(job: Job) -> tuple[tuple[int, str] | None, int | None] | None:
+def _decided_by(job: Job) -> tuple[int | None, int | None] | None:
     kinds = {kind for kind, _ in job.dependencies}
     if SINGLETON not in kinds and "aftercorr" not in kinds:
         return None
     return (
-        (job.uid, job.display_name) if SINGLETON in kinds else None,
+        job.id if SINGLETON in kinds else None,
         job.array_index if "aftercorr" in kinds else None,
     )
 
