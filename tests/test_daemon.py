@@ -92,9 +92,7 @@ def test_an_outside_process_keeps_a_job_off_its_gpu(make_home):
     api = Api(home)
     # Outside processes count at their peak over a window: 2 s here, so that the dip below
     # is believed soon (tests/test_gpuover.py has the window's own tests).
-    home.write_config(
-        '[daemon]\ngpu_poll_interval = "0.2s"\n[memory]\nothers_peak_window = "2s"\n'
-    )
+    home.write_config('[daemon]\ngpu_poll_interval = "0.2s"\n[memory]\nothers_peak_window = "2s"\n')
     declare_outside(home, "70GiB")
     job_id = home.submit("--gpu-mem", "20G", "--", "true")
     job = wait_until(
