@@ -17,6 +17,7 @@ from gpusched.core.sched.queuerules import QueueRules
 from gpusched.daemon.jobs import forecasts
 from gpusched.daemon.requests import queries
 from gpusched.sim import runtimesim, traces
+from gpusched.store.database import Store
 from test_simulator import gpusched, history
 
 HOUR_S = 3600.0
@@ -300,3 +301,20 @@ def test_ls_start_and_show_forecast_a_pending_job_and_a_wrong_prediction_kills_n
     assert home.show(hog)["state"] == "running"
     home.run("cancel", str(hog))
     home.wait_state(waiting, "succeeded")
+
+
+def test_the_runs_a_prediction_reads_are_found_by_index_however_long_the_queue(tmp_path):
+    # A prediction is made at each submit: a walk of the table past every pending job, by
+    # id, made 100 clients submitting at once four times slower (bench_submit_burst.py).
+    store = Store(tmp_path / "queue.db")
+    plans = []
+    for uid, key in ((1000, "train.py"), (1000, None), (None, None)):
+        seen: list[str] = []
+        store._conn.set_trace_callback(seen.append)
+        store.run_seconds(50, uid, key)
+        store._conn.set_trace_callback(None)
+        (sql,) = [s for s in seen if s.startswith("SELECT")]
+        plan = store._conn.execute("EXPLAIN QUERY PLAN " + sql).fetchall()
+        plans.append(" ".join(str(row[3]) for row in plan))
+    store.close()
+    assert all("USING INDEX jobs_runs" in plan for plan in plans), plans

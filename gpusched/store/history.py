@@ -103,7 +103,8 @@ class FinishedJobs:
     ) -> list[float]:
         """How long the newest `count` successful runs lasted, newest first: of a user's
         job key, of a user's jobs, or (uid None) of the box's: what a predicted runtime
-        reads (core/sched/runtimes.py). A key's runs are a short walk of the jobs_key index."""
+        reads (core/sched/runtimes.py). Each is a short walk of an index of successful runs
+        only (jobs_runs_key, jobs_runs_user, jobs_runs), however many jobs are pending."""
         where = "state = 'succeeded' AND started_at IS NOT NULL AND ended_at IS NOT NULL"
         args: list[int | str] = []
         if uid is not None:
