@@ -53,6 +53,8 @@ def blocked_queue(box: Box) -> tuple[int, int]:
         ("wait", {"ids": ["1"], "timeout_s": 0}),
         ("usage", {}),
         ("history", {"key": "train"}),
+        ("attach", {"id": "1"}),
+        ("reservations", {}),
     ],
 )
 def test_a_request_that_only_looks_sets_off_no_scheduling_pass(box, passes, name, args):
@@ -76,6 +78,8 @@ def test_every_read_only_request_is_tested_above():
         "wait",
         "usage",
         "history",
+        "attach",
+        "reservations",
     }
     table = protocol.COMMANDS.items()
     assert {name for name, spec in table if spec.read_only and not spec.on_server} == tested

@@ -30,6 +30,8 @@ CHANGES_ONLY = {
     "resume",
     "stop",
     "resubmit",
+    "reserve",
+    "unreserve",
 }
 SHOWS_NOTHING = {"ping"}  # answers with the daemon's pid only
 SERVICE_READS, SERVICE_CHANGES = {"list", "show"}, {"create", "scale", "update", "delete"}
@@ -63,6 +65,8 @@ def walks(ids: dict[str, int], key: str) -> dict[str, list[list[str]]]:
         "snapshot": [["top", "--once"]],
         "logs": [["logs", done], ["logs", "--stderr", done]],
         "env": [["env", done]],
+        "attach": [["attach", running]],  # refused: not his; and no --pty to attach to
+        "reservations": [["reserve", "ls"], ["reserve", "ls", "--json"]],
         "usage": [
             ["usage"],
             ["usage", "--json"],

@@ -125,9 +125,21 @@ def mapping(value: Any, what: str, keys: Collection[str] | None = None) -> dict[
         raise UsageError(f"{what} must be a JSON object, not {shown(value)}")
     unknown = sorted(set(value) - set(keys)) if keys is not None else []
     if unknown:
-        known = ", ".join(sorted(keys or ()))  # keys is not None: there are unknown ones
-        raise UsageError(f"{what}: unknown field {shown(unknown[0])}; known: {known}")
+        raise UsageError(
+            f"{what}: unknown field {shown(unknown[0])}; {_known(unknown[0], keys or ())}"
+        )
     return value
+
+
+def _known(field: str, keys: Collection[str]) -> str:
+    """The fields meant, in a line: the closest names, else all (when the list is short)."""
+    import difflib  # noqa: PLC0415 - 1.2 ms, for a typo's error only, not every submit
+
+    close = difflib.get_close_matches(field, sorted(keys), n=3)
+    if close:
+        return "did you mean " + " or ".join(shown(name) for name in close) + "?"
+    known = ", ".join(sorted(keys))
+    return f"known: {known}" if len(known) <= 200 else "docs/protocol.md lists the fields"
 
 
 def environment(value: Any, what: str = "env") -> dict[str, str]:
