@@ -18,7 +18,6 @@ import json
 import os
 import select
 import selectors
-import signal
 import socket
 import struct
 import termios
@@ -54,7 +53,7 @@ _host: Host | None = None
 def spawn_on_pty(spec: dict[str, Any]) -> int:
     """Start the job of `spec` on a new pty; its pid. Failures as spawn.spawn's."""
     global _host
-    who = spawn._identity(spec)
+    who = spawn.identity(spec)
     master, slave = os.openpty()
     set_size(master, 24, 80)  # until an attacher says its own
     read_end, write_end = os.pipe2(os.O_CLOEXEC)
@@ -99,10 +98,7 @@ def _exec_job(
     try:
         os.setsid()
         fcntl.ioctl(slave, termios.TIOCSCTTY, 0)
-        spawn.apply_host_limits(spec)
-        for sig in spawn.FORWARDED:
-            signal.signal(sig, signal.SIG_DFL)
-        signal.pthread_sigmask(signal.SIG_SETMASK, [])
+        spawn.prepare_child(spec)
         if who is not None:
             from gpusched.proc import privileges  # noqa: PLC0415 - system mode's
 
@@ -110,7 +106,7 @@ def _exec_job(
             privileges.drop(who)
             dropped = True
         jobexec.enter_cwd(spec["cwd"])
-        out_fd, err_fd = spawn._open_outputs(spec, who)
+        out_fd, err_fd = spawn.open_outputs(spec, who)
         os.close(err_fd)  # the terminal merges the job's stderr into its output
         listener = _listen(spec["pty_socket"])
         socket.send_fds(sock, [b"1"], [out_fd, listener.fileno()])
@@ -119,16 +115,9 @@ def _exec_job(
         for fd in (0, 1, 2):
             os.dup2(slave, fd)
         os.close(slave)
-        jobexec.start_program(
-            spec["command"],
-            spec["env"],
-            lambda program: os.execve(program, spec["command"], spec["env"]),
-        )
+        spawn.exec_program(spec)
     except BaseException as exc:
-        message = jobexec.in_words(exc)
-        if dropped:  # only as the user: root never writes into a user's directory
-            spawn._note_in_log(spec, who, f"gpusched: cannot start: {message}\n")
-        os.write(write_end, message.encode()[:4000])
+        spawn.report_start_failure(exc, spec, who, dropped, write_end)
     os._exit(127)
 
 

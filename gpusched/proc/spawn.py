@@ -43,7 +43,7 @@ def spawn(spec: dict[str, Any], own_session: bool = False) -> int:
     System mode forks: the child drops to the user before it touches any user path, and
     its errors come back through a pipe.
     """
-    who = _identity(spec)
+    who = identity(spec)
     if who is None:
         return _spawn_as_ourselves(spec, own_session)
     cap = log_cap(spec)
@@ -124,35 +124,52 @@ def _exec_job(
     dropped = who is None
     try:
         os.setpgid(0, 0)
-        apply_host_limits(spec)
-        for sig in FORWARDED:
-            signal.signal(sig, signal.SIG_DFL)
-        signal.pthread_sigmask(signal.SIG_SETMASK, [])
+        prepare_child(spec)
         if who is not None:
             from gpusched.proc import privileges  # noqa: PLC0415 - 0.3 ms of every start: system mode's
 
             privileges.drop(who)
             dropped = True
         jobexec.enter_cwd(spec["cwd"])
-        out_fd, err_fd = _open_outputs(spec, who)
+        out_fd, err_fd = open_outputs(spec, who)
         if handoff is not None:  # capped: the logs go to the shim, the job writes to pipes
             out_fd, err_fd = handoff.in_child(out_fd, err_fd)
         null = os.open(os.devnull, os.O_RDONLY)
         os.dup2(null, 0)
         os.dup2(out_fd, 1)
         os.dup2(err_fd, 2)
-        # Found as the user, in the job's directory, on the job's own PATH.
-        jobexec.start_program(
-            spec["command"],
-            spec["env"],
-            lambda program: os.execve(program, spec["command"], spec["env"]),
-        )
+        exec_program(spec)
     except BaseException as exc:
-        message = jobexec.in_words(exc)
-        if dropped:  # only as the user: root never writes into a user's directory
-            _note_in_log(spec, who, f"gpusched: cannot start: {message}\n")
-        os.write(write_end, message.encode()[:4000])
+        report_start_failure(exc, spec, who, dropped, write_end)
     os._exit(127)
+
+
+def prepare_child(spec: dict[str, Any]) -> None:
+    """In a job's child before the exec: its host limits, and signals as a new program's."""
+    apply_host_limits(spec)
+    for sig in FORWARDED:
+        signal.signal(sig, signal.SIG_DFL)
+    signal.pthread_sigmask(signal.SIG_SETMASK, [])
+
+
+def exec_program(spec: dict[str, Any]) -> None:
+    """The exec: the program found as the user, in the job's directory, on its own PATH."""
+    jobexec.start_program(
+        spec["command"],
+        spec["env"],
+        lambda program: os.execve(program, spec["command"], spec["env"]),
+    )
+
+
+def report_start_failure(
+    exc: BaseException, spec: dict[str, Any], who: Identity | None, dropped: bool, write_end: int
+) -> None:
+    """Why a child could not start its job: to its parent, and in the job's log once the
+    child is the user (dropped): root never writes into a user's directory."""
+    message = jobexec.in_words(exc)
+    if dropped:
+        _note_in_log(spec, who, f"gpusched: cannot start: {message}\n")
+    os.write(write_end, message.encode()[:4000])
 
 
 def apply_host_limits(spec: dict[str, Any]) -> None:
@@ -164,7 +181,7 @@ def apply_host_limits(spec: dict[str, Any]) -> None:
         os.sched_setaffinity(0, spec["cpu_ids"])
 
 
-def _identity(spec: dict[str, Any]) -> Identity | None:
+def identity(spec: dict[str, Any]) -> Identity | None:
     """System mode (the spec names a uid): who the job runs as, and its log directory.
 
     Runs as root, so it only reads the password and group databases and makes the
@@ -197,7 +214,7 @@ def _open_job_log(
     return privileges.open_log(path)
 
 
-def _open_outputs(spec: dict[str, Any], who: Identity | None) -> tuple[int, int]:
+def open_outputs(spec: dict[str, Any], who: Identity | None) -> tuple[int, int]:
     """The job's stdout and stderr logs, opened (as the user, in system mode); one file
     opened once when they are the same (`--output` without `--error`). --open-mode
     truncate empties the user's files at the job's first run only (spec["truncate"])."""
@@ -211,7 +228,7 @@ def _open_outputs(spec: dict[str, Any], who: Identity | None) -> tuple[int, int]
 def _job_outputs(spec: dict[str, Any]) -> tuple[int, int]:
     """The job's stdout and stderr: its log files, or pipes to them when they are capped."""
     cap = log_cap(spec)
-    out_fd, err_fd = _open_outputs(spec, None)
+    out_fd, err_fd = open_outputs(spec, None)
     if cap is None:
         return out_fd, err_fd
     outputs: tuple[int, int] = cap.outputs(spec, out_fd, err_fd)

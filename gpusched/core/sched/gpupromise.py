@@ -7,6 +7,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from gpusched.core.models import GpuInfo, Inventory, Job
+from gpusched.core.units import size_human
 
 ACTIONS = ("report", "stop", "requeue")
 
@@ -24,13 +25,9 @@ class Over:
     @property
     def text(self) -> str:
         return (
-            f"used {_gib(self.used_bytes)} of GPU {self.gpu_label}, "
-            f"asked for {_gib(self.asked_bytes)}"
+            f"used {size_human(self.used_bytes)} of GPU {self.gpu_label}, "
+            f"asked for {size_human(self.asked_bytes)}"
         )
-
-
-def _gib(num_bytes: int) -> str:
-    return f"{num_bytes / 2**30:.1f} GiB"
 
 
 def _usage(inventory: Inventory, pid_jobs: Mapping[int, int]) -> dict[str, dict[int | None, int]]:
