@@ -47,7 +47,7 @@ def test_a_prediction_reads_the_newest_runs_only_and_gives_the_quantiles():
     assert got is not None
     assert got.runtime_s == 255.0  # median of 10..500
     assert (got.low_s, got.high_s) == (50.0, 450.0)  # nearest rank: p10, p90
-    assert runtimes.quantile([5.0], 90.0) == 5.0
+    assert runtimes.percentile([5.0], 90.0) == 5.0
 
 
 @pytest.mark.unit

@@ -15,6 +15,7 @@ from gpusched.core.config import Settings
 from gpusched.core.errors import GpuschedError, UsageError
 from gpusched.core.models import DISCIPLINES, GpuInfo, Inventory, Job, Request
 from gpusched.core.sched import placement, queuerules, quotas, reservations, scheduling
+from gpusched.core.sched.memestimate import percentile
 from gpusched.core.sched.pendingqueue import PendingQueue
 from gpusched.core.sched.placement import PlacementRules, Policy
 from gpusched.core.sched.policies import load_custom_policies, placement_rules
@@ -413,12 +414,6 @@ def results_of(
         )
         for n, t in enumerate(trace_jobs)
     ]
-
-
-def percentile(values: Sequence[float], pct: float) -> float:
-    """Nearest-rank percentile: the smallest value with at least pct% of values at or below."""
-    ordered = sorted(values)
-    return ordered[max(0, math.ceil(pct / 100 * len(ordered)) - 1)]
 
 
 def jain_index(values: Sequence[float]) -> float:

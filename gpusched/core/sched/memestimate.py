@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from typing import TypeVar
 
 from gpusched.core.sched.gpuoom import round_up
 from gpusched.core.units import size_human
@@ -13,6 +14,7 @@ from gpusched.core.units import size_human
 HISTORY_RUNS = 50
 KEY_MAX_CHARS = 200
 PERCENTILE = 95.0
+_N = TypeVar("_N", int, float)
 
 
 def job_key(name: str, command: Sequence[str]) -> str:
@@ -27,8 +29,9 @@ def job_key(name: str, command: Sequence[str]) -> str:
     return " ".join(" ".join(words).split())[:KEY_MAX_CHARS]
 
 
-def percentile(values: Sequence[int], pct: float = PERCENTILE) -> int:
-    """Nearest rank: the smallest value with at least pct% of the values at or below it."""
+def percentile(values: Sequence[_N], pct: float = PERCENTILE) -> _N:
+    """Nearest rank: the smallest value with at least pct% of the values at or below it
+    (the one percentile of the project: estimates, runtimes, the simulator's figures)."""
     ordered = sorted(values)
     return ordered[max(0, math.ceil(pct / 100 * len(ordered)) - 1)]
 

@@ -7,11 +7,11 @@ forecasts starts (core/sched/forecast.py). A job's real --time, if given, still 
 
 from __future__ import annotations
 
-import math
 import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from gpusched.core.sched.memestimate import percentile
 from gpusched.core.units import duration_human
 
 # The newest successful runs a prediction reads: recent enough to follow a job that
@@ -37,12 +37,6 @@ class Prediction:
     reason: str  # where it came from, in words; never the job's name (as memestimate)
 
 
-def quantile(values: Sequence[float], pct: float) -> float:
-    """Nearest rank: the smallest value with at least pct % of the values at or below it."""
-    ordered = sorted(values)
-    return ordered[max(0, math.ceil(pct / 100 * len(ordered)) - 1)]
-
-
 def predict(
     job_runs: Sequence[float], user_runs: Sequence[float], box_runs: Sequence[float]
 ) -> Prediction | None:
@@ -59,7 +53,7 @@ def predict(
         if len(recent) < MIN_RUNS[level]:
             continue
         median = float(statistics.median(recent))
-        low, high = quantile(recent, LOW_PCT), quantile(recent, HIGH_PCT)
+        low, high = percentile(recent, LOW_PCT), percentile(recent, HIGH_PCT)
         where = words.format(s="s" if len(recent) != 1 else "")
         return Prediction(
             median,
