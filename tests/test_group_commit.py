@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from gpusched.client.submit import fastsubmit
+from gpusched.client.submit.jobrequest import build_request
 from gpusched.core.errors import GpuschedError
 from gpusched.core.models import Job
 from gpusched.daemon.loop import Call, together
@@ -80,6 +82,20 @@ def test_when_the_shared_commit_fails_no_submit_is_queued_and_each_is_told(box: 
     box.daemon.step(again)
     assert [call.error for call in again] == [None, None]
     assert len(box.daemon.state.jobs) == 2
+
+
+def test_a_big_submit_in_a_group_whose_commit_fails_holds_no_quota(box: Box):
+    # A submit of more than batches.BIG_JOBS is stored over later turns; while it is, it
+    # holds its jobs against the user's quota. Refused with its group, it holds nothing.
+    opts = fastsubmit.parse(["--hold", "--array", "0-2500", "--", "true"])
+    assert opts is not None
+    opts.cwd = str(box.root)
+    big = Call(Request("submit", build_request(opts), ME))
+    failing(box).failure = DISK_FULL
+    box.daemon.step([submit_call(box, ["true"]), big])
+    assert big.error is not None and big.error.message.endswith("; nothing was queued.")
+    assert box.daemon.state.jobs.reserved == []
+    failing(box).failure = None
 
 
 def test_a_part_that_fails_leaves_nothing_in_the_store_or_in_memory(box: Box):

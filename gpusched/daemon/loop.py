@@ -223,6 +223,9 @@ class Daemon:
                     except GpuschedError as exc:
                         call.fail(exc)
         except StoreWriteError as exc:
+            for _, outcome in done:
+                if isinstance(outcome, Batched):  # a big submit's quota hold, stored nothing
+                    outcome.abandon()
             for call in calls:
                 if not call.done.is_set():
                     call.fail(exc)
