@@ -165,6 +165,9 @@ def test_stop_sends_the_checkpoint_signal_then_sigterm_and_ends_gpu_oom(make_box
 def test_below_the_floor_a_stop_needs_no_grace(make_box):
     box = make_box("1x80GiB", '[memory]\ngpu_free_floor = "20GiB"\n')
     a, b = _pair(box, a_over="stop")  # 80 - 30 - 45: 5 GiB free
+    assert box.shims.signalled(a) == [signal.SIGUSR1]
+    assert box.daemon.control.next_deadline() == box.clock.time()  # the next turn, at once
+    box.step()
     assert box.shims.signalled(a) == [signal.SIGUSR1, signal.SIGTERM]
     assert box.shims.signalled(b) == []  # within its promise: never acted on
 
@@ -240,12 +243,14 @@ def test_top_marks_the_gpu_memory_of_a_job_over_its_promise():
     assert "/ 20.0 GiB!" in row and "!" not in other
 
 
-def test_a_restarted_daemon_sends_sigterm_to_a_job_it_finds_stopping(make_box):
+def test_a_restarted_daemon_keeps_a_stops_grace_then_sends_sigterm(make_box):
     box = make_box("1x80GiB", '[memory]\ngpu_over = "stop"\n')
     a, _ = _pair(box)
     assert box.shims.signalled(a) == [signal.SIGUSR1]  # 60 s of grace to go
     box.restart()
     box.step(box.daemon.settings.gpu_poll_interval_s)
+    assert box.shims.signalled(a) == [signal.SIGUSR1]  # the grace is stored: not cut short
+    box.step(60.0)
     assert box.shims.signalled(a) == [signal.SIGUSR1, signal.SIGTERM]
     assert box.exit(a, None, signal.SIGTERM)["state"] == "gpu_oom"
 

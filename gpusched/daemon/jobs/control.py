@@ -168,7 +168,9 @@ class JobControl:
         if job.cancel_requested:
             self.state.save(job)
             self._signal_after_commit(job, signal.SIGTERM)
-        elif job.requeueing and (job.requeue_term_at or 0.0) > self.setup.clock.time():
+        elif (
+            requeue.is_being_stopped(job) and (job.requeue_term_at or 0.0) > self.setup.clock.time()
+        ):
             self.state.save(job)
             self._signal_after_commit(
                 job, requeue.checkpoint_signal(job, self.setup.settings.preempt_signal)

@@ -5,7 +5,6 @@ from __future__ import annotations
 import logging
 import signal
 from dataclasses import replace
-from functools import partial
 
 from gpusched.core.models import Job
 from gpusched.core.sched import gpupromise
@@ -22,9 +21,6 @@ class GpuOver:
 
     def __init__(self, state: DaemonState, setup: Setup, seam: ProcessSeam):
         self.state, self.setup, self.seam = state, setup, seam
-        # Jobs being stopped: when each gets SIGTERM after its checkpoint signal. In
-        # memory: a restarted daemon sends SIGTERM at once to a job it finds stopping.
-        self.term_at: dict[int, float] = {}
 
     def step(self, now: float) -> None:
         settings, state = self.setup.settings, self.state
@@ -40,13 +36,14 @@ class GpuOver:
             if job is None or not job.is_running or job.requeueing or job.cancel_requested:
                 continue
             if job.gpu_mem_stop:
-                if over.is_under_floor:  # no more grace: its neighbours' memory is at stake
-                    self.term_at[job.id] = min(self.term_at.get(job.id, now), now)
+                if over.is_under_floor and (job.requeue_term_at or 0.0) > now:
+                    # No more grace: its neighbours' memory is at stake.
+                    with state.write():
+                        state.save(replace(job, requeue_term_at=now))
                 continue
             action = job.gpu_mem_over or settings.gpu_over
             if not job.gpu_mem_over_by or action != "report":  # reported, then `update`d
                 self.act(job, over, action, now)
-        self.send_due_terms(now)
 
     def act(self, job: Job, over: gpupromise.Over, action: str, now: float) -> None:
         log.info("job %d %s: gpu_over = %s", job.id, over.text, action)
@@ -68,26 +65,20 @@ class GpuOver:
                 0.0 if over.is_under_floor else job.preempt_grace_s,
             )
             return
-        stop = action == "stop"
-        changed = replace(job, gpu_mem_over_by=over.text, gpu_mem_stop=stop)
+        if action == "report":
+            with self.state.write():
+                self.state.save(replace(job, gpu_mem_over_by=over.text))
+            return
+        # stop: as a requeue (requeue.py), but to its end: the checkpoint signal, then
+        # SIGTERM at requeue_term_at, stored so that a restarted daemon keeps the grace.
+        if checkpoint == signal.SIGTERM:
+            term_at = None if job.runner_pid is not None else now  # else once its pid is known
+        else:
+            term_at = now + (0.0 if over.is_under_floor else job.preempt_grace_s)
+        changed = replace(
+            job, gpu_mem_over_by=over.text, gpu_mem_stop=True, requeue_term_at=term_at
+        )
         with self.state.write():
             self.state.save(changed)
-            if stop:
+            if job.runner_pid is not None:
                 self.state.after_commit(lambda: self.seam.signal_job(changed, checkpoint))
-        if stop and checkpoint == signal.SIGTERM:
-            self.term_at[job.id] = float("inf")  # sent already
-        elif stop:
-            self.term_at[job.id] = now + (0.0 if over.is_under_floor else job.preempt_grace_s)
-
-    def send_due_terms(self, now: float) -> None:
-        """SIGTERM to each job being stopped whose grace ran out (the shim sends SIGKILL
-        after the cancel grace)."""
-        stopping = [job for job in self.state.running() if job.gpu_mem_stop]
-        self.term_at = {job.id: self.term_at.get(job.id, now) for job in stopping}
-        due = [job for job in stopping if self.term_at[job.id] <= now]
-        if not due:
-            return
-        with self.state.write():  # after the checkpoint signal, which waits for a commit
-            for job in due:
-                self.term_at[job.id] = float("inf")  # sent once
-                self.state.after_commit(partial(self.seam.signal_job, job, signal.SIGTERM))

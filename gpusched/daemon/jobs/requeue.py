@@ -68,13 +68,20 @@ def stop_and_requeue(
     return changed
 
 
+def is_being_stopped(job: Job) -> bool:
+    """Whether gpusched is stopping the job after a checkpoint signal: to requeue it, or
+    for its GPU memory (gpu_over = stop, daemon/jobs/gpuover.py). Its SIGTERM is due at
+    requeue_term_at either way."""
+    return job.requeueing or job.gpu_mem_stop
+
+
 def send_due_terms(state: DaemonState, seam: ProcessSeam, now: float) -> None:
-    """SIGTERM to each job being requeued whose grace has run out (stored as sent first:
+    """SIGTERM to each job being stopped whose grace has run out (stored as sent first:
     a restart does not send it again; the shim sends SIGKILL after the cancel grace)."""
     due = [
         job
         for job in state.running()
-        if job.requeueing
+        if is_being_stopped(job)
         and job.runner_pid is not None
         and job.requeue_term_at is not None
         and job.requeue_term_at <= now
@@ -89,12 +96,12 @@ def send_due_terms(state: DaemonState, seam: ProcessSeam, now: float) -> None:
 
 
 def next_deadline(running: list[Job]) -> float | None:
-    """When the next job being requeued gets SIGTERM (epoch seconds), if any."""
+    """When the next job being stopped gets SIGTERM (epoch seconds), if any."""
     return min(
         (
             job.requeue_term_at
             for job in running
-            if job.requeueing and job.requeue_term_at is not None
+            if is_being_stopped(job) and job.requeue_term_at is not None
         ),
         default=None,
     )
