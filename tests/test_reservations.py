@@ -214,3 +214,19 @@ def test_simulate_reservations_through_the_cli(tmp_path):
     bad = gpusched("simulate", str(trace), "--reservations", str(calendar), "--preemption")
     assert bad.returncode == 2
     assert bad.stderr.startswith("Error: --reservations replay without preemption")
+
+
+def test_a_preview_and_a_forecast_see_the_reservations(box):
+    # Four GPUs, 2 and 3 reserved an hour from now for two hours; 0 and 1 busy with jobs of
+    # two hours, which the reservation keeps off 2 and 3. A job without --time may not take
+    # 2 or 3 either: a preview says why, and its forecast start is when 0 and 1 free, two
+    # hours from now, not at once.
+    reserve(box, name="demo", users=[ME])
+    busy = [box.submit("--gpus", "1", "--time", "2h", "--", "sleep", "1") for _ in range(2)]
+    box.step()
+    assert sorted(g for j in busy for g in gpus_of(box, j)) == [0, 1]
+    preview = box.call("submit", dry_run=True, jobs=[{"command": ["true"], "gpus": 1}], cwd="/")
+    assert not preview["would_start"] and "reservation demo" in preview["reason"]
+    waiting = box.submit("--gpus", "2", "--", "true")
+    rows = {row["id"]: row for row in box.call("list", start=True, states=["pending"])["jobs"]}
+    assert rows[waiting]["start_forecast"] == box.clock.time() + 2 * HOUR

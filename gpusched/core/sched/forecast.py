@@ -9,16 +9,18 @@ each at the low and at the high end of its runs (the 80 % interval).
 from __future__ import annotations
 
 import heapq
+import itertools
 import math
 from bisect import bisect_right
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from gpusched.core.models import Inventory, Job, JobState, job_with
-from gpusched.core.sched import placement, runtimes
+from gpusched.core.sched import placement, reservations, runtimes
 from gpusched.core.sched.pendingqueue import PendingQueue
 from gpusched.core.sched.placement import GpuLoad, PlacementRules
 from gpusched.core.sched.queuerules import QueueRules, fair_share, queue_order
+from gpusched.core.sched.reservations import Reservation
 from gpusched.core.sched.scheduling import schedule
 
 # The pending jobs a forecast plays out, in queue order (the rest get none), and the
@@ -85,10 +87,11 @@ def dry_run(
     usage: Mapping[str, float] | None = None,
     attained: Mapping[int, float] | None = None,
     until_id: int | None = None,
+    reserved: Mapping[str, Reservation] | None = None,
 ) -> dict[int, float]:
     """Job id -> when it starts in a dry run from now (`loads`: the GPUs' now), for the
     pending jobs that start in it (until_id: stop once that one has). Dependencies count
-    as they stand now, preemption not."""
+    as they stand now, preemption not; GPU reservations (`reserved`) as they open and close."""
     waiting = {
         job.id: job
         for job in queue_order(list(pending), queue, usage or {}, now, attained)[:MAX_JOBS]
@@ -106,11 +109,14 @@ def dry_run(
     if line is not None:
         line.add_many(waiting.values())
     share = fair_share(queue, usage or {})
-    # When waiting jobs' --begin times and retry delays run out: instants to play at.
+    # When waiting jobs' --begin times and retry delays run out, and reservations start
+    # and end: instants to play at.
     eligible = sorted(
         when
-        for job in waiting.values()
-        for when in (job.begin_time, job.eligible_at)
+        for when in itertools.chain(
+            (w for job in waiting.values() for w in (job.begin_time, job.eligible_at)),
+            reservations.times((reserved or {}).values()),
+        )
         if when is not None and when > now
     )
     for _ in range(MAX_INSTANTS):
@@ -127,6 +133,7 @@ def dry_run(
             explain=False,
             line=line,
             attained=attained,
+            reserved=reserved,
         )
         placements = dict(plan.placements)
         for job_id, gpus in plan.starts:
@@ -162,12 +169,24 @@ def forecasts(
     usage: Mapping[str, float] | None = None,
     attained: Mapping[int, float] | None = None,
     until_id: int | None = None,
+    reserved: Mapping[str, Reservation] | None = None,
 ) -> dict[int, Forecast]:
     """Each pending job's forecast start with its 80 % interval (three dry runs; until_id:
     that job's at least, the dry runs stop once it has started)."""
     runs = {
         pick: dry_run(
-            pending, running, loads, inventory, rules, queue, now, pick, usage, attained, until_id
+            pending,
+            running,
+            loads,
+            inventory,
+            rules,
+            queue,
+            now,
+            pick,
+            usage,
+            attained,
+            until_id,
+            reserved,
         )
         for pick in PICKS
     }

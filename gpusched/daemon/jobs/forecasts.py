@@ -49,7 +49,16 @@ def start_forecasts(state: DaemonState, setup: Setup) -> dict[int, forecast.Fore
     share = queuerules.fair_share(queue, state.usage.usage)
     first = list(itertools.islice(state.pending_in_order(share), forecast.MAX_JOBS))
     return forecast.forecasts(
-        first, running, loads, state.inventory, rules, queue, now, state.usage.usage, state.attained
+        first,
+        running,
+        loads,
+        state.inventory,
+        rules,
+        queue,
+        now,
+        state.usage.usage,
+        state.attained,
+        reserved=state.reservations,
     )
 
 

@@ -40,6 +40,8 @@ def preview(
         now,
         DependencyLookup(state.jobs, state.store),
         state.usage.usage,
+        attained=state.attained,
+        reserved=state.reservations,
     )
     gpus = next((chosen for job_id, chosen in plan.starts if job_id == PREVIEW_ID), None)
     return {
